@@ -1,0 +1,88 @@
+"""One error hierarchy for the plugin.
+
+Every error a user can cause carries *what* went wrong, *where* (a path,
+file:line, shard id or operator) and *what to do next*.  The CLI and the
+``dj-process`` hook turn any :class:`ElasticError` into one readable line and
+exit code 2; they never print a traceback for an expected failure.
+"""
+
+from __future__ import annotations
+
+from typing import Final
+
+EXIT_OK: Final = 0
+EXIT_INCOMPLETE: Final = 1  # `dj-elastic status`: the job is not finished yet
+EXIT_ERROR: Final = 2  # bad input, bad recipe, terminal shard failure, runtime error
+
+
+class ElasticError(Exception):
+    """Base class of every error the plugin reports to users.
+
+    ``where`` names the place (``file:line``, a path, ``shard part-00003-of-00016``,
+    an operator); ``hint`` says what to try.  Both are optional but expected.
+    """
+
+    exit_code: int = EXIT_ERROR
+
+    def __init__(self, message: str, *, where: str | None = None, hint: str | None = None):
+        self.message = message
+        self.where = where
+        self.hint = hint
+        super().__init__(message, where, hint)
+
+    def __reduce__(self):  # keep fields across pickling (Ray, multiprocessing)
+        return (_rebuild, (type(self), self.message, self.where, self.hint))
+
+    def __str__(self) -> str:
+        text = f"{self.where}: {self.message}" if self.where else self.message
+        if self.hint:
+            text += f" ({self.hint})"
+        return text
+
+
+def _rebuild(cls, message, where, hint):
+    return cls(message, where=where, hint=hint)
+
+
+class ConfigError(ElasticError):
+    """The `elastic:` block or a CLI option has a bad value."""
+
+
+class RecipeError(ElasticError):
+    """The recipe cannot be run shard by shard (unsafe operator, stats_export_path...)."""
+
+
+class InputError(ElasticError):
+    """An input file or row is malformed (names file:line)."""
+
+
+class InputChangedError(ElasticError):
+    """An input file changed between prepare passes or since prepare."""
+
+
+class JobDirError(ElasticError):
+    """The job directory is missing, foreign, corrupt, or holds a different job."""
+
+
+class IntegrityError(ElasticError):
+    """A published shard result does not match its record (rows, bytes, sha256)."""
+
+
+class StageIdentityMismatch(ElasticError):
+    """This worker's Data-Juicer/operator code gives different stage identities."""
+
+
+class ShardFailedError(ElasticError):
+    """At least one shard reached its retry budget and is terminally failed."""
+
+
+class OutputExistsError(ElasticError):
+    """The export path holds a different file and overwrite was not requested."""
+
+
+class IntegrationError(ElasticError):
+    """A Data-Juicer internal the plugin hooks into moved or changed."""
+
+
+class LeaseLostError(ElasticError):
+    """This worker lost its claim (heartbeat could not be renewed, or a newer generation exists)."""
