@@ -64,6 +64,14 @@ class JobDirError(ElasticError):
     """The job directory is missing, foreign, corrupt, or holds a different job."""
 
 
+class ShardExecutionError(ElasticError):
+    """Data-Juicer raised while processing a shard (operator error, Ray task failure)."""
+
+
+class RayConnectionError(ElasticError):
+    """The node-local Ray runtime could not be started or reached."""
+
+
 class IntegrityError(ElasticError):
     """A published shard result does not match its record (rows, bytes, sha256)."""
 
@@ -86,3 +94,12 @@ class IntegrationError(ElasticError):
 
 class LeaseLostError(ElasticError):
     """This worker lost its claim (heartbeat could not be renewed, or a newer generation exists)."""
+
+
+def is_worker_fault(exc: BaseException) -> bool:
+    """True when an attempt failed because of *this worker*, not because of the shard.
+
+    Such a failure must not spend the shard's retry budget: the worker hands the
+    claim back at once and stops, so a correctly set-up worker can take it.
+    """
+    return isinstance(exc, (StageIdentityMismatch, IntegrationError, RayConnectionError))

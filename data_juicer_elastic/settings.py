@@ -9,8 +9,9 @@ from __future__ import annotations
 
 import dataclasses
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Final, Mapping
+from typing import Any, Final
 
 from data_juicer_elastic.errors import ConfigError
 
@@ -92,7 +93,7 @@ class ElasticSettings:
         return tuple(f.name for f in dataclasses.fields(cls))
 
     @classmethod
-    def from_mapping(cls, values: Mapping[str, Any]) -> "ElasticSettings":
+    def from_mapping(cls, values: Mapping[str, Any]) -> ElasticSettings:
         """Build from a recipe's ``elastic`` mapping; unknown keys are an error."""
         unknown = sorted(set(values) - set(cls.field_names()))
         if unknown:
@@ -107,7 +108,7 @@ class ElasticSettings:
             )
         return cls(**{k: v for k, v in values.items() if v is not None or k in ("heartbeat_interval_secs",)})
 
-    def replace(self, **changes: Any) -> "ElasticSettings":
+    def replace(self, **changes: Any) -> ElasticSettings:
         return dataclasses.replace(self, **changes)
 
     def to_dict(self) -> dict[str, Any]:

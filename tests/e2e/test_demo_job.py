@@ -34,6 +34,7 @@ def test_merged_rows_equal_plain_ray_executor_in_input_order(demo_run, demo_inpu
     plain_recipe = write_recipe(
         tmp_path / "plain.yaml",
         executor_type="ray",
+        ray_address="local",
         dataset_path=str(demo_input),
         export_path=str(tmp_path / "plain" / "out.jsonl"),
     )

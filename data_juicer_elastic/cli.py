@@ -1,0 +1,200 @@
+"""``dj-elastic``: the lower-level steps of an elastic sharded job.
+
+Each subcommand is a thin wrapper over a library function, so it is testable
+without a shell.  Exit codes: 0 success, 1 ``status`` found the job
+incomplete, 2 an error or a terminal shard failure.  Expected failures print
+one line (what, where, what to do), never a traceback.
+
+The parser is the standard library's argparse: ``--help`` and ``status``
+must stay fast, and neither Ray nor Data-Juicer is imported unless the
+subcommand needs it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+from data_juicer_elastic import __version__
+from data_juicer_elastic.errors import EXIT_ERROR, EXIT_INCOMPLETE, EXIT_OK, ElasticError
+
+
+def _cmd_prepare(args: argparse.Namespace) -> int:
+    from data_juicer_elastic.executor import prepare_from_cfg
+
+    cfg, settings = _load_recipe(args)
+    outcome = prepare_from_cfg(cfg, settings)
+    state = "prepared" if outcome.created else "already prepared (identical request, nothing to do)"
+    print(f"{settings.job_dir}: {state}; {len(outcome.manifest.shards)} shards")
+    return EXIT_OK
+
+
+def _cmd_worker(args: argparse.Namespace) -> int:
+    from data_juicer_elastic.executor import run_local_worker
+
+    settings = _settings_from_job(args.job_dir, args)
+    summary = run_local_worker(args.job_dir, settings, wait_for_completion=not args.no_wait)
+    print(f"worker done: {summary}")
+    if summary.terminal_failures:
+        failed = ", ".join(shard_id for shard_id, _ in summary.terminal_failures)
+        print(f"error: shard(s) failed terminally: {failed}", file=sys.stderr)
+        return EXIT_ERROR
+    return EXIT_OK
+
+
+def _cmd_status(args: argparse.Namespace) -> int:
+    from data_juicer_elastic.jobdir.status import render_text, snapshot
+
+    snap = snapshot(Path(args.job_dir).resolve(), ttl_secs=args.lease_ttl_secs)
+    if args.json:
+        print(json.dumps(snap.to_json(), indent=2, ensure_ascii=False))
+    else:
+        print(render_text(snap, show_all=args.all))
+    if snap.terminal_failures:
+        return EXIT_ERROR
+    return EXIT_OK if snap.complete else EXIT_INCOMPLETE
+
+
+def _cmd_retry(args: argparse.Namespace) -> int:
+    from data_juicer_elastic.jobdir.retry import retry_shards
+
+    requeued = retry_shards(Path(args.job_dir).resolve(), shard_ids=args.shard_id, all_failed=args.all_failed)
+    print(f"requeued {len(requeued)} shard(s): {', '.join(requeued) if requeued else '-'}")
+    return EXIT_OK
+
+
+def _cmd_merge(args: argparse.Namespace) -> int:
+    from data_juicer_elastic.executor import finalize
+
+    result = finalize(args.job_dir, args.output, overwrite=args.overwrite)
+    print(f"merged {result.rows} rows from {result.shards} shards into {result.output_path}")
+    return EXIT_OK
+
+
+def _cmd_verify(args: argparse.Namespace) -> int:
+    from data_juicer_elastic.jobdir.verify import verify_job
+
+    result = verify_job(Path(args.job_dir).resolve(), expect_nodes=args.expect_nodes)
+    print(f"PASS: {result.shards} shards were completed by {len(result.nodes)} node(s): {', '.join(result.nodes)}")
+    return EXIT_OK
+
+
+def _cmd_doctor(args: argparse.Namespace) -> int:
+    from data_juicer_elastic.integration.doctor import filesystem_checks, integration_checks
+
+    checks = list(integration_checks())
+    if args.job_dir:
+        checks += filesystem_checks(Path(args.job_dir))
+    for check in checks:
+        print(f"[{'ok' if check.ok else 'FAIL'}] {check.name}: {check.detail}")
+    return EXIT_OK if all(c.ok for c in checks) else EXIT_ERROR
+
+
+def _load_recipe(args: argparse.Namespace):
+    """Parse a recipe exactly as dj-process does (same parser, same validation)."""
+    from data_juicer.config import init_configs
+
+    from data_juicer_elastic.integration.config_block import settings_from_cfg
+
+    argv = ["--config", args.config]
+    if args.dataset_path:
+        argv += ["--dataset_path", args.dataset_path]
+    for name in ("job_dir", "num_shards", "ray_address", "lease_ttl_secs", "max_retries", "poll_interval_secs"):
+        value = getattr(args, name, None)
+        if value is not None:
+            argv += [f"--elastic.{name}", str(value)]
+    cfg = init_configs(args=argv)
+    return cfg, settings_from_cfg(cfg)
+
+
+def _settings_from_job(job_dir: str, args: argparse.Namespace):
+    """The settings recorded at prepare, with this worker's command-line overrides."""
+    from data_juicer_elastic.jobdir.manifest import load_manifest
+    from data_juicer_elastic.settings import ElasticSettings
+
+    recorded = dict(load_manifest(Path(job_dir).resolve()).settings)
+    recorded["job_dir"] = str(Path(job_dir).resolve())
+    for name in ("ray_address", "lease_ttl_secs", "max_retries", "poll_interval_secs", "max_shards"):
+        value = getattr(args, name, None)
+        if value is not None:
+            recorded[name] = value
+    return ElasticSettings.from_mapping(recorded)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="dj-elastic", description=__doc__.splitlines()[0])
+    parser.add_argument("--version", action="version", version=f"data-juicer-elastic {__version__}")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    def job_dir(p: argparse.ArgumentParser, required: bool = True) -> None:
+        p.add_argument("--job-dir", required=required, help="the shared job directory")
+
+    p = sub.add_parser("prepare", help="validate the recipe and input, split into shards (idempotent)")
+    p.add_argument("--config", required=True, help="Data-Juicer recipe (YAML) with executor_type elastic_sharded")
+    p.add_argument("--dataset-path", help="override the recipe's dataset_path")
+    job_dir(p, required=False)
+    p.add_argument("--num-shards", type=int)
+    p.add_argument("--ray-address")
+    p.add_argument("--lease-ttl-secs", type=float)
+    p.add_argument("--max-retries", type=int)
+    p.add_argument("--poll-interval-secs", type=float)
+    p.set_defaults(func=_cmd_prepare)
+
+    p = sub.add_parser("worker", help="claim and process shards with one warm node-local Ray runtime")
+    job_dir(p)
+    p.add_argument("--max-shards", type=int, help="stop after claiming this many shards")
+    p.add_argument("--ray-address", help="override the recorded Ray address (local | auto | host:port)")
+    p.add_argument("--lease-ttl-secs", type=float)
+    p.add_argument("--max-retries", type=int)
+    p.add_argument("--poll-interval-secs", type=float)
+    p.add_argument("--no-wait", action="store_true", help="exit when nothing is claimable instead of waiting")
+    p.set_defaults(func=_cmd_worker)
+
+    p = sub.add_parser("status", help="show shard states (never changes the job)")
+    job_dir(p)
+    p.add_argument("--json", action="store_true", help="machine-readable output")
+    p.add_argument("--all", action="store_true", help="list every shard")
+    p.add_argument("--lease-ttl-secs", type=float, help="only affects which claims display as stale")
+    p.set_defaults(func=_cmd_status)
+
+    p = sub.add_parser("retry", help="requeue terminally failed shards (archives their failure records)")
+    job_dir(p)
+    group = p.add_mutually_exclusive_group(required=True)
+    group.add_argument("--all-failed", action="store_true")
+    group.add_argument("--shard-id", nargs="+", metavar="ID")
+    p.set_defaults(func=_cmd_retry)
+
+    p = sub.add_parser("merge", help="validate every shard result and merge them in input order")
+    job_dir(p)
+    p.add_argument("--output", required=True, help="the merged JSONL to write")
+    p.add_argument("--overwrite", action="store_true", help="replace a different existing output")
+    p.set_defaults(func=_cmd_merge)
+
+    p = sub.add_parser("verify", help="check every shard result and how many nodes completed shards")
+    job_dir(p)
+    p.add_argument("--expect-nodes", type=int, default=1, help="minimum distinct node identities among completions")
+    p.set_defaults(func=_cmd_verify)
+
+    p = sub.add_parser("doctor", help="check the Data-Juicer integration and a shared directory")
+    job_dir(p, required=False)
+    p.set_defaults(func=_cmd_doctor)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return args.func(args)
+    except ElasticError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return err.exit_code
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return EXIT_ERROR
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

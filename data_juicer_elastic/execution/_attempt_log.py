@@ -1,0 +1,58 @@
+"""Route one attempt's driver-side logs into ``attempt_dir/process.log``.
+
+Data-Juicer logs through the process-wide loguru logger, configured once per
+process (``setup_logger`` is a no-op the second time), so a per-run log file
+would keep receiving every later shard.  Instead each attempt adds its own sink
+and removes it when the attempt ends: lines logged while the attempt runs go to
+that attempt's file, and to no other attempt's.
+
+Also captured: Ray Data's driver-side ``ray.data`` stdlib logger (execution
+plans, progress, dataset errors).  Not captured: output printed inside Ray
+worker processes (for example Data-Juicer's per-sample error lines under
+``skip_op_error: true``); Ray forwards it to this process's console and keeps
+it in the Ray session's ``logs/worker-*.err`` files.  Routing it by attempt
+is not reliable: Ray batches forwarded lines, and they can arrive after the
+attempt ended.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Final
+
+from loguru import logger
+
+_FORMAT: Final = "{time:YYYY-MM-DD HH:mm:ss.SSS} | {level: <8} | {name}:{line} - {message}"
+_RAY_DATA_LOGGER: Final = "ray.data"
+
+
+@contextlib.contextmanager
+def attempt_log(path: Path, level: str = "INFO") -> Iterator[None]:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    # One line-buffered stream shared by both writers keeps their lines whole
+    # and in order; append mode keeps what an earlier step of this attempt wrote.
+    stream = open(path, "a", encoding="utf-8", buffering=1)
+    sink_id = logger.add(
+        stream,
+        level=level,
+        format=_FORMAT,
+        colorize=False,
+        enqueue=False,  # synchronous: every line is on disk before the sink is removed
+        backtrace=False,
+        diagnose=False,  # no variable values (possibly row contents) in tracebacks
+    )
+    handler = logging.StreamHandler(stream)
+    handler.setLevel(logging.INFO)
+    handler.setFormatter(logging.Formatter("%(asctime)s | %(levelname)-8s | %(name)s - %(message)s"))
+    ray_data = logging.getLogger(_RAY_DATA_LOGGER)
+    ray_data.addHandler(handler)
+    try:
+        yield
+    finally:
+        ray_data.removeHandler(handler)
+        with contextlib.suppress(ValueError):  # someone called logger.remove() for all sinks
+            logger.remove(sink_id)
+        stream.close()

@@ -1,0 +1,257 @@
+"""One warm node-local Ray runtime per worker process, reused for every shard.
+
+``local`` starts a private runtime owned by this process (``ray.init("local")``
+never attaches to another job's runtime on the node, unlike ``ray.init()`` with
+no address, which follows ``RAY_ADDRESS`` and ``/tmp/ray/ray_current_cluster``).
+``auto`` or an explicit address attaches to a runtime someone else started; the
+connection is probed first in a child process that can be killed, because an
+in-process ``ray.init`` against a dead or foreign address can hang for minutes
+and ignore SIGTERM.
+
+Ray is imported only when a runtime is started.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import uuid
+from typing import Any, Final
+
+from loguru import logger
+
+from data_juicer_elastic.errors import ConfigError, RayConnectionError
+
+LOCAL: Final = "local"
+AUTO: Final = "auto"
+DEFAULT_CONNECT_TIMEOUT_SECS: Final = 30.0
+_TCP_TIMEOUT_SECS: Final = 3.0
+
+# Run in a child process: connect, print the GCS address, disconnect.  Output is
+# on the last stdout line so Ray's own chatter does not matter.
+_PROBE: Final = """
+import sys
+import ray
+ray.init(address=sys.argv[1], log_to_driver=False, namespace="dj-elastic-probe")
+print("DJ_ELASTIC_GCS=" + str(ray.get_runtime_context().gcs_address), flush=True)
+ray.shutdown()
+"""
+
+
+class WarmRayRuntime:
+    """Context manager owning (``local``) or attaching to (``auto``/address) Ray.
+
+    ``runtime_env`` is the job-level runtime env (env vars, ``py_modules`` of
+    custom operators).  It matters: Data-Juicer's ``initialize_ray`` passes its
+    own ``runtime_env`` to ``ray.init``, which Ray ignores once this process is
+    connected, so the warm runtime must be started with it.
+    """
+
+    def __init__(
+        self,
+        address: str = LOCAL,
+        num_cpus: int | None = None,
+        *,
+        runtime_env: dict[str, Any] | None = None,
+        connect_timeout_secs: float = DEFAULT_CONNECT_TIMEOUT_SECS,
+        namespace: str | None = None,
+    ):
+        if not isinstance(address, str) or not address.strip():
+            raise ConfigError(f"invalid Ray address {address!r}", where="elastic.ray_address", hint="use 'local'")
+        if num_cpus is not None and (isinstance(num_cpus, bool) or not isinstance(num_cpus, int) or num_cpus < 1):
+            raise ConfigError(f"invalid num_cpus {num_cpus!r}", where="elastic.ray_num_cpus", hint="an integer >= 1")
+        if connect_timeout_secs <= 0:
+            raise ConfigError(f"invalid connect timeout {connect_timeout_secs!r}", where="WarmRayRuntime")
+        self.address = address.strip()
+        self.num_cpus = num_cpus
+        self.runtime_env = runtime_env
+        self.connect_timeout_secs = float(connect_timeout_secs)
+        self.namespace = namespace or f"dj-elastic-{os.getpid()}-{uuid.uuid4().hex[:8]}"
+        self.gcs_address: str | None = None
+        self.start_secs: float | None = None
+        self._owned = False  # True when this object called ray.init and must call ray.shutdown
+
+    # -- context manager -------------------------------------------------
+    def __enter__(self) -> WarmRayRuntime:
+        self.start()
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+    @property
+    def owned(self) -> bool:
+        """Whether ``close()`` will disconnect (and, for ``local``, stop) Ray."""
+        return self._owned
+
+    def start(self) -> None:
+        """Start or attach; idempotent.  Raises ElasticError instead of hanging."""
+        if self.gcs_address is not None:
+            return
+        import ray
+
+        t0 = time.monotonic()
+        if ray.is_initialized():
+            # Someone in this process already connected (a test fixture, an
+            # embedding application): reuse it and leave it to its owner.
+            self.gcs_address = ray.get_runtime_context().gcs_address
+            logger.info(f"reusing the Ray runtime this process is already connected to ({self.gcs_address})")
+            self.start_secs = 0.0
+            return
+        if self.address == LOCAL:
+            self._init(
+                ray,
+                address=LOCAL,
+                include_dashboard=False,
+                num_cpus=self.num_cpus,
+            )
+        else:
+            if self.num_cpus is not None:
+                logger.warning(f"ray_num_cpus={self.num_cpus} is ignored when attaching to Ray at {self.address!r}")
+            target = self._probe()
+            self._init(ray, address=target)
+        self._owned = True
+        self.gcs_address = ray.get_runtime_context().gcs_address
+        self.start_secs = time.monotonic() - t0
+        logger.info(
+            f"Ray runtime ready at {self.gcs_address} ({'started' if self.address == LOCAL else 'attached'} "
+            f"in {self.start_secs:.1f}s, namespace {self.namespace})"
+        )
+
+    def close(self) -> None:
+        """Disconnect; stops the runtime only when this object started it."""
+        if not self._owned:
+            self.gcs_address = None
+            return
+        import ray
+
+        try:
+            ray.shutdown()
+        except Exception as exc:  # noqa: BLE001 - shutting down must not mask the caller's error
+            logger.warning(f"ray.shutdown() failed: {exc!r}")
+        finally:
+            self._owned = False
+            self.gcs_address = None
+
+    # -- internals ---------------------------------------------------------
+    def _init(self, ray: Any, **kwargs: Any) -> None:
+        # ray.init installs a SIGTERM handler (sys.exit) in the main thread; a
+        # worker loop that installed its own handler first (to publish a
+        # release record) must keep it.
+        previous = signal.getsignal(signal.SIGTERM) if _in_main_thread() else None
+        try:
+            ray.init(namespace=self.namespace, runtime_env=self.runtime_env, log_to_driver=True, **kwargs)
+        except Exception as exc:
+            raise RayConnectionError(
+                f"could not start or connect to Ray: {_one_line(exc)}",
+                where=f"ray_address={self.address}",
+                hint="check `ray status` on this node, or use ray_address 'local'",
+            ) from exc
+        finally:
+            if callable(previous) and _in_main_thread():
+                signal.signal(signal.SIGTERM, previous)
+
+    def _probe(self) -> str:
+        """Find and test the target runtime without risking a hang in this process."""
+        address = self.address
+        if address == AUTO:
+            address = _resolve_auto()
+        host_port = address[len("ray://") :] if address.startswith("ray://") else address
+        host, _, port = host_port.rpartition(":")
+        if not host or not port.isdigit():
+            raise ConfigError(
+                f"invalid Ray address {self.address!r}",
+                where="elastic.ray_address",
+                hint="use 'local', 'auto', host:port or ray://host:port",
+            )
+        _check_tcp(host, int(port), min(_TCP_TIMEOUT_SECS, self.connect_timeout_secs), self.address)
+        return _probe_in_child(address, self.connect_timeout_secs, self.address)
+
+
+def _resolve_auto() -> str:
+    """What ``ray.init("auto")`` would connect to, or a fast, clear error."""
+    try:
+        from ray._private import services
+    except ImportError:  # pragma: no cover - Ray moved it: let the child probe tell
+        return AUTO
+    try:
+        services.find_gcs_addresses.cache_clear()
+        found = services.canonicalize_bootstrap_address(AUTO)
+    except ConnectionError as exc:
+        raise RayConnectionError(
+            "ray_address is 'auto' but no running Ray runtime was found on this node",
+            where="ray_address=auto",
+            hint="start one with `ray start --head`, set RAY_ADDRESS, or use ray_address 'local'",
+        ) from exc
+    except AttributeError:  # pragma: no cover - Ray internals moved
+        return AUTO
+    return found or AUTO
+
+
+def _check_tcp(host: str, port: int, timeout: float, shown: str) -> None:
+    try:
+        with socket.create_connection((host, port), timeout=timeout):
+            pass
+    except OSError as exc:
+        raise RayConnectionError(
+            f"nothing accepts connections at {host}:{port} ({exc.strerror or exc.__class__.__name__})",
+            where=f"ray_address={shown}",
+            hint="check that the Ray head is running and the address is right, or use ray_address 'local'",
+        ) from exc
+
+
+def _probe_in_child(address: str, timeout: float, shown: str) -> str:
+    # A new session so the whole child group (Ray may spawn helpers) can be
+    # killed on timeout; SIGKILL because a stuck ray.init ignores SIGTERM.
+    proc = subprocess.Popen(
+        [sys.executable, "-c", _PROBE, address],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
+    try:
+        out, err = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        _kill_group(proc)
+        raise RayConnectionError(
+            f"connecting to Ray timed out after {timeout:.0f}s",
+            where=f"ray_address={shown}",
+            hint="is this a Ray GCS address, and does RAY_AUTH_MODE / the auth token match the cluster's?",
+        ) from None
+    for line in reversed(out.splitlines()):
+        if line.startswith("DJ_ELASTIC_GCS="):
+            if proc.returncode == 0:
+                return address if address.startswith("ray://") else line.split("=", 1)[1]
+    raise RayConnectionError(
+        f"could not connect to Ray: {_last_line(err) or f'probe exited with {proc.returncode}'}",
+        where=f"ray_address={shown}",
+        hint="check `ray status` on this node, or use ray_address 'local'",
+    )
+
+
+def _kill_group(proc: subprocess.Popen) -> None:
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
+    proc.communicate()
+
+
+def _in_main_thread() -> bool:
+    import threading
+
+    return threading.current_thread() is threading.main_thread()
+
+
+def _last_line(text: str) -> str:
+    lines = [line.strip() for line in (text or "").splitlines() if line.strip()]
+    return lines[-1] if lines else ""
+
+
+def _one_line(exc: BaseException) -> str:
+    return _last_line(str(exc)) or exc.__class__.__name__

@@ -1,0 +1,241 @@
+"""Run one claimed shard through Data-Juicer's own RayExecutor on the warm runtime.
+
+Per attempt, inside ``task.attempt_dir``::
+
+    recipe.yaml              the shard recipe with this attempt's paths (what init_configs parsed)
+    stage_identities.json    the identities this worker computed (and checked) for the recipe's ops
+    process.log              this attempt's Data-Juicer / Ray Data driver-side log lines
+    work/<attempt_id>/       Data-Juicer's work dir (events, DAG plan)
+    ray-output/              Ray's part files; removed once output.jsonl is written
+    output.jsonl             the canonical result, rows in input order
+
+Operator errors: Data-Juicer's ``skip_op_error`` defaults to true, and then an
+operator exception drops the rows of the failing batch (logged inside the Ray
+worker) and the shard still succeeds with fewer rows; that is Data-Juicer's
+semantics and is left alone.  With ``skip_op_error: false`` the exception
+fails the Ray task, RayExecutor raises, and so does this runner.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+import os
+import re
+import shutil
+import time
+import traceback
+from collections.abc import Iterator, Mapping, Sequence
+from pathlib import Path
+from typing import Any, Final
+
+from loguru import logger
+
+from data_juicer_elastic.errors import ElasticError, IntegrationError, ShardExecutionError
+from data_juicer_elastic.execution._attempt_log import attempt_log
+from data_juicer_elastic.execution._dj_config import RAY_JOB_ENV, check_recipe, load_dj_config, ray_job_env
+from data_juicer_elastic.execution._parts import list_parts, write_canonical
+from data_juicer_elastic.execution.stage_identities import (
+    identity_record,
+    manifest_from_cfg,
+    stage_ids,
+    verify_stage_identities,
+    write_identity_record,
+)
+from data_juicer_elastic.jobdir.tasks import ShardOutput, ShardTask
+
+RECIPE_FILE: Final = "recipe.yaml"
+IDENTITIES_FILE: Final = "stage_identities.json"
+LOG_FILE: Final = "process.log"
+OUTPUT_FILE: Final = "output.jsonl"
+EXPORT_DIR: Final = "ray-output"
+WORK_DIR: Final = "work"
+
+# Environment Data-Juicer's initialize_ray forwards to Ray workers
+# (data_juicer.utils.mm_utils.SPECIAL_TOKEN_ENV_PREFIX).
+_SPECIAL_TOKEN_PREFIX: Final = "SPECIAL_TOKEN_"
+_CACHE_VARS: Final = (("HF_HOME", "huggingface"), ("XDG_CACHE_HOME", "xdg"))
+
+
+def default_cache_env(cache_dir: Path) -> dict[str, str]:
+    """Point HF_HOME / XDG_CACHE_HOME into ``cache_dir`` unless the user set them; the values in effect."""
+    for var, sub in _CACHE_VARS:
+        os.environ.setdefault(var, str(Path(cache_dir) / sub))
+    return {var: os.environ[var] for var, _ in _CACHE_VARS}
+
+
+def shard_runtime_env(recipe: Mapping[str, Any], cache_dir: Path) -> dict[str, Any]:
+    """The Ray job runtime_env a plain ``dj-process`` run of ``recipe`` would give its workers.
+
+    Data-Juicer's initialize_ray passes ``RAY_JOB`` and the special-token
+    variables, and the custom operator paths as ``py_modules``; model caches are
+    added so Ray workers download into the job's shared cache.
+    """
+    env_vars = {RAY_JOB_ENV: "1", **default_cache_env(cache_dir)}
+    env_vars.update({k: v for k, v in os.environ.items() if k.startswith(_SPECIAL_TOKEN_PREFIX)})
+    runtime_env: dict[str, Any] = {"env_vars": env_vars}
+    custom_paths = recipe.get("custom_operator_paths") or None
+    if custom_paths:
+        runtime_env["py_modules"] = [os.path.abspath(p) for p in custom_paths]
+    return runtime_env
+
+
+class ShardRunner:
+    """``run_shard`` for the worker loop: ``runner(task) -> ShardOutput``.
+
+    Needs a connected Ray runtime in this process (``WarmRayRuntime``, or use
+    ``LazyShardRunner``).  ``order_key`` names an integer row-index field the
+    shard rows carry through the recipe; when given, output rows are merged by
+    it instead of trusting Ray's part order.
+    """
+
+    def __init__(
+        self,
+        recipe: dict[str, Any],
+        expected_stage_identities: Sequence[str],
+        cache_dir: Path,
+        *,
+        order_key: str | None = None,
+        keep_ray_output: bool = False,
+    ):
+        self.recipe = copy.deepcopy(check_recipe(recipe))
+        self.expected_stage_identities = list(expected_stage_identities)
+        self.cache_dir = Path(cache_dir)
+        self.order_key = order_key
+        self.keep_ray_output = keep_ray_output
+        self._manifest: dict[str, Any] | None = None  # identities are per recipe and process, not per shard
+        default_cache_env(self.cache_dir)
+
+    def __call__(self, task: ShardTask) -> ShardOutput:
+        attempt_dir = Path(task.attempt_dir)
+        attempt_dir.mkdir(parents=True, exist_ok=True)
+        where = f"shard {task.shard_id}"
+        log_path = attempt_dir / LOG_FILE
+        with attempt_log(log_path), ray_job_env(), _preserve_order():
+            logger.info(
+                f"{where}: attempt {task.attempt_id} (generation {task.generation}), "
+                f"{task.input_rows} input rows from {task.shard_path}"
+            )
+            try:
+                return self._run(task, attempt_dir, where)
+            except ElasticError as exc:
+                logger.error(f"{where}: attempt {task.attempt_id} failed: {exc}")
+                raise
+            except Exception as exc:
+                logger.opt(exception=exc).error(f"{where}: attempt {task.attempt_id} failed")
+                raise ShardExecutionError(
+                    f"Data-Juicer failed: {last_meaningful_line(exc)}",
+                    where=where,
+                    hint=f"full traceback in {log_path}",
+                ) from exc
+
+    def _run(self, task: ShardTask, attempt_dir: Path, where: str) -> ShardOutput:
+        import ray
+
+        if not ray.is_initialized():
+            raise ElasticError(
+                "no Ray runtime is connected in this process",
+                where=where,
+                hint="run shards inside execution.ray_runtime.WarmRayRuntime, or use LazyShardRunner",
+            )
+        export_dir = attempt_dir / EXPORT_DIR
+        _clear(export_dir)  # a second run into the same path would add a second set of parts
+        overrides = {
+            "dataset_path": str(task.shard_path),
+            "export_path": str(export_dir),
+            "export_type": "jsonl",
+            "work_dir": str(attempt_dir / WORK_DIR),
+            "job_id": task.attempt_id,
+            # the warm runtime's own address: Data-Juicer's initialize_ray then
+            # returns the existing connection instead of resolving "auto"
+            "ray_address": ray.get_runtime_context().gcs_address,
+        }
+        cfg = load_dj_config(self.recipe, overrides, attempt_dir / RECIPE_FILE)
+
+        if self._manifest is None:
+            self._manifest = manifest_from_cfg(cfg)
+        ids = stage_ids(self._manifest)
+        verify_stage_identities(self.expected_stage_identities, ids, where=where)
+        write_identity_record(
+            attempt_dir / IDENTITIES_FILE, identity_record(self._manifest, self.expected_stage_identities)
+        )
+        # Where RayExecutor keeps them (it recomputes them only under
+        # elastic_juicer_adaptive_batching, checked below).
+        cfg._resolved_stage_identities = copy.deepcopy(self._manifest)
+
+        from data_juicer.core.executor.ray_executor import RayExecutor
+
+        t0 = time.monotonic()
+        RayExecutor(cfg).run(skip_return=True)
+        _check_stamped(cfg, ids, where)
+
+        out = write_canonical(list_parts(export_dir), attempt_dir / OUTPUT_FILE, order_key=self.order_key)
+        if not self.keep_ray_output:
+            _clear(export_dir)
+        logger.info(f"{where}: {out.rows} of {task.input_rows} rows out in {time.monotonic() - t0:.2f}s -> {out.path}")
+        return ShardOutput(output_path=out.path, rows=out.rows, bytes=out.bytes, sha256=out.sha256)
+
+
+def _check_stamped(cfg: Any, ids: list[str], where: str) -> None:
+    """Under adaptive batching RayExecutor stamps identities itself: they must be ours."""
+    stamped = getattr(cfg, "_resolved_stage_identities", None)
+    if cfg.get("elastic_juicer_adaptive_batching", False) and stamped is not None and stage_ids(stamped) != ids:
+        raise IntegrationError(
+            f"RayExecutor stamped stage identities {stage_ids(stamped)} but this package computed {ids}",
+            where=where,
+            hint="Data-Juicer changed how it loads operators; check py-data-juicer>=1.6.1,<1.7",
+        )
+
+
+@contextlib.contextmanager
+def _preserve_order() -> Iterator[None]:
+    # Ray Datasets copy the current DataContext when created, so this must be
+    # set before RayExecutor loads the shard.
+    from ray.data import DataContext
+
+    options = DataContext.get_current().execution_options
+    previous = options.preserve_order
+    options.preserve_order = True
+    try:
+        yield
+    finally:
+        options.preserve_order = previous
+
+
+def _clear(path: Path) -> None:
+    if path.is_dir() and not path.is_symlink():
+        shutil.rmtree(path)
+    elif path.exists() or path.is_symlink():
+        path.unlink()
+
+
+# "ValueError: ...", "ray.exceptions.RayTaskError(UserCodeException): ..."
+_EXCEPTION_LINE: Final = re.compile(
+    r"^(?P<name>[A-Za-z_][\w.]*(?:Error|Exception|Exit|Interrupt|Timeout|Killed)\w*)(?:\([\w.]*\))?:\s"
+)
+
+
+def last_meaningful_line(exc: BaseException, limit: int = 400) -> str:
+    """The operator-level error line of a (Ray-wrapped) exception, e.g. ``ValueError: bad row``.
+
+    Ray wraps an operator's exception in RayTaskError/UserCodeException whose
+    own message is generic ("UDF failed to process a data block"); the
+    original error line is in the formatted chain, which Python prints root
+    cause first.  Prefer that first non-Ray exception line, then the last Ray
+    one, then the last line of the message.
+    """
+    text = "".join(traceback.format_exception(exc)) + "\n" + str(exc)
+    own = wrapped = None
+    for raw in text.splitlines():
+        line = raw.strip()
+        match = _EXCEPTION_LINE.match(line)
+        if match is None:
+            continue
+        name = match["name"]
+        if name.startswith("ray.") or name in {"RayTaskError", "UserCodeException"}:
+            wrapped = line
+        elif own is None:
+            own = line
+    lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
+    chosen = own or wrapped or (f"{type(exc).__name__}: {lines[-1]}" if lines else type(exc).__name__)
+    return chosen if len(chosen) <= limit else chosen[: limit - 3] + "..."

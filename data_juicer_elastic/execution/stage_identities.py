@@ -1,0 +1,117 @@
+"""Stage identities of a shard recipe, exactly as Data-Juicer's RayExecutor computes them.
+
+``RayExecutor.run`` (1.6.1) loads the ops from the parsed config with
+``load_ops(cfg.process, ...)``, fuses them when ``op_fusion`` is on, and then
+calls ``assign_stage_identities(ops)``.  :func:`manifest_from_cfg` repeats those
+steps on a config parsed for ``executor_type: ray``; the op arguments therefore
+carry Data-Juicer's defaults and the Ray-mode attribute injection (no
+``num_proc``), which is what makes the identities equal to a Ray run's and
+different from the default executor's.
+
+Nothing here starts or attaches to Ray.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any, Final
+
+from data_juicer_elastic.errors import IntegrationError, StageIdentityMismatch
+from data_juicer_elastic.execution._dj_config import load_dj_config, no_ray_start, ray_job_env
+
+RECORD_FORMAT: Final = "dj-elastic/stage-identities"
+RECORD_VERSION: Final = 1
+
+
+def compute_stage_identities(recipe: Mapping[str, Any]) -> list[str]:
+    """The ordered stage ids (``stage-0000-occ0-1a2b3c4d:op_name``) of ``recipe``'s ops."""
+    return stage_ids(stage_identity_manifest(recipe))
+
+
+def stage_identity_manifest(recipe: Mapping[str, Any]) -> dict[str, Any]:
+    """Data-Juicer's identity manifest (schema_version, pipeline_fingerprint, stages)."""
+    with tempfile.TemporaryDirectory(prefix="dj-elastic-identity-") as tmp:
+        root = Path(tmp)
+        (root / "input.jsonl").touch()  # a real path keeps Data-Juicer from warning about it
+        overrides = {
+            "dataset_path": str(root / "input.jsonl"),
+            "export_path": str(root / "output.jsonl"),
+            "export_type": "jsonl",
+            "work_dir": str(root / "work"),
+            "job_id": "stage-identities",
+        }
+        with ray_job_env(), no_ray_start():
+            cfg = load_dj_config(recipe, overrides, root / "recipe.yaml", where="shard recipe")
+            return manifest_from_cfg(cfg)
+
+
+def manifest_from_cfg(cfg: Any) -> dict[str, Any]:
+    """The steps of ``RayExecutor.run`` between parsing and processing that fix identities."""
+    try:
+        from data_juicer.core.elasticjuicer.stage_identity import assign_stage_identities
+        from data_juicer.ops import load_ops
+        from data_juicer.ops.op_fusion import fuse_operators
+    except ImportError as exc:  # pragma: no cover - Data-Juicer moved a name
+        raise IntegrationError(
+            f"Data-Juicer's stage identity code is missing: {exc}",
+            where="py-data-juicer",
+            hint="install py-data-juicer>=1.6.1,<1.7",
+        ) from exc
+    # OPEnvManager (min_common_dep_num_to_combine) only sets runtime envs, which
+    # are not part of an operator's fingerprint, so it is not built here.
+    ops = load_ops(cfg.process)
+    if cfg.get("op_fusion", False):
+        ops = fuse_operators(
+            ops,
+            mapper_fusion=cfg.get("mapper_fusion", True),
+            mapper_fusion_vram_limit=cfg.get("mapper_fusion_vram_limit", 0.9),
+        )
+    return assign_stage_identities(ops)
+
+
+def stage_ids(manifest: Mapping[str, Any]) -> list[str]:
+    return [stage["stage_id"] for stage in manifest["stages"]]
+
+
+def verify_stage_identities(expected: Sequence[str], actual: Sequence[str], *, where: str) -> None:
+    """Raise StageIdentityMismatch naming the first stage that differs."""
+    expected, actual = list(expected), list(actual)
+    if expected == actual:
+        return
+    for index in range(max(len(expected), len(actual))):
+        want = expected[index] if index < len(expected) else "<no stage>"
+        have = actual[index] if index < len(actual) else "<no stage>"
+        if want != have:
+            break
+    raise StageIdentityMismatch(
+        f"stage {index} differs: the job expects {want!r}, this worker computes {have!r} "
+        f"({len(expected)} stages expected, {len(actual)} here); this worker's Data-Juicer or operator code "
+        "differs from the one that prepared the job",
+        where=where,
+        hint="install the same py-data-juicer and operator code on every worker node "
+        "(see the job manifest's versions), or prepare a new job",
+    )
+
+
+def identity_record(manifest: Mapping[str, Any], expected: Sequence[str]) -> dict[str, Any]:
+    """What a shard attempt stamps into ``attempt_dir/stage_identities.json``."""
+    import data_juicer
+
+    return {
+        "format": RECORD_FORMAT,
+        "version": RECORD_VERSION,
+        "data_juicer": getattr(data_juicer, "__version__", "unknown"),
+        "stage_ids": stage_ids(manifest),
+        "expected_stage_ids": list(expected),
+        "manifest": dict(manifest),
+    }
+
+
+def write_identity_record(path: Path, record: Mapping[str, Any]) -> None:
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    tmp.write_text(json.dumps(record, indent=2, ensure_ascii=False, sort_keys=True) + "\n", encoding="utf-8")
+    os.replace(tmp, path)

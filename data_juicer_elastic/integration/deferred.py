@@ -1,0 +1,186 @@
+"""Run a callback once a module has *finished* executing, however far its import is.
+
+Data-Juicer imports its operator plugins (our entry point) from
+``data_juicer.ops``, which ``data_juicer.config.config`` imports at its top:
+when the plugin runs, the modules it patches are either
+
+* complete (in ``sys.modules``, not initialising): patch now;
+* in flight (in ``sys.modules``, ``__spec__._initializing`` is true): importlib
+  calls ``setattr(parent_package, child_name, module)`` right after the child
+  finished, so the parent's ``__class__`` is switched to a ``ModuleType``
+  subclass whose ``__setattr__`` notices that moment;
+* not imported yet: a meta-path finder finds the spec through the other
+  finders and wraps that loader's ``exec_module``.
+
+Callbacks run at most once per module name.  An exception in a callback never
+breaks the import that triggered it: it goes to ``on_error`` (the caller's
+record of the problem), so Data-Juicer keeps working.
+"""
+
+from __future__ import annotations
+
+import sys
+import threading
+import warnings
+from collections.abc import Callable
+from importlib.abc import MetaPathFinder
+from types import ModuleType
+
+Callback = Callable[[ModuleType], None]
+ErrorHandler = Callable[[str, BaseException], None]
+
+_lock = threading.RLock()
+_pending: dict[str, list[tuple[Callback, ErrorHandler | None]]] = {}
+_finder: _DeferredFinder | None = None
+
+
+def when_imported(name: str, callback: Callback, on_error: ErrorHandler | None = None) -> str:
+    """Call ``callback(module)`` once ``name`` has finished executing.
+
+    Returns how it was arranged: ``"now"``, ``"in-flight"`` or ``"on-import"``.
+    """
+    with _lock:
+        module = sys.modules.get(name)
+        if module is not None and not _initializing(module):
+            _run(name, module, [(callback, on_error)])
+            return "now"
+        _pending.setdefault(name, []).append((callback, on_error))
+        if module is not None:
+            _watch_parent(name)
+            return "in-flight"
+        _ensure_finder()
+        return "on-import"
+
+
+def pending() -> list[str]:
+    """Module names still waited for (for doctor output and tests)."""
+    with _lock:
+        return sorted(_pending)
+
+
+def _initializing(module: ModuleType) -> bool:
+    return bool(getattr(getattr(module, "__spec__", None), "_initializing", False))
+
+
+def _fire(name: str, module: ModuleType) -> None:
+    with _lock:
+        callbacks = _pending.pop(name, [])
+    _run(name, module, callbacks)
+
+
+def _run(name: str, module: ModuleType, callbacks: list[tuple[Callback, ErrorHandler | None]]) -> None:
+    for callback, on_error in callbacks:
+        try:
+            callback(module)
+        except Exception as exc:  # a plugin problem must never break Data-Juicer's own import
+            if on_error is not None:
+                on_error(name, exc)
+            else:
+                warnings.warn(f"data-juicer-elastic: deferred patch of {name} failed: {exc!r}", stacklevel=2)
+
+
+# --- in flight: watch the parent package's setattr ---------------------------------------------
+
+
+def _watch_parent(name: str) -> None:
+    parent_name, _, _child = name.rpartition(".")
+    parent = sys.modules.get(parent_name) if parent_name else None
+    if parent is None:
+        # A top-level module in flight has no parent to watch; it stays pending
+        # (doctor reports it) rather than being guessed at.
+        return
+    base = type(parent)
+    if getattr(base, "_dj_elastic_watcher", False):
+        return
+
+    def __setattr__(self, attr, value):  # noqa: N807 - the hook importlib triggers
+        base.__setattr__(self, attr, value)
+        full = f"{self.__name__}.{attr}"
+        if isinstance(value, ModuleType) and full in _pending and sys.modules.get(full) is value:
+            _fire(full, value)
+        prefix = self.__name__ + "."
+        if not any(p.rpartition(".")[0] == self.__name__ for p in _pending if p.startswith(prefix)):
+            base.__setattr__(self, "__class__", base)
+
+    watcher = type(f"_DjElasticWatched{base.__name__}", (base,), {"__setattr__": __setattr__})
+    watcher._dj_elastic_watcher = True
+    try:
+        parent.__class__ = watcher
+    except TypeError:
+        # A parent that refuses __class__ assignment: fall back to the finder,
+        # which still catches a later (re-)import of the child.
+        _ensure_finder()
+
+
+# --- not imported yet: a meta-path finder that wraps the loader ---------------------------------
+
+
+class _DeferredFinder(MetaPathFinder):
+    def __init__(self) -> None:
+        self._busy = threading.local()
+
+    def find_spec(self, fullname, path, target=None):
+        busy = self._busy.__dict__.setdefault("names", set())
+        if fullname not in _pending or fullname in busy:
+            # A finder we delegate to may ask the whole meta path again.
+            return None
+        busy.add(fullname)
+        try:
+            spec = _find_with_others(self, fullname, path, target)
+        finally:
+            busy.discard(fullname)
+        if spec is None:
+            return None
+        loader = spec.loader
+        if loader is None or not hasattr(loader, "exec_module"):
+            return spec
+        original = loader.exec_module
+
+        def exec_module(module):
+            original(module)
+            if module.__name__ == fullname:
+                _restore(loader, original)
+                _fire(fullname, module)
+
+        try:
+            # An instance attribute shadows the class's method for this loader
+            # only; isinstance checks, get_source and tracebacks are unchanged.
+            loader.exec_module = exec_module
+        except (AttributeError, TypeError):
+            _watch_parent_later(fullname)
+        return spec
+
+
+def _find_with_others(me, fullname, path, target):
+    for finder in list(sys.meta_path):
+        if finder is me:
+            continue
+        find_spec = getattr(finder, "find_spec", None)
+        if find_spec is None:
+            continue
+        spec = find_spec(fullname, path, target)
+        if spec is not None:
+            return spec
+    return None
+
+
+def _restore(loader, original) -> None:
+    try:
+        if loader.__dict__.get("exec_module") is not None:
+            del loader.exec_module
+    except (AttributeError, TypeError):
+        loader.exec_module = original
+
+
+def _watch_parent_later(fullname: str) -> None:
+    # The parent is imported before the child, so it is in sys.modules now.
+    with _lock:
+        _watch_parent(fullname)
+
+
+def _ensure_finder() -> None:
+    global _finder
+    if _finder is None:
+        _finder = _DeferredFinder()
+    if _finder not in sys.meta_path:
+        sys.meta_path.insert(0, _finder)

@@ -1,0 +1,159 @@
+"""``dj-process`` / ``dj-analyze`` mains: dispatch ``elastic_sharded``, one-line errors.
+
+Data-Juicer's ``main`` parses the config itself (``init_configs()``, a module
+global of the tool module) and then picks an executor with a hard-coded
+``if/elif``.  The wrapper runs Data-Juicer's own ``main`` unchanged, with that
+global swapped for the duration of the call:
+
+* built-in executor types: the parsed cfg is returned to Data-Juicer's code,
+  which carries on exactly as without the plugin;
+* ``elastic_sharded`` (``dj-process`` only): the cfg leaves Data-Juicer's
+  ``main`` as a ``BaseException`` (``_Dispatch``), so it is parsed once and
+  loguru's ``@logger.catch`` (which catches ``Exception``) logs nothing; then
+  ``ElasticShardedExecutor(cfg).run()`` runs;
+* an :class:`~data_juicer_elastic.errors.ElasticError` while parsing/validating
+  or running: one line on stderr, exit code 2, no traceback.
+
+``dj-analyze`` sends every executor type but ``ray``/``ray_partitioned`` to
+the local ``Analyzer``, which reads ``dataset_path``.  To analyse what an
+elastic job produced, point it at the merged output::
+
+    dj-analyze --config recipe.yaml --dataset_path <export_path> --export_path <analysis>/out.jsonl
+
+Not reachable: ``python -m data_juicer.tools.process_data`` and ``python
+tools/process_data.py`` run the tool as ``__main__``; Data-Juicer's own main
+then rejects ``elastic_sharded``.  Use the ``dj-process`` command.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import sys
+from collections.abc import Sequence
+from types import ModuleType
+from typing import Any, NoReturn
+
+from data_juicer_elastic.errors import ElasticError
+from data_juicer_elastic.integration import patches
+from data_juicer_elastic.integration.config_block import EXECUTOR_TYPE, is_elastic
+
+PROGS = {patches.PROCESS_MAIN: "dj-process", patches.ANALYZE_MAIN: "dj-analyze"}
+
+
+class _Dispatch(BaseException):
+    """Carries an elastic cfg out of Data-Juicer's main (not an Exception: loguru must not log it)."""
+
+    def __init__(self, cfg: Any):
+        super().__init__(EXECUTOR_TYPE)
+        self.cfg = cfg
+
+
+class _Abort(BaseException):
+    """Carries an ElasticError out of Data-Juicer's main without loguru's traceback."""
+
+    def __init__(self, error: ElasticError):
+        super().__init__(str(error))
+        self.error = error
+
+
+def patch_tool(module: ModuleType, *, record: str, dispatch: bool) -> None:
+    original = getattr(module, "main", None)
+    if not callable(original):
+        patches.mark(record, "missing", "function not found")
+        return
+    if not callable(getattr(module, "init_configs", None)):
+        patches.mark(record, "missing", "its module no longer calls a module-level init_configs")
+        return
+    if patches.wrapped(original):
+        return
+    prog = PROGS.get(record, record)
+
+    @functools.wraps(original)
+    def main(*args, **kwargs):
+        return run_tool(module, original, args, kwargs, prog=prog, dispatch=dispatch)
+
+    setattr(main, patches.ORIGINAL, original)
+    module.main = main
+    patches.mark(record, "applied")
+
+
+def run_tool(module: ModuleType, original, args, kwargs, *, prog: str, dispatch: bool):
+    if patches.problems() and requests_elastic(sys.argv[1:]):
+        # Without a patched parser Data-Juicer would only say "invalid choice".
+        try:
+            patches.require_integration()
+        except ElasticError as err:
+            fail(prog, err)
+
+    real_init_configs = module.init_configs
+
+    def init_configs(*a, **k):
+        try:
+            cfg = real_init_configs(*a, **k)
+        except ElasticError as err:
+            raise _Abort(err) from None
+        if dispatch and is_elastic(cfg):
+            raise _Dispatch(cfg)
+        return cfg
+
+    module.init_configs = init_configs
+    try:
+        return original(*args, **kwargs)
+    except _Dispatch as carried:
+        cfg = carried.cfg
+    except _Abort as carried:
+        fail(prog, carried.error)
+    finally:
+        if module.init_configs is init_configs:
+            module.init_configs = real_init_configs
+
+    try:
+        run_elastic(cfg)
+    except ElasticError as err:
+        fail(prog, err)
+    return None
+
+
+def run_elastic(cfg: Any) -> None:
+    patches.require_integration()
+    patches.executor_class()(cfg).run()
+
+
+def fail(prog: str, err: ElasticError) -> NoReturn:
+    """One readable line on stderr, then the error's exit code (2)."""
+    sys.stdout.flush()
+    print(f"{prog}: error: {type(err).__name__}: {err}", file=sys.stderr, flush=True)
+    sys.exit(err.exit_code)
+
+
+def requests_elastic(argv: Sequence[str]) -> bool:
+    """Cheap look at argv, env and the --config file for executor_type elastic_sharded.
+
+    Used only when a patch is missing (the parser may then reject the choice
+    before the plugin could explain why); the normal path parses once.
+    """
+    if os.environ.get("DJ_PROCESS_EXECUTOR_TYPE") == EXECUTOR_TYPE:
+        return True
+    argv = list(argv)
+    for i, arg in enumerate(argv):
+        if arg == f"--executor_type={EXECUTOR_TYPE}" or (
+            arg == "--executor_type" and i + 1 < len(argv) and argv[i + 1] == EXECUTOR_TYPE
+        ):
+            return True
+        if arg == "--config" and i + 1 < len(argv) and _config_requests_elastic(argv[i + 1]):
+            return True
+        if arg.startswith("--config=") and _config_requests_elastic(arg.split("=", 1)[1]):
+            return True
+    return False
+
+
+def _config_requests_elastic(path: str) -> bool:
+    try:
+        import yaml
+
+        with open(path, encoding="utf-8") as handle:
+            data = yaml.safe_load(handle)
+    except Exception:  # unreadable here means Data-Juicer reports it itself
+        return False
+    return isinstance(data, dict) and data.get("executor_type") == EXECUTOR_TYPE

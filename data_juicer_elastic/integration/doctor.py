@@ -1,0 +1,171 @@
+"""Checks behind ``dj-elastic doctor``: is the plugin wired into this Data-Juicer, and
+does a (shared) directory support what the job directory relies on."""
+
+from __future__ import annotations
+
+import errno
+import os
+import re
+import uuid
+from dataclasses import dataclass
+from importlib import metadata
+from pathlib import Path
+
+from data_juicer_elastic.integration import patches
+
+ENTRY_POINT_GROUP = "data_juicer.ops"
+ENTRY_POINT_MODULE = "data_juicer_elastic.integration.entrypoint"
+MIN_DJ = (1, 6, 1)
+MAX_DJ_EXCLUSIVE = (1, 7)
+
+
+@dataclass(frozen=True)
+class Check:
+    name: str
+    ok: bool
+    detail: str = ""
+
+
+def integration_checks() -> list[Check]:
+    """Entry point installed and loaded, each patch applied, Data-Juicer version supported.
+
+    Imports Data-Juicer's config, tools and executor factory so that every
+    deferred patch has had its chance to run.
+    """
+    checks = [_entry_point_check(), _version_check()]
+    for module in (patches.CONFIG_MODULE, patches.PROCESS_MODULE, patches.ANALYZE_MODULE, patches.FACTORY_MODULE):
+        try:
+            __import__(module)
+        except Exception as exc:  # report, do not crash doctor
+            checks.append(Check(f"import {module}", False, repr(exc)))
+    checks.append(
+        Check(
+            "entry point loaded",
+            patches.installed(),
+            "patches installed by data_juicer.ops plugin discovery"
+            if patches.installed()
+            else "data_juicer.ops did not load the plugin (see its warnings)",
+        )
+    )
+    checks.extend(_patch_checks())
+    checks.append(_parser_check())
+    return checks
+
+
+def _entry_point_check() -> Check:
+    found = [ep for ep in metadata.entry_points(group=ENTRY_POINT_GROUP) if ep.value == ENTRY_POINT_MODULE]
+    if found:
+        return Check("entry point installed", True, f"{ENTRY_POINT_GROUP}: {found[0].name} = {found[0].value}")
+    return Check(
+        "entry point installed",
+        False,
+        f"no {ENTRY_POINT_GROUP} entry point for {ENTRY_POINT_MODULE}; reinstall data-juicer-elastic",
+    )
+
+
+def _version_check() -> Check:
+    version = patches.dj_version()
+    supported = f"py-data-juicer{patches.SUPPORTED_DJ}"
+    if version is None:
+        return Check("Data-Juicer version", False, f"py-data-juicer is not installed (need {supported})")
+    match = re.match(r"(\d+)\.(\d+)(?:\.(\d+))?", version)
+    numbers = tuple(int(part or 0) for part in match.groups()) if match else (0, 0, 0)
+    ok = MIN_DJ <= numbers < MAX_DJ_EXCLUSIVE
+    return Check("Data-Juicer version", ok, f"{version} ({'supported' if ok else 'unsupported'}: {supported})")
+
+
+def _patch_checks() -> list[Check]:
+    checks = []
+    for record in patches.RECORDS.values():
+        ok = record.state == "applied"
+        detail = record.state + (f": {record.detail}" if record.detail else "")
+        if not record.required and not ok:
+            detail += " (optional)"
+        checks.append(Check(f"patch {record.target}", ok or not record.required, detail))
+    return checks
+
+
+def _parser_check() -> Check:
+    try:
+        from data_juicer.config.config import build_base_parser
+
+        parser = build_base_parser()
+    except Exception as exc:
+        return Check("parser accepts elastic_sharded", False, repr(exc))
+    action = next((a for a in parser._actions if getattr(a, "dest", None) == "executor_type"), None)
+    choices = list(getattr(action, "choices", None) or [])
+    options = sorted(a.dest for a in parser._actions if getattr(a, "dest", "").startswith("elastic."))
+    ok = "elastic_sharded" in choices and bool(options)
+    detail = f"executor_type choices {choices}; {len(options)} elastic.* options"
+    return Check("parser accepts elastic_sharded", ok, detail)
+
+
+def filesystem_checks(path: str | os.PathLike) -> list[Check]:
+    """Exclusive create (O_EXCL), hard link and rename inside ``path``; temp files are removed."""
+    directory = Path(path)
+    if not directory.is_dir():
+        return [Check(f"directory {directory}", False, "does not exist or is not a directory")]
+    token = f".dj-elastic-doctor-{os.getpid()}-{uuid.uuid4().hex[:8]}"
+    first, link, renamed = directory / f"{token}.a", directory / f"{token}.b", directory / f"{token}.c"
+    checks = []
+    try:
+        checks.append(_check_exclusive_create(first))
+        checks.append(_check_hard_link(first, link))
+        checks.append(_check_rename(first, renamed))
+    finally:
+        for leftover in (first, link, renamed):
+            try:
+                leftover.unlink()
+            except FileNotFoundError:
+                pass
+            except OSError:
+                pass
+    return checks
+
+
+def _check_exclusive_create(target: Path) -> Check:
+    name = "exclusive create (O_EXCL)"
+    try:
+        fd = os.open(target, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
+        os.write(fd, b"dj-elastic doctor\n")
+        os.close(fd)
+    except OSError as exc:
+        return Check(name, False, f"cannot create {target}: {exc}")
+    try:
+        fd = os.open(target, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
+    except FileExistsError:
+        return Check(name, True, "a second exclusive create of the same name was refused")
+    except OSError as exc:
+        return Check(name, False, f"second create failed unexpectedly: {exc}")
+    os.close(fd)
+    return Check(name, False, "a second exclusive create of an existing file succeeded")
+
+
+def _check_hard_link(source: Path, link: Path) -> Check:
+    name = "hard link"
+    try:
+        os.link(source, link)
+    except OSError as exc:
+        hint = " (the filesystem does not support hard links)" if exc.errno in (errno.EPERM, errno.EOPNOTSUPP) else ""
+        return Check(name, False, f"link failed: {exc}{hint}")
+    try:
+        os.link(source, link)
+    except FileExistsError:
+        pass
+    except OSError as exc:
+        return Check(name, False, f"linking onto an existing name failed with {exc}, expected EEXIST")
+    else:
+        return Check(name, False, "linking onto an existing name succeeded")
+    same = os.stat(source).st_ino == os.stat(link).st_ino and os.stat(source).st_nlink >= 2
+    return Check(name, same, "link() publishes a file once" if same else "the link is not the same file")
+
+
+def _check_rename(source: Path, target: Path) -> Check:
+    name = "rename"
+    try:
+        target.write_bytes(b"old\n")
+        os.replace(source, target)
+    except OSError as exc:
+        return Check(name, False, f"os.replace failed: {exc}")
+    ok = target.read_bytes() == b"dj-elastic doctor\n" and not source.exists()
+    return Check(name, ok, "os.replace replaces atomically" if ok else "os.replace left unexpected contents")

@@ -1,0 +1,11 @@
+"""Entry point (group ``data_juicer.ops``): installs the deferred Data-Juicer patches.
+
+``data_juicer.ops`` imports this module while ``data_juicer.config.config``
+(and, under ``dj-process``, ``data_juicer.tools.process_data``) are only partly
+executed, so nothing here imports Data-Juicer's config or core: the patches are
+applied by :mod:`.deferred` once each target module has finished.
+"""
+
+from data_juicer_elastic.integration import patches
+
+patches.install()

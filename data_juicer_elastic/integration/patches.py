@@ -1,0 +1,265 @@
+"""The patches that let unmodified ``dj-process`` / ``dj-analyze`` run ``executor_type: elastic_sharded``.
+
+Targets (all in py-data-juicer 1.6.x):
+
+* ``data_juicer.config.config.build_base_parser``: accept ``elastic_sharded``
+  as an ``--executor_type`` choice and add the typed ``--elastic.*`` options.
+* ``data_juicer.config.config.init_setup_from_cfg``: for elastic recipes,
+  validate the ``elastic:`` block and keep the cfg as parsed *before*
+  Data-Juicer's setup mutates it, and keep the driver from starting Ray.
+* ``data_juicer.tools.process_data.main``: dispatch elastic recipes to
+  ``ElasticShardedExecutor`` (see :mod:`.dispatch`).
+* ``data_juicer.tools.analyze_data.main``: the same error boundary, no dispatch.
+* ``data_juicer.core.executor.factory.ExecutorFactory.create_executor``.
+
+A missing or changed target never breaks Data-Juicer: it is recorded in
+:data:`RECORDS`, the built-in executors keep working, and every use of
+``elastic_sharded`` fails with one IntegrationError naming the internal
+(:func:`require_integration`).  ``dj-elastic doctor`` shows the same records.
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+import os
+import threading
+from dataclasses import dataclass
+from importlib import metadata
+from types import ModuleType
+from typing import Final, Literal
+
+from data_juicer_elastic.errors import IntegrationError
+from data_juicer_elastic.integration import deferred
+from data_juicer_elastic.integration.config_block import (
+    EXECUTOR_TYPE,
+    add_elastic_arguments,
+    alias_parsed,
+    is_elastic,
+    remember_parsed,
+    settings_from_cfg,
+)
+
+SUPPORTED_DJ: Final = ">=1.6.1,<1.7"
+CONFIG_MODULE: Final = "data_juicer.config.config"
+PROCESS_MODULE: Final = "data_juicer.tools.process_data"
+ANALYZE_MODULE: Final = "data_juicer.tools.analyze_data"
+FACTORY_MODULE: Final = "data_juicer.core.executor.factory"
+
+BUILD_PARSER: Final = f"{CONFIG_MODULE}.build_base_parser"
+INIT_SETUP: Final = f"{CONFIG_MODULE}.init_setup_from_cfg"
+PROCESS_MAIN: Final = f"{PROCESS_MODULE}.main"
+ANALYZE_MAIN: Final = f"{ANALYZE_MODULE}.main"
+CREATE_EXECUTOR: Final = f"{FACTORY_MODULE}.ExecutorFactory.create_executor"
+
+# Marks a function we installed; its value is the function it wraps.
+ORIGINAL: Final = "__dj_elastic_original__"
+RAY_JOB_ENV: Final = "RAY_JOB"  # data_juicer.utils.constant.RAY_JOB_ENV_VAR, not imported on purpose
+
+State = Literal["pending", "applied", "missing"]
+
+
+@dataclass
+class PatchRecord:
+    target: str
+    required: bool  # elastic_sharded is refused while a required patch is missing
+    state: State = "pending"
+    detail: str = ""
+
+
+RECORDS: dict[str, PatchRecord] = {
+    BUILD_PARSER: PatchRecord(BUILD_PARSER, required=True),
+    INIT_SETUP: PatchRecord(INIT_SETUP, required=True),
+    PROCESS_MAIN: PatchRecord(PROCESS_MAIN, required=True),
+    ANALYZE_MAIN: PatchRecord(ANALYZE_MAIN, required=False),
+    CREATE_EXECUTOR: PatchRecord(CREATE_EXECUTOR, required=True),
+}
+
+_install_lock = threading.Lock()
+_installed = False
+
+
+def install() -> None:
+    """Register the deferred patches (idempotent; called by the entry point)."""
+    global _installed
+    with _install_lock:
+        if _installed:
+            return
+        _installed = True
+    from data_juicer_elastic.integration import dispatch
+
+    deferred.when_imported(CONFIG_MODULE, _patch_config, _on_error(BUILD_PARSER, INIT_SETUP))
+    patch_process = functools.partial(dispatch.patch_tool, record=PROCESS_MAIN, dispatch=True)
+    patch_analyze = functools.partial(dispatch.patch_tool, record=ANALYZE_MAIN, dispatch=False)
+    deferred.when_imported(PROCESS_MODULE, patch_process, _on_error(PROCESS_MAIN))
+    deferred.when_imported(ANALYZE_MODULE, patch_analyze, _on_error(ANALYZE_MAIN))
+    deferred.when_imported(FACTORY_MODULE, _patch_factory, _on_error(CREATE_EXECUTOR))
+
+
+def installed() -> bool:
+    return _installed
+
+
+# --- records -------------------------------------------------------------------------------------
+
+
+def mark(target: str, state: State, detail: str = "") -> None:
+    record = RECORDS[target]
+    # A later "applied" must not hide an earlier problem found for the same target.
+    if record.state == "missing" and state == "applied":
+        return
+    record.state, record.detail = state, detail
+
+
+def problems() -> list[PatchRecord]:
+    return [r for r in RECORDS.values() if r.state == "missing"]
+
+
+def require_integration() -> None:
+    """Raise one IntegrationError if a Data-Juicer internal needed by elastic_sharded is missing."""
+    missing = [r for r in problems() if r.required]
+    if not missing:
+        return
+    first, others = missing[0], missing[1:]
+    message = (
+        f"{first.detail} in Data-Juicer {dj_version() or '(unknown version)'}; "
+        f"executor_type {EXECUTOR_TYPE} hooks into it"
+    )
+    if others:
+        message += "; also " + "; ".join(f"{r.target}: {r.detail}" for r in others)
+    raise IntegrationError(
+        message,
+        where=missing[0].target,
+        hint=f"install py-data-juicer{SUPPORTED_DJ} or a data-juicer-elastic release that supports it; "
+        "the built-in executors still work; run `dj-elastic doctor` for details",
+    )
+
+
+def dj_version() -> str | None:
+    try:
+        return metadata.version("py-data-juicer")
+    except metadata.PackageNotFoundError:
+        return None
+
+
+def _on_error(*targets: str):
+    def handler(_module_name: str, exc: BaseException) -> None:
+        for target in targets:
+            if RECORDS[target].state != "missing":
+                mark(target, "missing", f"patching failed: {exc!r}")
+
+    return handler
+
+
+def wrapped(function) -> bool:
+    return getattr(function, ORIGINAL, None) is not None
+
+
+# --- data_juicer.config.config -------------------------------------------------------------------
+
+
+def _patch_config(module: ModuleType) -> None:
+    original = getattr(module, "build_base_parser", None)
+    if not callable(original):
+        mark(BUILD_PARSER, "missing", "function not found")
+    elif not wrapped(original):
+        module.build_base_parser = _wrap_build_base_parser(original)
+        mark(BUILD_PARSER, "applied")
+
+    original = getattr(module, "init_setup_from_cfg", None)
+    if not callable(original):
+        mark(INIT_SETUP, "missing", "function not found")
+    elif not wrapped(original):
+        module.init_setup_from_cfg = _wrap_init_setup(original)
+        mark(INIT_SETUP, "applied")
+
+
+def _wrap_build_base_parser(original):
+    @functools.wraps(original)
+    def build_base_parser(*args, **kwargs):
+        parser = original(*args, **kwargs)
+        extend_parser(parser)
+        return parser
+
+    setattr(build_base_parser, ORIGINAL, original)
+    return build_base_parser
+
+
+def extend_parser(parser) -> None:
+    """Add elastic_sharded to --executor_type's choices and the --elastic.* options."""
+    action = next((a for a in getattr(parser, "_actions", ()) if getattr(a, "dest", None) == "executor_type"), None)
+    if action is None or not action.choices:
+        mark(BUILD_PARSER, "missing", "the parser it builds has no --executor_type choices")
+    elif EXECUTOR_TYPE not in action.choices:
+        action.choices = [*action.choices, EXECUTOR_TYPE]
+        if action.help:
+            action.help = f"{action.help} With data-juicer-elastic: {EXECUTOR_TYPE!r} (see the elastic.* options)."
+    if not any(getattr(a, "dest", "").startswith("elastic.") for a in parser._actions):
+        add_elastic_arguments(parser)
+
+
+def _wrap_init_setup(original):
+    @functools.wraps(original)
+    def init_setup_from_cfg(cfg, *args, **kwargs):
+        if not is_elastic(cfg):
+            return original(cfg, *args, **kwargs)
+        # Called once per init_configs, right after the final parse and before
+        # any side effect (work dir, logger, config backup): the place to refuse
+        # a bad elastic block and to keep the cfg as the user wrote it.
+        require_integration()
+        settings_from_cfg(cfg)
+        remember_parsed(cfg)
+        if cfg.get("elastic_juicer_adaptive_batching", False):
+            # Data-Juicer allows adaptive batching only for Ray executors.  The
+            # driver runs no operator; the shard recipe (built from the kept
+            # copy) carries the flag to the Ray executor in each worker.
+            cfg.elastic_juicer_adaptive_batching = False
+        # RAY_JOB=1 in the driver's environment would make the CPU-count check
+        # start a Ray runtime here; the driver must not own one.
+        ray_job = os.environ.pop(RAY_JOB_ENV, None)
+        try:
+            result = original(cfg, *args, **kwargs)
+        finally:
+            if ray_job is not None:
+                os.environ[RAY_JOB_ENV] = ray_job
+        if result is not cfg:
+            alias_parsed(result, cfg)
+        return result
+
+    setattr(init_setup_from_cfg, ORIGINAL, original)
+    return init_setup_from_cfg
+
+
+# --- data_juicer.core.executor.factory -----------------------------------------------------------
+
+
+def _patch_factory(module: ModuleType) -> None:
+    factory = getattr(module, "ExecutorFactory", None)
+    raw = inspect.getattr_static(factory, "create_executor", None) if factory is not None else None
+    if not isinstance(raw, (staticmethod, classmethod)):
+        mark(CREATE_EXECUTOR, "missing", "not found" if raw is None else "no longer a static/class method")
+        return
+    original = raw.__func__
+    if wrapped(original):
+        return
+    is_static = isinstance(raw, staticmethod)
+
+    @functools.wraps(original)
+    def create_executor(*args, **kwargs):
+        positional = args if is_static else args[1:]
+        executor_type = kwargs.get("executor_type", positional[0] if positional else None)
+        if executor_type == EXECUTOR_TYPE:
+            require_integration()
+            return executor_class()
+        return original(*args, **kwargs)
+
+    setattr(create_executor, ORIGINAL, original)
+    factory.create_executor = staticmethod(create_executor) if is_static else classmethod(create_executor)
+    mark(CREATE_EXECUTOR, "applied")
+
+
+def executor_class():
+    """``ElasticShardedExecutor``, imported only when an elastic recipe runs."""
+    from data_juicer_elastic.executor import ElasticShardedExecutor
+
+    return ElasticShardedExecutor

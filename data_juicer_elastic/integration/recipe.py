@@ -1,0 +1,284 @@
+"""The Data-Juicer recipe each shard runs, derived once from the user's parsed recipe.
+
+``build_shard_recipe(cfg)`` returns a JSON-serialisable dict that, written to
+YAML/JSON and passed with ``--config``, is a valid Data-Juicer 1.6.x config for
+``executor_type: ray``.  How it is derived:
+
+* Global settings come from the cfg *as parsed* (YAML + CLI + env, typed;
+  kept by the ``init_setup_from_cfg`` patch), not from the cfg after
+  Data-Juicer's setup, which clamps ``np`` to this node's CPUs and fills in
+  node- and run-specific paths (work dir, job id, HF cache).  A setting is
+  kept when the user changed it from the parser default, plus a few always
+  written out (:data:`ALWAYS`) so the recipe states what the shards use.
+* Dropped: whatever the worker sets per attempt or the job owns
+  (:data:`DROPPED`: dataset/export paths, work/log/checkpoint dirs, job id,
+  ``ray_address`` — the node-local runtime is ``elastic.ray_address`` — ...),
+  the ``elastic`` block, ray_partitioned's ``partition*`` settings and
+  per-operator namespaces; credentials never enter the job directory.
+* ``process`` comes from the final cfg (Data-Juicer's own merge of YAML op
+  args, CLI ``--<op>.<arg>`` overrides and defaults: every init argument is
+  explicit), minus the attributes Data-Juicer injected into each operator
+  (``work_dir``, ``num_proc`` injected only for non-Ray executors, the global
+  ``text_key``...) unless the user set them: each worker's Ray executor
+  injects its own, which keeps stage identities those of ``executor_type: ray``.
+* Relative ``custom_operator_paths`` / ``ds_cache_dir`` / ``temp_dir`` are made
+  absolute the way Data-Juicer resolves them (against the working directory
+  of the command); no other value depends on the working directory.
+
+The result has sorted keys and plain JSON types; :func:`recipe_hash` is the
+sha256 of its canonical JSON.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from functools import cache
+from typing import Any, Final
+
+from data_juicer_elastic.errors import RecipeError
+from data_juicer_elastic.integration.config_block import BLOCK, parsed_cfg
+
+SHARD_EXECUTOR_TYPE: Final = "ray"
+
+ALWAYS: Final = (
+    "np",
+    "text_keys",
+    "image_key",
+    "image_bytes_key",
+    "audio_key",
+    "video_key",
+    "skip_op_error",
+)
+
+DROPPED: Final = frozenset(
+    {
+        BLOCK,
+        "config",
+        "executor_type",
+        "auto",
+        "auto_num",
+        "hpo_config",
+        "dataset_path",
+        "dataset",
+        "generated_dataset_config",
+        "export_path",
+        "export_shard_size",
+        "export_in_parallel",
+        "export_extra_args",
+        "export_aws_credentials",
+        "work_dir",
+        "job_id",
+        "resume",
+        "event_log_dir",
+        "checkpoint_dir",
+        "partition_dir",
+        "partition",
+        "partition_size",
+        "ray_address",
+        "backed_up_config_path",
+        "process",
+    }
+)
+
+# Attributes init_setup_from_cfg writes into every operator (config.py, op_attrs).
+INJECTED_OP_ATTRS: Final = {
+    "text_key": "text_keys",
+    "image_key": "image_key",
+    "audio_key": "audio_key",
+    "video_key": "video_key",
+    "image_bytes_key": "image_bytes_key",
+    "turbo": "turbo",
+    "skip_op_error": "skip_op_error",
+    "auto_op_parallelism": "auto_op_parallelism",
+    "num_proc": "np",
+}
+ALWAYS_DROPPED_OP_ATTRS: Final = frozenset({"work_dir"})
+PATH_KEYS: Final = ("custom_operator_paths", "ds_cache_dir", "temp_dir")
+
+
+def build_shard_recipe(cfg: Any) -> dict:
+    """The shard recipe for a parsed elastic cfg (see the module docstring)."""
+    parsed = parsed_cfg(cfg)
+    # A cfg that did not come through init_configs (built by hand): its own
+    # values stand in for the parsed ones; Data-Juicer's node-specific cache
+    # default is then indistinguishable from a user setting and is left out.
+    source = parsed if parsed is not None else cfg
+    operator_names = _operator_names(_get(source, "process", None), _get(cfg, "process", None))
+    defaults = _parser_defaults()
+
+    recipe: dict[str, Any] = {}
+    for key, value in _flat_items(source):
+        top = key.split(".", 1)[0]
+        if key.startswith("_") or top in DROPPED or top in operator_names:
+            continue
+        if parsed is None and key == "ds_cache_dir":
+            continue
+        if key in ALWAYS or key not in defaults or _differs(value, defaults[key]):
+            _set_nested(recipe, key, value)
+    for key in PATH_KEYS:
+        if recipe.get(key):
+            value = recipe[key]
+            recipe[key] = [os.path.abspath(v) for v in value] if isinstance(value, list) else os.path.abspath(value)
+    recipe["executor_type"] = SHARD_EXECUTOR_TYPE
+    recipe["process"] = _shard_process(cfg, source)
+    return canonical(recipe)
+
+
+def recipe_hash(recipe: dict) -> str:
+    return hashlib.sha256(canonical_json(recipe).encode("utf-8")).hexdigest()
+
+
+def canonical_json(recipe: dict) -> str:
+    def refuse(value):
+        raise RecipeError(
+            f"value {value!r} of type {type(value).__name__} cannot be stored in the shard recipe",
+            where="recipe",
+            hint="use plain strings, numbers, booleans, lists and mappings in the recipe",
+        )
+
+    return json.dumps(recipe, sort_keys=True, ensure_ascii=False, separators=(",", ":"), default=refuse)
+
+
+def canonical(recipe: dict) -> dict:
+    """Plain JSON types (tuples become lists, ...) with sorted keys."""
+    return json.loads(canonical_json(recipe))
+
+
+def media_keys(cfg: Any) -> dict[str, str]:
+    """Recipe setting -> row field holding media paths: ``{"image_key": "images", ...}``."""
+    return {key: _get(cfg, key, default) for key, default in _MEDIA_DEFAULTS.items()}
+
+
+_MEDIA_DEFAULTS: Final = {"image_key": "images", "audio_key": "audios", "video_key": "videos"}
+
+
+def index_key(cfg: Any) -> str | None:
+    """The ``index_key`` operators in the process list declare (None if none does).
+
+    Preparation fills it with the global input row index where missing; two
+    operators asking for different fields are refused.
+    """
+    found: dict[str, str] = {}
+    for position, (name, args) in enumerate(_ops(_get(cfg, "process", None) or [])):
+        value = (args or {}).get("index_key")
+        if value is not None:
+            found.setdefault(value, f"process[{position}] {name}")
+    if len(found) > 1:
+        raise RecipeError(
+            f"operators declare different index_key fields: {', '.join(f'{v} ({k!r})' for k, v in found.items())}",
+            where="process",
+            hint="use one index_key for every operator in the recipe",
+        )
+    return next(iter(found), None)
+
+
+# --- helpers -------------------------------------------------------------------------------------
+
+
+def _shard_process(cfg: Any, source: Any) -> list[dict]:
+    final = _get(cfg, "process", None)
+    if not final:
+        raise RecipeError(
+            "the recipe has no process list",
+            where="process",
+            hint="list the Mapper/Filter operators explicitly under process:",
+        )
+    raw_ops = list(_ops(_get(source, "process", None) or [])) if source is not cfg else []
+    shard_ops = []
+    for position, (name, args) in enumerate(_ops(final)):
+        args = dict(args or {})
+        user = {}
+        if position < len(raw_ops) and raw_ops[position][0] == name:
+            user = raw_ops[position][1] or {}
+        for key in ALWAYS_DROPPED_OP_ATTRS:
+            args.pop(key, None)
+        for key, global_key in INJECTED_OP_ATTRS.items():
+            if key in args and user.get(key) is None and _same(args[key], _injected_value(cfg, global_key)):
+                del args[key]
+        shard_ops.append({name: args})
+    return shard_ops
+
+
+def _injected_value(cfg: Any, global_key: str) -> Any:
+    value = _get(cfg, global_key, None)
+    if global_key == "text_keys" and isinstance(value, list):
+        return value[0] if value else None
+    return value
+
+
+def _ops(process: list) -> list[tuple[str, dict | None]]:
+    ops = []
+    for entry in process:
+        if not isinstance(entry, dict) or len(entry) != 1:
+            raise RecipeError(
+                f"process entry {entry!r} is not a one-key mapping",
+                where="process",
+                hint="write each operator as `- op_name: {arg: value}`",
+            )
+        ((name, args),) = entry.items()
+        if args is not None and hasattr(args, "as_dict"):
+            args = args.as_dict()
+        ops.append((name, args))
+    return ops
+
+
+def _get(cfg: Any, key: str, default: Any) -> Any:
+    getter = getattr(cfg, "get", None)
+    if callable(getter):
+        return getter(key, default)
+    return getattr(cfg, key, default)
+
+
+def _flat_items(cfg: Any):
+    if hasattr(cfg, "items") and hasattr(cfg, "as_dict"):
+        yield from cfg.items()  # jsonargparse Namespace: flattened dotted keys
+    else:
+        yield from _flatten(dict(cfg))
+
+
+def _flatten(data: dict, prefix: str = ""):
+    for key, value in data.items():
+        if isinstance(value, dict) and value and key != "process":
+            yield from _flatten(value, f"{prefix}{key}.")
+        else:
+            yield f"{prefix}{key}", value
+
+
+def _set_nested(recipe: dict, key: str, value: Any) -> None:
+    *parents, leaf = key.split(".")
+    node = recipe
+    for part in parents:
+        node = node.setdefault(part, {})
+    if hasattr(value, "as_dict"):
+        value = value.as_dict()
+    node[leaf] = value
+
+
+def _differs(value: Any, default: Any) -> bool:
+    return not _same(value, default)
+
+
+def _same(a: Any, b: Any) -> bool:
+    try:
+        return json.dumps(a, sort_keys=True, default=str) == json.dumps(b, sort_keys=True, default=str)
+    except (TypeError, ValueError):
+        return a == b
+
+
+@cache
+def _parser_defaults() -> dict[str, Any]:
+    from data_juicer.config.config import build_base_parser
+
+    return dict(build_base_parser().get_defaults().items())
+
+
+def _operator_names(*processes: Any) -> set[str]:
+    # Not cached: custom_operator_paths register more operators at parse time.
+    from data_juicer.ops import OPERATORS
+
+    names = set(OPERATORS.modules)
+    for process in processes:
+        names.update(name for name, _ in _ops(process or []))
+    return names

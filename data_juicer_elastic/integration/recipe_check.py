@@ -1,0 +1,164 @@
+"""Refuse recipes that cannot be run shard by shard.
+
+Each shard runs the recipe on a contiguous slice of the input, so only
+per-sample operators are safe: Mappers and Filters (custom ones included).
+Deduplicators, Selectors, Groupers, Aggregators and Pipelines see the whole
+dataset (or a group of rows) at once and would give a different answer per
+shard; a ``stats_export_path`` would be written by every shard at once.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from typing import Final
+
+from loguru import logger
+
+from data_juicer_elastic.errors import RecipeError
+
+SHARD_SAFE: Final = ("Mapper", "Filter")
+REFUSED_KINDS: Final = ("Deduplicator", "Selector", "Grouper", "Aggregator", "Pipeline")
+JSON_EXPORT_TYPES: Final = (None, "json", "jsonl")
+_WHY = {
+    "Deduplicator": "deduplication compares rows across the whole dataset, so each shard would deduplicate only itself",
+    "Selector": "selection ranks or samples the whole dataset, so each shard would select from itself only",
+    "Grouper": "grouping gathers rows from the whole dataset into batches",
+    "Aggregator": "aggregation combines rows of a group across the whole dataset",
+    "Pipeline": "pipelines run their own dataset-level stages",
+}
+_WHAT_TO_DO = (
+    "run this operator in a separate Data-Juicer job on the merged output (e.g. `dj-process --config global.yaml "
+    "--dataset_path <export_path>`), and keep only Mapper/Filter operators in the elastic recipe"
+)
+
+
+def check_shard_safe(recipe: dict) -> list[str]:
+    """Raise RecipeError naming the first unsafe operator or setting; return warnings.
+
+    Custom operators are resolved after loading ``custom_operator_paths`` (ones
+    already loaded in this process are not loaded again).
+    """
+    process = recipe.get("process")
+    if not isinstance(process, list) or not process:
+        raise RecipeError(
+            "the recipe has no explicit process list",
+            where="process",
+            hint="list the Mapper/Filter operators under process:",
+        )
+    _check_globals(recipe)
+    load_custom_operators(recipe.get("custom_operator_paths") or [])
+
+    from data_juicer.ops import OPERATORS
+
+    warnings: list[str] = []
+    for position, entry in enumerate(process):
+        if not isinstance(entry, dict) or len(entry) != 1:
+            raise RecipeError(
+                f"entry {entry!r} is not a one-key mapping",
+                where=f"process[{position}]",
+                hint="write each operator as `- op_name: {arg: value}`",
+            )
+        ((name, args),) = entry.items()
+        where = f"process[{position}] {name}"
+        op_class = OPERATORS.modules.get(name)
+        if op_class is None:
+            raise RecipeError(
+                "unknown operator",
+                where=where,
+                hint="check the spelling, or list the file/package that registers it in custom_operator_paths",
+            )
+        kind = operator_kind(op_class)
+        if kind not in SHARD_SAFE:
+            why = _WHY.get(kind, "only Mapper and Filter operators are per-sample")
+            raise RecipeError(f"{kind or 'this operator type'} is not shard-safe: {why}", where=where, hint=_WHAT_TO_DO)
+        args = args or {}
+        if args.get("stats_export_path"):
+            raise RecipeError(
+                "stats_export_path is set: every shard would write the same statistics file",
+                where=f"{where}.stats_export_path",
+                hint="remove it; keep_stats_in_res_ds: true keeps statistics in the merged output instead",
+            )
+        if args.get("save_dir"):
+            message = (
+                f"{where}: save_dir {args['save_dir']!r} is shared by every shard; "
+                "make sure generated file names cannot collide across shards"
+            )
+            logger.warning(message)
+            warnings.append(message)
+    return warnings
+
+
+def operator_kind(op_class: type) -> str | None:
+    """``"Mapper"``, ``"Filter"``, ... by Data-Juicer's base classes (first match in MRO order)."""
+    from data_juicer.ops import base_op
+
+    for base in op_class.__mro__:
+        for kind in (*SHARD_SAFE, *REFUSED_KINDS):
+            if base is getattr(base_op, kind, None):
+                return kind
+    return None
+
+
+def _check_globals(recipe: dict) -> None:
+    if recipe.get("stats_export_path"):
+        raise RecipeError(
+            "stats_export_path is set: every shard would write the same statistics file",
+            where="stats_export_path",
+            hint="remove it; keep_stats_in_res_ds: true keeps statistics in the merged output instead",
+        )
+    if recipe.get("export_type") not in JSON_EXPORT_TYPES:
+        raise RecipeError(
+            f"export_type {recipe['export_type']!r} is not supported: shards and the merged output are JSONL",
+            where="export_type",
+            hint="remove export_type (or use jsonl) and convert the merged output afterwards",
+        )
+    for key in ("encrypt_before_export", "decrypt_after_reading"):
+        if recipe.get(key):
+            raise RecipeError(
+                "encrypted input/output is not supported by elastic_sharded (shards are plaintext JSONL)",
+                where=key,
+                hint=f"remove {key}, or run this recipe with a built-in executor",
+            )
+    if recipe.get("elastic_juicer_profile_seed"):
+        raise RecipeError(
+            "elastic_juicer_profile_seed requires executor_type ray_partitioned; shards run executor_type ray",
+            where="elastic_juicer_profile_seed",
+            hint="remove it",
+        )
+    if recipe.get("elastic_juicer_adaptive_batching") and recipe.get("op_fusion"):
+        raise RecipeError(
+            "elastic_juicer_adaptive_batching requires op_fusion: false",
+            where="op_fusion",
+            hint="set op_fusion: false or turn adaptive batching off",
+        )
+
+
+def load_custom_operators(paths: list[str]) -> None:
+    """Load custom operator files/packages with Data-Juicer's loader, skipping already loaded ones."""
+    if not paths:
+        return
+    from data_juicer.config.config import load_custom_operators as dj_load
+
+    todo = []
+    for path in paths:
+        absolute = os.path.abspath(path)
+        if os.path.isfile(absolute):
+            loaded = sys.modules.get(os.path.splitext(os.path.basename(absolute))[0])
+            if loaded is not None and os.path.abspath(getattr(loaded, "__file__", "") or "") == absolute:
+                continue
+        elif os.path.isdir(absolute):
+            loaded = sys.modules.get(os.path.basename(absolute))
+            if loaded is not None and getattr(loaded, "__loaded_from__", None) == absolute:
+                continue
+        todo.append(absolute)
+    if not todo:
+        return
+    try:
+        dj_load(todo)
+    except (RuntimeError, ValueError) as exc:
+        raise RecipeError(
+            f"cannot load custom operators: {exc}",
+            where="custom_operator_paths",
+            hint="fix the path or the module (it must register Mapper/Filter operators)",
+        ) from None

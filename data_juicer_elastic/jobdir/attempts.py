@@ -1,0 +1,299 @@
+"""Attempt directories, result publication (first wins) and failure accounting.
+
+An attempt writes only inside its own directory ``attempts/<shard>/<attempt_id>/``.
+Its ``result.json`` is then hard-linked to ``done/<shard>.json``: ``link()``
+refuses an existing name, so the first valid publication is the accepted one
+and a zombie attempt can never overwrite it.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+from loguru import logger
+
+from data_juicer_elastic.errors import IntegrityError, JobDirError
+from data_juicer_elastic.jobdir import fsio
+from data_juicer_elastic.jobdir.identity import WorkerIdentity
+from data_juicer_elastic.jobdir.jsonl import validate_jsonl_output
+from data_juicer_elastic.jobdir.layout import JobLayout, parse_gen_name
+from data_juicer_elastic.jobdir.records import (
+    AttemptRecord,
+    Claim,
+    Failure,
+    ShardEntry,
+    ShardResult,
+    TerminalFailure,
+)
+
+MAX_ERROR_CHARS = 2000
+
+
+# -- attempt directory ----------------------------------------------------------------------------
+@dataclass
+class Attempt:
+    layout: JobLayout
+    claim: Claim
+    dir: Path
+    record: AttemptRecord
+
+
+def open_attempt(layout: JobLayout, claim: Claim, identity: WorkerIdentity) -> Attempt:
+    """Create the attempt's private directory and its attempt.json (start)."""
+    directory = layout.attempt_dir(claim.shard_id, claim.attempt_id)
+    fsio.makedirs(directory)
+    record = AttemptRecord(
+        shard_id=claim.shard_id,
+        attempt_id=claim.attempt_id,
+        generation=claim.generation,
+        node_id=identity.node_id,
+        hostname=identity.hostname,
+        boot_id=identity.boot_id,
+        pid=identity.pid,
+        started_at=time.time(),
+    )
+    fsio.atomic_write(directory / "attempt.json", record.encode())
+    return Attempt(layout, claim, directory, record)
+
+
+def close_attempt(attempt: Attempt, exit_reason: str, *, rows: int | None = None, error: str | None = None) -> None:
+    """Rewrite attempt.json with the end.  Informational only, so a write error is logged."""
+    attempt.record = replace(attempt.record, ended_at=time.time(), exit_reason=exit_reason, rows=rows, error=error)
+    try:
+        fsio.atomic_write(attempt.dir / "attempt.json", attempt.record.encode())
+    except OSError as exc:
+        logger.warning(f"could not record the end of attempt {attempt.claim.attempt_id}: {exc}")
+
+
+def error_text(exc: BaseException) -> str:
+    """The last non-empty line of an exception's message (tracebacks end with the cause)."""
+    lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
+    text = lines[-1] if lines else type(exc).__name__
+    return text[-MAX_ERROR_CHARS:]
+
+
+# -- results ----------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class PublishOutcome:
+    accepted: bool  # True: our result is the shard's accepted result
+    result: ShardResult  # what we computed for our output
+    winner: ShardResult | None  # the accepted result (ours, or another attempt's); None if unreadable
+
+
+def read_done(layout: JobLayout, shard_id: str) -> tuple[ShardResult | None, str | None]:
+    """(accepted result, None), (None, None) when not done, (None, error) when the marker is corrupt."""
+    path = layout.done(shard_id)
+    data = fsio.read_record(path)
+    if data is None:
+        return None, None
+    try:
+        result = ShardResult.parse(data, path)
+    except JobDirError as exc:
+        return None, str(exc)
+    if result.shard_id != shard_id:
+        return None, f"{path}: done marker names shard {result.shard_id}"
+    return result, None
+
+
+def publish_done(
+    layout: JobLayout,
+    claim: Claim,
+    output_path: str | Path,
+    *,
+    input_rows: int,
+    input_sha256: str,
+    declared_rows: int | None = None,
+    declared_bytes: int | None = None,
+    declared_sha256: str | None = None,
+) -> PublishOutcome:
+    """Validate and fsync our output, write result.json, then link it to done/<shard>.json.
+
+    IntegrityError when the output is missing, outside the attempt directory, not
+    JSONL, or disagrees with what the runner declared: that is a failed attempt.
+    Losing the race to another attempt is not an error: ``accepted`` is False.
+    """
+    shard = claim.shard_id
+    attempt_dir = layout.attempt_dir(shard, claim.attempt_id)
+    output = Path(output_path)
+    try:
+        inside = output.resolve().relative_to(attempt_dir.resolve())
+    except ValueError:
+        raise IntegrityError(
+            f"output {output} is not inside the attempt directory {attempt_dir}", where=f"shard {shard}"
+        ) from None
+    if not fsio.exists(output):
+        raise IntegrityError(f"shard output {output} does not exist", where=f"shard {shard}")
+    fsio.fsync_file(output)  # the bytes must be durable before any record points at them
+    try:
+        rows, size, sha = validate_jsonl_output(output, str(output))
+    except ValueError as exc:
+        raise IntegrityError(f"invalid shard output: {exc}", where=f"shard {shard}") from None
+    for name, declared, actual in (
+        ("rows", declared_rows, rows),
+        ("bytes", declared_bytes, size),
+        ("sha256", declared_sha256, sha),
+    ):
+        if declared is not None and declared != actual:
+            raise IntegrityError(
+                f"runner reported {name}={declared} but the output has {name}={actual}", where=f"shard {shard}"
+            )
+    result = ShardResult(
+        shard_id=shard,
+        attempt_id=claim.attempt_id,
+        generation=claim.generation,
+        node_id=claim.node_id,
+        rows=rows,
+        bytes=size,
+        sha256=sha,
+        output=(Path(layout.relative(attempt_dir)) / inside).as_posix(),
+        input_rows=input_rows,
+        input_sha256=input_sha256,
+        published_at=time.time(),
+    )
+    result_path = attempt_dir / "result.json"
+    fsio.atomic_write(result_path, result.encode())
+    fsio.makedirs(layout.done_dir)
+    if fsio.publish_exclusive(result_path, layout.done(shard)):
+        return PublishOutcome(True, result, result)
+    winner, error = read_done(layout, shard)
+    if winner is None:
+        logger.error(f"{shard}: done marker exists but is unreadable ({error}); our result is not published")
+    else:
+        logger.info(f"{shard}: attempt {winner.attempt_id} published first; ours ({claim.attempt_id}) is discarded")
+    return PublishOutcome(False, result, winner)
+
+
+def validate_result(
+    layout: JobLayout, entry: ShardEntry, result: ShardResult, sink: Callable[[bytes], None] | None = None
+) -> Path:
+    """Re-check an accepted result against its output file; IntegrityError naming the shard.
+
+    ``sink`` receives each line as it is validated (merge copies in the same read).
+    """
+    where = f"shard {entry.shard_id}"
+    if result.shard_id != entry.shard_id or result.input_sha256 != entry.sha256 or result.input_rows != entry.rows:
+        raise IntegrityError(
+            f"done marker belongs to different input (input sha256 {result.input_sha256}, expected {entry.sha256})",
+            where=where,
+            hint="the job directory was modified; prepare a new job_dir",
+        )
+    try:
+        output = layout.resolve_relative(result.output)
+    except JobDirError as exc:
+        raise IntegrityError(exc.message, where=where) from None
+    if not fsio.exists(output):
+        raise IntegrityError(f"accepted output {output} is missing", where=where, hint="retry the shard")
+    try:
+        rows, size, sha = validate_jsonl_output(output, str(output), sink)
+    except ValueError as exc:
+        raise IntegrityError(f"accepted output is corrupt: {exc}", where=where) from None
+    if (rows, size, sha) != (result.rows, result.bytes, result.sha256):
+        raise IntegrityError(
+            f"accepted output does not match its record: expected rows={result.rows} bytes={result.bytes} "
+            f"sha256={result.sha256}, found rows={rows} bytes={size} sha256={sha}",
+            where=where,
+            hint=f"{output} was modified after publication; prepare a new job to recompute it",
+        )
+    return output
+
+
+# -- failures ------------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class FailureOutcome:
+    recorded: bool  # False: a failure for this generation was already recorded
+    failures: int  # valid failure records of the shard now
+    terminal: TerminalFailure | None  # set when the retry budget is spent
+
+
+def record_failure(
+    layout: JobLayout,
+    claim: Claim | None,
+    *,
+    shard_id: str,
+    generation: int,
+    error: str,
+    error_type: str,
+    exit_reason: str,
+    max_retries: int,
+    reporter: WorkerIdentity,
+) -> FailureOutcome:
+    """Record that generation ``generation`` failed; publish failed/<shard>.json when the
+    shard has failed ``max_retries + 1`` times.  ``claim`` is the failed claim when
+    known (None when its record is corrupt)."""
+    record = Failure(
+        shard_id=shard_id,
+        generation=generation,
+        attempt_id=claim.attempt_id if claim else "unknown",
+        node_id=claim.node_id if claim else reporter.node_id,
+        hostname=claim.hostname if claim else reporter.hostname,
+        pid=claim.pid if claim else 0,
+        error=error[-MAX_ERROR_CHARS:],
+        error_type=error_type,
+        exit_reason=exit_reason,
+        failed_at=time.time(),
+    )
+    path = layout.failure(shard_id, generation)
+    fsio.makedirs(path.parent)
+    recorded = fsio.publish_bytes(path, record.encode())
+    failures = list_failures(layout, shard_id)
+    terminal = publish_terminal_if_exhausted(layout, shard_id, max_retries, failures)
+    return FailureOutcome(recorded, len(failures), terminal)
+
+
+def list_failures(layout: JobLayout, shard_id: str) -> list[Failure]:
+    """Valid failure records of a shard in generation order (corrupt ones do not count)."""
+    out = []
+    directory = layout.failure_dir(shard_id)
+    for name in fsio.list_names(directory):
+        if parse_gen_name(name) is None:
+            continue
+        data = fsio.read_record(directory / name)
+        if data is None:
+            continue
+        try:
+            out.append(Failure.parse(data, directory / name))
+        except JobDirError as exc:
+            logger.warning(f"ignoring corrupt failure record: {exc}")
+    return sorted(out, key=lambda f: f.generation)
+
+
+def read_terminal(layout: JobLayout, shard_id: str) -> tuple[TerminalFailure | None, str | None]:
+    path = layout.failed(shard_id)
+    data = fsio.read_record(path)
+    if data is None:
+        return None, None
+    try:
+        return TerminalFailure.parse(data, path), None
+    except JobDirError as exc:
+        return None, str(exc)
+
+
+def publish_terminal_if_exhausted(
+    layout: JobLayout, shard_id: str, max_retries: int, failures: list[Failure] | None = None
+) -> TerminalFailure | None:
+    """The shard's terminal failure if its budget is spent (publishing it if needed)."""
+    existing, _ = read_terminal(layout, shard_id)
+    if existing is not None:
+        return existing
+    failures = list_failures(layout, shard_id) if failures is None else failures
+    if len(failures) < max_retries + 1:
+        return None
+    last = failures[-1]
+    terminal = TerminalFailure(
+        shard_id=shard_id,
+        failures=len(failures),
+        max_retries=max_retries,
+        last_error=last.error,
+        last_attempt_id=last.attempt_id,
+        generations=[f.generation for f in failures],
+        failed_at=time.time(),
+    )
+    fsio.makedirs(layout.failed_dir)
+    if fsio.publish_bytes(layout.failed(shard_id), terminal.encode()):
+        logger.error(f"{shard_id}: failed {len(failures)} times, giving up: {last.error}")
+        return terminal
+    existing, _ = read_terminal(layout, shard_id)
+    return existing or terminal

@@ -1,0 +1,351 @@
+"""Every file operation on a job directory, with the care shared filesystems need.
+
+Facts this module is written for (see /work/shared/design/leases.md):
+
+* ``rename``/``os.replace`` silently replace their target, so they are used only
+  to make a *private* temp file visible atomically, never to mean "first wins".
+  ``link()`` to a new name refuses an existing one: that is the exclusive publish.
+* NFS may report EEXIST/EIO for a retransmitted ``link`` that actually
+  succeeded, so after such an error we re-read the target and compare it with
+  what we meant to publish.
+* ``close()`` is where NFS reports deferred write errors (ENOSPC, EDQUOT): every
+  close is checked.
+* Attribute caches lie for seconds, so records are read by opening them
+  (close-to-open consistency revalidates), never judged by ``stat``.
+
+Everything goes through the functions below so that a fault-injection layer can
+hook :func:`fault_point` in one place.
+"""
+
+from __future__ import annotations
+
+import errno
+import hashlib
+import os
+import secrets
+import shutil
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import BinaryIO, Final
+
+from data_juicer_elastic.errors import JobDirError
+
+MAX_RECORD_BYTES: Final = 4 * 1024 * 1024
+CHUNK: Final = 1024 * 1024
+_LINK_ATTEMPTS: Final = 4
+_AMBIGUOUS_ERRNOS: Final = frozenset({errno.EIO, errno.ESTALE, errno.ETIMEDOUT})
+
+FaultHook = Callable[[str, Path], None]
+_fault_hook: FaultHook | None = None
+
+
+def set_fault_hook(hook: FaultHook | None) -> None:
+    """Install a callable(op, path) run before every operation (tests, fault injection)."""
+    global _fault_hook
+    _fault_hook = hook
+
+
+def fault_point(op: str, path: Path) -> None:
+    if _fault_hook is not None:
+        _fault_hook(op, Path(path))
+
+
+# -- directories ----------------------------------------------------------------------------
+def makedirs(path: Path) -> None:
+    fault_point("makedirs", path)
+    os.makedirs(path, exist_ok=True)
+
+
+def fsync_dir(path: Path) -> None:
+    """Persist directory entries (a new link or rename) against a server/client crash."""
+    fault_point("fsync_dir", path)
+    try:
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
+    except OSError:
+        return  # some filesystems refuse opening directories; the entry is still published
+    try:
+        os.fsync(fd)
+    except OSError as exc:
+        if exc.errno not in (errno.EINVAL, errno.ENOTSUP, errno.EBADF):
+            raise
+    finally:
+        os.close(fd)
+
+
+def list_names(path: Path) -> list[str]:
+    """Sorted entry names; [] when the directory does not exist.  Listings are cached on
+    NFS, so callers use them as hints and open the names they care about."""
+    fault_point("listdir", path)
+    try:
+        return sorted(os.listdir(path))
+    except FileNotFoundError:
+        return []
+
+
+def move(src: Path, dst: Path) -> None:
+    """Rename a private path into place (not first-wins; callers make sure of that)."""
+    fault_point("rename", dst)
+    os.rename(src, dst)
+    fsync_dir(Path(dst).parent)
+
+
+def remove(path: Path) -> None:
+    fault_point("unlink", path)
+    try:
+        os.unlink(path)
+    except FileNotFoundError:
+        pass
+
+
+def remove_tree(path: Path) -> None:
+    fault_point("rmtree", path)
+    shutil.rmtree(path, ignore_errors=True)
+
+
+# -- reading --------------------------------------------------------------------------------
+def read_record(path: Path, max_bytes: int = MAX_RECORD_BYTES) -> bytes | None:
+    """The bytes of a small record, or None if it does not exist.
+
+    Opens the file (revalidating NFS caches) and reads at most ``max_bytes + 1``
+    bytes, so a corrupt or hostile file can never exhaust memory.
+    """
+    fault_point("read", path)
+    try:
+        handle = open(path, "rb")
+    except FileNotFoundError:
+        return None
+    except IsADirectoryError:
+        raise JobDirError("expected a record file, found a directory", where=str(path)) from None
+    with handle:
+        data = handle.read(max_bytes + 1)
+    if len(data) > max_bytes:
+        raise JobDirError(f"record larger than {max_bytes} bytes; corrupt or not a dj-elastic file", where=str(path))
+    return data
+
+
+def exists(path: Path) -> bool:
+    """Whether a file exists, asked by opening it (fresher than stat on NFS)."""
+    fault_point("open", path)
+    try:
+        with open(path, "rb"):
+            return True
+    except FileNotFoundError:
+        return False
+    except IsADirectoryError:
+        return True
+
+
+def open_read(path: Path) -> BinaryIO:
+    fault_point("open", path)
+    return open(path, "rb")
+
+
+def iter_chunks(path: Path, chunk: int = CHUNK) -> Iterator[bytes]:
+    with open_read(path) as handle:
+        while block := handle.read(chunk):
+            yield block
+
+
+def file_sha256(path: Path) -> tuple[int, str]:
+    """(size, sha256 hex) of a file, streamed."""
+    digest = hashlib.sha256()
+    size = 0
+    for block in iter_chunks(path):
+        digest.update(block)
+        size += len(block)
+    return size, digest.hexdigest()
+
+
+def stat(path: Path) -> os.stat_result:
+    """stat of an *input* file (fingerprints), not of job state."""
+    fault_point("stat", path)
+    return os.stat(path)
+
+
+# -- writing --------------------------------------------------------------------------------
+def temp_path_for(target: Path) -> Path:
+    """A private name beside ``target`` (same directory: same filesystem for link/rename)."""
+    target = Path(target)
+    return target.with_name(f".{target.name}.tmp-{os.getpid()}-{secrets.token_hex(4)}")
+
+
+class _CheckedWriter:
+    """A file opened O_EXCL whose write, fsync *and close* errors all surface, naming the path."""
+
+    def __init__(self, path: Path):
+        fault_point("create", path)
+        self.path = Path(path)
+        self.fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+
+    def write(self, data: bytes) -> int:
+        fault_point("write", self.path)
+        view = memoryview(data)
+        while view:
+            written = os.write(self.fd, view)
+            view = view[written:]
+        return len(data)
+
+    def finish(self, durable: bool = True) -> None:
+        try:
+            if durable:
+                fault_point("fsync", self.path)
+                os.fsync(self.fd)
+        finally:
+            fd, self.fd = self.fd, -1
+            fault_point("close", self.path)
+            try:
+                os.close(fd)
+            except OSError as exc:
+                raise OSError(exc.errno, f"close failed: {exc.strerror}", str(self.path)) from exc
+
+    def abort(self) -> None:
+        if self.fd >= 0:
+            try:
+                os.close(self.fd)
+            except OSError:
+                pass
+            self.fd = -1
+        try:
+            os.unlink(self.path)
+        except OSError:
+            pass
+
+
+class BufferedCheckedWriter:
+    """Streaming writer for large outputs (shards, merged file): buffers, then checked writes."""
+
+    def __init__(self, path: Path, buffer_bytes: int = CHUNK):
+        self._raw = _CheckedWriter(path)
+        self._buffer = bytearray()
+        self._limit = buffer_bytes
+        self.path = self._raw.path
+
+    def write(self, data: bytes) -> None:
+        self._buffer += data
+        if len(self._buffer) >= self._limit:
+            self.flush()
+
+    def flush(self) -> None:
+        if self._buffer:
+            self._raw.write(bytes(self._buffer))
+            self._buffer.clear()
+
+    def finish(self, durable: bool = True) -> None:
+        try:
+            self.flush()
+        except BaseException:
+            self._raw.abort()
+            raise
+        self._raw.finish(durable)
+
+    def abort(self) -> None:
+        self._buffer.clear()
+        self._raw.abort()
+
+
+def write_new(path: Path, data: bytes, durable: bool = True) -> None:
+    """Create ``path`` exclusively with ``data`` (fails if it exists); removed again on error."""
+    writer = _CheckedWriter(path)
+    try:
+        writer.write(data)
+        writer.finish(durable)
+    except BaseException:
+        writer.abort()
+        raise
+
+
+def atomic_write(path: Path, data: bytes, durable: bool = True) -> None:
+    """Replace ``path`` with ``data`` so readers see the old or the new bytes, never a mix.
+
+    Temp file beside the target, write, fsync, checked close, ``os.replace``,
+    fsync of the directory.  Last writer wins: use only for files one owner rewrites
+    (heartbeats, attempt.json, merge.json).
+    """
+    path = Path(path)
+    tmp = temp_path_for(path)
+    write_new(tmp, data, durable)
+    try:
+        fault_point("replace", path)
+        os.replace(tmp, path)
+    except BaseException:
+        remove(tmp)
+        raise
+    if durable:
+        fsync_dir(path.parent)
+
+
+def fsync_file(path: Path) -> None:
+    fault_point("fsync", path)
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+# -- exclusive publication ------------------------------------------------------------------
+def publish_exclusive(src: Path, dst: Path) -> bool:
+    """Make ``src`` visible at ``dst`` unless something else is already there.
+
+    Returns True when ``dst`` now holds our bytes (published by us), False when
+    another publisher got there first.  An EEXIST/EIO/ESTALE answer is checked by
+    re-reading ``dst``: a retransmitted NFS ``link`` can fail for a link that
+    succeeded, and then ``dst`` holds exactly our content (which embeds our attempt
+    id, so equal bytes mean ours).
+    """
+    src, dst = Path(src), Path(dst)
+    last: OSError | None = None
+    for _ in range(_LINK_ATTEMPTS):
+        fault_point("link", dst)
+        try:
+            os.link(src, dst)
+        except FileExistsError:
+            return same_bytes(src, dst) is True
+        except OSError as exc:
+            if exc.errno not in _AMBIGUOUS_ERRNOS:
+                raise
+            last = exc
+            same = same_bytes(src, dst)
+            if same is None:
+                continue  # nothing there: the link really failed; try again
+            if same:
+                fsync_dir(dst.parent)
+            return same
+        else:
+            fsync_dir(dst.parent)
+            return True
+    assert last is not None
+    raise last
+
+
+def publish_bytes(dst: Path, data: bytes) -> bool:
+    """Exclusively publish a small record: temp file beside ``dst``, fsync, link, unlink temp."""
+    dst = Path(dst)
+    tmp = temp_path_for(dst)
+    write_new(tmp, data)
+    try:
+        return publish_exclusive(tmp, dst)
+    finally:
+        remove(tmp)
+
+
+def replace(src: Path, dst: Path) -> None:
+    """os.replace of a private temp file onto ``dst`` (last writer wins; callers decide it may)."""
+    fault_point("replace", dst)
+    os.replace(src, dst)
+    fsync_dir(Path(dst).parent)
+
+
+def same_bytes(a: Path, b: Path) -> bool | None:
+    """True/False comparing two files' contents; None when ``b`` does not exist."""
+    try:
+        fb = open_read(b)
+    except FileNotFoundError:
+        return None
+    with fb, open_read(a) as fa:
+        while True:
+            block_a, block_b = fa.read(CHUNK), fb.read(CHUNK)
+            if block_a != block_b:
+                return False
+            if not block_a:
+                return True

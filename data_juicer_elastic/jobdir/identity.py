@@ -1,0 +1,99 @@
+"""Who a worker is: node, host, kernel boot, pid namespace and pid.
+
+Two nodes can share a hostname and two containers can share a kernel, so no
+single field identifies a process; each claim records all of them, and every
+attempt gets a fresh random id on top.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import secrets
+import socket
+import time
+from dataclasses import dataclass
+from typing import Final
+
+NODE_ID_ENV: Final = "DJ_ELASTIC_NODE_ID"
+_BOOT_ID_PATH: Final = "/proc/sys/kernel/random/boot_id"
+_PID_NS_PATH: Final = "/proc/self/ns/pid"
+_UNSAFE: Final = re.compile(r"[^A-Za-z0-9_.\-]+")
+
+
+@dataclass(frozen=True)
+class WorkerIdentity:
+    node_id: str
+    hostname: str
+    boot_id: str
+    pid: int
+    pid_namespace: str = ""
+    """``pid:[4026531836]`` where /proc exposes it; pids only compare within one namespace."""
+
+    @classmethod
+    def current(cls, node_id: str | None = None) -> WorkerIdentity:
+        hostname = socket.gethostname() or "unknown-host"
+        node = node_id or os.environ.get(NODE_ID_ENV) or hostname
+        return cls(
+            node_id=node,
+            hostname=hostname,
+            boot_id=_read_boot_id(),
+            pid=os.getpid(),
+            pid_namespace=_read_pid_namespace(),
+        )
+
+    def new_attempt_id(self) -> str:
+        """Unique, sortable by start time, filesystem-safe: ``20240101T120000123Z-node-1234-9f3a...``."""
+        now = time.time()
+        stamp = time.strftime("%Y%m%dT%H%M%S", time.gmtime(now)) + f"{int(now * 1000) % 1000:03d}Z"
+        node = _UNSAFE.sub("_", self.node_id).strip("._-")[:40] or "node"
+        return f"{stamp}-{node}-{self.pid}-{secrets.token_hex(6)}"
+
+    def same_kernel_namespace(self, hostname: str, boot_id: str, pid_namespace: str) -> bool:
+        """True when a pid recorded with these fields can be checked with ``os.kill`` from here.
+
+        Hostname alone is not enough (hosts share names), boot id alone is not enough
+        (containers share a kernel but not a pid namespace); all three must match and
+        the namespace must be known.
+        """
+        return bool(
+            self.pid_namespace
+            and pid_namespace == self.pid_namespace
+            and hostname == self.hostname
+            and boot_id == self.boot_id
+            and not boot_id.startswith("unknown-")
+        )
+
+
+def pid_alive(pid: int) -> bool:
+    """False only when the kernel says the pid does not exist (ESRCH); errs on 'alive'."""
+    if pid <= 0:
+        return True  # never signal process groups; an odd pid is not evidence of death
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True  # exists, owned by someone else
+    except OSError:
+        return True
+    return True
+
+
+def _read_boot_id() -> str:
+    try:
+        with open(_BOOT_ID_PATH, encoding="ascii") as handle:
+            value = handle.read().strip()
+        if value:
+            return value
+    except OSError:
+        pass
+    # Without a boot id the same-host liveness shortcut is disabled (see same_kernel_namespace).
+    return f"unknown-{secrets.token_hex(8)}"
+
+
+def _read_pid_namespace() -> str:
+    try:
+        return os.readlink(_PID_NS_PATH)
+    except OSError:
+        return ""

@@ -1,0 +1,297 @@
+"""Claims, heartbeats, staleness, takeover and release (design: /work/shared/design/leases.md).
+
+* A claim is an immutable record ``claims/<shard>/gen-NNNNNN.json`` published
+  with ``link()``; it is never unlinked.  Taking a shard over means publishing
+  generation N+1: exactly one taker wins.  The generation is the fencing token.
+* Generation N may be taken over when a release or a failure record for N
+  exists, or when it is stale.
+* Stale is judged only on the *observer's own monotonic clock*: the observer
+  remembers when it first saw each (generation, heartbeat seq) value, and the
+  claim is stale once that value has not changed for TTL.  File mtimes and other
+  nodes' clocks are never compared with ours.  A fresh observer therefore waits
+  a full TTL before its first takeover, which is the price of not trusting clocks.
+* One shortcut is safe: a claim made in *our* kernel and pid namespace (same
+  hostname, boot id and pid namespace) whose pid no longer exists is dead now.
+* The holder renews its heartbeat every H seconds; if it cannot renew for
+  TTL - 2H (or sees a newer generation) it considers the lease lost and must
+  abandon the attempt without publishing (self-fencing).
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Final
+
+from loguru import logger
+
+from data_juicer_elastic.errors import JobDirError
+from data_juicer_elastic.jobdir import fsio
+from data_juicer_elastic.jobdir.identity import WorkerIdentity, pid_alive
+from data_juicer_elastic.jobdir.layout import JobLayout, parse_gen_name
+from data_juicer_elastic.jobdir.records import Claim, Failure, Heartbeat, Release
+
+Clock = Callable[[], float]
+
+# Takeover reasons recorded in a claim (why generation N could be claimed over).
+FIRST: Final = "none"
+RELEASED: Final = "released"
+FAILED: Final = "failed"
+STALE: Final = "stale"
+HOLDER_DEAD: Final = "dead-pid"
+
+
+@dataclass(frozen=True)
+class LeaseView:
+    """What one read of a shard's lease files showed."""
+
+    shard_id: str
+    generation: int  # latest claim generation, 0 when never claimed
+    claim: Claim | None  # None when missing or corrupt
+    claim_error: str | None
+    release: Release | None
+    failure: Failure | None
+    heartbeat: Heartbeat | None
+    heartbeat_error: str | None
+
+    @property
+    def ended(self) -> bool:
+        """The holder of the latest generation gave it up (release or failure record)."""
+        return self.release is not None or self.failure is not None
+
+    @property
+    def heartbeat_token(self) -> tuple[object, ...]:
+        """The value an observer watches for change."""
+        if self.heartbeat is not None:
+            return ("seq", self.heartbeat.attempt_id, self.heartbeat.seq)
+        return ("none", self.heartbeat_error)
+
+
+def latest_generation(layout: JobLayout, shard_id: str) -> int:
+    """Highest claim generation of a shard.  The listing is a hint (cached on NFS); names
+    above it are probed by opening them, and a missed one only costs a failed link later."""
+    gens = [g for g in map(parse_gen_name, fsio.list_names(layout.claim_dir(shard_id))) if g is not None]
+    generation = max(gens, default=0)
+    while fsio.exists(layout.claim(shard_id, generation + 1)):
+        generation += 1
+    return generation
+
+
+def _read(cls, path):
+    """(record, error): a malformed record is an error string, never a record."""
+    data = fsio.read_record(path)
+    if data is None:
+        return None, None
+    try:
+        return cls.parse(data, path), None
+    except JobDirError as exc:
+        return None, str(exc)
+
+
+def read_lease(layout: JobLayout, shard_id: str) -> LeaseView:
+    generation = latest_generation(layout, shard_id)
+    if generation == 0:
+        return LeaseView(shard_id, 0, None, None, None, None, None, None)
+    claim, claim_error = _read(Claim, layout.claim(shard_id, generation))
+    if claim is not None and (claim.shard_id, claim.generation) != (shard_id, generation):
+        claim, claim_error = None, f"claim file names {claim.shard_id} gen {claim.generation}"
+    release, _ = _read(Release, layout.release(shard_id, generation))
+    failure, _ = _read(Failure, layout.failure(shard_id, generation))
+    heartbeat, hb_error = _read(Heartbeat, layout.heartbeat(shard_id, generation))
+    if heartbeat is not None and heartbeat.generation != generation:
+        heartbeat, hb_error = None, "heartbeat of another generation"
+    return LeaseView(shard_id, generation, claim, claim_error, release, failure, heartbeat, hb_error)
+
+
+class StalenessObserver:
+    """Judges staleness on this observer's own clock (Kubernetes leader-election rule)."""
+
+    def __init__(self, ttl_secs: float, clock: Clock = time.monotonic):
+        if ttl_secs <= 0:
+            raise ValueError("ttl_secs must be > 0")
+        self.ttl_secs = ttl_secs
+        self.clock = clock
+        self._seen: dict[str, tuple[int, tuple[object, ...], float]] = {}
+
+    def observe(self, view: LeaseView) -> float:
+        """Record the view; return for how long (our clock) its value has been unchanged."""
+        now = self.clock()
+        key = (view.generation, view.heartbeat_token)
+        previous = self._seen.get(view.shard_id)
+        if previous is None or (previous[0], previous[1]) != key:
+            self._seen[view.shard_id] = (key[0], key[1], now)
+            return 0.0
+        return max(0.0, now - previous[2])
+
+    def is_stale(self, view: LeaseView) -> bool:
+        return view.generation > 0 and self.observe(view) >= self.ttl_secs
+
+    def forget(self, shard_id: str) -> None:
+        self._seen.pop(shard_id, None)
+
+
+def holder_dead_here(view: LeaseView, identity: WorkerIdentity) -> bool:
+    """The claim was made in our kernel and pid namespace and its pid is gone: dead for sure."""
+    claim = view.claim
+    if claim is None or claim.pid == identity.pid:
+        return False
+    if not identity.same_kernel_namespace(claim.hostname, claim.boot_id, claim.pid_namespace):
+        return False
+    return not pid_alive(claim.pid)
+
+
+def takeover_reason(view: LeaseView, identity: WorkerIdentity, observer: StalenessObserver) -> str | None:
+    """Why the latest generation may be claimed over, or None while it is held.
+
+    Always feeds the observer (even when another reason applies) so its memory of
+    each value is as old as possible.
+    """
+    if view.generation == 0:
+        return FIRST
+    stale = observer.is_stale(view)
+    if view.release is not None:
+        return RELEASED
+    if view.failure is not None:
+        return FAILED
+    if holder_dead_here(view, identity):
+        return HOLDER_DEAD
+    return STALE if stale else None
+
+
+def publish_claim(
+    layout: JobLayout,
+    view: LeaseView,
+    identity: WorkerIdentity,
+    attempt_id: str,
+    reason: str,
+) -> Claim | None:
+    """Try to publish generation ``view.generation + 1``; the Claim if we won, None if not."""
+    claim = Claim(
+        shard_id=view.shard_id,
+        generation=view.generation + 1,
+        attempt_id=attempt_id,
+        node_id=identity.node_id,
+        hostname=identity.hostname,
+        boot_id=identity.boot_id,
+        pid=identity.pid,
+        pid_namespace=identity.pid_namespace,
+        claimed_at=time.time(),
+        takeover_of=view.generation,
+        takeover_reason=reason,
+    )
+    path = layout.claim(view.shard_id, claim.generation)
+    fsio.makedirs(path.parent)
+    if not fsio.publish_bytes(path, claim.encode()):
+        return None  # another taker won this generation
+    return claim
+
+
+def release_claim(layout: JobLayout, claim: Claim, reason: str) -> bool:
+    """Give up our generation so others may take over at once.  Idempotent: True when a
+    release of our attempt is (now) recorded."""
+    record = Release(claim.shard_id, claim.generation, claim.attempt_id, reason, time.time())
+    path = layout.release(claim.shard_id, claim.generation)
+    fsio.makedirs(path.parent)
+    if fsio.publish_bytes(path, record.encode()):
+        return True
+    existing, _ = _read(Release, path)  # released before (e.g. by the signal path): still ours
+    return existing is not None and existing.attempt_id == claim.attempt_id
+
+
+def newer_generation_exists(layout: JobLayout, claim: Claim) -> bool:
+    """Advisory fencing check: someone took over after us."""
+    return fsio.exists(layout.claim(claim.shard_id, claim.generation + 1))
+
+
+def write_heartbeat(layout: JobLayout, claim: Claim, seq: int) -> None:
+    path = layout.heartbeat(claim.shard_id, claim.generation)
+    fsio.makedirs(path.parent)
+    # Durable=False: a heartbeat lost in a crash only makes the claim look older, which is safe.
+    fsio.atomic_write(
+        path, Heartbeat(claim.shard_id, claim.generation, claim.attempt_id, seq, time.time()).encode(), durable=False
+    )
+
+
+class Heartbeater:
+    """Renews one claim's heartbeat from a daemon thread; sets ``lost`` when fenced.
+
+    ``lost`` is set when renewal has failed for ``ttl - 2*heartbeat`` seconds (by
+    then observers may be about to take over) or when a newer generation exists.
+    :meth:`check` recomputes the deadline from the clock too, so a thread stuck
+    in a hung NFS call cannot hide an expired lease.
+    """
+
+    def __init__(
+        self,
+        layout: JobLayout,
+        claim: Claim,
+        *,
+        heartbeat_secs: float,
+        ttl_secs: float,
+        clock: Clock = time.monotonic,
+    ):
+        if not (0 < heartbeat_secs and 2 * heartbeat_secs < ttl_secs):
+            raise ValueError("need 0 < heartbeat_secs < ttl_secs / 2")
+        self.layout, self.claim = layout, claim
+        self.heartbeat_secs, self.ttl_secs, self.clock = heartbeat_secs, ttl_secs, clock
+        self.grace_secs = ttl_secs - 2 * heartbeat_secs
+        self.lost = threading.Event()
+        self.lost_reason: str | None = None
+        self.seq = 0
+        self.last_renewal = clock()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def _lose(self, reason: str) -> None:
+        if not self.lost.is_set():
+            self.lost_reason = reason
+            logger.warning(f"{self.claim.shard_id} gen {self.claim.generation}: lease lost ({reason})")
+            self.lost.set()
+
+    def beat(self) -> bool:
+        """One renewal; True when it was written and the claim is still ours."""
+        if self.lost.is_set():
+            return False
+        try:
+            if newer_generation_exists(self.layout, self.claim):
+                self._lose("a newer generation was claimed")
+                return False
+            self.seq += 1
+            write_heartbeat(self.layout, self.claim, self.seq)
+        except OSError as exc:
+            logger.warning(f"{self.claim.shard_id}: heartbeat failed: {exc}")
+            self.check()
+            return False
+        self.last_renewal = self.clock()
+        return True
+
+    def check(self) -> bool:
+        """True while the lease is held; sets ``lost`` once renewal is overdue."""
+        if not self.lost.is_set() and self.clock() - self.last_renewal > self.grace_secs:
+            self._lose(f"no renewal for more than {self.grace_secs:g}s")
+        return not self.lost.is_set()
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.heartbeat_secs):
+            self.beat()
+            if not self.check():
+                return
+
+    def start(self) -> Heartbeater:
+        self.beat()
+        self._thread = threading.Thread(target=self._run, name=f"heartbeat-{self.claim.shard_id}", daemon=True)
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread is not None and self._thread is not threading.current_thread():
+            self._thread.join(timeout=max(1.0, self.heartbeat_secs))
+
+    def __enter__(self) -> Heartbeater:
+        return self.start()
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.stop()

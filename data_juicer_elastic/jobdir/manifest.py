@@ -1,0 +1,86 @@
+"""Loading and validating a job's manifest (the one record that says "this job is prepared")."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+from typing import Any, Final
+
+from data_juicer_elastic.errors import JobDirError
+from data_juicer_elastic.jobdir import fsio
+from data_juicer_elastic.jobdir.layout import JobLayout, shard_id
+from data_juicer_elastic.jobdir.records import Manifest, recipe_hash
+
+MAX_MANIFEST_BYTES: Final = 256 * 1024 * 1024  # 100k shards + a large recipe stay far below
+_SHA256: Final = re.compile(r"^[0-9a-f]{64}$")
+
+
+def load_manifest(job_dir: str | Path) -> Manifest:
+    """The validated manifest of ``job_dir``; JobDirError when missing, corrupt or inconsistent."""
+    layout = JobLayout(job_dir)
+    data = fsio.read_record(layout.manifest, MAX_MANIFEST_BYTES)
+    if data is None:
+        raise JobDirError(
+            "job directory is not prepared (no manifest.json)",
+            where=str(layout.root),
+            hint="run dj-elastic prepare (or dj-process with executor_type: elastic_sharded) first",
+        )
+    manifest = Manifest.parse(data, layout.manifest)
+    validate_manifest(manifest, str(layout.manifest))
+    return manifest
+
+
+def validate_manifest(manifest: Manifest, where: str) -> None:
+    """Cross-field checks a type check cannot do; every worker runs them before claiming."""
+
+    def bad(message: str) -> JobDirError:
+        return JobDirError(
+            f"inconsistent manifest: {message}",
+            where=where,
+            hint="the job directory is corrupt; prepare a new job_dir",
+        )
+
+    if manifest.num_shards < 1 or len(manifest.shards) != manifest.num_shards:
+        raise bad(f"num_shards is {manifest.num_shards} but {len(manifest.shards)} shards are listed")
+    next_row = 0
+    for i, entry in enumerate(manifest.shards):
+        if entry.shard_id != shard_id(i, manifest.num_shards) or entry.index != i:
+            raise bad(f"shard {i} is {entry.shard_id!r} (index {entry.index})")
+        if entry.rows < 1 or entry.bytes < 1:
+            raise bad(f"shard {entry.shard_id} is empty")
+        if entry.first_row != next_row:
+            raise bad(f"shard {entry.shard_id} starts at row {entry.first_row}, expected {next_row}")
+        if not _SHA256.match(entry.sha256):
+            raise bad(f"shard {entry.shard_id} has a malformed sha256")
+        next_row += entry.rows
+    if next_row != manifest.total_rows:
+        raise bad(f"shards hold {next_row} rows but total_rows is {manifest.total_rows}")
+    if sum(e.bytes for e in manifest.shards) != manifest.total_bytes:
+        raise bad("shard sizes do not add up to total_bytes")
+    if sum(f.rows for f in manifest.inputs) != manifest.total_rows:
+        raise bad("input rows do not add up to total_rows")
+    if recipe_hash(manifest.recipe) != manifest.recipe_hash:
+        raise bad("recipe_hash does not match the recorded recipe")
+    if manifest.dataset_kind not in ("file", "directory"):
+        raise bad(f"unknown dataset_kind {manifest.dataset_kind!r}")
+
+
+def load_recipe(job_dir: str | Path) -> dict[str, Any]:
+    """The shard recipe of a prepared job, checked against the manifest's recipe hash."""
+    layout = JobLayout(job_dir)
+    manifest = load_manifest(job_dir)
+    data = fsio.read_record(layout.recipe, MAX_MANIFEST_BYTES)
+    if data is None:
+        raise JobDirError("recipe.json is missing", where=str(layout.recipe), hint="prepare a new job_dir")
+    try:
+        recipe = json.loads(data)
+    except ValueError as exc:
+        raise JobDirError(f"corrupt recipe.json: {exc}", where=str(layout.recipe)) from None
+    if not isinstance(recipe, dict) or recipe_hash(recipe) != manifest.recipe_hash:
+        raise JobDirError(
+            "recipe.json does not match the manifest's recipe hash",
+            where=str(layout.recipe),
+            hint="the job directory was modified; prepare a new job_dir",
+        )
+    return recipe

@@ -1,0 +1,140 @@
+"""Validated, ordered, idempotent merge of all accepted shard outputs.
+
+The merged bytes depend only on the accepted outputs in manifest order, so any
+node may merge, and merging twice gives the same file: an existing identical
+output is success, a different one is refused unless ``overwrite``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from loguru import logger
+
+from data_juicer_elastic.errors import IntegrityError, JobDirError, OutputExistsError
+from data_juicer_elastic.jobdir import attempts, fsio
+from data_juicer_elastic.jobdir.layout import JobLayout
+from data_juicer_elastic.jobdir.manifest import load_manifest
+from data_juicer_elastic.jobdir.records import Manifest, MergedShard, MergeRecord, ShardEntry, ShardResult
+
+
+@dataclass(frozen=True)
+class MergeResult:
+    output_path: Path
+    rows: int
+    bytes: int
+    sha256: str
+    shards: int
+    written: bool  # False when an identical output was already there
+
+
+def accepted_results(layout: JobLayout, manifest: Manifest) -> list[tuple[ShardEntry, ShardResult]]:
+    """Every shard's accepted result in manifest order; JobDirError listing what is missing.
+
+    Markers are opened by name, never found through a (cached) directory listing.
+    """
+    results, missing, failed = [], [], []
+    for entry in manifest.shards:
+        result, error = attempts.read_done(layout, entry.shard_id)
+        if error is not None:
+            raise IntegrityError(f"corrupt done marker: {error}", where=f"shard {entry.shard_id}")
+        if result is None:
+            terminal, _ = attempts.read_terminal(layout, entry.shard_id)
+            (failed if terminal is not None else missing).append(entry.shard_id)
+            continue
+        results.append((entry, result))
+    if missing or failed:
+        parts = []
+        if failed:
+            parts.append(f"{len(failed)} failed ({_preview(failed)})")
+        if missing:
+            parts.append(f"{len(missing)} not done ({_preview(missing)})")
+        raise JobDirError(
+            f"job is not complete: {'; '.join(parts)} of {manifest.num_shards} shards",
+            where=str(layout.root),
+            hint="run workers until every shard is done; `dj-elastic retry` requeues failed shards",
+        )
+    return results
+
+
+def _preview(ids: list[str], limit: int = 8) -> str:
+    return ", ".join(ids[:limit]) + (f", ... ({len(ids) - limit} more)" if len(ids) > limit else "")
+
+
+def merge_job(job_dir: str | Path, output_path: str | Path, overwrite: bool = False) -> MergeResult:
+    layout = JobLayout(Path(os.path.abspath(job_dir)))
+    manifest = load_manifest(layout.root)
+    results = accepted_results(layout, manifest)
+    output = Path(os.path.abspath(output_path))
+    fsio.makedirs(output.parent)
+    tmp = fsio.temp_path_for(output)
+    writer = fsio.BufferedCheckedWriter(tmp)
+    merged = []
+    try:
+        digest_rows = digest_bytes = 0
+        digest = hashlib.sha256()
+
+        def sink(line: bytes) -> None:
+            writer.write(line)
+            digest.update(line)
+
+        for entry, result in results:
+            merged.append(_copy_shard(layout, entry, result, sink))
+            digest_rows += result.rows
+            digest_bytes += result.bytes
+        writer.finish()  # fsync + checked close before anything is published
+    except BaseException:
+        writer.abort()
+        raise
+    sha = digest.hexdigest()
+    try:
+        written = _publish_output(tmp, output, overwrite)
+    finally:
+        fsio.remove(tmp)
+    record = MergeRecord(
+        output_path=str(output),
+        rows=digest_rows,
+        bytes=digest_bytes,
+        sha256=sha,
+        job_id=manifest.job_id,
+        content_sha256=manifest.content_sha256,
+        shards=merged,
+        merged_at=time.time(),
+    )
+    fsio.atomic_write(layout.merge_record, record.encode())
+    logger.info(f"merged {len(results)} shards, {digest_rows} rows into {output}" + ("" if written else " (unchanged)"))
+    return MergeResult(output, digest_rows, digest_bytes, sha, len(results), written)
+
+
+def _copy_shard(layout: JobLayout, entry: ShardEntry, result: ShardResult, sink) -> MergedShard:
+    """Copy one accepted output while re-validating it against its record (one read)."""
+    attempts.validate_result(layout, entry, result, sink)
+    return MergedShard(entry.shard_id, result.attempt_id, result.rows, result.bytes, result.sha256)
+
+
+def _publish_output(tmp: Path, output: Path, overwrite: bool) -> bool:
+    """True when we wrote ``output``; False when an identical file was already there."""
+    if fsio.exists(output):
+        if fsio.same_bytes(tmp, output):
+            return False
+        if not overwrite:
+            raise OutputExistsError(
+                "a different file already exists at the export path",
+                where=str(output),
+                hint="set overwrite (elastic.overwrite_output / --overwrite) or choose another path",
+            )
+        fsio.replace(tmp, output)
+        return True
+    # link(): two concurrent mergers cannot both think they created the file.
+    if fsio.publish_exclusive(tmp, output):
+        return True
+    if overwrite:
+        fsio.replace(tmp, output)
+        return True
+    raise OutputExistsError(
+        "a different file appeared at the export path while merging", where=str(output), hint="choose another path"
+    )

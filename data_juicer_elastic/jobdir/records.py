@@ -1,0 +1,367 @@
+"""Versioned on-disk records: one encode/parse pair for every kind, and the shard state enum.
+
+Every record is a JSON object ``{"format": "dj-elastic/<kind>", "version": 1, ...}``.
+Parsing checks the tag, the version and the type of every field; anything
+malformed raises :class:`JobDirError` naming the file, so a torn or foreign
+file can never be mistaken for a valid claim, result or manifest.  Unknown
+extra fields are ignored (a newer writer of the same version may add some);
+a newer *version* is refused, because its meaning may have changed.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+import hashlib
+import json
+import types
+import typing
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, ClassVar, Final, NamedTuple, TypeVar, Union
+
+from data_juicer_elastic.errors import ConfigError, JobDirError
+
+FORMAT_PREFIX: Final = "dj-elastic/"
+VERSION: Final = 1
+
+
+class ShardState(enum.StrEnum):
+    """Where a shard stands.  The only place state names are spelled."""
+
+    PENDING = "pending"  # no live claim: claimable
+    RUNNING = "running"  # a claim whose holder is (as far as we can tell) alive
+    STALE = "stale"  # a claim whose holder stopped heartbeating: claimable by takeover
+    DONE = "done"  # a valid result is published: terminal
+    FAILED = "failed"  # retry budget spent: terminal until `retry`
+
+
+def canonical_json(value: Any) -> bytes:
+    """Sorted keys, compact, UTF-8: the same value always gives the same bytes (hashes)."""
+    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False).encode("utf-8")
+
+
+def recipe_hash(recipe: dict[str, Any]) -> str:
+    """sha256 of the canonical JSON of a recipe dict (the job's recipe identity)."""
+    try:
+        return hashlib.sha256(canonical_json(recipe)).hexdigest()
+    except (TypeError, ValueError) as exc:
+        raise ConfigError(
+            f"the recipe is not plain JSON data: {exc}",
+            where="recipe",
+            hint="recipe values must be str, int, float, bool, None, lists and dicts",
+        ) from exc
+
+
+class TerminalInfo(NamedTuple):
+    """A terminally failed shard and its last error (a tuple, and attributes for readability)."""
+
+    shard_id: str
+    last_error: str
+
+
+R = TypeVar("R", bound="Record")
+
+
+class Record:
+    """Base of every top-level record: ``encode()`` and ``Cls.parse(data, where)``."""
+
+    KIND: ClassVar[str]
+
+    def to_dict(self) -> dict[str, Any]:
+        body = dataclasses.asdict(self)  # type: ignore[call-overload]
+        return {"format": FORMAT_PREFIX + self.KIND, "version": VERSION, **body}
+
+    def encode(self) -> bytes:
+        try:
+            return json.dumps(self.to_dict(), indent=1, ensure_ascii=False, allow_nan=False).encode("utf-8") + b"\n"
+        except (TypeError, ValueError) as exc:  # a programming error, but name the record
+            raise JobDirError(f"cannot encode {self.KIND} record: {exc}") from exc
+
+    @classmethod
+    def parse(cls: type[R], data: bytes, where: str | Path) -> R:
+        where = str(where)
+        try:
+            obj = json.loads(data, parse_constant=_reject_constant)
+        except (ValueError, RecursionError) as exc:
+            raise JobDirError(f"corrupt {cls.KIND} record: {exc}", where=where) from None
+        if not isinstance(obj, dict):
+            raise JobDirError(f"corrupt {cls.KIND} record: not a JSON object", where=where)
+        tag = obj.get("format")
+        if tag != FORMAT_PREFIX + cls.KIND:
+            raise JobDirError(
+                f"not a dj-elastic {cls.KIND} record (format {tag!r})",
+                where=where,
+                hint="the job directory holds foreign or misplaced files; use a new job_dir",
+            )
+        version = obj.get("version")
+        if isinstance(version, bool) or not isinstance(version, int):
+            raise JobDirError(f"corrupt {cls.KIND} record: bad version {version!r}", where=where)
+        if version > VERSION:
+            raise JobDirError(
+                f"{cls.KIND} record has version {version}; this dj-elastic reads version {VERSION}",
+                where=where,
+                hint="upgrade data-juicer-elastic on this node to the version that wrote the job",
+            )
+        if version < 1:
+            raise JobDirError(f"corrupt {cls.KIND} record: bad version {version!r}", where=where)
+        return _build(cls, obj, where, cls.KIND)
+
+
+def _reject_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not valid JSON")
+
+
+def _build(cls: type, obj: dict[str, Any], where: str, kind: str) -> Any:
+    hints = typing.get_type_hints(cls)
+    values: dict[str, Any] = {}
+    for f in dataclasses.fields(cls):
+        if f.name not in obj:
+            if f.default is not dataclasses.MISSING or f.default_factory is not dataclasses.MISSING:
+                continue
+            raise JobDirError(f"corrupt {kind} record: missing field {f.name!r}", where=where)
+        values[f.name] = _check(hints[f.name], obj[f.name], where, kind, f.name)
+    return cls(**values)
+
+
+def _check(hint: Any, value: Any, where: str, kind: str, name: str) -> Any:
+    def bad() -> JobDirError:
+        return JobDirError(
+            f"corrupt {kind} record: field {name!r} has unexpected value {_short(value)}",
+            where=where,
+        )
+
+    origin = typing.get_origin(hint)
+    if hint is Any:
+        return value
+    if origin in (Union, types.UnionType):
+        for option in typing.get_args(hint):
+            try:
+                return _check(option, value, where, kind, name)
+            except JobDirError:
+                continue
+        raise bad()
+    if hint is type(None):
+        if value is None:
+            return None
+        raise bad()
+    if hint is bool:
+        if isinstance(value, bool):
+            return value
+        raise bad()
+    if hint is int:
+        if isinstance(value, int) and not isinstance(value, bool):
+            return value
+        raise bad()
+    if hint is float:
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            return float(value)
+        raise bad()
+    if hint is str:
+        if isinstance(value, str):
+            return value
+        raise bad()
+    if origin is list:
+        if not isinstance(value, list):
+            raise bad()
+        (item,) = typing.get_args(hint)
+        return [_check(item, v, where, kind, f"{name}[{i}]") for i, v in enumerate(value)]
+    if origin is dict or hint is dict:
+        if not isinstance(value, dict):
+            raise bad()
+        args = typing.get_args(hint)
+        if args:
+            return {k: _check(args[1], v, where, kind, f"{name}.{k}") for k, v in value.items()}
+        return value
+    if dataclasses.is_dataclass(hint):
+        if not isinstance(value, dict):
+            raise bad()
+        return _build(hint, value, where, kind)
+    raise TypeError(f"unsupported record field type {hint!r}")  # pragma: no cover - programming error
+
+
+def _short(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 80 else text[:77] + "..."
+
+
+# ---------------------------------------------------------------------------------------------
+# manifest
+@dataclass(frozen=True)
+class InputFile:
+    path: str  # absolute path as given at prepare time
+    relpath: str  # POSIX path relative to the dataset root (file name for single-file input)
+    sha256: str
+    size: int
+    mtime_ns: int
+    rows: int
+
+
+@dataclass(frozen=True)
+class ShardEntry:
+    shard_id: str
+    index: int
+    first_row: int  # global 0-based index of the shard's first row
+    rows: int
+    bytes: int
+    sha256: str
+
+
+@dataclass(frozen=True)
+class Manifest(Record):
+    KIND: ClassVar[str] = "manifest"
+    job_id: str
+    created_at: float
+    dataset_path: str
+    dataset_kind: str  # "file" | "directory"
+    inputs: list[InputFile]
+    num_shards: int
+    total_rows: int
+    total_bytes: int
+    content_sha256: str  # sha256 of all normalised rows, in order (== the shards concatenated)
+    recipe_hash: str
+    recipe: dict[str, Any]
+    stage_identities: list[str]
+    media_keys: dict[str, str]
+    index_key: str | None
+    versions: dict[str, str]
+    ray: dict[str, Any]
+    settings: dict[str, Any]
+    shards: list[ShardEntry]
+    request_fingerprint: str
+
+    @property
+    def shard_ids(self) -> list[str]:
+        return [entry.shard_id for entry in self.shards]
+
+    def shard(self, shard_id: str) -> ShardEntry:
+        for entry in self.shards:
+            if entry.shard_id == shard_id:
+                return entry
+        raise JobDirError(
+            f"unknown shard {shard_id!r}: this job has {self.num_shards} shards",
+            where="shard id",
+            hint=f"valid ids run from {self.shards[0].shard_id} to {self.shards[-1].shard_id}",
+        )
+
+
+# ---------------------------------------------------------------------------------------------
+# leases
+@dataclass(frozen=True)
+class Claim(Record):
+    KIND: ClassVar[str] = "claim"
+    shard_id: str
+    generation: int
+    attempt_id: str
+    node_id: str
+    hostname: str
+    boot_id: str
+    pid: int
+    pid_namespace: str
+    claimed_at: float  # wall clock, informational only (never compared across nodes)
+    takeover_of: int  # generation taken over (0 for the first claim)
+    takeover_reason: str  # "none" | "released" | "failed" | "stale" | "dead-pid"
+
+
+@dataclass(frozen=True)
+class Heartbeat(Record):
+    KIND: ClassVar[str] = "heartbeat"
+    shard_id: str
+    generation: int
+    attempt_id: str
+    seq: int  # strictly increasing; observers watch it change, not the clock
+    written_at: float  # wall clock, informational only
+
+
+@dataclass(frozen=True)
+class Release(Record):
+    KIND: ClassVar[str] = "release"
+    shard_id: str
+    generation: int
+    attempt_id: str
+    reason: str  # "finished" | "failed" | "signal" | "abandoned" | "retry"
+    released_at: float
+
+
+# ---------------------------------------------------------------------------------------------
+# attempts and results
+@dataclass(frozen=True)
+class AttemptRecord(Record):
+    KIND: ClassVar[str] = "attempt"
+    shard_id: str
+    attempt_id: str
+    generation: int
+    node_id: str
+    hostname: str
+    boot_id: str
+    pid: int
+    started_at: float
+    ended_at: float | None = None
+    rows: int | None = None
+    exit_reason: str | None = None  # "done" | "discarded" | "failed" | "lost" | "signal"
+    error: str | None = None
+
+
+@dataclass(frozen=True)
+class ShardResult(Record):
+    KIND: ClassVar[str] = "result"
+    shard_id: str
+    attempt_id: str
+    generation: int
+    node_id: str
+    rows: int
+    bytes: int
+    sha256: str
+    output: str  # path of the output file relative to the job directory
+    input_rows: int
+    input_sha256: str
+    published_at: float
+
+
+@dataclass(frozen=True)
+class Failure(Record):
+    KIND: ClassVar[str] = "failure"
+    shard_id: str
+    generation: int
+    attempt_id: str
+    node_id: str
+    hostname: str
+    pid: int
+    error: str
+    error_type: str
+    exit_reason: str  # "error" | "lease-expired" | "holder-dead" | "input-corrupt"
+    failed_at: float
+
+
+@dataclass(frozen=True)
+class TerminalFailure(Record):
+    KIND: ClassVar[str] = "terminal-failure"
+    shard_id: str
+    failures: int
+    max_retries: int
+    last_error: str
+    last_attempt_id: str
+    generations: list[int]
+    failed_at: float
+
+
+@dataclass(frozen=True)
+class MergedShard:
+    shard_id: str
+    attempt_id: str
+    rows: int
+    bytes: int
+    sha256: str
+
+
+@dataclass(frozen=True)
+class MergeRecord(Record):
+    KIND: ClassVar[str] = "merge"
+    output_path: str
+    rows: int
+    bytes: int
+    sha256: str
+    job_id: str
+    content_sha256: str  # of the manifest's input, to tie the output to the job
+    shards: list[MergedShard] = field(default_factory=list)
+    merged_at: float = 0.0

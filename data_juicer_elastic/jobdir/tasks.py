@@ -1,0 +1,34 @@
+"""What the worker loop hands to a shard runner, and what it expects back.
+
+Plain frozen dataclasses of paths and numbers, so a runner (``execution.ShardRunner``)
+depends on nothing else in ``jobdir`` and a task pickles anywhere.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+
+@dataclass(frozen=True)
+class ShardTask:
+    shard_id: str
+    shard_path: Path  # the normalised input shard (read-only)
+    attempt_dir: Path  # private to this attempt: write logs, work files and the output here
+    generation: int  # the claim generation (fencing token)
+    attempt_id: str
+    input_rows: int  # rows in shard_path, from the manifest
+    input_sha256: str  # sha256 of shard_path, from the manifest (already verified)
+
+    @property
+    def output_path(self) -> Path:
+        """The conventional place for the canonical output (``attempt_dir/output.jsonl``)."""
+        return self.attempt_dir / "output.jsonl"
+
+
+@dataclass(frozen=True)
+class ShardOutput:
+    output_path: Path  # must be inside the task's attempt_dir
+    rows: int
+    bytes: int | None = None  # optional: checked against the file when given
+    sha256: str | None = None  # optional: checked against the file when given

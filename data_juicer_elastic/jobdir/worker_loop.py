@@ -1,0 +1,377 @@
+"""The worker loop: claim shards in manifest order, run them, publish, release, repeat.
+
+Every decision that matters for correctness is made by ``leases`` (who may
+claim) and ``attempts`` (what is accepted); this module sequences them and makes
+sure every way out of an attempt leaves a record: a result + release, a failure
++ release, or (on SIGTERM/SIGINT) a release, so no shard waits a TTL for nothing.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from loguru import logger
+
+from data_juicer_elastic.errors import ConfigError, IntegrityError, LeaseLostError, is_worker_fault
+from data_juicer_elastic.jobdir import attempts, fsio, leases
+from data_juicer_elastic.jobdir.identity import WorkerIdentity
+from data_juicer_elastic.jobdir.layout import JobLayout
+from data_juicer_elastic.jobdir.manifest import load_manifest
+from data_juicer_elastic.jobdir.records import Claim, Manifest, ShardEntry, TerminalInfo
+from data_juicer_elastic.jobdir.tasks import ShardOutput, ShardTask
+
+RunShard = Callable[[ShardTask], ShardOutput]
+
+
+class WorkerInterrupted(BaseException):
+    """Raised in the main thread by our SIGTERM/SIGINT handler (BaseException, so that a
+    runner's ``except Exception`` does not swallow it)."""
+
+    def __init__(self, signum: int):
+        super().__init__(f"interrupted by signal {signum}")
+        self.signum = signum
+
+
+@dataclass
+class WorkerSummary:
+    claimed: int = 0  # claims this worker won (failed ones count)
+    done: int = 0  # results of this worker that were accepted
+    discarded: int = 0  # finished, but another attempt had published first
+    failed: int = 0  # attempts of this worker that failed
+    lost: int = 0  # attempts abandoned because the lease was lost
+    terminal_failures: list[TerminalInfo] = field(default_factory=list)  # (shard_id, last_error), whole job
+    complete: bool = False  # every shard of the job is done
+    stop_reason: str = ""  # finished | max_shards | no_work | stopped | interrupted
+
+
+def run_worker(
+    job_dir: str | Path,
+    identity: WorkerIdentity,
+    run_shard: RunShard,
+    *,
+    ttl_secs: float,
+    heartbeat_secs: float,
+    max_retries: int,
+    poll_interval_secs: float,
+    max_shards: int | None = None,
+    wait_for_completion: bool = True,
+    stop_event: threading.Event | None = None,
+    clock: Callable[[], float] = time.monotonic,
+    sleep: Callable[[float], None] | None = None,
+) -> WorkerSummary:
+    """Process shards of ``job_dir`` until the job is finished (or a limit is reached)."""
+    _check_settings(ttl_secs, heartbeat_secs, max_retries, poll_interval_secs, max_shards)
+    layout = JobLayout(Path(os.path.abspath(job_dir)))
+    manifest = load_manifest(layout.root)  # refuse a corrupt job before claiming anything
+    observer = leases.StalenessObserver(ttl_secs, clock)
+    summary = WorkerSummary()
+    if sleep is None:
+        sleep = stop_event.wait if stop_event is not None else time.sleep
+    worker = _Worker(
+        layout, manifest, identity, run_shard, observer, summary, ttl_secs, heartbeat_secs, max_retries, clock
+    )
+
+    with _SignalGuard() as guard:
+        try:
+            while True:
+                if stop_event is not None and stop_event.is_set():
+                    summary.stop_reason = "stopped"
+                    break
+                if max_shards is not None and summary.claimed >= max_shards:
+                    summary.stop_reason = "max_shards"
+                    break
+                claimed, finished = worker.claim_next()
+                if claimed is not None:
+                    worker.run(*claimed)
+                    worker.pending = None
+                    continue
+                if finished:
+                    summary.stop_reason = "finished"
+                    break
+                if not wait_for_completion:
+                    summary.stop_reason = "no_work"
+                    break
+                sleep(poll_interval_secs)
+        except WorkerInterrupted as interrupt:
+            guard.restore()
+            if worker.pending is not None:  # signalled between claiming and running: give it back
+                worker._release(worker.pending, "signal")
+            logger.warning(f"worker stopping on signal {interrupt.signum}")
+            _honour(interrupt.signum, guard.previous.get(interrupt.signum))
+            summary.stop_reason = "interrupted"  # the previous handler chose not to exit
+    summary.complete, summary.terminal_failures = job_outcome(layout, manifest)
+    return summary
+
+
+def _check_settings(ttl: float, heartbeat: float, max_retries: int, poll: float, max_shards: int | None) -> None:
+    def bad(name: str, value: object, rule: str) -> ConfigError:
+        return ConfigError(f"invalid value {value!r}: {rule}", where=f"elastic.{name}")
+
+    if not ttl > 0:
+        raise bad("lease_ttl_secs", ttl, "must be > 0")
+    if not (heartbeat > 0 and 2 * heartbeat < ttl):
+        raise bad("heartbeat_interval_secs", heartbeat, f"must be > 0 and < lease_ttl_secs / 2 ({ttl / 2:g})")
+    if isinstance(max_retries, bool) or not isinstance(max_retries, int) or max_retries < 0:
+        raise bad("max_retries", max_retries, "must be an integer >= 0")
+    if not poll > 0:
+        raise bad("poll_interval_secs", poll, "must be > 0")
+    if max_shards is not None and max_shards < 1:
+        raise bad("max_shards", max_shards, "must be >= 1 or null")
+
+
+def job_outcome(layout: JobLayout, manifest: Manifest) -> tuple[bool, list[TerminalInfo]]:
+    """(every shard done, [(shard id, last error) for terminal failures]) from the job dir."""
+    complete = True
+    terminal: list[TerminalInfo] = []
+    for entry in manifest.shards:
+        result, done_error = attempts.read_done(layout, entry.shard_id)
+        if result is not None:
+            continue
+        complete = False
+        if done_error is not None:
+            terminal.append(TerminalInfo(entry.shard_id, f"corrupt done marker: {done_error}"))
+            continue
+        failed, failed_error = attempts.read_terminal(layout, entry.shard_id)
+        if failed is not None:
+            terminal.append(TerminalInfo(entry.shard_id, failed.last_error))
+        elif failed_error is not None:
+            terminal.append(TerminalInfo(entry.shard_id, f"corrupt failed marker: {failed_error}"))
+    return complete, terminal
+
+
+class _Worker:
+    def __init__(self, layout, manifest, identity, run_shard, observer, summary, ttl, heartbeat, max_retries, clock):
+        self.layout: JobLayout = layout
+        self.manifest: Manifest = manifest
+        self.identity: WorkerIdentity = identity
+        self.run_shard: RunShard = run_shard
+        self.observer: leases.StalenessObserver = observer
+        self.summary: WorkerSummary = summary
+        self.ttl, self.heartbeat, self.max_retries, self.clock = ttl, heartbeat, max_retries, clock
+        self.pending: Claim | None = None  # claimed and not yet handed back
+
+    # -- claiming --------------------------------------------------------------------------------
+    def claim_next(self) -> tuple[tuple[ShardEntry, Claim] | None, bool]:
+        """(entry, claim) for the first claimable shard we won, else (None, all shards finished)."""
+        finished = True
+        for entry in self.manifest.shards:
+            shard = entry.shard_id
+            result, done_error = attempts.read_done(self.layout, shard)
+            if result is not None or done_error is not None:
+                continue  # done (a corrupt marker cannot be replaced either: reported by job_outcome)
+            if attempts.publish_terminal_if_exhausted(self.layout, shard, self.max_retries) is not None:
+                continue
+            finished = False
+            view = leases.read_lease(self.layout, shard)
+            reason = leases.takeover_reason(view, self.identity, self.observer)
+            if reason is None:
+                continue
+            if reason in (leases.STALE, leases.HOLDER_DEAD):
+                # A holder that vanished without a record counts against the budget: a shard
+                # that kills its worker every time (OOM) must not loop forever.
+                holder = view.claim
+                what = f"{holder.node_id} ({holder.hostname} pid {holder.pid})" if holder else "unknown holder"
+                outcome = attempts.record_failure(
+                    self.layout,
+                    holder,
+                    shard_id=shard,
+                    generation=view.generation,
+                    error=f"lease expired: {what} stopped renewing its claim (killed, lost or hung)"
+                    if reason == leases.STALE
+                    else f"holder {what} died on this host without releasing its claim",
+                    error_type="LeaseExpired",
+                    exit_reason="lease-expired" if reason == leases.STALE else "holder-dead",
+                    max_retries=self.max_retries,
+                    reporter=self.identity,
+                )
+                if outcome.terminal is not None:
+                    continue
+            claim = leases.publish_claim(self.layout, view, self.identity, self.identity.new_attempt_id(), reason)
+            if claim is None:
+                continue  # another worker took this generation first
+            self.pending = claim  # a signal from here on must release it
+            if fsio.exists(self.layout.done(shard)):
+                # Published between our check and our claim (a slow or zombie attempt): nothing to do.
+                leases.release_claim(self.layout, claim, "finished")
+                self.pending = None
+                continue
+            logger.info(f"claimed {shard} gen {claim.generation} ({reason}) as {claim.attempt_id}")
+            self.pending = claim
+            return (entry, claim), False
+        return None, finished
+
+    # -- running -------------------------------------------------------------------------------------
+    def run(self, entry: ShardEntry, claim: Claim) -> None:
+        """Run one claimed shard; every way out leaves a result, a failure or a release."""
+        self.summary.claimed += 1
+        heartbeater = leases.Heartbeater(
+            self.layout, claim, heartbeat_secs=self.heartbeat, ttl_secs=self.ttl, clock=self.clock
+        )
+        heartbeater.start()
+        attempt: attempts.Attempt | None = None
+        try:
+            attempt = attempts.open_attempt(self.layout, claim, self.identity)
+            task = ShardTask(
+                shard_id=entry.shard_id,
+                shard_path=self.layout.shard(entry.shard_id),
+                attempt_dir=attempt.dir,
+                generation=claim.generation,
+                attempt_id=claim.attempt_id,
+                input_rows=entry.rows,
+                input_sha256=entry.sha256,
+            )
+            self._check_input(task, entry)
+            output = self.run_shard(task)
+            self._fence(heartbeater, claim)
+            outcome = attempts.publish_done(
+                self.layout,
+                claim,
+                output.output_path,
+                input_rows=entry.rows,
+                input_sha256=entry.sha256,
+                declared_rows=output.rows,
+                declared_bytes=output.bytes,
+                declared_sha256=output.sha256,
+            )
+        except LeaseLostError as exc:
+            self._abandon(attempt, claim, exc.message)
+            return
+        except Exception as exc:
+            heartbeater.stop()
+            if is_worker_fault(exc):
+                # This worker's set-up is wrong (different code, no Ray): the shard is
+                # not to blame, so hand it back without spending its retry budget.
+                logger.error(f"{claim.shard_id}: releasing the claim; this worker cannot run shards: {exc}")
+                _close(attempt, "worker-fault", error=attempts.error_text(exc))
+                self._release(claim, "worker-fault")
+                raise
+            if not heartbeater.check() or leases.newer_generation_exists(self.layout, claim):
+                # Failing after losing the lease is not evidence against the shard.
+                self._abandon(attempt, claim, attempts.error_text(exc))
+                return
+            self._fail(attempt, claim, exc)
+            return
+        except BaseException:
+            # SIGTERM/SIGINT (WorkerInterrupted, KeyboardInterrupt) or SystemExit: hand the
+            # shard back at once so another worker need not wait a TTL.
+            _close(attempt, "signal", error="interrupted")
+            self._release(claim, "signal")
+            raise
+        finally:
+            heartbeater.stop()
+        if outcome.accepted:
+            self.summary.done += 1
+            logger.info(f"{entry.shard_id}: done ({outcome.result.rows} rows) by attempt {claim.attempt_id}")
+        else:
+            self.summary.discarded += 1
+        _close(attempt, "done" if outcome.accepted else "discarded", rows=outcome.result.rows)
+        self._release(claim, "finished")
+
+    def _abandon(self, attempt: attempts.Attempt | None, claim: Claim, reason: str) -> None:
+        self.summary.lost += 1
+        logger.warning(f"{claim.shard_id}: abandoning attempt {claim.attempt_id}: {reason}")
+        _close(attempt, "lost", error=reason)
+        self._release(claim, "abandoned")
+
+    def _check_input(self, task: ShardTask, entry: ShardEntry) -> None:
+        size, sha = fsio.file_sha256(task.shard_path)
+        if (size, sha) != (entry.bytes, entry.sha256):
+            raise IntegrityError(
+                f"input shard is corrupt: expected bytes={entry.bytes} sha256={entry.sha256}, "
+                f"found bytes={size} sha256={sha}",
+                where=f"shard {entry.shard_id}",
+                hint="the job directory was modified after prepare; prepare a new job_dir",
+            )
+
+    def _fence(self, heartbeater: leases.Heartbeater, claim: Claim) -> None:
+        """Self-fencing before publication: never publish on a lease we may have lost."""
+        if not heartbeater.check():
+            raise LeaseLostError(heartbeater.lost_reason or "lease lost", where=f"shard {claim.shard_id}")
+        if leases.newer_generation_exists(self.layout, claim):
+            raise LeaseLostError(
+                f"generation {claim.generation + 1} was claimed by another worker", where=f"shard {claim.shard_id}"
+            )
+
+    def _fail(self, attempt: attempts.Attempt | None, claim: Claim, exc: Exception) -> None:
+        message = attempts.error_text(exc)
+        self.summary.failed += 1
+        logger.error(f"{claim.shard_id}: attempt {claim.attempt_id} failed: {type(exc).__name__}: {message}")
+        try:
+            outcome = attempts.record_failure(
+                self.layout,
+                claim,
+                shard_id=claim.shard_id,
+                generation=claim.generation,
+                error=message,
+                error_type=type(exc).__name__,
+                exit_reason="error",
+                max_retries=self.max_retries,
+                reporter=self.identity,
+            )
+        finally:  # even if the job dir refuses the failure record, give the claim back
+            _close(attempt, "failed", error=message)
+            self._release(claim, "failed")
+        if outcome.terminal is not None:
+            logger.error(f"{claim.shard_id}: retry budget spent ({outcome.failures} failures)")
+
+    def _release(self, claim: Claim, reason: str) -> None:
+        try:
+            leases.release_claim(self.layout, claim, reason)
+        except OSError as exc:  # the claim then goes stale after a TTL; nothing else is lost
+            logger.warning(f"{claim.shard_id}: could not write release record: {exc}")
+
+
+def _close(attempt: attempts.Attempt | None, exit_reason: str, **fields) -> None:
+    if attempt is not None:
+        attempts.close_attempt(attempt, exit_reason, **fields)
+
+
+# -- signals ---------------------------------------------------------------------------------------------
+class _SignalGuard:
+    """Turns SIGTERM/SIGINT into WorkerInterrupted while the loop runs (main thread only)."""
+
+    SIGNALS = (signal.SIGTERM, signal.SIGINT)
+
+    def __init__(self) -> None:
+        self.previous: dict[int, object] = {}
+        self.pending: int | None = None
+
+    def _handler(self, signum: int, frame: object) -> None:
+        if self.pending is None:  # a second signal while we clean up is absorbed
+            self.pending = signum
+            raise WorkerInterrupted(signum)
+
+    def __enter__(self) -> _SignalGuard:
+        if threading.current_thread() is threading.main_thread():
+            for sig in self.SIGNALS:
+                previous = signal.getsignal(sig)
+                if previous is signal.SIG_IGN:
+                    continue  # the parent asked us to ignore it; keep doing so
+                self.previous[sig] = previous
+                signal.signal(sig, self._handler)
+        return self
+
+    def restore(self) -> None:
+        for sig, previous in self.previous.items():
+            signal.signal(sig, previous if previous is not None else signal.SIG_DFL)
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.restore()
+
+
+def _honour(signum: int, previous: object) -> None:
+    """Do what the signal would have done without us."""
+    if callable(previous):
+        previous(signum, None)  # e.g. default_int_handler raises KeyboardInterrupt
+        return
+    if previous in (signal.SIG_DFL, None):
+        signal.signal(signum, signal.SIG_DFL)
+        os.kill(os.getpid(), signum)  # terminates with the signal's status, as the scheduler expects
+        time.sleep(1.0)
+    raise SystemExit(128 + signum)

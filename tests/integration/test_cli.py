@@ -1,0 +1,160 @@
+"""User-visible behaviour of the unmodified dj-process / dj-analyze with the plugin installed."""
+
+from __future__ import annotations
+
+import json
+import sys
+
+import pytest
+
+from tests.integration.conftest import STAND_IN_RUNNER, console_script, elastic_recipe, run
+
+pytestmark = pytest.mark.e2e
+
+DJ_PROCESS = console_script("dj-process")
+DJ_ANALYZE = console_script("dj-analyze")
+
+
+def test_help_lists_elastic_sharded_and_elastic_options(tmp_path):
+    result = run([DJ_PROCESS, "--help"], cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert "{default,ray,ray_partitioned,elastic_sharded}" in result.stdout
+    from data_juicer_elastic.settings import ElasticSettings
+
+    for name in ElasticSettings.field_names():
+        assert f"--elastic.{name}" in result.stdout
+    assert "Shared job directory" in result.stdout  # help text from the field docstring
+
+
+@pytest.mark.parametrize(
+    ("elastic", "cli", "named"),
+    [
+        ({"job_dir": "J", "num_shards": -1}, [], "elastic.num_shards"),
+        ({"job_dir": "J", "num_shards": "abc"}, [], "elastic.num_shards"),
+        ({"job_dir": "J", "no_such_key": 1}, [], "elastic.no_such_key"),
+        ({"num_shards": 2}, [], "elastic.job_dir"),
+        ({"job_dir": "J"}, ["--elastic.heartbeat_interval_secs", "100"], "elastic.heartbeat_interval_secs"),
+        ({"job_dir": "J", "ray_address": "not an address"}, [], "elastic.ray_address"),
+    ],
+)
+def test_bad_elastic_values_exit_2_naming_the_field(tmp_path, dataset, write_recipe, elastic, cli, named):
+    recipe = write_recipe(**elastic_recipe(dataset, tmp_path, elastic=elastic))
+    result = run([DJ_PROCESS, "--config", str(recipe), *cli], cwd=tmp_path)
+    assert result.returncode == 2, result.stderr
+    assert named in result.stderr
+    assert "Traceback" not in result.stderr
+    assert not (tmp_path / "job").exists()
+
+
+def test_plugin_error_is_one_line(tmp_path, dataset, write_recipe):
+    recipe = write_recipe(**elastic_recipe(dataset, tmp_path, elastic={"job_dir": "J", "num_shards": 0}))
+    result = run([DJ_PROCESS, "--config", str(recipe)], cwd=tmp_path)
+    ours = [line for line in result.stderr.splitlines() if line.startswith("dj-process: error:")]
+    assert result.returncode == 2
+    assert len(ours) == 1 and "ConfigError: elastic.num_shards" in ours[0]
+    assert not (tmp_path / "out").exists()  # refused before Data-Juicer's setup wrote anything
+
+
+def test_builtin_default_executor_still_runs(tmp_path, dataset, write_recipe):
+    recipe = write_recipe(
+        project_name="plain",
+        dataset_path=str(dataset),
+        export_path=str(tmp_path / "out" / "result.jsonl"),
+        np=1,
+        # an elastic block is accepted and ignored by built-in executors
+        elastic={"job_dir": str(tmp_path / "unused")},
+        process=[{"whitespace_normalization_mapper": None}],
+    )
+    result = run([DJ_PROCESS, "--config", str(recipe)], cwd=tmp_path)
+    assert result.returncode == 0, result.stderr[-3000:]
+    rows = [json.loads(line) for line in (tmp_path / "out" / "result.jsonl").read_text().splitlines()]
+    assert [r["text"] for r in rows] == ["hello world", "second row", "third  row", "4th", "fifth row"]
+    assert not (tmp_path / "unused").exists()
+
+
+def test_elastic_recipe_is_dispatched_without_starting_ray(tmp_path, dataset, write_recipe):
+    recipe = write_recipe(**elastic_recipe(dataset, tmp_path))
+    runner = tmp_path / "runner.py"
+    runner.write_text(STAND_IN_RUNNER)
+    result = run(
+        [sys.executable, str(runner), "--config", str(recipe), "--elastic.num_shards", "3"],
+        cwd=tmp_path,
+        env={"RAY_JOB": "1"},  # even then the driver must not start Ray
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    line = next(line for line in result.stdout.splitlines() if line.startswith("STAND-IN "))
+    seen = json.loads(line.removeprefix("STAND-IN "))
+    assert seen["executor_type"] == "elastic_sharded"
+    assert seen["job_dir"] == str(tmp_path / "job")
+    assert seen["ray_initialized"] is False
+    assert seen["recipe"]["executor_type"] == "ray"
+    assert "elastic" not in seen["recipe"] and "dataset_path" not in seen["recipe"]
+
+
+def test_dj_analyze_accepts_an_elastic_recipe(tmp_path, dataset, write_recipe):
+    recipe = write_recipe(**elastic_recipe(dataset, tmp_path))
+    export = tmp_path / "analysis" / "analysed.jsonl"
+    result = run(
+        [DJ_ANALYZE, "--config", str(recipe), "--dataset_path", str(dataset), "--export_path", str(export)],
+        cwd=tmp_path,
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert (export.parent / "analysed_stats.jsonl").exists()
+    assert not (tmp_path / "job").exists()
+
+
+MOVED_FACTORY = """
+# A Data-Juicer release in which ExecutorFactory.create_executor was renamed.
+import sys, types
+stub = types.ModuleType("data_juicer.core.executor.factory")
+class ExecutorFactory:
+    @staticmethod
+    def make_executor(executor_type):
+        raise ValueError(executor_type)
+stub.ExecutorFactory = ExecutorFactory
+sys.modules[stub.__name__] = stub
+"""
+
+
+@pytest.fixture
+def moved_internal(tmp_path) -> dict:
+    site = tmp_path / "site"
+    site.mkdir()
+    (site / "sitecustomize.py").write_text(MOVED_FACTORY)
+    return {"PYTHONPATH": str(site)}
+
+
+def test_moved_internal_refuses_elastic_with_one_clear_error(tmp_path, dataset, write_recipe, moved_internal):
+    recipe = write_recipe(**elastic_recipe(dataset, tmp_path))
+    result = run([DJ_PROCESS, "--config", str(recipe)], cwd=tmp_path, env=moved_internal)
+    assert result.returncode == 2, result.stderr[-3000:]
+    ours = [line for line in result.stderr.splitlines() if line.startswith("dj-process: error:")]
+    assert len(ours) == 1
+    assert "IntegrationError" in ours[0]
+    assert "data_juicer.core.executor.factory.ExecutorFactory.create_executor" in ours[0]
+    assert "Traceback" not in result.stderr
+
+
+def test_moved_internal_keeps_builtin_executors_working(tmp_path, dataset, write_recipe, moved_internal):
+    recipe = write_recipe(
+        dataset_path=str(dataset),
+        export_path=str(tmp_path / "out" / "result.jsonl"),
+        np=1,
+        process=[{"whitespace_normalization_mapper": None}],
+    )
+    result = run([DJ_PROCESS, "--config", str(recipe)], cwd=tmp_path, env=moved_internal)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert len((tmp_path / "out" / "result.jsonl").read_text().splitlines()) == 5
+
+
+def test_moved_internal_reported_before_the_parser_when_it_is_the_parser(tmp_path, dataset, write_recipe):
+    # Without a patched parser, Data-Juicer would only say "invalid choice".
+    site = tmp_path / "site"
+    site.mkdir()
+    (site / "sitecustomize.py").write_text(
+        "import data_juicer_elastic.integration.patches as p\np.mark(p.BUILD_PARSER, 'missing', 'function not found')\n"
+    )
+    recipe = write_recipe(**elastic_recipe(dataset, tmp_path))
+    result = run([DJ_PROCESS, "--config", str(recipe)], cwd=tmp_path, env={"PYTHONPATH": str(site)})
+    assert result.returncode == 2
+    assert "IntegrationError: data_juicer.config.config.build_base_parser" in result.stderr

@@ -1,0 +1,77 @@
+"""Shared helpers for jobdir tests: tiny inputs, prepared jobs, a fake shard runner, a fake clock."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from data_juicer_elastic.jobdir.identity import WorkerIdentity
+from data_juicer_elastic.jobdir.prepare import PrepareRequest, prepare_job
+from data_juicer_elastic.jobdir.tasks import ShardOutput, ShardTask
+
+
+class FakeClock:
+    """A monotonic clock the test moves by hand."""
+
+    def __init__(self, start: float = 1000.0):
+        self.now = start
+
+    def __call__(self) -> float:
+        return self.now
+
+    def advance(self, secs: float) -> None:
+        self.now += secs
+
+
+def write_rows(path: Path, rows: list[dict]) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows), encoding="utf-8")
+    return path
+
+
+def make_rows(n: int, start: int = 0) -> list[dict]:
+    return [{"id": i, "text": f"row {i} " + "x" * (i % 13)} for i in range(start, start + n)]
+
+
+def request(job: Path, data: Path, num_shards: int = 4, **kw) -> PrepareRequest:
+    fields = dict(recipe={"process": [{"demo_mapper": None}]}, stage_identities=["stage-a"])
+    fields.update(kw)
+    return PrepareRequest(job_dir=job, dataset_path=data, num_shards=num_shards, **fields)
+
+
+def identity(node: str = "node-a", pid: int | None = None, **kw) -> WorkerIdentity:
+    me = WorkerIdentity.current(node)
+    if pid is not None:
+        kw["pid"] = pid
+    return WorkerIdentity(**{**me.__dict__, **kw})
+
+
+def copy_runner(transform: Callable[[dict], dict | None] | None = None) -> Callable[[ShardTask], ShardOutput]:
+    """A fake run_shard: reads the input shard, writes (transformed) rows to attempt_dir/output.jsonl."""
+
+    def run(task: ShardTask) -> ShardOutput:
+        rows = [json.loads(line) for line in task.shard_path.read_text(encoding="utf-8").splitlines()]
+        if transform is not None:
+            rows = [r for r in map(transform, rows) if r is not None]
+        out = task.attempt_dir / "output.jsonl"
+        out.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
+        return ShardOutput(out, len(rows))
+
+    return run
+
+
+@pytest.fixture
+def clock() -> FakeClock:
+    return FakeClock()
+
+
+@pytest.fixture
+def job(tmp_path: Path) -> Path:
+    """A prepared job: 40 rows in 4 shards."""
+    data = write_rows(tmp_path / "data" / "input.jsonl", make_rows(40))
+    job_dir = tmp_path / "job"
+    prepare_job(request(job_dir, data, 4))
+    return job_dir
