@@ -52,25 +52,34 @@ def _timed(cmd: list[str], log: Path) -> float:
 
 
 def run_plain(work: Path, data: Path) -> float:
-    recipe = _recipe(work / "plain.yaml", executor_type="ray", dataset_path=str(data),
-                     export_path=str(work / "plain" / "out.jsonl"))
+    recipe = _recipe(
+        work / "plain.yaml", executor_type="ray", dataset_path=str(data), export_path=str(work / "plain" / "out.jsonl")
+    )
     return _timed(["dj-process", "--config", str(recipe)], work / "plain.log")
 
 
 def run_elastic(work: Path, data: Path, shards: int) -> float:
     name = f"elastic-{shards}"
-    recipe = _recipe(work / f"{name}.yaml", executor_type="elastic_sharded", dataset_path=str(data),
-                     export_path=str(work / name / "merged.jsonl"),
-                     elastic={"job_dir": str(work / name / "job"), "num_shards": shards})
+    recipe = _recipe(
+        work / f"{name}.yaml",
+        executor_type="elastic_sharded",
+        dataset_path=str(data),
+        export_path=str(work / name / "merged.jsonl"),
+        elastic={"job_dir": str(work / name / "job"), "num_shards": shards},
+    )
     return _timed(["dj-process", "--config", str(recipe)], work / f"{name}.log")
 
 
 def run_cold_per_shard(work: Path, data: Path, shards: int) -> float:
     """Prepare, one dj-process (its own local Ray) per shard, then merge: the prior tool's cost model."""
     job = work / "cold" / "job"
-    recipe = _recipe(work / "cold.yaml", executor_type="elastic_sharded", dataset_path=str(data),
-                     export_path=str(work / "cold" / "merged.jsonl"),
-                     elastic={"job_dir": str(job), "num_shards": shards})
+    recipe = _recipe(
+        work / "cold.yaml",
+        executor_type="elastic_sharded",
+        dataset_path=str(data),
+        export_path=str(work / "cold" / "merged.jsonl"),
+        elastic={"job_dir": str(job), "num_shards": shards},
+    )
     shard_recipe = _recipe(work / "cold-shard.yaml", executor_type="ray")
     start = time.perf_counter()
     _timed(["dj-elastic", "prepare", "--config", str(recipe)], work / "cold-prepare.log")
@@ -79,8 +88,18 @@ def run_cold_per_shard(work: Path, data: Path, shards: int) -> float:
     for shard in manifest["shards"]:
         shard_id = shard["shard_id"]
         out = work / "cold" / "out" / shard_id
-        _timed(["dj-process", "--config", str(shard_recipe), "--dataset_path", str(job / "shards" / f"{shard_id}.jsonl"),
-                "--export_path", str(out / "out.jsonl")], work / f"cold-{shard_id}.log")
+        _timed(
+            [
+                "dj-process",
+                "--config",
+                str(shard_recipe),
+                "--dataset_path",
+                str(job / "shards" / f"{shard_id}.jsonl"),
+                "--export_path",
+                str(out / "out.jsonl"),
+            ],
+            work / f"cold-{shard_id}.log",
+        )
         outputs.append(out / "out.jsonl")
     with open(work / "cold" / "merged.jsonl", "wb") as merged:
         for out in outputs:

@@ -77,8 +77,13 @@ def prepare_from_cfg(cfg: Any, settings: ElasticSettings) -> PrepareOutcome:
     return outcome
 
 
-def run_local_worker(job_dir: str | os.PathLike, settings: ElasticSettings, *, wait_for_completion: bool = True,
-                     node_id: str | None = None) -> WorkerSummary:
+def run_local_worker(
+    job_dir: str | os.PathLike,
+    settings: ElasticSettings,
+    *,
+    wait_for_completion: bool = True,
+    node_id: str | None = None,
+) -> WorkerSummary:
     """Claim and process shards with one warm Ray runtime until nothing is left.
 
     Ray starts on the first claim only, so re-running a finished job (or a
@@ -152,11 +157,16 @@ class ElasticShardedExecutor(ExecutorBase):
 
         self.settings = settings_from_cfg(cfg)
 
-    def run(self, load_data_np: Any = None, skip_return: bool = False) -> MergeResult:
+    def run(self, load_data_np: Any = None, skip_return: bool = False) -> MergeResult | None:
         if not getattr(self.cfg, "export_path", None):
             raise ConfigError("export_path is not set", where="recipe", hint="set export_path to the merged .jsonl")
         prepare_from_cfg(self.cfg, self.settings)
         summary = run_local_worker(self.settings.job_dir, self.settings)
+        if summary.stop_reason == "max_shards" and not summary.complete and not summary.terminal_failures:
+            # This instance reached its claim cap; instances still working (or
+            # `dj-elastic merge`) finalize the job.  Same meaning as a worker's exit 0.
+            logger.info(f"reached elastic.max_shards={self.settings.max_shards}; leaving the merge to the others")
+            return None
         if summary.lost:
             logger.warning(f"this worker lost {summary.lost} claim(s) to other workers; their shards were redone")
         return finalize(self.settings.job_dir, self.cfg.export_path, overwrite=self.settings.overwrite_output)

@@ -31,7 +31,6 @@ sha256 of its canonical JSON.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 from functools import cache
@@ -127,7 +126,10 @@ def build_shard_recipe(cfg: Any) -> dict:
 
 
 def recipe_hash(recipe: dict) -> str:
-    return hashlib.sha256(canonical_json(recipe).encode("utf-8")).hexdigest()
+    """The job's recipe identity; one definition, shared with the manifest (jobdir.records)."""
+    from data_juicer_elastic.jobdir.records import recipe_hash as manifest_recipe_hash
+
+    return manifest_recipe_hash(canonical(recipe))
 
 
 def canonical_json(recipe: dict) -> str:
@@ -138,7 +140,12 @@ def canonical_json(recipe: dict) -> str:
             hint="use plain strings, numbers, booleans, lists and mappings in the recipe",
         )
 
-    return json.dumps(recipe, sort_keys=True, ensure_ascii=False, separators=(",", ":"), default=refuse)
+    try:
+        return json.dumps(
+            recipe, sort_keys=True, ensure_ascii=False, separators=(",", ":"), default=refuse, allow_nan=False
+        )
+    except ValueError as exc:  # NaN / Infinity: not portable JSON
+        raise RecipeError(f"the recipe holds a non-finite number: {exc}", where="recipe") from exc
 
 
 def canonical(recipe: dict) -> dict:
