@@ -1,0 +1,92 @@
+"""``elastic_oom_demo_mapper``: a CPU-safe stand-in for a GPU model that runs out of memory.
+
+Registered through the plugin (importing this module registers it).  Each call
+"allocates" memory from a simple model of a text model: the sum of the
+characters of the batch (``memory_model: sum``) or rows x the longest text
+(``memory_model: padded``).  A call that needs more than ``capacity`` raises an
+out-of-memory error: torch's ``OutOfMemoryError`` when torch is installed (the
+class a real CUDA OOM has), otherwise a RuntimeError with CUDA's message.  It
+edits its input in place *before* it fails, as careless model code does, so a
+retry that reused the failed input would append ``suffix`` twice.
+
+Without ``adaptive_batching: true`` a batch that does not fit fails the job;
+with it, the same rows come out, in order, exactly as from a run that never
+ran out of memory.  See ``recipes/adaptive_batching.yaml``.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import time
+
+from data_juicer.ops.base_op import OPERATORS, Mapper
+
+NAME = "elastic_oom_demo_mapper"
+
+
+class SimulatedOutOfMemoryError(RuntimeError):
+    """Raised instead of torch.OutOfMemoryError when torch is not installed (classified by its message)."""
+
+
+def out_of_memory(message: str, use_torch: bool = True) -> Exception:
+    text = f"CUDA out of memory. {message} (simulated by {NAME})"
+    if use_torch and importlib.util.find_spec("torch") is not None:
+        import torch
+
+        return torch.OutOfMemoryError(text)
+    return SimulatedOutOfMemoryError(text)
+
+
+@OPERATORS.register_module(NAME)
+class ElasticOomDemoMapper(Mapper):
+    """Add ``demo_chars`` (the text's length); run out of memory when a batch needs more than ``capacity``."""
+
+    _batched_op = True
+
+    def __init__(
+        self,
+        capacity: int = 20000,
+        memory_model: str = "sum",
+        suffix: str = "",
+        seconds_per_call: float = 0.0,
+        seconds_per_unit: float = 0.0,
+        torch_errors: bool = True,
+        *args,
+        **kwargs,
+    ):
+        """
+        :param capacity: memory units one call may use (characters for ``sum``, rows x longest text for ``padded``)
+        :param memory_model: ``sum`` or ``padded`` (``memory`` is the base operator's Ray memory)
+        :param suffix: appended to every text (in place, before the memory check)
+        :param seconds_per_call: simulated fixed time of a call
+        :param seconds_per_unit: simulated time per memory unit
+        :param torch_errors: raise torch.OutOfMemoryError when torch is installed
+        """
+        super().__init__(*args, **kwargs)
+        if memory_model not in ("sum", "padded"):
+            raise ValueError(f"{NAME}: memory_model must be 'sum' or 'padded', got {memory_model!r}")
+        self.capacity = capacity
+        self.memory_model = memory_model
+        self.suffix = suffix
+        self.seconds_per_call = seconds_per_call
+        self.seconds_per_unit = seconds_per_unit
+        self.torch_errors = torch_errors
+
+    def process_batched(self, samples):
+        texts = list(samples[self.text_key])
+        lengths = [len(t) for t in texts]
+        if self.suffix:
+            for i, text in enumerate(texts):
+                samples[self.text_key][i] = text + self.suffix
+        if not lengths:
+            samples["demo_chars"] = []
+            return samples
+        need = sum(lengths) if self.memory_model == "sum" else len(lengths) * max(lengths)
+        if need > self.capacity:
+            raise out_of_memory(
+                f"Tried to allocate {need} units for {len(lengths)} rows; capacity {self.capacity}", self.torch_errors
+            )
+        if self.seconds_per_call or self.seconds_per_unit:
+            time.sleep(self.seconds_per_call + need * self.seconds_per_unit)
+        samples["demo_chars"] = lengths
+        return samples

@@ -1,0 +1,239 @@
+"""The lossless micro-batch loop: slice, call, retry the same offset smaller on OOM, merge in order.
+
+:class:`MicroBatcher` wraps any ``fn(dict_of_lists) -> batch`` (an operator's
+``process_batched``); the mixin and the benchmark use the same loop.  Per slice:
+
+* the operator gets an isolated copy (:func:`.batches.take_slice`), so a call
+  that mutated its input and then failed cannot affect the retry;
+* a classified OOM (:func:`.oom.classify_oom`) asks the policy what to do; the
+  exception's frames are cleared and the exception dropped *before* ``cleanup``
+  runs, because tensors stay alive while a traceback references them;
+* after each success the output is checked: same row count as the slice, the
+  order columns unchanged, the same columns as the first slice; a violation
+  raises :class:`BatchContractError`, never skipped;
+* any other error: raised, or with ``skip_errors`` (the operator's
+  ``skip_op_error``) only *that slice* is dropped and logged; the slices that
+  succeeded are kept;
+* an OOM at the smallest size after the policy's waits raises
+  :class:`MicroBatchOOMError`, whatever ``skip_errors`` says.
+"""
+
+from __future__ import annotations
+
+import gc
+import sys
+import time
+import traceback
+from collections import Counter
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from itertools import accumulate
+from typing import Any, Final, Literal
+
+from loguru import logger
+
+from data_juicer_elastic.batching import batches
+from data_juicer_elastic.batching.oom import classify_oom
+from data_juicer_elastic.batching.policy import Action, BatchPolicy
+from data_juicer_elastic.errors import BatchContractError, MicroBatchOOMError
+
+Aggregate = Literal["sum", "padded"]
+# Data-Juicer 1.6.1's logical-partition routing column (ray_partitioned): rows must keep it.
+PARTITION_COLUMN: Final = "__data_juicer_logical_partition_id__"
+# Data-Juicer's skip path (Fields.stats, Fields.source_file) returns these empty columns as well.
+SKIPPED_EXTRA: Final = ("__dj__stats__", "__dj__source_file__")
+
+
+def release_memory() -> None:
+    """Return freed memory to the device: collect, then empty torch's CUDA cache if torch is in use."""
+    gc.collect()
+    torch = sys.modules.get("torch")
+    cuda = getattr(torch, "cuda", None)
+    if cuda is not None and cuda.is_available() and cuda.is_initialized():
+        cuda.empty_cache()
+
+
+@dataclass
+class BatchStats:
+    """What one process's micro-batching did (telemetry; counters only, bounded)."""
+
+    outer_batches: int = 0
+    rows_in: int = 0
+    rows_out: int = 0
+    slices: int = 0
+    ooms: int = 0
+    retries: int = 0  # re-runs of a slice after an OOM (including waits at the floor)
+    floor_waits: int = 0
+    skipped_slices: int = 0
+    skipped_rows: int = 0
+    terminal_ooms: int = 0
+    oom_kinds: Counter = field(default_factory=Counter)
+    first_rows: int | None = None  # size of the first slice attempted (a seeded start shows here)
+    final_rows: int | None = None  # size of the last slice the budget sized (not an outer batch tail)
+    min_rows: int | None = None
+    max_rows: int | None = None
+    last_oom: str | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        out = {k: v for k, v in self.__dict__.items() if k != "oom_kinds"}
+        out["oom_kinds"] = dict(self.oom_kinds)
+        return out
+
+
+def prefix_cost_fn(costs: Sequence[float] | None, offset: int, aggregate: Aggregate) -> Callable[[int], float]:
+    """``cost(n)`` of rows ``[offset, offset + n)``: rows, sum of row costs, or n x max row cost (padding)."""
+    if costs is None:
+        return float
+    if aggregate == "sum":
+        cumulative = [0.0, *accumulate(float(c) for c in costs[offset:])]
+        return cumulative.__getitem__
+    running = [0.0, *accumulate((float(c) for c in costs[offset:]), max)]
+    return lambda n: n * running[n]
+
+
+class MicroBatcher:
+    """Run ``fn`` over an outer batch in policy-sized micro-batches (see the module docstring)."""
+
+    def __init__(
+        self,
+        fn: Callable[[dict[str, Any]], Any],
+        policy: BatchPolicy,
+        *,
+        label: str = "op",
+        row_costs: Callable[[Any], Sequence[float] | None] | None = None,
+        aggregate: Aggregate = "sum",
+        skip_errors: bool = False,
+        order_columns: Sequence[str] = (PARTITION_COLUMN,),
+        cleanup: Callable[[], None] = release_memory,
+        sleep: Callable[[float], None] = time.sleep,
+        stats: BatchStats | None = None,
+    ):
+        self.fn = fn
+        self.policy = policy
+        self.label = label
+        self.row_costs = row_costs
+        self.aggregate = aggregate
+        self.skip_errors = skip_errors
+        self.order_columns = tuple(order_columns)
+        self.cleanup = cleanup
+        self.sleep = sleep
+        self.stats = stats if stats is not None else BatchStats()
+
+    def __call__(self, batch: Any) -> Any:
+        total = batches.batch_rows(batch, where=self.label)
+        stats = self.stats
+        stats.outer_batches += 1
+        stats.rows_in += total
+        if total == 0:
+            return self.fn(batches.take_slice(batch, 0, 0, 0))
+        costs = self.row_costs(batch) if self.row_costs is not None else None
+        skipped_before = stats.skipped_rows
+        outputs: list[Any] = []
+        expected_columns: list[str] | None = None
+        offset = 0
+        while offset < total:
+            self.policy.begin_slice()
+            prefix_cost = prefix_cost_fn(costs, offset, self.aggregate)
+            slice_ooms = 0
+            while True:
+                remaining = total - offset
+                rows = self.policy.choose_rows(remaining, prefix_cost)
+                cost = prefix_cost(rows)
+                if stats.first_rows is None:
+                    stats.first_rows = rows
+                piece = batches.take_slice(batch, offset, offset + rows, total)
+                order = {c: list(piece[c]) for c in self.order_columns if c in piece}
+                where = f"{self.label}: rows {offset}..{offset + rows - 1} of a {total}-row batch"
+                try:
+                    output = self.fn(piece)
+                except Exception as exc:
+                    kind = classify_oom(exc)
+                    if kind is None:
+                        if not self.skip_errors:
+                            raise
+                        logger.opt(exception=exc).error(f"{where}: skipping this micro-batch (skip_op_error)")
+                        stats.skipped_slices += 1
+                        stats.skipped_rows += rows
+                        offset += rows
+                        break
+                    slice_ooms += 1
+                    stats.ooms += 1
+                    stats.oom_kinds[kind.value] += 1
+                    stats.last_oom = f"{type(exc).__name__}: {_first_line(exc)}"
+                    decision = self.policy.on_oom(rows, cost)
+                    if decision.action is Action.FAIL or slice_ooms > self.policy.slice_oom_budget:
+                        stats.terminal_ooms += 1
+                        raise MicroBatchOOMError(
+                            f"out of memory with {rows} row(s) after {slice_ooms} OOMs and "
+                            f"{self.policy.config.floor_retries} waits for this slice; last error: {stats.last_oom}",
+                            where=where,
+                            hint="one row does not fit: free accelerator memory (fewer actors per GPU, a smaller "
+                            "model), or remove the row; skip_op_error never drops rows on OOM",
+                        ) from exc
+                    logger.info(
+                        f"{where}: out of memory ({kind.value}, cost {cost:g}); retrying the same rows"
+                        + (" at the same size after cleanup" if decision.same_size else " smaller")
+                    )
+                    # Tensors stay alive while the traceback references the frames that made them.
+                    traceback.clear_frames(exc.__traceback__)
+                else:
+                    self._check(output, rows, order, expected_columns, where)
+                    if expected_columns is None:
+                        expected_columns = batches.columns(output)
+                    budget_bound = rows < remaining and prefix_cost(rows + 1) > self.policy.budget
+                    self.policy.on_success(rows, cost, budget_bound=budget_bound)
+                    outputs.append(output)
+                    stats.slices += 1
+                    if budget_bound or rows == self.policy.max_rows or (offset == 0 and rows == total):
+                        stats.final_rows = rows  # a slice the budget sized, not an outer batch's tail
+                    stats.min_rows = rows if stats.min_rows is None else min(stats.min_rows, rows)
+                    stats.max_rows = rows if stats.max_rows is None else max(stats.max_rows, rows)
+                    offset += rows
+                    break
+                # Only OOMs get here, after the except block dropped the exception.
+                del piece, order
+                stats.retries += 1
+                self.cleanup()
+                if decision.action is Action.WAIT:
+                    stats.floor_waits += 1
+                    logger.warning(f"{where}: out of memory at the minimum size; retrying in {decision.wait_secs:g}s")
+                    self.sleep(decision.wait_secs)
+        if not outputs:
+            return batches.empty_like(batch, extra=SKIPPED_EXTRA)
+        merged = batches.merge(outputs, where=self.label)
+        stats.rows_out += total - stats.skipped_rows + skipped_before
+        return merged
+
+    def _check(self, output: Any, rows: int, order: dict[str, list], expected: list[str] | None, where: str) -> None:
+        got = batches.batch_rows(output, where=where)
+        if got != rows:
+            raise BatchContractError(
+                f"the operator returned {got} rows for a {rows}-row micro-batch",
+                where=where,
+                hint="adaptive batching needs a Mapper that keeps row count and order; turn adaptive_batching off "
+                "for this operator",
+            )
+        for name, before in order.items():
+            after = batches.column(output, name)
+            if after is None or list(after) != before:
+                raise BatchContractError(
+                    f"the operator changed or reordered column {name!r}",
+                    where=where,
+                    hint="rows must come back in input order with their routing/index columns unchanged",
+                )
+        if expected is not None:
+            names = batches.columns(output)
+            if set(names) != set(expected):
+                added = sorted(set(names) - set(expected))
+                missing = sorted(set(expected) - set(names))
+                raise BatchContractError(
+                    f"micro-batches returned different columns (new {added}, missing {missing})",
+                    where=where,
+                    hint="the operator's output columns must not depend on how the batch is sliced",
+                )
+
+
+def _first_line(exc: BaseException, limit: int = 300) -> str:
+    text = str(exc).strip().splitlines()
+    line = text[0] if text else ""
+    return line if len(line) <= limit else line[: limit - 3] + "..."

@@ -1,0 +1,163 @@
+"""``AdaptiveBatchingMixin``: lossless OOM-adaptive micro-batching for a batched Data-Juicer Mapper.
+
+Use it in your own operator (class-level opt-in)::
+
+    from data_juicer.ops.base_op import OPERATORS, Mapper
+    from data_juicer_elastic.batching import AdaptiveBatchingMixin
+
+    @OPERATORS.register_module("my_embedding_mapper")
+    class MyEmbeddingMapper(AdaptiveBatchingMixin, Mapper):   # the mixin first
+        _batched_op = True
+        _accelerator = "cuda"
+
+        def process_batched(self, samples):
+            ...  # may raise torch.OutOfMemoryError; must keep row count and order
+
+or opt an existing registered Mapper in from a recipe with ``adaptive_batching:
+true`` (see :mod:`.optin`); ``adaptive_batching: false`` in a recipe turns the
+mixin off for that operator.
+
+Data-Juicer's Mapper wraps ``process_batched`` in a ``skip_op_error`` handler
+and calls that as ``self.process``.  The mixin replaces ``self.process`` with
+the micro-batch loop (:class:`.engine.MicroBatcher`), which calls
+``process_batched`` directly, so an OOM reaches the controller and an
+unrecoverable one can never be swallowed by ``skip_op_error``.  The operator's
+``batch_size`` stays the outer batch Data-Juicer/Ray hands in and the ceiling of
+every micro-batch; CPU/GPU reservations are untouched.
+
+Controller state lives per process (a Ray actor, a Ray task worker, a
+multiprocessing worker), keyed by the operator's stage and accelerator, so it
+survives across Ray tasks and shards in a warm worker.  Under
+``elastic_sharded`` it is also seeded from, and saved to, the job's shared
+batch profiles, and each attempt records a size-trace summary (:mod:`.runtime`).
+
+The operator's contract (checked per slice where it can be): row count and row
+order preserved, the same output columns for every slice, a result independent
+of the slicing, and safe to retry (a failed call leaves no external effect).
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Sequence
+from typing import Any, ClassVar, Final
+
+from data_juicer_elastic.batching.engine import PARTITION_COLUMN, Aggregate, MicroBatcher
+from data_juicer_elastic.batching.policy import PolicyConfig
+from data_juicer_elastic.errors import ConfigError
+
+COST_MODES: Final = ("auto", "rows", "text", "padded_text")
+
+
+class AdaptiveBatchingMixin:
+    """Micro-batch a batched Mapper's ``process_batched`` under an OOM-learning controller."""
+
+    # Data-Juicer's class-level opt-in flag: this operator honours the contract above.
+    _supports_adaptive_batching: ClassVar[bool] = True
+    # Cost of a micro-batch: "rows"; "text" = sum of the characters of text_key;
+    # "padded_text" = rows x the longest text (padding to the longest row);
+    # "auto" = "text" when the batch has a text_key column of strings, else "rows".
+    adaptive_batching_cost: ClassVar[str] = "auto"
+    adaptive_batching_policy: ClassVar[PolicyConfig | None] = None
+    # Columns whose values must come back unchanged and in order (besides the
+    # Data-Juicer partition tag and the operator's index_key).
+    adaptive_batching_order_columns: ClassVar[tuple[str, ...]] = ()
+
+    def __init__(self, *args: Any, **kwargs: Any):
+        super().__init__(*args, **kwargs)
+        self._adaptive_enabled = adaptive_requested(type(self), getattr(self, "adaptive_batching", None))
+        if self._adaptive_enabled:
+            check_operator(self)
+            # Mapper.__init__ set self.process to process_batched under the skip_op_error wrapper.
+            self.process = self._adaptive_process
+
+    # -- costs -----------------------------------------------------------------------------------------
+    def adaptive_cost_mode(self, batch: Any) -> tuple[str, Aggregate]:
+        mode = self.adaptive_batching_cost
+        if mode == "auto":
+            mode = "text" if _has_text(batch, getattr(self, "text_key", "text")) else "rows"
+        return mode, ("padded" if mode == "padded_text" else "sum")
+
+    def adaptive_row_costs(self, batch: Any) -> Sequence[float] | None:
+        """Per-row costs of ``batch`` (None: every row costs 1).  Override for images, audio, tokens."""
+        mode, _ = self.adaptive_cost_mode(batch)
+        if mode == "rows":
+            return None
+        from data_juicer_elastic.batching.batches import column
+
+        texts = column(batch, getattr(self, "text_key", "text")) or []
+        return [float(len(t)) + 1.0 if isinstance(t, str) else 1.0 for t in texts]
+
+    # -- the wrapped process ---------------------------------------------------------------------------
+    def _adaptive_process(self, samples: Any, *args: Any, **kwargs: Any) -> Any:
+        from data_juicer_elastic.batching import runtime
+
+        mode, aggregate = self.adaptive_cost_mode(samples)
+        state = runtime.state_for(self, mode)
+        order = [PARTITION_COLUMN, *self.adaptive_batching_order_columns]
+        index_key = getattr(self, "index_key", None)
+        if isinstance(index_key, str):
+            order.append(index_key)
+        batcher = MicroBatcher(
+            lambda piece: self.process_batched(piece, *args, **kwargs),
+            state.policy,
+            label=state.label,
+            row_costs=None if mode == "rows" else self.adaptive_row_costs,
+            aggregate=aggregate,
+            skip_errors=bool(getattr(self, "skip_op_error", False)),
+            order_columns=order,
+            stats=state.stats,
+        )
+        try:
+            return batcher(samples)
+        finally:
+            state.after_call()
+
+    def adaptive_batching_stats(self) -> dict[str, Any] | None:
+        """This process's size-trace summary for this operator (None when micro-batching is off)."""
+        if not getattr(self, "_adaptive_enabled", False):
+            return None
+        from data_juicer_elastic.batching import runtime
+
+        return runtime.summary_for(self)
+
+
+def adaptive_requested(cls: type, requested: bool | None) -> bool:
+    """The recipe's ``adaptive_batching`` wins; unset, the class flag decides."""
+    if requested is not None:
+        return bool(requested)
+    return bool(getattr(cls, "_supports_adaptive_batching", False))
+
+
+def check_operator(op: Any) -> None:
+    """Refuse configurations the mixin cannot serve (ConfigError naming the operator)."""
+    name = getattr(op, "_name", None) or type(op).__name__
+    hint = f"remove adaptive_batching from {name} or set it to false"
+    dj_ops = sys.modules.get("data_juicer.ops.base_op")
+    mapper = getattr(dj_ops, "Mapper", None)
+    if mapper is not None and not isinstance(op, mapper):
+        raise ConfigError(f"adaptive batching applies to Mappers only, not {type(op).__name__}", where=name, hint=hint)
+    if not op.is_batched_op():
+        raise ConfigError(
+            "adaptive batching needs a batched Mapper (one that implements process_batched)", where=name, hint=hint
+        )
+    batch_size = getattr(op, "batch_size", None)
+    if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
+        raise ConfigError(f"adaptive batching needs an integer batch_size >= 1, got {batch_size!r}", where=name)
+    num_gpus = getattr(op, "num_gpus", None)
+    if num_gpus is not None and not (isinstance(num_gpus, (int, float)) and 0 <= num_gpus <= 1):
+        raise ConfigError(
+            f"adaptive batching supports at most one GPU per actor, got num_gpus={num_gpus!r}",
+            where=name,
+            hint="a multi-GPU actor shards its model; set num_gpus <= 1 or turn adaptive_batching off",
+        )
+    mode = getattr(op, "adaptive_batching_cost", "auto")
+    if mode not in COST_MODES:
+        raise ConfigError(f"adaptive_batching_cost must be one of {', '.join(COST_MODES)}, got {mode!r}", where=name)
+
+
+def _has_text(batch: Any, key: str) -> bool:
+    from data_juicer_elastic.batching.batches import column
+
+    values = column(batch, key) if key else None
+    return bool(values) and isinstance(values[0], str)

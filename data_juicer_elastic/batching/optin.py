@@ -1,0 +1,202 @@
+"""Recipe opt-in: ``adaptive_batching: true`` on a registered Mapper applies :class:`AdaptiveBatchingMixin`.
+
+Data-Juicer 1.6.1 already accepts ``adaptive_batching`` as a base-operator
+argument (and ``_supports_adaptive_batching`` as a class flag) but acts on it
+only under its own ``elastic_juicer_adaptive_batching`` switch, in Ray actor
+mode, for CUDA operators.  With this plugin the same per-operator switch works
+under every executor (default, ray, elastic_sharded; Ray task and actor modes):
+
+* constructing an operator class whose ``adaptive_batching`` resolves true (the
+  recipe value, else the class flag) gives an instance of
+  ``Adaptive<Class>`` = ``(AdaptiveBatchingMixin, Class)``, a subclass created
+  once per class.  The hook is on Data-Juicer's operator metaclass, so every
+  path that builds operators (``load_ops``, Ray actors built from
+  ``op.__class__``, tests) gets the same class; the recipe's ``batch_size``,
+  ``num_cpus``/``num_gpus`` and execution mode are untouched;
+* the subclass is reachable by name from this module (PEP 562 ``__getattr__``),
+  so pickle/cloudpickle/dill send it to Ray workers and multiprocessing workers
+  by reference, and it is rebuilt identically there;
+* :func:`check_config` (called while Data-Juicer sets up any parsed config)
+  refuses what cannot work: conflicting switches (Data-Juicer's
+  ``elastic_juicer_adaptive_batching`` would wrap the same operator a second
+  time), ``op_fusion`` (a fused operator hides the Mapper), Filters and other
+  non-Mappers, non-batched Mappers, multi-GPU actors.
+
+``DJ_ELASTIC_ADAPTIVE_BATCHING=off`` in the environment turns the plugin's
+opt-in off entirely, leaving ``adaptive_batching`` to Data-Juicer's own
+controller.
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib
+import os
+import threading
+from types import ModuleType
+from typing import Any, Final
+
+from data_juicer_elastic.batching.mixin import AdaptiveBatchingMixin, adaptive_requested
+from data_juicer_elastic.errors import ConfigError
+
+ENV_SWITCH: Final = "DJ_ELASTIC_ADAPTIVE_BATCHING"
+BASE_OP_MODULE: Final = "data_juicer.ops.base_op"
+_PREFIX: Final = "Adaptive"
+ORIGINAL: Final = "__dj_elastic_original__"
+
+_lock = threading.Lock()
+_classes: dict[type, type] = {}
+
+
+def enabled() -> bool:
+    return os.environ.get(ENV_SWITCH, "on").strip().lower() not in ("0", "off", "false", "no")
+
+
+def adaptive_class(cls: type) -> type:
+    """``(AdaptiveBatchingMixin, cls)``, created once; ``cls`` itself when it has the mixin already."""
+    if issubclass(cls, AdaptiveBatchingMixin):
+        return cls
+    with _lock:
+        found = _classes.get(cls)
+        if found is None:
+            name = class_name(cls)
+            found = type(cls)(
+                name,
+                (AdaptiveBatchingMixin, cls),
+                {
+                    "__module__": __name__,
+                    "__qualname__": name,
+                    "__doc__": f"{cls.__qualname__} with adaptive micro-batching (data-juicer-elastic).",
+                    "_adaptive_base": cls,
+                },
+            )
+            _classes[cls] = found
+            globals()[name] = found
+    return found
+
+
+def class_name(cls: type) -> str:
+    """``Adaptive<Name>_<hex of module:qualname>``: an identifier that names its base class."""
+    return f"{_PREFIX}{cls.__name__}_{f'{cls.__module__}:{cls.__qualname__}'.encode().hex()}"
+
+
+def __getattr__(name: str) -> Any:  # PEP 562: unpickling an Adaptive class in a fresh process
+    if name.startswith(_PREFIX) and "_" in name:
+        try:
+            module_name, _, qualname = bytes.fromhex(name.rsplit("_", 1)[1]).decode().partition(":")
+        except ValueError:
+            raise AttributeError(name) from None
+        base: Any = importlib.import_module(module_name)
+        for part in qualname.split("."):
+            base = getattr(base, part)
+        cls = adaptive_class(base)
+        if cls.__name__ == name:
+            return cls
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def resolve(cls: type, requested: Any) -> type:
+    """The class to instantiate for ``cls`` with the recipe's ``adaptive_batching`` value."""
+    if issubclass(cls, AdaptiveBatchingMixin) or not enabled():
+        return cls
+    if requested is None and not getattr(cls, "_supports_adaptive_batching", False):
+        return cls  # the common case: nothing asked for
+    if not adaptive_requested(cls, requested if isinstance(requested, bool) else None):
+        return cls
+    _require_mapper(cls, getattr(cls, "_name", None) or cls.__name__)
+    return adaptive_class(cls)
+
+
+# -- the hook ------------------------------------------------------------------------------------------
+def install(module: ModuleType) -> None:
+    """Wrap ``OPMetaClass.__call__`` of ``data_juicer.ops.base_op`` (idempotent)."""
+    meta = getattr(module, "OPMetaClass", None)
+    original = meta.__dict__.get("__call__") if isinstance(meta, type) else None
+    if original is None:
+        raise AttributeError("data_juicer.ops.base_op.OPMetaClass.__call__ not found")
+    if getattr(original, ORIGINAL, None) is not None:
+        return
+
+    @functools.wraps(original)
+    def __call__(cls, *args, **kwargs):  # noqa: N807 - the metaclass hook
+        target = resolve(cls, kwargs.get("adaptive_batching"))
+        return original(target, *args, **kwargs)
+
+    setattr(__call__, ORIGINAL, original)
+    meta.__call__ = __call__
+
+
+def installed(module: ModuleType | None = None) -> bool:
+    module = module or importlib.import_module(BASE_OP_MODULE)
+    return getattr(module.OPMetaClass.__dict__.get("__call__"), ORIGINAL, None) is not None
+
+
+# -- config checks -------------------------------------------------------------------------------------
+def check_config(cfg: Any) -> None:
+    """Refuse recipes whose opted-in operators cannot be micro-batched (ConfigError naming the op)."""
+    if not enabled():
+        return
+    process = _get(cfg, "process") or []
+    try:
+        from data_juicer.ops.base_op import OPERATORS
+    except ImportError:  # pragma: no cover - Data-Juicer moved it; construction still checks
+        return
+    opted: list[tuple[str, type, dict]] = []
+    for entry in process:
+        if not isinstance(entry, dict) or len(entry) != 1:
+            continue
+        name, args = next(iter(entry.items()))
+        cls = OPERATORS.modules.get(name)
+        args = args if isinstance(args, dict) else {}
+        requested = args.get("adaptive_batching")
+        if cls is not None and adaptive_requested(cls, requested if isinstance(requested, bool) else None):
+            opted.append((name, cls, args))
+    if not opted:
+        return
+    names = ", ".join(name for name, _, _ in opted)
+    if _get(cfg, "elastic_juicer_adaptive_batching"):
+        raise ConfigError(
+            f"operator(s) {names} opt into adaptive batching, which data-juicer-elastic applies itself; "
+            "elastic_juicer_adaptive_batching: true would wrap them a second time with Data-Juicer's controller",
+            where=f"{opted[0][0]}.adaptive_batching",
+            hint="remove elastic_juicer_adaptive_batching (recommended), or set the environment variable "
+            f"{ENV_SWITCH}=off to use Data-Juicer's built-in controller instead",
+        )
+    if _get(cfg, "op_fusion"):
+        raise ConfigError(
+            f"adaptive batching cannot micro-batch fused operators ({names} opted in)",
+            where="op_fusion",
+            hint="set op_fusion: false, or turn adaptive_batching off",
+        )
+    for name, cls, args in opted:
+        _require_mapper(cls, name)
+        if not (getattr(cls, "_batched_op", False) or args.get("batch_mode")):
+            raise ConfigError(
+                "adaptive batching needs a batched Mapper (one that implements process_batched)",
+                where=name,
+                hint=f"remove adaptive_batching from {name}",
+            )
+        gpus = args.get("num_gpus")
+        if isinstance(gpus, (int, float)) and not isinstance(gpus, bool) and gpus > 1:
+            raise ConfigError(
+                f"adaptive batching supports at most one GPU per actor, got num_gpus={gpus}",
+                where=name,
+                hint="a multi-GPU actor shards its model; set num_gpus <= 1 or turn adaptive_batching off",
+            )
+
+
+def _require_mapper(cls: type, name: str) -> None:
+    from data_juicer.ops.base_op import Mapper
+
+    if not issubclass(cls, Mapper):
+        kind = next((b.__name__ for b in cls.__mro__ if b.__module__ == BASE_OP_MODULE), cls.__name__)
+        raise ConfigError(
+            f"adaptive batching applies to batched Mappers only; {name} is a {kind}",
+            where=f"{name}.adaptive_batching",
+            hint=f"remove adaptive_batching from {name}",
+        )
+
+
+def _get(cfg: Any, key: str) -> Any:
+    getter = getattr(cfg, "get", None)
+    return getter(key, None) if callable(getter) else getattr(cfg, key, None)

@@ -1,0 +1,297 @@
+"""The micro-batch size policy: pure, clock-injected, bounded state.
+
+No Ray, torch or GPU import: the policy sees only numbers.  A micro-batch has a
+row count and a *cost* (whatever the caller's cost model says: rows, characters,
+padded tokens); the policy keeps a cost **budget** and the caller takes the
+longest prefix of the remaining rows whose cost fits (:meth:`BatchPolicy.choose_rows`).
+With the ``rows`` cost model the budget is simply a row count.
+
+The policy, in words:
+
+* Start at the operator's ``batch_size`` (the ceiling, never exceeded) or at a
+  known-safe budget seeded from a shared profile.
+* An OOM at cost ``c`` makes ``c`` a *known failing size*: no later slice is
+  planned at or above it until it expires (below).  The retry of the same rows
+  uses the largest cost that has succeeded (when it is at least ``c/2``) or ``c/2``,
+  and strictly fewer rows; every further OOM of the same slice at least halves
+  the rows, so a slice reaches one row after at most ``1 + ceil(log2(batch_size))``
+  shrinking OOMs.
+* *Drift*: an OOM at a cost that had already succeeded means memory changed
+  (fragmentation, a transient neighbour, a capacity drop).  When such OOMs have
+  been cured by cleanup before (or it is the first one), the same slice is
+  retried once, at the same size, after cleanup; if that fails too it was not
+  fragmentation, and the policy shrinks and forgets its proven sizes.
+* Growth is cautious: only after ``successes_before_growth`` successes whose
+  size the budget limited, and only toward the known failing size (closing half
+  the gap, never reaching it); without a known failing size by ``growth``.
+* A known failing size expires (re-probe) after ``reprobe_successes`` successes or
+  ``reprobe_secs`` on the injected clock, whichever comes first.  The re-probe
+  goes just above the old failing size (a failure then costs a small call); if
+  it fails, the old failing size is restored (not approached again) and both
+  intervals double (up to ``max_reprobe_backoff``x).
+* At one row nothing smaller exists: wait ``floor_backoff_secs * i`` (i = 1..
+  ``floor_retries``) and retry the same row, then give up (:attr:`Action.FAIL`).
+
+The retry budget follows from the policy instead of being tuned beside it:
+:attr:`BatchPolicy.slice_oom_budget` is the most OOMs one slice can see before
+``FAIL``, so a caller's per-slice guard can never cut a slice short of the floor
+(a shrink factor such as x0.9 with a fixed 16-retry cap can, and then drops
+the batch).
+"""
+
+from __future__ import annotations
+
+import enum
+import math
+import time
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, Final
+
+INF: Final = math.inf
+
+
+class Action(enum.StrEnum):
+    RETRY = "retry"  # retry the same input offset now (after cleanup)
+    WAIT = "wait"  # at the minimum size: wait ``wait_secs``, then retry the same rows
+    FAIL = "fail"  # nothing smaller exists and the waits are spent: raise
+
+
+@dataclass(frozen=True)
+class OomDecision:
+    action: Action
+    wait_secs: float = 0.0
+    same_size: bool = False  # a fragmentation test: the same rows at the same size after cleanup
+
+
+@dataclass(frozen=True)
+class PolicyConfig:
+    min_rows: int = 1
+    successes_before_growth: int = 2
+    growth: float = 1.25  # per growth step while no failing size is known
+    approach: float = 0.5  # fraction of the gap to a known failing size closed per growth step
+    min_gap: float = 0.05  # never plan within 5% of a known failing size
+    reprobe_successes: int = 256
+    reprobe_secs: float = 300.0
+    max_reprobe_backoff: int = 8
+    floor_retries: int = 3
+    floor_backoff_secs: float = 1.0
+    trace_len: int = 32
+
+    def __post_init__(self) -> None:
+        if self.min_rows < 1:
+            raise ValueError("min_rows must be >= 1")
+        if self.successes_before_growth < 1:
+            raise ValueError("successes_before_growth must be >= 1")
+        if not self.growth > 1:
+            raise ValueError("growth must be > 1")
+        if not 0 < self.approach <= 1 or not 0 <= self.min_gap < 1:
+            raise ValueError("approach must be in (0, 1] and min_gap in [0, 1)")
+        if self.reprobe_successes < 1 or not self.reprobe_secs > 0 or self.max_reprobe_backoff < 1:
+            raise ValueError("re-probe intervals must be positive")
+        if self.floor_retries < 0 or self.floor_backoff_secs < 0 or self.trace_len < 1:
+            raise ValueError("floor_retries, floor_backoff_secs must be >= 0 and trace_len >= 1")
+
+
+class BatchPolicy:
+    """One operator's micro-batch budget in one process (see the module docstring)."""
+
+    def __init__(
+        self, max_rows: int, config: PolicyConfig | None = None, *, clock: Callable[[], float] = time.monotonic
+    ):
+        self.config = config or PolicyConfig()
+        if isinstance(max_rows, bool) or not isinstance(max_rows, int) or max_rows < self.config.min_rows:
+            raise ValueError(f"max_rows must be an integer >= {self.config.min_rows}, got {max_rows!r}")
+        self.max_rows = max_rows
+        self._clock = clock
+        self.budget: float = INF  # cost budget of the next micro-batch
+        self.failing: float | None = None  # smallest cost that OOMed, while in force
+        self.safe: float | None = None  # largest cost that succeeded since the last drift
+        self._failing_since = 0.0
+        self._since_failing = 0  # successes since ``failing`` was set
+        self._backoff = 1  # re-probe interval multiplier
+        self._reprobing: float | None = None  # an expired failing size being re-tested
+        self._streak = 0
+        self._frag_hits = 0  # same-size retries after cleanup that succeeded ...
+        self._frag_misses = 0  # ... and that failed again
+        # per slice
+        self._slice_ooms = 0
+        self._shrunk = False
+        self._row_cap = max_rows
+        self._floor_waits = 0
+        self._frag_pending = False
+        # counters (telemetry)
+        self.successes = 0
+        self.ooms = 0
+        self.drift_ooms = 0
+        self.floor_waits = 0
+        self.reprobes = 0
+        self.max_slice_ooms = 0
+        # (outcome, rows, cost, budget before): the last few events, for telemetry
+        self.trace: deque[tuple[str, int, float, float | None]] = deque(maxlen=self.config.trace_len)
+
+    # -- planning ------------------------------------------------------------------------------
+    @property
+    def slice_oom_budget(self) -> int:
+        """The most OOMs one slice can see before FAIL: fragmentation test + gentle shrink +
+        halvings to the floor + the floor's waits and its last try."""
+        halvings = math.ceil(math.log2(self.max_rows / self.config.min_rows)) if self.max_rows > 1 else 0
+        return 2 + halvings + self.config.floor_retries + 1
+
+    def begin_slice(self) -> None:
+        """A new input offset starts: per-slice retry state resets."""
+        self._slice_ooms = 0
+        self._shrunk = False
+        self._row_cap = self.max_rows
+        self._floor_waits = 0
+        self._frag_pending = False
+
+    def choose_rows(self, remaining: int, prefix_cost: Callable[[int], float] | None = None) -> int:
+        """The most rows (<= remaining, <= the row cap) whose prefix cost fits the budget; at least
+        ``min(min_rows, remaining)``.  ``prefix_cost(n)`` must not decrease with n (None: cost = rows)."""
+        if remaining <= 0:
+            return 0
+        cap = min(remaining, self._row_cap)
+        floor = min(self.config.min_rows, cap)
+        cost = prefix_cost or float
+        if self.budget == INF or cost(cap) <= self.budget:
+            return cap
+        lo, hi = floor, cap  # cost(lo) may exceed the budget: a slice never has fewer than min_rows
+        while lo < hi:
+            mid = (lo + hi + 1) // 2
+            if cost(mid) <= self.budget:
+                lo = mid
+            else:
+                hi = mid - 1
+        return lo
+
+    # -- observations --------------------------------------------------------------------------
+    def on_success(self, rows: int, cost: float, *, budget_bound: bool) -> None:
+        """A micro-batch of ``rows`` rows and ``cost`` succeeded.  ``budget_bound``: the budget
+        (not the end of the outer batch) ended it, so it is evidence about the budget."""
+        self.successes += 1
+        self.trace.append(("ok", rows, float(cost), self._budget_or_none()))
+        if self._frag_pending:
+            self._frag_hits += 1
+            self._frag_pending = False
+        if self._reprobing is not None and cost >= self._reprobing:
+            self._reprobing, self._backoff = None, 1  # the old failing size fits again: drift proven
+        if self.failing is not None:
+            self._since_failing += 1
+            interval = self._backoff
+            if (
+                self._since_failing >= self.config.reprobe_successes * interval
+                or self._clock() - self._failing_since >= self.config.reprobe_secs * interval
+            ):
+                self._reprobing, self.failing = self.failing, None
+                self.reprobes += 1
+        if self.failing is None or cost < self.failing:
+            self.safe = cost if self.safe is None else max(self.safe, cost)
+        if not budget_bound:
+            return
+        self._streak += 1
+        if self._streak >= self.config.successes_before_growth:
+            self._streak = 0
+            self._grow()
+
+    def on_oom(self, rows: int, cost: float) -> OomDecision:
+        """A micro-batch OOMed: what to do with the same input offset."""
+        self.ooms += 1
+        self._slice_ooms += 1
+        self.max_slice_ooms = max(self.max_slice_ooms, self._slice_ooms)
+        self._streak = 0
+        self.trace.append(("oom", rows, float(cost), self._budget_or_none()))
+        reprobe_failed = self._reprobing
+        if reprobe_failed is not None:
+            # A re-probe above an expired failing size failed: wait longer before the next one.
+            self._backoff = min(self._backoff * 2, self.config.max_reprobe_backoff)
+            self._reprobing = None
+        if rows <= self.config.min_rows:
+            return self._at_floor(cost)
+        frag_test = self._frag_pending
+        self._frag_pending = False
+        if frag_test:
+            self._frag_misses += 1
+        drift = self.safe is not None and cost <= self.safe
+        if drift and not frag_test and self._slice_ooms == 1 and self._frag_hits >= self._frag_misses:
+            # A size that worked failed: retry it once after cleanup before believing it.
+            self.drift_ooms += 1
+            self._frag_pending = True
+            self._row_cap = rows
+            return OomDecision(Action.RETRY, same_size=True)
+        if drift or frag_test:
+            self.safe = None  # what succeeded before is no longer evidence
+        # A failed re-probe confirms the old failing size: restore it rather than approach it again.
+        self._set_failing(cost if reprobe_failed is None else min(cost, reprobe_failed))
+        if not self._shrunk and self.safe is not None and self.safe < cost:
+            target = max(self.safe, cost / 2)
+        else:
+            target = cost / 2
+        self.budget = min(self.budget, target)
+        # Never the same size twice in a row for one slice; after the first shrink, halve.
+        self._row_cap = max(self.config.min_rows, rows - 1 if not self._shrunk else rows // 2)
+        self._shrunk = True
+        return OomDecision(Action.RETRY)
+
+    def _at_floor(self, cost: float) -> OomDecision:
+        # One row cannot be split; its failure says nothing about larger budgets (it may be a
+        # transient neighbour or one poison row), so the budget and failing size stay as they are.
+        if self._floor_waits < self.config.floor_retries:
+            self._floor_waits += 1
+            self.floor_waits += 1
+            self._row_cap = self.config.min_rows
+            return OomDecision(Action.WAIT, wait_secs=self.config.floor_backoff_secs * self._floor_waits)
+        return OomDecision(Action.FAIL)
+
+    def _set_failing(self, cost: float) -> None:
+        self.failing = cost if self.failing is None else min(self.failing, cost)
+        self._failing_since = self._clock()
+        self._since_failing = 0
+        if self.safe is not None and self.safe >= self.failing:
+            self.safe = None
+
+    def _grow(self) -> None:
+        if self.budget == INF:
+            return
+        if self.failing is not None:
+            ceiling = self.failing * (1 - self.config.min_gap)
+            target = self.budget + (self.failing - self.budget) * self.config.approach
+            self.budget = max(self.budget, min(target, ceiling))
+        elif self._reprobing is not None and self.budget < self._reprobing:
+            # Re-probe just above the expired failing size: a failure costs a small call.
+            self.budget = min(self.budget * self.config.growth, self._reprobing * (1 + self.config.min_gap))
+        else:
+            self.budget *= self.config.growth
+
+    def _budget_or_none(self) -> float | None:
+        return None if self.budget == INF else self.budget
+
+    # -- profiles ------------------------------------------------------------------------------
+    def seed(self, *, safe: float | None, failing: float | None) -> None:
+        """Start from what another process learned (before any observation of this one)."""
+        if self.successes or self.ooms:
+            raise RuntimeError("seed() is only valid before the first observation")
+        if failing is not None and failing > 0:
+            self.failing = float(failing)
+            self._failing_since = self._clock()
+        if safe is not None and safe > 0 and (self.failing is None or safe < self.failing):
+            self.safe = float(safe)
+            self.budget = float(safe)
+        elif self.failing is not None:
+            self.budget = self.failing / 2
+
+    def state(self) -> dict[str, Any]:
+        """Plain numbers for telemetry and profiles (JSON-safe: no infinities)."""
+        return {
+            "budget": self._budget_or_none(),
+            "safe": self.safe,
+            "failing": self.failing,
+            "max_rows": self.max_rows,
+            "successes": self.successes,
+            "ooms": self.ooms,
+            "drift_ooms": self.drift_ooms,
+            "floor_waits": self.floor_waits,
+            "reprobes": self.reprobes,
+            "max_slice_ooms": self.max_slice_ooms,
+        }

@@ -1,0 +1,335 @@
+"""Per-process controller state for the mixin, the attempt context, telemetry files and profiles.
+
+How a Ray worker learns its job directory and attempt
+-----------------------------------------------------
+The warm node-local Ray runtime is started once per worker process, so its
+``runtime_env`` cannot carry per-attempt values, and operator arguments are
+hashed into stage identities (a per-attempt argument would make every attempt a
+different pipeline).  Data-Juicer already hands every operator one per-run
+argument that is excluded from fingerprints: ``work_dir`` (the config's
+work_dir, which the ShardRunner sets inside the attempt directory).  It travels
+to Ray actors as a constructor argument and to Ray tasks inside the pickled
+operator.  So the ShardRunner writes a small versioned context record
+(:class:`BatchingContext`: job dir, shard, attempt, the stage identities) into
+that directory before running the attempt, and the mixin reads it on first use.
+No context (the default and ray executors): micro-batching works the same,
+without shared profiles or attempt telemetry.
+
+What lives where
+----------------
+* policies: per process, keyed by stage x accelerator x cost model x ceiling; they
+  outlive Ray tasks and attempts in a warm worker (bounded LRU);
+* statistics: per process, attempt and stage (bounded LRU);
+* ``attempts/<shard>/<attempt>/batching/<stage>-<host>-<pid>.json``: this process's
+  size trace for the attempt, rewritten after every outer batch;
+* ``batch-profiles/<key>.json``: the learned bounds (:mod:`.profiles`).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib
+import os
+import re
+import socket
+import sys
+import time
+import weakref
+from collections import OrderedDict
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, ClassVar, Final
+
+from loguru import logger
+
+from data_juicer_elastic.batching import profiles
+from data_juicer_elastic.batching.engine import BatchStats
+from data_juicer_elastic.batching.policy import BatchPolicy
+from data_juicer_elastic.errors import JobDirError
+from data_juicer_elastic.jobdir import fsio
+from data_juicer_elastic.jobdir.layout import JobLayout
+from data_juicer_elastic.jobdir.records import Record
+
+CONTEXT_FILE: Final = "dj-elastic-batching.json"
+PROFILE_MIN_INTERVAL_SECS: Final = 2.0
+_MAX_ENTRIES: Final = 64
+
+
+@dataclass(frozen=True)
+class StageRef:
+    stage_id: str
+    op_fingerprint: str
+
+
+@dataclass(frozen=True)
+class BatchingContext(Record):
+    KIND: ClassVar[str] = "batching-context"
+    job_dir: str
+    shard_id: str
+    attempt_id: str
+    stages: list[StageRef]
+
+    @property
+    def layout(self) -> JobLayout:
+        return JobLayout(self.job_dir)
+
+
+@dataclass(frozen=True)
+class BatchTrace(Record):
+    KIND: ClassVar[str] = "batch-trace"
+    stage_key: str
+    accelerator: str
+    cost_model: str
+    host: str
+    pid: int
+    updated_at: float
+    seeded_from: str | None  # "profile" | "process" (a warm worker's earlier learning) | None
+    stats: dict[str, Any]
+    policy: dict[str, Any]
+    trace: list[list[Any]]  # the last events: [outcome, rows, cost, budget before]
+
+
+def write_context(work_dir: str | Path, context: BatchingContext) -> Path:
+    path = Path(work_dir) / CONTEXT_FILE
+    fsio.makedirs(path.parent)
+    fsio.atomic_write(path, context.encode(), durable=False)
+    return path
+
+
+_contexts: OrderedDict[str, BatchingContext | None] = OrderedDict()
+
+
+def read_context(work_dir: str | None) -> BatchingContext | None:
+    if not work_dir:
+        return None
+    path = Path(work_dir) / CONTEXT_FILE
+    key = str(path)
+    if key not in _contexts:
+        context = None
+        try:
+            data = fsio.read_record(path)
+            context = BatchingContext.parse(data, path) if data is not None else None
+        except (OSError, JobDirError) as exc:
+            logger.warning(f"adaptive batching: ignoring {path}: {exc}; no shared profiles for this attempt")
+        _remember(_contexts, key, context)
+    return _contexts[key]
+
+
+# -- per-process state -----------------------------------------------------------------------------
+class OpState:
+    """One operator's policy and this attempt's statistics in this process."""
+
+    def __init__(self, op: Any, mode: str):
+        self.context = read_context(getattr(op, "work_dir", None))
+        self.stage_key = stage_key_for(op, self.context)
+        self.accelerator = accelerator_model(op)
+        self.cost_model = mode
+        self.max_rows = int(op.batch_size)
+        self.label = f"{self.stage_key} [{self.accelerator}]"
+        key = (self.stage_key, self.accelerator, mode, self.max_rows)
+        entry = _policies.get(key)
+        self.seeded_from: str | None = None
+        if entry is None:
+            policy = BatchPolicy(self.max_rows, getattr(op, "adaptive_batching_policy", None))
+            self.seeded_from = self._seed(policy)
+            _remember(_policies, key, policy)
+        else:
+            policy = entry
+            _policies.move_to_end(key)
+            self.seeded_from = "process" if policy.successes or policy.ooms else None
+        self.policy: BatchPolicy = policy
+        stats_key = (self.context.attempt_id if self.context else "", *key)
+        if stats_key not in _stats:
+            _remember(_stats, stats_key, BatchStats())
+        self.stats: BatchStats = _stats[stats_key]
+        self._published: tuple | None = None
+        self._published_at = 0.0
+        self._published_ooms = 0
+        self._warned = False
+
+    def _seed(self, policy: BatchPolicy) -> str | None:
+        if self.context is None:
+            return None
+        found = profiles.read_profile(
+            self.context.layout, self.stage_key, self.accelerator, self.cost_model, self.max_rows
+        )
+        if found is None:
+            return None
+        policy.seed(safe=found.safe, failing=found.failing)
+        self._published = (found.safe, found.failing)
+        logger.info(f"adaptive batching {self.label}: starting from the shared profile (budget {policy.budget:g})")
+        return "profile"
+
+    def after_call(self) -> None:
+        if self.context is None:
+            return
+        try:
+            self._write_trace()
+            self._maybe_publish()
+        except (OSError, JobDirError) as exc:  # telemetry and profiles are advice: never fail the batch
+            if not self._warned:
+                self._warned = True
+                logger.warning(f"adaptive batching {self.label}: cannot write telemetry/profile: {exc}")
+
+    def _write_trace(self) -> None:
+        layout = self.context.layout
+        directory = layout.attempt_batching_dir(self.context.shard_id, self.context.attempt_id)
+        name = f"{_short_hash(self.stage_key)}-{_safe(socket.gethostname())}-{os.getpid()}.json"
+        record = BatchTrace(
+            stage_key=self.stage_key,
+            accelerator=self.accelerator,
+            cost_model=self.cost_model,
+            host=socket.gethostname(),
+            pid=os.getpid(),
+            updated_at=time.time(),
+            seeded_from=self.seeded_from,
+            stats=self.stats.to_json(),
+            policy=self.policy.state(),
+            trace=[list(event) for event in self.policy.trace],
+        )
+        fsio.makedirs(directory)
+        fsio.atomic_write(directory / name, record.encode(), durable=False)
+
+    def _maybe_publish(self) -> None:
+        state = self.policy.state()
+        bounds = (state["safe"], state["failing"])
+        if bounds == self._published or bounds == (None, None):
+            return
+        now = time.monotonic()
+        if self._published_ooms == self.policy.ooms and now - self._published_at < PROFILE_MIN_INTERVAL_SECS:
+            return  # only growth since the last write: coalesce
+        profiles.write_profile(
+            self.context.layout,
+            profiles.BatchProfile(
+                stage_key=self.stage_key,
+                accelerator=self.accelerator,
+                cost_model=self.cost_model,
+                max_rows=self.max_rows,
+                safe=state["safe"],
+                failing=state["failing"],
+                successes=self.policy.successes,
+                ooms=self.policy.ooms,
+                updated_at=time.time(),
+                writer=profiles.writer_name(),
+            ),
+        )
+        self._published, self._published_at, self._published_ooms = bounds, now, self.policy.ooms
+
+
+_policies: OrderedDict[tuple, BatchPolicy] = OrderedDict()
+_stats: OrderedDict[tuple, BatchStats] = OrderedDict()
+# Per operator instance, never on the instance: operators are pickled (Ray tasks, datasets' hashing).
+_by_op: weakref.WeakKeyDictionary[Any, dict[str, OpState]] = weakref.WeakKeyDictionary()
+
+
+def state_for(op: Any, mode: str) -> OpState:
+    states = _by_op.setdefault(op, {})
+    if mode not in states:
+        states[mode] = OpState(op, mode)
+    return states[mode]
+
+
+def summary_for(op: Any) -> dict[str, Any]:
+    return {mode: {**s.stats.to_json(), "policy": s.policy.state()} for mode, s in _by_op.get(op, {}).items()}
+
+
+def reset() -> None:
+    """Forget all per-process state (tests; a fresh process starts like this)."""
+    _policies.clear()
+    _stats.clear()
+    _contexts.clear()
+    _by_op.clear()
+
+
+def stage_key_for(op: Any, context: BatchingContext | None) -> str:
+    """The operator's stage identity when the context names exactly one, else ``fp-<fingerprint>:<name>``
+    (identical operators at several positions then share one profile)."""
+    name = getattr(op, "_name", None) or type(op).__name__
+    try:
+        from data_juicer.core.elasticjuicer.stage_identity import operator_fingerprint
+
+        fingerprint = operator_fingerprint(op)
+    except ImportError:  # pragma: no cover - Data-Juicer moved it
+        fingerprint = hashlib.sha256(repr(sorted((getattr(op, "_init_kwargs", {}) or {}).items())).encode()).hexdigest()
+    if context is not None:
+        matches = [s.stage_id for s in context.stages if s.op_fingerprint == fingerprint]
+        if len(matches) == 1:
+            return matches[0]
+    return f"fp-{fingerprint[:16]}:{name}"
+
+
+def accelerator_model(op: Any) -> str:
+    """``cpu``, or the CUDA device name and memory (MIG slices of one model differ in memory)."""
+    if getattr(op, "accelerator", "cpu") != "cuda":
+        return "cpu"
+    try:
+        torch = sys.modules.get("torch") or importlib.import_module("torch")
+        if not torch.cuda.is_available():
+            return "cpu"
+        props = torch.cuda.get_device_properties(torch.cuda.current_device())
+        return f"{props.name}|{round(props.total_memory / 2**30)}GiB"
+    except Exception as exc:  # a broken CUDA setup: the operator itself will report it
+        logger.debug(f"adaptive batching: cannot identify the accelerator: {exc}")
+        return "cuda-unknown"
+
+
+# -- attempt summary (read by the ShardRunner, shown by dj-elastic status) -------------------------
+_SUMMED: Final = ("ooms", "retries", "floor_waits", "skipped_rows", "terminal_ooms", "slices", "rows_in", "rows_out")
+
+
+def summarize_attempt(directory: Path) -> dict[str, Any] | None:
+    """Fold the size traces under ``attempts/<shard>/<attempt>/batching`` into one JSON summary."""
+    stages: dict[str, dict[str, Any]] = {}
+    for name in sorted(fsio.list_names(directory)):
+        if not name.endswith(".json") or name.startswith("."):
+            continue
+        path = directory / name
+        try:
+            data = fsio.read_record(path)
+            trace = BatchTrace.parse(data, path) if data is not None else None
+        except (OSError, JobDirError) as exc:
+            logger.warning(f"ignoring batching trace: {exc}")
+            continue
+        if trace is None:
+            continue
+        stage = stages.setdefault(
+            trace.stage_key,
+            {"accelerator": trace.accelerator, "cost_model": trace.cost_model, "processes": 0, "seeded_from": []}
+            | {k: 0 for k in _SUMMED}
+            | {"oom_kinds": {}, "first_rows": None, "final_rows": None, "min_rows": None, "max_rows": None},
+        )
+        stage["processes"] += 1
+        if trace.seeded_from and trace.seeded_from not in stage["seeded_from"]:
+            stage["seeded_from"].append(trace.seeded_from)
+        for key in _SUMMED:
+            stage[key] += int(trace.stats.get(key) or 0)
+        for kind, n in (trace.stats.get("oom_kinds") or {}).items():
+            stage["oom_kinds"][kind] = stage["oom_kinds"].get(kind, 0) + int(n)
+        for key, pick in (("min_rows", min), ("max_rows", max), ("first_rows", max)):
+            value = trace.stats.get(key)
+            if value is not None:
+                stage[key] = value if stage[key] is None else pick(stage[key], value)
+        if trace.stats.get("final_rows") is not None and trace.updated_at >= stage.get("_updated", 0.0):
+            stage["final_rows"], stage["_updated"] = trace.stats["final_rows"], trace.updated_at
+            stage["last_trace"] = trace.trace[-8:]
+    if not stages:
+        return None
+    for stage in stages.values():
+        stage.pop("_updated", None)
+    totals = {key: sum(s[key] for s in stages.values()) for key in ("ooms", "retries", "terminal_ooms", "skipped_rows")}
+    return {**totals, "stages": stages}
+
+
+def _remember(cache: OrderedDict, key: Any, value: Any) -> None:
+    cache[key] = value
+    cache.move_to_end(key)
+    while len(cache) > _MAX_ENTRIES:
+        cache.popitem(last=False)
+
+
+def _short_hash(text: str) -> str:
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()[:12]
+
+
+def _safe(text: str) -> str:
+    return re.sub(r"[^A-Za-z0-9_.\-]+", "_", text).strip("._-")[:40] or "host"

@@ -1,0 +1,122 @@
+"""End to end through real `dj-process` subprocesses: an OOM-injecting Mapper with `adaptive_batching: true`
+produces exactly the rows of a run that never ran out of memory, in order, under the default, ray and
+elastic_sharded executors (Ray task and actor modes); a second shard starts from the learned profile."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import yaml
+
+from tests.e2e.conftest import RAY_CPUS, assert_ok, read_jsonl, read_ray_output, run
+
+pytestmark = [pytest.mark.e2e]
+
+REPO = Path(__file__).resolve().parents[2]
+DEMO = "elastic_oom_demo_mapper"
+
+
+def demo_op(capacity: int, **extra) -> dict:
+    # 32-row outer batches need ~2,500 characters; capacity 600 makes almost every batch OOM first.
+    return {DEMO: {"capacity": capacity, "batch_size": 32, "suffix": "#", "torch_errors": False, **extra}}
+
+
+def recipe(path: Path, **fields) -> Path:
+    data = {"project_name": "adaptive-e2e", "np": 1, **fields}
+    path.write_text(yaml.safe_dump(data, sort_keys=False))
+    return path
+
+
+@pytest.fixture(scope="module")
+def data(tmp_path_factory) -> Path:
+    import sys
+
+    sys.path.insert(0, str(REPO / "demos"))
+    from generate_data import write_dataset
+
+    return write_dataset(tmp_path_factory.mktemp("adaptive") / "input.jsonl", rows=160, seed=11)
+
+
+@pytest.fixture(scope="module")
+def reference(data, tmp_path_factory) -> list[dict]:
+    """A plain default-executor run whose memory never runs out."""
+    tmp = tmp_path_factory.mktemp("reference")
+    out = tmp / "out.jsonl"
+    cfg = recipe(tmp / "r.yaml", dataset_path=str(data), export_path=str(out), process=[demo_op(10**9)])
+    assert_ok(run(["dj-process", "--config", str(cfg)], cwd=tmp))
+    rows = read_jsonl(out)
+    inputs = read_jsonl(data)
+    assert [r["id"] for r in rows] == [r["id"] for r in inputs]
+    assert all(r["text"] == i["text"] + "#" for r, i in zip(rows, inputs, strict=True))
+    return rows
+
+
+def test_default_executor(data, reference, tmp_path):
+    out = tmp_path / "out.jsonl"
+    ops = [demo_op(600, adaptive_batching=True)]
+    cfg = recipe(tmp_path / "r.yaml", dataset_path=str(data), export_path=str(out), np=2, process=ops)
+    assert_ok(run(["dj-process", "--config", str(cfg)], cwd=tmp_path))
+    assert read_jsonl(out) == reference
+
+    # without the opt-in the same recipe fails on the first OOM
+    cfg = recipe(tmp_path / "off.yaml", dataset_path=str(data), export_path=str(tmp_path / "off.jsonl"), np=1)
+    cfg.write_text(cfg.read_text() + yaml.safe_dump({"process": [demo_op(600, skip_op_error=False)]}))
+    proc = run(["dj-process", "--config", str(cfg)], cwd=tmp_path)
+    assert proc.returncode != 0 and "out of memory" in proc.stdout + proc.stderr
+
+
+@pytest.mark.ray
+def test_ray_executor_task_mode(data, reference, tmp_path):
+    out = tmp_path / "out"
+    cfg = recipe(
+        tmp_path / "r.yaml",
+        executor_type="ray",
+        ray_address="local",
+        dataset_path=str(data),
+        export_path=str(out),
+        process=[demo_op(600, adaptive_batching=True, num_proc=1)],
+    )
+    assert_ok(run(["dj-process", "--config", str(cfg)], cwd=tmp_path))
+    assert read_ray_output(out) == reference
+
+
+@pytest.mark.ray
+def test_elastic_sharded_actor_mode_and_profile_reuse(data, reference, tmp_path):
+    job = tmp_path / "job"
+    merged = tmp_path / "merged.jsonl"
+    op = demo_op(600, adaptive_batching=True, ray_execution_mode="actor", num_proc=1)
+    cfg = recipe(
+        tmp_path / "r.yaml",
+        executor_type="elastic_sharded",
+        dataset_path=str(data),
+        export_path=str(merged),
+        # An actor holds its CPU for the whole dataset: the read tasks need a second one.
+        elastic={"job_dir": str(job), "num_shards": 2, "ray_num_cpus": RAY_CPUS + 1, "max_shards": 1},
+        process=[op],
+    )
+    # Two sequential workers, one shard each: the second is a new process with a new Ray runtime,
+    # so only the job directory's profile can carry what the first learned.
+    first = run(["dj-process", "--config", str(cfg)], cwd=tmp_path)
+    assert first.returncode in (0, 1), first.stderr[-3000:]
+    assert_ok(run(["dj-process", "--config", str(cfg)], cwd=tmp_path))
+    assert read_jsonl(merged) == reference
+
+    summaries = []
+    for shard in ("part-00000-of-00002", "part-00001-of-00002"):
+        (attempt,) = (job / "attempts" / shard).iterdir()
+        record = json.loads((attempt / "attempt.json").read_text())
+        assert record["exit_reason"] == "done" and record["batching"] is not None
+        summaries.append(record["batching"])
+    assert summaries[0]["ooms"] > 0
+    (stage,) = summaries[1]["stages"].values()
+    assert stage["seeded_from"] == ["profile"] and stage["first_rows"] < 32
+    assert summaries[1]["ooms"] < summaries[0]["ooms"]
+
+    status = run(["dj-elastic", "status", "--job-dir", str(job), "--json"], cwd=tmp_path)
+    assert status.returncode == 0, status.stderr
+    shards = json.loads(status.stdout)["shards"]
+    assert [s["batching"]["ooms"] for s in shards] == [s["ooms"] for s in summaries]
+    text = run(["dj-elastic", "status", "--job-dir", str(job), "--all"], cwd=tmp_path).stdout
+    assert "adaptive batching:" in text and "final_batch=" in text
