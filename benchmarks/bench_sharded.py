@@ -35,7 +35,7 @@ PROCESS = [{"whitespace_normalization_mapper": None}, {"text_length_filter": {"m
 
 
 def _recipe(path: Path, **fields) -> Path:
-    base = {"project_name": "bench", "np": os.cpu_count() or 2, "process": PROCESS}
+    base = {"project_name": "bench", "np": os.cpu_count() or 2, "ray_address": "local", "process": PROCESS}
     base.update(fields)
     path.write_text(yaml.safe_dump(base, sort_keys=False))
     return path

@@ -36,7 +36,9 @@ def _cmd_worker(args: argparse.Namespace) -> int:
     from data_juicer_elastic.executor import run_local_worker
 
     settings = _settings_from_job(args.job_dir, args)
-    summary = run_local_worker(args.job_dir, settings, wait_for_completion=not args.no_wait)
+    summary = run_local_worker(
+        args.job_dir, settings, wait_for_completion=not args.no_wait, slots=args.slots, max_done=args.max_done
+    )
     print(f"worker done: {summary}")
     if summary.terminal_failures:
         failed = ", ".join(shard_id for shard_id, _ in summary.terminal_failures)
@@ -46,16 +48,40 @@ def _cmd_worker(args: argparse.Namespace) -> int:
 
 
 def _cmd_status(args: argparse.Namespace) -> int:
+    from data_juicer_elastic.coordination.status import render_runs, runs
     from data_juicer_elastic.jobdir.status import render_text, snapshot
 
-    snap = snapshot(Path(args.job_dir).resolve(), ttl_secs=args.lease_ttl_secs)
+    job = Path(args.job_dir).resolve()
+    snap = snapshot(job, ttl_secs=args.lease_ttl_secs)
+    coordination = runs(job)
     if args.json:
-        print(json.dumps(snap.to_json(), indent=2, ensure_ascii=False))
+        print(json.dumps({**snap.to_json(), "coordination": coordination}, indent=2, ensure_ascii=False))
     else:
         print(render_text(snap, show_all=args.all))
+        print(render_runs(coordination, limit=None if args.all else 3))
     if snap.terminal_failures:
         return EXIT_ERROR
     return EXIT_OK if snap.complete else EXIT_INCOMPLETE
+
+
+def _cmd_run(args: argparse.Namespace) -> int:
+    from data_juicer_elastic.executor import ElasticShardedExecutor
+
+    cfg, _ = _load_recipe(args)
+    if cfg.get("executor_type", None) != "elastic_sharded":
+        from data_juicer_elastic.errors import ConfigError
+
+        raise ConfigError(
+            f"executor_type is {cfg.get('executor_type', None)!r}",
+            where=args.config,
+            hint="dj-elastic run needs executor_type: elastic_sharded (use dj-process for the other executors)",
+        )
+    result = ElasticShardedExecutor(cfg).run()
+    if result is None:
+        print("reached max_shards; the other instances finish the run")
+    else:
+        print(f"merged {result.rows} rows from {result.shards} shards into {result.output_path}")
+    return EXIT_OK
 
 
 def _cmd_retry(args: argparse.Namespace) -> int:
@@ -102,10 +128,15 @@ def _load_recipe(args: argparse.Namespace):
     argv = ["--config", args.config]
     if args.dataset_path:
         argv += ["--dataset_path", args.dataset_path]
-    for name in ("job_dir", "num_shards", "ray_address", "lease_ttl_secs", "max_retries", "poll_interval_secs"):
+    names = ("job_dir", "num_shards", "ray_address", "lease_ttl_secs", "max_retries", "poll_interval_secs")
+    for name in (*names, "run_id", "nodes", "wait_timeout_secs", "slots_per_node", "ray_num_cpus"):
         value = getattr(args, name, None)
         if value is not None:
             argv += [f"--elastic.{name}", str(value)]
+    if getattr(args, "require_all_nodes", False):
+        argv += ["--elastic.require_all_nodes", "true"]
+    extra = list(getattr(args, "extra", None) or [])
+    argv += extra[1:] if extra[:1] == ["--"] else extra
     cfg = init_configs(args=argv)
     return cfg, settings_from_cfg(cfg)
 
@@ -117,7 +148,9 @@ def _settings_from_job(job_dir: str, args: argparse.Namespace):
 
     recorded = dict(load_manifest(Path(job_dir).resolve()).settings)
     recorded["job_dir"] = str(Path(job_dir).resolve())
-    for name in ("ray_address", "lease_ttl_secs", "max_retries", "poll_interval_secs", "max_shards"):
+    recorded.pop("run_id", None)  # a submission's identity, not the job's
+    names = ("ray_address", "lease_ttl_secs", "max_retries", "poll_interval_secs", "max_shards", "ray_num_cpus")
+    for name in (*names, "heartbeat_interval_secs"):
         value = getattr(args, name, None)
         if value is not None:
             recorded[name] = value
@@ -143,10 +176,41 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--poll-interval-secs", type=float)
     p.set_defaults(func=_cmd_prepare)
 
+    p = sub.add_parser(
+        "run",
+        help="the whole job on this node, as dj-process does: elected prepare, work, elected finalize",
+        description="Start the same command on every node of a submission (all instances of one submission "
+        "share a run id: elastic.run_id, DJ_ELASTIC_RUN_ID or the scheduler's job id). Further "
+        "dj-process options may follow after --, e.g. -- --elastic.max_retries 1",
+    )
+    p.add_argument("--config", required=True, help="Data-Juicer recipe (YAML) with executor_type elastic_sharded")
+    p.add_argument("--dataset-path", help="override the recipe's dataset_path")
+    job_dir(p, required=False)
+    p.add_argument("--num-shards", type=int)
+    p.add_argument("--ray-address")
+    p.add_argument("--ray-num-cpus", type=int, help="CPUs of each slot's 'local' Ray runtime")
+    p.add_argument("--run-id", help="the submission's id, shared by all its instances")
+    p.add_argument("--nodes", type=int, help="expected nodes (enforced with --require-all-nodes)")
+    p.add_argument("--require-all-nodes", action="store_true", help="strict mode: every node must complete shards")
+    p.add_argument("--wait-timeout-secs", type=float)
+    p.add_argument("--slots", type=int, dest="slots_per_node", help="shards processed at once on this node")
+    p.add_argument("extra", nargs=argparse.REMAINDER, help="-- then further dj-process options")
+    p.set_defaults(func=_cmd_run)
+
     p = sub.add_parser("worker", help="claim and process shards with one warm node-local Ray runtime")
     job_dir(p)
     p.add_argument("--max-shards", type=int, help="stop after claiming this many shards")
     p.add_argument("--ray-address", help="override the recorded Ray address (local | auto | host:port)")
+    p.add_argument("--ray-num-cpus", type=int, help="CPUs of each slot's 'local' Ray runtime")
+    p.add_argument(
+        "--slots",
+        type=int,
+        dest="slots",
+        help="shards this node processes at once, one worker process and Ray runtime each; with GPUs listed "
+        "in CUDA_VISIBLE_DEVICES every slot gets its own subset (default: elastic.slots_per_node)",
+    )
+    p.add_argument("--heartbeat-interval-secs", type=float)
+    p.add_argument("--max-done", type=int, help=argparse.SUPPRESS)  # strict mode's share, for slot processes
     p.add_argument("--lease-ttl-secs", type=float)
     p.add_argument("--max-retries", type=int)
     p.add_argument("--poll-interval-secs", type=float)

@@ -92,8 +92,31 @@ class IntegrationError(ElasticError):
     """A Data-Juicer internal the plugin hooks into moved or changed."""
 
 
+class CoordinatorLostError(ElasticError):
+    """The instance elected to prepare or finalize a run stopped before publishing its result."""
+
+
+class ParticipationError(ElasticError):
+    """Strict mode: the required nodes did not all take part, or work is left that nobody may claim."""
+
+
 class LeaseLostError(ElasticError):
     """This worker lost its claim (heartbeat could not be renewed, or a newer generation exists)."""
+
+
+class BatchingError(ElasticError):
+    """Adaptive micro-batching could not process an outer batch (see ``data_juicer_elastic.batching``)."""
+
+
+class BatchContractError(BatchingError):
+    """An opted-in operator broke the micro-batch contract (row count, row order or columns per slice)."""
+
+
+class MicroBatchOOMError(BatchingError):
+    """Out of memory at the smallest micro-batch after the bounded waits: nothing smaller exists.
+
+    Raised even with ``skip_op_error``: dropping the rows would lose data silently.
+    """
 
 
 def is_worker_fault(exc: BaseException) -> bool:

@@ -1,35 +1,52 @@
 """ElasticShardedExecutor: what ``dj-process`` runs for ``executor_type: elastic_sharded``.
 
-It composes three independent pieces and owns none of their logic:
+The same command is started on every node (a scheduler's broadcast, ``srun``, an
+Indexed Job); every instance of one submission resolves the same run id
+(``coordination.run_id``) and then:
 
-1. prepare (``jobdir.prepare``): split the input into shards once, idempotently;
-2. work (``jobdir.worker_loop`` + ``execution``): claim shards one by one and run
-   each through Data-Juicer's own RayExecutor on one warm node-local Ray runtime;
-3. finalize (``jobdir.merge``): validate every shard result and merge in order.
+1. prepare: one elected instance validates and splits the input (``jobdir.prepare``);
+   the others wait for its published result (``coordination.elections``);
+2. work: claim shards with one warm node-local Ray runtime per slot
+   (``jobdir.worker_loop`` + ``execution``; extra slots are child processes,
+   ``coordination.slots``), stopping at once when the run is aborted;
+3. settle: wait until every shard is done or one failed terminally
+   (``coordination.settle``; strict mode fails when work is left nobody may take);
+4. finalize: one elected instance verifies and merges (``jobdir.merge``);
+5. every instance reads the run's one outcome and exits 0, or 2 with the same message.
 
-The same command on many nodes sharing ``job_dir`` cooperates through the job
-directory only; every instance finishes by merging (the merge is idempotent:
-an identical existing output counts as success).
+This module composes those pieces and owns none of their logic.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
+import threading
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 from loguru import logger
 
 from data_juicer_elastic import __version__
-from data_juicer_elastic.errors import ConfigError, ShardFailedError
+from data_juicer_elastic.coordination import crashpoints
+from data_juicer_elastic.coordination.elections import RunCoordinator
+from data_juicer_elastic.coordination.flow import Phases, Timing, run_coordinated
+from data_juicer_elastic.coordination.run_id import resolve_run_id
+from data_juicer_elastic.coordination.settle import StrictPolicy, shard_failed_error
+from data_juicer_elastic.coordination.slots import CUDA_ENV, SlotPool, slot_argv, slot_cpus, slot_devices, slot_env
+from data_juicer_elastic.coordination.stragglers import ClaimGate
+from data_juicer_elastic.errors import ConfigError, ElasticError, JobDirError
+from data_juicer_elastic.jobdir import fsio
 from data_juicer_elastic.jobdir.identity import WorkerIdentity
 from data_juicer_elastic.jobdir.layout import JobLayout
 from data_juicer_elastic.jobdir.manifest import load_manifest
 from data_juicer_elastic.jobdir.merge import MergeResult, merge_job
 from data_juicer_elastic.jobdir.prepare import PrepareOutcome, PrepareRequest, prepare_job
+from data_juicer_elastic.jobdir.records import Manifest
 from data_juicer_elastic.jobdir.status import snapshot
 from data_juicer_elastic.jobdir.worker_loop import WorkerSummary, run_worker
-from data_juicer_elastic.settings import ElasticSettings
+from data_juicer_elastic.settings import ElasticSettings, check_strict_shares
 
 try:  # Data-Juicer's base class, so ExecutorFactory users get a real executor
     from data_juicer.core.executor.base import ExecutorBase
@@ -83,38 +100,82 @@ def run_local_worker(
     *,
     wait_for_completion: bool = True,
     node_id: str | None = None,
+    slots: int | None = None,
+    stop_event: threading.Event | None = None,
+    max_done: int | None = None,
+    log_name: str | None = None,
 ) -> WorkerSummary:
-    """Claim and process shards with one warm Ray runtime until nothing is left.
+    """Claim and process shards until nothing is left, with ``slots`` shards at a time.
 
-    Ray starts on the first claim only, so re-running a finished job (or a
-    worker that finds nothing to do) costs no Ray start.
+    Slot 0 runs here with one warm Ray runtime, started on the first claim only
+    (re-running a finished job, or a worker that finds nothing to do, costs no Ray
+    start).  Slots 1..S-1 are child worker processes (``coordination.slots``); the
+    summary is slot 0's, whose loop also waits for shards the others still run.
     """
     job = _resolve(job_dir)
     manifest = load_manifest(job)
-    _default_caches(JobLayout(job).cache_dir)
+    layout = JobLayout(job)
+    _default_caches(layout.cache_dir)
     identity = WorkerIdentity.current(node_id=node_id)
+    slots = settings.slots_per_node if slots is None else slots
+    devices = slot_devices(os.environ.get(CUDA_ENV), slots)
+    cpus = slot_cpus(settings.ray_num_cpus, slots)
+    if devices[0] is not None:
+        os.environ[CUDA_ENV] = devices[0]  # before this process's Ray runtime starts
     from data_juicer_elastic.execution.lazy_runner import LazyShardRunner
 
     runner = LazyShardRunner(
         manifest.recipe,
         list(manifest.stage_identities),
-        JobLayout(job).cache_dir,
+        layout.cache_dir,
         ray_address=settings.ray_address,
-        ray_num_cpus=settings.ray_num_cpus,
+        ray_num_cpus=cpus,
     )
-    logger.info(f"worker {identity.node_id} (pid {identity.pid}) joining job {job}")
-    with runner:
-        summary = run_worker(
+    # Strict mode's equal shares already decide who runs what; elsewhere slow nodes leave the tail to fast ones.
+    gate = None
+    if max_done is None:
+        gate = ClaimGate(
+            layout,
+            manifest,
+            identity.node_id,
+            identity.pid,
+            min_interval=settings.poll_interval_secs,
+            startup_secs=lambda: runner.runtime.start_secs,
+        )
+    logger.info(f"worker {identity.node_id} (pid {identity.pid}) joining job {job} with {slots} slot(s)")
+    with SlotPool() as pool:
+        argv = slot_argv(
             job,
-            identity,
-            runner,
-            ttl_secs=settings.lease_ttl_secs,
+            ray_address=settings.ray_address,
+            ray_num_cpus=cpus,
+            lease_ttl_secs=settings.lease_ttl_secs,
             heartbeat_secs=settings.heartbeat_secs,
             max_retries=settings.max_retries,
             poll_interval_secs=settings.poll_interval_secs,
-            max_shards=settings.max_shards,
-            wait_for_completion=wait_for_completion,
+            max_done=max_done,
         )
+        name = log_name or identity.new_attempt_id()
+        for k in range(1, slots):
+            pool.start(
+                k, argv, slot_env(identity.node_id, devices[k]), layout.node_log(identity.node_id, f"{name}-slot{k}")
+            )
+        with runner:
+            summary = run_worker(
+                job,
+                identity,
+                runner,
+                ttl_secs=settings.lease_ttl_secs,
+                heartbeat_secs=settings.heartbeat_secs,
+                max_retries=settings.max_retries,
+                poll_interval_secs=settings.poll_interval_secs,
+                max_shards=settings.max_shards,
+                wait_for_completion=wait_for_completion,
+                stop_event=stop_event,
+                max_done=max_done,
+                claim_gate=gate,
+            )
+        if stop_event is not None and stop_event.is_set():
+            pool.stop()  # the run was aborted: every slot gives its claim back now
     logger.info(f"worker {identity.node_id} finished: {summary}")
     return summary
 
@@ -124,16 +185,133 @@ def finalize(job_dir: str | os.PathLike, export_path: str | os.PathLike, *, over
     job = _resolve(job_dir)
     snap = snapshot(job)
     if snap.terminal_failures:
-        shard_id, last_error = snap.terminal_failures[0]
-        raise ShardFailedError(
-            f"{len(snap.terminal_failures)} shard(s) failed terminally; first: {shard_id}: {last_error}",
-            where=str(job),
-            hint="inspect the attempt logs shown by `dj-elastic status --job-dir ...`, fix the cause, then "
-            "`dj-elastic retry --all-failed` and run again",
-        )
+        raise shard_failed_error(snap.terminal_failures, job)
     result = merge_job(job, _resolve(export_path), overwrite=overwrite)
     logger.info(f"merged {result.rows} rows from {result.shards} shards into {result.output_path}")
     return result
+
+
+def check_same_request(cfg: Any, settings: ElasticSettings, manifest: Manifest) -> None:
+    """An instance that did not prepare must have been started with the job the leader prepared."""
+    from data_juicer_elastic.integration.recipe import build_shard_recipe, recipe_hash
+
+    differences = []
+    dataset = str(_resolve(cfg.dataset_path)) if getattr(cfg, "dataset_path", None) else None
+    if dataset != manifest.dataset_path:
+        differences.append(f"dataset_path is {dataset!r} here, {manifest.dataset_path!r} in the job")
+    if settings.num_shards != manifest.num_shards:
+        differences.append(f"num_shards is {settings.num_shards} here, {manifest.num_shards} in the job")
+    if recipe_hash(build_shard_recipe(cfg)) != manifest.recipe_hash:
+        differences.append("the recipe differs from the one the job was prepared with")
+    if differences:
+        raise JobDirError(
+            "this instance was started with a different job than the one prepared: " + "; ".join(differences),
+            where=str(_resolve(settings.job_dir)),
+            hint="start the same command with the same recipe on every node",
+        )
+
+
+def run_job(cfg: Any, settings: ElasticSettings) -> MergeResult | None:
+    """The whole multi-node flow for one instance (see the module docstring)."""
+    job = _resolve(settings.job_dir)
+    layout = JobLayout(job)
+    crashpoints.install_from_env()
+    run = resolve_run_id(settings.run_id)
+    identity = WorkerIdentity.current()
+    strict = None
+    if settings.require_all_nodes:
+        assert settings.nodes is not None  # validated by ElasticSettings
+        share = check_strict_shares(settings.num_shards, settings.nodes, settings.slots_per_node)
+        strict = StrictPolicy(settings.nodes, share, settings.slots_per_node)
+    coordinator = RunCoordinator(
+        layout,
+        run,
+        identity,
+        ttl_secs=settings.lease_ttl_secs,
+        heartbeat_secs=settings.heartbeat_secs,
+        poll_secs=settings.poll_interval_secs,
+    )
+    fsio.makedirs(job)
+    with node_log(layout.node_log(identity.node_id, coordinator.instance_id)):
+        logger.info(
+            f"instance {coordinator.instance_id} of run {run.value} (run id from {run.source}); "
+            f"{'strict' if strict else 'elastic'} mode"
+            + (f", nodes={settings.nodes}" if settings.nodes else "")
+            + (f", {settings.slots_per_node} slots" if settings.slots_per_node > 1 else "")
+        )
+        if not run.shared:
+            logger.info(
+                "no scheduler job id found: set elastic.run_id (or DJ_ELASTIC_RUN_ID) to elect one "
+                "prepare and one finalize among instances started by hand"
+            )
+        coordinator.join(settings.slots_per_node)
+        done = 0
+
+        def work(stop: threading.Event, max_done: int | None) -> WorkerSummary:
+            nonlocal done
+            summary = run_local_worker(
+                job, settings, stop_event=stop, max_done=max_done, log_name=coordinator.instance_id
+            )
+            done = summary.done
+            return summary
+
+        def prepare() -> tuple[Manifest, bool]:
+            outcome = prepare_from_cfg(cfg, settings)
+            return outcome.manifest, outcome.created
+
+        def merge() -> dict[str, Any]:
+            result = finalize(job, cfg.export_path, overwrite=settings.overwrite_output)
+            return {
+                "output_path": str(result.output_path),
+                "rows": result.rows,
+                "bytes": result.bytes,
+                "sha256": result.sha256,
+                "shards": result.shards,
+                "written": result.written,
+            }
+
+        phases = Phases(prepare, lambda manifest: check_same_request(cfg, settings, manifest), work, merge)
+        timing = Timing(settings.lease_ttl_secs, settings.poll_interval_secs, settings.wait_timeout_secs)
+        try:
+            outcome = run_coordinated(
+                coordinator, phases, timing, strict=strict, user_cap=settings.max_shards is not None
+            )
+        except ElasticError:
+            aborted = coordinator.outcome()
+            coordinator.leave("aborted" if aborted and not aborted.ok else "error", settings.slots_per_node, done)
+            raise
+        if outcome is None:
+            coordinator.leave("max_shards", settings.slots_per_node, done)
+            return None
+        coordinator.leave("finalized", settings.slots_per_node, done)
+        details = outcome.details
+        who = (
+            "this instance" if outcome.instance.instance_id == coordinator.instance_id else outcome.instance.describe()
+        )
+        logger.info(
+            f"run {run.value} finalized by {who}: merged {details.get('rows')} rows from "
+            f"{details.get('shards')} shards into {details.get('output_path')}"
+        )
+        return MergeResult(
+            Path(details["output_path"]),
+            int(details["rows"]),
+            int(details["bytes"]),
+            str(details["sha256"]),
+            int(details["shards"]),
+            bool(details.get("written", False)) and outcome.instance.instance_id == coordinator.instance_id,
+        )
+
+
+@contextlib.contextmanager
+def node_log(path: Path) -> Iterator[None]:
+    """This instance's whole log (every phase, every slot-0 shard) in ``<job_dir>/logs/<node>/``."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    sink = logger.add(path, level="INFO", enqueue=False, backtrace=False, diagnose=False)
+    try:
+        yield
+    finally:
+        with contextlib.suppress(ValueError):
+            logger.remove(sink)
 
 
 def _default_caches(cache_dir: Path) -> None:
@@ -160,13 +338,4 @@ class ElasticShardedExecutor(ExecutorBase):
     def run(self, load_data_np: Any = None, skip_return: bool = False) -> MergeResult | None:
         if not getattr(self.cfg, "export_path", None):
             raise ConfigError("export_path is not set", where="recipe", hint="set export_path to the merged .jsonl")
-        prepare_from_cfg(self.cfg, self.settings)
-        summary = run_local_worker(self.settings.job_dir, self.settings)
-        if summary.stop_reason == "max_shards" and not summary.complete and not summary.terminal_failures:
-            # This instance reached its claim cap; instances still working (or
-            # `dj-elastic merge`) finalize the job.  Same meaning as a worker's exit 0.
-            logger.info(f"reached elastic.max_shards={self.settings.max_shards}; leaving the merge to the others")
-            return None
-        if summary.lost:
-            logger.warning(f"this worker lost {summary.lost} claim(s) to other workers; their shards were redone")
-        return finalize(self.settings.job_dir, self.cfg.export_path, overwrite=self.settings.overwrite_output)
+        return run_job(self.cfg, self.settings)

@@ -19,6 +19,8 @@ DEFAULT_LEASE_TTL_SECS: Final = 120.0
 DEFAULT_MAX_RETRIES: Final = 3
 DEFAULT_POLL_INTERVAL_SECS: Final = 2.0
 DEFAULT_RAY_ADDRESS: Final = "local"
+DEFAULT_WAIT_TIMEOUT_SECS: Final = 1800.0
+MAX_RUN_ID_CHARS: Final = 256
 
 # "local" starts a private runtime owned by the worker; "auto" attaches to a
 # node-local head the user started; anything else must look like host:port or
@@ -49,7 +51,17 @@ class ElasticSettings:
     overwrite_output: bool = False
     """Replace a different existing file at export_path."""
     ray_num_cpus: int | None = None
-    """CPUs for a 'local' Ray runtime (None: all of the node)."""
+    """CPUs for a 'local' Ray runtime (None: all of the node, divided among slots)."""
+    run_id: str | None = None
+    """Identity of one submission, shared by all its instances (None: the scheduler's job id, else derived)."""
+    nodes: int | None = None
+    """Expected number of nodes: informational in elastic mode, enforced with require_all_nodes."""
+    require_all_nodes: bool = False
+    """Strict mode: cap each node's share and fail unless `nodes` distinct nodes completed shards."""
+    wait_timeout_secs: float = DEFAULT_WAIT_TIMEOUT_SECS
+    """Fail when a shard has had no claimant for this long while this instance may not claim it (strict mode)."""
+    slots_per_node: int = 1
+    """Shards one node processes at once, each in its own worker process and Ray runtime (e.g. one per GPU)."""
 
     def __post_init__(self) -> None:
         def bad(name: str, value: Any, rule: str) -> ConfigError:
@@ -83,6 +95,25 @@ class ElasticSettings:
             isinstance(self.ray_num_cpus, bool) or not isinstance(self.ray_num_cpus, int) or self.ray_num_cpus < 1
         ):
             raise bad("ray_num_cpus", self.ray_num_cpus, "must be an integer >= 1 or null")
+        if self.run_id is not None and (
+            not isinstance(self.run_id, str)
+            or not self.run_id.strip()
+            or len(self.run_id) > MAX_RUN_ID_CHARS
+            or not self.run_id.isprintable()
+        ):
+            raise bad("run_id", self.run_id, f"must be a printable string of 1 to {MAX_RUN_ID_CHARS} characters")
+        if self.nodes is not None and not _int_at_least(self.nodes, 1):
+            raise bad("nodes", self.nodes, "must be an integer >= 1 or null")
+        if not isinstance(self.require_all_nodes, bool):
+            raise bad("require_all_nodes", self.require_all_nodes, "must be true or false")
+        if not _positive(self.wait_timeout_secs):
+            raise bad("wait_timeout_secs", self.wait_timeout_secs, "must be a number > 0")
+        if not _int_at_least(self.slots_per_node, 1):
+            raise bad("slots_per_node", self.slots_per_node, "must be an integer >= 1")
+        if self.require_all_nodes:
+            if self.nodes is None:
+                raise bad("nodes", self.nodes, "require_all_nodes needs the number of nodes (elastic.nodes)")
+            check_strict_shares(self.num_shards, self.nodes, self.slots_per_node)
 
     @property
     def heartbeat_secs(self) -> float:
@@ -113,6 +144,28 @@ class ElasticSettings:
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
+
+
+def check_strict_shares(num_shards: int, nodes: int, slots: int) -> int:
+    """Shards each slot may complete in strict mode; ConfigError unless the shares are equal.
+
+    With equal shares (``num_shards`` a multiple of ``nodes * slots``) every node must
+    take part for the job to finish; with unequal ones some nodes could take all the
+    work and a present node would be reported missing.
+    """
+    per_slot, rest = divmod(num_shards, nodes * slots)
+    if per_slot < 1 or rest:
+        raise ConfigError(
+            f"invalid value {num_shards!r}: strict mode needs num_shards to be a multiple of "
+            f"nodes x slots_per_node = {nodes * slots}",
+            where="elastic.num_shards",
+            hint=f"use num_shards {max(1, per_slot + (1 if rest else 0)) * nodes * slots}, or elastic mode",
+        )
+    return per_slot
+
+
+def _int_at_least(value: Any, minimum: int) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= minimum
 
 
 def _positive(value: Any) -> bool:

@@ -37,6 +37,10 @@ _PROBE: Final = """
 import sys
 import ray
 ray.init(address=sys.argv[1], log_to_driver=False, namespace="dj-elastic-probe")
+alive = [n for n in ray.nodes() if n.get("Alive")]
+here = ray.util.get_node_ip_address()
+local = any(n.get("NodeManagerAddress") == here for n in alive)
+print(f"DJ_ELASTIC_TOPOLOGY={len(alive)},{int(local)}", flush=True)
 print("DJ_ELASTIC_GCS=" + str(ray.get_runtime_context().gcs_address), flush=True)
 ray.shutdown()
 """
@@ -223,6 +227,10 @@ def _probe_in_child(address: str, timeout: float, shown: str) -> str:
             where=f"ray_address={shown}",
             hint="is this a Ray GCS address, and does RAY_AUTH_MODE / the auth token match the cluster's?",
         ) from None
+    for line in out.splitlines():
+        if line.startswith("DJ_ELASTIC_TOPOLOGY=") and proc.returncode == 0:
+            nodes, local = line.split("=", 1)[1].split(",")
+            check_topology(shown, int(nodes), local == "1")
     for line in reversed(out.splitlines()):
         if line.startswith("DJ_ELASTIC_GCS="):
             if proc.returncode == 0:
@@ -231,6 +239,24 @@ def _probe_in_child(address: str, timeout: float, shown: str) -> str:
         f"could not connect to Ray: {_last_line(err) or f'probe exited with {proc.returncode}'}",
         where=f"ray_address={shown}",
         hint="check `ray status` on this node, or use ray_address 'local'",
+    )
+
+
+def check_topology(shown: str, nodes: int, includes_this_node: bool) -> None:
+    """Refuse a runtime that is not this node's own: each worker uses node-local Ray, and the
+    job directory (not a Ray cluster) spreads shards over nodes.  ``auto`` follows RAY_ADDRESS
+    and /tmp/ray/ray_current_cluster, which can name a cluster someone else started (DLC's Ray
+    framework, a colleague's head): attaching would run this node's shards elsewhere."""
+    if nodes <= 1 and includes_this_node:
+        return
+    what = f"a Ray cluster of {nodes} nodes" if nodes > 1 else "a Ray runtime on another machine"
+    if shown != AUTO:  # an explicit address is the user's choice: allowed, but said out loud
+        logger.warning(f"ray_address={shown} is {what}; elastic workers are meant to use node-local Ray")
+        return
+    raise RayConnectionError(
+        f"ray_address 'auto' found {what}, not a runtime of this node only",
+        where="ray_address=auto",
+        hint="run `ray start --head` on this node (and unset RAY_ADDRESS), or use ray_address 'local'",
     )
 
 

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import json
 import os
 import re
 import shutil
@@ -42,6 +43,8 @@ from data_juicer_elastic.execution.stage_identities import (
     verify_stage_identities,
     write_identity_record,
 )
+from data_juicer_elastic.jobdir import fsio
+from data_juicer_elastic.jobdir.layout import JobLayout
 from data_juicer_elastic.jobdir.tasks import ShardOutput, ShardTask
 
 RECIPE_FILE: Final = "recipe.yaml"
@@ -166,7 +169,11 @@ class ShardRunner:
         from data_juicer.core.executor.ray_executor import RayExecutor
 
         t0 = time.monotonic()
-        RayExecutor(cfg).run(skip_return=True)
+        batching = _start_batching(task, cfg, self._manifest)
+        try:
+            RayExecutor(cfg).run(skip_return=True)
+        finally:
+            _finish_batching(batching, task)
         _check_stamped(cfg, ids, where)
 
         out = write_canonical(list_parts(export_dir), attempt_dir / OUTPUT_FILE, order_key=self.order_key)
@@ -174,6 +181,56 @@ class ShardRunner:
             _clear(export_dir)
         logger.info(f"{where}: {out.rows} of {task.input_rows} rows out in {time.monotonic() - t0:.2f}s -> {out.path}")
         return ShardOutput(output_path=out.path, rows=out.rows, bytes=out.bytes, sha256=out.sha256)
+
+
+def _start_batching(task: ShardTask, cfg: Any, manifest: Mapping[str, Any]) -> JobLayout | None:
+    """Tell adaptive-batching operators in Ray workers which job and attempt they serve.
+
+    Operators receive the config's work_dir as their own (it is excluded from
+    stage identities, and reaches actors and tasks alike), so the context goes
+    there; see batching.runtime.  Returns the job layout, or None when the
+    attempt directory is not inside a job directory (no profiles, no telemetry).
+    """
+    from data_juicer_elastic.batching.runtime import BatchingContext, StageRef, write_context
+
+    attempt_dir = Path(task.attempt_dir)
+    layout = JobLayout(attempt_dir.parents[2]) if len(attempt_dir.parents) > 2 else None
+    try:
+        if layout is None or layout.attempt_dir(task.shard_id, task.attempt_id) != attempt_dir:
+            return None
+        context = BatchingContext(
+            job_dir=str(layout.root),
+            shard_id=task.shard_id,
+            attempt_id=task.attempt_id,
+            stages=[StageRef(s["stage_id"], s["op_fingerprint"]) for s in manifest.get("stages", [])],
+        )
+        write_context(cfg.work_dir, context)
+    except (OSError, ElasticError, KeyError, TypeError) as exc:
+        logger.warning(f"shard {task.shard_id}: adaptive batching runs without shared profiles: {exc}")
+        return None
+    return layout
+
+
+def _finish_batching(layout: JobLayout | None, task: ShardTask) -> None:
+    """Fold the attempt's size traces into attempt_dir/batching.json (read into attempt.json)."""
+    if layout is None:
+        return
+    from data_juicer_elastic.batching.runtime import summarize_attempt
+
+    try:
+        summary = summarize_attempt(layout.attempt_batching_dir(task.shard_id, task.attempt_id))
+        if summary is not None:
+            fsio.atomic_write(
+                layout.attempt_batching_summary(task.shard_id, task.attempt_id),
+                json.dumps(summary, sort_keys=True, allow_nan=False).encode("utf-8") + b"\n",
+                durable=False,
+            )
+            logger.info(
+                f"shard {task.shard_id}: adaptive batching recovered {summary['ooms']} OOM(s) "
+                f"({summary['retries']} retries)"
+            )
+    except (OSError, ElasticError, ValueError) as exc:
+        logger.warning(f"shard {task.shard_id}: could not summarise adaptive batching telemetry: {exc}")
 
 
 def _check_stamped(cfg: Any, ids: list[str], where: str) -> None:

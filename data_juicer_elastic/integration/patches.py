@@ -11,6 +11,11 @@ Targets (all in py-data-juicer 1.6.x):
   ``ElasticShardedExecutor`` (see :mod:`.dispatch`).
 * ``data_juicer.tools.analyze_data.main``: the same error boundary, no dispatch.
 * ``data_juicer.core.executor.factory.ExecutorFactory.create_executor``.
+* ``data_juicer.ops.base_op.OPMetaClass.__call__`` (not needed by elastic_sharded):
+  ``adaptive_batching: true`` gives the operator the AdaptiveBatchingMixin
+  (:mod:`data_juicer_elastic.batching.optin`), and the demo operators register;
+  ``init_setup_from_cfg`` also runs the adaptive-batching config checks for
+  every executor type.
 
 A missing or changed target never breaks Data-Juicer: it is recorded in
 :data:`RECORDS`, the built-in executors keep working, and every use of
@@ -51,6 +56,9 @@ INIT_SETUP: Final = f"{CONFIG_MODULE}.init_setup_from_cfg"
 PROCESS_MAIN: Final = f"{PROCESS_MODULE}.main"
 ANALYZE_MAIN: Final = f"{ANALYZE_MODULE}.main"
 CREATE_EXECUTOR: Final = f"{FACTORY_MODULE}.ExecutorFactory.create_executor"
+BASE_OP_MODULE: Final = "data_juicer.ops.base_op"
+# adaptive_batching opt-in (batching.optin) and the plugin's demo operators; not needed by elastic_sharded.
+OP_METACLASS: Final = f"{BASE_OP_MODULE}.OPMetaClass.__call__"
 
 # Marks a function we installed; its value is the function it wraps.
 ORIGINAL: Final = "__dj_elastic_original__"
@@ -73,6 +81,7 @@ RECORDS: dict[str, PatchRecord] = {
     PROCESS_MAIN: PatchRecord(PROCESS_MAIN, required=True),
     ANALYZE_MAIN: PatchRecord(ANALYZE_MAIN, required=False),
     CREATE_EXECUTOR: PatchRecord(CREATE_EXECUTOR, required=True),
+    OP_METACLASS: PatchRecord(OP_METACLASS, required=False),
 }
 
 _install_lock = threading.Lock()
@@ -94,6 +103,7 @@ def install() -> None:
     deferred.when_imported(PROCESS_MODULE, patch_process, _on_error(PROCESS_MAIN))
     deferred.when_imported(ANALYZE_MODULE, patch_analyze, _on_error(ANALYZE_MAIN))
     deferred.when_imported(FACTORY_MODULE, _patch_factory, _on_error(CREATE_EXECUTOR))
+    deferred.when_imported(BASE_OP_MODULE, _patch_ops, _on_error(OP_METACLASS))
 
 
 def installed() -> bool:
@@ -201,6 +211,7 @@ def extend_parser(parser) -> None:
 def _wrap_init_setup(original):
     @functools.wraps(original)
     def init_setup_from_cfg(cfg, *args, **kwargs):
+        check_adaptive_batching(cfg)  # every executor: the opt-in works (and is refused) everywhere
         if not is_elastic(cfg):
             return original(cfg, *args, **kwargs)
         # Called once per init_configs, right after the final parse and before
@@ -228,6 +239,27 @@ def _wrap_init_setup(original):
 
     setattr(init_setup_from_cfg, ORIGINAL, original)
     return init_setup_from_cfg
+
+
+def check_adaptive_batching(cfg) -> None:
+    from data_juicer_elastic.batching.optin import check_config
+
+    check_config(cfg)
+
+
+# --- data_juicer.ops.base_op ---------------------------------------------------------------------
+
+
+def _patch_ops(module: ModuleType) -> None:
+    """``adaptive_batching: true`` applies AdaptiveBatchingMixin; the demo operators get registered."""
+    import importlib
+
+    from data_juicer_elastic.batching import optin
+
+    optin.install(module)
+    # Registers at import; a Ray worker that unpickles a demo operator may be importing it right now.
+    importlib.import_module("data_juicer_elastic.batching.demo")
+    mark(OP_METACLASS, "applied")
 
 
 # --- data_juicer.core.executor.factory -----------------------------------------------------------

@@ -8,6 +8,7 @@ and a zombie attempt can never overwrite it.
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
@@ -61,11 +62,26 @@ def open_attempt(layout: JobLayout, claim: Claim, identity: WorkerIdentity) -> A
 
 def close_attempt(attempt: Attempt, exit_reason: str, *, rows: int | None = None, error: str | None = None) -> None:
     """Rewrite attempt.json with the end.  Informational only, so a write error is logged."""
-    attempt.record = replace(attempt.record, ended_at=time.time(), exit_reason=exit_reason, rows=rows, error=error)
+    batching = read_batching_summary(attempt.layout, attempt.claim.shard_id, attempt.claim.attempt_id)
+    attempt.record = replace(
+        attempt.record, ended_at=time.time(), exit_reason=exit_reason, rows=rows, error=error, batching=batching
+    )
     try:
         fsio.atomic_write(attempt.dir / "attempt.json", attempt.record.encode())
     except OSError as exc:
         logger.warning(f"could not record the end of attempt {attempt.claim.attempt_id}: {exc}")
+
+
+def read_batching_summary(layout: JobLayout, shard_id: str, attempt_id: str) -> dict | None:
+    """The attempt's adaptive-batching summary (written by the shard runner), None if absent or unreadable."""
+    path = layout.attempt_batching_summary(shard_id, attempt_id)
+    try:
+        data = fsio.read_record(path)
+        value = json.loads(data) if data is not None else None
+    except (OSError, ValueError, JobDirError) as exc:
+        logger.warning(f"ignoring adaptive batching summary {path}: {exc}")
+        return None
+    return value if isinstance(value, dict) else None
 
 
 def error_text(exc: BaseException) -> str:

@@ -21,6 +21,12 @@ _SHARD_ID: Final = re.compile(r"^part-(\d{5})-of-(\d{5})$")
 # has to exclude separators and dot-names.
 _ATTEMPT_ID: Final = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.\-]{0,159}$")
 _GEN_FILE: Final = re.compile(r"^gen-(\d{6,})\.json$")
+# Batch profile keys are hashes (batching.profiles.profile_key), never user text.
+_PROFILE_KEY: Final = re.compile(r"^[0-9a-f]{32}$")
+# A run key is a hash of the run id (coordination.run_id.run_key): fixed-size hex, never user text.
+_RUN_KEY: Final = re.compile(r"^[0-9a-f]{16,64}$")
+PHASES: Final = ("prepare", "finalize")
+_UNSAFE_NAME: Final = re.compile(r"[^A-Za-z0-9_.\-]+")
 
 
 def shard_id(index: int, count: int) -> str:
@@ -54,6 +60,24 @@ def validate_attempt_id(value: str) -> str:
     if not isinstance(value, str) or not _ATTEMPT_ID.match(value) or ".." in value:
         raise JobDirError(f"invalid attempt id {value!r}", where="attempt id")
     return value
+
+
+def validate_run_key(value: str) -> str:
+    if not isinstance(value, str) or not _RUN_KEY.match(value):
+        raise JobDirError(f"invalid run key {value!r}", where="coordination", hint="run keys are 16-64 hex digits")
+    return value
+
+
+def validate_phase(value: str) -> str:
+    if value not in PHASES:
+        raise ValueError(f"unknown coordination phase {value!r}; expected one of {PHASES}")
+    return value
+
+
+def safe_name(value: str) -> str:
+    """A node id as one path component: unsafe characters become ``_`` (readability, not identity)."""
+    name = _UNSAFE_NAME.sub("_", str(value)).strip("._-")[:80]
+    return name or "node"
 
 
 def gen_name(generation: int) -> str:
@@ -130,6 +154,24 @@ class JobLayout:
     def history_dir(self) -> Path:
         return self.root / "history"
 
+    @property
+    def coordination_dir(self) -> Path:
+        return self.root / "coordination"
+
+    @property
+    def logs_dir(self) -> Path:
+        return self.root / "logs"
+
+    @property
+    def batch_profiles_dir(self) -> Path:
+        """Shared adaptive-batching profiles (stage identity x accelerator model), all shards and nodes."""
+        return self.root / "batch-profiles"
+
+    def batch_profile(self, key: str) -> Path:
+        if not isinstance(key, str) or not _PROFILE_KEY.match(key):
+            raise JobDirError(f"invalid batch profile key {key!r}", where="batch-profiles")
+        return self.batch_profiles_dir / f"{key}.json"
+
     def staging_dir(self, token: str) -> Path:
         """Private scratch directory of one prepare run (hidden; removed when done)."""
         return self.root / f".staging-{validate_attempt_id(token)}"
@@ -178,6 +220,14 @@ class JobLayout:
         """Where a shard runner is expected to put its canonical output."""
         return self.attempt_dir(shard_id, attempt_id) / "output.jsonl"
 
+    def attempt_batching_dir(self, shard_id: str, attempt_id: str) -> Path:
+        """Adaptive batching size traces, one file per (operator stage, process) of the attempt."""
+        return self.attempt_dir(shard_id, attempt_id) / "batching"
+
+    def attempt_batching_summary(self, shard_id: str, attempt_id: str) -> Path:
+        """The attempt's size-trace summary (folded into attempt.json when the attempt ends)."""
+        return self.attempt_dir(shard_id, attempt_id) / "batching.json"
+
     def done(self, shard_id: str) -> Path:
         return self.done_dir / f"{validate_shard_id(shard_id)}.json"
 
@@ -186,6 +236,43 @@ class JobLayout:
 
     def history(self, shard_id: str) -> Path:
         return self.history_dir / validate_shard_id(shard_id)
+
+    # -- coordination of one run (one submission of the job) ------------------------------
+    # Inside the job directory, not beside it: the job directory is then self-contained
+    # (moved, archived or deleted as one), and elections are on the same filesystem as
+    # the job.  A sibling directory would silently be node-local when job_dir is itself
+    # the shared mount point (a PVC or a bind mount), and every node would win.
+    def run_dir(self, run_key: str) -> Path:
+        return self.coordination_dir / validate_run_key(run_key)
+
+    def run_record(self, run_key: str) -> Path:
+        return self.run_dir(run_key) / "run.json"
+
+    def leader(self, run_key: str, phase: str) -> Path:
+        return self.run_dir(run_key) / f"{validate_phase(phase)}.leader.json"
+
+    def phase_heartbeat(self, run_key: str, phase: str) -> Path:
+        return self.run_dir(run_key) / f"{validate_phase(phase)}.heartbeat.json"
+
+    def prepare_result(self, run_key: str) -> Path:
+        return self.run_dir(run_key) / "prepare.result.json"
+
+    def outcome(self, run_key: str) -> Path:
+        """The run's one final outcome: finalized, or aborted (first publication wins)."""
+        return self.run_dir(run_key) / "outcome.json"
+
+    def participants_dir(self, run_key: str) -> Path:
+        return self.run_dir(run_key) / "participants"
+
+    def participant(self, run_key: str, instance_id: str) -> Path:
+        return self.participants_dir(run_key) / f"{validate_attempt_id(instance_id)}.json"
+
+    # -- per-node logs ---------------------------------------------------------------------
+    def node_log_dir(self, node_id: str) -> Path:
+        return self.logs_dir / safe_name(node_id)
+
+    def node_log(self, node_id: str, name: str) -> Path:
+        return self.node_log_dir(node_id) / f"{validate_attempt_id(name)}.log"
 
     # -- relative paths stored in records -------------------------------------------
     def relative(self, path: Path) -> str:

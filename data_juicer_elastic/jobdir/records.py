@@ -300,6 +300,9 @@ class AttemptRecord(Record):
     rows: int | None = None
     exit_reason: str | None = None  # "done" | "discarded" | "failed" | "lost" | "signal"
     error: str | None = None
+    # adaptive batching size-trace summary of the attempt (OOMs, retries, final micro-batch size per
+    # stage), folded in from attempt_dir/batching.json when the attempt ends; None without it
+    batching: dict[str, Any] | None = None
 
 
 @dataclass(frozen=True)

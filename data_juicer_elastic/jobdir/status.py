@@ -14,11 +14,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from data_juicer_elastic.errors import JobDirError
 from data_juicer_elastic.jobdir import attempts, fsio, leases
 from data_juicer_elastic.jobdir.identity import WorkerIdentity
 from data_juicer_elastic.jobdir.layout import JobLayout
 from data_juicer_elastic.jobdir.manifest import load_manifest
-from data_juicer_elastic.jobdir.records import FORMAT_PREFIX, VERSION, ShardState, TerminalInfo
+from data_juicer_elastic.jobdir.records import FORMAT_PREFIX, VERSION, AttemptRecord, ShardState, TerminalInfo
 
 
 @dataclass(frozen=True)
@@ -36,6 +37,7 @@ class ShardStatus:
     input_rows: int
     output_rows: int | None  # rows of the accepted output (DONE only)
     heartbeat_age_secs: float | None  # informational hint, see _hint_stale
+    batching: dict[str, Any] | None = None  # adaptive batching summary of the shown attempt (attempt.json)
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -52,6 +54,7 @@ class ShardStatus:
             "input_rows": self.input_rows,
             "output_rows": self.output_rows,
             "heartbeat_age_secs": self.heartbeat_age_secs,
+            "batching": self.batching,
         }
 
 
@@ -155,7 +158,9 @@ def _shard_status(layout, entry, identity, ttl_secs, observer) -> ShardStatus:
     result, done_error = attempts.read_done(layout, shard)
     if result is not None:
         base.update(owner_node=result.node_id, attempt_id=result.attempt_id, output_rows=result.rows)
+        base.update(batching=_batching(layout, shard, result.attempt_id))
         return ShardStatus(state=ShardState.DONE, **base)
+    base.update(batching=_batching(layout, shard, claim.attempt_id) if claim else None)
     if done_error is not None:  # a malformed marker never counts as success
         base.update(last_error=f"corrupt done marker: {done_error}")
         return ShardStatus(state=ShardState.FAILED, **base)
@@ -174,6 +179,19 @@ def _shard_status(layout, entry, identity, ttl_secs, observer) -> ShardStatus:
     if stale or leases.holder_dead_here(view, identity):
         return ShardStatus(state=ShardState.STALE, **base)
     return ShardStatus(state=ShardState.RUNNING, **base)
+
+
+def _batching(layout: JobLayout, shard: str, attempt_id: str) -> dict[str, Any] | None:
+    """The attempt's adaptive-batching summary: from attempt.json once it ended, else its live file."""
+    try:
+        path = layout.attempt_record(shard, attempt_id)
+        data = fsio.read_record(path)
+        record = AttemptRecord.parse(data, path) if data is not None else None
+    except (OSError, JobDirError):
+        record = None
+    if record is not None and record.batching is not None:
+        return record.batching
+    return attempts.read_batching_summary(layout, shard, attempt_id)
 
 
 def _heartbeat_age(layout: JobLayout, view: leases.LeaseView) -> float | None:
@@ -197,12 +215,22 @@ def render_text(snap: JobSnapshot, show_all: bool = False) -> str:
         if snap.complete
         else ("FAILED shards need `dj-elastic retry`" if snap.terminal_failures else "incomplete"),
     ]
+    batched = [s.batching for s in snap.shards if s.batching]
+    if batched:
+        lines.append(
+            f"adaptive batching: {sum(b.get('ooms', 0) for b in batched)} OOM(s), "
+            f"{sum(b.get('retries', 0) for b in batched)} retries in {len(batched)} shard(s); "
+            f"{sum(b.get('terminal_ooms', 0) for b in batched)} unrecoverable"
+        )
     shown = [s for s in snap.shards if show_all or s.state is not ShardState.DONE]
     for s in shown:
         owner = f" node={s.owner_node}" if s.owner_node else ""
         extra = f" gen={s.generation}{owner} attempts={s.attempts} failures={s.failures}"
         if s.heartbeat_age_secs is not None and s.state in (ShardState.RUNNING, ShardState.STALE):
             extra += f" heartbeat={s.heartbeat_age_secs:.0f}s ago"
+        if s.batching:
+            finals = ",".join(str(v.get("final_rows")) for v in (s.batching.get("stages") or {}).values())
+            extra += f" ooms={s.batching.get('ooms', 0)} final_batch={finals}"
         if s.last_error and s.state is not ShardState.DONE:
             extra += f" last_error={s.last_error!r}"
         lines.append(f"  {s.shard_id} {s.state.value:<7}{extra}")

@@ -47,7 +47,7 @@ class WorkerSummary:
     lost: int = 0  # attempts abandoned because the lease was lost
     terminal_failures: list[TerminalInfo] = field(default_factory=list)  # (shard_id, last_error), whole job
     complete: bool = False  # every shard of the job is done
-    stop_reason: str = ""  # finished | max_shards | no_work | stopped | interrupted
+    stop_reason: str = ""  # finished | max_shards | max_done | no_work | stopped | interrupted
 
 
 def run_worker(
@@ -64,9 +64,19 @@ def run_worker(
     stop_event: threading.Event | None = None,
     clock: Callable[[], float] = time.monotonic,
     sleep: Callable[[float], None] | None = None,
+    max_done: int | None = None,
+    claim_gate: Callable[[], bool] | None = None,
 ) -> WorkerSummary:
-    """Process shards of ``job_dir`` until the job is finished (or a limit is reached)."""
+    """Process shards of ``job_dir`` until the job is finished (or a limit is reached).
+
+    ``max_done`` stops the worker once this many of its results were accepted (strict
+    mode's share): unlike ``max_shards`` a failed attempt does not use it up.
+    ``claim_gate()`` may decline claiming a pending shard for now (straggler
+    avoidance); taking over a stale or dead claim is never declined.
+    """
     _check_settings(ttl_secs, heartbeat_secs, max_retries, poll_interval_secs, max_shards)
+    if max_done is not None and max_done < 1:
+        raise ConfigError(f"invalid value {max_done!r}: must be >= 1 or null", where="max_done")
     layout = JobLayout(Path(os.path.abspath(job_dir)))
     manifest = load_manifest(layout.root)  # refuse a corrupt job before claiming anything
     observer = leases.StalenessObserver(ttl_secs, clock)
@@ -76,6 +86,7 @@ def run_worker(
     worker = _Worker(
         layout, manifest, identity, run_shard, observer, summary, ttl_secs, heartbeat_secs, max_retries, clock
     )
+    worker.claim_gate = claim_gate
 
     with _SignalGuard() as guard:
         try:
@@ -85,6 +96,9 @@ def run_worker(
                     break
                 if max_shards is not None and summary.claimed >= max_shards:
                     summary.stop_reason = "max_shards"
+                    break
+                if max_done is not None and summary.done >= max_done:
+                    summary.stop_reason = "max_done"
                     break
                 claimed, finished = worker.claim_next()
                 if claimed is not None:
@@ -155,6 +169,7 @@ class _Worker:
         self.summary: WorkerSummary = summary
         self.ttl, self.heartbeat, self.max_retries, self.clock = ttl, heartbeat, max_retries, clock
         self.pending: Claim | None = None  # claimed and not yet handed back
+        self.claim_gate: Callable[[], bool] | None = None
 
     # -- claiming --------------------------------------------------------------------------------
     def claim_next(self) -> tuple[tuple[ShardEntry, Claim] | None, bool]:
@@ -172,6 +187,8 @@ class _Worker:
             reason = leases.takeover_reason(view, self.identity, self.observer)
             if reason is None:
                 continue
+            if reason not in (leases.STALE, leases.HOLDER_DEAD) and self.claim_gate and not self.claim_gate():
+                continue  # faster workers will take it sooner; a dead holder's shard is always taken
             if reason in (leases.STALE, leases.HOLDER_DEAD):
                 # A holder that vanished without a record counts against the budget: a shard
                 # that kills its worker every time (OOM) must not loop forever.

@@ -1,0 +1,129 @@
+"""Versioned records of one run's coordination (``<job_dir>/coordination/<run-key>/``).
+
+Same conventions as ``jobdir.records``: ``{"format": "dj-elastic/<kind>", "version": 1}``,
+one parse per kind, and a malformed record is an error, never a success.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, ClassVar, Final, Literal
+
+from data_juicer_elastic.jobdir.identity import WorkerIdentity
+from data_juicer_elastic.jobdir.records import Record
+
+Phase = Literal["prepare", "finalize"]
+PREPARE: Final = "prepare"
+FINALIZE: Final = "finalize"
+WORK: Final = "work"  # the phase an abort can also come from (terminal shard failure, strict timeout)
+
+OK: Final = "ok"
+FAILED: Final = "failed"
+
+
+@dataclass(frozen=True)
+class Instance:
+    """One started process of a run (``dj-process`` or ``dj-elastic run`` on one node)."""
+
+    instance_id: str
+    node_id: str
+    hostname: str
+    boot_id: str
+    pid: int
+    pid_namespace: str = ""
+
+    @classmethod
+    def of(cls, identity: WorkerIdentity, instance_id: str) -> Instance:
+        return cls(
+            instance_id, identity.node_id, identity.hostname, identity.boot_id, identity.pid, identity.pid_namespace
+        )
+
+    def describe(self) -> str:
+        return f"{self.node_id} ({self.hostname} pid {self.pid})"
+
+
+@dataclass(frozen=True)
+class RunRecord(Record):
+    """``run.json``: which run id this directory belongs to (first instance writes it)."""
+
+    KIND: ClassVar[str] = "run"
+    run_id: str
+    source: str  # where the run id came from: "elastic.run_id", "SLURM_JOB_ID", ..., "derived"
+    created_at: float
+    created_by: str  # instance id
+
+
+@dataclass(frozen=True)
+class Leader(Record):
+    """``<phase>.leader.json``: the instance elected to prepare or finalize (first link wins)."""
+
+    KIND: ClassVar[str] = "leader"
+    run_id: str
+    phase: str
+    instance: Instance
+    elected_at: float
+
+
+@dataclass(frozen=True)
+class PhaseHeartbeat(Record):
+    """``<phase>.heartbeat.json``: rewritten by the leader while it works; waiters watch ``seq``."""
+
+    KIND: ClassVar[str] = "phase-heartbeat"
+    run_id: str
+    phase: str
+    instance_id: str
+    seq: int
+    written_at: float
+
+
+@dataclass(frozen=True)
+class PrepareResult(Record):
+    """``prepare.result.json``: the leader validated (and if needed split) the job for this run."""
+
+    KIND: ClassVar[str] = "prepare-result"
+    run_id: str
+    instance_id: str
+    job_id: str
+    created: bool  # False: the job was already prepared (identical request)
+    num_shards: int
+    recipe_hash: str
+    finished_at: float
+
+
+@dataclass(frozen=True)
+class Outcome(Record):
+    """``outcome.json``: how the run ended, once for every instance (first link wins).
+
+    ``status`` ``ok``: finalized (``details`` holds the merge result); ``failed``: aborted,
+    with the error every instance reports (same class name, message, where and hint).
+    """
+
+    KIND: ClassVar[str] = "outcome"
+    run_id: str
+    status: str  # OK | FAILED
+    phase: str  # PREPARE | WORK | FINALIZE
+    instance: Instance
+    decided_at: float
+    error_type: str | None = None
+    message: str | None = None
+    where: str | None = None
+    hint: str | None = None
+    details: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def ok(self) -> bool:
+        return self.status == OK
+
+
+@dataclass(frozen=True)
+class Participant(Record):
+    """``participants/<instance_id>.json``: an instance that joined the run (rewritten when it leaves)."""
+
+    KIND: ClassVar[str] = "participant"
+    run_id: str
+    instance: Instance
+    slots: int
+    joined_at: float
+    left_at: float | None = None
+    exit_reason: str | None = None  # "finalized" | "aborted" | "error" | "max_shards"
+    shards_done: int | None = None

@@ -1,0 +1,196 @@
+"""Between work and finalize: stop on an abort, and wait until every shard is settled.
+
+* :class:`AbortWatcher` (a thread beside the worker loop) sets the worker's stop
+  event when the run has a failed outcome, and publishes that outcome itself
+  when it finds a terminally failed shard, so every instance stops claiming and
+  exits 2 with the same message at once instead of waiting.
+* :func:`wait_settled` is what an instance that may not claim any more (strict
+  mode's share is complete) does until the job is complete or has failed.  A
+  shard that stays unclaimed for ``wait_timeout_secs`` means a node that should
+  have taken it never came: the run fails with a message naming who took part.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from loguru import logger
+
+from data_juicer_elastic.coordination.elections import RunCoordinator, raise_outcome
+from data_juicer_elastic.coordination.records import WORK
+from data_juicer_elastic.errors import ElasticError, ParticipationError, ShardFailedError
+from data_juicer_elastic.jobdir import attempts, fsio, leases
+from data_juicer_elastic.jobdir.layout import JobLayout
+from data_juicer_elastic.jobdir.records import Manifest, ShardState, TerminalInfo
+from data_juicer_elastic.jobdir.status import snapshot
+from data_juicer_elastic.jobdir.worker_loop import job_outcome
+
+
+def shard_failed_error(terminal: list[TerminalInfo], job_dir: Path) -> ShardFailedError:
+    """The one message every instance reports for terminally failed shards."""
+    shard_id, last_error = terminal[0]
+    return ShardFailedError(
+        f"{len(terminal)} shard(s) failed terminally; first: {shard_id}: {last_error}",
+        where=str(job_dir),
+        hint="inspect the attempt logs shown by `dj-elastic status --job-dir ...`, fix the cause, then "
+        "`dj-elastic retry --all-failed` and run again",
+    )
+
+
+def terminal_failures(layout: JobLayout) -> list[TerminalInfo]:
+    """Terminally failed shards, found through the ``failed/`` listing (a hint) and read by name."""
+    found = []
+    for name in fsio.list_names(layout.failed_dir):
+        if name.startswith(".") or not name.endswith(".json"):
+            continue
+        shard_id = name[: -len(".json")]
+        try:
+            record, error = attempts.read_terminal(layout, shard_id)
+        except ElasticError:  # a foreign file name in failed/
+            continue
+        if record is not None:
+            found.append(TerminalInfo(shard_id, record.last_error))
+        elif error is not None:
+            found.append(TerminalInfo(shard_id, f"corrupt failed marker: {error}"))
+    return found
+
+
+class AbortWatcher:
+    """Context manager: a daemon thread that turns aborts into ``stop_event``."""
+
+    def __init__(self, coordinator: RunCoordinator, stop_event: threading.Event, interval_secs: float):
+        self.c, self.stop_event, self.interval = coordinator, stop_event, interval_secs
+        self._done = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def check(self) -> bool:
+        """One look; True when the run is aborted (and the stop event is set)."""
+        outcome = self.c.outcome()
+        if outcome is None:
+            failed = terminal_failures(self.c.layout)
+            if failed:
+                outcome = self.c.abort(WORK, shard_failed_error(failed, self.c.layout.root))
+        if outcome is not None and not outcome.ok:
+            if not self.stop_event.is_set():
+                logger.warning(f"run aborted: {outcome.message}; this instance stops claiming shards")
+            self.stop_event.set()
+            return True
+        return False
+
+    def _run(self) -> None:
+        while not self._done.wait(self.interval):
+            try:
+                if self.check():
+                    return
+            except (OSError, ElasticError) as exc:  # a transient read error must not kill the watcher
+                logger.warning(f"abort watcher: {exc}")
+
+    def __enter__(self) -> AbortWatcher:
+        self._thread = threading.Thread(target=self._run, name="abort-watcher", daemon=True)
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self._done.set()
+        if self._thread is not None:
+            self._thread.join(timeout=5)
+
+
+@dataclass(frozen=True)
+class StrictPolicy:
+    """Strict participation: ``nodes`` distinct nodes, each completing ``share`` shards per slot."""
+
+    nodes: int
+    share_per_slot: int
+    slots: int
+
+    @property
+    def share_per_node(self) -> int:
+        return self.share_per_slot * self.slots
+
+
+def wait_settled(
+    coordinator: RunCoordinator,
+    manifest: Manifest,
+    *,
+    wait_timeout_secs: float,
+    ttl_secs: float,
+    poll_secs: float,
+    strict: StrictPolicy | None,
+    clock: Callable[[], float] = time.monotonic,
+    sleep: Callable[[float], None] = time.sleep,
+) -> None:
+    """Return once every shard is done; raise the run's failure otherwise (never claims)."""
+    layout = coordinator.layout
+    observer = leases.StalenessObserver(ttl_secs, clock)
+    unclaimed_since: float | None = None
+    logger.info("waiting for the other instances to finish the remaining shards")
+    while True:
+        coordinator.raise_if_aborted()
+        complete, terminal = job_outcome(layout, manifest)
+        if terminal:
+            raise_outcome(coordinator.abort(WORK, shard_failed_error(terminal, layout.root)))
+        if complete:
+            return
+        snap = snapshot(layout.root, observer=observer)
+        unclaimed = [s.shard_id for s in snap.shards if s.state in (ShardState.PENDING, ShardState.STALE)]
+        now = clock()
+        if not unclaimed:
+            unclaimed_since = None
+        elif unclaimed_since is None:
+            unclaimed_since = now
+        elif now - unclaimed_since >= wait_timeout_secs:
+            raise_outcome(coordinator.abort(WORK, _nobody_claims(coordinator, unclaimed, wait_timeout_secs, strict)))
+        sleep(poll_secs)
+
+
+def _nobody_claims(
+    coordinator: RunCoordinator, unclaimed: list[str], timeout: float, strict: StrictPolicy | None
+) -> ParticipationError:
+    joined = sorted({p.instance.node_id for p in coordinator.participants()})
+    preview = ", ".join(unclaimed[:5]) + (f", ... ({len(unclaimed) - 5} more)" if len(unclaimed) > 5 else "")
+    if strict is not None:
+        missing = max(0, strict.nodes - len(joined))
+        return ParticipationError(
+            f"strict mode (require_all_nodes, nodes={strict.nodes}): {len(unclaimed)} shard(s) ({preview}) had no "
+            f"claimant for {timeout:g}s; each node may complete {strict.share_per_node} shard(s) and only "
+            f"{len(joined)} of {strict.nodes} node(s) joined run {coordinator.run.value} ({', '.join(joined)}); "
+            f"{missing} node(s) missing",
+            where="elastic.require_all_nodes",
+            hint=f"start all {strict.nodes} instances with the same run id, or use elastic mode "
+            "(require_all_nodes: false) to let the live nodes finish",
+        )
+    return ParticipationError(
+        f"{len(unclaimed)} shard(s) ({preview}) had no claimant for {timeout:g}s; nodes in run "
+        f"{coordinator.run.value}: {', '.join(joined)}",
+        where="elastic.wait_timeout_secs",
+        hint="start a worker for the job, or raise wait_timeout_secs",
+    )
+
+
+def completion_nodes(layout: JobLayout, manifest: Manifest) -> dict[str, int]:
+    """Accepted shards per node id (from the done markers)."""
+    by_node: dict[str, int] = {}
+    for entry in manifest.shards:
+        result, _ = attempts.read_done(layout, entry.shard_id)
+        if result is not None:
+            by_node[result.node_id] = by_node.get(result.node_id, 0) + 1
+    return by_node
+
+
+def check_participation(layout: JobLayout, manifest: Manifest, strict: StrictPolicy) -> dict[str, int]:
+    """Strict mode's final check: at least ``nodes`` distinct node identities completed shards."""
+    by_node = completion_nodes(layout, manifest)
+    if len(by_node) < strict.nodes:
+        shown = ", ".join(f"{node}: {n}" for node, n in sorted(by_node.items()))
+        raise ParticipationError(
+            f"strict mode (require_all_nodes, nodes={strict.nodes}): shards were completed by only "
+            f"{len(by_node)} distinct node(s) ({shown}); {strict.nodes - len(by_node)} node(s) did not take part",
+            where="elastic.require_all_nodes",
+            hint="give every node its own DJ_ELASTIC_NODE_ID or hostname, and start all of them",
+        )
+    return by_node

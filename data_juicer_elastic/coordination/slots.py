@@ -1,0 +1,151 @@
+"""Several claim slots on one node: one worker process (and one warm Ray runtime) per slot.
+
+Why processes and not threads over one shared runtime (measured in
+``benchmarks/bench_slots.py``, numbers in ``benchmarks/README.md``):
+
+* GPUs: ``CUDA_VISIBLE_DEVICES`` is read once per process (by Ray when it starts,
+  by CUDA when it initialises), so only a process per slot can give each slot its
+  own devices;
+* isolation: Data-Juicer logs through one process-wide logger and Ray Data keeps
+  a process-global context, so concurrent shards in one process write into each
+  other's ``process.log``; a crash or OOM of one slot takes down only that slot;
+* cost: a warm runtime per slot is started once per worker, not per shard.
+
+The instance's own process runs slot 0 (no extra process for the common
+``slots_per_node: 1``); slots 1..S-1 are ``dj-elastic worker --no-wait``
+children with the same node id, which exit when nothing is left to claim.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import IO, Final
+
+from loguru import logger
+
+from data_juicer_elastic.errors import ConfigError
+from data_juicer_elastic.jobdir.identity import NODE_ID_ENV
+
+CUDA_ENV: Final = "CUDA_VISIBLE_DEVICES"
+_PR_SET_PDEATHSIG: Final = 1
+
+
+def slot_devices(visible: str | None, slots: int) -> list[str | None]:
+    """Each slot's ``CUDA_VISIBLE_DEVICES``: contiguous, near-equal subsets of the listed devices.
+
+    None for every slot when no devices are listed (CPU slots, or the variable unset).
+    """
+    if slots < 1:
+        raise ConfigError(f"invalid value {slots!r}: must be >= 1", where="elastic.slots_per_node")
+    devices = [d.strip() for d in (visible or "").split(",") if d.strip()]
+    if not devices or devices == ["-1"] or visible in ("NoDevFiles", "none"):
+        return [None] * slots
+    if len(devices) < slots:
+        raise ConfigError(
+            f"{slots} slots but only {len(devices)} GPU(s) listed in {CUDA_ENV}={visible}",
+            where="elastic.slots_per_node",
+            hint=f"use at most {len(devices)} slots, or list more devices",
+        )
+    base, extra = divmod(len(devices), slots)
+    out, start = [], 0
+    for k in range(slots):
+        size = base + (1 if k < extra else 0)
+        out.append(",".join(devices[start : start + size]))
+        start += size
+    return out
+
+
+def slot_cpus(ray_num_cpus: int | None, slots: int, cpu_count: int | None = None) -> int | None:
+    """CPUs of each slot's local runtime: the setting as given (per slot), else the node's CPUs / slots."""
+    if ray_num_cpus is not None or slots == 1:
+        return ray_num_cpus
+    return max(1, (cpu_count or os.cpu_count() or 1) // slots)
+
+
+def _die_with_parent() -> None:  # pragma: no cover - runs in the child before exec
+    # A slot must not outlive its instance (e.g. the instance was SIGKILLed by a scheduler).
+    try:
+        import ctypes
+
+        ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
+    except (OSError, AttributeError):
+        pass
+
+
+@dataclass
+class SlotPool:
+    """Child slot processes of one instance."""
+
+    procs: dict[int, subprocess.Popen] = field(default_factory=dict)
+    logs: dict[int, IO[bytes]] = field(default_factory=dict)
+
+    def start(self, slot: int, argv: Sequence[str], env: Mapping[str, str], log_path: Path) -> None:
+        log_path.parent.mkdir(parents=True, exist_ok=True)
+        log = open(log_path, "ab")
+        self.logs[slot] = log
+        self.procs[slot] = subprocess.Popen(
+            list(argv), env=dict(env), stdout=log, stderr=subprocess.STDOUT, preexec_fn=_die_with_parent
+        )
+        logger.info(f"slot {slot}: started pid {self.procs[slot].pid} (log {log_path})")
+
+    def stop(self) -> None:
+        """SIGTERM every running slot: each releases its claim at once (the worker loop's signal path)."""
+        for proc in self.procs.values():
+            if proc.poll() is None:
+                proc.send_signal(signal.SIGTERM)
+
+    def wait(self) -> dict[int, int]:
+        codes = {}
+        for slot, proc in self.procs.items():
+            codes[slot] = proc.wait()
+            if codes[slot] != 0:
+                logger.warning(f"slot {slot} (pid {proc.pid}) exited with {codes[slot]}; see its log")
+        for log in self.logs.values():
+            log.close()
+        return codes
+
+    def __enter__(self) -> SlotPool:
+        return self
+
+    def __exit__(self, exc_type, *rest: object) -> None:
+        if exc_type is not None:
+            self.stop()
+        self.wait()
+
+
+def slot_argv(
+    job_dir: Path,
+    *,
+    ray_address: str,
+    ray_num_cpus: int | None,
+    lease_ttl_secs: float,
+    heartbeat_secs: float,
+    max_retries: int,
+    poll_interval_secs: float,
+    max_done: int | None,
+) -> list[str]:
+    # --slots 1: a slot is one worker, whatever slots_per_node the job recorded at prepare.
+    argv = [sys.executable, "-m", "data_juicer_elastic.cli", "worker", "--job-dir", str(job_dir), "--no-wait"]
+    argv += ["--slots", "1"]
+    argv += ["--ray-address", ray_address, "--lease-ttl-secs", repr(float(lease_ttl_secs))]
+    argv += ["--heartbeat-interval-secs", repr(float(heartbeat_secs))]
+    argv += ["--max-retries", str(max_retries), "--poll-interval-secs", repr(float(poll_interval_secs))]
+    if ray_num_cpus is not None:
+        argv += ["--ray-num-cpus", str(ray_num_cpus)]
+    if max_done is not None:
+        argv += ["--max-done", str(max_done)]
+    return argv
+
+
+def slot_env(node_id: str, devices: str | None, base: Mapping[str, str] | None = None) -> dict[str, str]:
+    env = dict(os.environ if base is None else base)
+    env[NODE_ID_ENV] = node_id  # the same node identity as the instance: strict mode counts nodes
+    if devices is not None:
+        env[CUDA_ENV] = devices
+    return env

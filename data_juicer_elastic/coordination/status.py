@@ -1,0 +1,127 @@
+"""Read-only view of a job's coordination records, for ``dj-elastic status``.
+
+Each run (submission) has a directory ``coordination/<run-key>/``; this lists the
+runs newest first with their leaders, outcome and participants.  Nothing here
+writes, and an unreadable record is shown as such, never as a success.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+from data_juicer_elastic.coordination.records import (
+    FINALIZE,
+    PREPARE,
+    Leader,
+    Outcome,
+    Participant,
+    PrepareResult,
+    RunRecord,
+)
+from data_juicer_elastic.errors import JobDirError
+from data_juicer_elastic.jobdir import fsio
+from data_juicer_elastic.jobdir.layout import JobLayout
+
+
+def _read(cls, path: Path) -> tuple[Any, str | None]:
+    try:
+        data = fsio.read_record(path)
+        return (cls.parse(data, path) if data is not None else None), None
+    except JobDirError as exc:
+        return None, str(exc)
+
+
+def runs(job_dir: str | Path) -> list[dict[str, Any]]:
+    """Every run of the job, newest first, as plain JSON data."""
+    layout = JobLayout(Path(os.path.abspath(job_dir)))
+    found = []
+    for key in fsio.list_names(layout.coordination_dir):
+        try:
+            layout.run_dir(key)
+        except JobDirError:
+            continue  # not a run directory (temp files, foreign names)
+        found.append(_run(layout, key))
+    return sorted(found, key=lambda r: r.get("created_at") or 0.0, reverse=True)
+
+
+def _run(layout: JobLayout, key: str) -> dict[str, Any]:
+    run, run_error = _read(RunRecord, layout.run_record(key))
+    info: dict[str, Any] = {
+        "run_key": key,
+        "run_id": run.run_id if run else None,
+        "source": run.source if run else None,
+        "created_at": run.created_at if run else None,
+        "errors": [run_error] if run_error else [],
+    }
+    for phase in (PREPARE, FINALIZE):
+        leader, error = _read(Leader, layout.leader(key, phase))
+        info[f"{phase}_leader"] = leader.instance.describe() if leader else None
+        if error:
+            info["errors"].append(error)
+    prepared, error = _read(PrepareResult, layout.prepare_result(key))
+    info["prepared"] = prepared is not None
+    if error:
+        info["errors"].append(error)
+    outcome, error = _read(Outcome, layout.outcome(key))
+    if error:
+        info["errors"].append(error)
+    info["outcome"] = None
+    if outcome is not None:
+        info["outcome"] = {
+            "status": outcome.status,
+            "phase": outcome.phase,
+            "by": outcome.instance.describe(),
+            "error": f"{outcome.error_type}: {outcome.message}" if not outcome.ok else None,
+            "details": outcome.details,
+        }
+    participants = []
+    directory = layout.participants_dir(key)
+    for name in fsio.list_names(directory):
+        if name.startswith(".") or not name.endswith(".json"):
+            continue
+        record, error = _read(Participant, directory / name)
+        if record is None:
+            if error:
+                info["errors"].append(error)
+            continue
+        participants.append(
+            {
+                "instance_id": record.instance.instance_id,
+                "node_id": record.instance.node_id,
+                "host": record.instance.hostname,
+                "pid": record.instance.pid,
+                "slots": record.slots,
+                "joined_at": record.joined_at,
+                "left_at": record.left_at,
+                "exit_reason": record.exit_reason,
+                "shards_done": record.shards_done,
+            }
+        )
+    info["participants"] = sorted(participants, key=lambda p: p["joined_at"])
+    return info
+
+
+def render_runs(found: list[dict[str, Any]], limit: int | None = 3) -> str:
+    if not found:
+        return "coordination: no runs recorded (prepared with dj-elastic prepare, or never started)"
+    shown = found if limit is None else found[:limit]
+    lines = [f"coordination: {len(found)} run(s)" + (f", newest {len(shown)} shown" if len(shown) < len(found) else "")]
+    for run in shown:
+        outcome = run["outcome"]
+        if outcome is None:
+            state = "in progress" if run["prepared"] else "preparing"
+        elif outcome["status"] == "ok":
+            state = f"finalized by {outcome['by']}"
+        else:
+            state = f"FAILED in {outcome['phase']} ({outcome['by']}): {outcome['error']}"
+        lines.append(f"  run {run['run_id']} [{run['source']}] {state}")
+        lines.append(
+            f"    prepare leader: {run['prepare_leader'] or '-'}; finalize leader: {run['finalize_leader'] or '-'}"
+        )
+        nodes = sorted({p["node_id"] for p in run["participants"]})
+        lines.append(f"    {len(run['participants'])} instance(s) on {len(nodes)} node(s): {', '.join(nodes) or '-'}")
+        for error in run["errors"]:
+            lines.append(f"    unreadable record: {error}")
+    return "\n".join(lines)

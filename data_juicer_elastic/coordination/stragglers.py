@@ -1,0 +1,138 @@
+"""Straggler avoidance: a slow node does not take one of the last shards from faster ones.
+
+Dynamic claiming already gives fast nodes more shards; what it cannot avoid is the
+tail: a node 4x slower that claims one of the last shards finishes long after
+everyone else.  Before claiming, a worker asks :class:`ClaimGate`.  With
+
+    d_me   this node's time per shard (mean of its accepted attempts)
+    d_j    the time per shard of each worker j that holds a live claim right now
+    P      pending shards (nobody holds them), the one to claim included
+
+worker j, expected to be half-way through its current shard, can finish
+``floor(d_me / d_j - 1/2)`` more shards in the time this node needs for one; the
+node declines while those capacities add up to at least ``P``: the others would
+finish every pending shard before it could finish one.  Equal speeds never
+decline; a 4x slower node leaves the last few shards to fast ones.
+
+Safety: only workers holding a live claim count, so once the others stop
+(finished, capped, dead) the gate opens and no shard is left unclaimed; a node
+with no accepted attempt yet always claims.  A node's first attempt includes its
+Ray start: it is left out when the node has others, and for this node's own
+estimate the measured start time is subtracted.  Durations are one node's own
+clock (its attempts' start and end), never compared across nodes.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Final
+
+from loguru import logger
+
+from data_juicer_elastic.jobdir import attempts, fsio, leases
+from data_juicer_elastic.jobdir.layout import JobLayout
+from data_juicer_elastic.jobdir.records import AttemptRecord, Manifest
+
+EXPECTED_REMAINING: Final = 0.5  # a running worker is, on average, half-way through its shard
+
+
+def should_claim(my_secs: float | None, others_secs: list[float], pending: int) -> bool:
+    """Pure policy (see the module docstring)."""
+    if my_secs is None or my_secs <= 0 or pending <= 0:
+        return True
+    capacity = sum(math.floor(my_secs / d - EXPECTED_REMAINING) for d in others_secs if d > 0)
+    return pending > capacity
+
+
+@dataclass(frozen=True)
+class JobPace:
+    """What :func:`observe` read: each node's shard time, the running claims, the pending count."""
+
+    secs_by_node: dict[str, float]
+    first_secs_by_node: dict[str, float]  # nodes with one accepted attempt: its duration (Ray start included)
+    running: list[tuple[str, int]]  # (node_id, pid) of live claims
+    pending: int
+
+
+def observe(layout: JobLayout, manifest: Manifest) -> JobPace:
+    durations: dict[str, list[tuple[float, float]]] = {}
+    running: list[tuple[str, int]] = []
+    pending = 0
+    for entry in manifest.shards:
+        result, error = attempts.read_done(layout, entry.shard_id)
+        if result is not None:
+            record = _attempt(layout, entry.shard_id, result.attempt_id)
+            if record is not None and record.ended_at is not None:
+                durations.setdefault(result.node_id, []).append((record.started_at, record.ended_at))
+            continue
+        if error is not None or fsio.exists(layout.failed(entry.shard_id)):
+            continue
+        view = leases.read_lease(layout, entry.shard_id)
+        if view.generation == 0 or view.ended or view.claim is None:
+            pending += 1
+        else:
+            running.append((view.claim.node_id, view.claim.pid))
+    secs, first = {}, {}
+    for node, spans in durations.items():
+        spans.sort()
+        warm = spans[1:] or spans  # the first attempt includes the node's Ray start
+        secs[node] = statistics.mean(end - start for start, end in warm)
+        if len(spans) == 1:
+            first[node] = secs[node]
+    return JobPace(secs, first, running, pending)
+
+
+def _attempt(layout: JobLayout, shard_id: str, attempt_id: str) -> AttemptRecord | None:
+    try:
+        data = fsio.read_record(layout.attempt_record(shard_id, attempt_id))
+        return AttemptRecord.parse(data, attempt_id) if data is not None else None
+    except Exception:  # noqa: BLE001 - informational: a missing or odd record only weakens the estimate
+        return None
+
+
+class ClaimGate:
+    """``gate()`` -> may this worker claim now?  Reads the job at most once per ``min_interval``."""
+
+    def __init__(
+        self,
+        layout: JobLayout,
+        manifest: Manifest,
+        node_id: str,
+        pid: int,
+        *,
+        min_interval: float = 1.0,
+        startup_secs: Callable[[], float | None] = lambda: None,
+        clock: Callable[[], float] = time.monotonic,
+    ):
+        self.layout, self.manifest, self.node_id, self.pid = layout, manifest, node_id, pid
+        self.startup_secs = startup_secs  # this worker's Ray start, inside its first attempt
+        self.min_interval, self.clock = min_interval, clock
+        self._last: tuple[float, bool] | None = None
+        self._declined = False
+
+    def __call__(self) -> bool:
+        now = self.clock()
+        if self._last is not None and now - self._last[0] < self.min_interval:
+            return self._last[1]
+        pace = observe(self.layout, self.manifest)
+        mine = pace.secs_by_node.get(self.node_id)
+        if self.node_id in pace.first_secs_by_node and mine is not None:
+            mine = max(mine - (self.startup_secs() or 0.0), 0.0) or None
+        others = [
+            pace.secs_by_node[node]
+            for node, pid in pace.running
+            if (node, pid) != (self.node_id, self.pid) and node in pace.secs_by_node
+        ]
+        allowed = should_claim(mine, others, pace.pending)
+        if not allowed and not self._declined:
+            logger.info(
+                f"not claiming: {len(others)} running worker(s) finish the {pace.pending} pending shard(s) "
+                f"sooner than this node's {mine:.1f}s per shard"
+            )
+        self._declined = not allowed
+        self._last = (now, allowed)
+        return allowed
