@@ -58,16 +58,28 @@ class JobPace:
     pending: int
 
 
-def observe(layout: JobLayout, manifest: Manifest) -> JobPace:
+# A done shard's (node, start, end), or None when its attempt record gave no duration.
+DoneSpans = dict[str, tuple[str, float, float] | None]
+
+
+def observe(layout: JobLayout, manifest: Manifest, done_spans: DoneSpans | None = None) -> JobPace:
+    """One read of the job's pace.  ``done_spans`` caches done shards across calls:
+    DONE is terminal, so each done marker and attempt record is read once, not on every call."""
+    done_spans = {} if done_spans is None else done_spans
     durations: dict[str, list[tuple[float, float]]] = {}
     running: list[tuple[str, int]] = []
     pending = 0
     for entry in manifest.shards:
-        result, error = attempts.read_done(layout, entry.shard_id)
-        if result is not None:
-            record = _attempt(layout, entry.shard_id, result.attempt_id)
-            if record is not None and record.ended_at is not None:
-                durations.setdefault(result.node_id, []).append((record.started_at, record.ended_at))
+        if entry.shard_id not in done_spans:
+            result, error = attempts.read_done(layout, entry.shard_id)
+            if result is not None:
+                record = _attempt(layout, entry.shard_id, result.attempt_id)
+                ok = record is not None and record.ended_at is not None
+                done_spans[entry.shard_id] = (result.node_id, record.started_at, record.ended_at) if ok else None
+        if entry.shard_id in done_spans:
+            span = done_spans[entry.shard_id]
+            if span is not None:
+                durations.setdefault(span[0], []).append(span[1:])
             continue
         if error is not None or fsio.exists(layout.failed(entry.shard_id)):
             continue
@@ -105,20 +117,24 @@ class ClaimGate:
         pid: int,
         *,
         min_interval: float = 1.0,
+        max_read_share: float | None = 0.1,
         startup_secs: Callable[[], float | None] = lambda: None,
         clock: Callable[[], float] = time.monotonic,
     ):
         self.layout, self.manifest, self.node_id, self.pid = layout, manifest, node_id, pid
         self.startup_secs = startup_secs  # this worker's Ray start, inside its first attempt
         self.min_interval, self.clock = min_interval, clock
+        self.max_read_share = max_read_share  # at most this share of the worker's time spent reading
         self._last: tuple[float, bool] | None = None
+        self._interval = min_interval
         self._declined = False
+        self._done_spans: DoneSpans = {}
 
     def __call__(self) -> bool:
-        now = self.clock()
-        if self._last is not None and now - self._last[0] < self.min_interval:
+        if self._last is not None and self.clock() - self._last[0] < self._interval:
             return self._last[1]
-        pace = observe(self.layout, self.manifest)
+        started = self.clock()
+        pace = observe(self.layout, self.manifest, self._done_spans)
         mine = pace.secs_by_node.get(self.node_id)
         if self.node_id in pace.first_secs_by_node and mine is not None:
             mine = max(mine - (self.startup_secs() or 0.0), 0.0) or None
@@ -134,5 +150,11 @@ class ClaimGate:
                 f"sooner than this node's {mine:.1f}s per shard"
             )
         self._declined = not allowed
-        self._last = (now, allowed)
+        # Stamp the answer when the read ENDS, and reuse it long enough that reading is at
+        # most ``max_read_share`` of this worker's time: on a slow NAS or a huge job dir
+        # the gate must not re-read the whole job before every claim.
+        finished = self.clock()
+        if self.max_read_share:
+            self._interval = max(self.min_interval, (finished - started) / self.max_read_share)
+        self._last = (finished, allowed)
         return allowed

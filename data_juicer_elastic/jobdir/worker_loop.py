@@ -170,6 +170,7 @@ class _Worker:
         self.ttl, self.heartbeat, self.max_retries, self.clock = ttl, heartbeat, max_retries, clock
         self.pending: Claim | None = None  # claimed and not yet handed back
         self.claim_gate: Callable[[], bool] | None = None
+        self.known_done: set[str] = set()  # shards seen DONE (terminal): skipped by later claim passes
 
     # -- claiming --------------------------------------------------------------------------------
     def claim_next(self) -> tuple[tuple[ShardEntry, Claim] | None, bool]:
@@ -177,9 +178,16 @@ class _Worker:
         finished = True
         for entry in self.manifest.shards:
             shard = entry.shard_id
+            if shard in self.known_done:
+                continue
             result, done_error = attempts.read_done(self.layout, shard)
-            if result is not None or done_error is not None:
-                continue  # done (a corrupt marker cannot be replaced either: reported by job_outcome)
+            if result is not None:
+                # DONE is terminal (retry refuses done shards): never read this marker again,
+                # so a claim costs O(shards not yet done), not O(all shards), per pass.
+                self.known_done.add(shard)
+                continue
+            if done_error is not None:
+                continue  # a corrupt marker cannot be replaced either: reported by job_outcome
             if attempts.publish_terminal_if_exhausted(self.layout, shard, self.max_retries) is not None:
                 continue
             finished = False

@@ -1,0 +1,111 @@
+"""The scale model (benchmarks/scale_model.py): a tiny case, hand-computed op counts, and its
+per-step op table against a traced run of the real worker loop."""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from pathlib import Path
+
+import pytest
+
+from data_juicer_elastic.jobdir import fsio, worker_loop
+from data_juicer_elastic.jobdir.layout import JobLayout
+from data_juicer_elastic.jobdir.manifest import load_manifest
+from data_juicer_elastic.jobdir.prepare import prepare_job
+from tests.jobdir.conftest import copy_runner, identity, make_rows, request, write_rows
+
+_PATH = Path(__file__).resolve().parents[2] / "benchmarks" / "scale_model.py"
+_spec = importlib.util.spec_from_file_location("scale_model", _PATH)
+sm = importlib.util.module_from_spec(_spec)
+sys.modules["scale_model"] = sm
+_spec.loader.exec_module(sm)
+
+WEIGHT = {"makedirs": 3, "write": 0}  # the model's unit: one fsio call; makedirs is 3 syscalls
+
+
+def _one_worker(shards: int, gate: bool) -> sm.Result:
+    return sm.simulate(
+        sm.Params(
+            workers=1,
+            shards=shards,
+            latency_s=0.001,
+            nas_ops_per_s=1e9,
+            shard_secs=10.0,
+            shard_sigma=0.0,
+            speed_sigma=0.0,
+            fail_fraction=0.0,
+            start_spread_s=0.0,
+            gate=gate,
+        )
+    )
+
+
+def test_hand_computed_single_worker_without_gate():
+    r = _one_worker(4, gate=False)
+    # claim k passes k done markers (1 op each), reads the pending target (5), publishes (10)
+    assert r.claim_ops_mean == pytest.approx(sum(k + 15 for k in range(4)) / 4)
+    claim_ops = sum(k + 15 for k in range(4))  # 66
+    run_ops = 4 * (16 + 29)
+    exit_ops = 3 * 4  # last claim_next pass, job_outcome twice
+    assert r.claims == 4 and r.done_shards == 4 and r.lost_races == 0
+    foreground = sum(v for k, v in r.ops_by_kind.items() if k != "background")
+    assert foreground == pytest.approx(claim_ops + run_ops + exit_ops)
+    assert r.makespan_s == pytest.approx(4 * 10.0 + 0.001 * (claim_ops + run_ops))
+    assert r.claim_latency_p99_s == pytest.approx(0.001 * 18)  # the last claim: 3 + 15 ops
+    assert r.all_exited_s == pytest.approx(r.makespan_s + 0.001 * exit_ops)
+
+
+def test_hand_computed_gate_reads_every_shard():
+    r = _one_worker(3, gate=True)
+    # observe() before claim k: k done (2 each) + (3 - k) pending (4 each)
+    gate = sum(2 * k + 4 * (3 - k) for k in range(3))  # 12 + 10 + 8
+    claims = sum(k + 15 for k in range(3)) + 3  # + the final pass that finds every shard done
+    assert r.ops_by_kind["claim gate"] == pytest.approx(gate)
+    assert r.ops_by_kind["claim scan"] + r.ops_by_kind["claim publish"] == pytest.approx(claims)
+
+
+def test_op_table_matches_the_real_worker_loop(tmp_path):
+    data = write_rows(tmp_path / "in.jsonl", make_rows(30))
+    job = tmp_path / "job"
+    prepare_job(request(job, data, 3))
+    layout, manifest = JobLayout(job), load_manifest(job)
+    from data_juicer_elastic.coordination.stragglers import ClaimGate
+
+    trace: list[str] = []
+    fsio.set_fault_hook(lambda op, path: trace.append(op))
+    try:
+        gate = ClaimGate(layout, manifest, "node-a", 1, min_interval=0.0, max_read_share=None)
+        worker_loop.run_worker(
+            job,
+            identity(),
+            copy_runner(),
+            ttl_secs=1000.0,
+            heartbeat_secs=100.0,  # only the first beat (part of run_start)
+            max_retries=3,
+            poll_interval_secs=0.01,
+            claim_gate=gate,
+        )
+    finally:
+        fsio.set_fault_hook(None)
+    real = sum(WEIGHT.get(op, 1) for op in trace)
+    ops = sm.OPS
+    runs = 3 * (ops["run_start"] + ops["run_end"])
+    # The model (sm.OPS per pass) describes the protocol before workers remembered DONE
+    # shards: every pass re-read every done marker.  It stays an upper bound ...
+    model_claims = sum(k * ops["scan_done"] + ops["scan_pending"] + ops["claim_publish"] for k in range(3))
+    model_gates = sum(k * ops["gate_done"] + (3 - k) * ops["gate_pending"] for k in range(3))
+    assert real < 1 + model_claims + model_gates + runs + 2 * 3
+    # ... and the code now reads each done marker once per worker (claim pass and gate
+    # alike): pass k sees only the shard finished since pass k-1.
+    claims = (0 + 1 + 1) * ops["scan_done"] + 3 * (ops["scan_pending"] + ops["claim_publish"])
+    gates = (0 + 1 + 1) * ops["gate_done"] + (3 + 2 + 1) * ops["gate_pending"]
+    exit_passes = 1 + 3  # run_worker's last claim_next (one new done marker) + job_outcome (reads all)
+    assert real == 1 + claims + gates + runs + exit_passes  # + the manifest read
+
+
+def test_all_cases_shape():
+    r = sm.simulate(sm.Params(workers=5, shards=40, shard_secs=5.0, fail_fraction=0.2, ttl_s=8.0, poll_s=0.5))
+    assert r.done_shards == 40 and r.claims >= 40 and r.takeovers <= r.deaths == 1
+    assert r.makespan_s >= r.ideal_s * 0.5 and "| 5 | 40 |" in sm.row(r)
+    assert sm.status_ops(10, done=10) == 1 + 10 * sm.OPS["status_done"]
