@@ -112,10 +112,14 @@ def run_local_worker(
     start).  Slots 1..S-1 are child worker processes (``coordination.slots``); the
     summary is slot 0's, whose loop also waits for shards the others still run.
     """
+    from data_juicer_elastic.execution.shard_runner import default_cache_env
+
     job = _resolve(job_dir)
     manifest = load_manifest(job)
     layout = JobLayout(job)
-    _default_caches(layout.cache_dir)
+    # Model caches default into the shared job dir (one download for every node); set
+    # here, before slot processes are started, so they inherit the same values.
+    default_cache_env(layout.cache_dir)
     identity = WorkerIdentity.current(node_id=node_id)
     slots = settings.slots_per_node if slots is None else slots
     devices = slot_devices(os.environ.get(CUDA_ENV), slots)
@@ -312,13 +316,6 @@ def node_log(path: Path) -> Iterator[None]:
     finally:
         with contextlib.suppress(ValueError):
             logger.remove(sink)
-
-
-def _default_caches(cache_dir: Path) -> None:
-    # Model caches default into the shared job dir so every node reuses one
-    # download instead of filling node-local disks; explicit user settings win.
-    for var, sub in (("HF_HOME", "huggingface"), ("XDG_CACHE_HOME", "xdg")):
-        os.environ.setdefault(var, str(cache_dir / sub))
 
 
 class ElasticShardedExecutor(ExecutorBase):
