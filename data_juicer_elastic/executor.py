@@ -114,6 +114,7 @@ def run_local_worker(
     """
     from data_juicer_elastic.execution.shard_runner import default_cache_env
 
+    crashpoints.install_from_env()  # test-only fault plans; nothing is installed when unset
     job = _resolve(job_dir)
     manifest = load_manifest(job)
     layout = JobLayout(job)
@@ -186,6 +187,7 @@ def run_local_worker(
 
 def finalize(job_dir: str | os.PathLike, export_path: str | os.PathLike, *, overwrite: bool = False) -> MergeResult:
     """Fail clearly on terminal shard failures, else merge every shard in manifest order."""
+    crashpoints.install_from_env()
     job = _resolve(job_dir)
     snap = snapshot(job)
     if snap.terminal_failures:

@@ -1,34 +1,193 @@
-"""Named crash points for fault tests of real processes (never set in production).
+"""Fault injection for tests of real processes: failing file operations and named crash points.
 
-``DJ_ELASTIC_TEST_CRASH_AT=<op>:<text>`` makes this process SIGKILL itself at the
-first job-directory file operation ``<op>`` (see ``jobdir.fsio.fault_point``: create,
-write, link, replace, ...) whose path contains ``<text>``.  Example: a finalize
-coordinator killed mid-merge::
+Never set in production.  Both act through the two hooks of ``jobdir.fsio``
+(``fault_point`` before an operation, ``fault_done`` after it succeeded); with
+neither variable set nothing is installed and the hooks stay ``None``.
 
-    DJ_ELASTIC_TEST_CRASH_AT=write:.merged.jsonl.tmp dj-process --config recipe.yaml
+``DJ_ELASTIC_TEST_CRASH_AT=<point>[@N]`` makes the process SIGKILL itself at the
+N-th (default first) time it reaches a named point:
+
+========== ======================================================================
+claim      right after this worker's claim was published (``claims/<shard>/gen-N``)
+write      before writing a shard's output (``attempts/.../output.jsonl``)
+fsync      before fsyncing a shard's output
+done       before linking ``result.json`` to ``done/<shard>.json``
+published  right after that link succeeded (done, but no release record yet)
+merge      mid-merge, after a shard was copied into the export's temp file
+finalize   after the merged temp file is complete, before the export path is published
+========== ======================================================================
+
+``<op>:<text>`` (e.g. ``write:.merged.jsonl.tmp``) is the raw form: the first
+``fault_point`` ``<op>`` whose path contains ``<text>``.
+
+``DJ_ELASTIC_TEST_FAULTS`` is a JSON list of :class:`FaultRule` objects, e.g.
+``[{"op": "link", "path": "/done/", "errno": "EIO", "mode": "lie", "times": 1}]``:
+``mode`` ``fail`` raises before the operation (it does not happen), ``lie`` lets it
+happen and then raises (a retransmitted NFS call that "failed").  The error looks
+like the real call's: open/create/link/rename/replace name the path, write/fsync/
+close do not (``fsio`` must add it).
 """
 
 from __future__ import annotations
 
+import errno as errno_module
+import json
 import os
 import signal
+import threading
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Final
+from typing import Final, Literal
 
+from data_juicer_elastic.errors import ConfigError
 from data_juicer_elastic.jobdir import fsio
 
 CRASH_ENV: Final = "DJ_ELASTIC_TEST_CRASH_AT"
+FAULTS_ENV: Final = "DJ_ELASTIC_TEST_FAULTS"
+FAULT_ERRNOS: Final = ("ENOSPC", "EDQUOT", "EIO", "ESTALE", "EACCES", "EPERM", "EROFS", "ETIMEDOUT")
+_UNNAMED_OPS: Final = frozenset({"write", "fsync", "close"})  # the real os.* call names no file
+
+Phase = Literal["before", "after"]
+
+
+@dataclass(frozen=True)
+class CrashPoint:
+    phase: Phase
+    op: str
+    text: str  # substring of the operation's path
+
+
+CRASH_POINTS: Final = {
+    "claim": CrashPoint("after", "link", "/claims/"),
+    "write": CrashPoint("before", "write", "output.jsonl"),
+    "fsync": CrashPoint("before", "fsync", "output.jsonl"),
+    "done": CrashPoint("before", "link", "/done/"),
+    "published": CrashPoint("after", "link", "/done/"),
+    "merge": CrashPoint("before", "merge", ""),
+    "finalize": CrashPoint("before", "finalize", ""),
+}
+
+
+@dataclass
+class FaultRule:
+    """Make matching operations fail: ``op`` (or ``*``), a path substring, an errno name."""
+
+    op: str
+    errno: str
+    path: str = ""
+    mode: Literal["fail", "lie"] = "fail"
+    skip: int = 0  # let this many matching operations pass first
+    times: int | None = 1  # then fail this many (None: every one)
+    hits: int = field(default=0, compare=False)
+
+    def __post_init__(self) -> None:
+        if self.errno not in FAULT_ERRNOS:
+            raise ConfigError(f"unknown errno {self.errno!r}; one of {', '.join(FAULT_ERRNOS)}", where=FAULTS_ENV)
+        if self.mode not in ("fail", "lie"):
+            raise ConfigError(f"mode must be 'fail' or 'lie', got {self.mode!r}", where=FAULTS_ENV)
+
+    def fires(self, op: str, path: Path) -> bool:
+        if self.op not in ("*", op) or self.path not in str(path):
+            return False
+        self.hits += 1
+        if self.hits <= self.skip:
+            return False
+        return self.times is None or self.hits <= self.skip + self.times
+
+    def error(self, op: str, path: Path) -> OSError:
+        code = getattr(errno_module, self.errno)
+        message = f"{os.strerror(code)} (injected: {self.mode} {op})"
+        return OSError(code, message) if op in _UNNAMED_OPS else OSError(code, message, str(path))
+
+
+class FaultPlan:
+    """The rules and the crash point of one process; thread-safe counters."""
+
+    def __init__(self, rules: Sequence[FaultRule] = (), crash: str | None = None):
+        self.rules = list(rules)
+        self.crash, self.crash_hit = _parse_crash(crash) if crash else (None, 0)
+        self._crash_seen = 0
+        self._lock = threading.Lock()
+        self.injected: list[tuple[str, str, str]] = []  # (op, path, errno) of every injected failure
+
+    def _check(self, phase: Phase, op: str, path: Path) -> None:
+        with self._lock:
+            if self.crash is not None and self.crash.phase == phase and self.crash.op == op:
+                if self.crash.text in str(path):
+                    self._crash_seen += 1
+                    if self._crash_seen == self.crash_hit:
+                        os.kill(os.getpid(), signal.SIGKILL)
+            wanted = "fail" if phase == "before" else "lie"
+            for rule in self.rules:
+                if rule.mode == wanted and rule.fires(op, path):
+                    self.injected.append((op, str(path), rule.errno))
+                    raise rule.error(op, path)
+
+    def before(self, op: str, path: Path) -> None:
+        self._check("before", op, path)
+
+    def after(self, op: str, path: Path) -> None:
+        self._check("after", op, path)
+
+
+def _parse_crash(spec: str) -> tuple[CrashPoint, int]:
+    name, _, count = spec.partition("@")
+    if not count:
+        hit = 1
+    elif count.isdigit() and int(count) >= 1:
+        hit = int(count)
+    else:
+        raise ConfigError(f"bad crash point {spec!r}: the count after @ must be >= 1", where=CRASH_ENV)
+    if name in CRASH_POINTS:
+        return CRASH_POINTS[name], hit
+    op, sep, text = name.partition(":")
+    if sep and op and text:
+        return CrashPoint("before", op, text), hit
+    raise ConfigError(
+        f"unknown crash point {spec!r}", where=CRASH_ENV, hint=f"one of {', '.join(CRASH_POINTS)}, or <op>:<path text>"
+    )
+
+
+def parse_rules(text: str) -> list[FaultRule]:
+    try:
+        items = json.loads(text)
+        if not isinstance(items, list):
+            raise TypeError("not a list")
+        return [FaultRule(**item) for item in items]
+    except (ValueError, TypeError) as exc:
+        raise ConfigError(f"bad fault plan: {exc}", where=FAULTS_ENV, hint="a JSON list of rule objects") from None
+
+
+_installed: FaultPlan | None = None
+
+
+def install(plan: FaultPlan | None) -> None:
+    global _installed
+    _installed = plan
+    if plan is None:
+        fsio.set_fault_hook(None)
+    else:
+        fsio.set_fault_hook(plan.before, plan.after)
 
 
 def install_from_env() -> bool:
-    spec = os.environ.get(CRASH_ENV, "")
-    op, sep, text = spec.partition(":")
-    if not (sep and op and text):
+    """Install the plan the environment names (once per process); False when none is set."""
+    crash, rules = os.environ.get(CRASH_ENV, ""), os.environ.get(FAULTS_ENV, "")
+    if not (crash or rules):
         return False
-
-    def hook(name: str, path: Path) -> None:
-        if name == op and text in str(path):
-            os.kill(os.getpid(), signal.SIGKILL)
-
-    fsio.set_fault_hook(hook)
+    if _installed is None:
+        install(FaultPlan(parse_rules(rules) if rules else (), crash or None))
     return True
+
+
+@contextmanager
+def injected(*rules: FaultRule, crash: str | None = None) -> Iterator[FaultPlan]:
+    """In-process form for tests: ``with injected(FaultRule("fsync", "ENOSPC")) as plan: ...``."""
+    plan = FaultPlan(rules, crash)
+    install(plan)
+    try:
+        yield plan
+    finally:
+        install(None)

@@ -33,6 +33,7 @@ from pathlib import Path
 from typing import Any, Final
 
 from data_juicer_elastic.errors import ElasticError
+from data_juicer_elastic.jobdir import fsio
 
 _PART: Final = re.compile(r"^(?P<dataset>[0-9A-Za-z]+)_(?P<write>[0-9a-f]+)_(?P<task>\d{6,})\.json$")
 
@@ -91,6 +92,7 @@ def write_canonical(parts: list[Path], output_path: Path, *, order_key: str | No
     rows = size = 0
     try:
         with open(tmp, "wb") as out:
+            fsio.fault_point("write", tmp)  # fault injection / named crash point (a no-op unless a test sets one)
             for row in _ordered_rows(parts, order_key):
                 line = (
                     json.dumps(row, ensure_ascii=False, separators=(",", ":"), allow_nan=False).encode("utf-8") + b"\n"
@@ -100,6 +102,7 @@ def write_canonical(parts: list[Path], output_path: Path, *, order_key: str | No
                 rows += 1
                 size += len(line)
             out.flush()
+            fsio.fault_point("fsync", tmp)
             os.fsync(out.fileno())
         os.replace(tmp, output_path)
     except BaseException:

@@ -13,8 +13,12 @@ Facts this module is written for (see /work/shared/design/leases.md):
 * Attribute caches lie for seconds, so records are read by opening them
   (close-to-open consistency revalidates), never judged by ``stat``.
 
-Everything goes through the functions below so that a fault-injection layer can
-hook :func:`fault_point` in one place.
+Everything goes through the functions below so that a fault-injection layer
+(``coordination.crashpoints``: fault plans and named crash points) can hook two places:
+:func:`fault_point` before an operation (fail it, or kill the process there) and
+:func:`fault_done` after it succeeded (report a failure for an operation that
+happened, as a retransmitted NFS call can).  Unused, each costs one global load and
+an ``is None`` test (measured in ``benchmarks/bench_fault_seam.py``).
 """
 
 from __future__ import annotations
@@ -37,17 +41,31 @@ _AMBIGUOUS_ERRNOS: Final = frozenset({errno.EIO, errno.ESTALE, errno.ETIMEDOUT})
 
 FaultHook = Callable[[str, Path], None]
 _fault_hook: FaultHook | None = None
+_done_hook: FaultHook | None = None
 
 
-def set_fault_hook(hook: FaultHook | None) -> None:
-    """Install a callable(op, path) run before every operation (tests, fault injection)."""
-    global _fault_hook
-    _fault_hook = hook
+def set_fault_hook(hook: FaultHook | None, after: FaultHook | None = None) -> None:
+    """Install callables(op, path): ``hook`` runs before every operation, ``after`` after
+    the mutating ones succeeded (create, write, fsync, close, link, rename, replace).
+    Either may raise OSError or end the process; None removes them (tests, fault injection)."""
+    global _fault_hook, _done_hook
+    _fault_hook, _done_hook = hook, after
 
 
 def fault_point(op: str, path: Path) -> None:
     if _fault_hook is not None:
         _fault_hook(op, Path(path))
+
+
+def fault_done(op: str, path: Path) -> None:
+    if _done_hook is not None:
+        _done_hook(op, Path(path))
+
+
+def _named(exc: OSError, path: Path, what: str) -> OSError:
+    """``exc`` with the path in its message: os.write/os.fsync/os.close errors name no file,
+    and an ENOSPC that does not say where is of no use to whoever must free space."""
+    return OSError(exc.errno, f"{what} failed: {exc.strerror}", str(path))
 
 
 # -- directories ----------------------------------------------------------------------------
@@ -86,6 +104,7 @@ def move(src: Path, dst: Path) -> None:
     """Rename a private path into place (not first-wins; callers make sure of that)."""
     fault_point("rename", dst)
     os.rename(src, dst)
+    fault_done("rename", dst)
     fsync_dir(Path(dst).parent)
 
 
@@ -173,30 +192,45 @@ class _CheckedWriter:
     """A file opened O_EXCL whose write, fsync *and close* errors all surface, naming the path."""
 
     def __init__(self, path: Path):
-        fault_point("create", path)
         self.path = Path(path)
+        self.fd = -1
+        fault_point("create", self.path)
         self.fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+        try:
+            fault_done("create", self.path)
+        except BaseException:
+            self.abort()  # the caller never gets this writer: do not leak the fd or the file
+            raise
 
     def write(self, data: bytes) -> int:
-        fault_point("write", self.path)
         view = memoryview(data)
-        while view:
-            written = os.write(self.fd, view)
-            view = view[written:]
+        try:
+            fault_point("write", self.path)
+            while view:
+                written = os.write(self.fd, view)
+                view = view[written:]
+            fault_done("write", self.path)
+        except OSError as exc:
+            raise _named(exc, self.path, "write") from exc
         return len(data)
 
     def finish(self, durable: bool = True) -> None:
         try:
             if durable:
-                fault_point("fsync", self.path)
-                os.fsync(self.fd)
+                try:
+                    fault_point("fsync", self.path)
+                    os.fsync(self.fd)
+                    fault_done("fsync", self.path)
+                except OSError as exc:
+                    raise _named(exc, self.path, "fsync") from exc
         finally:
             fd, self.fd = self.fd, -1
-            fault_point("close", self.path)
             try:
+                fault_point("close", self.path)
                 os.close(fd)
+                fault_done("close", self.path)
             except OSError as exc:
-                raise OSError(exc.errno, f"close failed: {exc.strerror}", str(self.path)) from exc
+                raise _named(exc, self.path, "close") from exc
 
     def abort(self) -> None:
         if self.fd >= 0:
@@ -267,6 +301,13 @@ def atomic_write(path: Path, data: bytes, durable: bool = True) -> None:
     try:
         fault_point("replace", path)
         os.replace(tmp, path)
+        fault_done("replace", path)
+    except OSError as exc:
+        # A retransmitted NFS rename can report EIO/ESTALE for a rename that happened:
+        # our private temp name is then gone and the target holds our bytes.
+        if not (exc.errno in _AMBIGUOUS_ERRNOS and not _present(tmp) and read_record(path, len(data)) == data):
+            remove(tmp)
+            raise
     except BaseException:
         remove(tmp)
         raise
@@ -275,12 +316,23 @@ def atomic_write(path: Path, data: bytes, durable: bool = True) -> None:
 
 
 def fsync_file(path: Path) -> None:
-    fault_point("fsync", path)
     fd = os.open(path, os.O_RDONLY)
     try:
+        fault_point("fsync", path)
         os.fsync(fd)
+        fault_done("fsync", path)
+    except OSError as exc:
+        raise _named(exc, Path(path), "fsync") from exc
     finally:
         os.close(fd)
+
+
+def _present(path: Path) -> bool:
+    try:
+        os.lstat(path)
+    except FileNotFoundError:
+        return False
+    return True
 
 
 # -- exclusive publication ------------------------------------------------------------------
@@ -296,9 +348,10 @@ def publish_exclusive(src: Path, dst: Path) -> bool:
     src, dst = Path(src), Path(dst)
     last: OSError | None = None
     for _ in range(_LINK_ATTEMPTS):
-        fault_point("link", dst)
         try:
+            fault_point("link", dst)
             os.link(src, dst)
+            fault_done("link", dst)
         except FileExistsError:
             return same_bytes(src, dst) is True
         except OSError as exc:
@@ -333,6 +386,7 @@ def replace(src: Path, dst: Path) -> None:
     """os.replace of a private temp file onto ``dst`` (last writer wins; callers decide it may)."""
     fault_point("replace", dst)
     os.replace(src, dst)
+    fault_done("replace", dst)
     fsync_dir(Path(dst).parent)
 
 

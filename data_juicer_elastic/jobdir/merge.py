@@ -86,11 +86,13 @@ def merge_job(job_dir: str | Path, output_path: str | Path, overwrite: bool = Fa
             merged.append(_copy_shard(layout, entry, result, sink))
             digest_rows += result.rows
             digest_bytes += result.bytes
+            fsio.fault_point("merge", tmp)  # named crash point (coordination.crashpoints)
         writer.finish()  # fsync + checked close before anything is published
     except BaseException:
         writer.abort()
         raise
     sha = digest.hexdigest()
+    fsio.fault_point("finalize", output)  # named crash point: merged, not yet published
     try:
         written = _publish_output(tmp, output, overwrite)
     finally:

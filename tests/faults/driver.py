@@ -1,0 +1,74 @@
+"""A worker (or merger) process for fault tests: the real worker loop, lease code and
+fault seam, with the fast fake runner instead of Ray.
+
+    python -m tests.faults.driver worker JOB [--ttl 2 --heartbeat 0.5 --sleep 1 ...]
+    python -m tests.faults.driver merge JOB OUTPUT
+
+Like ``dj-elastic``: installs the fault plan / crash point named by the environment
+(``coordination.crashpoints``), prints one ``error: ...`` line and exits 2 on an
+ElasticError or a terminally failed shard, prints the summary as JSON on success.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from dataclasses import asdict
+
+from data_juicer_elastic.coordination import crashpoints
+from data_juicer_elastic.errors import EXIT_ERROR, ElasticError
+from data_juicer_elastic.jobdir.identity import WorkerIdentity
+from data_juicer_elastic.jobdir.merge import merge_job
+from data_juicer_elastic.jobdir.worker_loop import run_worker
+
+from .fakes import fsio_runner
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser()
+    sub = parser.add_subparsers(dest="command", required=True)
+    w = sub.add_parser("worker")
+    w.add_argument("job")
+    w.add_argument("--ttl", type=float, default=60.0)
+    w.add_argument("--heartbeat", type=float, default=None)
+    w.add_argument("--poll", type=float, default=0.05)
+    w.add_argument("--retries", type=int, default=3)
+    w.add_argument("--sleep", type=float, default=0.0, help="seconds per shard")
+    w.add_argument("--fail", default=None, help="a shard id the runner always fails")
+    w.add_argument("--no-wait", action="store_true")
+    w.add_argument("--max-shards", type=int, default=None)
+    m = sub.add_parser("merge")
+    m.add_argument("job")
+    m.add_argument("output")
+    args = parser.parse_args(argv)
+    crashpoints.install_from_env()
+    try:
+        if args.command == "merge":
+            result = merge_job(args.job, args.output)
+            print(json.dumps({"rows": result.rows, "written": result.written, "sha256": result.sha256}))
+            return 0
+        fail = (lambda task: task.shard_id == args.fail) if args.fail else None
+        summary = run_worker(
+            args.job,
+            WorkerIdentity.current(),
+            fsio_runner(args.sleep, fail),
+            ttl_secs=args.ttl,
+            heartbeat_secs=args.heartbeat or args.ttl / 4,
+            max_retries=args.retries,
+            poll_interval_secs=args.poll,
+            wait_for_completion=not args.no_wait,
+            max_shards=args.max_shards,
+        )
+    except ElasticError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return err.exit_code
+    print(json.dumps(asdict(summary)), flush=True)
+    if summary.terminal_failures:
+        print(f"error: shard(s) failed terminally: {summary.terminal_failures}", file=sys.stderr)
+        return EXIT_ERROR
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

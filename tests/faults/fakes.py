@@ -1,0 +1,82 @@
+"""A fast stand-in for the Ray shard runner and a small job, shared by the fault tests and
+the worker driver (``python -m tests.faults.driver``).
+
+The runner copies each input row, tagged with the attempt that wrote it, to
+``attempt_dir/output.jsonl`` through ``jobdir.fsio``'s checked writer, so every
+injected write/fsync/close fault and the ``write``/``fsync`` crash points reach it
+exactly as they reach the real runner's output.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from data_juicer_elastic.jobdir import fsio
+from data_juicer_elastic.jobdir.prepare import PrepareRequest, prepare_job
+from data_juicer_elastic.jobdir.tasks import ShardOutput, ShardTask
+
+LEASE = dict(ttl_secs=60.0, heartbeat_secs=10.0, poll_interval_secs=0.05)
+
+
+def write_input(path: Path, rows: int) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "w", encoding="utf-8") as handle:
+        for i in range(rows):
+            handle.write(json.dumps({"id": i, "text": f"row {i} " + "x" * (i % 17)}) + "\n")
+    return path
+
+
+def prepare(tmp: Path, rows: int = 40, shards: int = 4, name: str = "job") -> Path:
+    data = write_input(tmp / f"{name}-input.jsonl", rows)
+    job = tmp / name
+    prepare_job(
+        PrepareRequest(
+            job_dir=job,
+            dataset_path=data,
+            num_shards=shards,
+            recipe={"process": [{"copy_mapper": None}]},
+            stage_identities=["copy"],
+        )
+    )
+    return job
+
+
+def fsio_runner(
+    seconds: float = 0.0, fail: Callable[[ShardTask], bool] | None = None
+) -> Callable[[ShardTask], ShardOutput]:
+    """run_shard: copy rows (adding the attempt id) after ``seconds``; raise when ``fail(task)``."""
+
+    def run(task: ShardTask) -> ShardOutput:
+        if seconds:
+            time.sleep(seconds)
+        if fail is not None and fail(task):
+            raise RuntimeError(f"fake runner refuses {task.shard_id}")
+        writer = fsio.BufferedCheckedWriter(task.output_path)
+        rows = 0
+        try:
+            with fsio.open_read(task.shard_path) as handle:
+                for raw in handle:
+                    row = json.loads(raw)
+                    row["attempt"] = task.attempt_id
+                    writer.write(json.dumps(row, separators=(",", ":")).encode() + b"\n")
+                    rows += 1
+            writer.finish()
+        except BaseException:
+            writer.abort()
+            raise
+        return ShardOutput(task.output_path, rows)
+
+    return run
+
+
+def merged_ids(path: Path) -> list[int]:
+    with open(path, encoding="utf-8") as handle:
+        return [json.loads(line)["id"] for line in handle]
+
+
+def done_shards(job: Path) -> dict[str, dict]:
+    directory = job / "done"
+    return {p.stem: json.loads(p.read_bytes()) for p in sorted(directory.iterdir())} if directory.exists() else {}

@@ -1,0 +1,116 @@
+"""Matrix row 1: a worker SIGKILLs itself at every named crash point; a re-run completes the job
+with one accepted result per shard and rows out = rows in.
+
+Fast form: the worker driver (real worker loop and lease code, fake runner) in subprocesses.
+Real form: `dj-elastic worker` and `dj-elastic merge` with real Ray, killed at `done` and `merge`.
+"""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+
+import pytest
+import yaml
+
+from data_juicer_elastic.jobdir.layout import JobLayout
+from data_juicer_elastic.jobdir.leases import read_lease
+
+from .conftest import driver_env, run_driver, summary_of
+from .fakes import done_shards, merged_ids, prepare, write_input
+
+ROWS, SHARDS = 40, 4
+FIRST = "part-00000-of-00004"
+
+
+def _assert_complete(job, tmp_path):
+    done = done_shards(job)
+    assert sorted(done) == [f"part-{i:05d}-of-00004" for i in range(SHARDS)]
+    for shard, record in done.items():  # one accepted result each, written by the attempt it names
+        assert (job / record["output"]).exists() and record["shard_id"] == shard
+    out = tmp_path / "merged.jsonl"
+    merged = run_driver("merge", job, out)
+    assert merged.returncode == 0, merged.stderr
+    assert merged_ids(out) == list(range(ROWS)), "rows out = rows in, in input order"
+
+
+@pytest.mark.parametrize("point", ["claim", "write", "fsync", "done", "published"])
+def test_worker_killed_at_a_crash_point_then_rerun_completes(tmp_path, point):
+    job = prepare(tmp_path, ROWS, SHARDS)
+    victim = run_driver("worker", job, node="victim", crash=point)
+    assert victim.returncode == -signal.SIGKILL, victim.stderr[-2000:]
+    assert len(done_shards(job)) == (1 if point == "published" else 0)
+
+    rescuer = run_driver("worker", job, node="rescuer")
+    assert rescuer.returncode == 0, rescuer.stderr[-2000:]
+    _assert_complete(job, tmp_path)
+
+    view = read_lease(JobLayout(job), FIRST)
+    accepted = done_shards(job)[FIRST]
+    if point == "published":
+        # The victim's result was linked before it died: it stays the accepted one, nobody redoes it.
+        assert view.generation == 1 and accepted["node_id"] == "victim"
+        assert summary_of(rescuer)["claimed"] == SHARDS - 1
+    else:
+        # The victim's claim (same host, pid gone) is taken over at once under generation 2.
+        assert view.generation == 2 and view.claim.takeover_reason == "dead-pid"
+        assert accepted["node_id"] == "rescuer" and accepted["generation"] == 2
+        failure = json.loads((job / "failures" / FIRST / "gen-000001.json").read_bytes())
+        assert failure["exit_reason"] == "holder-dead" and failure["node_id"] == "victim"
+
+
+@pytest.mark.parametrize("point", ["merge", "finalize"])
+def test_merge_killed_mid_way_leaves_no_output_and_merging_again_completes(tmp_path, point):
+    job = prepare(tmp_path, ROWS, SHARDS)
+    assert run_driver("worker", job).returncode == 0
+    out = tmp_path / "merged.jsonl"
+    killed = run_driver("merge", job, out, crash=point)
+    assert killed.returncode == -signal.SIGKILL
+    assert not out.exists(), "a killed merge never leaves a partial file at the export path"
+    first = run_driver("merge", job, out)
+    assert first.returncode == 0 and summary_of(first)["written"] is True
+    again = run_driver("merge", job, out)  # finalize twice: identical output counts as success
+    assert again.returncode == 0 and summary_of(again) == {**summary_of(first), "written": False}
+    assert merged_ids(out) == list(range(ROWS))
+
+
+@pytest.mark.e2e
+@pytest.mark.ray
+def test_real_worker_and_merge_killed_at_crash_points(tmp_path):
+    """The real commands with real Ray: a worker dies before its done link, a merge dies mid-way."""
+    data = write_input(tmp_path / "input.jsonl", 60)
+    job, out = tmp_path / "job", tmp_path / "merged.jsonl"
+    recipe = tmp_path / "recipe.yaml"
+    recipe.write_text(
+        yaml.safe_dump(
+            {
+                "project_name": "faults",
+                "np": 1,
+                "executor_type": "elastic_sharded",
+                "dataset_path": str(data),
+                "export_path": str(out),
+                "elastic": {"job_dir": str(job), "num_shards": 3, "ray_num_cpus": 1},
+                "process": [{"whitespace_normalization_mapper": None}],
+            }
+        )
+    )
+
+    def cli(*args, crash=None):
+        return subprocess.run(
+            ["dj-elastic", *args], cwd=tmp_path, env=driver_env(crash=crash), capture_output=True, text=True, timeout=300
+        )
+
+    assert cli("prepare", "--config", str(recipe)).returncode == 0
+    victim = cli("worker", "--job-dir", str(job), crash="done@2")  # the second shard's publication
+    assert victim.returncode == -signal.SIGKILL, victim.stderr[-3000:]
+    assert len(list((job / "done").iterdir())) == 1
+    rescued = cli("worker", "--job-dir", str(job))
+    assert rescued.returncode == 0, rescued.stderr[-3000:]
+    assert len(list((job / "done").iterdir())) == 3
+    killed = cli("merge", "--job-dir", str(job), "--output", str(out), crash="merge")
+    assert killed.returncode == -signal.SIGKILL, killed.stderr[-3000:]
+    assert not out.exists()
+    merged = cli("merge", "--job-dir", str(job), "--output", str(out))
+    assert merged.returncode == 0, merged.stderr[-3000:]
+    assert [json.loads(line)["id"] for line in out.open()] == list(range(60))
