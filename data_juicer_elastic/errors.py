@@ -8,6 +8,7 @@ exit code 2; they never print a traceback for an expected failure.
 
 from __future__ import annotations
 
+import errno
 from typing import Final
 
 EXIT_OK: Final = 0
@@ -125,4 +126,21 @@ def is_worker_fault(exc: BaseException) -> bool:
     Such a failure must not spend the shard's retry budget: the worker hands the
     claim back at once and stops, so a correctly set-up worker can take it.
     """
+    if isinstance(exc, OSError) and exc.errno in PERMANENT_STORAGE_ERRNOS:
+        return True  # no permission / read-only mount here: retrying the shard cannot help
     return isinstance(exc, (StageIdentityMismatch, IntegrationError, RayConnectionError))
+
+
+# A permission or mount problem of this node, not of the shard.
+PERMANENT_STORAGE_ERRNOS: Final = frozenset({errno.EACCES, errno.EPERM, errno.EROFS})
+
+
+def storage_error(exc: OSError, where: object) -> JobDirError:
+    """An OSError from the job directory as one clear error naming the path (exit 2)."""
+    path = exc.filename or where
+    hint = (
+        "check that this user may read and write the job directory (and that it is not mounted read-only)"
+        if exc.errno in PERMANENT_STORAGE_ERRNOS
+        else "check free space, quota and the health of the shared filesystem, then run the worker again"
+    )
+    return JobDirError(f"storage error: {exc.strerror or exc}", where=str(path), hint=hint)

@@ -76,7 +76,7 @@ class FaultRule:
 
     op: str
     errno: str
-    path: str = ""
+    path: str | list[str] = ""  # substring(s) the path must contain (all of them)
     mode: Literal["fail", "lie"] = "fail"
     skip: int = 0  # let this many matching operations pass first
     times: int | None = 1  # then fail this many (None: every one)
@@ -89,7 +89,8 @@ class FaultRule:
             raise ConfigError(f"mode must be 'fail' or 'lie', got {self.mode!r}", where=FAULTS_ENV)
 
     def fires(self, op: str, path: Path) -> bool:
-        if self.op not in ("*", op) or self.path not in str(path):
+        wanted = [self.path] if isinstance(self.path, str) else self.path
+        if self.op not in ("*", op) or not all(text in str(path) for text in wanted):
             return False
         self.hits += 1
         if self.hits <= self.skip:

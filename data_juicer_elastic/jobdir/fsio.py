@@ -37,6 +37,7 @@ from data_juicer_elastic.errors import JobDirError
 MAX_RECORD_BYTES: Final = 4 * 1024 * 1024
 CHUNK: Final = 1024 * 1024
 _LINK_ATTEMPTS: Final = 4
+_READ_ATTEMPTS: Final = 3
 _AMBIGUOUS_ERRNOS: Final = frozenset({errno.EIO, errno.ESTALE, errno.ETIMEDOUT})
 
 FaultHook = Callable[[str, Path], None]
@@ -122,21 +123,39 @@ def remove_tree(path: Path) -> None:
 
 
 # -- reading --------------------------------------------------------------------------------
+def _open_rb(op: str, path: Path) -> BinaryIO:
+    """open(path, "rb"), retrying a transient ESTALE (an NFS handle that went stale between
+    lookup and open: opening the name again gets a fresh handle).  Bounded, then raised."""
+    for attempt in range(_READ_ATTEMPTS):
+        try:
+            fault_point(op, path)
+            return open(path, "rb")
+        except OSError as exc:
+            if exc.errno != errno.ESTALE or attempt == _READ_ATTEMPTS - 1:
+                raise
+    raise AssertionError("unreachable")  # pragma: no cover
+
+
 def read_record(path: Path, max_bytes: int = MAX_RECORD_BYTES) -> bytes | None:
     """The bytes of a small record, or None if it does not exist.
 
     Opens the file (revalidating NFS caches) and reads at most ``max_bytes + 1``
     bytes, so a corrupt or hostile file can never exhaust memory.
     """
-    fault_point("read", path)
-    try:
-        handle = open(path, "rb")
-    except FileNotFoundError:
-        return None
-    except IsADirectoryError:
-        raise JobDirError("expected a record file, found a directory", where=str(path)) from None
-    with handle:
-        data = handle.read(max_bytes + 1)
+    for attempt in range(_READ_ATTEMPTS):
+        try:
+            handle = _open_rb("read", path)
+        except FileNotFoundError:
+            return None
+        except IsADirectoryError:
+            raise JobDirError("expected a record file, found a directory", where=str(path)) from None
+        try:
+            with handle:
+                data = handle.read(max_bytes + 1)
+            break
+        except OSError as exc:  # ESTALE while reading: the file was replaced under us; read it again
+            if exc.errno != errno.ESTALE or attempt == _READ_ATTEMPTS - 1:
+                raise OSError(exc.errno, f"read failed: {exc.strerror}", str(path)) from exc
     if len(data) > max_bytes:
         raise JobDirError(f"record larger than {max_bytes} bytes; corrupt or not a dj-elastic file", where=str(path))
     return data
@@ -144,9 +163,8 @@ def read_record(path: Path, max_bytes: int = MAX_RECORD_BYTES) -> bytes | None:
 
 def exists(path: Path) -> bool:
     """Whether a file exists, asked by opening it (fresher than stat on NFS)."""
-    fault_point("open", path)
     try:
-        with open(path, "rb"):
+        with _open_rb("open", path):
             return True
     except FileNotFoundError:
         return False
@@ -155,8 +173,7 @@ def exists(path: Path) -> bool:
 
 
 def open_read(path: Path) -> BinaryIO:
-    fault_point("open", path)
-    return open(path, "rb")
+    return _open_rb("open", path)
 
 
 def iter_chunks(path: Path, chunk: int = CHUNK) -> Iterator[bytes]:

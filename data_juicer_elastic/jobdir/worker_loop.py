@@ -18,7 +18,7 @@ from pathlib import Path
 
 from loguru import logger
 
-from data_juicer_elastic.errors import ConfigError, IntegrityError, LeaseLostError, is_worker_fault
+from data_juicer_elastic.errors import ConfigError, IntegrityError, LeaseLostError, is_worker_fault, storage_error
 from data_juicer_elastic.jobdir import attempts, fsio, leases
 from data_juicer_elastic.jobdir.identity import WorkerIdentity
 from data_juicer_elastic.jobdir.layout import JobLayout
@@ -112,6 +112,10 @@ def run_worker(
                     summary.stop_reason = "no_work"
                     break
                 sleep(poll_interval_secs)
+        except OSError as exc:
+            # The job directory refused a write the loop cannot do without (claim, failure
+            # record): stop with one clear error naming the path instead of a traceback.
+            raise storage_error(exc, layout.root) from exc
         except WorkerInterrupted as interrupt:
             guard.restore()
             if worker.pending is not None:  # signalled between claiming and running: give it back
@@ -275,6 +279,8 @@ class _Worker:
                 logger.error(f"{claim.shard_id}: releasing the claim; this worker cannot run shards: {exc}")
                 _close(attempt, "worker-fault", error=attempts.error_text(exc))
                 self._release(claim, "worker-fault")
+                if isinstance(exc, OSError):
+                    raise storage_error(exc, claim.shard_id) from exc
                 raise
             if not heartbeater.check() or leases.newer_generation_exists(self.layout, claim):
                 # Failing after losing the lease is not evidence against the shard.
