@@ -98,7 +98,12 @@ def test_real_worker_and_merge_killed_at_crash_points(tmp_path):
 
     def cli(*args, crash=None):
         return subprocess.run(
-            ["dj-elastic", *args], cwd=tmp_path, env=driver_env(crash=crash), capture_output=True, text=True, timeout=300
+            ["dj-elastic", *args],
+            cwd=tmp_path,
+            env=driver_env(crash=crash),
+            capture_output=True,
+            text=True,
+            timeout=300,
         )
 
     assert cli("prepare", "--config", str(recipe)).returncode == 0
