@@ -22,7 +22,7 @@ from data_juicer_elastic.jobdir.identity import WorkerIdentity
 from data_juicer_elastic.jobdir.merge import merge_job
 from data_juicer_elastic.jobdir.worker_loop import run_worker
 
-from .fakes import fsio_runner
+from .fakes import fsio_runner, pause
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -59,6 +59,7 @@ def main(argv: list[str] | None = None) -> int:
             poll_interval_secs=args.poll,
             wait_for_completion=not args.no_wait,
             max_shards=args.max_shards,
+            sleep=pause,
         )
     except ElasticError as err:
         print(f"error: {err}", file=sys.stderr)

@@ -10,13 +10,22 @@ exactly as they reach the real runner's output.
 from __future__ import annotations
 
 import json
-import time
+import threading
 from collections.abc import Callable
 from pathlib import Path
 
 from data_juicer_elastic.jobdir import fsio
 from data_juicer_elastic.jobdir.prepare import PrepareRequest, prepare_job
 from data_juicer_elastic.jobdir.tasks import ShardOutput, ShardTask
+
+# Event.wait, not time.sleep: under libfaketime with FAKETIME_DONT_FAKE_MONOTONIC (row 6)
+# time.sleep's clock_nanosleep fails with EINVAL; a timed wait works on every set-up.
+_never = threading.Event()
+
+
+def pause(seconds: float) -> None:
+    _never.wait(seconds)
+
 
 LEASE = dict(ttl_secs=60.0, heartbeat_secs=10.0, poll_interval_secs=0.05)
 
@@ -51,7 +60,7 @@ def fsio_runner(
 
     def run(task: ShardTask) -> ShardOutput:
         if seconds:
-            time.sleep(seconds)
+            pause(seconds)
         if fail is not None and fail(task):
             raise RuntimeError(f"fake runner refuses {task.shard_id}")
         writer = fsio.BufferedCheckedWriter(task.output_path)
