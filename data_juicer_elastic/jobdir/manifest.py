@@ -10,7 +10,7 @@ from typing import Any, Final
 from data_juicer_elastic.errors import JobDirError
 from data_juicer_elastic.jobdir import fsio
 from data_juicer_elastic.jobdir.layout import JobLayout, shard_id
-from data_juicer_elastic.jobdir.records import Manifest, recipe_hash
+from data_juicer_elastic.jobdir.records import Manifest, manifest_checksum, recipe_hash
 
 MAX_MANIFEST_BYTES: Final = 256 * 1024 * 1024  # 100k shards + a large recipe stay far below
 _SHA256: Final = re.compile(r"^[0-9a-f]{64}$")
@@ -28,6 +28,14 @@ def load_manifest(job_dir: str | Path) -> Manifest:
         )
     manifest = Manifest.parse(data, layout.manifest)
     validate_manifest(manifest, str(layout.manifest))
+    if manifest.checksum is not None:  # manifests written before the checksum existed carry none
+        actual = manifest_checksum(json.loads(data))
+        if actual != manifest.checksum:
+            raise JobDirError(
+                f"manifest checksum mismatch: recorded {manifest.checksum}, content hashes to {actual}",
+                where=str(layout.manifest),
+                hint="the manifest was modified or damaged after prepare; prepare a new job_dir",
+            )
     return manifest
 
 
@@ -64,6 +72,24 @@ def validate_manifest(manifest: Manifest, where: str) -> None:
         raise bad("recipe_hash does not match the recorded recipe")
     if manifest.dataset_kind not in ("file", "directory"):
         raise bad(f"unknown dataset_kind {manifest.dataset_kind!r}")
+
+
+def check_shard_files(job_dir: str | Path, manifest: Manifest) -> None:
+    """Refuse a job whose ``shards/`` lacks input shards, before anything is claimed.
+
+    One directory listing, not one open per shard: a listing may be stale on NFS, so a
+    file deleted moments ago can still pass here; the attempt's sha256 check catches it.
+    """
+    layout = JobLayout(job_dir)
+    present = set(fsio.list_names(layout.shards_dir))
+    missing = [e.shard_id for e in manifest.shards if layout.shard(e.shard_id).name not in present]
+    if missing:
+        shown = ", ".join(missing[:5]) + (f" and {len(missing) - 5} more" if len(missing) > 5 else "")
+        raise JobDirError(
+            f"{len(missing)} input shard file(s) listed in the manifest are missing: {shown}",
+            where=str(layout.shards_dir),
+            hint="the job directory was modified after prepare; prepare a new job_dir",
+        )
 
 
 def load_recipe(job_dir: str | Path) -> dict[str, Any]:

@@ -229,6 +229,15 @@ class Manifest(Record):
     settings: dict[str, Any]
     shards: list[ShardEntry]
     request_fingerprint: str
+    # sha256 of the canonical record without this field, written by encode(): a flipped byte
+    # that still parses (a digit of a shard's sha256) is refused before any claim.
+    checksum: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        body = super().to_dict()
+        body.pop("checksum", None)
+        body["checksum"] = manifest_checksum(body)
+        return body
 
     @property
     def shard_ids(self) -> list[str]:
@@ -243,6 +252,11 @@ class Manifest(Record):
             where="shard id",
             hint=f"valid ids run from {self.shards[0].shard_id} to {self.shards[-1].shard_id}",
         )
+
+
+def manifest_checksum(obj: dict[str, Any]) -> str:
+    """The checksum a manifest object (as written, extra fields included) must carry."""
+    return hashlib.sha256(canonical_json({k: v for k, v in obj.items() if k != "checksum"})).hexdigest()
 
 
 # ---------------------------------------------------------------------------------------------

@@ -22,7 +22,7 @@ from data_juicer_elastic.errors import ConfigError, IntegrityError, LeaseLostErr
 from data_juicer_elastic.jobdir import attempts, fsio, leases
 from data_juicer_elastic.jobdir.identity import WorkerIdentity
 from data_juicer_elastic.jobdir.layout import JobLayout
-from data_juicer_elastic.jobdir.manifest import load_manifest
+from data_juicer_elastic.jobdir.manifest import check_shard_files, load_manifest
 from data_juicer_elastic.jobdir.records import Claim, Manifest, ShardEntry, TerminalInfo
 from data_juicer_elastic.jobdir.tasks import ShardOutput, ShardTask
 
@@ -79,6 +79,7 @@ def run_worker(
         raise ConfigError(f"invalid value {max_done!r}: must be >= 1 or null", where="max_done")
     layout = JobLayout(Path(os.path.abspath(job_dir)))
     manifest = load_manifest(layout.root)  # refuse a corrupt job before claiming anything
+    check_shard_files(layout.root, manifest)
     observer = leases.StalenessObserver(ttl_secs, clock)
     summary = WorkerSummary()
     if sleep is None:
