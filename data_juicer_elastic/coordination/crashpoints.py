@@ -8,6 +8,7 @@ neither variable set nothing is installed and the hooks stay ``None``.
 N-th (default first) time it reaches a named point:
 
 ========== ======================================================================
+prepare    right after this preparer placed the split shards (before recipe and manifest)
 claim      right after this worker's claim was published (``claims/<shard>/gen-N``)
 write      before writing a shard's output (``attempts/.../output.jsonl``)
 fsync      before fsyncing a shard's output
@@ -60,6 +61,7 @@ class CrashPoint:
 
 
 CRASH_POINTS: Final = {
+    "prepare": CrashPoint("after", "rename", "/shards"),
     "claim": CrashPoint("after", "link", "/claims/"),
     "write": CrashPoint("before", "write", "output.jsonl"),
     "fsync": CrashPoint("before", "fsync", "output.jsonl"),

@@ -3,6 +3,8 @@ fault seam, with the fast fake runner instead of Ray.
 
     python -m tests.faults.driver worker JOB [--ttl 2 --heartbeat 0.5 --sleep 1 ...]
     python -m tests.faults.driver merge JOB OUTPUT
+    python -m tests.faults.driver prepare JOB INPUT --shards N
+    python -m tests.faults.driver run JOB INPUT OUTPUT --run-id ID   (elected prepare/finalize)
 
 Like ``dj-elastic``: installs the fault plan / crash point named by the environment
 (``coordination.crashpoints``), prints one ``error: ...`` line and exits 2 on an
@@ -15,11 +17,17 @@ import argparse
 import json
 import sys
 from dataclasses import asdict
+from pathlib import Path
 
 from data_juicer_elastic.coordination import crashpoints
+from data_juicer_elastic.coordination.elections import RunCoordinator
+from data_juicer_elastic.coordination.flow import Phases, Timing, run_coordinated
+from data_juicer_elastic.coordination.run_id import resolve_run_id
 from data_juicer_elastic.errors import EXIT_ERROR, ElasticError
 from data_juicer_elastic.jobdir.identity import WorkerIdentity
+from data_juicer_elastic.jobdir.layout import JobLayout
 from data_juicer_elastic.jobdir.merge import merge_job
+from data_juicer_elastic.jobdir.prepare import PrepareRequest, prepare_job
 from data_juicer_elastic.jobdir.worker_loop import run_worker
 
 from .fakes import fsio_runner, pause
@@ -41,9 +49,27 @@ def main(argv: list[str] | None = None) -> int:
     m = sub.add_parser("merge")
     m.add_argument("job")
     m.add_argument("output")
+    p = sub.add_parser("prepare")
+    p.add_argument("job")
+    p.add_argument("input")
+    p.add_argument("--shards", type=int, default=4)
+    r = sub.add_parser("run")
+    r.add_argument("job")
+    r.add_argument("input")
+    r.add_argument("output")
+    r.add_argument("--run-id", required=True)
+    r.add_argument("--shards", type=int, default=4)
+    r.add_argument("--ttl", type=float, default=60.0)
     args = parser.parse_args(argv)
     crashpoints.install_from_env()
     try:
+        if args.command == "prepare":
+            outcome = prepare_job(_request(args))
+            print(json.dumps({"created": outcome.created, "job_id": outcome.manifest.job_id}))
+            return 0
+        if args.command == "run":
+            print(json.dumps(_run(args)))
+            return 0
         if args.command == "merge":
             result = merge_job(args.job, args.output)
             print(json.dumps({"rows": result.rows, "written": result.written, "sha256": result.sha256}))
@@ -69,6 +95,44 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: shard(s) failed terminally: {summary.terminal_failures}", file=sys.stderr)
         return EXIT_ERROR
     return 0
+
+
+def _request(args) -> PrepareRequest:
+    return PrepareRequest(
+        job_dir=args.job, dataset_path=args.input, num_shards=args.shards,
+        recipe={"process": [{"copy_mapper": None}]}, stage_identities=["copy"],
+    )  # fmt: skip
+
+
+def _run(args) -> dict:
+    """The coordinated flow dj-process runs (elections, abort, outcome), with the fake runner."""
+    identity = WorkerIdentity.current()
+    layout = JobLayout(Path(args.job).resolve())
+    coordinator = RunCoordinator(
+        layout, resolve_run_id(args.run_id), identity, ttl_secs=args.ttl, heartbeat_secs=args.ttl / 4, poll_secs=0.05
+    )
+    layout.root.mkdir(parents=True, exist_ok=True)
+    coordinator.join(1)
+
+    def prepare() -> tuple:
+        outcome = prepare_job(_request(args))
+        print(json.dumps({"prepared": outcome.created}), flush=True)
+        return outcome.manifest, outcome.created
+
+    def work(stop, max_done):
+        return run_worker(
+            layout.root, identity, fsio_runner(), ttl_secs=args.ttl, heartbeat_secs=args.ttl / 4, max_retries=1,
+            poll_interval_secs=0.05, stop_event=stop, max_done=max_done,
+        )  # fmt: skip
+
+    def finalize() -> dict:
+        result = merge_job(layout.root, args.output)
+        return {"rows": result.rows, "written": result.written, "sha256": result.sha256}
+
+    phases = Phases(prepare, lambda manifest: None, work, finalize)
+    outcome = run_coordinated(coordinator, phases, Timing(args.ttl, 0.05, 600.0))
+    coordinator.leave("finalized", 1, 0)
+    return {"finalized_by": outcome.instance.instance_id, "me": coordinator.instance_id, **outcome.details}
 
 
 if __name__ == "__main__":
