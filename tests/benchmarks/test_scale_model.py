@@ -101,7 +101,7 @@ def test_op_table_matches_the_real_worker_loop(tmp_path):
     claims = (0 + 1 + 1) * ops["scan_done"] + 3 * (ops["scan_pending"] + ops["claim_publish"])
     gates = (0 + 1 + 1) * ops["gate_done"] + (3 + 2 + 1) * ops["gate_pending"]
     exit_passes = 1 + 3  # run_worker's last claim_next (one new done marker) + job_outcome (reads all)
-    assert real == 1 + claims + gates + runs + exit_passes  # + the manifest read
+    assert real == 2 + claims + gates + runs + exit_passes  # + the manifest read + one listing of shards/
 
 
 def test_all_cases_shape():

@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import signal
 import subprocess
+import time
 
 import pytest
 import yaml
@@ -78,8 +79,10 @@ def test_merge_killed_mid_way_leaves_no_output_and_merging_again_completes(tmp_p
 @pytest.mark.e2e
 @pytest.mark.ray
 def test_real_worker_and_merge_killed_at_crash_points(tmp_path):
-    """The real commands with real Ray: a worker dies before its done link, a merge dies mid-way."""
-    data = write_input(tmp_path / "input.jsonl", 60)
+    """The real commands with real Ray: a worker dies right after its first claim, a merge dies
+    mid-way; re-running both completes. (The victim dies before starting Ray: one Ray start
+    in this test; the real runner's own write/fsync points are tested without Ray below.)"""
+    data = write_input(tmp_path / "input.jsonl", 40)
     job, out = tmp_path / "job", tmp_path / "merged.jsonl"
     recipe = tmp_path / "recipe.yaml"
     recipe.write_text(
@@ -90,32 +93,48 @@ def test_real_worker_and_merge_killed_at_crash_points(tmp_path):
                 "executor_type": "elastic_sharded",
                 "dataset_path": str(data),
                 "export_path": str(out),
-                "elastic": {"job_dir": str(job), "num_shards": 3, "ray_num_cpus": 1},
+                "elastic": {"job_dir": str(job), "num_shards": 2, "ray_num_cpus": 1},
                 "process": [{"whitespace_normalization_mapper": None}],
             }
         )
     )
 
     def cli(*args, crash=None):
-        return subprocess.run(
-            ["dj-elastic", *args],
-            cwd=tmp_path,
-            env=driver_env(crash=crash),
-            capture_output=True,
-            text=True,
-            timeout=300,
-        )
+        env = driver_env(crash=crash)
+        t0 = time.monotonic()
+        proc = subprocess.run(["dj-elastic", *args], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+        print(f"dj-elastic {args[0]} ({crash or 'no crash'}): {time.monotonic() - t0:.1f}s")  # shown with pytest -s
+        return proc
 
     assert cli("prepare", "--config", str(recipe)).returncode == 0
-    victim = cli("worker", "--job-dir", str(job), crash="done@2")  # the second shard's publication
+    victim = cli("worker", "--job-dir", str(job), crash="claim")
     assert victim.returncode == -signal.SIGKILL, victim.stderr[-3000:]
-    assert len(list((job / "done").iterdir())) == 1
+    assert (job / "claims" / "part-00000-of-00002" / "gen-000001.json").exists()
     rescued = cli("worker", "--job-dir", str(job))
     assert rescued.returncode == 0, rescued.stderr[-3000:]
-    assert len(list((job / "done").iterdir())) == 3
+    records = {p.stem: json.loads(p.read_bytes()) for p in (job / "done").iterdir()}
+    assert len(records) == 2 and records["part-00000-of-00002"]["generation"] == 2
     killed = cli("merge", "--job-dir", str(job), "--output", str(out), crash="merge")
     assert killed.returncode == -signal.SIGKILL, killed.stderr[-3000:]
     assert not out.exists()
     merged = cli("merge", "--job-dir", str(job), "--output", str(out))
     assert merged.returncode == 0, merged.stderr[-3000:]
-    assert [json.loads(line)["id"] for line in out.open()] == list(range(60))
+    assert [json.loads(line)["id"] for line in out.open()] == list(range(40)), "rows out = rows in, in order"
+
+
+@pytest.mark.parametrize("op", ["write", "fsync"])
+def test_the_ray_runners_own_output_write_reaches_the_seam(tmp_path, op):
+    """execution._parts writes the canonical output with plain open(): its write and fsync
+    are seam points too, so `write`/`fsync` crash points and faults reach the real runner."""
+    from data_juicer_elastic.coordination.crashpoints import FaultRule, injected
+    from data_juicer_elastic.execution._parts import write_canonical
+
+    part = tmp_path / "ray" / "abc_0123_000000.json"
+    part.parent.mkdir()
+    part.write_text('{"id": 0}\n{"id": 1}\n')
+    output = tmp_path / "attempt" / "output.jsonl"
+    output.parent.mkdir()
+    with injected(FaultRule(op, "ENOSPC", path="output.jsonl")) as plan, pytest.raises(OSError):
+        write_canonical([part], output)
+    assert plan.injected and not list(output.parent.iterdir()), "nothing is left behind"
+    assert write_canonical([part], output).rows == 2

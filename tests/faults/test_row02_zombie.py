@@ -24,7 +24,7 @@ from .conftest import run_driver, start_driver
 from .fakes import LEASE, done_shards, fsio_runner, merged_ids, prepare
 
 FIRST = "part-00000-of-00002"
-TTL = ["--ttl", "2", "--heartbeat", "0.4"]
+TTL = ["--ttl", "3", "--heartbeat", "0.5"]
 
 
 def _wait_for(predicate, proc, timeout=60.0):
@@ -37,7 +37,7 @@ def _wait_for(predicate, proc, timeout=60.0):
 
 def test_zombie_resumed_after_takeover_abandons_and_never_overwrites(tmp_path):
     job = prepare(tmp_path, rows=20, shards=2)
-    zombie = start_driver("worker", job, *TTL, "--sleep", "3", node="zombie")
+    zombie = start_driver("worker", job, *TTL, "--sleep", "5", node="zombie")
     heartbeat = job / "heartbeats" / FIRST / "gen-000001.json"
     _wait_for(lambda: heartbeat.exists() and (job / "attempts" / FIRST).exists(), zombie)
     os.kill(zombie.pid, signal.SIGSTOP)
@@ -47,7 +47,8 @@ def test_zombie_resumed_after_takeover_abandons_and_never_overwrites(tmp_path):
         accepted = (job / "done" / f"{FIRST}.json").read_bytes()
         record = json.loads(accepted)
         output_sha = hashlib.sha256((job / record["output"]).read_bytes()).hexdigest()
-        assert record["node_id"] == "rescuer" and record["generation"] == 2
+        # generation 2, or later if the rescuer itself self-fenced on a badly loaded machine
+        assert record["node_id"] == "rescuer" and record["generation"] >= 2
     finally:
         os.kill(zombie.pid, signal.SIGCONT)
     out, err = zombie.communicate(timeout=60)
@@ -59,13 +60,13 @@ def test_zombie_resumed_after_takeover_abandons_and_never_overwrites(tmp_path):
     assert (job / "done" / f"{FIRST}.json").read_bytes() == accepted
     assert hashlib.sha256((job / record["output"]).read_bytes()).hexdigest() == output_sha
     assert sorted(done_shards(job)) == [FIRST, "part-00001-of-00002"]
-    assert read_lease(JobLayout(job), FIRST).generation == 2
+    assert read_lease(JobLayout(job), FIRST).generation == record["generation"]
     # the zombie released only its own generation, and recorded why it stopped
     gen1_claim = json.loads((job / "claims" / FIRST / "gen-000001.json").read_bytes())
     gen1_release = json.loads((job / "releases" / FIRST / "gen-000001.json").read_bytes())
     assert gen1_release["attempt_id"] == gen1_claim["attempt_id"] and gen1_release["reason"] == "abandoned"
-    gen2_release = json.loads((job / "releases" / FIRST / "gen-000002.json").read_bytes())
-    assert gen2_release["attempt_id"] == record["attempt_id"]
+    accepted_release = json.loads((job / "releases" / FIRST / f"gen-{record['generation']:06d}.json").read_bytes())
+    assert accepted_release["attempt_id"] == record["attempt_id"]
     zombie_record = json.loads((job / "attempts" / FIRST / gen1_claim["attempt_id"] / "attempt.json").read_bytes())
     assert zombie_record["exit_reason"] == "lost"
     merged = run_driver("merge", job, tmp_path / "out.jsonl")

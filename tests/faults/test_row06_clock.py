@@ -98,7 +98,8 @@ def test_real_workers_with_skewed_and_jumping_wall_clocks_take_nothing_over(tmp_
     skews = {"ahead": tmp_path / "ahead.faketime", "behind": tmp_path / "behind.faketime"}
     skews["ahead"].write_text("+1d\n")
     skews["behind"].write_text("-3d\n")
-    args = ["worker", job, "--ttl", "2", "--heartbeat", "0.4", "--sleep", "1.2"]
+    # A TTL far above the heartbeat: only a clock bug, not a loaded machine, could cause a takeover.
+    args = ["worker", job, "--ttl", "8", "--heartbeat", "1", "--sleep", "1.2"]
     procs = {
         node: subprocess.Popen(
             driver_cmd(*args), env=_faketime_env(node, spec), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
