@@ -99,8 +99,8 @@ def test_real_worker_and_merge_killed_at_crash_points(tmp_path):
         )
     )
 
-    def cli(*args, crash=None):
-        env = driver_env(crash=crash)
+    def cli(*args, crash=None, faults=None):
+        env = driver_env(crash=crash, faults=faults)
         t0 = time.monotonic()
         proc = subprocess.run(["dj-elastic", *args], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
         print(f"dj-elastic {args[0]} ({crash or 'no crash'}): {time.monotonic() - t0:.1f}s")  # shown with pytest -s
@@ -110,6 +110,12 @@ def test_real_worker_and_merge_killed_at_crash_points(tmp_path):
     victim = cli("worker", "--job-dir", str(job), crash="claim")
     assert victim.returncode == -signal.SIGKILL, victim.stderr[-3000:]
     assert (job / "claims" / "part-00000-of-00002" / "gen-000001.json").exists()
+    # Row 13 through the real command: an unwritable job dir is one exit-2 line, nothing claimed.
+    denied = cli("worker", "--job-dir", str(job), faults=[{"op": "create", "errno": "EACCES", "times": None}])
+    assert denied.returncode == 2 and "Traceback" not in denied.stderr, denied.stderr[-3000:]
+    assert "Permission denied" in denied.stderr.strip().splitlines()[-1]
+    claims = sorted(p.relative_to(job / "claims").as_posix() for p in (job / "claims").rglob("gen-*"))
+    assert claims == ["part-00000-of-00002/gen-000001.json"], "nothing claimed, nothing recorded"
     rescued = cli("worker", "--job-dir", str(job))
     assert rescued.returncode == 0, rescued.stderr[-3000:]
     records = {p.stem: json.loads(p.read_bytes()) for p in (job / "done").iterdir()}
