@@ -7,7 +7,7 @@ Which columns, and how, follows Data-Juicer 1.6.1's ``OverallAnalysis`` (what
   ``__dj__meta__`` object that starts with ``__dj__`` (tags);
 * a missing key or ``null`` is a missing value (pandas NaN: not counted);
 * numbers -> count, mean, std, min, quantiles, max (exact moments + a sketch);
-* strings and booleans -> count, unique, top, freq (exact value counts, while a
+* strings, or booleans -> count, unique, top, freq (exact value counts, while a
   column has at most MAX_DISTINCT distinct values; past that only count is kept);
 * lists are flattened first, as ``explode()`` does (an empty list is one missing value);
 * objects, lists of lists/objects, and columns mixing kinds (numbers with
@@ -37,8 +37,13 @@ _CHUNK: Final = 65_536  # numeric values buffered per column before they are fol
 class ColumnKind(enum.StrEnum):
     EMPTY = "empty"  # no value seen yet (only missing ones)
     NUMERIC = "numeric"
-    CATEGORICAL = "categorical"
+    CATEGORICAL = "categorical"  # strings
+    BOOLEAN = "boolean"  # described like strings (count, unique, top, freq), but never mixed with them
     SKIPPED = "skipped"
+
+    @property
+    def counts_values(self) -> bool:
+        return self in (ColumnKind.CATEGORICAL, ColumnKind.BOOLEAN)
 
 
 class Shape(enum.StrEnum):
@@ -106,7 +111,7 @@ class ColumnSummary:
         if other.kind is ColumnKind.NUMERIC:
             self.moments = self.moments.merge(other.moments)
             self.sketch.merge(other.sketch)
-        elif other.kind is ColumnKind.CATEGORICAL:
+        elif other.kind.counts_values:
             if other.values is None:
                 self.categorical_count += other.categorical_count
                 self.values = None
@@ -119,7 +124,9 @@ class ColumnSummary:
 
 
 def _scalar_kind(value: Any) -> ColumnKind | None:
-    if isinstance(value, bool) or isinstance(value, str):  # bool first: it is also an int
+    if isinstance(value, bool):  # first: a bool is also an int
+        return ColumnKind.BOOLEAN
+    if isinstance(value, str):
         return ColumnKind.CATEGORICAL
     if isinstance(value, int | float):
         return ColumnKind.NUMERIC

@@ -115,7 +115,7 @@ def _encode_column(column: ColumnSummary) -> dict[str, Any]:
     if column.kind is ColumnKind.NUMERIC:
         body["moments"] = column.moments.to_dict()
         body["sketch"] = column.sketch.to_dict()
-    elif column.kind is ColumnKind.CATEGORICAL:
+    elif column.kind.counts_values:
         body["count"] = column.categorical_count
         body["values"] = None if column.values is None else [[v, c] for v, c in column.values.items()]
     elif column.kind is ColumnKind.SKIPPED:
@@ -136,7 +136,7 @@ def _parse_column(obj: Any, alpha: float) -> ColumnSummary:
         column.sketch = QuantileSketch.from_dict(obj["sketch"])
         if column.sketch.alpha != alpha or column.sketch.count != column.moments.count:
             raise ValueError(f"column {name!r}: sketch disagrees with its moments")
-    elif column.kind is ColumnKind.CATEGORICAL:
+    elif column.kind.counts_values:
         count, values = obj["count"], obj["values"]
         if isinstance(count, bool) or not isinstance(count, int) or count < 0:
             raise ValueError(f"column {name!r}: bad count {count!r}")
@@ -146,7 +146,8 @@ def _parse_column(obj: Any, alpha: float) -> ColumnSummary:
         else:
             column.values = {}
             for value, n in values:
-                if not isinstance(value, str | bool) or isinstance(n, bool) or not isinstance(n, int) or n < 1:
+                expected = bool if column.kind is ColumnKind.BOOLEAN else str
+                if type(value) is not expected or isinstance(n, bool) or not isinstance(n, int) or n < 1:
                     raise ValueError(f"column {name!r}: bad value count {value!r}: {n!r}")
                 column.values[value] = n
             if sum(column.values.values()) != count:
