@@ -148,6 +148,10 @@ class ShardRunner:
             "dataset_path": str(task.shard_path),
             "export_path": str(export_dir),
             "export_type": "jsonl",
+            # Per-row stats stay in the output for dj-analyze and the stats summary.  RayExecutor
+            # keeps them by accident only (it drops the *input's* __dj__stats__ column, never the
+            # one its Filters add); say so explicitly instead of relying on that.
+            "keep_stats_in_res_ds": True,
             "work_dir": str(attempt_dir / WORK_DIR),
             "job_id": task.attempt_id,
             # the warm runtime's own address: Data-Juicer's initialize_ray then
