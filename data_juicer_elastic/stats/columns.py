@@ -133,14 +133,24 @@ def _scalar_kind(value: Any) -> ColumnKind | None:
     return None
 
 
-class _Pending:
-    """Values of one column not yet folded into its summary (cheap per-row appends)."""
+_NUMBER_TYPES: Final = (int, float)
+_FAST_TYPES: Final = {ColumnKind.NUMERIC: _NUMBER_TYPES, ColumnKind.CATEGORICAL: (str,), ColumnKind.BOOLEAN: (bool,)}
 
-    __slots__ = ("numbers", "categories")
+
+class _Pending:
+    """Values of one column not yet folded into its summary (cheap per-row appends).
+
+    ``fast`` holds the exact Python types a single value may have to skip the kind/shape checks
+    (set once the column is known to be scalar of that kind): the per-row cost of a summary is
+    mostly these checks, and a stat column almost never changes type.
+    """
+
+    __slots__ = ("numbers", "categories", "fast")
 
     def __init__(self) -> None:
         self.numbers: list[float] = []
         self.categories: dict[Any, int] = {}
+        self.fast: tuple[type, ...] = ()
 
 
 class StatsCollector:
@@ -166,12 +176,28 @@ class StatsCollector:
 
     def _add(self, source: str, name: str, value: Any) -> None:
         key = (source, name)
+        pending = self._pending.get(key)
+        if pending is not None and type(value) in pending.fast:  # type(), not isinstance: a bool is an int
+            if pending.fast is _NUMBER_TYPES:
+                pending.numbers.append(value)
+                if len(pending.numbers) >= _CHUNK:
+                    self._flush(self._columns[key], pending)
+            else:
+                pending.categories[value] = pending.categories.get(value, 0) + 1
+                if len(pending.categories) > MAX_DISTINCT:
+                    self._flush(self._columns[key], pending)
+            return
         column = self._columns.get(key)
         if column is None:
             column = self._columns[key] = ColumnSummary(source, name, sketch=QuantileSketch(self.alpha))
-            self._pending[key] = _Pending()
+            pending = self._pending[key] = _Pending()
         if value is None or column.kind is ColumnKind.SKIPPED:
             return
+        self._add_slow(column, key, value)
+        if column.kind is ColumnKind.SKIPPED:
+            self._flush(column, self._pending[key])  # drops what was pending, and the fast path
+
+    def _add_slow(self, column: ColumnSummary, key: tuple[str, str], value: Any) -> None:
         if isinstance(value, list):
             if not column.set_kind(ColumnKind.EMPTY, Shape.LIST):
                 return
@@ -179,8 +205,8 @@ class StatsCollector:
                 if item is not None and not self._add_scalar(column, key, item):
                     return
             return
-        if column.set_kind(ColumnKind.EMPTY, Shape.SCALAR):
-            self._add_scalar(column, key, value)
+        if column.set_kind(ColumnKind.EMPTY, Shape.SCALAR) and self._add_scalar(column, key, value):
+            self._pending[key].fast = _FAST_TYPES[column.kind]
 
     def _add_scalar(self, column: ColumnSummary, key: tuple[str, str], value: Any) -> bool:
         kind = _scalar_kind(value)
@@ -202,7 +228,7 @@ class StatsCollector:
 
     def _flush(self, column: ColumnSummary, pending: _Pending) -> None:
         if column.kind is ColumnKind.SKIPPED:
-            pending.numbers, pending.categories = [], {}
+            pending.numbers, pending.categories, pending.fast = [], {}, ()
             return
         if pending.numbers:
             column.add_numeric(np.asarray(pending.numbers, dtype=np.float64))
