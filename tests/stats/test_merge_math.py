@@ -167,6 +167,20 @@ def test_sketch_handles_negatives_zero_and_a_single_value():
     assert QuantileSketch().quantile(0.5) is None
 
 
+def test_bulk_keys_are_the_logarithmic_mappings_keys():
+    """add_array computes DDSketch's keys with numpy; they agree with the library's own key()."""
+    rng = np.random.default_rng(5)
+    values = np.concatenate([rng.lognormal(0, 8, 4_000), np.arange(1, 1001, dtype=float)])
+    sketch = QuantileSketch()
+    keys = np.ceil(np.log(values) / sketch._log_gamma).astype(np.int64)
+    reference = np.array([sketch._mapping.key(v) for v in values.tolist()])
+    assert np.abs(keys - reference).max() <= 1 and (keys != reference).mean() < 1e-3
+    sketch.add_array(values)
+    exact = np.sort(values)
+    for rank in (0, 1, 777, 3_000, len(values) - 1):
+        assert sketch.value_at_rank(rank) == pytest.approx(exact[rank], rel=ALPHA * (1 + 1e-9))
+
+
 def test_moments_merge_keeps_precision_for_large_offsets():
     base = 1e9
     values = np.array([base + 1, base + 2, base + 3, base + 4])
