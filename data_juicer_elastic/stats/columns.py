@@ -18,6 +18,7 @@ Which columns, and how, follows Data-Juicer 1.6.1's ``OverallAnalysis`` (what
 from __future__ import annotations
 
 import enum
+import math
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any, Final
@@ -231,8 +232,16 @@ class StatsCollector:
             pending.numbers, pending.categories, pending.fast = [], {}, ()
             return
         if pending.numbers:
-            column.add_numeric(np.asarray(pending.numbers, dtype=np.float64))
+            try:
+                values = np.asarray(pending.numbers, dtype=np.float64)
+            except OverflowError:  # a JSON integer beyond float range
+                values = np.array([math.inf])
             pending.numbers = []
+            if not np.isfinite(values).all():
+                column.skip("holds numbers beyond the float range, which pandas cannot describe either")
+                pending.categories, pending.fast = {}, ()
+                return
+            column.add_numeric(values)
         if pending.categories:
             column.add_categories(pending.categories.items())
             pending.categories = {}

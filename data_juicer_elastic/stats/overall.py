@@ -24,7 +24,7 @@ from typing import Any, Final
 
 from loguru import logger
 
-from data_juicer_elastic.errors import JobDirError
+from data_juicer_elastic.errors import IntegrityError, JobDirError
 from data_juicer_elastic.jobdir import fsio
 from data_juicer_elastic.jobdir.jsonl import parse_row
 from data_juicer_elastic.jobdir.layout import JobLayout
@@ -123,10 +123,19 @@ def _load_summary(layout: JobLayout, result: ShardResult) -> StatsSummary | None
 
 def _summarise_output(layout: JobLayout, result: ShardResult) -> StatsSummary:
     path = layout.resolve_relative(result.output)
-    with open(path, encoding="utf-8") as handle:
-        summary = StatsSummary.of_rows(parse_row(line) for line in handle if line.strip())
+    try:
+        with open(path, encoding="utf-8") as handle:
+            summary = StatsSummary.of_rows(parse_row(line) for line in handle if line.strip())
+    except (OSError, ValueError) as exc:
+        raise IntegrityError(
+            f"cannot read the accepted output to recompute its stats: {exc}",
+            where=f"shard {result.shard_id}",
+            hint=f"{path} was changed or removed after publication; prepare a new job to recompute it",
+        ) from None
     if summary.rows != result.rows:
-        raise JobDirError(f"output has {summary.rows} rows, its result says {result.rows}", where=str(path))
+        raise IntegrityError(
+            f"accepted output has {summary.rows} rows, its result says {result.rows}", where=f"shard {result.shard_id}"
+        )
     return summary
 
 

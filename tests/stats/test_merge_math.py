@@ -148,6 +148,14 @@ def test_lists_are_flattened_like_explode_and_objects_are_skipped():
     assert "user" not in by_name
 
 
+def test_numbers_beyond_float_range_skip_the_column_instead_of_failing():
+    summary = StatsSummary.of_rows([{STATS: {"big": 10**400, "ok": 1}}, {STATS: {"big": 1, "ok": 2}}])
+    by_name = {c.name: c for c in summary.columns}
+    assert by_name["big"].kind is ColumnKind.SKIPPED and "float range" in by_name["big"].reason
+    assert by_name["ok"].moments.count == 2
+    StatsSummary.parse(summary.encode(), "t")  # still a valid record
+
+
 def test_categorical_value_counts_stop_past_the_cap_but_count_stays_exact():
     rows = [{STATS: {"s": f"v{i}"}} for i in range(MAX_DISTINCT + 5)]
     half = len(rows) // 2

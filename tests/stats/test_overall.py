@@ -107,3 +107,14 @@ def test_a_tampered_or_missing_summary_is_recomputed_from_that_shards_output(fin
     again = compute_overall(finished_job).body
     assert again["summaries_recomputed"] == [first.shard_id, second.shard_id, third.shard_id]
     assert {**again, "summaries_recomputed": []} == reference
+
+
+def test_an_unreadable_output_without_summary_is_one_clear_error(finished_job):
+    from data_juicer_elastic.errors import IntegrityError
+
+    first = _done(finished_job)[0]
+    os.unlink(finished_job / first.stats)
+    (finished_job / first.output).write_text("{not json\n")
+    with pytest.raises(IntegrityError, match="recompute its stats") as caught:
+        compute_overall(finished_job)
+    assert caught.value.where == f"shard {first.shard_id}"
