@@ -118,3 +118,33 @@ def test_an_unreadable_output_without_summary_is_one_clear_error(finished_job):
     with pytest.raises(IntegrityError, match="recompute its stats") as caught:
         compute_overall(finished_job)
     assert caught.value.where == f"shard {first.shard_id}"
+
+
+def test_dj_elastic_merge_writes_the_overall_stats_beside_the_output(finished_job, tmp_path):
+    """The user-facing finalize of `dj-elastic merge` (no Ray needed for a finished job)."""
+    import subprocess
+    import sys
+
+    output = tmp_path / "cli" / "merged.jsonl"
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "data_juicer_elastic.cli",
+            "merge",
+            "--job-dir",
+            str(finished_job),
+            "--output",
+            str(output),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    body = json.loads((tmp_path / "cli" / "merged_overall_stats.json").read_text())
+    assert body["rows"] == 300 and body["summaries_recomputed"] == []
+    _assert_matches_pandas(body, output)
+    csv = (tmp_path / "cli" / "merged_overall_stats.csv").read_text()
+    assert csv == (finished_job / "stats" / "overall.csv").read_text()
+    assert csv.splitlines()[0] == ",text_len,ratio,lang"
