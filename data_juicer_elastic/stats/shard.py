@@ -9,15 +9,13 @@ that shard's summary from its accepted output); it never fails the shard.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Final
+from typing import Any
 
 from loguru import logger
 
 from data_juicer_elastic.jobdir import fsio
 from data_juicer_elastic.stats.columns import StatsCollector
 from data_juicer_elastic.stats.summary import FILE_NAME, StatsSummary
-
-_MAX_LOGGED: Final = 1
 
 
 class ShardStatsRecorder:
