@@ -38,21 +38,28 @@ def test_input_edited_since_prepare_is_refused_with_old_and_new_sha(tmp_path):
     assert f"{old} -> {_sha(data)}" in info.value.message and info.value.where == str(data)
 
 
-def test_input_edited_between_the_two_prepare_passes_is_refused(tmp_path):
+def test_input_edited_while_prepare_reads_it_is_refused(tmp_path):
+    """The input changes under prepare (after its first look at the file): refused, nothing
+    prepared. Independent of how many passes prepare makes: every later stat edits again."""
     data = write_input(tmp_path / "in.jsonl", 40)
     old = _sha(data)
+    stats = []
 
-    def edit_after_pass_one(op, path):  # the staging folder is made between the two passes
-        if op == "makedirs" and Path(path).name == "shards":
-            data.write_text(data.read_text().replace("row 3 ", "row 3?"))
+    def edit_while_reading(op, path):
+        if op == "stat" and Path(path) == data:
+            stats.append(path)
+            if len(stats) >= 2:
+                data.write_text(data.read_text().replace("row 3 ", f"row 3{len(stats)}"))
 
-    fsio.set_fault_hook(edit_after_pass_one)
+    fsio.set_fault_hook(edit_while_reading)
     try:
         with pytest.raises(InputChangedError) as info:
             prepare_job(_request(tmp_path / "job", data))
     finally:
         fsio.set_fault_hook(None)
-    assert old in info.value.message and _sha(data) in info.value.message
+    assert info.value.where == str(data) and _sha(data) != old
+    if "sha256" in info.value.message:  # the sha256 now is shown when prepare read the file whole
+        assert _sha(data) in info.value.message
     assert not (tmp_path / "job" / "manifest.json").exists(), "not prepared"
 
 
