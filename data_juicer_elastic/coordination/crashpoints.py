@@ -58,10 +58,16 @@ class CrashPoint:
     phase: Phase
     op: str
     text: str  # substring of the operation's path
+    suffix: bool = False  # the path must end with ``text``
+
+    def matches(self, phase: Phase, op: str, path: Path) -> bool:
+        if (phase, op) != (self.phase, self.op):
+            return False
+        return str(path).endswith(self.text) if self.suffix else self.text in str(path)
 
 
 CRASH_POINTS: Final = {
-    "prepare": CrashPoint("after", "rename", "/shards"),
+    "prepare": CrashPoint("after", "rename", "/shards", suffix=True),  # the shards folder, not a file in it
     "claim": CrashPoint("after", "link", "/claims/"),
     "write": CrashPoint("before", "write", "output.jsonl"),
     "fsync": CrashPoint("before", "fsync", "output.jsonl"),
@@ -117,11 +123,10 @@ class FaultPlan:
 
     def _check(self, phase: Phase, op: str, path: Path) -> None:
         with self._lock:
-            if self.crash is not None and self.crash.phase == phase and self.crash.op == op:
-                if self.crash.text in str(path):
-                    self._crash_seen += 1
-                    if self._crash_seen == self.crash_hit:
-                        os.kill(os.getpid(), signal.SIGKILL)
+            if self.crash is not None and self.crash.matches(phase, op, path):
+                self._crash_seen += 1
+                if self._crash_seen == self.crash_hit:
+                    os.kill(os.getpid(), signal.SIGKILL)
             wanted = "fail" if phase == "before" else "lie"
             for rule in self.rules:
                 if rule.mode == wanted and rule.fires(op, path):

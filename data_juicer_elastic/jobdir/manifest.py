@@ -81,8 +81,9 @@ def check_shard_files(job_dir: str | Path, manifest: Manifest) -> None:
     file deleted moments ago can still pass here; the attempt's sha256 check catches it.
     """
     layout = JobLayout(job_dir)
-    present = set(fsio.list_names(layout.shards_dir))
-    missing = [e.shard_id for e in manifest.shards if layout.shard(e.shard_id).name not in present]
+    # "<shard id>.jsonl" plus the codec's suffix, if any (.gz, .zst): the file's stem is the id
+    present = {name.partition(".jsonl")[0] for name in fsio.list_names(layout.shards_dir) if ".jsonl" in name}
+    missing = [e.shard_id for e in manifest.shards if e.shard_id not in present]
     if missing:
         shown = ", ".join(missing[:5]) + (f" and {len(missing) - 5} more" if len(missing) > 5 else "")
         raise JobDirError(
