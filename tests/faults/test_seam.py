@@ -70,3 +70,14 @@ def test_every_named_crash_point_is_reachable_by_an_operation_the_code_performs(
     assert {point.op for point in CRASH_POINTS.values()} <= performed
     assert set(CRASH_POINTS) >= {"claim", "write", "fsync", "done", "merge", "finalize"}
     assert FaultPlan(crash="done@3").crash_hit == 3
+
+
+def test_fsync_of_an_existing_file_names_it_and_a_lying_create_leaves_nothing(tmp_path):
+    target = tmp_path / "output.jsonl"
+    target.write_bytes(b"{}\n")
+    with injected(FaultRule("fsync", "EIO")), pytest.raises(OSError) as info:
+        fsio.fsync_file(target)
+    assert info.value.errno == errno.EIO and info.value.filename == str(target)
+    with injected(FaultRule("create", "EIO", mode="lie")), pytest.raises(OSError):
+        fsio.write_new(tmp_path / "new.json", b"x")  # created, but reported failed: cleaned up
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["output.jsonl"]
