@@ -25,6 +25,7 @@ clock (its attempts' start and end), never compared across nodes.
 from __future__ import annotations
 
 import math
+import random
 import statistics
 import time
 from collections.abc import Callable
@@ -37,6 +38,7 @@ from data_juicer_elastic.jobdir import attempts, fsio, leases
 from data_juicer_elastic.jobdir.layout import JobLayout
 from data_juicer_elastic.jobdir.records import AttemptRecord, Manifest
 
+MAX_NEW_SPANS: Final = 32  # done shards whose durations one observe() reads at most (a sample)
 EXPECTED_REMAINING: Final = 0.5  # a running worker is, on average, half-way through its shard
 
 
@@ -62,28 +64,57 @@ class JobPace:
 DoneSpans = dict[str, tuple[str, float, float] | None]
 
 
-def observe(layout: JobLayout, manifest: Manifest, done_spans: DoneSpans | None = None) -> JobPace:
-    """One read of the job's pace.  ``done_spans`` caches done shards across calls:
-    DONE is terminal, so each done marker and attempt record is read once, not on every call."""
+def observe(
+    layout: JobLayout,
+    manifest: Manifest,
+    done_spans: DoneSpans | None = None,
+    *,
+    max_new_spans: int | None = MAX_NEW_SPANS,
+    rng: random.Random | None = None,
+) -> JobPace:
+    """One read of the job's pace in O(live claims + ``max_new_spans``) operations, not O(shards).
+
+    ``done_spans`` caches done shards across calls: DONE is terminal, so each done marker
+    and attempt record is read once, not on every call.  One listing of ``claims/`` and one
+    of ``done/`` replace a read per shard: a shard not in ``claims/`` was never claimed, so
+    it is pending; a listed done shard is done.  Listings may lag on NFS; a just-claimed
+    shard then counts as pending, which can only make the gate say yes (the safe answer).
+    At most ``max_new_spans`` done shards not seen before (a uniform sample) have their
+    durations read per call, so a worker joining a job with 50k done shards does not read
+    100k records before its first claim; the cache fills over later calls.
+    """
     done_spans = {} if done_spans is None else done_spans
+    claimed = set(fsio.list_names(layout.claims_dir))
+    listed_done = set(attempts.list_done(layout))
+    new_done = [e.shard_id for e in manifest.shards if e.shard_id in listed_done and e.shard_id not in done_spans]
+    if max_new_spans is not None and len(new_done) > max_new_spans:
+        new_done = (rng or random).sample(new_done, max_new_spans)
+    for shard in new_done:
+        result, _ = attempts.read_done(layout, shard)
+        if result is not None:
+            done_spans[shard] = _span(layout, shard, result.attempt_id, result.node_id)
     durations: dict[str, list[tuple[float, float]]] = {}
     running: list[tuple[str, int]] = []
     pending = 0
     for entry in manifest.shards:
-        if entry.shard_id not in done_spans:
-            result, error = attempts.read_done(layout, entry.shard_id)
-            if result is not None:
-                record = _attempt(layout, entry.shard_id, result.attempt_id)
-                ok = record is not None and record.ended_at is not None
-                done_spans[entry.shard_id] = (result.node_id, record.started_at, record.ended_at) if ok else None
-        if entry.shard_id in done_spans:
-            span = done_spans[entry.shard_id]
+        shard = entry.shard_id
+        if shard in done_spans:
+            span = done_spans[shard]
             if span is not None:
                 durations.setdefault(span[0], []).append(span[1:])
             continue
-        if error is not None or fsio.exists(layout.failed(entry.shard_id)):
+        if shard in listed_done:
+            continue  # done, its duration not sampled (yet)
+        if shard not in claimed:
+            pending += 1
             continue
-        view = leases.read_lease(layout, entry.shard_id)
+        result, error = attempts.read_done(layout, shard)  # done since the listing, or not done
+        if result is not None:
+            done_spans[shard] = _span(layout, shard, result.attempt_id, result.node_id)
+            continue
+        if error is not None or fsio.exists(layout.failed(shard)):
+            continue
+        view = leases.read_lease(layout, shard)
         if view.generation == 0 or view.ended or view.claim is None:
             pending += 1
         else:
@@ -96,6 +127,12 @@ def observe(layout: JobLayout, manifest: Manifest, done_spans: DoneSpans | None 
         if len(spans) == 1:
             first[node] = secs[node]
     return JobPace(secs, first, running, pending)
+
+
+def _span(layout: JobLayout, shard_id: str, attempt_id: str, node_id: str) -> tuple[str, float, float] | None:
+    record = _attempt(layout, shard_id, attempt_id)
+    ok = record is not None and record.ended_at is not None
+    return (node_id, record.started_at, record.ended_at) if ok else None
 
 
 def _attempt(layout: JobLayout, shard_id: str, attempt_id: str) -> AttemptRecord | None:
