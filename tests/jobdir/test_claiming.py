@@ -44,7 +44,7 @@ def test_jumps_are_bounded_and_the_walk_still_covers_everything():
         while (seen[k - 1] + step) % 50 in seen[:k]:
             step += 1
         assert seen[k] == (seen[k - 1] + step) % 50, k
-    assert seen[:MAX_JUMPS + 1] != list(range(seen[0], seen[0] + MAX_JUMPS + 1)), "the first probes jumped"
+    assert seen[: MAX_JUMPS + 1] != list(range(seen[0], seen[0] + MAX_JUMPS + 1)), "the first probes jumped"
 
 
 def test_retiring_during_a_walk_ends_it_early_and_claimed_moves_the_start():
@@ -208,8 +208,14 @@ def test_concurrent_cursors_claim_each_shard_once_and_spread_out(tmp_path, worke
 
         results.append(
             run_worker(
-                job, identity(f"w{k}", boot_id=f"boot-{k}"), run, ttl_secs=60.0, heartbeat_secs=10.0, max_retries=1,
-                poll_interval_secs=0.01, claim_rng=random.Random(k),
+                job,
+                identity(f"w{k}", boot_id=f"boot-{k}"),
+                run,
+                ttl_secs=60.0,
+                heartbeat_secs=10.0,
+                max_retries=1,
+                poll_interval_secs=0.01,
+                claim_rng=random.Random(k),
             )  # fmt: skip
         )
 
