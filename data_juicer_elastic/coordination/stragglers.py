@@ -38,7 +38,7 @@ from data_juicer_elastic.jobdir import attempts, fsio, leases
 from data_juicer_elastic.jobdir.layout import JobLayout
 from data_juicer_elastic.jobdir.records import AttemptRecord, Manifest
 
-MAX_NEW_SPANS: Final = 32  # done shards whose durations one observe() reads at most (a sample)
+MAX_NEW_SPANS: Final = 16  # done shards whose durations one observe() reads at most (a sample)
 EXPECTED_REMAINING: Final = 0.5  # a running worker is, on average, half-way through its shard
 
 
@@ -64,6 +64,44 @@ class JobPace:
 DoneSpans = dict[str, tuple[str, float, float] | None]
 
 
+@dataclass
+class _Listings:
+    """One listing of ``claims/`` and one of ``done/``, and the done spans sampled with them."""
+
+    claimed: set[str]
+    done: set[str]
+
+
+def _list_and_sample(
+    layout: JobLayout, manifest: Manifest, done_spans: DoneSpans, max_new_spans: int | None, rng
+) -> _Listings:
+    listings = _Listings(set(fsio.list_names(layout.claims_dir)), set(attempts.list_done(layout)))
+    new_done = [e.shard_id for e in manifest.shards if e.shard_id in listings.done and e.shard_id not in done_spans]
+    if max_new_spans is not None and len(new_done) > max_new_spans:
+        new_done = (rng or random).sample(new_done, max_new_spans)
+    for shard in new_done:
+        result, _ = attempts.read_done(layout, shard)
+        if result is not None:
+            done_spans[shard] = _span(layout, shard, result.attempt_id, result.node_id)
+    return listings
+
+
+def _pace(done_spans: DoneSpans) -> tuple[dict[str, float], dict[str, float]]:
+    """(mean warm shard secs by node, the same for nodes with a single known attempt)."""
+    durations: dict[str, list[tuple[float, float]]] = {}
+    for span in done_spans.values():
+        if span is not None:
+            durations.setdefault(span[0], []).append(span[1:])
+    secs, first = {}, {}
+    for node, spans in durations.items():
+        spans.sort()
+        warm = spans[1:] or spans  # the first attempt includes the node's Ray start
+        secs[node] = statistics.mean(end - start for start, end in warm)
+        if len(spans) == 1:
+            first[node] = secs[node]
+    return secs, first
+
+
 def observe(
     layout: JobLayout,
     manifest: Manifest,
@@ -71,6 +109,7 @@ def observe(
     *,
     max_new_spans: int | None = MAX_NEW_SPANS,
     rng: random.Random | None = None,
+    listings: _Listings | None = None,
 ) -> JobPace:
     """One read of the job's pace in O(live claims + ``max_new_spans``) operations, not O(shards).
 
@@ -84,28 +123,15 @@ def observe(
     100k records before its first claim; the cache fills over later calls.
     """
     done_spans = {} if done_spans is None else done_spans
-    claimed = set(fsio.list_names(layout.claims_dir))
-    listed_done = set(attempts.list_done(layout))
-    new_done = [e.shard_id for e in manifest.shards if e.shard_id in listed_done and e.shard_id not in done_spans]
-    if max_new_spans is not None and len(new_done) > max_new_spans:
-        new_done = (rng or random).sample(new_done, max_new_spans)
-    for shard in new_done:
-        result, _ = attempts.read_done(layout, shard)
-        if result is not None:
-            done_spans[shard] = _span(layout, shard, result.attempt_id, result.node_id)
-    durations: dict[str, list[tuple[float, float]]] = {}
+    if listings is None:
+        listings = _list_and_sample(layout, manifest, done_spans, max_new_spans, rng)
     running: list[tuple[str, int]] = []
     pending = 0
     for entry in manifest.shards:
         shard = entry.shard_id
-        if shard in done_spans:
-            span = done_spans[shard]
-            if span is not None:
-                durations.setdefault(span[0], []).append(span[1:])
-            continue
-        if shard in listed_done:
-            continue  # done, its duration not sampled (yet)
-        if shard not in claimed:
+        if shard in done_spans or shard in listings.done:
+            continue  # done (its duration read, or not sampled yet)
+        if shard not in listings.claimed:
             pending += 1
             continue
         result, error = attempts.read_done(layout, shard)  # done since the listing, or not done
@@ -119,13 +145,7 @@ def observe(
             pending += 1
         else:
             running.append((view.claim.node_id, view.claim.pid))
-    secs, first = {}, {}
-    for node, spans in durations.items():
-        spans.sort()
-        warm = spans[1:] or spans  # the first attempt includes the node's Ray start
-        secs[node] = statistics.mean(end - start for start, end in warm)
-        if len(spans) == 1:
-            first[node] = secs[node]
+    secs, first = _pace(done_spans)
     return JobPace(secs, first, running, pending)
 
 
@@ -171,10 +191,11 @@ class ClaimGate:
         if self._last is not None and self.clock() - self._last[0] < self._interval:
             return self._last[1]
         started = self.clock()
-        pace = observe(self.layout, self.manifest, self._done_spans)
-        mine = pace.secs_by_node.get(self.node_id)
-        if self.node_id in pace.first_secs_by_node and mine is not None:
-            mine = max(mine - (self.startup_secs() or 0.0), 0.0) or None
+        listings = _list_and_sample(self.layout, self.manifest, self._done_spans, MAX_NEW_SPANS, None)
+        if self._cannot_decline(listings):
+            return self._answer(True, started)
+        pace = observe(self.layout, self.manifest, self._done_spans, listings=listings)
+        mine = self._mine(pace.secs_by_node, pace.first_secs_by_node)
         others = [
             pace.secs_by_node[node]
             for node, pid in pace.running
@@ -186,6 +207,32 @@ class ClaimGate:
                 f"not claiming: {len(others)} running worker(s) finish the {pace.pending} pending shard(s) "
                 f"sooner than this node's {mine:.1f}s per shard"
             )
+        return self._answer(allowed, started)
+
+    def _mine(self, secs: dict[str, float], first: dict[str, float]) -> float | None:
+        mine = secs.get(self.node_id)
+        if self.node_id in first and mine is not None:
+            mine = max(mine - (self.startup_secs() or 0.0), 0.0) or None
+        return mine
+
+    def _cannot_decline(self, listings: _Listings) -> bool:
+        """True when, from the two listings alone, :func:`should_claim` must say yes: at least
+        the never-claimed shards are pending, and at most every claimed, not done shard is a
+        running worker as fast as the fastest node known.  Outside the tail of a job this
+        spares reading the lease of every live claim (O(workers)) before each claim."""
+        secs, first = _pace(self._done_spans)
+        mine = self._mine(secs, first)
+        speeds = [d for d in secs.values() if d > 0]
+        if mine is None or not speeds:
+            return True
+        ids = set(self.manifest.shard_ids)
+        claimed = listings.claimed & ids
+        pending_at_least = len(ids) - len(claimed)
+        running_at_most = len(claimed - listings.done)
+        per_worker_at_most = max(0, math.floor(mine / min(speeds) - EXPECTED_REMAINING))
+        return pending_at_least > running_at_most * per_worker_at_most
+
+    def _answer(self, allowed: bool, started: float) -> bool:
         self._declined = not allowed
         # Stamp the answer when the read ENDS, and reuse it long enough that reading is at
         # most ``max_read_share`` of this worker's time: on a slow NAS or a huge job dir

@@ -14,7 +14,7 @@ shard.  Here a worker keeps a :class:`ClaimCursor`, its own view of the manifest
   marker is immutable (``retry`` refuses done shards).  The worker learns them from
   its own results, from the markers it happens to read, and from one listing of
   ``done/`` when it starts and whenever it has run into :data:`LIST_AFTER_SURPRISES`
-  markers it did not know, never once per claim.  A listed name is trusted only
+  markers it did not know (at most one listing per claim, usually far fewer).  A listed name is trusted only
   for skipping (the claim path never needs its content); ``job_outcome`` and merge
   still open every marker they report on.
 * Running into someone else's work (a live claim, or a done marker it did not know)
@@ -22,9 +22,10 @@ shard.  Here a worker keeps a :class:`ClaimCursor`, its own view of the manifest
   :data:`MAX_JUMPS` times per claim, and then walks on sequentially until it has
   seen every shard that is not done (which is also how "nothing to claim" and
   "everything is done" are decided).
-* A shard seen held by a live claim is not read again until the staleness
-  observer could call it stale (a TTL after its value last changed), unless the
-  holder was on this host and its pid is gone.  Releases by other workers are
+* A shard seen held by a live claim costs only a look at its done marker (is it
+  finished?) until the staleness observer could call it stale (a TTL after its value
+  last changed); its lease is read again then, or at once when the holder was on
+  this host and its pid is gone.  Releases by other workers are
   therefore noticed within a TTL; a worker retries its own failed shard first.
 
 Correctness stays where it was: claims are ``link()``-published generations
@@ -177,11 +178,7 @@ class Claimer:
     def claim_next(self) -> tuple[tuple[ShardEntry, Claim] | None, bool]:
         """(entry, claim) for a shard we won, else (None, every shard is finished)."""
         cursor = self.cursor
-        if cursor.wants_listing():
-            for shard in attempts.list_done(self.layout):
-                if shard in self.index:
-                    self.learn_done(shard, parsed=False)
-            cursor.listing_taken()
+        listed = cursor.wants_listing() and self._list_done()
         finished = True
         for i in cursor.walk():
             entry = self.manifest.shards[i]
@@ -189,11 +186,20 @@ class Claimer:
             if isinstance(outcome, Claim):
                 cursor.claimed(i)
                 return (entry, outcome), False
+            if outcome == SURPRISE and not listed and cursor.wants_listing():
+                listed = self._list_done()  # many unknown markers: one listing beats reading them (once per call)
             if outcome in (BUSY, SURPRISE):
                 cursor.jump()  # another worker's region: look elsewhere
             if outcome in (BUSY, DECLINED):
                 finished = False
         return None, finished
+
+    def _list_done(self) -> bool:
+        for shard in attempts.list_done(self.layout):
+            if shard in self.index:
+                self.learn_done(shard, parsed=False)
+        self.cursor.listing_taken()
+        return True
 
     def _not_due(self, shard: str) -> bool:
         """Seen held by a live claim, and no observer could call it stale yet: skip the read."""
@@ -207,10 +213,14 @@ class Claimer:
 
     def _probe(self, entry: ShardEntry) -> Claim | str:
         shard = entry.shard_id
-        if self._not_due(shard):
-            return BUSY
-        self._held.pop(shard, None)
         result, done_error = attempts.read_done(self.layout, shard)
+        if self._not_due(shard) and result is None and done_error is None:
+            return BUSY  # held, not done, and not stale yet: its lease need not be read (8 ops saved)
+        if shard in self._held:
+            self._held.pop(shard)
+            if result is not None or done_error is not None:
+                self.learn_done(shard, parsed=result is not None)
+                return RETIRED  # the holder finished: expected, not a sign of being in someone's wake
         if result is not None or done_error is not None:
             # DONE is terminal, and a corrupt marker cannot be replaced either (job_outcome reports it).
             self.learn_done(shard, parsed=result is not None)

@@ -194,7 +194,8 @@ def test_a_held_shard_is_reread_only_when_it_could_be_stale_then_taken_over(tmp_
 
 @pytest.mark.parametrize("workers", [3])
 def test_concurrent_cursors_claim_each_shard_once_and_spread_out(tmp_path, workers):
-    """Three workers (threads, each with its own cursor) on one job: every shard done once."""
+    """Three workers (threads, each with its own cursor) on one job: every shard done once, and
+    all exit as soon as the job is done."""
     import threading
 
     job = tmp_path / "job"
@@ -223,7 +224,8 @@ def test_concurrent_cursors_claim_each_shard_once_and_spread_out(tmp_path, worke
     for t in threads:
         t.start()
     for t in threads:
-        t.join(60)
+        t.join(30)  # the TTL is 60 s: a worker that waited for a held shard's TTL to see it done would still run
+    assert not any(t.is_alive() for t in threads), "idle workers notice at once that held shards got done"
     assert sum(r.done for r in results) == 30 and all(r.complete for r in results)
     for shard in load_manifest(job).shard_ids:
         assert len(list((job / "attempts" / shard).iterdir())) == 1
