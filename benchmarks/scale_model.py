@@ -74,12 +74,13 @@ OPS: dict[str, int] = {
     # the claim cursor (jobdir/claiming.py, protocol "cursor"): per probe of a shard it does not know is done
     "cursor_probe_done": 1,  # read_done hit (then: retired, and a jump)
     "cursor_probe_pending": 5,  # = scan_pending
-    "cursor_probe_held": 9,  # = scan_held; then not re-read until it could be stale (a TTL)
+    "cursor_probe_held": 9,  # = scan_held; then only its done marker is read until it could be stale (a TTL)
+    "cursor_probe_watched": 1,  # read_done of a held shard seen before that cannot be stale yet
     "cursor_listing": 1,  # listdir(done/): at start, and after 16 unknown done markers
     # the gate's observe() with listings (stragglers.py): 2 listings + a sample of new done spans + live claims
     "gate_listings": 2,  # listdir claims/ + listdir done/
-    "gate_new_span": 2,  # read_done + attempt.json, at most MAX_NEW_SPANS (32) per call
-    "gate_claimed": 8,  # read_done, exists(failed), read_lease (6) per claimed, not done shard
+    "gate_new_span": 2,  # read_done + attempt.json, at most MAX_NEW_SPANS (16) per call
+    "gate_claimed": 8,  # tail only: read_done, exists(failed), read_lease (6) per claimed, not done shard
     # `dj-elastic status` (status.py:452-496), per shard
     "status_done": 11,
     "status_held": 13,
@@ -578,7 +579,7 @@ class CursorSim(Sim):
 
     MAX_JUMPS = 4
     LIST_AFTER = 16
-    MAX_NEW_SPANS = 32
+    MAX_NEW_SPANS = 16
     STEP_CAP = 256
 
     def __init__(self, p: Params):
@@ -599,6 +600,7 @@ class CursorSim(Sim):
         self.first_probe: dict[int, float] = {}
         self.orphan_set: set[int] = set()
         self.own = [0] * W
+        self.n_never = S  # shards never claimed (not in claims/)
         self.walk_rng = random.Random(p.seed + 1)
 
     # -- knowledge ------------------------------------------------------------------------------------
@@ -666,7 +668,8 @@ class CursorSim(Sim):
                     listed_now = True
             elif st in (HELD, ORPHAN):
                 if self.watch[w].get(i, -math.inf) > self.now:
-                    jump = True  # seen held, cannot be stale yet: not read
+                    ops += OPS["cursor_probe_watched"]  # seen held, cannot be stale yet: done marker only
+                    jump = True
                 else:
                     ops += OPS["cursor_probe_held"]
                     self.probe_held(w, i)
@@ -705,11 +708,12 @@ class CursorSim(Sim):
         """A walk that finds nothing to claim: it reads the done markers it did not know
         (a listing after 16), each held shard once per TTL, and every pending one (declined)."""
         unknown = self.n_done - self.known_done(w)
-        ops += unknown * OPS["cursor_probe_done"] if unknown < self.LIST_AFTER else self.LIST_AFTER + OPS["cursor_listing"]
+        listing = self.LIST_AFTER + OPS["cursor_listing"]
+        ops += unknown * OPS["cursor_probe_done"] if unknown < self.LIST_AFTER else listing
         self.take_listing(w)
         held = self.held_t.prefix(self.p.shards)
-        since = self.now - self.last_sweep[w]
-        ops += OPS["cursor_probe_held"] * held * min(1.0, since / self.p.ttl_s)
+        due = min(1.0, (self.now - self.last_sweep[w]) / self.p.ttl_s)  # share of held shards due again
+        ops += held * (OPS["cursor_probe_watched"] + (OPS["cursor_probe_held"] - OPS["cursor_probe_watched"]) * due)
         ops += OPS["cursor_probe_pending"] * self.n_pending
         self.last_sweep[w] = self.now
         for i in list(self.orphan_set):
@@ -739,7 +743,11 @@ class CursorSim(Sim):
                 new = min(self.n_done - self.spans_known[w], self.MAX_NEW_SPANS)
                 self.spans_known[w] += new
                 claimed_open = self.held_t.prefix(self.p.shards)  # released ones awaiting a retry are ignored
-                cost = OPS["gate_listings"] + new * OPS["gate_new_span"] + claimed_open * OPS["gate_claimed"]
+                cost = OPS["gate_listings"] + new * OPS["gate_new_span"]
+                mine = self.p.shard_secs / self.speed[w]
+                per_worker = max(0, math.floor(mine / self.min_secs - 0.5))
+                if self.has_done[w] and self.n_never <= claimed_open * per_worker:
+                    cost += claimed_open * OPS["gate_claimed"]  # the tail: ClaimGate reads the live claims
                 self.burst(w, cost, "claim gate", ("cgate", t, self.now))
         elif kind == "cgate":
             _, t, started = mode
@@ -756,6 +764,7 @@ class CursorSim(Sim):
             super().on_burst_done(w)
         elif kind == "publish" and self.claimant.get(mode[1]) == w and self.state[mode[1]] in (PENDING, STALE):
             self.pos[w] = (mode[1] + 1) % self.p.shards
+            self.n_never -= self.gen[mode[1]] == 0
             super().on_burst_done(w)
         else:
             super().on_burst_done(w)
