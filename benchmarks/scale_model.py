@@ -172,6 +172,8 @@ class Result:
     heartbeat_ops_per_s: float
     status_ops: int
     ops_by_kind: dict[str, float] = field(default_factory=dict)
+    listings: int = 0  # directory listings (done/, claims/) by the claim path and the gate
+    listed_entries: int = 0  # names those listings returned (a listing is 1 op, but O(S) names)
 
     @property
     def status_s(self) -> float:
@@ -528,6 +530,8 @@ class Sim:
             heartbeat_ops_per_s=p.workers * OPS["heartbeat"] / p.heartbeat_s,
             status_ops=status_ops(p.shards, done=p.shards),
             ops_by_kind=dict(self.ops_by_kind),
+            listings=getattr(self, "listings", 0),
+            listed_entries=getattr(self, "listed_entries", 0),
         )
 
 
@@ -601,6 +605,8 @@ class CursorSim(Sim):
         self.orphan_set: set[int] = set()
         self.own = [0] * W
         self.n_never = S  # shards never claimed (not in claims/)
+        self.listings = 0
+        self.listed_entries = 0
         self.walk_rng = random.Random(p.seed + 1)
 
     # -- knowledge ------------------------------------------------------------------------------------
@@ -619,7 +625,10 @@ class CursorSim(Sim):
 
         return bisect.bisect_right(self.done_times, self.listed_at[w]) + len(self.learned[w])
 
-    def take_listing(self, w: int) -> int:
+    def take_listing(self, w: int, charged: bool = True) -> int:
+        if charged:
+            self.listings += 1
+            self.listed_entries += self.n_done  # a listing returns every done marker: O(S) names, 1 call
         self.listed_at[w], self.listed[w] = self.now, True
         self.learned[w].clear()
         self.surprises[w] = 0
@@ -710,7 +719,7 @@ class CursorSim(Sim):
         unknown = self.n_done - self.known_done(w)
         listing = self.LIST_AFTER + OPS["cursor_listing"]
         ops += unknown * OPS["cursor_probe_done"] if unknown < self.LIST_AFTER else listing
-        self.take_listing(w)
+        self.take_listing(w, charged=unknown >= self.LIST_AFTER)
         held = self.held_t.prefix(self.p.shards)
         due = min(1.0, (self.now - self.last_sweep[w]) / self.p.ttl_s)  # share of held shards due again
         ops += held * (OPS["cursor_probe_watched"] + (OPS["cursor_probe_held"] - OPS["cursor_probe_watched"]) * due)
@@ -744,16 +753,22 @@ class CursorSim(Sim):
                 self.spans_known[w] += new
                 claimed_open = self.held_t.prefix(self.p.shards)  # released ones awaiting a retry are ignored
                 cost = OPS["gate_listings"] + new * OPS["gate_new_span"]
+                self.listings += 2
+                self.listed_entries += self.n_done + (self.p.shards - self.n_never)  # done/ and claims/
                 mine = self.p.shard_secs / self.speed[w]
                 per_worker = max(0, math.floor(mine / self.min_secs - 0.5))
-                if self.has_done[w] and self.n_never <= claimed_open * per_worker:
+                margin = self.n_never - claimed_open * per_worker
+                valid_for = 0.0
+                if self.has_done[w] and margin <= 0:
                     cost += claimed_open * OPS["gate_claimed"]  # the tail: ClaimGate reads the live claims
-                self.burst(w, cost, "claim gate", ("cgate", t, self.now))
+                elif self.has_done[w]:  # ClaimGate._cannot_decline_for: the margin lasts that long
+                    valid_for = 0.5 * (margin - 1) / (claimed_open + 1) * self.min_secs
+                self.burst(w, cost, "claim gate", ("cgate", t, self.now, valid_for))
         elif kind == "cgate":
-            _, t, started = mode
+            _, t, started, valid_for = mode
             allowed = self.gate_allows(w)
             # ClaimGate stamps its answer when the read ends and keeps it >= 10x the read's duration
-            self.gate_until[w] = self.now + max(self.p.poll_s, 10 * (self.now - started))
+            self.gate_until[w] = self.now + max(self.p.poll_s, 10 * (self.now - started), valid_for)
             self.gate_answer[w] = allowed
             self.gate_decide(w, t, allowed)
         elif kind == "ending":
@@ -814,7 +829,8 @@ def _fmt_n(x: float) -> str:
 
 HEADER = (
     "| W | S | claim latency mean / p99 | ops per claim mean / p99 | NAS ops/s mean / peak (saturated) "
-    "| heartbeat writes/s (ops/s) | makespan / ideal | all exited | lost races | takeovers | status 1 client |"
+    "| heartbeat writes/s (ops/s) | makespan / ideal | all exited | lost races | takeovers "
+    "| listings per claim (names listed per claim) | status 1 client |"
 )
 
 
@@ -830,6 +846,7 @@ def row(r: Result) -> str:
         f"| {r.heartbeat_writes_per_s:.3g} ({r.heartbeat_ops_per_s:.3g}) "
         f"| {more}{_fmt_s(r.makespan_s)} / {_fmt_s(r.ideal_s)} = {more}{r.makespan_s / r.ideal_s:.3g}{unfinished} "
         f"| {more}{_fmt_s(r.all_exited_s if not more else r.makespan_s)} | {r.lost_races} | {r.takeovers}/{r.deaths} "
+        f"| {r.listings / max(r.claims, 1):.2g} ({_fmt_n(r.listed_entries / max(r.claims, 1))}) "
         f"| {_fmt_n(r.status_ops)} ops, {_fmt_s(r.status_s)} |"
     )
 
@@ -845,14 +862,17 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--fail-fraction", type=float, default=0.05)
     ap.add_argument("--ttl", type=float, default=120.0)
     ap.add_argument("--poll", type=float, default=2.0)
-    ap.add_argument("--no-gate", action="store_true", help="straggler gate off (strict mode, or proposed)")
+    ap.add_argument("--no-gate", action="store_true", help="straggler gate off (strict mode)")
+    ap.add_argument(
+        "--protocol", choices=("cursor", "scan"), default="cursor", help="cursor: issue 7's claim path; scan: before it"
+    )
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--breakdown", action="store_true", help="also print ops by kind per case")
     a = ap.parse_args(argv)
     print(
         f"latency {a.latency_ms} ms/op, NAS {a.nas_ops:g} ops/s, shard {a.shard_secs:g} s at speed 1, "
         f"speeds lognormal(sigma={a.speed_sigma}), {a.fail_fraction:.0%} nodes die, ttl {a.ttl:g} s, "
-        f"poll {a.poll:g} s, gate {'off' if a.no_gate else 'on'}, seed {a.seed}\n"
+        f"poll {a.poll:g} s, gate {'off' if a.no_gate else 'on'}, protocol {a.protocol}, seed {a.seed}\n"
     )
     print(HEADER)
     print("|" + "---|" * (HEADER.count("|") - 1))
@@ -869,6 +889,7 @@ def main(argv: list[str] | None = None) -> int:
                 ttl_s=a.ttl,
                 poll_s=a.poll,
                 gate=not a.no_gate,
+                protocol=a.protocol,
                 seed=a.seed,
             )
             t0 = time.perf_counter()

@@ -192,8 +192,9 @@ class ClaimGate:
             return self._last[1]
         started = self.clock()
         listings = _list_and_sample(self.layout, self.manifest, self._done_spans, MAX_NEW_SPANS, None)
-        if self._cannot_decline(listings):
-            return self._answer(True, started)
+        valid_for = self._cannot_decline_for(listings)
+        if valid_for is not None:
+            return self._answer(True, started, valid_for)
         pace = observe(self.layout, self.manifest, self._done_spans, listings=listings)
         mine = self._mine(pace.secs_by_node, pace.first_secs_by_node)
         others = [
@@ -215,30 +216,37 @@ class ClaimGate:
             mine = max(mine - (self.startup_secs() or 0.0), 0.0) or None
         return mine
 
-    def _cannot_decline(self, listings: _Listings) -> bool:
-        """True when, from the two listings alone, :func:`should_claim` must say yes: at least
-        the never-claimed shards are pending, and at most every claimed, not done shard is a
-        running worker as fast as the fastest node known.  Outside the tail of a job this
-        spares reading the lease of every live claim (O(workers)) before each claim."""
+    def _cannot_decline_for(self, listings: _Listings) -> float | None:
+        """Seconds for which :func:`should_claim` must say yes, judged from the two listings
+        alone, or None when the leases must be read.  At least the never-claimed shards are
+        pending, and at most every claimed, not done shard is a running worker as fast as
+        the fastest node known; outside the tail this spares reading the lease of every
+        live claim (O(workers)) and, through the returned time, the listings themselves:
+        the margin cannot be used up before that many claims were made, and each of those
+        (at most all the claimed shards' workers plus this one) needs a shard time."""
         secs, first = _pace(self._done_spans)
         mine = self._mine(secs, first)
         speeds = [d for d in secs.values() if d > 0]
         if mine is None or not speeds:
-            return True
+            return 0.0
         ids = set(self.manifest.shard_ids)
         claimed = listings.claimed & ids
         pending_at_least = len(ids) - len(claimed)
         running_at_most = len(claimed - listings.done)
         per_worker_at_most = max(0, math.floor(mine / min(speeds) - EXPECTED_REMAINING))
-        return pending_at_least > running_at_most * per_worker_at_most
+        margin = pending_at_least - running_at_most * per_worker_at_most
+        if margin <= 0:
+            return None
+        return 0.5 * (margin - 1) / (running_at_most + 1) * min(speeds)  # half of it, to be safe
 
-    def _answer(self, allowed: bool, started: float) -> bool:
+    def _answer(self, allowed: bool, started: float, valid_for: float = 0.0) -> bool:
         self._declined = not allowed
         # Stamp the answer when the read ENDS, and reuse it long enough that reading is at
         # most ``max_read_share`` of this worker's time: on a slow NAS or a huge job dir
         # the gate must not re-read the whole job before every claim.
         finished = self.clock()
+        self._interval = max(self.min_interval, valid_for)
         if self.max_read_share:
-            self._interval = max(self.min_interval, (finished - started) / self.max_read_share)
+            self._interval = max(self._interval, (finished - started) / self.max_read_share)
         self._last = (finished, allowed)
         return allowed

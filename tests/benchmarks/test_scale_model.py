@@ -4,6 +4,7 @@ per-step op table against a traced run of the real worker loop."""
 from __future__ import annotations
 
 import importlib.util
+import itertools
 import sys
 from pathlib import Path
 
@@ -89,7 +90,9 @@ def test_op_table_matches_the_real_worker_loop(tmp_path):
     trace: list[str] = []
     fsio.set_fault_hook(lambda op, path: trace.append(op))
     try:
-        gate = ClaimGate(layout, manifest, "node-a", 1, min_interval=0.0, max_read_share=None)
+        # a clock that jumps 1000 s per look: every claim finds the gate's answer expired
+        clock = itertools.count(0.0, 1000.0).__next__
+        gate = ClaimGate(layout, manifest, "node-a", 1, min_interval=0.0, max_read_share=None, clock=clock)
         worker_loop.run_worker(
             job,
             identity(),
