@@ -7,7 +7,9 @@ processor, no Ray).  The workers import the variant's code: "after" is this chec
 with ``git archive``.  Every worker waits for a start signal, so interpreter start and
 imports are not timed, then counts every metadata operation through ``fsio``'s hook
 (the scale model's unit: one fsio call, ``makedirs`` = 3, data writes not counted),
-separately for the claim path (inside ``claim_next``, gate included) and in total.
+separately for the claim path (inside ``claim_next``, gate included), the gate alone, and
+in total, plus the directory listings of ``done/`` and ``claims/`` and the names they return
+(a listing is one operation but O(shards) names).
 
   claims/s      = accepted claims of all workers / (last worker exit - start signal)
   ops per claim = metadata operations / claims (claim path, and everything)
@@ -43,14 +45,30 @@ def worker(job: Path, k: int, go: Path, out: Path, poll: float, gate_on: bool) -
     from data_juicer_elastic.jobdir.tasks import ShardOutput
 
     logger.remove()
-    counts = {"claim": 0, "total": 0, "claims": 0, "calls": 0}
-    inside = [False]
+    counts = {"claim": 0, "gate": 0, "total": 0, "claims": 0, "calls": 0, "listings": 0, "listed": 0}
+    inside, in_gate = [False], [False]
 
     def hook(op: str, path: Path) -> None:
         weight = WEIGHT.get(op, 1)
         counts["total"] += weight
         if inside[0]:
             counts["claim"] += weight
+        if in_gate[0]:
+            counts["gate"] += weight
+        if op == "listdir" and Path(path).name in ("done", "claims"):
+            counts["listings"] += 1
+            counts["listed"] += len(os.listdir(path)) if os.path.isdir(path) else 0
+
+    original_gate = ClaimGate.__call__
+
+    def gate_call(self):
+        in_gate[0] = True
+        try:
+            return original_gate(self)
+        finally:
+            in_gate[0] = False
+
+    ClaimGate.__call__ = gate_call
 
     original = worker_loop._Worker.claim_next
 
@@ -132,6 +150,9 @@ def run_variant(name: str, src: Path, args: argparse.Namespace) -> dict:
         "claims": claims,
         "claims_per_s": round(claims / wall, 1),
         "claim_path_ops_per_claim": round(sum(s["claim"] for s in stats) / claims, 1),
+        "of_which_gate": round(sum(s["gate"] for s in stats) / claims, 1),
+        "listings_per_claim": round(sum(s["listings"] for s in stats) / claims, 2),
+        "names_listed_per_claim": round(sum(s["listed"] for s in stats) / claims, 1),
         "all_ops_per_claim": round(sum(s["total"] for s in stats) / claims, 1),
         "claim_next_calls": sum(s["calls"] for s in stats),
         "shards_by_worker": sorted((s["done"] for s in stats), reverse=True),
