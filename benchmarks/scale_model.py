@@ -734,8 +734,8 @@ class CursorSim(Sim):
         mode = self.mode[w]
         kind = mode[0]
         if kind == "nowork" and self.n_done == self.p.shards:
-            # run_worker's job_outcome opens every marker this worker has not parsed itself
-            self.burst(w, max(0, self.p.shards - self.own[w]), "exit", ("exit",))
+            # run_worker's job_outcome skips every shard the cursor knows is done: all of them by now
+            self.burst(w, 0, "exit", ("exit",))
         elif kind == "ctarget":
             t = mode[1]
             st = self.state[t]

@@ -14,9 +14,9 @@ shard.  Here a worker keeps a :class:`ClaimCursor`, its own view of the manifest
   marker is immutable (``retry`` refuses done shards).  The worker learns them from
   its own results, from the markers it happens to read, and from one listing of
   ``done/`` when it starts and whenever it has run into :data:`LIST_AFTER_SURPRISES`
-  markers it did not know (at most one listing per claim, usually far fewer).  A listed name is trusted only
-  for skipping (the claim path never needs its content); ``job_outcome`` and merge
-  still open every marker they report on.
+  markers it did not know (at most one listing per claim, usually far fewer).  A
+  listed name is trusted to mean "done" (markers are never removed): skipping it
+  needs no content, and merge validates every marker it uses.
 * Running into someone else's work (a live claim, or a done marker it did not know)
   means it is in another worker's wake: it jumps to a random place, at most
   :data:`MAX_JUMPS` times per claim, and then walks on sequentially until it has
@@ -149,7 +149,6 @@ class ClaimCursor:
 
 # -- the claim path over a job directory ----------------------------------------------------------------
 # Probe outcomes (what one shard turned out to be).
-CLAIMED: Final = "claimed"
 RETIRED: Final = "retired"  # done (or a corrupt done marker): never again
 SURPRISE: Final = "surprise"  # done, and we had not known: retired, and we are in someone's wake
 TERMINAL: Final = "terminal"  # failed for good (until `dj-elastic retry`)
@@ -165,13 +164,13 @@ class Claimer:
         self.max_retries, self.claim_gate = max_retries, claim_gate
         self.cursor = ClaimCursor(manifest.num_shards, rng or random.Random())
         self.index = {entry.shard_id: i for i, entry in enumerate(manifest.shards)}
-        self.parsed_done: set[str] = set()  # markers this worker read and parsed (job_outcome skips them)
+        self.known_done: set[str] = set()  # done, from a parsed marker or a done/ listing (job_outcome skips them)
         self._held: dict[str, int | None] = {}  # shard seen held by a live claim -> its local pid (None: remote)
         self.pending: Claim | None = None  # published and not yet handed to the caller
 
-    def learn_done(self, shard_id: str, parsed: bool) -> None:
-        if parsed:
-            self.parsed_done.add(shard_id)
+    def learn_done(self, shard_id: str, *, corrupt: bool = False) -> None:
+        if not corrupt:  # a corrupt marker is never replaced either: retired, but not done
+            self.known_done.add(shard_id)
         self.cursor.retire(self.index[shard_id])
         self._held.pop(shard_id, None)
 
@@ -197,12 +196,12 @@ class Claimer:
     def _list_done(self) -> bool:
         for shard in attempts.list_done(self.layout):
             if shard in self.index:
-                self.learn_done(shard, parsed=False)
+                self.learn_done(shard)
         self.cursor.listing_taken()
         return True
 
     def _not_due(self, shard: str) -> bool:
-        """Seen held by a live claim, and no observer could call it stale yet: skip the read."""
+        """Seen held by a live claim, and no observer could call it stale yet: skip its lease."""
         if shard not in self._held:
             return False
         pid = self._held[shard]
@@ -214,18 +213,14 @@ class Claimer:
     def _probe(self, entry: ShardEntry) -> Claim | str:
         shard = entry.shard_id
         result, done_error = attempts.read_done(self.layout, shard)
-        if self._not_due(shard) and result is None and done_error is None:
+        if result is None and done_error is None and self._not_due(shard):
             return BUSY  # held, not done, and not stale yet: its lease need not be read (8 ops saved)
-        if shard in self._held:
-            self._held.pop(shard)
-            if result is not None or done_error is not None:
-                self.learn_done(shard, parsed=result is not None)
-                return RETIRED  # the holder finished: expected, not a sign of being in someone's wake
+        was_held = self._held.pop(shard, False) is not False
         if result is not None or done_error is not None:
             # DONE is terminal, and a corrupt marker cannot be replaced either (job_outcome reports it).
-            self.learn_done(shard, parsed=result is not None)
-            if done_error is not None:
-                return RETIRED
+            self.learn_done(shard, corrupt=done_error is not None)
+            if done_error is not None or was_held:
+                return RETIRED  # a holder we watched finished: expected, not someone else's wake
             self.cursor.surprises += 1
             return SURPRISE
         if attempts.publish_terminal_if_exhausted(self.layout, shard, self.max_retries) is not None:
@@ -251,7 +246,7 @@ class Claimer:
             # Published between our check and our claim (a slow or zombie attempt): nothing to do.
             leases.release_claim(self.layout, claim, "finished")
             self.pending = None
-            self.learn_done(shard, parsed=False)
+            self.learn_done(shard)
             return RETIRED
         logger.info(f"claimed {shard} gen {claim.generation} ({reason}) as {claim.attempt_id}")
         return claim

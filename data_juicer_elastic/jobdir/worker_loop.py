@@ -132,7 +132,7 @@ def run_worker(
             logger.warning(f"worker stopping on signal {interrupt.signum}")
             _honour(interrupt.signum, guard.previous.get(interrupt.signum))
             summary.stop_reason = "interrupted"  # the previous handler chose not to exit
-    summary.complete, summary.terminal_failures = job_outcome(layout, manifest, worker.claimer.parsed_done)
+    summary.complete, summary.terminal_failures = job_outcome(layout, manifest, worker.claimer.known_done)
     return summary
 
 
@@ -153,17 +153,19 @@ def _check_settings(ttl: float, heartbeat: float, max_retries: int, poll: float,
 
 
 def job_outcome(
-    layout: JobLayout, manifest: Manifest, parsed_done: set[str] | frozenset[str] = frozenset()
+    layout: JobLayout, manifest: Manifest, known_done: set[str] | frozenset[str] = frozenset()
 ) -> tuple[bool, list[TerminalInfo]]:
     """(every shard done, [(shard id, last error) for terminal failures]) from the job dir.
 
-    ``parsed_done``: shards whose done marker the caller has already read and parsed
-    (immutable, so not opened again); every other marker is opened here.
+    ``known_done``: shards the caller knows are done (a marker it parsed, or a name in a
+    ``done/`` listing: markers are never removed), not opened again, so W workers leaving
+    a finished job do not each open all S markers.  A listed marker that is corrupt is
+    then reported by merge, which validates every marker and names the shard.
     """
     complete = True
     terminal: list[TerminalInfo] = []
     for entry in manifest.shards:
-        if entry.shard_id in parsed_done:
+        if entry.shard_id in known_done:
             continue
         result, done_error = attempts.read_done(layout, entry.shard_id)
         if result is not None:
@@ -269,7 +271,7 @@ class _Worker:
         finally:
             heartbeater.stop()
         if outcome.accepted or outcome.winner is not None:
-            self.claimer.learn_done(entry.shard_id, parsed=True)
+            self.claimer.learn_done(entry.shard_id)
         if outcome.accepted:
             self.summary.done += 1
             logger.info(f"{entry.shard_id}: done ({outcome.result.rows} rows) by attempt {claim.attempt_id}")
