@@ -866,6 +866,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument(
         "--protocol", choices=("cursor", "scan"), default="cursor", help="cursor: issue 7's claim path; scan: before it"
     )
+    ap.add_argument("--start-spread", type=float, default=30.0, help="workers join uniformly over this many s")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--breakdown", action="store_true", help="also print ops by kind per case")
     a = ap.parse_args(argv)
@@ -890,6 +891,7 @@ def main(argv: list[str] | None = None) -> int:
                 poll_s=a.poll,
                 gate=not a.no_gate,
                 protocol=a.protocol,
+                start_spread_s=a.start_spread,
                 seed=a.seed,
             )
             t0 = time.perf_counter()
