@@ -17,7 +17,7 @@ from pathlib import Path
 from loguru import logger
 
 from data_juicer_elastic.errors import IntegrityError, JobDirError
-from data_juicer_elastic.jobdir import fsio
+from data_juicer_elastic.jobdir import confine, fsio
 from data_juicer_elastic.jobdir.identity import WorkerIdentity
 from data_juicer_elastic.jobdir.jsonl import validate_jsonl_output
 from data_juicer_elastic.jobdir.layout import JobLayout, parse_gen_name
@@ -44,8 +44,7 @@ class Attempt:
 
 def open_attempt(layout: JobLayout, claim: Claim, identity: WorkerIdentity) -> Attempt:
     """Create the attempt's private directory and its attempt.json (start)."""
-    directory = layout.attempt_dir(claim.shard_id, claim.attempt_id)
-    fsio.makedirs(directory)
+    directory = confine.ensure_dir(layout, layout.attempt_dir(claim.shard_id, claim.attempt_id))
     record = AttemptRecord(
         shard_id=claim.shard_id,
         attempt_id=claim.attempt_id,
@@ -171,7 +170,7 @@ def publish_done(
     )
     result_path = attempt_dir / "result.json"
     fsio.atomic_write(result_path, result.encode())
-    fsio.makedirs(layout.done_dir)
+    confine.ensure_dir(layout, layout.done_dir)
     if fsio.publish_exclusive(result_path, layout.done(shard)):
         return PublishOutcome(True, result, result)
     winner, error = read_done(layout, shard)
@@ -202,6 +201,7 @@ def validate_result(
         raise IntegrityError(exc.message, where=where) from None
     if not fsio.exists(output):
         raise IntegrityError(f"accepted output {output} is missing", where=where, hint="retry the shard")
+    confine.check_inside(layout, output)  # a record may not lead the merge out through a planted link
     try:
         rows, size, sha = validate_jsonl_output(output, str(output), sink)
     except ValueError as exc:
@@ -252,7 +252,7 @@ def record_failure(
         failed_at=time.time(),
     )
     path = layout.failure(shard_id, generation)
-    fsio.makedirs(path.parent)
+    confine.ensure_dir(layout, path.parent)
     recorded = fsio.publish_bytes(path, record.encode())
     failures = list_failures(layout, shard_id)
     terminal = publish_terminal_if_exhausted(layout, shard_id, max_retries, failures)
@@ -307,7 +307,7 @@ def publish_terminal_if_exhausted(
         generations=[f.generation for f in failures],
         failed_at=time.time(),
     )
-    fsio.makedirs(layout.failed_dir)
+    confine.ensure_dir(layout, layout.failed_dir)
     if fsio.publish_bytes(layout.failed(shard_id), terminal.encode()):
         logger.error(f"{shard_id}: failed {len(failures)} times, giving up: {last.error}")
         return terminal

@@ -28,7 +28,7 @@ from typing import Final
 from loguru import logger
 
 from data_juicer_elastic.errors import JobDirError
-from data_juicer_elastic.jobdir import fsio
+from data_juicer_elastic.jobdir import confine, fsio
 from data_juicer_elastic.jobdir.identity import WorkerIdentity, pid_alive
 from data_juicer_elastic.jobdir.layout import JobLayout, parse_gen_name
 from data_juicer_elastic.jobdir.records import Claim, Failure, Heartbeat, Release
@@ -182,7 +182,7 @@ def publish_claim(
         takeover_reason=reason,
     )
     path = layout.claim(view.shard_id, claim.generation)
-    fsio.makedirs(path.parent)
+    confine.ensure_dir(layout, path.parent)
     if not fsio.publish_bytes(path, claim.encode()):
         return None  # another taker won this generation
     return claim
@@ -193,7 +193,7 @@ def release_claim(layout: JobLayout, claim: Claim, reason: str) -> bool:
     release of our attempt is (now) recorded."""
     record = Release(claim.shard_id, claim.generation, claim.attempt_id, reason, time.time())
     path = layout.release(claim.shard_id, claim.generation)
-    fsio.makedirs(path.parent)
+    confine.ensure_dir(layout, path.parent)
     if fsio.publish_bytes(path, record.encode()):
         return True
     existing, _ = _read(Release, path)  # released before (e.g. by the signal path): still ours
@@ -207,7 +207,7 @@ def newer_generation_exists(layout: JobLayout, claim: Claim) -> bool:
 
 def write_heartbeat(layout: JobLayout, claim: Claim, seq: int) -> None:
     path = layout.heartbeat(claim.shard_id, claim.generation)
-    fsio.makedirs(path.parent)
+    confine.ensure_dir(layout, path.parent)
     # Durable=False: a heartbeat lost in a crash only makes the claim look older, which is safe.
     fsio.atomic_write(
         path, Heartbeat(claim.shard_id, claim.generation, claim.attempt_id, seq, time.time()).encode(), durable=False

@@ -19,7 +19,7 @@ from pathlib import Path
 from loguru import logger
 
 from data_juicer_elastic.errors import ConfigError, IntegrityError, LeaseLostError, is_worker_fault
-from data_juicer_elastic.jobdir import attempts, fsio, leases
+from data_juicer_elastic.jobdir import attempts, confine, fsio, leases
 from data_juicer_elastic.jobdir.identity import WorkerIdentity
 from data_juicer_elastic.jobdir.layout import JobLayout
 from data_juicer_elastic.jobdir.manifest import load_manifest
@@ -79,6 +79,7 @@ def run_worker(
         raise ConfigError(f"invalid value {max_done!r}: must be >= 1 or null", where="max_done")
     layout = JobLayout(Path(os.path.abspath(job_dir)))
     manifest = load_manifest(layout.root)  # refuse a corrupt job before claiming anything
+    confine.check_layout(layout)  # and one whose directories lead elsewhere
     observer = leases.StalenessObserver(ttl_secs, clock)
     summary = WorkerSummary()
     if sleep is None:
