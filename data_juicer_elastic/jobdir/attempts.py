@@ -73,8 +73,9 @@ def close_attempt(attempt: Attempt, exit_reason: str, *, rows: int | None = None
 
 def read_batching_summary(layout: JobLayout, shard_id: str, attempt_id: str) -> dict | None:
     """The attempt's adaptive-batching summary (written by the shard runner), None if absent or unreadable."""
-    path = layout.attempt_batching_summary(shard_id, attempt_id)
-    try:
+    path: object = attempt_id
+    try:  # the attempt id may come from a corrupt claim: an invalid one is "no summary"
+        path = layout.attempt_batching_summary(shard_id, attempt_id)
         data = fsio.read_record(path)
         value = json.loads(data) if data is not None else None
     except (OSError, ValueError, JobDirError) as exc:
@@ -101,10 +102,10 @@ class PublishOutcome:
 def read_done(layout: JobLayout, shard_id: str) -> tuple[ShardResult | None, str | None]:
     """(accepted result, None), (None, None) when not done, (None, error) when the marker is corrupt."""
     path = layout.done(shard_id)
-    data = fsio.read_record(path)
-    if data is None:
-        return None, None
-    try:
+    try:  # oversized, a directory, or not JSON: all "corrupt", never "done" and never a crash
+        data = fsio.read_record(path)
+        if data is None:
+            return None, None
         result = ShardResult.parse(data, path)
     except JobDirError as exc:
         return None, str(exc)
@@ -266,10 +267,10 @@ def list_failures(layout: JobLayout, shard_id: str) -> list[Failure]:
     for name in fsio.list_names(directory):
         if parse_gen_name(name) is None:
             continue
-        data = fsio.read_record(directory / name)
-        if data is None:
-            continue
         try:
+            data = fsio.read_record(directory / name)
+            if data is None:
+                continue
             out.append(Failure.parse(data, directory / name))
         except JobDirError as exc:
             logger.warning(f"ignoring corrupt failure record: {exc}")
@@ -278,10 +279,10 @@ def list_failures(layout: JobLayout, shard_id: str) -> list[Failure]:
 
 def read_terminal(layout: JobLayout, shard_id: str) -> tuple[TerminalFailure | None, str | None]:
     path = layout.failed(shard_id)
-    data = fsio.read_record(path)
-    if data is None:
-        return None, None
     try:
+        data = fsio.read_record(path)
+        if data is None:
+            return None, None
         return TerminalFailure.parse(data, path), None
     except JobDirError as exc:
         return None, str(exc)

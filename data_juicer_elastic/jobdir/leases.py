@@ -80,11 +80,13 @@ def latest_generation(layout: JobLayout, shard_id: str) -> int:
 
 
 def _read(cls, path):
-    """(record, error): a malformed record is an error string, never a record."""
-    data = fsio.read_record(path)
-    if data is None:
-        return None, None
+    """(record, error): a malformed record is an error string, never a record.  Oversized
+    records and directories in a record's place are malformed too: one bad file must
+    not stop every worker of the job."""
     try:
+        data = fsio.read_record(path)
+        if data is None:
+            return None, None
         return cls.parse(data, path), None
     except JobDirError as exc:
         return None, str(exc)
