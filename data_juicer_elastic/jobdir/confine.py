@@ -43,6 +43,7 @@ OUR_NAMES: Final = frozenset(
         "coordination",
         "logs",
         "batch-profiles",
+        "stats",
     }
 )
 # Hidden names are ours too: staging directories, temp files beside records, NFS

@@ -116,3 +116,17 @@ def test_check_inside_names_the_planted_link(job, outside):
     with pytest.raises(UnsafePathError):
         confine.check_inside(layout, job.parent / "elsewhere")
     _assert_untouched(outside)
+
+
+def test_finalize_refuses_linked_merge_and_stats_destinations(job, tmp_path, outside):
+    from data_juicer_elastic.stats import compute_overall, write_overall_stats
+
+    run_worker(job, identity(), copy_runner(), wait_for_completion=False, **LEASE)
+    overall = compute_overall(job)
+    _plant(job / "stats", outside)
+    with pytest.raises(UnsafePathError):
+        write_overall_stats(overall, job)
+    with pytest.raises(UnsafePathError):
+        merge_job(job, tmp_path / "merged.jsonl")  # a top-level link is refused before any output
+    _assert_untouched(outside)
+    assert not (tmp_path / "merged.jsonl").exists()
