@@ -145,3 +145,19 @@ def test_a_done_marker_pointing_out_of_the_job_dir_fails_the_merge_naming_the_sh
         merge_job(job, tmp_path / "out.jsonl")
     assert info.value.where == f"shard {SHARD}" and "not inside the job directory" in info.value.message
     assert not (tmp_path / "out.jsonl").exists()
+
+
+@pytest.mark.e2e
+def test_dj_process_refuses_a_foreign_job_dir_with_exit_2(tmp_path):
+    """Through the command a user runs: nothing is written into a directory that is not a job."""
+    from tests.e2e.conftest import elastic_recipe, run
+
+    data = write_rows(tmp_path / "in.jsonl", make_rows(8))
+    home = tmp_path / "home"
+    home.mkdir()
+    (home / "notes.txt").write_text("precious")
+    recipe = elastic_recipe(tmp_path, data, job_dir=str(home), num_shards=2)
+    proc = run(["dj-process", "--config", str(recipe)], cwd=tmp_path, timeout=300)
+    assert proc.returncode == 2, proc.stdout[-2000:] + proc.stderr[-3000:]
+    assert "not a dj-elastic job directory (it holds notes.txt)" in proc.stderr and "Traceback" not in proc.stderr
+    assert os.listdir(home) == ["notes.txt"]
