@@ -5,9 +5,9 @@ record) can spell its way out of the job directory.  This module covers what a
 name check cannot see: a symlink *planted* in the job directory (``attempts`` or
 ``done/`` or ``claims/<shard>`` pointing elsewhere) would make ``makedirs`` and every
 write below it land outside.  So every directory the plugin creates or writes into is
-resolved first and refused unless its real path lies inside the job directory's real
-path.  The job directory itself may be a symlink (a mount alias); links *inside* it
-may point only inside it.
+checked first, component by component (one ``lstat`` each), and refused unless its
+real path lies inside the job directory's real path.  The job directory itself may be
+a symlink (a mount alias); links *inside* it may point only inside it.
 
 What this cannot stop: someone who can write to the job directory swapping a
 directory for a symlink between our check and our write.  Whoever can do that can
@@ -52,48 +52,45 @@ _IGNORED_PREFIXES: Final = (".",)
 _IGNORED_NAMES: Final = frozenset({"lost+found"})
 
 
-def _real(path: Path) -> str:
-    return os.path.realpath(path)
-
-
 def check_inside(layout: JobLayout, path: str | Path) -> Path:
     """``path`` if it (lexically and after resolving links) lies in the job directory.
 
     UnsafePathError otherwise, naming the link that leads out.  Names that do not
-    exist yet resolve lexically, so this may be asked before creating them.
+    exist yet resolve lexically, so this may be asked before creating them.  Cheap in
+    the usual case: one ``lstat`` per component below the root; links are resolved only
+    when there are some.
     """
     path = Path(path)
     root = layout.root
-    try:
-        path.relative_to(root)
-    except ValueError:
-        raise UnsafePathError(f"{path} is not inside the job directory", where=str(root)) from None
-    real_root = _real(root)
-    real = _real(path)
-    if real != real_root and not real.startswith(real_root.rstrip(os.sep) + os.sep):
-        raise UnsafePathError(
-            f"{path} leads outside the job directory (it resolves to {real}): a symlink was planted in it",
-            where=str(_first_link(root, path) or path),
-            hint="remove the link (dj-elastic never writes through links out of a job directory) or use a new job_dir",
-        )
+    text, prefix = str(path), str(root).rstrip(os.sep) + os.sep
+    if text != str(root) and not text.startswith(prefix):
+        raise UnsafePathError(f"{path} is not inside the job directory", where=str(root))
+    current = prefix[:-1]
+    for part in text[len(prefix) :].split(os.sep) if text != str(root) else ():
+        if part in ("..", "."):
+            raise UnsafePathError(f"{path} is not inside the job directory", where=str(root))
+        current = os.path.join(current, part)
+        if os.path.islink(current):
+            _check_link(root, path, Path(current))
     return path
 
 
-def _first_link(root: Path, path: Path) -> Path | None:
-    """The first component below ``root`` that is a symlink (for the error message)."""
-    current = root
-    for part in path.relative_to(root).parts:
-        current = current / part
-        if current.is_symlink():
-            return current
-    return None
+def _check_link(root: Path, path: Path, link: Path) -> None:
+    real_root = os.path.realpath(root)
+    real = os.path.realpath(path)
+    if real != real_root and not real.startswith(real_root.rstrip(os.sep) + os.sep):
+        raise UnsafePathError(
+            f"{path} leads outside the job directory (it resolves to {real}): a symlink was planted in it",
+            where=str(link),
+            hint="remove the link (dj-elastic never writes through links out of a job directory) or use a new job_dir",
+        )
 
 
 def ensure_dir(layout: JobLayout, directory: str | Path) -> Path:
     """``makedirs`` of a job-directory path, refused before anything is created outside."""
     directory = check_inside(layout, directory)
     fsio.makedirs(directory)
-    return check_inside(layout, directory)  # a link that appeared meanwhile is still caught
+    return directory
 
 
 def check_layout(layout: JobLayout) -> None:
