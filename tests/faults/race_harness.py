@@ -141,14 +141,14 @@ class Chaos:
             return False
         return bool(lines) and b'"event": "claim"' in lines[-1]
 
-    def step(self, kill_budget: int, stop_budget: int) -> None:
+    def step(self, kill_budget: int, stop_budget: int, victims: set[int] | None = None) -> None:
         now = time.monotonic()
         for slot, until in list(self.stopped.items()):
             if now >= until:
                 os.kill(self.procs[slot].pid, signal.SIGCONT)
                 del self.stopped[slot]
         live = [s for s, p in self.procs.items() if p.poll() is None and s not in self.stopped]
-        holders = [s for s in live if self.holding(s)]
+        holders = [s for s in live if self.holding(s) and (victims is None or s in victims)]
         if not holders:
             return
         slot = self.rng.choice(holders)
@@ -174,7 +174,13 @@ class Chaos:
             proc.wait()
 
     def run(
-        self, processes: int, kill_budget: int, stop_budget: int, chaos_until: float, timeout: float = 300
+        self,
+        processes: int,
+        kill_budget: int,
+        stop_budget: int,
+        chaos_until: float,
+        timeout: float = 300,
+        victims: set[int] | None = None,
     ) -> float:
         """Start ``processes`` workers, inject faults until ``chaos_until`` of the shards are done,
         then let every worker finish (paused ones still sleep their full pause); seconds taken."""
@@ -187,7 +193,7 @@ class Chaos:
             while done_count(layout) < chaos_until * shards and time.monotonic() - started < timeout:
                 if all(p.poll() is not None for p in self.procs.values()):
                     break  # every worker exited early: the checks below say why
-                self.step(kill_budget, stop_budget)
+                self.step(kill_budget, stop_budget, victims)
                 time.sleep(0.05)
             deadline = time.monotonic() + timeout
             while any(p.poll() is None for p in self.procs.values()) and time.monotonic() < deadline:
