@@ -223,8 +223,15 @@ def validate_result(
         )
     try:
         output = layout.resolve_relative(result.output)
+        own = layout.attempt_dir(entry.shard_id, result.attempt_id)
     except JobDirError as exc:
         raise IntegrityError(exc.message, where=where) from None
+    if own not in output.parents:  # publish_done only accepts outputs there; anything else is forged
+        raise IntegrityError(
+            f"done marker names output {result.output}, outside its attempt directory {layout.relative(own)}",
+            where=where,
+            hint="the job directory was modified; prepare a new job_dir",
+        )
     if not fsio.exists(output):
         raise IntegrityError(f"accepted output {output} is missing", where=where, hint="retry the shard")
     confine.check_inside(layout, output)  # a record may not lead the merge out through a planted link

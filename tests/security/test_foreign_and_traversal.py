@@ -161,3 +161,22 @@ def test_dj_process_refuses_a_foreign_job_dir_with_exit_2(tmp_path):
     assert proc.returncode == 2, proc.stdout[-2000:] + proc.stderr[-3000:]
     assert "not a dj-elastic job directory (it holds notes.txt)" in proc.stderr and "Traceback" not in proc.stderr
     assert os.listdir(home) == ["notes.txt"]
+
+
+def test_a_done_marker_naming_another_attempts_output_fails_the_merge(job, tmp_path):
+    """A marker must name an output inside its own shard's attempt directory: otherwise one
+    shard's accepted rows could be merged twice (as long as the record's numbers match them)."""
+    run_worker(job, identity(), copy_runner(), ttl_secs=60, heartbeat_secs=10, max_retries=0,
+               poll_interval_secs=1, wait_for_completion=False)  # fmt: skip
+    layout = JobLayout(job)
+    first, _ = attempts.read_done(layout, SHARD)
+    other = "part-00001-of-00004"
+    second, _ = attempts.read_done(layout, other)
+    forged = ShardResult(**{**first.__dict__, "shard_id": other, "attempt_id": second.attempt_id,
+                            "input_rows": second.input_rows, "input_sha256": second.input_sha256})  # fmt: skip
+    layout.done(other).unlink()
+    layout.done(other).write_bytes(forged.encode())
+    with pytest.raises(IntegrityError) as info:
+        merge_job(job, tmp_path / "out.jsonl")
+    assert info.value.where == f"shard {other}" and "attempt directory" in info.value.message
+    assert not (tmp_path / "out.jsonl").exists()
