@@ -41,6 +41,8 @@ RELEASED: Final = "released"
 FAILED: Final = "failed"
 STALE: Final = "stale"
 HOLDER_DEAD: Final = "dead-pid"
+# Release reason of a holder that published (or saw another attempt's publication).
+RELEASE_FINISHED: Final = "finished"
 
 
 @dataclass(frozen=True)
@@ -154,6 +156,12 @@ def takeover_reason(view: LeaseView, identity: WorkerIdentity, observer: Stalene
         return FIRST
     stale = observer.is_stale(view)
     if view.release is not None:
+        if view.release.reason == RELEASE_FINISHED and not stale:
+            # The done marker exists, even if a lagging cache (NFS negative lookups, up to
+            # acdirmax) does not show it to us yet: taking over now would re-run a finished
+            # shard.  After a TTL unchanged on our clock (TTL >= 3x cache time) the marker is
+            # visible; if it really is gone, the shard is run again then.
+            return None
         return RELEASED
     if view.failure is not None:
         return FAILED

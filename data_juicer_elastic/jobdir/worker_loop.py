@@ -224,7 +224,7 @@ class _Worker:
             self.pending = claim  # a signal from here on must release it
             if fsio.exists(self.layout.done(shard)):
                 # Published between our check and our claim (a slow or zombie attempt): nothing to do.
-                leases.release_claim(self.layout, claim, "finished")
+                leases.release_claim(self.layout, claim, leases.RELEASE_FINISHED)
                 self.pending = None
                 continue
             logger.info(f"claimed {shard} gen {claim.generation} ({reason}) as {claim.attempt_id}")
@@ -298,7 +298,7 @@ class _Worker:
         else:
             self.summary.discarded += 1
         _close(attempt, "done" if outcome.accepted else "discarded", rows=outcome.result.rows)
-        self._release(claim, "finished")
+        self._release(claim, leases.RELEASE_FINISHED)
 
     def _abandon(self, attempt: attempts.Attempt | None, claim: Claim, reason: str) -> None:
         self.summary.lost += 1

@@ -86,3 +86,30 @@ def test_exactly_once_and_no_spurious_takeover_through_lagging_views(cached_view
     spurious = [t for t in stats.stale_takeovers if t not in chaos.faulted]
     assert not spurious, f"live claims taken over as stale through the caches: {spurious}"
     assert chaos.kills == 1 and stats.takeovers.get("stale") == 1, "the killed holder's shard is taken over"
+    assert stats.discarded == 0 and "released" not in stats.takeovers, "a finished shard was run again"
+
+
+def test_a_finished_release_is_not_taken_over_before_a_ttl(tmp_path):
+    """Regression (found by the test above: a shard re-run and its result discarded): a holder
+    released "finished", but this node's cache does not show the done marker yet.  Taking over
+    at once re-ran a finished shard; now the observer waits a TTL on its own clock first."""
+    from data_juicer_elastic.jobdir import leases
+    from data_juicer_elastic.jobdir.layout import JobLayout
+    from tests.jobdir.conftest import FakeClock, identity
+
+    job = tmp_path / "job"
+    prepare(tmp_path, job, 2)
+    layout, shard, clock = JobLayout(job), "part-00000-of-00002", FakeClock()
+    holder, observer = identity("a", boot_id="boot-a"), leases.StalenessObserver(TTL, clock)
+    claim = leases.publish_claim(layout, leases.read_lease(layout, shard), holder, "a1", leases.FIRST)
+    leases.release_claim(layout, claim, leases.RELEASE_FINISHED)  # its done marker: not visible here
+    me = identity("b", boot_id="boot-b")
+    assert leases.takeover_reason(leases.read_lease(layout, shard), me, observer) is None
+    clock.advance(TTL - 0.1)
+    assert leases.takeover_reason(leases.read_lease(layout, shard), me, observer) is None
+    clock.advance(0.2)
+    assert leases.takeover_reason(leases.read_lease(layout, shard), me, observer) == leases.RELEASED
+    other = leases.publish_claim(layout, leases.read_lease(layout, "part-00001-of-00002"), holder, "a2", "none")
+    leases.release_claim(layout, other, "signal")  # any other release frees the shard at once
+    fresh = leases.StalenessObserver(TTL, clock)
+    assert leases.takeover_reason(leases.read_lease(layout, "part-00001-of-00002"), me, fresh) == leases.RELEASED
