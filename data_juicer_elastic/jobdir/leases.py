@@ -4,7 +4,9 @@
   with ``link()``; it is never unlinked.  Taking a shard over means publishing
   generation N+1: exactly one taker wins.  The generation is the fencing token.
 * Generation N may be taken over when a release or a failure record for N
-  exists, or when it is stale.
+  exists, or when it is stale.  A release with reason "finished" (the shard was
+  published) frees it only once stale: until then a lagging cache may be hiding the
+  done marker, and taking over would run a finished shard again.
 * Stale is judged only on the *observer's own monotonic clock*: the observer
   remembers when it first saw each (generation, heartbeat seq) value, and the
   claim is stale once that value has not changed for TTL.  File mtimes and other
