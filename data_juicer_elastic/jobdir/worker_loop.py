@@ -19,7 +19,7 @@ from pathlib import Path
 from loguru import logger
 
 from data_juicer_elastic.errors import ConfigError, IntegrityError, LeaseLostError, is_worker_fault
-from data_juicer_elastic.jobdir import attempts, fsio, leases
+from data_juicer_elastic.jobdir import attempts, fsio, leases, progress
 from data_juicer_elastic.jobdir.identity import WorkerIdentity
 from data_juicer_elastic.jobdir.layout import JobLayout
 from data_juicer_elastic.jobdir.manifest import load_manifest
@@ -66,6 +66,7 @@ def run_worker(
     sleep: Callable[[float], None] | None = None,
     max_done: int | None = None,
     claim_gate: Callable[[], bool] | None = None,
+    on_attempt: Callable[[progress.ProgressTracker], None] | None = None,
 ) -> WorkerSummary:
     """Process shards of ``job_dir`` until the job is finished (or a limit is reached).
 
@@ -73,6 +74,8 @@ def run_worker(
     mode's share): unlike ``max_shards`` a failed attempt does not use it up.
     ``claim_gate()`` may decline claiming a pending shard for now (straggler
     avoidance); taking over a stale or dead claim is never declined.
+    ``on_attempt(tracker)`` is called as each attempt starts with its live progress
+    tracker (``jobdir.progress``), e.g. to drive a terminal progress bar.
     """
     _check_settings(ttl_secs, heartbeat_secs, max_retries, poll_interval_secs, max_shards)
     if max_done is not None and max_done < 1:
@@ -87,6 +90,7 @@ def run_worker(
         layout, manifest, identity, run_shard, observer, summary, ttl_secs, heartbeat_secs, max_retries, clock
     )
     worker.claim_gate = claim_gate
+    worker.on_attempt = on_attempt
 
     with _SignalGuard() as guard:
         try:
@@ -171,6 +175,7 @@ class _Worker:
         self.pending: Claim | None = None  # claimed and not yet handed back
         self.claim_gate: Callable[[], bool] | None = None
         self.known_done: set[str] = set()  # shards seen DONE (terminal): skipped by later claim passes
+        self.on_attempt: Callable[[progress.ProgressTracker], None] | None = None
 
     # -- claiming --------------------------------------------------------------------------------
     def claim_next(self) -> tuple[tuple[ShardEntry, Claim] | None, bool]:
@@ -235,8 +240,16 @@ class _Worker:
     def run(self, entry: ShardEntry, claim: Claim) -> None:
         """Run one claimed shard; every way out leaves a result, a failure or a release."""
         self.summary.claimed += 1
+        tracker = progress.ProgressTracker(self.layout, claim, entry.rows)
+        if self.on_attempt is not None:
+            self.on_attempt(tracker)  # e.g. a terminal progress bar for this shard
         heartbeater = leases.Heartbeater(
-            self.layout, claim, heartbeat_secs=self.heartbeat, ttl_secs=self.ttl, clock=self.clock
+            self.layout,
+            claim,
+            heartbeat_secs=self.heartbeat,
+            ttl_secs=self.ttl,
+            clock=self.clock,
+            on_beat=tracker.flush,
         )
         heartbeater.start()
         attempt: attempts.Attempt | None = None
@@ -252,7 +265,9 @@ class _Worker:
                 input_sha256=entry.sha256,
             )
             self._check_input(task, entry)
-            output = self.run_shard(task)
+            with progress.activate(tracker):
+                output = self.run_shard(task)
+            tracker.set_stage(progress.Stage.PUBLISHING)
             self._fence(heartbeater, claim)
             outcome = attempts.publish_done(
                 self.layout,
@@ -290,6 +305,7 @@ class _Worker:
             raise
         finally:
             heartbeater.stop()
+            tracker.finish()
         if outcome.accepted:
             self.summary.done += 1
             logger.info(f"{entry.shard_id}: done ({outcome.result.rows} rows) by attempt {claim.attempt_id}")
