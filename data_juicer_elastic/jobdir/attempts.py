@@ -99,10 +99,14 @@ class PublishOutcome:
     winner: ShardResult | None  # the accepted result (ours, or another attempt's); None if unreadable
 
 
-def read_done(layout: JobLayout, shard_id: str) -> tuple[ShardResult | None, str | None]:
-    """(accepted result, None), (None, None) when not done, (None, error) when the marker is corrupt."""
+def read_done(layout: JobLayout, shard_id: str, data: bytes | None = None) -> tuple[ShardResult | None, str | None]:
+    """(accepted result, None), (None, None) when not done, (None, error) when the marker is corrupt.
+
+    ``data``: the marker's bytes when the caller read them already (status reads many in parallel).
+    """
     path = layout.done(shard_id)
-    data = fsio.read_record(path)
+    if data is None:
+        data = fsio.read_record(path)
     if data is None:
         return None, None
     try:
