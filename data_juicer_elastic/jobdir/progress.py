@@ -128,7 +128,9 @@ class ProgressTracker:
             rows_written=0,
             source="none",
         )
-        self._dirty = True
+        # Nothing to say before the first change: no write at the first heartbeat (the claim
+        # already tells a reader the attempt started).
+        self._dirty = False
         self._samples: list[list[float]] = []
         self.listeners: list[Callable[[ProgressRecord], None]] = []
 
@@ -195,9 +197,12 @@ class ProgressTracker:
             self._dirty = False
         try:
             path = self.layout.attempt_progress(record.shard_id, record.attempt_id)
-            fsio.makedirs(path.parent)  # the first beat can come before the attempt directory exists
             # durable=False: a progress record lost in a crash only shows older progress
-            fsio.atomic_write(path, record.encode(), durable=False)
+            try:
+                fsio.atomic_write(path, record.encode(), durable=False)
+            except FileNotFoundError:  # a beat can come before open_attempt made the directory
+                fsio.makedirs(path.parent)
+                fsio.atomic_write(path, record.encode(), durable=False)
         except (OSError, JobDirError) as exc:
             logger.warning(f"{record.shard_id}: could not write progress: {exc}")
             with self._lock:
