@@ -35,11 +35,13 @@ from data_juicer_elastic.jobdir.prepare import PrepareRequest, prepare_job
 
 NODES = 8
 MAX_RETRIES = 1
-# Every k-th shard (by index) gets this role; the rest are done, except the pending tail.
-RUNNING_EVERY = 500  # 20 running of 10,000 (one per slot of a mid-size cluster)
-FAILED_EVERY = 1000  # 10 terminally failed
-RETRIED_EVERY = 250  # retried once, then done
+SETTINGS = {"max_retries": MAX_RETRIES, "lease_ttl_secs": 120.0}  # heartbeat every 30 s
+# Spread evenly over the claimed part of the job; the rest of the claimed shards are done.
+RUNNING = 20  # one per slot of a mid-size cluster; the first one is a straggler (reads nothing)
+FAILED = 10  # terminally failed (MAX_RETRIES + 1 failures)
+RETRIED = 30  # failed once on one node, then done on another
 PENDING_FRACTION = 0.25  # the last quarter has not been claimed yet
+ROWS_PER_SHARD = 4
 
 
 def _identity(node: int) -> WorkerIdentity:
@@ -67,7 +69,7 @@ def _no_fsync() -> Iterator[None]:
 
 
 def build_job(
-    root: Path, shards: int = 10_000, rows_per_shard: int = 2, pending_fraction: float = PENDING_FRACTION
+    root: Path, shards: int = 10_000, rows_per_shard: int = ROWS_PER_SHARD, pending_fraction: float = PENDING_FRACTION
 ) -> dict[str, list[str]]:
     """Create the synthetic job in ``root``; returns shard ids by intended role."""
     with _no_fsync():
@@ -87,19 +89,24 @@ def _build(root: Path, shards: int, rows_per_shard: int, pending_fraction: float
             num_shards=shards,
             recipe={"process": [{"demo_mapper": None}]},
             stage_identities=["stage-a"],
-            settings={"max_retries": MAX_RETRIES},
+            settings=SETTINGS,
         )
     )
     layout = JobLayout(root)
     manifest = load_manifest(root)
     roles: dict[str, list[str]] = {"done": [], "running": [], "failed": [], "retried": [], "pending": []}
     pending_from = int(shards * (1 - pending_fraction))
+
+    def spread(count: int, offset: int) -> set[int]:
+        return set(range(offset, pending_from, max(1, pending_from // count))[:count])
+
+    failed_ids, running_ids, retried_ids = spread(FAILED, 7), spread(RUNNING, 3), spread(RETRIED, 11)
     for entry in manifest.shards:
         i, shard = entry.index, entry.shard_id
         who = _identity(i % NODES)
         if i >= pending_from:
             roles["pending"].append(shard)
-        elif i % FAILED_EVERY == 7:
+        elif i in failed_ids:
             for _ in range(MAX_RETRIES + 1):
                 claim = _claim(layout, shard, who)
                 att = attempts.open_attempt(layout, claim, who)
@@ -110,15 +117,15 @@ def _build(root: Path, shards: int, rows_per_shard: int, pending_fraction: float
                 attempts.close_attempt(att, "failed", error="ValueError: poison row")
                 leases.release_claim(layout, claim, "failed")
             roles["failed"].append(shard)
-        elif i % RUNNING_EVERY == 3:
+        elif i in running_ids:
             claim = _claim(layout, shard, who)
             attempts.open_attempt(layout, claim, who)
             leases.write_heartbeat(layout, claim, 5)
-            slow = i % (RUNNING_EVERY * 4) == 3  # a straggler: a tenth of the others' rate
-            _progress(layout, claim, entry.rows, elapsed=100.0, read=1 if slow else entry.rows - 1, finish=False)
+            slow = not roles["running"]  # the first one: a straggler that has read nothing in 100 s
+            _progress(layout, claim, entry.rows, elapsed=100.0, read=0 if slow else entry.rows, finish=False)
             roles["running"].append(shard)
         else:
-            if i % RETRIED_EVERY == 11:
+            if i in retried_ids:
                 claim = _claim(layout, shard, who)
                 attempts.open_attempt(layout, claim, who)
                 attempts.record_failure(

@@ -5,9 +5,9 @@ This module owns the progress record (schema in ``docs/status.md``).  Who does w
 * the shard runner (``execution``) reports what it sees into the attempt's
   :class:`ProgressTracker` -- stage changes and row counts -- in memory only;
 * the attempt's heartbeat thread calls :meth:`ProgressTracker.flush` after each
-  renewal, so the file is rewritten at most once per heartbeat (plus one final
-  write when the attempt ends): bounded write rate, one small file per attempt,
-  ``os.replace`` so readers never see a torn record;
+  renewal, so the file is rewritten at most once per heartbeat (from the first
+  change on; plus one final write when the attempt ends): bounded write rate, one
+  small file per attempt, ``os.replace`` so readers never see a torn record;
 * ``dj-elastic status`` and the HTML report read it.
 
 Progress is informational.  Nothing decides a claim, a takeover or a result from
@@ -175,13 +175,16 @@ class ProgressTracker:
                 logger.debug(f"progress listener failed: {exc}")
 
     def flush(self, force: bool = False) -> bool:
-        """Write the record if it changed since the last write (or ``force``); True if written.
+        """Write the record; True if written.  Called from the heartbeat thread after each
+        renewal, so at most once per heartbeat interval.  Errors are logged, never raised.
 
-        Called from the heartbeat thread after each renewal, so at most once per
-        heartbeat interval.  Errors are logged, never raised.
+        Nothing is written until something changed (a claim alone says the attempt
+        started); from then on every call writes, even without new rows, so that
+        ``elapsed_secs`` stays current: a stalled attempt must show a falling rate,
+        not the rate it had when it stalled.
         """
         with self._lock:
-            if not (self._dirty or force):
+            if not (self._dirty or force or self._record.seq > 0):
                 return False
             elapsed = self.clock() - self._t0
             sample = [round(elapsed, 3), float(self._record.rows_read), float(self._record.rows_written)]
