@@ -67,13 +67,13 @@ def live_job(tmp_path_factory):
     from data_juicer_elastic.jobdir.manifest import load_manifest
 
     assert [(e.first_row, e.rows) for e in load_manifest(job).shards] == [(0, 10), (10, 10), (20, 10)]
+    log = open(tmp / "worker.out", "w")  # a file, not a pipe: a full pipe nobody reads blocks the worker
     proc = subprocess.Popen(
         ["dj-elastic", "worker", "--job-dir", str(job)],
         cwd=tmp,
         env={**os.environ, "DJ_ELASTIC_NODE_ID": "node-live"},
-        stdout=subprocess.PIPE,
+        stdout=log,
         stderr=subprocess.STDOUT,
-        text=True,
         start_new_session=True,
     )
     try:
@@ -87,12 +87,14 @@ def live_job(tmp_path_factory):
                 continue
             snap = _status(job, "--json")
             live = (snap, json.loads(snap.stdout), _status(job))
-        out, _ = proc.communicate(timeout=240)
+        proc.wait(timeout=240)
     finally:
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)
             proc.wait()
-    assert live is not None, f"never saw {SLOW} running with progress; dj-process said:\n{out[-4000:]}"
+        log.close()
+    out = (tmp / "worker.out").read_text()
+    assert live is not None, f"never saw {SLOW} running with progress; the worker said:\n{out[-4000:]}"
     yield job, proc.returncode, out, live
 
 
