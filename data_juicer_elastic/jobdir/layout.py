@@ -232,6 +232,11 @@ class JobLayout:
         """Live progress of the attempt (jobdir.progress), rewritten at most once per heartbeat."""
         return self.attempt_dir(shard_id, attempt_id) / "progress.json"
 
+    @property
+    def stats_dir(self) -> Path:
+        """Overall statistics written by finalize: overall.json, overall.csv."""
+        return self.root / "stats"
+
     def done(self, shard_id: str) -> Path:
         return self.done_dir / f"{validate_shard_id(shard_id)}.json"
 
