@@ -33,6 +33,7 @@ from data_juicer_elastic.jobdir.layout import JobLayout
 from data_juicer_elastic.jobdir.manifest import load_manifest
 from data_juicer_elastic.jobdir.prepare import PrepareRequest, prepare_job
 
+REPO = Path(__file__).resolve().parents[1]
 NODES = 8
 MAX_RETRIES = 1
 SETTINGS = {"max_retries": MAX_RETRIES, "lease_ttl_secs": 120.0}  # heartbeat every 30 s
@@ -167,11 +168,14 @@ def _progress(layout, claim, rows_total: int, *, elapsed: float, read: int, fini
         tracker.finish()
 
 
-def _time(cmd: list[str], repeat: int) -> tuple[float, int, str]:
+def _time(cmd: list[str], repeat: int, checkout: Path = REPO) -> tuple[float, int, str]:
+    """Median wall seconds of ``cmd`` run with ``checkout``'s package first on the path (from a
+    neutral directory: ``python -m`` would put the current directory first)."""
+    env = {**os.environ, "PYTHONPATH": str(checkout)}
     times, proc = [], None
     for _ in range(repeat):
         t0 = time.perf_counter()
-        proc = subprocess.run(cmd, capture_output=True, text=True)
+        proc = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=tempfile.gettempdir())
         times.append(time.perf_counter() - t0)
     return statistics.median(times), proc.returncode, proc.stdout
 
@@ -181,6 +185,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--shards", type=int, default=10_000)
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--job-dir", help="build here (default: a temporary directory)")
+    parser.add_argument("--compare", metavar="CHECKOUT", help="also time `status` of another checkout (e.g. main)")
     args = parser.parse_args(argv)
     with tempfile.TemporaryDirectory(prefix="bench-status-") as tmp:
         job = Path(args.job_dir or Path(tmp) / "job")
@@ -194,10 +199,14 @@ def main(argv: list[str] | None = None) -> int:
         text, rc_text, _ = _time([*exe, "status", "--job-dir", str(job)], args.repeat)
         js, rc_json, out = _time([*exe, "status", "--job-dir", str(job), "--json"], args.repeat)
         counts = json.loads(out)["counts"] if out.strip() else {}
+        if args.compare:
+            other, rc_other, _ = _time([*exe, "status", "--job-dir", str(job)], args.repeat, Path(args.compare))
         print(f"counts: {counts}")
         print(f"baseline `dj-elastic --version`: {base:.3f}s")
         print(f"`dj-elastic status`:             {text:.3f}s (exit {rc_text}), {text / base:.2f}x baseline")
         print(f"`dj-elastic status --json`:      {js:.3f}s (exit {rc_json}), {js / base:.2f}x baseline")
+        if args.compare:
+            print(f"`status` of {args.compare}: {other:.3f}s (exit {rc_other}); this one is {other / text:.1f}x faster")
     return 0
 
 
