@@ -159,6 +159,7 @@ def _claim(layout: JobLayout, shard: str, who: WorkerIdentity):
 def _progress(layout, claim, rows_total: int, *, elapsed: float, read: int, finish: bool) -> None:
     clock = _Clock()
     tracker = progress.ProgressTracker(layout, claim, rows_total, clock=clock)
+    tracker.start_writing()  # the caller opened the attempt
     tracker.set_stage(progress.Stage.PROCESSING, "MapBatches(process_batched)")
     for k in range(1, 5):
         clock.now = elapsed * k / 4

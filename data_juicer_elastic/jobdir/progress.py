@@ -79,15 +79,15 @@ class ProgressRecord(Record):
 
 def read_progress(layout: JobLayout, shard_id: str, attempt_id: str) -> tuple[ProgressRecord | None, str | None]:
     """(record, None); (None, None) when there is none yet; (None, error) when it is unreadable."""
-    path = layout.attempt_progress(shard_id, attempt_id)
     try:
+        path = layout.attempt_progress(shard_id, attempt_id)  # refuses an attempt id that leaves the job dir
         data = fsio.read_record(path)
         if data is None:
             return None, None
         record = ProgressRecord.parse(data, path)
     except (OSError, JobDirError) as exc:
         return None, str(exc)
-    if (record.shard_id, record.attempt_id) != (shard_id, attempt_id):
+    if (record.shard_id, record.attempt_id) != (shard_id, attempt_id):  # a copied or misplaced file
         return None, f"{path}: progress record names {record.shard_id} attempt {record.attempt_id}"
     return record, None
 
@@ -131,6 +131,7 @@ class ProgressTracker:
         # Nothing to say before the first change: no write at the first heartbeat (the claim
         # already tells a reader the attempt started).
         self._dirty = False
+        self._writable = False  # until the attempt directory exists and was checked (start_writing)
         self._samples: list[list[float]] = []
         self.listeners: list[Callable[[ProgressRecord], None]] = []
 
@@ -138,6 +139,13 @@ class ProgressTracker:
     def current(self) -> ProgressRecord:
         with self._lock:
             return replace(self._record, elapsed_secs=self.clock() - self._t0, samples=list(self._samples))
+
+    def start_writing(self) -> None:
+        """The attempt directory exists (``attempts.open_attempt`` created it and checked that it
+        lies inside the job directory): flushes may write from now on.  The tracker never creates
+        a directory itself, so a planted symlink cannot lead it out of the job directory."""
+        with self._lock:
+            self._writable = True
 
     def set_stage(self, stage: Stage, operator: str | None = None) -> None:
         self._change(stage=Stage(stage).value, operator=_short(operator))
@@ -184,7 +192,7 @@ class ProgressTracker:
         not the rate it had when it stalled.
         """
         with self._lock:
-            if not (self._dirty or force or self._record.seq > 0):
+            if not self._writable or not (self._dirty or force or self._record.seq > 0):
                 return False
             elapsed = self.clock() - self._t0
             sample = [round(elapsed, 3), float(self._record.rows_read), float(self._record.rows_written)]
@@ -201,11 +209,7 @@ class ProgressTracker:
         try:
             path = self.layout.attempt_progress(record.shard_id, record.attempt_id)
             # durable=False: a progress record lost in a crash only shows older progress
-            try:
-                fsio.atomic_write(path, record.encode(), durable=False)
-            except FileNotFoundError:  # a beat can come before open_attempt made the directory
-                fsio.makedirs(path.parent)
-                fsio.atomic_write(path, record.encode(), durable=False)
+            fsio.atomic_write(path, record.encode(), durable=False)
         except (OSError, JobDirError) as exc:
             logger.warning(f"{record.shard_id}: could not write progress: {exc}")
             with self._lock:

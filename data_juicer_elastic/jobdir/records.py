@@ -118,13 +118,13 @@ _args = functools.cache(typing.get_args)
 
 
 @functools.cache
-def _type_hints(cls: type) -> dict[str, Any]:
-    # Resolving string annotations costs ~0.1 ms a call: status parses 10,000s of records.
+def _field_types(cls: type) -> dict[str, Any]:
+    # get_type_hints evaluates the (string) annotations: ~0.4 ms per record, on every lease read.
     return typing.get_type_hints(cls)
 
 
 def _build(cls: type, obj: dict[str, Any], where: str, kind: str) -> Any:
-    hints = _type_hints(cls)
+    hints = _field_types(cls)
     values: dict[str, Any] = {}
     for f in dataclasses.fields(cls):
         if f.name not in obj:

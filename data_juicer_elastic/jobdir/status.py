@@ -289,7 +289,10 @@ class _Reader:
             record = None
         if record is not None and record.batching is not None:
             return record.batching
-        return attempts.read_batching_summary(self.layout, shard, attempt_id)
+        try:
+            return attempts.read_batching_summary(self.layout, shard, attempt_id)
+        except JobDirError:  # an attempt id from a record that would leave the job directory
+            return None
 
     def _log(self, shard: str, attempt_id: str) -> str | None:
         # A string join, not JobLayout.attempt_dir: 10,000 Path objects cost ~0.3 s.

@@ -20,7 +20,7 @@ from pathlib import Path
 from loguru import logger
 
 from data_juicer_elastic.errors import ConfigError, IntegrityError, LeaseLostError, is_worker_fault
-from data_juicer_elastic.jobdir import attempts, claiming, fsio, leases, progress
+from data_juicer_elastic.jobdir import attempts, claiming, confine, fsio, leases, progress
 from data_juicer_elastic.jobdir.identity import WorkerIdentity
 from data_juicer_elastic.jobdir.layout import JobLayout
 from data_juicer_elastic.jobdir.manifest import load_manifest
@@ -85,6 +85,7 @@ def run_worker(
         raise ConfigError(f"invalid value {max_done!r}: must be >= 1 or null", where="max_done")
     layout = JobLayout(Path(os.path.abspath(job_dir)))
     manifest = load_manifest(layout.root)  # refuse a corrupt job before claiming anything
+    confine.check_layout(layout)  # and one whose directories lead elsewhere
     observer = leases.StalenessObserver(ttl_secs, clock)
     summary = WorkerSummary()
     if sleep is None:
@@ -235,6 +236,7 @@ class _Worker:
         attempt: attempts.Attempt | None = None
         try:
             attempt = attempts.open_attempt(self.layout, claim, self.identity)
+            tracker.start_writing()
             task = ShardTask(
                 shard_id=entry.shard_id,
                 shard_path=self.layout.shard(entry.shard_id),
@@ -295,7 +297,7 @@ class _Worker:
         else:
             self.summary.discarded += 1
         _close(attempt, "done" if outcome.accepted else "discarded", rows=outcome.result.rows)
-        self._release(claim, "finished")
+        self._release(claim, leases.RELEASE_FINISHED)
 
     def _abandon(self, attempt: attempts.Attempt | None, claim: Claim, reason: str) -> None:
         self.summary.lost += 1

@@ -24,7 +24,12 @@ def _tracker(tmp_path, clock=None):
     layout = JobLayout(tmp_path)
     view = leases.read_lease(layout, SHARD)
     claim = leases.publish_claim(layout, view, identity("n1"), "att-1", "none")
-    return layout, progress.ProgressTracker(layout, claim, 100, clock=clock or FakeClock())
+    tracker = progress.ProgressTracker(layout, claim, 100, clock=clock or FakeClock())
+    tracker.update(rows_read=0)  # nothing changes: still nothing to write
+    assert not tracker.flush()
+    layout.attempt_dir(SHARD, "att-1").mkdir(parents=True)
+    tracker.start_writing()
+    return layout, tracker
 
 
 def test_writes_from_the_first_change_on_and_keeps_a_bounded_sample_history(tmp_path):
@@ -65,6 +70,15 @@ def test_a_malformed_or_foreign_record_is_an_error_never_progress(tmp_path):
         assert record is None and error
     path.write_text(json.dumps({**good, "attempt_id": "other"}))
     assert progress.read_progress(layout, SHARD, "att-1")[0] is None
+
+
+def test_nothing_is_written_before_the_attempt_directory_is_ready(tmp_path):
+    layout = JobLayout(tmp_path)
+    claim = leases.publish_claim(layout, leases.read_lease(layout, SHARD), identity(), "att-2", "none")
+    tracker = progress.ProgressTracker(layout, claim, 10)
+    tracker.update(rows_read=3)
+    tracker.finish()
+    assert not layout.attempt_dir(SHARD, "att-2").exists(), "never creates a directory (planted links)"
 
 
 def test_write_errors_are_logged_not_raised_and_retried(tmp_path):
@@ -125,3 +139,9 @@ def test_worker_loop_writes_progress_on_the_heartbeat_and_at_the_end(tmp_path):
 )
 def test_ray_data_executions_are_classified_by_their_operators(names, stage):
     assert classify(names) == stage
+
+
+def test_a_traversing_attempt_id_is_an_error_not_a_path(tmp_path):
+    layout = JobLayout(tmp_path)
+    record, error = progress.read_progress(layout, SHARD, "../../../../tmp/evil")
+    assert record is None and "invalid attempt id" in error

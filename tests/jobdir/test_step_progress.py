@@ -71,7 +71,7 @@ def test_on_a_terminal_a_tqdm_bar(capsys):
 def test_shard_display_follows_the_attempt_to_its_end(tmp_path):
     layout = JobLayout(tmp_path)
     claim = leases.publish_claim(layout, leases.read_lease(layout, "part-00000-of-00001"), identity(), "a1", "none")
-    tracker = progress.ProgressTracker(layout, claim, 40)
+    tracker = progress.ProgressTracker(layout, claim, 40)  # never writes: start_writing() not called
     clock = FakeClock(0.0)
     lines, sink = _log_lines()
     try:
