@@ -80,13 +80,20 @@ class AttemptFact:
     error: str | None
     batching: dict[str, Any] | None
     heartbeat_age_secs: float | None = None  # running attempts: seconds since the heartbeat file changed
+    stale: bool = False  # running, but its heartbeat is older than the lease TTL (display hint, as status)
 
     @property
     def retried(self) -> bool:
         return self.ordinal > 1
 
     def end_or(self, now: float) -> float:
-        return self.ended_at if self.ended_at is not None else max(now, self.started_at)
+        """The recorded end; for a running attempt ``now``, or its last heartbeat when stale (a worker
+        that vanished a week ago must not stretch the charts to today)."""
+        if self.ended_at is not None:
+            return self.ended_at
+        if self.stale and self.heartbeat_age_secs is not None:
+            return max(self.started_at, now - self.heartbeat_age_secs)
+        return max(now, self.started_at)
 
 
 @dataclass(frozen=True)
@@ -161,9 +168,10 @@ def gather(job_dir: str | Path, now: float | None = None) -> JobFacts:
     shards: list[ShardFact] = []
     all_attempts: list[AttemptFact] = []
     for entry in manifest.shards:
-        found = _shard_attempts(layout, entry, entry.shard_id in attempted, entry.shard_id in done_ids, now, warnings)
+        attempted_here, done_here = entry.shard_id in attempted, entry.shard_id in done_ids
+        found = _shard_attempts(layout, entry, attempted_here, done_here, now, ttl, warnings)
         all_attempts += found
-        shards.append(_shard_fact(layout, entry, found, done_ids, failed_ids, ttl, warnings))
+        shards.append(_shard_fact(layout, entry, found, done_ids, failed_ids, warnings))
     traces, skipped = _traces(layout, all_attempts, warnings)
     facts = JobFacts(
         job_dir=layout.root,
@@ -196,7 +204,7 @@ def _read(cls, path: Path, warnings: _Warnings):
 
 
 def _shard_attempts(
-    layout: JobLayout, entry: ShardEntry, attempted: bool, done: bool, now: float, warnings: _Warnings
+    layout: JobLayout, entry: ShardEntry, attempted: bool, done: bool, now: float, ttl, warnings: _Warnings
 ) -> list[AttemptFact]:
     shard = entry.shard_id
     records: list[AttemptRecord] = []
@@ -226,11 +234,11 @@ def _shard_attempts(
     failures = {f.attempt_id: f for f in attempt_records.list_failures(layout, shard)} if unended else {}
     out = []
     for ordinal, record in enumerate(records, start=1):
-        out.append(_attempt_fact(layout, entry, record, ordinal, accepted, accepted_at, view, failures, now))
+        out.append(_attempt_fact(layout, entry, record, ordinal, accepted, accepted_at, view, failures, now, ttl))
     return out
 
 
-def _attempt_fact(layout, entry, record, ordinal, accepted, accepted_at, view, failures, now) -> AttemptFact:
+def _attempt_fact(layout, entry, record, ordinal, accepted, accepted_at, view, failures, now, ttl) -> AttemptFact:
     base = dict(
         shard_id=record.shard_id,
         shard_index=entry.index,
@@ -266,6 +274,7 @@ def _attempt_fact(layout, entry, record, ordinal, accepted, accepted_at, view, f
             outcome=Outcome.RUNNING,
             detail="running",
             heartbeat_age_secs=age,
+            stale=isinstance(ttl, (int, float)) and age is not None and age > ttl,
             **base,
         )
     failure: Failure | None = failures.get(record.attempt_id)
@@ -296,7 +305,7 @@ def _last_heartbeat(layout: JobLayout, record: AttemptRecord) -> float | None:
     return beat.written_at if beat is not None and beat.attempt_id == record.attempt_id else None
 
 
-def _shard_fact(layout, entry, found, done_ids, failed_ids, ttl, warnings) -> ShardFact:
+def _shard_fact(layout, entry, found, done_ids, failed_ids, warnings) -> ShardFact:
     shard = entry.shard_id
     errors = [a.error for a in found if a.outcome in (Outcome.FAILED, Outcome.LOST) and a.error]
     last_error = errors[-1] if errors else None
@@ -317,9 +326,7 @@ def _shard_fact(layout, entry, found, done_ids, failed_ids, ttl, warnings) -> Sh
         if not running:
             state = ShardState.PENDING
         else:
-            age = running[-1].heartbeat_age_secs
-            stale = isinstance(ttl, (int, float)) and age is not None and age > ttl  # display hint, as status
-            state = ShardState.STALE if stale else ShardState.RUNNING
+            state = ShardState.STALE if running[-1].stale else ShardState.RUNNING
     return ShardFact(shard, entry.index, entry.rows, entry.bytes, state, len(found), last_error)
 
 

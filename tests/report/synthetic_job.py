@@ -8,6 +8,7 @@ import dataclasses
 import json
 import os
 import random
+import time
 from pathlib import Path
 
 from data_juicer_elastic.jobdir import attempts, fsio, leases
@@ -18,7 +19,6 @@ from data_juicer_elastic.jobdir.records import AttemptRecord, Claim, Release, Sh
 
 RECIPE = {"process": [{"whitespace_normalization_mapper": None}, {"text_length_filter": {"min_len": 10}}]}
 STAGES = ["stage-whitespace-0000", "stage-length-0001"]
-T0 = 1_790_000_000.0  # a fixed wall clock: the schedule, and so the report, are deterministic
 
 
 def _identity(node: str, pid: int) -> WorkerIdentity:
@@ -43,10 +43,13 @@ def build_job(
     retried: int = 2,
     running: int = 1,
     seed: int = 0,
+    pending: tuple[int, ...] | range = (),
+    error: str = "RuntimeError: synthetic failure",
 ) -> Path:
     """Prepare a job of ``num_shards`` and play a schedule over ``nodes`` nodes: the last ``failed``
     shards fail terminally (max_retries=1), ``retried`` shards fail once then succeed, ``running``
-    shards are still running, the rest are done on the first attempt."""
+    shards are still running, the shards in ``pending`` were never claimed, the rest are done on the
+    first attempt.  Failures record ``error`` and the shard and generation."""
     rng = random.Random(seed)
     data = write_input(root / "input.jsonl", num_shards * rows_per_shard, seed)
     job = root / "job"
@@ -64,12 +67,14 @@ def build_job(
     )
     layout = JobLayout(job)
     manifest_shards = json.loads(layout.manifest.read_bytes())["shards"]
-    node_free = [T0] * nodes  # when each node's (one) slot is next free
+    node_free = [0.0] * nodes  # when each node's (one) slot is next free, seconds into the schedule
     plan_failed = set(range(num_shards - failed, num_shards))
     plan_retried = set(range(1, 1 + retried))
     plan_running = set(range(num_shards - failed - running, num_shards - failed))
+    plan = []
     for i, entry in enumerate(manifest_shards):
-        shard = entry["shard_id"]
+        if i in pending:
+            continue
         outcomes = ["done"]
         if i in plan_failed:
             outcomes = ["failed", "failed"]
@@ -82,13 +87,19 @@ def build_job(
             start = node_free[node] + rng.uniform(0.5, 2.0)
             # node 0 is slow: the report must show it
             duration = (entry["rows"] * 20.0 + rng.uniform(5, 30)) * (3.0 if node == 0 else 1.0)
-            end = start + duration if outcome != "running" else None
-            node_free[node] = end if end is not None else float("inf")
-            _play(layout, shard, entry, outcome, _identity(f"node-{node:02d}", 1000 + node), start, end)
+            node_free[node] = start + duration if outcome != "running" else float("inf")
+            plan.append((entry, outcome, node, start, start + duration))
+    # Shift the schedule so that it ends now: running attempts then look alive (fresh heartbeats).
+    last = max([start for _, _, _, start, _ in plan] + [e for _, o, _, _, e in plan if o != "running"], default=0.0)
+    shift = time.time() - last - 5.0
+    for entry, outcome, node, start, end in plan:
+        identity = _identity(f"node-{node:02d}", 1000 + node)
+        end = end + shift if outcome != "running" else None
+        _play(layout, entry["shard_id"], entry, outcome, identity, start + shift, end, error)
     return job
 
 
-def _play(layout, shard, entry, outcome, identity, start, end) -> None:
+def _play(layout, shard, entry, outcome, identity, start, end, error) -> None:
     if outcome == "done" and not fsio.list_names(layout.claim_dir(shard)):
         _done_first_try(layout, shard, entry, identity, start, end)
         return
@@ -104,7 +115,7 @@ def _play(layout, shard, entry, outcome, identity, start, end) -> None:
         attempts.close_attempt(attempt, "done", rows=published.result.rows)
         leases.release_claim(layout, claim, "finished")
     elif outcome == "failed":
-        error = f"RuntimeError: synthetic failure of {shard} gen {claim.generation}"
+        error = f"{error} of {shard} gen {claim.generation}"
         attempts.record_failure(
             layout,
             claim,

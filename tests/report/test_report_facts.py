@@ -1,0 +1,149 @@
+"""Fast tests below the report command: what is read from a job directory (real record writers), the
+pure series, and the CLI's errors."""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+
+import pytest
+
+from data_juicer_elastic import cli
+from data_juicer_elastic.jobdir import attempts, leases
+from data_juicer_elastic.jobdir.layout import JobLayout
+from data_juicer_elastic.jobdir.records import ShardState
+from data_juicer_elastic.report import gather, series, write_report
+from data_juicer_elastic.report.facts import Outcome
+from tests.report.synthetic_job import _identity, build_job
+
+
+@pytest.fixture(scope="module")
+def small_job(tmp_path_factory) -> Path:
+    """8 shards on 3 nodes: shard 7 failed terminally, shards 1-2 retried, shard 6 running."""
+    return build_job(tmp_path_factory.mktemp("small"), num_shards=8, nodes=3, failed=1, retried=2, running=1)
+
+
+def test_facts_of_a_job_with_retries_failures_and_a_running_shard(small_job):
+    facts = gather(small_job)
+    assert facts.counts == {
+        ShardState.PENDING: 0,
+        ShardState.RUNNING: 1,
+        ShardState.STALE: 0,
+        ShardState.DONE: 6,
+        ShardState.FAILED: 1,
+    }
+    by_shard = {}
+    for attempt in facts.attempts:
+        by_shard.setdefault(attempt.shard_index, []).append(attempt)
+    assert [a.outcome for a in by_shard[1]] == [Outcome.FAILED, Outcome.DONE]
+    assert [a.ordinal for a in by_shard[1]] == [1, 2] and by_shard[1][1].retried
+    assert [a.outcome for a in by_shard[7]] == [Outcome.FAILED, Outcome.FAILED]
+    assert by_shard[6][0].outcome is Outcome.RUNNING and by_shard[6][0].ended_at is None
+    assert facts.shards[7].last_error.startswith("RuntimeError: synthetic failure of part-00007-of-00008")
+    assert len({a.node_id for a in facts.attempts}) == 3
+    assert facts.warnings == []
+
+
+def test_an_attempt_whose_worker_died_is_lost_and_ends_at_its_last_heartbeat(tmp_path):
+    job = build_job(tmp_path, num_shards=2, nodes=1, failed=0, retried=0, running=0, pending=(1,))
+    layout = JobLayout(job)
+    shard = "part-00001-of-00002"
+    dead, rescuer = _identity("node-dead", 4242), _identity("node-rescue", 4343)
+    view = leases.read_lease(layout, shard)
+    claim = leases.publish_claim(layout, view, dead, dead.new_attempt_id(), "none")
+    attempts.open_attempt(layout, claim, dead)
+    leases.write_heartbeat(layout, claim, 1)
+    beat = time.time()
+    attempts.record_failure(
+        layout,
+        claim,
+        shard_id=shard,
+        generation=claim.generation,
+        error="lease expired: node-dead stopped renewing its claim",
+        error_type="LeaseExpired",
+        exit_reason="lease-expired",
+        max_retries=3,
+        reporter=rescuer,
+    )
+    facts = gather(job, now=beat + 500)
+    lost = [a for a in facts.attempts if a.attempt_id == claim.attempt_id]
+    assert len(lost) == 1 and lost[0].outcome is Outcome.LOST and lost[0].detail == "lease-expired"
+    assert lost[0].end_estimated and abs(lost[0].ended_at - beat) < 5
+    assert facts.shards[1].state is ShardState.PENDING  # released by the failure record: claimable again
+
+
+def test_a_running_attempt_with_an_old_heartbeat_is_stale_and_does_not_stretch_the_charts(small_job):
+    facts = gather(small_job)
+    running = next(a for a in facts.attempts if a.outcome is Outcome.RUNNING)
+    heartbeat = JobLayout(small_job).heartbeat(running.shard_id, running.generation)
+    later = time.time() + 3 * 86400  # three days later, nobody renewed it (lease_ttl_secs is 120)
+    stale = gather(small_job, now=later)
+    again = next(a for a in stale.attempts if a.attempt_id == running.attempt_id)
+    assert again.stale and stale.shards[running.shard_index].state is ShardState.STALE
+    assert abs(again.end_or(later) - heartbeat.stat().st_mtime) < 5
+    win = series.window(stale.attempts, later)
+    assert win.t1 < later - 86400
+
+
+def test_error_text_is_escaped(tmp_path):
+    job = build_job(tmp_path, num_shards=2, nodes=1, failed=1, retried=0, running=0, error="<script>x()</script>")
+    html = write_report(job, tmp_path / "r.html").output.read_text()
+    assert "&lt;script&gt;x()&lt;/script&gt;" in html and "<script" not in html
+
+
+def test_a_prepared_job_without_attempts_has_a_report(tmp_path):
+    job = build_job(tmp_path, num_shards=3, nodes=1, failed=0, retried=0, running=0, pending=range(3))
+    result = write_report(job, tmp_path / "r.html")
+    html = result.output.read_text()
+    assert result.attempts == 0 and "No attempt has started yet." in html and "Manifest" in html
+
+
+def test_cli_errors_exit_2_and_name_the_problem(small_job, tmp_path, capsys):
+    (tmp_path / "empty").mkdir()
+    assert cli.main(["report", "--job-dir", str(tmp_path / "empty"), "--output", str(tmp_path / "r.html")]) == 2
+    assert "not prepared" in capsys.readouterr().err
+    inside = small_job / "report.html"
+    assert cli.main(["report", "--job-dir", str(small_job), "--output", str(inside)]) == 2
+    assert "inside the job directory" in capsys.readouterr().err and not inside.exists()
+    assert cli.main(["report", "--job-dir", str(small_job), "--output", str(tmp_path / "a" / "r.html")]) == 0
+    assert "8 shards" in capsys.readouterr().out and (tmp_path / "a" / "r.html").exists()
+
+
+# -- pure series ------------------------------------------------------------------------------------
+def _attempt(node: str, start: float, end: float | None, rows: int, outcome=Outcome.DONE, ordinal=1):
+    from data_juicer_elastic.report.facts import AttemptFact
+
+    return AttemptFact(
+        shard_id="part-00000-of-00001", shard_index=0, attempt_id=f"a{start}", generation=ordinal, ordinal=ordinal,
+        node_id=node, hostname=node, pid=1, started_at=start, ended_at=end, end_estimated=False, outcome=outcome,
+        detail=outcome.value, input_rows=rows, input_bytes=rows * 10, output_rows=rows, error=None, batching=None,
+    )  # fmt: skip
+
+
+def test_throughput_spreads_accepted_rows_over_their_attempt():
+    done = _attempt("a", 0.0, 10.0, 100)
+    failed = _attempt("b", 0.0, 10.0, 500, Outcome.FAILED)
+    running = _attempt("b", 10.0, None, 500, Outcome.RUNNING)
+    data = series.throughput([done, failed, running], series.Window(0.0, 20.0), bins=4)
+    assert data.total == pytest.approx([10.0, 10.0, 0.0, 0.0])
+    assert data.by_node["a"] == pytest.approx([10.0, 10.0, 0.0, 0.0])
+    assert series.cumulative_done([done, failed]) == [(10.0, 100)]
+
+
+def test_lanes_activity_and_runs():
+    lanes, used = series.pack_lanes([(0, 10), (5, 15), (10, 20), (1, 2)], max_lanes=8)
+    assert used == 2 and lanes == [0, 1, 0, 1]  # (1, 2) frees lane 1 for (5, 15)
+    lanes, used = series.pack_lanes([(0, 10)] * 5, max_lanes=2)
+    assert used == 2 and max(lanes) == 1
+    act = series.activity([_attempt("a", 0, 10, 1), _attempt("a", 0, 4, 1, Outcome.FAILED)], series.Window(0, 10), 2, 0)
+    assert act.concurrency == pytest.approx([1.8, 1.0]) and act.finished == [0, 1] and act.failed == [1, 0]
+    assert series.quantize([0, 1, 2, 4], 4, 4) == [0, 1, 2, 4]
+    assert series.runs_of([0, 0, 3, 3, 1]) == [(0, 1, 0), (2, 3, 3), (4, 4, 1)]
+
+
+def test_report_never_writes_into_the_job(small_job, tmp_path):
+    before = sorted((str(p), p.stat().st_mtime_ns) for p in small_job.rglob("*"))
+    write_report(small_job, tmp_path / "r.html")
+    assert sorted((str(p), p.stat().st_mtime_ns) for p in small_job.rglob("*")) == before
+    assert not any(name.startswith(".r.html") for name in os.listdir(tmp_path))  # no temp file left
