@@ -74,10 +74,8 @@ class PageReport:
 
 
 class _Cdp:
-    def __init__(self, url: str):
-        from websockets.sync.client import connect
-
-        self.ws = connect(url, max_size=None, open_timeout=30)
+    def __init__(self, ws):
+        self.ws = ws
         self.ids = itertools.count(1)
         self.events: list[dict] = []
 
@@ -114,9 +112,6 @@ class _Cdp:
                 self.events.append(json.loads(self.ws.recv(timeout=left)))
             except TimeoutError:
                 return
-
-    def close(self) -> None:
-        self.ws.close()
 
 
 def load(html: Path, *, screenshot: bool = False, width: int = 1200, timeout: float = 90) -> PageReport:
@@ -159,8 +154,10 @@ def _devtools_url(profile: Path, proc: subprocess.Popen, timeout: float) -> str:
 
 
 def _inspect(devtools: str, url: str, screenshot: bool, width: int, timeout: float) -> PageReport:
-    cdp = _Cdp(devtools)
-    try:
+    from websockets.sync.client import connect
+
+    with connect(devtools, max_size=None, open_timeout=30) as ws:
+        cdp = _Cdp(ws)
         target = cdp.call("Target.createTarget", {"url": "about:blank"})["targetId"]
         session = cdp.call("Target.attachToTarget", {"targetId": target, "flatten": True})["sessionId"]
         for domain in ("Runtime", "Log", "Network", "Page"):
@@ -185,8 +182,6 @@ def _inspect(devtools: str, url: str, screenshot: bool, width: int, timeout: flo
             report.screenshot = base64.b64decode(shot["data"])
         _collect(cdp.events, url, report)
         return report
-    finally:
-        cdp.close()
 
 
 def _collect(events: list[dict], url: str, report: PageReport) -> None:
@@ -204,3 +199,24 @@ def _collect(events: list[dict], url: str, report: PageReport) -> None:
             requested = params.get("request", {}).get("url", "")
             if requested != url and not requested.startswith("data:"):
                 report.requests.append(requested)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m tests.report.browser REPORT.html [--screenshot OUT.png]``: what Chromium saw."""
+    import argparse
+
+    parser = argparse.ArgumentParser(description=main.__doc__)
+    parser.add_argument("html", type=Path)
+    parser.add_argument("--screenshot", type=Path, help="write a full-page PNG here")
+    parser.add_argument("--width", type=int, default=1200)
+    args = parser.parse_args(argv)
+    seen = load(args.html, screenshot=args.screenshot is not None, width=args.width)
+    if args.screenshot is not None and seen.screenshot is not None:
+        args.screenshot.write_bytes(seen.screenshot)
+    charts = [c["label"] for c in seen.dom["charts"]]
+    print(json.dumps({"console_errors": seen.console_errors, "requests": seen.requests, "charts": charts}, indent=1))
+    return 1 if seen.console_errors or seen.requests else 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

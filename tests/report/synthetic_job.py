@@ -179,8 +179,13 @@ def _done_first_try(layout: JobLayout, shard: str, entry: dict, identity: Worker
     _write(layout.release(shard, 1), Release(shard, 1, attempt_id, "finished", end).encode())
 
 
+_made_dirs: set[Path] = set()
+
+
 def _write(path: Path, data: bytes | None, link_from: Path | None = None) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
+    if path.parent not in _made_dirs:  # one mkdir per directory, not one per file
+        path.parent.mkdir(parents=True, exist_ok=True)
+        _made_dirs.add(path.parent)
     if link_from is not None:
         os.link(link_from, path)
     else:

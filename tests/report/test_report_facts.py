@@ -4,6 +4,8 @@ pure series, and the CLI's errors."""
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -147,3 +149,14 @@ def test_report_never_writes_into_the_job(small_job, tmp_path):
     write_report(small_job, tmp_path / "r.html")
     assert sorted((str(p), p.stat().st_mtime_ns) for p in small_job.rglob("*")) == before
     assert not any(name.startswith(".r.html") for name in os.listdir(tmp_path))  # no temp file left
+
+
+def test_the_report_command_imports_neither_ray_nor_data_juicer(small_job, tmp_path):
+    code = (
+        "import sys\nfrom data_juicer_elastic.cli import main\n"
+        f"assert main(['report', '--job-dir', {str(small_job)!r}, '--output', {str(tmp_path / 'r.html')!r}]) == 0\n"
+        "heavy = [m for m in ('ray', 'data_juicer', 'torch', 'matplotlib') if m in sys.modules]\n"
+        "assert not heavy, heavy\n"
+    )
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr[-3000:]
