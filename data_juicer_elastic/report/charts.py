@@ -111,7 +111,8 @@ def scatter_svg(attempts: Sequence[AttemptFact], t0: float) -> tuple[str, str]:
     max_y = max((a.ended_at - a.started_at for a in shown), default=1.0) * 1.1 or 1.0
     xs = s.Scale(min_x, max_x, LEFT, WIDTH - RIGHT)
     ys = s.Scale(0, max_y, bottom, TOP)
-    out += s.x_axis(xs, s.value_ticks(min_x, max_x, 8), bottom, TOP, s.fmt_bytes, "shard input size")
+    ticks, fmt = s.bytes_ticks(min_x, max_x)
+    out += s.x_axis(xs, ticks, bottom, TOP, fmt, "shard input size")
     out += s.y_axis(ys, s.value_ticks(0, max_y), LEFT, WIDTH - RIGHT, lambda v: s.fmt_duration(v), "attempt duration")
     for attempt in shown:
         duration = attempt.ended_at - attempt.started_at

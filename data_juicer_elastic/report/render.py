@@ -125,7 +125,7 @@ def _summary(facts: JobFacts, win: series.Window | None) -> str:
         _card("nodes", f"{nodes:,}"),
     ]
     if win is not None:
-        cards.append(_card("wall time so far", s.fmt_duration(win.span)))
+        cards.append(_card("wall time" if state == "complete" else "wall time so far", s.fmt_duration(win.span)))
         cards.append(_card("mean input rows/s", f"{rows_done / win.span:,.1f}"))
     return '<div class="cards">' + "".join(cards) + "</div>"
 

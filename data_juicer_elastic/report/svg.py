@@ -111,6 +111,19 @@ def fmt_bytes(value: float) -> str:
     return f"{value:.0f} B"
 
 
+def bytes_ticks(lo: float, hi: float, target: int = 8):
+    """(ticks in bytes, formatter): round values in the unit of ``hi`` (KiB, MiB...), so no two read alike."""
+    unit, name = 1.0, "B"
+    for exponent, label in ((40, "TiB"), (30, "GiB"), (20, "MiB"), (10, "KiB")):
+        if hi >= 2.0**exponent:
+            unit, name = 2.0**exponent, label
+            break
+    ticks = value_ticks(lo / unit, hi / unit, target)
+    step = ticks[1] - ticks[0] if len(ticks) > 1 else 1.0
+    decimals = max(0, min(3, -math.floor(math.log10(step)))) if step > 0 else 0
+    return [t * unit for t in ticks], lambda value: f"{value / unit:.{decimals}f} {name}"
+
+
 def svg_open(width: float, height: float, label: str) -> str:
     return (
         f'<svg xmlns="http://www.w3.org/2000/svg" class="chart" role="img" aria-label="{esc(label)}" '
