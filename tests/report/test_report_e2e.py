@@ -47,7 +47,7 @@ def scenario(tmp_path_factory):
             "flaky_id": 60,
             "flaky_marker": str(tmp / "flaky-marker"),
             "slow_ids": [100, 149],
-            "seconds_per_row": 0.15,
+            "seconds_per_row": 0.1,
             "fail_id": 160,
         }
     }

@@ -160,3 +160,13 @@ def test_the_report_command_imports_neither_ray_nor_data_juicer(small_job, tmp_p
     )
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr[-3000:]
+
+
+def test_axis_ticks_read_distinctly():
+    from data_juicer_elastic.report import svg
+
+    ticks, fmt = svg.bytes_ticks(14200, 14500)
+    labels = [fmt(t) for t in ticks]
+    assert len(set(labels)) == len(labels) > 3 and labels[0] == "13.90 KiB"
+    assert svg.time_ticks(3600, 6)[:3] == [0, 600, 1200]
+    assert (svg.fmt_elapsed(3723), svg.fmt_elapsed(59)) == ("1:02:03", "0:59")
