@@ -46,7 +46,7 @@ def throughput_svg(attempts: Sequence[AttemptFact], win: series.Window) -> str:
     out.append(_polyline(area, "none", 0, ' fill="#0072b2" fill-opacity="0.12" class="area"'))
     legend_items = [("#0072b2", "all nodes")]
     if len(data.by_node) > 1:
-        for (node, values), colour in zip(data.by_node.items(), s_cycle(palette.SERIES[1:]), strict=False):
+        for (node, values), colour in zip(data.by_node.items(), _cycle(palette.SERIES[1:]), strict=False):
             out.append(_polyline([(xs(t), ys(v)) for t, v in zip(centres, values, strict=True)], colour, 1))
             legend_items.append((colour, node))
     out.append(_polyline(total, "#0072b2", 2, ' class="series-total"'))
@@ -66,7 +66,7 @@ def throughput_svg(attempts: Sequence[AttemptFact], win: series.Window) -> str:
     return "".join(out)
 
 
-def s_cycle(colours: Sequence[str]):
+def _cycle(colours: Sequence[str]):
     while True:
         yield from colours
 
@@ -161,7 +161,7 @@ def _trace_chart(stage: str, traces: Sequence[TraceFact], total: int) -> str:
     )
     out += s.y_axis(ys, s.value_ticks(0, peak), LEFT, WIDTH - RIGHT, s.fmt_count, "rows per call")
     legend_items = []
-    for trace, colour in zip(traces, s_cycle(palette.SERIES), strict=False):
+    for trace, colour in zip(traces, _cycle(palette.SERIES), strict=False):
         points = [(xs(i), ys(e[1])) for i, e in enumerate(trace.events)]
         out.append(_polyline(points, colour, 1.5, ' class="trace"'))
         for i, (outcome, rows, cost, budget) in enumerate(trace.events):

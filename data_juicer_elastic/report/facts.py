@@ -349,11 +349,15 @@ def _traces(layout: JobLayout, found: list[AttemptFact], warnings: _Warnings) ->
             trace = _read(BatchTrace, directory / name, warnings)
             if trace is None:
                 continue
-            events = [
-                (str(e[0]), int(e[1]), float(e[2]), None if e[3] is None else float(e[3]))
-                for e in trace.trace
-                if isinstance(e, list) and len(e) == 4
-            ]
+            try:
+                events = [
+                    (str(e[0]), int(e[1]), float(e[2]), None if e[3] is None else float(e[3]))
+                    for e in trace.trace
+                    if isinstance(e, list) and len(e) == 4
+                ]
+            except (TypeError, ValueError) as exc:  # the record's type check leaves the events untyped
+                warnings.add(f"{directory / name}: malformed size trace: {exc}")
+                continue
             traces.append(
                 TraceFact(
                     shard_id=attempt.shard_id,

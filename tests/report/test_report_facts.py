@@ -170,3 +170,21 @@ def test_axis_ticks_read_distinctly():
     assert len(set(labels)) == len(labels) > 3 and labels[0] == "13.90 KiB"
     assert svg.time_ticks(3600, 6)[:3] == [0, 600, 1200]
     assert (svg.fmt_elapsed(3723), svg.fmt_elapsed(59)) == ("1:02:03", "0:59")
+
+
+def test_size_traces_of_a_running_attempt_are_read_and_a_malformed_one_is_a_warning(tmp_path):
+    from data_juicer_elastic.batching.runtime import BatchTrace
+    from data_juicer_elastic.jobdir import fsio
+
+    job = build_job(tmp_path, num_shards=2, nodes=1, failed=0, retried=0, running=1)
+    running = next(a for a in gather(job).attempts if a.outcome is Outcome.RUNNING)
+    directory = JobLayout(job).attempt_batching_dir(running.shard_id, running.attempt_id)
+    fsio.makedirs(directory)
+    for name, events in (("good", [["oom", 64, 900.0, None], ["ok", 32, 450.0, 600.0]]), ("bad", [["ok", "x", 1, 2]])):
+        trace = BatchTrace("stage-a", "cpu", "text", "host", 7, time.time(), None, {"ooms": 1}, {}, events)
+        fsio.atomic_write(directory / f"{name}.json", trace.encode())
+    facts = gather(job)
+    assert [t.events for t in facts.traces] == [[("oom", 64, 900.0, None), ("ok", 32, 450.0, 600.0)]]
+    assert len(facts.warnings) == 1 and "bad.json: malformed size trace" in facts.warnings[0]
+    html = write_report(job, tmp_path / "r.html").output.read_text()
+    assert html.count('class="oom"') == 1 and "adaptive batching size trace of stage-a" in html
