@@ -13,7 +13,7 @@ Imports neither Ray, torch nor Data-Juicer.
 from __future__ import annotations
 
 import os
-import tempfile
+import secrets
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -48,7 +48,9 @@ def write_report(job_dir: str | Path, output: str | Path, now: float | None = No
     facts = gather(job, now=now)
     data = page(facts).encode("utf-8")
     target.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
+    tmp = target.parent / f".{target.name}.{secrets.token_hex(6)}.tmp"
+    # 0o666 minus the umask, like any file the user writes (mkstemp's 0600 would hide a report meant to be shared)
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
     try:
         with os.fdopen(fd, "wb") as handle:
             handle.write(data)

@@ -149,6 +149,9 @@ def test_report_never_writes_into_the_job(small_job, tmp_path):
     write_report(small_job, tmp_path / "r.html")
     assert sorted((str(p), p.stat().st_mtime_ns) for p in small_job.rglob("*")) == before
     assert not any(name.startswith(".r.html") for name in os.listdir(tmp_path))  # no temp file left
+    umask = os.umask(0)
+    os.umask(umask)
+    assert (tmp_path / "r.html").stat().st_mode & 0o777 == 0o666 & ~umask  # readable like any file the user writes
 
 
 def test_the_report_command_imports_neither_ray_nor_data_juicer(small_job, tmp_path):
