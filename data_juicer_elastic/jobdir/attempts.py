@@ -124,6 +124,7 @@ def publish_done(
     declared_rows: int | None = None,
     declared_bytes: int | None = None,
     declared_sha256: str | None = None,
+    stats_path: str | Path | None = None,
 ) -> PublishOutcome:
     """Validate and fsync our output, write result.json, then link it to done/<shard>.json.
 
@@ -156,6 +157,7 @@ def publish_done(
             raise IntegrityError(
                 f"runner reported {name}={declared} but the output has {name}={actual}", where=f"shard {shard}"
             )
+    stats_rel, stats_sha = _stats_pointer(layout, attempt_dir, stats_path, shard)
     result = ShardResult(
         shard_id=shard,
         attempt_id=claim.attempt_id,
@@ -168,6 +170,8 @@ def publish_done(
         input_rows=input_rows,
         input_sha256=input_sha256,
         published_at=time.time(),
+        stats=stats_rel,
+        stats_sha256=stats_sha,
     )
     result_path = attempt_dir / "result.json"
     fsio.atomic_write(result_path, result.encode())
@@ -180,6 +184,27 @@ def publish_done(
     else:
         logger.info(f"{shard}: attempt {winner.attempt_id} published first; ours ({claim.attempt_id}) is discarded")
     return PublishOutcome(False, result, winner)
+
+
+def _stats_pointer(
+    layout: JobLayout, attempt_dir: Path, stats_path: str | Path | None, shard: str
+) -> tuple[str | None, str | None]:
+    """(path relative to the job, sha256) of the runner's stats summary, made durable first.
+
+    The summary is advisory (finalize recomputes a missing or mismatching one from the
+    output), so a summary outside the attempt directory or unreadable is left out, not fatal.
+    """
+    if stats_path is None:
+        return None, None
+    path = Path(stats_path)
+    try:
+        path.resolve().relative_to(attempt_dir.resolve())
+        fsio.fsync_file(path)
+        _, sha = fsio.file_sha256(path)
+    except (ValueError, OSError) as exc:
+        logger.warning(f"{shard}: stats summary {path} left out of the result: {exc}")
+        return None, None
+    return layout.relative(path), sha
 
 
 def validate_result(

@@ -263,6 +263,7 @@ class _Worker:
                 declared_rows=output.rows,
                 declared_bytes=output.bytes,
                 declared_sha256=output.sha256,
+                stats_path=output.stats_path,
             )
         except LeaseLostError as exc:
             self._abandon(attempt, claim, exc.message)
