@@ -69,10 +69,7 @@ def _cmd_report(args: argparse.Namespace) -> int:
 
     result = write_report(args.job_dir, args.output)
     how = "activity strips" if result.aggregated else "one bar per attempt"
-    print(
-        f"wrote {result.output} ({result.bytes:,} bytes): {result.shards} shards, "
-        f"{result.attempts} attempts ({how})"
-    )
+    print(f"wrote {result.output} ({result.bytes:,} bytes): {result.shards} shards, {result.attempts} attempts ({how})")
     return EXIT_OK
 
 
