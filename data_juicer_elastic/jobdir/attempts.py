@@ -9,6 +9,7 @@ and a zombie attempt can never overwrite it.
 from __future__ import annotations
 
 import json
+import re
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
@@ -31,6 +32,7 @@ from data_juicer_elastic.jobdir.records import (
 )
 
 MAX_ERROR_CHARS = 2000
+_SHARD_NAME = re.compile(r"^part-\d{5}-of-\d{5}\.json$")
 
 
 # -- attempt directory ----------------------------------------------------------------------------
@@ -112,6 +114,17 @@ def read_done(layout: JobLayout, shard_id: str) -> tuple[ShardResult | None, str
     if result.shard_id != shard_id:
         return None, f"{path}: done marker names shard {result.shard_id}"
     return result, None
+
+
+def list_done(layout: JobLayout) -> list[str]:
+    """Shard ids with a done marker, from ONE listing of ``done/`` (not one open per shard).
+
+    A hint: the listing may be cached (NFS) and so miss recent markers, and a listed
+    marker is not parsed here.  Markers are never removed, so a listed name may be
+    trusted to mean "do not claim"; whoever reports on a shard opens its marker.
+    """
+    names = fsio.list_names(layout.done_dir)
+    return [name[: -len(".json")] for name in names if name.endswith(".json") and _SHARD_NAME.match(name)]
 
 
 def publish_done(
