@@ -30,7 +30,7 @@ from typing import Any, Final
 from loguru import logger
 
 from data_juicer_elastic.errors import ConfigError, InputChangedError, InputError, JobDirError
-from data_juicer_elastic.jobdir import fsio
+from data_juicer_elastic.jobdir import confine, fsio
 from data_juicer_elastic.jobdir.jsonl import MAX_LINE_BYTES, FileScan, NormaliseOptions, iter_normalised
 from data_juicer_elastic.jobdir.layout import MAX_SHARDS, JobLayout
 from data_juicer_elastic.jobdir.manifest import load_manifest
@@ -101,16 +101,17 @@ def prepare_job(request: PrepareRequest) -> PrepareOutcome:
         )
 
     fsio.makedirs(layout.root)
+    confine.check_ours(layout)  # never litter a directory that is not a job (or planted links)
     token = f"{int(time.time())}-{os.getpid()}-{secrets.token_hex(4)}"
     staging = layout.staging_dir(token)
-    fsio.makedirs(staging / "shards")
+    confine.ensure_dir(layout, staging / "shards")
     try:
         shards, content_sha = _pass_two(
             inputs, fingerprints, options, staging / "shards", request.num_shards, total_rows, total_bytes
         )
         _publish_shards(layout, staging / "shards", shards)
         for directory in (layout.cache_dir, layout.claims_dir, layout.done_dir, layout.attempts_dir):
-            fsio.makedirs(directory)
+            confine.ensure_dir(layout, directory)
         _publish_recipe(layout, staging, request.recipe)
         manifest = Manifest(
             job_id=uuid.uuid4().hex,

@@ -114,14 +114,13 @@ def _reject_constant(name: str) -> Any:
 
 
 @functools.cache
-def _field_hints(cls: type) -> dict[str, Any]:
-    # Resolving string annotations costs ~0.5 ms per call; a record class's hints never change, and
-    # status/report parse one record per shard (10,000+), so resolve them once per class.
+def _field_types(cls: type) -> dict[str, Any]:
+    # get_type_hints evaluates the (string) annotations: ~0.4 ms per record, on every lease read.
     return typing.get_type_hints(cls)
 
 
 def _build(cls: type, obj: dict[str, Any], where: str, kind: str) -> Any:
-    hints = _field_hints(cls)
+    hints = _field_types(cls)
     values: dict[str, Any] = {}
     for f in dataclasses.fields(cls):
         if f.name not in obj:
