@@ -25,6 +25,7 @@ from data_juicer_elastic.jobdir import attempts as attempt_records
 from data_juicer_elastic.jobdir import fsio, leases
 from data_juicer_elastic.jobdir.layout import JobLayout
 from data_juicer_elastic.jobdir.manifest import load_manifest
+from data_juicer_elastic.jobdir.progress import read_progress
 from data_juicer_elastic.jobdir.records import (
     AttemptRecord,
     Failure,
@@ -81,6 +82,9 @@ class AttemptFact:
     batching: dict[str, Any] | None
     heartbeat_age_secs: float | None = None  # running attempts: seconds since the heartbeat file changed
     stale: bool = False  # running, but its heartbeat is older than the lease TTL (display hint, as status)
+    # running attempts: (writer's wall time, input rows read so far) from the live progress record, oldest first
+    progress: tuple[tuple[float, int], ...] = ()
+    stage: str | None = None  # running attempts: the progress record's stage (and operator)
 
     @property
     def retried(self) -> bool:
@@ -268,7 +272,10 @@ def _attempt_fact(layout, entry, record, ordinal, accepted, accepted_at, view, f
     claim = view.claim if view is not None else None
     if claim is not None and claim.attempt_id == record.attempt_id and not view.ended:
         age = _mtime_age(layout.heartbeat(record.shard_id, record.generation), now)
+        points, stage = _live_progress(layout, record)
         return AttemptFact(
+            progress=points,
+            stage=stage,
             ended_at=None,
             end_estimated=False,
             outcome=Outcome.RUNNING,
@@ -287,6 +294,18 @@ def _attempt_fact(layout, entry, record, ordinal, accepted, accepted_at, view, f
     else:
         outcome, detail = Outcome.LOST, "ended without a record"
     return AttemptFact(ended_at=max(end, record.started_at), end_estimated=True, outcome=outcome, detail=detail, **base)
+
+
+def _live_progress(layout: JobLayout, record: AttemptRecord) -> tuple[tuple[tuple[float, int], ...], str | None]:
+    """(time, rows read) points of a running attempt's progress record, and its stage; informational, so an
+    unreadable record only means no live throughput for it."""
+    progress, _ = read_progress(layout, record.shard_id, record.attempt_id)
+    if progress is None:
+        return (), None
+    points = [(progress.started_at + float(s[0]), int(s[1])) for s in progress.samples if len(s) >= 2]
+    points.append((progress.started_at + progress.elapsed_secs, progress.rows_read))
+    stage = progress.stage + (f" ({progress.operator})" if progress.operator else "")
+    return tuple(sorted(points)), stage
 
 
 def _mtime_age(path: Path, now: float) -> float | None:

@@ -54,8 +54,8 @@ def page(facts: JobFacts) -> str:
         parts += [f'<p class="note">{s.esc(note)}</p>', svg]
         parts.append('<h2 id="throughput">Throughput over time</h2>')
         parts.append(
-            '<p class="note">Input rows per second of accepted shard results, each spread evenly over its '
-            "attempt (running attempts count once they finish).</p>"
+            '<p class="note">Input rows per second: each accepted shard result spread evenly over its attempt, '
+            "and the rows running attempts have read so far (their live progress records).</p>"
         )
         parts += [charts.throughput_svg(facts.attempts, win), charts.progress_svg(facts.attempts, win, m.total_rows)]
         parts.append('<h2 id="scatter">Shard size vs duration</h2>')

@@ -35,13 +35,19 @@ def row_segments(attempt: AttemptFact) -> list[tuple[float, float, int]]:
     """(start, end, input rows) the attempt is credited with, for throughput over time.
 
     An accepted attempt read its whole shard: its input rows are spread evenly over
-    its run.  Failed, lost and discarded attempts add no useful rows.  A running
-    attempt adds nothing yet: the per-attempt live progress records (rows read so far
-    at a time, issue 5 requirement 1) plug in here, as one segment per interval
-    between two progress records.
+    its run.  A running attempt is credited with the rows its live progress record
+    says it has read, one segment per interval between two progress samples.
+    Failed, lost and discarded attempts add no useful rows.
     """
     if attempt.outcome is Outcome.DONE and attempt.ended_at is not None:
         return [(attempt.started_at, attempt.ended_at, attempt.input_rows)]
+    if attempt.outcome is Outcome.RUNNING:
+        out, when, rows = [], attempt.started_at, 0
+        for t, read in attempt.progress:
+            if t > when and read > rows:
+                out.append((when, t, read - rows))
+                when, rows = t, read
+        return out
     return []
 
 

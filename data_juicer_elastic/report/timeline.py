@@ -44,6 +44,8 @@ def describe(attempt: AttemptFact, t0: float, now: float) -> str:
         lines.append("end not recorded (worker died?): last heartbeat or failure time shown")
     if attempt.outcome is Outcome.RUNNING and attempt.heartbeat_age_secs is not None:
         lines.append(f"heartbeat {attempt.heartbeat_age_secs:.0f} s ago")
+    if attempt.progress:
+        lines.append(f"progress: {attempt.progress[-1][1]} of {attempt.input_rows} input rows read, {attempt.stage}")
     if attempt.error:
         lines.append(f"error: {attempt.error[-300:]}")
     batching = attempt.batching or {}

@@ -191,3 +191,26 @@ def test_size_traces_of_a_running_attempt_are_read_and_a_malformed_one_is_a_warn
     assert len(facts.warnings) == 1 and "bad.json: malformed size trace" in facts.warnings[0]
     html = write_report(job, tmp_path / "r.html").output.read_text()
     assert html.count('class="oom"') == 1 and "adaptive batching size trace of stage-a" in html
+
+
+def test_running_attempts_count_in_throughput_through_their_live_progress(tmp_path):
+    from data_juicer_elastic.jobdir import fsio
+    from data_juicer_elastic.jobdir.progress import ProgressRecord
+
+    job = build_job(tmp_path, num_shards=2, nodes=1, failed=0, retried=0, running=1, rows_per_shard=100)
+    running = next(a for a in gather(job).attempts if a.outcome is Outcome.RUNNING)
+    t0 = running.started_at
+    record = ProgressRecord(
+        shard_id=running.shard_id, attempt_id=running.attempt_id, generation=running.generation,
+        node_id=running.node_id, seq=3, started_at=t0, updated_at=t0 + 4.0, elapsed_secs=4.0, stage="processing",
+        operator="MapBatches(process_batched)", rows_total=100, rows_read=60, rows_written=55, source="ray-data",
+        samples=[[1.0, 10.0, 9.0], [2.0, 30.0, 28.0]],
+    )  # fmt: skip
+    fsio.atomic_write(JobLayout(job).attempt_progress(running.shard_id, running.attempt_id), record.encode())
+    live = next(a for a in gather(job, now=t0 + 5.0).attempts if a.outcome is Outcome.RUNNING)
+    assert live.progress == ((t0 + 1.0, 10), (t0 + 2.0, 30), (t0 + 4.0, 60)) and live.stage.startswith("processing")
+    assert series.row_segments(live) == [(t0, t0 + 1.0, 10), (t0 + 1.0, t0 + 2.0, 20), (t0 + 2.0, t0 + 4.0, 30)]
+    rates = series.throughput([live], series.Window(t0, t0 + 4.0), bins=4).total
+    assert rates == pytest.approx([10.0, 20.0, 15.0, 15.0])
+    html = write_report(job, tmp_path / "r.html", now=t0 + 5.0).output.read_text()
+    assert f"progress: 60 of {running.input_rows} input rows read, processing (MapBatches(process_batched))" in html
