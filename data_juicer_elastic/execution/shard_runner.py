@@ -36,6 +36,7 @@ from data_juicer_elastic.errors import ElasticError, IntegrationError, ShardExec
 from data_juicer_elastic.execution._attempt_log import attempt_log
 from data_juicer_elastic.execution._dj_config import RAY_JOB_ENV, check_recipe, load_dj_config, ray_job_env
 from data_juicer_elastic.execution._parts import list_parts, write_canonical
+from data_juicer_elastic.execution._read_once import read_once
 from data_juicer_elastic.execution.stage_identities import (
     identity_record,
     manifest_from_cfg,
@@ -171,7 +172,8 @@ class ShardRunner:
         t0 = time.monotonic()
         batching = _start_batching(task, cfg, self._manifest)
         try:
-            RayExecutor(cfg).run(skip_return=True)
+            with read_once():  # one read per shard, no force-cancelled Ray workers (see _read_once)
+                RayExecutor(cfg).run(skip_return=True)
         finally:
             _finish_batching(batching, task)
         _check_stamped(cfg, ids, where)
