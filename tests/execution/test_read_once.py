@@ -68,7 +68,7 @@ def test_a_moved_internal_gives_one_integration_error(monkeypatch):
 
 @pytest.mark.ray
 def test_the_read_comes_back_materialized(ray_runtime, tmp_path):
-    from ray.data import MaterializedDataset
+    from ray.data.dataset import MaterializedDataset
 
     shard = write_shard(tmp_path / "s.jsonl", 50)
     with read_once():
