@@ -25,7 +25,6 @@ from pathlib import Path
 from typing import Any, Final
 
 import yaml
-
 from loguru import logger
 
 from data_juicer_elastic.errors import IntegrationError, RecipeError
