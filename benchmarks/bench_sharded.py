@@ -122,7 +122,11 @@ def run_cold_per_shard(work: Path, data: Path, shards: int) -> float:
 
 
 def elastic_phases(log: Path) -> dict[str, float]:
-    """Seconds per phase of one elastic run, from the timestamps in its log."""
+    """Seconds per phase of one elastic run, from the timestamps in its log.
+
+    ``later_shards_mean``: claim to claim of shards 2..N; ``later_shards_dj_run_mean``: the
+    part of it from RayExecutor's start to the canonical output (the runner's "rows out in").
+    """
     from datetime import datetime
 
     stamps: dict[str, list[datetime]] = {name: [] for name in _PHASES}
@@ -149,7 +153,7 @@ def elastic_phases(log: Path) -> dict[str, float]:
         "ray_start": (stamps["ray_ready"][0] - stamps["prepared"][0]).total_seconds(),
         "first_shard": (done[0] - stamps["ray_ready"][0]).total_seconds(),
         "later_shards_mean": statistics.fmean(gaps) if gaps else 0.0,
-        "later_shards_in_ray_executor_mean": statistics.fmean(in_run[1:]) if len(in_run) > 1 else 0.0,
+        "later_shards_dj_run_mean": statistics.fmean(in_run[1:]) if len(in_run) > 1 else 0.0,
         "finalize": (stamps["merged"][-1] - done[-1]).total_seconds(),
     }
 
