@@ -72,6 +72,7 @@ def run_plain(work: Path, data: Path) -> float:
 
 def run_elastic(work: Path, data: Path, shards: int) -> float:
     name = f"elastic-{shards}"
+    shutil.rmtree(work / name, ignore_errors=True)  # a finished job would make the next round a no-op
     recipe = _recipe(
         work / f"{name}.yaml",
         executor_type="elastic_sharded",
@@ -195,7 +196,7 @@ def main() -> None:
     print(f"input: {args.rows} rows, {size_mb:.1f} MB, {os.cpu_count()} CPUs")
 
     rounds = [one_round(args.workdir, data) for _ in range(args.rounds)]
-    results = {key: statistics.median(r[key] for r in rounds) for key in rounds[0]}
+    results = {key: statistics.median(r[key] for r in rounds) for key in rounds[0] if all(key in r for r in rounds)}
     if not args.skip_cold:
         results["cold_per_shard_8"] = run_cold_per_shard(args.workdir, data, 8)
 
