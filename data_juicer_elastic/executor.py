@@ -185,12 +185,17 @@ def run_local_worker(
 
 
 def finalize(job_dir: str | os.PathLike, export_path: str | os.PathLike, *, overwrite: bool = False) -> MergeResult:
-    """Fail clearly on terminal shard failures, else merge every shard in manifest order."""
+    """Fail clearly on terminal shard failures, else merge every shard in manifest order and
+    write the overall statistics (from the per-shard summaries, not from the merged file)."""
+    from data_juicer_elastic.stats import compute_overall, write_overall_stats
+
     job = _resolve(job_dir)
     snap = snapshot(job)
     if snap.terminal_failures:
         raise shard_failed_error(snap.terminal_failures, job)
+    overall = compute_overall(job)  # before merging: a bad summary stops finalize before any output
     result = merge_job(job, _resolve(export_path), overwrite=overwrite)
+    write_overall_stats(overall, job, result.output_path)
     logger.info(f"merged {result.rows} rows from {result.shards} shards into {result.output_path}")
     return result
 
