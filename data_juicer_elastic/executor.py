@@ -29,6 +29,7 @@ from typing import Any
 from loguru import logger
 
 from data_juicer_elastic import __version__
+from data_juicer_elastic.console import StepDisplay, shard_display
 from data_juicer_elastic.coordination import crashpoints
 from data_juicer_elastic.coordination.elections import RunCoordinator
 from data_juicer_elastic.coordination.flow import Phases, Timing, run_coordinated
@@ -37,7 +38,8 @@ from data_juicer_elastic.coordination.settle import StrictPolicy, shard_failed_e
 from data_juicer_elastic.coordination.slots import CUDA_ENV, SlotPool, slot_argv, slot_cpus, slot_devices, slot_env
 from data_juicer_elastic.coordination.stragglers import ClaimGate
 from data_juicer_elastic.errors import ConfigError, ElasticError, JobDirError
-from data_juicer_elastic.jobdir import fsio
+from data_juicer_elastic.jobdir import confine, steps
+from data_juicer_elastic.jobdir.confine import open_job_dir
 from data_juicer_elastic.jobdir.identity import WorkerIdentity
 from data_juicer_elastic.jobdir.layout import JobLayout
 from data_juicer_elastic.jobdir.manifest import load_manifest
@@ -88,7 +90,8 @@ def prepare_from_cfg(cfg: Any, settings: ElasticSettings) -> PrepareOutcome:
         versions={"data_juicer": data_juicer.__version__, "data_juicer_elastic": __version__},
         ray={"address": settings.ray_address, "num_cpus": settings.ray_num_cpus},
     )
-    outcome = prepare_job(request)
+    with StepDisplay() as display, steps.reporting(display):  # a bar on a terminal, else log lines
+        outcome = prepare_job(request)
     verb = "prepared" if outcome.created else "reusing prepared"
     logger.info(f"{verb} job {request.job_dir} ({len(outcome.manifest.shards)} shards)")
     return outcome
@@ -117,6 +120,7 @@ def run_local_worker(
     job = _resolve(job_dir)
     manifest = load_manifest(job)
     layout = JobLayout(job)
+    confine.check_layout(layout)  # before the cache and logs are pointed into it
     # Model caches default into the shared job dir (one download for every node); set
     # here, before slot processes are started, so they inherit the same values.
     default_cache_env(layout.cache_dir)
@@ -159,6 +163,8 @@ def run_local_worker(
             max_done=max_done,
         )
         name = log_name or identity.new_attempt_id()
+        if slots > 1:
+            confine.ensure_dir(layout, layout.node_log_dir(identity.node_id))
         for k in range(1, slots):
             pool.start(
                 k, argv, slot_env(identity.node_id, devices[k]), layout.node_log(identity.node_id, f"{name}-slot{k}")
@@ -177,6 +183,7 @@ def run_local_worker(
                 stop_event=stop_event,
                 max_done=max_done,
                 claim_gate=gate,
+                on_attempt=shard_display(),  # the current shard's rows read and stage
             )
         if stop_event is not None and stop_event.is_set():
             pool.stop()  # the run was aborted: every slot gives its claim back now
@@ -194,7 +201,8 @@ def finalize(job_dir: str | os.PathLike, export_path: str | os.PathLike, *, over
     if snap.terminal_failures:
         raise shard_failed_error(snap.terminal_failures, job)
     overall = compute_overall(job)  # before merging: a bad summary stops finalize before any output
-    result = merge_job(job, _resolve(export_path), overwrite=overwrite)
+    with StepDisplay() as display, steps.reporting(display):
+        result = merge_job(job, _resolve(export_path), overwrite=overwrite)
     write_overall_stats(overall, job, result.output_path)
     logger.info(f"merged {result.rows} rows from {result.shards} shards into {result.output_path}")
     return result
@@ -240,7 +248,8 @@ def run_job(cfg: Any, settings: ElasticSettings) -> MergeResult | None:
         heartbeat_secs=settings.heartbeat_secs,
         poll_secs=settings.poll_interval_secs,
     )
-    fsio.makedirs(job)
+    open_job_dir(layout)
+    confine.ensure_dir(layout, layout.node_log_dir(identity.node_id))
     with node_log(layout.node_log(identity.node_id, coordinator.instance_id)):
         logger.info(
             f"instance {coordinator.instance_id} of run {run.value} (run id from {run.source}); "

@@ -16,7 +16,7 @@ from pathlib import Path
 from loguru import logger
 
 from data_juicer_elastic.errors import IntegrityError, JobDirError, OutputExistsError
-from data_juicer_elastic.jobdir import attempts, fsio
+from data_juicer_elastic.jobdir import attempts, confine, fsio, steps
 from data_juicer_elastic.jobdir.layout import JobLayout
 from data_juicer_elastic.jobdir.manifest import load_manifest
 from data_juicer_elastic.jobdir.records import Manifest, MergedShard, MergeRecord, ShardEntry, ShardResult
@@ -68,6 +68,7 @@ def _preview(ids: list[str], limit: int = 8) -> str:
 def merge_job(job_dir: str | Path, output_path: str | Path, overwrite: bool = False) -> MergeResult:
     layout = JobLayout(Path(os.path.abspath(job_dir)))
     manifest = load_manifest(layout.root)
+    confine.check_layout(layout)  # merge.json and stats/ are written into it
     results = accepted_results(layout, manifest)
     output = Path(os.path.abspath(output_path))
     fsio.makedirs(output.parent)
@@ -82,10 +83,12 @@ def merge_job(job_dir: str | Path, output_path: str | Path, overwrite: bool = Fa
             writer.write(line)
             digest.update(line)
 
+        total_bytes = sum(result.bytes for _, result in results)
         for entry, result in results:
             merged.append(_copy_shard(layout, entry, result, sink))
             digest_rows += result.rows
             digest_bytes += result.bytes
+            steps.report("merge", digest_bytes, total_bytes)
         writer.finish()  # fsync + checked close before anything is published
     except BaseException:
         writer.abort()

@@ -30,7 +30,7 @@ from typing import Any, Final
 from loguru import logger
 
 from data_juicer_elastic.errors import ConfigError, InputChangedError, InputError, JobDirError
-from data_juicer_elastic.jobdir import fsio
+from data_juicer_elastic.jobdir import confine, fsio, steps
 from data_juicer_elastic.jobdir.jsonl import MAX_LINE_BYTES, FileScan, NormaliseOptions, iter_normalised
 from data_juicer_elastic.jobdir.layout import MAX_SHARDS, JobLayout
 from data_juicer_elastic.jobdir.manifest import load_manifest
@@ -43,6 +43,7 @@ from data_juicer_elastic.jobdir.records import (
 )
 from data_juicer_elastic.jobdir.splitter import ShardSplitter
 
+_REPORT_EVERY: Final = 0x3FFF  # progress report (jobdir.steps) every 16,384 rows, never per row
 DEFAULT_MEDIA_KEYS: Final = {"image_key": "images", "audio_key": "audios", "video_key": "videos"}
 
 
@@ -101,16 +102,17 @@ def prepare_job(request: PrepareRequest) -> PrepareOutcome:
         )
 
     fsio.makedirs(layout.root)
+    confine.check_ours(layout)  # never litter a directory that is not a job (or planted links)
     token = f"{int(time.time())}-{os.getpid()}-{secrets.token_hex(4)}"
     staging = layout.staging_dir(token)
-    fsio.makedirs(staging / "shards")
+    confine.ensure_dir(layout, staging / "shards")
     try:
         shards, content_sha = _pass_two(
             inputs, fingerprints, options, staging / "shards", request.num_shards, total_rows, total_bytes
         )
         _publish_shards(layout, staging / "shards", shards)
         for directory in (layout.cache_dir, layout.claims_dir, layout.done_dir, layout.attempts_dir):
-            fsio.makedirs(directory)
+            confine.ensure_dir(layout, directory)
         _publish_recipe(layout, staging, request.recipe)
         manifest = Manifest(
             job_id=uuid.uuid4().hex,
@@ -203,11 +205,16 @@ def _pass_one(inputs: list[_Input], options: NormaliseOptions) -> tuple[list[Inp
     fingerprints: list[InputFile] = []
     total_bytes = 0
     first_index = 0
+    input_bytes, read_before = sum(fsio.stat(item.path).st_size for item in inputs), 0
     for item in inputs:
         before = fsio.stat(item.path)
         scan = FileScan()
         for row in iter_normalised(item.path, str(item.path), options, first_index, scan):
             del row  # pass 1 only validates and counts
+            if not scan.rows & _REPORT_EVERY:
+                steps.report("prepare: validating input", read_before + scan.size, input_bytes)
+        read_before += scan.size
+        steps.report("prepare: validating input", read_before, input_bytes)
         after = fsio.stat(item.path)
         if (before.st_size, before.st_mtime_ns) != (after.st_size, after.st_mtime_ns) or scan.size != after.st_size:
             raise InputChangedError(
@@ -234,6 +241,7 @@ def _pass_two(
 ) -> tuple[list[ShardEntry], str]:
     splitter = ShardSplitter(out_dir, n, total_rows, total_bytes)
     first_index = 0
+    input_bytes, read_before = sum(f.size for f in fingerprints), 0
     try:
         for item, old in zip(inputs, fingerprints, strict=True):
             scan = FileScan()
@@ -242,6 +250,8 @@ def _pass_two(
                     if splitter.seen >= total_rows:  # the input grew since pass 1
                         raise _changed(item.path, old, detail="more rows than in the first pass")
                     splitter.add(row)
+                    if not scan.rows & _REPORT_EVERY:
+                        steps.report("prepare: writing shards", read_before + scan.size, input_bytes)
             except InputError as exc:
                 # Pass 1 accepted this file, so a bad row now means it was modified.
                 raise _changed(item.path, old, detail=str(exc)) from None
@@ -249,6 +259,8 @@ def _pass_two(
             if (scan.sha256, scan.rows, now.st_size, now.st_mtime_ns) != (old.sha256, old.rows, old.size, old.mtime_ns):
                 raise _changed(item.path, old, new_sha=scan.sha256 or None)
             first_index += scan.rows
+            read_before += scan.size
+            steps.report("prepare: writing shards", read_before, input_bytes)
         if splitter.cum != total_bytes:  # pragma: no cover - implied by equal input hashes
             raise InputChangedError("normalised size differs between passes", where=str(out_dir))
         return splitter.finish(), splitter.content.hexdigest()

@@ -20,7 +20,7 @@ from pathlib import Path
 from loguru import logger
 
 from data_juicer_elastic.errors import ConfigError, IntegrityError, LeaseLostError, is_worker_fault
-from data_juicer_elastic.jobdir import attempts, claiming, fsio, leases
+from data_juicer_elastic.jobdir import attempts, claiming, confine, fsio, leases, progress
 from data_juicer_elastic.jobdir.identity import WorkerIdentity
 from data_juicer_elastic.jobdir.layout import JobLayout
 from data_juicer_elastic.jobdir.manifest import load_manifest
@@ -68,6 +68,7 @@ def run_worker(
     max_done: int | None = None,
     claim_gate: Callable[[], bool] | None = None,
     claim_rng: random.Random | None = None,
+    on_attempt: Callable[[progress.ProgressTracker], None] | None = None,
 ) -> WorkerSummary:
     """Process shards of ``job_dir`` until the job is finished (or a limit is reached).
 
@@ -76,12 +77,15 @@ def run_worker(
     ``claim_gate()`` may decline claiming a pending shard for now (straggler
     avoidance); taking over a stale or dead claim is never declined.
     ``claim_rng`` picks where this worker starts looking (``claiming``); tests pass a seeded one.
+    ``on_attempt(tracker)`` is called as each attempt starts with its live progress
+    tracker (``jobdir.progress``), e.g. to drive a terminal progress bar.
     """
     _check_settings(ttl_secs, heartbeat_secs, max_retries, poll_interval_secs, max_shards)
     if max_done is not None and max_done < 1:
         raise ConfigError(f"invalid value {max_done!r}: must be >= 1 or null", where="max_done")
     layout = JobLayout(Path(os.path.abspath(job_dir)))
     manifest = load_manifest(layout.root)  # refuse a corrupt job before claiming anything
+    confine.check_layout(layout)  # and one whose directories lead elsewhere
     observer = leases.StalenessObserver(ttl_secs, clock)
     summary = WorkerSummary()
     if sleep is None:
@@ -100,6 +104,7 @@ def run_worker(
         claim_gate=claim_gate,
         rng=claim_rng,
     )
+    worker.on_attempt = on_attempt
 
     with _SignalGuard() as guard:
         try:
@@ -194,6 +199,7 @@ class _Worker:
         self.observer: leases.StalenessObserver = observer
         self.summary: WorkerSummary = summary
         self.ttl, self.heartbeat, self.max_retries, self.clock = ttl, heartbeat, max_retries, clock
+        self.on_attempt: Callable[[progress.ProgressTracker], None] | None = None
         self.claimer = claiming.Claimer(
             layout, manifest, identity, observer, max_retries=max_retries, claim_gate=claim_gate, rng=rng
         )
@@ -215,13 +221,22 @@ class _Worker:
     def run(self, entry: ShardEntry, claim: Claim) -> None:
         """Run one claimed shard; every way out leaves a result, a failure or a release."""
         self.summary.claimed += 1
+        tracker = progress.ProgressTracker(self.layout, claim, entry.rows)
+        if self.on_attempt is not None:
+            self.on_attempt(tracker)  # e.g. a terminal progress bar for this shard
         heartbeater = leases.Heartbeater(
-            self.layout, claim, heartbeat_secs=self.heartbeat, ttl_secs=self.ttl, clock=self.clock
+            self.layout,
+            claim,
+            heartbeat_secs=self.heartbeat,
+            ttl_secs=self.ttl,
+            clock=self.clock,
+            on_beat=tracker.flush,
         )
         heartbeater.start()
         attempt: attempts.Attempt | None = None
         try:
             attempt = attempts.open_attempt(self.layout, claim, self.identity)
+            tracker.start_writing()
             task = ShardTask(
                 shard_id=entry.shard_id,
                 shard_path=self.layout.shard(entry.shard_id),
@@ -232,7 +247,9 @@ class _Worker:
                 input_sha256=entry.sha256,
             )
             self._check_input(task, entry)
-            output = self.run_shard(task)
+            with progress.activate(tracker):
+                output = self.run_shard(task)
+            tracker.set_stage(progress.Stage.PUBLISHING)
             self._fence(heartbeater, claim)
             outcome = attempts.publish_done(
                 self.layout,
@@ -271,6 +288,7 @@ class _Worker:
             raise
         finally:
             heartbeater.stop()
+            tracker.finish()
         if outcome.accepted or outcome.winner is not None:
             self.claimer.learn_done(entry.shard_id)
         if outcome.accepted:
@@ -279,7 +297,7 @@ class _Worker:
         else:
             self.summary.discarded += 1
         _close(attempt, "done" if outcome.accepted else "discarded", rows=outcome.result.rows)
-        self._release(claim, "finished")
+        self._release(claim, leases.RELEASE_FINISHED)
 
     def _abandon(self, attempt: attempts.Attempt | None, claim: Claim, reason: str) -> None:
         self.summary.lost += 1

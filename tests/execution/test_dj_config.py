@@ -18,6 +18,7 @@ def _overrides(root: Path, shard: Path, attempt: str) -> dict:
         "dataset_path": str(shard),
         "export_path": str(attempt_dir / "ray-output"),
         "export_type": "jsonl",
+        "keep_stats_in_res_ds": True,
         "work_dir": str(attempt_dir / "work"),
         "job_id": attempt,
         "ray_address": "192.0.2.1:6379",
