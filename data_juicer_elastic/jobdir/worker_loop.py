@@ -22,6 +22,7 @@ from data_juicer_elastic.errors import ConfigError, IntegrityError, LeaseLostErr
 from data_juicer_elastic.jobdir import attempts, fsio, leases
 from data_juicer_elastic.jobdir.identity import WorkerIdentity
 from data_juicer_elastic.jobdir.layout import JobLayout
+from data_juicer_elastic.jobdir.codecs import SHARD_SUFFIX
 from data_juicer_elastic.jobdir.manifest import load_manifest
 from data_juicer_elastic.jobdir.records import Claim, Manifest, ShardEntry, TerminalInfo
 from data_juicer_elastic.jobdir.tasks import ShardOutput, ShardTask
@@ -244,7 +245,7 @@ class _Worker:
             attempt = attempts.open_attempt(self.layout, claim, self.identity)
             task = ShardTask(
                 shard_id=entry.shard_id,
-                shard_path=self.layout.shard(entry.shard_id),
+                shard_path=self.layout.shard(entry.shard_id, SHARD_SUFFIX[self.manifest.shard_codec]),
                 attempt_dir=attempt.dir,
                 generation=claim.generation,
                 attempt_id=claim.attempt_id,
@@ -306,9 +307,10 @@ class _Worker:
 
     def _check_input(self, task: ShardTask, entry: ShardEntry) -> None:
         size, sha = fsio.file_sha256(task.shard_path)
-        if (size, sha) != (entry.bytes, entry.sha256):
+        expected_size, expected_sha = entry.stored()
+        if (size, sha) != (expected_size, expected_sha):
             raise IntegrityError(
-                f"input shard is corrupt: expected bytes={entry.bytes} sha256={entry.sha256}, "
+                f"input shard is corrupt: expected bytes={expected_size} sha256={expected_sha}, "
                 f"found bytes={size} sha256={sha}",
                 where=f"shard {entry.shard_id}",
                 hint="the job directory was modified after prepare; prepare a new job_dir",
