@@ -30,7 +30,11 @@ from data_juicer_elastic.jobdir import fsio
 Codec = Literal["none", "gzip", "zstd"]
 CODECS: Final[tuple[str, ...]] = ("none", "gzip", "zstd")
 SHARD_SUFFIX: Final[dict[str, str]] = {"none": ".jsonl", "gzip": ".jsonl.gz", "zstd": ".jsonl.zst"}
-INPUT_SUFFIXES: Final[tuple[tuple[str, Codec], ...]] = ((".jsonl", "none"), (".jsonl.gz", "gzip"), (".jsonl.zst", "zstd"))
+INPUT_SUFFIXES: Final[tuple[tuple[str, Codec], ...]] = (
+    (".jsonl", "none"),
+    (".jsonl.gz", "gzip"),
+    (".jsonl.zst", "zstd"),
+)
 READ_BYTES: Final = 8 * 1024 * 1024
 _GZIP_LEVEL: Final = 1
 _ZSTD_LEVEL: Final = 3
@@ -159,6 +163,77 @@ def prefetch(make: Callable[[], Iterator[bytes]], depth: int = _PREFETCH_DEPTH) 
                 items.get_nowait()
             except queue.Empty:
                 thread.join(0.05)
+
+
+class BackgroundIO:
+    """One thread that runs hashing and writing in submission order, at most ``depth`` tasks behind.
+
+    The caller keeps parsing while blocks are hashed and written (both release the
+    GIL).  The first failure is raised to the caller at its next ``submit``/``drain``.
+    """
+
+    def __init__(self, depth: int = _PREFETCH_DEPTH + 1):
+        self._tasks: queue.Queue[Any] = queue.Queue(maxsize=depth)
+        self._error: BaseException | None = None
+        self._thread = threading.Thread(target=self._run, name="dj-elastic-writer", daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        while True:
+            task = self._tasks.get()
+            try:
+                if task is None:
+                    return
+                if self._error is None:
+                    fn, args, box = task
+                    box.append(fn(*args))
+            except BaseException as exc:  # reported to the caller
+                self._error = exc
+            finally:
+                self._tasks.task_done()
+
+    def submit(self, fn: Callable[..., Any], *args: Any) -> list[Any]:
+        """Queue ``fn(*args)``; the returned list holds its result once :meth:`drain` returned."""
+        if self._error is not None:
+            self._raise()
+        box: list[Any] = []
+        self._tasks.put((fn, args, box))
+        return box
+
+    def drain(self) -> None:
+        """Wait for every queued task; raise the first failure."""
+        self._tasks.join()
+        if self._error is not None:
+            self._raise()
+
+    def _raise(self) -> None:
+        error, self._error = self._error, None
+        self._error = error  # stays failed: later submits refuse too
+        raise error  # type: ignore[misc]
+
+    def close(self) -> None:
+        self._tasks.put(None)
+        self._thread.join()
+
+
+class AsyncShardWriter:
+    """A :class:`ShardFileWriter` whose writes run on a :class:`BackgroundIO` thread."""
+
+    def __init__(self, inner: ShardFileWriter, io: BackgroundIO):
+        self.inner, self.io = inner, io
+
+    def write(self, data: bytes | memoryview, rows: int) -> None:
+        self.io.submit(self.inner.write, data, rows)
+
+    def finish(self) -> list[Any]:
+        return self.io.submit(self.inner.finish)  # holds (sha, stored bytes, stored sha) after drain()
+
+    def abort(self) -> None:
+        try:
+            self.io.drain()
+        except BaseException:
+            pass
+        self.inner.abort()
 
 
 # -- shard writers ----------------------------------------------------------------------------

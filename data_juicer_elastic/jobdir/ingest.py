@@ -29,6 +29,8 @@ from data_juicer_elastic.jobdir import fsio
 from data_juicer_elastic.jobdir.codecs import (
     READ_BYTES,
     SHARD_SUFFIX,
+    AsyncShardWriter,
+    BackgroundIO,
     Codec,
     RawStats,
     ShardFileWriter,
@@ -70,17 +72,21 @@ def ingest(
     pieces_dir = work / "pieces"
     fsio.makedirs(pieces_dir)
 
-    def open_piece(k: int) -> ShardFileWriter:
-        return ShardFileWriter(pieces_dir / f"{k:05d}.jsonl", "none")
+    io = BackgroundIO()
+
+    def open_piece(k: int) -> AsyncShardWriter:
+        return AsyncShardWriter(ShardFileWriter(pieces_dir / f"{k:05d}.jsonl", "none"), io)
 
     # Without a usable guess everything goes into one piece (n=1 never cuts).
-    splitter = BlockSplitter(n if guess else 1, guess or 1, None, open_piece, content_digest=len(inputs) > 1)
+    splitter = BlockSplitter(n if guess else 1, guess or 1, None, open_piece, content_digest=len(inputs) > 1, io=io)
     try:
         fingerprints, identical = _pass_a(inputs, options, splitter)
         pieces = splitter.finish()
     except BaseException:
         splitter.abort()
         raise
+    finally:
+        io.close()
     total_rows = sum(f.rows for f in fingerprints)
     total_bytes = splitter.pos
     if total_rows == 0:
@@ -90,9 +96,7 @@ def ingest(
     content = splitter.content.hexdigest() if splitter.content is not None else None
     if content is None and identical:
         content = fingerprints[0].sha256  # the normalised stream is the file, byte for byte
-    final = (
-        guess == total_bytes and len(pieces) == n and splitter.cap_respected(total_rows) and content is not None
-    )
+    final = guess == total_bytes and len(pieces) == n and splitter.cap_respected(total_rows) and content is not None
     if final and codec == "none":
         for piece in pieces:
             fsio.move(pieces_dir / f"{piece.index:05d}.jsonl", out_dir / f"{shard_id(piece.index, n)}.jsonl")
@@ -108,7 +112,8 @@ def ingest(
 
 def _entry(piece: Piece, n: int, codec: Codec) -> ShardEntry:
     stored = {} if codec == "none" else {"stored_bytes": piece.stored_bytes, "stored_sha256": piece.stored_sha256}
-    return ShardEntry(shard_id(piece.index, n), piece.index, piece.first_row, piece.rows, piece.bytes, piece.sha256, **stored)
+    sid = shard_id(piece.index, n)
+    return ShardEntry(sid, piece.index, piece.first_row, piece.rows, piece.bytes, piece.sha256, **stored)
 
 
 # -- pass A -----------------------------------------------------------------------------------
@@ -126,9 +131,9 @@ def _pass_a(
         chunks = prefetch(lambda item=item, stats=stats: iter_decoded(item.path, item.codec, stats))
         try:
             for lines, raw, start, stop in _line_blocks(chunks, options.max_line_bytes, display):
-                out = rows.lines(lines)
+                out = rows.lines(lines, (raw, start, stop) if raw is not None else None)
                 if out is None and raw is not None:
-                    splitter.add(raw, start, stop)
+                    splitter.add(raw, start, stop, rows=len(lines))
                 else:
                     identical = False
                     splitter.add(b"\n".join(out if out is not None else lines) + b"\n")
@@ -209,10 +214,12 @@ def _line_blocks(
 def _pass_b(
     pieces: list[Path], n: int, total_bytes: int, total_rows: int, out_dir: Path, codec: Codec
 ) -> tuple[list[Piece], str]:
-    def open_shard(k: int) -> ShardFileWriter:
-        return ShardFileWriter(out_dir / f"{shard_id(k, n)}{SHARD_SUFFIX[codec]}", codec)
+    io = BackgroundIO()
 
-    splitter = BlockSplitter(n, total_bytes, total_rows, open_shard, content_digest=True)
+    def open_shard(k: int) -> AsyncShardWriter:
+        return AsyncShardWriter(ShardFileWriter(out_dir / f"{shard_id(k, n)}{SHARD_SUFFIX[codec]}", codec), io)
+
+    splitter = BlockSplitter(n, total_bytes, total_rows, open_shard, content_digest=True, io=io)
     try:
         for path in pieces:
             chunks = prefetch(lambda path=path: _whole_rows(path))
@@ -226,6 +233,8 @@ def _pass_b(
     except BaseException:
         splitter.abort()
         raise
+    finally:
+        io.close()
     if len(result) != n or splitter.pos != total_bytes or splitter.rows_done != total_rows:
         raise InputChangedError(  # pragma: no cover - the pieces are private to this prepare
             f"expected {total_rows} rows / {total_bytes} bytes in {n} shards, cut {len(result)} shards",

@@ -91,7 +91,9 @@ def prepare_job(request: PrepareRequest) -> PrepareOutcome:
     try:
         ingested = ingest(inputs, options, staging, staging / "shards", request.num_shards, request.shard_codec)
         if ingested is None:
-            raise InputError("the input holds no rows", where=str(dataset), hint="point dataset_path at non-empty JSONL")
+            raise InputError(
+                "the input holds no rows", where=str(dataset), hint="point dataset_path at non-empty JSONL"
+            )
         total_rows, total_bytes, fingerprints = ingested.total_rows, ingested.total_bytes, ingested.inputs
         if request.num_shards > total_rows:
             raise ConfigError(

@@ -20,7 +20,7 @@ from __future__ import annotations
 import hashlib
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Protocol
+from typing import Any, Protocol
 
 from data_juicer_elastic.errors import InputChangedError
 from data_juicer_elastic.jobdir import fsio
@@ -83,7 +83,7 @@ class ShardSplitter:
 
 class PieceWriter(Protocol):
     def write(self, data: bytes | memoryview, rows: int) -> None: ...
-    def finish(self) -> tuple[str, int, str]: ...
+    def finish(self) -> Any: ...  # (sha, stored bytes, stored sha), or a list holding it later
     def abort(self) -> None: ...
 
 
@@ -108,11 +108,15 @@ class BlockSplitter:
     bind: :meth:`cap_respected`).
     """
 
-    def __init__(self, n: int, total_bytes: int, total_rows: int | None, open_piece, content_digest: bool = False):
+    def __init__(
+        self, n: int, total_bytes: int, total_rows: int | None, open_piece, content_digest: bool = False, io=None
+    ):
         self.n, self.total, self.total_rows = n, total_bytes, total_rows
         self._open_piece = open_piece
+        self._io = io  # a codecs.BackgroundIO running the writers' hashing and writing, or None
         self.content = hashlib.sha256() if content_digest else None
         self.pieces: list[Piece] = []
+        self._pending: list[tuple[int, int, int, int, Any]] = []
         self.k = 0
         self.pos = 0  # stream offset of the next byte to arrive
         self.rows_done = 0  # rows handed to writers so far
@@ -122,8 +126,8 @@ class BlockSplitter:
         self._bytes = 0
         self._writer: PieceWriter = open_piece(0)
 
-    def add(self, block: bytes, start: int = 0, stop: int | None = None) -> None:
-        """Append ``block[start:stop]`` (whole rows) to the stream."""
+    def add(self, block: bytes, start: int = 0, stop: int | None = None, rows: int | None = None) -> None:
+        """Append ``block[start:stop]`` (whole rows; ``rows`` of them if the caller knows) to the stream."""
         stop = len(block) if stop is None else stop
         if stop <= start:
             return
@@ -136,17 +140,22 @@ class BlockSplitter:
             self._write(block, done, cut - base)
             done = cut - base
             self._next_piece(cut)
-        self._write(block, done, stop)
+            rows = None  # the count given was for the whole block
+        self._write(block, done, stop, rows)
         self.pos = base + stop
 
-    def _write(self, block: bytes, a: int, b: int) -> None:
+    def _write(self, block: bytes, a: int, b: int, rows: int | None = None) -> None:
         if b <= a:
             return
-        rows = block.count(b"\n", a, b)
+        if rows is None:
+            rows = block.count(b"\n", a, b)
         view = memoryview(block)[a:b]
         self._writer.write(view, rows)
         if self.content is not None:
-            self.content.update(view)
+            if self._io is not None:
+                self._io.submit(self.content.update, view)
+            else:
+                self.content.update(view)
         self.rows_done += rows
         self._bytes += b - a
 
@@ -191,13 +200,17 @@ class BlockSplitter:
         self._writer = self._open_piece(self.k)
 
     def _finish_piece(self) -> None:
-        sha, stored_bytes, stored_sha = self._writer.finish()
-        rows = self.rows_done - self._start_row
-        self.pieces.append(Piece(self.k, self._start_row, rows, self._bytes, sha, stored_bytes, stored_sha))
+        result = self._writer.finish()  # a tuple, or a box filled by the background writer
+        self._pending.append((self.k, self._start_row, self.rows_done - self._start_row, self._bytes, result))
 
     def finish(self) -> list[Piece]:
         """Close the last piece; the pieces cut so far (fewer than n when the stream ran short)."""
         self._finish_piece()
+        if self._io is not None:
+            self._io.drain()
+        for k, first_row, rows, size, result in self._pending:
+            sha, stored_bytes, stored_sha = result[0] if isinstance(result, list) else result
+            self.pieces.append(Piece(k, first_row, rows, size, sha, stored_bytes, stored_sha))
         return self.pieces
 
     def abort(self) -> None:

@@ -20,9 +20,9 @@ from loguru import logger
 
 from data_juicer_elastic.errors import ConfigError, IntegrityError, LeaseLostError, is_worker_fault
 from data_juicer_elastic.jobdir import attempts, fsio, leases
+from data_juicer_elastic.jobdir.codecs import SHARD_SUFFIX
 from data_juicer_elastic.jobdir.identity import WorkerIdentity
 from data_juicer_elastic.jobdir.layout import JobLayout
-from data_juicer_elastic.jobdir.codecs import SHARD_SUFFIX
 from data_juicer_elastic.jobdir.manifest import load_manifest
 from data_juicer_elastic.jobdir.records import Claim, Manifest, ShardEntry, TerminalInfo
 from data_juicer_elastic.jobdir.tasks import ShardOutput, ShardTask
