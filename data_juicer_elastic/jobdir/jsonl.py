@@ -38,7 +38,7 @@ import json
 import math
 import os
 import re
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
@@ -47,6 +47,7 @@ import orjson
 
 from data_juicer_elastic.errors import InputError
 from data_juicer_elastic.jobdir import fsio
+from data_juicer_elastic.jobdir.codecs import prefetch
 
 MAX_LINE_BYTES: Final = 64 * 1024 * 1024
 MAX_DEPTH: Final = 512  # below both parsers' own limits, so neither decides it by running out of stack
@@ -367,12 +368,16 @@ def validate_jsonl_output(
     rows = size = 0
     carry = b""
     loads, decode_error = orjson.loads, orjson.JSONDecodeError
-    with fsio.open_read(path) as handle:
-        while True:
-            chunk = handle.read(BLOCK_BYTES)
-            if not chunk:
-                break
-            digest.update(chunk)
+
+    def hashed_chunks() -> Iterator[bytes]:  # runs on the reader thread: read + sha256 overlap parsing
+        with fsio.open_read(path) as handle:
+            while chunk := handle.read(BLOCK_BYTES):
+                digest.update(chunk)
+                yield chunk
+
+    chunks = prefetch(hashed_chunks)
+    try:
+        for chunk in chunks:
             size += len(chunk)
             block = carry + chunk if carry else chunk
             cut = block.rfind(b"\n") + 1  # whole lines end here; the rest waits for the next chunk
@@ -393,6 +398,8 @@ def validate_jsonl_output(
             rows += len(lines)
             if sink is not None:
                 sink(whole)
+    finally:
+        chunks.close()
     if carry:
         raise ValueError(f"{display}:{rows + 1}: last line has no newline (truncated?)")
     return rows, size, digest.hexdigest()
