@@ -66,6 +66,16 @@ class _HashingFile:
     def readable(self) -> bool:
         return True
 
+    def seekable(self) -> bool:
+        return False
+
+    def close(self) -> None:
+        pass  # the caller closes the real file
+
+    @property
+    def closed(self) -> bool:
+        return False
+
 
 class RawStats:
     """What the reader saw of one input file as stored: bytes and sha256 (filled when read to the end)."""
@@ -108,15 +118,14 @@ def _decompress(raw: _HashingFile, codec: Codec, block: int) -> Iterator[bytes]:
             while data := stream.read(block):
                 yield data
         return
-    import zstandard
+    # Arrow's zstd stream reads every frame, bounds each read, and - unlike python-zstandard's
+    # stream reader - reports a truncated last frame instead of ending quietly.
+    import pyarrow
 
-    try:
-        reader = zstandard.ZstdDecompressor().stream_reader(raw, read_size=1024 * 1024, read_across_frames=True)
-        with reader:
-            while data := reader.read(block):
-                yield data
-    except zstandard.ZstdError as exc:
-        raise ValueError(str(exc)) from None
+    stream = pyarrow.CompressedInputStream(pyarrow.PythonFile(raw, mode="r"), "zstd")
+    with stream:
+        while data := stream.read(block):
+            yield data
 
 
 # -- the reader thread ------------------------------------------------------------------------
