@@ -21,6 +21,7 @@ import queue
 import threading
 import zlib
 from collections.abc import Callable, Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, Final, Literal
 
@@ -225,17 +226,48 @@ class BackgroundIO:
         self._thread.join()
 
 
-class AsyncShardWriter:
-    """A :class:`ShardFileWriter` whose writes run on a :class:`BackgroundIO` thread."""
+class Syncer:
+    """fsync on a helper thread, so the disk's writeback overlaps parsing and writing.
 
-    def __init__(self, inner: ShardFileWriter, io: BackgroundIO):
-        self.inner, self.io = inner, io
+    Callers that promise durability (prepare before the manifest, merge before
+    publishing) call :meth:`wait`, which raises the first error, naming the file.
+    """
+
+    def __init__(self) -> None:
+        self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="dj-elastic-fsync")
+        self._futures: list[Future[None]] = []
+
+    def fsync(self, path: Path) -> None:
+        self._futures.append(self._pool.submit(fsio.fsync_file, path))
+
+    def wait(self) -> None:
+        try:
+            for future in self._futures:
+                future.result()
+        finally:
+            self._futures.clear()
+
+    def close(self) -> None:
+        self._pool.shutdown(wait=True)
+
+
+class AsyncShardWriter:
+    """A :class:`ShardFileWriter` whose writes run on a :class:`BackgroundIO` thread and whose
+    fsync runs on a :class:`Syncer` (``syncer.wait()`` before relying on it)."""
+
+    def __init__(self, inner: ShardFileWriter, io: BackgroundIO, syncer: Syncer):
+        self.inner, self.io, self.syncer = inner, io, syncer
 
     def write(self, data: bytes | memoryview, rows: int) -> None:
         self.io.submit(self.inner.write, data, rows)
 
+    def _finish(self) -> tuple[str, int, str]:
+        result = self.inner.finish(durable=False)
+        self.syncer.fsync(self.inner.path)
+        return result
+
     def finish(self) -> list[Any]:
-        return self.io.submit(self.inner.finish)  # holds (sha, stored bytes, stored sha) after drain()
+        return self.io.submit(self._finish)  # holds (sha, stored bytes, stored sha) after drain()
 
     def abort(self) -> None:
         try:
@@ -277,12 +309,12 @@ class ShardFileWriter:
         self.stored_bytes += len(data)
         self._writer.write(data)
 
-    def finish(self) -> tuple[str, int, str]:
-        """(content sha256, stored bytes, stored sha256) after fsync and a checked close."""
+    def finish(self, durable: bool = True) -> tuple[str, int, str]:
+        """(content sha256, stored bytes, stored sha256) after a checked close (and fsync if ``durable``)."""
         try:
             if self._compress is not None:
                 self._stored_write(self._compress.flush())
-            self._writer.finish()
+            self._writer.finish(durable)
         except BaseException:
             self._writer.abort()
             raise

@@ -34,6 +34,7 @@ from data_juicer_elastic.jobdir.codecs import (
     Codec,
     RawStats,
     ShardFileWriter,
+    Syncer,
     iter_decoded,
     prefetch,
 )
@@ -72,21 +73,23 @@ def ingest(
     pieces_dir = work / "pieces"
     fsio.makedirs(pieces_dir)
 
-    io = BackgroundIO()
+    io, syncer = BackgroundIO(), Syncer()
 
     def open_piece(k: int) -> AsyncShardWriter:
-        return AsyncShardWriter(ShardFileWriter(pieces_dir / f"{k:05d}.jsonl", "none"), io)
+        return AsyncShardWriter(ShardFileWriter(pieces_dir / f"{k:05d}.jsonl", "none"), io, syncer)
 
     # Without a usable guess everything goes into one piece (n=1 never cuts).
     splitter = BlockSplitter(n if guess else 1, guess or 1, None, open_piece, content_digest=len(inputs) > 1, io=io)
     try:
         fingerprints, identical = _pass_a(inputs, options, splitter)
         pieces = splitter.finish()
+        syncer.wait()  # the pieces may become the shards: durable before the manifest names them
     except BaseException:
         splitter.abort()
         raise
     finally:
         io.close()
+        syncer.close()
     total_rows = sum(f.rows for f in fingerprints)
     total_bytes = splitter.pos
     if total_rows == 0:
@@ -214,10 +217,11 @@ def _line_blocks(
 def _pass_b(
     pieces: list[Path], n: int, total_bytes: int, total_rows: int, out_dir: Path, codec: Codec
 ) -> tuple[list[Piece], str]:
-    io = BackgroundIO()
+    io, syncer = BackgroundIO(), Syncer()
 
     def open_shard(k: int) -> AsyncShardWriter:
-        return AsyncShardWriter(ShardFileWriter(out_dir / f"{shard_id(k, n)}{SHARD_SUFFIX[codec]}", codec), io)
+        path = out_dir / f"{shard_id(k, n)}{SHARD_SUFFIX[codec]}"
+        return AsyncShardWriter(ShardFileWriter(path, codec), io, syncer)
 
     splitter = BlockSplitter(n, total_bytes, total_rows, open_shard, content_digest=True, io=io)
     try:
@@ -230,11 +234,13 @@ def _pass_b(
                 chunks.close()
             fsio.remove(path)  # give the space back as we go
         result = splitter.finish()
+        syncer.wait()
     except BaseException:
         splitter.abort()
         raise
     finally:
         io.close()
+        syncer.close()
     if len(result) != n or splitter.pos != total_bytes or splitter.rows_done != total_rows:
         raise InputChangedError(  # pragma: no cover - the pieces are private to this prepare
             f"expected {total_rows} rows / {total_bytes} bytes in {n} shards, cut {len(result)} shards",

@@ -12,15 +12,18 @@ import os
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Final
 
 from loguru import logger
 
 from data_juicer_elastic.errors import IntegrityError, JobDirError, OutputExistsError
 from data_juicer_elastic.jobdir import attempts, fsio
-from data_juicer_elastic.jobdir.codecs import BackgroundIO
+from data_juicer_elastic.jobdir.codecs import BackgroundIO, Syncer
 from data_juicer_elastic.jobdir.layout import JobLayout
 from data_juicer_elastic.jobdir.manifest import load_manifest
 from data_juicer_elastic.jobdir.records import Manifest, MergedShard, MergeRecord, ShardEntry, ShardResult
+
+SYNC_EVERY: Final = 256 * 1024 * 1024
 
 
 @dataclass(frozen=True)
@@ -73,7 +76,7 @@ def merge_job(job_dir: str | Path, output_path: str | Path, overwrite: bool = Fa
     output = Path(os.path.abspath(output_path))
     fsio.makedirs(output.parent)
     tmp = fsio.temp_path_for(output)
-    out = OutputAppender(fsio.BufferedCheckedWriter(tmp))
+    out = OutputAppender(fsio.BufferedCheckedWriter(tmp), sync_path=tmp)
     merged = []
     try:
         for entry, result in results:
@@ -96,15 +99,23 @@ class OutputAppender:
     and the copy (this writer thread) overlap; see codecs.BackgroundIO.
     """
 
-    def __init__(self, writer, digest=None):
+    def __init__(self, writer, digest=None, sync_path: Path | None = None):
         self.writer = writer
         self.digest = digest if digest is not None else hashlib.sha256()
         self.bytes = 0
         self._io = BackgroundIO()
+        # Writeback of what is already written starts on a helper thread every SYNC_EVERY
+        # bytes, so the final fsync before publication has little left to wait for.
+        self._sync_path, self._syncer, self._unsynced = sync_path, Syncer() if sync_path else None, 0
 
     def _write(self, block: bytes) -> None:
         self.digest.update(block)
         self.writer.write(block)
+        self._unsynced += len(block)
+        if self._syncer is not None and self._unsynced >= SYNC_EVERY:
+            self._syncer.wait()  # at most one early fsync in flight
+            self._syncer.fsync(self._sync_path)
+            self._unsynced = 0
 
     def append(self, block: bytes) -> None:
         self.bytes += len(block)
@@ -118,7 +129,16 @@ class OutputAppender:
             self._io.drain()
         finally:
             self._io.close()
+            self._close_syncer()
         self.writer.finish()
+
+    def _close_syncer(self) -> None:
+        if self._syncer is not None:
+            try:
+                self._syncer.wait()
+            finally:
+                self._syncer.close()
+                self._syncer = None
 
     def abort(self) -> None:
         try:
@@ -126,6 +146,10 @@ class OutputAppender:
         except BaseException:
             pass
         self._io.close()
+        try:
+            self._close_syncer()
+        except BaseException:
+            pass
         self.writer.abort()
 
 
