@@ -38,12 +38,17 @@ import json
 import math
 import os
 import re
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
 
 import orjson
+
+try:
+    import numpy as _np
+except ImportError:  # pragma: no cover - numpy comes with Data-Juicer; counting falls back to bytes.count
+    _np = None
 
 from data_juicer_elastic.errors import InputError
 from data_juicer_elastic.jobdir import fsio
@@ -151,6 +156,23 @@ def fast_row(body: bytes) -> dict[str, Any] | None:
     return obj
 
 
+def _parse_clean(lines: list[bytes]) -> list[dict[str, Any]] | None:
+    """The hot loop: every line a bare ``{...}`` that orjson parses to an object, else None."""
+    loads, decode_error, parsed = orjson.loads, orjson.JSONDecodeError, []
+    append = parsed.append
+    try:
+        for line in lines:
+            if line[:1] != b"{" or line[-1:] != b"}":
+                return None
+            obj = loads(line)
+            if type(obj) is not dict:
+                return None
+            append(obj)
+    except decode_error:
+        return None
+    return parsed
+
+
 def _block_proven(region: tuple[bytes, int, int], parsed: list[dict[str, Any]], singles: int) -> bool:
     """No row of ``parsed`` has a duplicate key or nests deeper than MAX_DEPTH.
 
@@ -160,13 +182,31 @@ def _block_proven(region: tuple[bytes, int, int], parsed: list[dict[str, Any]], 
     its limit, which :data:`_DUMPS_BOUNDS_DEPTH` checked is below MAX_DEPTH.
     """
     raw, start, stop = region
-    if not _DUMPS_BOUNDS_DEPTH or raw.find(b"\\u003", start, stop) >= 0:
+    # A colon written as an escape breaks the count; memchr for a backslash first (fast), since
+    # most blocks hold none, then the exact search.
+    if not _DUMPS_BOUNDS_DEPTH or (raw.find(b"\\", start, stop) >= 0 and raw.find(b"\\u003", start, stop) >= 0):
         return False
     try:
         written = orjson.dumps(parsed)
     except orjson.JSONEncodeError:
         return False
-    return written.count(b":") == raw.count(b":", start, stop) - singles
+    return count_byte(written, _COLON) == count_byte(raw, _COLON, start, stop) - singles
+
+
+_COLON: Final = ord(":")
+_COUNT_STEP: Final = 256 * 1024  # cache-sized slices: numpy's compare + count stays in L2
+
+
+def count_byte(data: bytes, value: int, start: int = 0, stop: int | None = None) -> int:
+    """How often byte ``value`` occurs in ``data[start:stop]``: ~4x ``bytes.count``'s speed
+    (which is a plain byte loop) via numpy's vectorised compare, in cache-sized slices."""
+    stop = len(data) if stop is None else stop
+    if _np is None or stop - start < _COUNT_STEP:
+        return data.count(bytes((value,)), start, stop)
+    view = _np.frombuffer(data, dtype=_np.uint8)
+    return sum(
+        int(_np.count_nonzero(view[i : min(i + _COUNT_STEP, stop)] == value)) for i in range(start, stop, _COUNT_STEP)
+    )
 
 
 def _probe_dumps_depth() -> bool:
@@ -228,6 +268,16 @@ class RowNormaliser:
         with their newlines: duplicate keys and depth are then proven for the whole block
         with two C-level scans instead of per-row work (see the module docstring).
         """
+        if not (self.media_fields or self.index_key) and region is not None:
+            parsed = _parse_clean(lines)
+            if parsed is not None:  # every line a bare object, nothing to normalise: one block proof
+                if not _block_proven(region, parsed, 0):
+                    self._prove_each(lines, range(len(lines)))
+                self.rows += len(lines)
+                return None
+        return self._lines_one_by_one(lines, region)
+
+    def _lines_one_by_one(self, lines: list[bytes], region: tuple[bytes, int, int] | None) -> list[bytes] | None:
         out: list[bytes] | None = None
         needs_rows = bool(self.media_fields or self.index_key)
         loads, decode_error = orjson.loads, orjson.JSONDecodeError
@@ -236,7 +286,6 @@ class RowNormaliser:
         singles = 0  # raw colons of rows judged one by one (outside the block proof)
         for i, line in enumerate(lines):
             obj = None
-            # Hot path: a line that is exactly one object, parsed once by orjson.
             if line[-1:] == b"}" and line[:1] == b"{":
                 try:
                     obj = loads(line)
@@ -265,7 +314,7 @@ class RowNormaliser:
         self.rows += len(lines)
         return out
 
-    def _prove_each(self, lines: list[bytes], indexes: list[int]) -> None:
+    def _prove_each(self, lines: list[bytes], indexes: Iterable[int]) -> None:
         for i in indexes:
             if fast_row(lines[i]) is None:  # the reference words the error (or accepts: an escaped-colon key)
                 self._row(lines[i], None, self.rows + i)

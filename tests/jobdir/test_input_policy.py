@@ -200,3 +200,12 @@ def test_block_path_and_reference_agree_on_arbitrary_lines(tokens, wrap):
         assert exc.where == "t.jsonl:2"
         fast_ok = False
     assert fast_ok == ref_ok, line
+
+
+def test_count_byte_matches_bytes_count_on_large_and_sliced_buffers():
+    from data_juicer_elastic.jobdir.jsonl import count_byte
+
+    data = (b'{"a": "b:c"}\n' * 100_000) + b":"
+    assert count_byte(data, ord(":")) == data.count(b":")
+    assert count_byte(data, ord(":"), 7, len(data) - 3) == data.count(b":", 7, len(data) - 3)
+    assert count_byte(data[:100], ord(":"), 5, 60) == data[:100].count(b":", 5, 60)
