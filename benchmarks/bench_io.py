@@ -186,7 +186,10 @@ def main() -> None:
         results["uptime"][codec] = uptime()
         secs = alternate(
             {
-                decompress: (None, lambda packed=packed, decompress=decompress: sh(f"{decompress} {packed} > /dev/null")),
+                decompress: (
+                    None,
+                    lambda packed=packed, decompress=decompress: sh(f"{decompress} {packed} > /dev/null"),
+                ),
                 "prepare": (None, lambda packed=packed: prepare(packed, job, args.shards)),
             },
             args.repeat,

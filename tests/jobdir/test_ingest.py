@@ -216,3 +216,14 @@ def test_shard_file_writer_hashes_content_and_stored_bytes(tmp_path):
     assert content == hashlib.sha256(b'{"a":1}\n{"a":2}\n').hexdigest()
     assert (stored_bytes, stored_sha) == (len(raw), hashlib.sha256(raw).hexdigest())
     assert zstandard.ZstdDecompressor().decompressobj().decompress(raw) == b'{"a":1}\n{"a":2}\n'
+
+
+def test_settings_type_and_validate_the_new_keys():
+    from data_juicer_elastic.settings import ElasticSettings
+
+    settings = ElasticSettings(job_dir="/j", shard_codec="zstd", stream_merge=True, max_line_bytes=1 << 20)
+    assert (settings.shard_codec, settings.stream_merge, settings.max_line_bytes) == ("zstd", True, 1 << 20)
+    for key, bad in (("shard_codec", "lz4"), ("stream_merge", "yes"), ("max_line_bytes", 10)):
+        with pytest.raises(ConfigError) as info:
+            ElasticSettings(job_dir="/j", **{key: bad})
+        assert info.value.where == f"elastic.{key}"

@@ -89,7 +89,9 @@ def _first_rows(job, shards):
     from data_juicer_elastic.jobdir.manifest import load_manifest
 
     manifest = load_manifest(job)
-    return [json.loads(line) for e in manifest.shards[:shards] for line in (job / "shards" / f"{e.shard_id}.jsonl").open()]
+    return [
+        json.loads(line) for e in manifest.shards[:shards] for line in (job / "shards" / f"{e.shard_id}.jsonl").open()
+    ]
 
 
 def test_a_crash_mid_shard_resumes_from_the_final_prefix(job, tmp_path):
