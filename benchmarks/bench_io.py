@@ -11,7 +11,8 @@ given against "cp; sync FILE" / "cat > FILE; sync FILE".  The page cache cannot 
 dropped here (no root on the host), so every input is read once before timing and the
 sides alternate (baseline, ours, baseline, ours, ...) so both see the same warm cache and
 the same neighbours; the median of ``--repeat`` runs is reported, with `uptime` before and
-after each section.
+after each section.  CPU seconds per GB (user + sys, all threads / the child process) are
+reported too: on a shared machine they say more about the cost than wall time does.
 
     python benchmarks/bench_io.py --workdir /tmp/dje-io --size-gb 1.0 --out benchmarks/results/bench_io.json
 """
@@ -22,6 +23,7 @@ import argparse
 import json
 import os
 import random
+import resource
 import shutil
 import statistics
 import subprocess
@@ -68,10 +70,16 @@ def generate(path: Path, size: int, seed: int = 7) -> int:
     return rows
 
 
-def timed(fn) -> float:
-    t0 = time.perf_counter()
+def _cpu() -> float:
+    me, kids = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    return me.ru_utime + me.ru_stime + kids.ru_utime + kids.ru_stime
+
+
+def timed(fn) -> tuple[float, float]:
+    """(wall seconds, CPU seconds of this process's threads and its finished children)."""
+    c0, t0 = _cpu(), time.perf_counter()
     fn()
-    return time.perf_counter() - t0
+    return time.perf_counter() - t0, _cpu() - c0
 
 
 def sh(cmd: str) -> None:
@@ -83,15 +91,17 @@ def warm(*paths: Path) -> None:
         sh(f"cat {path} > /dev/null")
 
 
-def alternate(sides: dict, repeat: int) -> dict[str, float]:
-    """Median seconds per side, running the sides in turn ``repeat`` times."""
-    times: dict[str, list[float]] = {name: [] for name in sides}
+def alternate(sides: dict, repeat: int) -> tuple[dict[str, float], dict[str, float]]:
+    """Median wall and CPU seconds per side, running the sides in turn ``repeat`` times."""
+    times: dict[str, list[tuple[float, float]]] = {name: [] for name in sides}
     for _ in range(repeat):
         for name, (setup, fn) in sides.items():
             if setup is not None:
                 setup()
             times[name].append(timed(fn))
-    return {name: statistics.median(values) for name, values in times.items()}
+    wall = {name: statistics.median(w for w, _ in values) for name, values in times.items()}
+    cpu = {name: statistics.median(c for _, c in values) for name, values in times.items()}
+    return wall, cpu
 
 
 def prepare(data: Path, job: Path, shards: int, codec: str = "none") -> None:
@@ -207,15 +217,18 @@ def main() -> None:
     shutil.rmtree(work, ignore_errors=True)
 
 
-def _ratios(size: int, secs: dict[str, float], ours: str, baselines: tuple[str, ...]) -> dict:
+def _ratios(size: int, measured: tuple[dict[str, float], dict[str, float]], ours: str, baselines) -> dict:
+    secs, cpu = measured
     rate = {name: size / s / MB for name, s in secs.items()}
-    line = f"{ours}: {rate[ours]:.0f} MB/s; " + "; ".join(
-        f"{b}: {rate[b]:.0f} MB/s (ratio {rate[ours] / rate[b]:.2f})" for b in baselines
+    cpu_per_gb = {name: c / size * 1e9 for name, c in cpu.items()}
+    line = f"{ours}: {rate[ours]:.0f} MB/s, {cpu_per_gb[ours]:.2f} CPU-s/GB; " + "; ".join(
+        f"{b}: {rate[b]:.0f} MB/s, {cpu_per_gb[b]:.2f} CPU-s/GB (ratio {rate[ours] / rate[b]:.2f})" for b in baselines
     )
     print(line, flush=True)
     return {
         "seconds": secs,
         "mb_per_s": rate,
+        "cpu_s_per_gb": cpu_per_gb,
         "ratios": {b: rate[ours] / rate[b] for b in baselines},
     }
 

@@ -104,12 +104,14 @@ class _PartialLock:
         with _process_locks_guard:
             self._thread_lock = _process_locks.setdefault(str(path), threading.Lock())
         self.fd = -1
+        self._held = False
 
     def acquire(self, wait_secs: float = 0.0, poll_secs: float = 0.2) -> None:
         deadline = time.monotonic() + wait_secs
         while not self._thread_lock.acquire(timeout=max(0.0, min(poll_secs, deadline - time.monotonic()))):
             if time.monotonic() >= deadline:
                 raise self._busy()
+        self._held = True
         try:
             fsio.fault_point("open", self.path)
             self.fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
@@ -136,7 +138,8 @@ class _PartialLock:
         if self.fd >= 0:
             os.close(self.fd)  # closing drops the POSIX lock
             self.fd = -1
-        if self._thread_lock.locked():
+        if self._held:
+            self._held = False
             self._thread_lock.release()
 
 
