@@ -132,13 +132,18 @@ def main() -> None:
     parser.add_argument("--shards", type=int, default=16)
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--out", type=Path)
+    parser.add_argument("--input", type=Path, help="reuse a file written by an earlier run (generation is seeded)")
     args = parser.parse_args()
     work = args.workdir
     shutil.rmtree(work, ignore_errors=True)
     work.mkdir(parents=True)
     data = work / "input.jsonl"
     results: dict = {"uptime": {"start": uptime()}, "cpus": os.cpu_count()}
-    rows = generate(data, int(args.size_gb * 1e9))
+    if args.input is not None:
+        shutil.copyfile(args.input, data)
+        rows = sum(1 for _ in open(data, "rb"))
+    else:
+        rows = generate(data, int(args.size_gb * 1e9))
     size = data.stat().st_size
     results["input"] = {"bytes": size, "rows": rows, "shards": args.shards}
     print(f"input: {size / MB:.0f} MB, {rows} rows; {results['uptime']['start']}")

@@ -156,23 +156,6 @@ def fast_row(body: bytes) -> dict[str, Any] | None:
     return obj
 
 
-def _parse_clean(lines: list[bytes]) -> list[dict[str, Any]] | None:
-    """The hot loop: every line a bare ``{...}`` that orjson parses to an object, else None."""
-    loads, decode_error, parsed = orjson.loads, orjson.JSONDecodeError, []
-    append = parsed.append
-    try:
-        for line in lines:
-            if line[:1] != b"{" or line[-1:] != b"}":
-                return None
-            obj = loads(line)
-            if type(obj) is not dict:
-                return None
-            append(obj)
-    except decode_error:
-        return None
-    return parsed
-
-
 def _block_proven(region: tuple[bytes, int, int], parsed: list[dict[str, Any]], singles: int) -> bool:
     """No row of ``parsed`` has a duplicate key or nests deeper than MAX_DEPTH.
 
@@ -268,14 +251,37 @@ class RowNormaliser:
         with their newlines: duplicate keys and depth are then proven for the whole block
         with two C-level scans instead of per-row work (see the module docstring).
         """
-        if not (self.media_fields or self.index_key) and region is not None:
-            parsed = _parse_clean(lines)
-            if parsed is not None:  # every line a bare object, nothing to normalise: one block proof
+        if region is not None:
+            parsed = self._parse_clean(lines)
+            if parsed is not None:  # every line a bare object needing no change: one block proof
                 if not _block_proven(region, parsed, 0):
                     self._prove_each(lines, range(len(lines)))
                 self.rows += len(lines)
                 return None
         return self._lines_one_by_one(lines, region)
+
+    def _parse_clean(self, lines: list[bytes]) -> list[dict[str, Any]] | None:
+        """The hot loop: every line a bare ``{...}`` that orjson parses to an object whose media
+        paths (if any) are already absolute and which has its index key; else None (the block
+        then goes row by row, which also words any error)."""
+        loads, decode_error, parsed = orjson.loads, orjson.JSONDecodeError, []
+        append, media, index_key, base = parsed.append, self.media_fields, self.index_key, self.options.base_dir
+        try:
+            for line in lines:
+                if line[:1] != b"{" or line[-1:] != b"}":
+                    return None
+                obj = loads(line)
+                if type(obj) is not dict:
+                    return None
+                for key in media:
+                    if obj.get(key) is not None and _media_changes(obj, [key], base):
+                        return None
+                if index_key is not None and index_key not in obj:
+                    return None
+                append(obj)
+        except (decode_error, _RowError):
+            return None
+        return parsed
 
     def _lines_one_by_one(self, lines: list[bytes], region: tuple[bytes, int, int] | None) -> list[bytes] | None:
         out: list[bytes] | None = None
