@@ -227,3 +227,28 @@ def test_settings_type_and_validate_the_new_keys():
         with pytest.raises(ConfigError) as info:
             ElasticSettings(job_dir="/j", **{key: bad})
         assert info.value.where == f"elastic.{key}"
+
+
+def test_clean_input_is_sharded_in_one_pass_even_with_media_keys(tmp_path):
+    from data_juicer_elastic.jobdir.codecs import input_codec
+    from data_juicer_elastic.jobdir.ingest import InputItem, ingest
+    from data_juicer_elastic.jobdir.jsonl import NormaliseOptions
+
+    rows = [{"id": i, "images": [f"/abs/{i}.jpg"], "text": "t:" * (i % 5)} for i in range(300)]
+    clean = write_rows(tmp_path / "clean.jsonl", rows)
+    relative = write_rows(tmp_path / "rel.jsonl", [{**r, "images": [f"{r['id']}.jpg"]} for r in rows])
+    options = NormaliseOptions(str(tmp_path), {"image_key": "images"}, None)
+
+    def run(path, name):
+        out = tmp_path / name / "shards"
+        out.mkdir(parents=True)
+        item = InputItem(path, path.name, input_codec(path.name))
+        return ingest([item], options, tmp_path / name, out, 4, "none"), out
+
+    one, out = run(clean, "one")
+    assert one.passes == 1 and one.content_sha256 == hashlib.sha256(clean.read_bytes()).hexdigest()
+    assert b"".join(p.read_bytes() for p in sorted(out.iterdir())) == clean.read_bytes()
+    two, out = run(relative, "two")
+    assert two.passes == 2, "relative paths grow the rows: the guessed total is wrong, so pass B cuts"
+    got = [json.loads(line) for p in sorted(out.iterdir()) for line in p.read_bytes().splitlines()]
+    assert [r["images"] for r in got] == [[str(tmp_path / f"{i}.jpg")] for i in range(300)]
