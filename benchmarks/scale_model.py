@@ -71,6 +71,16 @@ OPS: dict[str, int] = {
     "takeover_failure_record": 12,  # record_failure: makedirs(3)+publish(6), listdir+1 read, read failed/
     "abort_watch": 2,  # AbortWatcher every poll: read outcome.json, listdir failed/
     "exit_per_shard": 3,  # final claim_next pass + job_outcome twice (worker_loop.py:122, flow.py:84)
+    # the claim cursor (jobdir/claiming.py, protocol "cursor"): per probe of a shard it does not know is done
+    "cursor_probe_done": 1,  # read_done hit (then: retired, and a jump)
+    "cursor_probe_pending": 5,  # = scan_pending
+    "cursor_probe_held": 9,  # = scan_held; then only its done marker is read until it could be stale (a TTL)
+    "cursor_probe_watched": 1,  # read_done of a held shard seen before that cannot be stale yet
+    "cursor_listing": 1,  # listdir(done/): at start, and after 16 unknown done markers
+    # the gate's observe() with listings (stragglers.py): 2 listings + a sample of new done spans + live claims
+    "gate_listings": 2,  # listdir claims/ + listdir done/
+    "gate_new_span": 2,  # read_done + attempt.json, at most MAX_NEW_SPANS (16) per call
+    "gate_claimed": 8,  # tail only: read_done, exists(failed), read_lease (6) per claimed, not done shard
     # `dj-elastic status` (status.py:452-496), per shard
     "status_done": 11,
     "status_held": 13,
@@ -95,6 +105,7 @@ class Params:
     start_spread_s: float = 30.0  # workers join uniformly over this window (scheduler, Ray start)
     horizon_x: float = 30.0  # stop simulating at this multiple of the ideal makespan
     gate: bool = True  # straggler gate on (the executor's default outside strict mode)
+    protocol: str = "cursor"  # "cursor": the claim cursor (issue 7); "scan": the walk from shard 0 before it
     seed: int = 0
 
     @property
@@ -161,6 +172,8 @@ class Result:
     heartbeat_ops_per_s: float
     status_ops: int
     ops_by_kind: dict[str, float] = field(default_factory=dict)
+    listings: int = 0  # directory listings (done/, claims/) by the claim path and the gate
+    listed_entries: int = 0  # names those listings returned (a listing is 1 op, but O(S) names)
 
     @property
     def status_s(self) -> float:
@@ -382,7 +395,7 @@ class Sim:
                 self.lost += 1
                 self.count(OPS["claim_lost"] - OPS["claim_publish"], "claim scan")
                 self.call_ops[w] += OPS["claim_lost"] - OPS["claim_publish"]
-                self.scan_from(w, t + 1)
+                self.after_lost(w, t)
         elif kind == "running":
             t = mode[1]
             self.active.pop(w, None)
@@ -395,6 +408,9 @@ class Sim:
             self.running_secs.pop(w, None)
             self.has_done[w] = True
             self.start_call(w)
+
+    def after_lost(self, w: int, t: int) -> None:
+        self.scan_from(w, t + 1)
 
     def gate_decide(self, w: int, t: int, allowed: bool) -> None:
         if allowed:
@@ -432,11 +448,14 @@ class Sim:
         if t is not None:
             self.set_state(t, ORPHAN)
             last_beat = self.now - self.rng.uniform(0, self.p.heartbeat_s)
-            self.at(max(self.now, last_beat + self.p.ttl_s + self.p.poll_s / 2), "stale", -1, t)
+            self.schedule_stale(t, last_beat)
         for i, c in list(self.claimant.items()):
             if c == w:
                 del self.claimant[i]
         self.exited += 1  # never exits by itself; counted so that the run can end
+
+    def schedule_stale(self, t: int, last_beat: float) -> None:
+        self.at(max(self.now, last_beat + self.p.ttl_s + self.p.poll_s / 2), "stale", -1, t)
 
     # -- main loop --------------------------------------------------------------------------------------
     def run(self, max_events: int = 50_000_000) -> Result:
@@ -511,7 +530,268 @@ class Sim:
             heartbeat_ops_per_s=p.workers * OPS["heartbeat"] / p.heartbeat_s,
             status_ops=status_ops(p.shards, done=p.shards),
             ops_by_kind=dict(self.ops_by_kind),
+            listings=getattr(self, "listings", 0),
+            listed_entries=getattr(self, "listed_entries", 0),
         )
+
+
+class MaxTree:
+    """Max over shard indices of their done time (inf while not done): the first index >= p
+    that a worker whose last done/ listing was at time L does not know to be done."""
+
+    def __init__(self, n: int):
+        self.size = 1 << max(1, (n - 1).bit_length())
+        self.t = [math.inf] * (2 * self.size)
+        for i in range(n, self.size):
+            self.t[self.size + i] = -math.inf  # padding: never a candidate
+
+    def set(self, i: int, v: float) -> None:
+        i += self.size
+        self.t[i] = v
+        i //= 2
+        while i:
+            self.t[i] = max(self.t[2 * i], self.t[2 * i + 1])
+            i //= 2
+
+    def first_above(self, p: int, limit: float) -> int | None:
+        """Smallest index >= p whose value is > limit."""
+        return self._descend(1, 0, self.size, p, limit)
+
+    def _descend(self, node: int, lo: int, hi: int, p: int, limit: float) -> int | None:
+        if hi <= p or self.t[node] <= limit:
+            return None
+        if hi - lo == 1:
+            return lo
+        mid = (lo + hi) // 2
+        left = self._descend(2 * node, lo, mid, p, limit)
+        return left if left is not None else self._descend(2 * node + 1, mid, hi, p, limit)
+
+
+class CursorSim(Sim):
+    """The claim path of jobdir/claiming.py (issue 7), op for op, over the same NAS and job.
+
+    Each worker keeps its own cursor: the time of its last done/ listing (it knows every
+    shard done before it), the done markers it read since, and the held shards it saw
+    with the time they could first be stale for it.  A claim walks forward from after the
+    worker's last claim, skipping known-done shards for free; a probe of someone else's
+    shard (held, or done unknown) makes it jump to a random place, at most MAX_JUMPS times.
+    Two simplifications keep the simulation fast, both documented in docs/scale.md: a walk
+    that probes more than ``STEP_CAP`` shards, and every walk while no shard is claimable
+    (the tail), is charged by formula (``idle_ops``); and a dead holder's shard becomes
+    claimable to everyone a TTL after the first worker read its frozen heartbeat.
+    """
+
+    MAX_JUMPS = 4
+    LIST_AFTER = 16
+    MAX_NEW_SPANS = 16
+    STEP_CAP = 256
+
+    def __init__(self, p: Params):
+        super().__init__(p)
+        W, S = p.workers, p.shards
+        self.tree = MaxTree(S)
+        self.done_times: list[float] = []
+        self.pos = [0] * W
+        self.listed_at = [-math.inf] * W  # knows every shard done at or before this time
+        self.listed = [False] * W
+        self.learned: list[set[int]] = [set() for _ in range(W)]  # done markers read since the listing
+        self.surprises = [0] * W
+        self.watch: list[dict[int, float]] = [{} for _ in range(W)]  # held shard -> when it could be stale
+        self.last_sweep = [-math.inf] * W
+        self.spans_known = [0] * W  # the gate's cached done spans
+        self.gate_until = [-math.inf] * W
+        self.gate_answer = [True] * W
+        self.first_probe: dict[int, float] = {}
+        self.orphan_set: set[int] = set()
+        self.own = [0] * W
+        self.n_never = S  # shards never claimed (not in claims/)
+        self.listings = 0
+        self.listed_entries = 0
+        self.walk_rng = random.Random(p.seed + 1)
+
+    # -- knowledge ------------------------------------------------------------------------------------
+    def set_state(self, i: int, new: int) -> None:
+        if new == DONE and self.state[i] != DONE:
+            self.tree.set(i, self.now)
+            self.done_times.append(self.now)
+        if new == ORPHAN:
+            self.orphan_set.add(i)
+        else:
+            self.orphan_set.discard(i)
+        super().set_state(i, new)
+
+    def known_done(self, w: int) -> int:
+        import bisect
+
+        return bisect.bisect_right(self.done_times, self.listed_at[w]) + len(self.learned[w])
+
+    def take_listing(self, w: int, charged: bool = True) -> int:
+        if charged:
+            self.listings += 1
+            self.listed_entries += self.n_done  # a listing returns every done marker: O(S) names, 1 call
+        self.listed_at[w], self.listed[w] = self.now, True
+        self.learned[w].clear()
+        self.surprises[w] = 0
+        return OPS["cursor_listing"]
+
+    def schedule_stale(self, t: int, last_beat: float) -> None:
+        pass  # stale for an observer a TTL after it first read the frozen heartbeat (see probe_held)
+
+    def probe_held(self, w: int, i: int) -> None:
+        self.watch[w][i] = self.now + self.p.ttl_s
+        if self.state[i] == ORPHAN and i not in self.first_probe:
+            self.first_probe[i] = self.now
+            self.at(self.now + self.p.ttl_s, "stale", -1, i)
+
+    # -- one claim call --------------------------------------------------------------------------------
+    def start_call(self, w: int) -> None:
+        self.call_start[w] = self.now
+        self.call_ops[w] = 0.0
+        self.walk(w, self.pos[w], may_list=True)
+
+    def walk(self, w: int, pos: int, may_list: bool) -> None:
+        S = self.p.shards
+        ops = self.take_listing(w) if may_list and (not self.listed[w] or self.surprises[w] >= self.LIST_AFTER) else 0
+        listed_now = ops > 0
+        if self.n_pending == 0 and self.stale_t.prefix(S) == 0:
+            self.idle(w, ops)  # nothing claimable anywhere: the walk sweeps everything it does not know
+            return
+        visited: set[int] = set()
+        jumps = steps = 0
+        i = pos
+        while True:
+            i = self.next_candidate(w, i, visited)
+            if i is None or steps >= self.STEP_CAP:
+                self.idle(w, ops)
+                return
+            visited.add(i)
+            steps += 1
+            st, jump = self.state[i], False
+            if st == DONE:
+                ops += OPS["cursor_probe_done"]
+                self.learned[w].add(i)
+                self.surprises[w] += 1
+                jump = True
+                if not listed_now and self.surprises[w] >= self.LIST_AFTER:
+                    ops += self.take_listing(w)
+                    listed_now = True
+            elif st in (HELD, ORPHAN):
+                if self.watch[w].get(i, -math.inf) > self.now:
+                    ops += OPS["cursor_probe_watched"]  # seen held, cannot be stale yet: done marker only
+                    jump = True
+                else:
+                    ops += OPS["cursor_probe_held"]
+                    self.probe_held(w, i)
+                    jump = True
+            elif st == STALE:
+                ops += OPS["cursor_probe_held"]
+                self.burst(w, ops, "claim scan", ("ctarget", i))
+                return
+            else:  # PENDING (never claimed, or released)
+                ops += OPS["cursor_probe_pending"] if self.gen[i] == 0 else OPS["cursor_probe_held"]
+                self.burst(w, ops, "claim scan", ("ctarget", i))
+                return
+            if jump and jumps < self.MAX_JUMPS:
+                jumps += 1
+                i = self.walk_rng.randrange(S)
+            else:
+                i = (i + 1) % S
+
+    def next_candidate(self, w: int, i: int, visited: set[int]) -> int | None:
+        S, limit, learned = self.p.shards, self.listed_at[w], self.learned[w]
+        if len(visited) >= S - self.known_done(w):
+            return None
+        wrapped = False
+        while True:
+            j = self.tree.first_above(i, limit) if i < S else None
+            if j is None:
+                if wrapped:
+                    return None
+                wrapped, i = True, 0
+                continue
+            if j not in learned and j not in visited:
+                return j
+            i = j + 1
+
+    def idle(self, w: int, ops: float) -> None:
+        """A walk that finds nothing to claim: it reads the done markers it did not know
+        (a listing after 16), each held shard once per TTL, and every pending one (declined)."""
+        unknown = self.n_done - self.known_done(w)
+        listing = self.LIST_AFTER + OPS["cursor_listing"]
+        ops += unknown * OPS["cursor_probe_done"] if unknown < self.LIST_AFTER else listing
+        self.take_listing(w, charged=unknown >= self.LIST_AFTER)
+        held = self.held_t.prefix(self.p.shards)
+        due = min(1.0, (self.now - self.last_sweep[w]) / self.p.ttl_s)  # share of held shards due again
+        ops += held * (OPS["cursor_probe_watched"] + (OPS["cursor_probe_held"] - OPS["cursor_probe_watched"]) * due)
+        ops += OPS["cursor_probe_pending"] * self.n_pending
+        self.last_sweep[w] = self.now
+        for i in list(self.orphan_set):
+            self.probe_held(w, i)
+        self.burst(w, ops, "claim scan", ("nowork",))
+
+    # -- the rest of a claim ---------------------------------------------------------------------------
+    def on_burst_done(self, w: int) -> None:
+        mode = self.mode[w]
+        kind = mode[0]
+        if kind == "nowork" and self.n_done == self.p.shards:
+            # run_worker's job_outcome skips every shard the cursor knows is done: all of them by now
+            self.burst(w, 0, "exit", ("exit",))
+        elif kind == "ctarget":
+            t = mode[1]
+            st = self.state[t]
+            if st == STALE:
+                self.claimant.setdefault(t, w)
+                self.burst(w, OPS["takeover_failure_record"] + OPS["claim_publish"], "claim takeover", ("publish", t))
+            elif st != PENDING:
+                self.walk(w, self.walk_rng.randrange(self.p.shards), may_list=False)  # taken meanwhile: jump
+            elif not self.p.gate:
+                self.publish(w, t)
+            elif self.now < self.gate_until[w]:
+                self.gate_decide(w, t, self.gate_answer[w])
+            else:
+                new = min(self.n_done - self.spans_known[w], self.MAX_NEW_SPANS)
+                self.spans_known[w] += new
+                claimed_open = self.held_t.prefix(self.p.shards)  # released ones awaiting a retry are ignored
+                cost = OPS["gate_listings"] + new * OPS["gate_new_span"]
+                self.listings += 2
+                self.listed_entries += self.n_done + (self.p.shards - self.n_never)  # done/ and claims/
+                mine = self.p.shard_secs / self.speed[w]
+                per_worker = max(0, math.floor(mine / self.min_secs - 0.5))
+                margin = self.n_never - claimed_open * per_worker
+                valid_for = 0.0
+                if self.has_done[w] and margin <= 0:
+                    cost += claimed_open * OPS["gate_claimed"]  # the tail: ClaimGate reads the live claims
+                elif self.has_done[w]:  # ClaimGate._cannot_decline_for: the margin lasts that long
+                    valid_for = 0.5 * (margin - 1) / (claimed_open + 1) * self.min_secs
+                self.burst(w, cost, "claim gate", ("cgate", t, self.now, valid_for))
+        elif kind == "cgate":
+            _, t, started, valid_for = mode
+            allowed = self.gate_allows(w)
+            # ClaimGate stamps its answer when the read ends and keeps it >= 10x the read's duration
+            self.gate_until[w] = self.now + max(self.p.poll_s, 10 * (self.now - started), valid_for)
+            self.gate_answer[w] = allowed
+            self.gate_decide(w, t, allowed)
+        elif kind == "ending":
+            t = mode[1]
+            self.own[w] += 1
+            self.learned[w].add(t)
+            self.pos[w] = (t + 1) % self.p.shards
+            super().on_burst_done(w)
+        elif kind == "publish" and self.claimant.get(mode[1]) == w and self.state[mode[1]] in (PENDING, STALE):
+            self.pos[w] = (mode[1] + 1) % self.p.shards
+            self.n_never -= self.gen[mode[1]] == 0
+            super().on_burst_done(w)
+        else:
+            super().on_burst_done(w)
+
+    def gate_decide(self, w: int, t: int, allowed: bool) -> None:
+        if allowed:
+            self.publish(w, t)
+        else:
+            self.idle(w, 0)  # declined: the rest of the walk finds nothing it may claim
+
+    def after_lost(self, w: int, t: int) -> None:
+        self.walk(w, self.walk_rng.randrange(self.p.shards), may_list=False)  # someone else's: jump
 
 
 def _pct(sorted_values: list[float], q: float) -> float:
@@ -525,7 +805,7 @@ def status_ops(shards: int, *, done: int = 0, held: int = 0) -> int:
 
 
 def simulate(p: Params) -> Result:
-    return Sim(p).run()
+    return (CursorSim(p) if p.protocol == "cursor" else Sim(p)).run()
 
 
 def _fmt_s(x: float) -> str:
@@ -549,7 +829,8 @@ def _fmt_n(x: float) -> str:
 
 HEADER = (
     "| W | S | claim latency mean / p99 | ops per claim mean / p99 | NAS ops/s mean / peak (saturated) "
-    "| heartbeat writes/s (ops/s) | makespan / ideal | all exited | lost races | takeovers | status 1 client |"
+    "| heartbeat writes/s (ops/s) | makespan / ideal | all exited | lost races | takeovers "
+    "| listings per claim (names listed per claim) | status 1 client |"
 )
 
 
@@ -565,6 +846,7 @@ def row(r: Result) -> str:
         f"| {r.heartbeat_writes_per_s:.3g} ({r.heartbeat_ops_per_s:.3g}) "
         f"| {more}{_fmt_s(r.makespan_s)} / {_fmt_s(r.ideal_s)} = {more}{r.makespan_s / r.ideal_s:.3g}{unfinished} "
         f"| {more}{_fmt_s(r.all_exited_s if not more else r.makespan_s)} | {r.lost_races} | {r.takeovers}/{r.deaths} "
+        f"| {r.listings / max(r.claims, 1):.2g} ({_fmt_n(r.listed_entries / max(r.claims, 1))}) "
         f"| {_fmt_n(r.status_ops)} ops, {_fmt_s(r.status_s)} |"
     )
 
@@ -580,14 +862,18 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--fail-fraction", type=float, default=0.05)
     ap.add_argument("--ttl", type=float, default=120.0)
     ap.add_argument("--poll", type=float, default=2.0)
-    ap.add_argument("--no-gate", action="store_true", help="straggler gate off (strict mode, or proposed)")
+    ap.add_argument("--no-gate", action="store_true", help="straggler gate off (strict mode)")
+    ap.add_argument(
+        "--protocol", choices=("cursor", "scan"), default="cursor", help="cursor: issue 7's claim path; scan: before it"
+    )
+    ap.add_argument("--start-spread", type=float, default=30.0, help="workers join uniformly over this many s")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--breakdown", action="store_true", help="also print ops by kind per case")
     a = ap.parse_args(argv)
     print(
         f"latency {a.latency_ms} ms/op, NAS {a.nas_ops:g} ops/s, shard {a.shard_secs:g} s at speed 1, "
         f"speeds lognormal(sigma={a.speed_sigma}), {a.fail_fraction:.0%} nodes die, ttl {a.ttl:g} s, "
-        f"poll {a.poll:g} s, gate {'off' if a.no_gate else 'on'}, seed {a.seed}\n"
+        f"poll {a.poll:g} s, gate {'off' if a.no_gate else 'on'}, protocol {a.protocol}, seed {a.seed}\n"
     )
     print(HEADER)
     print("|" + "---|" * (HEADER.count("|") - 1))
@@ -604,6 +890,8 @@ def main(argv: list[str] | None = None) -> int:
                 ttl_s=a.ttl,
                 poll_s=a.poll,
                 gate=not a.no_gate,
+                protocol=a.protocol,
+                start_spread_s=a.start_spread,
                 seed=a.seed,
             )
             t0 = time.perf_counter()

@@ -195,15 +195,19 @@ def finalize(
     stream: bool = False,
     lock_wait_secs: float = 0.0,
 ) -> MergeResult:
-    """Fail clearly on terminal shard failures, else merge every shard in manifest order.
+    """Fail clearly on terminal shard failures, else merge every shard in manifest order and
+    write the overall statistics (from the per-shard summaries, not from the merged file).
 
     ``stream``: continue the streaming merge's partial output (``jobdir.stream_merge``);
     if another process still holds it after ``lock_wait_secs``, merge from scratch instead.
     """
+    from data_juicer_elastic.stats import compute_overall, write_overall_stats
+
     job = _resolve(job_dir)
     snap = snapshot(job)
     if snap.terminal_failures:
         raise shard_failed_error(snap.terminal_failures, job)
+    overall = compute_overall(job)  # before merging: a bad summary stops finalize before any output
     result = None
     if stream:
         try:
@@ -214,6 +218,7 @@ def finalize(
             logger.warning(f"{exc}; merging without the partial output")
     if result is None:
         result = merge_job(job, _resolve(export_path), overwrite=overwrite)
+    write_overall_stats(overall, job, result.output_path)
     logger.info(f"merged {result.rows} rows from {result.shards} shards into {result.output_path}")
     return result
 

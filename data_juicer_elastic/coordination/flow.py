@@ -81,7 +81,8 @@ def run_coordinated(
         # elastic.max_shards: this instance's cap; the others (or `dj-elastic merge`) finish.
         logger.info("reached elastic.max_shards; leaving the rest of the run to the other instances")
         return None
-    complete, _ = job_outcome(c.layout, manifest)
+    # Done is terminal: a worker that saw every shard done need not read every marker again.
+    complete = summary.complete or job_outcome(c.layout, manifest)[0]
     if not complete:
         wait_settled(
             c,

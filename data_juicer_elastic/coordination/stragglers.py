@@ -25,6 +25,7 @@ clock (its attempts' start and end), never compared across nodes.
 from __future__ import annotations
 
 import math
+import random
 import statistics
 import time
 from collections.abc import Callable
@@ -37,6 +38,7 @@ from data_juicer_elastic.jobdir import attempts, fsio, leases
 from data_juicer_elastic.jobdir.layout import JobLayout
 from data_juicer_elastic.jobdir.records import AttemptRecord, Manifest
 
+MAX_NEW_SPANS: Final = 16  # done shards whose durations one observe() reads at most (a sample)
 EXPECTED_REMAINING: Final = 0.5  # a running worker is, on average, half-way through its shard
 
 
@@ -62,32 +64,34 @@ class JobPace:
 DoneSpans = dict[str, tuple[str, float, float] | None]
 
 
-def observe(layout: JobLayout, manifest: Manifest, done_spans: DoneSpans | None = None) -> JobPace:
-    """One read of the job's pace.  ``done_spans`` caches done shards across calls:
-    DONE is terminal, so each done marker and attempt record is read once, not on every call."""
-    done_spans = {} if done_spans is None else done_spans
+@dataclass
+class _Listings:
+    """One listing of ``claims/`` and one of ``done/``, and the done spans sampled with them."""
+
+    claimed: set[str]
+    done: set[str]
+
+
+def _list_and_sample(
+    layout: JobLayout, manifest: Manifest, done_spans: DoneSpans, max_new_spans: int | None, rng
+) -> _Listings:
+    listings = _Listings(set(fsio.list_names(layout.claims_dir)), set(attempts.list_done(layout)))
+    new_done = [e.shard_id for e in manifest.shards if e.shard_id in listings.done and e.shard_id not in done_spans]
+    if max_new_spans is not None and len(new_done) > max_new_spans:
+        new_done = (rng or random).sample(new_done, max_new_spans)
+    for shard in new_done:
+        result, _ = attempts.read_done(layout, shard)
+        if result is not None:
+            done_spans[shard] = _span(layout, shard, result.attempt_id, result.node_id)
+    return listings
+
+
+def _pace(done_spans: DoneSpans) -> tuple[dict[str, float], dict[str, float]]:
+    """(mean warm shard secs by node, the same for nodes with a single known attempt)."""
     durations: dict[str, list[tuple[float, float]]] = {}
-    running: list[tuple[str, int]] = []
-    pending = 0
-    for entry in manifest.shards:
-        if entry.shard_id not in done_spans:
-            result, error = attempts.read_done(layout, entry.shard_id)
-            if result is not None:
-                record = _attempt(layout, entry.shard_id, result.attempt_id)
-                ok = record is not None and record.ended_at is not None
-                done_spans[entry.shard_id] = (result.node_id, record.started_at, record.ended_at) if ok else None
-        if entry.shard_id in done_spans:
-            span = done_spans[entry.shard_id]
-            if span is not None:
-                durations.setdefault(span[0], []).append(span[1:])
-            continue
-        if error is not None or fsio.exists(layout.failed(entry.shard_id)):
-            continue
-        view = leases.read_lease(layout, entry.shard_id)
-        if view.generation == 0 or view.ended or view.claim is None:
-            pending += 1
-        else:
-            running.append((view.claim.node_id, view.claim.pid))
+    for span in done_spans.values():
+        if span is not None:
+            durations.setdefault(span[0], []).append(span[1:])
     secs, first = {}, {}
     for node, spans in durations.items():
         spans.sort()
@@ -95,7 +99,60 @@ def observe(layout: JobLayout, manifest: Manifest, done_spans: DoneSpans | None 
         secs[node] = statistics.mean(end - start for start, end in warm)
         if len(spans) == 1:
             first[node] = secs[node]
+    return secs, first
+
+
+def observe(
+    layout: JobLayout,
+    manifest: Manifest,
+    done_spans: DoneSpans | None = None,
+    *,
+    max_new_spans: int | None = MAX_NEW_SPANS,
+    rng: random.Random | None = None,
+    listings: _Listings | None = None,
+) -> JobPace:
+    """One read of the job's pace in O(live claims + ``max_new_spans``) operations, not O(shards).
+
+    ``done_spans`` caches done shards across calls: DONE is terminal, so each done marker
+    and attempt record is read once, not on every call.  One listing of ``claims/`` and one
+    of ``done/`` replace a read per shard: a shard not in ``claims/`` was never claimed, so
+    it is pending; a listed done shard is done.  Listings may lag on NFS; a just-claimed
+    shard then counts as pending, which can only make the gate say yes (the safe answer).
+    At most ``max_new_spans`` done shards not seen before (a uniform sample) have their
+    durations read per call, so a worker joining a job with 50k done shards does not read
+    100k records before its first claim; the cache fills over later calls.
+    """
+    done_spans = {} if done_spans is None else done_spans
+    if listings is None:
+        listings = _list_and_sample(layout, manifest, done_spans, max_new_spans, rng)
+    running: list[tuple[str, int]] = []
+    pending = 0
+    for entry in manifest.shards:
+        shard = entry.shard_id
+        if shard in done_spans or shard in listings.done:
+            continue  # done (its duration read, or not sampled yet)
+        if shard not in listings.claimed:
+            pending += 1
+            continue
+        result, error = attempts.read_done(layout, shard)  # done since the listing, or not done
+        if result is not None:
+            done_spans[shard] = _span(layout, shard, result.attempt_id, result.node_id)
+            continue
+        if error is not None or fsio.exists(layout.failed(shard)):
+            continue
+        view = leases.read_lease(layout, shard)
+        if view.generation == 0 or view.ended or view.claim is None:
+            pending += 1
+        else:
+            running.append((view.claim.node_id, view.claim.pid))
+    secs, first = _pace(done_spans)
     return JobPace(secs, first, running, pending)
+
+
+def _span(layout: JobLayout, shard_id: str, attempt_id: str, node_id: str) -> tuple[str, float, float] | None:
+    record = _attempt(layout, shard_id, attempt_id)
+    ok = record is not None and record.ended_at is not None
+    return (node_id, record.started_at, record.ended_at) if ok else None
 
 
 def _attempt(layout: JobLayout, shard_id: str, attempt_id: str) -> AttemptRecord | None:
@@ -134,10 +191,12 @@ class ClaimGate:
         if self._last is not None and self.clock() - self._last[0] < self._interval:
             return self._last[1]
         started = self.clock()
-        pace = observe(self.layout, self.manifest, self._done_spans)
-        mine = pace.secs_by_node.get(self.node_id)
-        if self.node_id in pace.first_secs_by_node and mine is not None:
-            mine = max(mine - (self.startup_secs() or 0.0), 0.0) or None
+        listings = _list_and_sample(self.layout, self.manifest, self._done_spans, MAX_NEW_SPANS, None)
+        valid_for = self._cannot_decline_for(listings)
+        if valid_for is not None:
+            return self._answer(True, started, valid_for)
+        pace = observe(self.layout, self.manifest, self._done_spans, listings=listings)
+        mine = self._mine(pace.secs_by_node, pace.first_secs_by_node)
         others = [
             pace.secs_by_node[node]
             for node, pid in pace.running
@@ -149,12 +208,45 @@ class ClaimGate:
                 f"not claiming: {len(others)} running worker(s) finish the {pace.pending} pending shard(s) "
                 f"sooner than this node's {mine:.1f}s per shard"
             )
+        return self._answer(allowed, started)
+
+    def _mine(self, secs: dict[str, float], first: dict[str, float]) -> float | None:
+        mine = secs.get(self.node_id)
+        if self.node_id in first and mine is not None:
+            mine = max(mine - (self.startup_secs() or 0.0), 0.0) or None
+        return mine
+
+    def _cannot_decline_for(self, listings: _Listings) -> float | None:
+        """Seconds for which :func:`should_claim` must say yes, judged from the two listings
+        alone, or None when the leases must be read.  At least the never-claimed shards are
+        pending, and at most every claimed, not done shard is a running worker as fast as
+        the fastest node known; outside the tail this spares reading the lease of every
+        live claim (O(workers)) and, through the returned time, the listings themselves:
+        the margin cannot be used up before that many claims were made, and each of those
+        (at most all the claimed shards' workers plus this one) needs a shard time."""
+        secs, first = _pace(self._done_spans)
+        mine = self._mine(secs, first)
+        speeds = [d for d in secs.values() if d > 0]
+        if mine is None or not speeds:
+            return 0.0
+        ids = set(self.manifest.shard_ids)
+        claimed = listings.claimed & ids
+        pending_at_least = len(ids) - len(claimed)
+        running_at_most = len(claimed - listings.done)
+        per_worker_at_most = max(0, math.floor(mine / min(speeds) - EXPECTED_REMAINING))
+        margin = pending_at_least - running_at_most * per_worker_at_most
+        if margin <= 0:
+            return None
+        return 0.5 * (margin - 1) / (running_at_most + 1) * min(speeds)  # half of it, to be safe
+
+    def _answer(self, allowed: bool, started: float, valid_for: float = 0.0) -> bool:
         self._declined = not allowed
         # Stamp the answer when the read ENDS, and reuse it long enough that reading is at
         # most ``max_read_share`` of this worker's time: on a slow NAS or a huge job dir
         # the gate must not re-read the whole job before every claim.
         finished = self.clock()
+        self._interval = max(self.min_interval, valid_for)
         if self.max_read_share:
-            self._interval = max(self.min_interval, (finished - started) / self.max_read_share)
+            self._interval = max(self._interval, (finished - started) / self.max_read_share)
         self._last = (finished, allowed)
         return allowed

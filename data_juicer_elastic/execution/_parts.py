@@ -27,7 +27,7 @@ import heapq
 import json
 import os
 import re
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
@@ -84,8 +84,17 @@ def list_parts(export_path: Path) -> list[Path]:
     return [path for _, path in sorted(parts)]
 
 
-def write_canonical(parts: list[Path], output_path: Path, *, order_key: str | None = None) -> CanonicalOutput:
-    """Write the rows of ``parts`` as canonical JSONL, atomically, and describe the file."""
+def write_canonical(
+    parts: list[Path],
+    output_path: Path,
+    *,
+    order_key: str | None = None,
+    on_row: Callable[[dict[str, Any]], None] | None = None,
+) -> CanonicalOutput:
+    """Write the rows of ``parts`` as canonical JSONL, atomically, and describe the file.
+
+    ``on_row`` sees every written row (the per-shard stats summary), so nothing re-reads the output.
+    """
     tmp = output_path.with_name(f".{output_path.name}.{os.getpid()}.tmp")
     digest = hashlib.sha256()
     rows = size = 0
@@ -97,6 +106,8 @@ def write_canonical(parts: list[Path], output_path: Path, *, order_key: str | No
                 )
                 out.write(line)
                 digest.update(line)
+                if on_row is not None:
+                    on_row(row)
                 rows += 1
                 size += len(line)
             out.flush()

@@ -46,6 +46,7 @@ from data_juicer_elastic.execution.stage_identities import (
 from data_juicer_elastic.jobdir import fsio
 from data_juicer_elastic.jobdir.layout import JobLayout
 from data_juicer_elastic.jobdir.tasks import ShardOutput, ShardTask
+from data_juicer_elastic.stats.shard import ShardStatsRecorder
 
 RECIPE_FILE: Final = "recipe.yaml"
 IDENTITIES_FILE: Final = "stage_identities.json"
@@ -147,6 +148,10 @@ class ShardRunner:
             "dataset_path": str(task.shard_path),
             "export_path": str(export_dir),
             "export_type": "jsonl",
+            # Per-row stats stay in the output for dj-analyze and the stats summary.  RayExecutor
+            # keeps them by accident only (it drops the *input's* __dj__stats__ column, never the
+            # one its Filters add); say so explicitly instead of relying on that.
+            "keep_stats_in_res_ds": True,
             "work_dir": str(attempt_dir / WORK_DIR),
             "job_id": task.attempt_id,
             # the warm runtime's own address: Data-Juicer's initialize_ray then
@@ -176,11 +181,17 @@ class ShardRunner:
             _finish_batching(batching, task)
         _check_stamped(cfg, ids, where)
 
-        out = write_canonical(list_parts(export_dir), attempt_dir / OUTPUT_FILE, order_key=self.order_key)
+        stats = ShardStatsRecorder(task.shard_id, task.attempt_id, attempt_dir)
+        out = write_canonical(
+            list_parts(export_dir), attempt_dir / OUTPUT_FILE, order_key=self.order_key, on_row=stats.observe
+        )
+        stats_path = stats.write(out.rows, out.sha256)
         if not self.keep_ray_output:
             _clear(export_dir)
         logger.info(f"{where}: {out.rows} of {task.input_rows} rows out in {time.monotonic() - t0:.2f}s -> {out.path}")
-        return ShardOutput(output_path=out.path, rows=out.rows, bytes=out.bytes, sha256=out.sha256)
+        return ShardOutput(
+            output_path=out.path, rows=out.rows, bytes=out.bytes, sha256=out.sha256, stats_path=stats_path
+        )
 
 
 def _start_batching(task: ShardTask, cfg: Any, manifest: Mapping[str, Any]) -> JobLayout | None:

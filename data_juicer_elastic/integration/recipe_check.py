@@ -77,7 +77,8 @@ def check_shard_safe(recipe: dict) -> list[str]:
             raise RecipeError(
                 "stats_export_path is set: every shard would write the same statistics file",
                 where=f"{where}.stats_export_path",
-                hint="remove it; keep_stats_in_res_ds: true keeps statistics in the merged output instead",
+                hint="remove it; the merged output keeps every row's stats and finalize writes overall statistics "
+                "(docs/analysis.md)",
             )
         if args.get("save_dir"):
             message = (
@@ -105,7 +106,8 @@ def _check_globals(recipe: dict) -> None:
         raise RecipeError(
             "stats_export_path is set: every shard would write the same statistics file",
             where="stats_export_path",
-            hint="remove it; keep_stats_in_res_ds: true keeps statistics in the merged output instead",
+            hint="remove it; the merged output keeps every row's stats and finalize writes overall statistics "
+            "(docs/analysis.md)",
         )
     if recipe.get("export_type") not in JSON_EXPORT_TYPES:
         raise RecipeError(

@@ -9,6 +9,7 @@ and a zombie attempt can never overwrite it.
 from __future__ import annotations
 
 import json
+import re
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
@@ -31,6 +32,7 @@ from data_juicer_elastic.jobdir.records import (
 )
 
 MAX_ERROR_CHARS = 2000
+_SHARD_NAME = re.compile(r"^part-\d{5}-of-\d{5}\.json$")
 
 
 # -- attempt directory ----------------------------------------------------------------------------
@@ -114,6 +116,17 @@ def read_done(layout: JobLayout, shard_id: str) -> tuple[ShardResult | None, str
     return result, None
 
 
+def list_done(layout: JobLayout) -> list[str]:
+    """Shard ids with a done marker, from ONE listing of ``done/`` (not one open per shard).
+
+    A hint: the listing may be cached (NFS) and so miss recent markers, and a listed
+    marker is not parsed here.  Markers are never removed, so a listed name may be
+    trusted to mean "do not claim"; whoever reports on a shard opens its marker.
+    """
+    names = fsio.list_names(layout.done_dir)
+    return [name[: -len(".json")] for name in names if name.endswith(".json") and _SHARD_NAME.match(name)]
+
+
 def publish_done(
     layout: JobLayout,
     claim: Claim,
@@ -124,6 +137,7 @@ def publish_done(
     declared_rows: int | None = None,
     declared_bytes: int | None = None,
     declared_sha256: str | None = None,
+    stats_path: str | Path | None = None,
 ) -> PublishOutcome:
     """Validate and fsync our output, write result.json, then link it to done/<shard>.json.
 
@@ -156,6 +170,7 @@ def publish_done(
             raise IntegrityError(
                 f"runner reported {name}={declared} but the output has {name}={actual}", where=f"shard {shard}"
             )
+    stats_rel, stats_sha = _stats_pointer(layout, attempt_dir, stats_path, shard)
     result = ShardResult(
         shard_id=shard,
         attempt_id=claim.attempt_id,
@@ -168,6 +183,8 @@ def publish_done(
         input_rows=input_rows,
         input_sha256=input_sha256,
         published_at=time.time(),
+        stats=stats_rel,
+        stats_sha256=stats_sha,
     )
     result_path = attempt_dir / "result.json"
     fsio.atomic_write(result_path, result.encode())
@@ -182,12 +199,33 @@ def publish_done(
     return PublishOutcome(False, result, winner)
 
 
+def _stats_pointer(
+    layout: JobLayout, attempt_dir: Path, stats_path: str | Path | None, shard: str
+) -> tuple[str | None, str | None]:
+    """(path relative to the job, sha256) of the runner's stats summary, made durable first.
+
+    The summary is advisory (finalize recomputes a missing or mismatching one from the
+    output), so a summary outside the attempt directory or unreadable is left out, not fatal.
+    """
+    if stats_path is None:
+        return None, None
+    path = Path(stats_path)
+    try:
+        path.resolve().relative_to(attempt_dir.resolve())
+        fsio.fsync_file(path)
+        _, sha = fsio.file_sha256(path)
+    except (ValueError, OSError) as exc:
+        logger.warning(f"{shard}: stats summary {path} left out of the result: {exc}")
+        return None, None
+    return layout.relative(path), sha
+
+
 def validate_result(
     layout: JobLayout, entry: ShardEntry, result: ShardResult, sink: Callable[[bytes], None] | None = None
 ) -> Path:
     """Re-check an accepted result against its output file; IntegrityError naming the shard.
 
-    ``sink`` receives each line as it is validated (merge copies in the same read).
+    ``sink`` receives the output in blocks of whole, validated lines (merge copies in the same read).
     """
     where = f"shard {entry.shard_id}"
     if result.shard_id != entry.shard_id or result.input_sha256 != entry.sha256 or result.input_rows != entry.rows:

@@ -231,6 +231,11 @@ class JobLayout:
         """The attempt's size-trace summary (folded into attempt.json when the attempt ends)."""
         return self.attempt_dir(shard_id, attempt_id) / "batching.json"
 
+    @property
+    def stats_dir(self) -> Path:
+        """Overall statistics written by finalize: overall.json, overall.csv."""
+        return self.root / "stats"
+
     def done(self, shard_id: str) -> Path:
         return self.done_dir / f"{validate_shard_id(shard_id)}.json"
 

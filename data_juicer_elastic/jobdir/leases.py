@@ -125,6 +125,13 @@ class StalenessObserver:
             return 0.0
         return max(0.0, now - previous[2])
 
+    def unchanged_for(self, shard_id: str) -> float | None:
+        """For how long (our clock) the last value seen for ``shard_id`` has been unchanged, as
+        of its last observation; None when never observed.  Lets a claimer skip re-reading a
+        held shard that could not be stale yet."""
+        previous = self._seen.get(shard_id)
+        return None if previous is None else max(0.0, self.clock() - previous[2])
+
     def is_stale(self, view: LeaseView) -> bool:
         return view.generation > 0 and self.observe(view) >= self.ttl_secs
 

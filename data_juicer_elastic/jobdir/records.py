@@ -328,6 +328,10 @@ class ShardResult(Record):
     input_rows: int
     input_sha256: str
     published_at: float
+    # The output's per-shard stats summary (relative path, sha256 of its bytes); None when the
+    # runner wrote none.  Older readers of version 1 ignore these fields.
+    stats: str | None = None
+    stats_sha256: str | None = None
 
 
 @dataclass(frozen=True)

@@ -32,3 +32,4 @@ class ShardOutput:
     rows: int
     bytes: int | None = None  # optional: checked against the file when given
     sha256: str | None = None  # optional: checked against the file when given
+    stats_path: Path | None = None  # optional: per-shard stats summary inside attempt_dir (data_juicer_elastic.stats)

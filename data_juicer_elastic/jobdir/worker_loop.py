@@ -9,6 +9,7 @@ sure every way out of an attempt leaves a record: a result + release, a failure
 from __future__ import annotations
 
 import os
+import random
 import signal
 import threading
 import time
@@ -19,7 +20,7 @@ from pathlib import Path
 from loguru import logger
 
 from data_juicer_elastic.errors import ConfigError, IntegrityError, LeaseLostError, is_worker_fault
-from data_juicer_elastic.jobdir import attempts, fsio, leases
+from data_juicer_elastic.jobdir import attempts, claiming, fsio, leases
 from data_juicer_elastic.jobdir.codecs import SHARD_SUFFIX
 from data_juicer_elastic.jobdir.identity import WorkerIdentity
 from data_juicer_elastic.jobdir.layout import JobLayout
@@ -67,6 +68,7 @@ def run_worker(
     sleep: Callable[[float], None] | None = None,
     max_done: int | None = None,
     claim_gate: Callable[[], bool] | None = None,
+    claim_rng: random.Random | None = None,
 ) -> WorkerSummary:
     """Process shards of ``job_dir`` until the job is finished (or a limit is reached).
 
@@ -74,6 +76,7 @@ def run_worker(
     mode's share): unlike ``max_shards`` a failed attempt does not use it up.
     ``claim_gate()`` may decline claiming a pending shard for now (straggler
     avoidance); taking over a stale or dead claim is never declined.
+    ``claim_rng`` picks where this worker starts looking (``claiming``); tests pass a seeded one.
     """
     _check_settings(ttl_secs, heartbeat_secs, max_retries, poll_interval_secs, max_shards)
     if max_done is not None and max_done < 1:
@@ -85,9 +88,19 @@ def run_worker(
     if sleep is None:
         sleep = stop_event.wait if stop_event is not None else time.sleep
     worker = _Worker(
-        layout, manifest, identity, run_shard, observer, summary, ttl_secs, heartbeat_secs, max_retries, clock
+        layout,
+        manifest,
+        identity,
+        run_shard,
+        observer,
+        summary,
+        ttl_secs,
+        heartbeat_secs,
+        max_retries,
+        clock,
+        claim_gate=claim_gate,
+        rng=claim_rng,
     )
-    worker.claim_gate = claim_gate
 
     with _SignalGuard() as guard:
         try:
@@ -120,7 +133,7 @@ def run_worker(
             logger.warning(f"worker stopping on signal {interrupt.signum}")
             _honour(interrupt.signum, guard.previous.get(interrupt.signum))
             summary.stop_reason = "interrupted"  # the previous handler chose not to exit
-    summary.complete, summary.terminal_failures = job_outcome(layout, manifest)
+    summary.complete, summary.terminal_failures = job_outcome(layout, manifest, worker.claimer.known_done)
     return summary
 
 
@@ -140,11 +153,21 @@ def _check_settings(ttl: float, heartbeat: float, max_retries: int, poll: float,
         raise bad("max_shards", max_shards, "must be >= 1 or null")
 
 
-def job_outcome(layout: JobLayout, manifest: Manifest) -> tuple[bool, list[TerminalInfo]]:
-    """(every shard done, [(shard id, last error) for terminal failures]) from the job dir."""
+def job_outcome(
+    layout: JobLayout, manifest: Manifest, known_done: set[str] | frozenset[str] = frozenset()
+) -> tuple[bool, list[TerminalInfo]]:
+    """(every shard done, [(shard id, last error) for terminal failures]) from the job dir.
+
+    ``known_done``: shards the caller knows are done (a marker it parsed, or a name in a
+    ``done/`` listing: markers are never removed), not opened again, so W workers leaving
+    a finished job do not each open all S markers.  A listed marker that is corrupt is
+    then reported by merge, which validates every marker and names the shard.
+    """
     complete = True
     terminal: list[TerminalInfo] = []
     for entry in manifest.shards:
+        if entry.shard_id in known_done:
+            continue
         result, done_error = attempts.read_done(layout, entry.shard_id)
         if result is not None:
             continue
@@ -161,7 +184,10 @@ def job_outcome(layout: JobLayout, manifest: Manifest) -> tuple[bool, list[Termi
 
 
 class _Worker:
-    def __init__(self, layout, manifest, identity, run_shard, observer, summary, ttl, heartbeat, max_retries, clock):
+    def __init__(
+        self, layout, manifest, identity, run_shard, observer, summary, ttl, heartbeat, max_retries, clock, **claim
+    ):
+        claim_gate, rng = claim.get("claim_gate"), claim.get("rng")
         self.layout: JobLayout = layout
         self.manifest: Manifest = manifest
         self.identity: WorkerIdentity = identity
@@ -169,68 +195,22 @@ class _Worker:
         self.observer: leases.StalenessObserver = observer
         self.summary: WorkerSummary = summary
         self.ttl, self.heartbeat, self.max_retries, self.clock = ttl, heartbeat, max_retries, clock
-        self.pending: Claim | None = None  # claimed and not yet handed back
-        self.claim_gate: Callable[[], bool] | None = None
-        self.known_done: set[str] = set()  # shards seen DONE (terminal): skipped by later claim passes
+        self.claimer = claiming.Claimer(
+            layout, manifest, identity, observer, max_retries=max_retries, claim_gate=claim_gate, rng=rng
+        )
 
-    # -- claiming --------------------------------------------------------------------------------
+    @property
+    def pending(self) -> Claim | None:
+        """Claimed and not yet handed back (a signal must release it)."""
+        return self.claimer.pending
+
+    @pending.setter
+    def pending(self, claim: Claim | None) -> None:
+        self.claimer.pending = claim
+
     def claim_next(self) -> tuple[tuple[ShardEntry, Claim] | None, bool]:
-        """(entry, claim) for the first claimable shard we won, else (None, all shards finished)."""
-        finished = True
-        for entry in self.manifest.shards:
-            shard = entry.shard_id
-            if shard in self.known_done:
-                continue
-            result, done_error = attempts.read_done(self.layout, shard)
-            if result is not None:
-                # DONE is terminal (retry refuses done shards): never read this marker again,
-                # so a claim costs O(shards not yet done), not O(all shards), per pass.
-                self.known_done.add(shard)
-                continue
-            if done_error is not None:
-                continue  # a corrupt marker cannot be replaced either: reported by job_outcome
-            if attempts.publish_terminal_if_exhausted(self.layout, shard, self.max_retries) is not None:
-                continue
-            finished = False
-            view = leases.read_lease(self.layout, shard)
-            reason = leases.takeover_reason(view, self.identity, self.observer)
-            if reason is None:
-                continue
-            if reason not in (leases.STALE, leases.HOLDER_DEAD) and self.claim_gate and not self.claim_gate():
-                continue  # faster workers will take it sooner; a dead holder's shard is always taken
-            if reason in (leases.STALE, leases.HOLDER_DEAD):
-                # A holder that vanished without a record counts against the budget: a shard
-                # that kills its worker every time (OOM) must not loop forever.
-                holder = view.claim
-                what = f"{holder.node_id} ({holder.hostname} pid {holder.pid})" if holder else "unknown holder"
-                outcome = attempts.record_failure(
-                    self.layout,
-                    holder,
-                    shard_id=shard,
-                    generation=view.generation,
-                    error=f"lease expired: {what} stopped renewing its claim (killed, lost or hung)"
-                    if reason == leases.STALE
-                    else f"holder {what} died on this host without releasing its claim",
-                    error_type="LeaseExpired",
-                    exit_reason="lease-expired" if reason == leases.STALE else "holder-dead",
-                    max_retries=self.max_retries,
-                    reporter=self.identity,
-                )
-                if outcome.terminal is not None:
-                    continue
-            claim = leases.publish_claim(self.layout, view, self.identity, self.identity.new_attempt_id(), reason)
-            if claim is None:
-                continue  # another worker took this generation first
-            self.pending = claim  # a signal from here on must release it
-            if fsio.exists(self.layout.done(shard)):
-                # Published between our check and our claim (a slow or zombie attempt): nothing to do.
-                leases.release_claim(self.layout, claim, "finished")
-                self.pending = None
-                continue
-            logger.info(f"claimed {shard} gen {claim.generation} ({reason}) as {claim.attempt_id}")
-            self.pending = claim
-            return (entry, claim), False
-        return None, finished
+        """(entry, claim) for a claimable shard we won, else (None, all shards finished)."""
+        return self.claimer.claim_next()
 
     # -- running -------------------------------------------------------------------------------------
     def run(self, entry: ShardEntry, claim: Claim) -> None:
@@ -264,6 +244,7 @@ class _Worker:
                 declared_rows=output.rows,
                 declared_bytes=output.bytes,
                 declared_sha256=output.sha256,
+                stats_path=output.stats_path,
             )
         except LeaseLostError as exc:
             self._abandon(attempt, claim, exc.message)
@@ -291,6 +272,8 @@ class _Worker:
             raise
         finally:
             heartbeater.stop()
+        if outcome.accepted or outcome.winner is not None:
+            self.claimer.learn_done(entry.shard_id)
         if outcome.accepted:
             self.summary.done += 1
             logger.info(f"{entry.shard_id}: done ({outcome.result.rows} rows) by attempt {claim.attempt_id}")
@@ -344,6 +327,7 @@ class _Worker:
         finally:  # even if the job dir refuses the failure record, give the claim back
             _close(attempt, "failed", error=message)
             self._release(claim, "failed")
+            self.claimer.cursor.revisit(self.claimer.index[claim.shard_id])  # retry it first, as before
         if outcome.terminal is not None:
             logger.error(f"{claim.shard_id}: retry budget spent ({outcome.failures} failures)")
 

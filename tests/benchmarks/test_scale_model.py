@@ -4,6 +4,7 @@ per-step op table against a traced run of the real worker loop."""
 from __future__ import annotations
 
 import importlib.util
+import itertools
 import sys
 from pathlib import Path
 
@@ -24,7 +25,7 @@ _spec.loader.exec_module(sm)
 WEIGHT = {"makedirs": 3, "write": 0}  # the model's unit: one fsio call; makedirs is 3 syscalls
 
 
-def _one_worker(shards: int, gate: bool) -> sm.Result:
+def _one_worker(shards: int, gate: bool, protocol: str = "scan") -> sm.Result:
     return sm.simulate(
         sm.Params(
             workers=1,
@@ -37,6 +38,7 @@ def _one_worker(shards: int, gate: bool) -> sm.Result:
             fail_fraction=0.0,
             start_spread_s=0.0,
             gate=gate,
+            protocol=protocol,
         )
     )
 
@@ -65,6 +67,19 @@ def test_hand_computed_gate_reads_every_shard():
     assert r.ops_by_kind["claim scan"] + r.ops_by_kind["claim publish"] == pytest.approx(claims)
 
 
+def test_hand_computed_single_worker_with_the_claim_cursor():
+    r = _one_worker(4, gate=False, protocol="cursor")
+    ops = sm.OPS
+    # one done/ listing, then each claim probes its (pending) shard and publishes; nothing
+    # is re-read, and at the exit job_outcome skips the 4 markers the worker parsed itself
+    claim_ops = ops["cursor_listing"] + 4 * (ops["cursor_probe_pending"] + ops["claim_publish"])
+    assert r.claims == 4 and r.lost_races == 0
+    assert r.claim_ops_mean == pytest.approx(claim_ops / 4)
+    foreground = sum(v for k, v in r.ops_by_kind.items() if k != "background")
+    assert foreground == pytest.approx(claim_ops + 4 * (ops["run_start"] + ops["run_end"]))
+    assert r.all_exited_s == pytest.approx(r.makespan_s)
+
+
 def test_op_table_matches_the_real_worker_loop(tmp_path):
     data = write_rows(tmp_path / "in.jsonl", make_rows(30))
     job = tmp_path / "job"
@@ -75,7 +90,9 @@ def test_op_table_matches_the_real_worker_loop(tmp_path):
     trace: list[str] = []
     fsio.set_fault_hook(lambda op, path: trace.append(op))
     try:
-        gate = ClaimGate(layout, manifest, "node-a", 1, min_interval=0.0, max_read_share=None)
+        # a clock that jumps 1000 s per look: every claim finds the gate's answer expired
+        clock = itertools.count(0.0, 1000.0).__next__
+        gate = ClaimGate(layout, manifest, "node-a", 1, min_interval=0.0, max_read_share=None, clock=clock)
         worker_loop.run_worker(
             job,
             identity(),
@@ -91,17 +108,19 @@ def test_op_table_matches_the_real_worker_loop(tmp_path):
     real = sum(WEIGHT.get(op, 1) for op in trace)
     ops = sm.OPS
     runs = 3 * (ops["run_start"] + ops["run_end"])
-    # The model (sm.OPS per pass) describes the protocol before workers remembered DONE
-    # shards: every pass re-read every done marker.  It stays an upper bound ...
+    # The claim cursor (sm.CursorSim): one done/ listing, then per claim one probe of a
+    # pending shard and the publication; the final call knows every shard is done (0 ops)
+    # and job_outcome skips the markers this worker parsed (its own: all 3).
+    claims = ops["cursor_listing"] + 3 * (ops["cursor_probe_pending"] + ops["claim_publish"])
+    # The gate before each claim: its two listings, plus the duration of each shard done
+    # since its last call (shard 0 before claim 2, shard 1 before claim 3); it answers yes
+    # from the listings alone (never-claimed shards outnumber what the others could take).
+    gates = 3 * ops["gate_listings"] + 2 * ops["gate_new_span"]
+    assert real == 1 + claims + gates + runs  # + the manifest read
+    # The walk from shard 0 before the cursor (sm.Sim, protocol "scan") is an upper bound.
     model_claims = sum(k * ops["scan_done"] + ops["scan_pending"] + ops["claim_publish"] for k in range(3))
     model_gates = sum(k * ops["gate_done"] + (3 - k) * ops["gate_pending"] for k in range(3))
-    assert real < 1 + model_claims + model_gates + runs + 2 * 3
-    # ... and the code now reads each done marker once per worker (claim pass and gate
-    # alike): pass k sees only the shard finished since pass k-1.
-    claims = (0 + 1 + 1) * ops["scan_done"] + 3 * (ops["scan_pending"] + ops["claim_publish"])
-    gates = (0 + 1 + 1) * ops["gate_done"] + (3 + 2 + 1) * ops["gate_pending"]
-    exit_passes = 1 + 3  # run_worker's last claim_next (one new done marker) + job_outcome (reads all)
-    assert real == 1 + claims + gates + runs + exit_passes  # + the manifest read
+    assert real < 1 + model_claims + model_gates + runs + 3 * 3
 
 
 def test_all_cases_shape():

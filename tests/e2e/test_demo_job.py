@@ -74,16 +74,50 @@ def test_status_reports_a_complete_job(demo_run):
     assert status["complete"] is True
 
 
-def test_bundled_demo_recipe_runs_as_in_the_readme(tmp_path):
-    """`dj-process --config recipes/demo.yaml` from a checkout, exactly as the README says."""
+@pytest.fixture(scope="module")
+def bundled_demo(tmp_path_factory):
+    """`dj-process --config recipes/demo.yaml` from a copy of the checkout, exactly as the README says."""
     import shutil
 
-    for rel in ("recipes/demo.yaml", "demos/data/demo.jsonl"):
-        (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
-        shutil.copy(REPO / rel, tmp_path / rel)
-    proc = run(["dj-process", "--config", "recipes/demo.yaml", "--elastic.ray_num_cpus", "1"], cwd=tmp_path)
+    tmp = tmp_path_factory.mktemp("bundled")
+    for rel in ("recipes/demo.yaml", "recipes/demo_analyze.yaml", "demos/data/demo.jsonl"):
+        (tmp / rel).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy(REPO / rel, tmp / rel)
+    proc = run(["dj-process", "--config", "recipes/demo.yaml", "--elastic.ray_num_cpus", "1"], cwd=tmp)
     assert_ok(proc)
-    merged = read_jsonl(tmp_path / "outputs" / "demo" / "merged.jsonl")
-    source = read_jsonl(tmp_path / "demos" / "data" / "demo.jsonl")
+    return tmp
+
+
+def test_bundled_demo_recipe_runs_as_in_the_readme(bundled_demo):
+    merged = read_jsonl(bundled_demo / "outputs" / "demo" / "merged.jsonl")
+    source = read_jsonl(bundled_demo / "demos" / "data" / "demo.jsonl")
     assert 0 < len(merged) < len(source)
-    assert len(list((tmp_path / "outputs" / "demo" / "job" / "done").iterdir())) == 8
+    assert len(list((bundled_demo / "outputs" / "demo" / "job" / "done").iterdir())) == 8
+
+
+def test_overall_stats_match_dj_analyze_on_the_merged_output(bundled_demo):
+    """docs/analysis.md: `dj-analyze --config recipes/demo_analyze.yaml` on the merged output; its
+    overall.csv equals the overall statistics finalize merged from the per-shard summaries."""
+    import numpy as np
+    import pandas as pd
+
+    demo = bundled_demo / "outputs" / "demo"
+    proc = run(["dj-analyze", "--config", "recipes/demo_analyze.yaml"], cwd=bundled_demo)
+    assert_ok(proc)
+    (analyzed,) = (demo / "analysis").glob("*/analysis/overall.csv")
+    expected = pd.read_csv(analyzed, index_col=0)
+    ours = pd.read_csv(demo / "merged_overall_stats.csv", index_col=0)
+    assert (demo / "job" / "stats" / "overall.csv").read_text() == (demo / "merged_overall_stats.csv").read_text()
+    body = json.loads((demo / "merged_overall_stats.json").read_text())
+    assert body["rows"] == len(read_jsonl(demo / "merged.jsonl")) and body["summaries_recomputed"] == []
+
+    assert list(ours.columns) == list(expected.columns) == ["text_len"]
+    assert list(ours.index) == list(expected.index)
+    quantiles = [label for label in ours.index if label.endswith("%")]
+    pd.testing.assert_frame_equal(ours.drop(index=quantiles), expected.drop(index=quantiles), rtol=1e-12)
+    values = np.sort([row[STATS]["text_len"] for row in read_jsonl(demo / "merged.jsonl")]).astype(float)
+    for label in quantiles:  # the stated bound: within alpha of both sorted values pandas interpolates
+        h = float(label[:-1]) / 100 * (len(values) - 1)
+        lo, hi = values[int(np.floor(h))], values[int(np.ceil(h))]
+        error = abs(ours.loc[label, "text_len"] - expected.loc[label, "text_len"])
+        assert error <= body["quantile_relative_accuracy"] * max(abs(lo), abs(hi)), (label, error)

@@ -1,0 +1,272 @@
+"""Finding a shard to claim without touching every shard on every claim (issue 7).
+
+A worker used to walk the manifest from shard 0 before every claim, so a claim cost
+O(shards not yet done) metadata operations and every worker started at the same
+shard.  Here a worker keeps a :class:`ClaimCursor`, its own view of the manifest:
+
+* It walks the manifest forward (wrapping), continuing after the shard it claimed
+  last.  It starts at the first shard, so one worker claims in manifest order (the
+  finished prefix grows, which a streaming merge can publish early); when it runs
+  into another worker's work it jumps to a random place (below), so W workers
+  spread over the manifest after one collision each instead of racing for the
+  same shard on every claim.
+* Shards known to be DONE are skipped without any filesystem operation: a done
+  marker is immutable (``retry`` refuses done shards).  The worker learns them from
+  its own results, from the markers it happens to read, and from one listing of
+  ``done/`` when it starts and whenever it has run into :data:`LIST_AFTER_SURPRISES`
+  markers it did not know (at most one listing per claim, usually far fewer).  A
+  listed name is trusted to mean "done" (markers are never removed): skipping it
+  needs no content, and merge validates every marker it uses.
+* Running into someone else's work (a live claim, or a done marker it did not know)
+  means it is in another worker's wake: it jumps to a random place, at most
+  :data:`MAX_JUMPS` times per claim, and then walks on sequentially until it has
+  seen every shard that is not done (which is also how "nothing to claim" and
+  "everything is done" are decided).
+* A shard seen held by a live claim costs only a look at its done marker (is it
+  finished?) until the staleness observer could call it stale (a TTL after its value
+  last changed); its lease is read again then, or at once when the holder was on
+  this host and its pid is gone.  Releases by other workers are
+  therefore noticed within a TTL; a worker retries its own failed shard first.
+
+Correctness stays where it was: claims are ``link()``-published generations
+(exactly one winner, fencing by generation), takeover needs a release, a failure
+record, a dead local pid or a TTL of unchanged heartbeat on the observer's own
+clock, and the merged output is in manifest order whatever the claim order.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Iterator
+from typing import Final
+
+from loguru import logger
+
+from data_juicer_elastic.jobdir import attempts, fsio, leases
+from data_juicer_elastic.jobdir.identity import pid_alive
+from data_juicer_elastic.jobdir.records import Claim, ShardEntry
+
+MAX_JUMPS: Final = 4  # random jumps per claim before walking sequentially through the rest
+LIST_AFTER_SURPRISES: Final = 16  # unknown done markers read since the last listing that trigger one
+
+
+class ClaimCursor:
+    """Which shard to look at next: a pure, in-memory view of one worker (no I/O)."""
+
+    def __init__(self, num_shards: int, rng: random.Random, start: int = 0):
+        if num_shards < 1:
+            raise ValueError("a job has at least one shard")
+        self.n = num_shards
+        self.rng = rng
+        self.position = start % num_shards
+        # Union-find "next index >= i that is not retired" (retired = done or unclaimable
+        # for good); index n is the sentinel.  Skipping runs of done shards costs ~O(1).
+        self._next = list(range(num_shards + 1))
+        self.retired = 0
+        self.surprises = 0  # done markers found by reading since the last listing
+        self.listed = False  # at least one done/ listing was taken
+        self._visited: set[int] | None = None
+        self._jump = False
+
+    # -- knowledge ---------------------------------------------------------------------------------
+    def is_retired(self, index: int) -> bool:
+        return self._find(index) != index
+
+    def retire(self, index: int) -> bool:
+        """Never look at ``index`` again (done, or a corrupt done marker); True if it was new."""
+        if self.is_retired(index):
+            return False
+        self._next[index] = index + 1
+        self.retired += 1
+        if self._visited is not None:
+            self._visited.discard(index)
+        return True
+
+    @property
+    def remaining(self) -> int:
+        return self.n - self.retired
+
+    def wants_listing(self) -> bool:
+        return not self.listed or self.surprises >= LIST_AFTER_SURPRISES
+
+    def listing_taken(self) -> None:
+        self.listed, self.surprises = True, 0
+
+    # -- walking -------------------------------------------------------------------------------------
+    def walk(self) -> Iterator[int]:
+        """Indices to probe for one claim, each shard that is not retired at most once.
+
+        After a probe the caller may call :meth:`jump` (someone else works here) or
+        :meth:`claimed` (stop).  The walk ends once every remaining shard was seen.
+        """
+        visited: set[int] = set()
+        self._visited = visited
+        jumps = 0
+        index = self.position
+        try:
+            while len(visited) < self.remaining:
+                index = self._next_unvisited(index, visited)
+                visited.add(index)
+                self._jump = False
+                yield index
+                if self._jump and jumps < MAX_JUMPS:
+                    jumps += 1
+                    index = self.rng.randrange(self.n)
+                else:
+                    index = (index + 1) % self.n
+        finally:
+            self._visited = None
+
+    def jump(self) -> None:
+        self._jump = True
+
+    def claimed(self, index: int) -> None:
+        self.position = (index + 1) % self.n
+
+    def revisit(self, index: int) -> None:
+        """Start the next walk at ``index`` (our own failed or released shard: retry it first)."""
+        self.position = index
+
+    def _next_unvisited(self, index: int, visited: set[int]) -> int:
+        # Only called while an unvisited, unretired index exists, so this terminates.
+        while True:
+            candidate = self._find(index)
+            if candidate == self.n:
+                candidate = self._find(0)
+            if candidate not in visited:
+                return candidate
+            index = (candidate + 1) % self.n
+
+    def _find(self, index: int) -> int:
+        nxt = self._next
+        root = index
+        while nxt[root] != root:
+            root = nxt[root]
+        while nxt[index] != root:  # path compression
+            nxt[index], index = root, nxt[index]
+        return root
+
+
+# -- the claim path over a job directory ----------------------------------------------------------------
+# Probe outcomes (what one shard turned out to be).
+RETIRED: Final = "retired"  # done (or a corrupt done marker): never again
+SURPRISE: Final = "surprise"  # done, and we had not known: retired, and we are in someone's wake
+TERMINAL: Final = "terminal"  # failed for good (until `dj-elastic retry`)
+BUSY: Final = "busy"  # someone else's: held, or we lost the link race
+DECLINED: Final = "declined"  # pending, but the straggler gate said not now
+
+
+class Claimer:
+    """One worker's claim path: the cursor plus the per-shard checks of the lease protocol."""
+
+    def __init__(self, layout, manifest, identity, observer, *, max_retries, claim_gate=None, rng=None):
+        self.layout, self.manifest, self.identity, self.observer = layout, manifest, identity, observer
+        self.max_retries, self.claim_gate = max_retries, claim_gate
+        self.cursor = ClaimCursor(manifest.num_shards, rng or random.Random())
+        self.index = {entry.shard_id: i for i, entry in enumerate(manifest.shards)}
+        self.known_done: set[str] = set()  # done, from a parsed marker or a done/ listing (job_outcome skips them)
+        self._held: dict[str, int | None] = {}  # shard seen held by a live claim -> its local pid (None: remote)
+        self.pending: Claim | None = None  # published and not yet handed to the caller
+
+    def learn_done(self, shard_id: str, *, corrupt: bool = False) -> None:
+        if not corrupt:  # a corrupt marker is never replaced either: retired, but not done
+            self.known_done.add(shard_id)
+        self.cursor.retire(self.index[shard_id])
+        self._held.pop(shard_id, None)
+
+    def claim_next(self) -> tuple[tuple[ShardEntry, Claim] | None, bool]:
+        """(entry, claim) for a shard we won, else (None, every shard is finished)."""
+        cursor = self.cursor
+        listed = cursor.wants_listing() and self._list_done()
+        finished = True
+        for i in cursor.walk():
+            entry = self.manifest.shards[i]
+            outcome = self._probe(entry)
+            if isinstance(outcome, Claim):
+                cursor.claimed(i)
+                return (entry, outcome), False
+            if outcome == SURPRISE and not listed and cursor.wants_listing():
+                listed = self._list_done()  # many unknown markers: one listing beats reading them (once per call)
+            if outcome in (BUSY, SURPRISE):
+                cursor.jump()  # another worker's region: look elsewhere
+            if outcome in (BUSY, DECLINED):
+                finished = False
+        return None, finished
+
+    def _list_done(self) -> bool:
+        for shard in attempts.list_done(self.layout):
+            if shard in self.index:
+                self.learn_done(shard)
+        self.cursor.listing_taken()
+        return True
+
+    def _not_due(self, shard: str) -> bool:
+        """Seen held by a live claim, and no observer could call it stale yet: skip its lease."""
+        if shard not in self._held:
+            return False
+        pid = self._held[shard]
+        if pid is not None and not pid_alive(pid):
+            return False  # a holder on this host died: read now, HOLDER_DEAD applies at once
+        age = self.observer.unchanged_for(shard)
+        return age is not None and age < self.observer.ttl_secs
+
+    def _probe(self, entry: ShardEntry) -> Claim | str:
+        shard = entry.shard_id
+        result, done_error = attempts.read_done(self.layout, shard)
+        if result is None and done_error is None and self._not_due(shard):
+            return BUSY  # held, not done, and not stale yet: its lease need not be read (8 ops saved)
+        was_held = self._held.pop(shard, False) is not False
+        if result is not None or done_error is not None:
+            # DONE is terminal, and a corrupt marker cannot be replaced either (job_outcome reports it).
+            self.learn_done(shard, corrupt=done_error is not None)
+            if done_error is not None or was_held:
+                return RETIRED  # a holder we watched finished: expected, not someone else's wake
+            self.cursor.surprises += 1
+            return SURPRISE
+        if attempts.publish_terminal_if_exhausted(self.layout, shard, self.max_retries) is not None:
+            return TERMINAL
+        view = leases.read_lease(self.layout, shard)
+        reason = leases.takeover_reason(view, self.identity, self.observer)
+        if reason is None:
+            local = view.claim is not None and self.identity.same_kernel_namespace(
+                view.claim.hostname, view.claim.boot_id, view.claim.pid_namespace
+            )
+            self._held[shard] = view.claim.pid if local else None
+            return BUSY
+        takeover = reason in (leases.STALE, leases.HOLDER_DEAD)
+        if not takeover and self.claim_gate and not self.claim_gate():
+            return DECLINED  # faster workers will take it sooner; a dead holder's shard is always taken
+        if takeover and self._record_takeover(view, reason).terminal is not None:
+            return TERMINAL
+        claim = leases.publish_claim(self.layout, view, self.identity, self.identity.new_attempt_id(), reason)
+        if claim is None:
+            return BUSY  # another worker took this generation first
+        self.pending = claim  # a signal from here on must release it
+        if fsio.exists(self.layout.done(shard)):
+            # Published between our check and our claim (a slow or zombie attempt): nothing to do.
+            leases.release_claim(self.layout, claim, "finished")
+            self.pending = None
+            self.learn_done(shard)
+            return RETIRED
+        logger.info(f"claimed {shard} gen {claim.generation} ({reason}) as {claim.attempt_id}")
+        return claim
+
+    def _record_takeover(self, view: leases.LeaseView, reason: str) -> attempts.FailureOutcome:
+        # A holder that vanished without a record counts against the budget: a shard
+        # that kills its worker every time (OOM) must not loop forever.
+        holder = view.claim
+        what = f"{holder.node_id} ({holder.hostname} pid {holder.pid})" if holder else "unknown holder"
+        stale = reason == leases.STALE
+        return attempts.record_failure(
+            self.layout,
+            holder,
+            shard_id=view.shard_id,
+            generation=view.generation,
+            error=f"lease expired: {what} stopped renewing its claim (killed, lost or hung)"
+            if stale
+            else f"holder {what} died on this host without releasing its claim",
+            error_type="LeaseExpired",
+            exit_reason="lease-expired" if stale else "holder-dead",
+            max_retries=self.max_retries,
+            reporter=self.identity,
+        )

@@ -1,0 +1,253 @@
+"""One mergeable summary per stats column, and the row collector that fills them.
+
+Which columns, and how, follows Data-Juicer 1.6.1's ``OverallAnalysis`` (what
+``dj-analyze`` writes to ``overall.csv``):
+
+* every key of a row's ``__dj__stats__`` object, then every key of its
+  ``__dj__meta__`` object that starts with ``__dj__`` (tags);
+* a missing key or ``null`` is a missing value (pandas NaN: not counted);
+* numbers -> count, mean, std, min, quantiles, max (exact moments + a sketch);
+* strings, or booleans -> count, unique, top, freq (exact value counts, while a
+  column has at most MAX_DISTINCT distinct values; past that only count is kept);
+* lists are flattened first, as ``explode()`` does (an empty list is one missing value);
+* objects, lists of lists/objects, and columns mixing kinds (numbers with
+  strings, lists with scalars) are skipped, with the reason recorded
+  (``dj-analyze`` skips the first two too, and cannot load the last).
+"""
+
+from __future__ import annotations
+
+import enum
+import math
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Any, Final
+
+import numpy as np
+
+from data_juicer_elastic.stats.moments import Moments
+from data_juicer_elastic.stats.sketch import ALPHA, QuantileSketch
+
+STATS_FIELD: Final = "__dj__stats__"
+META_FIELD: Final = "__dj__meta__"
+TAG_PREFIX: Final = "__dj__"  # Data-Juicer's DEFAULT_PREFIX: only such meta keys are analysed
+MAX_DISTINCT: Final = 10_000  # exact value counts per categorical column, beyond which unique/top/freq are unknown
+_CHUNK: Final = 65_536  # numeric values buffered per column before they are folded into numpy summaries
+
+
+class ColumnKind(enum.StrEnum):
+    EMPTY = "empty"  # no value seen yet (only missing ones)
+    NUMERIC = "numeric"
+    CATEGORICAL = "categorical"  # strings
+    BOOLEAN = "boolean"  # described like strings (count, unique, top, freq), but never mixed with them
+    SKIPPED = "skipped"
+
+    @property
+    def counts_values(self) -> bool:
+        return self in (ColumnKind.CATEGORICAL, ColumnKind.BOOLEAN)
+
+
+class Shape(enum.StrEnum):
+    UNKNOWN = "unknown"
+    SCALAR = "scalar"
+    LIST = "list"
+
+
+@dataclass
+class ColumnSummary:
+    source: str  # "stats" or "meta"
+    name: str
+    kind: ColumnKind = ColumnKind.EMPTY
+    shape: Shape = Shape.UNKNOWN
+    moments: Moments = field(default_factory=Moments)
+    sketch: QuantileSketch = field(default_factory=QuantileSketch)
+    categorical_count: int = 0
+    values: dict[Any, int] | None = field(default_factory=dict)  # None once past MAX_DISTINCT
+    reason: str | None = None  # why the column is skipped
+
+    @property
+    def key(self) -> tuple[str, str]:
+        return (self.source, self.name)
+
+    def skip(self, reason: str) -> None:
+        if self.kind is not ColumnKind.SKIPPED:
+            self.kind, self.reason = ColumnKind.SKIPPED, reason
+            self.moments, self.sketch, self.values, self.categorical_count = Moments(), QuantileSketch(), {}, 0
+
+    def set_kind(self, kind: ColumnKind, shape: Shape) -> bool:
+        """Adopt or check the column's kind and shape; False (and skipped) on a conflict."""
+        if self.kind is ColumnKind.SKIPPED:
+            return False
+        if self.shape is not Shape.UNKNOWN and shape is not Shape.UNKNOWN and shape is not self.shape:
+            self.skip("mixes lists and single values")
+            return False
+        if self.kind is not ColumnKind.EMPTY and kind is not ColumnKind.EMPTY and kind is not self.kind:
+            self.skip(f"mixes {self.kind} and {kind} values")
+            return False
+        if shape is not Shape.UNKNOWN:
+            self.shape = shape
+        if kind is not ColumnKind.EMPTY:
+            self.kind = kind
+        return True
+
+    def add_numeric(self, values: np.ndarray) -> None:
+        self.moments = self.moments.merge(Moments.of(values))
+        self.sketch.add_array(values)
+
+    def add_categories(self, counts: Iterable[tuple[Any, int]]) -> None:
+        for value, count in counts:
+            self.categorical_count += count
+            if self.values is not None:
+                self.values[value] = self.values.get(value, 0) + count
+        if self.values is not None and len(self.values) > MAX_DISTINCT:
+            self.values = None
+
+    def merge(self, other: ColumnSummary) -> None:
+        """Fold ``other`` (the same column of later rows) into this one."""
+        if other.kind is ColumnKind.SKIPPED:
+            self.skip(other.reason or "skipped")
+            return
+        if not self.set_kind(other.kind, other.shape):
+            return
+        if other.kind is ColumnKind.NUMERIC:
+            self.moments = self.moments.merge(other.moments)
+            self.sketch.merge(other.sketch)
+        elif other.kind.counts_values:
+            if other.values is None:
+                self.categorical_count += other.categorical_count
+                self.values = None
+            else:
+                self.add_categories(other.values.items())
+
+    @property
+    def count(self) -> int:
+        return self.moments.count if self.kind is ColumnKind.NUMERIC else self.categorical_count
+
+
+def _scalar_kind(value: Any) -> ColumnKind | None:
+    if isinstance(value, bool):  # first: a bool is also an int
+        return ColumnKind.BOOLEAN
+    if isinstance(value, str):
+        return ColumnKind.CATEGORICAL
+    if isinstance(value, int | float):
+        return ColumnKind.NUMERIC
+    return None
+
+
+_NUMBER_TYPES: Final = (int, float)
+_FAST_TYPES: Final = {ColumnKind.NUMERIC: _NUMBER_TYPES, ColumnKind.CATEGORICAL: (str,), ColumnKind.BOOLEAN: (bool,)}
+
+
+class _Pending:
+    """Values of one column not yet folded into its summary (cheap per-row appends).
+
+    ``fast`` holds the exact Python types a single value may have to skip the kind/shape checks
+    (set once the column is known to be scalar of that kind): the per-row cost of a summary is
+    mostly these checks, and a stat column almost never changes type.
+    """
+
+    __slots__ = ("numbers", "categories", "fast")
+
+    def __init__(self) -> None:
+        self.numbers: list[float] = []
+        self.categories: dict[Any, int] = {}
+        self.fast: tuple[type, ...] = ()
+
+
+class StatsCollector:
+    """Feed it every output row (``add_row``); ``columns()`` gives the summaries in first-seen order."""
+
+    def __init__(self, alpha: float = ALPHA):
+        self.alpha = alpha
+        self.rows = 0
+        self._columns: dict[tuple[str, str], ColumnSummary] = {}
+        self._pending: dict[tuple[str, str], _Pending] = {}
+
+    def add_row(self, row: dict[str, Any]) -> None:
+        self.rows += 1
+        stats = row.get(STATS_FIELD)
+        if isinstance(stats, dict):
+            for name, value in stats.items():
+                self._add("stats", name, value)
+        meta = row.get(META_FIELD)
+        if isinstance(meta, dict):
+            for name, value in meta.items():
+                if name.startswith(TAG_PREFIX):
+                    self._add("meta", name, value)
+
+    def _add(self, source: str, name: str, value: Any) -> None:
+        key = (source, name)
+        pending = self._pending.get(key)
+        if pending is not None and type(value) in pending.fast:  # type(), not isinstance: a bool is an int
+            if pending.fast is _NUMBER_TYPES:
+                pending.numbers.append(value)
+                if len(pending.numbers) >= _CHUNK:
+                    self._flush(self._columns[key], pending)
+            else:
+                pending.categories[value] = pending.categories.get(value, 0) + 1
+                if len(pending.categories) > MAX_DISTINCT:
+                    self._flush(self._columns[key], pending)
+            return
+        column = self._columns.get(key)
+        if column is None:
+            column = self._columns[key] = ColumnSummary(source, name, sketch=QuantileSketch(self.alpha))
+            pending = self._pending[key] = _Pending()
+        if value is None or column.kind is ColumnKind.SKIPPED:
+            return
+        self._add_slow(column, key, value)
+        if column.kind is ColumnKind.SKIPPED:
+            self._flush(column, self._pending[key])  # drops what was pending, and the fast path
+
+    def _add_slow(self, column: ColumnSummary, key: tuple[str, str], value: Any) -> None:
+        if isinstance(value, list):
+            if not column.set_kind(ColumnKind.EMPTY, Shape.LIST):
+                return
+            for item in value:
+                if item is not None and not self._add_scalar(column, key, item):
+                    return
+            return
+        if column.set_kind(ColumnKind.EMPTY, Shape.SCALAR) and self._add_scalar(column, key, value):
+            self._pending[key].fast = _FAST_TYPES[column.kind]
+
+    def _add_scalar(self, column: ColumnSummary, key: tuple[str, str], value: Any) -> bool:
+        kind = _scalar_kind(value)
+        if kind is None:
+            column.skip(f"holds {type(value).__name__} values, which dj-analyze does not analyse")
+            return False
+        if not column.set_kind(kind, Shape.UNKNOWN):
+            return False
+        pending = self._pending[key]
+        if kind is ColumnKind.NUMERIC:
+            pending.numbers.append(value)
+            if len(pending.numbers) >= _CHUNK:
+                self._flush(column, pending)
+        else:
+            pending.categories[value] = pending.categories.get(value, 0) + 1
+            if len(pending.categories) > MAX_DISTINCT:
+                self._flush(column, pending)
+        return True
+
+    def _flush(self, column: ColumnSummary, pending: _Pending) -> None:
+        if column.kind is ColumnKind.SKIPPED:
+            pending.numbers, pending.categories, pending.fast = [], {}, ()
+            return
+        if pending.numbers:
+            try:
+                values = np.asarray(pending.numbers, dtype=np.float64)
+            except OverflowError:  # a JSON integer beyond float range
+                values = np.array([math.inf])
+            pending.numbers = []
+            if not np.isfinite(values).all():
+                column.skip("holds numbers beyond the float range, which pandas cannot describe either")
+                pending.categories, pending.fast = {}, ()
+                return
+            column.add_numeric(values)
+        if pending.categories:
+            column.add_categories(pending.categories.items())
+            pending.categories = {}
+
+    def columns(self) -> list[ColumnSummary]:
+        """Stats columns, then meta tag columns (dj-analyze's order), each in first-seen order."""
+        for key, column in self._columns.items():
+            self._flush(column, self._pending[key])
+        return sorted(self._columns.values(), key=lambda c: c.source != "stats")
