@@ -64,6 +64,10 @@ class JobDirError(ElasticError):
     """The job directory is missing, foreign, corrupt, or holds a different job."""
 
 
+class UnsafePathError(JobDirError):
+    """A job-directory path leads outside it (a planted symlink): nothing is written there."""
+
+
 class ShardExecutionError(ElasticError):
     """Data-Juicer raised while processing a shard (operator error, Ray task failure)."""
 
@@ -123,6 +127,7 @@ def is_worker_fault(exc: BaseException) -> bool:
     """True when an attempt failed because of *this worker*, not because of the shard.
 
     Such a failure must not spend the shard's retry budget: the worker hands the
-    claim back at once and stops, so a correctly set-up worker can take it.
+    claim back at once and stops, so a correctly set-up worker can take it.  An
+    unsafe job directory (a planted symlink) is not the shard's fault either.
     """
-    return isinstance(exc, (StageIdentityMismatch, IntegrationError, RayConnectionError))
+    return isinstance(exc, (StageIdentityMismatch, IntegrationError, RayConnectionError, UnsafePathError))

@@ -37,7 +37,8 @@ from data_juicer_elastic.coordination.settle import StrictPolicy, shard_failed_e
 from data_juicer_elastic.coordination.slots import CUDA_ENV, SlotPool, slot_argv, slot_cpus, slot_devices, slot_env
 from data_juicer_elastic.coordination.stragglers import ClaimGate
 from data_juicer_elastic.errors import ConfigError, ElasticError, JobDirError
-from data_juicer_elastic.jobdir import fsio
+from data_juicer_elastic.jobdir import confine
+from data_juicer_elastic.jobdir.confine import open_job_dir
 from data_juicer_elastic.jobdir.identity import WorkerIdentity
 from data_juicer_elastic.jobdir.layout import JobLayout
 from data_juicer_elastic.jobdir.manifest import load_manifest
@@ -120,6 +121,7 @@ def run_local_worker(
     job = _resolve(job_dir)
     manifest = load_manifest(job)
     layout = JobLayout(job)
+    confine.check_layout(layout)  # before the cache and logs are pointed into it
     # Model caches default into the shared job dir (one download for every node); set
     # here, before slot processes are started, so they inherit the same values.
     default_cache_env(layout.cache_dir)
@@ -162,6 +164,8 @@ def run_local_worker(
             max_done=max_done,
         )
         name = log_name or identity.new_attempt_id()
+        if slots > 1:
+            confine.ensure_dir(layout, layout.node_log_dir(identity.node_id))
         for k in range(1, slots):
             pool.start(
                 k, argv, slot_env(identity.node_id, devices[k]), layout.node_log(identity.node_id, f"{name}-slot{k}")
@@ -296,7 +300,8 @@ def run_job(cfg: Any, settings: ElasticSettings) -> MergeResult | None:
         heartbeat_secs=settings.heartbeat_secs,
         poll_secs=settings.poll_interval_secs,
     )
-    fsio.makedirs(job)
+    open_job_dir(layout)
+    confine.ensure_dir(layout, layout.node_log_dir(identity.node_id))
     with node_log(layout.node_log(identity.node_id, coordinator.instance_id)):
         logger.info(
             f"instance {coordinator.instance_id} of run {run.value} (run id from {run.source}); "

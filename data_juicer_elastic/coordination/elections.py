@@ -42,7 +42,7 @@ from data_juicer_elastic.coordination.records import (
 )
 from data_juicer_elastic.coordination.run_id import RunId
 from data_juicer_elastic.errors import CoordinatorLostError, ElasticError, JobDirError
-from data_juicer_elastic.jobdir import fsio
+from data_juicer_elastic.jobdir import confine, fsio
 from data_juicer_elastic.jobdir.identity import WorkerIdentity, pid_alive
 from data_juicer_elastic.jobdir.layout import JobLayout
 
@@ -96,7 +96,7 @@ class RunCoordinator:
     # -- joining -------------------------------------------------------------------------------
     def join(self, slots: int = 1) -> None:
         """Create the run directory, check it is ours, and register this instance."""
-        fsio.makedirs(self.layout.participants_dir(self.key))
+        confine.ensure_dir(self.layout, self.layout.participants_dir(self.key))
         record = RunRecord(self.run.value, self.run.source, time.time(), self.instance_id)
         if not fsio.publish_bytes(self.layout.run_record(self.key), record.encode()):
             existing = _read(RunRecord, self.layout.run_record(self.key))
@@ -170,7 +170,7 @@ class RunCoordinator:
 
     def publish_outcome(self, outcome: Outcome) -> Outcome:
         """Publish the run's ending unless one exists; the outcome in effect either way."""
-        fsio.makedirs(self.dir)
+        confine.ensure_dir(self.layout, self.dir)
         if fsio.publish_bytes(self.layout.outcome(self.key), outcome.encode()):
             verb = "finalized" if outcome.ok else f"aborted ({outcome.phase}): {outcome.error_type}: {outcome.message}"
             logger.info(f"run {self.run.value} {verb}")

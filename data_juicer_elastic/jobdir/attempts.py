@@ -18,7 +18,7 @@ from pathlib import Path
 from loguru import logger
 
 from data_juicer_elastic.errors import IntegrityError, JobDirError
-from data_juicer_elastic.jobdir import fsio
+from data_juicer_elastic.jobdir import confine, fsio
 from data_juicer_elastic.jobdir.identity import WorkerIdentity
 from data_juicer_elastic.jobdir.jsonl import validate_jsonl_output
 from data_juicer_elastic.jobdir.layout import JobLayout, parse_gen_name
@@ -46,8 +46,7 @@ class Attempt:
 
 def open_attempt(layout: JobLayout, claim: Claim, identity: WorkerIdentity) -> Attempt:
     """Create the attempt's private directory and its attempt.json (start)."""
-    directory = layout.attempt_dir(claim.shard_id, claim.attempt_id)
-    fsio.makedirs(directory)
+    directory = confine.ensure_dir(layout, layout.attempt_dir(claim.shard_id, claim.attempt_id))
     record = AttemptRecord(
         shard_id=claim.shard_id,
         attempt_id=claim.attempt_id,
@@ -76,8 +75,9 @@ def close_attempt(attempt: Attempt, exit_reason: str, *, rows: int | None = None
 
 def read_batching_summary(layout: JobLayout, shard_id: str, attempt_id: str) -> dict | None:
     """The attempt's adaptive-batching summary (written by the shard runner), None if absent or unreadable."""
-    path = layout.attempt_batching_summary(shard_id, attempt_id)
-    try:
+    path: object = attempt_id
+    try:  # the attempt id may come from a corrupt claim: an invalid one is "no summary"
+        path = layout.attempt_batching_summary(shard_id, attempt_id)
         data = fsio.read_record(path)
         value = json.loads(data) if data is not None else None
     except (OSError, ValueError, JobDirError) as exc:
@@ -104,10 +104,10 @@ class PublishOutcome:
 def read_done(layout: JobLayout, shard_id: str) -> tuple[ShardResult | None, str | None]:
     """(accepted result, None), (None, None) when not done, (None, error) when the marker is corrupt."""
     path = layout.done(shard_id)
-    data = fsio.read_record(path)
-    if data is None:
-        return None, None
-    try:
+    try:  # oversized, a directory, or not JSON: all "corrupt", never "done" and never a crash
+        data = fsio.read_record(path)
+        if data is None:
+            return None, None
         result = ShardResult.parse(data, path)
     except JobDirError as exc:
         return None, str(exc)
@@ -188,7 +188,7 @@ def publish_done(
     )
     result_path = attempt_dir / "result.json"
     fsio.atomic_write(result_path, result.encode())
-    fsio.makedirs(layout.done_dir)
+    confine.ensure_dir(layout, layout.done_dir)
     if fsio.publish_exclusive(result_path, layout.done(shard)):
         return PublishOutcome(True, result, result)
     winner, error = read_done(layout, shard)
@@ -236,10 +236,18 @@ def validate_result(
         )
     try:
         output = layout.resolve_relative(result.output)
+        own = layout.attempt_dir(entry.shard_id, result.attempt_id)
     except JobDirError as exc:
         raise IntegrityError(exc.message, where=where) from None
+    if own not in output.parents:  # publish_done only accepts outputs there; anything else is forged
+        raise IntegrityError(
+            f"done marker names output {result.output}, outside its attempt directory {layout.relative(own)}",
+            where=where,
+            hint="the job directory was modified; prepare a new job_dir",
+        )
     if not fsio.exists(output):
         raise IntegrityError(f"accepted output {output} is missing", where=where, hint="retry the shard")
+    confine.check_inside(layout, output)  # a record may not lead the merge out through a planted link
     try:
         rows, size, sha = validate_jsonl_output(output, str(output), sink)
     except ValueError as exc:
@@ -290,7 +298,7 @@ def record_failure(
         failed_at=time.time(),
     )
     path = layout.failure(shard_id, generation)
-    fsio.makedirs(path.parent)
+    confine.ensure_dir(layout, path.parent)
     recorded = fsio.publish_bytes(path, record.encode())
     failures = list_failures(layout, shard_id)
     terminal = publish_terminal_if_exhausted(layout, shard_id, max_retries, failures)
@@ -304,10 +312,10 @@ def list_failures(layout: JobLayout, shard_id: str) -> list[Failure]:
     for name in fsio.list_names(directory):
         if parse_gen_name(name) is None:
             continue
-        data = fsio.read_record(directory / name)
-        if data is None:
-            continue
         try:
+            data = fsio.read_record(directory / name)
+            if data is None:
+                continue
             out.append(Failure.parse(data, directory / name))
         except JobDirError as exc:
             logger.warning(f"ignoring corrupt failure record: {exc}")
@@ -316,10 +324,10 @@ def list_failures(layout: JobLayout, shard_id: str) -> list[Failure]:
 
 def read_terminal(layout: JobLayout, shard_id: str) -> tuple[TerminalFailure | None, str | None]:
     path = layout.failed(shard_id)
-    data = fsio.read_record(path)
-    if data is None:
-        return None, None
     try:
+        data = fsio.read_record(path)
+        if data is None:
+            return None, None
         return TerminalFailure.parse(data, path), None
     except JobDirError as exc:
         return None, str(exc)
@@ -345,7 +353,7 @@ def publish_terminal_if_exhausted(
         generations=[f.generation for f in failures],
         failed_at=time.time(),
     )
-    fsio.makedirs(layout.failed_dir)
+    confine.ensure_dir(layout, layout.failed_dir)
     if fsio.publish_bytes(layout.failed(shard_id), terminal.encode()):
         logger.error(f"{shard_id}: failed {len(failures)} times, giving up: {last.error}")
         return terminal

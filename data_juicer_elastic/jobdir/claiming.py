@@ -244,7 +244,7 @@ class Claimer:
         self.pending = claim  # a signal from here on must release it
         if fsio.exists(self.layout.done(shard)):
             # Published between our check and our claim (a slow or zombie attempt): nothing to do.
-            leases.release_claim(self.layout, claim, "finished")
+            leases.release_claim(self.layout, claim, leases.RELEASE_FINISHED)
             self.pending = None
             self.learn_done(shard)
             return RETIRED

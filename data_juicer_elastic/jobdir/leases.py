@@ -4,7 +4,9 @@
   with ``link()``; it is never unlinked.  Taking a shard over means publishing
   generation N+1: exactly one taker wins.  The generation is the fencing token.
 * Generation N may be taken over when a release or a failure record for N
-  exists, or when it is stale.
+  exists, or when it is stale.  A release with reason "finished" (the shard was
+  published) frees it only once stale: until then a lagging cache may be hiding the
+  done marker, and taking over would run a finished shard again.
 * Stale is judged only on the *observer's own monotonic clock*: the observer
   remembers when it first saw each (generation, heartbeat seq) value, and the
   claim is stale once that value has not changed for TTL.  File mtimes and other
@@ -28,7 +30,7 @@ from typing import Final
 from loguru import logger
 
 from data_juicer_elastic.errors import JobDirError
-from data_juicer_elastic.jobdir import fsio
+from data_juicer_elastic.jobdir import confine, fsio
 from data_juicer_elastic.jobdir.identity import WorkerIdentity, pid_alive
 from data_juicer_elastic.jobdir.layout import JobLayout, parse_gen_name
 from data_juicer_elastic.jobdir.records import Claim, Failure, Heartbeat, Release
@@ -41,6 +43,8 @@ RELEASED: Final = "released"
 FAILED: Final = "failed"
 STALE: Final = "stale"
 HOLDER_DEAD: Final = "dead-pid"
+# Release reason of a holder that published (or saw another attempt's publication).
+RELEASE_FINISHED: Final = "finished"
 
 
 @dataclass(frozen=True)
@@ -80,11 +84,13 @@ def latest_generation(layout: JobLayout, shard_id: str) -> int:
 
 
 def _read(cls, path):
-    """(record, error): a malformed record is an error string, never a record."""
-    data = fsio.read_record(path)
-    if data is None:
-        return None, None
+    """(record, error): a malformed record is an error string, never a record.  Oversized
+    records and directories in a record's place are malformed too: one bad file must
+    not stop every worker of the job."""
     try:
+        data = fsio.read_record(path)
+        if data is None:
+            return None, None
         return cls.parse(data, path), None
     except JobDirError as exc:
         return None, str(exc)
@@ -159,6 +165,12 @@ def takeover_reason(view: LeaseView, identity: WorkerIdentity, observer: Stalene
         return FIRST
     stale = observer.is_stale(view)
     if view.release is not None:
+        if view.release.reason == RELEASE_FINISHED and not stale:
+            # The done marker exists, even if a lagging cache (NFS negative lookups, up to
+            # acdirmax) does not show it to us yet: taking over now would re-run a finished
+            # shard.  After a TTL unchanged on our clock (TTL >= 3x cache time) the marker is
+            # visible; if it really is gone, the shard is run again then.
+            return None
         return RELEASED
     if view.failure is not None:
         return FAILED
@@ -189,7 +201,7 @@ def publish_claim(
         takeover_reason=reason,
     )
     path = layout.claim(view.shard_id, claim.generation)
-    fsio.makedirs(path.parent)
+    confine.ensure_dir(layout, path.parent)
     if not fsio.publish_bytes(path, claim.encode()):
         return None  # another taker won this generation
     return claim
@@ -200,7 +212,7 @@ def release_claim(layout: JobLayout, claim: Claim, reason: str) -> bool:
     release of our attempt is (now) recorded."""
     record = Release(claim.shard_id, claim.generation, claim.attempt_id, reason, time.time())
     path = layout.release(claim.shard_id, claim.generation)
-    fsio.makedirs(path.parent)
+    confine.ensure_dir(layout, path.parent)
     if fsio.publish_bytes(path, record.encode()):
         return True
     existing, _ = _read(Release, path)  # released before (e.g. by the signal path): still ours
@@ -214,7 +226,7 @@ def newer_generation_exists(layout: JobLayout, claim: Claim) -> bool:
 
 def write_heartbeat(layout: JobLayout, claim: Claim, seq: int) -> None:
     path = layout.heartbeat(claim.shard_id, claim.generation)
-    fsio.makedirs(path.parent)
+    confine.ensure_dir(layout, path.parent)
     # Durable=False: a heartbeat lost in a crash only makes the claim look older, which is safe.
     fsio.atomic_write(
         path, Heartbeat(claim.shard_id, claim.generation, claim.attempt_id, seq, time.time()).encode(), durable=False

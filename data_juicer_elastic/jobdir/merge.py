@@ -17,7 +17,7 @@ from typing import Final
 from loguru import logger
 
 from data_juicer_elastic.errors import IntegrityError, JobDirError, OutputExistsError
-from data_juicer_elastic.jobdir import attempts, fsio
+from data_juicer_elastic.jobdir import attempts, confine, fsio
 from data_juicer_elastic.jobdir.codecs import BackgroundIO, Syncer
 from data_juicer_elastic.jobdir.layout import JobLayout
 from data_juicer_elastic.jobdir.manifest import load_manifest
@@ -72,6 +72,7 @@ def _preview(ids: list[str], limit: int = 8) -> str:
 def merge_job(job_dir: str | Path, output_path: str | Path, overwrite: bool = False) -> MergeResult:
     layout = JobLayout(Path(os.path.abspath(job_dir)))
     manifest = load_manifest(layout.root)
+    confine.check_layout(layout)  # merge.json and stats/ are written into it
     results = accepted_results(layout, manifest)
     output = Path(os.path.abspath(output_path))
     fsio.makedirs(output.parent)

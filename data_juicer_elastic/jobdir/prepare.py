@@ -29,7 +29,7 @@ from typing import Any, Final
 from loguru import logger
 
 from data_juicer_elastic.errors import ConfigError, InputChangedError, InputError, JobDirError
-from data_juicer_elastic.jobdir import fsio
+from data_juicer_elastic.jobdir import confine, fsio
 from data_juicer_elastic.jobdir.codecs import CODECS, SHARD_SUFFIX, input_codec
 from data_juicer_elastic.jobdir.ingest import InputItem, ingest
 from data_juicer_elastic.jobdir.jsonl import MAX_LINE_BYTES, NormaliseOptions
@@ -85,9 +85,10 @@ def prepare_job(request: PrepareRequest) -> PrepareOutcome:
         max_line_bytes=request.max_line_bytes,
     )
     fsio.makedirs(layout.root)
+    confine.check_ours(layout)  # never litter a directory that is not a job (or planted links)
     token = f"{int(time.time())}-{os.getpid()}-{secrets.token_hex(4)}"
     staging = layout.staging_dir(token)
-    fsio.makedirs(staging / "shards")
+    confine.ensure_dir(layout, staging / "shards")
     try:
         ingested = ingest(inputs, options, staging, staging / "shards", request.num_shards, request.shard_codec)
         if ingested is None:
@@ -104,7 +105,7 @@ def prepare_job(request: PrepareRequest) -> PrepareOutcome:
         shards, content_sha = ingested.shards, ingested.content_sha256
         _publish_shards(layout, staging / "shards", shards, request.shard_codec)
         for directory in (layout.cache_dir, layout.claims_dir, layout.done_dir, layout.attempts_dir):
-            fsio.makedirs(directory)
+            confine.ensure_dir(layout, directory)
         _publish_recipe(layout, staging, request.recipe)
         manifest = Manifest(
             job_id=uuid.uuid4().hex,

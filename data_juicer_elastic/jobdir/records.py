@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 import enum
+import functools
 import hashlib
 import json
 import types
@@ -112,8 +113,14 @@ def _reject_constant(name: str) -> Any:
     raise ValueError(f"{name} is not valid JSON")
 
 
+@functools.cache
+def _field_types(cls: type) -> dict[str, Any]:
+    # get_type_hints evaluates the (string) annotations: ~0.4 ms per record, on every lease read.
+    return typing.get_type_hints(cls)
+
+
 def _build(cls: type, obj: dict[str, Any], where: str, kind: str) -> Any:
-    hints = typing.get_type_hints(cls)
+    hints = _field_types(cls)
     values: dict[str, Any] = {}
     for f in dataclasses.fields(cls):
         if f.name not in obj:

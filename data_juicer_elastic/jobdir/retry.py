@@ -17,7 +17,7 @@ from pathlib import Path
 from loguru import logger
 
 from data_juicer_elastic.errors import ConfigError, JobDirError
-from data_juicer_elastic.jobdir import fsio, leases
+from data_juicer_elastic.jobdir import confine, fsio, leases
 from data_juicer_elastic.jobdir.layout import JobLayout, parse_gen_name, validate_shard_id
 from data_juicer_elastic.jobdir.manifest import load_manifest
 from data_juicer_elastic.jobdir.records import Release
@@ -66,7 +66,7 @@ def retry_shards(job_dir: str | Path, shard_ids: list[str] | None = None, all_fa
 def _archive(layout: JobLayout, shard: str) -> None:
     stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime()) + f"-{secrets.token_hex(3)}"
     dest = layout.history(shard) / stamp
-    fsio.makedirs(dest / "failures")
+    confine.ensure_dir(layout, dest / "failures")
     latest = leases.latest_generation(layout, shard)
     for name in fsio.list_names(layout.failure_dir(shard)):
         if parse_gen_name(name) is not None:
@@ -75,7 +75,7 @@ def _archive(layout: JobLayout, shard: str) -> None:
     # would look held until a TTL passes.  Its holder is gone (the shard was failed),
     # so record the release on its behalf.
     if latest and not fsio.exists(layout.release(shard, latest)):
-        fsio.makedirs(layout.release_dir(shard))
+        confine.ensure_dir(layout, layout.release_dir(shard))
         claim_view = leases.read_lease(layout, shard)
         attempt_id = claim_view.claim.attempt_id if claim_view.claim else "unknown"
         record = Release(shard, latest, attempt_id, "retry", time.time())

@@ -38,7 +38,7 @@ from typing import Any, ClassVar, Final
 from loguru import logger
 
 from data_juicer_elastic.errors import IntegrityError, JobDirError
-from data_juicer_elastic.jobdir import attempts, fsio
+from data_juicer_elastic.jobdir import attempts, confine, fsio
 from data_juicer_elastic.jobdir.layout import JobLayout
 from data_juicer_elastic.jobdir.manifest import load_manifest
 from data_juicer_elastic.jobdir.merge import (
@@ -165,6 +165,7 @@ def follow_merge(
     """
     layout = JobLayout(Path(os.path.abspath(job_dir)))
     manifest = load_manifest(layout.root)
+    confine.check_layout(layout)  # merge.json and stats/ are written into it, as by merge_job
     output = Path(os.path.abspath(output_path))
     fsio.makedirs(output.parent)
     partial = partial_path(output)

@@ -20,7 +20,7 @@ from pathlib import Path
 from loguru import logger
 
 from data_juicer_elastic.errors import ConfigError, IntegrityError, LeaseLostError, is_worker_fault
-from data_juicer_elastic.jobdir import attempts, claiming, fsio, leases
+from data_juicer_elastic.jobdir import attempts, claiming, confine, fsio, leases
 from data_juicer_elastic.jobdir.codecs import SHARD_SUFFIX
 from data_juicer_elastic.jobdir.identity import WorkerIdentity
 from data_juicer_elastic.jobdir.layout import JobLayout
@@ -83,6 +83,7 @@ def run_worker(
         raise ConfigError(f"invalid value {max_done!r}: must be >= 1 or null", where="max_done")
     layout = JobLayout(Path(os.path.abspath(job_dir)))
     manifest = load_manifest(layout.root)  # refuse a corrupt job before claiming anything
+    confine.check_layout(layout)  # and one whose directories lead elsewhere
     observer = leases.StalenessObserver(ttl_secs, clock)
     summary = WorkerSummary()
     if sleep is None:
@@ -280,7 +281,7 @@ class _Worker:
         else:
             self.summary.discarded += 1
         _close(attempt, "done" if outcome.accepted else "discarded", rows=outcome.result.rows)
-        self._release(claim, "finished")
+        self._release(claim, leases.RELEASE_FINISHED)
 
     def _abandon(self, attempt: attempts.Attempt | None, claim: Claim, reason: str) -> None:
         self.summary.lost += 1

@@ -25,7 +25,7 @@ from typing import Any, Final
 from loguru import logger
 
 from data_juicer_elastic.errors import IntegrityError, JobDirError
-from data_juicer_elastic.jobdir import fsio
+from data_juicer_elastic.jobdir import confine, fsio
 from data_juicer_elastic.jobdir.jsonl import parse_row
 from data_juicer_elastic.jobdir.layout import JobLayout
 from data_juicer_elastic.jobdir.manifest import load_manifest
@@ -84,6 +84,7 @@ def compute_overall(job_dir: str | Path) -> OverallStats:
 def write_overall_stats(stats: OverallStats, job_dir: str | Path, export_path: str | Path | None = None) -> list[Path]:
     """Write into the job directory and, when given, beside the export path; the files written."""
     layout = JobLayout(Path(os.path.abspath(job_dir)))
+    confine.ensure_dir(layout, layout.stats_dir)  # never through a link planted in the job dir
     written = list(stats.write(layout.stats_dir, "overall"))
     if export_path is not None:
         export = Path(os.path.abspath(export_path))

@@ -1,11 +1,14 @@
 """A Hypothesis state machine over the whole protocol: workers claim, heartbeat, pause, crash,
-are preempted, take over on their own skewed clocks, publish (also as zombies), fail, are
-retried, and merge.  Invariants: one winner per claim generation, at most one live claim
-per shard, DONE is terminal with exactly one accepted result, merge order == manifest order."""
+restart with no memory, are preempted, take over on their own skewed clocks, publish (also as
+zombies), fail, are retried, find torn lease files, and merge.  Invariants: one winner per
+claim generation, at most one live claim per shard, DONE is terminal with exactly one accepted
+result (on disk: the done marker is a link of exactly one attempt's result.json), a failed
+shard spent its budget, merge order == manifest order (also in merge.json), and status agrees."""
 
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import tempfile
 from pathlib import Path
@@ -14,12 +17,17 @@ from hypothesis import HealthCheck, event, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
+from data_juicer_elastic.errors import JobDirError
 from data_juicer_elastic.jobdir import attempts, fsio, leases
 from data_juicer_elastic.jobdir.layout import JobLayout
 from data_juicer_elastic.jobdir.manifest import load_manifest
 from data_juicer_elastic.jobdir.merge import merge_job
 from data_juicer_elastic.jobdir.prepare import prepare_job
+from data_juicer_elastic.jobdir.records import MergeRecord, ShardState
 from data_juicer_elastic.jobdir.retry import retry_shards
+from data_juicer_elastic.jobdir.status import snapshot
+from data_juicer_elastic.jobdir.tasks import ShardOutput, ShardTask
+from data_juicer_elastic.jobdir.worker_loop import run_worker
 
 from .conftest import FakeClock, identity, make_rows, request, write_rows
 
@@ -29,7 +37,10 @@ TTL, HEARTBEAT, MAX_RETRIES, SHARDS, WORKERS, ROWS = 30.0, 5.0, 1, 3, 3, 9
 class Protocol(RuleBasedStateMachine):
     def __init__(self):
         super().__init__()
-        self.tmp = Path(tempfile.mkdtemp(prefix="dj-sm-"))
+        # tmpfs where there is one: the protocol does not depend on durability, and fsync was
+        # most of the run time on disk.
+        shm = "/dev/shm" if os.path.isdir("/dev/shm") and os.access("/dev/shm", os.W_OK) else None
+        self.tmp = Path(tempfile.mkdtemp(prefix="dj-sm-", dir=shm))
         data = write_rows(self.tmp / "in.jsonl", make_rows(ROWS))
         prepare_job(request(self.tmp / "job", data, SHARDS))
         self.layout = JobLayout(self.tmp / "job")
@@ -38,13 +49,16 @@ class Protocol(RuleBasedStateMachine):
         # Distinct boot ids: only the observer rule may declare a holder stale.  Each
         # worker's clock is skewed by a large offset: only differences may matter.
         self.workers = [identity(f"w{i}", boot_id=f"boot-{i}") for i in range(WORKERS)]
-        offsets = [0.0, 1e6, -3e5]
-        self.observers = [leases.StalenessObserver(TTL, lambda off=off: self.clock() + off) for off in offsets]
+        self.offsets = [0.0, 1e6, -3e5]
+        self.observers = [self._observer(w) for w in range(WORKERS)]
         self.paused: set[int] = set()
         self.held: dict[tuple[int, str], leases.Heartbeater] = {}  # what each worker believes it holds
         self.won: set[tuple[str, int]] = set()
         self.accepted: dict[str, str] = {}  # shard -> attempt id whose result was accepted
         self.done_bytes: dict[str, bytes] = {}
+
+    def _observer(self, w: int) -> leases.StalenessObserver:
+        return leases.StalenessObserver(TTL, lambda off=self.offsets[w]: self.clock() + off)
 
     def teardown(self):
         shutil.rmtree(self.tmp, ignore_errors=True)
@@ -110,6 +124,18 @@ class Protocol(RuleBasedStateMachine):
             if w not in self.paused:
                 hb.beat()
 
+    @precondition(lambda self: self.held)
+    @rule(data=st.data())
+    def stall_past_ttl(self, data):
+        """A holder is SIGSTOPped while the others run on for more than a TTL (zombie in the making)."""
+        w = data.draw(st.sampled_from(sorted({k[0] for k in self.held})))
+        self.pause(w)
+        self.time_passes(TTL)
+        self.time_passes(TTL)
+        for other in range(WORKERS):
+            if other != w:
+                self.claim(other)
+
     @rule(w=st.integers(0, WORKERS - 1))
     def pause(self, w):
         """SIGSTOP: no heartbeats until the worker acts again (then it is a zombie)."""
@@ -119,7 +145,19 @@ class Protocol(RuleBasedStateMachine):
     @rule(data=st.data(), skip_fence=st.booleans())
     def finish(self, data, skip_fence):
         """Publish.  ``skip_fence``: the worker passed the advisory check just before a pause."""
-        key = data.draw(st.sampled_from(sorted(self.held)))
+        self._finish(data.draw(st.sampled_from(sorted(self.held))), skip_fence)
+
+    def _zombies(self) -> list[tuple[int, str]]:
+        return sorted(k for k, hb in self.held.items() if leases.newer_generation_exists(self.layout, hb.claim))
+
+    @precondition(lambda self: self._zombies())
+    @rule(data=st.data(), skip_fence=st.booleans())
+    def zombie_wakes(self, data, skip_fence):
+        """A holder whose shard was taken over (paused past TTL, torn claim) tries to publish."""
+        event("zombie wakes")
+        self._finish(data.draw(st.sampled_from(self._zombies())), skip_fence)
+
+    def _finish(self, key: tuple[int, str], skip_fence: bool) -> None:
         hb = self.held.pop(key)
         self.paused.discard(key[0])
         claim = hb.claim
@@ -164,6 +202,65 @@ class Protocol(RuleBasedStateMachine):
                 leases.release_claim(self.layout, claim, "signal")
         self.paused.discard(w)
 
+    @rule()
+    def drain(self):
+        """The real worker loop (a fresh worker, its sleeps move the fake clock) runs the job to
+        its end while the modelled workers are frozen: their claims go stale and are taken over."""
+        event("drain")
+        drainer = identity("drain", boot_id="boot-drain")
+
+        def run(task: ShardTask) -> ShardOutput:
+            rows = [json.loads(line) for line in task.shard_path.read_text().splitlines()]
+            task.output_path.write_text("".join(json.dumps({**r, "by": task.attempt_id}) + "\n" for r in rows))
+            return ShardOutput(task.output_path, len(rows))
+
+        summary = run_worker(
+            self.layout.root, drainer, run, ttl_secs=TTL, heartbeat_secs=HEARTBEAT, max_retries=MAX_RETRIES,
+            poll_interval_secs=HEARTBEAT, clock=self.clock, sleep=self.clock.advance,
+        )  # fmt: skip
+        assert summary.stop_reason == "finished"
+        for shard in self.manifest.shard_ids:
+            result, error = attempts.read_done(self.layout, shard)
+            assert error is None
+            if result is not None and shard not in self.accepted:
+                assert result.node_id == "drain"
+                self.accepted[shard] = result.attempt_id
+            assert result is not None or attempts.read_terminal(self.layout, shard)[0] is not None
+        self.merge()
+
+    @rule(w=st.integers(0, WORKERS - 1))
+    def restart(self, w):
+        """kill -9 and start again: the new process remembers nothing it observed."""
+        for key in [k for k in self.held if k[0] == w]:
+            del self.held[key]
+        self.paused.discard(w)
+        self.observers[w] = self._observer(w)
+
+    @precondition(lambda self: self.held)
+    @rule(data=st.data())
+    def renew(self, data):
+        """A holder's heartbeat thread renews between two steps of the others."""
+        key = data.draw(st.sampled_from(sorted(self.held)))
+        if key[0] not in self.paused:
+            self.held[key].beat()
+
+    @rule(data=st.data(), kind=st.sampled_from(["heartbeat", "claim"]))
+    def tear(self, data, kind):
+        """A torn or flipped lease file (crash mid-write on a filesystem without atomic rename):
+        it must read as corrupt, never as a live claim or a fresh heartbeat."""
+        shard = data.draw(st.sampled_from(self.manifest.shard_ids))
+        generation = leases.latest_generation(self.layout, shard)
+        if generation == 0:
+            return
+        path = (self.layout.heartbeat if kind == "heartbeat" else self.layout.claim)(shard, generation)
+        if path.exists():
+            event(f"torn {kind}")
+            data_ = path.read_bytes()
+            path.unlink()  # a claim is a hard link of a temp file: never write through it
+            path.write_bytes(data_[: len(data_) // 2])
+            view = leases.read_lease(self.layout, shard)
+            assert (view.claim if kind == "claim" else view.heartbeat) is None
+
     def _failed(self) -> list[str]:
         return [
             s
@@ -182,6 +279,13 @@ class Protocol(RuleBasedStateMachine):
     @rule()
     def merge(self):
         if not all(fsio.exists(self.layout.done(sid)) for sid in self.manifest.shard_ids):
+            try:
+                merge_job(self.layout.root, self.tmp / "refused.jsonl")
+            except JobDirError as exc:
+                assert "job is not complete" in exc.message
+            else:
+                raise AssertionError("an incomplete job was merged")
+            assert not (self.tmp / "refused.jsonl").exists()
             return
         event("merge")
         out = self.tmp / "merged.jsonl"
@@ -191,6 +295,12 @@ class Protocol(RuleBasedStateMachine):
         by = [json.loads(line)["by"] for line in lines]
         assert by == [self.accepted[e.shard_id] for e in self.manifest.shards for _ in range(e.rows)]
         assert result.rows == ROWS
+        record = MergeRecord.parse(self.layout.merge_record.read_bytes(), self.layout.merge_record)
+        assert [(m.shard_id, m.attempt_id) for m in record.shards] == [
+            (sid, self.accepted[sid]) for sid in self.manifest.shard_ids
+        ], "merge.json lists the accepted attempts in manifest order"
+        snap = snapshot(self.layout.root, ttl_secs=TTL)
+        assert snap.complete and all(s.state is ShardState.DONE for s in snap.shards)
 
     # -- invariants -------------------------------------------------------------------------------
     @invariant()
@@ -226,6 +336,22 @@ class Protocol(RuleBasedStateMachine):
                 assert shard not in self.accepted
 
     @invariant()
+    def done_marker_is_a_link_of_exactly_one_attempts_result(self):
+        """On disk, independent of the model: link() made done/<shard>.json the very inode of
+        the winning attempt's result.json, and of no other attempt's."""
+        for shard in self.manifest.shard_ids:
+            done = self.layout.done(shard)
+            if not done.exists():
+                continue
+            inode = os.stat(done).st_ino
+            sharing = [
+                a.name
+                for a in self.layout.attempt_root(shard).iterdir()
+                if (a / "result.json").exists() and os.stat(a / "result.json").st_ino == inode
+            ]
+            assert sharing == [self.accepted[shard]], f"{shard}: done marker shared by {sharing}"
+
+    @invariant()
     def failed_only_when_budget_spent(self):
         for shard in self.manifest.shard_ids:
             terminal, _ = attempts.read_terminal(self.layout, shard)
@@ -234,7 +360,7 @@ class Protocol(RuleBasedStateMachine):
 
 
 Protocol.TestCase.settings = settings(
-    max_examples=50,
+    max_examples=60,
     stateful_step_count=30,
     deadline=None,
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much],

@@ -1,0 +1,133 @@
+"""Keep every write inside the job directory, and refuse directories that are not ours.
+
+``layout`` makes sure no identifier (shard id, attempt id, node id, a path in a
+record) can spell its way out of the job directory.  This module covers what a
+name check cannot see: a symlink *planted* in the job directory (``attempts`` or
+``done/`` or ``claims/<shard>`` pointing elsewhere) would make ``makedirs`` and every
+write below it land outside.  So every directory the plugin creates or writes into is
+checked first, component by component (one ``lstat`` each), and refused unless its
+real path lies inside the job directory's real path.  The job directory itself may be
+a symlink (a mount alias); links *inside* it may point only inside it.
+
+What this cannot stop: someone who can write to the job directory swapping a
+directory for a symlink between our check and our write.  Whoever can do that can
+already forge results; see docs/job-dir-security.md.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Final
+
+from data_juicer_elastic.errors import JobDirError, UnsafePathError
+from data_juicer_elastic.jobdir import fsio
+from data_juicer_elastic.jobdir.layout import JobLayout
+
+# Every name the plugin itself puts at the top of a job directory (docs/architecture.md).
+OUR_NAMES: Final = frozenset(
+    {
+        "manifest.json",
+        "recipe.json",
+        "merge.json",
+        "shards",
+        "claims",
+        "heartbeats",
+        "releases",
+        "failures",
+        "attempts",
+        "done",
+        "failed",
+        "history",
+        "cache",
+        "coordination",
+        "logs",
+        "batch-profiles",
+        "stats",
+    }
+)
+# Hidden names are ours too: staging directories, temp files beside records, NFS
+# ``.nfsXXXX`` leftovers.  Lost+found appears at the top of a fresh filesystem.
+_IGNORED_PREFIXES: Final = (".",)
+_IGNORED_NAMES: Final = frozenset({"lost+found"})
+
+
+def check_inside(layout: JobLayout, path: str | Path) -> Path:
+    """``path`` if it (lexically and after resolving links) lies in the job directory.
+
+    UnsafePathError otherwise, naming the link that leads out.  Names that do not
+    exist yet resolve lexically, so this may be asked before creating them.  Cheap in
+    the usual case: one ``lstat`` per component below the root; links are resolved only
+    when there are some.
+    """
+    path = Path(path)
+    root = layout.root
+    text, prefix = str(path), str(root).rstrip(os.sep) + os.sep
+    if text != str(root) and not text.startswith(prefix):
+        raise UnsafePathError(f"{path} is not inside the job directory", where=str(root))
+    current = prefix[:-1]
+    for part in text[len(prefix) :].split(os.sep) if text != str(root) else ():
+        if part in ("..", "."):
+            raise UnsafePathError(f"{path} is not inside the job directory", where=str(root))
+        current = os.path.join(current, part)
+        if os.path.islink(current):
+            _check_link(root, path, Path(current))
+    return path
+
+
+def _check_link(root: Path, path: Path, link: Path) -> None:
+    real_root = os.path.realpath(root)
+    real = os.path.realpath(path)
+    if real != real_root and not real.startswith(real_root.rstrip(os.sep) + os.sep):
+        raise UnsafePathError(
+            f"{path} leads outside the job directory (it resolves to {real}): a symlink was planted in it",
+            where=str(link),
+            hint="remove the link (dj-elastic never writes through links out of a job directory) or use a new job_dir",
+        )
+
+
+def ensure_dir(layout: JobLayout, directory: str | Path) -> Path:
+    """``makedirs`` of a job-directory path, refused before anything is created outside."""
+    directory = check_inside(layout, directory)
+    fsio.makedirs(directory)
+    return directory
+
+
+def check_layout(layout: JobLayout) -> None:
+    """Refuse a job directory whose top-level entries are links leading outside it (cheap:
+    one ``lstat`` per name; per-shard directories are checked when written)."""
+    for name in sorted(OUR_NAMES):
+        path = layout.root / name
+        if os.path.islink(path):
+            check_inside(layout, path)
+
+
+def check_ours(layout: JobLayout) -> None:
+    """Refuse a job directory that holds anything but a dj-elastic job (or nothing).
+
+    Called before the first write into a job directory without a manifest: pointing
+    ``job_dir`` at a home or dataset directory by mistake must not litter it.
+    """
+    foreign = [
+        name
+        for name in fsio.list_names(layout.root)
+        if name not in OUR_NAMES and name not in _IGNORED_NAMES and not name.startswith(_IGNORED_PREFIXES)
+    ]
+    if foreign:
+        shown = ", ".join(foreign[:5]) + (f", ... ({len(foreign) - 5} more)" if len(foreign) > 5 else "")
+        raise JobDirError(
+            f"job_dir is not empty and is not a dj-elastic job directory (it holds {shown})",
+            where=str(layout.root),
+            hint="point elastic.job_dir at a new or empty directory",
+        )
+    check_layout(layout)
+
+
+def open_job_dir(layout: JobLayout) -> None:
+    """Create the job directory if needed and refuse it unless it is (or can become) ours:
+    empty, or a dj-elastic job whose top-level directories do not lead elsewhere."""
+    fsio.makedirs(layout.root)
+    if fsio.exists(layout.manifest):
+        check_layout(layout)  # the manifest itself is validated by whoever loads it
+    else:
+        check_ours(layout)
