@@ -1,26 +1,8 @@
-"""Reading user JSONL: the validation policy, row normalisation, and shard-output validation.
+"""Reading user JSONL: row normalisation in blocks, and shard-output validation.
 
-The policy for every malformed-input class is the table in ``docs/input-format.md``;
-errors are InputError with ``where=file:line``.  In short: every non-empty line is
-one JSON object in UTF-8; LF and CRLF line endings, a BOM at the very start of a
-file, spaces/tabs around a row and a missing final newline are accepted; blank
-lines, arrays/scalars, invalid UTF-8, raw control bytes (NUL...), NaN/Infinity,
-numbers that overflow a double, duplicate keys, lone UTF-16 surrogates, nesting
-deeper than :data:`MAX_DEPTH` and lines longer than ``max_line_bytes`` are refused.
-
-Two parsers, one policy.  :func:`reference_row` (the standard library's ``json``
-with strict hooks) *is* the policy.  :func:`fast_row` (orjson) is an accelerator:
-it returns a row only when it can prove the reference would accept the line, and
-``None`` otherwise, after which the reference decides and words the error.  What
-orjson alone would get wrong, and how it is closed:
-
-* duplicate keys (orjson keeps the last): every key owns exactly one colon outside
-  strings, and orjson never escapes ``:``, so when the raw line holds no ``\\u003a``
-  escape, ``raw.count(":") == orjson.dumps(row).count(":")`` holds iff no key was
-  dropped.  A line with as many colons as top-level keys needs no dump at all.
-* nesting: orjson accepts depths ``json`` cannot; both are held to ``MAX_DEPTH``.
-* integers beyond 64 bits: orjson turns them into floats (or rejects them), so rows
-  that must be re-serialised are re-parsed by the reference, which keeps them exact.
+The validation policy (and its orjson accelerator) lives in :mod:`row_policy`; the table
+of every malformed-input class is in ``docs/input-format.md``.  Errors are InputError with
+``where=file:line``.
 
 Normalisation: media paths (values under ``media_keys``, each a list of strings or
 null) that are relative become absolute against ``base_dir``; absolute paths and
@@ -35,7 +17,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import math
 import os
 import re
 from collections.abc import Callable, Iterable, Iterator, Mapping
@@ -45,174 +26,23 @@ from typing import Any, Final
 
 import orjson
 
-try:
-    import numpy as _np
-except ImportError:  # pragma: no cover - numpy comes with Data-Juicer; counting falls back to bytes.count
-    _np = None
-
 from data_juicer_elastic.errors import InputError
 from data_juicer_elastic.jobdir import fsio
 from data_juicer_elastic.jobdir.codecs import prefetch
+from data_juicer_elastic.jobdir.row_policy import (  # noqa: F401 - MAX_DEPTH, count_byte: part of this module's API
+    MAX_DEPTH,
+    RowError,
+    block_proven,
+    count_byte,
+    fast_row,
+    reference_row,
+    serialise_row,
+)
 
 MAX_LINE_BYTES: Final = 64 * 1024 * 1024
-MAX_DEPTH: Final = 512  # below both parsers' own limits, so neither decides it by running out of stack
 BLOCK_BYTES: Final = 8 * 1024 * 1024
 _BOM: Final = b"\xef\xbb\xbf"
 _URL: Final = re.compile(r"^[A-Za-z][A-Za-z0-9+.\-]*://")
-# A backslash-u escape into the surrogate range; only rows matching it get the (slower) full check.
-_SURROGATE_ESCAPE: Final = re.compile(rb"\\u[dD][89a-fA-F]")
-_OPEN: Final = 123  # "{"
-_CLOSE: Final = 125  # "}"
-
-
-class _RowError(ValueError):
-    pass
-
-
-# -- the reference parser (the policy) --------------------------------------------------------
-def _pairs_hook(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
-    obj = dict(pairs)
-    if len(obj) != len(pairs):
-        seen: set[str] = set()
-        for key, _ in pairs:
-            if key in seen:
-                raise _RowError(f"duplicate key {key!r} in one object")
-            seen.add(key)
-    return obj
-
-
-def _parse_constant(name: str) -> Any:
-    raise _RowError(f"{name} is not valid JSON")
-
-
-def _parse_float(text: str) -> float:
-    value = float(text)
-    if math.isinf(value):
-        raise _RowError(f"number {text[:40]} overflows a double")
-    return value
-
-
-def parse_row(text: str) -> dict[str, Any]:
-    """One JSON object under the strict policy; _RowError/ValueError otherwise."""
-    try:
-        obj = json.loads(text, object_pairs_hook=_pairs_hook, parse_constant=_parse_constant, parse_float=_parse_float)
-    except RecursionError:
-        raise _RowError("JSON nested too deeply") from None
-    if not isinstance(obj, dict):
-        raise _RowError(f"each line must be a JSON object, got {type(obj).__name__}")
-    if _depth(obj) > MAX_DEPTH:
-        raise _RowError(f"JSON nested too deeply (more than {MAX_DEPTH} levels)")
-    return obj
-
-
-def reference_row(body: bytes) -> dict[str, Any]:
-    """The policy's verdict on one stripped line: the row (exact integers) or a _RowError/ValueError."""
-    try:
-        text = body.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        raise _RowError(f"invalid UTF-8 at byte {exc.start} of the line") from None
-    try:
-        row = parse_row(text)
-    except json.JSONDecodeError as exc:
-        # The parser's own "line 1" would be confusing next to file:line; give the column.
-        raise _RowError(f"invalid JSON: {exc.msg} at column {exc.colno}") from None
-    except _RowError:
-        raise
-    except ValueError as exc:  # e.g. an integer of more than 4300 digits
-        raise _RowError(f"invalid JSON: {exc}") from None
-    if _SURROGATE_ESCAPE.search(body):
-        _serialise(row)  # raises on a lone surrogate
-    return row
-
-
-def _depth(value: Any) -> int:
-    """Nesting depth of containers (an object holding scalars is 1), without recursion."""
-    deepest, stack = 0, [(value, 1)]
-    while stack:
-        item, level = stack.pop()
-        if isinstance(item, dict):
-            item = item.values()
-        elif not isinstance(item, list):
-            continue
-        deepest = max(deepest, level)
-        stack.extend((child, level + 1) for child in item if isinstance(child, (dict, list)))
-    return deepest
-
-
-# -- the accelerator --------------------------------------------------------------------------
-def fast_row(body: bytes) -> dict[str, Any] | None:
-    """The row when orjson proves the reference accepts ``body``; None when the reference must decide."""
-    try:
-        obj = orjson.loads(body)
-    except orjson.JSONDecodeError:
-        return None
-    if type(obj) is not dict:
-        return None
-    colons = body.count(b":")
-    if colons != len(obj) and not _no_duplicate_keys(body, obj, colons):
-        return None
-    if body.count(b"{") + body.count(b"[") > MAX_DEPTH and _depth(obj) > MAX_DEPTH:
-        return None
-    return obj
-
-
-def _block_proven(region: tuple[bytes, int, int], parsed: list[dict[str, Any]], singles: int) -> bool:
-    """No row of ``parsed`` has a duplicate key or nests deeper than MAX_DEPTH.
-
-    Keys: summed over the block, raw colons minus those of rows judged alone must equal
-    the colons orjson writes for the parsed rows (each row can only lose keys, so equal
-    sums mean no row lost one).  Depth: orjson refuses to write nesting deeper than
-    its limit, which :data:`_DUMPS_BOUNDS_DEPTH` checked is below MAX_DEPTH.
-    """
-    raw, start, stop = region
-    # A colon written as an escape breaks the count; memchr for a backslash first (fast), since
-    # most blocks hold none, then the exact search.
-    if not _DUMPS_BOUNDS_DEPTH or (raw.find(b"\\", start, stop) >= 0 and raw.find(b"\\u003", start, stop) >= 0):
-        return False
-    try:
-        written = orjson.dumps(parsed)
-    except orjson.JSONEncodeError:
-        return False
-    return count_byte(written, _COLON) == count_byte(raw, _COLON, start, stop) - singles
-
-
-_COLON: Final = ord(":")
-_COUNT_STEP: Final = 256 * 1024  # cache-sized slices: numpy's compare + count stays in L2
-
-
-def count_byte(data: bytes, value: int, start: int = 0, stop: int | None = None) -> int:
-    """How often byte ``value`` occurs in ``data[start:stop]``: ~4x ``bytes.count``'s speed
-    (which is a plain byte loop) via numpy's vectorised compare, in cache-sized slices."""
-    stop = len(data) if stop is None else stop
-    if _np is None or stop - start < _COUNT_STEP:
-        return data.count(bytes((value,)), start, stop)
-    view = _np.frombuffer(data, dtype=_np.uint8)
-    return sum(
-        int(_np.count_nonzero(view[i : min(i + _COUNT_STEP, stop)] == value)) for i in range(start, stop, _COUNT_STEP)
-    )
-
-
-def _probe_dumps_depth() -> bool:
-    nested: Any = {}
-    for _ in range(MAX_DEPTH):
-        nested = [nested]
-    try:
-        orjson.dumps(nested)
-    except orjson.JSONEncodeError:
-        return True
-    return False
-
-
-_DUMPS_BOUNDS_DEPTH: Final = _probe_dumps_depth()
-
-
-def _no_duplicate_keys(body: bytes, obj: dict[str, Any], colons: int) -> bool:
-    if b"\\u003" in body:  # a colon written as an escape: the count argument no longer holds
-        return False
-    try:
-        return orjson.dumps(obj).count(b":") == colons
-    except orjson.JSONEncodeError:  # orjson refuses to write deep nesting: let the reference judge
-        return False
 
 
 def is_url(value: str) -> bool:
@@ -254,7 +84,7 @@ class RowNormaliser:
         if region is not None:
             parsed = self._parse_clean(lines)
             if parsed is not None:  # every line a bare object needing no change: one block proof
-                if not _block_proven(region, parsed, 0):
+                if not block_proven(region, parsed, 0):
                     self._prove_each(lines, range(len(lines)))
                 self.rows += len(lines)
                 return None
@@ -279,7 +109,7 @@ class RowNormaliser:
                 if index_key is not None and index_key not in obj:
                     return None
                 append(obj)
-        except (decode_error, _RowError):
+        except (decode_error, RowError):
             return None
         return parsed
 
@@ -315,7 +145,7 @@ class RowNormaliser:
                 out = lines[:i]
             if out is not None:
                 out.append(new)
-        if unproven and not (region is not None and _block_proven(region, parsed, singles)):
+        if unproven and not (region is not None and block_proven(region, parsed, singles)):
             self._prove_each(lines, unproven)
         self.rows += len(lines)
         return out
@@ -339,7 +169,7 @@ class RowNormaliser:
             if obj is None:
                 try:
                     obj = reference_row(body)
-                except (_RowError, ValueError) as exc:
+                except (RowError, ValueError) as exc:
                     raise InputError(str(exc), where=where) from None
         return self._normalise(body, obj, row_in_file)
 
@@ -351,8 +181,8 @@ class RowNormaliser:
                 _media_changes(row, self.media_fields, self.options.base_dir, apply=True)
                 if self.index_key and self.index_key not in row:
                     row[self.index_key] = index
-                return _serialise(row)
-        except _RowError as exc:
+                return serialise_row(row)
+        except RowError as exc:
             raise InputError(str(exc), where=f"{self.display}:{row_in_file + 1}") from None
         if self.index_key and self.index_key not in obj:
             # Appended as the last key, like a dict insert; the rest of the row keeps its bytes.
@@ -367,13 +197,6 @@ def _strip(line: bytes, first: bool) -> bytes:
     return body.strip(b" \t")
 
 
-def _serialise(row: dict[str, Any]) -> bytes:
-    try:
-        return json.dumps(row, ensure_ascii=False, separators=(",", ":"), allow_nan=False).encode("utf-8")
-    except UnicodeEncodeError:
-        raise _RowError("string holds a lone UTF-16 surrogate, which UTF-8 cannot encode") from None
-
-
 def _media_changes(row: dict[str, Any], media_fields: list[str], base_dir: str, apply: bool = False) -> bool:
     changed = False
     for key in media_fields:
@@ -381,7 +204,7 @@ def _media_changes(row: dict[str, Any], media_fields: list[str], base_dir: str, 
         if value is None:
             continue
         if type(value) is not list or not all(type(v) is str for v in value):
-            raise _RowError(f"{key!r} must be a list of strings or null, got {_describe(value)}")
+            raise RowError(f"{key!r} must be a list of strings or null, got {_describe(value)}")
         fixed = [_absolute(v, base_dir) for v in value]
         if fixed != value:
             changed = True
