@@ -29,12 +29,13 @@ import orjson
 from data_juicer_elastic.errors import InputError
 from data_juicer_elastic.jobdir import fsio
 from data_juicer_elastic.jobdir.codecs import prefetch
-from data_juicer_elastic.jobdir.row_policy import (  # noqa: F401 - MAX_DEPTH, count_byte: part of this module's API
+from data_juicer_elastic.jobdir.row_policy import (  # noqa: F401 - MAX_DEPTH, count_byte, parse_row: re-exported
     MAX_DEPTH,
     RowError,
     block_proven,
     count_byte,
     fast_row,
+    parse_row,  # stats.overall reads merged rows with it
     reference_row,
     serialise_row,
 )
