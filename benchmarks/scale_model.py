@@ -66,8 +66,10 @@ OPS: dict[str, int] = {
     "claim_publish": 10,  # makedirs(3) create fsync close link fsync_dir unlink + exists(done)
     "claim_lost": 10,  # makedirs(3) create fsync close link->EEXIST, same_bytes opens 2, unlink
     "run_start": 16,  # heartbeat start (7), open_attempt makedirs(3)+atomic_write(5), open input
-    "run_end": 29,  # fence probe, publish_done (13), close_attempt (6), release (9)
-    "heartbeat": 7,  # probe gen+1, makedirs(3), create close replace (durable=False)
+    # fence probe, publish_done (13), close_attempt (6), release (9), final progress write (3)
+    "run_end": 32,
+    # probe gen+1, makedirs(3), create close replace (durable=False); +3 (progress.json) when progress changed
+    "heartbeat": 7,
     "takeover_failure_record": 12,  # record_failure: makedirs(3)+publish(6), listdir+1 read, read failed/
     "abort_watch": 2,  # AbortWatcher every poll: read outcome.json, listdir failed/
     "exit_per_shard": 3,  # final claim_next pass + job_outcome twice (worker_loop.py:122, flow.py:84)

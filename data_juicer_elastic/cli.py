@@ -13,13 +13,12 @@ subcommand needs it.
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from collections.abc import Sequence
 from pathlib import Path
 
 from data_juicer_elastic import __version__
-from data_juicer_elastic.errors import EXIT_ERROR, EXIT_INCOMPLETE, EXIT_OK, ElasticError
+from data_juicer_elastic.errors import EXIT_ERROR, EXIT_OK, ElasticError
 
 
 def _cmd_prepare(args: argparse.Namespace) -> int:
@@ -48,20 +47,14 @@ def _cmd_worker(args: argparse.Namespace) -> int:
 
 
 def _cmd_status(args: argparse.Namespace) -> int:
-    from data_juicer_elastic.coordination.status import render_runs, runs
-    from data_juicer_elastic.jobdir.status import render_text, snapshot
+    from data_juicer_elastic.coordination.status import status_once, watch
 
     job = Path(args.job_dir).resolve()
-    snap = snapshot(job, ttl_secs=args.lease_ttl_secs)
-    coordination = runs(job)
-    if args.json:
-        print(json.dumps({**snap.to_json(), "coordination": coordination}, indent=2, ensure_ascii=False))
-    else:
-        print(render_text(snap, show_all=args.all))
-        print(render_runs(coordination, limit=None if args.all else 3))
-    if snap.terminal_failures:
-        return EXIT_ERROR
-    return EXIT_OK if snap.complete else EXIT_INCOMPLETE
+    if args.watch is not None:
+        return watch(job, interval=args.watch, as_json=args.json, show_all=args.all, ttl_secs=args.lease_ttl_secs)
+    text, code = status_once(job, as_json=args.json, show_all=args.all, ttl_secs=args.lease_ttl_secs)
+    print(text)
+    return code
 
 
 def _cmd_run(args: argparse.Namespace) -> int:
@@ -239,10 +232,23 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--no-wait", action="store_true", help="exit when nothing is claimable instead of waiting")
     p.set_defaults(func=_cmd_worker)
 
-    p = sub.add_parser("status", help="show shard states (never changes the job)")
+    p = sub.add_parser(
+        "status",
+        help="show progress: states, rows, rows/s, ETA, nodes, stragglers, failures (never changes the job)",
+        description="Exit code 0: every shard done; 1: incomplete; 2: a shard failed terminally or an error. "
+        "The --json schema is documented in docs/status.md.",
+    )
     job_dir(p)
-    p.add_argument("--json", action="store_true", help="machine-readable output")
+    p.add_argument("--json", action="store_true", help="machine-readable output (versioned schema, docs/status.md)")
     p.add_argument("--all", action="store_true", help="list every shard")
+    p.add_argument(
+        "--watch",
+        nargs="?",
+        type=float,
+        const=5.0,
+        metavar="SECONDS",
+        help="refresh every SECONDS (default 5) until the job is complete or Ctrl-C; with --json one JSON per line",
+    )
     p.add_argument("--lease-ttl-secs", type=float, help="only affects which claims display as stale")
     p.set_defaults(func=_cmd_status)
 

@@ -29,6 +29,7 @@ from typing import Any
 from loguru import logger
 
 from data_juicer_elastic import __version__
+from data_juicer_elastic.console import StepDisplay, shard_display
 from data_juicer_elastic.coordination import crashpoints
 from data_juicer_elastic.coordination.elections import RunCoordinator
 from data_juicer_elastic.coordination.flow import Phases, Timing, run_coordinated
@@ -37,7 +38,7 @@ from data_juicer_elastic.coordination.settle import StrictPolicy, shard_failed_e
 from data_juicer_elastic.coordination.slots import CUDA_ENV, SlotPool, slot_argv, slot_cpus, slot_devices, slot_env
 from data_juicer_elastic.coordination.stragglers import ClaimGate
 from data_juicer_elastic.errors import ConfigError, ElasticError, JobDirError
-from data_juicer_elastic.jobdir import confine
+from data_juicer_elastic.jobdir import confine, steps
 from data_juicer_elastic.jobdir.confine import open_job_dir
 from data_juicer_elastic.jobdir.identity import WorkerIdentity
 from data_juicer_elastic.jobdir.layout import JobLayout
@@ -92,7 +93,8 @@ def prepare_from_cfg(cfg: Any, settings: ElasticSettings) -> PrepareOutcome:
         max_line_bytes=settings.max_line_bytes,
         shard_codec=settings.shard_codec,
     )
-    outcome = prepare_job(request)
+    with StepDisplay() as display, steps.reporting(display):  # a bar on a terminal, else log lines
+        outcome = prepare_job(request)
     verb = "prepared" if outcome.created else "reusing prepared"
     logger.info(f"{verb} job {request.job_dir} ({len(outcome.manifest.shards)} shards)")
     return outcome
@@ -184,6 +186,7 @@ def run_local_worker(
                 stop_event=stop_event,
                 max_done=max_done,
                 claim_gate=gate,
+                on_attempt=shard_display(),  # the current shard's rows read and stage
             )
         if stop_event is not None and stop_event.is_set():
             pool.stop()  # the run was aborted: every slot gives its claim back now
@@ -212,16 +215,17 @@ def finalize(
     if snap.terminal_failures:
         raise shard_failed_error(snap.terminal_failures, job)
     overall = compute_overall(job)  # before merging: a bad summary stops finalize before any output
-    result = None
-    if stream:
-        try:
-            result = follow_merge(
-                job, _resolve(export_path), overwrite=overwrite, wait=False, lock_wait_secs=lock_wait_secs
-            )
-        except MergeBusyError as exc:
-            logger.warning(f"{exc}; merging without the partial output")
-    if result is None:
-        result = merge_job(job, _resolve(export_path), overwrite=overwrite)
+    with StepDisplay() as display, steps.reporting(display):
+        result = None
+        if stream:
+            try:
+                result = follow_merge(
+                    job, _resolve(export_path), overwrite=overwrite, wait=False, lock_wait_secs=lock_wait_secs
+                )
+            except MergeBusyError as exc:
+                logger.warning(f"{exc}; merging without the partial output")
+        if result is None:
+            result = merge_job(job, _resolve(export_path), overwrite=overwrite)
     write_overall_stats(overall, job, result.output_path)
     logger.info(f"merged {result.rows} rows from {result.shards} shards into {result.output_path}")
     return result

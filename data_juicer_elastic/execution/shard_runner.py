@@ -36,6 +36,7 @@ from data_juicer_elastic.errors import ElasticError, IntegrationError, ShardExec
 from data_juicer_elastic.execution._attempt_log import attempt_log
 from data_juicer_elastic.execution._dj_config import RAY_JOB_ENV, check_recipe, load_dj_config, ray_job_env
 from data_juicer_elastic.execution._parts import list_parts, write_canonical
+from data_juicer_elastic.execution.progress_source import note_stage, ray_data_progress
 from data_juicer_elastic.execution.stage_identities import (
     identity_record,
     manifest_from_cfg,
@@ -43,7 +44,7 @@ from data_juicer_elastic.execution.stage_identities import (
     verify_stage_identities,
     write_identity_record,
 )
-from data_juicer_elastic.jobdir import fsio
+from data_juicer_elastic.jobdir import fsio, progress
 from data_juicer_elastic.jobdir.layout import JobLayout
 from data_juicer_elastic.jobdir.tasks import ShardOutput, ShardTask
 from data_juicer_elastic.stats.shard import ShardStatsRecorder
@@ -115,7 +116,8 @@ class ShardRunner:
         attempt_dir.mkdir(parents=True, exist_ok=True)
         where = f"shard {task.shard_id}"
         log_path = attempt_dir / LOG_FILE
-        with attempt_log(log_path), ray_job_env(), _preserve_order():
+        tracker = progress.current()  # the worker loop's live progress of this attempt, if any
+        with attempt_log(log_path), ray_job_env(), _preserve_order(), ray_data_progress(tracker):
             logger.info(
                 f"{where}: attempt {task.attempt_id} (generation {task.generation}), "
                 f"{task.input_rows} input rows from {task.shard_path}"
@@ -181,10 +183,12 @@ class ShardRunner:
             _finish_batching(batching, task)
         _check_stamped(cfg, ids, where)
 
+        note_stage(progress.current(), progress.Stage.CANONICALIZING)
         stats = ShardStatsRecorder(task.shard_id, task.attempt_id, attempt_dir)
         out = write_canonical(
             list_parts(export_dir), attempt_dir / OUTPUT_FILE, order_key=self.order_key, on_row=stats.observe
         )
+        note_stage(progress.current(), progress.Stage.CANONICALIZING, rows_written=out.rows)
         stats_path = stats.write(out.rows, out.sha256)
         if not self.keep_ray_output:
             _clear(export_dir)

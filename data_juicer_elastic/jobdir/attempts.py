@@ -101,11 +101,15 @@ class PublishOutcome:
     winner: ShardResult | None  # the accepted result (ours, or another attempt's); None if unreadable
 
 
-def read_done(layout: JobLayout, shard_id: str) -> tuple[ShardResult | None, str | None]:
-    """(accepted result, None), (None, None) when not done, (None, error) when the marker is corrupt."""
+def read_done(layout: JobLayout, shard_id: str, data: bytes | None = None) -> tuple[ShardResult | None, str | None]:
+    """(accepted result, None), (None, None) when not done, (None, error) when the marker is corrupt.
+
+    ``data``: the marker's bytes when the caller read them already (status reads many in parallel).
+    """
     path = layout.done(shard_id)
     try:  # oversized, a directory, or not JSON: all "corrupt", never "done" and never a crash
-        data = fsio.read_record(path)
+        if data is None:
+            data = fsio.read_record(path)
         if data is None:
             return None, None
         result = ShardResult.parse(data, path)

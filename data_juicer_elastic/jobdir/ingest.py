@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from data_juicer_elastic.errors import InputChangedError, InputError
-from data_juicer_elastic.jobdir import fsio
+from data_juicer_elastic.jobdir import fsio, steps
 from data_juicer_elastic.jobdir.codecs import (
     READ_BYTES,
     SHARD_SUFFIX,
@@ -125,7 +125,8 @@ def _pass_a(
 ) -> tuple[list[InputFile], bool]:
     fingerprints: list[InputFile] = []
     identical = len(inputs) == 1 and inputs[0].codec == "none"
-    first_index = 0
+    first_index = read_before = 0
+    input_bytes = sum(fsio.stat(item.path).st_size for item in inputs)
     for item in inputs:
         display = str(item.path)
         before = fsio.stat(item.path)
@@ -134,6 +135,7 @@ def _pass_a(
         chunks = prefetch(lambda item=item, stats=stats: iter_decoded(item.path, item.codec, stats))
         try:
             for lines, raw, start, stop in _line_blocks(chunks, options.max_line_bytes, display):
+                steps.report("prepare: validating input", read_before + stats.size, input_bytes)  # per block
                 out = rows.lines(lines, (raw, start, stop) if raw is not None else None)
                 if out is None and raw is not None:
                     splitter.add(raw, start, stop, rows=len(lines))
@@ -146,6 +148,8 @@ def _pass_a(
         if (before.st_size, before.st_mtime_ns) != (after.st_size, after.st_mtime_ns) or stats.size != after.st_size:
             raise _changed(item.path, stats, before.st_size, after.st_size)
         fingerprints.append(InputFile(display, item.relpath, stats.sha256, after.st_size, after.st_mtime_ns, rows.rows))
+        read_before += stats.size
+        steps.report("prepare: validating input", read_before, input_bytes)
         first_index += rows.rows
     return fingerprints, identical
 
@@ -230,6 +234,7 @@ def _pass_b(
             try:
                 for chunk in chunks:
                     splitter.add(chunk)
+                    steps.report("prepare: writing shards", splitter.pos, total_bytes)
             finally:
                 chunks.close()
             fsio.remove(path)  # give the space back as we go

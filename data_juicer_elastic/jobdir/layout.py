@@ -231,6 +231,10 @@ class JobLayout:
         """The attempt's size-trace summary (folded into attempt.json when the attempt ends)."""
         return self.attempt_dir(shard_id, attempt_id) / "batching.json"
 
+    def attempt_progress(self, shard_id: str, attempt_id: str) -> Path:
+        """Live progress of the attempt (jobdir.progress), rewritten at most once per heartbeat."""
+        return self.attempt_dir(shard_id, attempt_id) / "progress.json"
+
     @property
     def stats_dir(self) -> Path:
         """Overall statistics written by finalize: overall.json, overall.csv."""

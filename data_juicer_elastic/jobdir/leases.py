@@ -250,6 +250,7 @@ class Heartbeater:
         heartbeat_secs: float,
         ttl_secs: float,
         clock: Clock = time.monotonic,
+        on_beat: Callable[[], object] | None = None,
     ):
         if not (0 < heartbeat_secs and 2 * heartbeat_secs < ttl_secs):
             raise ValueError("need 0 < heartbeat_secs < ttl_secs / 2")
@@ -260,6 +261,9 @@ class Heartbeater:
         self.lost_reason: str | None = None
         self.seq = 0
         self.last_renewal = clock()
+        # called after each successful renewal (live progress piggy-backs on the cadence);
+        # it must not raise, and must be quick: the lease matters more than the display
+        self.on_beat = on_beat
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
@@ -284,6 +288,11 @@ class Heartbeater:
             self.check()
             return False
         self.last_renewal = self.clock()
+        if self.on_beat is not None:
+            try:
+                self.on_beat()
+            except Exception as exc:
+                logger.warning(f"{self.claim.shard_id}: heartbeat hook failed: {exc}")
         return True
 
     def check(self) -> bool:

@@ -17,7 +17,7 @@ from typing import Final
 from loguru import logger
 
 from data_juicer_elastic.errors import IntegrityError, JobDirError, OutputExistsError
-from data_juicer_elastic.jobdir import attempts, confine, fsio
+from data_juicer_elastic.jobdir import attempts, confine, fsio, steps
 from data_juicer_elastic.jobdir.codecs import BackgroundIO, Syncer
 from data_juicer_elastic.jobdir.layout import JobLayout
 from data_juicer_elastic.jobdir.manifest import load_manifest
@@ -80,8 +80,11 @@ def merge_job(job_dir: str | Path, output_path: str | Path, overwrite: bool = Fa
     out = OutputAppender(fsio.BufferedCheckedWriter(tmp), sync_path=tmp)
     merged = []
     try:
+        total_bytes, done_bytes = sum(result.bytes for _, result in results), 0
         for entry, result in results:
             merged.append(copy_shard(layout, entry, result, out.append))
+            done_bytes += result.bytes
+            steps.report("merge", done_bytes, total_bytes)
         out.finish()  # fsync + checked close before anything is published
     except BaseException:
         out.abort()

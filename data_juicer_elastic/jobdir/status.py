@@ -2,6 +2,20 @@
 
 Nothing here writes to the job directory, so status is safe to run anywhere, any
 time.  Takeover decisions are never made from a snapshot.
+
+Two ways to find each shard's state (``exact``):
+
+* ``exact=True`` (library callers that act on the result: finalize, settle) opens
+  every shard's done / failed / lease records by name, as the leases design asks
+  (directory listings are cached on NFS for up to a minute).
+* ``exact=False`` (``dj-elastic status``) lists ``done/``, ``failed/``,
+  ``claims/`` and ``failures/`` once and reads only what the listings say
+  exists: a never-claimed shard costs no file operation, a done one one read.
+  A listing up to a minute old can show a just-finished shard as running: fine
+  for a display, and 10,000 shards cost a few thousand reads instead of ~100,000.
+
+Throughput, ETA, per-node rates and stragglers are computed from the snapshot in
+``jobdir/throughput.py``; the JSON schema is documented in ``docs/status.md``.
 """
 
 from __future__ import annotations
@@ -10,34 +24,40 @@ import json
 import os
 import time
 from collections import Counter
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Final
 
 from data_juicer_elastic.errors import JobDirError
-from data_juicer_elastic.jobdir import attempts, fsio, leases
+from data_juicer_elastic.jobdir import attempts, fsio, leases, progress
 from data_juicer_elastic.jobdir.identity import WorkerIdentity
-from data_juicer_elastic.jobdir.layout import JobLayout
+from data_juicer_elastic.jobdir.layout import JobLayout, parse_shard_id, validate_attempt_id
 from data_juicer_elastic.jobdir.manifest import load_manifest
 from data_juicer_elastic.jobdir.records import FORMAT_PREFIX, VERSION, AttemptRecord, ShardState, TerminalInfo
+
+READ_THREADS: Final = 8
+LOG_FILE: Final = "process.log"  # execution.shard_runner.LOG_FILE (jobdir may not import execution)
 
 
 @dataclass(frozen=True)
 class ShardStatus:
     shard_id: str
     state: ShardState
-    generation: int  # latest claim generation (0: never claimed)
+    generation: int  # latest claim generation (0: never claimed) == attempts started
     owner_node: str | None  # holder of the latest claim, or the node whose result was accepted
     owner_host: str | None
     owner_pid: int | None
     attempt_id: str | None
-    attempts: int  # attempt directories created for this shard
+    attempts: int  # attempts started (claim generations)
     failures: int  # failure records counting against the retry budget
     last_error: str | None
     input_rows: int
     output_rows: int | None  # rows of the accepted output (DONE only)
-    heartbeat_age_secs: float | None  # informational hint, see _hint_stale
+    heartbeat_age_secs: float | None  # informational hint, see snapshot()
     batching: dict[str, Any] | None = None  # adaptive batching summary of the shown attempt (attempt.json)
+    progress: progress.ProgressRecord | None = None  # live progress of the running attempt
+    log_path: str | None = None  # process.log of the shown attempt (the last failed one for FAILED)
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -55,7 +75,25 @@ class ShardStatus:
             "output_rows": self.output_rows,
             "heartbeat_age_secs": self.heartbeat_age_secs,
             "batching": self.batching,
+            "progress": _progress_json(self.progress),
+            "log_path": self.log_path,
         }
+
+
+def _progress_json(record: progress.ProgressRecord | None) -> dict[str, Any] | None:
+    if record is None:
+        return None
+    return {
+        "stage": record.stage,
+        "operator": record.operator,
+        "rows_read": record.rows_read,
+        "rows_written": record.rows_written,
+        "rows_total": record.rows_total,
+        "elapsed_secs": record.elapsed_secs,
+        "updated_at": record.updated_at,
+        "seq": record.seq,
+        "source": record.source,
+    }
 
 
 class JsonDict(dict):
@@ -71,6 +109,7 @@ class JobSnapshot:
     job_id: str
     shards: list[ShardStatus]
     taken_at: float
+    heartbeat_secs: float | None = None  # the job's heartbeat interval (manifest settings), for lateness
 
     @property
     def counts(self) -> dict[ShardState, int]:
@@ -98,6 +137,8 @@ class JobSnapshot:
         return sum(s.output_rows or 0 for s in self.shards)
 
     def to_json(self) -> JsonDict:
+        from data_juicer_elastic.jobdir.throughput import summarize
+
         return JsonDict(
             {
                 "format": FORMAT_PREFIX + "status",
@@ -110,6 +151,7 @@ class JobSnapshot:
                 "rows_done": self.rows_done,
                 "rows_total": self.rows_total,
                 "output_rows": self.output_rows,
+                **summarize(self).to_json(),
                 "terminal_failures": [{"shard_id": s, "error": e} for s, e in self.terminal_failures],
                 "shards": [s.to_json() for s in self.shards],
             }
@@ -117,7 +159,11 @@ class JobSnapshot:
 
 
 def snapshot(
-    job_dir: str | Path, ttl_secs: float | None = None, observer: leases.StalenessObserver | None = None
+    job_dir: str | Path,
+    ttl_secs: float | None = None,
+    observer: leases.StalenessObserver | None = None,
+    *,
+    exact: bool = True,
 ) -> JobSnapshot:
     """Per-shard state of ``job_dir``.
 
@@ -125,73 +171,168 @@ def snapshot(
     RUNNING vs STALE follows the takeover rule.  Without one, ``ttl_secs`` enables a
     *hint*: a claim whose heartbeat file is older than the TTL by its mtime shows as
     STALE.  mtimes come from the server through caches and clocks drift, so this hint
-    is for display only; workers never act on it.
+    is for display only; workers never act on it.  ``exact``: see the module doc.
     """
     layout = JobLayout(Path(os.path.abspath(job_dir)))
     manifest = load_manifest(layout.root)
-    identity = WorkerIdentity.current()
-    shards = [_shard_status(layout, entry, identity, ttl_secs, observer) for entry in manifest.shards]
-    return JobSnapshot(layout.root, manifest.job_id, shards, time.time())
-
-
-def _shard_status(layout, entry, identity, ttl_secs, observer) -> ShardStatus:
-    shard = entry.shard_id
-    failures = attempts.list_failures(layout, shard)
-    last_error = failures[-1].error if failures else None
-    n_attempts = len([n for n in fsio.list_names(layout.attempt_root(shard)) if not n.startswith(".")])
-    view = leases.read_lease(layout, shard)
-    claim = view.claim
-    base = dict(
-        shard_id=shard,
-        generation=view.generation,
-        owner_node=claim.node_id if claim else None,
-        owner_host=claim.hostname if claim else None,
-        owner_pid=claim.pid if claim else None,
-        attempt_id=claim.attempt_id if claim else None,
-        attempts=n_attempts,
-        failures=len(failures),
-        last_error=last_error,
-        input_rows=entry.rows,
-        output_rows=None,
-        heartbeat_age_secs=None,
+    reader = _Reader(layout, manifest, WorkerIdentity.current(), ttl_secs, observer, exact)
+    shards = [reader.shard(entry) for entry in manifest.shards]
+    heartbeat = manifest.settings.get("heartbeat_interval_secs") or (
+        float(manifest.settings.get("lease_ttl_secs") or 0) / 4 or None
     )
-    result, done_error = attempts.read_done(layout, shard)
-    if result is not None:
-        base.update(owner_node=result.node_id, attempt_id=result.attempt_id, output_rows=result.rows)
-        base.update(batching=_batching(layout, shard, result.attempt_id))
-        return ShardStatus(state=ShardState.DONE, **base)
-    base.update(batching=_batching(layout, shard, claim.attempt_id) if claim else None)
-    if done_error is not None:  # a malformed marker never counts as success
-        base.update(last_error=f"corrupt done marker: {done_error}")
-        return ShardStatus(state=ShardState.FAILED, **base)
-    terminal, terminal_error = attempts.read_terminal(layout, shard)
-    if terminal is not None or terminal_error is not None:
-        base.update(last_error=terminal.last_error if terminal else f"corrupt failed marker: {terminal_error}")
-        return ShardStatus(state=ShardState.FAILED, **base)
-    if view.generation == 0 or view.ended:
-        return ShardStatus(state=ShardState.PENDING, **base)
-    age = _heartbeat_age(layout, view)
-    base.update(heartbeat_age_secs=age)
-    if observer is not None:
-        stale = observer.is_stale(view)
-    else:
-        stale = ttl_secs is not None and age is not None and age > ttl_secs  # display hint only
-    if stale or leases.holder_dead_here(view, identity):
-        return ShardStatus(state=ShardState.STALE, **base)
-    return ShardStatus(state=ShardState.RUNNING, **base)
+    return JobSnapshot(layout.root, manifest.job_id, shards, time.time(), heartbeat)
 
 
-def _batching(layout: JobLayout, shard: str, attempt_id: str) -> dict[str, Any] | None:
-    """The attempt's adaptive-batching summary: from attempt.json once it ended, else its live file."""
+class _Reader:
+    def __init__(self, layout, manifest, identity, ttl_secs, observer, exact):
+        self.layout, self.identity, self.ttl_secs, self.observer = layout, identity, ttl_secs, observer
+        self.exact = exact
+        self.attempts_root = str(layout.attempts_dir)
+        if not exact:
+            self.done = _shard_names(layout.done_dir, ".json")
+            self.failed = _shard_names(layout.failed_dir, ".json")
+            self.claimed = _shard_names(layout.claims_dir, "")
+            self.with_failures = _shard_names(layout.failures_dir, "")
+            self.done_bytes = _read_all(layout.done_dir, sorted(self.done), ".json")
+        # Adaptive batching summaries cost a read per shard: only where batching can have run.
+        recipe = json.dumps(manifest.recipe)
+        self.batching_on = "adaptive_batching" in recipe or bool(fsio.list_names(layout.batch_profiles_dir))
+
+    def shard(self, entry) -> ShardStatus:
+        shard = entry.shard_id
+        base: dict[str, Any] = dict(
+            shard_id=shard,
+            generation=0,
+            owner_node=None,
+            owner_host=None,
+            owner_pid=None,
+            attempt_id=None,
+            attempts=0,
+            failures=0,
+            last_error=None,
+            input_rows=entry.rows,
+            output_rows=None,
+            heartbeat_age_secs=None,
+        )
+        if self.exact or shard in self.done:
+            data = None if self.exact else self.done_bytes.get(shard)
+            result, done_error = attempts.read_done(self.layout, shard, data)
+            if result is not None:
+                failures = self._failures(shard)
+                base.update(
+                    generation=result.generation,
+                    attempts=result.generation,
+                    owner_node=result.node_id,
+                    attempt_id=result.attempt_id,
+                    output_rows=result.rows,
+                    failures=len(failures),
+                    last_error=failures[-1].error if failures else None,
+                    batching=self._batching(shard, result.attempt_id),
+                    log_path=self._log(shard, result.attempt_id),
+                )
+                return ShardStatus(state=ShardState.DONE, **base)
+            if done_error is not None:  # a malformed marker never counts as success
+                base.update(last_error=f"corrupt done marker: {done_error}")
+                return ShardStatus(state=ShardState.FAILED, **base)
+        if not self.exact and shard not in self.claimed and shard not in self.failed:
+            return ShardStatus(state=ShardState.PENDING, **base)  # never claimed: nothing to read
+        view = leases.read_lease(self.layout, shard)
+        claim = view.claim
+        failures = self._failures(shard)
+        base.update(
+            generation=view.generation,
+            attempts=view.generation,
+            owner_node=claim.node_id if claim else None,
+            owner_host=claim.hostname if claim else None,
+            owner_pid=claim.pid if claim else None,
+            attempt_id=claim.attempt_id if claim else None,
+            failures=len(failures),
+            last_error=failures[-1].error if failures else None,
+            batching=self._batching(shard, claim.attempt_id) if claim else None,
+            log_path=self._log(shard, claim.attempt_id) if claim else None,
+        )
+        if self.exact or shard in self.failed:
+            terminal, terminal_error = attempts.read_terminal(self.layout, shard)
+            if terminal is not None or terminal_error is not None:
+                if terminal is not None:
+                    base.update(last_error=terminal.last_error, log_path=self._log(shard, terminal.last_attempt_id))
+                else:
+                    base.update(last_error=f"corrupt failed marker: {terminal_error}")
+                return ShardStatus(state=ShardState.FAILED, **base)
+        if view.generation == 0 or view.ended:
+            return ShardStatus(state=ShardState.PENDING, **base)
+        age = _heartbeat_age(self.layout, view)
+        record = progress.read_progress(self.layout, shard, claim.attempt_id)[0] if claim else None
+        base.update(heartbeat_age_secs=age, progress=record)
+        if self.observer is not None:
+            stale = self.observer.is_stale(view)
+        else:
+            stale = self.ttl_secs is not None and age is not None and age > self.ttl_secs  # display hint only
+        if stale or leases.holder_dead_here(view, self.identity):
+            return ShardStatus(state=ShardState.STALE, **base)
+        return ShardStatus(state=ShardState.RUNNING, **base)
+
+    def _failures(self, shard: str) -> list:
+        if not self.exact and shard not in self.with_failures:
+            return []
+        return attempts.list_failures(self.layout, shard)
+
+    def _batching(self, shard: str, attempt_id: str) -> dict[str, Any] | None:
+        """The attempt's adaptive-batching summary: from attempt.json once it ended, else its live file."""
+        if not self.batching_on:
+            return None
+        try:
+            path = self.layout.attempt_record(shard, attempt_id)
+            data = fsio.read_record(path)
+            record = AttemptRecord.parse(data, path) if data is not None else None
+        except (OSError, JobDirError):
+            record = None
+        if record is not None and record.batching is not None:
+            return record.batching
+        try:
+            return attempts.read_batching_summary(self.layout, shard, attempt_id)
+        except JobDirError:  # an attempt id from a record that would leave the job directory
+            return None
+
+    def _log(self, shard: str, attempt_id: str) -> str | None:
+        # A string join, not JobLayout.attempt_dir: 10,000 Path objects cost ~0.3 s.
+        try:
+            validate_attempt_id(attempt_id)  # from a record: never let it leave the job directory
+        except JobDirError:  # "unknown" holder of a corrupt claim
+            return None
+        return f"{self.attempts_root}/{shard}/{attempt_id}/{LOG_FILE}"
+
+
+def _shard_names(directory: Path, suffix: str) -> set[str]:
+    """Shard ids named in a directory listing (``<shard><suffix>``); anything else is ignored."""
+    found = set()
+    for name in fsio.list_names(directory):
+        if suffix and not name.endswith(suffix):
+            continue
+        shard = name[: len(name) - len(suffix)] if suffix else name
+        try:
+            parse_shard_id(shard)
+        except JobDirError:
+            continue
+        found.add(shard)
+    return found
+
+
+def _read_all(directory: Path, shards: list[str], suffix: str) -> dict[str, bytes]:
+    """``{shard: bytes}`` of ``directory/<shard><suffix>``, read with a few threads: on NFS each
+    open is a round trip to the server, and threads overlap them (reads release the GIL).
+    Unreadable files are left out (the caller's own read then reports them)."""
+    paths = [Path(f"{directory}/{shard}{suffix}") for shard in shards]
+    with ThreadPoolExecutor(max_workers=READ_THREADS) as pool:
+        found = pool.map(_read_quietly, paths, chunksize=256)
+        return {shard: data for shard, data in zip(shards, found, strict=True) if data is not None}
+
+
+def _read_quietly(path: Path) -> bytes | None:
     try:
-        path = layout.attempt_record(shard, attempt_id)
-        data = fsio.read_record(path)
-        record = AttemptRecord.parse(data, path) if data is not None else None
+        return fsio.read_record(path)
     except (OSError, JobDirError):
-        record = None
-    if record is not None and record.batching is not None:
-        return record.batching
-    return attempts.read_batching_summary(layout, shard, attempt_id)
+        return None  # read_done reads it again by itself and reports the error
 
 
 def _heartbeat_age(layout: JobLayout, view: leases.LeaseView) -> float | None:
@@ -205,33 +346,7 @@ def _heartbeat_age(layout: JobLayout, view: leases.LeaseView) -> float | None:
 
 
 def render_text(snap: JobSnapshot, show_all: bool = False) -> str:
-    """Human summary: counts, rows, and the shards worth looking at (all of them with ``show_all``)."""
-    counts = ", ".join(f"{state.value} {n}" for state, n in snap.counts.items())
-    lines = [
-        f"job {snap.job_dir} ({snap.job_id})",
-        f"shards: {counts}",
-        f"rows: {snap.rows_done}/{snap.rows_total} input rows done, {snap.output_rows} output rows",
-        "complete"
-        if snap.complete
-        else ("FAILED shards need `dj-elastic retry`" if snap.terminal_failures else "incomplete"),
-    ]
-    batched = [s.batching for s in snap.shards if s.batching]
-    if batched:
-        lines.append(
-            f"adaptive batching: {sum(b.get('ooms', 0) for b in batched)} OOM(s), "
-            f"{sum(b.get('retries', 0) for b in batched)} retries in {len(batched)} shard(s); "
-            f"{sum(b.get('terminal_ooms', 0) for b in batched)} unrecoverable"
-        )
-    shown = [s for s in snap.shards if show_all or s.state is not ShardState.DONE]
-    for s in shown:
-        owner = f" node={s.owner_node}" if s.owner_node else ""
-        extra = f" gen={s.generation}{owner} attempts={s.attempts} failures={s.failures}"
-        if s.heartbeat_age_secs is not None and s.state in (ShardState.RUNNING, ShardState.STALE):
-            extra += f" heartbeat={s.heartbeat_age_secs:.0f}s ago"
-        if s.batching:
-            finals = ",".join(str(v.get("final_rows")) for v in (s.batching.get("stages") or {}).values())
-            extra += f" ooms={s.batching.get('ooms', 0)} final_batch={finals}"
-        if s.last_error and s.state is not ShardState.DONE:
-            extra += f" last_error={s.last_error!r}"
-        lines.append(f"  {s.shard_id} {s.state.value:<7}{extra}")
-    return "\n".join(lines)
+    """Human summary: counts, rows, rates, nodes, stragglers, failures, and the shards worth a look."""
+    from data_juicer_elastic.jobdir.status_text import render_text as render
+
+    return render(snap, show_all=show_all)

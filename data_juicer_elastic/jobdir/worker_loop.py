@@ -20,7 +20,7 @@ from pathlib import Path
 from loguru import logger
 
 from data_juicer_elastic.errors import ConfigError, IntegrityError, LeaseLostError, is_worker_fault
-from data_juicer_elastic.jobdir import attempts, claiming, confine, fsio, leases
+from data_juicer_elastic.jobdir import attempts, claiming, confine, fsio, leases, progress
 from data_juicer_elastic.jobdir.codecs import SHARD_SUFFIX
 from data_juicer_elastic.jobdir.identity import WorkerIdentity
 from data_juicer_elastic.jobdir.layout import JobLayout
@@ -69,6 +69,7 @@ def run_worker(
     max_done: int | None = None,
     claim_gate: Callable[[], bool] | None = None,
     claim_rng: random.Random | None = None,
+    on_attempt: Callable[[progress.ProgressTracker], None] | None = None,
 ) -> WorkerSummary:
     """Process shards of ``job_dir`` until the job is finished (or a limit is reached).
 
@@ -77,6 +78,8 @@ def run_worker(
     ``claim_gate()`` may decline claiming a pending shard for now (straggler
     avoidance); taking over a stale or dead claim is never declined.
     ``claim_rng`` picks where this worker starts looking (``claiming``); tests pass a seeded one.
+    ``on_attempt(tracker)`` is called as each attempt starts with its live progress
+    tracker (``jobdir.progress``), e.g. to drive a terminal progress bar.
     """
     _check_settings(ttl_secs, heartbeat_secs, max_retries, poll_interval_secs, max_shards)
     if max_done is not None and max_done < 1:
@@ -102,6 +105,7 @@ def run_worker(
         claim_gate=claim_gate,
         rng=claim_rng,
     )
+    worker.on_attempt = on_attempt
 
     with _SignalGuard() as guard:
         try:
@@ -196,6 +200,7 @@ class _Worker:
         self.observer: leases.StalenessObserver = observer
         self.summary: WorkerSummary = summary
         self.ttl, self.heartbeat, self.max_retries, self.clock = ttl, heartbeat, max_retries, clock
+        self.on_attempt: Callable[[progress.ProgressTracker], None] | None = None
         self.claimer = claiming.Claimer(
             layout, manifest, identity, observer, max_retries=max_retries, claim_gate=claim_gate, rng=rng
         )
@@ -217,13 +222,22 @@ class _Worker:
     def run(self, entry: ShardEntry, claim: Claim) -> None:
         """Run one claimed shard; every way out leaves a result, a failure or a release."""
         self.summary.claimed += 1
+        tracker = progress.ProgressTracker(self.layout, claim, entry.rows)
+        if self.on_attempt is not None:
+            self.on_attempt(tracker)  # e.g. a terminal progress bar for this shard
         heartbeater = leases.Heartbeater(
-            self.layout, claim, heartbeat_secs=self.heartbeat, ttl_secs=self.ttl, clock=self.clock
+            self.layout,
+            claim,
+            heartbeat_secs=self.heartbeat,
+            ttl_secs=self.ttl,
+            clock=self.clock,
+            on_beat=tracker.flush,
         )
         heartbeater.start()
         attempt: attempts.Attempt | None = None
         try:
             attempt = attempts.open_attempt(self.layout, claim, self.identity)
+            tracker.start_writing()
             task = ShardTask(
                 shard_id=entry.shard_id,
                 shard_path=self.layout.shard(entry.shard_id, SHARD_SUFFIX[self.manifest.shard_codec]),
@@ -234,7 +248,9 @@ class _Worker:
                 input_sha256=entry.sha256,
             )
             self._check_input(task, entry)
-            output = self.run_shard(task)
+            with progress.activate(tracker):
+                output = self.run_shard(task)
+            tracker.set_stage(progress.Stage.PUBLISHING)
             self._fence(heartbeater, claim)
             outcome = attempts.publish_done(
                 self.layout,
@@ -273,6 +289,7 @@ class _Worker:
             raise
         finally:
             heartbeater.stop()
+            tracker.finish()
         if outcome.accepted or outcome.winner is not None:
             self.claimer.learn_done(entry.shard_id)
         if outcome.accepted:

@@ -1,0 +1,148 @@
+"""Where a running attempt's live progress comes from: Ray Data's own execution metrics.
+
+Data-Juicer's ``RayExecutor`` runs a shard as a few Ray Data executions, all in
+this (the driver) process, each with a ``StreamingExecutor`` thread:
+
+1. *loading* -- ``schema()`` / ``columns()`` probes (``limit=1``) and the input
+   row count (``AggregateNumRows``);
+2. *processing* -- ``materialize()`` of the reader plus the recipe's operators
+   (Ray usually fuses them into one or two physical operators);
+3. *exporting* -- the ``Write`` of the processed rows into part files.
+
+Each ``StreamingExecutor`` (a thread of this process) holds its topology with
+per-operator runtime metrics that Ray itself counts as task outputs arrive; a
+sampler thread reads them twice a second (see ``docs/status.md``):
+
+* ``rows_read``: rows produced by the first operator after the input buffer (the
+  reader) during *processing*.  When Ray fuses the reader with the first recipe
+  operators, this counts rows after them: a lower bound.
+* ``rows_written``: rows produced by the last operator during *processing*
+  (rows that made it through the whole recipe); set to the exact output row
+  count once ``output.jsonl`` is written.
+* Ray counts a block's rows when a task finishes producing that block, so the
+  numbers move in steps of one block (Ray's target block size), not per row.
+
+The sampler never raises into the run: unexpected Ray internals (it reads
+private executor attributes of the pinned Ray 2.60) turn it off with one
+warning, and progress then shows the runner's own stages only (``source: "none"``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+from collections.abc import Iterator
+from typing import Any, Final
+
+from loguru import logger
+
+from data_juicer_elastic.jobdir.progress import ProgressTracker, Stage
+
+SOURCE: Final = "ray-data"
+SAMPLE_SECS: Final = 0.5  # how often the executor's metrics are read (in memory; files follow the heartbeat)
+MAX_FAILURES: Final = 3  # consecutive-or-not sampling errors before giving up for the attempt
+# Physical operators (or fused parts) that only read or inspect the input.
+_READ_PARTS: Final = ("Read", "SplitBlocks")
+_LOAD_PARTS: Final = (*_READ_PARTS, "Input", "limit=", "Limit", "Project", "AggregateNumRows")
+_RAY_STAGES: Final = frozenset({Stage.STARTING, Stage.LOADING, Stage.PROCESSING, Stage.EXPORTING})
+
+
+def classify(operator_names: list[str]) -> Stage:
+    """The attempt stage a Ray Data execution with these physical operators belongs to."""
+    parts = [part for name in operator_names for part in name.split("->")]
+    if any(part.startswith("Write") for part in parts):
+        return Stage.EXPORTING
+    if all(part.startswith(_LOAD_PARTS) for part in parts):
+        return Stage.LOADING
+    return Stage.PROCESSING
+
+
+@contextlib.contextmanager
+def ray_data_progress(tracker: ProgressTracker | None, interval_secs: float = SAMPLE_SECS) -> Iterator[None]:
+    """Sample the Ray Data executions this process runs inside the block into ``tracker``.
+
+    A daemon thread looks for Ray Data's executor threads (a ``StreamingExecutor``
+    is a ``threading.Thread``) every ``interval_secs`` and reads their metrics.
+    Nothing is registered with Ray: a callback class in the DataContext would be
+    pickled into every read task and imported by every Ray worker.  A worker
+    process runs one attempt at a time, so every executor seen here is this
+    attempt's.  No-op when ``tracker`` is None.
+    """
+    if tracker is None:
+        yield
+        return
+    sampler = _Sampler(tracker, interval_secs)
+    sampler.start()
+    try:
+        yield
+    finally:
+        sampler.stop()
+
+
+class _Sampler(threading.Thread):
+    def __init__(self, tracker: ProgressTracker, interval_secs: float):
+        super().__init__(name=f"progress-{tracker.claim.shard_id}", daemon=True)
+        self.tracker, self.interval_secs = tracker, interval_secs
+        self.halt = threading.Event()
+        self.executor: Any = None  # the execution being followed
+        self.stage: Stage | None = None
+        self.failures = 0
+
+    def run(self) -> None:
+        while not self.halt.wait(self.interval_secs):
+            self.sample()
+
+    def stop(self) -> None:
+        self.halt.set()
+        self.join(timeout=5)
+
+    def sample(self) -> None:
+        if self.failures >= MAX_FAILURES:
+            return
+        try:
+            from ray.data._internal.execution.streaming_executor import StreamingExecutor
+
+            live = [t for t in threading.enumerate() if isinstance(t, StreamingExecutor)]
+            if self.executor is not None and (self.executor not in live or live[-1:] != [self.executor]):
+                self._report(self.executor)  # it ended (or a newer one started): record its final counts
+                self.executor = None
+            if live:
+                self.executor = live[-1]
+                self._report(self.executor)
+        except Exception as exc:  # never break the shard for a display
+            self.failures += 1
+            if self.failures >= MAX_FAILURES:
+                self.tracker.update(source="none")
+                logger.warning(f"live progress from Ray Data is off for this attempt: {type(exc).__name__}: {exc}")
+
+    def _report(self, executor: Any) -> None:
+        tracker = self.tracker
+        if tracker.current.stage not in _RAY_STAGES:
+            return  # the runner has moved on (canonicalizing): a late sample must not step back
+        topology = dict(getattr(executor, "_topology", None) or {})  # copy: the executor thread owns it
+        ops = [op for op in topology if op.name != "Input"]
+        if not ops:
+            return
+        stage = classify([op.name for op in ops])
+        running = next((op for op in ops if not op.has_completed()), ops[-1])
+        if stage is not self.stage:
+            self.stage = stage
+            tracker.set_stage(stage, running.name)
+        if stage is Stage.PROCESSING:
+            read = int(ops[0].metrics.rows_task_outputs_generated or 0)
+            out = int(ops[-1].metrics.rows_task_outputs_generated or 0)
+            total = tracker.current.rows_total
+            tracker.update(rows_read=min(read, total), rows_written=out, operator=running.name, source=SOURCE)
+        else:
+            tracker.update(operator=running.name)
+
+
+def note_stage(tracker: ProgressTracker | None, stage: Stage, *, rows_written: int | None = None) -> None:
+    """A stage of the runner's own (after Ray Data): canonicalizing, and the exact output rows.
+
+    Ray's export has finished by then, so the whole shard was read: rows_read = rows_total.
+    """
+    if tracker is not None:
+        tracker.set_stage(stage)
+        if rows_written is not None:
+            tracker.update(rows_read=tracker.current.rows_total, rows_written=rows_written)

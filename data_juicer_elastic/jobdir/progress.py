@@ -1,0 +1,247 @@
+"""Live progress of one running attempt: ``attempts/<shard>/<attempt>/progress.json``.
+
+This module owns the progress record (schema in ``docs/status.md``).  Who does what:
+
+* the shard runner (``execution``) reports what it sees into the attempt's
+  :class:`ProgressTracker` -- stage changes and row counts -- in memory only;
+* the attempt's heartbeat thread calls :meth:`ProgressTracker.flush` after each
+  renewal, so the file is rewritten at most once per heartbeat (from the first
+  change on; plus one final write when the attempt ends): bounded write rate, one
+  small file per attempt, ``os.replace`` so readers never see a torn record;
+* ``dj-elastic status`` and the HTML report read it.
+
+Progress is informational.  Nothing decides a claim, a takeover or a result from
+it, so a lost or stale progress file costs only an out-of-date display; a write
+error is logged and never fails the attempt.  All times in the record are the
+writer's: ``elapsed_secs`` comes from its monotonic clock, so a rate computed
+from one record (rows / elapsed) never mixes two nodes' clocks.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import contextvars
+import enum
+import json
+import threading
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field, replace
+from typing import ClassVar, Final
+
+from loguru import logger
+
+from data_juicer_elastic.errors import JobDirError
+from data_juicer_elastic.jobdir import fsio
+from data_juicer_elastic.jobdir.layout import JobLayout
+from data_juicer_elastic.jobdir.records import Claim, Record
+
+MAX_SAMPLES: Final = 64  # samples kept per attempt; older ones are thinned, never all dropped
+MAX_OPERATOR_CHARS: Final = 200
+
+
+class Stage(enum.StrEnum):
+    """What a running attempt is doing; the only place stage names are spelled."""
+
+    STARTING = "starting"  # claimed; checking the input shard, building the Data-Juicer config
+    LOADING = "loading"  # Data-Juicer inspects the input (schema probe, row count)
+    PROCESSING = "processing"  # the recipe's operators run over the shard (rows_read grows)
+    EXPORTING = "exporting"  # Ray writes the processed rows into part files
+    CANONICALIZING = "canonicalizing"  # part files -> output.jsonl in input order
+    PUBLISHING = "publishing"  # the output is validated and published
+    FINISHED = "finished"  # the attempt ended (see attempt.json for how)
+
+
+@dataclass(frozen=True)
+class ProgressRecord(Record):
+    KIND: ClassVar[str] = "progress"
+    shard_id: str
+    attempt_id: str
+    generation: int
+    node_id: str
+    seq: int  # +1 per write of this attempt
+    started_at: float  # writer's wall clock when the attempt started (display only)
+    updated_at: float  # writer's wall clock at this write (display only)
+    elapsed_secs: float  # writer's monotonic seconds since the attempt started
+    stage: str  # a Stage value
+    operator: str | None  # Ray Data operator running now (processing/exporting), None otherwise
+    rows_total: int  # input rows of the shard (manifest)
+    rows_read: int  # input rows the processing pass has read so far
+    rows_written: int  # rows out of the recipe's last operator so far; exact output rows once canonicalized
+    source: str  # where the row counts come from: "ray-data" | "none"
+    # [elapsed_secs, rows_read, rows_written] over the attempt, oldest first, at most MAX_SAMPLES
+    samples: list[list[float]] = field(default_factory=list)
+
+    def encode(self) -> bytes:
+        # compact (one line): rewritten every heartbeat, and the samples would take a line per number
+        return json.dumps(self.to_dict(), separators=(",", ":"), ensure_ascii=False, allow_nan=False).encode() + b"\n"
+
+
+def read_progress(layout: JobLayout, shard_id: str, attempt_id: str) -> tuple[ProgressRecord | None, str | None]:
+    """(record, None); (None, None) when there is none yet; (None, error) when it is unreadable."""
+    try:
+        path = layout.attempt_progress(shard_id, attempt_id)  # refuses an attempt id that leaves the job dir
+        data = fsio.read_record(path)
+        if data is None:
+            return None, None
+        record = ProgressRecord.parse(data, path)
+    except (OSError, JobDirError) as exc:
+        return None, str(exc)
+    if (record.shard_id, record.attempt_id) != (shard_id, attempt_id):  # a copied or misplaced file
+        return None, f"{path}: progress record names {record.shard_id} attempt {record.attempt_id}"
+    return record, None
+
+
+class ProgressTracker:
+    """In-memory progress of one attempt, written out by :meth:`flush`.
+
+    Thread-safe: the runner (main thread), Ray Data's executor thread and the
+    heartbeat thread all touch it.  Listeners (a terminal progress bar) are called
+    on every change, outside the lock, and must be cheap.
+    """
+
+    def __init__(
+        self,
+        layout: JobLayout,
+        claim: Claim,
+        rows_total: int,
+        *,
+        clock: Callable[[], float] = time.monotonic,
+        wall: Callable[[], float] = time.time,
+    ):
+        self.layout, self.claim, self.clock, self.wall = layout, claim, clock, wall
+        self._t0 = clock()
+        self._lock = threading.Lock()
+        self._record = ProgressRecord(
+            shard_id=claim.shard_id,
+            attempt_id=claim.attempt_id,
+            generation=claim.generation,
+            node_id=claim.node_id,
+            seq=0,
+            started_at=wall(),
+            updated_at=wall(),
+            elapsed_secs=0.0,
+            stage=Stage.STARTING.value,
+            operator=None,
+            rows_total=rows_total,
+            rows_read=0,
+            rows_written=0,
+            source="none",
+        )
+        # Nothing to say before the first change: no write at the first heartbeat (the claim
+        # already tells a reader the attempt started).
+        self._dirty = False
+        self._writable = False  # until the attempt directory exists and was checked (start_writing)
+        self._samples: list[list[float]] = []
+        self.listeners: list[Callable[[ProgressRecord], None]] = []
+
+    @property
+    def current(self) -> ProgressRecord:
+        with self._lock:
+            return replace(self._record, elapsed_secs=self.clock() - self._t0, samples=list(self._samples))
+
+    def start_writing(self) -> None:
+        """The attempt directory exists (``attempts.open_attempt`` created it and checked that it
+        lies inside the job directory): flushes may write from now on.  The tracker never creates
+        a directory itself, so a planted symlink cannot lead it out of the job directory."""
+        with self._lock:
+            self._writable = True
+
+    def set_stage(self, stage: Stage, operator: str | None = None) -> None:
+        self._change(stage=Stage(stage).value, operator=_short(operator))
+
+    def update(
+        self,
+        *,
+        rows_read: int | None = None,
+        rows_written: int | None = None,
+        operator: str | None = None,
+        source: str | None = None,
+    ) -> None:
+        changes: dict[str, object] = {}
+        if rows_read is not None:
+            changes["rows_read"] = int(rows_read)
+        if rows_written is not None:
+            changes["rows_written"] = int(rows_written)
+        if operator is not None:
+            changes["operator"] = _short(operator)
+        if source is not None:
+            changes["source"] = source
+        self._change(**changes)
+
+    def _change(self, **changes: object) -> None:
+        with self._lock:
+            if all(getattr(self._record, k) == v for k, v in changes.items()):
+                return
+            self._record = replace(self._record, **changes)
+            self._dirty = True
+            record = self._record
+        for listener in list(self.listeners):
+            try:
+                listener(record)
+            except Exception as exc:  # a display must never break the attempt
+                logger.debug(f"progress listener failed: {exc}")
+
+    def flush(self, force: bool = False) -> bool:
+        """Write the record; True if written.  Called from the heartbeat thread after each
+        renewal, so at most once per heartbeat interval.  Errors are logged, never raised.
+
+        Nothing is written until something changed (a claim alone says the attempt
+        started); from then on every call writes, even without new rows, so that
+        ``elapsed_secs`` stays current: a stalled attempt must show a falling rate,
+        not the rate it had when it stalled.
+        """
+        with self._lock:
+            if not self._writable or not (self._dirty or force or self._record.seq > 0):
+                return False
+            elapsed = self.clock() - self._t0
+            sample = [round(elapsed, 3), float(self._record.rows_read), float(self._record.rows_written)]
+            if not self._samples or self._samples[-1][1:] != sample[1:]:
+                self._samples.append(sample)
+                if len(self._samples) > MAX_SAMPLES:
+                    # keep the first and every other one: the whole attempt, at half the resolution
+                    self._samples = self._samples[:1] + self._samples[2::2]
+            self._record = replace(
+                self._record, seq=self._record.seq + 1, updated_at=self.wall(), elapsed_secs=round(elapsed, 3)
+            )
+            record = replace(self._record, samples=list(self._samples))
+            self._dirty = False
+        try:
+            path = self.layout.attempt_progress(record.shard_id, record.attempt_id)
+            # durable=False: a progress record lost in a crash only shows older progress
+            fsio.atomic_write(path, record.encode(), durable=False)
+        except (OSError, JobDirError) as exc:
+            logger.warning(f"{record.shard_id}: could not write progress: {exc}")
+            with self._lock:
+                self._dirty = True
+            return False
+        return True
+
+    def finish(self) -> None:
+        """Final write when the attempt ends, whatever the outcome."""
+        self.set_stage(Stage.FINISHED)
+        self.flush(force=True)
+
+
+# The tracker of the attempt running in this thread's context: the worker loop sets it
+# around run_shard, the shard runner (another package, same call stack) reports into it.
+_current: contextvars.ContextVar[ProgressTracker | None] = contextvars.ContextVar("dj_elastic_progress", default=None)
+
+
+def current() -> ProgressTracker | None:
+    return _current.get()
+
+
+@contextlib.contextmanager
+def activate(tracker: ProgressTracker | None) -> Iterator[ProgressTracker | None]:
+    token = _current.set(tracker)
+    try:
+        yield tracker
+    finally:
+        _current.reset(token)
+
+
+def _short(text: str | None) -> str | None:
+    if text is None:
+        return None
+    return text if len(text) <= MAX_OPERATOR_CHARS else text[: MAX_OPERATOR_CHARS - 3] + "..."

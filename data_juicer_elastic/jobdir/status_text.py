@@ -1,0 +1,108 @@
+"""The human-readable ``dj-elastic status``: summary, per-node table, stragglers, failures, shards."""
+
+from __future__ import annotations
+
+from typing import Final
+
+from data_juicer_elastic.jobdir.records import ShardState
+from data_juicer_elastic.jobdir.status import JobSnapshot, ShardStatus
+from data_juicer_elastic.jobdir.throughput import last_line, rate, summarize
+
+MAX_LISTED: Final = 40  # shards listed without --all (the rest are counted)
+
+
+def duration(secs: float | None) -> str:
+    if secs is None:
+        return "unknown"
+    secs = int(round(secs))
+    days, rest = divmod(secs, 86400)
+    hours, rest = divmod(rest, 3600)
+    minutes, seconds = divmod(rest, 60)
+    if days:
+        return f"{days}d {hours}h"
+    if hours:
+        return f"{hours}h {minutes:02d}m"
+    return f"{minutes}m {seconds:02d}s" if minutes else f"{seconds}s"
+
+
+def render_text(snap: JobSnapshot, show_all: bool = False) -> str:
+    summary = summarize(snap)
+    counts = ", ".join(f"{state.value} {n}" for state, n in snap.counts.items())
+    lines = [
+        f"job {snap.job_dir} ({snap.job_id})",
+        f"shards: {counts}" + (f" (retried {summary.retried})" if summary.retried else ""),
+        f"rows: {snap.rows_done}/{snap.rows_total} input rows done"
+        + (f" (+{summary.rows_in_progress} in progress)" if summary.rows_in_progress else "")
+        + f", {snap.output_rows} output rows",
+    ]
+    if snap.complete:
+        lines.append("complete")
+    else:
+        eta = "unknown (no running attempt reports rows)"
+        if summary.eta_secs is not None:
+            eta = duration(summary.eta_secs)
+        lines.append(f"throughput: {summary.rows_per_sec:.1f} rows/s now; ETA {eta}")
+        lines.append("FAILED shards need `dj-elastic retry`" if snap.terminal_failures else "incomplete")
+    batched = [s.batching for s in snap.shards if s.batching]
+    if batched:
+        lines.append(
+            f"adaptive batching: {sum(b.get('ooms', 0) for b in batched)} OOM(s), "
+            f"{sum(b.get('retries', 0) for b in batched)} retries in {len(batched)} shard(s); "
+            f"{sum(b.get('terminal_ooms', 0) for b in batched)} unrecoverable"
+        )
+    if summary.nodes:
+        width = max(8, *(len(n.node_id) for n in summary.nodes))
+        lines.append(f"nodes:\n  {'node':<{width}}  running  rows/s now  shards done  rows done")
+        for n in summary.nodes:
+            row = f"  {n.node_id:<{width}}  {n.running:>7}  {n.rows_per_sec:>10.1f}"
+            lines.append(row + f"  {n.shards_done:>11}  {n.rows_done:>9}")
+    if summary.stragglers:
+        lines.append("stragglers:")
+        for s in summary.stragglers:
+            if s.reason == "slow":
+                why = f"slow: {s.rows_per_sec:.2f} rows/s vs median {s.median_rows_per_sec:.2f}"
+            else:
+                why = f"heartbeat late: last written {s.heartbeat_age_secs:.0f}s ago (mtime)"
+            lines.append(f"  {s.shard_id} node={s.node_id} stage={s.stage} {why}")
+    if summary.failed:
+        lines.append("failed:")
+        for f in summary.failed:
+            lines.append(f"  {f.shard_id} ({f.failures} failure(s)): {f.error}")
+            if f.log_path:
+                lines.append(f"    log: {f.log_path}")
+    shown = [s for s in snap.shards if show_all or _worth_listing(s)]
+    if shown:
+        lines.append("shards:" if show_all else "shards needing attention or running:")
+    limit = None if show_all else MAX_LISTED
+    for s in shown[:limit]:
+        lines.append(_shard_line(s))
+    if limit is not None and len(shown) > limit:
+        lines.append(f"  ... {len(shown) - limit} more (--all lists every shard)")
+    return "\n".join(lines)
+
+
+def _worth_listing(s: ShardStatus) -> bool:
+    """Without --all: everything but done shards and never-tried pending ones."""
+    if s.state is ShardState.DONE:
+        return False
+    return not (s.state is ShardState.PENDING and s.failures == 0 and s.generation == 0)
+
+
+def _shard_line(s: ShardStatus) -> str:
+    owner = f" node={s.owner_node}" if s.owner_node else ""
+    extra = f" gen={s.generation}{owner} attempts={s.attempts} failures={s.failures}"
+    if s.progress is not None and s.state in (ShardState.RUNNING, ShardState.STALE):
+        p = s.progress
+        r = rate(s)
+        extra += f" stage={p.stage} read={p.rows_read}/{s.input_rows} written={p.rows_written}"
+        extra += f" elapsed={duration(p.elapsed_secs)}" + (f" {r:.1f} rows/s" if r is not None else "")
+    if s.heartbeat_age_secs is not None and s.state in (ShardState.RUNNING, ShardState.STALE):
+        extra += f" heartbeat={s.heartbeat_age_secs:.0f}s ago"
+    if s.state is ShardState.DONE and s.output_rows is not None:
+        extra += f" rows={s.input_rows}->{s.output_rows}"
+    if s.batching:
+        finals = ",".join(str(v.get("final_rows")) for v in (s.batching.get("stages") or {}).values())
+        extra += f" ooms={s.batching.get('ooms', 0)} final_batch={finals}"
+    if s.last_error and s.state is not ShardState.DONE:
+        extra += f" last_error={last_line(s.last_error)!r}"
+    return f"  {s.shard_id} {s.state.value:<7}{extra}"

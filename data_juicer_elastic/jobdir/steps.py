@@ -1,0 +1,34 @@
+"""A hook for long local steps (prepare passes, merge) to report how far they are.
+
+``jobdir`` only reports numbers; how they are shown (a terminal progress bar, or
+periodic log lines) is decided by whoever installs the callback
+(``data_juicer_elastic.console``).  With no callback installed a report costs
+one global lookup, so callers may report often -- but at most every few
+thousand rows, not per row.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable, Iterator
+
+# (step name, units done, units in total or None when unknown)
+StepCallback = Callable[[str, int, int | None], None]
+
+_callback: StepCallback | None = None
+
+
+def report(step: str, done: int, total: int | None) -> None:
+    if _callback is not None:
+        _callback(step, done, total)
+
+
+@contextlib.contextmanager
+def reporting(callback: StepCallback | None) -> Iterator[None]:
+    """Send this process's step reports to ``callback`` inside the block."""
+    global _callback
+    previous, _callback = _callback, callback
+    try:
+        yield
+    finally:
+        _callback = previous

@@ -1,0 +1,167 @@
+"""Rates, ETA, per-node throughput, stragglers and failures from one status snapshot.
+
+Pure functions of a :class:`~data_juicer_elastic.jobdir.status.JobSnapshot`: no
+file is read here.  What each number means (also in ``docs/status.md``):
+
+* an attempt's **rate** is ``rows_read / elapsed_secs`` of its progress record:
+  both from the writer (its monotonic clock), so no two clocks are mixed;
+* **rows/s** of the job (and of a node) is the sum of the rates of its running
+  attempts: the throughput now, not a lifetime average;
+* **ETA** is the rows not yet read (excluding terminally failed shards, which
+  need ``dj-elastic retry``) divided by that rate;
+* a **straggler** is a running attempt whose rate is below ``STRAGGLER_RATIO``
+  times the median rate of the running attempts (judged once at least
+  ``MIN_PEERS`` have run ``MIN_ELAPSED_SECS``), or whose heartbeat file is older
+  than ``LATE_BEATS`` heartbeat intervals by its mtime (a display hint: mtimes
+  come through NFS caches; workers never act on it).
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections import defaultdict
+from dataclasses import asdict, dataclass, field
+from typing import TYPE_CHECKING, Any, Final
+
+from data_juicer_elastic.jobdir.records import ShardState
+
+if TYPE_CHECKING:
+    from data_juicer_elastic.jobdir.status import JobSnapshot, ShardStatus
+
+STRAGGLER_RATIO: Final = 0.25
+MIN_PEERS: Final = 3
+MIN_ELAPSED_SECS: Final = 30.0
+LATE_BEATS: Final = 3.0
+_LIVE: Final = (ShardState.RUNNING, ShardState.STALE)
+
+
+@dataclass(frozen=True)
+class NodeThroughput:
+    node_id: str
+    running: int  # attempts running on the node now
+    rows_per_sec: float  # sum of the rates of its running attempts
+    shards_done: int  # accepted results published by the node
+    rows_done: int  # input rows of those shards
+
+
+@dataclass(frozen=True)
+class Straggler:
+    shard_id: str
+    node_id: str | None
+    reason: str  # "slow" | "heartbeat-late"
+    rows_per_sec: float | None
+    median_rows_per_sec: float | None
+    heartbeat_age_secs: float | None
+    stage: str | None
+
+
+@dataclass(frozen=True)
+class FailedShard:
+    shard_id: str
+    error: str  # the last line of the last error
+    failures: int
+    log_path: str | None
+
+
+@dataclass(frozen=True)
+class Summary:
+    rows_in_progress: int  # rows read so far by running attempts
+    rows_per_sec: float  # the job's throughput now (running attempts)
+    eta_secs: float | None  # None: no running attempt with a rate, or nothing can progress
+    retried: int  # shards not terminally failed that have failed at least once
+    nodes: list[NodeThroughput] = field(default_factory=list)
+    stragglers: list[Straggler] = field(default_factory=list)
+    failed: list[FailedShard] = field(default_factory=list)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "rows_in_progress": self.rows_in_progress,
+            "rows_per_sec": round(self.rows_per_sec, 3),
+            "eta_secs": None if self.eta_secs is None else round(self.eta_secs, 1),
+            "retried": self.retried,
+            "nodes": [asdict(n) for n in self.nodes],
+            "stragglers": [asdict(s) for s in self.stragglers],
+            "failed": [asdict(f) for f in self.failed],
+        }
+
+
+def rate(shard: ShardStatus) -> float | None:
+    """Rows read per second of the shard's running attempt, by its own clock."""
+    record = shard.progress
+    if shard.state not in _LIVE or record is None or record.elapsed_secs <= 0:
+        return None
+    return min(record.rows_read, shard.input_rows) / record.elapsed_secs
+
+
+def summarize(snap: JobSnapshot) -> Summary:
+    live = [s for s in snap.shards if s.state in _LIVE]
+    running = [s for s in snap.shards if s.state is ShardState.RUNNING]
+    rates = {s.shard_id: rate(s) for s in live}
+    in_progress = sum(min(s.progress.rows_read, s.input_rows) for s in live if s.progress is not None)
+    job_rate = sum(r for s in running if (r := rates[s.shard_id]) is not None)
+    failed_rows = sum(s.input_rows for s in snap.shards if s.state is ShardState.FAILED)
+    remaining = max(0, snap.rows_total - snap.rows_done - in_progress - failed_rows)
+    if remaining == 0 and not any(s.state in (ShardState.PENDING, *_LIVE) for s in snap.shards):
+        eta = 0.0 if snap.complete else None
+    else:
+        eta = remaining / job_rate if job_rate > 0 else None
+    return Summary(
+        rows_in_progress=in_progress,
+        rows_per_sec=job_rate,
+        eta_secs=eta,
+        retried=sum(1 for s in snap.shards if s.failures and s.state is not ShardState.FAILED),
+        nodes=_nodes(snap, rates),
+        stragglers=_stragglers(live, rates, snap.heartbeat_secs),
+        failed=[
+            FailedShard(s.shard_id, last_line(s.last_error), s.failures, s.log_path)
+            for s in snap.shards
+            if s.state is ShardState.FAILED
+        ],
+    )
+
+
+def _nodes(snap: JobSnapshot, rates: dict[str, float | None]) -> list[NodeThroughput]:
+    running: dict[str, int] = defaultdict(int)
+    speed: dict[str, float] = defaultdict(float)
+    done: dict[str, int] = defaultdict(int)
+    rows: dict[str, int] = defaultdict(int)
+    for s in snap.shards:
+        if s.owner_node is None:
+            continue
+        if s.state is ShardState.RUNNING:
+            running[s.owner_node] += 1
+            speed[s.owner_node] += rates.get(s.shard_id) or 0.0
+        elif s.state is ShardState.DONE:
+            done[s.owner_node] += 1
+            rows[s.owner_node] += s.input_rows
+    names = sorted(set(running) | set(done))
+    return [NodeThroughput(n, running[n], round(speed[n], 3), done[n], rows[n]) for n in names]
+
+
+def _stragglers(live: list[ShardStatus], rates: dict[str, float | None], heartbeat_secs: float | None):
+    settled = [
+        r for s in live if s.progress is not None and s.progress.elapsed_secs >= MIN_ELAPSED_SECS
+        if (r := rates[s.shard_id]) is not None
+    ]  # fmt: skip
+    median = statistics.median(settled) if len(settled) >= MIN_PEERS else None
+    found = []
+    for s in live:
+        r = rates[s.shard_id]
+        stage = s.progress.stage if s.progress is not None else None
+        age = s.heartbeat_age_secs
+        late = bool(heartbeat_secs) and age is not None and age > LATE_BEATS * heartbeat_secs
+        if late:
+            found.append(Straggler(s.shard_id, s.owner_node, "heartbeat-late", r, median, s.heartbeat_age_secs, stage))
+        elif (
+            median is not None
+            and r is not None
+            and s.progress.elapsed_secs >= MIN_ELAPSED_SECS
+            and r < STRAGGLER_RATIO * median
+        ):
+            found.append(Straggler(s.shard_id, s.owner_node, "slow", r, median, s.heartbeat_age_secs, stage))
+    return found
+
+
+def last_line(text: str | None) -> str:
+    lines = [line.strip() for line in (text or "").splitlines() if line.strip()]
+    return lines[-1] if lines else ""

@@ -1,0 +1,147 @@
+"""Live progress records (jobdir/progress.py): bounded writes, bounded samples, strict parsing, the
+worker loop writing them on the heartbeat, and the Ray Data stage classification."""
+
+from __future__ import annotations
+
+import json
+import time
+
+import pytest
+
+from data_juicer_elastic.execution.progress_source import classify
+from data_juicer_elastic.jobdir import fsio, leases, progress
+from data_juicer_elastic.jobdir.layout import JobLayout
+from data_juicer_elastic.jobdir.prepare import prepare_job
+from data_juicer_elastic.jobdir.tasks import ShardOutput
+from data_juicer_elastic.jobdir.worker_loop import run_worker
+
+from .conftest import FakeClock, identity, make_rows, request, write_rows
+
+SHARD = "part-00000-of-00001"
+
+
+def _tracker(tmp_path, clock=None):
+    layout = JobLayout(tmp_path)
+    view = leases.read_lease(layout, SHARD)
+    claim = leases.publish_claim(layout, view, identity("n1"), "att-1", "none")
+    tracker = progress.ProgressTracker(layout, claim, 100, clock=clock or FakeClock())
+    tracker.update(rows_read=0)  # nothing changes: still nothing to write
+    assert not tracker.flush()
+    layout.attempt_dir(SHARD, "att-1").mkdir(parents=True)
+    tracker.start_writing()
+    return layout, tracker
+
+
+def test_writes_from_the_first_change_on_and_keeps_a_bounded_sample_history(tmp_path):
+    clock = FakeClock(0.0)
+    layout, tracker = _tracker(tmp_path, clock)
+    assert not tracker.flush(), "nothing happened yet: the first heartbeat writes nothing"
+    assert progress.read_progress(layout, SHARD, "att-1") == (None, None)
+    tracker.set_stage(progress.Stage.PROCESSING, "MapBatches(x)")
+    for k in range(1, 201):
+        clock.advance(1.0)
+        tracker.update(rows_read=k // 2, rows_written=k // 4, source="ray-data")
+        tracker.flush()
+    clock.advance(50.0)
+    assert tracker.flush(), "no new rows, still written: elapsed_secs must stay current for rates"
+    record, error = progress.read_progress(layout, SHARD, "att-1")
+    assert error is None and record.stage == "processing" and record.operator == "MapBatches(x)"
+    assert (record.rows_read, record.rows_written, record.rows_total) == (100, 50, 100)
+    assert record.elapsed_secs == pytest.approx(250.0) and record.seq == 201
+    assert len(record.samples) <= progress.MAX_SAMPLES
+    assert record.samples[0][0] == 1.0, "the first sample survives thinning"
+    assert record.samples[-1] == [200.0, 100.0, 50.0], "a sample per change of the counts only"
+    assert [s[0] for s in record.samples] == sorted(s[0] for s in record.samples)
+    path = layout.attempt_progress(SHARD, "att-1")
+    assert path.read_bytes().count(b"\n") == 1, "one compact line"
+    tracker.finish()
+    assert progress.read_progress(layout, SHARD, "att-1")[0].stage == "finished"
+
+
+def test_a_malformed_or_foreign_record_is_an_error_never_progress(tmp_path):
+    layout, tracker = _tracker(tmp_path)
+    tracker.update(rows_read=5)
+    tracker.flush()
+    path = layout.attempt_progress(SHARD, "att-1")
+    good = json.loads(path.read_text())
+    for bad in (b"{", json.dumps({**good, "version": 2}).encode(), json.dumps({**good, "rows_read": "5"}).encode()):
+        path.write_bytes(bad)
+        record, error = progress.read_progress(layout, SHARD, "att-1")
+        assert record is None and error
+    path.write_text(json.dumps({**good, "attempt_id": "other"}))
+    assert progress.read_progress(layout, SHARD, "att-1")[0] is None
+
+
+def test_nothing_is_written_before_the_attempt_directory_is_ready(tmp_path):
+    layout = JobLayout(tmp_path)
+    claim = leases.publish_claim(layout, leases.read_lease(layout, SHARD), identity(), "att-2", "none")
+    tracker = progress.ProgressTracker(layout, claim, 10)
+    tracker.update(rows_read=3)
+    tracker.finish()
+    assert not layout.attempt_dir(SHARD, "att-2").exists(), "never creates a directory (planted links)"
+
+
+def test_write_errors_are_logged_not_raised_and_retried(tmp_path):
+    layout, tracker = _tracker(tmp_path)
+    tracker.update(rows_read=1)
+
+    def refuse(op, path):
+        if path.name.startswith("progress"):
+            raise OSError(28, "No space left on device")
+
+    fsio.set_fault_hook(refuse)
+    try:
+        assert tracker.flush() is False
+    finally:
+        fsio.set_fault_hook(None)
+    assert tracker.flush() is True, "still dirty: the next heartbeat writes it"
+
+
+def test_worker_loop_writes_progress_on_the_heartbeat_and_at_the_end(tmp_path):
+    data = write_rows(tmp_path / "in.jsonl", make_rows(8))
+    job = tmp_path / "job"
+    prepare_job(request(job, data, 1))
+    seen = []
+
+    def runner(task):
+        tracker = progress.current()
+        seen.append(tracker)
+        tracker.set_stage(progress.Stage.PROCESSING, "MapBatches(slow)")
+        tracker.update(rows_read=3, rows_written=2, source="test")
+        deadline = time.monotonic() + 10
+        path = JobLayout(job).attempt_progress(task.shard_id, task.attempt_id)
+        while not path.exists() and time.monotonic() < deadline:  # the heartbeat thread writes it
+            time.sleep(0.05)
+        live = json.loads(path.read_text())
+        assert (live["stage"], live["rows_read"], live["rows_written"]) == ("processing", 3, 2)
+        out = task.attempt_dir / "output.jsonl"
+        out.write_bytes(task.shard_path.read_bytes())
+        return ShardOutput(out, 8)
+
+    summary = run_worker(
+        job, identity(), runner, ttl_secs=2.0, heartbeat_secs=0.2, max_retries=0, poll_interval_secs=0.1
+    )
+    assert summary.done == 1 and seen[0] is not None and progress.current() is None
+    (attempt,) = (job / "attempts" / SHARD).iterdir()
+    record, _ = progress.read_progress(JobLayout(job), SHARD, attempt.name)
+    assert record.stage == "finished" and record.rows_total == 8 and record.node_id == "node-a"
+
+
+@pytest.mark.parametrize(
+    ("names", "stage"),
+    [
+        (["ReadJSONStream->SplitBlocks(4)", "limit=1"], progress.Stage.LOADING),
+        (["ReadJSONStream->SplitBlocks(4)", "Project", "AggregateNumRows"], progress.Stage.LOADING),
+        (["ReadJSONStream->SplitBlocks(4)", "MapBatches(process_batched)->MapBatches(filter_batch)"], "processing"),
+        (["ReadJSON->MapBatches(process_batched)"], progress.Stage.PROCESSING),
+        (["Write"], progress.Stage.EXPORTING),
+    ],
+)
+def test_ray_data_executions_are_classified_by_their_operators(names, stage):
+    assert classify(names) == stage
+
+
+def test_a_traversing_attempt_id_is_an_error_not_a_path(tmp_path):
+    layout = JobLayout(tmp_path)
+    record, error = progress.read_progress(layout, SHARD, "../../../../tmp/evil")
+    assert record is None and "invalid attempt id" in error
