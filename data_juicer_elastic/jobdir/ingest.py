@@ -69,7 +69,8 @@ def ingest(
     Returns None when the input holds no rows (nothing is written then).
     ``work`` is a private scratch directory on the job's filesystem.
     """
-    guess = sum(fsio.stat(i.path).st_size for i in inputs) if all(i.codec == "none" for i in inputs) else None
+    input_bytes = sum(fsio.stat(i.path).st_size for i in inputs)
+    guess = input_bytes if all(i.codec == "none" for i in inputs) else None
     pieces_dir = work / "pieces"
     fsio.makedirs(pieces_dir)
 
@@ -81,7 +82,7 @@ def ingest(
     # Without a usable guess everything goes into one piece (n=1 never cuts).
     splitter = BlockSplitter(n if guess else 1, guess or 1, None, open_piece, content_digest=len(inputs) > 1, io=io)
     try:
-        fingerprints, identical = _pass_a(inputs, options, splitter)
+        fingerprints, identical = _pass_a(inputs, options, splitter, input_bytes)
         pieces = splitter.finish()
         syncer.wait()  # the pieces may become the shards: durable before the manifest names them
     except BaseException:
@@ -104,6 +105,7 @@ def ingest(
         for piece in pieces:
             fsio.move(pieces_dir / f"{piece.index:05d}.jsonl", out_dir / f"{shard_id(piece.index, n)}.jsonl")
         passes = 1
+        steps.report("prepare: writing shards", input_bytes, input_bytes)  # written during the one read
     else:
         pieces, content = _pass_b(
             [pieces_dir / f"{p.index:05d}.jsonl" for p in pieces], n, total_bytes, total_rows, out_dir, codec
@@ -121,12 +123,11 @@ def _entry(piece: Piece, n: int, codec: Codec) -> ShardEntry:
 
 # -- pass A -----------------------------------------------------------------------------------
 def _pass_a(
-    inputs: list[InputItem], options: NormaliseOptions, splitter: BlockSplitter
+    inputs: list[InputItem], options: NormaliseOptions, splitter: BlockSplitter, input_bytes: int
 ) -> tuple[list[InputFile], bool]:
     fingerprints: list[InputFile] = []
     identical = len(inputs) == 1 and inputs[0].codec == "none"
     first_index = read_before = 0
-    input_bytes = sum(fsio.stat(item.path).st_size for item in inputs)
     for item in inputs:
         display = str(item.path)
         before = fsio.stat(item.path)
@@ -234,7 +235,7 @@ def _pass_b(
             try:
                 for chunk in chunks:
                     splitter.add(chunk)
-                    steps.report("prepare: writing shards", splitter.pos, total_bytes)
+                    steps.report("prepare: writing shards", splitter.pos, total_bytes)  # normalised bytes
             finally:
                 chunks.close()
             fsio.remove(path)  # give the space back as we go

@@ -198,14 +198,15 @@ def test_input_changed_while_prepare_reads_it_is_detected(tmp_path):
     # last block, before the closing stat) must fail, showing the sha read and the sha now.
     data = write_rows(tmp_path / "in.jsonl", make_rows(20))
     old = hashlib.sha256(data.read_bytes()).hexdigest()
-    stats = []
+    opened = []
 
     def hook(op, path):
-        if op == "stat" and path == data:
-            stats.append(path)
-            if len(stats) == 3:  # 1: size guess, 2: before the read, 3: after it
-                content = data.read_bytes()
-                data.write_bytes(content.replace(b"row 5", b"row 6", 1))
+        if op == "open" and path == data:
+            opened.append(path)
+        elif op == "stat" and path == data and len(opened) == 1:  # the stat right after the read
+            opened.append(path)
+            content = data.read_bytes()
+            data.write_bytes(content.replace(b"row 5", b"row 6", 1))
 
     fsio.set_fault_hook(hook)
     try:
