@@ -57,6 +57,15 @@ def _cmd_status(args: argparse.Namespace) -> int:
     return code
 
 
+def _cmd_report(args: argparse.Namespace) -> int:
+    from data_juicer_elastic.report import write_report
+
+    result = write_report(args.job_dir, args.output)
+    how = "activity strips" if result.aggregated else "one bar per attempt"
+    print(f"wrote {result.output} ({result.bytes:,} bytes): {result.shards} shards, {result.attempts} attempts ({how})")
+    return EXIT_OK
+
+
 def _cmd_run(args: argparse.Namespace) -> int:
     from data_juicer_elastic.executor import ElasticShardedExecutor
 
@@ -251,6 +260,13 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--lease-ttl-secs", type=float, help="only affects which claims display as stale")
     p.set_defaults(func=_cmd_status)
+
+    p = sub.add_parser(
+        "report", help="write one self-contained HTML report: timeline, throughput, failures (never changes the job)"
+    )
+    job_dir(p)
+    p.add_argument("--output", required=True, help="the HTML file to write (outside the job directory)")
+    p.set_defaults(func=_cmd_report)
 
     p = sub.add_parser("retry", help="requeue terminally failed shards (archives their failure records)")
     job_dir(p)

@@ -1,0 +1,216 @@
+"""Fast tests below the report command: what is read from a job directory (real record writers), the
+pure series, and the CLI's errors."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from data_juicer_elastic import cli
+from data_juicer_elastic.jobdir import attempts, leases
+from data_juicer_elastic.jobdir.layout import JobLayout
+from data_juicer_elastic.jobdir.records import ShardState
+from data_juicer_elastic.report import gather, series, write_report
+from data_juicer_elastic.report.facts import Outcome
+from tests.report.synthetic_job import _identity, build_job
+
+
+@pytest.fixture(scope="module")
+def small_job(tmp_path_factory) -> Path:
+    """8 shards on 3 nodes: shard 7 failed terminally, shards 1-2 retried, shard 6 running."""
+    return build_job(tmp_path_factory.mktemp("small"), num_shards=8, nodes=3, failed=1, retried=2, running=1)
+
+
+def test_facts_of_a_job_with_retries_failures_and_a_running_shard(small_job):
+    facts = gather(small_job)
+    assert facts.counts == {
+        ShardState.PENDING: 0,
+        ShardState.RUNNING: 1,
+        ShardState.STALE: 0,
+        ShardState.DONE: 6,
+        ShardState.FAILED: 1,
+    }
+    by_shard = {}
+    for attempt in facts.attempts:
+        by_shard.setdefault(attempt.shard_index, []).append(attempt)
+    assert [a.outcome for a in by_shard[1]] == [Outcome.FAILED, Outcome.DONE]
+    assert [a.ordinal for a in by_shard[1]] == [1, 2] and by_shard[1][1].retried
+    assert [a.outcome for a in by_shard[7]] == [Outcome.FAILED, Outcome.FAILED]
+    assert by_shard[6][0].outcome is Outcome.RUNNING and by_shard[6][0].ended_at is None
+    assert facts.shards[7].last_error.startswith("RuntimeError: synthetic failure of part-00007-of-00008")
+    assert len({a.node_id for a in facts.attempts}) == 3
+    assert facts.warnings == []
+
+
+def test_an_attempt_whose_worker_died_is_lost_and_ends_at_its_last_heartbeat(tmp_path):
+    job = build_job(tmp_path, num_shards=2, nodes=1, failed=0, retried=0, running=0, pending=(1,))
+    layout = JobLayout(job)
+    shard = "part-00001-of-00002"
+    dead, rescuer = _identity("node-dead", 4242), _identity("node-rescue", 4343)
+    view = leases.read_lease(layout, shard)
+    claim = leases.publish_claim(layout, view, dead, dead.new_attempt_id(), "none")
+    attempts.open_attempt(layout, claim, dead)
+    leases.write_heartbeat(layout, claim, 1)
+    beat = time.time()
+    attempts.record_failure(
+        layout,
+        claim,
+        shard_id=shard,
+        generation=claim.generation,
+        error="lease expired: node-dead stopped renewing its claim",
+        error_type="LeaseExpired",
+        exit_reason="lease-expired",
+        max_retries=3,
+        reporter=rescuer,
+    )
+    facts = gather(job, now=beat + 500)
+    lost = [a for a in facts.attempts if a.attempt_id == claim.attempt_id]
+    assert len(lost) == 1 and lost[0].outcome is Outcome.LOST and lost[0].detail == "lease-expired"
+    assert lost[0].end_estimated and abs(lost[0].ended_at - beat) < 5
+    assert facts.shards[1].state is ShardState.PENDING  # released by the failure record: claimable again
+
+
+def test_a_running_attempt_with_an_old_heartbeat_is_stale_and_does_not_stretch_the_charts(small_job):
+    facts = gather(small_job)
+    running = next(a for a in facts.attempts if a.outcome is Outcome.RUNNING)
+    heartbeat = JobLayout(small_job).heartbeat(running.shard_id, running.generation)
+    later = time.time() + 3 * 86400  # three days later, nobody renewed it (lease_ttl_secs is 120)
+    stale = gather(small_job, now=later)
+    again = next(a for a in stale.attempts if a.attempt_id == running.attempt_id)
+    assert again.stale and stale.shards[running.shard_index].state is ShardState.STALE
+    assert abs(again.end_or(later) - heartbeat.stat().st_mtime) < 5
+    win = series.window(stale.attempts, later)
+    assert win.t1 < later - 86400
+
+
+def test_error_text_is_escaped(tmp_path):
+    job = build_job(tmp_path, num_shards=2, nodes=1, failed=1, retried=0, running=0, error="<script>x()</script>")
+    html = write_report(job, tmp_path / "r.html").output.read_text()
+    assert "&lt;script&gt;x()&lt;/script&gt;" in html and "<script" not in html
+
+
+def test_a_prepared_job_without_attempts_has_a_report(tmp_path):
+    job = build_job(tmp_path, num_shards=3, nodes=1, failed=0, retried=0, running=0, pending=range(3))
+    result = write_report(job, tmp_path / "r.html")
+    html = result.output.read_text()
+    assert result.attempts == 0 and "No attempt has started yet." in html and "Manifest" in html
+
+
+def test_cli_errors_exit_2_and_name_the_problem(small_job, tmp_path, capsys):
+    (tmp_path / "empty").mkdir()
+    assert cli.main(["report", "--job-dir", str(tmp_path / "empty"), "--output", str(tmp_path / "r.html")]) == 2
+    assert "not prepared" in capsys.readouterr().err
+    inside = small_job / "report.html"
+    assert cli.main(["report", "--job-dir", str(small_job), "--output", str(inside)]) == 2
+    assert "inside the job directory" in capsys.readouterr().err and not inside.exists()
+    assert cli.main(["report", "--job-dir", str(small_job), "--output", str(tmp_path / "a" / "r.html")]) == 0
+    assert "8 shards" in capsys.readouterr().out and (tmp_path / "a" / "r.html").exists()
+
+
+# -- pure series ------------------------------------------------------------------------------------
+def _attempt(node: str, start: float, end: float | None, rows: int, outcome=Outcome.DONE, ordinal=1):
+    from data_juicer_elastic.report.facts import AttemptFact
+
+    return AttemptFact(
+        shard_id="part-00000-of-00001", shard_index=0, attempt_id=f"a{start}", generation=ordinal, ordinal=ordinal,
+        node_id=node, hostname=node, pid=1, started_at=start, ended_at=end, end_estimated=False, outcome=outcome,
+        detail=outcome.value, input_rows=rows, input_bytes=rows * 10, output_rows=rows, error=None, batching=None,
+    )  # fmt: skip
+
+
+def test_throughput_spreads_accepted_rows_over_their_attempt():
+    done = _attempt("a", 0.0, 10.0, 100)
+    failed = _attempt("b", 0.0, 10.0, 500, Outcome.FAILED)
+    running = _attempt("b", 10.0, None, 500, Outcome.RUNNING)
+    data = series.throughput([done, failed, running], series.Window(0.0, 20.0), bins=4)
+    assert data.total == pytest.approx([10.0, 10.0, 0.0, 0.0])
+    assert data.by_node["a"] == pytest.approx([10.0, 10.0, 0.0, 0.0])
+    assert series.cumulative_done([done, failed]) == [(10.0, 100)]
+
+
+def test_lanes_activity_and_runs():
+    lanes, used = series.pack_lanes([(0, 10), (5, 15), (10, 20), (1, 2)], max_lanes=8)
+    assert used == 2 and lanes == [0, 1, 0, 1]  # (1, 2) frees lane 1 for (5, 15)
+    lanes, used = series.pack_lanes([(0, 10)] * 5, max_lanes=2)
+    assert used == 2 and max(lanes) == 1
+    act = series.activity([_attempt("a", 0, 10, 1), _attempt("a", 0, 4, 1, Outcome.FAILED)], series.Window(0, 10), 2, 0)
+    assert act.concurrency == pytest.approx([1.8, 1.0]) and act.finished == [0, 1] and act.failed == [1, 0]
+    assert series.quantize([0, 1, 2, 4], 4, 4) == [0, 1, 2, 4]
+    assert series.runs_of([0, 0, 3, 3, 1]) == [(0, 1, 0), (2, 3, 3), (4, 4, 1)]
+
+
+def test_report_never_writes_into_the_job(small_job, tmp_path):
+    before = sorted((str(p), p.stat().st_mtime_ns) for p in small_job.rglob("*"))
+    write_report(small_job, tmp_path / "r.html")
+    assert sorted((str(p), p.stat().st_mtime_ns) for p in small_job.rglob("*")) == before
+    assert not any(name.startswith(".r.html") for name in os.listdir(tmp_path))  # no temp file left
+    umask = os.umask(0)
+    os.umask(umask)
+    assert (tmp_path / "r.html").stat().st_mode & 0o777 == 0o666 & ~umask  # readable like any file the user writes
+
+
+def test_the_report_command_imports_neither_ray_nor_data_juicer(small_job, tmp_path):
+    code = (
+        "import sys\nfrom data_juicer_elastic.cli import main\n"
+        f"assert main(['report', '--job-dir', {str(small_job)!r}, '--output', {str(tmp_path / 'r.html')!r}]) == 0\n"
+        "heavy = [m for m in ('ray', 'data_juicer', 'torch', 'matplotlib') if m in sys.modules]\n"
+        "assert not heavy, heavy\n"
+    )
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+
+
+def test_axis_ticks_read_distinctly():
+    from data_juicer_elastic.report import svg
+
+    ticks, fmt = svg.bytes_ticks(14200, 14500)
+    labels = [fmt(t) for t in ticks]
+    assert len(set(labels)) == len(labels) > 3 and labels[0] == "13.90 KiB"
+    assert svg.time_ticks(3600, 6)[:3] == [0, 600, 1200]
+    assert (svg.fmt_elapsed(3723), svg.fmt_elapsed(59)) == ("1:02:03", "0:59")
+
+
+def test_size_traces_of_a_running_attempt_are_read_and_a_malformed_one_is_a_warning(tmp_path):
+    from data_juicer_elastic.batching.runtime import BatchTrace
+    from data_juicer_elastic.jobdir import fsio
+
+    job = build_job(tmp_path, num_shards=2, nodes=1, failed=0, retried=0, running=1)
+    running = next(a for a in gather(job).attempts if a.outcome is Outcome.RUNNING)
+    directory = JobLayout(job).attempt_batching_dir(running.shard_id, running.attempt_id)
+    fsio.makedirs(directory)
+    for name, events in (("good", [["oom", 64, 900.0, None], ["ok", 32, 450.0, 600.0]]), ("bad", [["ok", "x", 1, 2]])):
+        trace = BatchTrace("stage-a", "cpu", "text", "host", 7, time.time(), None, {"ooms": 1}, {}, events)
+        fsio.atomic_write(directory / f"{name}.json", trace.encode())
+    facts = gather(job)
+    assert [t.events for t in facts.traces] == [[("oom", 64, 900.0, None), ("ok", 32, 450.0, 600.0)]]
+    assert len(facts.warnings) == 1 and "bad.json: malformed size trace" in facts.warnings[0]
+    html = write_report(job, tmp_path / "r.html").output.read_text()
+    assert html.count('class="oom"') == 1 and "adaptive batching size trace of stage-a" in html
+
+
+def test_running_attempts_count_in_throughput_through_their_live_progress(tmp_path):
+    from data_juicer_elastic.jobdir import fsio
+    from data_juicer_elastic.jobdir.progress import ProgressRecord
+
+    job = build_job(tmp_path, num_shards=2, nodes=1, failed=0, retried=0, running=1, rows_per_shard=100)
+    running = next(a for a in gather(job).attempts if a.outcome is Outcome.RUNNING)
+    t0 = running.started_at
+    record = ProgressRecord(
+        shard_id=running.shard_id, attempt_id=running.attempt_id, generation=running.generation,
+        node_id=running.node_id, seq=3, started_at=t0, updated_at=t0 + 4.0, elapsed_secs=4.0, stage="processing",
+        operator="MapBatches(process_batched)", rows_total=100, rows_read=60, rows_written=55, source="ray-data",
+        samples=[[1.0, 10.0, 9.0], [2.0, 30.0, 28.0]],
+    )  # fmt: skip
+    fsio.atomic_write(JobLayout(job).attempt_progress(running.shard_id, running.attempt_id), record.encode())
+    live = next(a for a in gather(job, now=t0 + 5.0).attempts if a.outcome is Outcome.RUNNING)
+    assert live.progress == ((t0 + 1.0, 10), (t0 + 2.0, 30), (t0 + 4.0, 60)) and live.stage.startswith("processing")
+    assert series.row_segments(live) == [(t0, t0 + 1.0, 10), (t0 + 1.0, t0 + 2.0, 20), (t0 + 2.0, t0 + 4.0, 30)]
+    rates = series.throughput([live], series.Window(t0, t0 + 4.0), bins=4).total
+    assert rates == pytest.approx([10.0, 20.0, 15.0, 15.0])
+    html = write_report(job, tmp_path / "r.html", now=t0 + 5.0).output.read_text()
+    assert f"progress: 60 of {running.input_rows} input rows read, processing (MapBatches(process_batched))" in html
