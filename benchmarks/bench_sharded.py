@@ -9,7 +9,9 @@ Times the demo recipe over a generated dataset with:
 
 Every variant is a fresh subprocess through the real commands.  Reported
 figures are ratios against (a) measured in the same run, since these
-machines are shared and noisy.
+machines are shared and noisy; ``--rounds N`` repeats (a), (b), (d) N times,
+interleaved, and reports each round and the medians.  Each round also prints
+where (b)'s time went, read from its log, and the load average.
 
     python benchmarks/bench_sharded.py --rows 200000 --workdir /tmp/dje-bench
 """
@@ -19,7 +21,9 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import shutil
+import statistics
 import subprocess
 import sys
 import time
@@ -30,6 +34,14 @@ import yaml
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "demos"))
 from generate_data import write_dataset  # noqa: E402
+
+_STAMP = r"^(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\.\d{3}) \|"
+_PHASES = {
+    "prepared": re.compile(_STAMP + r".*jobdir\.prepare.* - prepared "),
+    "ray_ready": re.compile(_STAMP + r".*Ray runtime ready"),
+    "shard_done": re.compile(_STAMP + r".*shard_runner.* rows out in ([\d.]+)s"),
+    "merged": re.compile(_STAMP + r".*executor.* - merged \d+ rows"),
+}
 
 PROCESS = [{"whitespace_normalization_mapper": None}, {"text_length_filter": {"min_len": 10, "max_len": 10000}}]
 
@@ -60,6 +72,7 @@ def run_plain(work: Path, data: Path) -> float:
 
 def run_elastic(work: Path, data: Path, shards: int) -> float:
     name = f"elastic-{shards}"
+    shutil.rmtree(work / name, ignore_errors=True)  # a finished job would make the next round a no-op
     recipe = _recipe(
         work / f"{name}.yaml",
         executor_type="elastic_sharded",
@@ -109,11 +122,71 @@ def run_cold_per_shard(work: Path, data: Path, shards: int) -> float:
     return time.perf_counter() - start
 
 
+def elastic_phases(log: Path) -> dict[str, float]:
+    """Seconds per phase of one elastic run, from the timestamps in its log.
+
+    ``later_shards_mean``: claim to claim of shards 2..N; ``later_shards_dj_run_mean``: the
+    part of it from RayExecutor's start to the canonical output (the runner's "rows out in").
+    """
+    from datetime import datetime
+
+    stamps: dict[str, list[datetime]] = {name: [] for name in _PHASES}
+    in_run: list[float] = []
+    first = None
+    for line in log.read_text(encoding="utf-8", errors="replace").splitlines():
+        head = re.match(_STAMP, line)
+        if head is None:
+            continue
+        when = datetime.strptime(head.group(1), "%Y-%m-%d %H:%M:%S.%f")
+        first = first or when
+        for name, pattern in _PHASES.items():
+            match = pattern.match(line)
+            if match:
+                stamps[name].append(when)
+                if name == "shard_done":
+                    in_run.append(float(match.group(2)))
+    if first is None or not all(stamps.values()):
+        return {}
+    done = stamps["shard_done"]
+    gaps = [(b - a).total_seconds() for a, b in zip(done, done[1:], strict=False)]
+    return {
+        "config_and_prepare": (stamps["prepared"][0] - first).total_seconds(),
+        "ray_start": (stamps["ray_ready"][0] - stamps["prepared"][0]).total_seconds(),
+        "first_shard": (done[0] - stamps["ray_ready"][0]).total_seconds(),
+        "later_shards_mean": statistics.fmean(gaps) if gaps else 0.0,
+        "later_shards_dj_run_mean": statistics.fmean(in_run[1:]) if len(in_run) > 1 else 0.0,
+        "finalize": (stamps["merged"][-1] - done[-1]).total_seconds(),
+    }
+
+
+def one_round(work: Path, data: Path) -> dict[str, float]:
+    load = os.getloadavg()[0]
+    results = {"plain_ray": run_plain(work, data)}
+    results["elastic_8"] = run_elastic(work, data, 8)
+    phases = elastic_phases(work / "elastic-8.log")
+    results["elastic_4"] = run_elastic(work, data, 4)
+    results["elastic_32"] = run_elastic(work, data, 32)
+    results["ratio_8"] = results["elastic_8"] / results["plain_ray"]
+    results["per_extra_shard"] = (results["elastic_32"] - results["elastic_4"]) / 28
+    results["load_before"], results["load_after"] = load, os.getloadavg()[0]
+    print(
+        f"round: plain {results['plain_ray']:.1f} s, elastic 8/4/32 shards {results['elastic_8']:.1f} / "
+        f"{results['elastic_4']:.1f} / {results['elastic_32']:.1f} s -> ratio {results['ratio_8']:.3f}, "
+        f"{results['per_extra_shard']:.2f} s per extra shard (load {load:.1f} -> {results['load_after']:.1f})",
+        flush=True,
+    )
+    if phases:
+        print("  elastic_8 phases: " + ", ".join(f"{k} {v:.2f} s" for k, v in phases.items()), flush=True)
+        results.update({f"elastic_8_{k}": v for k, v in phases.items()})
+    return results
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rows", type=int, default=200_000)
     parser.add_argument("--workdir", type=Path, default=Path("/tmp/dje-bench"))
     parser.add_argument("--skip-cold", action="store_true", help="skip (c), the slowest variant")
+    parser.add_argument("--rounds", type=int, default=1, help="repeat (a), (b), (d) this many times, interleaved")
     args = parser.parse_args()
 
     shutil.rmtree(args.workdir, ignore_errors=True)
@@ -122,21 +195,21 @@ def main() -> None:
     size_mb = data.stat().st_size / 1e6
     print(f"input: {args.rows} rows, {size_mb:.1f} MB, {os.cpu_count()} CPUs")
 
-    results = {"plain_ray": run_plain(args.workdir, data)}
-    results["elastic_8"] = run_elastic(args.workdir, data, 8)
-    results["elastic_4"] = run_elastic(args.workdir, data, 4)
-    results["elastic_32"] = run_elastic(args.workdir, data, 32)
+    rounds = [one_round(args.workdir, data) for _ in range(args.rounds)]
+    results = {key: statistics.median(r[key] for r in rounds) for key in rounds[0] if all(key in r for r in rounds)}
     if not args.skip_cold:
         results["cold_per_shard_8"] = run_cold_per_shard(args.workdir, data, 8)
 
-    for name, secs in results.items():
-        print(f"{name:>18}: {secs:7.1f} s  ({secs / results['plain_ray']:.2f} x plain ray)")
-    per_shard = (results["elastic_32"] - results["elastic_4"]) / 28
-    print(f"elastic_8 / plain_ray = {results['elastic_8'] / results['plain_ray']:.3f}  (target <= 1.15)")
-    print(f"added cost per extra shard (32 vs 4) = {per_shard:.2f} s  (target < 1 s)")
+    label = "median of rounds" if args.rounds > 1 else "one round"
+    for name in ("plain_ray", "elastic_8", "elastic_4", "elastic_32", "cold_per_shard_8"):
+        if name in results:
+            secs = results[name]
+            print(f"{name:>18}: {secs:7.1f} s  ({secs / results['plain_ray']:.2f} x plain ray, {label})")
+    print(f"elastic_8 / plain_ray = {results['ratio_8']:.3f}  (target <= 1.15; {label})")
+    print(f"added cost per extra shard (32 vs 4) = {results['per_extra_shard']:.2f} s  (target < 1 s; {label})")
     if "cold_per_shard_8" in results:
         print(f"cold_per_shard_8 / elastic_8 = {results['cold_per_shard_8'] / results['elastic_8']:.2f}")
-    (args.workdir / "results.json").write_text(json.dumps(results, indent=2))
+    (args.workdir / "results.json").write_text(json.dumps({"median": results, "rounds": rounds}, indent=2))
 
 
 if __name__ == "__main__":

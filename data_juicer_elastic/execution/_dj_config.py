@@ -6,11 +6,16 @@ per-executor attribute injection (``num_proc`` only outside Ray) are Data-Juicer
 ``load_configs_only=True`` keeps ``init_configs`` away from the process-wide
 loguru setup (the caller routes logs per attempt), the config backup and the
 config table.
+
+:class:`ShardConfigs` parses the recipe once per worker process and re-bases
+that namespace onto each later attempt's paths (see its docstring): parsing
+costs 0.2-1.2 s per attempt on a 2-CPU node, most of it jsonargparse.
 """
 
 from __future__ import annotations
 
 import contextlib
+import copy
 import io
 import os
 import sys
@@ -20,6 +25,7 @@ from pathlib import Path
 from typing import Any, Final
 
 import yaml
+from loguru import logger
 
 from data_juicer_elastic.errors import IntegrationError, RecipeError
 
@@ -42,6 +48,28 @@ PER_ATTEMPT_KEYS: Final = frozenset(
         "ray_address",
     }
 )
+
+# What init_setup_from_cfg / resolve_job_directories derive from an attempt's paths
+# (py-data-juicer 1.6.1); every other field is the same for every attempt of a recipe.
+_REBASED_KEYS: Final = (
+    "config",
+    "dataset_path",
+    "export_path",
+    "export_type",
+    "work_dir",
+    "job_id",
+    "ray_address",
+    "event_log_dir",
+    "checkpoint_dir",
+    "partition_dir",
+    "metadata_dir",
+    "results_dir",
+    "event_log_file",
+    "job_summary_file",
+    "backed_up_config_path",
+    "_user_provided_job_id",
+)
+_DERIVED_DIRS: Final = ("event_log_dir", "checkpoint_dir", "partition_dir")
 
 _NO_RAY_LOCK = threading.Lock()
 
@@ -75,9 +103,7 @@ def load_dj_config(
     """
     from data_juicer.config import init_configs
 
-    data = {k: v for k, v in check_recipe(recipe).items() if k not in overrides}
-    data.update(overrides)
-    data["executor_type"] = "ray"
+    data = write_recipe_file(recipe, overrides, config_path)
     custom_paths = data.get("custom_operator_paths") or None
     if custom_paths:
         # Register custom operators BEFORE the parse.  Data-Juicer's parser gives
@@ -90,9 +116,6 @@ def load_dj_config(
         # the value back afterwards.
         if not _already_loaded(custom_paths):
             _load_custom_operators(custom_paths, where=where or str(config_path))
-        data.pop("custom_operator_paths")
-    config_path.parent.mkdir(parents=True, exist_ok=True)
-    config_path.write_text(yaml.safe_dump(data, sort_keys=False, allow_unicode=True), encoding="utf-8")
 
     captured = io.StringIO()
     try:
@@ -117,6 +140,132 @@ def load_dj_config(
     if custom_paths and not cfg.get("custom_operator_paths"):
         cfg.custom_operator_paths = custom_paths
     return cfg
+
+
+class ShardConfigs:
+    """Data-Juicer configs for one shard recipe: parsed once, re-based for every later attempt.
+
+    The first :meth:`load` runs :func:`load_dj_config` (Data-Juicer's parser) and
+    keeps the result as a template.  A later attempt gets a deep copy whose
+    per-attempt fields are reset to the attempt's raw values and resolved by
+    Data-Juicer's own ``resolve_job_id`` / ``resolve_job_directories``, exactly
+    as ``init_setup_from_cfg`` does; operators get the new ``work_dir`` (which
+    carries the adaptive-batching attempt context, batching.runtime).  The
+    attempt's ``recipe.yaml`` is still written: it is what ``cfg.config`` names.
+
+    Guard: if any string in the re-based config still holds one of the
+    template attempt's paths (a field a newer Data-Juicer derives that this
+    class does not know), the attempt is parsed afresh, and so is every later
+    one, with one warning.  tests/execution/test_dj_config.py compares re-based
+    configs with fresh parses field by field.
+    """
+
+    def __init__(self, recipe: Mapping[str, Any], *, where: str | None = None):
+        self.recipe = check_recipe(recipe)
+        self.where = where
+        self._template: Any = None
+        self._template_overrides: dict[str, Any] = {}
+        self._template_config_path = ""
+        self._rebase_ok = True
+        self.parses = 0  # how many times Data-Juicer's parser ran (for tests and logs)
+
+    def load(self, overrides: Mapping[str, Any], config_path: Path, *, where: str | None = None) -> Any:
+        """Data-Juicer's config for ``recipe | overrides`` (see :func:`load_dj_config`)."""
+        where = where or self.where
+        if self._template is not None and self._rebase_ok and set(overrides) == set(self._template_overrides):
+            write_recipe_file(self.recipe, overrides, config_path)
+            cfg = self._rebase(dict(overrides), config_path)
+            stale = self._stale_field(cfg, overrides, config_path)
+            if stale is None:
+                return cfg
+            self._rebase_ok = False
+            logger.warning(
+                f"Data-Juicer config field {stale!r} kept the first attempt's value when re-based; "
+                "parsing the recipe for every attempt from now on (slower, same result)"
+            )
+        self.parses += 1
+        cfg = load_dj_config(self.recipe, overrides, config_path, where=where)
+        if self._template is None:
+            self._template = copy.deepcopy(cfg)
+            self._template_overrides = dict(overrides)
+            self._template_config_path = str(config_path)
+        return cfg
+
+    def _rebase(self, overrides: dict[str, Any], config_path: Path) -> Any:
+        from data_juicer.config import config as dj_config
+
+        resolve_job_id = getattr(dj_config, "resolve_job_id", None)
+        resolve_dirs = getattr(dj_config, "resolve_job_directories", None)
+        if not callable(resolve_job_id) or not callable(resolve_dirs):
+            raise IntegrationError(
+                "data_juicer.config.config.resolve_job_id / resolve_job_directories are missing",
+                where="py-data-juicer",
+                hint="install py-data-juicer>=1.6.1,<1.7",
+            )
+        template = self._template
+        cfg = copy.deepcopy(template)
+        old_work_dir = template.work_dir
+        config_entry = template.config[0]
+        cfg.config = [type(config_entry)(str(config_path), mode=config_entry.mode)]
+        for key, value in overrides.items():
+            setattr(cfg, key, value)
+        cfg.executor_type = "ray"
+        for key in _DERIVED_DIRS:  # the shard recipe never sets them: they follow work_dir
+            setattr(cfg, key, None)
+        # init_setup_from_cfg for a local export path, then Data-Juicer's own resolution
+        cfg.export_path = os.path.abspath(cfg.export_path)
+        cfg = resolve_dirs(resolve_job_id(cfg))
+        if cfg.get("dataset_path", None) and os.path.exists(cfg.dataset_path):
+            cfg.dataset_path = os.path.abspath(cfg.dataset_path)
+        for op in cfg.process or []:
+            for args in op.values():
+                if args is not None and args.get("work_dir") == old_work_dir:
+                    args["work_dir"] = cfg.work_dir
+        if getattr(dj_config, "global_cfg", cfg) is not cfg:
+            dj_config.global_cfg = cfg  # as init_configs leaves it
+        return cfg
+
+    def _stale_field(self, cfg: Any, overrides: Mapping[str, Any], config_path: Path) -> str | None:
+        """The first field that still holds a path or job id only the template attempt had."""
+        old = self._template_overrides
+        old_paths = {self._template_config_path, self._template.work_dir}
+        old_paths.update(str(old[k]) for k in ("work_dir", "export_path") if k in old)
+        old_paths.discard(str(config_path))
+        old_paths.difference_update({cfg.work_dir, str(overrides.get("work_dir")), str(overrides.get("export_path"))})
+        old_job_id = old.get("job_id")
+        if old_job_id == overrides.get("job_id"):
+            old_job_id = None
+        for name, value in _strings(vars(cfg)):
+            if value == old_job_id or any(path and path in value for path in old_paths):
+                return name
+        return None
+
+
+def write_recipe_file(recipe: Mapping[str, Any], overrides: Mapping[str, Any], config_path: Path) -> dict[str, Any]:
+    """Write the recipe Data-Juicer parses for an attempt; returns it (custom paths still in)."""
+    data = {k: v for k, v in check_recipe(recipe).items() if k not in overrides}
+    data.update(overrides)
+    data["executor_type"] = "ray"
+    # Parsed without the custom paths (load_dj_config registers them first, see there).
+    written = {k: v for k, v in data.items() if k != "custom_operator_paths" or not v}
+    config_path.parent.mkdir(parents=True, exist_ok=True)
+    config_path.write_text(yaml.safe_dump(written, sort_keys=False, allow_unicode=True), encoding="utf-8")
+    return data
+
+
+def _strings(value: Any, name: str = "cfg") -> Iterator[tuple[str, str]]:
+    if isinstance(value, str):
+        yield name, value
+    elif isinstance(value, Mapping):
+        for key, item in value.items():
+            yield from _strings(item, f"{name}.{key}")
+    elif isinstance(value, (list, tuple)):
+        for index, item in enumerate(value):
+            yield from _strings(item, f"{name}[{index}]")
+    elif hasattr(value, "__dict__") and not isinstance(value, type):
+        yield from _strings(vars(value), name)
+    elif isinstance(value, os.PathLike):
+        yield name, os.fspath(value)
 
 
 @contextlib.contextmanager

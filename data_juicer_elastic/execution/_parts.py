@@ -34,6 +34,9 @@ from typing import Any, Final
 
 from data_juicer_elastic.errors import ElasticError
 
+# json.dumps(row, ensure_ascii=False, separators=(",", ":"), allow_nan=False) builds
+# this encoder per call; one shared instance writes the same bytes faster.
+_ENCODER: Final = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"), allow_nan=False)
 _PART: Final = re.compile(r"^(?P<dataset>[0-9A-Za-z]+)_(?P<write>[0-9a-f]+)_(?P<task>\d{6,})\.json$")
 
 
@@ -101,9 +104,7 @@ def write_canonical(
     try:
         with open(tmp, "wb") as out:
             for row in _ordered_rows(parts, order_key):
-                line = (
-                    json.dumps(row, ensure_ascii=False, separators=(",", ":"), allow_nan=False).encode("utf-8") + b"\n"
-                )
+                line = _ENCODER.encode(row).encode("utf-8") + b"\n"
                 out.write(line)
                 digest.update(line)
                 if on_row is not None:

@@ -5,8 +5,9 @@ this (the driver) process, each with a ``StreamingExecutor`` thread:
 
 1. *loading* -- ``schema()`` / ``columns()`` probes (``limit=1``) and the input
    row count (``AggregateNumRows``);
-2. *processing* -- ``materialize()`` of the reader plus the recipe's operators
-   (Ray usually fuses them into one or two physical operators);
+2. *processing* -- ``materialize()`` of the recipe's operators (Ray usually fuses
+   them into one or two physical operators) over the shard, which the runner has
+   Ray read whole during *loading* (``execution._read_once``);
 3. *exporting* -- the ``Write`` of the processed rows into part files.
 
 Each ``StreamingExecutor`` (a thread of this process) holds its topology with
@@ -14,8 +15,10 @@ per-operator runtime metrics that Ray itself counts as task outputs arrive; a
 sampler thread reads them twice a second (see ``docs/status.md``):
 
 * ``rows_read``: rows produced by the first operator after the input buffer (the
-  reader) during *processing*.  When Ray fuses the reader with the first recipe
-  operators, this counts rows after them: a lower bound.
+  reader) during *processing*; when that execution has no reader (the shard was
+  read whole while loading, ``execution._read_once``), every row: ``rows_total``.
+  When Ray fuses the reader with the first recipe operators, this counts rows
+  after them: a lower bound.
 * ``rows_written``: rows produced by the last operator during *processing*
   (rows that made it through the whole recipe); set to the exact output row
   count once ``output.jsonl`` is written.
@@ -129,9 +132,13 @@ class _Sampler(threading.Thread):
             self.stage = stage
             tracker.set_stage(stage, running.name)
         if stage is Stage.PROCESSING:
-            read = int(ops[0].metrics.rows_task_outputs_generated or 0)
-            out = int(ops[-1].metrics.rows_task_outputs_generated or 0)
             total = tracker.current.rows_total
+            read = int(ops[0].metrics.rows_task_outputs_generated or 0)
+            if not any(part.startswith(_READ_PARTS) for part in ops[0].name.split("->")):
+                # The shard was read whole (materialized, execution._read_once) while loading;
+                # processing starts from those blocks, so every row has been read.
+                read = total
+            out = int(ops[-1].metrics.rows_task_outputs_generated or 0)
             tracker.update(rows_read=min(read, total), rows_written=out, operator=running.name, source=SOURCE)
         else:
             tracker.update(operator=running.name)

@@ -34,8 +34,9 @@ from loguru import logger
 
 from data_juicer_elastic.errors import ElasticError, IntegrationError, ShardExecutionError
 from data_juicer_elastic.execution._attempt_log import attempt_log
-from data_juicer_elastic.execution._dj_config import RAY_JOB_ENV, check_recipe, load_dj_config, ray_job_env
+from data_juicer_elastic.execution._dj_config import RAY_JOB_ENV, ShardConfigs, check_recipe, ray_job_env
 from data_juicer_elastic.execution._parts import list_parts, write_canonical
+from data_juicer_elastic.execution._read_once import read_once
 from data_juicer_elastic.execution.progress_source import note_stage, ray_data_progress
 from data_juicer_elastic.execution.stage_identities import (
     identity_record,
@@ -109,6 +110,7 @@ class ShardRunner:
         self.order_key = order_key
         self.keep_ray_output = keep_ray_output
         self._manifest: dict[str, Any] | None = None  # identities are per recipe and process, not per shard
+        self._configs = ShardConfigs(self.recipe)  # parsed once per process, re-based per attempt
         default_cache_env(self.cache_dir)
 
     def __call__(self, task: ShardTask) -> ShardOutput:
@@ -160,7 +162,7 @@ class ShardRunner:
             # returns the existing connection instead of resolving "auto"
             "ray_address": ray.get_runtime_context().gcs_address,
         }
-        cfg = load_dj_config(self.recipe, overrides, attempt_dir / RECIPE_FILE)
+        cfg = self._configs.load(overrides, attempt_dir / RECIPE_FILE)
 
         if self._manifest is None:
             self._manifest = manifest_from_cfg(cfg)
@@ -178,7 +180,8 @@ class ShardRunner:
         t0 = time.monotonic()
         batching = _start_batching(task, cfg, self._manifest)
         try:
-            RayExecutor(cfg).run(skip_return=True)
+            with read_once():  # one read per shard, no force-cancelled Ray workers (see _read_once)
+                RayExecutor(cfg).run(skip_return=True)
         finally:
             _finish_batching(batching, task)
         _check_stamped(cfg, ids, where)

@@ -115,6 +115,20 @@ def test_each_attempt_logs_into_its_own_process_log(three_shards):
                 assert str(other.shard_path) not in text
 
 
+def test_each_shard_is_read_by_ray_once_and_never_through_a_limit(three_shards):
+    """Regression (issue 2 perf): RayExecutor's schema probe ran ``read -> limit(1)``, whose
+    forced shutdown killed the Ray worker still reading; a count() read the shard again."""
+    for task in [*three_shards["tasks"], three_shards["tasks"][0]]:
+        plans = [
+            line
+            for line in (task.attempt_dir / "process.log").read_text(encoding="utf-8").splitlines()
+            if "streaming_executor" in line and "Execution plan of Dataset" in line
+        ]
+        assert sum("ReadJSONStream" in plan for plan in plans) == 1, plans
+        assert not any("Limit" in plan or "AggregateNumRows" in plan for plan in plans), plans
+        assert any("MapBatches" in plan for plan in plans) and any("Write" in plan for plan in plans), plans
+
+
 def test_stage_identities_are_stamped_in_the_attempt(three_shards):
     task = three_shards["tasks"][1]
     record = json.loads((task.attempt_dir / "stage_identities.json").read_text())
