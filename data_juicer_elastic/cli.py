@@ -95,9 +95,30 @@ def _cmd_retry(args: argparse.Namespace) -> int:
 
 
 def _cmd_merge(args: argparse.Namespace) -> int:
-    from data_juicer_elastic.executor import finalize
+    if args.follow:
+        from data_juicer_elastic.jobdir.stream_merge import follow_merge
 
-    result = finalize(args.job_dir, args.output, overwrite=args.overwrite)
+        def show(progress) -> None:
+            state = "complete" if progress.complete else "final so far"
+            print(
+                f"{progress.shards_final}/{progress.num_shards} shards, {progress.rows_final} rows, "
+                f"{progress.bytes_final} bytes {state}",
+                flush=True,
+            )
+
+        result = follow_merge(
+            Path(args.job_dir).resolve(),
+            Path(args.output).resolve(),
+            overwrite=args.overwrite,
+            wait=True,
+            poll_secs=args.poll_secs,
+            on_progress=show,
+        )
+        assert result is not None  # no stop event: returns only when published
+    else:
+        from data_juicer_elastic.executor import finalize
+
+        result = finalize(args.job_dir, args.output, overwrite=args.overwrite)
     print(f"merged {result.rows} rows from {result.shards} shards into {result.output_path}")
     return EXIT_OK
 
@@ -131,7 +152,7 @@ def _load_recipe(args: argparse.Namespace):
     if args.dataset_path:
         argv += ["--dataset_path", args.dataset_path]
     names = ("job_dir", "num_shards", "ray_address", "lease_ttl_secs", "max_retries", "poll_interval_secs")
-    for name in (*names, "run_id", "nodes", "wait_timeout_secs", "slots_per_node", "ray_num_cpus"):
+    for name in (*names, "run_id", "nodes", "wait_timeout_secs", "slots_per_node", "ray_num_cpus", "shard_codec"):
         value = getattr(args, name, None)
         if value is not None:
             argv += [f"--elastic.{name}", str(value)]
@@ -176,6 +197,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--lease-ttl-secs", type=float)
     p.add_argument("--max-retries", type=int)
     p.add_argument("--poll-interval-secs", type=float)
+    p.add_argument("--shard-codec", choices=("none", "gzip", "zstd"), help="how shard files are stored")
     p.set_defaults(func=_cmd_prepare)
 
     p = sub.add_parser(
@@ -257,6 +279,13 @@ def build_parser() -> argparse.ArgumentParser:
     job_dir(p)
     p.add_argument("--output", required=True, help="the merged JSONL to write")
     p.add_argument("--overwrite", action="store_true", help="replace a different existing output")
+    p.add_argument(
+        "--follow",
+        action="store_true",
+        help="merge while workers run: append each shard to OUTPUT.partial as soon as all before it are done, "
+        "recording the final prefix in OUTPUT.progress.json (resumes after a crash)",
+    )
+    p.add_argument("--poll-secs", type=float, default=2.0, help="with --follow: how often to look for the next shard")
     p.set_defaults(func=_cmd_merge)
 
     p = sub.add_parser("verify", help="check every shard result and how many nodes completed shards")

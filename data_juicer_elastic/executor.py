@@ -47,6 +47,7 @@ from data_juicer_elastic.jobdir.merge import MergeResult, merge_job
 from data_juicer_elastic.jobdir.prepare import PrepareOutcome, PrepareRequest, prepare_job
 from data_juicer_elastic.jobdir.records import Manifest
 from data_juicer_elastic.jobdir.status import snapshot
+from data_juicer_elastic.jobdir.stream_merge import MergeBusyError, follow_merge
 from data_juicer_elastic.jobdir.worker_loop import WorkerSummary, run_worker
 from data_juicer_elastic.settings import ElasticSettings, check_strict_shares
 
@@ -89,6 +90,8 @@ def prepare_from_cfg(cfg: Any, settings: ElasticSettings) -> PrepareOutcome:
         settings=settings.to_dict(),
         versions={"data_juicer": data_juicer.__version__, "data_juicer_elastic": __version__},
         ray={"address": settings.ray_address, "num_cpus": settings.ray_num_cpus},
+        max_line_bytes=settings.max_line_bytes,
+        shard_codec=settings.shard_codec,
     )
     with StepDisplay() as display, steps.reporting(display):  # a bar on a terminal, else log lines
         outcome = prepare_job(request)
@@ -192,9 +195,20 @@ def run_local_worker(
     return summary
 
 
-def finalize(job_dir: str | os.PathLike, export_path: str | os.PathLike, *, overwrite: bool = False) -> MergeResult:
+def finalize(
+    job_dir: str | os.PathLike,
+    export_path: str | os.PathLike,
+    *,
+    overwrite: bool = False,
+    stream: bool = False,
+    lock_wait_secs: float = 0.0,
+) -> MergeResult:
     """Fail clearly on terminal shard failures, else merge every shard in manifest order and
-    write the overall statistics (from the per-shard summaries, not from the merged file)."""
+    write the overall statistics (from the per-shard summaries, not from the merged file).
+
+    ``stream``: continue the streaming merge's partial output (``jobdir.stream_merge``);
+    if another process still holds it after ``lock_wait_secs``, merge from scratch instead.
+    """
     from data_juicer_elastic.stats import compute_overall, write_overall_stats
 
     crashpoints.install_from_env()
@@ -204,10 +218,52 @@ def finalize(job_dir: str | os.PathLike, export_path: str | os.PathLike, *, over
         raise shard_failed_error(snap.terminal_failures, job)
     overall = compute_overall(job)  # before merging: a bad summary stops finalize before any output
     with StepDisplay() as display, steps.reporting(display):
-        result = merge_job(job, _resolve(export_path), overwrite=overwrite)
+        result = None
+        if stream:
+            try:
+                result = follow_merge(
+                    job, _resolve(export_path), overwrite=overwrite, wait=False, lock_wait_secs=lock_wait_secs
+                )
+            except MergeBusyError as exc:
+                logger.warning(f"{exc}; merging without the partial output")
+        if result is None:
+            result = merge_job(job, _resolve(export_path), overwrite=overwrite)
     write_overall_stats(overall, job, result.output_path)
     logger.info(f"merged {result.rows} rows from {result.shards} shards into {result.output_path}")
     return result
+
+
+@contextlib.contextmanager
+def stream_follower(job: Path, export_path: Any, settings: ElasticSettings) -> Iterator[None]:
+    """With ``elastic.stream_merge``, follow the merge on a thread while this instance works.
+
+    Every instance tries; the partial output's lock lets one write, the others retry
+    (so a follower lost with its node is replaced).  The elected finalize publishes.
+    """
+    if not settings.stream_merge or not export_path:
+        yield
+        return
+    stop = threading.Event()
+
+    def follow() -> None:
+        while not stop.is_set():
+            try:
+                poll = settings.poll_interval_secs
+                follow_merge(job, _resolve(export_path), wait=True, poll_secs=poll, stop=stop, publish=False)
+                return
+            except MergeBusyError:
+                stop.wait(settings.poll_interval_secs)
+            except ElasticError as exc:  # a failed shard or a corrupt output: finalize reports it
+                logger.warning(f"streaming merge stopped: {exc}")
+                return
+
+    thread = threading.Thread(target=follow, name="dj-elastic-stream-merge", daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        stop.set()
+        thread.join()
 
 
 def check_same_request(cfg: Any, settings: ElasticSettings, manifest: Manifest) -> None:
@@ -269,9 +325,10 @@ def run_job(cfg: Any, settings: ElasticSettings) -> MergeResult | None:
 
         def work(stop: threading.Event, max_done: int | None) -> WorkerSummary:
             nonlocal done
-            summary = run_local_worker(
-                job, settings, stop_event=stop, max_done=max_done, log_name=coordinator.instance_id
-            )
+            with stream_follower(job, cfg.export_path, settings):
+                summary = run_local_worker(
+                    job, settings, stop_event=stop, max_done=max_done, log_name=coordinator.instance_id
+                )
             done = summary.done
             return summary
 
@@ -280,7 +337,13 @@ def run_job(cfg: Any, settings: ElasticSettings) -> MergeResult | None:
             return outcome.manifest, outcome.created
 
         def merge() -> dict[str, Any]:
-            result = finalize(job, cfg.export_path, overwrite=settings.overwrite_output)
+            result = finalize(
+                job,
+                cfg.export_path,
+                overwrite=settings.overwrite_output,
+                stream=settings.stream_merge,
+                lock_wait_secs=settings.lease_ttl_secs,
+            )
             return {
                 "output_path": str(result.output_path),
                 "rows": result.rows,

@@ -11,7 +11,7 @@ import dataclasses
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Final
+from typing import Any, Final, Literal
 
 from data_juicer_elastic.errors import ConfigError
 
@@ -21,6 +21,8 @@ DEFAULT_POLL_INTERVAL_SECS: Final = 2.0
 DEFAULT_RAY_ADDRESS: Final = "local"
 DEFAULT_WAIT_TIMEOUT_SECS: Final = 1800.0
 MAX_RUN_ID_CHARS: Final = 256
+DEFAULT_MAX_LINE_BYTES: Final = 64 * 1024 * 1024
+SHARD_CODECS: Final = ("none", "gzip", "zstd")
 
 # "local" starts a private runtime owned by the worker; "auto" attaches to a
 # node-local head the user started; anything else must look like host:port or
@@ -62,6 +64,12 @@ class ElasticSettings:
     """Fail when a shard has had no claimant for this long while this instance may not claim it (strict mode)."""
     slots_per_node: int = 1
     """Shards one node processes at once, each in its own worker process and Ray runtime (e.g. one per GPU)."""
+    shard_codec: Literal["none", "gzip", "zstd"] = "none"
+    """How input shards are stored in the job dir: 'none' (plain .jsonl), 'gzip' (.jsonl.gz) or 'zstd' (.jsonl.zst)."""
+    max_line_bytes: int = DEFAULT_MAX_LINE_BYTES
+    """Longest input line prepare accepts; longer lines are refused (memory grows with this bound)."""
+    stream_merge: bool = False
+    """Append each shard to <export_path>.partial once all shards before it are done (docs/input-format.md)."""
 
     def __post_init__(self) -> None:
         def bad(name: str, value: Any, rule: str) -> ConfigError:
@@ -110,6 +118,12 @@ class ElasticSettings:
             raise bad("wait_timeout_secs", self.wait_timeout_secs, "must be a number > 0")
         if not _int_at_least(self.slots_per_node, 1):
             raise bad("slots_per_node", self.slots_per_node, "must be an integer >= 1")
+        if self.shard_codec not in SHARD_CODECS:
+            raise bad("shard_codec", self.shard_codec, f"use one of {', '.join(SHARD_CODECS)}")
+        if not _int_at_least(self.max_line_bytes, 1024):
+            raise bad("max_line_bytes", self.max_line_bytes, "must be an integer >= 1024")
+        if not isinstance(self.stream_merge, bool):
+            raise bad("stream_merge", self.stream_merge, "must be true or false")
         if self.require_all_nodes:
             if self.nodes is None:
                 raise bad("nodes", self.nodes, "require_all_nodes needs the number of nodes (elastic.nodes)")

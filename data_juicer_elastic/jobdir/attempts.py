@@ -229,7 +229,7 @@ def validate_result(
 ) -> Path:
     """Re-check an accepted result against its output file; IntegrityError naming the shard.
 
-    ``sink`` receives each line as it is validated (merge copies in the same read).
+    ``sink`` receives the output in blocks of whole, validated lines (merge copies in the same read).
     """
     where = f"shard {entry.shard_id}"
     if result.shard_id != entry.shard_id or result.input_sha256 != entry.sha256 or result.input_rows != entry.rows:

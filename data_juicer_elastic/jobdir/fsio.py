@@ -271,7 +271,11 @@ class BufferedCheckedWriter:
         self._limit = buffer_bytes
         self.path = self._raw.path
 
-    def write(self, data: bytes) -> None:
+    def write(self, data: bytes | memoryview) -> None:
+        if len(data) >= self._limit:  # a large block gains nothing from a copy into the buffer
+            self.flush()
+            self._raw.write(data)
+            return
         self._buffer += data
         if len(self._buffer) >= self._limit:
             self.flush()

@@ -1,89 +1,49 @@
-"""Reading user JSONL row by row: validation policy and row normalisation.
+"""Reading user JSONL: row normalisation in blocks, and shard-output validation.
 
-Policy for every malformed-input class (errors are InputError with ``where=file:line``):
+The validation policy (and its orjson accelerator) lives in :mod:`row_policy`; the table
+of every malformed-input class is in ``docs/input-format.md``.  Errors are InputError with
+``where=file:line``.
 
-* Each non-empty line must be one JSON **object** in UTF-8.  Arrays, scalars,
-  malformed JSON, invalid UTF-8 and raw control bytes (NUL...) are rejected.
-* Blank or whitespace-only lines are rejected: they are usually a sign of a
-  concatenation or export bug, and Data-Juicer's readers disagree about them.
-* Line endings: LF and CRLF are both accepted; shards are always written with LF.
-* A UTF-8 BOM is accepted (and dropped) at the very start of a file only, where
-  Windows editors put it; anywhere else it is invalid JSON.
-* A missing final newline is accepted: the last line is a row.
-* NaN, Infinity and numbers that overflow a double are rejected: they are not
-  JSON, and writers downstream would emit invalid JSON or lose the value.
-* Duplicate keys in one object are rejected: readers disagree on which wins.
-* Lone UTF-16 surrogate escapes (``"\\ud800"``) are rejected: they cannot be
-  encoded as UTF-8 by any writer downstream.
-* Nesting deeper than Python's JSON recursion limit is rejected.
-* Lines longer than ``max_line_bytes`` are rejected, which bounds memory.
-
-Normalisation: media paths (the values under ``media_keys``, each a list of
-strings or null) that are relative become absolute against ``base_dir``; absolute
-paths and URLs (``scheme://...``) are kept.  A missing ``index_key`` is filled with
-the global 0-based row index.  A row that needs no change keeps its original
-bytes (minus line ending and surrounding whitespace), so numbers and escapes are
-preserved exactly; a changed row is re-serialised compactly with
-``ensure_ascii=False`` and its keys in their original order.
+Normalisation: media paths (values under ``media_keys``, each a list of strings or
+null) that are relative become absolute against ``base_dir``; absolute paths and
+URLs are kept.  A missing ``index_key`` is appended as the last key with the global
+0-based row index, leaving the row's other bytes as written.  A row that needs no
+change keeps its original bytes (minus line ending and surrounding spaces/tabs); a
+row whose media paths change is re-serialised compactly (``ensure_ascii=False``,
+keys in their original order).
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
-import math
 import os
 import re
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
 
+import orjson
+
 from data_juicer_elastic.errors import InputError
 from data_juicer_elastic.jobdir import fsio
+from data_juicer_elastic.jobdir.codecs import prefetch
+from data_juicer_elastic.jobdir.row_policy import (  # noqa: F401 - MAX_DEPTH, count_byte, parse_row: re-exported
+    MAX_DEPTH,
+    RowError,
+    block_proven,
+    count_byte,
+    fast_row,
+    parse_row,  # stats.overall reads merged rows with it
+    reference_row,
+    serialise_row,
+)
 
 MAX_LINE_BYTES: Final = 64 * 1024 * 1024
+BLOCK_BYTES: Final = 8 * 1024 * 1024
 _BOM: Final = b"\xef\xbb\xbf"
 _URL: Final = re.compile(r"^[A-Za-z][A-Za-z0-9+.\-]*://")
-# A backslash-u escape into the surrogate range; only rows matching it get the (slower) full check.
-_SURROGATE_ESCAPE: Final = re.compile(rb"\\u[dD][89a-fA-F]")
-
-
-class _RowError(ValueError):
-    pass
-
-
-def _pairs_hook(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
-    obj = dict(pairs)
-    if len(obj) != len(pairs):
-        seen: set[str] = set()
-        for key, _ in pairs:
-            if key in seen:
-                raise _RowError(f"duplicate key {key!r} in one object")
-            seen.add(key)
-    return obj
-
-
-def _parse_constant(name: str) -> Any:
-    raise _RowError(f"{name} is not valid JSON")
-
-
-def _parse_float(text: str) -> float:
-    value = float(text)
-    if math.isinf(value):
-        raise _RowError(f"number {text[:40]} overflows a double")
-    return value
-
-
-def parse_row(text: str) -> dict[str, Any]:
-    """One JSON object with the strict policy above; _RowError/ValueError otherwise."""
-    try:
-        obj = json.loads(text, object_pairs_hook=_pairs_hook, parse_constant=_parse_constant, parse_float=_parse_float)
-    except RecursionError:
-        raise _RowError("JSON nested too deeply") from None
-    if not isinstance(obj, dict):
-        raise _RowError(f"each line must be a JSON object, got {type(obj).__name__}")
-    return obj
 
 
 def is_url(value: str) -> bool:
@@ -98,109 +58,166 @@ class NormaliseOptions:
     max_line_bytes: int = MAX_LINE_BYTES
 
 
-@dataclass
-class FileScan:
-    """What streaming one input file produced (rows, raw sha256, normalised bytes)."""
+class RowNormaliser:
+    """Validates and normalises the rows of one input file, a list of lines at a time.
 
-    rows: int = 0
-    sha256: str = ""
-    size: int = 0
-    normalised_bytes: int = 0
-
-
-def iter_normalised(
-    path: Path, display: str, options: NormaliseOptions, first_index: int, scan: FileScan
-) -> Iterator[bytes]:
-    """Yield each row of ``path`` normalised, newline-terminated; fill ``scan`` as we go.
-
-    ``display`` is the name used in ``file:line`` error locations.  The raw bytes
-    are hashed as read, so the fingerprint describes exactly the bytes used.
+    ``lineno`` and ``rows`` count what has been accepted; ``first_index`` is the
+    global index of the file's first row (for ``index_key``).
     """
-    digest = hashlib.sha256()
-    media_fields = [k for k in dict.fromkeys(options.media_keys.values()) if k]
-    limit = options.max_line_bytes
-    with fsio.open_read(path) as handle:
-        lineno = 0
-        while True:
-            raw = handle.readline(limit + 1)
-            if not raw:
-                break
-            lineno += 1
-            where = f"{display}:{lineno}"
-            digest.update(raw)
-            scan.size += len(raw)
-            if len(raw) > limit and not raw.endswith(b"\n"):
-                raise InputError(
-                    f"line longer than {limit} bytes",
-                    where=where,
-                    hint="split huge rows or raise the line limit",
-                )
-            body = raw[:-1] if raw.endswith(b"\n") else raw
-            if body.endswith(b"\r"):
-                body = body[:-1]
-            if lineno == 1 and body.startswith(_BOM):
-                body = body[len(_BOM) :]
-            body = body.strip(b" \t")
-            if not body.strip(b" \t\r\n"):
+
+    def __init__(self, display: str, options: NormaliseOptions, first_index: int):
+        self.display = display
+        self.options = options
+        self.media_fields = [k for k in dict.fromkeys(options.media_keys.values()) if k]
+        self.index_key = options.index_key
+        self._index_suffix = orjson.dumps(options.index_key) + b":" if options.index_key else b""
+        self.first_index = first_index
+        self.rows = 0
+
+    def lines(self, lines: list[bytes], region: tuple[bytes, int, int] | None = None) -> list[bytes] | None:
+        """Validate ``lines`` (no line endings); None when every one is kept byte for byte,
+        else the normalised lines.  InputError naming file:line on the first bad one.
+
+        ``region`` is ``(raw, start, stop)`` when ``raw[start:stop]`` is exactly these lines
+        with their newlines: duplicate keys and depth are then proven for the whole block
+        with two C-level scans instead of per-row work (see the module docstring).
+        """
+        if region is not None:
+            parsed = self._parse_clean(lines)
+            if parsed is not None:  # every line a bare object needing no change: one block proof
+                if not block_proven(region, parsed, 0):
+                    self._prove_each(lines, range(len(lines)))
+                self.rows += len(lines)
+                return None
+        return self._lines_one_by_one(lines, region)
+
+    def _parse_clean(self, lines: list[bytes]) -> list[dict[str, Any]] | None:
+        """The hot loop: every line a bare ``{...}`` that orjson parses to an object whose media
+        paths (if any) are already absolute and which has its index key; else None (the block
+        then goes row by row, which also words any error)."""
+        loads, decode_error, parsed = orjson.loads, orjson.JSONDecodeError, []
+        append, media, index_key, base = parsed.append, self.media_fields, self.index_key, self.options.base_dir
+        try:
+            for line in lines:
+                if line[:1] != b"{" or line[-1:] != b"}":
+                    return None
+                obj = loads(line)
+                if type(obj) is not dict:
+                    return None
+                for key in media:
+                    if obj.get(key) is not None and _media_changes(obj, [key], base):
+                        return None
+                if index_key is not None and index_key not in obj:
+                    return None
+                append(obj)
+        except (decode_error, RowError):
+            return None
+        return parsed
+
+    def _lines_one_by_one(self, lines: list[bytes], region: tuple[bytes, int, int] | None) -> list[bytes] | None:
+        out: list[bytes] | None = None
+        needs_rows = bool(self.media_fields or self.index_key)
+        loads, decode_error = orjson.loads, orjson.JSONDecodeError
+        parsed: list[dict[str, Any]] = []
+        unproven: list[int] = []  # indexes of rows parsed by orjson whose keys/depth still need proof
+        singles = 0  # raw colons of rows judged one by one (outside the block proof)
+        for i, line in enumerate(lines):
+            obj = None
+            if line[-1:] == b"}" and line[:1] == b"{":
+                try:
+                    obj = loads(line)
+                except decode_error:
+                    pass
+                if type(obj) is not dict:
+                    obj = None
+            if obj is None:
+                try:
+                    new = self._row(line, None, self.rows + i)  # judged alone, fully
+                except InputError:
+                    self._prove_each(lines, unproven)  # an earlier bad row is the one to report
+                    raise
+                if region is not None:
+                    singles += line.count(b":")
+            else:
+                parsed.append(obj)
+                unproven.append(i)
+                new = self._normalise(line, obj, self.rows + i) if needs_rows else line
+            if new is not line and out is None:
+                out = lines[:i]
+            if out is not None:
+                out.append(new)
+        if unproven and not (region is not None and block_proven(region, parsed, singles)):
+            self._prove_each(lines, unproven)
+        self.rows += len(lines)
+        return out
+
+    def _prove_each(self, lines: list[bytes], indexes: Iterable[int]) -> None:
+        for i in indexes:
+            if fast_row(lines[i]) is None:  # the reference words the error (or accepts: an escaped-colon key)
+                self._row(lines[i], None, self.rows + i)
+
+    def _row(self, line: bytes, obj: dict[str, Any] | None, row_in_file: int) -> bytes:
+        """The slow path of one line: strip, judge by the reference if needed, normalise."""
+        body = line
+        if obj is None:
+            body = _strip(line, first=row_in_file == 0)
+            where = f"{self.display}:{row_in_file + 1}"
+            if not body:
                 raise InputError(
                     "blank line", where=where, hint="remove empty lines; every line must be one JSON object"
                 )
-            try:
-                text = body.decode("utf-8")
-            except UnicodeDecodeError as exc:
-                raise InputError(
-                    f"invalid UTF-8 at byte {exc.start} of the line", where=where, hint="re-encode the file as UTF-8"
-                ) from None
-            try:
-                row = parse_row(text)
-                changed = _normalise(row, media_fields, options, first_index + scan.rows)
-                out = _serialise(row) if changed else body
-                if not changed and _SURROGATE_ESCAPE.search(body):
-                    _serialise(row)  # raises on a lone surrogate
-            except _RowError as exc:
-                raise InputError(str(exc), where=where) from None
-            except json.JSONDecodeError as exc:
-                # The parser's own "line 1" would be confusing next to file:line; give the column.
-                raise InputError(f"invalid JSON: {exc.msg} at column {exc.colno}", where=where) from None
-            except ValueError as exc:
-                raise InputError(f"invalid JSON: {exc}", where=where) from None
-            scan.rows += 1
-            scan.normalised_bytes += len(out) + 1
-            yield out + b"\n"
-    scan.sha256 = digest.hexdigest()
+            obj = fast_row(body)
+            if obj is None:
+                try:
+                    obj = reference_row(body)
+                except (RowError, ValueError) as exc:
+                    raise InputError(str(exc), where=where) from None
+        return self._normalise(body, obj, row_in_file)
+
+    def _normalise(self, body: bytes, obj: dict[str, Any], row_in_file: int) -> bytes:
+        index = self.first_index + row_in_file
+        try:
+            if self.media_fields and _media_changes(obj, self.media_fields, self.options.base_dir):
+                row = reference_row(body)  # exact integers, original key order
+                _media_changes(row, self.media_fields, self.options.base_dir, apply=True)
+                if self.index_key and self.index_key not in row:
+                    row[self.index_key] = index
+                return serialise_row(row)
+        except RowError as exc:
+            raise InputError(str(exc), where=f"{self.display}:{row_in_file + 1}") from None
+        if self.index_key and self.index_key not in obj:
+            # Appended as the last key, like a dict insert; the rest of the row keeps its bytes.
+            return body[:-1] + (b"," if obj else b"") + self._index_suffix + str(index).encode() + b"}"
+        return body
 
 
-def _serialise(row: dict[str, Any]) -> bytes:
-    try:
-        return json.dumps(row, ensure_ascii=False, separators=(",", ":"), allow_nan=False).encode("utf-8")
-    except UnicodeEncodeError:
-        raise _RowError("string holds a lone UTF-16 surrogate, which UTF-8 cannot encode") from None
+def _strip(line: bytes, first: bool) -> bytes:
+    body = line[:-1] if line.endswith(b"\r") else line
+    if first and body.startswith(_BOM):
+        body = body[len(_BOM) :]
+    return body.strip(b" \t")
 
 
-def _normalise(row: dict[str, Any], media_fields: list[str], options: NormaliseOptions, index: int) -> bool:
+def _media_changes(row: dict[str, Any], media_fields: list[str], base_dir: str, apply: bool = False) -> bool:
     changed = False
     for key in media_fields:
-        if key not in row:
-            continue
-        value = row[key]
+        value = row.get(key)
         if value is None:
             continue
-        if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
-            raise _RowError(f"{key!r} must be a list of strings or null, got {_describe(value)}")
-        fixed = [_absolute(v, options.base_dir) for v in value]
+        if type(value) is not list or not all(type(v) is str for v in value):
+            raise RowError(f"{key!r} must be a list of strings or null, got {_describe(value)}")
+        fixed = [_absolute(v, base_dir) for v in value]
         if fixed != value:
-            row[key] = fixed
             changed = True
-    if options.index_key and options.index_key not in row:
-        row[options.index_key] = index
-        changed = True
+            if apply:
+                row[key] = fixed
     return changed
 
 
 def _absolute(value: str, base_dir: str) -> str:
     # Empty strings are left alone: there is no sensible absolute form, and the
     # operator that reads them reports the problem with its own context.
-    if not value or is_url(value) or os.path.isabs(value):
+    if not value or os.path.isabs(value) or is_url(value):
         return value
     # Plain join, no normpath: collapsing ".." through a symlinked directory would
     # change which file is meant.
@@ -214,6 +231,7 @@ def _describe(value: Any) -> str:
     return f"{type(value).__name__} {json.dumps(value)[:40]}"
 
 
+# -- shard outputs ----------------------------------------------------------------------------
 def validate_jsonl_output(
     path: Path, display: str, sink: Callable[[bytes], None] | None = None
 ) -> tuple[int, int, str]:
@@ -222,23 +240,52 @@ def validate_jsonl_output(
     Output parsing is lenient where input parsing is strict (NaN, duplicate keys):
     it exists to catch torn or truncated files, not to re-judge what the recipe wrote.
     Raises ValueError with ``file:line`` on a bad line or missing final newline.
-    ``sink`` receives every line (merge copies while it validates: one read per shard).
+    ``sink`` receives the file's bytes in order, in blocks of whole lines, each
+    after its lines were checked (merge copies while it validates: one read per shard).
     """
     digest = hashlib.sha256()
     rows = size = 0
-    with fsio.open_read(path) as handle:
-        for lineno, line in enumerate(handle, start=1):
-            digest.update(line)
-            size += len(line)
-            if not line.endswith(b"\n"):
-                raise ValueError(f"{display}:{lineno}: last line has no newline (truncated?)")
-            try:
-                obj = json.loads(line)
-            except (ValueError, RecursionError) as exc:
-                raise ValueError(f"{display}:{lineno}: not valid JSON ({exc})") from None
-            if not isinstance(obj, dict):
-                raise ValueError(f"{display}:{lineno}: not a JSON object")
-            rows += 1
+    carry = b""
+    loads, decode_error = orjson.loads, orjson.JSONDecodeError
+
+    def hashed_chunks() -> Iterator[bytes]:  # runs on the reader thread: read + sha256 overlap parsing
+        with fsio.open_read(path) as handle:
+            while chunk := handle.read(BLOCK_BYTES):
+                digest.update(chunk)
+                yield chunk
+
+    chunks = prefetch(hashed_chunks)
+    try:
+        for chunk in chunks:
+            size += len(chunk)
+            block = carry + chunk if carry else chunk
+            cut = block.rfind(b"\n") + 1  # whole lines end here; the rest waits for the next chunk
+            if not cut:
+                carry = block
+                continue
+            whole = block[:cut] if cut < len(block) else block
+            carry = block[cut:]
+            lines = whole.split(b"\n")
+            lines.pop()  # the empty piece after the last newline
+            for i, line in enumerate(lines):
+                try:
+                    obj = loads(line)
+                except decode_error:
+                    obj = _lenient(line, f"{display}:{rows + i + 1}")
+                if type(obj) is not dict:
+                    raise ValueError(f"{display}:{rows + i + 1}: not a JSON object")
+            rows += len(lines)
             if sink is not None:
-                sink(line)
+                sink(whole)
+    finally:
+        chunks.close()
+    if carry:
+        raise ValueError(f"{display}:{rows + 1}: last line has no newline (truncated?)")
     return rows, size, digest.hexdigest()
+
+
+def _lenient(line: bytes, where: str) -> Any:
+    try:
+        return json.loads(line)
+    except (ValueError, RecursionError) as exc:
+        raise ValueError(f"{where}: not valid JSON ({exc})") from None

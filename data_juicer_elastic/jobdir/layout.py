@@ -177,8 +177,11 @@ class JobLayout:
         return self.root / f".staging-{validate_attempt_id(token)}"
 
     # -- per shard -----------------------------------------------------------------
-    def shard(self, shard_id: str) -> Path:
-        return self.shards_dir / f"{validate_shard_id(shard_id)}.jsonl"
+    def shard(self, shard_id: str, suffix: str = ".jsonl") -> Path:
+        """The input shard file; ``suffix`` comes from the manifest's shard codec (codecs.SHARD_SUFFIX)."""
+        if suffix not in (".jsonl", ".jsonl.gz", ".jsonl.zst"):
+            raise JobDirError(f"invalid shard suffix {suffix!r}", where="shard codec")
+        return self.shards_dir / f"{validate_shard_id(shard_id)}{suffix}"
 
     def claim_dir(self, shard_id: str) -> Path:
         return self.claims_dir / validate_shard_id(shard_id)

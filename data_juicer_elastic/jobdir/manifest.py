@@ -9,6 +9,7 @@ from typing import Any, Final
 
 from data_juicer_elastic.errors import JobDirError
 from data_juicer_elastic.jobdir import fsio
+from data_juicer_elastic.jobdir.codecs import SHARD_SUFFIX
 from data_juicer_elastic.jobdir.layout import JobLayout, shard_id
 from data_juicer_elastic.jobdir.records import Manifest, manifest_checksum, recipe_hash
 
@@ -61,6 +62,11 @@ def validate_manifest(manifest: Manifest, where: str) -> None:
             raise bad(f"shard {entry.shard_id} starts at row {entry.first_row}, expected {next_row}")
         if not _SHA256.match(entry.sha256):
             raise bad(f"shard {entry.shard_id} has a malformed sha256")
+        compressed = manifest.shard_codec != "none"
+        if compressed != (entry.stored_bytes is not None and entry.stored_sha256 is not None) or (
+            compressed and not _SHA256.match(entry.stored_sha256 or "")
+        ):
+            raise bad(f"shard {entry.shard_id} does not describe its {manifest.shard_codec} file")
         next_row += entry.rows
     if next_row != manifest.total_rows:
         raise bad(f"shards hold {next_row} rows but total_rows is {manifest.total_rows}")
@@ -70,6 +76,8 @@ def validate_manifest(manifest: Manifest, where: str) -> None:
         raise bad("input rows do not add up to total_rows")
     if recipe_hash(manifest.recipe) != manifest.recipe_hash:
         raise bad("recipe_hash does not match the recorded recipe")
+    if manifest.shard_codec not in SHARD_SUFFIX:
+        raise bad(f"unknown shard_codec {manifest.shard_codec!r}")
     if manifest.dataset_kind not in ("file", "directory"):
         raise bad(f"unknown dataset_kind {manifest.dataset_kind!r}")
 

@@ -12,14 +12,18 @@ import os
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Final
 
 from loguru import logger
 
 from data_juicer_elastic.errors import IntegrityError, JobDirError, OutputExistsError
 from data_juicer_elastic.jobdir import attempts, confine, fsio, steps
+from data_juicer_elastic.jobdir.codecs import BackgroundIO, Syncer
 from data_juicer_elastic.jobdir.layout import JobLayout
 from data_juicer_elastic.jobdir.manifest import load_manifest
 from data_juicer_elastic.jobdir.records import Manifest, MergedShard, MergeRecord, ShardEntry, ShardResult
+
+SYNC_EVERY: Final = 256 * 1024 * 1024
 
 
 @dataclass(frozen=True)
@@ -73,37 +77,97 @@ def merge_job(job_dir: str | Path, output_path: str | Path, overwrite: bool = Fa
     output = Path(os.path.abspath(output_path))
     fsio.makedirs(output.parent)
     tmp = fsio.temp_path_for(output)
-    writer = fsio.BufferedCheckedWriter(tmp)
+    out = OutputAppender(fsio.BufferedCheckedWriter(tmp), sync_path=tmp)
     merged = []
     try:
-        digest_rows = digest_bytes = 0
-        digest = hashlib.sha256()
-
-        def sink(line: bytes) -> None:
-            writer.write(line)
-            digest.update(line)
-
-        total_bytes = sum(result.bytes for _, result in results)
+        total_bytes, done_bytes = sum(result.bytes for _, result in results), 0
         for entry, result in results:
-            merged.append(_copy_shard(layout, entry, result, sink))
-            digest_rows += result.rows
-            digest_bytes += result.bytes
-            steps.report("merge", digest_bytes, total_bytes)
+            merged.append(copy_shard(layout, entry, result, out.append))
+            done_bytes += result.bytes
+            steps.report("merge", done_bytes, total_bytes)
             fsio.fault_point("merge", tmp)  # named crash point (coordination.crashpoints)
-        writer.finish()  # fsync + checked close before anything is published
+        out.finish()  # fsync + checked close before anything is published
     except BaseException:
-        writer.abort()
+        out.abort()
         raise
-    sha = digest.hexdigest()
     fsio.fault_point("finalize", output)  # named crash point: merged, not yet published
     try:
-        written = _publish_output(tmp, output, overwrite)
+        written = publish_output(tmp, output, overwrite)
     finally:
         fsio.remove(tmp)
+    return record_merge(layout, manifest, output, merged, out.digest.hexdigest(), written)
+
+
+class OutputAppender:
+    """Appends validated blocks to the merged output on a background thread, hashing them there.
+
+    Validation (the reader thread hashes each shard, this thread parses every line)
+    and the copy (this writer thread) overlap; see codecs.BackgroundIO.
+    """
+
+    def __init__(self, writer, digest=None, sync_path: Path | None = None):
+        self.writer = writer
+        self.digest = digest if digest is not None else hashlib.sha256()
+        self.bytes = 0
+        self._io = BackgroundIO()
+        # Writeback of what is already written starts on a helper thread every SYNC_EVERY
+        # bytes, so the final fsync before publication has little left to wait for.
+        self._sync_path, self._syncer, self._unsynced = sync_path, Syncer() if sync_path else None, 0
+
+    def _write(self, block: bytes) -> None:
+        self.digest.update(block)
+        self.writer.write(block)
+        self._unsynced += len(block)
+        if self._syncer is not None and self._unsynced >= SYNC_EVERY:
+            self._syncer.wait()  # at most one early fsync in flight
+            self._syncer.fsync(self._sync_path)
+            self._unsynced = 0
+
+    def append(self, block: bytes) -> None:
+        self.bytes += len(block)
+        self._io.submit(self._write, block)
+
+    def drain(self) -> None:
+        self._io.drain()
+
+    def finish(self) -> None:
+        try:
+            self._io.drain()
+        finally:
+            self._io.close()
+            self._close_syncer()
+        self.writer.finish()
+
+    def _close_syncer(self) -> None:
+        if self._syncer is not None:
+            try:
+                self._syncer.wait()
+            finally:
+                self._syncer.close()
+                self._syncer = None
+
+    def abort(self) -> None:
+        try:
+            self._io.drain()
+        except BaseException:
+            pass
+        self._io.close()
+        try:
+            self._close_syncer()
+        except BaseException:
+            pass
+        self.writer.abort()
+
+
+def record_merge(
+    layout: JobLayout, manifest: Manifest, output: Path, merged: list[MergedShard], sha: str, written: bool
+) -> MergeResult:
+    """Write merge.json for a published output; the MergeResult callers report."""
+    rows, size = sum(m.rows for m in merged), sum(m.bytes for m in merged)
     record = MergeRecord(
         output_path=str(output),
-        rows=digest_rows,
-        bytes=digest_bytes,
+        rows=rows,
+        bytes=size,
         sha256=sha,
         job_id=manifest.job_id,
         content_sha256=manifest.content_sha256,
@@ -111,17 +175,17 @@ def merge_job(job_dir: str | Path, output_path: str | Path, overwrite: bool = Fa
         merged_at=time.time(),
     )
     fsio.atomic_write(layout.merge_record, record.encode())
-    logger.info(f"merged {len(results)} shards, {digest_rows} rows into {output}" + ("" if written else " (unchanged)"))
-    return MergeResult(output, digest_rows, digest_bytes, sha, len(results), written)
+    logger.info(f"merged {len(merged)} shards, {rows} rows into {output}" + ("" if written else " (unchanged)"))
+    return MergeResult(output, rows, size, sha, len(merged), written)
 
 
-def _copy_shard(layout: JobLayout, entry: ShardEntry, result: ShardResult, sink) -> MergedShard:
+def copy_shard(layout: JobLayout, entry: ShardEntry, result: ShardResult, sink) -> MergedShard:
     """Copy one accepted output while re-validating it against its record (one read)."""
     attempts.validate_result(layout, entry, result, sink)
     return MergedShard(entry.shard_id, result.attempt_id, result.rows, result.bytes, result.sha256)
 
 
-def _publish_output(tmp: Path, output: Path, overwrite: bool) -> bool:
+def publish_output(tmp: Path, output: Path, overwrite: bool) -> bool:
     """True when we wrote ``output``; False when an identical file was already there."""
     if fsio.exists(output):
         if fsio.same_bytes(tmp, output):

@@ -1,12 +1,11 @@
 """Prepare a job: validate and split the input into shards, publish the manifest last.
 
-Two streaming passes (memory stays bounded by one line):
-
-1. validate every row, fingerprint every input file (sha256, size, mtime_ns,
-   rows) and total the normalised bytes;
-2. normalise again and write exactly ``num_shards`` non-empty contiguous shards
-   balanced by normalised bytes into a private staging directory, re-hashing
-   the inputs: any difference from pass 1 is an InputChangedError.
+The input is read once (``ingest``): every row validated and normalised, every
+input file fingerprinted (sha256 of its stored bytes, size, mtime_ns, rows), and
+exactly ``num_shards`` non-empty contiguous shards balanced by normalised bytes
+written into a private staging directory (a second, parse-free pass over the
+staged bytes only when the first pass could not cut the final shards itself).
+Memory stays bounded by one line plus a few read blocks.
 
 Then the staged ``shards/`` directory is renamed into place (a rename onto a
 non-empty directory fails, so concurrent preparers cannot interleave shards),
@@ -30,8 +29,10 @@ from typing import Any, Final
 from loguru import logger
 
 from data_juicer_elastic.errors import ConfigError, InputChangedError, InputError, JobDirError
-from data_juicer_elastic.jobdir import confine, fsio, steps
-from data_juicer_elastic.jobdir.jsonl import MAX_LINE_BYTES, FileScan, NormaliseOptions, iter_normalised
+from data_juicer_elastic.jobdir import confine, fsio
+from data_juicer_elastic.jobdir.codecs import CODECS, SHARD_SUFFIX, input_codec
+from data_juicer_elastic.jobdir.ingest import InputItem, ingest
+from data_juicer_elastic.jobdir.jsonl import MAX_LINE_BYTES, NormaliseOptions
 from data_juicer_elastic.jobdir.layout import MAX_SHARDS, JobLayout
 from data_juicer_elastic.jobdir.manifest import load_manifest
 from data_juicer_elastic.jobdir.records import (
@@ -41,9 +42,7 @@ from data_juicer_elastic.jobdir.records import (
     canonical_json,
     recipe_hash,
 )
-from data_juicer_elastic.jobdir.splitter import ShardSplitter
 
-_REPORT_EVERY: Final = 0x3FFF  # progress report (jobdir.steps) every 16,384 rows, never per row
 DEFAULT_MEDIA_KEYS: Final = {"image_key": "images", "audio_key": "audios", "video_key": "videos"}
 
 
@@ -60,18 +59,13 @@ class PrepareRequest:
     versions: dict[str, str] = field(default_factory=dict)
     ray: dict[str, Any] = field(default_factory=dict)
     max_line_bytes: int = MAX_LINE_BYTES
+    shard_codec: str = "none"  # "none" | "gzip" | "zstd": how shard files are stored
 
 
 @dataclass(frozen=True)
 class PrepareOutcome:
     manifest: Manifest
     created: bool
-
-
-@dataclass(frozen=True)
-class _Input:
-    path: Path  # absolute
-    relpath: str  # POSIX, relative to the dataset root (file name for one file)
 
 
 def prepare_job(request: PrepareRequest) -> PrepareOutcome:
@@ -90,27 +84,26 @@ def prepare_job(request: PrepareRequest) -> PrepareOutcome:
         index_key=request.index_key,
         max_line_bytes=request.max_line_bytes,
     )
-    fingerprints, total_bytes = _pass_one(inputs, options)
-    total_rows = sum(f.rows for f in fingerprints)
-    if total_rows == 0:
-        raise InputError("the input holds no rows", where=str(dataset), hint="point dataset_path at non-empty JSONL")
-    if request.num_shards > total_rows:
-        raise ConfigError(
-            f"num_shards={request.num_shards} is more than the {total_rows} input rows",
-            where="num_shards",
-            hint=f"use at most {total_rows} shards",
-        )
-
     fsio.makedirs(layout.root)
     confine.check_ours(layout)  # never litter a directory that is not a job (or planted links)
     token = f"{int(time.time())}-{os.getpid()}-{secrets.token_hex(4)}"
     staging = layout.staging_dir(token)
     confine.ensure_dir(layout, staging / "shards")
     try:
-        shards, content_sha = _pass_two(
-            inputs, fingerprints, options, staging / "shards", request.num_shards, total_rows, total_bytes
-        )
-        _publish_shards(layout, staging / "shards", shards)
+        ingested = ingest(inputs, options, staging, staging / "shards", request.num_shards, request.shard_codec)
+        if ingested is None:
+            raise InputError(
+                "the input holds no rows", where=str(dataset), hint="point dataset_path at non-empty JSONL"
+            )
+        total_rows, total_bytes, fingerprints = ingested.total_rows, ingested.total_bytes, ingested.inputs
+        if request.num_shards > total_rows:
+            raise ConfigError(
+                f"num_shards={request.num_shards} is more than the {total_rows} input rows",
+                where="num_shards",
+                hint=f"use at most {total_rows} shards",
+            )
+        shards, content_sha = ingested.shards, ingested.content_sha256
+        _publish_shards(layout, staging / "shards", shards, request.shard_codec)
         for directory in (layout.cache_dir, layout.claims_dir, layout.done_dir, layout.attempts_dir):
             confine.ensure_dir(layout, directory)
         _publish_recipe(layout, staging, request.recipe)
@@ -134,12 +127,16 @@ def prepare_job(request: PrepareRequest) -> PrepareOutcome:
             settings=dict(request.settings),
             shards=shards,
             request_fingerprint=_fingerprint(request, dataset, rhash, fingerprints),
+            shard_codec=request.shard_codec,
         )
         staged_manifest = staging / "manifest.json"
         fsio.write_new(staged_manifest, manifest.encode())
         # Published last, exclusively: its presence is what "prepared" means.
         if fsio.publish_exclusive(staged_manifest, layout.manifest):
-            logger.info(f"prepared {layout.root}: {total_rows} rows in {request.num_shards} shards")
+            logger.info(
+                f"prepared {layout.root}: {total_rows} rows in {request.num_shards} shards "
+                f"({ingested.passes} pass{'es' if ingested.passes > 1 else ''})"
+            )
             return PrepareOutcome(manifest, created=True)
         # A concurrent preparer won; fine if it prepared the same thing.
         return PrepareOutcome(_check_existing(layout, request, dataset, rhash, inputs), created=False)
@@ -160,6 +157,10 @@ def _check_request(request: PrepareRequest) -> tuple[Path, str]:
         raise ConfigError("stage_identities must be a list of strings", where="stage_identities")
     if not isinstance(request.recipe, dict):
         raise ConfigError("the shard recipe must be a dict", where="recipe")
+    if request.shard_codec not in CODECS:
+        raise ConfigError(
+            f"unknown shard codec {request.shard_codec!r}", where="shard_codec", hint=f"use one of {', '.join(CODECS)}"
+        )
     dataset = Path(os.path.abspath(request.dataset_path))
     if dataset.is_file():
         kind = "file"
@@ -182,107 +183,35 @@ def _media_keys(request: PrepareRequest) -> dict[str, str]:
     return {name: key for name, key in request.media_keys.items() if key}
 
 
-def discover_inputs(dataset: Path) -> list[_Input]:
-    """One file, or every ``*.jsonl`` below a directory sorted by relative POSIX path."""
+def discover_inputs(dataset: Path) -> list[InputItem]:
+    """One file, or every ``*.jsonl``/``*.jsonl.gz``/``*.jsonl.zst`` below a directory, sorted by
+    relative POSIX path."""
     if dataset.is_file():
-        return [_Input(dataset, dataset.name)]
-    found: list[_Input] = []
+        # A single file is JSONL whatever its name; only a .gz/.zst ending chooses a decoder.
+        codec = input_codec(dataset.name) or {".gz": "gzip", ".zst": "zstd"}.get(dataset.suffix, "none")
+        return [InputItem(dataset, dataset.name, codec)]
+    found: list[InputItem] = []
     # os.walk without following directory symlinks: the order and the set of files
     # must not depend on link loops; linked *files* are read like any file.
     for root, dirs, files in os.walk(dataset):
         dirs.sort()
         for name in files:
-            if name.endswith(".jsonl"):
+            codec = input_codec(name)
+            if codec is not None:
                 path = Path(root) / name
-                found.append(_Input(path, path.relative_to(dataset).as_posix()))
+                found.append(InputItem(path, path.relative_to(dataset).as_posix(), codec))
     found.sort(key=lambda item: item.relpath)
     if not found:
-        raise InputError("no *.jsonl files found", where=str(dataset), hint="directory inputs are searched recursively")
+        raise InputError(
+            "no *.jsonl, *.jsonl.gz or *.jsonl.zst files found",
+            where=str(dataset),
+            hint="directory inputs are searched recursively",
+        )
     return found
 
 
-def _pass_one(inputs: list[_Input], options: NormaliseOptions) -> tuple[list[InputFile], int]:
-    fingerprints: list[InputFile] = []
-    total_bytes = 0
-    first_index = 0
-    input_bytes, read_before = sum(fsio.stat(item.path).st_size for item in inputs), 0
-    for item in inputs:
-        before = fsio.stat(item.path)
-        scan = FileScan()
-        for row in iter_normalised(item.path, str(item.path), options, first_index, scan):
-            del row  # pass 1 only validates and counts
-            if not scan.rows & _REPORT_EVERY:
-                steps.report("prepare: validating input", read_before + scan.size, input_bytes)
-        read_before += scan.size
-        steps.report("prepare: validating input", read_before, input_bytes)
-        after = fsio.stat(item.path)
-        if (before.st_size, before.st_mtime_ns) != (after.st_size, after.st_mtime_ns) or scan.size != after.st_size:
-            raise InputChangedError(
-                "input changed while it was being read",
-                where=str(item.path),
-                hint="stop whatever writes the input and prepare again",
-            )
-        fingerprints.append(
-            InputFile(str(item.path), item.relpath, scan.sha256, after.st_size, after.st_mtime_ns, scan.rows)
-        )
-        total_bytes += scan.normalised_bytes
-        first_index += scan.rows
-    return fingerprints, total_bytes
-
-
-def _pass_two(
-    inputs: list[_Input],
-    fingerprints: list[InputFile],
-    options: NormaliseOptions,
-    out_dir: Path,
-    n: int,
-    total_rows: int,
-    total_bytes: int,
-) -> tuple[list[ShardEntry], str]:
-    splitter = ShardSplitter(out_dir, n, total_rows, total_bytes)
-    first_index = 0
-    input_bytes, read_before = sum(f.size for f in fingerprints), 0
-    try:
-        for item, old in zip(inputs, fingerprints, strict=True):
-            scan = FileScan()
-            try:
-                for row in iter_normalised(item.path, str(item.path), options, first_index, scan):
-                    if splitter.seen >= total_rows:  # the input grew since pass 1
-                        raise _changed(item.path, old, detail="more rows than in the first pass")
-                    splitter.add(row)
-                    if not scan.rows & _REPORT_EVERY:
-                        steps.report("prepare: writing shards", read_before + scan.size, input_bytes)
-            except InputError as exc:
-                # Pass 1 accepted this file, so a bad row now means it was modified.
-                raise _changed(item.path, old, detail=str(exc)) from None
-            now = fsio.stat(item.path)
-            if (scan.sha256, scan.rows, now.st_size, now.st_mtime_ns) != (old.sha256, old.rows, old.size, old.mtime_ns):
-                raise _changed(item.path, old, new_sha=scan.sha256 or None)
-            first_index += scan.rows
-            read_before += scan.size
-            steps.report("prepare: writing shards", read_before, input_bytes)
-        if splitter.cum != total_bytes:  # pragma: no cover - implied by equal input hashes
-            raise InputChangedError("normalised size differs between passes", where=str(out_dir))
-        return splitter.finish(), splitter.content.hexdigest()
-    except BaseException:
-        splitter.abort()
-        raise
-
-
-def _changed(path: Path, old: InputFile, new_sha: str | None = None, detail: str = "") -> InputChangedError:
-    if new_sha is None:
-        try:
-            new_sha = fsio.file_sha256(path)[1]
-        except OSError as exc:
-            new_sha = f"unreadable ({exc.strerror})"
-    message = f"input changed during prepare: sha256 {old.sha256} -> {new_sha}"
-    if detail:
-        message += f" ({detail})"
-    return InputChangedError(message, where=str(path), hint="keep inputs unchanged while preparing; prepare again")
-
-
 # -- publication ------------------------------------------------------------------------------
-def _publish_shards(layout: JobLayout, staged: Path, shards: list[ShardEntry]) -> None:
+def _publish_shards(layout: JobLayout, staged: Path, shards: list[ShardEntry], codec: str) -> None:
     try:
         fsio.move(staged, layout.shards_dir)
         return
@@ -290,11 +219,11 @@ def _publish_shards(layout: JobLayout, staged: Path, shards: list[ShardEntry]) -
         if exc.errno not in (errno.EEXIST, errno.ENOTEMPTY):
             raise
     # Another preparer (or a crashed earlier run) already placed shards: they must be ours, byte for byte.
-    expected = {f"{e.shard_id}.jsonl": e for e in shards}
+    expected = {f"{e.shard_id}{SHARD_SUFFIX[codec]}": e for e in shards}
     present = {n for n in fsio.list_names(layout.shards_dir) if not n.startswith(".")}
     mismatch = sorted(present ^ set(expected))
     for name, entry in expected.items():
-        if name in present and fsio.file_sha256(layout.shards_dir / name) != (entry.bytes, entry.sha256):
+        if name in present and fsio.file_sha256(layout.shards_dir / name) != entry.stored():
             mismatch.append(name)
     if mismatch:
         raise JobDirError(
@@ -327,11 +256,13 @@ def _fingerprint(request: PrepareRequest, dataset: Path, rhash: str, inputs: lis
         "index_key": request.index_key,
         "inputs": [[f.relpath, f.size, f.mtime_ns] for f in inputs],
     }
+    if request.shard_codec != "none":  # absent otherwise, so fingerprints of older jobs stay the same
+        identity["shard_codec"] = request.shard_codec
     return hashlib.sha256(canonical_json(identity)).hexdigest()
 
 
 def _check_existing(
-    layout: JobLayout, request: PrepareRequest, dataset: Path, rhash: str, inputs: list[_Input]
+    layout: JobLayout, request: PrepareRequest, dataset: Path, rhash: str, inputs: list[InputItem]
 ) -> Manifest:
     manifest = load_manifest(layout.root)
     differences = []
@@ -342,6 +273,7 @@ def _check_existing(
         ("stage identities", manifest.stage_identities, list(request.stage_identities)),
         ("media_keys", manifest.media_keys, _media_keys(request)),
         ("index_key", manifest.index_key, request.index_key),
+        ("shard_codec", manifest.shard_codec, request.shard_codec),
     ):
         if old != new and name == "stage identities":
             at = next((i for i, (a, b) in enumerate(zip(old, new, strict=False)) if a != b), min(len(old), len(new)))

@@ -223,8 +223,16 @@ class ShardEntry:
     index: int
     first_row: int  # global 0-based index of the shard's first row
     rows: int
-    bytes: int
-    sha256: str
+    bytes: int  # normalised content bytes (what balancing and total_bytes count)
+    sha256: str  # of the normalised content
+    stored_bytes: int | None = None  # of the file as stored, when a shard codec compresses it
+    stored_sha256: str | None = None
+
+    def stored(self) -> tuple[int, str]:
+        """(size, sha256) of the shard file on disk."""
+        if self.stored_bytes is None or self.stored_sha256 is None:
+            return self.bytes, self.sha256
+        return self.stored_bytes, self.stored_sha256
 
 
 @dataclass(frozen=True)
@@ -249,6 +257,7 @@ class Manifest(Record):
     settings: dict[str, Any]
     shards: list[ShardEntry]
     request_fingerprint: str
+    shard_codec: str = "none"  # how shard files are stored: "none" | "gzip" | "zstd" (codecs.SHARD_SUFFIX)
     # sha256 of the canonical record without this field, written by encode(): a flipped byte
     # that still parses (a digit of a shard's sha256) is refused before any claim.
     checksum: str | None = None

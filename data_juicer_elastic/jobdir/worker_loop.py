@@ -21,6 +21,7 @@ from loguru import logger
 
 from data_juicer_elastic.errors import ConfigError, IntegrityError, LeaseLostError, is_worker_fault, storage_error
 from data_juicer_elastic.jobdir import attempts, claiming, confine, fsio, leases, progress
+from data_juicer_elastic.jobdir.codecs import SHARD_SUFFIX
 from data_juicer_elastic.jobdir.identity import WorkerIdentity
 from data_juicer_elastic.jobdir.layout import JobLayout
 from data_juicer_elastic.jobdir.manifest import check_shard_files, load_manifest
@@ -244,7 +245,7 @@ class _Worker:
             tracker.start_writing()
             task = ShardTask(
                 shard_id=entry.shard_id,
-                shard_path=self.layout.shard(entry.shard_id),
+                shard_path=self.layout.shard(entry.shard_id, SHARD_SUFFIX[self.manifest.shard_codec]),
                 attempt_dir=attempt.dir,
                 generation=claim.generation,
                 attempt_id=claim.attempt_id,
@@ -314,9 +315,10 @@ class _Worker:
 
     def _check_input(self, task: ShardTask, entry: ShardEntry) -> None:
         size, sha = fsio.file_sha256(task.shard_path)
-        if (size, sha) != (entry.bytes, entry.sha256):
+        expected_size, expected_sha = entry.stored()
+        if (size, sha) != (expected_size, expected_sha):
             raise IntegrityError(
-                f"input shard is corrupt: expected bytes={entry.bytes} sha256={entry.sha256}, "
+                f"input shard is corrupt: expected bytes={expected_size} sha256={expected_sha}, "
                 f"found bytes={size} sha256={sha}",
                 where=f"shard {entry.shard_id}",
                 hint="the job directory was modified after prepare; prepare a new job_dir",

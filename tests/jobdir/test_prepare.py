@@ -193,17 +193,20 @@ def test_input_changed_since_prepare_shows_old_and_new_sha(tmp_path):
     assert old in info.value.message and new in info.value.message
 
 
-def test_input_changed_between_passes_is_detected(tmp_path):
+def test_input_changed_while_prepare_reads_it_is_detected(tmp_path):
+    # Prepare reads each input once; a change during that read (here: right after the
+    # last block, before the closing stat) must fail, showing the sha read and the sha now.
     data = write_rows(tmp_path / "in.jsonl", make_rows(20))
     old = hashlib.sha256(data.read_bytes()).hexdigest()
-    opens = []
+    opened = []
 
     def hook(op, path):
         if op == "open" and path == data:
-            opens.append(path)
-            if len(opens) == 2:  # pass 2 starts: change one byte, same size
-                content = data.read_bytes()
-                data.write_bytes(content.replace(b"row 5", b"row 6", 1))
+            opened.append(path)
+        elif op == "stat" and path == data and len(opened) == 1:  # the stat right after the read
+            opened.append(path)
+            content = data.read_bytes()
+            data.write_bytes(content.replace(b"row 5", b"row 6", 1))
 
     fsio.set_fault_hook(hook)
     try:
@@ -213,6 +216,7 @@ def test_input_changed_between_passes_is_detected(tmp_path):
         fsio.set_fault_hook(None)
     new = hashlib.sha256(data.read_bytes()).hexdigest()
     assert old in info.value.message and new in info.value.message
+    assert info.value.where == str(data)
     assert not (tmp_path / "job" / "manifest.json").exists()
 
 

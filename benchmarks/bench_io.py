@@ -1,0 +1,242 @@
+"""Prepare and merge against the copy tools on the same disk (issue 7): one run, ratios.
+
+  prepare ratio = prepare MB/s / `cp` MB/s of the same input file (target >= 0.5)
+  merge ratio   = merge MB/s (every line parsed, every shard re-hashed, the merged sha256)
+                  / `cat` MB/s of the same shard outputs into one file (target >= 0.5)
+  gz / zst      = prepare MB/s of input.jsonl.gz / .zst / `zcat` / `zstd -dc` MB/s to /dev/null,
+                  both counted in decompressed bytes
+
+Prepare and merge fsync what they write; `cp` and `cat` do not, so each ratio is also
+given against "cp; sync FILE" / "cat > FILE; sync FILE".  The page cache cannot be
+dropped here (no root on the host), so every input is read once before timing and the
+sides alternate (baseline, ours, baseline, ours, ...) so both see the same warm cache and
+the same neighbours; the median of ``--repeat`` runs is reported, with `uptime` before and
+after each section.  CPU seconds per GB (user + sys, all threads / the child process) are
+reported too: on a shared machine they say more about the cost than wall time does.
+
+    python benchmarks/bench_io.py --workdir /tmp/dje-io --size-gb 1.0 --out benchmarks/results/bench_io.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import resource
+import shutil
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+from data_juicer_elastic.jobdir.identity import WorkerIdentity  # noqa: E402
+from data_juicer_elastic.jobdir.merge import merge_job  # noqa: E402
+from data_juicer_elastic.jobdir.prepare import PrepareRequest, prepare_job  # noqa: E402
+from data_juicer_elastic.jobdir.tasks import ShardOutput  # noqa: E402
+from data_juicer_elastic.jobdir.worker_loop import run_worker  # noqa: E402
+
+MB = 1e6
+
+
+def uptime() -> str:
+    return subprocess.run(["uptime"], capture_output=True, text=True).stdout.strip()
+
+
+def generate(path: Path, size: int, seed: int = 7) -> int:
+    """Text rows like a pre-training corpus: ~1.7 kB of words, an id, a small meta object with a URL."""
+    import orjson
+
+    rng = random.Random(seed)
+    words = ["".join(rng.choice("abcdefghijklmnopqrstuvwxyz") for _ in range(rng.randint(2, 10))) for _ in range(5000)]
+    written = rows = 0
+    with open(path, "wb") as handle:
+        batch = []
+        while written < size:
+            text = " ".join(rng.choices(words, k=rng.randint(50, 400)))
+            meta = {"source": "bench", "url": f"https://example.com/doc/{rows}", "lang": "en"}
+            line = orjson.dumps({"id": rows, "text": text, "meta": meta}) + b"\n"
+            batch.append(line)
+            written += len(line)
+            rows += 1
+            if len(batch) >= 4096:
+                handle.write(b"".join(batch))
+                batch = []
+        handle.write(b"".join(batch))
+    return rows
+
+
+def _cpu() -> float:
+    me, kids = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    return me.ru_utime + me.ru_stime + kids.ru_utime + kids.ru_stime
+
+
+def timed(fn) -> tuple[float, float]:
+    """(wall seconds, CPU seconds of this process's threads and its finished children)."""
+    c0, t0 = _cpu(), time.perf_counter()
+    fn()
+    return time.perf_counter() - t0, _cpu() - c0
+
+
+def sh(cmd: str) -> None:
+    subprocess.run(cmd, shell=True, check=True)
+
+
+def warm(*paths: Path) -> None:
+    for path in paths:
+        sh(f"cat {path} > /dev/null")
+
+
+def alternate(sides: dict, repeat: int) -> tuple[dict[str, float], dict[str, float]]:
+    """Median wall and CPU seconds per side, running the sides in turn ``repeat`` times."""
+    times: dict[str, list[tuple[float, float]]] = {name: [] for name in sides}
+    for _ in range(repeat):
+        for name, (setup, fn) in sides.items():
+            if setup is not None:
+                setup()
+            times[name].append(timed(fn))
+    wall = {name: statistics.median(w for w, _ in values) for name, values in times.items()}
+    cpu = {name: statistics.median(c for _, c in values) for name, values in times.items()}
+    return wall, cpu
+
+
+def prepare(data: Path, job: Path, shards: int, codec: str = "none") -> None:
+    shutil.rmtree(job, ignore_errors=True)
+    request = PrepareRequest(
+        job_dir=job, dataset_path=data, num_shards=shards, recipe={}, stage_identities=[], shard_codec=codec
+    )
+    prepare_job(request)
+
+
+def identity_outputs(job: Path) -> None:
+    """Accepted results without Ray: each shard's output is its input (the validation path is the same)."""
+
+    def copy(task):
+        out = task.attempt_dir / "output.jsonl"
+        shutil.copyfile(task.shard_path, out)
+        return ShardOutput(out, sum(1 for _ in open(out, "rb")))
+
+    run_worker(
+        job, WorkerIdentity.current("bench"), copy, ttl_secs=600, heartbeat_secs=60, max_retries=0, poll_interval_secs=1
+    )
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--workdir", type=Path, default=Path("/tmp/dje-io"))
+    parser.add_argument("--size-gb", type=float, default=1.0)
+    parser.add_argument("--shards", type=int, default=16)
+    parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--out", type=Path)
+    parser.add_argument("--input", type=Path, help="reuse a file written by an earlier run (generation is seeded)")
+    args = parser.parse_args()
+    work = args.workdir
+    shutil.rmtree(work, ignore_errors=True)
+    work.mkdir(parents=True)
+    data = work / "input.jsonl"
+    results: dict = {"uptime": {"start": uptime()}, "cpus": os.cpu_count()}
+    if args.input is not None:
+        shutil.copyfile(args.input, data)
+        rows = sum(1 for _ in open(data, "rb"))
+    else:
+        rows = generate(data, int(args.size_gb * 1e9))
+    size = data.stat().st_size
+    results["input"] = {"bytes": size, "rows": rows, "shards": args.shards}
+    print(f"input: {size / MB:.0f} MB, {rows} rows; {results['uptime']['start']}")
+
+    # -- prepare vs cp --------------------------------------------------------------------
+    warm(data)
+    copy = work / "copy.jsonl"
+    job = work / "job"
+    results["uptime"]["prepare"] = uptime()
+    secs = alternate(
+        {
+            "cp": (lambda: copy.unlink(missing_ok=True), lambda: sh(f"cp {data} {copy}")),
+            "cp+sync": (lambda: copy.unlink(missing_ok=True), lambda: sh(f"cp {data} {copy} && sync {copy}")),
+            "prepare": (None, lambda: prepare(data, job, args.shards)),
+        },
+        args.repeat,
+    )
+    copy.unlink(missing_ok=True)
+    results["prepare"] = _ratios(size, secs, "prepare", ("cp", "cp+sync"))
+
+    # -- merge vs cat ---------------------------------------------------------------------
+    prepare(data, job, args.shards)
+    identity_outputs(job)
+    outputs = sorted(job.glob("attempts/*/*/output.jsonl"))
+    out_bytes = sum(p.stat().st_size for p in outputs)
+    listing = " ".join(str(p) for p in outputs)
+    merged, catted = work / "merged.jsonl", work / "cat.jsonl"
+    warm(*outputs)
+    results["uptime"]["merge"] = uptime()
+    secs = alternate(
+        {
+            "cat": (lambda: catted.unlink(missing_ok=True), lambda: sh(f"cat {listing} > {catted}")),
+            "cat+sync": (
+                lambda: catted.unlink(missing_ok=True),
+                lambda: sh(f"cat {listing} > {catted} && sync {catted}"),
+            ),
+            "merge": (lambda: merged.unlink(missing_ok=True), lambda: merge_job(job, merged)),
+        },
+        args.repeat,
+    )
+    assert merged.read_bytes() == catted.read_bytes()
+    results["merge"] = _ratios(out_bytes, secs, "merge", ("cat", "cat+sync"))
+    for path in (merged, catted):
+        path.unlink(missing_ok=True)
+    shutil.rmtree(job, ignore_errors=True)
+
+    # -- compressed inputs ----------------------------------------------------------------
+    for codec, compress, decompress in (
+        ("zstd", f"zstd -q -3 -T0 -f {data} -o {work / 'input.jsonl.zst'}", "zstd -dc"),
+        ("gzip", f"gzip -1 -c {data} > {work / 'input.jsonl.gz'}", "zcat"),
+    ):
+        packed = work / ("input.jsonl.zst" if codec == "zstd" else "input.jsonl.gz")
+        sh(compress)
+        warm(packed)
+        results["uptime"][codec] = uptime()
+        secs = alternate(
+            {
+                decompress: (
+                    None,
+                    lambda packed=packed, decompress=decompress: sh(f"{decompress} {packed} > /dev/null"),
+                ),
+                "prepare": (None, lambda packed=packed: prepare(packed, job, args.shards)),
+            },
+            args.repeat,
+        )
+        results[f"prepare_{codec}"] = _ratios(size, secs, "prepare", (decompress,))
+        results[f"prepare_{codec}"]["compressed_bytes"] = packed.stat().st_size
+        packed.unlink()
+        shutil.rmtree(job, ignore_errors=True)
+
+    results["uptime"]["end"] = uptime()
+    print(json.dumps(results, indent=1))
+    if args.out:
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        args.out.write_text(json.dumps(results, indent=1) + "\n")
+    shutil.rmtree(work, ignore_errors=True)
+
+
+def _ratios(size: int, measured: tuple[dict[str, float], dict[str, float]], ours: str, baselines) -> dict:
+    secs, cpu = measured
+    rate = {name: size / s / MB for name, s in secs.items()}
+    cpu_per_gb = {name: c / size * 1e9 for name, c in cpu.items()}
+    line = f"{ours}: {rate[ours]:.0f} MB/s, {cpu_per_gb[ours]:.2f} CPU-s/GB; " + "; ".join(
+        f"{b}: {rate[b]:.0f} MB/s, {cpu_per_gb[b]:.2f} CPU-s/GB (ratio {rate[ours] / rate[b]:.2f})" for b in baselines
+    )
+    print(line, flush=True)
+    return {
+        "seconds": secs,
+        "mb_per_s": rate,
+        "cpu_s_per_gb": cpu_per_gb,
+        "ratios": {b: rate[ours] / rate[b] for b in baselines},
+    }
+
+
+if __name__ == "__main__":
+    main()

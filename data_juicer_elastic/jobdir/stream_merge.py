@@ -1,0 +1,300 @@
+"""Streaming ordered merge: publish the finished prefix of the merged output while shards complete.
+
+A follower (``dj-elastic merge --follow``, or ``elastic.stream_merge: true`` in a run)
+appends each accepted shard output, validated exactly as :mod:`merge` does, to
+``<export>.partial`` as soon as every shard before it is merged, and after each
+shard publishes ``<export>.progress.json``:
+
+    {"format": "dj-elastic/merge-progress", "shards_final": 3, "num_shards": 16,
+     "bytes_final": 123456, "rows_final": 789, "prefix_sha256": "...", "complete": false, ...}
+
+Consumer contract: read the progress record (replaced atomically), then read at most
+``bytes_final`` bytes of ``<export>.partial``; those bytes are final, fsynced, whole
+lines, and never change (the file only grows).  When ``complete`` is true the whole
+output is at the export path (the same inode: the partial is linked there, then its
+``.partial`` name removed), byte-identical to a non-streaming merge of the same job,
+and ``merge.json`` is written as by :func:`merge.merge_job`.
+
+Crash and resume: bytes past ``bytes_final`` may be a torn shard; a new follower
+truncates them, re-hashes the prefix against ``prefix_sha256`` (starting over when it
+does not match) and continues with shard ``shards_final``.  One writer per partial:
+a POSIX lock on the partial file (released by the kernel when a follower dies) plus
+an in-process lock, because POSIX locks do not exclude threads of one process.
+"""
+
+from __future__ import annotations
+
+import errno
+import fcntl
+import hashlib
+import os
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, ClassVar, Final
+
+from loguru import logger
+
+from data_juicer_elastic.errors import IntegrityError, JobDirError
+from data_juicer_elastic.jobdir import attempts, confine, fsio
+from data_juicer_elastic.jobdir.layout import JobLayout
+from data_juicer_elastic.jobdir.manifest import load_manifest
+from data_juicer_elastic.jobdir.merge import (
+    MergeResult,
+    OutputAppender,
+    accepted_results,
+    copy_shard,
+    publish_output,
+    record_merge,
+)
+from data_juicer_elastic.jobdir.records import Manifest, MergedShard, Record
+
+PARTIAL_SUFFIX: Final = ".partial"
+PROGRESS_SUFFIX: Final = ".progress.json"
+_HASH_BLOCK: Final = 8 * 1024 * 1024
+
+_process_locks: dict[str, threading.Lock] = {}
+_process_locks_guard = threading.Lock()
+
+
+@dataclass(frozen=True)
+class MergeProgress(Record):
+    """How much of ``<export>.partial`` is final (owned here: only the follower writes it)."""
+
+    KIND: ClassVar[str] = "merge-progress"
+    job_id: str
+    output_path: str
+    partial_path: str
+    num_shards: int
+    shards_final: int
+    bytes_final: int
+    rows_final: int
+    prefix_sha256: str
+    complete: bool
+    updated_at: float
+    shards: list[MergedShard] = field(default_factory=list)
+
+
+def partial_path(output: Path) -> Path:
+    return output.with_name(output.name + PARTIAL_SUFFIX)
+
+
+def progress_path(output: Path) -> Path:
+    return output.with_name(output.name + PROGRESS_SUFFIX)
+
+
+def read_progress(output: str | Path) -> MergeProgress | None:
+    """The progress record beside ``output``, None when there is none (JobDirError when corrupt)."""
+    path = progress_path(Path(os.path.abspath(output)))
+    data = fsio.read_record(path)
+    return None if data is None else MergeProgress.parse(data, path)
+
+
+class MergeBusyError(JobDirError):
+    """Another follower holds the partial output."""
+
+
+class _PartialLock:
+    """Exclusive right to write one partial file, across processes and threads."""
+
+    def __init__(self, path: Path):
+        self.path = path
+        with _process_locks_guard:
+            self._thread_lock = _process_locks.setdefault(str(path), threading.Lock())
+        self.fd = -1
+        self._held = False
+
+    def acquire(self, wait_secs: float = 0.0, poll_secs: float = 0.2) -> None:
+        deadline = time.monotonic() + wait_secs
+        while not self._thread_lock.acquire(timeout=max(0.0, min(poll_secs, deadline - time.monotonic()))):
+            if time.monotonic() >= deadline:
+                raise self._busy()
+        self._held = True
+        try:
+            fsio.fault_point("open", self.path)
+            self.fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+            while True:
+                try:
+                    fcntl.lockf(self.fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                    return
+                except OSError as exc:
+                    if exc.errno not in (errno.EACCES, errno.EAGAIN) or time.monotonic() >= deadline:
+                        raise self._busy() from None
+                    time.sleep(poll_secs)
+        except BaseException:
+            self.release()
+            raise
+
+    def _busy(self) -> MergeBusyError:
+        return MergeBusyError(
+            "another merge is writing this partial output",
+            where=str(self.path),
+            hint="wait for it (its progress is in the .progress.json beside it), or stop it first",
+        )
+
+    def release(self) -> None:
+        if self.fd >= 0:
+            os.close(self.fd)  # closing drops the POSIX lock
+            self.fd = -1
+        if self._held:
+            self._held = False
+            self._thread_lock.release()
+
+
+def follow_merge(
+    job_dir: str | Path,
+    output_path: str | Path,
+    *,
+    overwrite: bool = False,
+    wait: bool = True,
+    poll_secs: float = 2.0,
+    stop: threading.Event | None = None,
+    lock_wait_secs: float = 0.0,
+    publish: bool = True,
+    on_progress: Callable[[MergeProgress], None] | None = None,
+) -> MergeResult | None:
+    """Merge shards in manifest order as they complete, publishing the final prefix as it grows.
+
+    ``wait=False`` merges what is done and fails like :func:`merge.merge_job` on a missing
+    shard; ``wait=True`` polls for the next shard every ``poll_secs`` until all are merged
+    or ``stop`` is set (then returns None, leaving a resumable partial).  A terminally
+    failed shard ends the follow with the job's error.  ``publish=False`` stops after the
+    last shard without publishing (the run's elected finalize publishes).
+    """
+    layout = JobLayout(Path(os.path.abspath(job_dir)))
+    manifest = load_manifest(layout.root)
+    confine.check_layout(layout)  # merge.json and stats/ are written into it, as by merge_job
+    output = Path(os.path.abspath(output_path))
+    fsio.makedirs(output.parent)
+    partial = partial_path(output)
+    lock = _PartialLock(partial)
+    lock.acquire(lock_wait_secs)
+    try:
+        return _follow(
+            layout, manifest, output, partial, lock.fd, overwrite, wait, poll_secs, stop, publish, on_progress
+        )
+    finally:
+        lock.release()
+
+
+def _follow(layout, manifest, output, partial, fd, overwrite, wait, poll_secs, stop, publish, on_progress):
+    state = _resume(manifest, output, partial, fd)
+    writer = _AppendWriter(partial, fd)
+    out = OutputAppender(writer, digest=state.digest)
+    try:
+        while len(state.merged) < manifest.num_shards:
+            entry = manifest.shards[len(state.merged)]
+            result, error = attempts.read_done(layout, entry.shard_id)
+            if error is not None:
+                raise IntegrityError(f"corrupt done marker: {error}", where=f"shard {entry.shard_id}")
+            if result is None:
+                terminal, _ = attempts.read_terminal(layout, entry.shard_id)
+                if terminal is not None or not wait:
+                    accepted_results(layout, manifest)  # raises the job's "not complete" error
+                stopped = stop.wait(poll_secs) if stop is not None else time.sleep(poll_secs)
+                if stopped:
+                    out.finish()
+                    return None  # the partial and its progress stay: a later follower resumes
+                continue
+            state.merged.append(copy_shard(layout, entry, result, out.append))
+            out.drain()
+            writer.sync()  # durable before the progress record says so
+            _publish_progress(state, manifest, output, partial, out, complete=False, on_progress=on_progress)
+        out.finish()
+    except BaseException:
+        out.abort()
+        raise
+    if not publish:
+        return None
+    sha = out.digest.hexdigest()
+    written = publish_output(partial, output, overwrite)
+    result = record_merge(layout, manifest, output, state.merged, sha, written)
+    _publish_progress(state, manifest, output, partial, out, complete=True, on_progress=on_progress)
+    fsio.remove(partial)
+    return result
+
+
+@dataclass
+class _State:
+    digest: Any  # a hashlib sha256 object holding the prefix
+    merged: list[MergedShard]
+    bytes: int
+
+
+def _resume(manifest: Manifest, output: Path, partial: Path, fd: int) -> _State:
+    """Continue from a valid earlier prefix, else start the partial over."""
+    previous = None
+    try:
+        previous = read_progress(output)
+    except JobDirError as exc:
+        logger.warning(f"ignoring a corrupt merge progress record: {exc}")
+    digest = hashlib.sha256()
+    if previous is not None and previous.job_id == manifest.job_id and not previous.complete:
+        size = os.fstat(fd).st_size
+        if size >= previous.bytes_final and len(previous.shards) == previous.shards_final:
+            os.ftruncate(fd, previous.bytes_final)  # drop a torn shard after the final prefix
+            if _hash_prefix(fd, previous.bytes_final, digest) == previous.prefix_sha256:
+                logger.info(f"resuming the streaming merge after {previous.shards_final} shards ({partial})")
+                return _State(digest, list(previous.shards), previous.bytes_final)
+        logger.warning(f"the partial output does not match its progress record; starting over ({partial})")
+        digest = hashlib.sha256()
+    os.ftruncate(fd, 0)
+    return _State(digest, [], 0)
+
+
+def _hash_prefix(fd: int, size: int, digest) -> str:
+    offset = 0
+    while offset < size:
+        block = os.pread(fd, min(_HASH_BLOCK, size - offset), offset)
+        if not block:
+            break
+        digest.update(block)
+        offset += len(block)
+    return digest.hexdigest()
+
+
+class _AppendWriter:
+    """Appends to the locked partial file; errors name it (the fsio seam sees every call)."""
+
+    def __init__(self, path: Path, fd: int):
+        self.path, self.fd = path, fd
+        os.lseek(fd, 0, os.SEEK_END)
+
+    def write(self, data: bytes) -> None:
+        fsio.fault_point("write", self.path)
+        view = memoryview(data)
+        while view:
+            view = view[os.write(self.fd, view) :]
+
+    def sync(self) -> None:
+        fsio.fault_point("fsync", self.path)
+        os.fsync(self.fd)
+
+    def finish(self) -> None:
+        self.sync()
+
+    def abort(self) -> None:
+        pass  # the partial stays: everything up to bytes_final is still valid
+
+
+def _publish_progress(state, manifest, output, partial, out, *, complete, on_progress) -> None:
+    rows = sum(m.rows for m in state.merged)
+    size = sum(m.bytes for m in state.merged)
+    progress = MergeProgress(
+        job_id=manifest.job_id,
+        output_path=str(output),
+        partial_path=str(partial),
+        num_shards=manifest.num_shards,
+        shards_final=len(state.merged),
+        bytes_final=size,
+        rows_final=rows,
+        prefix_sha256=out.digest.copy().hexdigest(),
+        complete=complete,
+        updated_at=time.time(),
+        shards=list(state.merged),
+    )
+    fsio.atomic_write(progress_path(output), progress.encode())
+    if on_progress is not None:
+        on_progress(progress)
