@@ -169,17 +169,9 @@ def _check(hint: Any, value: Any, where: str, kind: str, name: str) -> Any:
         if isinstance(value, bool):
             return value
         raise bad()
-    if hint is int:
-        if isinstance(value, int) and not isinstance(value, bool):
-            return value
-        raise bad()
     if hint is float:
         if isinstance(value, (int, float)) and not isinstance(value, bool):
             return float(value)
-        raise bad()
-    if hint is str:
-        if isinstance(value, str):
-            return value
         raise bad()
     if origin is list:
         if not isinstance(value, list):
