@@ -78,6 +78,34 @@ class _HashingFile:
         return False
 
 
+def decoded_size_hint(path: Path, codec: Codec) -> int | None:
+    """What ``path`` probably decodes to, from its own metadata, or None: the file size for plain
+    files; the content size in a zstd frame header (``zstd`` writes it; several frames or a
+    streamed frame give a short or no hint); a gzip trailer's ISIZE (exact for one member under
+    4 GiB).  Only a hint: prepare checks it against the bytes it decodes, and a wrong one costs
+    a second pass, never a wrong shard."""
+    size = fsio.stat(path).st_size
+    if codec == "none":
+        return size
+    try:
+        with fsio.open_read(path) as handle:
+            if codec == "zstd":
+                import zstandard
+
+                try:
+                    hint = zstandard.frame_content_size(handle.read(18))  # the longest frame header
+                except zstandard.ZstdError:  # not a zstd frame: decoding will say so, with the file
+                    return None
+                return hint if hint > 0 else None
+            if size < 18:
+                return None
+            handle.seek(size - 4)
+            hint = int.from_bytes(handle.read(4), "little")
+            return hint if hint >= size else None  # below the stored size: more than 4 GiB, or not one member
+    except OSError:
+        return None  # reading the input proper will report it
+
+
 class RawStats:
     """What the reader saw of one input file as stored: bytes and sha256 (filled when read to the end)."""
 

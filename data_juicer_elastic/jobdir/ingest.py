@@ -1,14 +1,15 @@
 """Prepare's passes over the input: one read that validates, normalises and (usually) shards.
 
 Pass A reads every input once: a reader thread reads, hashes the stored bytes and
-decompresses; this thread splits lines, validates every row (``jsonl``) and streams
-the normalised rows into *pieces* cut by the splitter rule with a guessed total:
-the sum of the input sizes.  For uncompressed inputs whose rows need no change
-(the common case) that guess is the exact total, and the pieces already are the
-shards: no second read, no second parse.
+decompresses; the rows are validated (``jsonl``; in helper processes for large inputs,
+``row_checkers``) and the normalised rows stream into *pieces* cut by the splitter
+rule with a guessed total: the sum of the input sizes, or for compressed inputs the
+decoded size their own headers give (``codecs.decoded_size_hint``).  When rows need no
+change (the common case) and the hint was right, that guess is the exact total, and
+the pieces already are the shards: no second read, no second parse.
 
-Pass B runs otherwise (rows changed size, compressed input, a shard codec, or the
-row cap would have moved a cut): it streams the pieces once more, without parsing,
+Pass B runs otherwise (rows changed size, no or a wrong size hint, a shard codec, or
+the row cap would have moved a cut): it streams the pieces once more, without parsing,
 through the splitter with the true totals, writing the final shards.  Either way
 the shards, their hashes and the manifest are exactly what the rule gives for the
 normalised rows, so the two paths cannot be told apart.
@@ -20,6 +21,7 @@ the bytes actually read.
 
 from __future__ import annotations
 
+from collections import deque
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -35,13 +37,17 @@ from data_juicer_elastic.jobdir.codecs import (
     RawStats,
     ShardFileWriter,
     Syncer,
+    decoded_size_hint,
     iter_decoded,
     prefetch,
 )
 from data_juicer_elastic.jobdir.jsonl import NormaliseOptions, RowNormaliser
 from data_juicer_elastic.jobdir.layout import shard_id
 from data_juicer_elastic.jobdir.records import InputFile, ShardEntry
+from data_juicer_elastic.jobdir.row_checkers import RowCheckers, default_processes, window
 from data_juicer_elastic.jobdir.splitter import BlockSplitter, Piece
+
+_VALIDATING = "prepare: validating input"
 
 
 @dataclass(frozen=True)
@@ -62,7 +68,13 @@ class Ingested:
 
 
 def ingest(
-    inputs: list[InputItem], options: NormaliseOptions, work: Path, out_dir: Path, n: int, codec: Codec
+    inputs: list[InputItem],
+    options: NormaliseOptions,
+    work: Path,
+    out_dir: Path,
+    n: int,
+    codec: Codec,
+    processes: int | None = None,
 ) -> Ingested | None:
     """Validate, normalise and split ``inputs``; the shards land in ``out_dir``.
 
@@ -70,7 +82,11 @@ def ingest(
     ``work`` is a private scratch directory on the job's filesystem.
     """
     input_bytes = sum(fsio.stat(i.path).st_size for i in inputs)
-    guess = input_bytes if all(i.codec == "none" for i in inputs) else None
+    hints = [decoded_size_hint(i.path, i.codec) for i in inputs]
+    # The decoded total, when every input tells it: then the first pass can cut the final shards.
+    guess = sum(hints) if None not in hints else None  # type: ignore[arg-type]
+    if processes is None:  # compressed inputs decode to more bytes than they store
+        processes = default_processes(guess or 4 * input_bytes)
     pieces_dir = work / "pieces"
     fsio.makedirs(pieces_dir)
 
@@ -80,9 +96,16 @@ def ingest(
         return AsyncShardWriter(ShardFileWriter(pieces_dir / f"{k:05d}.jsonl", "none"), io, syncer)
 
     # Without a usable guess everything goes into one piece (n=1 never cuts).
-    splitter = BlockSplitter(n if guess else 1, guess or 1, None, open_piece, content_digest=len(inputs) > 1, io=io)
+    # The content sha256 is the first input's own unless there are several inputs or it is decoded.
+    digest_content = len(inputs) > 1 or inputs[0].codec != "none"
+    splitter = BlockSplitter(n if guess else 1, guess or 1, None, open_piece, content_digest=digest_content, io=io)
     try:
-        fingerprints, identical = _pass_a(inputs, options, splitter, input_bytes)
+        checkers = RowCheckers(processes, options) if processes else None
+        try:
+            fingerprints, identical = _pass_a(inputs, options, splitter, input_bytes, checkers)
+        finally:
+            if checkers is not None:
+                checkers.close()
         pieces = splitter.finish()
         syncer.wait()  # the pieces may become the shards: durable before the manifest names them
     except BaseException:
@@ -123,7 +146,11 @@ def _entry(piece: Piece, n: int, codec: Codec) -> ShardEntry:
 
 # -- pass A -----------------------------------------------------------------------------------
 def _pass_a(
-    inputs: list[InputItem], options: NormaliseOptions, splitter: BlockSplitter, input_bytes: int
+    inputs: list[InputItem],
+    options: NormaliseOptions,
+    splitter: BlockSplitter,
+    input_bytes: int,
+    checkers: RowCheckers | None,
 ) -> tuple[list[InputFile], bool]:
     fingerprints: list[InputFile] = []
     identical = len(inputs) == 1 and inputs[0].codec == "none"
@@ -135,14 +162,15 @@ def _pass_a(
         rows = RowNormaliser(display, options, first_index)
         chunks = prefetch(lambda item=item, stats=stats: iter_decoded(item.path, item.codec, stats))
         try:
-            for lines, raw, start, stop in _line_blocks(chunks, options.max_line_bytes, display):
-                steps.report("prepare: validating input", read_before + stats.size, input_bytes)  # per block
-                out = rows.lines(lines, (raw, start, stop) if raw is not None else None)
-                if out is None and raw is not None:
-                    splitter.add(raw, start, stop, rows=len(lines))
-                else:
-                    identical = False
-                    splitter.add(b"\n".join(out if out is not None else lines) + b"\n")
+            if checkers is not None:
+                source = str(item.path) if item.codec == "none" else None  # the children pread plain files
+                feed = _ParallelFeed(checkers, source, rows, splitter, options.max_line_bytes, display)
+                done = read_before
+                identical &= feed.run(chunks, lambda: steps.report(_VALIDATING, done + stats.size, input_bytes))  # noqa: B023 - called only in this iteration
+            else:
+                for lines, raw, start, stop in _line_blocks(chunks, options.max_line_bytes, display):
+                    steps.report(_VALIDATING, read_before + stats.size, input_bytes)  # per block
+                    identical &= _add_lines(rows, splitter, lines, raw, start, stop)
         finally:
             chunks.close()
         after = fsio.stat(item.path)
@@ -150,9 +178,109 @@ def _pass_a(
             raise _changed(item.path, stats, before.st_size, after.st_size)
         fingerprints.append(InputFile(display, item.relpath, stats.sha256, after.st_size, after.st_mtime_ns, rows.rows))
         read_before += stats.size
-        steps.report("prepare: validating input", read_before, input_bytes)
+        steps.report(_VALIDATING, read_before, input_bytes)
         first_index += rows.rows
     return fingerprints, identical
+
+
+def _add_lines(
+    rows: RowNormaliser, splitter: BlockSplitter, lines: list[bytes], raw: bytes | None, start: int, stop: int
+) -> bool:
+    """Validate ``lines`` serially and stream them on; True when they went on byte for byte.
+    ``raw[start:stop]`` is the lines as read (``raw`` None: a last line without its newline)."""
+    out = rows.lines(lines)
+    if out is None and raw is not None:
+        splitter.add(raw, start, stop, rows=len(lines))
+        return True
+    splitter.add(b"\n".join(out if out is not None else lines) + b"\n")
+    return False
+
+
+class _ParallelFeed:
+    """Pass A's loop with the row checks in helper processes (:mod:`row_checkers`).
+
+    Blocks of whole lines go to the checkers as they are read; their verdicts are taken in
+    order, at most ``window`` blocks behind the reader: a clean block streams on as read,
+    any other block takes the serial path (:func:`_add_lines`), which words the error with
+    its file:line or normalises the rows.  Line numbers count only settled blocks, so
+    everything before a reported line has been judged.
+    """
+
+    def __init__(self, checkers, source, rows, splitter, limit: int, display: str):
+        self.checkers, self.source, self.rows, self.splitter = checkers, source, rows, splitter
+        self.limit, self.display = limit, display
+        self.window: deque = deque()
+        self.depth = window(checkers.processes)
+        self.identical = True
+
+    def run(self, chunks: Iterator[bytes], progress) -> bool:
+        carry: list[bytes] = []
+        carry_len = carry_at = pos = 0  # carry_at: stream offset where the carried line starts
+        for chunk in chunks:
+            progress()
+            nl = chunk.find(b"\n")
+            if nl < 0:  # no newline in this chunk: the line goes on
+                carry.append(chunk)
+                carry_len += len(chunk)
+                pos += len(chunk)
+                if carry_len > self.limit:
+                    self._too_long()
+                continue
+            start = 0
+            if carry:
+                first = b"".join(carry) + chunk[: nl + 1]
+                carry, carry_len = [], 0
+                if len(first) - 1 > self.limit:
+                    self._too_long()
+                self._submit(first, 0, len(first), carry_at)
+                start = nl + 1
+            cut = chunk.rfind(b"\n") + 1
+            if cut > start:
+                self._submit(chunk, start, cut, pos + start)
+            if cut < len(chunk):
+                carry, carry_len, carry_at = [chunk[cut:]], len(chunk) - cut, pos + cut
+                if carry_len > self.limit:
+                    self._too_long()
+            pos += len(chunk)
+        self._settle(0)
+        if carry:  # a last line without its newline: serial (it gains one)
+            self.identical &= _add_lines(self.rows, self.splitter, [b"".join(carry)], None, 0, 0)
+        return self.identical
+
+    def _submit(self, raw: bytes, start: int, stop: int, offset: int) -> None:
+        self._settle(self.depth - 1)
+        data = None if self.source is not None else memoryview(raw)[start:stop]
+        self.window.append((self.checkers.check(self.source, offset, stop - start, data), raw, start, stop))
+
+    def _settle(self, keep: int) -> None:
+        while len(self.window) > keep:
+            verdict, raw, start, stop = self.window.popleft()
+            try:
+                count, clean = verdict.result()
+            except Exception:  # noqa: BLE001 - a checker died: this block takes the serial path
+                count, clean = 0, False
+            if clean:
+                self.rows.rows += count
+                self.splitter.add(raw, start, stop, rows=count)
+                continue
+            lines = raw[start:stop].split(b"\n")
+            lines.pop()
+            if self.limit < READ_BYTES and max(map(len, lines)) > self.limit:
+                at = next(i for i, line in enumerate(lines) if len(line) > self.limit)
+                raise _too_long(self.limit, f"{self.display}:{self.rows.rows + at + 1}")
+            self.identical &= _add_lines(self.rows, self.splitter, lines, raw, start, stop)
+
+    def _too_long(self) -> None:
+        self._settle(0)  # the long line is the next one after everything judged so far
+        raise _too_long(self.limit, f"{self.display}:{self.rows.rows + 1}")
+
+
+def _too_long(limit: int, where: str) -> InputError:
+    return InputError(
+        f"line longer than {limit} bytes",
+        where=where,
+        hint="split huge rows, or raise elastic.max_line_bytes (memory use grows with it)",
+    )
 
 
 def _changed(path: Path, stats: RawStats, size_before: int, size_after: int) -> InputChangedError:
@@ -178,11 +306,7 @@ def _line_blocks(
     carry_len = lineno = 0
 
     def too_long(line_number: int) -> InputError:
-        return InputError(
-            f"line longer than {limit} bytes",
-            where=f"{display}:{line_number}",
-            hint="split huge rows, or raise elastic.max_line_bytes (memory use grows with it)",
-        )
+        return _too_long(limit, f"{display}:{line_number}")
 
     for chunk in chunks:
         parts = chunk.split(b"\n")

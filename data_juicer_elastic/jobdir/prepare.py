@@ -60,6 +60,7 @@ class PrepareRequest:
     ray: dict[str, Any] = field(default_factory=dict)
     max_line_bytes: int = MAX_LINE_BYTES
     shard_codec: str = "none"  # "none" | "gzip" | "zstd": how shard files are stored
+    check_processes: int | None = None  # row-checking helper processes; None: by input size and cores
 
 
 @dataclass(frozen=True)
@@ -90,7 +91,15 @@ def prepare_job(request: PrepareRequest) -> PrepareOutcome:
     staging = layout.staging_dir(token)
     confine.ensure_dir(layout, staging / "shards")
     try:
-        ingested = ingest(inputs, options, staging, staging / "shards", request.num_shards, request.shard_codec)
+        ingested = ingest(
+            inputs,
+            options,
+            staging,
+            staging / "shards",
+            request.num_shards,
+            request.shard_codec,
+            request.check_processes,
+        )
         if ingested is None:
             raise InputError(
                 "the input holds no rows", where=str(dataset), hint="point dataset_path at non-empty JSONL"

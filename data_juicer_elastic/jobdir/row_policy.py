@@ -1,34 +1,34 @@
-"""The row policy for user JSONL: one JSON object per line, judged the same by two parsers.
+"""The row policy for user JSONL: one JSON object per line, judged the same by every parser.
 
 :func:`reference_row` (the standard library's ``json`` with strict hooks) *is* the policy
-(the table in ``docs/input-format.md``).  :func:`fast_row` and :func:`block_proven` are the
-orjson accelerator: they accept only what they can prove the reference accepts, and leave
-everything else to it.  What orjson alone would get wrong, and how it is closed:
+(the table in ``docs/input-format.md``).  :class:`FastJudge` is the accelerator: it accepts
+only what it can prove the reference accepts, and leaves everything else to it.  Two
+C-speed parsers split the proof between them, each covering what the other gets wrong:
 
-* duplicate keys (orjson keeps the last): every key owns exactly one colon outside
-  strings, and orjson never escapes ``:``, so when the raw text holds no ``\\u003a``
-  escape, ``raw.count(":") == orjson.dumps(rows).count(":")`` holds iff no key was
-  dropped.  A line with as many colons as top-level keys needs no dump at all.
-* nesting: orjson reads depths ``json`` cannot; both are held to :data:`MAX_DEPTH`.
-* integers beyond 64 bits: orjson turns them into floats (or refuses them), so rows
-  that must be re-serialised are re-parsed by the reference, which keeps them exact.
+* jiter (pydantic's parser) builds the row and refuses duplicate keys at any depth,
+  NaN/Infinity, lone surrogates, invalid UTF-8, integers past Python's 4300-digit limit
+  and nesting past its recursion limit (checked at import to be below :data:`MAX_DEPTH`);
+  but it reads a double overflow (``1e400``) as ``inf``, which the reference refuses;
+* simdjson validates the same bytes without building anything (~4 GB/s) and refuses
+  every double overflow (and integers beyond 64 bits, which the reference accepts:
+  those rows simply take the reference path, which keeps them exact).
+
+A row both accept is a row the reference accepts; the tests hold the three to one table
+and compare them on arbitrary token soups.
 """
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 import re
 from typing import Any, Final
 
-import orjson
+import jiter
+import simdjson
 
-try:
-    import numpy as _np
-except ImportError:  # pragma: no cover - numpy comes with Data-Juicer; counting falls back to bytes.count
-    _np = None
-
-MAX_DEPTH: Final = 512  # below both parsers' own limits, so neither decides it by running out of stack
+MAX_DEPTH: Final = 512  # below json's stack-bound limit (~950), so it never decides by running out of stack
 # A backslash-u escape into the surrogate range; only rows matching it get the (slower) full check.
 _SURROGATE_ESCAPE: Final = re.compile(rb"\\u[dD][89a-fA-F]")
 
@@ -108,79 +108,66 @@ def _depth(value: Any) -> int:
 
 
 # -- the accelerator --------------------------------------------------------------------------
-def fast_row(body: bytes) -> dict[str, Any] | None:
-    """The row when orjson proves the reference accepts ``body``; None when the reference must decide."""
-    try:
-        obj = orjson.loads(body)
-    except orjson.JSONDecodeError:
-        return None
-    if type(obj) is not dict:
-        return None
-    colons = body.count(b":")
-    if colons != len(obj) and not _no_duplicate_keys(body, obj, colons):
-        return None
-    if body.count(b"{") + body.count(b"[") > MAX_DEPTH and _depth(obj) > MAX_DEPTH:
-        return None
-    return obj
+def _probe_jiter_bounds_depth() -> bool:
+    """Whether jiter refuses nesting deeper than MAX_DEPTH (arrays and objects), as it did
+    when this was written (its recursion limit is ~200); if a release raises it, depth is
+    checked row by row instead."""
+    for open_, close in ((b"[", b"]"), (b'{"a":', b"}")):
+        try:
+            jiter.from_json(b'{"a":' + open_ * MAX_DEPTH + close * MAX_DEPTH + b"}")
+        except ValueError:
+            continue
+        return False
+    return True
 
 
-def block_proven(region: tuple[bytes, int, int], parsed: list[dict[str, Any]], singles: int) -> bool:
-    """No row of ``parsed`` has a duplicate key or nests deeper than MAX_DEPTH.
+DEPTH_BOUNDED_BY_JITER: Final = _probe_jiter_bounds_depth()
 
-    Keys: summed over the block, raw colons minus those of rows judged alone must equal
-    the colons orjson writes for the parsed rows (each row can only lose keys, so equal
-    sums mean no row lost one).  Depth: orjson refuses to write nesting deeper than
-    its limit, which :data:`_DUMPS_BOUNDS_DEPTH` checked is below MAX_DEPTH.
+
+class FastJudge:
+    """Proves rows acceptable at C speed; None means "let the reference decide".
+
+    Holds a simdjson parser, which is not thread-safe: one judge per thread.
     """
-    raw, start, stop = region
-    # A colon written as an escape breaks the count; memchr for a backslash first (fast), since
-    # most blocks hold none, then the exact search.
-    if not _DUMPS_BOUNDS_DEPTH or (raw.find(b"\\", start, stop) >= 0 and raw.find(b"\\u003", start, stop) >= 0):
-        return False
+
+    def __init__(self) -> None:
+        self._simd = simdjson.Parser()
+
+    def row(self, body: bytes) -> dict[str, Any] | None:
+        try:
+            obj = strict_loads(body)
+        except ValueError:
+            return None
+        if type(obj) is not dict or not self.finite(body):
+            return None
+        if not DEPTH_BOUNDED_BY_JITER and body.count(b"{") + body.count(b"[") > MAX_DEPTH and _depth(obj) > MAX_DEPTH:
+            return None
+        return obj
+
+    def finite(self, body: bytes) -> bool:
+        """simdjson accepts ``body`` as an object: in particular no number overflows a double."""
+        return is_object(self._simd, body)
+
+
+# jiter with the policy's options, bound once (a C-level call per row, no Python frame).
+strict_loads: Final = functools.partial(
+    jiter.from_json, allow_inf_nan=False, catch_duplicate_keys=True, cache_mode="keys"
+)
+_SimdObject = simdjson.Object
+
+
+def is_object(parser: simdjson.Parser, body: bytes) -> bool:
+    """simdjson (a validating parser that builds nothing) reads ``body`` as one JSON object."""
     try:
-        written = orjson.dumps(parsed)
-    except orjson.JSONEncodeError:
+        # The proxy is dropped at once: simdjson refuses to reuse a parser while one lives.
+        return type(parser.parse(body)) is _SimdObject
+    except Exception:  # noqa: BLE001 - any refusal (ValueError, RuntimeError, ...) means "not proven"
         return False
-    return count_byte(written, _COLON) == count_byte(raw, _COLON, start, stop) - singles
 
 
-_COLON: Final = ord(":")
-_COUNT_STEP: Final = 256 * 1024  # cache-sized slices: numpy's compare + count stays in L2
-
-
-def count_byte(data: bytes, value: int, start: int = 0, stop: int | None = None) -> int:
-    """How often byte ``value`` occurs in ``data[start:stop]``: ~4x ``bytes.count``'s speed
-    (which is a plain byte loop) via numpy's vectorised compare, in cache-sized slices."""
-    stop = len(data) if stop is None else stop
-    if _np is None or stop - start < _COUNT_STEP:
-        return data.count(bytes((value,)), start, stop)
-    view = _np.frombuffer(data, dtype=_np.uint8)
-    return sum(
-        int(_np.count_nonzero(view[i : min(i + _COUNT_STEP, stop)] == value)) for i in range(start, stop, _COUNT_STEP)
-    )
-
-
-def _probe_dumps_depth() -> bool:
-    nested: Any = {}
-    for _ in range(MAX_DEPTH):
-        nested = [nested]
-    try:
-        orjson.dumps(nested)
-    except orjson.JSONEncodeError:
-        return True
-    return False
-
-
-_DUMPS_BOUNDS_DEPTH: Final = _probe_dumps_depth()
-
-
-def _no_duplicate_keys(body: bytes, obj: dict[str, Any], colons: int) -> bool:
-    if b"\\u003" in body:  # a colon written as an escape: the count argument no longer holds
-        return False
-    try:
-        return orjson.dumps(obj).count(b":") == colons
-    except orjson.JSONEncodeError:  # orjson refuses to write deep nesting: let the reference judge
-        return False
+def fast_row(body: bytes) -> dict[str, Any] | None:
+    """The row when the accelerator proves the reference accepts ``body``; None when the reference must decide."""
+    return FastJudge().row(body)
 
 
 def serialise_row(row: dict[str, Any]) -> bytes:

@@ -252,3 +252,43 @@ def test_clean_input_is_sharded_in_one_pass_even_with_media_keys(tmp_path):
     assert two.passes == 2, "relative paths grow the rows: the guessed total is wrong, so pass B cuts"
     got = [json.loads(line) for p in sorted(out.iterdir()) for line in p.read_bytes().splitlines()]
     assert [r["images"] for r in got] == [[str(tmp_path / f"{i}.jpg")] for i in range(300)]
+
+
+def test_compressed_inputs_with_a_size_in_their_headers_are_sharded_in_one_pass(tmp_path):
+    """zstd frame headers and gzip trailers tell the decoded size: then pass A cuts the final
+    shards.  A hint that is short (several zstd frames) or wrong (several gzip members: the
+    trailer counts the last one) costs pass B, and the shards come out the same."""
+    from data_juicer_elastic.jobdir.codecs import decoded_size_hint, input_codec
+    from data_juicer_elastic.jobdir.ingest import InputItem, ingest
+    from data_juicer_elastic.jobdir.jsonl import NormaliseOptions
+
+    clean = write_rows(tmp_path / "in.jsonl", [{"id": i, "text": "x" * (i % 50)} for i in range(2_000)])
+    raw = clean.read_bytes()
+    half = raw.index(b"\n", len(raw) // 2) + 1
+    files = {
+        "one.jsonl.zst": (zstandard.ZstdCompressor().compress(raw), 1),
+        "one.jsonl.gz": (gzip.compress(raw), 1),
+        "streamed.jsonl.zst": (zstandard.ZstdCompressor(write_content_size=False).compress(raw), 2),
+        "frames.jsonl.zst": (
+            zstandard.ZstdCompressor().compress(raw[:half]) + zstandard.ZstdCompressor().compress(raw[half:]),
+            2,
+        ),
+        "members.jsonl.gz": (gzip.compress(raw[:half]) + gzip.compress(raw[half:]), 2),
+    }
+    options = NormaliseOptions(str(tmp_path), {}, None)
+    plain_out = tmp_path / "plain" / "shards"
+    plain_out.mkdir(parents=True)
+    plain = ingest([InputItem(clean, clean.name, "none")], options, tmp_path / "plain", plain_out, 4, "none")
+    assert decoded_size_hint(clean, "none") == len(raw)
+    for name, (data, passes) in files.items():
+        path = tmp_path / name
+        path.write_bytes(data)
+        hint = decoded_size_hint(path, input_codec(name))
+        assert (hint == len(raw)) is (passes == 1), name
+        out = tmp_path / name.replace(".", "-") / "shards"
+        out.mkdir(parents=True)
+        got = ingest([InputItem(path, name, input_codec(name))], options, out.parent, out, 4, "none")
+        assert got.passes == passes, name
+        assert [(s.rows, s.sha256) for s in got.shards] == [(s.rows, s.sha256) for s in plain.shards], name
+        assert got.content_sha256 == plain.content_sha256 == hashlib.sha256(raw).hexdigest()
+        assert [p.read_bytes() for p in sorted(out.iterdir())] == [p.read_bytes() for p in sorted(plain_out.iterdir())]
