@@ -18,7 +18,9 @@ from __future__ import annotations
 import base64
 import itertools
 import json
+import os
 import shutil
+import signal
 import subprocess
 import tempfile
 import time
@@ -120,7 +122,9 @@ def load(html: Path, *, screenshot: bool = False, width: int = 1200, timeout: fl
     if binary is None:
         raise FileNotFoundError("no chromium binary on PATH")
     url = html.resolve().as_uri()
-    with tempfile.TemporaryDirectory(prefix="report-chromium-") as profile:
+    # ignore_cleanup_errors: a straggling helper process may still write its last file into the
+    # profile while the directory is removed (seen once in CI: "Directory not empty").
+    with tempfile.TemporaryDirectory(prefix="report-chromium-", ignore_cleanup_errors=True) as profile:
         proc = subprocess.Popen(
             [binary, *FLAGS, f"--user-data-dir={profile}", f"--window-size={width},900", "about:blank"],
             stdout=subprocess.DEVNULL,
@@ -130,12 +134,28 @@ def load(html: Path, *, screenshot: bool = False, width: int = 1200, timeout: fl
         try:
             return _inspect(_devtools_url(Path(profile), proc, timeout), url, screenshot, width, timeout)
         finally:
-            proc.terminate()
+            _stop_group(proc)
+
+
+def _stop_group(proc: subprocess.Popen) -> None:
+    """Stop Chromium and every helper it started (renderer, zygote, crash handler): they share the
+    session started for it, and any of them left running keeps writing into the profile."""
+    for sig, wait in ((signal.SIGTERM, 10), (signal.SIGKILL, 10)):
+        try:
+            os.killpg(proc.pid, sig)
+        except ProcessLookupError:
+            break
+        try:
+            proc.wait(timeout=wait)
+        except subprocess.TimeoutExpired:
+            continue
+        deadline = time.monotonic() + wait  # the leader is gone; give the rest of the group a moment
+        while time.monotonic() < deadline:
             try:
-                proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
+                os.killpg(proc.pid, 0)
+            except ProcessLookupError:
+                return
+            time.sleep(0.05)
 
 
 def _devtools_url(profile: Path, proc: subprocess.Popen, timeout: float) -> str:
