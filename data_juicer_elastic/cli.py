@@ -32,9 +32,10 @@ def _cmd_prepare(args: argparse.Namespace) -> int:
 
 
 def _cmd_worker(args: argparse.Namespace) -> int:
+    settings = _settings_from_job(args.job_dir, args)  # a bad job dir is refused before Data-Juicer loads
+
     from data_juicer_elastic.executor import run_local_worker
 
-    settings = _settings_from_job(args.job_dir, args)
     summary = run_local_worker(
         args.job_dir, settings, wait_for_completion=not args.no_wait, slots=args.slots, max_done=args.max_done
     )
@@ -116,6 +117,9 @@ def _cmd_merge(args: argparse.Namespace) -> int:
         )
         assert result is not None  # no stop event: returns only when published
     else:
+        from data_juicer_elastic.jobdir.manifest import load_manifest
+
+        load_manifest(Path(args.job_dir).resolve())  # a bad job dir is refused before Data-Juicer loads
         from data_juicer_elastic.executor import finalize
 
         result = finalize(args.job_dir, args.output, overwrite=args.overwrite)

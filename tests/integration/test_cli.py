@@ -158,3 +158,17 @@ def test_moved_internal_reported_before_the_parser_when_it_is_the_parser(tmp_pat
     result = run([DJ_PROCESS, "--config", str(recipe)], cwd=tmp_path, env={"PYTHONPATH": str(site)})
     assert result.returncode == 2
     assert "IntegrationError: data_juicer.config.config.build_base_parser" in result.stderr
+
+
+@pytest.mark.parametrize("command", [["worker"], ["merge", "--output", "out.jsonl"]])
+def test_dj_elastic_refuses_an_unprepared_job_before_loading_data_juicer(tmp_path, command):
+    """One line and exit 2 without importing Data-Juicer (seconds of imports) or Ray."""
+    probe = (
+        "import sys; from data_juicer_elastic.cli import main; "
+        f"code = main({[command[0], '--job-dir', str(tmp_path / 'nope'), *command[1:]]!r}); "
+        "print('loaded:', sorted(m for m in ('data_juicer', 'ray') if m in sys.modules)); sys.exit(code)"
+    )
+    result = run([sys.executable, "-c", probe], cwd=tmp_path)
+    assert result.returncode == 2, result.stderr
+    assert "not prepared" in result.stderr and len(result.stderr.strip().splitlines()) == 1
+    assert "loaded: []" in result.stdout
