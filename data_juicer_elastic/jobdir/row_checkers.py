@@ -58,7 +58,15 @@ def default_processes(total_bytes: int) -> int:
     """
     if total_bytes < MIN_PARALLEL_BYTES:
         return 0
-    return max(1, min(MAX_PROCESSES, os.cpu_count() or 1))
+    return max(1, min(MAX_PROCESSES, usable_cores()))
+
+
+def usable_cores() -> int:
+    """The cores this process may run on (taskset, cpusets), not all the machine has."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):  # not Linux
+        return os.cpu_count() or 1
 
 
 class RowCheckers:
