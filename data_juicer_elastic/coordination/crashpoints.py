@@ -14,7 +14,8 @@ write      before writing a shard's output (``attempts/.../output.jsonl``)
 fsync      before fsyncing a shard's output
 done       before linking ``result.json`` to ``done/<shard>.json``
 published  right after that link succeeded (done, but no release record yet)
-merge      mid-merge, after a shard was copied into the export's temp file
+merge      mid-merge, after a shard was copied into the export's temp file (streaming merge:
+           into ``<export>.partial``, before its progress record says so)
 finalize   after the merged temp file is complete, before the export path is published
 ========== ======================================================================
 

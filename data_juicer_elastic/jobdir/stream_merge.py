@@ -15,8 +15,9 @@ output is at the export path (the same inode: the partial is linked there, then 
 ``.partial`` name removed), byte-identical to a non-streaming merge of the same job,
 and ``merge.json`` is written as by :func:`merge.merge_job`.
 
-Crash and resume: bytes past ``bytes_final`` may be a torn shard; a new follower
-truncates them, re-hashes the prefix against ``prefix_sha256`` (starting over when it
+Crash and resume (the ``merge`` and ``finalize`` crash points of
+:mod:`coordination.crashpoints` stop a follower there): bytes past ``bytes_final`` may be a
+torn shard; a new follower truncates them, re-hashes the prefix against ``prefix_sha256`` (starting over when it
 does not match) and continues with shard ``shards_final``.  One writer per partial:
 a POSIX lock on the partial file (released by the kernel when a follower dies) plus
 an in-process lock, because POSIX locks do not exclude threads of one process.
@@ -199,6 +200,7 @@ def _follow(layout, manifest, output, partial, fd, overwrite, wait, poll_secs, s
                     return None  # the partial and its progress stay: a later follower resumes
                 continue
             state.merged.append(copy_shard(layout, entry, result, out.append))
+            fsio.fault_point("merge", partial)  # named crash point: the shard's bytes may be torn, unrecorded
             out.drain()
             writer.sync()  # durable before the progress record says so
             _publish_progress(state, manifest, output, partial, out, complete=False, on_progress=on_progress)
@@ -209,6 +211,7 @@ def _follow(layout, manifest, output, partial, fd, overwrite, wait, poll_secs, s
     if not publish:
         return None
     sha = out.digest.hexdigest()
+    fsio.fault_point("finalize", output)  # named crash point: complete and fsynced, not yet published
     written = publish_output(partial, output, overwrite)
     result = record_merge(layout, manifest, output, state.merged, sha, written)
     _publish_progress(state, manifest, output, partial, out, complete=True, on_progress=on_progress)

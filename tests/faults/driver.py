@@ -3,6 +3,7 @@ fault seam, with the fast fake runner instead of Ray.
 
     python -m tests.faults.driver worker JOB [--ttl 2 --heartbeat 0.5 --sleep 1 ...]
     python -m tests.faults.driver merge JOB OUTPUT
+    python -m tests.faults.driver follow JOB OUTPUT                (the streaming merge)
     python -m tests.faults.driver prepare JOB INPUT --shards N
     python -m tests.faults.driver run JOB INPUT OUTPUT --run-id ID   (elected prepare/finalize)
 
@@ -28,6 +29,7 @@ from data_juicer_elastic.jobdir.identity import WorkerIdentity
 from data_juicer_elastic.jobdir.layout import JobLayout
 from data_juicer_elastic.jobdir.merge import merge_job
 from data_juicer_elastic.jobdir.prepare import PrepareRequest, prepare_job
+from data_juicer_elastic.jobdir.stream_merge import follow_merge
 from data_juicer_elastic.jobdir.worker_loop import run_worker
 
 from .fakes import fsio_runner, pause
@@ -49,6 +51,9 @@ def main(argv: list[str] | None = None) -> int:
     m = sub.add_parser("merge")
     m.add_argument("job")
     m.add_argument("output")
+    f = sub.add_parser("follow", help="the streaming merge (merge --follow) of a finished job")
+    f.add_argument("job")
+    f.add_argument("output")
     p = sub.add_parser("prepare")
     p.add_argument("job")
     p.add_argument("input")
@@ -70,8 +75,11 @@ def main(argv: list[str] | None = None) -> int:
         if args.command == "run":
             print(json.dumps(_run(args)))
             return 0
-        if args.command == "merge":
-            result = merge_job(args.job, args.output)
+        if args.command in ("merge", "follow"):
+            if args.command == "merge":
+                result = merge_job(args.job, args.output)
+            else:
+                result = follow_merge(args.job, args.output, wait=False)
             print(json.dumps({"rows": result.rows, "written": result.written, "sha256": result.sha256}))
             return 0
         fail = (lambda task: task.shard_id == args.fail) if args.fail else None

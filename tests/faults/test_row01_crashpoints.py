@@ -76,6 +76,29 @@ def test_merge_killed_mid_way_leaves_no_output_and_merging_again_completes(tmp_p
     assert merged_ids(out) == list(range(ROWS))
 
 
+@pytest.mark.parametrize("point", ["merge@1", "merge@3", "finalize"])
+def test_streaming_merge_killed_mid_way_resumes_to_the_identical_file(tmp_path, point):
+    """The follower (merge --follow) dies after a shard's bytes reached the partial but before its
+    progress record said so (torn tail), or before publishing; the next follower truncates what
+    was not recorded and produces exactly the non-streaming merge."""
+    job = prepare(tmp_path, ROWS, SHARDS)
+    assert run_driver("worker", job).returncode == 0
+    out = tmp_path / "streamed.jsonl"
+    killed = run_driver("follow", job, out, crash=point)
+    assert killed.returncode == -signal.SIGKILL, killed.stderr[-2000:]
+    assert not out.exists(), "nothing is published at the export path before the whole file is final"
+    record = tmp_path / "streamed.jsonl.progress.json"  # none yet when the first shard was torn
+    progress = json.loads(record.read_bytes()) if record.exists() else {"shards_final": 0, "bytes_final": 0}
+    assert progress["shards_final"] == {"merge@1": 0, "merge@3": 2, "finalize": SHARDS}[point]
+    assert (tmp_path / "streamed.jsonl.partial").stat().st_size >= progress["bytes_final"]
+    resumed = run_driver("follow", job, out)
+    assert resumed.returncode == 0, resumed.stderr[-2000:]
+    plain = tmp_path / "plain.jsonl"
+    assert run_driver("merge", job, plain).returncode == 0
+    assert out.read_bytes() == plain.read_bytes() and merged_ids(out) == list(range(ROWS))
+    assert not (tmp_path / "streamed.jsonl.partial").exists()
+
+
 @pytest.mark.e2e
 @pytest.mark.ray
 def test_real_worker_and_merge_killed_at_crash_points(tmp_path):
