@@ -309,7 +309,7 @@ class AsyncShardWriter:
 class ShardFileWriter:
     """Writes one shard: hashes the normalised content and, with a codec, the stored bytes too."""
 
-    def __init__(self, path: Path, codec: Codec):
+    def __init__(self, path: Path, codec: Codec, size_hint: int = 0):
         self.path = Path(path)
         self.codec = codec
         self.content = hashlib.sha256()
@@ -317,7 +317,7 @@ class ShardFileWriter:
         self.rows = 0
         self._stored = hashlib.sha256() if codec != "none" else self.content
         self.stored_bytes = 0
-        self._writer = fsio.BufferedCheckedWriter(self.path)
+        self._writer = fsio.BufferedCheckedWriter(self.path, size_hint=size_hint if codec == "none" else 0)
         self._compress = _compressor(codec)
 
     def write(self, data: bytes | memoryview, rows: int) -> None:

@@ -262,11 +262,50 @@ class _CheckedWriter:
             pass
 
 
-class BufferedCheckedWriter:
-    """Streaming writer for large outputs (shards, merged file): buffers, then checked writes."""
+_FALLOC_FL_KEEP_SIZE: Final = 1
+_fallocate: Callable[[int, int, int, int], int] | None | bool = False  # False: not looked up yet
 
-    def __init__(self, path: Path, buffer_bytes: int = CHUNK):
+
+def preallocate(fd: int, size: int) -> bool:
+    """Reserve ``size`` bytes of disk for a file about to be written, without changing its size.
+
+    Linux's fallocate(2) with FALLOC_FL_KEEP_SIZE, called directly: glibc's posix_fallocate
+    would *emulate* it where the filesystem cannot (NFSv3: a write in every 4 KiB block).
+    Only a hint: any failure is ignored.  Why: the filesystem allocates the file's extents
+    once instead of block by block as writeback proceeds (benchmarks/bench_preallocate.py,
+    1 GB write + fsync on this project's ext4 test disk: median 0.47 -> 0.42 s, system time
+    0.23 -> 0.17 s), and the space is taken before the first byte, not mid-file.
+    """
+    global _fallocate
+    if _fallocate is False:
+        _fallocate = _load_fallocate()
+    if _fallocate is None or size <= 0:
+        return False
+    return _fallocate(fd, _FALLOC_FL_KEEP_SIZE, 0, size) == 0
+
+
+def _load_fallocate():
+    try:
+        import ctypes
+        import ctypes.util
+
+        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
+        function = libc.fallocate
+    except (OSError, AttributeError):  # not Linux/glibc: no hint
+        return None
+    function.argtypes = [ctypes.c_int, ctypes.c_int, ctypes.c_longlong, ctypes.c_longlong]
+    function.restype = ctypes.c_int
+    return function
+
+
+class BufferedCheckedWriter:
+    """Streaming writer for large outputs (shards, merged file): buffers, then checked writes.
+    ``size_hint``: the bytes expected, reserved on disk up front (:func:`preallocate`)."""
+
+    def __init__(self, path: Path, buffer_bytes: int = CHUNK, size_hint: int = 0):
         self._raw = _CheckedWriter(path)
+        if size_hint > 0:
+            preallocate(self._raw.fd, size_hint)
         self._buffer = bytearray()
         self._limit = buffer_bytes
         self.path = self._raw.path

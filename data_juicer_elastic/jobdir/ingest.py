@@ -93,7 +93,8 @@ def ingest(
     io, syncer = BackgroundIO(), Syncer()
 
     def open_piece(k: int) -> AsyncShardWriter:
-        return AsyncShardWriter(ShardFileWriter(pieces_dir / f"{k:05d}.jsonl", "none"), io, syncer)
+        expected = guess * (k + 1) // n - guess * k // n if guess else 0  # the rule's byte target span
+        return AsyncShardWriter(ShardFileWriter(pieces_dir / f"{k:05d}.jsonl", "none", expected), io, syncer)
 
     # Without a usable guess everything goes into one piece (n=1 never cuts).
     # The content sha256 is the first input's own unless there are several inputs or it is decoded.
@@ -350,7 +351,8 @@ def _pass_b(
 
     def open_shard(k: int) -> AsyncShardWriter:
         path = out_dir / f"{shard_id(k, n)}{SHARD_SUFFIX[codec]}"
-        return AsyncShardWriter(ShardFileWriter(path, codec), io, syncer)
+        expected = total_bytes * (k + 1) // n - total_bytes * k // n
+        return AsyncShardWriter(ShardFileWriter(path, codec, expected), io, syncer)
 
     splitter = BlockSplitter(n, total_bytes, total_rows, open_shard, content_digest=True, io=io)
     try:

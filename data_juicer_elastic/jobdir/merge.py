@@ -77,10 +77,10 @@ def merge_job(job_dir: str | Path, output_path: str | Path, overwrite: bool = Fa
     output = Path(os.path.abspath(output_path))
     fsio.makedirs(output.parent)
     tmp = fsio.temp_path_for(output)
-    out = OutputAppender(fsio.BufferedCheckedWriter(tmp), sync_path=tmp)
+    total_bytes, done_bytes = sum(result.bytes for _, result in results), 0
+    out = OutputAppender(fsio.BufferedCheckedWriter(tmp, size_hint=total_bytes), sync_path=tmp)
     merged = []
     try:
-        total_bytes, done_bytes = sum(result.bytes for _, result in results), 0
         for entry, result in results:
             merged.append(copy_shard(layout, entry, result, out.append))
             done_bytes += result.bytes

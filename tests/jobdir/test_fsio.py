@@ -106,3 +106,22 @@ def test_buffered_writer_abort_removes_the_file(tmp_path):
     writer.abort()
     assert not (tmp_path / "out.jsonl").exists()
     assert fsio.list_names(tmp_path / "nope") == []
+
+
+def test_preallocate_reserves_space_without_changing_the_size_and_failures_are_only_hints(tmp_path, monkeypatch):
+    import os
+
+    from data_juicer_elastic.jobdir import fsio
+
+    path = tmp_path / "big.bin"
+    writer = fsio.BufferedCheckedWriter(path, size_hint=8 << 20)
+    reserved = os.stat(path).st_blocks * 512
+    writer.write(b"x" * 1000)
+    writer.finish()
+    assert os.stat(path).st_size == 1000, "the size is what was written, not what was reserved"
+    assert reserved == 0 or reserved >= 8 << 20  # 0 where the filesystem has no fallocate
+    monkeypatch.setattr(fsio, "_fallocate", lambda *args: -1)  # e.g. EOPNOTSUPP on NFSv3
+    other = fsio.BufferedCheckedWriter(tmp_path / "other.bin", size_hint=1 << 20)
+    other.write(b"y\n")
+    other.finish()
+    assert (tmp_path / "other.bin").read_bytes() == b"y\n"
