@@ -7,6 +7,7 @@ attempt gets a fresh random id on top.
 
 from __future__ import annotations
 
+import hashlib
 import os
 import re
 import secrets
@@ -63,6 +64,15 @@ class WorkerIdentity:
             and boot_id == self.boot_id
             and not boot_id.startswith("unknown-")
         )
+
+
+def kernel_tag(me: WorkerIdentity | None = None) -> str:
+    """A short filename-safe tag of (hostname, boot id, pid namespace): names a file whose pid only
+    this kernel namespace can check.  Empty when the namespace is unknown (nobody may judge)."""
+    me = me or WorkerIdentity.current()
+    if not me.same_kernel_namespace(me.hostname, me.boot_id, me.pid_namespace):
+        return ""
+    return hashlib.sha256(f"{me.hostname}|{me.boot_id}|{me.pid_namespace}".encode()).hexdigest()[:12]
 
 
 def pid_alive(pid: int) -> bool:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import secrets
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -19,6 +20,7 @@ from loguru import logger
 from data_juicer_elastic.errors import IntegrityError, JobDirError, OutputExistsError
 from data_juicer_elastic.jobdir import attempts, confine, fsio, steps
 from data_juicer_elastic.jobdir.codecs import BackgroundIO, Syncer
+from data_juicer_elastic.jobdir.identity import kernel_tag, pid_alive
 from data_juicer_elastic.jobdir.layout import JobLayout
 from data_juicer_elastic.jobdir.manifest import load_manifest
 from data_juicer_elastic.jobdir.records import Manifest, MergedShard, MergeRecord, ShardEntry, ShardResult
@@ -76,7 +78,8 @@ def merge_job(job_dir: str | Path, output_path: str | Path, overwrite: bool = Fa
     results = accepted_results(layout, manifest)
     output = Path(os.path.abspath(output_path))
     fsio.makedirs(output.parent)
-    tmp = fsio.temp_path_for(output)
+    remove_dead_merge_temps(output)
+    tmp = merge_temp_path(output)
     total_bytes, done_bytes = sum(result.bytes for _, result in results), 0
     out = OutputAppender(fsio.BufferedCheckedWriter(tmp, size_hint=total_bytes), sync_path=tmp)
     merged = []
@@ -96,6 +99,38 @@ def merge_job(job_dir: str | Path, output_path: str | Path, overwrite: bool = Fa
     finally:
         fsio.remove(tmp)
     return record_merge(layout, manifest, output, merged, out.digest.hexdigest(), written)
+
+
+def merge_temp_path(output: Path) -> Path:
+    """``.<export>.tmp-<kernel tag>-<pid>-<random>`` beside the export: same filesystem for the
+    final link, and named so that a later merge on this host can tell a dead merger's file."""
+    return output.with_name(f".{output.name}.tmp-{kernel_tag()}-{os.getpid()}-{secrets.token_hex(4)}")
+
+
+def remove_dead_merge_temps(output: Path) -> None:
+    """Remove the temp files of merges into ``output`` that were killed on this host (SIGKILL,
+    OOM, power loss skips every cleanup): each holds up to a whole merged output, and nothing
+    else will ever remove it.  Only files tagged with this kernel namespace whose pid is gone:
+    another host's merge, or a live one here, is never touched."""
+    tag = kernel_tag()
+    if not tag:
+        return
+    prefix = f".{output.name}.tmp-{tag}-"
+    try:
+        names = [n for n in os.listdir(output.parent) if n.startswith(prefix)]
+    except OSError:
+        return  # the directory is created just after; a listing error surfaces there
+    for name in names:
+        pid = name[len(prefix) :].split("-", 1)[0]
+        if not pid.isdigit() or pid_alive(int(pid)):
+            continue
+        path = output.parent / name
+        try:
+            size = path.stat().st_size
+            fsio.remove(path)
+        except OSError:
+            continue  # gone already (another merge cleaned it), or not ours to remove
+        logger.info(f"removed {path} ({size} bytes), left by a merge killed on this host (pid {pid})")
 
 
 class OutputAppender:

@@ -69,8 +69,13 @@ def test_merge_killed_mid_way_leaves_no_output_and_merging_again_completes(tmp_p
     killed = run_driver("merge", job, out, crash=point)
     assert killed.returncode == -signal.SIGKILL
     assert not out.exists(), "a killed merge never leaves a partial file at the export path"
+    left = [p.name for p in tmp_path.iterdir() if p.name.startswith(".merged.jsonl.tmp-")]
+    assert len(left) == 1, "the victim's temp file (SIGKILL skips every cleanup)"
     first = run_driver("merge", job, out)
     assert first.returncode == 0 and summary_of(first)["written"] is True
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith(".merged.jsonl.tmp-")], (
+        "the next merge on this host removed the dead merger's temp file"
+    )
     again = run_driver("merge", job, out)  # finalize twice: identical output counts as success
     assert again.returncode == 0 and summary_of(again) == {**summary_of(first), "written": False}
     assert merged_ids(out) == list(range(ROWS))

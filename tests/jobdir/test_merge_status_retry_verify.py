@@ -185,3 +185,30 @@ def test_render_text_and_terminal_info_attributes(job):
     text = render_text(snap)
     assert "done 3" in text and "failed 1" in text and BAD in text and "poison row" in text
     assert "part-00000-of-00004" not in text and "part-00000-of-00004" in render_text(snap, show_all=True)
+
+
+def test_merge_removes_only_temp_files_of_merges_killed_on_this_host(job, tmp_path):
+    import os
+    import subprocess
+    import sys
+
+    from data_juicer_elastic.jobdir.identity import kernel_tag
+
+    _complete(job)
+    out = tmp_path / "out.jsonl"
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    dead_pid = int(dead.stdout)  # exited and reaped: its pid no longer exists (unless reused at once)
+    tag = kernel_tag()
+    assert tag, "this machine exposes its boot id and pid namespace"
+    names = {
+        "dead": f".out.jsonl.tmp-{tag}-{dead_pid}-0000aaaa",
+        "live": f".out.jsonl.tmp-{tag}-{os.getpid()}-0000bbbb",  # a merge still running here
+        "other host": f".out.jsonl.tmp-0123456789ab-{dead_pid}-0000cccc",
+        "other export": f".other.jsonl.tmp-{tag}-{dead_pid}-0000dddd",
+    }
+    for name in names.values():
+        (tmp_path / name).write_bytes(b"partial merge\n")
+    merge_job(job, out)
+    assert not (tmp_path / names["dead"]).exists()
+    assert all((tmp_path / names[k]).exists() for k in ("live", "other host", "other export"))
+    assert sum(1 for _ in out.open()) == 40
