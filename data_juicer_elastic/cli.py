@@ -136,14 +136,16 @@ def _cmd_verify(args: argparse.Namespace) -> int:
 
 
 def _cmd_doctor(args: argparse.Namespace) -> int:
-    from data_juicer_elastic.integration.doctor import filesystem_checks, integration_checks
+    from data_juicer_elastic.integration.doctor import filesystem_checks, integration_checks, lease_timing_check
 
     checks = list(integration_checks())
     if args.job_dir:
         checks += filesystem_checks(Path(args.job_dir))
+        if Path(args.job_dir).is_dir():
+            checks.append(lease_timing_check(args.job_dir))
     for check in checks:
-        print(f"[{'ok' if check.ok else 'FAIL'}] {check.name}: {check.detail}")
-    return EXIT_OK if all(c.ok for c in checks) else EXIT_ERROR
+        print(f"[{'warn' if check.warn else 'ok' if check.ok else 'FAIL'}] {check.name}: {check.detail}")
+    return EXIT_OK if all(c.ok or c.warn for c in checks) else EXIT_ERROR
 
 
 def _load_recipe(args: argparse.Namespace):

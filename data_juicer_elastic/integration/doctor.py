@@ -24,6 +24,7 @@ class Check:
     name: str
     ok: bool
     detail: str = ""
+    warn: bool = False  # shown as [warn]: worth acting on, but nothing is lost (exit code unaffected)
 
 
 def integration_checks() -> list[Check]:
@@ -121,6 +122,34 @@ def filesystem_checks(path: str | os.PathLike) -> list[Check]:
             except OSError:
                 pass
     return checks
+
+
+def lease_timing_check(job_dir: str | os.PathLike) -> Check:
+    """The job's lease TTL and heartbeat against the cache lag of the mount holding it."""
+    from data_juicer_elastic.errors import ElasticError
+    from data_juicer_elastic.integration.mount_cache import advise, mount_of
+    from data_juicer_elastic.jobdir.manifest import load_manifest
+    from data_juicer_elastic.settings import DEFAULT_LEASE_TTL_SECS
+
+    name = "lease timing vs mount cache"
+    mount = mount_of(job_dir)
+    if mount is None:
+        return Check(
+            name, True, "could not read /proc/self/mountinfo: check TTL >= 3 x (cache lag + heartbeat) by hand"
+        )
+    ttl, heartbeat, source = DEFAULT_LEASE_TTL_SECS, None, "defaults: the job is not prepared"
+    try:
+        recorded = load_manifest(Path(job_dir)).settings
+    except (ElasticError, OSError):  # not prepared (or unreadable: the other commands say why)
+        recorded = None
+    if recorded is not None:
+        ttl, heartbeat, source = (
+            float(recorded.get("lease_ttl_secs") or ttl),
+            recorded.get("heartbeat_interval_secs"),
+            "the job's",
+        )
+    advice = advise(mount, ttl, float(heartbeat or ttl / 4), source)
+    return Check(name, advice.ok is not False, advice.detail, warn=advice.ok is False)
 
 
 def _check_exclusive_create(target: Path) -> Check:

@@ -44,3 +44,57 @@ def test_filesystem_checks_report_a_failing_link(tmp_path, monkeypatch):
     checks = {c.name: c for c in filesystem_checks(tmp_path)}
     assert not checks["hard link"].ok and "hard links" in checks["hard link"].detail
     assert os.listdir(tmp_path) == []
+
+
+MOUNTINFO = """\
+22 1 259:1 / / rw,relatime shared:1 - ext4 /dev/vda rw,discard
+40 22 0:51 / /mnt/nas rw,relatime shared:30 - nfs4 nas:/export rw,vers=4.2,rsize=1048576,hard,proto=tcp
+41 22 0:52 / /mnt/fast rw,relatime - nfs nas:/fast rw,vers=3,actimeo=3,hard
+42 22 0:53 / /mnt/noac rw - nfs4 nas:/x rw,noac
+43 22 0:54 / /mnt/fuse rw - fuse.sshfs host:/y rw,user_id=0
+44 40 0:55 / /mnt/nas/scratch rw - ext4 /dev/vdb rw
+45 22 0:56 / /mnt/with\\040space rw - nfs4 nas:/z rw,acdirmax=30,acregmax=10
+"""
+
+
+def test_the_mount_holding_a_path_and_its_cache_lag_are_read_from_mountinfo():
+    from data_juicer_elastic.integration.mount_cache import cache_lag_secs, mount_of
+
+    def lag(path):
+        return cache_lag_secs(mount_of(path, MOUNTINFO))
+
+    assert mount_of("/mnt/nas/jobs/j1", MOUNTINFO).mount_point == "/mnt/nas"
+    assert mount_of("/mnt/nas/scratch/j", MOUNTINFO).fstype == "ext4", "the deepest mount point wins"
+    assert mount_of("/mnt/nasty", MOUNTINFO).mount_point == "/", "a prefix of the name is not a parent"
+    assert lag("/mnt/nas/j") == 60, "NFS without cache options: Linux's acdirmax default"
+    assert lag("/mnt/fast/j") == 3 and lag("/mnt/noac/j") == 1 and lag("/mnt/with space/j") == 30
+    assert lag("/srv/j") == 1 and lag("/mnt/fuse/j") is None
+
+
+def test_lease_timing_is_judged_against_the_mount_with_settings_that_would_fix_it():
+    from data_juicer_elastic.integration.mount_cache import advise, mount_of
+
+    nas = mount_of("/mnt/nas/j", MOUNTINFO)
+    defaults = advise(nas, 120, 30, "defaults")
+    assert defaults.ok is False
+    assert "cache lag up to 60 s" in defaults.detail and "3 x (C + H) = 270 s" in defaults.detail
+    assert "lease_ttl_secs: 230 and heartbeat_interval_secs: 15" in defaults.detail and "actimeo=3" in defaults.detail
+    assert advise(nas, 230, 15, "the job's").ok is True, "the suggested settings satisfy the rule"
+    assert advise(mount_of("/mnt/fast/j", MOUNTINFO), 120, 30, "x").ok is True
+    unknown = advise(mount_of("/mnt/fuse/j", MOUNTINFO), 120, 30, "x")
+    assert unknown.ok is None and "unknown" in unknown.detail
+
+
+def test_doctor_reports_lease_timing_for_a_job_dir(tmp_path):
+    import subprocess
+    import sys
+
+    result = subprocess.run(
+        [sys.executable, "-m", "data_juicer_elastic.cli", "doctor", "--job-dir", str(tmp_path)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    line = next(x for x in result.stdout.splitlines() if "lease timing vs mount cache" in x)
+    assert line.startswith(("[ok]", "[warn]")), line
+    assert "lease TTL 120 s, heartbeat 30 s (defaults: the job is not prepared)" in line
