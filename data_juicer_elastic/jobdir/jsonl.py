@@ -78,13 +78,9 @@ class RowNormaliser:
         self.rows = 0
         self._judge = FastJudge()
 
-    def lines(self, lines: list[bytes], region: tuple[bytes, int, int] | None = None) -> list[bytes] | None:
+    def lines(self, lines: list[bytes]) -> list[bytes] | None:
         """Validate ``lines`` (no line endings); None when every one is kept byte for byte,
-        else the normalised lines.  InputError naming file:line on the first bad one.
-
-        ``region`` (``(raw, start, stop)``, the lines as read) is accepted for the callers'
-        convenience; every row is proven on its own now, so it is not needed.
-        """
+        else the normalised lines.  InputError naming file:line on the first bad one."""
         if self.is_clean(lines):
             self.rows += len(lines)
             return None
