@@ -78,13 +78,13 @@ class _HashingFile:
         return False
 
 
-def decoded_size_hint(path: Path, codec: Codec) -> int | None:
+def decoded_size_hint(path: Path, codec: Codec, size: int | None = None) -> int | None:
     """What ``path`` probably decodes to, from its own metadata, or None: the file size for plain
     files; the content size in a zstd frame header (``zstd`` writes it; several frames or a
     streamed frame give a short or no hint); a gzip trailer's ISIZE (exact for one member under
     4 GiB).  Only a hint: prepare checks it against the bytes it decodes, and a wrong one costs
-    a second pass, never a wrong shard."""
-    size = fsio.stat(path).st_size
+    a second pass, never a wrong shard.  ``size``: the file's, when the caller has stat'ed it."""
+    size = fsio.stat(path).st_size if size is None else size
     if codec == "none":
         return size
     try:

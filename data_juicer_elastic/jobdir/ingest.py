@@ -45,7 +45,7 @@ from data_juicer_elastic.jobdir.jsonl import NormaliseOptions, RowNormaliser
 from data_juicer_elastic.jobdir.layout import shard_id
 from data_juicer_elastic.jobdir.records import InputFile, ShardEntry
 from data_juicer_elastic.jobdir.row_checkers import RowCheckers, default_processes, window
-from data_juicer_elastic.jobdir.splitter import BlockSplitter, Piece
+from data_juicer_elastic.jobdir.splitter import BlockSplitter, Piece, target_span
 
 _VALIDATING = "prepare: validating input"
 
@@ -81,8 +81,9 @@ def ingest(
     Returns None when the input holds no rows (nothing is written then).
     ``work`` is a private scratch directory on the job's filesystem.
     """
-    input_bytes = sum(fsio.stat(i.path).st_size for i in inputs)
-    hints = [decoded_size_hint(i.path, i.codec) for i in inputs]
+    sizes = [fsio.stat(i.path).st_size for i in inputs]
+    input_bytes = sum(sizes)
+    hints = [decoded_size_hint(i.path, i.codec, size) for i, size in zip(inputs, sizes, strict=True)]
     # The decoded total, when every input tells it: then the first pass can cut the final shards.
     guess = sum(hints) if None not in hints else None  # type: ignore[arg-type]
     if processes is None:  # compressed inputs decode to more bytes than they store
@@ -93,7 +94,7 @@ def ingest(
     io, syncer = BackgroundIO(), Syncer()
 
     def open_piece(k: int) -> AsyncShardWriter:
-        expected = guess * (k + 1) // n - guess * k // n if guess else 0  # the rule's byte target span
+        expected = target_span(guess, k, n) if guess else 0
         return AsyncShardWriter(ShardFileWriter(pieces_dir / f"{k:05d}.jsonl", "none", expected), io, syncer)
 
     # Without a usable guess everything goes into one piece (n=1 never cuts).
@@ -266,14 +267,22 @@ class _ParallelFeed:
                 continue
             lines = raw[start:stop].split(b"\n")
             lines.pop()
-            if self.limit < READ_BYTES and max(map(len, lines)) > self.limit:
-                at = next(i for i, line in enumerate(lines) if len(line) > self.limit)
+            at = _first_too_long(lines, self.limit)
+            if at is not None:
                 raise _too_long(self.limit, f"{self.display}:{self.rows.rows + at + 1}")
             self.identical &= _add_lines(self.rows, self.splitter, lines, raw, start, stop)
 
     def _too_long(self) -> None:
         self._settle(0)  # the long line is the next one after everything judged so far
         raise _too_long(self.limit, f"{self.display}:{self.rows.rows + 1}")
+
+
+def _first_too_long(lines: list[bytes], limit: int) -> int | None:
+    """Index of the first line longer than ``limit`` in lines read from one block (none can be
+    when the limit is at least a read block: such a line is caught while it is carried)."""
+    if limit >= READ_BYTES or max(map(len, lines)) <= limit:
+        return None
+    return next(i for i, line in enumerate(lines) if len(line) > limit)
 
 
 def _too_long(limit: int, where: str) -> InputError:
@@ -330,8 +339,9 @@ def _line_blocks(
             start = len(parts[0]) + 1
             parts = parts[1:]
         if parts:
-            if limit < READ_BYTES and max(map(len, parts)) > limit:
-                raise too_long(lineno + 1 + next(i for i, p in enumerate(parts) if len(p) > limit))
+            at = _first_too_long(parts, limit)
+            if at is not None:
+                raise too_long(lineno + 1 + at)
             yield parts, chunk, start, len(chunk) - len(tail)
             lineno += len(parts)
         if tail:
@@ -351,8 +361,7 @@ def _pass_b(
 
     def open_shard(k: int) -> AsyncShardWriter:
         path = out_dir / f"{shard_id(k, n)}{SHARD_SUFFIX[codec]}"
-        expected = total_bytes * (k + 1) // n - total_bytes * k // n
-        return AsyncShardWriter(ShardFileWriter(path, codec, expected), io, syncer)
+        return AsyncShardWriter(ShardFileWriter(path, codec, target_span(total_bytes, k, n)), io, syncer)
 
     splitter = BlockSplitter(n, total_bytes, total_rows, open_shard, content_digest=True, io=io)
     try:

@@ -78,8 +78,9 @@ def merge_job(job_dir: str | Path, output_path: str | Path, overwrite: bool = Fa
     results = accepted_results(layout, manifest)
     output = Path(os.path.abspath(output_path))
     fsio.makedirs(output.parent)
-    remove_dead_merge_temps(output)
-    tmp = merge_temp_path(output)
+    tag = kernel_tag()
+    remove_dead_merge_temps(output, tag)
+    tmp = merge_temp_path(output, tag)
     total_bytes, done_bytes = sum(result.bytes for _, result in results), 0
     out = OutputAppender(fsio.BufferedCheckedWriter(tmp, size_hint=total_bytes), sync_path=tmp)
     merged = []
@@ -101,25 +102,24 @@ def merge_job(job_dir: str | Path, output_path: str | Path, overwrite: bool = Fa
     return record_merge(layout, manifest, output, merged, out.digest.hexdigest(), written)
 
 
-def merge_temp_path(output: Path) -> Path:
+def merge_temp_path(output: Path, tag: str) -> Path:
     """``.<export>.tmp-<kernel tag>-<pid>-<random>`` beside the export: same filesystem for the
     final link, and named so that a later merge on this host can tell a dead merger's file."""
-    return output.with_name(f".{output.name}.tmp-{kernel_tag()}-{os.getpid()}-{secrets.token_hex(4)}")
+    return output.with_name(f".{output.name}.tmp-{tag}-{os.getpid()}-{secrets.token_hex(4)}")
 
 
-def remove_dead_merge_temps(output: Path) -> None:
+def remove_dead_merge_temps(output: Path, tag: str) -> None:
     """Remove the temp files of merges into ``output`` that were killed on this host (SIGKILL,
     OOM, power loss skips every cleanup): each holds up to a whole merged output, and nothing
     else will ever remove it.  Only files tagged with this kernel namespace whose pid is gone:
-    another host's merge, or a live one here, is never touched."""
-    tag = kernel_tag()
+    another host's merge, or a live one here, is never touched (``tag``: identity.kernel_tag)."""
     if not tag:
         return
     prefix = f".{output.name}.tmp-{tag}-"
     try:
         names = [n for n in os.listdir(output.parent) if n.startswith(prefix)]
     except OSError:
-        return  # the directory is created just after; a listing error surfaces there
+        return  # cleaning is a courtesy; the merge's own writes there report a real problem
     for name in names:
         pid = name[len(prefix) :].split("-", 1)[0]
         if not pid.isdigit() or pid_alive(int(pid)):

@@ -28,6 +28,12 @@ from data_juicer_elastic.jobdir.layout import shard_id
 from data_juicer_elastic.jobdir.records import ShardEntry
 
 
+def target_span(total_bytes: int, k: int, n: int) -> int:
+    """Bytes between shard ``k``'s byte targets under the rule: what the shard will roughly hold
+    (it ends at the row boundary nearest its target), e.g. to reserve its space up front."""
+    return total_bytes * (k + 1) // n - total_bytes * k // n
+
+
 class ShardSplitter:
     """The reference: streams rows one at a time into ``n`` shards under the rule above."""
 
