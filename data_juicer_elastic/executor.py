@@ -46,6 +46,7 @@ from data_juicer_elastic.jobdir.manifest import load_manifest
 from data_juicer_elastic.jobdir.merge import MergeResult, merge_job
 from data_juicer_elastic.jobdir.prepare import PrepareOutcome, PrepareRequest, prepare_job
 from data_juicer_elastic.jobdir.records import Manifest
+from data_juicer_elastic.jobdir.row_schema import RowSchema, operator_view_notes
 from data_juicer_elastic.jobdir.status import snapshot
 from data_juicer_elastic.jobdir.stream_merge import MergeBusyError, follow_merge
 from data_juicer_elastic.jobdir.worker_loop import WorkerSummary, run_worker
@@ -92,11 +93,15 @@ def prepare_from_cfg(cfg: Any, settings: ElasticSettings) -> PrepareOutcome:
         ray={"address": settings.ray_address, "num_cpus": settings.ray_num_cpus},
         max_line_bytes=settings.max_line_bytes,
         shard_codec=settings.shard_codec,
+        input_order=settings.input_order,
     )
     with StepDisplay() as display, steps.reporting(display):  # a bar on a terminal, else log lines
         outcome = prepare_job(request)
     verb = "prepared" if outcome.created else "reusing prepared"
     logger.info(f"{verb} job {request.job_dir} ({len(outcome.manifest.shards)} shards)")
+    if outcome.manifest.row_schema is not None:
+        for note in operator_view_notes(RowSchema.from_json(outcome.manifest.row_schema)):
+            logger.warning(f"{note} (the output keeps every untouched value as it was; see docs/lossless.md)")
     return outcome
 
 
@@ -140,6 +145,7 @@ def run_local_worker(
         manifest.recipe,
         list(manifest.stage_identities),
         layout.cache_dir,
+        row_schema=manifest.row_schema,
         ray_address=settings.ray_address,
         ray_num_cpus=cpus,
     )

@@ -23,6 +23,7 @@ DEFAULT_WAIT_TIMEOUT_SECS: Final = 1800.0
 MAX_RUN_ID_CHARS: Final = 256
 DEFAULT_MAX_LINE_BYTES: Final = 64 * 1024 * 1024
 SHARD_CODECS: Final = ("none", "gzip", "zstd")
+INPUT_ORDERS: Final = ("sorted", "data_juicer")
 
 # "local" starts a private runtime owned by the worker; "auto" attaches to a
 # node-local head the user started; anything else must look like host:port or
@@ -70,6 +71,8 @@ class ElasticSettings:
     """Longest input line prepare accepts; longer lines are refused (memory grows with this bound)."""
     stream_merge: bool = False
     """Append each shard to <export_path>.partial once all shards before it are done (docs/input-format.md)."""
+    input_order: Literal["sorted", "data_juicer"] = "sorted"
+    """Order of the files of a directory input: 'sorted' by relative path, or 'data_juicer' (its default executor's)."""
 
     def __post_init__(self) -> None:
         def bad(name: str, value: Any, rule: str) -> ConfigError:
@@ -124,6 +127,8 @@ class ElasticSettings:
             raise bad("max_line_bytes", self.max_line_bytes, "must be an integer >= 1024")
         if not isinstance(self.stream_merge, bool):
             raise bad("stream_merge", self.stream_merge, "must be true or false")
+        if self.input_order not in INPUT_ORDERS:
+            raise bad("input_order", self.input_order, f"use one of {', '.join(INPUT_ORDERS)}")
         if self.require_all_nodes:
             if self.nodes is None:
                 raise bad("nodes", self.nodes, "require_all_nodes needs the number of nodes (elastic.nodes)")

@@ -24,12 +24,12 @@ class LazyShardRunner:
         expected_stage_identities: list[str],
         cache_dir: Path,
         *,
+        row_schema: list[Any] | None,
         ray_address: str = LOCAL,
         ray_num_cpus: int | None = None,
         connect_timeout_secs: float = DEFAULT_CONNECT_TIMEOUT_SECS,
-        order_key: str | None = None,
     ):
-        self._runner = ShardRunner(recipe, expected_stage_identities, cache_dir, order_key=order_key)
+        self._runner = ShardRunner(recipe, expected_stage_identities, cache_dir, row_schema=row_schema)
         self._runtime = WarmRayRuntime(
             ray_address,
             ray_num_cpus,

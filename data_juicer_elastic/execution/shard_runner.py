@@ -6,8 +6,12 @@ Per attempt, inside ``task.attempt_dir``::
     stage_identities.json    the identities this worker computed (and checked) for the recipe's ops
     process.log              this attempt's Data-Juicer / Ray Data driver-side log lines
     work/<attempt_id>/       Data-Juicer's work dir (events, DAG plan)
-    ray-output/              Ray's part files; removed once output.jsonl is written
-    output.jsonl             the canonical result, rows in input order
+    output.jsonl             the result, rows in input order, untouched values as read (row_writer)
+    row-stats.jsonl          each output row's __dj__stats__ / __dj__meta__ (when the recipe makes them)
+
+The shard is read with the job's row schema (``shard_reader``, hooked in as Data-Juicer's
+Ray loader by ``_shard_source``); Data-Juicer's own RayExecutor runs the operators; the
+result is written by ``row_writer`` instead of Ray's JSON writer.
 
 Operator errors: Data-Juicer's ``skip_op_error`` defaults to true, and then an
 operator exception drops the rows of the failing batch (logged inside the Ray
@@ -23,7 +27,6 @@ import copy
 import json
 import os
 import re
-import shutil
 import time
 import traceback
 from collections.abc import Iterator, Mapping, Sequence
@@ -32,12 +35,15 @@ from typing import Any, Final
 
 from loguru import logger
 
+from data_juicer_elastic.compat import ray_struct_fill
 from data_juicer_elastic.errors import ElasticError, IntegrationError, ShardExecutionError
 from data_juicer_elastic.execution._attempt_log import attempt_log
 from data_juicer_elastic.execution._dj_config import RAY_JOB_ENV, ShardConfigs, check_recipe, ray_job_env
-from data_juicer_elastic.execution._parts import list_parts, write_canonical
-from data_juicer_elastic.execution._read_once import read_once
+from data_juicer_elastic.execution._shard_source import shard_source
 from data_juicer_elastic.execution.progress_source import note_stage, ray_data_progress
+from data_juicer_elastic.execution.row_types import ArrowRows
+from data_juicer_elastic.execution.row_writer import ExportLayout, write_shard
+from data_juicer_elastic.execution.shard_reader import InputRows, read_tables
 from data_juicer_elastic.execution.stage_identities import (
     identity_record,
     manifest_from_cfg,
@@ -46,6 +52,7 @@ from data_juicer_elastic.execution.stage_identities import (
     write_identity_record,
 )
 from data_juicer_elastic.jobdir import fsio, progress
+from data_juicer_elastic.jobdir.codecs import input_codec
 from data_juicer_elastic.jobdir.layout import JobLayout
 from data_juicer_elastic.jobdir.tasks import ShardOutput, ShardTask
 from data_juicer_elastic.stats.shard import ShardStatsRecorder
@@ -54,7 +61,8 @@ RECIPE_FILE: Final = "recipe.yaml"
 IDENTITIES_FILE: Final = "stage_identities.json"
 LOG_FILE: Final = "process.log"
 OUTPUT_FILE: Final = "output.jsonl"
-EXPORT_DIR: Final = "ray-output"
+ROW_STATS_FILE: Final = "row-stats.jsonl"
+EXPORT_DIR: Final = "ray-output"  # never written: RayExecutor runs with skip_export
 WORK_DIR: Final = "work"
 
 # Environment Data-Juicer's initialize_ray forwards to Ray workers
@@ -75,11 +83,12 @@ def shard_runtime_env(recipe: Mapping[str, Any], cache_dir: Path) -> dict[str, A
 
     Data-Juicer's initialize_ray passes ``RAY_JOB`` and the special-token
     variables, and the custom operator paths as ``py_modules``; model caches are
-    added so Ray workers download into the job's shared cache.
+    added so Ray workers download into the job's shared cache, and every worker
+    installs this package's fix of Ray's struct-column concatenation (compat.ray_struct_fill).
     """
     env_vars = {RAY_JOB_ENV: "1", **default_cache_env(cache_dir)}
     env_vars.update({k: v for k, v in os.environ.items() if k.startswith(_SPECIAL_TOKEN_PREFIX)})
-    runtime_env: dict[str, Any] = {"env_vars": env_vars}
+    runtime_env: dict[str, Any] = {"env_vars": env_vars, "worker_process_setup_hook": ray_struct_fill.SETUP_HOOK}
     custom_paths = recipe.get("custom_operator_paths") or None
     if custom_paths:
         runtime_env["py_modules"] = [os.path.abspath(p) for p in custom_paths]
@@ -90,9 +99,8 @@ class ShardRunner:
     """``run_shard`` for the worker loop: ``runner(task) -> ShardOutput``.
 
     Needs a connected Ray runtime in this process (``WarmRayRuntime``, or use
-    ``LazyShardRunner``).  ``order_key`` names an integer row-index field the
-    shard rows carry through the recipe; when given, output rows are merged by
-    it instead of trusting Ray's part order.
+    ``LazyShardRunner``).  ``row_schema`` is the job's (the manifest's ``row_schema``):
+    every shard of a job is read with it.
     """
 
     def __init__(
@@ -101,14 +109,13 @@ class ShardRunner:
         expected_stage_identities: Sequence[str],
         cache_dir: Path,
         *,
-        order_key: str | None = None,
-        keep_ray_output: bool = False,
+        row_schema: list[Any] | None,
     ):
         self.recipe = copy.deepcopy(check_recipe(recipe))
         self.expected_stage_identities = list(expected_stage_identities)
         self.cache_dir = Path(cache_dir)
-        self.order_key = order_key
-        self.keep_ray_output = keep_ray_output
+        self.rows = ArrowRows.from_manifest(row_schema, where="manifest.json row_schema")
+        ray_struct_fill.install()  # the driver concatenates blocks too (its Ray workers get the setup hook)
         self._manifest: dict[str, Any] | None = None  # identities are per recipe and process, not per shard
         self._configs = ShardConfigs(self.recipe)  # parsed once per process, re-based per attempt
         default_cache_env(self.cache_dir)
@@ -146,16 +153,11 @@ class ShardRunner:
                 where=where,
                 hint="run shards inside execution.ray_runtime.WarmRayRuntime, or use LazyShardRunner",
             )
-        export_dir = attempt_dir / EXPORT_DIR
-        _clear(export_dir)  # a second run into the same path would add a second set of parts
         overrides = {
             "dataset_path": str(task.shard_path),
-            "export_path": str(export_dir),
+            # RayExecutor builds its exporter even when it does not export: a path it never writes
+            "export_path": str(attempt_dir / EXPORT_DIR),
             "export_type": "jsonl",
-            # Per-row stats stay in the output for dj-analyze and the stats summary.  RayExecutor
-            # keeps them by accident only (it drops the *input's* __dj__stats__ column, never the
-            # one its Filters add); say so explicitly instead of relying on that.
-            "keep_stats_in_res_ds": True,
             "work_dir": str(attempt_dir / WORK_DIR),
             "job_id": task.attempt_id,
             # the warm runtime's own address: Data-Juicer's initialize_ray then
@@ -178,27 +180,50 @@ class ShardRunner:
         from data_juicer.core.executor.ray_executor import RayExecutor
 
         t0 = time.monotonic()
+        codec = input_codec(Path(task.shard_path).name) or "none"
         batching = _start_batching(task, cfg, self._manifest)
         try:
-            with read_once():  # one read per shard, no force-cancelled Ray workers (see _read_once)
-                RayExecutor(cfg).run(skip_return=True)
+            # The shard as this package reads it (row schema, row numbers), read once, materialized.
+            with shard_source(task.shard_path, lambda: self._dataset(task.shard_path, codec)):
+                result = RayExecutor(cfg).run(skip_export=True)
         finally:
             _finish_batching(batching, task)
         _check_stamped(cfg, ids, where)
 
         note_stage(progress.current(), progress.Stage.CANONICALIZING)
         stats = ShardStatsRecorder(task.shard_id, task.attempt_id, attempt_dir)
-        out = write_canonical(
-            list_parts(export_dir), attempt_dir / OUTPUT_FILE, order_key=self.order_key, on_row=stats.observe
-        )
+        data = result.data
+        inputs = InputRows(Path(task.shard_path), codec)
+        try:
+            written = write_shard(
+                data.iter_batches(batch_size=None, batch_format="pyarrow"),
+                data.columns(),
+                inputs,
+                self.rows.schema.fields,
+                attempt_dir / OUTPUT_FILE,
+                attempt_dir / ROW_STATS_FILE,
+                ExportLayout.from_cfg(cfg),
+                on_row=stats.observe,
+            )
+        finally:
+            inputs.close()
+        out = written.output
         note_stage(progress.current(), progress.Stage.CANONICALIZING, rows_written=out.rows)
         stats_path = stats.write(out.rows, out.sha256)
-        if not self.keep_ray_output:
-            _clear(export_dir)
         logger.info(f"{where}: {out.rows} of {task.input_rows} rows out in {time.monotonic() - t0:.2f}s -> {out.path}")
         return ShardOutput(
-            output_path=out.path, rows=out.rows, bytes=out.bytes, sha256=out.sha256, stats_path=stats_path
+            output_path=out.path,
+            rows=out.rows,
+            bytes=out.bytes,
+            sha256=out.sha256,
+            stats_path=stats_path,
+            row_stats_path=None if written.row_stats is None else written.row_stats.path,
         )
+
+    def _dataset(self, shard_path: Path, codec: str) -> Any:
+        import ray
+
+        return ray.data.from_arrow(read_tables(Path(shard_path), codec, self.rows))
 
 
 def _start_batching(task: ShardTask, cfg: Any, manifest: Mapping[str, Any]) -> JobLayout | None:
@@ -275,13 +300,6 @@ def _preserve_order() -> Iterator[None]:
         yield
     finally:
         options.preserve_order = previous
-
-
-def _clear(path: Path) -> None:
-    if path.is_dir() and not path.is_symlink():
-        shutil.rmtree(path)
-    elif path.exists() or path.is_symlink():
-        path.unlink()
 
 
 # "ValueError: ...", "ray.exceptions.RayTaskError(UserCodeException): ..."

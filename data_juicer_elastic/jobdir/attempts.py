@@ -30,6 +30,7 @@ from data_juicer_elastic.jobdir.records import (
     ShardResult,
     TerminalFailure,
 )
+from data_juicer_elastic.jobdir.row_stats import describe as describe_row_stats
 
 MAX_ERROR_CHARS = 2000
 _SHARD_NAME = re.compile(r"^part-\d{5}-of-\d{5}\.json$")
@@ -142,6 +143,7 @@ def publish_done(
     declared_bytes: int | None = None,
     declared_sha256: str | None = None,
     stats_path: str | Path | None = None,
+    row_stats_path: str | Path | None = None,
 ) -> PublishOutcome:
     """Validate and fsync our output, write result.json, then link it to done/<shard>.json.
 
@@ -175,6 +177,14 @@ def publish_done(
                 f"runner reported {name}={declared} but the output has {name}={actual}", where=f"shard {shard}"
             )
     stats_rel, stats_sha = _stats_pointer(layout, attempt_dir, stats_path, shard)
+    row_stats = None
+    if row_stats_path is not None:
+        path = Path(row_stats_path)
+        if attempt_dir.resolve() not in path.resolve().parents:
+            raise IntegrityError(
+                f"row stats {path} is not inside the attempt directory {attempt_dir}", where=f"shard {shard}"
+            )
+        row_stats = describe_row_stats(layout, path, rows, shard)
     result = ShardResult(
         shard_id=shard,
         attempt_id=claim.attempt_id,
@@ -189,6 +199,7 @@ def publish_done(
         published_at=time.time(),
         stats=stats_rel,
         stats_sha256=stats_sha,
+        row_stats=row_stats,
     )
     result_path = attempt_dir / "result.json"
     fsio.atomic_write(result_path, result.encode())

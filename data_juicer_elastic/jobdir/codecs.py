@@ -157,6 +157,27 @@ def _decompress(raw: _HashingFile, codec: Codec, block: int) -> Iterator[bytes]:
             yield data
 
 
+def whole_line_blocks(chunks: Iterator[bytes], where: str) -> Iterator[bytes]:
+    """``chunks`` of a newline-terminated stream regrouped into blocks that end at a newline
+    (a line longer than a chunk is joined whole); InputError when the stream ends mid-line."""
+    carry: list[bytes] = []
+    for chunk in chunks:
+        cut = chunk.rfind(b"\n") + 1
+        if not cut:
+            carry.append(chunk)
+            continue
+        if carry:
+            carry.append(chunk[:cut])
+            yield b"".join(carry)
+            carry = []
+        else:
+            yield chunk if cut == len(chunk) else chunk[:cut]
+        if cut < len(chunk):
+            carry.append(chunk[cut:])
+    if carry:
+        raise InputError("the last line has no newline (truncated?)", where=where)
+
+
 # -- the reader thread ------------------------------------------------------------------------
 _DONE: Final = object()
 

@@ -40,11 +40,13 @@ from data_juicer_elastic.jobdir.codecs import (
     decoded_size_hint,
     iter_decoded,
     prefetch,
+    whole_line_blocks,
 )
 from data_juicer_elastic.jobdir.jsonl import NormaliseOptions, RowNormaliser
 from data_juicer_elastic.jobdir.layout import shard_id
 from data_juicer_elastic.jobdir.records import InputFile, ShardEntry
 from data_juicer_elastic.jobdir.row_checkers import RowCheckers, default_processes, window
+from data_juicer_elastic.jobdir.row_schema import RowSchema
 from data_juicer_elastic.jobdir.splitter import BlockSplitter, Piece, target_span
 
 _VALIDATING = "prepare: validating input"
@@ -65,6 +67,7 @@ class Ingested:
     content_sha256: str
     shards: list[ShardEntry]
     passes: int  # 1 when the first pass's pieces were the shards
+    schema: RowSchema  # the JSON types of every row (row_schema)
 
 
 def ingest(
@@ -104,7 +107,7 @@ def ingest(
     try:
         checkers = RowCheckers(processes, options) if processes else None
         try:
-            fingerprints, identical = _pass_a(inputs, options, splitter, input_bytes, checkers)
+            fingerprints, identical, schema = _pass_a(inputs, options, splitter, input_bytes, checkers)
         finally:
             if checkers is not None:
                 checkers.close()
@@ -121,7 +124,7 @@ def ingest(
     if total_rows == 0:
         return None
     if n > total_rows:
-        return Ingested(fingerprints, total_rows, total_bytes, "", [], 1)
+        return Ingested(fingerprints, total_rows, total_bytes, "", [], 1, schema)
     content = splitter.content.hexdigest() if splitter.content is not None else None
     if content is None and identical:
         content = fingerprints[0].sha256  # the normalised stream is the file, byte for byte
@@ -137,7 +140,7 @@ def ingest(
         )
         passes = 2
     shards = [_entry(p, n, codec) for p in pieces]
-    return Ingested(fingerprints, total_rows, total_bytes, content, shards, passes)
+    return Ingested(fingerprints, total_rows, total_bytes, content, shards, passes, schema)
 
 
 def _entry(piece: Piece, n: int, codec: Codec) -> ShardEntry:
@@ -153,15 +156,16 @@ def _pass_a(
     splitter: BlockSplitter,
     input_bytes: int,
     checkers: RowCheckers | None,
-) -> tuple[list[InputFile], bool]:
+) -> tuple[list[InputFile], bool, RowSchema]:
     fingerprints: list[InputFile] = []
+    schema = RowSchema()
     identical = len(inputs) == 1 and inputs[0].codec == "none"
     first_index = read_before = 0
     for item in inputs:
         display = str(item.path)
         before = fsio.stat(item.path)
         stats = RawStats()
-        rows = RowNormaliser(display, options, first_index)
+        rows = RowNormaliser(display, options, first_index, schema)
         chunks = prefetch(lambda item=item, stats=stats: iter_decoded(item.path, item.codec, stats))
         try:
             if checkers is not None:
@@ -182,7 +186,7 @@ def _pass_a(
         read_before += stats.size
         steps.report(_VALIDATING, read_before, input_bytes)
         first_index += rows.rows
-    return fingerprints, identical
+    return fingerprints, identical, schema
 
 
 def _add_lines(
@@ -202,8 +206,9 @@ class _ParallelFeed:
     """Pass A's loop with the row checks in helper processes (:mod:`row_checkers`).
 
     Blocks of whole lines go to the checkers as they are read; their verdicts are taken in
-    order, at most ``window`` blocks behind the reader: a clean block streams on as read,
-    any other block takes the serial path (:func:`_add_lines`), which words the error with
+    order, at most ``window`` blocks behind the reader: a clean block streams on as read
+    (its row schema, observed by the checker, joined into the job's in block order), any
+    other block takes the serial path (:func:`_add_lines`), which words the error with
     its file:line or normalises the rows.  Line numbers count only settled blocks, so
     everything before a reported line has been judged.
     """
@@ -258,10 +263,11 @@ class _ParallelFeed:
         while len(self.window) > keep:
             verdict, raw, start, stop = self.window.popleft()
             try:
-                count, clean = verdict.result()
+                count, clean, block_schema = verdict.result()
             except Exception:  # noqa: BLE001 - a checker died: this block takes the serial path
-                count, clean = 0, False
+                count, clean, block_schema = 0, False, None
             if clean:
+                self.rows.schema.merge(block_schema)
                 self.rows.rows += count
                 self.splitter.add(raw, start, stop, rows=count)
                 continue
@@ -366,7 +372,7 @@ def _pass_b(
     splitter = BlockSplitter(n, total_bytes, total_rows, open_shard, content_digest=True, io=io)
     try:
         for path in pieces:
-            chunks = prefetch(lambda path=path: _whole_rows(path))
+            chunks = prefetch(lambda path=path: whole_line_blocks(fsio.iter_chunks(path, READ_BYTES), str(path)))
             try:
                 for chunk in chunks:
                     splitter.add(chunk)
@@ -389,21 +395,3 @@ def _pass_b(
         )
     assert splitter.content is not None
     return result, splitter.content.hexdigest()
-
-
-def _whole_rows(path: Path) -> Iterator[bytes]:
-    """A piece's bytes in blocks that end at a newline (pieces always end with one)."""
-    carry = b""
-    for chunk in fsio.iter_chunks(path, READ_BYTES):
-        block = carry + chunk if carry else chunk
-        cut = block.rfind(b"\n") + 1
-        if cut == len(block):
-            carry = b""
-            yield block
-        elif cut:
-            carry = block[cut:]
-            yield block[:cut]
-        else:
-            carry = block
-    if carry:  # pragma: no cover - pieces are written by pass A with a newline after every row
-        raise InputChangedError("a staged piece does not end with a newline", where=str(path))

@@ -42,6 +42,7 @@ from data_juicer_elastic.jobdir.row_policy import (  # noqa: F401 - MAX_DEPTH, f
     serialise_row,
     strict_loads,
 )
+from data_juicer_elastic.jobdir.row_schema import RowSchema
 
 MAX_LINE_BYTES: Final = 64 * 1024 * 1024
 BLOCK_BYTES: Final = 8 * 1024 * 1024
@@ -65,10 +66,11 @@ class RowNormaliser:
     """Validates and normalises the rows of one input file, a list of lines at a time.
 
     ``lineno`` and ``rows`` count what has been accepted; ``first_index`` is the
-    global index of the file's first row (for ``index_key``).
+    global index of the file's first row (for ``index_key``).  Every accepted row's JSON types
+    are joined into ``schema`` (the job's row schema, shared by every input file).
     """
 
-    def __init__(self, display: str, options: NormaliseOptions, first_index: int):
+    def __init__(self, display: str, options: NormaliseOptions, first_index: int, schema: RowSchema | None = None):
         self.display = display
         self.options = options
         self.media_fields = [k for k in dict.fromkeys(options.media_keys.values()) if k]
@@ -76,6 +78,7 @@ class RowNormaliser:
         self._index_suffix = orjson.dumps(options.index_key) + b":" if options.index_key else b""
         self.first_index = first_index
         self.rows = 0
+        self.schema = RowSchema() if schema is None else schema
         self._judge = FastJudge()
 
     def lines(self, lines: list[bytes]) -> list[bytes] | None:
@@ -86,13 +89,16 @@ class RowNormaliser:
             return None
         return self._lines_one_by_one(lines)
 
-    def is_clean(self, lines: list[bytes]) -> bool:
+    def is_clean(self, lines: list[bytes], schema: RowSchema | None = None) -> bool:
         """The hot loop: every line a bare ``{...}`` the accelerator proves, whose media paths
         (if any) are already absolute and which has its index key.  False sends the block row
         by row, which also words any error.  (Row at a time on purpose: parsing the block into
         a list first, or one simdjson call over the joined block, measured slower: the rows'
-        objects then outlive the CPU cache.)"""
+        objects then outlive the CPU cache.)  The rows' types are joined into ``schema``
+        (default: this normaliser's); a block found unclean half-way is observed again row by
+        row, which changes nothing (a join is idempotent and keeps first-seen key order)."""
         loads, finite, media, index_key = strict_loads, self._judge.finite, self.media_fields, self.index_key
+        observe = (schema or self.schema).observe
         base = self.options.base_dir
         try:
             for line in lines:
@@ -101,6 +107,7 @@ class RowNormaliser:
                 obj = loads(line)
                 if not finite(line):
                     return False
+                observe(obj)
                 for key in media:
                     if obj.get(key) is not None and _media_changes(obj, [key], base):
                         return False
@@ -119,7 +126,7 @@ class RowNormaliser:
             if obj is None:
                 new = self._row(line, None, self.rows + i)  # judged alone, fully
             else:
-                new = self._normalise(line, obj, self.rows + i) if needs_rows else line
+                new = self._normalise(line, obj, self.rows + i) if needs_rows else self._observed(line, obj)
             if new is not line and out is None:
                 out = lines[:i]
             if out is not None:
@@ -145,8 +152,16 @@ class RowNormaliser:
                     raise InputError(str(exc), where=where) from None
         return self._normalise(body, obj, row_in_file)
 
+    def _observed(self, body: bytes, obj: dict[str, Any]) -> bytes:
+        self.schema.observe(obj)
+        return body
+
     def _normalise(self, body: bytes, obj: dict[str, Any], row_in_file: int) -> bytes:
+        """The row as it goes into its shard (its types joined into the schema)."""
         index = self.first_index + row_in_file
+        self.schema.observe(obj)  # media paths change only strings; the index key is observed below
+        if self.index_key and self.index_key not in obj:
+            self.schema.observe({self.index_key: index})
         try:
             if self.media_fields and _media_changes(obj, self.media_fields, self.options.base_dir):
                 row = reference_row(body)  # exact integers, original key order

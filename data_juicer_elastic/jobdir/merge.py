@@ -24,6 +24,7 @@ from data_juicer_elastic.jobdir.identity import kernel_tag, pid_alive
 from data_juicer_elastic.jobdir.layout import JobLayout
 from data_juicer_elastic.jobdir.manifest import load_manifest
 from data_juicer_elastic.jobdir.records import Manifest, MergedShard, MergeRecord, ShardEntry, ShardResult
+from data_juicer_elastic.jobdir.row_stats import MergedRowStats, copy_row_stats, export_stats_path
 
 SYNC_EVERY: Final = 256 * 1024 * 1024
 
@@ -36,6 +37,7 @@ class MergeResult:
     sha256: str
     shards: int
     written: bool  # False when an identical output was already there
+    row_stats: MergedRowStats | None = None  # <export>_stats.jsonl, when the recipe makes per-row stats
 
 
 def accepted_results(layout: JobLayout, manifest: Manifest) -> list[tuple[ShardEntry, ShardResult]]:
@@ -94,12 +96,47 @@ def merge_job(job_dir: str | Path, output_path: str | Path, overwrite: bool = Fa
     except BaseException:
         out.abort()
         raise
+    row_stats = merge_row_stats(layout, results, output, overwrite, tag)
     fsio.fault_point("finalize", output)  # named crash point: merged, not yet published
     try:
         written = publish_output(tmp, output, overwrite)
     finally:
         fsio.remove(tmp)
-    return record_merge(layout, manifest, output, merged, out.digest.hexdigest(), written)
+    return record_merge(layout, manifest, output, merged, out.digest.hexdigest(), written, row_stats)
+
+
+def merge_row_stats(
+    layout: JobLayout, results: list[tuple[ShardEntry, ShardResult]], output: Path, overwrite: bool, tag: str
+) -> MergedRowStats | None:
+    """Write ``<export>_stats.jsonl`` from the accepted row stats files in manifest order
+    (validated as they are copied); None when the recipe makes no per-row stats."""
+    if all(result.row_stats is None for _, result in results):
+        return None
+    missing = [entry.shard_id for entry, result in results if result.row_stats is None and result.rows]
+    if missing:
+        raise IntegrityError(
+            f"{len(missing)} shard(s) have output rows but no row stats file ({_preview(missing)})",
+            where=str(layout.root),
+            hint="the shards were run by different versions or recipes; prepare a new job_dir",
+        )
+    path = export_stats_path(output)
+    remove_dead_merge_temps(path, tag)
+    tmp = merge_temp_path(path, tag)
+    total = sum(result.row_stats.bytes for _, result in results if result.row_stats is not None)
+    out = OutputAppender(fsio.BufferedCheckedWriter(tmp, size_hint=total), sync_path=tmp)
+    rows = 0
+    try:
+        for entry, result in results:
+            rows += copy_row_stats(layout, entry, result, out.append)[0]
+        out.finish()
+    except BaseException:
+        out.abort()
+        raise
+    try:
+        written = publish_output(tmp, path, overwrite)
+    finally:
+        fsio.remove(tmp)
+    return MergedRowStats(path, rows, out.bytes, out.digest.hexdigest(), written)
 
 
 def merge_temp_path(output: Path, tag: str) -> Path:
@@ -195,7 +232,13 @@ class OutputAppender:
 
 
 def record_merge(
-    layout: JobLayout, manifest: Manifest, output: Path, merged: list[MergedShard], sha: str, written: bool
+    layout: JobLayout,
+    manifest: Manifest,
+    output: Path,
+    merged: list[MergedShard],
+    sha: str,
+    written: bool,
+    row_stats: MergedRowStats | None,
 ) -> MergeResult:
     """Write merge.json for a published output; the MergeResult callers report."""
     rows, size = sum(m.rows for m in merged), sum(m.bytes for m in merged)
@@ -208,10 +251,12 @@ def record_merge(
         content_sha256=manifest.content_sha256,
         shards=merged,
         merged_at=time.time(),
+        row_stats_path=None if row_stats is None else str(row_stats.path),
+        row_stats_sha256=None if row_stats is None else row_stats.sha256,
     )
     fsio.atomic_write(layout.merge_record, record.encode())
     logger.info(f"merged {len(merged)} shards, {rows} rows into {output}" + ("" if written else " (unchanged)"))
-    return MergeResult(output, rows, size, sha, len(merged), written)
+    return MergeResult(output, rows, size, sha, len(merged), written, row_stats)
 
 
 def copy_shard(layout: JobLayout, entry: ShardEntry, result: ShardResult, sink) -> MergedShard:

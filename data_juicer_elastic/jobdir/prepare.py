@@ -61,6 +61,7 @@ class PrepareRequest:
     max_line_bytes: int = MAX_LINE_BYTES
     shard_codec: str = "none"  # "none" | "gzip" | "zstd": how shard files are stored
     check_processes: int | None = None  # row-checking helper processes; None: by input size and cores
+    input_order: str = "sorted"  # directory inputs: "sorted" (relative path) | "data_juicer" (its default executor's)
 
 
 @dataclass(frozen=True)
@@ -72,7 +73,7 @@ class PrepareOutcome:
 def prepare_job(request: PrepareRequest) -> PrepareOutcome:
     """Prepare ``request.job_dir`` (idempotent for an identical request)."""
     dataset, kind = _check_request(request)
-    inputs = discover_inputs(dataset)
+    inputs = discover_inputs(dataset, request.input_order)
     layout = JobLayout(Path(os.path.abspath(request.job_dir)))
     rhash = recipe_hash(request.recipe)
 
@@ -137,6 +138,7 @@ def prepare_job(request: PrepareRequest) -> PrepareOutcome:
             shards=shards,
             request_fingerprint=_fingerprint(request, dataset, rhash, fingerprints),
             shard_codec=request.shard_codec,
+            row_schema=ingested.schema.to_json(),
         )
         staged_manifest = staging / "manifest.json"
         fsio.write_new(staged_manifest, manifest.encode())
@@ -192,9 +194,10 @@ def _media_keys(request: PrepareRequest) -> dict[str, str]:
     return {name: key for name, key in request.media_keys.items() if key}
 
 
-def discover_inputs(dataset: Path) -> list[InputItem]:
+def discover_inputs(dataset: Path, order: str = "sorted") -> list[InputItem]:
     """One file, or every ``*.jsonl``/``*.jsonl.gz``/``*.jsonl.zst`` below a directory, sorted by
-    relative POSIX path."""
+    relative POSIX path (``order="sorted"``: the same order on every filesystem), or in the
+    order Data-Juicer's default executor reads them (``"data_juicer"``, :func:`data_juicer_order`)."""
     if dataset.is_file():
         # A single file is JSONL whatever its name; only a .gz/.zst ending chooses a decoder.
         codec = input_codec(dataset.name) or {".gz": "gzip", ".zst": "zstd"}.get(dataset.suffix, "none")
@@ -210,6 +213,10 @@ def discover_inputs(dataset: Path) -> list[InputItem]:
                 path = Path(root) / name
                 found.append(InputItem(path, path.relative_to(dataset).as_posix(), codec))
     found.sort(key=lambda item: item.relpath)
+    if order == "data_juicer":
+        found = data_juicer_order(dataset, found)
+    elif order != "sorted":
+        raise ConfigError(f"unknown input order {order!r}", where="input_order", hint="use sorted or data_juicer")
     if not found:
         raise InputError(
             "no *.jsonl, *.jsonl.gz or *.jsonl.zst files found",
@@ -217,6 +224,22 @@ def discover_inputs(dataset: Path) -> list[InputItem]:
             hint="directory inputs are searched recursively",
         )
     return found
+
+
+def data_juicer_order(dataset: Path, found: list[InputItem]) -> list[InputItem]:
+    """``found`` in the order of Data-Juicer 1.6.1's default executor: its loader lists the
+    directory with ``Path.rglob("*")`` (the filesystem's own order), groups the files by
+    suffix (``.jsonl``, ``.jsonl.gz``, ...; groups in order of their first file) and reads
+    group after group (``utils/file_utils.find_files_with_suffix``, ``format/formatter.py``).
+    That order can differ between filesystems and copies of the same files."""
+    by_path = {item.path: item for item in found}
+    groups: dict[str, list[InputItem]] = {}
+    for path in dataset.rglob("*"):
+        item = by_path.get(path)
+        if item is not None:
+            key = "".join(s.lower() for s in path.suffixes[-2:]) if item.codec != "none" else path.suffix.lower()
+            groups.setdefault(key, []).append(item)
+    return [item for group in groups.values() for item in group]
 
 
 # -- publication ------------------------------------------------------------------------------
@@ -267,6 +290,8 @@ def _fingerprint(request: PrepareRequest, dataset: Path, rhash: str, inputs: lis
     }
     if request.shard_codec != "none":  # absent otherwise, so fingerprints of older jobs stay the same
         identity["shard_codec"] = request.shard_codec
+    if request.input_order != "sorted":
+        identity["input_order"] = request.input_order
     return hashlib.sha256(canonical_json(identity)).hexdigest()
 
 
@@ -289,6 +314,9 @@ def _check_existing(
             differences.append(f"stage identities differ from stage {at} on ({len(old)} stages before, {len(new)} now)")
         elif old != new:
             differences.append(f"{name} was {old!r}, now {new!r}")
+    old_order, new_order = [f.relpath for f in manifest.inputs], [i.relpath for i in inputs]
+    if old_order != new_order and sorted(old_order) == sorted(new_order):
+        differences.append(f"the input files' order (elastic.input_order) differs, now {request.input_order!r}")
     if differences:
         raise JobDirError(
             "job_dir already holds a different job: " + "; ".join(differences),

@@ -250,6 +250,9 @@ class Manifest(Record):
     shards: list[ShardEntry]
     request_fingerprint: str
     shard_codec: str = "none"  # how shard files are stored: "none" | "gzip" | "zstd" (codecs.SHARD_SUFFIX)
+    # The JSON types of every input row (jobdir.row_schema.RowSchema.to_json()): every shard is
+    # read with this one schema.  None in jobs prepared before it existed (refused by workers).
+    row_schema: list[Any] | None = None
     # sha256 of the canonical record without this field, written by encode(): a flipped byte
     # that still parses (a digit of a shard's sha256) is refused before any claim.
     checksum: str | None = None
@@ -341,6 +344,15 @@ class AttemptRecord(Record):
 
 
 @dataclass(frozen=True)
+class RowStatsFile:
+    """An attempt's per-row stats file (jobdir.row_stats): one line per output row."""
+
+    path: str  # relative to the job directory
+    bytes: int
+    sha256: str
+
+
+@dataclass(frozen=True)
 class ShardResult(Record):
     KIND: ClassVar[str] = "result"
     shard_id: str
@@ -358,6 +370,9 @@ class ShardResult(Record):
     # runner wrote none.  Older readers of version 1 ignore these fields.
     stats: str | None = None
     stats_sha256: str | None = None
+    # Each output row's __dj__stats__/__dj__meta__ (Data-Juicer's <export>_stats.jsonl, per shard);
+    # None when the recipe makes neither.
+    row_stats: RowStatsFile | None = None
 
 
 @dataclass(frozen=True)
@@ -407,3 +422,6 @@ class MergeRecord(Record):
     content_sha256: str  # of the manifest's input, to tie the output to the job
     shards: list[MergedShard] = field(default_factory=list)
     merged_at: float = 0.0
+    # <export>_stats.jsonl (jobdir.row_stats), when the recipe makes per-row stats
+    row_stats_path: str | None = None
+    row_stats_sha256: str | None = None

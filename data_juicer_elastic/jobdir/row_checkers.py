@@ -7,7 +7,8 @@ child interpreters, and the parent keeps only the I/O and the hashes.  (Merge's 
 ~3x lighter, simdjson validation only: measured, helpers did not make it faster.)
 
 A child answers one question per byte range: *is every line of it proven clean by the
-fast path?* ("clean" = what :meth:`RowNormaliser.is_clean` accepts).  "Yes" lets the
+fast path?* ("clean" = what :meth:`RowNormaliser.is_clean` accepts).  "Yes" (with the
+range's row schema, which the parent joins into the job's in input order) lets the
 parent take the range as it is;
 "no" (or a child that died) makes the parent run the ordinary serial path on that range,
 which is what words the exact ``file:line`` error or normalises the rows.  A child never
@@ -36,9 +37,12 @@ from typing import Final
 
 from loguru import logger
 
-# seq, offset, length, path bytes (0: `length` payload bytes follow) / seq, rows, verdict
+from data_juicer_elastic.jobdir.row_schema import RowSchema
+
+# seq, offset, length, path bytes (0: `length` payload bytes follow) /
+# seq, rows, verdict, schema bytes (the range's row schema as JSON follows a clean verdict)
 _REQUEST: Final = struct.Struct("<QQQI")
-_REPLY: Final = struct.Struct("<QQB")
+_REPLY: Final = struct.Struct("<QQBI")
 MIN_PARALLEL_BYTES: Final = 64 * 1024 * 1024  # below this, starting interpreters costs more than it saves
 MAX_PROCESSES: Final = 8
 MAX_BLOCKS_IN_FLIGHT: Final = 12  # x 8 MiB read blocks held while their verdicts are pending
@@ -71,7 +75,8 @@ def usable_cores() -> int:
 
 class RowCheckers:
     """A pool of checker processes for prepare's ``options`` (NormaliseOptions); :meth:`check`
-    returns a Future of ``(rows, clean)``.  Futures fail (never hang) when a child dies or
+    returns a Future of ``(rows, clean, schema)`` (``schema``: the range's RowSchema, None unless
+    clean).  Futures fail (never hang) when a child dies or
     none could start; callers then take the serial path.
     """
 
@@ -136,10 +141,13 @@ class RowCheckers:
                 if path is None:
                     _write_all(child.stdin, data)
                 reply = _read_exact(child.stdout, _REPLY.size)
-                got, rows, verdict = _REPLY.unpack(reply)
+                got, rows, verdict, schema_len = _REPLY.unpack(reply)
+                schema = RowSchema.from_json(json.loads(_read_exact(child.stdout, schema_len))) if schema_len else None
                 if got != seq:
                     raise RuntimeError(f"row checker answered request {got}, expected {seq}")
-                future.set_result((rows, verdict == 1))
+                if verdict == 1 and schema is None:
+                    raise RuntimeError(f"row checker sent no row schema with request {seq}")
+                future.set_result((rows, verdict == 1, schema))
             except BaseException as exc:  # the child died or the pipe broke: this task fails
                 logger.warning(f"a row checker process stopped ({exc!r}); its blocks are checked in this process")
                 future.set_exception(exc)
@@ -218,8 +226,8 @@ def _serve_requests() -> None:
     normaliser = RowNormaliser("", options, 0)
     limit = options.max_line_bytes
 
-    def clean(lines: list[bytes]) -> bool:
-        return max(map(len, lines)) <= limit and normaliser.is_clean(lines)
+    def clean(lines: list[bytes], schema: RowSchema) -> bool:
+        return max(map(len, lines)) <= limit and normaliser.is_clean(lines, schema)
 
     files: dict[bytes, int] = {}
     while True:
@@ -240,8 +248,10 @@ def _serve_requests() -> None:
         else:
             data = _read_exact(stdin, length)
         lines = data.split(b"\n")
-        verdict = len(data) == length and lines.pop() == b"" and bool(lines) and clean(lines)
-        stdout.write(_REPLY.pack(seq, len(lines), 1 if verdict else 0))
+        schema = RowSchema()
+        verdict = len(data) == length and lines.pop() == b"" and bool(lines) and clean(lines, schema)
+        encoded = json.dumps(schema.to_json(), separators=(",", ":")).encode() if verdict else b""
+        stdout.write(_REPLY.pack(seq, len(lines), 1 if verdict else 0, len(encoded)) + encoded)
         stdout.flush()
 
 

@@ -13,7 +13,9 @@ Consumer contract: read the progress record (replaced atomically), then read at 
 lines, and never change (the file only grows).  When ``complete`` is true the whole
 output is at the export path (the same inode: the partial is linked there, then its
 ``.partial`` name removed), byte-identical to a non-streaming merge of the same job,
-and ``merge.json`` is written as by :func:`merge.merge_job`.
+and ``merge.json`` is written as by :func:`merge.merge_job`.  The per-row stats file
+(``<export>_stats.jsonl``, :mod:`row_stats`) is not streamed: it is written whole just
+before the output is published.
 
 Crash and resume (the ``merge`` and ``finalize`` crash points of
 :mod:`coordination.crashpoints` stop a follower there): bytes past ``bytes_final`` may be a
@@ -40,6 +42,7 @@ from loguru import logger
 
 from data_juicer_elastic.errors import IntegrityError, JobDirError
 from data_juicer_elastic.jobdir import attempts, confine, fsio
+from data_juicer_elastic.jobdir.identity import kernel_tag
 from data_juicer_elastic.jobdir.layout import JobLayout
 from data_juicer_elastic.jobdir.manifest import load_manifest
 from data_juicer_elastic.jobdir.merge import (
@@ -47,6 +50,7 @@ from data_juicer_elastic.jobdir.merge import (
     OutputAppender,
     accepted_results,
     copy_shard,
+    merge_row_stats,
     publish_output,
     record_merge,
 )
@@ -211,9 +215,11 @@ def _follow(layout, manifest, output, partial, fd, overwrite, wait, poll_secs, s
     if not publish:
         return None
     sha = out.digest.hexdigest()
+    # The per-row stats file is written whole at the end (it is not streamed).
+    row_stats = merge_row_stats(layout, accepted_results(layout, manifest), output, overwrite, kernel_tag())
     fsio.fault_point("finalize", output)  # named crash point: complete and fsynced, not yet published
     written = publish_output(partial, output, overwrite)
-    result = record_merge(layout, manifest, output, state.merged, sha, written)
+    result = record_merge(layout, manifest, output, state.merged, sha, written, row_stats)
     _publish_progress(state, manifest, output, partial, out, complete=True, on_progress=on_progress)
     fsio.remove(partial)
     return result

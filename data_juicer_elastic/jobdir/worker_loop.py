@@ -267,6 +267,7 @@ class _Worker:
                 declared_bytes=output.bytes,
                 declared_sha256=output.sha256,
                 stats_path=output.stats_path,
+                row_stats_path=output.row_stats_path,
             )
         except LeaseLostError as exc:
             self._abandon(attempt, claim, exc.message)

@@ -123,7 +123,9 @@ def _load_summary(layout: JobLayout, result: ShardResult) -> StatsSummary | None
 
 
 def _summarise_output(layout: JobLayout, result: ShardResult) -> StatsSummary:
-    path = layout.resolve_relative(result.output)
+    # The rows' stats are in the row stats file when the recipe makes any (jobdir.row_stats),
+    # else in the rows themselves (keep_stats_in_res_ds) or nowhere (every row still counts).
+    path = layout.resolve_relative(result.row_stats.path if result.row_stats is not None else result.output)
     try:
         with open(path, encoding="utf-8") as handle:
             summary = StatsSummary.of_rows(parse_row(line) for line in handle if line.strip())

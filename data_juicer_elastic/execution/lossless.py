@@ -1,0 +1,94 @@
+"""Put back what Arrow changed and no operator did: each untouched value exactly as it was read.
+
+Between the shard file and the writer a row passes through Arrow, which cannot hold every
+JSON distinction: an absent key reads as null (a struct has every field of the schema), an
+integer in a column that also holds doubles reads as a double, and object keys come back
+in schema order.  Operators then return Python values that Ray re-types per batch, with
+the same losses.  None of this is an operator's doing, and none of it may reach the
+output ("every value no operator changed is exactly the input's").
+
+So the writer compares each output row with the input row it came from (the row number
+carried in ``ROW_COLUMN``), value by value: a value *equivalent* to the input's under
+those conversions is written as the input had it (same JSON type, same digits, same keys
+present or absent, same key order); anything else is what an operator made and is
+written as Arrow gives it.  Equivalent means: equal strings and booleans; an integer
+equal to the double it became, or the same integer; a double bit for bit (``-0.0`` stays
+``-0.0``); arrays element by element; objects key by key, where a key the input lacked
+may be null (Arrow filled it in) and nothing else.
+
+What cannot be told apart, by construction: an operator that writes the very value
+Arrow would have (``193.0`` for ``193``, or null into a key the row lacked) is taken to
+have left it alone.  ``docs/lossless.md`` lists this with the other limits.
+"""
+
+from __future__ import annotations
+
+from math import copysign
+from typing import Any
+
+from data_juicer_elastic.jobdir.row_schema import ListType, StructType
+
+
+def equivalent(out: Any, value: Any) -> bool:
+    """Whether ``out`` is what Arrow (and Ray's per-batch re-typing) makes of the input ``value``."""
+    cls = value.__class__
+    if cls is str:  # by far the most values: the text an operator changed or not
+        return out.__class__ is str and out == value
+    if value is None:
+        return out is None
+    kind = out.__class__
+    if cls is int:
+        if kind is int:
+            return out == value
+        # Arrow rounds the integer to the nearest double (Python's int == float is exact, so round first)
+        return kind is float and out == _as_float(value)
+    if cls is float:
+        return kind is float and out == value and copysign(1.0, out) == copysign(1.0, value)
+    if cls is bool:
+        return kind is bool and out == value
+    if cls is dict:
+        if kind is not dict:
+            return False
+        for key, sub in value.items():
+            if key not in out or not equivalent(out[key], sub):
+                return False
+        return len(out) == len(value) or all(v is None for k, v in out.items() if k not in value)
+    if cls is list:
+        return kind is list and len(out) == len(value) and all(map(equivalent, out, value))
+    return False
+
+
+def _as_float(value: int) -> float | None:
+    try:
+        return float(value)
+    except OverflowError:  # no double holds it: such a column carries Python objects, never doubles
+        return None
+
+
+def restore(value: Any, out: Any, t: Any) -> Any:
+    """What to write for the input ``value`` (schema type ``t``, None where unknown) that came out as ``out``."""
+    if equivalent(out, value):
+        return value
+    if value.__class__ is dict and out.__class__ is dict:
+        return restore_fields(value, out, t.fields if isinstance(t, StructType) else None)
+    if value.__class__ is list and out.__class__ is list and len(value) == len(out):
+        item = t.item if isinstance(t, ListType) else None
+        return [restore(v, o, item) for v, o in zip(value, out, strict=True)]
+    return out
+
+
+def restore_fields(value: dict[str, Any], out: dict[str, Any], fields: dict[str, Any] | None) -> dict[str, Any]:
+    """An object (a row, or an object inside one) with the input's keys in the input's order,
+    each restored, then what operators added.  A null under a key the input lacked is
+    dropped when Arrow could have filled it in: a key of the schema (``fields``), or any key
+    of a value without a known struct type (Ray re-types those per batch).  Keys an operator
+    removed stay removed."""
+    result: dict[str, Any] = {}
+    for key, sub in value.items():
+        if key in out:
+            result[key] = restore(sub, out[key], None if fields is None else fields.get(key))
+    for key, sub in out.items():
+        if key in value or (sub is None and (fields is None or key in fields)):
+            continue
+        result[key] = sub
+    return result

@@ -1,0 +1,172 @@
+"""Write a processed shard: every row once, in input order, each untouched value as it was read.
+
+The runner asks RayExecutor not to export (``run(skip_export=True)``) and writes the
+materialized result itself, block by block in order (the runner sets Ray Data's
+``preserve_order``), because Ray's JSON writer goes through pandas, which prints doubles
+with 10 significant digits (``1e-12`` became ``0.0``), and nothing in Ray knows which of
+a row's values an operator changed.  Per row:
+
+1. the row number (``row_types.ROW_COLUMN``) names the input row it came from; every
+   value an operator left alone is put back exactly as the input had it
+   (:mod:`lossless`); rows an operator made from nothing are written as they are;
+2. the export layout is Data-Juicer's own (``core/exporter.py``): ``__dj__stats__`` and
+   ``__dj__meta__`` go to a per-row stats file (``<export>_stats.jsonl`` once merged), and
+   leave the row unless ``keep_stats_in_res_ds``; hash columns leave it unless
+   ``keep_hashes_in_res_ds``;
+3. the row is encoded compactly by orjson (UTF-8, keys in order, doubles in their shortest
+   round-trip form, non-finite doubles as ``null``); a row orjson refuses (an integer
+   beyond 64 bits) is encoded by Python's json module the same way, so a row's bytes
+   depend only on the row, never on its shard.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import os
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Final
+
+import orjson
+
+from data_juicer_elastic.errors import ElasticError
+from data_juicer_elastic.execution.lossless import restore_fields
+from data_juicer_elastic.execution.row_types import ROW_COLUMN
+from data_juicer_elastic.execution.shard_reader import InputRows
+from data_juicer_elastic.jobdir import fsio
+
+STATS_FIELD: Final = "__dj__stats__"  # data_juicer.utils.constant.Fields.stats
+META_FIELD: Final = "__dj__meta__"  # Fields.meta
+# HashKeys the Data-Juicer exporters drop unless keep_hashes_in_res_ds (hash, minhash, simhash, imagehash, videohash)
+HASH_FIELDS: Final = ("__dj__hash", "__dj__minhash", "__dj__simhash", "__dj__imagehash", "__dj__videohash")
+_OPTIONS: Final = orjson.OPT_SERIALIZE_NUMPY
+_FALLBACK: Final = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"), allow_nan=False)
+
+
+@dataclass(frozen=True)
+class WrittenFile:
+    path: Path
+    rows: int
+    bytes: int
+    sha256: str
+
+
+@dataclass(frozen=True)
+class ShardWrite:
+    output: WrittenFile
+    row_stats: WrittenFile | None  # None when the result has neither stats nor meta columns
+    restored_rows: int  # rows compared with their input row (the others had no row number)
+
+
+@dataclass(frozen=True)
+class ExportLayout:
+    keep_stats: bool = False  # keep_stats_in_res_ds
+    keep_hashes: bool = False  # keep_hashes_in_res_ds
+
+    @classmethod
+    def from_cfg(cls, cfg: Any) -> ExportLayout:
+        return cls(bool(cfg.get("keep_stats_in_res_ds", False)), bool(cfg.get("keep_hashes_in_res_ds", False)))
+
+
+def encode_row(row: dict[str, Any]) -> bytes:
+    """One output line (with its newline); the same row always gives the same bytes."""
+    try:
+        return orjson.dumps(row, option=_OPTIONS | orjson.OPT_APPEND_NEWLINE)
+    except TypeError:
+        pass  # an integer beyond 64 bits, or a value orjson does not know
+    try:
+        return (_FALLBACK.encode(_finite(row)) + "\n").encode("utf-8")
+    except (TypeError, ValueError, UnicodeEncodeError) as exc:
+        raise ElasticError(
+            f"an output row cannot be written as JSON: {exc}",
+            hint="an operator returned a value that is not JSON data (bytes, sets, objects); convert it in the recipe",
+        ) from None
+
+
+def _finite(value: Any) -> Any:
+    """Non-finite doubles as null, as orjson writes them (only on the rare fallback path)."""
+    if type(value) is float:
+        return value if math.isfinite(value) else None
+    if type(value) is dict:
+        return {k: _finite(v) for k, v in value.items()}
+    if type(value) is list:
+        return [_finite(v) for v in value]
+    return value
+
+
+class _HashedFile:
+    """A new file written under a temp name, counted and hashed as it goes, fsynced and renamed."""
+
+    def __init__(self, path: Path):
+        self.path = path
+        self.tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+        self.digest = hashlib.sha256()
+        self.rows = self.bytes = 0
+        self._handle = open(self.tmp, "wb")  # noqa: SIM115 - closed in finish/abort
+
+    def write(self, line: bytes) -> None:
+        self._handle.write(line)
+        self.digest.update(line)
+        self.rows += 1
+        self.bytes += len(line)
+
+    def finish(self) -> WrittenFile:
+        self._handle.flush()
+        fsio.fault_point("fsync", self.tmp)
+        os.fsync(self._handle.fileno())
+        self._handle.close()
+        os.replace(self.tmp, self.path)
+        return WrittenFile(self.path, self.rows, self.bytes, self.digest.hexdigest())
+
+    def abort(self) -> None:
+        self._handle.close()
+        self.tmp.unlink(missing_ok=True)
+
+
+def write_shard(
+    batches: Iterable[Any],
+    columns: list[str] | None,
+    inputs: InputRows,
+    schema_fields: dict[str, Any],
+    output_path: Path,
+    row_stats_path: Path,
+    layout: ExportLayout,
+    on_row: Callable[[dict[str, Any]], None] | None = None,
+) -> ShardWrite:
+    """Write the rows of ``batches`` (Arrow tables in order; ``columns``: the result's columns,
+    None when Ray lost them because nothing was left) to ``output_path`` and their stats
+    rows to ``row_stats_path``.  ``on_row`` sees each row's stats (the stats summary)."""
+    columns = columns or []
+    stats_columns = [c for c in (STATS_FIELD, META_FIELD) if c in columns]
+    drop = [] if layout.keep_stats else list(stats_columns)
+    if not layout.keep_hashes:
+        drop += [c for c in HASH_FIELDS if c in columns]
+    out = _HashedFile(output_path)
+    stats = _HashedFile(row_stats_path) if stats_columns else None
+    restored = 0
+    try:
+        fsio.fault_point("write", out.tmp)  # fault injection / named crash point (a no-op unless a test sets one)
+        for batch in batches:
+            for row in batch.to_pylist():
+                number = row.pop(ROW_COLUMN, None)
+                stats_row = {c: row[c] for c in stats_columns}
+                for name in drop:
+                    del row[name]
+                if number is not None:
+                    row = restore_fields(inputs.get(number), row, schema_fields)
+                    restored += 1
+                out.write(encode_row(row))
+                if stats is not None:
+                    stats.write(encode_row(stats_row))
+                if on_row is not None:
+                    on_row(stats_row)
+        written = out.finish()
+        return ShardWrite(written, stats.finish() if stats is not None else None, restored)
+    except BaseException:
+        out.abort()
+        if stats is not None:
+            stats.abort()
+        raise

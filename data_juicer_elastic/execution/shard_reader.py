@@ -1,0 +1,108 @@
+"""Read one shard into Arrow with the job's row schema, and find its input rows again for the writer.
+
+Why not Ray's JSON reader (what Data-Juicer's RayExecutor uses): it infers column types
+from the rows of each block, so the same value reaches operators as a different type in
+different shards (``int64`` here, ``double`` there, a timestamp where a string looked like
+a date), and it fails on a line longer than its block (``straddling object``).  Here every
+row is parsed exactly (jiter: big integers, every double bit for bit) and converted with
+the schema prepare decided for the whole input (``row_types.ArrowRows``).  Lines are read
+whole, so any row prepare accepted (up to ``max_line_bytes``) is read.
+
+Blocks: about :data:`BLOCK_BYTES` of rows each (Ray's unit of parallelism for operators;
+Ray's own reader cut similar blocks), every block a table of the same schema.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any, Final
+
+import jiter
+
+from data_juicer_elastic.errors import IntegrityError
+from data_juicer_elastic.execution.row_types import ArrowRows
+from data_juicer_elastic.jobdir.codecs import Codec, RawStats, iter_decoded, whole_line_blocks
+
+BLOCK_BYTES: Final = 1024 * 1024
+
+
+def iter_lines(path: Path, codec: Codec) -> Iterator[bytes]:
+    """The shard's rows as lines without their newline, in order."""
+    for block in whole_line_blocks(iter_decoded(path, codec, RawStats()), str(path)):
+        lines = block.split(b"\n")
+        lines.pop()
+        yield from lines
+
+
+def parse(line: bytes, where: str) -> dict[str, Any]:
+    try:
+        row = jiter.from_json(line)
+    except ValueError as exc:  # prepare validated every row: the shard was changed under us
+        raise IntegrityError(f"shard row is not valid JSON: {exc}", where=where, hint="prepare a new job") from None
+    if type(row) is not dict:
+        raise IntegrityError("shard row is not a JSON object", where=where, hint="prepare a new job")
+    return row
+
+
+def read_tables(path: Path, codec: Codec, rows: ArrowRows, block_bytes: int = BLOCK_BYTES) -> list[Any]:
+    """The shard as Arrow tables of about ``block_bytes`` of input each, rows in order."""
+    tables: list[Any] = []
+    pending: list[dict[str, Any]] = []
+    size = first = 0
+    for number, line in enumerate(iter_lines(path, codec)):
+        pending.append(parse(line, f"{path}:{number + 1}"))
+        size += len(line) + 1
+        if size >= block_bytes:
+            tables.append(rows.table(pending, first))
+            first += len(pending)
+            pending, size = [], 0
+    if pending:
+        tables.append(rows.table(pending, first))
+    return tables
+
+
+class InputRows:
+    """The shard's input rows by row number, for the writer: a forward cursor over the file.
+
+    Output rows come in input order (filters drop rows, mappers that split a row repeat its
+    number), so one sequential pass parses only the rows that are asked for; asking for an
+    earlier row than the last one starts the pass again (never happens with Data-Juicer's
+    operators, but stays correct).
+    """
+
+    def __init__(self, path: Path, codec: Codec):
+        self.path, self.codec = path, codec
+        self._lines: Iterator[bytes] | None = None
+        self._next = 0  # number of the row the cursor reads next
+        self._last: tuple[int, dict[str, Any]] | None = None
+        self.rewinds = 0
+
+    def get(self, number: int) -> dict[str, Any]:
+        """The input row ``number`` (0-based), parsed; a fresh object the caller may keep."""
+        if self._last is not None and self._last[0] == number:
+            return self._last[1]
+        if self._lines is None or number < self._next:
+            if self._lines is not None:
+                self.rewinds += 1
+            self._lines, self._next = iter_lines(self.path, self.codec), 0
+        line = b""
+        while self._next <= number:
+            line = next(self._lines, None)
+            if line is None:
+                raise IntegrityError(
+                    f"an output row names input row {number}, but the shard has {self._next} rows",
+                    where=str(self.path),
+                    hint="an operator changed the internal row number column; report it",
+                )
+            self._next += 1
+        row = parse(line, f"{self.path}:{number + 1}")
+        self._last = (number, row)
+        return row
+
+    def close(self) -> None:
+        if self._lines is not None:
+            close = getattr(self._lines, "close", None)
+            if close is not None:
+                close()
+            self._lines = None

@@ -1,0 +1,277 @@
+"""The row schema: the JSON type of every key, decided once over the whole input at prepare.
+
+Why.  Arrow, and so Ray Data and Data-Juicer's Ray executor, types a JSON column from the
+rows it happens to see together: one shard's ``score`` column is ``int64`` where another
+shard's is ``double`` (one row held ``2.5``), a key absent from one shard is no column there
+and a ``null`` column elsewhere, a string that looks like a date becomes a timestamp, and
+column order follows the first row of each block.  The same input then gives different
+rows for different ``num_shards``.  Prepare already parses every row, so it observes every
+value's JSON type here and publishes the join of all of them in the manifest; every shard
+is read with that one schema (``execution.shard_reader``), so a value reaches operators the
+same way whichever shard holds it, and the writer can tell what Arrow changed from what
+an operator changed (``execution.lossless``).
+
+The lattice (``join``): ``null`` joins anything; ``int`` (within int64) and ``float`` give
+``float``; an integer outside int64 is ``float`` (as Arrow's own JSON reader and so
+Data-Juicer's default executor type it; the writer still restores the exact integer);
+objects join field by field (keys in first-seen order), arrays element by element;
+anything else (a string with a number, a boolean with an integer, an object with an
+array) is ``json``: no Arrow type holds it, so its column carries Python objects.
+
+Encoded as plain JSON in the manifest: a leaf is its kind's name, an object
+``{"struct": [[key, type], ...]}``, an array ``{"list": type}``; the row is the top-level
+struct.  The order of observation decides field order only, never a type, so the result
+does not depend on how prepare's blocks were cut or spread over helper processes (joining
+block schemas in input order gives what observing every row in order gives).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Final
+
+INT64_MIN: Final = -(2**63)
+INT64_MAX: Final = 2**63 - 1
+
+NULL: Final = "null"
+BOOL: Final = "bool"
+INT: Final = "int"
+FLOAT: Final = "float"
+STRING: Final = "string"
+JSON: Final = "json"
+LEAVES: Final = frozenset({NULL, BOOL, INT, FLOAT, STRING, JSON})
+
+# A type is a leaf name (str), a StructType (fields in first-seen order) or a ListType.
+
+
+class StructType:
+    """An object type.  ``partial``: some object of it lacked one of its keys (Arrow, and so
+    operators under Ray, then see null there, where Data-Juicer's default executor shows
+    the object as it is; the writer restores the absence either way)."""
+
+    __slots__ = ("fields", "partial")
+
+    def __init__(self, fields: dict[str, Any] | None = None, partial: bool = False):
+        self.fields: dict[str, Any] = {} if fields is None else fields
+        self.partial = partial
+
+
+class ListType:
+    __slots__ = ("item",)
+
+    def __init__(self, item: Any = NULL):
+        self.item = item
+
+
+_SCALAR_KIND: Final = {str: STRING, bool: BOOL, float: FLOAT, type(None): NULL}
+_NUMBERS: Final = frozenset({INT, FLOAT})
+
+
+def join(a: Any, b: Any) -> Any:
+    """The least type holding every value of ``a`` and of ``b`` (``a`` may be updated in place)."""
+    if a is NULL or a == b and isinstance(a, str):
+        return b
+    if b is NULL:
+        return a
+    if a is JSON or b is JSON:
+        return JSON
+    if isinstance(a, str) and isinstance(b, str):
+        return FLOAT if a in _NUMBERS and b in _NUMBERS else JSON
+    if isinstance(a, StructType) and isinstance(b, StructType):
+        if a.fields.keys() != b.fields.keys():
+            a.partial = True
+        a.partial |= b.partial
+        for key, sub in b.fields.items():
+            a.fields[key] = join(a.fields.get(key, NULL), sub)
+        return a
+    if isinstance(a, ListType) and isinstance(b, ListType):
+        a.item = join(a.item, b.item)
+        return a
+    return JSON
+
+
+def type_of(value: Any) -> Any:
+    """The type of one JSON value (a fresh node for objects and arrays)."""
+    t = type(value)
+    kind = _SCALAR_KIND.get(t)
+    if kind is not None:
+        return kind
+    if t is int:
+        return INT if INT64_MIN <= value <= INT64_MAX else _wide_int(value)
+    if t is dict:
+        node = StructType()
+        _observe_fields(node.fields, value)
+        return node
+    if t is list:
+        return ListType(_items_type(value))
+    raise TypeError(f"not a JSON value: {t.__name__}")
+
+
+def _wide_int(value: int) -> str:
+    """An integer outside int64: a double holds it approximately (``float``) unless even the
+    exponent overflows (``json``: then only a Python object carries it)."""
+    try:
+        float(value)
+    except OverflowError:
+        return JSON
+    return FLOAT
+
+
+def has_json(t: Any) -> bool:
+    """Whether a ``json`` type occurs anywhere in ``t`` (its top-level column then holds Python objects)."""
+    if isinstance(t, StructType):
+        return any(has_json(sub) for sub in t.fields.values())
+    if isinstance(t, ListType):
+        return has_json(t.item)
+    return t is JSON
+
+
+def _observe_fields(fields: dict[str, Any], obj: dict[str, Any]) -> None:
+    """Join every value of ``obj`` into ``fields`` (the hot loop of prepare: a row per call)."""
+    get = fields.get
+    for key, value in obj.items():
+        known = get(key)
+        t = type(value)
+        if known is not None and known.__class__ is str:
+            kind = _SCALAR_KIND.get(t)
+            if kind is known or (kind is NULL and known is not None):
+                continue  # the common case: the same scalar kind again, or a null
+            if t is int and INT64_MIN <= value <= INT64_MAX and known in _NUMBERS:
+                continue  # an int into an int or float column
+            if known is JSON:
+                continue
+        elif t is dict and known.__class__ is StructType:
+            before = len(known.fields)
+            _observe_fields(known.fields, value)
+            if len(value) != len(known.fields) or len(known.fields) != before:
+                known.partial = True  # this object lacks a key, or earlier ones lacked its new key
+            continue
+        elif t is list and known.__class__ is ListType:
+            known.item = join(known.item, _items_type(value))
+            continue
+        fields[key] = join(NULL if known is None else known, type_of(value))
+
+
+def _items_type(items: list[Any]) -> Any:
+    if not items:
+        return NULL
+    kinds = set(map(type, items))
+    if len(kinds) == 1:  # homogeneous arrays (embeddings, token ids, tags) without a per-item call
+        (t,) = kinds
+        kind = _SCALAR_KIND.get(t)
+        if kind is not None:
+            return kind
+        if t is int and INT64_MIN <= min(items) and max(items) <= INT64_MAX:
+            return INT
+    result: Any = NULL
+    for value in items:
+        result = join(result, type_of(value))
+    return result
+
+
+class RowSchema:
+    """The join of the types of every row observed (rows are JSON objects)."""
+
+    __slots__ = ("_row",)
+
+    def __init__(self) -> None:
+        self._row = StructType()
+
+    @property
+    def fields(self) -> dict[str, Any]:
+        """Top-level key -> type, in first-seen order (do not modify)."""
+        return self._row.fields
+
+    def observe(self, row: dict[str, Any]) -> None:
+        _observe_fields(self._row.fields, row)
+
+    def observe_all(self, rows: list[dict[str, Any]]) -> None:
+        fields = self._row.fields
+        for row in rows:
+            _observe_fields(fields, row)
+
+    def merge(self, other: RowSchema) -> None:
+        """Join ``other`` (observed on rows that come after ours) into this schema."""
+        join(self._row, _copy(other._row))
+
+    def to_json(self) -> list[list[Any]]:
+        """``[[key, type], ...]`` in first-seen order (the manifest's ``row_schema``)."""
+        return _encode(self._row)["struct"]
+
+    @classmethod
+    def from_json(cls, data: Any) -> RowSchema:
+        schema = cls()
+        schema._row = _decode({"struct": data})
+        return schema
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, RowSchema) and self.to_json() == other.to_json()
+
+    def __repr__(self) -> str:
+        return f"RowSchema({self.to_json()!r})"
+
+
+def _copy(t: Any) -> Any:
+    if isinstance(t, StructType):
+        return StructType({k: _copy(v) for k, v in t.fields.items()}, t.partial)
+    if isinstance(t, ListType):
+        return ListType(_copy(t.item))
+    return t
+
+
+def _encode(t: Any) -> Any:
+    if isinstance(t, StructType):
+        body: dict[str, Any] = {"struct": [[k, _encode(v)] for k, v in t.fields.items()]}
+        if t.partial:
+            body["partial"] = True
+        return body
+    if isinstance(t, ListType):
+        return {"list": _encode(t.item)}
+    return t
+
+
+def _decode(data: Any) -> Any:
+    if isinstance(data, str) and data in LEAVES:
+        return data
+    if isinstance(data, dict) and set(data) == {"list"}:
+        return ListType(_decode(data["list"]))
+    if isinstance(data, dict) and isinstance(data.get("struct"), list) and set(data) <= {"struct", "partial"}:
+        if data.get("partial", True) is not True:
+            raise ValueError(f"bad struct flag {data['partial']!r}")
+        fields: dict[str, Any] = {}
+        for pair in data["struct"]:
+            if not (isinstance(pair, list) and len(pair) == 2 and isinstance(pair[0], str)) or pair[0] in fields:
+                raise ValueError(f"bad struct field {pair!r}")
+            fields[pair[0]] = _decode(pair[1])
+        return StructType(fields, "partial" in data)
+    raise ValueError(f"bad row schema type {data!r}")
+
+
+def operator_view_notes(schema: RowSchema) -> list[str]:
+    """Where operators see this input differently than under Data-Juicer's default executor
+    (the written output keeps every untouched value either way; docs/lossless.md)."""
+    partial: list[str] = []
+
+    def walk(t: Any, path: str) -> None:
+        if isinstance(t, StructType):
+            if t.partial and path:
+                partial.append(path)
+            for key, sub in t.fields.items():
+                walk(sub, f"{path}.{key}" if path else key)
+        elif isinstance(t, ListType):
+            walk(t.item, f"{path}[]")
+
+    walk(schema._row, "")
+    mixed = [key for key, t in schema.fields.items() if has_json(t)]
+    notes = []
+    if partial:
+        notes.append(
+            f"objects at {', '.join(partial[:8])} lack some of their keys in some rows: operators see such a key "
+            "as null (as under Data-Juicer's ray executor), the default executor shows the object as it is"
+        )
+    if mixed:
+        notes.append(
+            f"column(s) {', '.join(mixed[:8])} mix JSON types (e.g. numbers and strings): operators get the rows' "
+            "own Python values, as under the default executor, but Ray re-types what an operator returns batch by "
+            "batch, so a later operator may see an integer of such a column as a float"
+        )
+    return notes
