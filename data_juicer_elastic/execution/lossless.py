@@ -11,10 +11,11 @@ So the writer compares each output row with the input row it came from (the row 
 carried in ``ROW_COLUMN``), value by value: a value *equivalent* to the input's under
 those conversions is written as the input had it (same JSON type, same digits, same keys
 present or absent, same key order); anything else is what an operator made and is
-written as Arrow gives it.  Equivalent means: equal strings and booleans; an integer
-equal to the double it became, or the same integer; a double bit for bit (``-0.0`` stays
-``-0.0``); arrays element by element; objects key by key, where a key the input lacked
-may be null (Arrow filled it in) and nothing else.
+written as Arrow gives it.  Equivalent means: equal strings; a boolean, or the double
+pyarrow made of it in a list that starts with a double; an integer equal to the double it
+became, or the same integer; a double bit for bit (``-0.0`` stays ``-0.0``); arrays element
+by element; objects key by key, where a key the input lacked may be null (Arrow filled it
+in) and nothing else.
 
 What cannot be told apart, by construction: an operator that writes the very value
 Arrow would have (``193.0`` for ``193``, or null into a key the row lacked) is taken to
@@ -26,7 +27,7 @@ from __future__ import annotations
 from math import copysign
 from typing import Any
 
-from data_juicer_elastic.jobdir.row_schema import ListType, StructType
+from data_juicer_elastic.jobdir.row_schema import MAX_TYPED_DEPTH, ListType, StructType
 
 
 def equivalent(out: Any, value: Any) -> bool:
@@ -44,8 +45,8 @@ def equivalent(out: Any, value: Any) -> bool:
         return kind is float and out == _as_float(value)
     if cls is float:
         return kind is float and out == value and copysign(1.0, out) == copysign(1.0, value)
-    if cls is bool:
-        return kind is bool and out == value
+    if cls is bool:  # pyarrow's inference turns a bool after a double into 1.0/0.0 ([1.5, True])
+        return (kind is bool or kind is float) and out == value
     if cls is dict:
         if kind is not dict:
             return False
@@ -65,19 +66,24 @@ def _as_float(value: int) -> float | None:
         return None
 
 
-def restore(value: Any, out: Any, t: Any) -> Any:
-    """What to write for the input ``value`` (schema type ``t``, None where unknown) that came out as ``out``."""
+def restore(value: Any, out: Any, t: Any, depth: int = 1) -> Any:
+    """What to write for the input ``value`` (schema type ``t``, None where unknown; ``depth``
+    levels below its row) that came out as ``out``."""
     if equivalent(out, value):
         return value
+    if depth >= MAX_TYPED_DEPTH:
+        return out  # a changed value this deep is written as the operator left it (bounded recursion)
     if value.__class__ is dict and out.__class__ is dict:
-        return restore_fields(value, out, t.fields if isinstance(t, StructType) else None)
+        return restore_fields(value, out, t.fields if isinstance(t, StructType) else None, depth + 1)
     if value.__class__ is list and out.__class__ is list and len(value) == len(out):
         item = t.item if isinstance(t, ListType) else None
-        return [restore(v, o, item) for v, o in zip(value, out, strict=True)]
+        return [restore(v, o, item, depth + 1) for v, o in zip(value, out, strict=True)]
     return out
 
 
-def restore_fields(value: dict[str, Any], out: dict[str, Any], fields: dict[str, Any] | None) -> dict[str, Any]:
+def restore_fields(
+    value: dict[str, Any], out: dict[str, Any], fields: dict[str, Any] | None, depth: int = 1
+) -> dict[str, Any]:
     """An object (a row, or an object inside one) with the input's keys in the input's order,
     each restored, then what operators added.  A null under a key the input lacked is
     dropped when Arrow could have filled it in: a key of the schema (``fields``), or any key
@@ -86,7 +92,7 @@ def restore_fields(value: dict[str, Any], out: dict[str, Any], fields: dict[str,
     result: dict[str, Any] = {}
     for key, sub in value.items():
         if key in out:
-            result[key] = restore(sub, out[key], None if fields is None else fields.get(key))
+            result[key] = restore(sub, out[key], None if fields is None else fields.get(key), depth)
     for key, sub in out.items():
         if key in value or (sub is None and (fields is None or key in fields)):
             continue

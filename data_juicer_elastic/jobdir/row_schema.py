@@ -39,6 +39,9 @@ FLOAT: Final = "float"
 STRING: Final = "string"
 JSON: Final = "json"
 LEAVES: Final = frozenset({NULL, BOOL, INT, FLOAT, STRING, JSON})
+# Values nested deeper than this are typed ``json`` (their column carries Python objects):
+# it bounds this module's recursion (the row policy allows 512 levels) and Arrow's.
+MAX_TYPED_DEPTH: Final = 64
 
 # A type is a leaf name (str), a StructType (fields in first-seen order) or a ListType.
 
@@ -89,20 +92,22 @@ def join(a: Any, b: Any) -> Any:
     return JSON
 
 
-def type_of(value: Any) -> Any:
-    """The type of one JSON value (a fresh node for objects and arrays)."""
+def type_of(value: Any, depth: int = 0) -> Any:
+    """The type of one JSON value ``depth`` levels below its row (a fresh node for objects and arrays)."""
     t = type(value)
     kind = _SCALAR_KIND.get(t)
     if kind is not None:
         return kind
     if t is int:
         return INT if INT64_MIN <= value <= INT64_MAX else _wide_int(value)
+    if depth >= MAX_TYPED_DEPTH and (t is dict or t is list):
+        return JSON
     if t is dict:
         node = StructType()
-        _observe_fields(node.fields, value)
+        _observe_fields(node.fields, value, depth + 1)
         return node
     if t is list:
-        return ListType(_items_type(value))
+        return ListType(_items_type(value, depth + 1))
     raise TypeError(f"not a JSON value: {t.__name__}")
 
 
@@ -125,8 +130,9 @@ def has_json(t: Any) -> bool:
     return t is JSON
 
 
-def _observe_fields(fields: dict[str, Any], obj: dict[str, Any]) -> None:
-    """Join every value of ``obj`` into ``fields`` (the hot loop of prepare: a row per call)."""
+def _observe_fields(fields: dict[str, Any], obj: dict[str, Any], depth: int = 1) -> None:
+    """Join every value of ``obj`` (an object ``depth`` levels deep, a row is 1) into ``fields``
+    (the hot loop of prepare: a row per call)."""
     get = fields.get
     for key, value in obj.items():
         known = get(key)
@@ -141,17 +147,17 @@ def _observe_fields(fields: dict[str, Any], obj: dict[str, Any]) -> None:
                 continue
         elif t is dict and known.__class__ is StructType:
             before = len(known.fields)
-            _observe_fields(known.fields, value)
+            _observe_fields(known.fields, value, depth + 1)
             if len(value) != len(known.fields) or len(known.fields) != before:
                 known.partial = True  # this object lacks a key, or earlier ones lacked its new key
             continue
         elif t is list and known.__class__ is ListType:
-            known.item = join(known.item, _items_type(value))
+            known.item = join(known.item, _items_type(value, depth + 1))
             continue
-        fields[key] = join(NULL if known is None else known, type_of(value))
+        fields[key] = join(NULL if known is None else known, type_of(value, depth))
 
 
-def _items_type(items: list[Any]) -> Any:
+def _items_type(items: list[Any], depth: int) -> Any:
     if not items:
         return NULL
     kinds = set(map(type, items))
@@ -164,7 +170,7 @@ def _items_type(items: list[Any]) -> Any:
             return INT
     result: Any = NULL
     for value in items:
-        result = join(result, type_of(value))
+        result = join(result, type_of(value, depth))
     return result
 
 

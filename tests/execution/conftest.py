@@ -44,6 +44,16 @@ def write_shard(path: Path, rows: int, *, tag: str = "", start: int = 0) -> Path
     return path
 
 
+def schema_of(*paths: Path) -> list:
+    """The row schema prepare would publish for these files (what a job's runner is given)."""
+    from data_juicer_elastic.jobdir.row_schema import RowSchema
+
+    schema = RowSchema()
+    for path in paths:
+        schema.observe_all(read_jsonl(path))
+    return schema.to_json()
+
+
 def read_jsonl(path: Path) -> list[dict]:
     with open(path, encoding="utf-8") as handle:
         return [json.loads(line) for line in handle if line.strip()]

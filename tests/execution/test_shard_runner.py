@@ -19,7 +19,7 @@ from data_juicer_elastic.execution.shard_runner import ShardRunner
 from data_juicer_elastic.execution.stage_identities import compute_stage_identities
 from data_juicer_elastic.jobdir.tasks import ShardTask
 
-from .conftest import read_jsonl, recipe, write_shard
+from .conftest import read_jsonl, recipe, schema_of, write_shard
 
 pytestmark = pytest.mark.ray
 
@@ -44,10 +44,10 @@ def three_shards(ray_runtime, cache_dir, tmp_path_factory):
     """Three shards run in a row by one ShardRunner, then shard 0 again in a new attempt."""
     root = tmp_path_factory.mktemp("three")
     rec = recipe()
-    runner = ShardRunner(rec, compute_stage_identities(rec), cache_dir)
+    shards = [write_shard(root / "shards" / f"s{i}.jsonl", SHARD_ROWS, tag=f"T{i}", start=i * SHARD_ROWS) for i in range(3)]
+    runner = ShardRunner(rec, compute_stage_identities(rec), cache_dir, row_schema=schema_of(*shards))
     tasks, outputs = [], []
-    for i in range(3):
-        shard = write_shard(root / "shards" / f"s{i}.jsonl", SHARD_ROWS, tag=f"T{i}", start=i * SHARD_ROWS)
+    for i, shard in enumerate(shards):
         tasks.append(make_task(root, shard, f"part-{i:05d}-of-00003"))
         outputs.append(runner(tasks[-1]))
     again = make_task(root, tasks[0].shard_path, tasks[0].shard_id, attempt_id="a2")
@@ -73,11 +73,14 @@ def test_shards_in_a_row_equal_a_plain_dj_process_ray_run(three_shards, tmp_path
     plain_rows = [row for part in sorted((tmp_path / "plain").iterdir()) for row in read_jsonl(part)]
 
     ours = read_jsonl(output.output_path)
-    assert output.rows == len(ours) == len(plain_rows) > 0
-    # Same rows (stats included); ours in input order whatever order Ray named the plain run's parts.
-    assert ours == sorted(plain_rows, key=lambda row: row["idx"])
+    ours_stats = read_jsonl(output.row_stats_path)
+    assert output.rows == len(ours) == len(ours_stats) == len(plain_rows) > 0
+    # Same rows; ours in input order whatever order Ray named the plain run's parts, and the
+    # stats beside the rows (Data-Juicer's export layout), where Ray keeps them inline.
+    plain_rows.sort(key=lambda row: row["idx"])
+    assert ours_stats == [{"__dj__stats__": row.pop("__dj__stats__")} for row in plain_rows]
+    assert ours == plain_rows
     assert [row["idx"] for row in ours] == sorted(row["idx"] for row in ours)
-    assert all("__dj__stats__" in row for row in ours)
 
 
 def test_every_shard_has_its_own_canonical_output(three_shards):
@@ -91,7 +94,7 @@ def test_every_shard_has_its_own_canonical_output(three_shards):
         for line in data.decode("utf-8").splitlines():  # compact, unescaped, one object a line
             assert line == json.dumps(json.loads(line), ensure_ascii=False, separators=(",", ":"))
         assert "测试" in data.decode("utf-8") and "\\/" not in data.decode("utf-8")
-        assert not (task.attempt_dir / "ray-output").exists()
+        assert not (task.attempt_dir / "ray-output").exists(), "RayExecutor does not export: row_writer does"
         assert (task.attempt_dir / "recipe.yaml").is_file()
 
 
@@ -115,18 +118,19 @@ def test_each_attempt_logs_into_its_own_process_log(three_shards):
                 assert str(other.shard_path) not in text
 
 
-def test_each_shard_is_read_by_ray_once_and_never_through_a_limit(three_shards):
+def test_each_shard_is_read_once_and_never_through_a_limit(three_shards):
     """Regression (issue 2 perf): RayExecutor's schema probe ran ``read -> limit(1)``, whose
-    forced shutdown killed the Ray worker still reading; a count() read the shard again."""
+    forced shutdown killed the Ray worker still reading; a count() read the shard again.
+    The shard now reaches Ray already read (shard_reader), and nothing is written by Ray."""
     for task in [*three_shards["tasks"], three_shards["tasks"][0]]:
         plans = [
             line
             for line in (task.attempt_dir / "process.log").read_text(encoding="utf-8").splitlines()
             if "streaming_executor" in line and "Execution plan of Dataset" in line
         ]
-        assert sum("ReadJSONStream" in plan for plan in plans) == 1, plans
+        assert not any("ReadJSON" in plan for plan in plans), plans
         assert not any("Limit" in plan or "AggregateNumRows" in plan for plan in plans), plans
-        assert any("MapBatches" in plan for plan in plans) and any("Write" in plan for plan in plans), plans
+        assert any("MapBatches" in plan for plan in plans) and not any("Write" in plan for plan in plans), plans
 
 
 def test_stage_identities_are_stamped_in_the_attempt(three_shards):
@@ -146,7 +150,7 @@ def test_order_is_input_order_even_when_the_first_block_finishes_last(ray_runtim
         process=[{"dj_elastic_test_slow_head_mapper": {"slow_below": 100, "delay": 1.5}}],
     )
     task = make_task(tmp_path, shard, "part-00000-of-00001")
-    output = ShardRunner(rec, compute_stage_identities(rec), cache_dir)(task)
+    output = ShardRunner(rec, compute_stage_identities(rec), cache_dir, row_schema=schema_of(shard))(task)
     assert [row["idx"] for row in read_jsonl(output.output_path)] == list(range(4000))
 
     # Control: without preserve_order the slow first block is usually written last (as
@@ -165,7 +169,7 @@ def test_all_rows_filtered_out_gives_an_empty_output(ray_runtime, cache_dir, tmp
     shard = write_shard(tmp_path / "s.jsonl", 50)
     rec = recipe(process=[{"text_length_filter": {"min_len": 100000}}])
     task = make_task(tmp_path, shard, "part-00000-of-00001")
-    output = ShardRunner(rec, compute_stage_identities(rec), cache_dir)(task)
+    output = ShardRunner(rec, compute_stage_identities(rec), cache_dir, row_schema=schema_of(shard))(task)
     assert output.rows == 0 and output.bytes == 0
     assert output.output_path.is_file() and output.output_path.read_bytes() == b""
     assert output.sha256 == hashlib.sha256(b"").hexdigest()
@@ -178,7 +182,7 @@ def test_stage_identity_mismatch_raises_before_processing(ray_runtime, cache_dir
     tampered = [expected[0], expected[1].replace("stage-0001-occ0-", "stage-0001-occ0-deadbeef")]
     task = make_task(tmp_path, shard, "part-00000-of-00001")
     with pytest.raises(StageIdentityMismatch) as info:
-        ShardRunner(rec, tampered, cache_dir)(task)
+        ShardRunner(rec, tampered, cache_dir, row_schema=schema_of(shard))(task)
     text = str(info.value)
     assert "stage 1 differs" in text and tampered[1] in text and expected[1] in text
     assert "differs from the one that prepared the job" in text
@@ -192,7 +196,7 @@ def test_failing_operator_raises_with_its_message(ray_runtime, cache_dir, tmp_pa
     rec = recipe(skip_op_error=False, process=[{"dj_elastic_test_boom_mapper": {}}])
     task = make_task(tmp_path, shard, "part-00000-of-00001")
     with pytest.raises(ShardExecutionError) as info:
-        ShardRunner(rec, compute_stage_identities(rec), cache_dir)(task)
+        ShardRunner(rec, compute_stage_identities(rec), cache_dir, row_schema=schema_of(shard))(task)
     assert "ValueError: boom: the test operator failed on purpose" in info.value.message
     assert info.value.where == "shard part-00000-of-00001"
     log = (task.attempt_dir / "process.log").read_text()
@@ -205,7 +209,7 @@ def test_skip_op_error_default_drops_rows_silently(ray_runtime, cache_dir, tmp_p
     shard = write_shard(tmp_path / "s.jsonl", 20)
     rec = recipe(process=[{"dj_elastic_test_boom_mapper": {}}])
     task = make_task(tmp_path, shard, "part-00000-of-00001")
-    output = ShardRunner(rec, compute_stage_identities(rec), cache_dir)(task)
+    output = ShardRunner(rec, compute_stage_identities(rec), cache_dir, row_schema=schema_of(shard))(task)
     assert output.rows == 0
 
 

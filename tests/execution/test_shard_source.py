@@ -1,4 +1,5 @@
-"""execution._read_once: a shard's input is read by Ray once, and the patch stays inside the shard run."""
+"""execution._shard_source: Data-Juicer's Ray loader gets the shard as this package read it,
+only while the shard runs, only for that path."""
 
 from __future__ import annotations
 
@@ -9,44 +10,48 @@ import pytest
 from data_juicer.core.data.ray_dataset import RayDataset
 
 from data_juicer_elastic.errors import IntegrationError
-from data_juicer_elastic.execution import _read_once
-from data_juicer_elastic.execution._read_once import TARGET, read_once
+from data_juicer_elastic.execution import _shard_source
+from data_juicer_elastic.execution._shard_source import TARGET, shard_source
 
-from .conftest import write_shard
+from .conftest import schema_of, write_shard
 
 
 def _read_attr():
     return inspect.getattr_static(RayDataset, "read")
 
 
-def test_patch_is_active_only_inside_and_nested_runs_share_it():
+def test_patch_is_active_only_inside_and_nested_runs_share_it(tmp_path):
     original = _read_attr()
-    with read_once():
+    with shard_source(tmp_path / "a.jsonl", lambda: "A"):
         patched = _read_attr()
         assert patched is not original and isinstance(patched, classmethod)
-        with read_once():  # a second shard run (another slot thread) reuses the patch
+        with shard_source(tmp_path / "b.jsonl", lambda: "B"):  # a second shard run (another slot thread)
             assert _read_attr() is patched
+            assert RayDataset.read("json", str(tmp_path / "b.jsonl")) == "B"
         assert _read_attr() is patched  # the inner run ending must not unpatch the outer one
-    assert _read_attr() is original
+        assert RayDataset.read("json", str(tmp_path / "a.jsonl")) == "A"
+        with pytest.raises(IntegrationError, match="only the shard is read"):
+            RayDataset.read("json", str(tmp_path / "b.jsonl"))
+    assert _read_attr() is original and not _shard_source._sources
 
 
-def test_patch_is_restored_when_the_shard_run_fails():
+def test_patch_is_restored_when_the_shard_run_fails(tmp_path):
     original = _read_attr()
-    with pytest.raises(RuntimeError, match="boom"), read_once():
+    with pytest.raises(RuntimeError, match="boom"), shard_source(tmp_path / "a.jsonl", lambda: None):
         raise RuntimeError("boom")
     assert _read_attr() is original
 
 
-def test_threads_overlapping_restore_the_original_once_all_are_done():
+def test_threads_overlapping_restore_the_original_once_all_are_done(tmp_path):
     original = _read_attr()
     inside, release = threading.Barrier(3), threading.Event()
 
-    def shard_run():
-        with read_once():
+    def shard_run(name):
+        with shard_source(tmp_path / name, lambda: name):
             inside.wait()
             release.wait()
 
-    threads = [threading.Thread(target=shard_run) for _ in range(2)]
+    threads = [threading.Thread(target=shard_run, args=(f"{i}.jsonl",)) for i in range(2)]
     for thread in threads:
         thread.start()
     inside.wait()
@@ -54,26 +59,31 @@ def test_threads_overlapping_restore_the_original_once_all_are_done():
     release.set()
     for thread in threads:
         thread.join()
-    assert _read_attr() is original and _read_once._active == 0
+    assert _read_attr() is original and not _shard_source._sources
 
 
-def test_a_moved_internal_gives_one_integration_error(monkeypatch):
+def test_a_moved_internal_gives_one_integration_error(monkeypatch, tmp_path):
     monkeypatch.setattr(RayDataset, "read", staticmethod(lambda *a, **k: None))
     with pytest.raises(IntegrationError, match="RayDataset.read is missing or no longer a classmethod") as info:
-        with read_once():
+        with shard_source(tmp_path / "a.jsonl", lambda: None):
             pass
     assert info.value.where == "py-data-juicer" and TARGET in str(info.value)
-    assert _read_once._active == 0
+    assert not _shard_source._sources
 
 
 @pytest.mark.ray
-def test_the_read_comes_back_materialized(ray_runtime, tmp_path):
+def test_the_shard_comes_back_read_with_the_job_schema(ray_runtime, tmp_path):
+    import ray
     from ray.data.dataset import MaterializedDataset
 
+    from data_juicer_elastic.execution.row_types import ROW_COLUMN, ArrowRows
+    from data_juicer_elastic.execution.shard_reader import read_tables
+
     shard = write_shard(tmp_path / "s.jsonl", 50)
-    with read_once():
+    rows = ArrowRows.from_manifest(schema_of(shard), where="test")
+    with shard_source(shard, lambda: ray.data.from_arrow(read_tables(shard, "none", rows, block_bytes=1024))):
         dataset = RayDataset.read("json", str(shard))
-    assert isinstance(dataset, MaterializedDataset)
-    assert dataset.count() == 50
-    assert [row["idx"] for row in dataset.take_all()] == list(range(50))
-    assert not isinstance(RayDataset.read("json", str(shard)), MaterializedDataset)  # lazy again outside
+    assert isinstance(dataset, MaterializedDataset) and dataset.num_blocks() > 1
+    assert dataset.columns() == ["text", "idx", "meta", ROW_COLUMN]
+    taken = dataset.take_all()
+    assert [row["idx"] for row in taken] == list(range(50)) == [row[ROW_COLUMN] for row in taken]

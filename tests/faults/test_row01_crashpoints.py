@@ -158,17 +158,28 @@ def test_real_worker_and_merge_killed_at_crash_points(tmp_path):
 
 @pytest.mark.parametrize("op", ["write", "fsync"])
 def test_the_ray_runners_own_output_write_reaches_the_seam(tmp_path, op):
-    """execution._parts writes the canonical output with plain open(): its write and fsync
+    """execution.row_writer writes the shard output with plain open(): its write and fsync
     are seam points too, so `write`/`fsync` crash points and faults reach the real runner."""
-    from data_juicer_elastic.coordination.crashpoints import FaultRule, injected
-    from data_juicer_elastic.execution._parts import write_canonical
+    import pyarrow as pa
 
-    part = tmp_path / "ray" / "abc_0123_000000.json"
-    part.parent.mkdir()
-    part.write_text('{"id": 0}\n{"id": 1}\n')
+    from data_juicer_elastic.coordination.crashpoints import FaultRule, injected
+    from data_juicer_elastic.execution.row_writer import ExportLayout, write_shard
+    from data_juicer_elastic.execution.shard_reader import InputRows
+
     output = tmp_path / "attempt" / "output.jsonl"
     output.parent.mkdir()
+    shard = tmp_path / "shard.jsonl"
+    shard.write_text('{"id": 0}\n{"id": 1}\n')
+    batch = pa.table({"id": [0, 1]})
+
+    def write():
+        inputs = InputRows(shard, "none")
+        try:
+            return write_shard([batch], ["id"], inputs, {}, output, output.with_name("s.jsonl"), ExportLayout())
+        finally:
+            inputs.close()
+
     with injected(FaultRule(op, "ENOSPC", path="output.jsonl")) as plan, pytest.raises(OSError):
-        write_canonical([part], output)
+        write()
     assert plan.injected and not list(output.parent.iterdir()), "nothing is left behind"
-    assert write_canonical([part], output).rows == 2
+    assert write().output.rows == 2

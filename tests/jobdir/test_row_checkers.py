@@ -20,6 +20,7 @@ from data_juicer_elastic.jobdir import ingest as ingest_module
 from data_juicer_elastic.jobdir.jsonl import NormaliseOptions
 from data_juicer_elastic.jobdir.prepare import prepare_job
 from data_juicer_elastic.jobdir.row_checkers import RowCheckers
+from data_juicer_elastic.jobdir.row_schema import RowSchema
 
 from .conftest import request
 
@@ -40,7 +41,12 @@ def _write(path: Path, lines: list[bytes], newline: bytes = b"\n") -> Path:
 def _prepared(tmp_path: Path, data: Path, processes: int, name: str, **kw) -> dict:
     manifest = prepare_job(request(tmp_path / name, data, 5, check_processes=processes, **kw)).manifest
     shards = [(s.rows, s.bytes, s.sha256, s.first_row) for s in manifest.shards]
-    return {"shards": shards, "content": manifest.content_sha256, "rows": manifest.total_rows}
+    return {
+        "shards": shards,
+        "content": manifest.content_sha256,
+        "rows": manifest.total_rows,
+        "schema": manifest.row_schema,
+    }
 
 
 def _recording_checks(monkeypatch) -> list[Future]:
@@ -62,11 +68,13 @@ def test_prepare_in_helper_processes_matches_the_serial_path(tmp_path, monkeypat
     lines[7] = json.dumps({"id": 7, "text": "relative", "images": ["a/b.png"]}).encode()  # normalised
     lines[9_000] = b"  " + lines[9_000] + b"\r"  # stripped
     lines[15_000] = json.dumps({"id": 1, "x": 10**30}).encode()  # big integer: the reference decides
+    lines[16_000] = json.dumps({"id": 2, "meta": {"n": 1.5, "extra": [1]}}).encode()  # types from one row
     data = _write(tmp_path / "in.jsonl", lines)
     serial = _prepared(tmp_path, data, 0, "serial")
     helpers = _prepared(tmp_path, data, 2, "helpers")
-    assert helpers == serial
+    assert helpers == serial, "same shards and the same row schema from helpers and the serial path"
     assert serial["rows"] == ROWS
+    assert serial["schema"][-1] == ["x", "float"] and serial["schema"][2][1]["struct"][0] == ["n", "float"]
     clean = [f.result() for f in verdicts if f.result()[1]]
     assert len(clean) >= 2 and len(clean) < len(verdicts), "the helpers judged blocks both ways"
     with_index = _prepared(tmp_path, data, 2, "helpers-index", index_key="row_index")
@@ -120,8 +128,11 @@ def test_a_dead_helper_fails_its_checks_and_prepare_falls_back(tmp_path, monkeyp
     options = NormaliseOptions(str(tmp_path), {}, None)
     block = b"\n".join(_row(i) for i in range(3)) + b"\n"
     with RowCheckers(1, options) as checkers:
-        assert checkers.check(None, 0, len(block), block).result(timeout=60) == (3, True)
-        assert checkers.check(None, 0, 6, b"[1]\n{\n").result(timeout=60) == (2, False)
+        rows, clean, schema = checkers.check(None, 0, len(block), block).result(timeout=60)
+        expected = RowSchema()
+        expected.observe_all([json.loads(line) for line in block.splitlines()])
+        assert (rows, clean, schema) == (3, True, expected), "a clean block comes back with its row schema"
+        assert checkers.check(None, 0, 6, b"[1]\n{\n").result(timeout=60) == (2, False, None)
         os.kill(checkers._children[0].pid, signal.SIGKILL)
         with pytest.raises((EOFError, BrokenPipeError)):
             checkers.check(None, 0, len(block), block).result(timeout=60)

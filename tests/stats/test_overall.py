@@ -11,27 +11,18 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from data_juicer_elastic.execution._parts import write_canonical
 from data_juicer_elastic.jobdir.merge import merge_job
 from data_juicer_elastic.jobdir.prepare import prepare_job
 from data_juicer_elastic.jobdir.records import ShardResult
-from data_juicer_elastic.jobdir.tasks import ShardOutput, ShardTask
 from data_juicer_elastic.jobdir.worker_loop import run_worker
 from data_juicer_elastic.stats import compute_overall, write_overall_stats
-from data_juicer_elastic.stats.shard import ShardStatsRecorder
 from data_juicer_elastic.stats.sketch import ALPHA
 
 from ..jobdir.conftest import identity, request, write_rows
+from ..rayfree import rayfree_runner
 
 STATS = "__dj__stats__"
 LEASE = dict(ttl_secs=60.0, heartbeat_secs=10.0, poll_interval_secs=1.0, max_retries=0)
-
-
-def stats_runner(task: ShardTask) -> ShardOutput:
-    """Like ShardRunner after RayExecutor: the canonical writer with the stats hook, then the summary."""
-    recorder = ShardStatsRecorder(task.shard_id, task.attempt_id, task.attempt_dir)
-    out = write_canonical([task.shard_path], task.attempt_dir / "output.jsonl", on_row=recorder.observe)
-    return ShardOutput(out.path, out.rows, out.bytes, out.sha256, stats_path=recorder.write(out.rows, out.sha256))
 
 
 @pytest.fixture
@@ -44,7 +35,7 @@ def finished_job(tmp_path: Path) -> Path:
     data = write_rows(tmp_path / "data" / "input.jsonl", rows)
     job = tmp_path / "job"
     prepare_job(request(job, data, 5))
-    summary = run_worker(job, identity(), stats_runner, **LEASE)
+    summary = run_worker(job, identity(), rayfree_runner(job), **LEASE)
     assert summary.complete
     return job
 
@@ -54,7 +45,9 @@ def _done(job: Path) -> list[ShardResult]:
 
 
 def _assert_matches_pandas(body: dict, merged: Path) -> None:
-    frame = pd.DataFrame([json.loads(line)[STATS] for line in merged.open()])
+    stats_file = merged.with_name(merged.name.replace(".jsonl", "_stats.jsonl"))  # Data-Juicer's layout
+    frame = pd.DataFrame([json.loads(line)[STATS] for line in stats_file.open()])
+    assert all(STATS not in json.loads(line) for line in merged.open()), "stats leave the rows by default"
     columns = {c["name"]: c for c in body["columns"]}
     assert list(columns) == list(frame.columns)
     for name in ("text_len", "ratio"):
@@ -114,7 +107,7 @@ def test_an_unreadable_output_without_summary_is_one_clear_error(finished_job):
 
     first = _done(finished_job)[0]
     os.unlink(finished_job / first.stats)
-    (finished_job / first.output).write_text("{not json\n")
+    (finished_job / first.row_stats.path).write_text("{not json\n")
     with pytest.raises(IntegrityError, match="recompute its stats") as caught:
         compute_overall(finished_job)
     assert caught.value.where == f"shard {first.shard_id}"
