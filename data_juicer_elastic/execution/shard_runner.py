@@ -35,7 +35,7 @@ from typing import Any, Final
 
 from loguru import logger
 
-from data_juicer_elastic.compat import ray_struct_fill
+from data_juicer_elastic.compat import ray_concat
 from data_juicer_elastic.errors import ElasticError, IntegrationError, ShardExecutionError
 from data_juicer_elastic.execution._attempt_log import attempt_log
 from data_juicer_elastic.execution._dj_config import RAY_JOB_ENV, ShardConfigs, check_recipe, ray_job_env
@@ -84,11 +84,11 @@ def shard_runtime_env(recipe: Mapping[str, Any], cache_dir: Path) -> dict[str, A
     Data-Juicer's initialize_ray passes ``RAY_JOB`` and the special-token
     variables, and the custom operator paths as ``py_modules``; model caches are
     added so Ray workers download into the job's shared cache, and every worker
-    installs this package's fix of Ray's struct-column concatenation (compat.ray_struct_fill).
+    installs this package's fixes of Ray's block concatenation (compat.ray_concat).
     """
     env_vars = {RAY_JOB_ENV: "1", **default_cache_env(cache_dir)}
     env_vars.update({k: v for k, v in os.environ.items() if k.startswith(_SPECIAL_TOKEN_PREFIX)})
-    runtime_env: dict[str, Any] = {"env_vars": env_vars, "worker_process_setup_hook": ray_struct_fill.SETUP_HOOK}
+    runtime_env: dict[str, Any] = {"env_vars": env_vars, "worker_process_setup_hook": ray_concat.SETUP_HOOK}
     custom_paths = recipe.get("custom_operator_paths") or None
     if custom_paths:
         runtime_env["py_modules"] = [os.path.abspath(p) for p in custom_paths]
@@ -115,7 +115,7 @@ class ShardRunner:
         self.expected_stage_identities = list(expected_stage_identities)
         self.cache_dir = Path(cache_dir)
         self.rows = ArrowRows.from_manifest(row_schema, where="manifest.json row_schema")
-        ray_struct_fill.install()  # the driver concatenates blocks too (its Ray workers get the setup hook)
+        ray_concat.install()  # the driver concatenates blocks too (its Ray workers get the setup hook)
         self._manifest: dict[str, Any] | None = None  # identities are per recipe and process, not per shard
         self._configs = ShardConfigs(self.recipe)  # parsed once per process, re-based per attempt
         default_cache_env(self.cache_dir)

@@ -235,9 +235,12 @@ def _encode(t: Any) -> Any:
     return t
 
 
+_LEAF: Final = {name: name for name in LEAVES}  # the module's own string objects: types compare with `is`
+
+
 def _decode(data: Any) -> Any:
-    if isinstance(data, str) and data in LEAVES:
-        return data
+    if isinstance(data, str) and data in _LEAF:
+        return _LEAF[data]
     if isinstance(data, dict) and set(data) == {"list"}:
         return ListType(_decode(data["list"]))
     if isinstance(data, dict) and isinstance(data.get("struct"), list) and set(data) <= {"struct", "partial"}:
