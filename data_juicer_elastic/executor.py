@@ -420,4 +420,7 @@ class ElasticShardedExecutor(ExecutorBase):
     def run(self, load_data_np: Any = None, skip_return: bool = False) -> MergeResult | None:
         if not getattr(self.cfg, "export_path", None):
             raise ConfigError("export_path is not set", where="recipe", hint="set export_path to the merged .jsonl")
+        from data_juicer_elastic.integration.recipe_check import check_export
+
+        check_export(str(self.cfg.export_path), self.cfg.get("export_type"), self.cfg.get("export_shard_size"))
         return run_job(self.cfg, self.settings)

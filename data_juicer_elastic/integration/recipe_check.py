@@ -19,7 +19,6 @@ from data_juicer_elastic.errors import RecipeError
 
 SHARD_SAFE: Final = ("Mapper", "Filter")
 REFUSED_KINDS: Final = ("Deduplicator", "Selector", "Grouper", "Aggregator", "Pipeline")
-JSON_EXPORT_TYPES: Final = (None, "json", "jsonl")
 _WHY = {
     "Deduplicator": "deduplication compares rows across the whole dataset, so each shard would deduplicate only itself",
     "Selector": "selection ranks or samples the whole dataset, so each shard would select from itself only",
@@ -90,6 +89,26 @@ def check_shard_safe(recipe: dict) -> list[str]:
     return warnings
 
 
+def check_export(export_path: str, export_type: str | None, export_shard_size: float | None) -> None:
+    """The export settings Data-Juicer's default executor honours and this executor cannot honour
+    exactly are refused up front (the merged output is one JSONL file, docs/lossless.md)."""
+    kind = export_type or (export_path.rsplit(".", 1)[-1].lower() if "." in os.path.basename(export_path) else None)
+    if kind != "jsonl":
+        raise RecipeError(
+            f"the export would be {kind or 'of unknown type'!r}: elastic_sharded writes one JSONL file "
+            "(Data-Juicer's default executor writes a JSON array for .json and Parquet for .parquet)",
+            where="export_type" if export_type else "export_path",
+            hint="use an export_path ending in .jsonl, and convert the merged output afterwards if needed",
+        )
+    if export_shard_size and export_shard_size > 0:
+        raise RecipeError(
+            f"export_shard_size={export_shard_size} would split the export into several files, which "
+            "elastic_sharded does not do (Data-Juicer sizes them by their in-memory Arrow size)",
+            where="export_shard_size",
+            hint="remove export_shard_size; split the merged JSONL afterwards (e.g. `split -C 1G merged.jsonl`)",
+        )
+
+
 def operator_kind(op_class: type) -> str | None:
     """``"Mapper"``, ``"Filter"``, ... by Data-Juicer's base classes (first match in MRO order)."""
     from data_juicer.ops import base_op
@@ -108,12 +127,6 @@ def _check_globals(recipe: dict) -> None:
             where="stats_export_path",
             hint="remove it; the merged output keeps every row's stats and finalize writes overall statistics "
             "(docs/analysis.md)",
-        )
-    if recipe.get("export_type") not in JSON_EXPORT_TYPES:
-        raise RecipeError(
-            f"export_type {recipe['export_type']!r} is not supported: shards and the merged output are JSONL",
-            where="export_type",
-            hint="remove export_type (or use jsonl) and convert the merged output afterwards",
         )
     for key in ("encrypt_before_export", "decrypt_after_reading"):
         if recipe.get(key):

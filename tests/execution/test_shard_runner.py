@@ -44,7 +44,9 @@ def three_shards(ray_runtime, cache_dir, tmp_path_factory):
     """Three shards run in a row by one ShardRunner, then shard 0 again in a new attempt."""
     root = tmp_path_factory.mktemp("three")
     rec = recipe()
-    shards = [write_shard(root / "shards" / f"s{i}.jsonl", SHARD_ROWS, tag=f"T{i}", start=i * SHARD_ROWS) for i in range(3)]
+    shards = [
+        write_shard(root / "shards" / f"s{i}.jsonl", SHARD_ROWS, tag=f"T{i}", start=i * SHARD_ROWS) for i in range(3)
+    ]
     runner = ShardRunner(rec, compute_stage_identities(rec), cache_dir, row_schema=schema_of(*shards))
     tasks, outputs = [], []
     for i, shard in enumerate(shards):

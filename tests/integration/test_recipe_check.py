@@ -53,7 +53,6 @@ def test_operator_stats_export_path_is_refused():
     ("settings", "where"),
     [
         ({"stats_export_path": "/shared/stats.jsonl"}, "stats_export_path"),
-        ({"export_type": "parquet"}, "export_type"),
         ({"encrypt_before_export": True}, "encrypt_before_export"),
         ({"decrypt_after_reading": True}, "decrypt_after_reading"),
         ({"elastic_juicer_profile_seed": True}, "elastic_juicer_profile_seed"),
@@ -64,6 +63,26 @@ def test_refused_settings(settings, where):
     with pytest.raises(RecipeError) as info:
         check_shard_safe(recipe(**settings))
     assert info.value.where == where
+
+
+@pytest.mark.parametrize(
+    ("export", "export_type", "shard_size", "where"),
+    [
+        ("out/merged.json", None, 0, "export_path"),  # the default executor writes a JSON array there
+        ("out/merged.parquet", None, 0, "export_path"),
+        ("out/merged", None, 0, "export_path"),
+        ("out/merged.jsonl", "parquet", 0, "export_type"),
+        ("out/merged.jsonl", None, 1024, "export_shard_size"),
+    ],
+)
+def test_export_settings_that_cannot_be_honoured_are_refused(export, export_type, shard_size, where):
+    from data_juicer_elastic.integration.recipe_check import check_export
+
+    with pytest.raises(RecipeError) as info:
+        check_export(export, export_type, shard_size)
+    assert info.value.where == where
+    check_export("out/merged.jsonl", None, 0)
+    check_export("out/merged.json", "jsonl", 0)  # an explicit type wins, as in Data-Juicer
 
 
 def test_missing_process_list():
