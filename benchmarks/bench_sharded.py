@@ -5,7 +5,10 @@ Times the demo recipe over a generated dataset with:
   (a) plain    Data-Juicer's `ray` executor, one `dj-process`;
   (b) elastic  `executor_type: elastic_sharded`, 8 shards, one worker (one warm Ray runtime);
   (c) cold     the prior tool's way: prepare, then one `dj-process` (own local Ray) per shard, then merge;
-  (d) elastic with 4 and 32 shards, to get the added cost per extra shard.
+  (d) elastic with 4 and 32 shards, to get the added cost per extra shard;
+  (e) with ``--baseline-src DIR``: (b) again with the package imported from DIR (a checkout of
+      an earlier revision, e.g. ``git worktree add /tmp/dje-old <rev>``), to weigh a change
+      against the code before it in the same run (``elastic_8 / elastic_8_baseline``).
 
 Every variant is a fresh subprocess through the real commands.  Reported
 figures are ratios against (a) measured in the same run, since these
@@ -53,10 +56,13 @@ def _recipe(path: Path, **fields) -> Path:
     return path
 
 
-def _timed(cmd: list[str], log: Path) -> float:
+def _timed(cmd: list[str], log: Path, src: Path | None = None) -> float:
+    env = None
+    if src is not None:  # the package (and the Data-Juicer plugin entry point) imported from src
+        env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(src), os.environ.get("PYTHONPATH")]))}
     start = time.perf_counter()
     with open(log, "w") as out:
-        proc = subprocess.run(cmd, stdout=out, stderr=subprocess.STDOUT, cwd=REPO)
+        proc = subprocess.run(cmd, stdout=out, stderr=subprocess.STDOUT, cwd=REPO, env=env)
     elapsed = time.perf_counter() - start
     if proc.returncode != 0:
         raise SystemExit(f"{' '.join(cmd)} failed ({proc.returncode}); see {log}")
@@ -70,8 +76,8 @@ def run_plain(work: Path, data: Path) -> float:
     return _timed(["dj-process", "--config", str(recipe)], work / "plain.log")
 
 
-def run_elastic(work: Path, data: Path, shards: int) -> float:
-    name = f"elastic-{shards}"
+def run_elastic(work: Path, data: Path, shards: int, src: Path | None = None) -> float:
+    name = f"elastic-{shards}" + ("-baseline" if src is not None else "")
     shutil.rmtree(work / name, ignore_errors=True)  # a finished job would make the next round a no-op
     recipe = _recipe(
         work / f"{name}.yaml",
@@ -80,7 +86,7 @@ def run_elastic(work: Path, data: Path, shards: int) -> float:
         export_path=str(work / name / "merged.jsonl"),
         elastic={"job_dir": str(work / name / "job"), "num_shards": shards},
     )
-    return _timed(["dj-process", "--config", str(recipe)], work / f"{name}.log")
+    return _timed(["dj-process", "--config", str(recipe)], work / f"{name}.log", src)
 
 
 def run_cold_per_shard(work: Path, data: Path, shards: int) -> float:
@@ -159,11 +165,19 @@ def elastic_phases(log: Path) -> dict[str, float]:
     }
 
 
-def one_round(work: Path, data: Path) -> dict[str, float]:
+def one_round(work: Path, data: Path, baseline: Path | None = None) -> dict[str, float]:
     load = os.getloadavg()[0]
     results = {"plain_ray": run_plain(work, data)}
     results["elastic_8"] = run_elastic(work, data, 8)
     phases = elastic_phases(work / "elastic-8.log")
+    if baseline is not None:
+        results["elastic_8_baseline"] = run_elastic(work, data, 8, baseline)
+        results["ratio_to_baseline"] = results["elastic_8"] / results["elastic_8_baseline"]
+        print(
+            f"  elastic_8 {results['elastic_8']:.1f} s vs baseline {results['elastic_8_baseline']:.1f} s "
+            f"-> {results['ratio_to_baseline']:.3f}",
+            flush=True,
+        )
     results["elastic_4"] = run_elastic(work, data, 4)
     results["elastic_32"] = run_elastic(work, data, 32)
     results["ratio_8"] = results["elastic_8"] / results["plain_ray"]
@@ -187,6 +201,7 @@ def main() -> None:
     parser.add_argument("--workdir", type=Path, default=Path("/tmp/dje-bench"))
     parser.add_argument("--skip-cold", action="store_true", help="skip (c), the slowest variant")
     parser.add_argument("--rounds", type=int, default=1, help="repeat (a), (b), (d) this many times, interleaved")
+    parser.add_argument("--baseline-src", type=Path, help="also run (b) with the package from this checkout")
     args = parser.parse_args()
 
     shutil.rmtree(args.workdir, ignore_errors=True)
@@ -195,18 +210,20 @@ def main() -> None:
     size_mb = data.stat().st_size / 1e6
     print(f"input: {args.rows} rows, {size_mb:.1f} MB, {os.cpu_count()} CPUs")
 
-    rounds = [one_round(args.workdir, data) for _ in range(args.rounds)]
+    rounds = [one_round(args.workdir, data, args.baseline_src) for _ in range(args.rounds)]
     results = {key: statistics.median(r[key] for r in rounds) for key in rounds[0] if all(key in r for r in rounds)}
     if not args.skip_cold:
         results["cold_per_shard_8"] = run_cold_per_shard(args.workdir, data, 8)
 
     label = "median of rounds" if args.rounds > 1 else "one round"
-    for name in ("plain_ray", "elastic_8", "elastic_4", "elastic_32", "cold_per_shard_8"):
+    for name in ("plain_ray", "elastic_8", "elastic_8_baseline", "elastic_4", "elastic_32", "cold_per_shard_8"):
         if name in results:
             secs = results[name]
             print(f"{name:>18}: {secs:7.1f} s  ({secs / results['plain_ray']:.2f} x plain ray, {label})")
     print(f"elastic_8 / plain_ray = {results['ratio_8']:.3f}  (target <= 1.15; {label})")
     print(f"added cost per extra shard (32 vs 4) = {results['per_extra_shard']:.2f} s  (target < 1 s; {label})")
+    if "ratio_to_baseline" in results:
+        print(f"elastic_8 / elastic_8_baseline = {results['ratio_to_baseline']:.3f}  ({label})")
     if "cold_per_shard_8" in results:
         print(f"cold_per_shard_8 / elastic_8 = {results['cold_per_shard_8'] / results['elastic_8']:.2f}")
     (args.workdir / "results.json").write_text(json.dumps({"median": results, "rounds": rounds}, indent=2))

@@ -53,7 +53,9 @@ errors = []
 with WarmRayRuntime("local", cpus, runtime_env=shard_runtime_env(manifest.recipe, cache)):
     def slot(k):
         try:
-            runner = ShardRunner(manifest.recipe, list(manifest.stage_identities), cache)
+            runner = ShardRunner(
+                manifest.recipe, list(manifest.stage_identities), cache, row_schema=manifest.row_schema
+            )
             run_worker(job, WorkerIdentity.current(f"threads-slot{k}"), runner, ttl_secs=60, heartbeat_secs=5,
                        max_retries=0, poll_interval_secs=0.5, wait_for_completion=False)
         except BaseException as exc:

@@ -7,7 +7,7 @@ this (the driver) process, each with a ``StreamingExecutor`` thread:
    row count (``AggregateNumRows``);
 2. *processing* -- ``materialize()`` of the recipe's operators (Ray usually fuses
    them into one or two physical operators) over the shard, which the runner has
-   Ray read whole during *loading* (``execution._read_once``);
+   Ray read whole during *loading* (``execution._shard_source``);
 3. *exporting* -- the ``Write`` of the processed rows into part files.
 
 Each ``StreamingExecutor`` (a thread of this process) holds its topology with
@@ -16,7 +16,7 @@ sampler thread reads them twice a second (see ``docs/status.md``):
 
 * ``rows_read``: rows produced by the first operator after the input buffer (the
   reader) during *processing*; when that execution has no reader (the shard was
-  read whole while loading, ``execution._read_once``), every row: ``rows_total``.
+  read whole while loading, ``execution._shard_source``), every row: ``rows_total``.
   When Ray fuses the reader with the first recipe operators, this counts rows
   after them: a lower bound.
 * ``rows_written``: rows produced by the last operator during *processing*
@@ -135,7 +135,7 @@ class _Sampler(threading.Thread):
             total = tracker.current.rows_total
             read = int(ops[0].metrics.rows_task_outputs_generated or 0)
             if not any(part.startswith(_READ_PARTS) for part in ops[0].name.split("->")):
-                # The shard was read whole (materialized, execution._read_once) while loading;
+                # The shard was read whole (materialized, execution._shard_source) while loading;
                 # processing starts from those blocks, so every row has been read.
                 read = total
             out = int(ops[-1].metrics.rows_task_outputs_generated or 0)
