@@ -45,7 +45,11 @@ def test_merged_rows_equal_plain_ray_executor_in_input_order(demo_run, demo_inpu
     assert collections.Counter(map(_canonical, merged)) == collections.Counter(map(_canonical, plain))
     ids = [row["id"] for row in merged]
     assert ids == sorted(ids), "merged output must follow input order"
-    assert all(STATS in row for row in merged), "Data-Juicer's per-row stats are kept for dj-analyze"
+    # Data-Juicer's export layout: each row's stats beside the export, in row order (Ray keeps them inline)
+    stats = read_jsonl(tmp / "job" / "merged_stats.jsonl")
+    assert all(STATS not in row for row in merged) and len(stats) == len(merged)
+    by_id = {row["id"]: row[STATS] for row in plain}
+    assert [s[STATS] for s in stats] == [by_id[i] for i in ids]
 
 
 def test_rerun_after_success_is_a_no_op(demo_run):
@@ -115,7 +119,7 @@ def test_overall_stats_match_dj_analyze_on_the_merged_output(bundled_demo):
     assert list(ours.index) == list(expected.index)
     quantiles = [label for label in ours.index if label.endswith("%")]
     pd.testing.assert_frame_equal(ours.drop(index=quantiles), expected.drop(index=quantiles), rtol=1e-12)
-    values = np.sort([row[STATS]["text_len"] for row in read_jsonl(demo / "merged.jsonl")]).astype(float)
+    values = np.sort([row[STATS]["text_len"] for row in read_jsonl(demo / "merged_stats.jsonl")]).astype(float)
     for label in quantiles:  # the stated bound: within alpha of both sorted values pandas interpolates
         h = float(label[:-1]) / 100 * (len(values) - 1)
         lo, hi = values[int(np.floor(h))], values[int(np.ceil(h))]
