@@ -76,7 +76,13 @@ def merged_bytes(data: Path, root: Path, shards: int, cache_dir: Path) -> tuple[
     manifest = prepare_job(PrepareRequest(job, data, shards, RECIPE, compute_stage_identities(RECIPE))).manifest
     runner = ShardRunner(RECIPE, manifest.stage_identities, cache_dir, row_schema=manifest.row_schema)
     summary = run_worker(
-        job, WorkerIdentity.current(node_id="invariance"), runner, ttl_secs=120, heartbeat_secs=30, max_retries=0
+        job,
+        WorkerIdentity.current(node_id="invariance"),
+        runner,
+        ttl_secs=120,
+        heartbeat_secs=30,
+        max_retries=0,
+        poll_interval_secs=0.5,
     )
     assert summary.complete
     output = root / f"merged-{shards}.jsonl"
