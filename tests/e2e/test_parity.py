@@ -22,6 +22,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from ..values import strict_equal
 from .conftest import RAY_CPUS, read_jsonl
 from .parity_corpus import huge_rows, write_corpus
 
@@ -46,19 +47,6 @@ FILTERS = [
     {"specified_field_filter": {"field_key": "meta.src", "target_value": ["a"]}},
     {"words_num_filter": {"min_num": 2, "lang": "en", "tokenization": False}},
 ]
-
-
-def strict_equal(a, b) -> bool:
-    """Equal as JSON values *and* types, key order included; doubles bit for bit."""
-    if type(a) is not type(b):
-        return False
-    if isinstance(a, dict):
-        return list(a) == list(b) and all(strict_equal(a[k], b[k]) for k in a)
-    if isinstance(a, list):
-        return len(a) == len(b) and all(map(strict_equal, a, b))
-    if isinstance(a, float):
-        return a == b and math.copysign(1.0, a) == math.copysign(1.0, b)
-    return a == b
 
 
 def close(a, b) -> bool:
