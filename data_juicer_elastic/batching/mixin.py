@@ -47,6 +47,16 @@ from data_juicer_elastic.batching.policy import PolicyConfig
 from data_juicer_elastic.errors import ConfigError
 
 COST_MODES: Final = ("auto", "rows", "text", "padded_text")
+# What an operator may define to tune the mixin: the recipe opt-in builds ``(AdaptiveBatchingMixin, Op)``,
+# where the mixin's own definitions would shadow the operator's, so :func:`.optin.adaptive_class` copies
+# these from the operator into the built class.
+HOOKS: Final = (
+    "adaptive_batching_cost",
+    "adaptive_batching_policy",
+    "adaptive_batching_order_columns",
+    "adaptive_cost_mode",
+    "adaptive_row_costs",
+)
 
 
 class AdaptiveBatchingMixin:
