@@ -172,11 +172,13 @@ def test_metaclass_hook_is_installed_by_the_plugin():
 
 @OPERATORS.register_module("elastic_test_own_costs_mapper")
 class OwnCostsMapper(Mapper):
-    """A registered Mapper without the mixin that says how its micro-batches cost: the recipe opt-in must
-    keep that.  Memory is `weight` per row padded to the heaviest row; over `capacity` it runs out."""
+    """A registered Mapper without the mixin that says how its micro-batches cost and that they must not
+    be sorted: the recipe opt-in must keep that.  Memory is `weight` padded to the heaviest row of a call;
+    over `capacity` it runs out."""
 
     _batched_op = True
-    adaptive_batching_cost = "padded_text"
+    adaptive_batching_cost = "padded_text"  # rows x the heaviest row (the mixin's default sums)
+    adaptive_batching_sort = False
     costs_asked = 0
 
     def __init__(self, capacity: float = 40.0, *args, **kwargs):
@@ -203,17 +205,18 @@ def test_recipe_opt_in_keeps_the_operators_own_cost_model_and_row_costs():
     name = "elastic_test_own_costs_mapper"
     (op,) = load_ops([{name: {"batch_size": 64, "adaptive_batching": True, "capacity": 40.0}}])
     assert isinstance(op, AdaptiveBatchingMixin) and type(op)._adaptive_base is OwnCostsMapper
-    assert op.adaptive_batching_cost == "padded_text"
-    weights = [1.0] * 30 + [10.0] + [1.0] * 33  # one heavy row: padded cost, not the mixin's text costs
+    assert op.adaptive_batching_cost == "padded_text" and op.adaptive_batching_sort is False
+    weights = [1.0] * 30 + [10.0] + [1.0] * 33  # the texts say nothing: only the operator's costs do
     before = OwnCostsMapper.costs_asked
     out = op.process({"weight": list(weights), "text": ["x"] * 64})
     assert out["double"] == [2 * w for w in weights]
     assert OwnCostsMapper.costs_asked > before  # the operator's adaptive_row_costs, not the mixin's
     stats = op.adaptive_batching_stats()
     assert set(stats) == {"padded_text"}  # the mixin's "auto" would have been "text"
-    # every successful slice was sized by the operator's padded costs: budget <= capacity in its units
+    assert stats["padded_text"]["sorted_batches"] == 0  # its own adaptive_batching_sort = False
     trace = runtime._by_op[op]["padded_text"].policy.trace
     assert all(cost <= 40.0 for outcome, _, cost, _ in trace if outcome == "ok")
-    assert any(cost == 10.0 * rows for outcome, rows, cost, _ in trace)  # the heavy row padded its slice
+    # slices in input order, the one holding the heavy row costed as padded to it
+    assert any(cost == 10.0 * rows for outcome, rows, cost, _ in trace)
     # a class that already has the mixin is used as it is
     assert optin.adaptive_class(OwnMapper) is OwnMapper
