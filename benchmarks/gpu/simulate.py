@@ -62,7 +62,7 @@ def run(spec: corpus.CorpusSpec, calibration: Calibration, names: list[str] | No
         if want(f"ours-{cost}"):
             enc = device()
             engine = {"cleanup": lambda: None, "sleep": enc.sleep}
-            results.append((c.run_ours(cost, enc, outer, enc.now, enc.sleep, outer_size, lambda op: engine), enc))
+            results.append((c.run_ours(cost, enc, outer, enc.now, enc.sleep, outer_size, engine), enc))
     return [
         report.summarize(outcome, enc, reference, capacity=calibration.capacity_mib * 2**20) for outcome, enc in results
     ]

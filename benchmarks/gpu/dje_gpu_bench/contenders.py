@@ -22,13 +22,12 @@ or torch's ``OutOfMemoryError`` from the simulation) when a call does not fit.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 from dje_gpu_bench.op import NAME
 
-FIXED_SEARCH = (512, 384, 256, 192, 160, 128, 112, 96, 80, 64, 48, 32, 24, 16, 8)
+FIXED_SEARCH = (512, 384, 256, 192, 160, 128, 112, 96, 80, 64, 48, 32, 24, 16, 8, 4, 2, 1)
 # "-unsorted": the cost model with adaptive_batching_sort off (how every cost model ran before issue 14)
 OURS = (
     "default",
@@ -152,9 +151,9 @@ def run_ours(
     clock,
     sleep,
     batch_size: int,
-    engine: Callable[[Any], dict] | None = None,
+    engine: dict | None = None,
 ) -> Outcome:
-    """The opt-in.  ``engine(op)``: MicroBatcher arguments for a virtual clock (the simulation); None: the
+    """The opt-in.  ``engine``: MicroBatcher arguments for a virtual clock (the simulation); None: the
     real path, ``op.process`` with the process-wide controller state, as in a worker."""
     from data_juicer_elastic.batching import BatchPolicy, runtime
     from data_juicer_elastic.batching.engine import BatchStats
@@ -175,7 +174,7 @@ def run_ours(
             if engine is None:
                 result = op.process(batch)
             else:
-                result = op.adaptive_batcher(batch, op.process_batched, policy, stats=stats, **engine(op))(batch)
+                result = op.adaptive_batcher(batch, op.process_batched, policy, stats=stats, **engine)(batch)
             out.ids.extend(result["id"])
             out.embeddings.extend(result["embedding"])
     except Exception as exc:

@@ -31,6 +31,8 @@ class EncoderSpec:
     vocab_seed: int = 0  # the corpus seed whose vocabulary the tokenizer knows
     vocab_size: int = corpus.CorpusSpec.vocab_size  # the corpus's words; the tokenizer keeps the common ones
     output_dims: int | None = None  # keep only the first dims of each embedding (smaller sharded outputs)
+    cap_gib: float | None = None  # CUDA: cap this process's allocator (weights included) when the encoder is built
+    forced_oom_mib: float | None = None  # CPU dry run: raise OutOfMemoryError above this simulated activation size
 
     @classmethod
     def tiny(cls, **changes) -> EncoderSpec:
@@ -84,6 +86,13 @@ class Encoder:
         torch.manual_seed(spec.weights_seed)
         self.device = torch.device(spec.device)
         self.model = BertModel(config, add_pooling_layer=False).to(self.device, getattr(torch, spec.dtype)).eval()
+        if spec.cap_gib and self.device.type == "cuda":
+            cap_memory(spec.cap_gib, self.device)
+        self.forced = None
+        if spec.forced_oom_mib:
+            from dje_gpu_bench.simdevice import Calibration
+
+            self.forced = Calibration(capacity_mib=spec.forced_oom_mib)
         self.reset_counters()
 
     def reset_counters(self) -> None:
@@ -100,6 +109,11 @@ class Encoder:
         torch = self.torch
         start = time.perf_counter()
         encodings = self.tokenizer.encode_batch(texts)
+        if self.forced is not None and not self.forced.fits(len(encodings), len(encodings[0].ids)):
+            from dje_gpu_bench.simdevice import out_of_memory
+
+            self.ooms += 1  # the dry run's stand-in for a real CUDA OOM: same class, same handling
+            raise out_of_memory(f"forced: {len(encodings)} rows x {len(encodings[0].ids)} tokens (dry run)")
         ids = torch.tensor([e.ids for e in encodings], dtype=torch.long)
         mask = torch.tensor([e.attention_mask for e in encodings], dtype=torch.long)
         try:
@@ -120,3 +134,15 @@ class Encoder:
         self.padded_tokens += int(ids.numel())
         self.real_tokens += int(mask.sum())
         return rows
+
+
+def cap_memory(cap_gib: float, device) -> float:
+    """Cap this process's CUDA caching allocator at ``cap_gib`` (weights included): real OOMs at realistic
+    batch sizes on a large GPU.  Returns the fraction set."""
+    import torch
+
+    torch.cuda.synchronize(device)
+    torch.cuda.empty_cache()
+    fraction = min(1.0, cap_gib * 2**30 / torch.cuda.get_device_properties(device).total_memory)
+    torch.cuda.set_per_process_memory_fraction(fraction, device)
+    return fraction
