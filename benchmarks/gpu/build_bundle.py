@@ -82,10 +82,20 @@ def pinned(name: str) -> str:
 
 
 def fetch(name: str, wheels: Path) -> None:
-    try:
-        pip("download", "--no-deps", *PLATFORM, "-d", str(wheels), pinned(name))
-    except subprocess.CalledProcessError:  # sdist only (emoji, wget): pure Python, build the wheel here
-        pip("wheel", "--no-deps", "-w", str(wheels), pinned(name))
+    """The tested version's cp312 wheel; else the newest cp312 wheel (the tested version has none: orjson);
+    else, for sdist-only pure-Python packages (emoji, wget), a wheel built here (refused if not pure)."""
+    for spec in dict.fromkeys((pinned(name), name)):
+        try:
+            pip("download", "--no-deps", *PLATFORM, "-d", str(wheels), spec)
+            return
+        except subprocess.CalledProcessError:
+            continue
+    with tempfile.TemporaryDirectory() as tmp:
+        pip("wheel", "--no-deps", "--no-binary", ":all:", "-w", tmp, pinned(name))
+        (built,) = Path(tmp).glob("*.whl")
+        if not built.name.endswith("-none-any.whl"):
+            raise SystemExit(f"{name}: no cp312 wheel and the sdist is not pure Python ({built.name})")
+        shutil.move(built, wheels / built.name)
 
 
 def slim_ray(wheels: Path, out: Path) -> Path:
