@@ -1,8 +1,12 @@
-"""A ShardRunner that starts its warm Ray runtime on the first shard it gets.
+"""A ShardRunner that starts its warm Ray runtime when the worker is about to claim.
 
-A worker that finds nothing to claim (a finished job, a late node) then costs
-no Ray start.  The runtime is started with the recipe's runtime env (custom
-operator modules, model caches) and reused for every later shard.
+A worker that finds nothing to claim (a finished job, a late node) then costs no
+Ray start; one that finds work starts the runtime *before* it claims (``ready``, the
+worker loop's ``before_claim``), so a worker killed or failing while Ray starts holds
+no claim.  Before each start the operator code is checked against the job's record
+(``code_fingerprint``): a worker running other code never claims.  The runtime is
+started with the recipe's runtime env (custom operator modules, model caches) and
+reused for every later shard, until a stalled shard (``runtime_watch``) restarts it.
 """
 
 from __future__ import annotations
@@ -10,13 +14,20 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from data_juicer_elastic.errors import ShardStalledError
 from data_juicer_elastic.execution.ray_runtime import DEFAULT_CONNECT_TIMEOUT_SECS, LOCAL, WarmRayRuntime
+from data_juicer_elastic.execution.runtime_watch import RuntimeWatch
 from data_juicer_elastic.execution.shard_runner import ShardRunner, shard_runtime_env
+from data_juicer_elastic.jobdir import liveness
 from data_juicer_elastic.jobdir.tasks import ShardOutput, ShardTask
 
 
 class LazyShardRunner:
-    """Context manager and ``run_shard`` callable; closing stops the runtime it started."""
+    """Context manager and ``run_shard`` callable; closing stops the runtime it started.
+
+    ``code``: the job's code fingerprint (``Manifest.code``), checked before each runtime
+    start; None skips the check (a job prepared before fingerprints existed).
+    """
 
     def __init__(
         self,
@@ -28,7 +39,10 @@ class LazyShardRunner:
         ray_num_cpus: int | None = None,
         connect_timeout_secs: float = DEFAULT_CONNECT_TIMEOUT_SECS,
         order_key: str | None = None,
+        code: dict[str, Any] | None = None,
+        allow_version_mismatch: bool = False,
     ):
+        self._recipe, self._code, self._allow_versions = recipe, code, allow_version_mismatch
         self._runner = ShardRunner(recipe, expected_stage_identities, cache_dir, order_key=order_key)
         self._runtime = WarmRayRuntime(
             ray_address,
@@ -47,9 +61,35 @@ class LazyShardRunner:
     def __exit__(self, *exc_info: object) -> None:
         self.close()
 
+    def ready(self) -> bool:
+        """Check the code and start the runtime if it is not running; True when it had to
+        (that took seconds: the caller looks at its shard again).  Raises ElasticError
+        (CodeMismatchError, RayConnectionError) rather than claiming or hanging."""
+        if self._runtime.started:
+            return False
+        if self._code is not None:
+            from data_juicer_elastic.execution.code_fingerprint import check_code, code_fingerprint
+
+            here = code_fingerprint(self._recipe, where="the job's custom_operator_paths")
+            check_code(self._code, here, allow_version_mismatch=self._allow_versions)
+        self._runtime.start()
+        return True
+
     def __call__(self, task: ShardTask) -> ShardOutput:
-        self._runtime.start()  # idempotent; raises ElasticError rather than hanging
-        return self._runner(task)
+        self.ready()  # idempotent; the worker loop normally did it before claiming
+        with RuntimeWatch(self._runtime, liveness.current()) as watch:
+            try:
+                return self._runner(task)
+            except (Exception, SystemExit) as exc:
+                if not watch.restarted:
+                    raise
+                # Disconnecting the frozen runtime makes Ray raise in this thread (SystemExit
+                # included); the shard was given up already: say what happened instead.
+                raise ShardStalledError(
+                    "the shard showed no sign of life and its Ray runtime was restarted",
+                    where=f"shard {task.shard_id}",
+                    hint="the next claim starts a fresh runtime; see the attempt's process.log",
+                ) from exc
 
     def close(self) -> None:
         self._runtime.close()

@@ -17,9 +17,10 @@ from typing import Final
 
 from loguru import logger
 
-from data_juicer_elastic.errors import IntegrityError, JobDirError, OutputExistsError
+from data_juicer_elastic.errors import IntegrityError, JobDirError, OutputExistsError, storage_errors
 from data_juicer_elastic.jobdir import attempts, confine, fsio, steps
 from data_juicer_elastic.jobdir.codecs import BackgroundIO, Syncer
+from data_juicer_elastic.jobdir.export_path import check_export_path
 from data_juicer_elastic.jobdir.identity import kernel_tag, pid_alive
 from data_juicer_elastic.jobdir.layout import JobLayout
 from data_juicer_elastic.jobdir.manifest import load_manifest
@@ -47,7 +48,8 @@ def accepted_results(layout: JobLayout, manifest: Manifest) -> list[tuple[ShardE
     for entry in manifest.shards:
         result, error = attempts.read_done(layout, entry.shard_id)
         if error is not None:
-            raise IntegrityError(f"corrupt done marker: {error}", where=f"shard {entry.shard_id}")
+            hint = attempts.requeue_hint(layout, [entry.shard_id])
+            raise IntegrityError(f"corrupt done marker: {error}", where=f"shard {entry.shard_id}", hint=hint)
         if result is None:
             terminal, _ = attempts.read_terminal(layout, entry.shard_id)
             (failed if terminal is not None else missing).append(entry.shard_id)
@@ -71,12 +73,13 @@ def _preview(ids: list[str], limit: int = 8) -> str:
     return ", ".join(ids[:limit]) + (f", ... ({len(ids) - limit} more)" if len(ids) > limit else "")
 
 
+@storage_errors(then="run the merge again")  # ENOSPC, EIO...: one line naming the path, exit 2
 def merge_job(job_dir: str | Path, output_path: str | Path, overwrite: bool = False) -> MergeResult:
     layout = JobLayout(Path(os.path.abspath(job_dir)))
     manifest = load_manifest(layout.root)
     confine.check_layout(layout)  # merge.json and stats/ are written into it
+    output = check_export_path(layout.root, output_path)  # never into the job dir, never through a link
     results = accepted_results(layout, manifest)
-    output = Path(os.path.abspath(output_path))
     fsio.makedirs(output.parent)
     tag = kernel_tag()
     remove_dead_merge_temps(output, tag)
@@ -222,6 +225,15 @@ def copy_shard(layout: JobLayout, entry: ShardEntry, result: ShardResult, sink) 
 
 def publish_output(tmp: Path, output: Path, overwrite: bool) -> bool:
     """True when we wrote ``output``; False when an identical file was already there."""
+    if os.path.islink(output):  # never followed (export_path): the link is what is there
+        if not overwrite:
+            raise OutputExistsError(
+                f"a symlink is at the export path (to {os.readlink(output)}); the merge never writes through it",
+                where=str(output),
+                hint="remove the link, or set overwrite to replace the link itself (its target is left alone)",
+            )
+        fsio.replace(tmp, output)
+        return True
     if fsio.exists(output):
         if fsio.same_bytes(tmp, output):
             return False

@@ -250,6 +250,8 @@ class Manifest(Record):
     shards: list[ShardEntry]
     request_fingerprint: str
     shard_codec: str = "none"  # how shard files are stored: "none" | "gzip" | "zstd" (codecs.SHARD_SUFFIX)
+    # fingerprint of the code the stages run (execution.code_fingerprint); None in older jobs
+    code: dict[str, Any] | None = None
     # sha256 of the canonical record without this field, written by encode(): a flipped byte
     # that still parses (a digit of a shard's sha256) is refused before any claim.
     checksum: str | None = None
@@ -371,7 +373,7 @@ class Failure(Record):
     pid: int
     error: str
     error_type: str
-    exit_reason: str  # "error" | "lease-expired" | "holder-dead" | "input-corrupt"
+    exit_reason: str  # "error" | "lease-expired" | "holder-dead" | "stalled" (attempts.DEATH_REASONS: own budget)
     failed_at: float
 
 
@@ -385,6 +387,7 @@ class TerminalFailure(Record):
     last_attempt_id: str
     generations: list[int]
     failed_at: float
+    max_holder_deaths: int | None = None  # the death budget in force (None: unlimited, or an older writer)
 
 
 @dataclass(frozen=True)
