@@ -91,10 +91,6 @@ class CodeMismatchError(StageIdentityMismatch):
     """This worker's operator code (or Data-Juicer/plugin/Ray versions) differs from the job's record."""
 
 
-class ShardStalledError(ElasticError):
-    """A shard's execution showed no sign of life for the stall timeout; its runtime was restarted."""
-
-
 class ShardFailedError(ElasticError):
     """At least one shard reached its retry budget and is terminally failed."""
 

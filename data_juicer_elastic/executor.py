@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import subprocess
 import threading
 from collections.abc import Iterator
 from pathlib import Path
@@ -141,6 +142,7 @@ def run_local_worker(
     if devices[0] is not None:
         os.environ[CUDA_ENV] = devices[0]  # before this process's Ray runtime starts
     from data_juicer_elastic.execution.lazy_runner import LazyShardRunner
+    from data_juicer_elastic.execution.runtime_watch import restart_worker_process
 
     runner = LazyShardRunner(
         manifest.recipe,
@@ -150,6 +152,7 @@ def run_local_worker(
         ray_num_cpus=cpus,
         code=manifest.code,
         allow_version_mismatch=settings.allow_version_mismatch,
+        restart_process=lambda: restart_worker_process(before=lambda: _stop_slots(pool)),
     )
     # Strict mode's equal shares already decide who runs what; elsewhere slow nodes leave the tail to fast ones.
     gate = None
@@ -208,6 +211,17 @@ def run_local_worker(
             pool.stop()  # the run was aborted: every slot gives its claim back now
     logger.info(f"worker {identity.node_id} finished: {summary}")
     return summary
+
+
+def _stop_slots(pool: SlotPool, wait_secs: float = 30.0) -> None:
+    """Before this worker restarts itself (exec), its slots hand their claims back and end:
+    the restarted worker starts its own."""
+    pool.stop()
+    for proc in pool.procs.values():
+        try:
+            proc.wait(timeout=wait_secs)
+        except subprocess.TimeoutExpired:
+            proc.kill()
 
 
 @storage_errors(then="run the merge again")  # ENOSPC, EIO...: one line naming the path, exit 2

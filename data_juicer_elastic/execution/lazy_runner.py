@@ -6,15 +6,15 @@ worker loop's ``before_claim``), so a worker killed or failing while Ray starts 
 no claim.  Before each start the operator code is checked against the job's record
 (``code_fingerprint``): a worker running other code never claims.  The runtime is
 started with the recipe's runtime env (custom operator modules, model caches) and
-reused for every later shard, until a stalled shard (``runtime_watch``) restarts it.
+reused for every later shard, until a stalled shard restarts the worker (``runtime_watch``).
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from data_juicer_elastic.errors import ShardStalledError
 from data_juicer_elastic.execution.ray_runtime import DEFAULT_CONNECT_TIMEOUT_SECS, LOCAL, WarmRayRuntime
 from data_juicer_elastic.execution.runtime_watch import RuntimeWatch
 from data_juicer_elastic.execution.shard_runner import ShardRunner, shard_runtime_env
@@ -27,6 +27,8 @@ class LazyShardRunner:
 
     ``code``: the job's code fingerprint (``Manifest.code``), checked before each runtime
     start; None skips the check (a job prepared before fingerprints existed).
+    ``restart_process()``: how to start the worker afresh after its runtime froze
+    (``runtime_watch``; default: exec its own command line).
     """
 
     def __init__(
@@ -41,8 +43,10 @@ class LazyShardRunner:
         order_key: str | None = None,
         code: dict[str, Any] | None = None,
         allow_version_mismatch: bool = False,
+        restart_process: Callable[[], object] | None = None,
     ):
         self._recipe, self._code, self._allow_versions = recipe, code, allow_version_mismatch
+        self._restart_process = restart_process
         self._runner = ShardRunner(recipe, expected_stage_identities, cache_dir, order_key=order_key)
         self._runtime = WarmRayRuntime(
             ray_address,
@@ -77,19 +81,8 @@ class LazyShardRunner:
 
     def __call__(self, task: ShardTask) -> ShardOutput:
         self.ready()  # idempotent; the worker loop normally did it before claiming
-        with RuntimeWatch(self._runtime, liveness.current()) as watch:
-            try:
-                return self._runner(task)
-            except (Exception, SystemExit) as exc:
-                if not watch.restarted:
-                    raise
-                # Disconnecting the frozen runtime makes Ray raise in this thread (SystemExit
-                # included); the shard was given up already: say what happened instead.
-                raise ShardStalledError(
-                    "the shard showed no sign of life and its Ray runtime was restarted",
-                    where=f"shard {task.shard_id}",
-                    hint="the next claim starts a fresh runtime; see the attempt's process.log",
-                ) from exc
+        with RuntimeWatch(self._runtime, liveness.current(), self._restart_process):
+            return self._runner(task)
 
     def close(self) -> None:
         self._runtime.close()

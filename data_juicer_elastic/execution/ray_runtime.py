@@ -159,13 +159,12 @@ class WarmRayRuntime:
             return False
 
     def abort(self) -> None:
-        """Stop a runtime that no longer answers, so that a call blocked in it (in another
-        thread) returns and :meth:`start` starts afresh: its processes are killed with SIGKILL
-        (they may be stopped, and a stopped process never handles SIGTERM), then this process
-        disconnects.  An attached runtime is not ours to kill: only disconnected."""
+        """Kill a runtime this object started that no longer answers (SIGKILL: its processes
+        may be stopped, and a stopped process never handles SIGTERM).  Nothing else: this
+        process is restarted next (``runtime_watch``), since calls blocked in the dead runtime
+        cannot be unwound safely.  An attached runtime is not ours to kill."""
         if self._owned and self.address == LOCAL:
             _kill_node_processes()
-        self.close()
 
     # -- internals ---------------------------------------------------------
     def _init(self, ray: Any, **kwargs: Any) -> None:
