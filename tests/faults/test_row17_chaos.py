@@ -1,9 +1,12 @@
 """Fault matrix row 17: random SIGKILLs of whole workers, with replacements (issue 13, item 4).
 
 Three ``dj-elastic worker`` processes (real Ray, each in its own process group) share 20
-shards of a slow operator under a short lease TTL.  Every few seconds (seeded) a random
-worker's whole process group is killed and a replacement started, until a bounded number of
-kills, at least two of them on a worker holding a shard.  Then the workers finish on their
+shards of a slow operator under a short lease TTL.  Once the fleet is working (a first shard
+done), every 4-8 s (seeded) a random worker's whole process group is killed and a
+replacement started, until a bounded number of kills, or earlier once three of them hit a
+worker holding a shard.  (A replacement needs its imports, the code check and a Ray start
+before it can claim, ~15 s on a loaded 2-core test machine: kills much faster than that
+would only ever hit starting workers.)  Then the workers finish on their
 own, and the job completes with no manual step: no terminally failed shard, no ``retry``,
 the merge holds every input row exactly once, in order.
 
@@ -34,9 +37,9 @@ OPS = Path(__file__).resolve().parents[1] / "e2e" / "ops" / "e2e_ops.py"
 SEED = int(os.environ.get("DJ_ELASTIC_CHAOS_SEED", "1317"))
 SHARDS, ROWS = 20, 80
 WORKERS = 3
-MAX_KILLS = 10  # the bound: the kill phase ends here, or earlier once HOLDER_KILLS holders were hit
-HOLDER_KILLS = 2
-KILL_EVERY = (2.0, 5.0)  # seconds between kills, drawn from the seeded generator
+MAX_KILLS = 8  # the bound: the kill phase ends here, or earlier once HOLDER_KILLS holders were hit
+HOLDER_KILLS = 3
+KILL_EVERY = (4.0, 8.0)  # seconds between kills, drawn from the seeded generator
 
 
 class Fleet:
@@ -115,7 +118,7 @@ def test_random_kills_of_whole_workers_with_replacements_finish_exactly_once(tmp
         data,
         job,
         export=tmp_path / "out" / "merged.jsonl",
-        process=[{"e2e_sleep_mapper": {"seconds_per_row": 0.3}}],
+        process=[{"e2e_sleep_mapper": {"seconds_per_row": 0.5}}],
         custom_operator_paths=[str(OPS)],
         elastic={"num_shards": SHARDS, "lease_ttl_secs": 6, "heartbeat_interval_secs": 1, "poll_interval_secs": 0.5},
     )
@@ -129,6 +132,10 @@ def test_random_kills_of_whole_workers_with_replacements_finish_exactly_once(tmp
     try:
         for _ in range(WORKERS):
             fleet.start()
+        warm = time.monotonic() + 600
+        while _done(job) == 0:  # the kills start once the fleet works (a deadline, not a timing assertion)
+            assert time.monotonic() < warm and fleet.live(), "no shard was ever done: " + _tail(logs)
+            time.sleep(0.2)
         while kills < MAX_KILLS and holder_kills < HOLDER_KILLS and _done(job) < SHARDS - 2:
             time.sleep(rng.uniform(*KILL_EVERY))  # the kill schedule (seeded), not a timing assertion
             live = fleet.live()
