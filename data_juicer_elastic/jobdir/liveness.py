@@ -15,8 +15,8 @@ When neither happened for ``stall_timeout_secs`` (on the holder's monotonic cloc
 checked at every heartbeat), the heartbeat thread gives the shard up: a failure record
 ``stalled`` (a holder death, ``attempts.DEATH_REASONS``) and a release, so another
 worker takes it at once, then it stops renewing and calls the runner's
-``when_stalled`` callbacks (the Ray runner kills its runtime and starts a fresh one
-for the next claim).  The attempt can no longer publish: its lease is lost
+``when_stalled`` callbacks (the Ray runner kills its runtime and restarts the worker
+process with a fresh one, ``execution.runtime_watch``).  The attempt can no longer publish: its lease is lost
 (self-fencing, ``worker_loop``).
 
 The rule applies only while the runner runs (``armed``): publishing a large output is
