@@ -18,7 +18,7 @@ from typing import Any
 from data_juicer_elastic.execution.ray_runtime import DEFAULT_CONNECT_TIMEOUT_SECS, LOCAL, WarmRayRuntime
 from data_juicer_elastic.execution.runtime_watch import RuntimeWatch
 from data_juicer_elastic.execution.shard_runner import ShardRunner, shard_runtime_env
-from data_juicer_elastic.jobdir import liveness
+from data_juicer_elastic.jobdir import progress
 from data_juicer_elastic.jobdir.tasks import ShardOutput, ShardTask
 
 
@@ -81,7 +81,9 @@ class LazyShardRunner:
 
     def __call__(self, task: ShardTask) -> ShardOutput:
         self.ready()  # idempotent; the worker loop normally did it before claiming
-        with RuntimeWatch(self._runtime, liveness.current(), self._restart_process):
+        tracker = progress.current()  # the worker loop's live progress of this attempt, with its stall rule
+        alive = tracker.liveness if tracker is not None else None
+        with RuntimeWatch(self._runtime, alive, self._restart_process):
             return self._runner(task)
 
     def close(self) -> None:

@@ -27,7 +27,6 @@ for ever on a healthy runtime (it answers probes), see docs/failure-semantics.md
 from __future__ import annotations
 
 import contextlib
-import contextvars
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -98,21 +97,3 @@ def _call(callback: Callable[[], object]) -> None:
         callback()
     except Exception as exc:  # giving the shard up must not depend on a restart succeeding
         logger.warning(f"stall handler failed: {type(exc).__name__}: {exc}")
-
-
-# The liveness of the attempt running in this context: the worker loop sets it around run_shard,
-# the runner (another package, same call stack) registers its probe and restart with it.
-_current: contextvars.ContextVar[Liveness | None] = contextvars.ContextVar("dj_elastic_liveness", default=None)
-
-
-def current() -> Liveness | None:
-    return _current.get()
-
-
-@contextlib.contextmanager
-def activate(liveness: Liveness | None) -> Iterator[Liveness | None]:
-    token = _current.set(liveness)
-    try:
-        yield liveness
-    finally:
-        _current.reset(token)

@@ -236,6 +236,7 @@ class _Worker:
         alive = None if self.stall_secs is None else liveness.Liveness(self.stall_secs, self.clock)
         if alive is not None:  # every change of the live progress is a sign of life
             tracker.listeners.append(lambda record: alive.note(f"{record.stage}, {record.rows_written} rows out"))
+            tracker.liveness = alive  # the runner finds it there (progress.current())
         heartbeater = leases.Heartbeater(
             self.layout,
             claim,
@@ -261,7 +262,7 @@ class _Worker:
                 input_sha256=entry.sha256,
             )
             check_shard_file(self.layout, self.manifest, entry)  # a link out of the job dir is never read
-            with progress.activate(tracker), liveness.activate(alive), alive.armed() if alive else nullcontext():
+            with progress.activate(tracker), alive.armed() if alive else nullcontext():
                 output = self.run_shard(task)
             tracker.set_stage(progress.Stage.PUBLISHING)
             self._fence(heartbeater, claim)

@@ -107,3 +107,31 @@ def recipe(tmp: Path, data: Path, job: Path, *, export: Path, name: str = "recip
 
 def small_input(tmp: Path, rows: int = 12) -> Path:
     return write_input(tmp / "input.jsonl", rows)
+
+
+E2E_OPS = REPO / "tests" / "e2e" / "ops" / "e2e_ops.py"
+
+
+def slow_job(tmp: Path, rows: int, seconds_per_row: float, ops: Path = E2E_OPS, **elastic) -> Path:
+    """A prepared job (``dj-elastic prepare``) whose one operator sleeps per row (real Ray runs it)."""
+    data = write_input(tmp / "input.jsonl", rows)
+    job = tmp / "job"
+    path = recipe(
+        tmp,
+        data,
+        job,
+        export=tmp / "out" / "merged.jsonl",
+        process=[{"e2e_sleep_mapper": {"seconds_per_row": seconds_per_row}}],
+        custom_operator_paths=[str(ops)],
+        elastic=elastic,
+    )
+    proc = dj_elastic("prepare", "--config", path)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return job
+
+
+def merged_rows(job: Path, output: Path) -> list[dict]:
+    """``dj-elastic merge`` of a finished job: its rows."""
+    proc = dj_elastic("merge", "--job-dir", job, "--output", output)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return [json.loads(line) for line in output.read_text().splitlines()]

@@ -20,11 +20,10 @@ from pathlib import Path
 import psutil
 import pytest
 
-from .commands import dj_elastic, env, recipe, write_input
+from .commands import env, merged_rows, slow_job
 
 pytestmark = [pytest.mark.ray]
 
-OPS = Path(__file__).resolve().parents[1] / "e2e" / "ops" / "e2e_ops.py"
 STALL_SECS = 20.0  # well above a probe's round trip on a loaded 2-core machine
 
 
@@ -56,19 +55,8 @@ def _failures(job: Path) -> list[dict]:
 
 
 def test_a_worker_whose_ray_processes_are_stopped_gives_the_shard_up_and_restarts_ray(tmp_path):
-    data = write_input(tmp_path / "input.jsonl", 12)
-    job = tmp_path / "job"
-    path = recipe(
-        tmp_path,
-        data,
-        job,
-        export=tmp_path / "out" / "merged.jsonl",
-        process=[{"e2e_sleep_mapper": {"seconds_per_row": 0.5}}],
-        custom_operator_paths=[str(OPS)],
-        elastic={"num_shards": 2, "lease_ttl_secs": 30, "heartbeat_interval_secs": 2, "stall_timeout_secs": STALL_SECS},
-    )
-    proc = dj_elastic("prepare", "--config", path)
-    assert proc.returncode == 0, proc.stderr[-3000:]
+    elastic = {"num_shards": 2, "lease_ttl_secs": 30, "heartbeat_interval_secs": 2, "stall_timeout_secs": STALL_SECS}
+    job = slow_job(tmp_path, 12, 0.5, **elastic)
     worker = subprocess.Popen(
         [sys.executable, "-m", "data_juicer_elastic.cli", "worker", "--job-dir", str(job)],
         env=env(),
@@ -99,10 +87,7 @@ def test_a_worker_whose_ray_processes_are_stopped_gives_the_shard_up_and_restart
         assert all(not p.is_running() or p.status() == psutil.STATUS_ZOMBIE for p in stopped), "frozen runtime left"
         done = json.loads((job / "done" / f"{shard}.json").read_bytes())
         assert done["generation"] > given_up[0]["generation"]
-        proc = dj_elastic("merge", "--job-dir", job, "--output", tmp_path / "merged.jsonl")
-        assert proc.returncode == 0, proc.stderr[-3000:]
-        rows = [json.loads(line)["id"] for line in (tmp_path / "merged.jsonl").read_text().splitlines()]
-        assert rows == list(range(12))
+        assert [row["id"] for row in merged_rows(job, tmp_path / "merged.jsonl")] == list(range(12))
     finally:
         for p in stopped:
             try:

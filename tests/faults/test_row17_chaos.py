@@ -29,11 +29,10 @@ from pathlib import Path
 import psutil
 import pytest
 
-from .commands import dj_elastic, env, recipe, write_input
+from .commands import dj_elastic, env, merged_rows, slow_job
 
 pytestmark = [pytest.mark.ray]
 
-OPS = Path(__file__).resolve().parents[1] / "e2e" / "ops" / "e2e_ops.py"
 SEED = int(os.environ.get("DJ_ELASTIC_CHAOS_SEED", "1317"))
 SHARDS, ROWS = 20, 80
 WORKERS = 3
@@ -111,19 +110,8 @@ def _done(job: Path) -> int:
 
 def test_random_kills_of_whole_workers_with_replacements_finish_exactly_once(tmp_path):
     rng = random.Random(SEED)
-    data = write_input(tmp_path / "input.jsonl", ROWS)
-    job = tmp_path / "job"
-    path = recipe(
-        tmp_path,
-        data,
-        job,
-        export=tmp_path / "out" / "merged.jsonl",
-        process=[{"e2e_sleep_mapper": {"seconds_per_row": 0.5}}],
-        custom_operator_paths=[str(OPS)],
-        elastic={"num_shards": SHARDS, "lease_ttl_secs": 6, "heartbeat_interval_secs": 1, "poll_interval_secs": 0.5},
-    )
-    proc = dj_elastic("prepare", "--config", path)
-    assert proc.returncode == 0, proc.stderr[-3000:]
+    elastic = {"num_shards": SHARDS, "lease_ttl_secs": 6, "heartbeat_interval_secs": 1, "poll_interval_secs": 0.5}
+    job = slow_job(tmp_path, ROWS, 0.5, **elastic)
     logs = tmp_path / "logs"
     logs.mkdir()
     fleet = Fleet(job, logs)
@@ -167,10 +155,7 @@ def test_random_kills_of_whole_workers_with_replacements_finish_exactly_once(tmp
         if json.loads(p.read_bytes())["exit_reason"] != "error"
     ]
     assert len(deaths) >= 1, "a killed holder's shard is taken over under a new generation, recorded as a death"
-    merged = tmp_path / "merged.jsonl"
-    proc = dj_elastic("merge", "--job-dir", job, "--output", merged)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    ids = [json.loads(line)["id"] for line in merged.read_text().splitlines()]
+    ids = [row["id"] for row in merged_rows(job, tmp_path / "merged.jsonl")]
     assert ids == list(range(ROWS)), "every row exactly once, in input order"
     assert dj_elastic("verify", "--job-dir", job).returncode == 0
 

@@ -9,7 +9,6 @@ versions differ, never the code.  Through ``dj-elastic prepare / worker / merge`
 
 from __future__ import annotations
 
-import json
 import shutil
 from pathlib import Path
 
@@ -18,11 +17,9 @@ import pytest
 from data_juicer_elastic.jobdir.manifest import load_manifest
 from data_juicer_elastic.jobdir.records import Manifest
 
-from .commands import dj_elastic, error_line, recipe, write_input
+from .commands import E2E_OPS, dj_elastic, error_line, merged_rows, slow_job
 
 pytestmark = [pytest.mark.ray]
-
-OPS = Path(__file__).resolve().parents[1] / "e2e" / "ops" / "e2e_ops.py"
 
 
 def _claims(job: Path) -> list[str]:
@@ -38,19 +35,8 @@ def _rewrite(job: Path, manifest: Manifest) -> None:
 def test_changed_operator_code_is_refused_and_version_drift_needs_the_flag(tmp_path):
     ops = tmp_path / "ops" / "e2e_ops.py"
     ops.parent.mkdir()
-    shutil.copy(OPS, ops)
-    data = write_input(tmp_path / "input.jsonl", 12)
-    job = tmp_path / "job"
-    path = recipe(
-        tmp_path,
-        data,
-        job,
-        export=tmp_path / "out" / "merged.jsonl",
-        process=[{"e2e_sleep_mapper": {"seconds_per_row": 0.0}}],
-        custom_operator_paths=[str(ops)],
-    )
-    proc = dj_elastic("prepare", "--config", path)
-    assert proc.returncode == 0, proc.stderr[-3000:]
+    shutil.copy(E2E_OPS, ops)
+    job = slow_job(tmp_path, 12, 0.0, ops=ops)
     code = load_manifest(job).code
     assert code and code["operators"]["e2e_sleep_mapper"] and str(ops) in code["custom_operator_paths"]
     assert set(code["versions"]) == {"data_juicer", "data_juicer_elastic", "ray"}
@@ -72,8 +58,5 @@ def test_changed_operator_code_is_refused_and_version_drift_needs_the_flag(tmp_p
 
     proc = dj_elastic("worker", "--job-dir", job, "--allow-version-mismatch")
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    merged = tmp_path / "merged.jsonl"
-    proc = dj_elastic("merge", "--job-dir", job, "--output", merged)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    rows = [json.loads(line) for line in merged.read_text().splitlines()]
+    rows = merged_rows(job, tmp_path / "merged.jsonl")
     assert [r["id"] for r in rows] == list(range(12)) and not any("edited" in r for r in rows)

@@ -10,7 +10,7 @@ import threading
 
 import pytest
 
-from data_juicer_elastic.jobdir import attempts, claiming, leases, liveness
+from data_juicer_elastic.jobdir import attempts, claiming, leases, liveness, progress
 from data_juicer_elastic.jobdir.layout import JobLayout
 from data_juicer_elastic.jobdir.manifest import load_manifest
 from data_juicer_elastic.jobdir.records import Failure
@@ -75,7 +75,7 @@ def _stalling_runner(proceed: threading.Event):
     """A runner whose attempt stops showing life until its stall callback 'restarts' it."""
 
     def run(task):
-        alive = liveness.current()
+        alive = progress.current().liveness
         alive.when_stalled(proceed.set)
         if not proceed.wait(30):
             raise AssertionError("the stall was never declared")
