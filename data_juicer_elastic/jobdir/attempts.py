@@ -125,7 +125,8 @@ def list_done(layout: JobLayout) -> list[str]:
     """Shard ids with a done marker, from ONE listing of ``done/`` (not one open per shard).
 
     A hint: the listing may be cached (NFS) and so miss recent markers, and a listed
-    marker is not parsed here.  Markers are never removed, so a listed name may be
+    marker is not parsed here.  Markers are removed only by ``retry`` of an invalid result (workers
+    that listed it before then miss the requeue; later ones run it), so a listed name may be
     trusted to mean "do not claim"; whoever reports on a shard opens its marker.
     """
     names = fsio.list_names(layout.done_dir)

@@ -14,11 +14,11 @@ shard.  Here a worker keeps a :class:`ClaimCursor`, its own view of the manifest
   jumps to a random place (below), so W workers spread over the manifest after one
   collision each instead of racing for the same shard on every claim.
 * Shards known to be DONE are skipped without any filesystem operation: a done
-  marker is immutable (``retry`` refuses done shards).  The worker learns them from
+  marker is immutable (``retry`` archives one only when its result no longer validates).  The worker learns them from
   its own results, from the markers it happens to read, and from one listing of
   ``done/`` when it starts and whenever it has run into :data:`LIST_AFTER_SURPRISES`
   markers it did not know (at most one listing per claim, usually far fewer).  A
-  listed name is trusted to mean "done" (markers are never removed): skipping it
+  listed name is trusted to mean "done" (only ``retry`` removes one): skipping it
   needs no content, and merge validates every marker it uses.
 * Running into someone else's work (a live claim, or a done marker it did not know)
   means it is in another worker's wake: it jumps to a random place, at most
