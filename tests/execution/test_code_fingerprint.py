@@ -7,7 +7,7 @@ import pytest
 from data_juicer_elastic.errors import CodeMismatchError
 from data_juicer_elastic.execution.code_fingerprint import check_code, code_fingerprint, tree_sha256
 
-OPS = '''
+OPS = """
 from data_juicer.ops.base_op import OPERATORS, Mapper
 
 
@@ -15,7 +15,7 @@ from data_juicer.ops.base_op import OPERATORS, Mapper
 class FingerprintTestMapper(Mapper):
     def process_single(self, sample):
         return sample
-'''
+"""
 
 
 def test_a_fingerprint_names_operator_files_custom_paths_and_versions(tmp_path):
