@@ -96,6 +96,9 @@ def _cmd_retry(args: argparse.Namespace) -> int:
 
 
 def _cmd_merge(args: argparse.Namespace) -> int:
+    from data_juicer_elastic.jobdir.export_path import check_export_path
+
+    check_export_path(Path(args.job_dir).resolve(), args.output, "--output")  # before anything is read
     if args.follow:
         from data_juicer_elastic.jobdir.stream_merge import follow_merge
 
@@ -109,7 +112,7 @@ def _cmd_merge(args: argparse.Namespace) -> int:
 
         result = follow_merge(
             Path(args.job_dir).resolve(),
-            Path(args.output).resolve(),
+            args.output,  # its last component is never resolved: a link there is not followed
             overwrite=args.overwrite,
             wait=True,
             poll_secs=args.poll_secs,
@@ -179,11 +182,32 @@ def _settings_from_job(job_dir: str, args: argparse.Namespace):
     recorded["job_dir"] = str(Path(job_dir).resolve())
     recorded.pop("run_id", None)  # a submission's identity, not the job's
     names = ("ray_address", "lease_ttl_secs", "max_retries", "poll_interval_secs", "max_shards", "ray_num_cpus")
-    for name in (*names, "heartbeat_interval_secs"):
+    for name in (*names, "heartbeat_interval_secs", "max_holder_deaths", "stall_timeout_secs"):
         value = getattr(args, name, None)
         if value is not None:
             recorded[name] = value
+    if getattr(args, "allow_version_mismatch", False):
+        recorded["allow_version_mismatch"] = True
     return ElasticSettings.from_mapping(recorded)
+
+
+def _setting_options(parser: argparse.ArgumentParser, *names: str) -> None:
+    """``--<name>`` options whose type and help come from ElasticSettings (one definition of each)."""
+    import dataclasses
+    import typing
+
+    from data_juicer_elastic.integration.config_block import field_help
+    from data_juicer_elastic.settings import ElasticSettings
+
+    hints, docs = typing.get_type_hints(ElasticSettings), field_help()
+    defaults = {f.name: f.default for f in dataclasses.fields(ElasticSettings)}
+    for name in names:
+        flag, hint = "--" + name.replace("_", "-"), hints[name]
+        text = f"{docs.get(name, '')} (default: the job's setting, else {defaults[name]})"
+        if hint is bool:
+            parser.add_argument(flag, action="store_true", default=None, help=text)
+        else:
+            parser.add_argument(flag, type=hint, help=text)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -244,6 +268,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--lease-ttl-secs", type=float)
     p.add_argument("--max-retries", type=int)
     p.add_argument("--poll-interval-secs", type=float)
+    _setting_options(p, "max_holder_deaths", "stall_timeout_secs", "allow_version_mismatch")
     p.add_argument("--no-wait", action="store_true", help="exit when nothing is claimable instead of waiting")
     p.set_defaults(func=_cmd_worker)
 
@@ -274,7 +299,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--output", required=True, help="the HTML file to write (outside the job directory)")
     p.set_defaults(func=_cmd_report)
 
-    p = sub.add_parser("retry", help="requeue terminally failed shards (archives their failure records)")
+    p = sub.add_parser(
+        "retry",
+        help="requeue terminally failed shards, or done shards whose output is missing or corrupt "
+        "(archives their records to history/)",
+    )
     job_dir(p)
     group = p.add_mutually_exclusive_group(required=True)
     group.add_argument("--all-failed", action="store_true")

@@ -8,7 +8,9 @@ exit code 2; they never print a traceback for an expected failure.
 
 from __future__ import annotations
 
+import contextlib
 import errno
+from collections.abc import Iterator
 from typing import Final
 
 EXIT_OK: Final = 0
@@ -85,6 +87,10 @@ class StageIdentityMismatch(ElasticError):
     """This worker's Data-Juicer/operator code gives different stage identities."""
 
 
+class CodeMismatchError(StageIdentityMismatch):
+    """This worker's operator code (or Data-Juicer/plugin/Ray versions) differs from the job's record."""
+
+
 class ShardFailedError(ElasticError):
     """At least one shard reached its retry budget and is terminally failed."""
 
@@ -140,12 +146,23 @@ def is_worker_fault(exc: BaseException) -> bool:
 PERMANENT_STORAGE_ERRNOS: Final = frozenset({errno.EACCES, errno.EPERM, errno.EROFS})
 
 
-def storage_error(exc: OSError, where: object) -> JobDirError:
-    """An OSError from the job directory as one clear error naming the path (exit 2)."""
+def storage_error(exc: OSError, where: object, then: str = "run the worker again") -> JobDirError:
+    """An OSError from the job directory (or an input or output file) as one clear error naming
+    the path (exit 2); ``then`` is the step to take once the cause is fixed."""
     path = exc.filename or where
-    hint = (
-        "check that this user may read and write the job directory (and that it is not mounted read-only)"
-        if exc.errno in PERMANENT_STORAGE_ERRNOS
-        else "check free space, quota and the health of the shared filesystem, then run the worker again"
-    )
+    if exc.errno in PERMANENT_STORAGE_ERRNOS:
+        hint = "check that this user may read and write the job directory (and that it is not mounted read-only)"
+    elif exc.errno in (errno.ENOSPC, errno.EDQUOT):
+        hint = f"free space or raise the quota there, then {then}"
+    else:
+        hint = f"check free space, quota and the health of the filesystem holding it, then {then}"
     return JobDirError(f"storage error: {exc.strerror or exc}", where=str(path), hint=hint)
+
+
+@contextlib.contextmanager
+def storage_errors(then: str) -> Iterator[None]:
+    """Turn an OSError escaping the block (or the decorated function) into :func:`storage_error`."""
+    try:
+        yield
+    except OSError as exc:
+        raise storage_error(exc, "", then) from exc

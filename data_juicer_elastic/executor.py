@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import subprocess
 import threading
 from collections.abc import Iterator
 from pathlib import Path
@@ -37,9 +38,11 @@ from data_juicer_elastic.coordination.run_id import resolve_run_id
 from data_juicer_elastic.coordination.settle import StrictPolicy, shard_failed_error
 from data_juicer_elastic.coordination.slots import CUDA_ENV, SlotPool, slot_argv, slot_cpus, slot_devices, slot_env
 from data_juicer_elastic.coordination.stragglers import ClaimGate
-from data_juicer_elastic.errors import ConfigError, ElasticError, JobDirError
+from data_juicer_elastic.errors import ConfigError, ElasticError, IntegrityError, JobDirError, storage_errors
 from data_juicer_elastic.jobdir import confine, steps
+from data_juicer_elastic.jobdir.attempts import requeue_hint
 from data_juicer_elastic.jobdir.confine import open_job_dir
+from data_juicer_elastic.jobdir.export_path import check_export_path, export_target
 from data_juicer_elastic.jobdir.identity import WorkerIdentity
 from data_juicer_elastic.jobdir.layout import JobLayout
 from data_juicer_elastic.jobdir.manifest import load_manifest
@@ -70,10 +73,12 @@ def _resolve(path: str | os.PathLike) -> Path:
 
 def prepare_from_cfg(cfg: Any, settings: ElasticSettings) -> PrepareOutcome:
     """Validate the recipe and input, and publish the job directory (a no-op when identical)."""
+    from data_juicer_elastic.execution.code_fingerprint import code_fingerprint
     from data_juicer_elastic.execution.stage_identities import compute_stage_identities
     from data_juicer_elastic.integration.recipe import build_shard_recipe, index_key, media_keys
     from data_juicer_elastic.integration.recipe_check import check_shard_safe
 
+    crashpoints.install_from_env()  # test-only fault plans (a full disk while splitting); none when unset
     if not getattr(cfg, "dataset_path", None):
         raise ConfigError("dataset_path is not set", where="recipe", hint="set dataset_path to a .jsonl file or folder")
     recipe = build_shard_recipe(cfg)
@@ -94,6 +99,7 @@ def prepare_from_cfg(cfg: Any, settings: ElasticSettings) -> PrepareOutcome:
         max_line_bytes=settings.max_line_bytes,
         shard_codec=settings.shard_codec,
         input_order=settings.input_order,
+        code=code_fingerprint(recipe),
     )
     with StepDisplay() as display, steps.reporting(display):  # a bar on a terminal, else log lines
         outcome = prepare_job(request)
@@ -118,10 +124,11 @@ def run_local_worker(
 ) -> WorkerSummary:
     """Claim and process shards until nothing is left, with ``slots`` shards at a time.
 
-    Slot 0 runs here with one warm Ray runtime, started on the first claim only
-    (re-running a finished job, or a worker that finds nothing to do, costs no Ray
-    start).  Slots 1..S-1 are child worker processes (``coordination.slots``); the
-    summary is slot 0's, whose loop also waits for shards the others still run.
+    Slot 0 runs here with one warm Ray runtime, started when there is a shard to claim and
+    before claiming it (re-running a finished job, or a worker that finds nothing to do, costs
+    no Ray start; a worker killed while Ray starts holds no claim).  Slots 1..S-1 are child
+    worker processes (``coordination.slots``); the summary is slot 0's, whose loop also waits
+    for shards the others still run.
     """
     from data_juicer_elastic.execution.shard_runner import default_cache_env
 
@@ -140,6 +147,7 @@ def run_local_worker(
     if devices[0] is not None:
         os.environ[CUDA_ENV] = devices[0]  # before this process's Ray runtime starts
     from data_juicer_elastic.execution.lazy_runner import LazyShardRunner
+    from data_juicer_elastic.execution.runtime_watch import restart_worker_process
 
     runner = LazyShardRunner(
         manifest.recipe,
@@ -148,6 +156,9 @@ def run_local_worker(
         row_schema=manifest.row_schema,
         ray_address=settings.ray_address,
         ray_num_cpus=cpus,
+        code=manifest.code,
+        allow_version_mismatch=settings.allow_version_mismatch,
+        restart_process=lambda: restart_worker_process(before=lambda: _stop_slots(pool)),
     )
     # Strict mode's equal shares already decide who runs what; elsewhere slow nodes leave the tail to fast ones.
     gate = None
@@ -171,6 +182,9 @@ def run_local_worker(
             max_retries=settings.max_retries,
             poll_interval_secs=settings.poll_interval_secs,
             max_done=max_done,
+            max_holder_deaths=settings.max_holder_deaths,
+            stall_timeout_secs=settings.stall_timeout_secs,
+            allow_version_mismatch=settings.allow_version_mismatch,
         )
         name = log_name or identity.new_attempt_id()
         if slots > 1:
@@ -194,6 +208,10 @@ def run_local_worker(
                 max_done=max_done,
                 claim_gate=gate,
                 on_attempt=shard_display(),  # the current shard's rows read and stage
+                max_holder_deaths=settings.max_holder_deaths,
+                before_claim=runner.ready,  # code checked and Ray up before a claim is held
+                stall_timeout_secs=settings.stall_timeout_secs,
+                random_start=True,  # fresh workers (replacements after kills) spread over the pending shards
             )
         if stop_event is not None and stop_event.is_set():
             pool.stop()  # the run was aborted: every slot gives its claim back now
@@ -201,6 +219,18 @@ def run_local_worker(
     return summary
 
 
+def _stop_slots(pool: SlotPool, wait_secs: float = 30.0) -> None:
+    """Before this worker restarts itself (exec), its slots hand their claims back and end:
+    the restarted worker starts its own."""
+    pool.stop()
+    for proc in pool.procs.values():
+        try:
+            proc.wait(timeout=wait_secs)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+
+
+@storage_errors(then="run the merge again")  # ENOSPC, EIO...: one line naming the path, exit 2
 def finalize(
     job_dir: str | os.PathLike,
     export_path: str | os.PathLike,
@@ -219,21 +249,26 @@ def finalize(
 
     crashpoints.install_from_env()
     job = _resolve(job_dir)
+    export = check_export_path(job, export_path)  # before any work: not in the job dir, not a directory
     snap = snapshot(job)
     if snap.terminal_failures:
         raise shard_failed_error(snap.terminal_failures, job)
-    overall = compute_overall(job)  # before merging: a bad summary stops finalize before any output
+    try:  # before merging: a bad summary stops finalize before any output
+        overall = compute_overall(job)
+    except IntegrityError as exc:  # an accepted output is gone or altered: say how to requeue its shard
+        shard = (exc.where or "").removeprefix("shard ")
+        if shard == exc.where:
+            raise
+        raise IntegrityError(exc.message, where=exc.where, hint=requeue_hint(JobLayout(job), [shard])) from None
     with StepDisplay() as display, steps.reporting(display):
         result = None
         if stream:
             try:
-                result = follow_merge(
-                    job, _resolve(export_path), overwrite=overwrite, wait=False, lock_wait_secs=lock_wait_secs
-                )
+                result = follow_merge(job, export, overwrite=overwrite, wait=False, lock_wait_secs=lock_wait_secs)
             except MergeBusyError as exc:
                 logger.warning(f"{exc}; merging without the partial output")
         if result is None:
-            result = merge_job(job, _resolve(export_path), overwrite=overwrite)
+            result = merge_job(job, export, overwrite=overwrite)
     write_overall_stats(overall, job, result.output_path)
     logger.info(f"merged {result.rows} rows from {result.shards} shards into {result.output_path}")
     return result
@@ -255,7 +290,7 @@ def stream_follower(job: Path, export_path: Any, settings: ElasticSettings) -> I
         while not stop.is_set():
             try:
                 poll = settings.poll_interval_secs
-                follow_merge(job, _resolve(export_path), wait=True, poll_secs=poll, stop=stop, publish=False)
+                follow_merge(job, export_target(export_path), wait=True, poll_secs=poll, stop=stop, publish=False)
                 return
             except MergeBusyError:
                 stop.wait(settings.poll_interval_secs)

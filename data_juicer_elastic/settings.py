@@ -17,6 +17,8 @@ from data_juicer_elastic.errors import ConfigError
 
 DEFAULT_LEASE_TTL_SECS: Final = 120.0
 DEFAULT_MAX_RETRIES: Final = 3
+DEFAULT_MAX_HOLDER_DEATHS: Final = 10
+DEFAULT_STALL_TIMEOUT_SECS: Final = 300.0
 DEFAULT_POLL_INTERVAL_SECS: Final = 2.0
 DEFAULT_RAY_ADDRESS: Final = "local"
 DEFAULT_WAIT_TIMEOUT_SECS: Final = 1800.0
@@ -47,6 +49,12 @@ class ElasticSettings:
     """Heartbeat period; default lease_ttl_secs / 4."""
     max_retries: int = DEFAULT_MAX_RETRIES
     """Retries after the first failed attempt; then the shard is terminally failed."""
+    max_holder_deaths: int = DEFAULT_MAX_HOLDER_DEATHS
+    """Deaths of a shard's holder (killed, preempted, lease expired, stalled) tolerated apart from max_retries."""
+    stall_timeout_secs: float = DEFAULT_STALL_TIMEOUT_SECS
+    """Give a running shard up and restart the runtime when it shows no progress and Ray no answer for this long."""
+    allow_version_mismatch: bool = False
+    """Let a worker whose Data-Juicer/plugin/Ray versions differ from the job's claim (operator code must match)."""
     poll_interval_secs: float = DEFAULT_POLL_INTERVAL_SECS
     """How often an idle worker looks again for claimable shards."""
     max_shards: int | None = None
@@ -96,6 +104,12 @@ class ElasticSettings:
             raise bad("heartbeat_interval_secs", self.heartbeat_interval_secs, "must be > 0 and < lease_ttl_secs / 2")
         if isinstance(self.max_retries, bool) or not isinstance(self.max_retries, int) or self.max_retries < 0:
             raise bad("max_retries", self.max_retries, "must be an integer >= 0")
+        if not _int_at_least(self.max_holder_deaths, 0):
+            raise bad("max_holder_deaths", self.max_holder_deaths, "must be an integer >= 0")
+        if not _positive(self.stall_timeout_secs):
+            raise bad("stall_timeout_secs", self.stall_timeout_secs, "must be a number > 0")
+        if not isinstance(self.allow_version_mismatch, bool):
+            raise bad("allow_version_mismatch", self.allow_version_mismatch, "must be true or false")
         if not _positive(self.poll_interval_secs):
             raise bad("poll_interval_secs", self.poll_interval_secs, "must be a number > 0")
         if self.max_shards is not None and (

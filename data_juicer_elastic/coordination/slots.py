@@ -129,6 +129,9 @@ def slot_argv(
     max_retries: int,
     poll_interval_secs: float,
     max_done: int | None,
+    max_holder_deaths: int,
+    stall_timeout_secs: float,
+    allow_version_mismatch: bool = False,
 ) -> list[str]:
     # --slots 1: a slot is one worker, whatever slots_per_node the job recorded at prepare.
     argv = [sys.executable, "-m", "data_juicer_elastic.cli", "worker", "--job-dir", str(job_dir), "--no-wait"]
@@ -136,6 +139,9 @@ def slot_argv(
     argv += ["--ray-address", ray_address, "--lease-ttl-secs", repr(float(lease_ttl_secs))]
     argv += ["--heartbeat-interval-secs", repr(float(heartbeat_secs))]
     argv += ["--max-retries", str(max_retries), "--poll-interval-secs", repr(float(poll_interval_secs))]
+    argv += ["--max-holder-deaths", str(max_holder_deaths), "--stall-timeout-secs", repr(float(stall_timeout_secs))]
+    if allow_version_mismatch:
+        argv += ["--allow-version-mismatch"]
     if ray_num_cpus is not None:
         argv += ["--ray-num-cpus", str(ray_num_cpus)]
     if max_done is not None:

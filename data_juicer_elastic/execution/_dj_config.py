@@ -114,8 +114,7 @@ def load_dj_config(
         # recipes this process had parsed before.  Data-Juicer also refuses a
         # second import of the same module, so parse without the paths and put
         # the value back afterwards.
-        if not _already_loaded(custom_paths):
-            _load_custom_operators(custom_paths, where=where or str(config_path))
+        register_custom_operators(custom_paths, where=where or str(config_path))
 
     captured = io.StringIO()
     try:
@@ -311,6 +310,12 @@ def no_ray_start() -> Iterator[None]:
 
 def _never(cfg: Any = None) -> bool:
     return False
+
+
+def register_custom_operators(paths: list[str], where: str) -> None:
+    """Import ``custom_operator_paths`` into Data-Juicer's registry, once per process."""
+    if paths and not _already_loaded(paths):
+        _load_custom_operators(paths, where)
 
 
 def _load_custom_operators(paths: list[str], where: str) -> None:

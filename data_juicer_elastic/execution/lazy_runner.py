@@ -1,22 +1,35 @@
-"""A ShardRunner that starts its warm Ray runtime on the first shard it gets.
+"""A ShardRunner that starts its warm Ray runtime when the worker is about to claim.
 
-A worker that finds nothing to claim (a finished job, a late node) then costs
-no Ray start.  The runtime is started with the recipe's runtime env (custom
-operator modules, model caches) and reused for every later shard.
+A worker that finds nothing to claim (a finished job, a late node) then costs no
+Ray start; one that finds work starts the runtime *before* it claims (``ready``, the
+worker loop's ``before_claim``), so a worker killed or failing while Ray starts holds
+no claim.  Before each start the operator code is checked against the job's record
+(``code_fingerprint``): a worker running other code never claims.  The runtime is
+started with the recipe's runtime env (custom operator modules, model caches) and
+reused for every later shard, until a stalled shard restarts the worker (``runtime_watch``).
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from data_juicer_elastic.execution.ray_runtime import DEFAULT_CONNECT_TIMEOUT_SECS, LOCAL, WarmRayRuntime
+from data_juicer_elastic.execution.runtime_watch import RuntimeWatch
 from data_juicer_elastic.execution.shard_runner import ShardRunner, shard_runtime_env
+from data_juicer_elastic.jobdir import progress
 from data_juicer_elastic.jobdir.tasks import ShardOutput, ShardTask
 
 
 class LazyShardRunner:
-    """Context manager and ``run_shard`` callable; closing stops the runtime it started."""
+    """Context manager and ``run_shard`` callable; closing stops the runtime it started.
+
+    ``code``: the job's code fingerprint (``Manifest.code``), checked before each runtime
+    start; None skips the check (a job prepared before fingerprints existed).
+    ``restart_process()``: how to start the worker afresh after its runtime froze
+    (``runtime_watch``; default: exec its own command line).
+    """
 
     def __init__(
         self,
@@ -28,7 +41,12 @@ class LazyShardRunner:
         ray_address: str = LOCAL,
         ray_num_cpus: int | None = None,
         connect_timeout_secs: float = DEFAULT_CONNECT_TIMEOUT_SECS,
+        code: dict[str, Any] | None = None,
+        allow_version_mismatch: bool = False,
+        restart_process: Callable[[], object] | None = None,
     ):
+        self._recipe, self._code, self._allow_versions = recipe, code, allow_version_mismatch
+        self._restart_process = restart_process
         self._runner = ShardRunner(recipe, expected_stage_identities, cache_dir, row_schema=row_schema)
         self._runtime = WarmRayRuntime(
             ray_address,
@@ -47,9 +65,26 @@ class LazyShardRunner:
     def __exit__(self, *exc_info: object) -> None:
         self.close()
 
+    def ready(self) -> bool:
+        """Check the code and start the runtime if it is not running; True when it had to
+        (that took seconds: the caller looks at its shard again).  Raises ElasticError
+        (CodeMismatchError, RayConnectionError) rather than claiming or hanging."""
+        if self._runtime.started:
+            return False
+        if self._code is not None:
+            from data_juicer_elastic.execution.code_fingerprint import check_code, code_fingerprint
+
+            here = code_fingerprint(self._recipe, where="the job's custom_operator_paths")
+            check_code(self._code, here, allow_version_mismatch=self._allow_versions)
+        self._runtime.start()
+        return True
+
     def __call__(self, task: ShardTask) -> ShardOutput:
-        self._runtime.start()  # idempotent; raises ElasticError rather than hanging
-        return self._runner(task)
+        self.ready()  # idempotent; the worker loop normally did it before claiming
+        tracker = progress.current()  # the worker loop's live progress of this attempt, with its stall rule
+        alive = tracker.liveness if tracker is not None else None
+        with RuntimeWatch(self._runtime, alive, self._restart_process):
+            return self._runner(task)
 
     def close(self) -> None:
         self._runtime.close()

@@ -141,6 +141,31 @@ class WarmRayRuntime:
             self._owned = False
             self.gcs_address = None
 
+    @property
+    def started(self) -> bool:
+        return self.gcs_address is not None
+
+    def ping(self, timeout_secs: float) -> bool:
+        """Whether the runtime runs a zero-CPU task within ``timeout_secs`` (GCS, raylet and a
+        worker process all answer).  Call it from a thread of its own: with the runtime frozen
+        even submitting can block."""
+        import ray
+
+        try:
+            ray.get(_ping_task().remote(), timeout=timeout_secs)
+            return True
+        except Exception as exc:  # noqa: BLE001 - any failure to answer is "no sign of life"
+            logger.debug(f"Ray probe did not answer: {type(exc).__name__}: {exc}")
+            return False
+
+    def abort(self) -> None:
+        """Kill a runtime this object started that no longer answers (SIGKILL: its processes
+        may be stopped, and a stopped process never handles SIGTERM).  Nothing else: this
+        process is restarted next (``runtime_watch``), since calls blocked in the dead runtime
+        cannot be unwound safely.  An attached runtime is not ours to kill."""
+        if self._owned and self.address == LOCAL:
+            _kill_node_processes()
+
     # -- internals ---------------------------------------------------------
     def _init(self, ray: Any, **kwargs: Any) -> None:
         # ray.init installs a SIGTERM handler (sys.exit) in the main thread; a
@@ -258,6 +283,45 @@ def check_topology(shown: str, nodes: int, includes_this_node: bool) -> None:
         where="ray_address=auto",
         hint="run `ray start --head` on this node (and unset RAY_ADDRESS), or use ray_address 'local'",
     )
+
+
+_PING = None
+
+
+def _ping_task():
+    global _PING
+    if _PING is None:
+        import ray
+
+        @ray.remote(num_cpus=0, max_retries=0)
+        def dj_elastic_ping() -> int:
+            return os.getpid()
+
+        _PING = dj_elastic_ping
+    return _PING
+
+
+def _kill_node_processes() -> None:
+    """SIGKILL every process of the local Ray node this process started (GCS, raylet, their workers)."""
+    import psutil
+    import ray
+
+    node = getattr(ray._private.worker, "_global_node", None)
+    roots = [info.process.pid for infos in getattr(node, "all_processes", {}).values() for info in infos]
+    victims = []
+    for pid in roots:
+        try:
+            root = psutil.Process(pid)
+            victims += [root, *root.children(recursive=True)]
+        except psutil.Error:
+            continue
+    for proc in victims:
+        try:
+            proc.kill()
+        except psutil.Error:
+            pass
+    psutil.wait_procs(victims, timeout=10)
+    logger.warning(f"killed the {len(victims)} process(es) of the unresponsive Ray runtime")
 
 
 def _kill_group(proc: subprocess.Popen) -> None:

@@ -218,7 +218,8 @@ def _wrap_init_setup(original):
         # any side effect (work dir, logger, config backup): the place to refuse
         # a bad elastic block and to keep the cfg as the user wrote it.
         require_integration()
-        settings_from_cfg(cfg)
+        settings = settings_from_cfg(cfg)
+        check_output_paths(cfg, settings.job_dir)  # before Data-Juicer creates its work dir (maybe in job_dir)
         remember_parsed(cfg)
         if cfg.get("elastic_juicer_adaptive_batching", False):
             # Data-Juicer allows adaptive batching only for Ray executors.  The
@@ -239,6 +240,16 @@ def _wrap_init_setup(original):
 
     setattr(init_setup_from_cfg, ORIGINAL, original)
     return init_setup_from_cfg
+
+
+# Where Data-Juicer's driver writes (the merged output, its logs and records): never inside job_dir.
+OUTPUT_KEYS: Final = ("export_path", "work_dir", "event_log_dir", "checkpoint_dir")
+
+
+def check_output_paths(cfg, job_dir: str) -> None:
+    from data_juicer_elastic.jobdir.export_path import check_recipe_paths
+
+    check_recipe_paths(job_dir, {key: cfg.get(key, None) for key in OUTPUT_KEYS})
 
 
 def check_adaptive_batching(cfg) -> None:

@@ -14,6 +14,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import Final
 
 from loguru import logger
 
@@ -22,6 +23,7 @@ from data_juicer_elastic.jobdir import confine, fsio
 from data_juicer_elastic.jobdir.identity import WorkerIdentity
 from data_juicer_elastic.jobdir.jsonl import validate_jsonl_output
 from data_juicer_elastic.jobdir.layout import JobLayout, parse_gen_name
+from data_juicer_elastic.jobdir.published_file import FORGED_HINT, check_published_file
 from data_juicer_elastic.jobdir.records import (
     AttemptRecord,
     Claim,
@@ -125,7 +127,8 @@ def list_done(layout: JobLayout) -> list[str]:
     """Shard ids with a done marker, from ONE listing of ``done/`` (not one open per shard).
 
     A hint: the listing may be cached (NFS) and so miss recent markers, and a listed
-    marker is not parsed here.  Markers are never removed, so a listed name may be
+    marker is not parsed here.  Markers are removed only by ``retry`` of an invalid result (workers
+    that listed it before then miss the requeue; later ones run it), so a listed name may be
     trusted to mean "do not claim"; whoever reports on a shard opens its marker.
     """
     names = fsio.list_names(layout.done_dir)
@@ -236,48 +239,75 @@ def _stats_pointer(
 
 
 def validate_result(
-    layout: JobLayout, entry: ShardEntry, result: ShardResult, sink: Callable[[bytes], None] | None = None
+    layout: JobLayout,
+    entry: ShardEntry,
+    result: ShardResult,
+    sink: Callable[[bytes], None] | None = None,
+    *,
+    check_row_stats: bool = True,
 ) -> Path:
-    """Re-check an accepted result against its output file; IntegrityError naming the shard.
+    """Re-check an accepted result against its output file (and its row stats file, unless
+    ``check_row_stats`` is off: merge checks that one as it copies it); IntegrityError naming the shard.
 
     ``sink`` receives the output in blocks of whole, validated lines (merge copies in the same read).
     """
-    where = f"shard {entry.shard_id}"
     if result.shard_id != entry.shard_id or result.input_sha256 != entry.sha256 or result.input_rows != entry.rows:
         raise IntegrityError(
             f"done marker belongs to different input (input sha256 {result.input_sha256}, expected {entry.sha256})",
-            where=where,
-            hint="the job directory was modified; prepare a new job_dir",
+            where=f"shard {entry.shard_id}",
+            hint=FORGED_HINT,
         )
-    try:
-        output = layout.resolve_relative(result.output)
-        own = layout.attempt_dir(entry.shard_id, result.attempt_id)
-    except JobDirError as exc:
-        raise IntegrityError(exc.message, where=where) from None
-    if own not in output.parents:  # publish_done only accepts outputs there; anything else is forged
-        raise IntegrityError(
-            f"done marker names output {result.output}, outside its attempt directory {layout.relative(own)}",
-            where=where,
-            hint="the job directory was modified; prepare a new job_dir",
-        )
-    if not fsio.exists(output):
-        raise IntegrityError(f"accepted output {output} is missing", where=where, hint="retry the shard")
-    confine.check_inside(layout, output)  # a record may not lead the merge out through a planted link
-    try:
-        rows, size, sha = validate_jsonl_output(output, str(output), sink)
-    except ValueError as exc:
-        raise IntegrityError(f"accepted output is corrupt: {exc}", where=where) from None
-    if (rows, size, sha) != (result.rows, result.bytes, result.sha256):
-        raise IntegrityError(
-            f"accepted output does not match its record: expected rows={result.rows} bytes={result.bytes} "
-            f"sha256={result.sha256}, found rows={rows} bytes={size} sha256={sha}",
-            where=where,
-            hint=f"{output} was modified after publication; prepare a new job to recompute it",
-        )
+    requeue = requeue_hint(layout, [entry.shard_id])
+    expected = (result.rows, result.bytes, result.sha256)
+    output = check_published_file(
+        layout, entry, result, what="output", relative=result.output, expected=expected, requeue=requeue, sink=sink
+    )
+    if check_row_stats:
+        check_row_stats_file(layout, entry, result)
     return output
 
 
+def check_row_stats_file(
+    layout: JobLayout, entry: ShardEntry, result: ShardResult, sink: Callable[[bytes], None] | None = None
+) -> int:
+    """Re-check an accepted result's row stats file (one line per output row); its rows (0: none made)."""
+    record = result.row_stats
+    if record is None:
+        return 0
+    requeue = requeue_hint(layout, [entry.shard_id])
+    expected = (result.rows, record.bytes, record.sha256)
+    check_published_file(
+        layout,
+        entry,
+        result,
+        what="row stats file",
+        relative=record.path,
+        expected=expected,
+        requeue=requeue,
+        sink=sink,
+    )
+    return result.rows
+
+
+def requeue_hint(layout: JobLayout, shard_ids: list[str]) -> str:
+    """How to run done shards whose result is gone or corrupt again (``jobdir.retry``)."""
+    shown = " ".join(shard_ids[:8]) + (" ..." if len(shard_ids) > 8 else "")
+    return f"requeue with `dj-elastic retry --job-dir {layout.root} --shard-id {shown}`, then run a worker"
+
+
 # -- failures ------------------------------------------------------------------------------------------
+# Failure records whose holder died or stopped (killed, preempted, hung, a frozen runtime given up):
+# evidence against the node, not the shard, so they have a budget of their own (max_holder_deaths).
+# Every other failure (exit_reason "error": the shard's execution raised) counts against max_retries.
+DEATH_REASONS: Final = frozenset({"lease-expired", "holder-dead", "stalled"})
+
+
+def split_failures(failures: list[Failure]) -> tuple[list[Failure], list[Failure]]:
+    """(execution failures, holder deaths) of a shard, each in generation order."""
+    deaths = [f for f in failures if f.exit_reason in DEATH_REASONS]
+    return [f for f in failures if f.exit_reason not in DEATH_REASONS], deaths
+
+
 @dataclass(frozen=True)
 class FailureOutcome:
     recorded: bool  # False: a failure for this generation was already recorded
@@ -296,10 +326,12 @@ def record_failure(
     exit_reason: str,
     max_retries: int,
     reporter: WorkerIdentity,
+    max_holder_deaths: int | None = None,
 ) -> FailureOutcome:
     """Record that generation ``generation`` failed; publish failed/<shard>.json when the
-    shard has failed ``max_retries + 1`` times.  ``claim`` is the failed claim when
-    known (None when its record is corrupt)."""
+    shard's execution has failed ``max_retries + 1`` times, or its holder died
+    ``max_holder_deaths + 1`` times (None: deaths never fail it).  ``claim`` is the failed
+    claim when known (None when its record is corrupt)."""
     record = Failure(
         shard_id=shard_id,
         generation=generation,
@@ -316,7 +348,7 @@ def record_failure(
     confine.ensure_dir(layout, path.parent)
     recorded = fsio.publish_bytes(path, record.encode())
     failures = list_failures(layout, shard_id)
-    terminal = publish_terminal_if_exhausted(layout, shard_id, max_retries, failures)
+    terminal = publish_terminal_if_exhausted(layout, shard_id, max_retries, failures, max_holder_deaths)
     return FailureOutcome(recorded, len(failures), terminal)
 
 
@@ -349,16 +381,25 @@ def read_terminal(layout: JobLayout, shard_id: str) -> tuple[TerminalFailure | N
 
 
 def publish_terminal_if_exhausted(
-    layout: JobLayout, shard_id: str, max_retries: int, failures: list[Failure] | None = None
+    layout: JobLayout,
+    shard_id: str,
+    max_retries: int,
+    failures: list[Failure] | None = None,
+    max_holder_deaths: int | None = None,
 ) -> TerminalFailure | None:
-    """The shard's terminal failure if its budget is spent (publishing it if needed)."""
+    """The shard's terminal failure if a budget is spent (publishing it if needed): more than
+    ``max_retries`` execution failures, or more than ``max_holder_deaths`` holder deaths."""
     existing, _ = read_terminal(layout, shard_id)
     if existing is not None:
         return existing
     failures = list_failures(layout, shard_id) if failures is None else failures
-    if len(failures) < max_retries + 1:
+    errors, deaths = split_failures(failures)
+    if len(errors) > max_retries:
+        last = errors[-1]
+    elif max_holder_deaths is not None and len(deaths) > max_holder_deaths:
+        last = deaths[-1]
+    else:
         return None
-    last = failures[-1]
     terminal = TerminalFailure(
         shard_id=shard_id,
         failures=len(failures),
@@ -367,10 +408,13 @@ def publish_terminal_if_exhausted(
         last_attempt_id=last.attempt_id,
         generations=[f.generation for f in failures],
         failed_at=time.time(),
+        max_holder_deaths=max_holder_deaths,
     )
     confine.ensure_dir(layout, layout.failed_dir)
     if fsio.publish_bytes(layout.failed(shard_id), terminal.encode()):
-        logger.error(f"{shard_id}: failed {len(failures)} times, giving up: {last.error}")
+        logger.error(
+            f"{shard_id}: {len(errors)} failed attempt(s) and {len(deaths)} holder death(s), giving up: {last.error}"
+        )
         return terminal
     existing, _ = read_terminal(layout, shard_id)
     return existing or terminal

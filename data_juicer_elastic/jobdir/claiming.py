@@ -5,17 +5,20 @@ O(shards not yet done) metadata operations and every worker started at the same
 shard.  Here a worker keeps a :class:`ClaimCursor`, its own view of the manifest:
 
 * It walks the manifest forward (wrapping), continuing after the shard it claimed
-  last.  It starts at the first shard, so one worker claims in manifest order (the
-  finished prefix grows, which a streaming merge can publish early); when it runs
-  into another worker's work it jumps to a random place (below), so W workers
-  spread over the manifest after one collision each instead of racing for the
-  same shard on every claim.
+  last.  Worker processes (``dj-elastic worker``, ``dj-process``: ``random_start``)
+  start at a random shard: workers started together (or a replacement started after
+  each kill of its predecessor) then do not all go for the first pending shard, where
+  a run of kills would pile onto one shard.  Without it a worker starts at the first
+  shard, and one worker claims in manifest order (the finished prefix grows, which a
+  streaming merge can publish early).  When it runs into another worker's work it
+  jumps to a random place (below), so W workers spread over the manifest after one
+  collision each instead of racing for the same shard on every claim.
 * Shards known to be DONE are skipped without any filesystem operation: a done
-  marker is immutable (``retry`` refuses done shards).  The worker learns them from
+  marker is immutable (``retry`` archives one only when its result no longer validates).  The worker learns them from
   its own results, from the markers it happens to read, and from one listing of
   ``done/`` when it starts and whenever it has run into :data:`LIST_AFTER_SURPRISES`
   markers it did not know (at most one listing per claim, usually far fewer).  A
-  listed name is trusted to mean "done" (markers are never removed): skipping it
+  listed name is trusted to mean "done" (only ``retry`` removes one): skipping it
   needs no content, and merge validates every marker it uses.
 * Running into someone else's work (a live claim, or a done marker it did not know)
   means it is in another worker's wake: it jumps to a random place, at most
@@ -27,6 +30,9 @@ shard.  Here a worker keeps a :class:`ClaimCursor`, its own view of the manifest
   last changed); its lease is read again then, or at once when the holder was on
   this host and its pid is gone.  Releases by other workers are
   therefore noticed within a TTL; a worker retries its own failed shard first.
+
+A claim is published only once the worker can run the shard at once (``before_claim``:
+its Ray runtime is up), so a worker killed while starting holds no claim.
 
 Correctness stays where it was: claims are ``link()``-published generations
 (exactly one winner, fencing by generation), takeover needs a release, a failure
@@ -159,10 +165,28 @@ DECLINED: Final = "declined"  # pending, but the straggler gate said not now
 class Claimer:
     """One worker's claim path: the cursor plus the per-shard checks of the lease protocol."""
 
-    def __init__(self, layout, manifest, identity, observer, *, max_retries, claim_gate=None, rng=None):
+    def __init__(
+        self,
+        layout,
+        manifest,
+        identity,
+        observer,
+        *,
+        max_retries,
+        max_holder_deaths=None,
+        claim_gate=None,
+        rng=None,
+        before_claim=None,
+        random_start=False,
+    ):
         self.layout, self.manifest, self.identity, self.observer = layout, manifest, identity, observer
-        self.max_retries, self.claim_gate = max_retries, claim_gate
-        self.cursor = ClaimCursor(manifest.num_shards, rng or random.Random())
+        self.max_retries, self.max_holder_deaths, self.claim_gate = max_retries, max_holder_deaths, claim_gate
+        # before_claim() -> bool: make this worker ready to run a shard (start its runtime); True when
+        # that took time, so the lease read before it may be out of date.  Never holds a claim meanwhile.
+        self.before_claim = before_claim
+        rng = rng or random.Random()
+        start = rng.randrange(manifest.num_shards) if random_start else 0
+        self.cursor = ClaimCursor(manifest.num_shards, rng, start=start)
         self.index = {entry.shard_id: i for i, entry in enumerate(manifest.shards)}
         self.known_done: set[str] = set()  # done, from a parsed marker or a done/ listing (job_outcome skips them)
         self._held: dict[str, int | None] = {}  # shard seen held by a live claim -> its local pid (None: remote)
@@ -223,10 +247,12 @@ class Claimer:
                 return RETIRED  # a holder we watched finished: expected, not someone else's wake
             self.cursor.surprises += 1
             return SURPRISE
-        if attempts.publish_terminal_if_exhausted(self.layout, shard, self.max_retries) is not None:
+        if attempts.publish_terminal_if_exhausted(self.layout, shard, self.max_retries, None, self.max_holder_deaths):
             return TERMINAL
         view = leases.read_lease(self.layout, shard)
         reason = leases.takeover_reason(view, self.identity, self.observer)
+        if reason is not None and self.before_claim is not None and self.before_claim():
+            return self._probe(entry)  # ready now (it took a while): look at the shard afresh
         if reason is None:
             local = view.claim is not None and self.identity.same_kernel_namespace(
                 view.claim.hostname, view.claim.boot_id, view.claim.pid_namespace
@@ -252,8 +278,9 @@ class Claimer:
         return claim
 
     def _record_takeover(self, view: leases.LeaseView, reason: str) -> attempts.FailureOutcome:
-        # A holder that vanished without a record counts against the budget: a shard
-        # that kills its worker every time (OOM) must not loop forever.
+        # A holder that vanished without a record counts against the death budget (apart from
+        # execution failures): a shard that kills its worker every time (OOM) must not loop
+        # forever, but killed or preempted workers must not fail a good shard after 3 deaths.
         holder = view.claim
         what = f"{holder.node_id} ({holder.hostname} pid {holder.pid})" if holder else "unknown holder"
         stale = reason == leases.STALE
@@ -269,4 +296,5 @@ class Claimer:
             exit_reason="lease-expired" if stale else "holder-dead",
             max_retries=self.max_retries,
             reporter=self.identity,
+            max_holder_deaths=self.max_holder_deaths,
         )

@@ -123,10 +123,29 @@ def check_ours(layout: JobLayout) -> None:
     check_layout(layout)
 
 
+def make_job_dir(layout: JobLayout) -> None:
+    """Create the job directory if needed; JobDirError (not a traceback) when a file is in the way."""
+    root = layout.root
+    if os.path.lexists(root) and not os.path.isdir(root):
+        raise not_a_directory(root)
+    try:
+        fsio.makedirs(root)
+    except (FileExistsError, NotADirectoryError):
+        raise not_a_directory(root) from None
+
+
+def not_a_directory(root: Path) -> JobDirError:
+    return JobDirError(
+        "job_dir is not a directory (a file is at that path or above it)",
+        where=str(root),
+        hint="point job_dir at a new or empty directory, or at a prepared job directory",
+    )
+
+
 def open_job_dir(layout: JobLayout) -> None:
     """Create the job directory if needed and refuse it unless it is (or can become) ours:
     empty, or a dj-elastic job whose top-level directories do not lead elsewhere."""
-    fsio.makedirs(layout.root)
+    make_job_dir(layout)
     if fsio.exists(layout.manifest):
         check_layout(layout)  # the manifest itself is validated by whoever loads it
     else:

@@ -1,4 +1,4 @@
-"""Claims, heartbeats, staleness, takeover and release (design: /work/shared/design/leases.md).
+"""Claims, heartbeats, staleness, takeover and release (rules and their reasons: docs/failure-semantics.md).
 
 * A claim is an immutable record ``claims/<shard>/gen-NNNNNN.json`` published
   with ``link()``; it is never unlinked.  Taking a shard over means publishing
@@ -17,6 +17,9 @@
 * The holder renews its heartbeat every H seconds; if it cannot renew for
   TTL - 2H (or sees a newer generation) it considers the lease lost and must
   abandon the attempt without publishing (self-fencing).
+* A renewal means progress: with a ``liveness`` (``jobdir.liveness``) the holder stops
+  renewing, and gives the shard up at once, when its attempt has shown no sign of
+  life for the stall timeout.
 """
 
 from __future__ import annotations
@@ -33,6 +36,7 @@ from data_juicer_elastic.errors import JobDirError
 from data_juicer_elastic.jobdir import confine, fsio
 from data_juicer_elastic.jobdir.identity import WorkerIdentity, pid_alive
 from data_juicer_elastic.jobdir.layout import JobLayout, parse_gen_name
+from data_juicer_elastic.jobdir.liveness import Liveness
 from data_juicer_elastic.jobdir.records import Claim, Failure, Heartbeat, Release
 
 Clock = Callable[[], float]
@@ -251,6 +255,8 @@ class Heartbeater:
         ttl_secs: float,
         clock: Clock = time.monotonic,
         on_beat: Callable[[], object] | None = None,
+        liveness: Liveness | None = None,
+        on_stall: Callable[[str], object] | None = None,
     ):
         if not (0 < heartbeat_secs and 2 * heartbeat_secs < ttl_secs):
             raise ValueError("need 0 < heartbeat_secs < ttl_secs / 2")
@@ -264,6 +270,9 @@ class Heartbeater:
         # called after each successful renewal (live progress piggy-backs on the cadence);
         # it must not raise, and must be quick: the lease matters more than the display
         self.on_beat = on_beat
+        # no renewal without signs of life; on_stall(reason) gives the shard up before the
+        # liveness' own stall callbacks (the runner's restart) run
+        self.liveness, self.on_stall = liveness, on_stall
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
@@ -276,6 +285,9 @@ class Heartbeater:
     def beat(self) -> bool:
         """One renewal; True when it was written and the claim is still ours."""
         if self.lost.is_set():
+            return False
+        if self.liveness is not None and self.liveness.is_stalled():
+            self._stalled(f"stalled: {self.liveness.describe()}")
             return False
         try:
             if newer_generation_exists(self.layout, self.claim):
@@ -294,6 +306,15 @@ class Heartbeater:
             except Exception as exc:
                 logger.warning(f"{self.claim.shard_id}: heartbeat hook failed: {exc}")
         return True
+
+    def _stalled(self, reason: str) -> None:
+        self._lose(reason)
+        if self.on_stall is not None:
+            try:
+                self.on_stall(reason)
+            except Exception as exc:  # the lease then simply expires after a TTL
+                logger.warning(f"{self.claim.shard_id}: could not give the stalled shard up: {exc}")
+        self.liveness.declare_stalled()
 
     def check(self) -> bool:
         """True while the lease is held; sets ``lost`` once renewal is overdue."""

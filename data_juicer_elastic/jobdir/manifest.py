@@ -7,11 +7,11 @@ import re
 from pathlib import Path
 from typing import Any, Final
 
-from data_juicer_elastic.errors import JobDirError
-from data_juicer_elastic.jobdir import fsio
+from data_juicer_elastic.errors import IntegrityError, JobDirError
+from data_juicer_elastic.jobdir import confine, fsio
 from data_juicer_elastic.jobdir.codecs import SHARD_SUFFIX
 from data_juicer_elastic.jobdir.layout import JobLayout, shard_id
-from data_juicer_elastic.jobdir.records import Manifest, manifest_checksum, recipe_hash
+from data_juicer_elastic.jobdir.records import Manifest, ShardEntry, manifest_checksum, recipe_hash
 
 MAX_MANIFEST_BYTES: Final = 256 * 1024 * 1024  # 100k shards + a large recipe stay far below
 _SHA256: Final = re.compile(r"^[0-9a-f]{64}$")
@@ -20,7 +20,10 @@ _SHA256: Final = re.compile(r"^[0-9a-f]{64}$")
 def load_manifest(job_dir: str | Path) -> Manifest:
     """The validated manifest of ``job_dir``; JobDirError when missing, corrupt or inconsistent."""
     layout = JobLayout(job_dir)
-    data = fsio.read_record(layout.manifest, MAX_MANIFEST_BYTES)
+    try:
+        data = fsio.read_record(layout.manifest, MAX_MANIFEST_BYTES)
+    except NotADirectoryError:
+        raise confine.not_a_directory(layout.root) from None
     if data is None:
         raise JobDirError(
             "job directory is not prepared (no manifest.json)",
@@ -99,6 +102,29 @@ def check_shard_files(job_dir: str | Path, manifest: Manifest) -> None:
             where=str(layout.shards_dir),
             hint="the job directory was modified after prepare; prepare a new job_dir",
         )
+
+
+def check_shard_file(layout: JobLayout, manifest: Manifest, entry: ShardEntry) -> Path:
+    """The input shard file of ``entry``, checked against the manifest before anything reads it
+    for work: inside the job directory (a symlink leading out is refused, UnsafePathError, and
+    nothing is read through it), and of the recorded size and sha256 (IntegrityError naming
+    the shard otherwise)."""
+    path = layout.shard(entry.shard_id, SHARD_SUFFIX[manifest.shard_codec])
+    confine.check_inside(layout, path)
+    where = f"shard {entry.shard_id}"
+    hint = "the job directory was modified after prepare; prepare a new job_dir"
+    if not fsio.exists(path):
+        raise IntegrityError(f"input shard file {path} is missing", where=where, hint=hint)
+    size, sha = fsio.file_sha256(path)
+    expected_size, expected_sha = entry.stored()
+    if (size, sha) != (expected_size, expected_sha):
+        raise IntegrityError(
+            f"input shard is corrupt: expected bytes={expected_size} sha256={expected_sha}, "
+            f"found bytes={size} sha256={sha}",
+            where=where,
+            hint=hint,
+        )
+    return path
 
 
 def load_recipe(job_dir: str | Path) -> dict[str, Any]:

@@ -18,14 +18,15 @@ from typing import Final
 
 from loguru import logger
 
-from data_juicer_elastic.errors import IntegrityError, JobDirError, OutputExistsError
+from data_juicer_elastic.errors import IntegrityError, JobDirError, OutputExistsError, storage_errors
 from data_juicer_elastic.jobdir import attempts, confine, fsio, steps
 from data_juicer_elastic.jobdir.codecs import BackgroundIO, Syncer
+from data_juicer_elastic.jobdir.export_path import check_export_path
 from data_juicer_elastic.jobdir.identity import kernel_tag, pid_alive
 from data_juicer_elastic.jobdir.layout import JobLayout
 from data_juicer_elastic.jobdir.manifest import load_manifest
 from data_juicer_elastic.jobdir.records import Manifest, MergedShard, MergeRecord, ShardEntry, ShardResult
-from data_juicer_elastic.jobdir.row_stats import MergedRowStats, copy_row_stats, export_stats_path
+from data_juicer_elastic.jobdir.row_stats import MergedRowStats, export_stats_path
 
 SYNC_EVERY: Final = 256 * 1024 * 1024
 
@@ -50,7 +51,8 @@ def accepted_results(layout: JobLayout, manifest: Manifest) -> list[tuple[ShardE
     for entry in manifest.shards:
         result, error = attempts.read_done(layout, entry.shard_id)
         if error is not None:
-            raise IntegrityError(f"corrupt done marker: {error}", where=f"shard {entry.shard_id}")
+            hint = attempts.requeue_hint(layout, [entry.shard_id])
+            raise IntegrityError(f"corrupt done marker: {error}", where=f"shard {entry.shard_id}", hint=hint)
         if result is None:
             terminal, _ = attempts.read_terminal(layout, entry.shard_id)
             (failed if terminal is not None else missing).append(entry.shard_id)
@@ -74,12 +76,13 @@ def _preview(ids: list[str], limit: int = 8) -> str:
     return ", ".join(ids[:limit]) + (f", ... ({len(ids) - limit} more)" if len(ids) > limit else "")
 
 
+@storage_errors(then="run the merge again")  # ENOSPC, EIO...: one line naming the path, exit 2
 def merge_job(job_dir: str | Path, output_path: str | Path, overwrite: bool = False) -> MergeResult:
     layout = JobLayout(Path(os.path.abspath(job_dir)))
     manifest = load_manifest(layout.root)
     confine.check_layout(layout)  # merge.json and stats/ are written into it
+    output = check_export_path(layout.root, output_path)  # never into the job dir, never through a link
     results = accepted_results(layout, manifest)
-    output = Path(os.path.abspath(output_path))
     fsio.makedirs(output.parent)
     tag = kernel_tag()
     remove_dead_merge_temps(output, tag)
@@ -153,7 +156,7 @@ def stage_row_stats(
     rows = 0
     try:
         for entry, result in results:
-            rows += copy_row_stats(layout, entry, result, out.append)[0]
+            rows += attempts.check_row_stats_file(layout, entry, result, out.append)
         out.finish()
     except BaseException:
         out.abort()
@@ -283,7 +286,7 @@ def record_merge(
 
 def copy_shard(layout: JobLayout, entry: ShardEntry, result: ShardResult, sink) -> MergedShard:
     """Copy one accepted output while re-validating it against its record (one read)."""
-    attempts.validate_result(layout, entry, result, sink)
+    attempts.validate_result(layout, entry, result, sink, check_row_stats=False)  # copied later
     return MergedShard(entry.shard_id, result.attempt_id, result.rows, result.bytes, result.sha256)
 
 
@@ -299,6 +302,15 @@ def refuse_if_different(tmp: Path, output: Path, overwrite: bool) -> None:
 
 def publish_output(tmp: Path, output: Path, overwrite: bool) -> bool:
     """True when we wrote ``output``; False when an identical file was already there."""
+    if os.path.islink(output):  # never followed (export_path): the link is what is there
+        if not overwrite:
+            raise OutputExistsError(
+                f"a symlink is at the export path (to {os.readlink(output)}); the merge never writes through it",
+                where=str(output),
+                hint="remove the link, or set overwrite to replace the link itself (its target is left alone)",
+            )
+        fsio.replace(tmp, output)
+        return True
     if fsio.exists(output):
         if fsio.same_bytes(tmp, output):
             return False

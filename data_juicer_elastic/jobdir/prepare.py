@@ -28,7 +28,7 @@ from typing import Any, Final
 
 from loguru import logger
 
-from data_juicer_elastic.errors import ConfigError, InputChangedError, InputError, JobDirError
+from data_juicer_elastic.errors import ConfigError, InputChangedError, InputError, JobDirError, storage_errors
 from data_juicer_elastic.jobdir import confine, fsio
 from data_juicer_elastic.jobdir.codecs import CODECS, SHARD_SUFFIX, input_codec
 from data_juicer_elastic.jobdir.ingest import InputItem, ingest
@@ -62,6 +62,7 @@ class PrepareRequest:
     shard_codec: str = "none"  # "none" | "gzip" | "zstd": how shard files are stored
     check_processes: int | None = None  # row-checking helper processes; None: by input size and cores
     input_order: str = "sorted"  # directory inputs: "sorted" (relative path) | "data_juicer" (its default executor's)
+    code: dict[str, Any] | None = None  # fingerprint of the operator code (execution.code_fingerprint)
 
 
 @dataclass(frozen=True)
@@ -70,6 +71,8 @@ class PrepareOutcome:
     created: bool
 
 
+# ENOSPC, EIO...: one line naming the path, exit 2; a failed prepare leaves nothing that looks prepared
+@storage_errors(then="prepare again")
 def prepare_job(request: PrepareRequest) -> PrepareOutcome:
     """Prepare ``request.job_dir`` (idempotent for an identical request)."""
     dataset, kind = _check_request(request)
@@ -77,6 +80,7 @@ def prepare_job(request: PrepareRequest) -> PrepareOutcome:
     layout = JobLayout(Path(os.path.abspath(request.job_dir)))
     rhash = recipe_hash(request.recipe)
 
+    confine.make_job_dir(layout)  # a file in its place is refused here, not met as a traceback
     if fsio.exists(layout.manifest):
         return PrepareOutcome(_check_existing(layout, request, dataset, rhash, inputs), created=False)
 
@@ -86,7 +90,6 @@ def prepare_job(request: PrepareRequest) -> PrepareOutcome:
         index_key=request.index_key,
         max_line_bytes=request.max_line_bytes,
     )
-    fsio.makedirs(layout.root)
     confine.check_ours(layout)  # never litter a directory that is not a job (or planted links)
     token = f"{int(time.time())}-{os.getpid()}-{secrets.token_hex(4)}"
     staging = layout.staging_dir(token)
@@ -139,6 +142,7 @@ def prepare_job(request: PrepareRequest) -> PrepareOutcome:
             request_fingerprint=_fingerprint(request, dataset, rhash, fingerprints),
             shard_codec=request.shard_codec,
             row_schema=ingested.schema.to_json(),
+            code=request.code,
         )
         staged_manifest = staging / "manifest.json"
         fsio.write_new(staged_manifest, manifest.encode())

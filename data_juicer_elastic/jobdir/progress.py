@@ -34,6 +34,7 @@ from loguru import logger
 from data_juicer_elastic.errors import JobDirError
 from data_juicer_elastic.jobdir import fsio
 from data_juicer_elastic.jobdir.layout import JobLayout
+from data_juicer_elastic.jobdir.liveness import Liveness
 from data_juicer_elastic.jobdir.records import Claim, Record
 
 MAX_SAMPLES: Final = 64  # samples kept per attempt; older ones are thinned, never all dropped
@@ -134,6 +135,9 @@ class ProgressTracker:
         self._writable = False  # until the attempt directory exists and was checked (start_writing)
         self._samples: list[list[float]] = []
         self.listeners: list[Callable[[ProgressRecord], None]] = []
+        # the attempt's stall rule (jobdir.liveness) when the worker applies one: the runner
+        # registers its runtime probe and restart with it
+        self.liveness: Liveness | None = None
 
     @property
     def current(self) -> ProgressRecord:

@@ -253,6 +253,8 @@ class Manifest(Record):
     # The JSON types of every input row (jobdir.row_schema.RowSchema.to_json()): every shard is
     # read with this one schema.  None in jobs prepared before it existed (refused by workers).
     row_schema: list[Any] | None = None
+    # fingerprint of the code the stages run (execution.code_fingerprint); None in older jobs
+    code: dict[str, Any] | None = None
     # sha256 of the canonical record without this field, written by encode(): a flipped byte
     # that still parses (a digit of a shard's sha256) is refused before any claim.
     checksum: str | None = None
@@ -386,7 +388,7 @@ class Failure(Record):
     pid: int
     error: str
     error_type: str
-    exit_reason: str  # "error" | "lease-expired" | "holder-dead" | "input-corrupt"
+    exit_reason: str  # "error" | "lease-expired" | "holder-dead" | "stalled" (attempts.DEATH_REASONS: own budget)
     failed_at: float
 
 
@@ -400,6 +402,7 @@ class TerminalFailure(Record):
     last_attempt_id: str
     generations: list[int]
     failed_at: float
+    max_holder_deaths: int | None = None  # the death budget in force (None: unlimited, or an older writer)
 
 
 @dataclass(frozen=True)

@@ -1,10 +1,17 @@
-"""Requeue terminally failed shards with a fresh retry budget.
+"""Requeue shards with a fresh retry budget: terminally failed ones, and done ones whose
+accepted result is gone or corrupt.
 
-The failure records and the failed marker are *moved* (never deleted) to
-``history/<shard>/<stamp>/``, so the evidence survives and the shard's failure
-count restarts at zero.  Failure records move first and the marker last: a crash
-in between leaves a shard that is still failed, and running retry again finishes
-the job.
+The failure records, the failed marker and (for a done shard) the done marker are
+*moved* (never deleted) to ``history/<shard>/<stamp>/``, so the evidence survives and
+the shard's failure count restarts at zero.  Failure records move first and the marker
+last: a crash in between leaves a shard that is still failed (or done), and running
+retry again finishes the job.
+
+A done marker is otherwise never removed (claimers trust it for good, ``claiming``).
+Requeueing one is allowed only when its result does not validate (the output was
+deleted or altered, or the marker itself is corrupt): a valid result is never thrown
+away.  A worker that read the marker before the retry may still count the shard as done
+and leave; a worker started afterwards runs it.
 """
 
 from __future__ import annotations
@@ -13,18 +20,23 @@ import os
 import secrets
 import time
 from pathlib import Path
+from typing import Final
 
 from loguru import logger
 
-from data_juicer_elastic.errors import ConfigError, JobDirError
-from data_juicer_elastic.jobdir import confine, fsio, leases
+from data_juicer_elastic.errors import ConfigError, IntegrityError, JobDirError
+from data_juicer_elastic.jobdir import attempts, confine, fsio, leases
+from data_juicer_elastic.jobdir.identity import WorkerIdentity
 from data_juicer_elastic.jobdir.layout import JobLayout, parse_gen_name, validate_shard_id
 from data_juicer_elastic.jobdir.manifest import load_manifest
-from data_juicer_elastic.jobdir.records import Release
+from data_juicer_elastic.jobdir.records import Manifest, Release
+
+RETRY: Final = "retry"  # claim takeover reason and release reason of a requeue
 
 
 def retry_shards(job_dir: str | Path, shard_ids: list[str] | None = None, all_failed: bool = False) -> list[str]:
-    """Requeue the given failed shards (or every failed shard); returns the ids requeued."""
+    """Requeue the given shards (failed, or done with an invalid result) or every failed shard;
+    returns the ids requeued."""
     if bool(shard_ids) == bool(all_failed):
         raise ConfigError(
             "name the shards to retry or ask for all failed shards (not both, not neither)",
@@ -47,23 +59,44 @@ def retry_shards(job_dir: str | Path, shard_ids: list[str] | None = None, all_fa
                     hint=f"ids run from {manifest.shard_ids[0]} to {manifest.shard_ids[-1]}",
                 )
             targets.append(shard)
+    done = set()
     for shard in targets:  # check all before moving anything
         if fsio.exists(layout.done(shard)):
-            raise JobDirError(f"shard {shard} is done; only failed shards can be retried", where=str(layout.root))
-        if not fsio.exists(layout.failed(shard)):
+            _check_invalid(layout, manifest, shard)
+            done.add(shard)
+        elif not fsio.exists(layout.failed(shard)):
             raise JobDirError(
                 f"shard {shard} is not failed",
                 where=str(layout.root),
-                hint="retry only requeues shards in state failed (see dj-elastic status)",
+                hint="retry requeues shards in state failed, or done shards whose output is missing or corrupt "
+                "(dj-elastic verify names them)",
             )
     for shard in targets:
-        _archive(layout, shard)
+        _archive(layout, shard, done=shard in done)
     if targets:
         logger.info(f"requeued {len(targets)} shard(s): {', '.join(targets)}")
     return targets
 
 
-def _archive(layout: JobLayout, shard: str) -> None:
+def _check_invalid(layout: JobLayout, manifest: Manifest, shard: str) -> None:
+    """A done shard may be requeued only when its accepted result does not validate."""
+    result, error = attempts.read_done(layout, shard)
+    if result is None:
+        logger.warning(f"{shard}: requeueing a corrupt done marker: {error}")
+        return
+    try:
+        attempts.validate_result(layout, manifest.shard(shard), result)
+    except IntegrityError as exc:
+        logger.warning(f"{shard}: requeueing a done shard whose result is invalid: {exc}")
+        return
+    raise JobDirError(
+        f"shard {shard} is done and its output is valid; nothing to retry",
+        where=str(layout.root),
+        hint="retry requeues failed shards, and done shards whose output is missing or corrupt",
+    )
+
+
+def _archive(layout: JobLayout, shard: str, *, done: bool) -> None:
     stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime()) + f"-{secrets.token_hex(3)}"
     dest = layout.history(shard) / stamp
     confine.ensure_dir(layout, dest / "failures")
@@ -71,6 +104,19 @@ def _archive(layout: JobLayout, shard: str) -> None:
     for name in fsio.list_names(layout.failure_dir(shard)):
         if parse_gen_name(name) is not None:
             fsio.move(layout.failure_dir(shard) / name, dest / "failures" / name)
+    if done:
+        # The holder of the latest generation released it as "finished", which others honour
+        # for a TTL (a lagging cache may hide a done marker).  A generation of our own, claimed
+        # and released at once, makes the shard claimable now; then the marker goes.
+        view = leases.read_lease(layout, shard)
+        identity = WorkerIdentity.current()
+        claim = leases.publish_claim(layout, view, identity, identity.new_attempt_id(), RETRY)
+        if claim is not None:
+            leases.release_claim(layout, claim, RETRY)
+        if fsio.exists(layout.failed(shard)):
+            fsio.move(layout.failed(shard), dest / "failed.json")
+        fsio.move(layout.done(shard), dest / "done.json")
+        return
     # The latest generation's failure record just moved away; without a release it
     # would look held until a TTL passes.  Its holder is gone (the shard was failed),
     # so record the release on its behalf.
@@ -78,6 +124,6 @@ def _archive(layout: JobLayout, shard: str) -> None:
         confine.ensure_dir(layout, layout.release_dir(shard))
         claim_view = leases.read_lease(layout, shard)
         attempt_id = claim_view.claim.attempt_id if claim_view.claim else "unknown"
-        record = Release(shard, latest, attempt_id, "retry", time.time())
+        record = Release(shard, latest, attempt_id, RETRY, time.time())
         fsio.publish_bytes(layout.release(shard, latest), record.encode())
     fsio.move(layout.failed(shard), dest / "failed.json")

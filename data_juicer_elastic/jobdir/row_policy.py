@@ -83,7 +83,8 @@ def reference_row(body: bytes) -> dict[str, Any]:
         row = parse_row(text)
     except json.JSONDecodeError as exc:
         # The parser's own "line 1" would be confusing next to file:line; give the column.
-        raise RowError(f"invalid JSON: {exc.msg} at column {exc.colno}") from None
+        # Some messages end in "at" ("Unterminated string starting at"): do not say it twice.
+        raise RowError(f"invalid JSON: {exc.msg.removesuffix(' at')} at column {exc.colno}") from None
     except RowError:
         raise
     except ValueError as exc:  # e.g. an integer of more than 4300 digits

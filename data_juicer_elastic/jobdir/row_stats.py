@@ -15,16 +15,15 @@ for directory names holding ``.jsonl``.
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Final
 
 from data_juicer_elastic.errors import IntegrityError
-from data_juicer_elastic.jobdir import confine, fsio
+from data_juicer_elastic.jobdir import fsio
 from data_juicer_elastic.jobdir.jsonl import validate_jsonl_output
 from data_juicer_elastic.jobdir.layout import JobLayout
-from data_juicer_elastic.jobdir.records import RowStatsFile, ShardEntry, ShardResult
+from data_juicer_elastic.jobdir.records import RowStatsFile
 
 ATTEMPT_FILE: Final = "row-stats.jsonl"
 
@@ -48,42 +47,6 @@ def describe(layout: JobLayout, path: Path, rows: int, shard: str) -> RowStatsFi
     if lines != rows:
         raise IntegrityError(f"the row stats file has {lines} lines for {rows} output rows", where=f"shard {shard}")
     return RowStatsFile(layout.relative(path), size, sha)
-
-
-def copy_row_stats(
-    layout: JobLayout, entry: ShardEntry, result: ShardResult, sink: Callable[[bytes], None]
-) -> tuple[int, int]:
-    """Validate an accepted result's row stats file against its record while copying it; (rows, bytes)."""
-    record = result.row_stats
-    if record is None:
-        return 0, 0
-    where = f"shard {entry.shard_id}"
-    try:
-        path = layout.resolve_relative(record.path)
-    except Exception as exc:  # noqa: BLE001 - JobDirError from a forged path: name the shard
-        raise IntegrityError(f"bad row stats path {record.path!r}: {exc}", where=where) from None
-    own = layout.attempt_dir(entry.shard_id, result.attempt_id)
-    if own not in path.parents:
-        raise IntegrityError(
-            f"done marker names row stats {record.path}, outside its attempt directory",
-            where=where,
-            hint="the job directory was modified; prepare a new job_dir",
-        )
-    confine.check_inside(layout, path)
-    try:
-        rows, size, sha = validate_jsonl_output(path, str(path), sink)
-    except FileNotFoundError:
-        raise IntegrityError(f"accepted row stats file {path} is missing", where=where) from None
-    except ValueError as exc:
-        raise IntegrityError(f"accepted row stats file is corrupt: {exc}", where=where) from None
-    if (rows, size, sha) != (result.rows, record.bytes, record.sha256):
-        raise IntegrityError(
-            f"accepted row stats file does not match its record: expected rows={result.rows} bytes={record.bytes} "
-            f"sha256={record.sha256}, found rows={rows} bytes={size} sha256={sha}",
-            where=where,
-            hint=f"{path} was modified after publication; prepare a new job to recompute it",
-        )
-    return rows, size
 
 
 @dataclass(frozen=True)

@@ -50,7 +50,7 @@ class ShardStatus:
     owner_pid: int | None
     attempt_id: str | None
     attempts: int  # attempts started (claim generations)
-    failures: int  # failure records counting against the retry budget
+    failures: int  # failure records: failed executions and holder deaths (attempts.split_failures)
     last_error: str | None
     input_rows: int
     output_rows: int | None  # rows of the accepted output (DONE only)

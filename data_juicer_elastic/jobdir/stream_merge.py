@@ -40,8 +40,9 @@ from typing import Any, ClassVar, Final
 
 from loguru import logger
 
-from data_juicer_elastic.errors import IntegrityError, JobDirError
+from data_juicer_elastic.errors import IntegrityError, JobDirError, OutputExistsError, storage_errors
 from data_juicer_elastic.jobdir import attempts, confine, fsio
+from data_juicer_elastic.jobdir.export_path import check_export_path
 from data_juicer_elastic.jobdir.identity import kernel_tag
 from data_juicer_elastic.jobdir.layout import JobLayout
 from data_juicer_elastic.jobdir.manifest import load_manifest
@@ -119,7 +120,16 @@ class _PartialLock:
         self._held = True
         try:
             fsio.fault_point("open", self.path)
-            self.fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+            try:  # O_NOFOLLOW: a symlink at <export>.partial is refused (ELOOP), never written through
+                self.fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o644)
+            except OSError as exc:
+                if exc.errno != errno.ELOOP:
+                    raise
+                raise OutputExistsError(
+                    "a symlink is at the partial output; the streaming merge never writes through it",
+                    where=str(self.path),
+                    hint="remove the link",
+                ) from None
             while True:
                 try:
                     fcntl.lockf(self.fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -148,6 +158,7 @@ class _PartialLock:
             self._thread_lock.release()
 
 
+@storage_errors(then="run the merge again")  # ENOSPC, EIO...: one line naming the path, exit 2
 def follow_merge(
     job_dir: str | Path,
     output_path: str | Path,
@@ -171,7 +182,7 @@ def follow_merge(
     layout = JobLayout(Path(os.path.abspath(job_dir)))
     manifest = load_manifest(layout.root)
     confine.check_layout(layout)  # merge.json and stats/ are written into it, as by merge_job
-    output = Path(os.path.abspath(output_path))
+    output = check_export_path(layout.root, output_path)  # never into the job dir, never through a link
     fsio.makedirs(output.parent)
     partial = partial_path(output)
     lock = _PartialLock(partial)

@@ -1,5 +1,6 @@
-"""Check a finished job without writing anything: every shard done and valid, and
-(for multi-node runs) that enough distinct nodes contributed accepted results."""
+"""Check a finished job without writing anything: every input shard as the manifest recorded it,
+every shard done and valid, and (for multi-node runs) that enough distinct nodes contributed
+accepted results."""
 
 from __future__ import annotations
 
@@ -7,12 +8,11 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from data_juicer_elastic.errors import JobDirError
+from data_juicer_elastic.errors import IntegrityError, JobDirError
 from data_juicer_elastic.jobdir import attempts
 from data_juicer_elastic.jobdir.layout import JobLayout
-from data_juicer_elastic.jobdir.manifest import load_manifest
+from data_juicer_elastic.jobdir.manifest import check_shard_file, load_manifest
 from data_juicer_elastic.jobdir.merge import accepted_results
-from data_juicer_elastic.jobdir.row_stats import copy_row_stats
 
 
 @dataclass(frozen=True)
@@ -27,12 +27,26 @@ class VerifyResult:
 def verify_job(job_dir: str | Path, expect_nodes: int = 1) -> VerifyResult:
     layout = JobLayout(Path(os.path.abspath(job_dir)))
     manifest = load_manifest(layout.root)
+    for entry in manifest.shards:  # an edited input shard makes every result of it suspect
+        check_shard_file(layout, manifest, entry)
     results = accepted_results(layout, manifest)
     by_node: dict[str, int] = {}
+    invalid: list[tuple[str, IntegrityError]] = []
     for entry, result in results:
-        attempts.validate_result(layout, entry, result)
-        copy_row_stats(layout, entry, result, lambda block: None)  # its per-row stats file too
+        try:
+            attempts.validate_result(layout, entry, result)
+        except IntegrityError as exc:  # keep going: name every shard to requeue in one go
+            invalid.append((entry.shard_id, exc))
+            continue
         by_node[result.node_id] = by_node.get(result.node_id, 0) + 1
+    if invalid:
+        shard, first = invalid[0]
+        more = f" (and {len(invalid) - 1} more shard(s))" if len(invalid) > 1 else ""
+        raise IntegrityError(
+            f"{first.message}{more}",
+            where=first.where,
+            hint=attempts.requeue_hint(layout, [s for s, _ in invalid]),
+        )
     nodes = sorted(by_node)
     if len(nodes) < expect_nodes:
         raise JobDirError(

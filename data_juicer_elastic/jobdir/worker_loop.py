@@ -10,34 +10,26 @@ from __future__ import annotations
 
 import os
 import random
-import signal
 import threading
 import time
 from collections.abc import Callable
+from contextlib import nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from loguru import logger
 
-from data_juicer_elastic.errors import ConfigError, IntegrityError, LeaseLostError, is_worker_fault, storage_error
-from data_juicer_elastic.jobdir import attempts, claiming, confine, fsio, leases, progress
+from data_juicer_elastic.errors import ConfigError, LeaseLostError, is_worker_fault, storage_error
+from data_juicer_elastic.jobdir import attempts, claiming, confine, leases, liveness, progress
 from data_juicer_elastic.jobdir.codecs import SHARD_SUFFIX
 from data_juicer_elastic.jobdir.identity import WorkerIdentity
 from data_juicer_elastic.jobdir.layout import JobLayout
-from data_juicer_elastic.jobdir.manifest import check_shard_files, load_manifest
+from data_juicer_elastic.jobdir.manifest import check_shard_file, check_shard_files, load_manifest
 from data_juicer_elastic.jobdir.records import Claim, Manifest, ShardEntry, TerminalInfo
 from data_juicer_elastic.jobdir.tasks import ShardOutput, ShardTask
+from data_juicer_elastic.jobdir.worker_signals import SignalGuard, WorkerInterrupted, honour
 
 RunShard = Callable[[ShardTask], ShardOutput]
-
-
-class WorkerInterrupted(BaseException):
-    """Raised in the main thread by our SIGTERM/SIGINT handler (BaseException, so that a
-    runner's ``except Exception`` does not swallow it)."""
-
-    def __init__(self, signum: int):
-        super().__init__(f"interrupted by signal {signum}")
-        self.signum = signum
 
 
 @dataclass
@@ -70,6 +62,10 @@ def run_worker(
     claim_gate: Callable[[], bool] | None = None,
     claim_rng: random.Random | None = None,
     on_attempt: Callable[[progress.ProgressTracker], None] | None = None,
+    max_holder_deaths: int | None = None,
+    before_claim: Callable[[], bool] | None = None,
+    stall_timeout_secs: float | None = None,
+    random_start: bool = False,
 ) -> WorkerSummary:
     """Process shards of ``job_dir`` until the job is finished (or a limit is reached).
 
@@ -77,9 +73,14 @@ def run_worker(
     mode's share): unlike ``max_shards`` a failed attempt does not use it up.
     ``claim_gate()`` may decline claiming a pending shard for now (straggler
     avoidance); taking over a stale or dead claim is never declined.
-    ``claim_rng`` picks where this worker starts looking (``claiming``); tests pass a seeded one.
+    ``claim_rng`` picks where this worker jumps (and, with ``random_start``, where it starts
+    looking, else at the first shard; ``claiming``); tests pass a seeded one.
     ``on_attempt(tracker)`` is called as each attempt starts with its live progress
     tracker (``jobdir.progress``), e.g. to drive a terminal progress bar.
+    ``max_holder_deaths``: deaths of a shard's holders (killed, lease expired, stalled) that
+    fail it, apart from ``max_retries`` (None: never).  ``before_claim()`` readies the runner
+    before each claim (``claiming``).  ``stall_timeout_secs``: give a shard up when its attempt
+    shows no sign of life for this long (``jobdir.liveness``; None: a heartbeat means alive).
     """
     _check_settings(ttl_secs, heartbeat_secs, max_retries, poll_interval_secs, max_shards)
     if max_done is not None and max_done < 1:
@@ -105,10 +106,13 @@ def run_worker(
         clock,
         claim_gate=claim_gate,
         rng=claim_rng,
+        max_holder_deaths=max_holder_deaths,
+        before_claim=before_claim,
+        random_start=random_start,
     )
-    worker.on_attempt = on_attempt
+    worker.on_attempt, worker.stall_secs = on_attempt, stall_timeout_secs
 
-    with _SignalGuard() as guard:
+    with SignalGuard() as guard:
         try:
             while True:
                 if stop_event is not None and stop_event.is_set():
@@ -141,7 +145,7 @@ def run_worker(
             if worker.pending is not None:  # signalled between claiming and running: give it back
                 worker._release(worker.pending, "signal")
             logger.warning(f"worker stopping on signal {interrupt.signum}")
-            _honour(interrupt.signum, guard.previous.get(interrupt.signum))
+            honour(interrupt.signum, guard.previous.get(interrupt.signum))
             summary.stop_reason = "interrupted"  # the previous handler chose not to exit
     summary.complete, summary.terminal_failures = job_outcome(layout, manifest, worker.claimer.known_done)
     return summary
@@ -197,7 +201,6 @@ class _Worker:
     def __init__(
         self, layout, manifest, identity, run_shard, observer, summary, ttl, heartbeat, max_retries, clock, **claim
     ):
-        claim_gate, rng = claim.get("claim_gate"), claim.get("rng")
         self.layout: JobLayout = layout
         self.manifest: Manifest = manifest
         self.identity: WorkerIdentity = identity
@@ -206,9 +209,9 @@ class _Worker:
         self.summary: WorkerSummary = summary
         self.ttl, self.heartbeat, self.max_retries, self.clock = ttl, heartbeat, max_retries, clock
         self.on_attempt: Callable[[progress.ProgressTracker], None] | None = None
-        self.claimer = claiming.Claimer(
-            layout, manifest, identity, observer, max_retries=max_retries, claim_gate=claim_gate, rng=rng
-        )
+        self.stall_secs: float | None = None
+        self.max_holder_deaths: int | None = claim.get("max_holder_deaths")
+        self.claimer = claiming.Claimer(layout, manifest, identity, observer, max_retries=max_retries, **claim)
 
     @property
     def pending(self) -> Claim | None:
@@ -230,6 +233,10 @@ class _Worker:
         tracker = progress.ProgressTracker(self.layout, claim, entry.rows)
         if self.on_attempt is not None:
             self.on_attempt(tracker)  # e.g. a terminal progress bar for this shard
+        alive = None if self.stall_secs is None else liveness.Liveness(self.stall_secs, self.clock)
+        if alive is not None:  # every change of the live progress is a sign of life
+            tracker.listeners.append(lambda record: alive.note(f"{record.stage}, {record.rows_written} rows out"))
+            tracker.liveness = alive  # the runner finds it there (progress.current())
         heartbeater = leases.Heartbeater(
             self.layout,
             claim,
@@ -237,6 +244,8 @@ class _Worker:
             ttl_secs=self.ttl,
             clock=self.clock,
             on_beat=tracker.flush,
+            liveness=alive,
+            on_stall=lambda reason: self._give_up(claim, reason),
         )
         heartbeater.start()
         attempt: attempts.Attempt | None = None
@@ -252,8 +261,8 @@ class _Worker:
                 input_rows=entry.rows,
                 input_sha256=entry.sha256,
             )
-            self._check_input(task, entry)
-            with progress.activate(tracker):
+            check_shard_file(self.layout, self.manifest, entry)  # a link out of the job dir is never read
+            with progress.activate(tracker), alive.armed() if alive else nullcontext():
                 output = self.run_shard(task)
             tracker.set_stage(progress.Stage.PUBLISHING)
             self._fence(heartbeater, claim)
@@ -314,17 +323,6 @@ class _Worker:
         _close(attempt, "lost", error=reason)
         self._release(claim, "abandoned")
 
-    def _check_input(self, task: ShardTask, entry: ShardEntry) -> None:
-        size, sha = fsio.file_sha256(task.shard_path)
-        expected_size, expected_sha = entry.stored()
-        if (size, sha) != (expected_size, expected_sha):
-            raise IntegrityError(
-                f"input shard is corrupt: expected bytes={expected_size} sha256={expected_sha}, "
-                f"found bytes={size} sha256={sha}",
-                where=f"shard {entry.shard_id}",
-                hint="the job directory was modified after prepare; prepare a new job_dir",
-            )
-
     def _fence(self, heartbeater: leases.Heartbeater, claim: Claim) -> None:
         """Self-fencing before publication: never publish on a lease we may have lost."""
         if not heartbeater.check():
@@ -349,6 +347,7 @@ class _Worker:
                 exit_reason="error",
                 max_retries=self.max_retries,
                 reporter=self.identity,
+                max_holder_deaths=self.max_holder_deaths,
             )
         finally:  # even if the job dir refuses the failure record, give the claim back
             _close(attempt, "failed", error=message)
@@ -356,6 +355,19 @@ class _Worker:
             self.claimer.cursor.revisit(self.claimer.index[claim.shard_id])  # retry it first, as before
         if outcome.terminal is not None:
             logger.error(f"{claim.shard_id}: retry budget spent ({outcome.failures} failures)")
+
+    def _give_up(self, claim: Claim, reason: str) -> None:
+        """The attempt stalled (heartbeat thread): record it as a holder death and release the
+        claim now, so another worker takes the shard without waiting a TTL."""
+        logger.error(f"{claim.shard_id}: giving up attempt {claim.attempt_id}: {reason}")
+        try:
+            attempts.record_failure(
+                self.layout, claim, shard_id=claim.shard_id, generation=claim.generation, error=reason,
+                error_type="ShardStalled", exit_reason="stalled", max_retries=self.max_retries,
+                reporter=self.identity, max_holder_deaths=self.max_holder_deaths,
+            )  # fmt: skip
+        finally:
+            self._release(claim, "stalled")
 
     def _release(self, claim: Claim, reason: str) -> None:
         try:
@@ -367,48 +379,3 @@ class _Worker:
 def _close(attempt: attempts.Attempt | None, exit_reason: str, **fields) -> None:
     if attempt is not None:
         attempts.close_attempt(attempt, exit_reason, **fields)
-
-
-# -- signals ---------------------------------------------------------------------------------------------
-class _SignalGuard:
-    """Turns SIGTERM/SIGINT into WorkerInterrupted while the loop runs (main thread only)."""
-
-    SIGNALS = (signal.SIGTERM, signal.SIGINT)
-
-    def __init__(self) -> None:
-        self.previous: dict[int, object] = {}
-        self.pending: int | None = None
-
-    def _handler(self, signum: int, frame: object) -> None:
-        if self.pending is None:  # a second signal while we clean up is absorbed
-            self.pending = signum
-            raise WorkerInterrupted(signum)
-
-    def __enter__(self) -> _SignalGuard:
-        if threading.current_thread() is threading.main_thread():
-            for sig in self.SIGNALS:
-                previous = signal.getsignal(sig)
-                if previous is signal.SIG_IGN:
-                    continue  # the parent asked us to ignore it; keep doing so
-                self.previous[sig] = previous
-                signal.signal(sig, self._handler)
-        return self
-
-    def restore(self) -> None:
-        for sig, previous in self.previous.items():
-            signal.signal(sig, previous if previous is not None else signal.SIG_DFL)
-
-    def __exit__(self, *exc_info: object) -> None:
-        self.restore()
-
-
-def _honour(signum: int, previous: object) -> None:
-    """Do what the signal would have done without us."""
-    if callable(previous):
-        previous(signum, None)  # e.g. default_int_handler raises KeyboardInterrupt
-        return
-    if previous in (signal.SIG_DFL, None):
-        signal.signal(signum, signal.SIG_DFL)
-        os.kill(os.getpid(), signum)  # terminates with the signal's status, as the scheduler expects
-        time.sleep(1.0)
-    raise SystemExit(128 + signum)

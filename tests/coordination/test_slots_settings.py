@@ -46,10 +46,18 @@ def test_slot_processes_keep_the_node_identity(tmp_path):
         max_retries=1,
         poll_interval_secs=1,
         max_done=3,
+        max_holder_deaths=4,
+        stall_timeout_secs=90,
+        allow_version_mismatch=True,
     )
     assert argv[1:4] == ["-m", "data_juicer_elastic.cli", "worker"] and "--no-wait" in argv
     assert argv[argv.index("--max-done") + 1] == "3" and argv[argv.index("--ray-num-cpus") + 1] == "2"
     assert argv[argv.index("--slots") + 1] == "1", "a slot never starts slots of its own"
+    # the slot's own command line parses, and carries the instance's budgets and stall rule
+    from data_juicer_elastic.cli import build_parser
+
+    args = build_parser().parse_args(argv[3:])
+    assert (args.max_holder_deaths, args.stall_timeout_secs, args.allow_version_mismatch) == (4, 90.0, True)
 
 
 @pytest.mark.parametrize(
@@ -62,6 +70,10 @@ def test_slot_processes_keep_the_node_identity(tmp_path):
         ({"wait_timeout_secs": 0}, "elastic.wait_timeout_secs"),
         ({"run_id": "  "}, "elastic.run_id"),
         ({"nodes": 0}, "elastic.nodes"),
+        ({"max_holder_deaths": -1}, "elastic.max_holder_deaths"),
+        ({"max_holder_deaths": True}, "elastic.max_holder_deaths"),
+        ({"stall_timeout_secs": 0}, "elastic.stall_timeout_secs"),
+        ({"allow_version_mismatch": "yes"}, "elastic.allow_version_mismatch"),
     ],
 )
 def test_bad_coordination_settings_name_the_key(values, where):

@@ -35,6 +35,7 @@ def test_help_lists_elastic_sharded_and_elastic_options(tmp_path):
         ({"num_shards": 2}, [], "elastic.job_dir"),
         ({"job_dir": "J"}, ["--elastic.heartbeat_interval_secs", "100"], "elastic.heartbeat_interval_secs"),
         ({"job_dir": "J", "ray_address": "not an address"}, [], "elastic.ray_address"),
+        ({"job_dir": "J"}, ["--elastic.stall_timeout_secs", "0"], "elastic.stall_timeout_secs"),
     ],
 )
 def test_bad_elastic_values_exit_2_naming_the_field(tmp_path, dataset, write_recipe, elastic, cli, named):

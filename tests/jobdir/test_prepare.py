@@ -230,7 +230,7 @@ def test_crash_before_manifest_then_rerun_completes(tmp_path):
 
     fsio.set_fault_hook(hook)
     try:
-        with pytest.raises(OSError):
+        with pytest.raises(JobDirError, match="storage error: simulated crash"):  # one line, not a traceback
             prepare_job(request(job, data, 4))
     finally:
         fsio.set_fault_hook(None)

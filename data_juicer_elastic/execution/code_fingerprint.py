@@ -1,0 +1,149 @@
+"""The code each stage runs, fingerprinted, so one job's outputs come from one version of it.
+
+Stage identities (``stage_identities``) hash an operator's class, name and arguments, not
+its code: a custom operator's file edited after 2 of 4 shards gave a merged output with
+rows of both versions.  Prepare records ``code`` in the manifest:
+
+* ``versions``: Data-Juicer, data-juicer-elastic and Ray, as installed;
+* ``operators``: per operator of the recipe, the sha256 of the source file of its class and
+  of each base class, keyed by module name (install locations differ between nodes),
+  except modules whose code the versions already name: Data-Juicer's generic operator base
+  (``data_juicer.ops.base_op``) and this plugin;
+* ``custom_operator_paths``: per path as the recipe names it, one sha256 over every file
+  below it (relative name and bytes; ``__pycache__`` and ``*.pyc`` left out).
+
+A worker computes the same on its node before its first claim, and again before every
+restart of its Ray runtime (Ray packs the custom operator paths when a runtime starts), and
+refuses to claim when anything differs (:class:`CodeMismatchError`, exit 2, naming what).
+``allow_version_mismatch`` lets the versions differ, never the operator code.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import inspect
+import os
+from collections.abc import Mapping
+from importlib import metadata
+from typing import Any, Final
+
+from data_juicer_elastic import __version__
+from data_juicer_elastic.errors import CodeMismatchError
+
+_VERSIONED_MODULES: Final = ("data_juicer.ops.base_op", "data_juicer_elastic")
+_DISTRIBUTIONS: Final = (("data_juicer", "py-data-juicer"), ("ray", "ray"))
+
+
+def versions() -> dict[str, str]:
+    found = {"data_juicer_elastic": __version__}
+    for key, dist in _DISTRIBUTIONS:
+        try:
+            found[key] = metadata.version(dist)
+        except metadata.PackageNotFoundError:
+            found[key] = "not installed"
+    return found
+
+
+def code_fingerprint(recipe: Mapping[str, Any], *, where: str = "recipe") -> dict[str, Any]:
+    """This node's fingerprint of the code ``recipe`` runs (imports Data-Juicer's operators)."""
+    from data_juicer.ops.base_op import OPERATORS
+
+    from data_juicer_elastic.execution._dj_config import register_custom_operators
+
+    custom = [str(p) for p in recipe.get("custom_operator_paths") or []]
+    register_custom_operators(custom, where=where)
+    operators: dict[str, dict[str, str]] = {}
+    for name in _operator_names(recipe):
+        cls = OPERATORS.modules.get(name)
+        operators[name] = _class_files(cls) if cls is not None else {"<not registered>": ""}
+    return {
+        "versions": versions(),
+        "operators": operators,
+        "custom_operator_paths": {path: tree_sha256(path) for path in custom},
+    }
+
+
+def check_code(recorded: Mapping[str, Any] | None, here: Mapping[str, Any], *, allow_version_mismatch: bool) -> None:
+    """CodeMismatchError unless this node's fingerprint matches the job's (None: an older job)."""
+    if recorded is None:
+        return
+    code = _differences(recorded, here, ("operators", "custom_operator_paths"))
+    versions_differ = _differences(recorded, here, ("versions",))
+    if code:
+        raise CodeMismatchError(
+            "this worker runs different operator code than the job was prepared with: " + "; ".join(code[:4]),
+            where="operator code",
+            hint="install the job's operator code on this node, or prepare a new job_dir for the new code "
+            "(outputs of two versions must not be merged)",
+        )
+    if versions_differ and not allow_version_mismatch:
+        raise CodeMismatchError(
+            "this worker's versions differ from the job's: " + "; ".join(versions_differ),
+            where="versions",
+            hint="install the job's versions on this node, or pass --allow-version-mismatch "
+            "(elastic.allow_version_mismatch) if you know the difference does not change results",
+        )
+
+
+def tree_sha256(path: str) -> str:
+    """One sha256 over a file, or over every file below a directory (relative names and bytes)."""
+    digest = hashlib.sha256()
+    root = os.path.abspath(path)
+    if os.path.isfile(root):
+        _feed(digest, root, os.path.basename(root))
+        return digest.hexdigest()
+    if not os.path.isdir(root):
+        return "<missing>"
+    for directory, dirs, files in os.walk(root):
+        dirs[:] = sorted(d for d in dirs if d != "__pycache__")
+        for name in sorted(files):
+            if not name.endswith(".pyc"):
+                full = os.path.join(directory, name)
+                _feed(digest, full, os.path.relpath(full, root))
+    return digest.hexdigest()
+
+
+def _feed(digest: Any, path: str, name: str) -> None:
+    digest.update(name.encode("utf-8", "surrogateescape") + b"\0")
+    with open(path, "rb") as handle:
+        digest.update(hashlib.sha256(handle.read()).digest())
+
+
+def _operator_names(recipe: Mapping[str, Any]) -> list[str]:
+    names = []
+    for step in recipe.get("process") or []:
+        if isinstance(step, Mapping):
+            names += [str(name) for name in step if str(name) not in names]
+    return names
+
+
+def _class_files(cls: type) -> dict[str, str]:
+    files: dict[str, str] = {}
+    for klass in cls.__mro__:
+        module = getattr(klass, "__module__", "") or ""
+        if klass is object or module == "builtins" or module.startswith(_VERSIONED_MODULES) or module in files:
+            continue
+        try:
+            source = inspect.getsourcefile(klass) or inspect.getfile(klass)
+            with open(source, "rb") as handle:
+                files[module] = hashlib.sha256(handle.read()).hexdigest()
+        except (OSError, TypeError):
+            files[module] = "<no source>"
+    return files
+
+
+def _differences(recorded: Mapping[str, Any], here: Mapping[str, Any], keys: tuple[str, ...]) -> list[str]:
+    out = []
+    for key in keys:
+        old, new = recorded.get(key) or {}, here.get(key) or {}
+        for name in sorted(set(old) | set(new)):
+            if old.get(name) != new.get(name):
+                out.append(f"{key}.{name} is {_short(new.get(name))} here, {_short(old.get(name))} in the job")
+    return out
+
+
+def _short(value: Any) -> str:
+    if isinstance(value, dict):
+        return "{" + ", ".join(f"{k}: {_short(v)}" for k, v in sorted(value.items())) + "}"
+    text = "absent" if value is None else str(value)
+    return text[:12] if len(text) == 64 else text

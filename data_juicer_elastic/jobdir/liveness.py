@@ -1,0 +1,99 @@
+"""Is a running attempt alive?  A heartbeat must mean progress, not just a living process.
+
+A worker whose main process is alive renews its lease from a thread, whatever its
+runtime does: with the Ray processes frozen (SIGSTOP, a hung raylet) a shard stayed
+``running`` with a fresh heartbeat for ever while other workers sat idle.  So the
+holder renews only while the attempt shows *signs of life*:
+
+* its live progress changed (``jobdir.progress``: a stage, the Ray Data operator, rows
+  read or written; the runner reports these as Ray Data counts blocks), or
+* its runtime answered a probe (the runner, ``execution.runtime_watch``, sends one
+  when the progress has been quiet for a quarter of the timeout: a long block on a
+  healthy runtime is not a stall).
+
+When neither happened for ``stall_timeout_secs`` (on the holder's monotonic clock,
+checked at every heartbeat), the heartbeat thread gives the shard up: a failure record
+``stalled`` (a holder death, ``attempts.DEATH_REASONS``) and a release, so another
+worker takes it at once, then it stops renewing and calls the runner's
+``when_stalled`` callbacks (the Ray runner kills its runtime and restarts the worker
+process with a fresh one, ``execution.runtime_watch``).  The attempt can no longer publish: its lease is lost
+(self-fencing, ``worker_loop``).
+
+The rule applies only while the runner runs (``armed``): publishing a large output is
+the worker's own work, not a runtime's.  What it does not catch: an operator stuck
+for ever on a healthy runtime (it answers probes), see docs/failure-semantics.md.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+import time
+from collections.abc import Callable, Iterator
+
+from loguru import logger
+
+Clock = Callable[[], float]
+
+
+class Liveness:
+    """Signs of life of one attempt, and what to do when there are none for too long."""
+
+    def __init__(self, stall_secs: float, clock: Clock = time.monotonic):
+        if not stall_secs > 0:
+            raise ValueError("stall_secs must be > 0")
+        self.stall_secs, self.clock = stall_secs, clock
+        self._last, self._what = clock(), "the attempt started"
+        self._armed = False
+        self.stalled = threading.Event()
+        self._callbacks: list[Callable[[], object]] = []
+        self._lock = threading.Lock()
+
+    def note(self, what: str) -> None:
+        """A sign of life (any thread)."""
+        self._last, self._what = self.clock(), what
+
+    @contextlib.contextmanager
+    def armed(self) -> Iterator[Liveness]:
+        """Apply the stall rule while the block (the runner) runs."""
+        self.note("the runner started")
+        self._armed = True
+        try:
+            yield self
+        finally:
+            self._armed = False
+
+    def quiet_for(self) -> float:
+        """Seconds since the last sign of life."""
+        return max(0.0, self.clock() - self._last)
+
+    def is_stalled(self) -> bool:
+        return self._armed and self.quiet_for() > self.stall_secs
+
+    def describe(self) -> str:
+        return f"no sign of life for {self.quiet_for():.0f}s (limit {self.stall_secs:g}s; last: {self._what})"
+
+    def when_stalled(self, callback: Callable[[], object]) -> None:
+        """Call ``callback()`` (from the heartbeat thread) once the attempt is declared stalled."""
+        with self._lock:
+            fire = self.stalled.is_set()
+            if not fire:
+                self._callbacks.append(callback)
+        if fire:
+            _call(callback)
+
+    def declare_stalled(self) -> None:
+        with self._lock:
+            if self.stalled.is_set():
+                return
+            self.stalled.set()
+            callbacks, self._callbacks = self._callbacks, []
+        for callback in callbacks:
+            _call(callback)
+
+
+def _call(callback: Callable[[], object]) -> None:
+    try:
+        callback()
+    except Exception as exc:  # giving the shard up must not depend on a restart succeeding
+        logger.warning(f"stall handler failed: {type(exc).__name__}: {exc}")

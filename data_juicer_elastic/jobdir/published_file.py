@@ -1,0 +1,67 @@
+"""Re-checking a file an accepted attempt published: its output or its row stats file.
+
+A done marker names each file with its row count, size and sha256.  Merge, verify and retry
+trust neither the marker nor the file alone: the path must stay inside the attempt's own
+directory (a forged record may not lead a merge elsewhere), the file must parse as JSONL and
+match the record byte for byte.  One reader for both kinds, so the rules cannot drift apart.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+from data_juicer_elastic.errors import IntegrityError, JobDirError
+from data_juicer_elastic.jobdir import confine, fsio
+from data_juicer_elastic.jobdir.jsonl import validate_jsonl_output
+from data_juicer_elastic.jobdir.layout import JobLayout
+from data_juicer_elastic.jobdir.records import ShardEntry, ShardResult
+
+FORGED_HINT = "the job directory was modified; prepare a new job_dir"
+
+
+def check_published_file(
+    layout: JobLayout,
+    entry: ShardEntry,
+    result: ShardResult,
+    *,
+    what: str,
+    relative: str,
+    expected: tuple[int, int, str],
+    requeue: str,
+    sink: Callable[[bytes], None] | None = None,
+) -> Path:
+    """The file's path once its (rows, bytes, sha256) equal ``expected``; IntegrityError naming the shard.
+
+    ``what``: "output" or "row stats file", for messages.  ``requeue``: how to run the shard
+    again (the hint for a missing, corrupt or edited file).  ``sink`` receives the file in
+    blocks of whole, validated lines (merge copies in the same read).
+    """
+    where = f"shard {entry.shard_id}"
+    try:
+        path = layout.resolve_relative(relative)
+        own = layout.attempt_dir(entry.shard_id, result.attempt_id)
+    except JobDirError as exc:
+        raise IntegrityError(f"bad {what} path {relative!r}: {exc.message}", where=where, hint=FORGED_HINT) from None
+    if own not in path.parents:  # publish_done only accepts files there; anything else is forged
+        raise IntegrityError(
+            f"done marker names {what} {relative}, outside its attempt directory {layout.relative(own)}",
+            where=where,
+            hint=FORGED_HINT,
+        )
+    if not fsio.exists(path):
+        raise IntegrityError(f"accepted {what} {path} is missing", where=where, hint=requeue)
+    confine.check_inside(layout, path)  # a record may not lead the merge out through a planted link
+    try:
+        found = validate_jsonl_output(path, str(path), sink)
+    except ValueError as exc:
+        raise IntegrityError(f"accepted {what} is corrupt: {exc}", where=where, hint=requeue) from None
+    if tuple(found) != tuple(expected):
+        rows, size, sha = expected
+        raise IntegrityError(
+            f"accepted {what} does not match its record: expected rows={rows} bytes={size} sha256={sha}, "
+            f"found rows={found[0]} bytes={found[1]} sha256={found[2]}",
+            where=where,
+            hint=f"{path} was modified after publication; {requeue}",
+        )
+    return path
