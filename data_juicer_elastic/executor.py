@@ -29,25 +29,25 @@ from typing import Any
 from loguru import logger
 
 from data_juicer_elastic import __version__
-from data_juicer_elastic.console import StepDisplay, shard_display
+from data_juicer_elastic.console import JobDisplay, StepDisplay, say
 from data_juicer_elastic.coordination import crashpoints
 from data_juicer_elastic.coordination.elections import RunCoordinator
 from data_juicer_elastic.coordination.flow import Phases, Timing, run_coordinated
 from data_juicer_elastic.coordination.run_id import resolve_run_id
-from data_juicer_elastic.coordination.settle import StrictPolicy, shard_failed_error
+from data_juicer_elastic.coordination.settle import StrictPolicy
 from data_juicer_elastic.coordination.slots import CUDA_ENV, SlotPool, slot_argv, slot_cpus, slot_devices, slot_env
 from data_juicer_elastic.coordination.stragglers import ClaimGate
 from data_juicer_elastic.errors import ConfigError, ElasticError, JobDirError
+from data_juicer_elastic.finalize import finalize
 from data_juicer_elastic.jobdir import confine, steps
 from data_juicer_elastic.jobdir.confine import open_job_dir
 from data_juicer_elastic.jobdir.identity import WorkerIdentity
 from data_juicer_elastic.jobdir.layout import JobLayout
 from data_juicer_elastic.jobdir.manifest import load_manifest
-from data_juicer_elastic.jobdir.merge import MergeResult, merge_job
+from data_juicer_elastic.jobdir.merge import MergeResult
 from data_juicer_elastic.jobdir.prepare import PrepareOutcome, PrepareRequest, prepare_job
 from data_juicer_elastic.jobdir.records import Manifest
 from data_juicer_elastic.jobdir.row_schema import RowSchema, operator_view_notes
-from data_juicer_elastic.jobdir.status import snapshot
 from data_juicer_elastic.jobdir.stream_merge import MergeBusyError, follow_merge
 from data_juicer_elastic.jobdir.worker_loop import WorkerSummary, run_worker
 from data_juicer_elastic.settings import ElasticSettings, check_strict_shares
@@ -97,8 +97,9 @@ def prepare_from_cfg(cfg: Any, settings: ElasticSettings) -> PrepareOutcome:
     )
     with StepDisplay() as display, steps.reporting(display):  # a bar on a terminal, else log lines
         outcome = prepare_job(request)
-    verb = "prepared" if outcome.created else "reusing prepared"
-    logger.info(f"{verb} job {request.job_dir} ({len(outcome.manifest.shards)} shards)")
+    manifest = outcome.manifest
+    verb = "prepared" if outcome.created else "reusing the prepared job"
+    say(f"{verb} {request.job_dir}: {manifest.total_rows:,} rows in {len(manifest.shards)} shards")
     if outcome.manifest.row_schema is not None:
         for note in operator_view_notes(RowSchema.from_json(outcome.manifest.row_schema)):
             logger.warning(f"{note} (the output keeps every untouched value as it was; see docs/lossless.md)")
@@ -179,7 +180,8 @@ def run_local_worker(
             pool.start(
                 k, argv, slot_env(identity.node_id, devices[k]), layout.node_log(identity.node_id, f"{name}-slot{k}")
             )
-        with runner:
+        shard_rows = {entry.shard_id: entry.rows for entry in manifest.shards}
+        with runner, JobDisplay(job, shard_rows) as display:  # live line on a terminal, else lines
             summary = run_worker(
                 job,
                 identity,
@@ -193,50 +195,12 @@ def run_local_worker(
                 stop_event=stop_event,
                 max_done=max_done,
                 claim_gate=gate,
-                on_attempt=shard_display(),  # the current shard's rows read and stage
+                on_attempt=display.attach,  # this process's running shards count in the display
             )
         if stop_event is not None and stop_event.is_set():
             pool.stop()  # the run was aborted: every slot gives its claim back now
     logger.info(f"worker {identity.node_id} finished: {summary}")
     return summary
-
-
-def finalize(
-    job_dir: str | os.PathLike,
-    export_path: str | os.PathLike,
-    *,
-    overwrite: bool = False,
-    stream: bool = False,
-    lock_wait_secs: float = 0.0,
-) -> MergeResult:
-    """Fail clearly on terminal shard failures, else merge every shard in manifest order and
-    write the overall statistics (from the per-shard summaries, not from the merged file).
-
-    ``stream``: continue the streaming merge's partial output (``jobdir.stream_merge``);
-    if another process still holds it after ``lock_wait_secs``, merge from scratch instead.
-    """
-    from data_juicer_elastic.stats import compute_overall, write_overall_stats
-
-    crashpoints.install_from_env()
-    job = _resolve(job_dir)
-    snap = snapshot(job)
-    if snap.terminal_failures:
-        raise shard_failed_error(snap.terminal_failures, job)
-    overall = compute_overall(job)  # before merging: a bad summary stops finalize before any output
-    with StepDisplay() as display, steps.reporting(display):
-        result = None
-        if stream:
-            try:
-                result = follow_merge(
-                    job, _resolve(export_path), overwrite=overwrite, wait=False, lock_wait_secs=lock_wait_secs
-                )
-            except MergeBusyError as exc:
-                logger.warning(f"{exc}; merging without the partial output")
-        if result is None:
-            result = merge_job(job, _resolve(export_path), overwrite=overwrite)
-    write_overall_stats(overall, job, result.output_path)
-    logger.info(f"merged {result.rows} rows from {result.shards} shards into {result.output_path}")
-    return result
 
 
 @contextlib.contextmanager

@@ -24,6 +24,10 @@ def test_help_lists_elastic_sharded_and_elastic_options(tmp_path):
     for name in ElasticSettings.field_names():
         assert f"--elastic.{name}" in result.stdout
     assert "Shared job directory" in result.stdout  # help text from the field docstring
+    # jsonargparse wraps executor_type's converter in a lambda; help names the type, not the lambda
+    assert "<lambda>" not in result.stdout and "<function" not in result.stdout
+    executor_help = result.stdout.split("--executor_type", 1)[1].split("ARG:", 1)[0]
+    assert "type:" in executor_help and "str," in " ".join(executor_help.split())
 
 
 @pytest.mark.parametrize(

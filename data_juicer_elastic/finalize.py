@@ -1,0 +1,63 @@
+"""Finalize a job: refuse on terminal failures, merge every shard in order, write the overall stats.
+
+Its own module, apart from ``executor`` (which subclasses Data-Juicer's executor base
+and so imports Data-Juicer): ``dj-elastic merge`` runs exactly this, and must not pay
+seconds of Data-Juicer and Ray imports for a file copy with validation.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from data_juicer_elastic.console import StepDisplay, say
+from data_juicer_elastic.coordination import crashpoints
+from data_juicer_elastic.coordination.settle import shard_failed_error
+from data_juicer_elastic.jobdir import steps
+from data_juicer_elastic.jobdir.merge import MergeResult, merge_job
+from data_juicer_elastic.jobdir.status import snapshot
+from data_juicer_elastic.jobdir.stream_merge import MergeBusyError, follow_merge
+
+
+def _resolve(path: str | os.PathLike) -> Path:
+    return Path(path).expanduser().resolve()
+
+
+def finalize(
+    job_dir: str | os.PathLike,
+    export_path: str | os.PathLike,
+    *,
+    overwrite: bool = False,
+    stream: bool = False,
+    lock_wait_secs: float = 0.0,
+) -> MergeResult:
+    """Fail clearly on terminal shard failures, else merge every shard in manifest order and
+    write the overall statistics (from the per-shard summaries, not from the merged file).
+
+    ``stream``: continue the streaming merge's partial output (``jobdir.stream_merge``);
+    if another process still holds it after ``lock_wait_secs``, merge from scratch instead.
+    """
+    from loguru import logger
+
+    from data_juicer_elastic.stats import compute_overall, write_overall_stats
+
+    crashpoints.install_from_env()
+    job = _resolve(job_dir)
+    snap = snapshot(job)
+    if snap.terminal_failures:
+        raise shard_failed_error(snap.terminal_failures, job)
+    overall = compute_overall(job)  # before merging: a bad summary stops finalize before any output
+    with StepDisplay() as display, steps.reporting(display):
+        result = None
+        if stream:
+            try:
+                result = follow_merge(
+                    job, _resolve(export_path), overwrite=overwrite, wait=False, lock_wait_secs=lock_wait_secs
+                )
+            except MergeBusyError as exc:
+                logger.warning(f"{exc}; merging without the partial output")
+        if result is None:
+            result = merge_job(job, _resolve(export_path), overwrite=overwrite)
+    write_overall_stats(overall, job, result.output_path)
+    say(f"merged {result.rows:,} rows from {result.shards} shards into {result.output_path}")
+    return result
