@@ -45,7 +45,7 @@ from data_juicer_elastic.jobdir.identity import WorkerIdentity
 from data_juicer_elastic.jobdir.layout import JobLayout
 from data_juicer_elastic.jobdir.manifest import load_manifest
 from data_juicer_elastic.jobdir.merge import MergeResult
-from data_juicer_elastic.jobdir.prepare import PrepareOutcome, PrepareRequest, prepare_job
+from data_juicer_elastic.jobdir.prepare import PrepareOutcome, PrepareRequest, prepare_job, recipe_differences
 from data_juicer_elastic.jobdir.records import Manifest
 from data_juicer_elastic.jobdir.row_schema import RowSchema, operator_view_notes
 from data_juicer_elastic.jobdir.stream_merge import MergeBusyError, follow_merge
@@ -246,8 +246,8 @@ def check_same_request(cfg: Any, settings: ElasticSettings, manifest: Manifest) 
         differences.append(f"dataset_path is {dataset!r} here, {manifest.dataset_path!r} in the job")
     if settings.num_shards != manifest.num_shards:
         differences.append(f"num_shards is {settings.num_shards} here, {manifest.num_shards} in the job")
-    if recipe_hash(build_shard_recipe(cfg)) != manifest.recipe_hash:
-        differences.append("the recipe differs from the one the job was prepared with")
+    recipe = build_shard_recipe(cfg)
+    differences += recipe_differences(manifest, recipe, recipe_hash(recipe))  # names the changed keys
     if differences:
         raise JobDirError(
             "this instance was started with a different job than the one prepared: " + "; ".join(differences),

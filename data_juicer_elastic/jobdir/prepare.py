@@ -35,6 +35,7 @@ from data_juicer_elastic.jobdir.ingest import InputItem, ingest
 from data_juicer_elastic.jobdir.jsonl import MAX_LINE_BYTES, NormaliseOptions
 from data_juicer_elastic.jobdir.layout import MAX_SHARDS, JobLayout
 from data_juicer_elastic.jobdir.manifest import load_manifest
+from data_juicer_elastic.jobdir.recipe_diff import recipe_changes
 from data_juicer_elastic.jobdir.records import (
     InputFile,
     Manifest,
@@ -295,6 +296,27 @@ def _fingerprint(request: PrepareRequest, dataset: Path, rhash: str, inputs: lis
     return hashlib.sha256(canonical_json(identity)).hexdigest()
 
 
+def recipe_differences(
+    manifest: Manifest,
+    recipe: dict[str, Any],
+    rhash: str,
+    stage_identities: list[str] | None = None,
+    versions: dict[str, str] | None = None,
+) -> list[str]:
+    """How ``recipe`` (and its operators' identities) differ from the job's, in recipe terms."""
+    if manifest.recipe_hash != rhash:
+        changes = recipe_changes(manifest.recipe, recipe) or [f"recipe hash {manifest.recipe_hash} -> {rhash}"]
+        return ["the recipe changed: " + "; ".join(changes)]
+    if stage_identities is None or list(manifest.stage_identities) == list(stage_identities):
+        return []
+    # Same recipe text, other operator code: a Data-Juicer upgrade or a changed custom operator.
+    old, new = list(manifest.stage_identities), list(stage_identities)
+    changed = [n.split(":", 1)[-1] for o, n in zip(old, new, strict=False) if o != n] or ["the operator list"]
+    before, now = (manifest.versions or {}).get("data_juicer"), (versions or {}).get("data_juicer")
+    upgrade = f" (Data-Juicer {before} -> {now})" if before and now and before != now else ""
+    return [f"the operators' code changed{upgrade}: {', '.join(changed)} would compute differently"]
+
+
 def _check_existing(
     layout: JobLayout, request: PrepareRequest, dataset: Path, rhash: str, inputs: list[InputItem]
 ) -> Manifest:
@@ -303,17 +325,13 @@ def _check_existing(
     for name, old, new in (
         ("dataset_path", manifest.dataset_path, str(dataset)),
         ("num_shards", manifest.num_shards, request.num_shards),
-        ("recipe hash", manifest.recipe_hash, rhash),
-        ("stage identities", manifest.stage_identities, list(request.stage_identities)),
         ("media_keys", manifest.media_keys, _media_keys(request)),
         ("index_key", manifest.index_key, request.index_key),
         ("shard_codec", manifest.shard_codec, request.shard_codec),
     ):
-        if old != new and name == "stage identities":
-            at = next((i for i, (a, b) in enumerate(zip(old, new, strict=False)) if a != b), min(len(old), len(new)))
-            differences.append(f"stage identities differ from stage {at} on ({len(old)} stages before, {len(new)} now)")
-        elif old != new:
+        if old != new:
             differences.append(f"{name} was {old!r}, now {new!r}")
+    differences += recipe_differences(manifest, request.recipe, rhash, request.stage_identities, request.versions)
     old_order, new_order = [f.relpath for f in manifest.inputs], [i.relpath for i in inputs]
     if old_order != new_order and sorted(old_order) == sorted(new_order):
         differences.append(f"the input files' order (elastic.input_order) differs, now {request.input_order!r}")
