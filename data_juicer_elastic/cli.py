@@ -26,7 +26,7 @@ DESCRIPTION = "dj-elastic: the lower-level steps of an elastic sharded job."
 
 
 def _cmd_prepare(args: argparse.Namespace) -> int:
-    from data_juicer_elastic.executor import prepare_from_cfg
+    from data_juicer_elastic.preparation import prepare_from_cfg  # not executor: that imports Ray
 
     cfg, settings = _load_recipe(args, setup=False)
     prepare_from_cfg(cfg, settings)  # says what it prepared (or reused)

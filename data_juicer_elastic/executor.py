@@ -28,8 +28,7 @@ from typing import Any
 
 from loguru import logger
 
-from data_juicer_elastic import __version__
-from data_juicer_elastic.console import JobDisplay, StepDisplay, say
+from data_juicer_elastic.console import JobDisplay
 from data_juicer_elastic.coordination import crashpoints
 from data_juicer_elastic.coordination.elections import RunCoordinator
 from data_juicer_elastic.coordination.flow import Phases, Timing, run_coordinated
@@ -39,17 +38,17 @@ from data_juicer_elastic.coordination.slots import CUDA_ENV, SlotPool, slot_argv
 from data_juicer_elastic.coordination.stragglers import ClaimGate
 from data_juicer_elastic.errors import ConfigError, ElasticError, JobDirError
 from data_juicer_elastic.finalize import finalize
-from data_juicer_elastic.jobdir import confine, steps
+from data_juicer_elastic.jobdir import confine
 from data_juicer_elastic.jobdir.confine import open_job_dir
 from data_juicer_elastic.jobdir.identity import WorkerIdentity
 from data_juicer_elastic.jobdir.layout import JobLayout
 from data_juicer_elastic.jobdir.manifest import load_manifest
 from data_juicer_elastic.jobdir.merge import MergeResult
-from data_juicer_elastic.jobdir.prepare import PrepareOutcome, PrepareRequest, prepare_job, recipe_differences
+from data_juicer_elastic.jobdir.prepare import recipe_differences
 from data_juicer_elastic.jobdir.records import Manifest
-from data_juicer_elastic.jobdir.row_schema import RowSchema, operator_view_notes
 from data_juicer_elastic.jobdir.stream_merge import MergeBusyError, follow_merge
 from data_juicer_elastic.jobdir.worker_loop import WorkerSummary, run_worker
+from data_juicer_elastic.preparation import prepare_from_cfg
 from data_juicer_elastic.settings import ElasticSettings, check_strict_shares
 
 try:  # Data-Juicer's base class, so ExecutorFactory users get a real executor
@@ -66,44 +65,6 @@ except ImportError as exc:  # pragma: no cover - only when Data-Juicer moved it
 
 def _resolve(path: str | os.PathLike) -> Path:
     return Path(path).expanduser().resolve()
-
-
-def prepare_from_cfg(cfg: Any, settings: ElasticSettings) -> PrepareOutcome:
-    """Validate the recipe and input, and publish the job directory (a no-op when identical)."""
-    from data_juicer_elastic.execution.stage_identities import compute_stage_identities
-    from data_juicer_elastic.integration.recipe import build_shard_recipe, index_key, media_keys
-    from data_juicer_elastic.integration.recipe_check import check_shard_safe
-
-    if not getattr(cfg, "dataset_path", None):
-        raise ConfigError("dataset_path is not set", where="recipe", hint="set dataset_path to a .jsonl file or folder")
-    recipe = build_shard_recipe(cfg)
-    check_shard_safe(recipe)
-    import data_juicer
-
-    request = PrepareRequest(
-        job_dir=_resolve(settings.job_dir),
-        dataset_path=_resolve(cfg.dataset_path),
-        num_shards=settings.num_shards,
-        recipe=recipe,
-        stage_identities=compute_stage_identities(recipe),
-        media_keys=media_keys(cfg),
-        index_key=index_key(cfg),
-        settings=settings.to_dict(),
-        versions={"data_juicer": data_juicer.__version__, "data_juicer_elastic": __version__},
-        ray={"address": settings.ray_address, "num_cpus": settings.ray_num_cpus},
-        max_line_bytes=settings.max_line_bytes,
-        shard_codec=settings.shard_codec,
-        input_order=settings.input_order,
-    )
-    with StepDisplay() as display, steps.reporting(display):  # a bar on a terminal, else log lines
-        outcome = prepare_job(request)
-    manifest = outcome.manifest
-    verb = "prepared" if outcome.created else "reusing the prepared job"
-    say(f"{verb} {request.job_dir}: {manifest.total_rows:,} rows in {len(manifest.shards)} shards")
-    if outcome.manifest.row_schema is not None:
-        for note in operator_view_notes(RowSchema.from_json(outcome.manifest.row_schema)):
-            logger.warning(f"{note} (the output keeps every untouched value as it was; see docs/lossless.md)")
-    return outcome
 
 
 def run_local_worker(

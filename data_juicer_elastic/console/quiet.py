@@ -6,7 +6,8 @@ sink is filtered.  Quiet, the console shows:
 
 * the plugin's own user-facing lines (:func:`say`: what it is doing, where the
   output and the report are, the final summary) and the live progress line;
-* every ERROR and CRITICAL, whoever logs it;
+* every ERROR and CRITICAL, whoever logs it, and Data-Juicer's lazy loader saying it
+  installs a package;
 * warnings, except a few known ones the plugin itself causes and that say nothing
   actionable (:data:`_DROPPED`); warnings every shard repeats are shown once
   (:data:`_FOLDED`).
@@ -53,6 +54,9 @@ _FOLDED: Final = (
         "repeated for every operator and shard; shown once, all of them are in the log",
     ),
 )
+# INFO lines that must reach the console anyway: Data-Juicer's lazy loader pip-installing a
+# package (possibly gigabytes, e.g. torch) says so only at INFO.
+_ALWAYS: Final = (("data_juicer.utils.lazy_loader", re.compile(r"Installing |installed|uv not found")),)
 _RAY_NOISE: Final = (
     "Token authentication is enabled",  # a private node-local runtime: nothing to opt out of
     "Truncating long operator name",
@@ -97,9 +101,9 @@ class ConsoleFilter:
             return bool(marked)
         if self.show_all or record["level"].no >= logging.ERROR:
             return True
-        if record["level"].no < logging.WARNING:
-            return False
         name, message = record["name"] or "", str(record["message"])
+        if record["level"].no < logging.WARNING:
+            return _always_shown(name, message)
         if any(name.startswith(prefix) and pattern.search(message) for prefix, pattern in _DROPPED):
             return False
         for k, (prefix, pattern, note) in enumerate(_FOLDED):
@@ -109,6 +113,14 @@ class ConsoleFilter:
                 self.folded.add(k)
                 record["extra"]["folded"] = note
         return True
+
+
+def _always_shown(name: str, message: str) -> bool:
+    return any(name.startswith(prefix) and pattern.search(message) for prefix, pattern in _ALWAYS)
+
+
+def _worker_filter(record: dict[str, Any]) -> bool:
+    return record["level"].no >= logging.WARNING or _always_shown(record["name"] or "", str(record["message"]))
 
 
 def _quiet_format(record: dict[str, Any]) -> str:
@@ -194,7 +206,7 @@ def quiet_ray_worker() -> None:
     if getattr(getattr(worker, "global_worker", None), "mode", None) != getattr(worker, "WORKER_MODE", object()):
         return
     stream, _ = _remove_stderr_handlers()
-    logger.add(stream, level="WARNING")
+    logger.add(stream, level="INFO", filter=_worker_filter)
 
 
 class _RayConsoleFilter(logging.Filter):

@@ -11,6 +11,10 @@ Targets (all in py-data-juicer 1.6.x):
   ``ElasticShardedExecutor`` (see :mod:`.dispatch`).
 * ``data_juicer.tools.analyze_data.main``: the same error boundary, no dispatch.
 * ``data_juicer.core.executor.factory.ExecutorFactory.create_executor``.
+* ``data_juicer.ops.base_op.free_models`` (not needed by elastic_sharded): no torch install
+  when no operator needs torch (:mod:`.lazy_installs`).
+* ``data_juicer.config.config.display_config`` (not needed by elastic_sharded): an elastic
+  job's configuration table goes to the log files unless ``-v``.
 * ``data_juicer.ops.base_op.OPMetaClass.__call__`` (not needed by elastic_sharded):
   ``adaptive_batching: true`` gives the operator the AdaptiveBatchingMixin
   (:mod:`data_juicer_elastic.batching.optin`), and the demo operators register;
@@ -347,8 +351,10 @@ def _patch_ops(module: ModuleType) -> None:
     import importlib
 
     from data_juicer_elastic.batching import optin
+    from data_juicer_elastic.integration.lazy_installs import patch_free_models
 
     optin.install(module)
+    patch_free_models(module)  # no silent multi-GB torch install for operators that load no model
     # Registers at import; a Ray worker that unpickles a demo operator may be importing it right now.
     importlib.import_module("data_juicer_elastic.batching.demo")
     mark(OP_METACLASS, "applied")

@@ -68,6 +68,7 @@ def test_repeated_warnings_fold_into_one_line_and_known_noise_is_dropped():
     assert rule(record("data_juicer.config.config", "something else"))
     assert rule(record("data_juicer.utils.process_utils", neither.format("c"), level="ERROR")), "never an error"
     assert not rule(record("data_juicer.core", "Initializing Ray ...", level="INFO"))
+    assert rule(record("data_juicer.utils.lazy_loader", "Installing torch using uv...", level="INFO"))
     assert quiet.ConsoleFilter(show_all=True)(record("data_juicer.core", "Initializing Ray ...", level="INFO"))
 
 

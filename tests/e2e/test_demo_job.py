@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import collections
 import json
+import os
+from pathlib import Path
 
 import pytest
 
@@ -57,13 +59,19 @@ def test_rerun_after_success_is_a_no_op(demo_run):
     assert (merged.read_bytes(), merged.stat().st_mtime_ns) == before
 
 
-def test_dj_analyze_works_on_the_merged_output(demo_run):
+def test_dj_analyze_works_on_the_merged_output_without_installing_anything(demo_run):
+    """On a fresh machine without torch, Data-Juicer's lazy loader would pip-install torch (a
+    CUDA build of several GB) at the end of every Filter; analysis needs no torch at all."""
     tmp, recipe = demo_run
     merged = tmp / "job" / "merged.jsonl"
-    proc = run(["dj-analyze", "--config", str(recipe), "--dataset_path", str(merged)], cwd=tmp)
+    installs = tmp / "installs.log"
+    paths = [str(Path(__file__).parent / "no_torch"), *filter(None, [os.environ.get("PYTHONPATH")])]
+    env = {"PYTHONPATH": os.pathsep.join(paths), "DJ_ELASTIC_TEST_INSTALL_LOG": str(installs)}
+    proc = run(["dj-analyze", "--config", str(recipe), "--dataset_path", str(merged)], cwd=tmp, env=env)
     assert_ok(proc)
     overall = list((tmp / "job").rglob("overall.csv"))
     assert overall, f"dj-analyze wrote no overall.csv:\n{proc.stdout[-2000:]}\n{proc.stderr[-2000:]}"
+    assert not installs.exists(), f"dj-analyze tried to install: {installs.read_text()}"
 
 
 def test_status_reports_a_complete_job(demo_run):
