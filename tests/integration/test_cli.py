@@ -176,3 +176,35 @@ def test_dj_elastic_refuses_an_unprepared_job_before_loading_data_juicer(tmp_pat
     assert result.returncode == 2, result.stderr
     assert "not prepared" in result.stderr and len(result.stderr.strip().splitlines()) == 1
     assert "loaded: []" in result.stdout
+
+
+@pytest.fixture
+def finished_job(tmp_path):
+    """A prepared job with an accepted result for every shard, made without Ray."""
+    from data_juicer_elastic.jobdir.identity import WorkerIdentity
+    from data_juicer_elastic.jobdir.prepare import PrepareRequest, prepare_job
+    from data_juicer_elastic.jobdir.worker_loop import run_worker
+    from tests.rayfree import rayfree_runner
+
+    data = tmp_path / "in.jsonl"
+    data.write_text("".join(json.dumps({"id": i, "text": f"row {i}"}) + "\n" for i in range(40)))
+    job = tmp_path / "job"
+    prepare_job(PrepareRequest(job_dir=job, dataset_path=data, num_shards=4, recipe={}, stage_identities=[]))
+    run_worker(job, WorkerIdentity.current("n"), rayfree_runner(job), ttl_secs=60, heartbeat_secs=10,
+               max_retries=0, poll_interval_secs=0.1)  # fmt: skip
+    return job
+
+
+@pytest.mark.parametrize("command", [["merge", "--output", "out.jsonl"], ["status"], ["verify"]])
+def test_dj_elastic_merge_status_verify_never_import_data_juicer_or_ray(tmp_path, finished_job, command):
+    """Seconds of imports for a copy with validation, a listing or a check: none of them needs either."""
+    probe = (
+        "import sys; from data_juicer_elastic.cli import main; "
+        f"code = main({[command[0], '--job-dir', str(finished_job), *command[1:]]!r}); "
+        "print('loaded:', sorted(m for m in ('data_juicer', 'ray') if m in sys.modules)); sys.exit(code)"
+    )
+    result = run([sys.executable, "-c", probe], cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert "loaded: []" in result.stdout
+    if command[0] == "merge":
+        assert len((tmp_path / "out.jsonl").read_text().splitlines()) == 40
