@@ -5,7 +5,7 @@
 
 Every controller sees the same rows, costs and faults (all randomness is keyed
 by seed and row or call index), on a virtual clock, so runs are deterministic
-and take seconds.  The simulated mapper (../shared/design/adaptive-batching.md):
+and take seconds.  The simulated mapper (a memory model of a batched GPU mapper):
 
 * row lengths lognormal (median 300, sigma 0.9, clipped to [8, 8192]) plus 0.5%
   giants of 6,000-8,192; memory of a micro-batch = sum of lengths (``--memory
@@ -13,6 +13,12 @@ and take seconds.  The simulated mapper (../shared/design/adaptive-batching.md):
 * outer batch 512 rows; a call takes 15 ms + 1 us per memory unit; an OOM
   wastes U(0.3, 1) x the call time plus 30 ms cleanup, and raises torch's
   ``OutOfMemoryError`` (a classified RuntimeError stand-in without torch).
+
+Scenarios: ``stationary``; ``step`` (capacity x0.6 from 30% to 70% of the rows); ``sine``
+(capacity +-20%, three periods); ``spikes`` (1% of calls at half capacity); ``fragmentation``
+(capacity falls 0.2% per call until an OOM's cleanup, floor 50%); ``sorted`` (lengths
+ascending); ``poison`` (one row costs more than the whole capacity); ``errors`` (0.1% of
+rows raise a non-OOM error, with ``skip_op_error``).
 
 Controllers: fixed sizes; accelerate-style ``find_executable_batch_size`` (x0.5
 and x0.9: the whole outer batch restarts smaller, never grows); Lightning-style

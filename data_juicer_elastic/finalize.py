@@ -11,6 +11,7 @@ import os
 from pathlib import Path
 
 from data_juicer_elastic.console import StepDisplay, say
+from data_juicer_elastic.console.summary import shown_path
 from data_juicer_elastic.coordination import crashpoints
 from data_juicer_elastic.coordination.settle import shard_failed_error
 from data_juicer_elastic.jobdir import steps
@@ -59,5 +60,5 @@ def finalize(
         if result is None:
             result = merge_job(job, _resolve(export_path), overwrite=overwrite)
     write_overall_stats(overall, job, result.output_path)
-    say(f"merged {result.rows:,} rows from {result.shards} shards into {result.output_path}")
+    say(f"merged {result.rows:,} rows from {result.shards} shards into {shown_path(result.output_path)}")
     return result

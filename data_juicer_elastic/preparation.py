@@ -15,6 +15,7 @@ from loguru import logger
 
 from data_juicer_elastic import __version__
 from data_juicer_elastic.console import StepDisplay, say
+from data_juicer_elastic.console.summary import shown_path
 from data_juicer_elastic.errors import ConfigError
 from data_juicer_elastic.jobdir import steps
 from data_juicer_elastic.jobdir.prepare import PrepareOutcome, PrepareRequest, prepare_job
@@ -62,7 +63,7 @@ def prepare_from_cfg(cfg: Any, settings: ElasticSettings) -> PrepareOutcome:
         outcome = prepare_job(request)
     manifest = outcome.manifest
     verb = "prepared" if outcome.created else "reusing the prepared job"
-    say(f"{verb} {request.job_dir}: {manifest.total_rows:,} rows in {len(manifest.shards)} shards")
+    say(f"{verb} {shown_path(request.job_dir)}: {manifest.total_rows:,} rows in {len(manifest.shards)} shards")
     if manifest.row_schema is not None:
         for note in operator_view_notes(RowSchema.from_json(manifest.row_schema)):
             logger.warning(f"{note} (the output keeps every untouched value as it was; see docs/lossless.md)")

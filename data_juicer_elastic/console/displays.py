@@ -280,12 +280,15 @@ class JobDisplay:
         n = self.numbers()
         now = self.clock()
         if self._line is not None:
-            note = self.shards_note(n) + (f" | {n['stage']}" if n["stage"] else "")
-            width = terminal.columns(self._line.stream)
-            self._line.update(meter_line("", n["rows"], self.total, n["elapsed"], n["rate"], "rows", note, width))
+            self._line.update(self._live_text(n))
         if now - self.last_log >= self.log_every:
             self.last_log = now
             (quiet.log_only if self._line is not None else quiet.say)(self.plain_line(n))
+
+    def _live_text(self, n: dict[str, Any]) -> str:
+        note = self.shards_note(n) + (f" | {n['stage']}" if n["stage"] else "")
+        width = terminal.columns(self._line.stream)
+        return meter_line("", n["rows"], self.total, n["elapsed"], n["rate"], "rows", note, width)
 
     def _run(self) -> None:
         while not self._stop.wait(self.tick):
@@ -310,6 +313,9 @@ class JobDisplay:
         self._stop.set()
         if self._thread is not None:
             self._thread.join()
+        if self._line is not None:  # the end state, before the line gives way to the summary
+            self.last_listing = float("-inf")
+            self._line.update(self._live_text(self.numbers()))
         if self._line_cm is not None:
             self._line_cm.__exit__(None, None, None)
             self._line_cm = self._line = None

@@ -217,11 +217,15 @@ class _RayConsoleFilter(logging.Filter):
 
 
 def quiet_ray_logging(name: str) -> None:
-    """Filter the console handlers (not the session log files) of the ``name`` logger."""
+    """Filter the console handlers (not the session log files) of the ``name`` logger, and send
+    what they still print through the console writer, so it scrolls above the live line."""
     for handler in logging.getLogger(name).handlers:
         is_console = isinstance(handler, logging.StreamHandler) and not isinstance(handler, logging.FileHandler)
-        if is_console and not any(isinstance(f, _RayConsoleFilter) for f in handler.filters):
-            handler.addFilter(_RayConsoleFilter())
+        if not is_console or any(isinstance(f, _RayConsoleFilter) for f in handler.filters):
+            continue
+        handler.addFilter(_RayConsoleFilter())
+        if handler.stream in (sys.stderr, sys.__stderr__):  # created with stderr: the console
+            handler.setStream(terminal.ConsoleWriter())
 
 
 def _quiet_ray_data(module: Any) -> None:

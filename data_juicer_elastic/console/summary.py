@@ -10,7 +10,7 @@ from typing import Any
 from data_juicer_elastic.console.quiet import say
 
 
-def _shown(path: str | os.PathLike) -> str:
+def shown_path(path: str | os.PathLike) -> str:
     """A path as the user would type it here: relative when it lies below the working directory."""
     path = Path(path)
     try:
@@ -30,16 +30,17 @@ def summary_lines(job_dir: str | os.PathLike, result: Any, elapsed_secs: float, 
         f"done in {_duration(elapsed_secs)}: {manifest.total_rows:,} rows in, {result.rows:,} rows out, "
         f"{result.shards} shards, {retries} retr{'y' if retries == 1 else 'ies'}"
         + ("" if result.written else " (the output was already there, unchanged)"),
-        f"  output  {_shown(result.output_path)}",
+        f"  output  {shown_path(result.output_path)}",
     ]
     from data_juicer_elastic.jobdir.row_stats import export_stats_path
 
     stats = export_stats_path(Path(result.output_path))
     if stats.exists():
-        lines.append(f"  stats   {_shown(stats)} (per row; overall: {stats.stem[: -len('_stats')]}_overall_stats.csv)")
-    lines.append(f"  report  dj-elastic report --job-dir {_shown(job_dir)} --output report.html")
+        overall = f"{stats.stem[: -len('_stats')]}_overall_stats.csv"
+        lines.append(f"  stats   {shown_path(stats)} (per row; overall: {overall})")
+    lines.append(f"  report  dj-elastic report --job-dir {shown_path(job_dir)} --output report.html")
     if log_path:
-        lines.append(f"  logs    {_shown(log_path)}{os.sep}")
+        lines.append(f"  logs    {shown_path(log_path)}{os.sep}")
     return lines
 
 

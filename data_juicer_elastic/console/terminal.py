@@ -78,6 +78,21 @@ def write(text: str) -> None:
     stream.flush()
 
 
+class ConsoleWriter:
+    """A stream for handlers that keep their own reference to stderr (Ray's ``logging`` console
+    handlers hold the stream they were created with): their lines go through :func:`write`."""
+
+    def write(self, text: str) -> int:
+        write(text)
+        return len(text)
+
+    def flush(self) -> None:
+        console_stream().flush()
+
+    def isatty(self) -> bool:
+        return is_terminal()
+
+
 class LiveLine:
     """One status line on a terminal, redrawn in place; see the module docstring."""
 

@@ -153,8 +153,10 @@ def test_job_display_live_line_on_a_terminal(tmp_path):
         (tmp_path / "done" / "part-00000-of-00002.json").write_text("{}")
         display.refresh_listing()
         display.draw()
+        (tmp_path / "done" / "part-00001-of-00002.json").write_text("{}")  # seen by the closing draw
     drawn = redraws(out.getvalue())
-    assert drawn and "50/100" in drawn[-1] and "shards 1/2 done" in drawn[-1] and "rows" in drawn[-1]
+    assert any("50/100" in state and "shards 1/2 done" in state and "rows" in state for state in drawn), drawn
+    assert "100/100" in drawn[-1] and "shards 2/2 done" in drawn[-1], "the end state is drawn before the line clears"
     assert "\n" not in out.getvalue()
 
 

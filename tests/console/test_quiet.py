@@ -82,10 +82,12 @@ def test_verbose_shows_everything(console, monkeypatch):
     assert "progress: 1/2" not in stream.getvalue()
 
 
-def test_ray_console_handlers_keep_warnings_but_drop_info_and_known_noise():
+def test_ray_console_handlers_keep_warnings_but_drop_info_and_known_noise(monkeypatch):
     name = "dj_elastic_test_ray"
     log = logging.getLogger(name)
     out, kept = io.StringIO(), io.StringIO()
+    monkeypatch.setattr(terminal.sys, "stderr", out)  # Ray's handler keeps the stderr it was made with
+    terminal.set_console_stream(out)
     console_handler, file_handler = logging.StreamHandler(out), logging.FileHandler("/dev/null")
     file_handler.stream = kept  # a file handler: the session log, never filtered
     log.addHandler(console_handler)
@@ -101,6 +103,8 @@ def test_ray_console_handlers_keep_warnings_but_drop_info_and_known_noise():
     finally:
         log.removeHandler(console_handler)
         log.removeHandler(file_handler)
+    terminal.set_console_stream(None)
     assert out.getvalue().splitlines() == ["a real warning", "a real error"]
     assert "Connecting" in kept.getvalue() and "Token" in kept.getvalue()
     assert len(console_handler.filters) == 1
+    assert isinstance(console_handler.stream, terminal.ConsoleWriter), "through the live-line-aware writer"

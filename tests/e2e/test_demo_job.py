@@ -10,6 +10,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.pty_run import redraws, run_on_terminal, scrolled_lines
+
 from .conftest import REPO, assert_ok, elastic_recipe, read_jsonl, read_ray_output, run, write_recipe
 
 pytestmark = [pytest.mark.e2e, pytest.mark.ray]
@@ -25,13 +27,33 @@ def _canonical(row: dict) -> str:
 def demo_run(tmp_path_factory, demo_input):
     tmp = tmp_path_factory.mktemp("demo")
     recipe = elastic_recipe(tmp, demo_input, num_shards=4)
-    proc = run(["dj-process", "--config", str(recipe)], cwd=tmp)
+    proc = run(["dj-process", "--config", str(recipe)], cwd=tmp, env={"DJ_ELASTIC_VERBOSE": ""})
     assert_ok(proc)
-    return tmp, recipe
+    return tmp, recipe, proc
+
+
+def test_without_a_terminal_the_console_is_quiet_and_ends_with_a_summary(demo_run):
+    """A scheduler's log file: the plugin's lines, warnings once, no configuration table, no
+    per-shard Data-Juicer or Ray chatter, no redraws; everything else is in the log files."""
+    tmp, _, proc = demo_run
+    console = proc.stdout + proc.stderr
+    lines = console.splitlines()
+    assert "\r" not in console, "no live line when the console is not a terminal"
+    assert "╒" not in console and "Configuration table" not in console
+    assert "Loading dataset with Ray" not in console and "Connecting to existing Ray cluster" not in console
+    assert console.count("Neither the required memory nor cpu") <= 1, "repeated per shard: folded into one line"
+    assert len(lines) <= 15, console
+    assert any("prepared" in line and "600 rows in 4 shards" in line for line in lines), console
+    summary = next(i for i, line in enumerate(lines) if " done in " in line)
+    assert "600 rows in" in lines[summary] and "4 shards, 0 retries" in lines[summary]
+    assert any("output" in line and "merged.jsonl" in line for line in lines[summary:])
+    assert any("dj-elastic report --job-dir" in line for line in lines[summary:])
+    (node_log,) = (tmp / "job" / "job" / "logs").glob("*/*.log")
+    assert "Loading dataset with Ray" in node_log.read_text(), "the log file keeps every line"
 
 
 def test_merged_rows_equal_plain_ray_executor_in_input_order(demo_run, demo_input, tmp_path):
-    tmp, _ = demo_run
+    tmp, _, _ = demo_run
     merged = read_jsonl(tmp / "job" / "merged.jsonl")
     plain_recipe = write_recipe(
         tmp_path / "plain.yaml",
@@ -47,11 +69,14 @@ def test_merged_rows_equal_plain_ray_executor_in_input_order(demo_run, demo_inpu
     assert collections.Counter(map(_canonical, merged)) == collections.Counter(map(_canonical, plain))
     ids = [row["id"] for row in merged]
     assert ids == sorted(ids), "merged output must follow input order"
-    assert all(STATS in row for row in merged), "Data-Juicer's per-row stats are kept for dj-analyze"
+    # Data-Juicer's per-row stats, for dj-analyze: beside the rows, one line each, as the default executor writes them
+    stats = read_jsonl(tmp / "job" / "merged_stats.jsonl")
+    assert len(stats) == len(merged) and all("text_len" in row[STATS] for row in stats)
+    assert not any(STATS in row for row in merged), "keep_stats_in_res_ds is false: the rows stay as they were"
 
 
 def test_rerun_after_success_is_a_no_op(demo_run):
-    tmp, recipe = demo_run
+    tmp, recipe, _ = demo_run
     merged = tmp / "job" / "merged.jsonl"
     before = (merged.read_bytes(), merged.stat().st_mtime_ns)
     proc = run(["dj-process", "--config", str(recipe)], cwd=tmp)
@@ -62,7 +87,7 @@ def test_rerun_after_success_is_a_no_op(demo_run):
 def test_dj_analyze_works_on_the_merged_output_without_installing_anything(demo_run):
     """On a fresh machine without torch, Data-Juicer's lazy loader would pip-install torch (a
     CUDA build of several GB) at the end of every Filter; analysis needs no torch at all."""
-    tmp, recipe = demo_run
+    tmp, recipe, _ = demo_run
     merged = tmp / "job" / "merged.jsonl"
     installs = tmp / "installs.log"
     paths = [str(Path(__file__).parent / "no_torch"), *filter(None, [os.environ.get("PYTHONPATH")])]
@@ -75,7 +100,7 @@ def test_dj_analyze_works_on_the_merged_output_without_installing_anything(demo_
 
 
 def test_status_reports_a_complete_job(demo_run):
-    tmp, _ = demo_run
+    tmp, _, _ = demo_run
     proc = run(["dj-elastic", "status", "--job-dir", str(tmp / "job" / "job"), "--json"], cwd=tmp)
     assert_ok(proc)
     status = json.loads(proc.stdout)
@@ -91,16 +116,32 @@ def bundled_demo(tmp_path_factory):
     for rel in ("recipes/demo.yaml", "recipes/demo_analyze.yaml", "demos/data/demo.jsonl"):
         (tmp / rel).parent.mkdir(parents=True, exist_ok=True)
         shutil.copy(REPO / rel, tmp / rel)
-    proc = run(["dj-process", "--config", "recipes/demo.yaml", "--elastic.ray_num_cpus", "1"], cwd=tmp)
+    # On a terminal, as a user runs it: the live progress line is drawn there.
+    cmd = ["dj-process", "--config", "recipes/demo.yaml", "--elastic.ray_num_cpus", "1"]
+    proc = run_on_terminal(cmd, cwd=tmp, env={"DJ_ELASTIC_VERBOSE": ""})
     assert_ok(proc)
-    return tmp
+    return tmp, proc.stdout
 
 
 def test_bundled_demo_recipe_runs_as_in_the_readme(bundled_demo):
-    merged = read_jsonl(bundled_demo / "outputs" / "demo" / "merged.jsonl")
-    source = read_jsonl(bundled_demo / "demos" / "data" / "demo.jsonl")
+    tmp, _ = bundled_demo
+    merged = read_jsonl(tmp / "outputs" / "demo" / "merged.jsonl")
+    source = read_jsonl(tmp / "demos" / "data" / "demo.jsonl")
     assert 0 < len(merged) < len(source)
-    assert len(list((bundled_demo / "outputs" / "demo" / "job" / "done").iterdir())) == 8
+    assert len(list((tmp / "outputs" / "demo" / "job" / "done").iterdir())) == 8
+
+
+def test_on_a_terminal_progress_is_one_live_line_above_which_the_plugin_lines_scroll(bundled_demo):
+    _, drawn = bundled_demo
+    states = [state for state in redraws(drawn) if "/400" in state]
+    assert len(states) >= 3, drawn[-3000:]
+    assert all("rows" in state and "shards" in state and "/8 done" in state for state in states), states[-3:]
+    assert any("rows/s" in state and "<" in state for state in states), "a rate and an ETA once rows move"
+    assert states[0].startswith("0%") and "shards 8/8 done" in states[-1] and "400/400" in states[-1], states[-3:]
+    lines = scrolled_lines(drawn)
+    assert not any("/400 [" in line for line in lines), "the live line never scrolls"
+    assert len(lines) <= 15 and "╒" not in drawn, lines
+    assert any(" done in " in line and "400 rows in" in line and "8 shards" in line for line in lines), lines
 
 
 def test_overall_stats_match_dj_analyze_on_the_merged_output(bundled_demo):
@@ -109,8 +150,9 @@ def test_overall_stats_match_dj_analyze_on_the_merged_output(bundled_demo):
     import numpy as np
     import pandas as pd
 
-    demo = bundled_demo / "outputs" / "demo"
-    proc = run(["dj-analyze", "--config", "recipes/demo_analyze.yaml"], cwd=bundled_demo)
+    tmp, _ = bundled_demo
+    demo = tmp / "outputs" / "demo"
+    proc = run(["dj-analyze", "--config", "recipes/demo_analyze.yaml"], cwd=tmp)
     assert_ok(proc)
     (analyzed,) = (demo / "analysis").glob("*/analysis/overall.csv")
     expected = pd.read_csv(analyzed, index_col=0)
@@ -123,7 +165,7 @@ def test_overall_stats_match_dj_analyze_on_the_merged_output(bundled_demo):
     assert list(ours.index) == list(expected.index)
     quantiles = [label for label in ours.index if label.endswith("%")]
     pd.testing.assert_frame_equal(ours.drop(index=quantiles), expected.drop(index=quantiles), rtol=1e-12)
-    values = np.sort([row[STATS]["text_len"] for row in read_jsonl(demo / "merged.jsonl")]).astype(float)
+    values = np.sort([row[STATS]["text_len"] for row in read_jsonl(demo / "merged_stats.jsonl")]).astype(float)
     for label in quantiles:  # the stated bound: within alpha of both sorted values pandas interpolates
         h = float(label[:-1]) / 100 * (len(values) - 1)
         lo, hi = values[int(np.floor(h))], values[int(np.ceil(h))]
