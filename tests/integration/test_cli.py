@@ -208,3 +208,22 @@ def test_dj_elastic_merge_status_verify_never_import_data_juicer_or_ray(tmp_path
     assert "loaded: []" in result.stdout
     if command[0] == "merge":
         assert len((tmp_path / "out.jsonl").read_text().splitlines()) == 40
+
+
+@pytest.mark.parametrize("verbose", ["", "1"])
+def test_a_refused_input_is_one_line_and_quiet_shows_no_configuration_table(tmp_path, write_recipe, verbose):
+    """Quiet (the default), the refusal is the console's last line and nothing big comes before it;
+    DJ_ELASTIC_VERBOSE=1 (dj-process's argv is Data-Juicer's, so an env var) brings the table back."""
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text('{"id": 0, "text": "fine"}\n{"id": 1, "text": \n')
+    recipe = write_recipe(**elastic_recipe(bad, tmp_path))
+    result = run([DJ_PROCESS, "--config", str(recipe)], cwd=tmp_path, env={"DJ_ELASTIC_VERBOSE": verbose})
+    console = result.stdout + result.stderr
+    assert result.returncode == 2, console[-3000:]
+    last = result.stderr.strip().splitlines()[-1]
+    assert last.startswith("dj-process: error: InputError") and f"{bad}:2" in last
+    assert "Traceback" not in console
+    if verbose:
+        assert "╒" in console and "Configuration table" in console
+    else:
+        assert "╒" not in console and len(console.splitlines()) <= 4, console
