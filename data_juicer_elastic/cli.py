@@ -26,10 +26,14 @@ DESCRIPTION = "dj-elastic: the lower-level steps of an elastic sharded job."
 
 
 def _cmd_prepare(args: argparse.Namespace) -> int:
-    from data_juicer_elastic.preparation import prepare_from_cfg  # not executor: that imports Ray
+    from data_juicer_elastic.preparation import early_request, prepare_overlapped, prepare_request
 
-    cfg, settings = _load_recipe(args, setup=False)
-    prepare_from_cfg(cfg, settings)  # says what it prepared (or reused)
+    def parse():
+        return prepare_request(*_load_recipe(args, setup=False))
+
+    # The input pass starts while Data-Juicer loads (seconds): see prepare_overlapped.
+    overrides = {"dataset_path": args.dataset_path, **_elastic_overrides(args)}
+    prepare_overlapped(early_request(args.config, overrides), parse)  # says what it prepared (or reused)
     return EXIT_OK
 
 
@@ -170,17 +174,25 @@ def _load_recipe(args: argparse.Namespace, setup: bool = True):
     argv = ["--config", args.config]
     if args.dataset_path:
         argv += ["--dataset_path", args.dataset_path]
-    names = ("job_dir", "num_shards", "ray_address", "lease_ttl_secs", "max_retries", "poll_interval_secs")
-    for name in (*names, "run_id", "nodes", "wait_timeout_secs", "slots_per_node", "ray_num_cpus", "shard_codec"):
-        value = getattr(args, name, None)
-        if value is not None:
-            argv += [f"--elastic.{name}", str(value)]
-    if getattr(args, "require_all_nodes", False):
-        argv += ["--elastic.require_all_nodes", "true"]
+    for name, value in _elastic_overrides(args).items():
+        argv += [f"--elastic.{name}", "true" if value is True else str(value)]
     extra = list(getattr(args, "extra", None) or [])
     argv += extra[1:] if extra[:1] == ["--"] else extra
     cfg = init_configs(args=argv, load_configs_only=not setup)
     return cfg, settings_from_cfg(cfg)
+
+
+def _elastic_overrides(args: argparse.Namespace) -> dict:
+    """The ``elastic.*`` values given as options of ``prepare`` / ``run``."""
+    names = ("job_dir", "num_shards", "ray_address", "lease_ttl_secs", "max_retries", "poll_interval_secs")
+    found = {}
+    for name in (*names, "run_id", "nodes", "wait_timeout_secs", "slots_per_node", "ray_num_cpus", "shard_codec"):
+        value = getattr(args, name, None)
+        if value is not None:
+            found[name] = value
+    if getattr(args, "require_all_nodes", False):
+        found["require_all_nodes"] = True
+    return found
 
 
 def _settings_from_job(job_dir: str, args: argparse.Namespace):

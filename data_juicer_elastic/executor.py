@@ -44,7 +44,7 @@ from data_juicer_elastic.jobdir.identity import WorkerIdentity
 from data_juicer_elastic.jobdir.layout import JobLayout
 from data_juicer_elastic.jobdir.manifest import load_manifest
 from data_juicer_elastic.jobdir.merge import MergeResult
-from data_juicer_elastic.jobdir.prepare import recipe_differences
+from data_juicer_elastic.jobdir.recipe_diff import recipe_differences
 from data_juicer_elastic.jobdir.records import Manifest
 from data_juicer_elastic.jobdir.stream_merge import MergeBusyError, follow_merge
 from data_juicer_elastic.jobdir.worker_loop import WorkerSummary, run_worker

@@ -8,6 +8,8 @@ recipe parse.
 from __future__ import annotations
 
 import os
+import threading
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -18,7 +20,7 @@ from data_juicer_elastic.console import StepDisplay, say
 from data_juicer_elastic.console.summary import shown_path
 from data_juicer_elastic.errors import ConfigError
 from data_juicer_elastic.jobdir import steps
-from data_juicer_elastic.jobdir.prepare import PrepareOutcome, PrepareRequest, prepare_job
+from data_juicer_elastic.jobdir.prepare import PrepareOutcome, PrepareRequest, RequestChanged, prepare_job
 from data_juicer_elastic.jobdir.row_schema import RowSchema, operator_view_notes
 from data_juicer_elastic.settings import ElasticSettings
 
@@ -58,9 +60,17 @@ def prepare_request(cfg: Any, settings: ElasticSettings) -> PrepareRequest:
 
 def prepare_from_cfg(cfg: Any, settings: ElasticSettings) -> PrepareOutcome:
     """Validate the recipe and input, and publish the job directory (a no-op when identical)."""
-    request = prepare_request(cfg, settings)
-    with StepDisplay() as display, steps.reporting(display):  # a live line on a terminal, else log lines
-        outcome = prepare_job(request)
+    return _prepare(prepare_request(cfg, settings))
+
+
+def _prepare(request: PrepareRequest, complete=None, cancel: threading.Event | None = None) -> PrepareOutcome:
+    def report(step: str, done: int, total: int | None) -> None:
+        if cancel is not None and cancel.is_set():
+            raise _Cancelled()  # the recipe was refused while the input pass ran: stop it
+        display(step, done, total)
+
+    with StepDisplay() as display, steps.reporting(report):  # a live line on a terminal, else log lines
+        outcome = prepare_job(request, complete=complete)
     manifest = outcome.manifest
     verb = "prepared" if outcome.created else "reusing the prepared job"
     say(f"{verb} {shown_path(request.job_dir)}: {manifest.total_rows:,} rows in {len(manifest.shards)} shards")
@@ -68,3 +78,85 @@ def prepare_from_cfg(cfg: Any, settings: ElasticSettings) -> PrepareOutcome:
         for note in operator_view_notes(RowSchema.from_json(manifest.row_schema)):
             logger.warning(f"{note} (the output keeps every untouched value as it was; see docs/lossless.md)")
     return outcome
+
+
+class _Cancelled(Exception):
+    pass
+
+
+def prepare_overlapped(early: PrepareRequest | None, parse: Callable[[], PrepareRequest]) -> PrepareOutcome:
+    """``dj-elastic prepare``: the input pass starts at once on a thread from ``early`` (read from
+    the YAML without Data-Juicer), while ``parse`` (Data-Juicer's import and its parse of the
+    recipe: seconds of one core) runs here.  The pass publishes nothing before the parsed request
+    is there (``prepare_job(complete=...)``); if ``early`` guessed an input field wrong, the job
+    is prepared again from the parsed request; if the parse refuses the recipe, the pass stops at
+    its next progress report and the refusal is raised."""
+    if early is None:
+        return _prepare(parse())
+    parsed: dict[str, Any] = {}
+    ready, cancel = threading.Event(), threading.Event()
+
+    def complete() -> PrepareRequest:
+        ready.wait()
+        if "error" in parsed:
+            raise _Cancelled()
+        return parsed["request"]
+
+    def run() -> None:
+        try:
+            parsed["outcome"] = _prepare(early, complete, cancel)
+        except BaseException as exc:  # handed to the caller's thread
+            parsed["failed"] = exc
+
+    worker = threading.Thread(target=run, name="dj-elastic-prepare", daemon=True)
+    worker.start()
+    try:
+        parsed["request"] = parse()
+    except BaseException as exc:
+        parsed["error"] = exc
+        cancel.set()
+        raise
+    finally:
+        ready.set()
+        worker.join()
+    failed = parsed.get("failed")
+    if isinstance(failed, RequestChanged):
+        return _prepare(parsed["request"])  # the early read of the YAML was not what Data-Juicer parsed
+    if failed is not None:
+        raise failed
+    return parsed["outcome"]
+
+
+def early_request(config: str, overrides: dict[str, Any]) -> PrepareRequest | None:
+    """The input fields of a recipe read as plain YAML (no Data-Juicer), or None when unsure.
+
+    Only a guess: ``prepare_overlapped`` compares it with what Data-Juicer's parser made of the
+    recipe and prepares again when they differ.  ``overrides``: ``dataset_path`` and ``elastic.*``
+    values from the command line."""
+    if any(key.startswith("DJ_PROCESS_") for key in os.environ):
+        return None  # Data-Juicer's parser reads those too
+    try:
+        import yaml
+
+        with open(config, encoding="utf-8") as handle:
+            recipe = yaml.safe_load(handle)
+        block = dict(recipe.get("elastic") or {})
+        block.update({k: v for k, v in overrides.items() if k != "dataset_path" and v is not None})
+        settings = ElasticSettings.from_mapping(block)
+        dataset = overrides.get("dataset_path") or recipe["dataset_path"]
+        from data_juicer_elastic.integration.recipe import index_key, media_keys
+
+        return PrepareRequest(
+            job_dir=_resolve(settings.job_dir),
+            dataset_path=_resolve(dataset),
+            num_shards=settings.num_shards,
+            recipe={},
+            stage_identities=[],
+            media_keys=media_keys(recipe),
+            index_key=index_key(recipe),
+            max_line_bytes=settings.max_line_bytes,
+            shard_codec=settings.shard_codec,
+            input_order=settings.input_order,
+        )
+    except Exception:  # anything unusual: no guess, the plain path
+        return None

@@ -22,6 +22,7 @@ import os
 import secrets
 import time
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final
@@ -35,7 +36,7 @@ from data_juicer_elastic.jobdir.ingest import InputItem, ingest
 from data_juicer_elastic.jobdir.jsonl import MAX_LINE_BYTES, NormaliseOptions
 from data_juicer_elastic.jobdir.layout import MAX_SHARDS, JobLayout
 from data_juicer_elastic.jobdir.manifest import load_manifest
-from data_juicer_elastic.jobdir.recipe_diff import recipe_changes
+from data_juicer_elastic.jobdir.recipe_diff import recipe_differences
 from data_juicer_elastic.jobdir.records import (
     InputFile,
     Manifest,
@@ -71,14 +72,26 @@ class PrepareOutcome:
     created: bool
 
 
-def prepare_job(request: PrepareRequest) -> PrepareOutcome:
-    """Prepare ``request.job_dir`` (idempotent for an identical request)."""
+class RequestChanged(Exception):
+    """The whole request's input fields differ from the early one the input pass started with."""
+
+
+def prepare_job(request: PrepareRequest, *, complete: Callable[[], PrepareRequest] | None = None) -> PrepareOutcome:
+    """Prepare ``request.job_dir`` (idempotent for an identical request).
+
+    ``complete``: ``request`` is an early one whose input fields (:func:`input_fields`) are
+    known but whose recipe may not be yet (parsing it imports Data-Juicer, seconds): the input
+    pass starts at once, and ``complete()`` is called for the whole request before anything
+    is published or an existing job is compared.  RequestChanged (nothing published) when its
+    input fields differ; the caller prepares again with it.
+    """
     dataset, kind = _check_request(request)
     inputs = discover_inputs(dataset, request.input_order)
     layout = JobLayout(Path(os.path.abspath(request.job_dir)))
-    rhash = recipe_hash(request.recipe)
 
     if fsio.exists(layout.manifest):
+        request = _completed(request, complete)
+        rhash = recipe_hash(request.recipe)
         return PrepareOutcome(_check_existing(layout, request, dataset, rhash, inputs), created=False)
 
     options = NormaliseOptions(
@@ -113,6 +126,8 @@ def prepare_job(request: PrepareRequest) -> PrepareOutcome:
                 where="num_shards",
                 hint=f"use at most {total_rows} shards",
             )
+        request = _completed(request, complete)
+        rhash = recipe_hash(request.recipe)
         shards, content_sha = ingested.shards, ingested.content_sha256
         _publish_shards(layout, staging / "shards", shards, request.shard_codec)
         for directory in (layout.cache_dir, layout.claims_dir, layout.done_dir, layout.attempts_dir):
@@ -157,6 +172,31 @@ def prepare_job(request: PrepareRequest) -> PrepareOutcome:
 
 
 # -- request and inputs ----------------------------------------------------------------------
+def input_fields(request: PrepareRequest) -> tuple:
+    """What the input pass depends on: equal for two requests, the same shards come out."""
+    return (
+        os.path.abspath(request.job_dir),
+        os.path.abspath(request.dataset_path),
+        request.num_shards,
+        _media_keys(request),
+        request.index_key,
+        request.max_line_bytes,
+        request.shard_codec,
+        request.check_processes,
+        request.input_order,
+    )
+
+
+def _completed(request: PrepareRequest, complete: Callable[[], PrepareRequest] | None) -> PrepareRequest:
+    if complete is None:
+        return request
+    whole = complete()
+    if input_fields(whole) != input_fields(request):
+        raise RequestChanged()
+    _check_request(whole)
+    return whole
+
+
 def _check_request(request: PrepareRequest) -> tuple[Path, str]:
     n = request.num_shards
     if isinstance(n, bool) or not isinstance(n, int) or not 1 <= n <= MAX_SHARDS:
@@ -294,27 +334,6 @@ def _fingerprint(request: PrepareRequest, dataset: Path, rhash: str, inputs: lis
     if request.input_order != "sorted":
         identity["input_order"] = request.input_order
     return hashlib.sha256(canonical_json(identity)).hexdigest()
-
-
-def recipe_differences(
-    manifest: Manifest,
-    recipe: dict[str, Any],
-    rhash: str,
-    stage_identities: list[str] | None = None,
-    versions: dict[str, str] | None = None,
-) -> list[str]:
-    """How ``recipe`` (and its operators' identities) differ from the job's, in recipe terms."""
-    if manifest.recipe_hash != rhash:
-        changes = recipe_changes(manifest.recipe, recipe) or [f"recipe hash {manifest.recipe_hash} -> {rhash}"]
-        return ["the recipe changed: " + "; ".join(changes)]
-    if stage_identities is None or list(manifest.stage_identities) == list(stage_identities):
-        return []
-    # Same recipe text, other operator code: a Data-Juicer upgrade or a changed custom operator.
-    old, new = list(manifest.stage_identities), list(stage_identities)
-    changed = [n.split(":", 1)[-1] for o, n in zip(old, new, strict=False) if o != n] or ["the operator list"]
-    before, now = (manifest.versions or {}).get("data_juicer"), (versions or {}).get("data_juicer")
-    upgrade = f" (Data-Juicer {before} -> {now})" if before and now and before != now else ""
-    return [f"the operators' code changed{upgrade}: {', '.join(changed)} would compute differently"]
 
 
 def _check_existing(

@@ -15,7 +15,10 @@ from __future__ import annotations
 
 import difflib
 import json
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
+
+if TYPE_CHECKING:
+    from data_juicer_elastic.jobdir.records import Manifest
 
 MAX_CHANGES: Final = 8
 MAX_VALUE_CHARS: Final = 60
@@ -80,3 +83,24 @@ def _shown(value: Any) -> str:
         except (TypeError, ValueError):
             text = repr(value)
     return text if len(text) <= MAX_VALUE_CHARS else text[: MAX_VALUE_CHARS - 3] + "..."
+
+
+def recipe_differences(
+    manifest: Manifest,
+    recipe: dict[str, Any],
+    rhash: str,
+    stage_identities: list[str] | None = None,
+    versions: dict[str, str] | None = None,
+) -> list[str]:
+    """How ``recipe`` (and its operators' identities) differ from the job's, in recipe terms."""
+    if manifest.recipe_hash != rhash:
+        changes = recipe_changes(manifest.recipe, recipe) or [f"recipe hash {manifest.recipe_hash} -> {rhash}"]
+        return ["the recipe changed: " + "; ".join(changes)]
+    if stage_identities is None or list(manifest.stage_identities) == list(stage_identities):
+        return []
+    # Same recipe text, other operator code: a Data-Juicer upgrade or a changed custom operator.
+    old, new = list(manifest.stage_identities), list(stage_identities)
+    changed = [n.split(":", 1)[-1] for o, n in zip(old, new, strict=False) if o != n] or ["the operator list"]
+    before, now = (manifest.versions or {}).get("data_juicer"), (versions or {}).get("data_juicer")
+    upgrade = f" (Data-Juicer {before} -> {now})" if before and now and before != now else ""
+    return [f"the operators' code changed{upgrade}: {', '.join(changed)} would compute differently"]
