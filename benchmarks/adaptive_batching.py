@@ -5,7 +5,7 @@
 
 Every controller sees the same rows, costs and faults (all randomness is keyed
 by seed and row or call index), on a virtual clock, so runs are deterministic
-and take seconds.  The simulated mapper (a memory model of a batched GPU mapper):
+and take seconds.  The simulated mapper:
 
 * row lengths lognormal (median 300, sigma 0.9, clipped to [8, 8192]) plus 0.5%
   giants of 6,000-8,192; memory of a micro-batch = sum of lengths (``--memory

@@ -70,6 +70,17 @@ def take_slice(batch: Any, start: int, stop: int, total: int) -> dict[str, Any]:
     return piece
 
 
+def take_rows(batch: Any, indices: Sequence[int], total: int) -> Any:
+    """Rows ``indices`` (in that order) of a dict or Arrow batch; batch-level values are kept as they are.
+    Nested values are shared with ``batch``: :func:`take_slice` isolates what an operator gets."""
+    if is_arrow(batch):
+        return batch.take(list(indices))
+    return {
+        key: [value[i] for i in indices] if _is_column(value) and len(value) == total else value
+        for key, value in batch.items()
+    }
+
+
 def merge(outputs: list[Any], *, where: str) -> Any:
     """Concatenate per-slice outputs in order (dicts of lists, or pyarrow Tables)."""
     if len(outputs) == 1:

@@ -15,7 +15,15 @@
   ``skip_op_error``) only *that slice* is dropped and logged; the slices that
   succeeded are kept;
 * an OOM at the smallest size after the policy's waits raises
-  :class:`MicroBatchOOMError`, whatever ``skip_errors`` says.
+  :class:`MicroBatchOOMError`, whatever ``skip_errors`` says;
+* with ``sort_by_cost`` (and row costs) an outer batch that needs more than one
+  slice is cut in descending cost order and the output is put back in input
+  order: a model that pads each micro-batch to its longest row then pads rows
+  to similar lengths, and the cost of a slice predicts its memory (contiguous
+  slices of long-tailed rows mix one long row with many short ones).  The
+  contract already asks for results independent of the slicing, which for
+  every slicing down to single rows means row by row, so order within a slice
+  cannot matter either.
 """
 
 from __future__ import annotations
@@ -34,7 +42,7 @@ from loguru import logger
 
 from data_juicer_elastic.batching import batches
 from data_juicer_elastic.batching.oom import classify_oom
-from data_juicer_elastic.batching.policy import Action, BatchPolicy
+from data_juicer_elastic.batching.policy import INF, Action, BatchPolicy
 from data_juicer_elastic.errors import BatchContractError, MicroBatchOOMError
 
 Aggregate = Literal["sum", "padded"]
@@ -68,6 +76,7 @@ class BatchStats:
     skipped_rows: int = 0
     terminal_ooms: int = 0
     oom_kinds: Counter = field(default_factory=Counter)
+    sorted_batches: int = 0  # outer batches cut in cost order (sort_by_cost)
     first_rows: int | None = None  # size of the first slice attempted (a seeded start shows here)
     final_rows: int | None = None  # size of the last slice the budget sized (not an outer batch tail)
     min_rows: int | None = None
@@ -107,6 +116,7 @@ class MicroBatcher:
         cleanup: Callable[[], None] = release_memory,
         sleep: Callable[[float], None] = time.sleep,
         stats: BatchStats | None = None,
+        sort_by_cost: bool = False,
     ):
         self.fn = fn
         self.policy = policy
@@ -118,6 +128,7 @@ class MicroBatcher:
         self.cleanup = cleanup
         self.sleep = sleep
         self.stats = stats if stats is not None else BatchStats()
+        self.sort_by_cost = sort_by_cost
 
     def __call__(self, batch: Any) -> Any:
         total = batches.batch_rows(batch, where=self.label)
@@ -127,6 +138,12 @@ class MicroBatcher:
         if total == 0:
             return self.fn(batches.take_slice(batch, 0, 0, 0))
         costs = self.row_costs(batch) if self.row_costs is not None else None
+        permutation = self._cost_order(costs, total)
+        if permutation is not None:
+            batch = batches.take_rows(batch, permutation, total)
+            costs = [costs[i] for i in permutation]
+            stats.sorted_batches += 1
+        delivered: list[range] = []  # positions (in the order run) of the slices that came back
         skipped_before = stats.skipped_rows
         outputs: list[Any] = []
         expected_columns: list[str] | None = None
@@ -183,6 +200,7 @@ class MicroBatcher:
                     budget_bound = rows < remaining and prefix_cost(rows + 1) > self.policy.budget
                     self.policy.on_success(rows, cost, budget_bound=budget_bound)
                     outputs.append(output)
+                    delivered.append(range(offset, offset + rows))
                     stats.slices += 1
                     if budget_bound or rows == self.policy.max_rows or (offset == 0 and rows == total):
                         stats.final_rows = rows  # a slice the budget sized, not an outer batch's tail
@@ -202,7 +220,24 @@ class MicroBatcher:
             return batches.empty_like(batch, extra=SKIPPED_EXTRA)
         merged = batches.merge(outputs, where=self.label)
         stats.rows_out += total - stats.skipped_rows + skipped_before
-        return merged
+        if permutation is None:
+            return merged
+        source = [permutation[position] for part in delivered for position in part]  # input row of each output row
+        restore = sorted(range(len(source)), key=source.__getitem__)
+        return batches.take_rows(merged, restore, len(source))
+
+    def _cost_order(self, costs: Sequence[float] | None, total: int) -> list[int] | None:
+        """Rows by descending cost (ties in input order), or None: input order (no sorting asked for, no
+        costs, already sorted, or a learned budget says the whole batch fits one slice, where the order
+        cannot matter; with nothing learned yet the first slice may well fail, so it is sorted)."""
+        if not self.sort_by_cost or costs is None or total < 2:
+            return None
+        self.policy.begin_slice()
+        fits = self.policy.choose_rows(total, prefix_cost_fn(costs, 0, self.aggregate)) >= total
+        if fits and self.policy.budget != INF:
+            return None
+        order = sorted(range(total), key=lambda i: -float(costs[i]))
+        return None if order == list(range(total)) else order
 
     def _check(self, output: Any, rows: int, order: dict[str, list], expected: list[str] | None, where: str) -> None:
         got = batches.batch_rows(output, where=where)

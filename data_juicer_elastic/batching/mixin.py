@@ -43,10 +43,21 @@ from collections.abc import Sequence
 from typing import Any, ClassVar, Final
 
 from data_juicer_elastic.batching.engine import PARTITION_COLUMN, Aggregate, MicroBatcher
-from data_juicer_elastic.batching.policy import PolicyConfig
+from data_juicer_elastic.batching.policy import BatchPolicy, PolicyConfig
 from data_juicer_elastic.errors import ConfigError
 
 COST_MODES: Final = ("auto", "rows", "text", "padded_text")
+# What an operator may define to tune the mixin: the recipe opt-in builds ``(AdaptiveBatchingMixin, Op)``,
+# where the mixin's own definitions would shadow the operator's, so :func:`.optin.adaptive_class` copies
+# these from the operator into the built class.
+HOOKS: Final = (
+    "adaptive_batching_cost",
+    "adaptive_batching_policy",
+    "adaptive_batching_order_columns",
+    "adaptive_batching_sort",
+    "adaptive_cost_mode",
+    "adaptive_row_costs",
+)
 
 
 class AdaptiveBatchingMixin:
@@ -56,12 +67,16 @@ class AdaptiveBatchingMixin:
     _supports_adaptive_batching: ClassVar[bool] = True
     # Cost of a micro-batch: "rows"; "text" = sum of the characters of text_key;
     # "padded_text" = rows x the longest text (padding to the longest row);
-    # "auto" = "text" when the batch has a text_key column of strings, else "rows".
+    # "auto" = "text" when the batch has a text_key column of strings, else "rows".  Padding is handled by
+    # sorting (below): a cost-sorted slice pads little, so its summed cost tracks its padded memory.
     adaptive_batching_cost: ClassVar[str] = "auto"
     adaptive_batching_policy: ClassVar[PolicyConfig | None] = None
     # Columns whose values must come back unchanged and in order (besides the
     # Data-Juicer partition tag and the operator's index_key).
     adaptive_batching_order_columns: ClassVar[tuple[str, ...]] = ()
+    # With a cost model, cut an outer batch in descending cost order and restore the order afterwards
+    # (see :mod:`.engine`): rows padded together then have similar lengths.
+    adaptive_batching_sort: ClassVar[bool] = True
 
     def __init__(self, *args: Any, **kwargs: Any):
         super().__init__(*args, **kwargs)
@@ -92,26 +107,37 @@ class AdaptiveBatchingMixin:
     def _adaptive_process(self, samples: Any, *args: Any, **kwargs: Any) -> Any:
         from data_juicer_elastic.batching import runtime
 
-        mode, aggregate = self.adaptive_cost_mode(samples)
+        mode, _ = self.adaptive_cost_mode(samples)
         state = runtime.state_for(self, mode)
-        order = [PARTITION_COLUMN, *self.adaptive_batching_order_columns]
-        index_key = getattr(self, "index_key", None)
-        if isinstance(index_key, str):
-            order.append(index_key)
-        batcher = MicroBatcher(
+        batcher = self.adaptive_batcher(
+            samples,
             lambda piece: self.process_batched(piece, *args, **kwargs),
             state.policy,
             label=state.label,
-            row_costs=None if mode == "rows" else self.adaptive_row_costs,
-            aggregate=aggregate,
-            skip_errors=bool(getattr(self, "skip_op_error", False)),
-            order_columns=order,
             stats=state.stats,
         )
         try:
             return batcher(samples)
         finally:
             state.after_call()
+
+    def adaptive_batcher(self, samples: Any, fn: Any, policy: BatchPolicy, **engine: Any) -> MicroBatcher:
+        """The micro-batch loop this operator runs over ``samples``: its cost model, order columns, error
+        policy and sorting (``engine`` adds or overrides :class:`.engine.MicroBatcher` arguments: the
+        process-wide state above, or a benchmark's virtual clock)."""
+        mode, aggregate = self.adaptive_cost_mode(samples)
+        order = [PARTITION_COLUMN, *self.adaptive_batching_order_columns]
+        index_key = getattr(self, "index_key", None)
+        if isinstance(index_key, str):
+            order.append(index_key)
+        options: dict[str, Any] = {
+            "row_costs": None if mode == "rows" else self.adaptive_row_costs,
+            "aggregate": aggregate,
+            "skip_errors": bool(getattr(self, "skip_op_error", False)),
+            "order_columns": order,
+            "sort_by_cost": bool(self.adaptive_batching_sort) and mode != "rows",
+        }
+        return MicroBatcher(fn, policy, **(options | engine))
 
     def adaptive_batching_stats(self) -> dict[str, Any] | None:
         """This process's size-trace summary for this operator (None when micro-batching is off)."""

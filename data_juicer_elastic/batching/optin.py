@@ -13,6 +13,10 @@ under every executor (default, ray, elastic_sharded; Ray task and actor modes):
   path that builds operators (``load_ops``, Ray actors built from
   ``op.__class__``, tests) gets the same class; the recipe's ``batch_size``,
   ``num_cpus``/``num_gpus`` and execution mode are untouched;
+* what the operator class itself says about micro-batching (its
+  ``adaptive_batching_cost``, ``adaptive_row_costs``, ``adaptive_batching_policy``
+  ...: :data:`.mixin.HOOKS`) is copied into the built class, since the mixin
+  comes first in its MRO and its defaults would otherwise win;
 * the subclass is reachable by name from this module (PEP 562 ``__getattr__``),
   so pickle/cloudpickle/dill send it to Ray workers and multiprocessing workers
   by reference, and it is rebuilt identically there;
@@ -36,7 +40,7 @@ import threading
 from types import ModuleType
 from typing import Any, Final
 
-from data_juicer_elastic.batching.mixin import AdaptiveBatchingMixin, adaptive_requested
+from data_juicer_elastic.batching.mixin import HOOKS, AdaptiveBatchingMixin, adaptive_requested
 from data_juicer_elastic.errors import ConfigError
 
 ENV_SWITCH: Final = "DJ_ELASTIC_ADAPTIVE_BATCHING"
@@ -68,10 +72,25 @@ def adaptive_class(cls: type) -> type:
                     "__qualname__": name,
                     "__doc__": f"{cls.__qualname__} with adaptive micro-batching (data-juicer-elastic).",
                     "_adaptive_base": cls,
+                    **operator_hooks(cls),
                 },
             )
             _classes[cls] = found
             globals()[name] = found
+    return found
+
+
+def operator_hooks(cls: type) -> dict[str, Any]:
+    """The mixin hooks ``cls`` defines itself (its cost model, row costs, policy), as raw class attributes.
+
+    In ``(AdaptiveBatchingMixin, cls)`` the mixin comes first in the MRO, so its defaults would win over
+    the operator's; putting the operator's own definitions into the built class restores them.  ``cls``
+    has no mixin in its bases here, so whatever its MRO defines is the operator's."""
+    found: dict[str, Any] = {}
+    for name in HOOKS:
+        owner = next((klass for klass in cls.__mro__ if name in vars(klass)), None)
+        if owner is not None:
+            found[name] = vars(owner)[name]  # raw: staticmethod/classmethod/property keep their kind
     return found
 
 

@@ -7,6 +7,7 @@ output is success, a different one is refused unless ``overwrite``.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import os
 import secrets
@@ -96,20 +97,45 @@ def merge_job(job_dir: str | Path, output_path: str | Path, overwrite: bool = Fa
     except BaseException:
         out.abort()
         raise
-    row_stats = merge_row_stats(layout, results, output, overwrite, tag)
-    fsio.fault_point("finalize", output)  # named crash point: merged, not yet published
     try:
-        written = publish_output(tmp, output, overwrite)
+        staged = stage_row_stats(layout, results, output, tag)
+        fsio.fault_point("finalize", output)  # named crash point: merged, not yet published
+        written, row_stats = publish_merged(tmp, output, staged, overwrite)
     finally:
         fsio.remove(tmp)
     return record_merge(layout, manifest, output, merged, out.digest.hexdigest(), written, row_stats)
 
 
-def merge_row_stats(
-    layout: JobLayout, results: list[tuple[ShardEntry, ShardResult]], output: Path, overwrite: bool, tag: str
-) -> MergedRowStats | None:
-    """Write ``<export>_stats.jsonl`` from the accepted row stats files in manifest order
-    (validated as they are copied); None when the recipe makes no per-row stats."""
+@dataclass(frozen=True)
+class StagedRowStats:
+    tmp: Path  # the merged row stats, complete and fsynced, under a temp name beside the target
+    record: MergedRowStats  # what it will be once published (``written`` decided then)
+
+
+def publish_merged(
+    tmp: Path, output: Path, staged: StagedRowStats | None, overwrite: bool
+) -> tuple[bool, MergedRowStats | None]:
+    """Publish the merged output and its row stats file, or neither: both targets are checked
+    before either is published.  (written, row stats record)."""
+    try:
+        refuse_if_different(tmp, output, overwrite)
+        if staged is not None:
+            refuse_if_different(staged.tmp, staged.record.path, overwrite)
+        written = publish_output(tmp, output, overwrite)
+        if staged is None:
+            return written, None
+        stats_written = publish_output(staged.tmp, staged.record.path, overwrite)
+        return written, dataclasses.replace(staged.record, written=stats_written)
+    finally:
+        if staged is not None:
+            fsio.remove(staged.tmp)
+
+
+def stage_row_stats(
+    layout: JobLayout, results: list[tuple[ShardEntry, ShardResult]], output: Path, tag: str
+) -> StagedRowStats | None:
+    """``<export>_stats.jsonl`` from the accepted row stats files in manifest order (validated as
+    they are copied), under a temp name; None when the recipe makes no per-row stats."""
     if all(result.row_stats is None for _, result in results):
         return None
     missing = [entry.shard_id for entry, result in results if result.row_stats is None and result.rows]
@@ -132,11 +158,7 @@ def merge_row_stats(
     except BaseException:
         out.abort()
         raise
-    try:
-        written = publish_output(tmp, path, overwrite)
-    finally:
-        fsio.remove(tmp)
-    return MergedRowStats(path, rows, out.bytes, out.digest.hexdigest(), written)
+    return StagedRowStats(tmp, MergedRowStats(path, rows, out.bytes, out.digest.hexdigest(), written=False))
 
 
 def merge_temp_path(output: Path, tag: str) -> Path:
@@ -265,17 +287,22 @@ def copy_shard(layout: JobLayout, entry: ShardEntry, result: ShardResult, sink) 
     return MergedShard(entry.shard_id, result.attempt_id, result.rows, result.bytes, result.sha256)
 
 
+def refuse_if_different(tmp: Path, output: Path, overwrite: bool) -> None:
+    """OutputExistsError when a different file is at ``output`` and overwriting is off."""
+    if not overwrite and fsio.exists(output) and not fsio.same_bytes(tmp, output):
+        raise OutputExistsError(
+            "a different file already exists at the export path",
+            where=str(output),
+            hint="set overwrite (elastic.overwrite_output / --overwrite) or choose another path",
+        )
+
+
 def publish_output(tmp: Path, output: Path, overwrite: bool) -> bool:
     """True when we wrote ``output``; False when an identical file was already there."""
     if fsio.exists(output):
         if fsio.same_bytes(tmp, output):
             return False
-        if not overwrite:
-            raise OutputExistsError(
-                "a different file already exists at the export path",
-                where=str(output),
-                hint="set overwrite (elastic.overwrite_output / --overwrite) or choose another path",
-            )
+        refuse_if_different(tmp, output, overwrite)
         fsio.replace(tmp, output)
         return True
     # link(): two concurrent mergers cannot both think they created the file.

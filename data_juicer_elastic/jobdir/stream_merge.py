@@ -50,9 +50,9 @@ from data_juicer_elastic.jobdir.merge import (
     OutputAppender,
     accepted_results,
     copy_shard,
-    merge_row_stats,
-    publish_output,
+    publish_merged,
     record_merge,
+    stage_row_stats,
 )
 from data_juicer_elastic.jobdir.records import Manifest, MergedShard, Record
 
@@ -216,9 +216,9 @@ def _follow(layout, manifest, output, partial, fd, overwrite, wait, poll_secs, s
         return None
     sha = out.digest.hexdigest()
     # The per-row stats file is written whole at the end (it is not streamed).
-    row_stats = merge_row_stats(layout, accepted_results(layout, manifest), output, overwrite, kernel_tag())
+    staged = stage_row_stats(layout, accepted_results(layout, manifest), output, kernel_tag())
     fsio.fault_point("finalize", output)  # named crash point: complete and fsynced, not yet published
-    written = publish_output(partial, output, overwrite)
+    written, row_stats = publish_merged(partial, output, staged, overwrite)
     result = record_merge(layout, manifest, output, state.merged, sha, written, row_stats)
     _publish_progress(state, manifest, output, partial, out, complete=True, on_progress=on_progress)
     fsio.remove(partial)

@@ -12,6 +12,7 @@ from data_juicer_elastic.jobdir import attempts
 from data_juicer_elastic.jobdir.layout import JobLayout
 from data_juicer_elastic.jobdir.manifest import load_manifest
 from data_juicer_elastic.jobdir.merge import accepted_results
+from data_juicer_elastic.jobdir.row_stats import copy_row_stats
 
 
 @dataclass(frozen=True)
@@ -30,6 +31,7 @@ def verify_job(job_dir: str | Path, expect_nodes: int = 1) -> VerifyResult:
     by_node: dict[str, int] = {}
     for entry, result in results:
         attempts.validate_result(layout, entry, result)
+        copy_row_stats(layout, entry, result, lambda block: None)  # its per-row stats file too
         by_node[result.node_id] = by_node.get(result.node_id, 0) + 1
     nodes = sorted(by_node)
     if len(nodes) < expect_nodes:

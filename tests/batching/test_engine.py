@@ -219,3 +219,68 @@ def test_policy_state_persists_across_outer_batches():
     first = run.stats.ooms
     run({"x": list(range(64))})
     assert run.stats.ooms - first <= 1  # the second outer batch starts from what the first learned
+
+
+def padded_model(capacity: float, seen: list | None = None, bad: int | None = None):
+    """Memory = rows x the longest `len` of the call (padding); raises on row `bad` (a non-OOM error)."""
+
+    def fn(piece):
+        lens = piece["len"]
+        if seen is not None:
+            seen.append(list(piece["id"]))
+        if len(lens) * max(lens) > capacity:
+            raise FakeOOM(len(lens))
+        if bad is not None and bad in piece["id"]:
+            raise ValueError("bad row")
+        piece["out"] = [i * 10 for i in piece["id"]]
+        return piece
+
+    return fn
+
+
+LENS = [5, 80, 6, 7, 90, 5, 6, 70, 8, 5, 6, 7] * 4
+
+
+def test_sort_by_cost_slices_in_cost_order_and_restores_input_order():
+    seen: list = []
+    run = batcher(padded_model(200.0, seen), ceiling=48, row_costs=lambda b: b["len"], sort_by_cost=True)
+    batch = {"id": list(range(48)), "len": list(LENS)}
+    for _ in range(3):
+        seen.clear()
+        out = run(batch)
+        assert out["id"] == list(range(48)) and out["out"] == [i * 10 for i in range(48)]
+        assert out["len"] == LENS and batch["len"] == LENS
+    assert run.stats.sorted_batches == 3
+    # the last (learned) pass: every call held rows of one length class, longest first
+    calls = [[LENS[i] for i in ids] for ids in seen]
+    assert [max(c) for c in calls] == sorted((max(c) for c in calls), reverse=True)
+    assert sum(max(c) >= 70 and min(c) <= 8 for c in calls) <= 1  # short rows meet long ones at one boundary
+
+
+def test_sort_by_cost_arrow_and_skip_keep_input_order():
+    table = pa.table({"id": list(range(48)), "len": list(LENS)})
+    out = batcher(padded_model(200.0), ceiling=48, row_costs=lambda b: b.column("len").to_pylist(), sort_by_cost=True)(
+        table
+    )
+    assert out["id"] == list(range(48))
+    run = batcher(padded_model(200.0, bad=7), ceiling=48, row_costs=lambda b: b["len"], sort_by_cost=True)
+    with pytest.raises(ValueError, match="bad row"):
+        run({"id": list(range(48)), "len": list(LENS)})
+    run = batcher(
+        padded_model(200.0, bad=7), ceiling=48, row_costs=lambda b: b["len"], sort_by_cost=True, skip_errors=True
+    )
+    out = run({"id": list(range(48)), "len": list(LENS)})
+    dropped = sorted(set(range(48)) - set(out["id"]))
+    assert 7 in dropped and out["id"] == [i for i in range(48) if i not in dropped]
+    assert out["out"] == [i * 10 for i in out["id"]]
+    assert all(LENS[i] == LENS[7] or LENS[i] <= 8 for i in dropped)  # one slice of short rows, not a stretch
+
+
+def test_no_sort_when_the_batch_fits_or_without_costs():
+    run = batcher(padded_model(10_000.0), ceiling=48, row_costs=lambda b: b["len"], sort_by_cost=True)
+    run.policy.seed(safe=5_000.0, failing=None)  # a learned budget the whole batch fits
+    run({"id": list(range(48)), "len": list(LENS)})
+    assert run.stats.sorted_batches == 0 and run.stats.slices == 1  # one slice: order cannot matter
+    run = batcher(Model(capacity=10), sort_by_cost=True)  # no row costs: nothing to sort by
+    assert run({"id": list(range(30)), "x": list(range(30))})["id"] == list(range(30))
+    assert run.stats.sorted_batches == 0

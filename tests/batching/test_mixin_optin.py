@@ -168,3 +168,55 @@ def test_metaclass_hook_is_installed_by_the_plugin():
 
     assert optin.installed(base_op)
     assert patches.RECORDS[patches.OP_METACLASS].state == "applied"
+
+
+@OPERATORS.register_module("elastic_test_own_costs_mapper")
+class OwnCostsMapper(Mapper):
+    """A registered Mapper without the mixin that says how its micro-batches cost and that they must not
+    be sorted: the recipe opt-in must keep that.  Memory is `weight` padded to the heaviest row of a call;
+    over `capacity` it runs out."""
+
+    _batched_op = True
+    adaptive_batching_cost = "padded_text"  # rows x the heaviest row (the mixin's default sums)
+    adaptive_batching_sort = False
+    costs_asked = 0
+
+    def __init__(self, capacity: float = 40.0, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.capacity = capacity
+
+    def adaptive_row_costs(self, batch):
+        OwnCostsMapper.costs_asked += 1  # on the registered class, not the built subclass
+        return [float(w) for w in batch["weight"]]
+
+    def process_batched(self, samples):
+        if len(samples["weight"]) * max(samples["weight"]) > self.capacity:
+            raise RuntimeError("CUDA out of memory (test)")
+        samples["double"] = [2 * w for w in samples["weight"]]
+        return samples
+
+
+def test_recipe_opt_in_keeps_the_operators_own_cost_model_and_row_costs():
+    from data_juicer.ops import load_ops
+
+    from data_juicer_elastic.batching import runtime
+
+    runtime.reset()
+    name = "elastic_test_own_costs_mapper"
+    (op,) = load_ops([{name: {"batch_size": 64, "adaptive_batching": True, "capacity": 40.0}}])
+    assert isinstance(op, AdaptiveBatchingMixin) and type(op)._adaptive_base is OwnCostsMapper
+    assert op.adaptive_batching_cost == "padded_text" and op.adaptive_batching_sort is False
+    weights = [1.0] * 30 + [10.0] + [1.0] * 33  # the texts say nothing: only the operator's costs do
+    before = OwnCostsMapper.costs_asked
+    out = op.process({"weight": list(weights), "text": ["x"] * 64})
+    assert out["double"] == [2 * w for w in weights]
+    assert OwnCostsMapper.costs_asked > before  # the operator's adaptive_row_costs, not the mixin's
+    stats = op.adaptive_batching_stats()
+    assert set(stats) == {"padded_text"}  # the mixin's "auto" would have been "text"
+    assert stats["padded_text"]["sorted_batches"] == 0  # its own adaptive_batching_sort = False
+    trace = runtime._by_op[op]["padded_text"].policy.trace
+    assert all(cost <= 40.0 for outcome, _, cost, _ in trace if outcome == "ok")
+    # slices in input order, the one holding the heavy row costed as padded to it
+    assert any(cost == 10.0 * rows for outcome, rows, cost, _ in trace)
+    # a class that already has the mixin is used as it is
+    assert optin.adaptive_class(OwnMapper) is OwnMapper

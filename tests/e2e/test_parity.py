@@ -22,6 +22,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from ..values import strict_equal
 from .conftest import RAY_CPUS, read_jsonl
 from .parity_corpus import huge_rows, write_corpus
 
@@ -46,19 +47,6 @@ FILTERS = [
     {"specified_field_filter": {"field_key": "meta.src", "target_value": ["a"]}},
     {"words_num_filter": {"min_num": 2, "lang": "en", "tokenization": False}},
 ]
-
-
-def strict_equal(a, b) -> bool:
-    """Equal as JSON values *and* types, key order included; doubles bit for bit."""
-    if type(a) is not type(b):
-        return False
-    if isinstance(a, dict):
-        return list(a) == list(b) and all(strict_equal(a[k], b[k]) for k in a)
-    if isinstance(a, list):
-        return len(a) == len(b) and all(map(strict_equal, a, b))
-    if isinstance(a, float):
-        return a == b and math.copysign(1.0, a) == math.copysign(1.0, b)
-    return a == b
 
 
 def close(a, b) -> bool:
@@ -130,7 +118,7 @@ def test_mappers_and_filters_on_a_directory_match_the_default_executor_and_keep_
     """13 built-in operators; directory input read in the default executor's file order."""
     directory, rows = corpus
     default, elastic = run_both(
-        tmp_path, "ops", directory, {"process": MAPPERS + FILTERS}, {"num_shards": 3, "input_order": "data_juicer"}
+        tmp_path, "ops", directory, {"process": MAPPERS + FILTERS}, {"num_shards": 2, "input_order": "data_juicer"}
     )
     assert_parity(rows, default, elastic, {"text"})
     # what the default executor loses and this executor keeps (docs/lossless.md)
@@ -141,25 +129,21 @@ def test_mappers_and_filters_on_a_directory_match_the_default_executor_and_keep_
     assert any("region" not in r for r in ours.values()) and all("region" in r for r in theirs.values())
 
 
-def test_keep_stats_in_res_ds_keeps_them_in_the_rows(corpus, tmp_path):
-    """Filters only, stats inline (keep_stats_in_res_ds), one shard per ~40 rows of the first file."""
-    directory, rows = corpus
-    first_file = directory / "a.jsonl"
-    fields = {"keep_stats_in_res_ds": True, "process": FILTERS[:5]}
-    default, elastic = run_both(tmp_path, "stats", first_file, fields, {"num_shards": 4})
-    assert_parity(rows[:170], default, elastic, set(), stats_inline=True)
-    assert all(STATS in row for row in read_jsonl(elastic))
-
-
-def test_integers_beyond_int64_reach_operators_as_the_default_executor_gives_them(tmp_path):
-    """Arrow has no integer beyond int64: operators see doubles under both executors (the same rows
-    pass a numeric filter), the default executor also writes doubles, this executor the exact integers."""
+def test_integers_beyond_int64_and_stats_kept_in_the_rows(tmp_path):
+    """A single-file input, ``keep_stats_in_res_ds: true``.  Arrow has no integer beyond int64:
+    operators see doubles under both executors (the same rows pass a numeric filter on them), the
+    default executor also writes doubles, this executor the exact integers."""
     data = tmp_path / "huge.jsonl"
     rows = huge_rows()
     data.write_text("".join(json.dumps(r) + "\n" for r in rows))
-    numeric = [{"specified_numeric_field_filter": {"field_key": "huge", "min_value": 10, "max_value": 2**71}}]
-    default, elastic = run_both(tmp_path, "huge", data, {"process": numeric}, {"num_shards": 2})
-    assert_parity(rows, default, elastic, set())
-    theirs = read_jsonl(default)
+    process = [
+        {"specified_numeric_field_filter": {"field_key": "huge", "min_value": 10, "max_value": 2**71}},
+        {"text_length_filter": {"min_len": 10, "max_len": 10000}},
+    ]
+    fields = {"keep_stats_in_res_ds": True, "process": process}
+    default, elastic = run_both(tmp_path, "huge", data, fields, {"num_shards": 3})
+    assert_parity(rows, default, elastic, set(), stats_inline=True)
+    ours, theirs = read_jsonl(elastic), read_jsonl(default)
+    assert all(STATS in row for row in ours)
     assert any(isinstance(r["huge"], float) and r["huge"] != 2**70 + r["id"] for r in theirs)
-    assert any(r["huge"] == 2**70 for r in read_jsonl(elastic))
+    assert any(r["huge"] == 2**70 + 7 and type(r["huge"]) is int for r in ours)

@@ -4,7 +4,6 @@ of what operators return -> the writer's restore, property-tested against the in
 from __future__ import annotations
 
 import json
-import math
 
 import pyarrow as pa
 import pytest
@@ -15,6 +14,8 @@ from data_juicer_elastic.execution.lossless import equivalent, restore_fields
 from data_juicer_elastic.execution.row_types import ROW_COLUMN, ArrowRows
 from data_juicer_elastic.execution.row_writer import encode_row
 from data_juicer_elastic.jobdir.row_schema import RowSchema
+
+from ..values import strict_equal
 
 KEYS = ["text", "score", "meta", "tags", "id", "x"]
 TRICKY_STRINGS = ["2023-04-27T00:00:00", "00123", "1e5", "true", "null", "", "漢字 é", "a/b\\c", "\u2028"]
@@ -40,19 +41,6 @@ values = st.recursive(
     max_leaves=12,
 )
 rows = st.lists(st.dictionaries(st.sampled_from(KEYS), values, max_size=5), min_size=1, max_size=12)
-
-
-def strict_equal(a, b) -> bool:
-    """Equal as JSON values *and* types, key order included; doubles bit for bit."""
-    if type(a) is not type(b):
-        return False
-    if isinstance(a, dict):
-        return list(a) == list(b) and all(strict_equal(a[k], b[k]) for k in a)
-    if isinstance(a, list):
-        return len(a) == len(b) and all(map(strict_equal, a, b))
-    if isinstance(a, float):
-        return a == b and math.copysign(1.0, a) == math.copysign(1.0, b)
-    return a == b
 
 
 def ray_retyped(table: pa.Table) -> pa.Table:

@@ -12,7 +12,6 @@ also checked against the input: values no operator touched come back exactly.
 from __future__ import annotations
 
 import json
-import math
 import os
 from pathlib import Path
 
@@ -27,6 +26,7 @@ from data_juicer_elastic.jobdir.merge import merge_job
 from data_juicer_elastic.jobdir.prepare import PrepareRequest, prepare_job
 from data_juicer_elastic.jobdir.worker_loop import run_worker
 
+from ..values import strict_equal
 from .conftest import recipe
 
 pytestmark = pytest.mark.ray
@@ -59,24 +59,18 @@ rows = st.lists(
 ).map(lambda items: [{"id": i, "text": text, **other} for i, (text, other) in enumerate(items)])
 
 
-def strict_equal(a, b) -> bool:
-    if type(a) is not type(b):
-        return False
-    if isinstance(a, dict):
-        return list(a) == list(b) and all(strict_equal(a[k], b[k]) for k in a)
-    if isinstance(a, list):
-        return len(a) == len(b) and all(map(strict_equal, a, b))
-    if isinstance(a, float):
-        return a == b and math.copysign(1.0, a) == math.copysign(1.0, b)
-    return a == b
-
-
 def merged_bytes(data: Path, root: Path, shards: int, cache_dir: Path) -> tuple[bytes, bytes]:
     job = root / f"job-{shards}"
     manifest = prepare_job(PrepareRequest(job, data, shards, RECIPE, compute_stage_identities(RECIPE))).manifest
     runner = ShardRunner(RECIPE, manifest.stage_identities, cache_dir, row_schema=manifest.row_schema)
     summary = run_worker(
-        job, WorkerIdentity.current(node_id="invariance"), runner, ttl_secs=120, heartbeat_secs=30, max_retries=0
+        job,
+        WorkerIdentity.current(node_id="invariance"),
+        runner,
+        ttl_secs=120,
+        heartbeat_secs=30,
+        max_retries=0,
+        poll_interval_secs=0.5,
     )
     assert summary.complete
     output = root / f"merged-{shards}.jsonl"

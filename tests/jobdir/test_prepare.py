@@ -305,3 +305,30 @@ def test_media_key_set_to_null_normalises_nothing(tmp_path):
     assert json.loads((tmp_path / "job" / "shards" / "part-00000-of-00001.jsonl").read_text()) == {"images": ["a.jpg"]}
     again = prepare_job(request(tmp_path / "job", data, 1, media_keys={"image_key": None, "audio_key": "audios"}))
     assert not again.created
+
+
+def test_data_juicer_input_order_is_the_default_executors(tmp_path):
+    """elastic.input_order: data_juicer lists a directory as Data-Juicer's default executor does
+    (its own find_files_with_suffix: rglob order, grouped by suffix); sorted stays the default."""
+    import gzip
+    from pathlib import Path
+
+    import zstandard
+    from data_juicer.format.json_formatter import JsonFormatter
+    from data_juicer.utils.file_utils import find_files_with_suffix
+
+    from data_juicer_elastic.jobdir.prepare import discover_inputs
+
+    data = tmp_path / "data"
+    row = b'{"text": "x"}\n'
+    for rel in ("z.jsonl", "b/a.jsonl.gz", "a.jsonl", "m/k/q.jsonl", "c.jsonl.zst", "b/x.jsonl"):
+        path = data / rel
+        path.parent.mkdir(parents=True, exist_ok=True)
+        # Data-Juicer tells compressed files by their magic number, so they must be real
+        compress = {".gz": gzip.compress, ".zst": zstandard.ZstdCompressor().compress}.get(path.suffix, bytes)
+        path.write_bytes(compress(row))
+    groups = find_files_with_suffix(data, JsonFormatter.SUFFIXES)
+    theirs = [str(Path(p).relative_to(data)) for files in groups.values() for p in files]
+    assert len(theirs) == 6
+    assert [i.relpath for i in discover_inputs(data, "data_juicer")] == theirs
+    assert [i.relpath for i in discover_inputs(data)] == sorted(theirs)
