@@ -177,26 +177,17 @@ def wrapped(function) -> bool:
 
 
 def _patch_config(module: ModuleType) -> None:
-    original = getattr(module, "build_base_parser", None)
-    if not callable(original):
-        mark(BUILD_PARSER, "missing", "function not found")
-    elif not wrapped(original):
-        module.build_base_parser = _wrap_build_base_parser(original)
-        mark(BUILD_PARSER, "applied")
-
-    original = getattr(module, "init_setup_from_cfg", None)
-    if not callable(original):
-        mark(INIT_SETUP, "missing", "function not found")
-    elif not wrapped(original):
-        module.init_setup_from_cfg = _wrap_init_setup(original)
-        mark(INIT_SETUP, "applied")
-
-    original = getattr(module, "display_config", None)
-    if not callable(original):
-        mark(DISPLAY_CONFIG, "missing", "function not found")
-    elif not wrapped(original):
-        module.display_config = _wrap_display_config(original)
-        mark(DISPLAY_CONFIG, "applied")
+    for name, record, wrap in (
+        ("build_base_parser", BUILD_PARSER, _wrap_build_base_parser),
+        ("init_setup_from_cfg", INIT_SETUP, _wrap_init_setup),
+        ("display_config", DISPLAY_CONFIG, _wrap_display_config),
+    ):
+        original = getattr(module, name, None)
+        if not callable(original):
+            mark(record, "missing", "function not found")
+        elif not wrapped(original):
+            setattr(module, name, wrap(original))
+            mark(record, "applied")
 
 
 def _wrap_build_base_parser(original):

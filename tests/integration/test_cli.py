@@ -164,15 +164,20 @@ def test_moved_internal_reported_before_the_parser_when_it_is_the_parser(tmp_pat
     assert "IntegrationError: data_juicer.config.config.build_base_parser" in result.stderr
 
 
+def _run_and_list_imports(argv: list[str], cwd):
+    """``dj-elastic argv`` in a child that prints which of Data-Juicer and Ray it imported."""
+    probe = (
+        "import sys; from data_juicer_elastic.cli import main; "
+        f"code = main({argv!r}); "
+        "print('loaded:', sorted(m for m in ('data_juicer', 'ray') if m in sys.modules)); sys.exit(code)"
+    )
+    return run([sys.executable, "-c", probe], cwd=cwd)
+
+
 @pytest.mark.parametrize("command", [["worker"], ["merge", "--output", "out.jsonl"]])
 def test_dj_elastic_refuses_an_unprepared_job_before_loading_data_juicer(tmp_path, command):
     """One line and exit 2 without importing Data-Juicer (seconds of imports) or Ray."""
-    probe = (
-        "import sys; from data_juicer_elastic.cli import main; "
-        f"code = main({[command[0], '--job-dir', str(tmp_path / 'nope'), *command[1:]]!r}); "
-        "print('loaded:', sorted(m for m in ('data_juicer', 'ray') if m in sys.modules)); sys.exit(code)"
-    )
-    result = run([sys.executable, "-c", probe], cwd=tmp_path)
+    result = _run_and_list_imports([command[0], "--job-dir", str(tmp_path / "nope"), *command[1:]], tmp_path)
     assert result.returncode == 2, result.stderr
     assert "not prepared" in result.stderr and len(result.stderr.strip().splitlines()) == 1
     assert "loaded: []" in result.stdout
@@ -198,12 +203,7 @@ def finished_job(tmp_path):
 @pytest.mark.parametrize("command", [["merge", "--output", "out.jsonl"], ["status"], ["verify"]])
 def test_dj_elastic_merge_status_verify_never_import_data_juicer_or_ray(tmp_path, finished_job, command):
     """Seconds of imports for a copy with validation, a listing or a check: none of them needs either."""
-    probe = (
-        "import sys; from data_juicer_elastic.cli import main; "
-        f"code = main({[command[0], '--job-dir', str(finished_job), *command[1:]]!r}); "
-        "print('loaded:', sorted(m for m in ('data_juicer', 'ray') if m in sys.modules)); sys.exit(code)"
-    )
-    result = run([sys.executable, "-c", probe], cwd=tmp_path)
+    result = _run_and_list_imports([command[0], "--job-dir", str(finished_job), *command[1:]], tmp_path)
     assert result.returncode == 0, result.stderr
     assert "loaded: []" in result.stdout
     if command[0] == "merge":
