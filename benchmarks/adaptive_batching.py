@@ -14,6 +14,12 @@ and take seconds.  The simulated mapper:
   wastes U(0.3, 1) x the call time plus 30 ms cleanup, and raises torch's
   ``OutOfMemoryError`` (a classified RuntimeError stand-in without torch).
 
+Scenarios: ``stationary``; ``step`` (capacity x0.6 from 30% to 70% of the rows); ``sine``
+(capacity +-20%, three periods); ``spikes`` (1% of calls at half capacity); ``fragmentation``
+(capacity falls 0.2% per call until an OOM's cleanup, floor 50%); ``sorted`` (lengths
+ascending); ``poison`` (one row costs more than the whole capacity); ``errors`` (0.1% of
+rows raise a non-OOM error, with ``skip_op_error``).
+
 Controllers: fixed sizes; accelerate-style ``find_executable_batch_size`` (x0.5
 and x0.9: the whole outer batch restarts smaller, never grows); Lightning-style
 tune-then-fix; AIMD (+1 row, x0.5, same-offset retry); Data-Juicer 1.6.1's

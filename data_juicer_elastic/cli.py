@@ -13,6 +13,7 @@ subcommand needs it.
 from __future__ import annotations
 
 import argparse
+import functools
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -20,14 +21,19 @@ from pathlib import Path
 from data_juicer_elastic import __version__
 from data_juicer_elastic.errors import EXIT_ERROR, EXIT_OK, ElasticError
 
+# Plain text: argparse prints it as it is (the module docstring's reST markup would show).
+DESCRIPTION = "dj-elastic: the lower-level steps of an elastic sharded job."
+
 
 def _cmd_prepare(args: argparse.Namespace) -> int:
-    from data_juicer_elastic.executor import prepare_from_cfg
+    from data_juicer_elastic.preparation import early_request, prepare_overlapped, prepare_request
 
-    cfg, settings = _load_recipe(args)
-    outcome = prepare_from_cfg(cfg, settings)
-    state = "prepared" if outcome.created else "already prepared (identical request, nothing to do)"
-    print(f"{settings.job_dir}: {state}; {len(outcome.manifest.shards)} shards")
+    def parse():
+        return prepare_request(*_load_recipe(args, setup=False))
+
+    # The input pass starts while Data-Juicer loads (seconds): see prepare_overlapped.
+    overrides = {"dataset_path": args.dataset_path, **_elastic_overrides(args)}
+    prepare_overlapped(early_request(args.config, overrides), parse)  # says what it prepared (or reused)
     return EXIT_OK
 
 
@@ -39,7 +45,12 @@ def _cmd_worker(args: argparse.Namespace) -> int:
     summary = run_local_worker(
         args.job_dir, settings, wait_for_completion=not args.no_wait, slots=args.slots, max_done=args.max_done
     )
-    print(f"worker done: {summary}")
+    from data_juicer_elastic.console import say
+
+    say(
+        f"worker done ({summary.stop_reason}): {summary.done} shard(s) done here, {summary.failed} failed attempt(s)"
+        + ("; the job is complete" if summary.complete else "")
+    )
     if summary.terminal_failures:
         failed = ", ".join(shard_id for shard_id, _ in summary.terminal_failures)
         print(f"error: shard(s) failed terminally: {failed}", file=sys.stderr)
@@ -79,11 +90,15 @@ def _cmd_run(args: argparse.Namespace) -> int:
             where=args.config,
             hint="dj-elastic run needs executor_type: elastic_sharded (use dj-process for the other executors)",
         )
-    result = ElasticShardedExecutor(cfg).run()
+    executor = ElasticShardedExecutor(cfg)
+    result = executor.run()
     if result is None:
         print("reached max_shards; the other instances finish the run")
     else:
-        print(f"merged {result.rows} rows from {result.shards} shards into {result.output_path}")
+        from data_juicer_elastic.console.summary import print_summary
+        from data_juicer_elastic.integration.dispatch import node_log_dir
+
+        print_summary(executor.settings.job_dir, result, log_path=node_log_dir(executor.settings.job_dir))
     return EXIT_OK
 
 
@@ -120,12 +135,10 @@ def _cmd_merge(args: argparse.Namespace) -> int:
         )
         assert result is not None  # no stop event: returns only when published
     else:
-        from data_juicer_elastic.jobdir.manifest import load_manifest
+        from data_juicer_elastic.finalize import finalize  # imports neither Data-Juicer nor Ray
 
-        load_manifest(Path(args.job_dir).resolve())  # a bad job dir is refused before Data-Juicer loads
-        from data_juicer_elastic.executor import finalize
-
-        result = finalize(args.job_dir, args.output, overwrite=args.overwrite)
+        finalize(args.job_dir, args.output, overwrite=args.overwrite)  # says what it merged
+        return EXIT_OK
     print(f"merged {result.rows} rows from {result.shards} shards into {result.output_path}")
     return EXIT_OK
 
@@ -151,8 +164,12 @@ def _cmd_doctor(args: argparse.Namespace) -> int:
     return EXIT_OK if all(c.ok or c.warn for c in checks) else EXIT_ERROR
 
 
-def _load_recipe(args: argparse.Namespace):
-    """Parse a recipe exactly as dj-process does (same parser, same validation)."""
+def _load_recipe(args: argparse.Namespace, setup: bool = True):
+    """Parse a recipe exactly as dj-process does (same parser, same validation).
+
+    ``setup=False``: without Data-Juicer's side effects (work dir, log files, config backup,
+    the configuration table), for commands that only prepare.
+    """
     from data_juicer.config import init_configs
 
     from data_juicer_elastic.integration.config_block import settings_from_cfg
@@ -160,17 +177,25 @@ def _load_recipe(args: argparse.Namespace):
     argv = ["--config", args.config]
     if args.dataset_path:
         argv += ["--dataset_path", args.dataset_path]
+    for name, value in _elastic_overrides(args).items():
+        argv += [f"--elastic.{name}", "true" if value is True else str(value)]
+    extra = list(getattr(args, "extra", None) or [])
+    argv += extra[1:] if extra[:1] == ["--"] else extra
+    cfg = init_configs(args=argv, load_configs_only=not setup)
+    return cfg, settings_from_cfg(cfg)
+
+
+def _elastic_overrides(args: argparse.Namespace) -> dict:
+    """The ``elastic.*`` values given as options of ``prepare`` / ``run``."""
     names = ("job_dir", "num_shards", "ray_address", "lease_ttl_secs", "max_retries", "poll_interval_secs")
+    found = {}
     for name in (*names, "run_id", "nodes", "wait_timeout_secs", "slots_per_node", "ray_num_cpus", "shard_codec"):
         value = getattr(args, name, None)
         if value is not None:
-            argv += [f"--elastic.{name}", str(value)]
+            found[name] = value
     if getattr(args, "require_all_nodes", False):
-        argv += ["--elastic.require_all_nodes", "true"]
-    extra = list(getattr(args, "extra", None) or [])
-    argv += extra[1:] if extra[:1] == ["--"] else extra
-    cfg = init_configs(args=argv)
-    return cfg, settings_from_cfg(cfg)
+        found["require_all_nodes"] = True
+    return found
 
 
 def _settings_from_job(job_dir: str, args: argparse.Namespace):
@@ -211,14 +236,24 @@ def _setting_options(parser: argparse.ArgumentParser, *names: str) -> None:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="dj-elastic", description=__doc__.splitlines()[0])
+    verbose = argparse.ArgumentParser(add_help=False)
+    verbose.add_argument(
+        "-v",
+        "--verbose",
+        action="store_true",
+        default=argparse.SUPPRESS,  # so that -v before or after the command both count
+        help="show everything Data-Juicer and Ray log (also DJ_ELASTIC_VERBOSE=1); default: the plugin's own "
+        "lines, warnings, errors and a live progress line",
+    )
+    parser = argparse.ArgumentParser(prog="dj-elastic", description=DESCRIPTION, parents=[verbose])
     parser.add_argument("--version", action="version", version=f"data-juicer-elastic {__version__}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    add_parser = functools.partial(sub.add_parser, parents=[verbose])
 
     def job_dir(p: argparse.ArgumentParser, required: bool = True) -> None:
         p.add_argument("--job-dir", required=required, help="the shared job directory")
 
-    p = sub.add_parser("prepare", help="validate the recipe and input, split into shards (idempotent)")
+    p = add_parser("prepare", help="validate the recipe and input, split into shards (idempotent)")
     p.add_argument("--config", required=True, help="Data-Juicer recipe (YAML) with executor_type elastic_sharded")
     p.add_argument("--dataset-path", help="override the recipe's dataset_path")
     job_dir(p, required=False)
@@ -230,7 +265,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--shard-codec", choices=("none", "gzip", "zstd"), help="how shard files are stored")
     p.set_defaults(func=_cmd_prepare)
 
-    p = sub.add_parser(
+    p = add_parser(
         "run",
         help="the whole job on this node, as dj-process does: elected prepare, work, elected finalize",
         description="Start the same command on every node of a submission (all instances of one submission "
@@ -251,7 +286,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("extra", nargs=argparse.REMAINDER, help="-- then further dj-process options")
     p.set_defaults(func=_cmd_run)
 
-    p = sub.add_parser("worker", help="claim and process shards with one warm node-local Ray runtime")
+    p = add_parser("worker", help="claim and process shards with one warm node-local Ray runtime")
     job_dir(p)
     p.add_argument("--max-shards", type=int, help="stop after claiming this many shards")
     p.add_argument("--ray-address", help="override the recorded Ray address (local | auto | host:port)")
@@ -272,7 +307,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--no-wait", action="store_true", help="exit when nothing is claimable instead of waiting")
     p.set_defaults(func=_cmd_worker)
 
-    p = sub.add_parser(
+    p = add_parser(
         "status",
         help="show progress: states, rows, rows/s, ETA, nodes, stragglers, failures (never changes the job)",
         description="Exit code 0: every shard done; 1: incomplete; 2: a shard failed terminally or an error. "
@@ -292,14 +327,14 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--lease-ttl-secs", type=float, help="only affects which claims display as stale")
     p.set_defaults(func=_cmd_status)
 
-    p = sub.add_parser(
+    p = add_parser(
         "report", help="write one self-contained HTML report: timeline, throughput, failures (never changes the job)"
     )
     job_dir(p)
     p.add_argument("--output", required=True, help="the HTML file to write (outside the job directory)")
     p.set_defaults(func=_cmd_report)
 
-    p = sub.add_parser(
+    p = add_parser(
         "retry",
         help="requeue terminally failed shards, or done shards whose output is missing or corrupt "
         "(archives their records to history/)",
@@ -310,7 +345,7 @@ def build_parser() -> argparse.ArgumentParser:
     group.add_argument("--shard-id", nargs="+", metavar="ID")
     p.set_defaults(func=_cmd_retry)
 
-    p = sub.add_parser("merge", help="validate every shard result and merge them in input order")
+    p = add_parser("merge", help="validate every shard result and merge them in input order")
     job_dir(p)
     p.add_argument("--output", required=True, help="the merged JSONL to write")
     p.add_argument("--overwrite", action="store_true", help="replace a different existing output")
@@ -323,12 +358,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--poll-secs", type=float, default=2.0, help="with --follow: how often to look for the next shard")
     p.set_defaults(func=_cmd_merge)
 
-    p = sub.add_parser("verify", help="check every shard result and how many nodes completed shards")
+    p = add_parser("verify", help="check every shard result and how many nodes completed shards")
     job_dir(p)
     p.add_argument("--expect-nodes", type=int, default=1, help="minimum distinct node identities among completions")
     p.set_defaults(func=_cmd_verify)
 
-    p = sub.add_parser("doctor", help="check the Data-Juicer integration and a shared directory")
+    p = add_parser("doctor", help="check the Data-Juicer integration and a shared directory")
     job_dir(p, required=False)
     p.set_defaults(func=_cmd_doctor)
     return parser
@@ -336,6 +371,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    _console(getattr(args, "verbose", False))
     try:
         return args.func(args)
     except ElasticError as err:
@@ -344,6 +380,22 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return EXIT_ERROR
+
+
+def _console(verbose: bool) -> None:
+    """Quiet console unless -v (inherited by slot processes through the environment).
+
+    Importing Data-Juicer (lazily, in worker/run/prepare) replaces loguru's handlers
+    with its own stderr one, so the console is installed again right after that import."""
+    from data_juicer_elastic.console import install_console, set_verbose
+    from data_juicer_elastic.console.quiet import mark_quiet_workers
+    from data_juicer_elastic.integration import deferred
+
+    if verbose:
+        set_verbose(True)
+    mark_quiet_workers()
+    install_console()
+    deferred.when_imported("data_juicer", lambda _module: install_console())
 
 
 if __name__ == "__main__":  # pragma: no cover

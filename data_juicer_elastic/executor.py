@@ -29,30 +29,28 @@ from typing import Any
 
 from loguru import logger
 
-from data_juicer_elastic import __version__
-from data_juicer_elastic.console import StepDisplay, shard_display
+from data_juicer_elastic.console import JobDisplay
 from data_juicer_elastic.coordination import crashpoints
 from data_juicer_elastic.coordination.elections import RunCoordinator
 from data_juicer_elastic.coordination.flow import Phases, Timing, run_coordinated
 from data_juicer_elastic.coordination.run_id import resolve_run_id
-from data_juicer_elastic.coordination.settle import StrictPolicy, shard_failed_error
+from data_juicer_elastic.coordination.settle import StrictPolicy
 from data_juicer_elastic.coordination.slots import CUDA_ENV, SlotPool, slot_argv, slot_cpus, slot_devices, slot_env
 from data_juicer_elastic.coordination.stragglers import ClaimGate
-from data_juicer_elastic.errors import ConfigError, ElasticError, IntegrityError, JobDirError, storage_errors
-from data_juicer_elastic.jobdir import confine, steps
-from data_juicer_elastic.jobdir.attempts import requeue_hint
+from data_juicer_elastic.errors import ConfigError, ElasticError, JobDirError
+from data_juicer_elastic.finalize import finalize
+from data_juicer_elastic.jobdir import confine
 from data_juicer_elastic.jobdir.confine import open_job_dir
-from data_juicer_elastic.jobdir.export_path import check_export_path, export_target
+from data_juicer_elastic.jobdir.export_path import export_target
 from data_juicer_elastic.jobdir.identity import WorkerIdentity
 from data_juicer_elastic.jobdir.layout import JobLayout
 from data_juicer_elastic.jobdir.manifest import load_manifest
-from data_juicer_elastic.jobdir.merge import MergeResult, merge_job
-from data_juicer_elastic.jobdir.prepare import PrepareOutcome, PrepareRequest, prepare_job
+from data_juicer_elastic.jobdir.merge import MergeResult
+from data_juicer_elastic.jobdir.recipe_diff import recipe_differences
 from data_juicer_elastic.jobdir.records import Manifest
-from data_juicer_elastic.jobdir.row_schema import RowSchema, operator_view_notes
-from data_juicer_elastic.jobdir.status import snapshot
 from data_juicer_elastic.jobdir.stream_merge import MergeBusyError, follow_merge
 from data_juicer_elastic.jobdir.worker_loop import WorkerSummary, run_worker
+from data_juicer_elastic.preparation import prepare_from_cfg
 from data_juicer_elastic.settings import ElasticSettings, check_strict_shares
 
 try:  # Data-Juicer's base class, so ExecutorFactory users get a real executor
@@ -69,46 +67,6 @@ except ImportError as exc:  # pragma: no cover - only when Data-Juicer moved it
 
 def _resolve(path: str | os.PathLike) -> Path:
     return Path(path).expanduser().resolve()
-
-
-def prepare_from_cfg(cfg: Any, settings: ElasticSettings) -> PrepareOutcome:
-    """Validate the recipe and input, and publish the job directory (a no-op when identical)."""
-    from data_juicer_elastic.execution.code_fingerprint import code_fingerprint
-    from data_juicer_elastic.execution.stage_identities import compute_stage_identities
-    from data_juicer_elastic.integration.recipe import build_shard_recipe, index_key, media_keys
-    from data_juicer_elastic.integration.recipe_check import check_shard_safe
-
-    crashpoints.install_from_env()  # test-only fault plans (a full disk while splitting); none when unset
-    if not getattr(cfg, "dataset_path", None):
-        raise ConfigError("dataset_path is not set", where="recipe", hint="set dataset_path to a .jsonl file or folder")
-    recipe = build_shard_recipe(cfg)
-    check_shard_safe(recipe)
-    import data_juicer
-
-    request = PrepareRequest(
-        job_dir=_resolve(settings.job_dir),
-        dataset_path=_resolve(cfg.dataset_path),
-        num_shards=settings.num_shards,
-        recipe=recipe,
-        stage_identities=compute_stage_identities(recipe),
-        media_keys=media_keys(cfg),
-        index_key=index_key(cfg),
-        settings=settings.to_dict(),
-        versions={"data_juicer": data_juicer.__version__, "data_juicer_elastic": __version__},
-        ray={"address": settings.ray_address, "num_cpus": settings.ray_num_cpus},
-        max_line_bytes=settings.max_line_bytes,
-        shard_codec=settings.shard_codec,
-        input_order=settings.input_order,
-        code=code_fingerprint(recipe),
-    )
-    with StepDisplay() as display, steps.reporting(display):  # a bar on a terminal, else log lines
-        outcome = prepare_job(request)
-    verb = "prepared" if outcome.created else "reusing prepared"
-    logger.info(f"{verb} job {request.job_dir} ({len(outcome.manifest.shards)} shards)")
-    if outcome.manifest.row_schema is not None:
-        for note in operator_view_notes(RowSchema.from_json(outcome.manifest.row_schema)):
-            logger.warning(f"{note} (the output keeps every untouched value as it was; see docs/lossless.md)")
-    return outcome
 
 
 def run_local_worker(
@@ -193,7 +151,8 @@ def run_local_worker(
             pool.start(
                 k, argv, slot_env(identity.node_id, devices[k]), layout.node_log(identity.node_id, f"{name}-slot{k}")
             )
-        with runner:
+        shard_rows = {entry.shard_id: entry.rows for entry in manifest.shards}
+        with runner, JobDisplay(job, shard_rows) as display:  # live line on a terminal, else lines
             summary = run_worker(
                 job,
                 identity,
@@ -207,7 +166,7 @@ def run_local_worker(
                 stop_event=stop_event,
                 max_done=max_done,
                 claim_gate=gate,
-                on_attempt=shard_display(),  # the current shard's rows read and stage
+                on_attempt=display.attach,  # this process's running shards count in the display
                 max_holder_deaths=settings.max_holder_deaths,
                 before_claim=runner.ready,  # code checked and Ray up before a claim is held
                 stall_timeout_secs=settings.stall_timeout_secs,
@@ -228,50 +187,6 @@ def _stop_slots(pool: SlotPool, wait_secs: float = 30.0) -> None:
             proc.wait(timeout=wait_secs)
         except subprocess.TimeoutExpired:
             proc.kill()
-
-
-@storage_errors(then="run the merge again")  # ENOSPC, EIO...: one line naming the path, exit 2
-def finalize(
-    job_dir: str | os.PathLike,
-    export_path: str | os.PathLike,
-    *,
-    overwrite: bool = False,
-    stream: bool = False,
-    lock_wait_secs: float = 0.0,
-) -> MergeResult:
-    """Fail clearly on terminal shard failures, else merge every shard in manifest order and
-    write the overall statistics (from the per-shard summaries, not from the merged file).
-
-    ``stream``: continue the streaming merge's partial output (``jobdir.stream_merge``);
-    if another process still holds it after ``lock_wait_secs``, merge from scratch instead.
-    """
-    from data_juicer_elastic.stats import compute_overall, write_overall_stats
-
-    crashpoints.install_from_env()
-    job = _resolve(job_dir)
-    export = check_export_path(job, export_path)  # before any work: not in the job dir, not a directory
-    snap = snapshot(job)
-    if snap.terminal_failures:
-        raise shard_failed_error(snap.terminal_failures, job)
-    try:  # before merging: a bad summary stops finalize before any output
-        overall = compute_overall(job)
-    except IntegrityError as exc:  # an accepted output is gone or altered: say how to requeue its shard
-        shard = (exc.where or "").removeprefix("shard ")
-        if shard == exc.where:
-            raise
-        raise IntegrityError(exc.message, where=exc.where, hint=requeue_hint(JobLayout(job), [shard])) from None
-    with StepDisplay() as display, steps.reporting(display):
-        result = None
-        if stream:
-            try:
-                result = follow_merge(job, export, overwrite=overwrite, wait=False, lock_wait_secs=lock_wait_secs)
-            except MergeBusyError as exc:
-                logger.warning(f"{exc}; merging without the partial output")
-        if result is None:
-            result = merge_job(job, export, overwrite=overwrite)
-    write_overall_stats(overall, job, result.output_path)
-    logger.info(f"merged {result.rows} rows from {result.shards} shards into {result.output_path}")
-    return result
 
 
 @contextlib.contextmanager
@@ -317,8 +232,8 @@ def check_same_request(cfg: Any, settings: ElasticSettings, manifest: Manifest) 
         differences.append(f"dataset_path is {dataset!r} here, {manifest.dataset_path!r} in the job")
     if settings.num_shards != manifest.num_shards:
         differences.append(f"num_shards is {settings.num_shards} here, {manifest.num_shards} in the job")
-    if recipe_hash(build_shard_recipe(cfg)) != manifest.recipe_hash:
-        differences.append("the recipe differs from the one the job was prepared with")
+    recipe = build_shard_recipe(cfg)
+    differences += recipe_differences(manifest, recipe, recipe_hash(recipe))  # names the changed keys
     if differences:
         raise JobDirError(
             "this instance was started with a different job than the one prepared: " + "; ".join(differences),

@@ -31,6 +31,7 @@ import functools
 import os
 import sys
 from collections.abc import Sequence
+from pathlib import Path
 from types import ModuleType
 from typing import Any, NoReturn
 
@@ -116,8 +117,24 @@ def run_tool(module: ModuleType, original, args, kwargs, *, prog: str, dispatch:
 
 
 def run_elastic(cfg: Any) -> None:
+    from data_juicer_elastic.console.quiet import mark_quiet_workers
+
     patches.require_integration()
-    patches.executor_class()(cfg).run()
+    mark_quiet_workers()
+    executor = patches.executor_class()(cfg)
+    result = executor.run()
+    if result is not None:  # None: this instance stopped at max_shards, others finish the run
+        from data_juicer_elastic.console.summary import print_summary
+
+        print_summary(executor.settings.job_dir, result, log_path=node_log_dir(executor.settings.job_dir))
+
+
+def node_log_dir(job_dir: str) -> str:
+    """Where this node's instance logs of the job are (``<job_dir>/logs/<node>/``)."""
+    from data_juicer_elastic.jobdir.identity import WorkerIdentity
+    from data_juicer_elastic.jobdir.layout import JobLayout
+
+    return str(JobLayout(Path(os.path.abspath(job_dir))).node_log_dir(WorkerIdentity.current().node_id)) + os.sep
 
 
 def fail(prog: str, err: ElasticError) -> NoReturn:

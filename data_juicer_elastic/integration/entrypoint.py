@@ -6,6 +6,8 @@ executed, so nothing here imports Data-Juicer's config or core: the patches are
 applied by :mod:`.deferred` once each target module has finished.
 """
 
+from data_juicer_elastic.console.quiet import quiet_ray_worker
 from data_juicer_elastic.integration import patches
 
 patches.install()
+quiet_ray_worker()  # a no-op but in the Ray workers of a quiet elastic job

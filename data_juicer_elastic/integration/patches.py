@@ -11,6 +11,10 @@ Targets (all in py-data-juicer 1.6.x):
   ``ElasticShardedExecutor`` (see :mod:`.dispatch`).
 * ``data_juicer.tools.analyze_data.main``: the same error boundary, no dispatch.
 * ``data_juicer.core.executor.factory.ExecutorFactory.create_executor``.
+* ``data_juicer.ops.base_op.free_models`` (not needed by elastic_sharded): no torch install
+  when no operator needs torch (:mod:`.lazy_installs`).
+* ``data_juicer.config.config.display_config`` (not needed by elastic_sharded): an elastic
+  job's configuration table goes to the log files unless ``-v``.
 * ``data_juicer.ops.base_op.OPMetaClass.__call__`` (not needed by elastic_sharded):
   ``adaptive_batching: true`` gives the operator the AdaptiveBatchingMixin
   (:mod:`data_juicer_elastic.batching.optin`), and the demo operators register;
@@ -25,8 +29,10 @@ A missing or changed target never breaks Data-Juicer: it is recorded in
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import inspect
+import io
 import os
 import threading
 from dataclasses import dataclass
@@ -53,6 +59,7 @@ FACTORY_MODULE: Final = "data_juicer.core.executor.factory"
 
 BUILD_PARSER: Final = f"{CONFIG_MODULE}.build_base_parser"
 INIT_SETUP: Final = f"{CONFIG_MODULE}.init_setup_from_cfg"
+DISPLAY_CONFIG: Final = f"{CONFIG_MODULE}.display_config"  # quiet console; not needed by elastic_sharded
 PROCESS_MAIN: Final = f"{PROCESS_MODULE}.main"
 ANALYZE_MAIN: Final = f"{ANALYZE_MODULE}.main"
 CREATE_EXECUTOR: Final = f"{FACTORY_MODULE}.ExecutorFactory.create_executor"
@@ -78,6 +85,7 @@ class PatchRecord:
 RECORDS: dict[str, PatchRecord] = {
     BUILD_PARSER: PatchRecord(BUILD_PARSER, required=True),
     INIT_SETUP: PatchRecord(INIT_SETUP, required=True),
+    DISPLAY_CONFIG: PatchRecord(DISPLAY_CONFIG, required=False),
     PROCESS_MAIN: PatchRecord(PROCESS_MAIN, required=True),
     ANALYZE_MAIN: PatchRecord(ANALYZE_MAIN, required=False),
     CREATE_EXECUTOR: PatchRecord(CREATE_EXECUTOR, required=True),
@@ -97,7 +105,7 @@ def install() -> None:
         _installed = True
     from data_juicer_elastic.integration import dispatch
 
-    deferred.when_imported(CONFIG_MODULE, _patch_config, _on_error(BUILD_PARSER, INIT_SETUP))
+    deferred.when_imported(CONFIG_MODULE, _patch_config, _on_error(BUILD_PARSER, INIT_SETUP, DISPLAY_CONFIG))
     patch_process = functools.partial(dispatch.patch_tool, record=PROCESS_MAIN, dispatch=True)
     patch_analyze = functools.partial(dispatch.patch_tool, record=ANALYZE_MAIN, dispatch=False)
     deferred.when_imported(PROCESS_MODULE, patch_process, _on_error(PROCESS_MAIN))
@@ -169,19 +177,17 @@ def wrapped(function) -> bool:
 
 
 def _patch_config(module: ModuleType) -> None:
-    original = getattr(module, "build_base_parser", None)
-    if not callable(original):
-        mark(BUILD_PARSER, "missing", "function not found")
-    elif not wrapped(original):
-        module.build_base_parser = _wrap_build_base_parser(original)
-        mark(BUILD_PARSER, "applied")
-
-    original = getattr(module, "init_setup_from_cfg", None)
-    if not callable(original):
-        mark(INIT_SETUP, "missing", "function not found")
-    elif not wrapped(original):
-        module.init_setup_from_cfg = _wrap_init_setup(original)
-        mark(INIT_SETUP, "applied")
+    for name, record, wrap in (
+        ("build_base_parser", BUILD_PARSER, _wrap_build_base_parser),
+        ("init_setup_from_cfg", INIT_SETUP, _wrap_init_setup),
+        ("display_config", DISPLAY_CONFIG, _wrap_display_config),
+    ):
+        original = getattr(module, name, None)
+        if not callable(original):
+            mark(record, "missing", "function not found")
+        elif not wrapped(original):
+            setattr(module, name, wrap(original))
+            mark(record, "applied")
 
 
 def _wrap_build_base_parser(original):
@@ -204,8 +210,39 @@ def extend_parser(parser) -> None:
         action.choices = [*action.choices, EXECUTOR_TYPE]
         if action.help:
             action.help = f"{action.help} With data-juicer-elastic: {EXECUTOR_TYPE!r} (see the elastic.* options)."
+    for each in getattr(parser, "_actions", ()):
+        _name_converter(each)
     if not any(getattr(a, "dest", "").startswith("elastic.") for a in parser._actions):
         add_elastic_arguments(parser)
+
+
+def _name_converter(action) -> None:
+    """Help text only: jsonargparse wraps a ``type`` given with ``choices`` (``executor_type``,
+    ``checkpoint.strategy``...) in a lambda, and ``--help`` prints that lambda's repr as the
+    type (``<function <locals>.<lambda> at 0x...>``); name it after the type it converts to."""
+    convert = getattr(action, "type", None)
+    code = getattr(convert, "__code__", None)
+    if code is None or getattr(convert, "__name__", "") != "<lambda>" or "typehint" not in code.co_freevars:
+        return
+    typehint = convert.__closure__[code.co_freevars.index("typehint")].cell_contents
+    action.type = _NamedType(convert, getattr(typehint, "__name__", None) or str(typehint))
+
+
+class _NamedType:
+    """jsonargparse wraps ``type=str`` with ``choices`` in a lambda, and its ``--help`` prints that
+    lambda's repr as the type (``<function <locals>.<lambda> at 0x...>``); this wrapper converts
+    exactly as before and shows as the type it converts to."""
+
+    def __init__(self, convert, name: str):
+        self.convert, self.name = convert, name
+
+    def __call__(self, value):
+        return self.convert(value)
+
+    def __str__(self) -> str:
+        return self.name
+
+    __repr__ = __str__
 
 
 def _wrap_init_setup(original):
@@ -229,11 +266,17 @@ def _wrap_init_setup(original):
         # RAY_JOB=1 in the driver's environment would make the CPU-count check
         # start a Ray runtime here; the driver must not own one.
         ray_job = os.environ.pop(RAY_JOB_ENV, None)
+        module = inspect.getmodule(original)
+        real_setup_logger = getattr(module, "setup_logger", None)
+        if callable(real_setup_logger):
+            module.setup_logger = _elastic_setup_logger(real_setup_logger)
         try:
             result = original(cfg, *args, **kwargs)
         finally:
             if ray_job is not None:
                 os.environ[RAY_JOB_ENV] = ray_job
+            if callable(real_setup_logger):
+                module.setup_logger = real_setup_logger
         if result is not cfg:
             alias_parsed(result, cfg)
         return result
@@ -252,6 +295,50 @@ def check_output_paths(cfg, job_dir: str) -> None:
     check_recipe_paths(job_dir, {key: cfg.get(key, None) for key in OUTPUT_KEYS})
 
 
+def _wrap_display_config(original):
+    """Quiet (the default), an elastic job's ~300-line configuration table goes to the log
+    files only: printed on the console, it buried the plugin's own lines and put any refusal
+    of the recipe or input below it.  ``-v`` prints it as before."""
+
+    @functools.wraps(original)
+    def display_config(cfg, *args, **kwargs):
+        from data_juicer_elastic.console import quiet
+
+        if not is_elastic(cfg) or quiet.verbose():
+            return original(cfg, *args, **kwargs)
+        table = io.StringIO()
+        with contextlib.redirect_stdout(table):  # Data-Juicer prints the table itself
+            result = original(cfg, *args, **kwargs)
+        quiet.log_only("Configuration table:\n" + table.getvalue().rstrip("\n"))
+        return result
+
+    setattr(display_config, ORIGINAL, original)
+    return display_config
+
+
+def _elastic_setup_logger(real):
+    """Data-Juicer's ``setup_logger`` for an elastic cfg: a sane log file name, then the plugin's console.
+
+    Data-Juicer names the log ``export_<export_path relative to work_dir>_time_<t>.txt``, but
+    its work dir is ``dirname(export_path)/<job_id>``, so that relative path is
+    ``../merged.jsonl`` and the file lands in a folder literally named ``logs/export_..``.
+    The console (``data_juicer_elastic.console``) replaces its stderr sink right after, so
+    nothing Data-Juicer logs from then on reaches the terminal unfiltered.
+    """
+
+    @functools.wraps(real)
+    def setup_logger(*args, **kwargs):
+        filename = kwargs.get("filename")
+        if isinstance(filename, str) and filename.startswith(f"export_..{os.sep}"):
+            kwargs["filename"] = "export_" + os.path.basename(filename[len("export_") :])
+        real(*args, **kwargs)
+        from data_juicer_elastic.console import install_console
+
+        install_console()
+
+    return setup_logger
+
+
 def check_adaptive_batching(cfg) -> None:
     from data_juicer_elastic.batching.optin import check_config
 
@@ -266,8 +353,10 @@ def _patch_ops(module: ModuleType) -> None:
     import importlib
 
     from data_juicer_elastic.batching import optin
+    from data_juicer_elastic.integration.lazy_installs import patch_free_models
 
     optin.install(module)
+    patch_free_models(module)  # no silent multi-GB torch install for operators that load no model
     # Registers at import; a Ray worker that unpickles a demo operator may be importing it right now.
     importlib.import_module("data_juicer_elastic.batching.demo")
     mark(OP_METACLASS, "applied")

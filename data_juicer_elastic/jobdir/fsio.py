@@ -1,6 +1,6 @@
 """Every file operation on a job directory, with the care shared filesystems need.
 
-Facts this module is written for (docs/failure-semantics.md, "Shared filesystems"):
+Facts this module is written for (see docs/leases-on-nfs.md):
 
 * ``rename``/``os.replace`` silently replace their target, so they are used only
   to make a *private* temp file visible atomically, never to mean "first wins".

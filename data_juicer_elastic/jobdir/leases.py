@@ -1,4 +1,4 @@
-"""Claims, heartbeats, staleness, takeover and release (rules and their reasons: docs/failure-semantics.md).
+"""Claims, heartbeats, staleness, takeover and release (design: docs/leases-on-nfs.md).
 
 * A claim is an immutable record ``claims/<shard>/gen-NNNNNN.json`` published
   with ``link()``; it is never unlinked.  Taking a shard over means publishing

@@ -22,6 +22,7 @@ import os
 import secrets
 import time
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final
@@ -35,6 +36,7 @@ from data_juicer_elastic.jobdir.ingest import InputItem, ingest
 from data_juicer_elastic.jobdir.jsonl import MAX_LINE_BYTES, NormaliseOptions
 from data_juicer_elastic.jobdir.layout import MAX_SHARDS, JobLayout
 from data_juicer_elastic.jobdir.manifest import load_manifest
+from data_juicer_elastic.jobdir.recipe_diff import recipe_differences
 from data_juicer_elastic.jobdir.records import (
     InputFile,
     Manifest,
@@ -71,17 +73,29 @@ class PrepareOutcome:
     created: bool
 
 
+class RequestChanged(Exception):
+    """The whole request's input fields differ from the early one the input pass started with."""
+
+
 # ENOSPC, EIO...: one line naming the path, exit 2; a failed prepare leaves nothing that looks prepared
 @storage_errors(then="prepare again")
-def prepare_job(request: PrepareRequest) -> PrepareOutcome:
-    """Prepare ``request.job_dir`` (idempotent for an identical request)."""
+def prepare_job(request: PrepareRequest, *, complete: Callable[[], PrepareRequest] | None = None) -> PrepareOutcome:
+    """Prepare ``request.job_dir`` (idempotent for an identical request).
+
+    ``complete``: ``request`` is an early one whose input fields (:func:`input_fields`) are
+    known but whose recipe may not be yet (parsing it imports Data-Juicer, seconds): the input
+    pass starts at once, and ``complete()`` is called for the whole request before anything
+    is published or an existing job is compared.  RequestChanged (nothing published) when its
+    input fields differ; the caller prepares again with it.
+    """
     dataset, kind = _check_request(request)
     inputs = discover_inputs(dataset, request.input_order)
     layout = JobLayout(Path(os.path.abspath(request.job_dir)))
-    rhash = recipe_hash(request.recipe)
 
     confine.make_job_dir(layout)  # a file in its place is refused here, not met as a traceback
     if fsio.exists(layout.manifest):
+        request = _completed(request, complete)
+        rhash = recipe_hash(request.recipe)
         return PrepareOutcome(_check_existing(layout, request, dataset, rhash, inputs), created=False)
 
     options = NormaliseOptions(
@@ -115,6 +129,8 @@ def prepare_job(request: PrepareRequest) -> PrepareOutcome:
                 where="num_shards",
                 hint=f"use at most {total_rows} shards",
             )
+        request = _completed(request, complete)
+        rhash = recipe_hash(request.recipe)
         shards, content_sha = ingested.shards, ingested.content_sha256
         _publish_shards(layout, staging / "shards", shards, request.shard_codec)
         for directory in (layout.cache_dir, layout.claims_dir, layout.done_dir, layout.attempts_dir):
@@ -160,6 +176,31 @@ def prepare_job(request: PrepareRequest) -> PrepareOutcome:
 
 
 # -- request and inputs ----------------------------------------------------------------------
+def input_fields(request: PrepareRequest) -> tuple:
+    """What the input pass depends on: equal for two requests, the same shards come out."""
+    return (
+        os.path.abspath(request.job_dir),
+        os.path.abspath(request.dataset_path),
+        request.num_shards,
+        _media_keys(request),
+        request.index_key,
+        request.max_line_bytes,
+        request.shard_codec,
+        request.check_processes,
+        request.input_order,
+    )
+
+
+def _completed(request: PrepareRequest, complete: Callable[[], PrepareRequest] | None) -> PrepareRequest:
+    if complete is None:
+        return request
+    whole = complete()
+    if input_fields(whole) != input_fields(request):
+        raise RequestChanged()
+    _check_request(whole)
+    return whole
+
+
 def _check_request(request: PrepareRequest) -> tuple[Path, str]:
     n = request.num_shards
     if isinstance(n, bool) or not isinstance(n, int) or not 1 <= n <= MAX_SHARDS:
@@ -307,17 +348,13 @@ def _check_existing(
     for name, old, new in (
         ("dataset_path", manifest.dataset_path, str(dataset)),
         ("num_shards", manifest.num_shards, request.num_shards),
-        ("recipe hash", manifest.recipe_hash, rhash),
-        ("stage identities", manifest.stage_identities, list(request.stage_identities)),
         ("media_keys", manifest.media_keys, _media_keys(request)),
         ("index_key", manifest.index_key, request.index_key),
         ("shard_codec", manifest.shard_codec, request.shard_codec),
     ):
-        if old != new and name == "stage identities":
-            at = next((i for i, (a, b) in enumerate(zip(old, new, strict=False)) if a != b), min(len(old), len(new)))
-            differences.append(f"stage identities differ from stage {at} on ({len(old)} stages before, {len(new)} now)")
-        elif old != new:
+        if old != new:
             differences.append(f"{name} was {old!r}, now {new!r}")
+    differences += recipe_differences(manifest, request.recipe, rhash, request.stage_identities, request.versions)
     old_order, new_order = [f.relpath for f in manifest.inputs], [i.relpath for i in inputs]
     if old_order != new_order and sorted(old_order) == sorted(new_order):
         differences.append(f"the input files' order (elastic.input_order) differs, now {request.input_order!r}")

@@ -5,8 +5,12 @@ from __future__ import annotations
 
 import collections
 import json
+import os
+from pathlib import Path
 
 import pytest
+
+from tests.pty_run import redraws, run_on_terminal, scrolled_lines
 
 from .conftest import REPO, assert_ok, elastic_recipe, read_jsonl, read_ray_output, run, write_recipe
 
@@ -23,13 +27,33 @@ def _canonical(row: dict) -> str:
 def demo_run(tmp_path_factory, demo_input):
     tmp = tmp_path_factory.mktemp("demo")
     recipe = elastic_recipe(tmp, demo_input, num_shards=4)
-    proc = run(["dj-process", "--config", str(recipe)], cwd=tmp)
+    proc = run(["dj-process", "--config", str(recipe)], cwd=tmp, env={"DJ_ELASTIC_VERBOSE": ""})
     assert_ok(proc)
-    return tmp, recipe
+    return tmp, recipe, proc
+
+
+def test_without_a_terminal_the_console_is_quiet_and_ends_with_a_summary(demo_run):
+    """A scheduler's log file: the plugin's lines, warnings once, no configuration table, no
+    per-shard Data-Juicer or Ray chatter, no redraws; everything else is in the log files."""
+    tmp, _, proc = demo_run
+    console = proc.stdout + proc.stderr
+    lines = console.splitlines()
+    assert "\r" not in console, "no live line when the console is not a terminal"
+    assert "╒" not in console and "Configuration table" not in console
+    assert "Loading dataset with Ray" not in console and "Connecting to existing Ray cluster" not in console
+    assert console.count("Neither the required memory nor cpu") <= 1, "repeated per shard: folded into one line"
+    assert len(lines) <= 15, console
+    assert any("prepared" in line and "600 rows in 4 shards" in line for line in lines), console
+    summary = next(i for i, line in enumerate(lines) if " done in " in line)
+    assert "600 rows in" in lines[summary] and "4 shards, 0 retries" in lines[summary]
+    assert any("output" in line and "merged.jsonl" in line for line in lines[summary:])
+    assert any("dj-elastic report --job-dir" in line for line in lines[summary:])
+    (node_log,) = (tmp / "job" / "job" / "logs").glob("*/*.log")
+    assert "Loading dataset with Ray" in node_log.read_text(), "the log file keeps every line"
 
 
 def test_merged_rows_equal_plain_ray_executor_in_input_order(demo_run, demo_input, tmp_path):
-    tmp, _ = demo_run
+    tmp, _, _ = demo_run
     merged = read_jsonl(tmp / "job" / "merged.jsonl")
     plain_recipe = write_recipe(
         tmp_path / "plain.yaml",
@@ -53,7 +77,7 @@ def test_merged_rows_equal_plain_ray_executor_in_input_order(demo_run, demo_inpu
 
 
 def test_rerun_after_success_is_a_no_op(demo_run):
-    tmp, recipe = demo_run
+    tmp, recipe, _ = demo_run
     merged = tmp / "job" / "merged.jsonl"
     before = (merged.read_bytes(), merged.stat().st_mtime_ns)
     proc = run(["dj-process", "--config", str(recipe)], cwd=tmp)
@@ -61,17 +85,23 @@ def test_rerun_after_success_is_a_no_op(demo_run):
     assert (merged.read_bytes(), merged.stat().st_mtime_ns) == before
 
 
-def test_dj_analyze_works_on_the_merged_output(demo_run):
-    tmp, recipe = demo_run
+def test_dj_analyze_works_on_the_merged_output_without_installing_anything(demo_run):
+    """On a fresh machine without torch, Data-Juicer's lazy loader would pip-install torch (a
+    CUDA build of several GB) at the end of every Filter; analysis needs no torch at all."""
+    tmp, recipe, _ = demo_run
     merged = tmp / "job" / "merged.jsonl"
-    proc = run(["dj-analyze", "--config", str(recipe), "--dataset_path", str(merged)], cwd=tmp)
+    installs = tmp / "installs.log"
+    paths = [str(Path(__file__).parent / "no_torch"), *filter(None, [os.environ.get("PYTHONPATH")])]
+    env = {"PYTHONPATH": os.pathsep.join(paths), "DJ_ELASTIC_TEST_INSTALL_LOG": str(installs)}
+    proc = run(["dj-analyze", "--config", str(recipe), "--dataset_path", str(merged)], cwd=tmp, env=env)
     assert_ok(proc)
     overall = list((tmp / "job").rglob("overall.csv"))
     assert overall, f"dj-analyze wrote no overall.csv:\n{proc.stdout[-2000:]}\n{proc.stderr[-2000:]}"
+    assert not installs.exists(), f"dj-analyze tried to install: {installs.read_text()}"
 
 
 def test_status_reports_a_complete_job(demo_run):
-    tmp, _ = demo_run
+    tmp, _, _ = demo_run
     proc = run(["dj-elastic", "status", "--job-dir", str(tmp / "job" / "job"), "--json"], cwd=tmp)
     assert_ok(proc)
     status = json.loads(proc.stdout)
@@ -87,16 +117,32 @@ def bundled_demo(tmp_path_factory):
     for rel in ("recipes/demo.yaml", "recipes/demo_analyze.yaml", "demos/data/demo.jsonl"):
         (tmp / rel).parent.mkdir(parents=True, exist_ok=True)
         shutil.copy(REPO / rel, tmp / rel)
-    proc = run(["dj-process", "--config", "recipes/demo.yaml", "--elastic.ray_num_cpus", "1"], cwd=tmp)
+    # On a terminal, as a user runs it: the live progress line is drawn there.
+    cmd = ["dj-process", "--config", "recipes/demo.yaml", "--elastic.ray_num_cpus", "1"]
+    proc = run_on_terminal(cmd, cwd=tmp, env={"DJ_ELASTIC_VERBOSE": ""})
     assert_ok(proc)
-    return tmp
+    return tmp, proc.stdout
 
 
 def test_bundled_demo_recipe_runs_as_in_the_readme(bundled_demo):
-    merged = read_jsonl(bundled_demo / "outputs" / "demo" / "merged.jsonl")
-    source = read_jsonl(bundled_demo / "demos" / "data" / "demo.jsonl")
+    tmp, _ = bundled_demo
+    merged = read_jsonl(tmp / "outputs" / "demo" / "merged.jsonl")
+    source = read_jsonl(tmp / "demos" / "data" / "demo.jsonl")
     assert 0 < len(merged) < len(source)
-    assert len(list((bundled_demo / "outputs" / "demo" / "job" / "done").iterdir())) == 8
+    assert len(list((tmp / "outputs" / "demo" / "job" / "done").iterdir())) == 8
+
+
+def test_on_a_terminal_progress_is_one_live_line_above_which_the_plugin_lines_scroll(bundled_demo):
+    _, drawn = bundled_demo
+    states = [state for state in redraws(drawn) if "/400" in state]
+    assert len(states) >= 3, drawn[-3000:]
+    assert all("rows" in state and "shards" in state and "/8 done" in state for state in states), states[-3:]
+    assert any("rows/s" in state and "<" in state for state in states), "a rate and an ETA once rows move"
+    assert states[0].startswith("0%") and "shards 8/8 done" in states[-1] and "400/400" in states[-1], states[-3:]
+    lines = scrolled_lines(drawn)
+    assert not any("/400 [" in line for line in lines), "the live line never scrolls"
+    assert len(lines) <= 15 and "╒" not in drawn, lines
+    assert any(" done in " in line and "400 rows in" in line and "8 shards" in line for line in lines), lines
 
 
 def test_overall_stats_match_dj_analyze_on_the_merged_output(bundled_demo):
@@ -105,8 +151,9 @@ def test_overall_stats_match_dj_analyze_on_the_merged_output(bundled_demo):
     import numpy as np
     import pandas as pd
 
-    demo = bundled_demo / "outputs" / "demo"
-    proc = run(["dj-analyze", "--config", "recipes/demo_analyze.yaml"], cwd=bundled_demo)
+    tmp, _ = bundled_demo
+    demo = tmp / "outputs" / "demo"
+    proc = run(["dj-analyze", "--config", "recipes/demo_analyze.yaml"], cwd=tmp)
     assert_ok(proc)
     (analyzed,) = (demo / "analysis").glob("*/analysis/overall.csv")
     expected = pd.read_csv(analyzed, index_col=0)

@@ -155,6 +155,9 @@ def test_watch_refreshes_until_interrupted(live_job):
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
+        # SIGINT as a terminal's Ctrl-C delivers it, whatever this process inherited: a parent
+        # that ignores SIGINT (nohup, a background job of a non-interactive shell) passes that on.
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
     )
     try:
         lines = [proc.stdout.readline() for _ in range(2)]

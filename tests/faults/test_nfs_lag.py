@@ -68,6 +68,7 @@ def test_views_really_lag(cached_views):
     assert (a / "probe").read_text() == "x"
 
 
+@pytest.mark.slow
 def test_exactly_once_and_no_spurious_takeover_through_lagging_views(cached_views, tmp_path):
     backing, a, b = cached_views
     rows = prepare(tmp_path, backing / "job", SHARDS)

@@ -16,6 +16,8 @@ from __future__ import annotations
 
 import os
 
+import pytest
+
 from .race_harness import Chaos, Lease, check_exactly_once, prepare
 
 FULL = os.environ.get("DJ_ELASTIC_FULL_MATRIX") == "1"
@@ -23,6 +25,7 @@ PROCESSES, SHARDS = (24, 400) if FULL else (8, 60)
 KILLS, STOPS = (60, 40) if FULL else (10, 6)
 
 
+@pytest.mark.slow
 def test_exactly_once_under_sigkill_and_sigstop(tmp_path):
     job = tmp_path / "job"
     rows = prepare(tmp_path, job, SHARDS)

@@ -13,6 +13,8 @@ import os
 import signal
 import time
 
+import pytest
+
 from data_juicer_elastic.jobdir import attempts
 from data_juicer_elastic.jobdir.identity import WorkerIdentity
 from data_juicer_elastic.jobdir.layout import JobLayout
@@ -35,6 +37,7 @@ def _wait_for(predicate, proc, timeout=60.0):
         time.sleep(0.05)
 
 
+@pytest.mark.slow
 def test_zombie_resumed_after_takeover_abandons_and_never_overwrites(tmp_path):
     job = prepare(tmp_path, rows=20, shards=2)
     zombie = start_driver("worker", job, *TTL, "--sleep", "5", node="zombie")

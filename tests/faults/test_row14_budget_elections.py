@@ -11,6 +11,8 @@ import json
 import signal
 import subprocess
 
+import pytest
+
 from data_juicer_elastic.jobdir.manifest import load_manifest
 
 from .conftest import driver_cmd, driver_env, run_driver
@@ -66,6 +68,7 @@ def test_eight_concurrent_preparers_with_the_winner_killed_prepare_exactly_once(
     assert merged_ids(tmp_path / "out.jsonl") == list(range(40))
 
 
+@pytest.mark.slow
 def test_elected_preparer_killed_then_a_resubmission_prepares_once_and_finalizes_twice(tmp_path):
     data = write_input(tmp_path / "in.jsonl", 40)
     job, out = tmp_path / "job", tmp_path / "out.jsonl"

@@ -24,6 +24,10 @@ def test_help_lists_elastic_sharded_and_elastic_options(tmp_path):
     for name in ElasticSettings.field_names():
         assert f"--elastic.{name}" in result.stdout
     assert "Shared job directory" in result.stdout  # help text from the field docstring
+    # jsonargparse wraps executor_type's converter in a lambda; help names the type, not the lambda
+    assert "<lambda>" not in result.stdout and "<function" not in result.stdout
+    executor_help = result.stdout.split("--executor_type", 1)[1].split("ARG:", 1)[0]
+    assert "type:" in executor_help and "str," in " ".join(executor_help.split())
 
 
 @pytest.mark.parametrize(
@@ -161,15 +165,66 @@ def test_moved_internal_reported_before_the_parser_when_it_is_the_parser(tmp_pat
     assert "IntegrationError: data_juicer.config.config.build_base_parser" in result.stderr
 
 
+def _run_and_list_imports(argv: list[str], cwd):
+    """``dj-elastic argv`` in a child that prints which of Data-Juicer and Ray it imported."""
+    probe = (
+        "import sys; from data_juicer_elastic.cli import main; "
+        f"code = main({argv!r}); "
+        "print('loaded:', sorted(m for m in ('data_juicer', 'ray') if m in sys.modules)); sys.exit(code)"
+    )
+    return run([sys.executable, "-c", probe], cwd=cwd)
+
+
 @pytest.mark.parametrize("command", [["worker"], ["merge", "--output", "out.jsonl"]])
 def test_dj_elastic_refuses_an_unprepared_job_before_loading_data_juicer(tmp_path, command):
     """One line and exit 2 without importing Data-Juicer (seconds of imports) or Ray."""
-    probe = (
-        "import sys; from data_juicer_elastic.cli import main; "
-        f"code = main({[command[0], '--job-dir', str(tmp_path / 'nope'), *command[1:]]!r}); "
-        "print('loaded:', sorted(m for m in ('data_juicer', 'ray') if m in sys.modules)); sys.exit(code)"
-    )
-    result = run([sys.executable, "-c", probe], cwd=tmp_path)
+    result = _run_and_list_imports([command[0], "--job-dir", str(tmp_path / "nope"), *command[1:]], tmp_path)
     assert result.returncode == 2, result.stderr
     assert "not prepared" in result.stderr and len(result.stderr.strip().splitlines()) == 1
     assert "loaded: []" in result.stdout
+
+
+@pytest.fixture
+def finished_job(tmp_path):
+    """A prepared job with an accepted result for every shard, made without Ray."""
+    from data_juicer_elastic.jobdir.identity import WorkerIdentity
+    from data_juicer_elastic.jobdir.prepare import PrepareRequest, prepare_job
+    from data_juicer_elastic.jobdir.worker_loop import run_worker
+    from tests.rayfree import rayfree_runner
+
+    data = tmp_path / "in.jsonl"
+    data.write_text("".join(json.dumps({"id": i, "text": f"row {i}"}) + "\n" for i in range(40)))
+    job = tmp_path / "job"
+    prepare_job(PrepareRequest(job_dir=job, dataset_path=data, num_shards=4, recipe={}, stage_identities=[]))
+    run_worker(job, WorkerIdentity.current("n"), rayfree_runner(job), ttl_secs=60, heartbeat_secs=10,
+               max_retries=0, poll_interval_secs=0.1)  # fmt: skip
+    return job
+
+
+@pytest.mark.parametrize("command", [["merge", "--output", "out.jsonl"], ["status"], ["verify"]])
+def test_dj_elastic_merge_status_verify_never_import_data_juicer_or_ray(tmp_path, finished_job, command):
+    """Seconds of imports for a copy with validation, a listing or a check: none of them needs either."""
+    result = _run_and_list_imports([command[0], "--job-dir", str(finished_job), *command[1:]], tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert "loaded: []" in result.stdout
+    if command[0] == "merge":
+        assert len((tmp_path / "out.jsonl").read_text().splitlines()) == 40
+
+
+@pytest.mark.parametrize("verbose", ["", "1"])
+def test_a_refused_input_is_one_line_and_quiet_shows_no_configuration_table(tmp_path, write_recipe, verbose):
+    """Quiet (the default), the refusal is the console's last line and nothing big comes before it;
+    DJ_ELASTIC_VERBOSE=1 (dj-process's argv is Data-Juicer's, so an env var) brings the table back."""
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text('{"id": 0, "text": "fine"}\n{"id": 1, "text": \n')
+    recipe = write_recipe(**elastic_recipe(bad, tmp_path))
+    result = run([DJ_PROCESS, "--config", str(recipe)], cwd=tmp_path, env={"DJ_ELASTIC_VERBOSE": verbose})
+    console = result.stdout + result.stderr
+    assert result.returncode == 2, console[-3000:]
+    last = result.stderr.strip().splitlines()[-1]
+    assert last.startswith("dj-process: error: InputError") and f"{bad}:2" in last
+    assert "Traceback" not in console
+    if verbose:
+        assert "╒" in console and "Configuration table" in console
+    else:
+        assert "╒" not in console and len(console.splitlines()) <= 4, console

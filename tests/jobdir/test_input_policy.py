@@ -11,6 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from data_juicer_elastic.errors import InputError
+from data_juicer_elastic.jobdir import codecs
 from data_juicer_elastic.jobdir.jsonl import (
     MAX_DEPTH,
     NormaliseOptions,
@@ -152,26 +153,38 @@ def test_the_first_bad_line_is_reported_when_a_block_holds_several(tmp_path):
     assert info.value.where == f"{data}:4"
 
 
-def test_a_100_mb_line_is_refused_clearly_with_bounded_memory(tmp_path):
+def test_a_huge_line_is_refused_clearly_with_bounded_memory(tmp_path):
     """Policy: lines longer than elastic.max_line_bytes (64 MiB by default) are refused as soon as
-    that is known; the reader never holds more than the limit plus a few read blocks."""
+    that is known; the reader never holds more than the limit plus its read blocks in flight."""
     data = tmp_path / "huge.jsonl"
+    line_mib = 160
     with open(data, "wb") as handle:
         handle.write(GOOD + b"\n" + b'{"text": "')
         block = b"x" * (1 << 20)
-        for _ in range(100):
+        for _ in range(line_mib):
             handle.write(block)
         handle.write(b'"}\n' + GOOD + b"\n")
+    with pytest.raises(InputError, match=f"longer than {64 * 1024 * 1024} bytes") as info:
+        prepare_job(request(tmp_path / "job", data, 1))  # the default limit
+    assert info.value.where == f"{data}:2"
+    assert "max_line_bytes" in info.value.hint
+
+    # Memory: a small limit, so that holding the line whole (160 MiB) and holding the limit plus
+    # every block that can be in flight are far apart.  In flight at most: the prefetch queue and
+    # the block its reader thread holds, the block being split, and the hash/write queue and the
+    # task it runs (codecs: prefetch, BackgroundIO), each READ_BYTES.
+    limit = 16 * 1024 * 1024
+    in_flight = (codecs._PREFETCH_DEPTH + 1) + 1 + (codecs._PREFETCH_DEPTH + 1 + 1)
+    bound = limit + in_flight * codecs.READ_BYTES
+    assert bound < line_mib * 1024 * 1024, "the bound must tell a bounded reader from one holding the line"
     tracemalloc.start()
     try:
-        with pytest.raises(InputError, match=f"longer than {64 * 1024 * 1024} bytes") as info:
-            prepare_job(request(tmp_path / "job", data, 1))
+        with pytest.raises(InputError, match=f"longer than {limit} bytes"):
+            prepare_job(request(tmp_path / "job-small-limit", data, 1, max_line_bytes=limit))
         _, peak = tracemalloc.get_traced_memory()
     finally:
         tracemalloc.stop()
-    assert info.value.where == f"{data}:2"
-    assert "max_line_bytes" in info.value.hint
-    assert peak < 64 * 1024 * 1024 + 48 * 1024 * 1024, f"peak {peak / 2**20:.0f} MiB"
+    assert peak < bound, f"peak {peak / 2**20:.1f} MiB, bound {bound / 2**20:.0f} MiB"
 
 
 def test_a_line_longer_than_a_read_block_is_handled(tmp_path):

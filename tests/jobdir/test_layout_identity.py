@@ -3,12 +3,13 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
 from data_juicer_elastic.errors import ConfigError, JobDirError
 from data_juicer_elastic.jobdir.identity import WorkerIdentity, pid_alive
-from data_juicer_elastic.jobdir.layout import JobLayout, parse_gen_name, parse_shard_id, shard_id
+from data_juicer_elastic.jobdir.layout import JobLayout, parse_gen_name, parse_shard_id, shard_id, validate_attempt_id
 
 
 def test_shard_id_format_and_round_trip():
@@ -61,7 +62,12 @@ def test_identity_reads_env_and_attempt_ids_are_unique(monkeypatch):
 
 def test_unsafe_node_names_give_safe_attempt_ids():
     me = WorkerIdentity("../we ird/node", "h", "b", 1)
-    JobLayout("/x").attempt_dir("part-00000-of-00001", me.new_attempt_id())
+    attempt = me.new_attempt_id()
+    assert "/" not in attempt and ".." not in attempt and " " not in attempt
+    assert validate_attempt_id(attempt) == attempt  # the check every record's attempt id must pass
+    path = JobLayout("/x").attempt_dir("part-00000-of-00001", attempt)
+    assert path.parent == Path("/x/attempts/part-00000-of-00001") and path.name == attempt
+    assert me.new_attempt_id() != attempt, "unique per call"
 
 
 def test_pid_alive_and_namespace_rule():

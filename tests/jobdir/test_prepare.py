@@ -4,6 +4,7 @@ import hashlib
 import json
 import multiprocessing
 import os
+import re
 
 import pytest
 from hypothesis import given, settings
@@ -176,11 +177,32 @@ def test_idempotent_rerun_and_refusal_of_a_different_job(tmp_path):
     with pytest.raises(JobDirError, match="num_shards was 4, now 5") as info:
         prepare_job(request(tmp_path / "job", data, 5))
     assert "new job_dir" in info.value.hint
-    with pytest.raises(JobDirError, match="recipe hash"):
+    with pytest.raises(JobDirError, match=re.escape("the recipe changed: process[0] demo_mapper: removed")):
         prepare_job(request(tmp_path / "job", data, 4, recipe={"process": []}))
-    with pytest.raises(JobDirError, match="stage identities"):
-        prepare_job(request(tmp_path / "job", data, 4, stage_identities=["other"]))
+    with pytest.raises(JobDirError, match="the operators' code changed: other would compute differently"):
+        prepare_job(request(tmp_path / "job", data, 4, stage_identities=["stage-b:other"]))
     assert load_recipe(tmp_path / "job") == first.manifest.recipe
+
+
+def test_a_changed_recipe_is_refused_naming_the_changed_keys_in_recipe_terms(tmp_path):
+    data = write_rows(tmp_path / "in.jsonl", make_rows(20))
+    ops = [
+        {"whitespace_normalization_mapper": {"x": 1}},
+        {"clean_links_mapper": {}},
+        {"text_length_filter": {"min_len": 10}},
+    ]
+    prepare_job(request(tmp_path / "job", data, 4, recipe={"text_keys": "text", "process": ops}))
+    changed = [*ops[:2], {"text_length_filter": {"min_len": 20}}]
+    with pytest.raises(JobDirError) as info:
+        prepare_job(request(tmp_path / "job", data, 4, recipe={"text_keys": "content", "process": changed}))
+    message = str(info.value)
+    assert "process[2] text_length_filter.min_len: 10 -> 20" in message
+    assert "text_keys: 'text' -> 'content'" in message
+    assert "hash" not in message and "stage" not in message
+    inserted = [{"words_num_filter": {"min_num": 3}}, *ops]  # one insertion, not every later operator changed
+    with pytest.raises(JobDirError) as info:
+        prepare_job(request(tmp_path / "job", data, 4, recipe={"text_keys": "text", "process": inserted}))
+    assert str(info.value).count("process[") == 1 and "process[0] words_num_filter: added" in str(info.value)
 
 
 def test_input_changed_since_prepare_shows_old_and_new_sha(tmp_path):

@@ -181,7 +181,17 @@ def test_stop_event_stops_between_shards(job):
     assert summary.claimed == 1 and summary.done == 1 and summary.stop_reason == "stopped"
 
 
-def test_sigint_while_running_releases_then_raises_keyboard_interrupt(job):
+@pytest.fixture
+def python_sigint():
+    """Python's own SIGINT handling for the test, whatever the parent did: a parent that ignores
+    SIGINT (a background job of a non-interactive shell, nohup, some CI runners) passes SIG_IGN
+    on, and then no SIGINT reaches the code under test."""
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    yield
+    signal.signal(signal.SIGINT, previous)
+
+
+def test_sigint_while_running_releases_then_raises_keyboard_interrupt(job, python_sigint):
     before = signal.getsignal(signal.SIGINT)
 
     def run(task):

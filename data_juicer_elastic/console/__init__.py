@@ -1,0 +1,34 @@
+"""What the user sees while a job runs: quiet console output, live progress, the final summary.
+
+* :mod:`.terminal`: the console stream and the one live line kept below other output;
+* :mod:`.quiet`: the console filter (``-v`` / ``DJ_ELASTIC_VERBOSE=1`` shows everything),
+  :func:`say` for the plugin's own lines;
+* :mod:`.displays`: progress of prepare/merge steps and of the whole job;
+* :mod:`.summary`: the lines a finished run ends with.
+
+Importing it imports neither Ray nor Data-Juicer, and names load on first use: the
+entry point imports :mod:`.quiet` into every process that imports Data-Juicer.
+"""
+
+from __future__ import annotations
+
+import importlib
+
+_NAMES = {
+    "LOG_EVERY_SECS": "displays",
+    "JobDisplay": "displays",
+    "StepDisplay": "displays",
+    "VERBOSE_ENV": "quiet",
+    "install_console": "quiet",
+    "say": "quiet",
+    "set_verbose": "quiet",
+    "verbose": "quiet",
+}
+__all__ = sorted(_NAMES)
+
+
+def __getattr__(name: str):
+    module = _NAMES.get(name)
+    if module is None:
+        raise AttributeError(name)
+    return getattr(importlib.import_module(f"{__name__}.{module}"), name)

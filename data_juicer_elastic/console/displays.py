@@ -1,0 +1,321 @@
+"""Progress of long steps and of the whole job: a live line on a terminal, periodic lines elsewhere.
+
+* :class:`StepDisplay` receives ``jobdir.steps`` reports (prepare passes, merge).
+* :class:`JobDisplay` shows the job as this worker sees it: rows done/total, rows/s,
+  shards done/running, ETA and what the current shard is doing.
+
+On a terminal, in quiet mode, each is one line redrawn in place (``terminal.live_line``),
+formatted by tqdm's ``format_meter``; a tqdm bar object itself is not used because the
+counts come from several sources (the job directory, this process's attempts) and the
+rate must be the job's, not one bar's.  Elsewhere (a scheduler's log file, or ``-v``),
+a plain line every ``log_every`` seconds: lines, not a scroll of bar redraws.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from collections import deque
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, Final
+
+from tqdm import tqdm
+
+from data_juicer_elastic.console import quiet, terminal
+from data_juicer_elastic.jobdir.progress import ProgressTracker, Stage
+
+LOG_EVERY_SECS: Final = 30.0
+TICK_SECS: Final = 0.5  # live line redraws
+LISTING_SECS: Final = 2.0  # how often the job's done/ and failed/ directories are listed
+RATE_WINDOW_SECS: Final = 60.0
+
+Clock = Callable[[], float]
+
+
+def live(terminal_flag: bool | None) -> bool:
+    """Whether to draw a live line: on a terminal and quiet (``-v`` shows Ray's own progress as before)."""
+    return (terminal.is_terminal() and not quiet.verbose()) if terminal_flag is None else terminal_flag
+
+
+class Meter:
+    """Units per second over the last ``window`` seconds; the average since the start when
+    nothing moved in the window (progress arrives in steps: blocks, shards)."""
+
+    def __init__(self, clock: Clock, window: float = RATE_WINDOW_SECS):
+        self.clock, self.window = clock, window
+        self.start = clock()
+        self.first: float | None = None
+        self.samples: deque[tuple[float, float]] = deque()
+
+    def add(self, value: float) -> None:
+        now = self.clock()
+        if self.first is None:
+            self.first = value
+        self.samples.append((now, value))
+        while len(self.samples) > 2 and now - self.samples[1][0] >= self.window:
+            self.samples.popleft()
+
+    def rate(self) -> float | None:
+        if len(self.samples) < 2:
+            return None
+        (t0, v0), (t1, v1) = self.samples[0], self.samples[-1]
+        if v1 > v0 and t1 - t0 >= 1.0:
+            return (v1 - v0) / (t1 - t0)
+        elapsed = t1 - self.start
+        gained = v1 - (self.first or 0.0)
+        return gained / elapsed if gained > 0 and elapsed >= 1.0 else None
+
+
+def amount(value: float | None, unit: str) -> str:
+    if value is None:
+        return "?"
+    if unit != "B":
+        return f"{value:,.0f} {unit}"
+    for suffix in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if value < 1024 or suffix == "TiB":
+            return f"{value:.1f} {suffix}" if suffix != "B" else f"{value:.0f} B"
+        value /= 1024
+    return f"{value} B"  # pragma: no cover
+
+
+def meter_line(desc: str, done: float, total: float | None, elapsed: float, rate: float | None, unit: str,
+               note: str, width: int) -> str:  # fmt: skip
+    scale = unit == "B"
+    return tqdm.format_meter(
+        done, total, elapsed, ncols=width, prefix=desc, unit=unit if scale else f" {unit}", unit_scale=scale,
+        unit_divisor=1024 if scale else 1000, rate=rate, postfix=note or None,
+    )  # fmt: skip
+
+
+class _Step:
+    """One step of a StepDisplay."""
+
+    def __init__(self, name: str, unit: str, line, log_every: float, clock: Clock):
+        self.name, self.unit, self.line, self.log_every, self.clock = name, unit, line, log_every, clock
+        self.done, self.total = 0, None
+        self.started = self.last_log = clock()
+        self.meter = Meter(clock)
+        self.logged = False  # a periodic line was printed: the step was long enough to report its end
+
+    def set(self, done: int, total: int | None) -> None:
+        self.done, self.total = done, total
+        self.meter.add(done)
+        now = self.clock()
+        if self.line is not None:
+            width = terminal.columns(self.line.stream)
+            rate = self.meter.rate()
+            self.line.update(meter_line(self.name, done, total, now - self.started, rate, self.unit, "", width))
+        if now - self.last_log >= self.log_every:
+            self.last_log = now
+            self._log("progress", periodic=True)
+
+    def close(self) -> None:
+        self._log("finished", periodic=False)
+
+    def _log(self, what: str, periodic: bool) -> None:
+        secs = max(self.clock() - self.started, 1e-9)
+        total = f"/{amount(self.total, self.unit)}" if self.total else ""
+        pct = f" ({100 * self.done / self.total:.0f}%)" if self.total else ""
+        rate = f", {amount(self.done / secs, self.unit)}/s" if self.done else ""
+        text = f"{self.name}: {what} {amount(self.done, self.unit)}{total}{pct} in {secs:.0f}s{rate}"
+        if self.line is not None:
+            quiet.log_only(text)  # the live line shows it
+        elif periodic or self.logged:
+            self.logged = True
+            quiet.say(text)
+        else:
+            from loguru import logger
+
+            logger.info(text)  # a short step: log files (and -v) only
+
+
+class StepDisplay:
+    """A ``jobdir.steps`` callback: one line per step name, the previous closed when a new one starts."""
+
+    def __init__(self, unit: str = "B", *, terminal: bool | None = None, log_every: float = LOG_EVERY_SECS,
+                 clock: Clock = time.monotonic, stream: Any = None):  # fmt: skip
+        self.unit, self.log_every, self.clock, self.stream = unit, log_every, clock, stream
+        self.live = live(terminal)
+        self.step: _Step | None = None
+        self._line_cm = None
+        self._line = None
+
+    def __call__(self, step: str, done: int, total: int | None) -> None:
+        if self.step is None or self.step.name != step:
+            self._close_step()
+            if self.live and self._line is None:
+                self._line_cm = _line_context(self.stream)
+                self._line = self._line_cm.__enter__()
+            self.step = _Step(step, self.unit, self._line, self.log_every, self.clock)
+        self.step.set(done, total)
+
+    def _close_step(self) -> None:
+        if self.step is not None:
+            self.step.close()
+            self.step = None
+
+    def close(self) -> None:
+        self._close_step()
+        if self._line_cm is not None:
+            self._line_cm.__exit__(None, None, None)
+            self._line_cm = self._line = None
+
+    def __enter__(self) -> StepDisplay:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+
+def _line_context(stream: Any):
+    return terminal.live_line(stream)
+
+
+class JobDisplay:
+    """The job's progress from this worker: rows done/total, rows/s, shards, ETA.
+
+    Rows done = input rows of the shards in ``done/`` (a listing every ``LISTING_SECS``:
+    cheap, and informational only, so it does not go through ``fsio``'s fault points)
+    plus the rows this process's running attempts have read (``attach`` is the worker
+    loop's ``on_attempt`` hook).  Other nodes' running shards count once they are done.
+    """
+
+    def __init__(self, job_dir: str | os.PathLike, shard_rows: dict[str, int], *, terminal: bool | None = None,
+                 log_every: float = LOG_EVERY_SECS, clock: Clock = time.monotonic, stream: Any = None,
+                 tick: float = TICK_SECS):  # fmt: skip
+        self.job_dir = Path(job_dir)
+        self.shard_rows = dict(shard_rows)
+        self.total = sum(self.shard_rows.values())
+        self.live, self.log_every, self.clock, self.stream, self.tick = live(terminal), log_every, clock, stream, tick
+        self.trackers: dict[str, tuple[ProgressTracker, list[float | None]]] = {}
+        self.done: set[str] = set()
+        self.failed: set[str] = set()
+        self.shown_rows = 0
+        self.started = self.last_log = self.last_listing = clock()
+        self.meter = Meter(clock)
+        self.lock = threading.Lock()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._line_cm = None
+        self._line = None
+
+    # -- the worker loop's on_attempt hook --------------------------------------------------
+    def attach(self, tracker: ProgressTracker) -> None:
+        finished_at: list[float | None] = [None]
+
+        def follow(update) -> None:
+            if update.stage == Stage.FINISHED and finished_at[0] is None:
+                finished_at[0] = self.clock()
+                self.last_listing = float("-inf")  # list done/ at the next tick: it is probably there now
+
+        with self.lock:
+            self.trackers[tracker.claim.shard_id] = (tracker, finished_at)
+        tracker.listeners.append(follow)
+
+    # -- numbers ------------------------------------------------------------------------------
+    def refresh_listing(self) -> None:
+        self.last_listing = self.clock()
+        for name, target in (("done", self.done), ("failed", self.failed)):
+            try:
+                names = os.listdir(self.job_dir / name)
+            except OSError:
+                continue
+            target.update(n[:-5] for n in names if n.endswith(".json") and n[:-5] in self.shard_rows)
+
+    def numbers(self) -> dict[str, Any]:
+        now = self.clock()
+        if now - self.last_listing >= LISTING_SECS:
+            self.refresh_listing()
+        rows = sum(self.shard_rows[s] for s in self.done)
+        running, stage = 0, ""
+        with self.lock:
+            for shard, (tracker, finished_at) in list(self.trackers.items()):
+                if shard in self.done or shard in self.failed:
+                    del self.trackers[shard]
+                    continue
+                if finished_at[0] is not None and now - finished_at[0] > 2 * LISTING_SECS:
+                    del self.trackers[shard]  # ended without a result: a failed attempt, retried later
+                    continue
+                record = tracker.current
+                rows += min(record.rows_read, record.rows_total)
+                if finished_at[0] is None:
+                    running += 1
+                    stage = f"{shard.split('-of-')[0]} {record.stage}"
+        # Never backwards: a failed attempt's rows leave the count, but the line should not jump back.
+        self.shown_rows = max(self.shown_rows, min(rows, self.total))
+        self.meter.add(self.shown_rows)
+        return {
+            "rows": self.shown_rows,
+            "rate": self.meter.rate(),
+            "shards_done": len(self.done),
+            "running": running,
+            "failed": len(self.failed),
+            "stage": stage,
+            "elapsed": now - self.started,
+        }
+
+    def shards_note(self, n: dict[str, Any]) -> str:
+        note = f"shards {n['shards_done']}/{len(self.shard_rows)} done"
+        if n["running"]:
+            note += f", {n['running']} running here"
+        if n["failed"]:
+            note += f", {n['failed']} failed"
+        return note
+
+    def plain_line(self, n: dict[str, Any]) -> str:
+        pct = f" ({100 * n['rows'] / self.total:.0f}%)" if self.total else ""
+        rate = n["rate"]
+        speed = f", {rate:,.1f} rows/s" if rate else ""
+        left = self.total - n["rows"]
+        eta = f", ETA {tqdm.format_interval(left / rate)}" if rate and left > 0 else ""
+        return (
+            f"progress: {n['rows']:,}/{self.total:,} rows{pct}{speed}{eta}; {self.shards_note(n)}; "
+            f"elapsed {tqdm.format_interval(n['elapsed'])}"
+        )
+
+    # -- drawing --------------------------------------------------------------------------------
+    def draw(self) -> None:
+        n = self.numbers()
+        now = self.clock()
+        if self._line is not None:
+            self._line.update(self._live_text(n))
+        if now - self.last_log >= self.log_every:
+            self.last_log = now
+            (quiet.log_only if self._line is not None else quiet.say)(self.plain_line(n))
+
+    def _live_text(self, n: dict[str, Any]) -> str:
+        note = self.shards_note(n) + (f" | {n['stage']}" if n["stage"] else "")
+        width = terminal.columns(self._line.stream)
+        return meter_line("", n["rows"], self.total, n["elapsed"], n["rate"], "rows", note, width)
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.tick):
+            try:
+                self.draw()
+            except Exception as exc:  # a display must never break the worker
+                from loguru import logger
+
+                logger.debug(f"progress display: {exc!r}")
+
+    def __enter__(self) -> JobDisplay:
+        if self.live:
+            self._line_cm = _line_context(self.stream)
+            self._line = self._line_cm.__enter__()
+        self.refresh_listing()
+        self.meter.add(sum(self.shard_rows[s] for s in self.done))
+        self._thread = threading.Thread(target=self._run, name="dj-elastic-progress", daemon=True)
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join()
+        if self._line is not None:  # the end state, before the line gives way to the summary
+            self.last_listing = float("-inf")
+            self._line.update(self._live_text(self.numbers()))
+        if self._line_cm is not None:
+            self._line_cm.__exit__(None, None, None)
+            self._line_cm = self._line = None

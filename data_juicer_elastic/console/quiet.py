@@ -1,0 +1,234 @@
+"""What reaches the user's console, quiet by default; ``-v`` / ``DJ_ELASTIC_VERBOSE=1`` shows everything.
+
+Every line still goes to the log files (Data-Juicer's work-dir log, the job's
+``logs/<node>/<instance>.log``, each attempt's ``process.log``); only the console
+sink is filtered.  Quiet, the console shows:
+
+* the plugin's own user-facing lines (:func:`say`: what it is doing, where the
+  output and the report are, the final summary) and the live progress line;
+* every ERROR and CRITICAL, whoever logs it, and Data-Juicer's lazy loader saying it
+  installs a package;
+* warnings, except a few known ones the plugin itself causes and that say nothing
+  actionable (:data:`_DROPPED`); warnings every shard repeats are shown once
+  (:data:`_FOLDED`).
+
+Ray logs through the standard ``logging`` module to its own stderr handlers, and
+Ray Data draws its own progress: quiet, those handlers get a filter with the same
+rule (INFO dropped, warnings kept but for known noise) and Ray Data's progress
+output is turned off, since the plugin's live line replaces it.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+import sys
+from typing import Any, Final
+
+from loguru import logger
+
+from data_juicer_elastic.console import terminal
+
+VERBOSE_ENV: Final = "DJ_ELASTIC_VERBOSE"
+# Set by the elastic commands (quiet): Ray workers they start inherit it (see quiet_ray_worker).
+QUIET_WORKERS_ENV: Final = "DJ_ELASTIC_QUIET_WORKERS"
+CONSOLE: Final = "console"  # loguru ``extra`` key: True = always on the console, False = log files only
+# Data-Juicer's own format (utils/logger_utils.py), kept for the verbose console.
+VERBOSE_FORMAT: Final = (
+    "<green>{time:YYYY-MM-DD HH:mm:ss.SSS}</green> | <level>{level: <8}</level> | "
+    "<cyan>{name}</cyan>:<cyan>{line}</cyan> - <level>{message}</level>\n{exception}"
+)
+
+# (logger name prefix, message pattern): warnings caused by how the plugin drives Data-Juicer,
+# with nothing for the user to do.  The driver of an elastic job runs no operator itself.
+_DROPPED: Final = (
+    ("data_juicer.config.config", re.compile(r"No config file found in work directory")),
+    ("data_juicer.config.config", re.compile(r"Number of processes `np` is set as")),
+)
+# Warnings repeated for every operator of every shard: the first is shown, with a note.
+_FOLDED: Final = (
+    (
+        "data_juicer.utils.process_utils",
+        re.compile(r"Neither the required memory nor cpu of Op\[.*\] is specified"),
+        "repeated for every operator and shard; shown once, all of them are in the log",
+    ),
+)
+# INFO lines that must reach the console anyway: Data-Juicer's lazy loader pip-installing a
+# package (possibly gigabytes, e.g. torch) says so only at INFO.
+_ALWAYS: Final = (("data_juicer.utils.lazy_loader", re.compile(r"Installing |installed|uv not found")),)
+_RAY_NOISE: Final = (
+    "Token authentication is enabled",  # a private node-local runtime: nothing to opt out of
+    "Truncating long operator name",
+    "Progress bars disabled",  # we turned them off: the live line shows progress
+)
+
+_sink_id: int | None = None
+
+
+def verbose() -> bool:
+    return os.environ.get(VERBOSE_ENV, "").strip().lower() in ("1", "true", "yes", "on")
+
+
+def set_verbose(on: bool) -> None:
+    """Also inherited by child processes (slots, Ray workers)."""
+    if on:
+        os.environ[VERBOSE_ENV] = "1"
+    else:
+        os.environ.pop(VERBOSE_ENV, None)
+
+
+def say(message: str) -> None:
+    """A line for the user: on the console even when quiet (and in the log files)."""
+    logger.bind(**{CONSOLE: True}).opt(depth=1).info(message)
+
+
+def log_only(message: str) -> None:
+    """A line for the log files only, never on the console (e.g. what the live line shows)."""
+    logger.bind(**{CONSOLE: False}).opt(depth=1).info(message)
+
+
+class ConsoleFilter:
+    """The quiet rule of the module docstring, as a loguru filter."""
+
+    def __init__(self, show_all: bool = False):
+        self.show_all = show_all
+        self.folded: set[int] = set()
+
+    def __call__(self, record: dict[str, Any]) -> bool:
+        marked = record["extra"].get(CONSOLE)
+        if marked is not None:
+            return bool(marked)
+        if self.show_all or record["level"].no >= logging.ERROR:
+            return True
+        name, message = record["name"] or "", str(record["message"])
+        if record["level"].no < logging.WARNING:
+            return _always_shown(name, message)
+        if any(name.startswith(prefix) and pattern.search(message) for prefix, pattern in _DROPPED):
+            return False
+        for k, (prefix, pattern, note) in enumerate(_FOLDED):
+            if name.startswith(prefix) and pattern.search(message):
+                if k in self.folded:
+                    return False
+                self.folded.add(k)
+                record["extra"]["folded"] = note
+        return True
+
+
+def _always_shown(name: str, message: str) -> bool:
+    return any(name.startswith(prefix) and pattern.search(message) for prefix, pattern in _ALWAYS)
+
+
+def _worker_filter(record: dict[str, Any]) -> bool:
+    return record["level"].no >= logging.WARNING or _always_shown(record["name"] or "", str(record["message"]))
+
+
+def _quiet_format(record: dict[str, Any]) -> str:
+    folded = " <dim>({extra[folded]})</dim>" if "folded" in record["extra"] else ""
+    if record["extra"].get(CONSOLE) or record["level"].no < logging.WARNING:
+        return "<dim>{time:HH:mm:ss}</dim> {message}" + folded + "\n"
+    return "<dim>{time:HH:mm:ss}</dim> <level>{level}</level> <dim>{name}:</dim> {message}" + folded + "\n"
+
+
+def install_console() -> None:
+    """Route loguru's console output through :func:`terminal.write`, filtered unless verbose.
+
+    Replaces every loguru handler that writes to stderr (Data-Juicer's ``setup_logger``
+    and its package import each add one); the log file sinks stay.  Call again after
+    either has run: idempotent.
+    """
+    global _sink_id
+    stream, level = _remove_stderr_handlers()
+    terminal.set_console_stream(stream)
+    quiet = not verbose()
+    _sink_id = logger.add(
+        terminal.write,
+        level=level,
+        format=_quiet_format if quiet else VERBOSE_FORMAT,
+        filter=ConsoleFilter(show_all=not quiet),
+        colorize=terminal.is_terminal(stream),
+        backtrace=False,
+        diagnose=False,  # never variable values (row contents) on the console
+    )
+    if quiet:
+        from data_juicer_elastic.integration import deferred
+
+        deferred.when_imported("ray", lambda _module: quiet_ray_logging("ray"))
+        deferred.when_imported("ray.data", _quiet_ray_data)
+
+
+def _remove_stderr_handlers() -> tuple[Any, int]:
+    """Remove loguru's stderr handlers (and ours); (the stream they wrote to, their lowest level)."""
+    stream, level = None, logging.INFO
+    handlers = getattr(getattr(logger, "_core", None), "handlers", None) or {}  # loguru 0.7 internals
+    found = []
+    for handler_id, handler in list(handlers.items()):
+        target = getattr(getattr(handler, "_sink", None), "_stream", None)
+        if (
+            handler_id == _sink_id
+            or getattr(handler, "_name", None) == "<stderr>"
+            or target is not None
+            and (target is terminal.sys.__stderr__ or target is terminal.sys.stderr)
+        ):
+            found.append(handler_id)
+            if handler_id != _sink_id:
+                stream = target if target is not None else stream
+                level = min(level, getattr(handler, "levelno", level))
+    for handler_id in found:
+        try:
+            logger.remove(handler_id)
+        except ValueError:  # removed meanwhile
+            pass
+    if stream is None or terminal._is_log_stream(stream):
+        stream = terminal.console_stream() if stream is None else terminal.sys.__stderr__
+    return stream, level
+
+
+def mark_quiet_workers() -> None:
+    """Called by ``dj-process`` (elastic) and ``dj-elastic`` before any Ray runtime starts."""
+    if verbose():
+        os.environ.pop(QUIET_WORKERS_ENV, None)
+    else:
+        os.environ[QUIET_WORKERS_ENV] = "1"
+
+
+def quiet_ray_worker() -> None:
+    """In a Ray worker of a quiet elastic job: Data-Juicer's INFO lines off its stderr.
+
+    Ray forwards every worker's output to the driver's console, and each worker that
+    imports Data-Juicer logs its plugin discovery: one line per Ray worker, dozens on a
+    big node.  Warnings and errors (an operator failing on a row) still go through.
+    Only where the driver asked for it: the Ray workers of built-in executors are untouched.
+    """
+    if os.environ.get(QUIET_WORKERS_ENV) != "1":
+        return
+    worker = getattr(getattr(sys.modules.get("ray"), "_private", None), "worker", None)
+    if getattr(getattr(worker, "global_worker", None), "mode", None) != getattr(worker, "WORKER_MODE", object()):
+        return
+    stream, _ = _remove_stderr_handlers()
+    logger.add(stream, level="INFO", filter=_worker_filter)
+
+
+class _RayConsoleFilter(logging.Filter):
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.levelno >= logging.ERROR:
+            return True
+        return record.levelno >= logging.WARNING and not any(n in record.getMessage() for n in _RAY_NOISE)
+
+
+def quiet_ray_logging(name: str) -> None:
+    """Filter the console handlers (not the session log files) of the ``name`` logger, and send
+    what they still print through the console writer, so it scrolls above the live line."""
+    for handler in logging.getLogger(name).handlers:
+        is_console = isinstance(handler, logging.StreamHandler) and not isinstance(handler, logging.FileHandler)
+        if not is_console or any(isinstance(f, _RayConsoleFilter) for f in handler.filters):
+            continue
+        handler.addFilter(_RayConsoleFilter())
+        if handler.stream in (sys.stderr, sys.__stderr__):  # created with stderr: the console
+            handler.setStream(terminal.ConsoleWriter())
+
+
+def _quiet_ray_data(module: Any) -> None:
+    quiet_ray_logging("ray.data")
+    context = module.DataContext.get_current()
+    context.enable_progress_bars = False  # progress is the live line's; Ray's bars would tear it

@@ -1,0 +1,72 @@
+"""The lines a finished run ends with: rows in/out, shards, time, retries, and where everything is."""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+from typing import Any
+
+from data_juicer_elastic.console.quiet import say
+
+
+def shown_path(path: str | os.PathLike) -> str:
+    """A path as the user would type it here: relative when it lies below the working directory."""
+    path = Path(path)
+    try:
+        return str(path.relative_to(Path.cwd()))
+    except ValueError:
+        return str(path)
+
+
+def summary_lines(job_dir: str | os.PathLike, result: Any, elapsed_secs: float, log_path: str | None) -> list[str]:
+    """``result``: a ``MergeResult``.  Reads the manifest and the failure records once."""
+    from data_juicer_elastic.jobdir.manifest import load_manifest
+    from data_juicer_elastic.jobdir.status import snapshot
+
+    manifest = load_manifest(Path(job_dir))
+    retries = sum(s.failures for s in snapshot(job_dir, exact=False).shards)
+    lines = [
+        f"done in {_duration(elapsed_secs)}: {manifest.total_rows:,} rows in, {result.rows:,} rows out, "
+        f"{result.shards} shards, {retries} retr{'y' if retries == 1 else 'ies'}"
+        + ("" if result.written else " (the output was already there, unchanged)"),
+        f"  output  {shown_path(result.output_path)}",
+    ]
+    from data_juicer_elastic.jobdir.row_stats import export_stats_path
+
+    stats = export_stats_path(Path(result.output_path))
+    if stats.exists():
+        overall = f"{stats.stem[: -len('_stats')]}_overall_stats.csv"
+        lines.append(f"  stats   {shown_path(stats)} (per row; overall: {overall})")
+    lines.append(f"  report  dj-elastic report --job-dir {shown_path(job_dir)} --output report.html")
+    if log_path:
+        lines.append(f"  logs    {shown_path(log_path)}{os.sep}")
+    return lines
+
+
+def print_summary(job_dir: str | os.PathLike, result: Any, log_path: str | None = None) -> None:
+    """The summary of a command that ran since this process started."""
+    for line in summary_lines(job_dir, result, time.monotonic() - process_started(), log_path):
+        say(line)
+
+
+def process_started() -> float:
+    """``time.monotonic()`` of this process's start (Linux ``/proc``; elsewhere: now), so the
+    time reported includes the seconds of imports before the plugin got control."""
+    try:
+        with open("/proc/self/stat", encoding="ascii") as handle:
+            start_ticks = int(handle.read().rsplit(")", 1)[1].split()[19])  # field 22: starttime
+        with open("/proc/uptime", encoding="ascii") as handle:
+            uptime = float(handle.read().split()[0])
+        age = uptime - start_ticks / os.sysconf("SC_CLK_TCK")
+    except (OSError, ValueError, IndexError):
+        age = 0.0
+    return time.monotonic() - max(age, 0.0)
+
+
+def _duration(secs: float) -> str:
+    if secs < 60:
+        return f"{secs:.1f}s"
+    minutes, secs = divmod(int(secs), 60)
+    hours, minutes = divmod(minutes, 60)
+    return f"{hours}h{minutes:02d}m{secs:02d}s" if hours else f"{minutes}m{secs:02d}s"

@@ -1,0 +1,166 @@
+"""Prepare a job from a parsed Data-Juicer cfg: the shard recipe, its checks, the request, the split.
+
+Its own module, apart from ``executor`` (which subclasses Data-Juicer's executor base,
+whose import pulls in Data-Juicer's core and Ray): ``dj-elastic prepare`` needs only the
+recipe parse.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from loguru import logger
+
+from data_juicer_elastic import __version__
+from data_juicer_elastic.console import StepDisplay, say
+from data_juicer_elastic.console.summary import shown_path
+from data_juicer_elastic.coordination import crashpoints
+from data_juicer_elastic.errors import ConfigError
+from data_juicer_elastic.jobdir import steps
+from data_juicer_elastic.jobdir.prepare import PrepareOutcome, PrepareRequest, RequestChanged, prepare_job
+from data_juicer_elastic.jobdir.row_schema import RowSchema, operator_view_notes
+from data_juicer_elastic.settings import ElasticSettings
+
+
+def _resolve(path: str | os.PathLike) -> Path:
+    return Path(path).expanduser().resolve()
+
+
+def prepare_request(cfg: Any, settings: ElasticSettings) -> PrepareRequest:
+    """The shard recipe (checked) and everything prepare records, from a parsed cfg."""
+    from data_juicer_elastic.execution.code_fingerprint import code_fingerprint
+    from data_juicer_elastic.execution.stage_identities import compute_stage_identities
+    from data_juicer_elastic.integration.recipe import build_shard_recipe, index_key, media_keys
+    from data_juicer_elastic.integration.recipe_check import check_shard_safe
+
+    if not getattr(cfg, "dataset_path", None):
+        raise ConfigError("dataset_path is not set", where="recipe", hint="set dataset_path to a .jsonl file or folder")
+    recipe = build_shard_recipe(cfg)
+    check_shard_safe(recipe)
+    import data_juicer
+
+    return PrepareRequest(
+        job_dir=_resolve(settings.job_dir),
+        dataset_path=_resolve(cfg.dataset_path),
+        num_shards=settings.num_shards,
+        recipe=recipe,
+        stage_identities=compute_stage_identities(recipe),
+        media_keys=media_keys(cfg),
+        index_key=index_key(cfg),
+        settings=settings.to_dict(),
+        versions={"data_juicer": data_juicer.__version__, "data_juicer_elastic": __version__},
+        ray={"address": settings.ray_address, "num_cpus": settings.ray_num_cpus},
+        max_line_bytes=settings.max_line_bytes,
+        shard_codec=settings.shard_codec,
+        input_order=settings.input_order,
+        code=code_fingerprint(recipe),
+    )
+
+
+def prepare_from_cfg(cfg: Any, settings: ElasticSettings) -> PrepareOutcome:
+    """Validate the recipe and input, and publish the job directory (a no-op when identical)."""
+    crashpoints.install_from_env()  # test-only fault plans (a full disk while splitting); none when unset
+    return _prepare(prepare_request(cfg, settings))
+
+
+def _prepare(request: PrepareRequest, complete=None, cancel: threading.Event | None = None) -> PrepareOutcome:
+    def report(step: str, done: int, total: int | None) -> None:
+        if cancel is not None and cancel.is_set():
+            raise _Cancelled()  # the recipe was refused while the input pass ran: stop it
+        display(step, done, total)
+
+    with StepDisplay() as display, steps.reporting(report):  # a live line on a terminal, else log lines
+        outcome = prepare_job(request, complete=complete)
+    manifest = outcome.manifest
+    verb = "prepared" if outcome.created else "reusing the prepared job"
+    say(f"{verb} {shown_path(request.job_dir)}: {manifest.total_rows:,} rows in {len(manifest.shards)} shards")
+    if manifest.row_schema is not None:
+        for note in operator_view_notes(RowSchema.from_json(manifest.row_schema)):
+            logger.warning(f"{note} (the output keeps every untouched value as it was; see docs/lossless.md)")
+    return outcome
+
+
+class _Cancelled(Exception):
+    pass
+
+
+def prepare_overlapped(early: PrepareRequest | None, parse: Callable[[], PrepareRequest]) -> PrepareOutcome:
+    """``dj-elastic prepare``: the input pass starts at once on a thread from ``early`` (read from
+    the YAML without Data-Juicer), while ``parse`` (Data-Juicer's import and its parse of the
+    recipe: seconds of one core) runs here.  The pass publishes nothing before the parsed request
+    is there (``prepare_job(complete=...)``); if ``early`` guessed an input field wrong, the job
+    is prepared again from the parsed request; if the parse refuses the recipe, the pass stops at
+    its next progress report and the refusal is raised."""
+    if early is None:
+        return _prepare(parse())
+    parsed: dict[str, Any] = {}
+    ready, cancel = threading.Event(), threading.Event()
+
+    def complete() -> PrepareRequest:
+        ready.wait()
+        if "error" in parsed:
+            raise _Cancelled()
+        return parsed["request"]
+
+    def run() -> None:
+        try:
+            parsed["outcome"] = _prepare(early, complete, cancel)
+        except BaseException as exc:  # handed to the caller's thread
+            parsed["failed"] = exc
+
+    worker = threading.Thread(target=run, name="dj-elastic-prepare", daemon=True)
+    worker.start()
+    try:
+        parsed["request"] = parse()
+    except BaseException as exc:
+        parsed["error"] = exc
+        cancel.set()
+        raise
+    finally:
+        ready.set()
+        worker.join()
+    failed = parsed.get("failed")
+    if isinstance(failed, RequestChanged):
+        return _prepare(parsed["request"])  # the early read of the YAML was not what Data-Juicer parsed
+    if failed is not None:
+        raise failed
+    return parsed["outcome"]
+
+
+def early_request(config: str, overrides: dict[str, Any]) -> PrepareRequest | None:
+    """The input fields of a recipe read as plain YAML (no Data-Juicer), or None when unsure.
+
+    Only a guess: ``prepare_overlapped`` compares it with what Data-Juicer's parser made of the
+    recipe and prepares again when they differ.  ``overrides``: ``dataset_path`` and ``elastic.*``
+    values from the command line."""
+    if any(key.startswith("DJ_PROCESS_") for key in os.environ):
+        return None  # Data-Juicer's parser reads those too
+    try:
+        import yaml
+
+        with open(config, encoding="utf-8") as handle:
+            recipe = yaml.safe_load(handle)
+        block = dict(recipe.get("elastic") or {})
+        block.update({k: v for k, v in overrides.items() if k != "dataset_path" and v is not None})
+        settings = ElasticSettings.from_mapping(block)
+        dataset = overrides.get("dataset_path") or recipe["dataset_path"]
+        from data_juicer_elastic.integration.recipe import index_key, media_keys
+
+        return PrepareRequest(
+            job_dir=_resolve(settings.job_dir),
+            dataset_path=_resolve(dataset),
+            num_shards=settings.num_shards,
+            recipe={},
+            stage_identities=[],
+            media_keys=media_keys(recipe),
+            index_key=index_key(recipe),
+            max_line_bytes=settings.max_line_bytes,
+            shard_codec=settings.shard_codec,
+            input_order=settings.input_order,
+        )
+    except Exception:  # anything unusual: no guess, the plain path
+        return None

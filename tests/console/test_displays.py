@@ -1,0 +1,186 @@
+"""Progress displays: the live line on a terminal, periodic lines elsewhere, the job's numbers, the summary."""
+
+from __future__ import annotations
+
+import io
+import json
+
+import pytest
+from loguru import logger
+
+from data_juicer_elastic.console import quiet, summary, terminal
+from data_juicer_elastic.console.displays import JobDisplay, Meter, StepDisplay
+from data_juicer_elastic.jobdir import leases, progress
+from data_juicer_elastic.jobdir.layout import JobLayout
+from tests.jobdir.conftest import FakeClock, identity
+
+
+@pytest.fixture
+def lines():
+    """Messages logged at INFO and above, with whether they were marked for the console."""
+    seen: list[tuple[str, bool | None]] = []
+    sink = logger.add(lambda m: seen.append((m.record["message"], m.record["extra"].get(quiet.CONSOLE))), level="INFO")
+    yield seen
+    logger.remove(sink)
+
+
+class FakeTerminal(io.StringIO):
+    def isatty(self) -> bool:
+        return True
+
+
+def redraws(text: str) -> list[str]:
+    return [part for part in text.split(terminal.CLEAR_LINE) if part]
+
+
+def test_without_a_terminal_a_line_every_interval_and_one_at_the_end(lines):
+    clock = FakeClock(0.0)
+    with StepDisplay(terminal=False, log_every=30.0, clock=clock) as display:
+        for k in range(1, 11):
+            clock.advance(10.0)
+            display("merge", k * 1024 * 1024, 10 * 1024 * 1024)
+        display("next step", 1, 2)  # a new step closes the previous one
+    merge = [(text, shown) for text, shown in lines if text.startswith("merge:")]
+    assert len(merge) == 4, merge  # 30, 60, 90 s after the first report, and the final line
+    assert merge[0] == ("merge: progress 4.0 MiB/10.0 MiB (40%) in 30s, 136.5 KiB/s", True)
+    assert merge[-1] == ("merge: finished 10.0 MiB/10.0 MiB (100%) in 90s, 113.8 KiB/s", True)
+    # a step too short for a periodic line ends in the log files only: no noise for quick steps
+    assert lines[-1][0].startswith("next step: finished 1 B/2 B (50%)") and lines[-1][1] is None
+
+
+def test_on_a_terminal_one_line_redrawn_in_place_and_cleared(lines):
+    out = FakeTerminal()
+    with StepDisplay(terminal=True, stream=out) as display:
+        for k in range(1, 5):
+            display("prepare: writing shards", k * 256, 1024)
+    text = out.getvalue()
+    assert "\n" not in text, "a live line never scrolls"
+    drawn = redraws(text)
+    assert len(drawn) == 4 and drawn[-1].startswith("prepare: writing shards: 100%") and "1.00k/1.00k" in drawn[-1]
+    assert text.endswith(terminal.CLEAR_LINE), "cleared when the step ends"
+    assert all(shown is False for text, shown in lines if text.startswith("prepare:")), "the log files get the end"
+
+
+def test_log_lines_scroll_above_the_live_line():
+    out = FakeTerminal()
+    with terminal.live_line(out) as line:
+        line.update("42% | shards 3/8")
+        terminal.write("a warning\n")
+        terminal.write("partial ")  # an unfinished line: the status waits for its end
+        terminal.write("line\n")
+        assert line.shown
+    text = out.getvalue()
+    assert text == (
+        "\r\x1b[K42% | shards 3/8"  # drawn
+        "\r\x1b[Ka warning\n\r\x1b[K42% | shards 3/8"  # cleared, the line, drawn again below it
+        "\r\x1b[Kpartial line\n\r\x1b[K42% | shards 3/8"
+        "\r\x1b[K"  # cleared at the end
+    )
+
+
+def test_streams_we_do_not_own_are_guarded_while_the_line_is_shown(monkeypatch):
+    out = FakeTerminal()
+    monkeypatch.setattr(terminal.sys, "stderr", out)
+    with terminal.live_line(out) as line:
+        line.update("status")
+        print("from Ray", file=terminal.sys.stderr)  # e.g. Ray's log handler writes to sys.stderr
+    assert terminal.sys.stderr is out, "restored"
+    assert out.getvalue().count("status") == 2 and "\r\x1b[Kfrom Ray\n\r\x1b[Kstatus" in out.getvalue()
+
+
+def test_a_pty_without_a_size_gets_a_usable_width():
+    assert terminal.columns(io.StringIO()) == terminal.FALLBACK_COLUMNS  # no fileno: like a 0x0 pty
+
+
+def test_meter_rate_over_the_window_and_the_average_when_nothing_moved():
+    clock = FakeClock(0.0)
+    meter = Meter(clock, window=60.0)
+    meter.add(0)
+    assert meter.rate() is None
+    clock.advance(10.0)
+    meter.add(100)
+    assert meter.rate() == pytest.approx(10.0)
+    for _ in range(10):  # a long stall: no change in the last minute
+        clock.advance(10.0)
+        meter.add(100)
+    assert meter.rate() == pytest.approx(100 / 110.0)
+
+
+def _job(tmp_path, shards: dict[str, int]) -> JobLayout:
+    layout = JobLayout(tmp_path)
+    for name in ("done", "failed"):
+        (tmp_path / name).mkdir()
+    return layout
+
+
+def test_job_display_counts_done_shards_and_this_process_running_rows(tmp_path, lines):
+    shards = {"part-00000-of-00003": 10, "part-00001-of-00003": 20, "part-00002-of-00003": 30}
+    layout = _job(tmp_path, shards)
+    (tmp_path / "done" / "part-00000-of-00003.json").write_text("{}")
+    clock = FakeClock(0.0)
+    display = JobDisplay(tmp_path, shards, terminal=False, log_every=30.0, clock=clock)
+    display.refresh_listing()
+    claim = leases.publish_claim(layout, leases.read_lease(layout, "part-00001-of-00003"), identity(), "a1", "none")
+    tracker = progress.ProgressTracker(layout, claim, 20)  # never writes: start_writing() not called
+    display.attach(tracker)
+    tracker.set_stage(progress.Stage.PROCESSING)
+    tracker.update(rows_read=5)
+    clock.advance(10.0)
+    numbers = display.numbers()
+    assert (numbers["rows"], numbers["shards_done"], numbers["running"]) == (15, 1, 1)
+    assert numbers["stage"] == "part-00001 processing"
+    clock.advance(25.0)
+    display.draw()
+    (line,) = [text for text, shown in lines if text.startswith("progress:") and shown]
+    assert line.startswith("progress: 15/60 rows (25%)") and "shards 1/3 done, 1 running here" in line
+
+    tracker.update(rows_read=20)
+    tracker.finish()  # the attempt ended; its shard is not (yet) in done/: a failed attempt
+    (tmp_path / "failed" / "part-00002-of-00003.json").write_text("{}")
+    clock.advance(1.0)  # counted a little longer: a published result shows in done/ at the next listing
+    numbers = display.numbers()
+    assert (numbers["rows"], numbers["running"], numbers["failed"]) == (30, 0, 1)
+    clock.advance(10.0)
+    assert display.numbers()["rows"] == 30, "the line never goes backwards"
+    assert not display.trackers, "no result appeared (a failed attempt): its rows left the count"
+
+
+def test_job_display_live_line_on_a_terminal(tmp_path):
+    shards = {"part-00000-of-00002": 50, "part-00001-of-00002": 50}
+    _job(tmp_path, shards)
+    out = FakeTerminal()
+    with JobDisplay(tmp_path, shards, terminal=True, stream=out, tick=0.01) as display:
+        (tmp_path / "done" / "part-00000-of-00002.json").write_text("{}")
+        display.refresh_listing()
+        display.draw()
+        (tmp_path / "done" / "part-00001-of-00002.json").write_text("{}")  # seen by the closing draw
+    drawn = redraws(out.getvalue())
+    assert any("50/100" in state and "shards 1/2 done" in state and "rows" in state for state in drawn), drawn
+    assert "100/100" in drawn[-1] and "shards 2/2 done" in drawn[-1], "the end state is drawn before the line clears"
+    assert "\n" not in out.getvalue()
+
+
+def test_summary_names_rows_shards_retries_and_where_things_are(tmp_path, monkeypatch):
+    from data_juicer_elastic.jobdir.merge import merge_job
+    from data_juicer_elastic.jobdir.prepare import prepare_job
+    from data_juicer_elastic.jobdir.worker_loop import run_worker
+    from tests.jobdir.conftest import copy_runner, make_rows, request, write_rows
+
+    data = write_rows(tmp_path / "in.jsonl", make_rows(30))
+    prepare_job(request(tmp_path / "job", data, 3))
+    run_worker(tmp_path / "job", identity(), copy_runner(lambda r: r if r["id"] % 3 else None), ttl_secs=60,
+               heartbeat_secs=10, max_retries=0, poll_interval_secs=0.1)  # fmt: skip
+    result = merge_job(tmp_path / "job", tmp_path / "out" / "merged.jsonl")
+    monkeypatch.chdir(tmp_path)
+    text = summary.summary_lines(tmp_path / "job", result, 75.0, str(tmp_path / "job" / "logs" / "node-a"))
+    assert text[0] == "done in 1m15s: 30 rows in, 20 rows out, 3 shards, 0 retries"
+    assert text[1] == "  output  out/merged.jsonl"
+    assert "dj-elastic report --job-dir job --output report.html" in text[2]
+    assert text[-1] == "  logs    job/logs/node-a/"
+    assert json.loads((tmp_path / "out" / "merged.jsonl").read_text().splitlines()[0])["id"] == 1
+
+
+def test_process_start_is_before_now():
+    import time
+
+    assert summary.process_started() <= time.monotonic()

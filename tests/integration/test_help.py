@@ -1,0 +1,24 @@
+"""`dj-elastic --help` is plain text (argparse prints descriptions as they are: no reST markup)."""
+
+from __future__ import annotations
+
+import argparse
+
+from data_juicer_elastic.cli import build_parser
+
+
+def test_no_rest_markup_in_any_help_text():
+    parser = build_parser()
+    (sub,) = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
+    texts = {"dj-elastic": parser.format_help()} | {name: p.format_help() for name, p in sub.choices.items()}
+    assert len(texts) == 10
+    for name, text in texts.items():
+        assert "``" not in text and ":class:" not in text and ":func:" not in text, name
+    assert texts["dj-elastic"].splitlines()[2] == "dj-elastic: the lower-level steps of an elastic sharded job."
+
+
+def test_verbose_is_accepted_before_and_after_the_command():
+    parser = build_parser()
+    assert parser.parse_args(["-v", "status", "--job-dir", "j"]).verbose
+    assert parser.parse_args(["status", "-v", "--job-dir", "j"]).verbose
+    assert not getattr(parser.parse_args(["status", "--job-dir", "j"]), "verbose", False)
