@@ -65,7 +65,7 @@ OPS: dict[str, int] = {
     # publication and running
     "claim_publish": 10,  # makedirs(3) create fsync close link fsync_dir unlink + exists(done)
     "claim_lost": 10,  # makedirs(3) create fsync close link->EEXIST, same_bytes opens 2, unlink
-    "run_start": 16,  # heartbeat start (7), open_attempt makedirs(3)+atomic_write(5), open input
+    "run_start": 17,  # heartbeat start (7), open_attempt makedirs(3)+atomic_write(5), check + open input
     # fence probe, publish_done (13), close_attempt (6), release (9), final progress write (3)
     "run_end": 32,
     # probe gen+1, makedirs(3), create close replace (durable=False); +3 (progress.json) when progress changed

@@ -63,11 +63,12 @@ def prepare_request(cfg: Any, settings: ElasticSettings) -> PrepareRequest:
 
 def prepare_from_cfg(cfg: Any, settings: ElasticSettings) -> PrepareOutcome:
     """Validate the recipe and input, and publish the job directory (a no-op when identical)."""
-    crashpoints.install_from_env()  # test-only fault plans (a full disk while splitting); none when unset
     return _prepare(prepare_request(cfg, settings))
 
 
 def _prepare(request: PrepareRequest, complete=None, cancel: threading.Event | None = None) -> PrepareOutcome:
+    crashpoints.install_from_env()  # test-only fault plans (a full disk while splitting); none when unset
+
     def report(step: str, done: int, total: int | None) -> None:
         if cancel is not None and cancel.is_set():
             raise _Cancelled()  # the recipe was refused while the input pass ran: stop it

@@ -6,10 +6,10 @@ shard.  Here a worker keeps a :class:`ClaimCursor`, its own view of the manifest
 
 * It walks the manifest forward (wrapping), continuing after the shard it claimed
   last.  Worker processes (``dj-elastic worker``, ``dj-process``: ``random_start``)
-  start at a random shard: workers started together (or a replacement started after
-  each kill of its predecessor) then do not all go for the first pending shard, where
-  a run of kills would pile onto one shard.  Without it a worker starts at the first
-  shard, and one worker claims in manifest order (the finished prefix grows, which a
+  joining a job in which shards were already claimed start at a random shard: a
+  replacement started after each kill of its predecessor then does not go for the first
+  pending shard, where a run of kills would pile onto one shard.  Otherwise a worker
+  starts at the first shard, and one worker claims in manifest order (the finished prefix grows, which a
   streaming merge can publish early).  When it runs into another worker's work it
   jumps to a random place (below), so W workers spread over the manifest after one
   collision each instead of racing for the same shard on every claim.
@@ -185,12 +185,18 @@ class Claimer:
         # that took time, so the lease read before it may be out of date.  Never holds a claim meanwhile.
         self.before_claim = before_claim
         rng = rng or random.Random()
-        start = rng.randrange(manifest.num_shards) if random_start else 0
+        # Only a worker joining a job that others already work on starts at random: the first one
+        # claims in manifest order (the finished prefix a streaming merge publishes early grows).
+        start = rng.randrange(manifest.num_shards) if random_start and self._claimed_before() else 0
         self.cursor = ClaimCursor(manifest.num_shards, rng, start=start)
         self.index = {entry.shard_id: i for i, entry in enumerate(manifest.shards)}
         self.known_done: set[str] = set()  # done, from a parsed marker or a done/ listing (job_outcome skips them)
         self._held: dict[str, int | None] = {}  # shard seen held by a live claim -> its local pid (None: remote)
         self.pending: Claim | None = None  # published and not yet handed to the caller
+
+    def _claimed_before(self) -> bool:
+        """Whether any shard of the job was ever claimed (one listing of claims/)."""
+        return bool(fsio.list_names(self.layout.claims_dir))
 
     def learn_done(self, shard_id: str, *, corrupt: bool = False) -> None:
         if not corrupt:  # a corrupt marker is never replaced either: retired, but not done

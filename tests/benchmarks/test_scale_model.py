@@ -48,7 +48,7 @@ def test_hand_computed_single_worker_without_gate():
     # claim k passes k done markers (1 op each), reads the pending target (5), publishes (10)
     assert r.claim_ops_mean == pytest.approx(sum(k + 15 for k in range(4)) / 4)
     claim_ops = sum(k + 15 for k in range(4))  # 66
-    run_ops = 4 * (16 + 32)  # run_end includes the final progress.json write
+    run_ops = 4 * (17 + 32)  # run_end includes the final progress.json write
     exit_ops = 3 * 4  # last claim_next pass, job_outcome twice
     assert r.claims == 4 and r.done_shards == 4 and r.lost_races == 0
     foreground = sum(v for k, v in r.ops_by_kind.items() if k != "background")
