@@ -32,7 +32,9 @@ def test_eight_shards_load_each_operator_once_per_process(tmp_path):
     data = tmp_path / "input.jsonl"
     with open(data, "w", encoding="utf-8") as handle:
         for i in range(SHARDS * ROWS_PER_SHARD):
-            handle.write(json.dumps({"id": i, "text": f"row {i} héllo \u3000 wörld", "n": i * 1.5}) + "\n")
+            row = {"id": i, "text": f"row {i} héllo \u3000 wörld", "n": i * 1.5, "tags": ["a", str(i)]}
+            # compact and unescaped: how the row writer writes rows it did not change
+            handle.write(json.dumps(row, ensure_ascii=False, separators=(",", ":")) + "\n")
     task_log, actor_log = tmp_path / "task-op.jsonl", tmp_path / "actor-op.jsonl"
     common = {"load_secs": 0.2, "batch_secs": 0.0, "batch_size": 4, "num_proc": 1}
     process = [
