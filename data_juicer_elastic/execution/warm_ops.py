@@ -6,6 +6,10 @@ What.  ``WarmOperators`` owns everything of a shard run that outlives the shard:
   and this package's stage-identity check each call it), kept per process and keyed by the
   recipe's operator configs without ``work_dir``, the one per-attempt value Data-Juicer puts
   into them (it is also left out of stage identities);
+* the resource plan Data-Juicer's ``calculate_ray_np`` gives those instances (``num_proc``,
+  ``num_cpus``, ``num_gpus``) on the first shard: it is not computed again for them, since it
+  reads the node's *free* (GPU) memory, which the warm actors now hold, and a smaller or failed
+  plan would size a second actor pool next to the first;
 * the long-lived Ray actors of actor-mode operators (``warm_actors``).
 
 While :meth:`WarmOperators.active` is entered (one shard run), ``load_ops`` in
@@ -45,6 +49,7 @@ from data_juicer_elastic.execution.warm_actors import WarmActors
 ENV_SWITCH: Final = "DJ_ELASTIC_WARM_OPERATORS"
 PER_ATTEMPT_ARGS: Final = ("work_dir",)  # Data-Juicer's update_op_attr puts the config's work_dir into every op
 _TARGETS: Final = ("data_juicer.ops", "data_juicer.core.executor.ray_executor")
+_PLANNER: Final = ("data_juicer.utils.process_utils", "calculate_ray_np")  # imported by RayDataset.process per call
 _LOCK = threading.Lock()  # one shard run at a time patches a process's modules
 
 
@@ -81,6 +86,7 @@ class WarmOperators:
     def __init__(self) -> None:
         self._key: str | None = None
         self._ops: list[Any] | None = None
+        self._planned: set[int] = set()  # ids of cached operators calculate_ray_np already sized
         self.actors = WarmActors()
         self.builds = 0  # how often load_ops really ran (tests, logs)
 
@@ -90,6 +96,7 @@ class WarmOperators:
         key = op_key(process_list)
         if self._ops is None or key != self._key:
             self._ops, self._key = original(process_list), key
+            self._planned = set()
             self.builds += 1
             if self.builds > 1:
                 logger.info("warm operators: the operator configs changed; built them again")
@@ -97,11 +104,22 @@ class WarmOperators:
             rebase(self._ops, process_list)
         return list(self._ops)  # callers may reorder or fuse the list, never our cache
 
+    def plan(self, original: Any, operators: Any, *args: Any, **kwargs: Any) -> Any:
+        """``calculate_ray_np`` once for the cached operators; a list holding any other (fused) runs it."""
+        ops = list(operators) if isinstance(operators, list | tuple) else [operators]
+        if ops and all(id(op) in self._planned for op in ops):
+            return None
+        result = original(operators, *args, **kwargs)
+        cached = {id(op) for op in self._ops or ()}
+        self._planned |= {id(op) for op in ops} & cached
+        return result
+
     def drop(self, reason: str = "") -> None:
         """Forget the operator instances and kill the warm actors (after a failed shard, on close)."""
         if self._ops is not None or self.actors:
             logger.info(f"warm operators: dropping the warm state{f' ({reason})' if reason else ''}")
         self._ops = self._key = None
+        self._planned = set()
         self.actors.drop()
 
     @contextlib.contextmanager
@@ -110,21 +128,24 @@ class WarmOperators:
         if not enabled():
             yield
             return
-        modules = [_module(name) for name in _TARGETS]
+        modules = [_module(name, "load_ops") for name in _TARGETS]
+        planner = _module(*_PLANNER)
         with _LOCK:
-            saved = [(module, module.__dict__["load_ops"]) for module in modules]
-            original = saved[0][1]
-            for module, _ in saved:
+            saved = [(module, "load_ops", module.__dict__["load_ops"]) for module in modules]
+            saved.append((planner, _PLANNER[1], planner.__dict__[_PLANNER[1]]))
+            original = saved[0][2]
+            for module, _, _ in saved[:-1]:
                 module.load_ops = _cached_load_ops(self, original)
+            setattr(planner, _PLANNER[1], _planned_once(self, saved[-1][2]))
             try:
                 with self.actors.serving():
                     yield
             finally:
-                for module, found in saved:
-                    module.load_ops = found
+                for module, name, found in saved:
+                    setattr(module, name, found)
 
 
-def _module(name: str) -> Any:
+def _module(name: str, attribute: str) -> Any:
     import importlib
 
     try:
@@ -133,9 +154,9 @@ def _module(name: str) -> Any:
         raise IntegrationError(
             f"cannot import {name}: {exc}", where="py-data-juicer", hint="install py-data-juicer>=1.6.1,<1.7"
         ) from exc
-    if not callable(module.__dict__.get("load_ops")):
+    if not callable(module.__dict__.get(attribute)):
         raise IntegrationError(
-            f"{name}.load_ops is missing",
+            f"{name}.{attribute} is missing",
             where="py-data-juicer",
             hint="install py-data-juicer>=1.6.1,<1.7, or set DJ_ELASTIC_WARM_OPERATORS=0",
         )
@@ -148,3 +169,11 @@ def _cached_load_ops(warm: WarmOperators, original: Any) -> Any:
 
     load_ops.__wrapped__ = original
     return load_ops
+
+
+def _planned_once(warm: WarmOperators, original: Any) -> Any:
+    def calculate_ray_np(operators, *args, **kwargs):
+        return warm.plan(original, operators, *args, **kwargs)
+
+    calculate_ray_np.__wrapped__ = original
+    return calculate_ray_np

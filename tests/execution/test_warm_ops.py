@@ -53,6 +53,21 @@ def test_other_configs_and_a_drop_build_again():
     assert len(calls) == 3
 
 
+def test_the_resource_plan_is_made_once_for_the_cached_operators():
+    warm, calls, plans = WarmOperators(), [], []
+    ops = warm.load(_builder(calls), _process("/w1"))
+    warm.plan(plans.append, ops)
+    warm.plan(plans.append, warm.load(_builder(calls), _process("/w2")))  # the next shard: not sized again
+    assert len(plans) == 1
+    fused = [_Op(work_dir="/w2")]  # built per shard (op fusion): sized every time
+    warm.plan(plans.append, fused)
+    warm.plan(plans.append, fused)
+    assert len(plans) == 3
+    warm.drop("test")
+    warm.plan(plans.append, warm.load(_builder(calls), _process("/w3")))
+    assert len(plans) == 4
+
+
 def test_an_env_manager_is_never_cached():
     warm, calls = WarmOperators(), []
     warm.load(_builder(calls), _process("/w1"), op_env_manager=object())
@@ -63,13 +78,15 @@ def test_an_env_manager_is_never_cached():
 def test_the_patch_is_scoped_and_restored():
     import data_juicer.core.executor.ray_executor as ray_executor
     import data_juicer.ops as dj_ops
+    import data_juicer.utils.process_utils as process_utils
 
-    before = (dj_ops.load_ops, ray_executor.load_ops)
+    before = (dj_ops.load_ops, ray_executor.load_ops, process_utils.calculate_ray_np)
     warm = WarmOperators()
-    warm.actors.serving = _no_actors  # no Ray here: only the load_ops half
+    warm.actors.serving = _no_actors  # no Ray here: only the load_ops and planner half
     with warm.active():
         assert dj_ops.load_ops is not before[0] and ray_executor.load_ops.__wrapped__ is before[0]
-    assert (dj_ops.load_ops, ray_executor.load_ops) == before
+        assert process_utils.calculate_ray_np.__wrapped__ is before[2]
+    assert (dj_ops.load_ops, ray_executor.load_ops, process_utils.calculate_ray_np) == before
 
 
 def test_switched_off_nothing_is_patched(monkeypatch):
