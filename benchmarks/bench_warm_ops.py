@@ -109,7 +109,7 @@ def analyse(record: Path, starts: list[int], worker_pid: int, wall: float) -> di
         by_shard.setdefault(k, []).append(b)
     # in the order the worker ran the shards (it need not start at the first one)
     ran = sorted(by_shard.values(), key=lambda shard: min(b["t0"] for b in shard))
-    gaps = [min(b["t0"] for b in nxt) - max(b["t1"] for b in cur) for cur, nxt in zip(ran, ran[1:])]
+    gaps = [min(b["t0"] for b in nxt) - max(b["t1"] for b in cur) for cur, nxt in zip(ran, ran[1:], strict=False)]
     return {
         "loads_total": sum(loads.values()),
         "loads_per_process": dict(sorted(loads.items())),
@@ -192,4 +192,3 @@ def main() -> None:
 
 if __name__ == "__main__":
     main()
-
