@@ -11,7 +11,9 @@ Per attempt, inside ``task.attempt_dir``::
 
 The shard is read with the job's row schema (``shard_reader``, hooked in as Data-Juicer's
 Ray loader by ``_shard_source``); Data-Juicer's own RayExecutor runs the operators; the
-result is written by ``row_writer`` instead of Ray's JSON writer.
+result is written by ``row_writer`` instead of Ray's JSON writer.  The operators are built once
+per process and actor-mode operators keep their actors across shards; any failed shard drops
+both (``warm_ops``, docs/warm-operators.md).
 
 Operator errors: Data-Juicer's ``skip_op_error`` defaults to true, and then an
 operator exception drops the rows of the failing batch (logged inside the Ray
