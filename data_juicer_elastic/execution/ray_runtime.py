@@ -30,6 +30,10 @@ LOCAL: Final = "local"
 AUTO: Final = "auto"
 DEFAULT_CONNECT_TIMEOUT_SECS: Final = 30.0
 _TCP_TIMEOUT_SECS: Final = 3.0
+# A local raylet prestarts one worker per CPU with an empty runtime env; this job's runtime env
+# (env vars, setup hook) differs, so Ray never gives them a task and kills them later: on the demo
+# two processes importing Ray for nothing, competing with the ones the first shard waits for.
+_LOCAL_SYSTEM_CONFIG: Final = {"enable_worker_prestart": False, "prestart_worker_first_driver": False}
 
 # Run in a child process: connect, print the GCS address, disconnect.  Output is
 # on the last stdout line so Ray's own chatter does not matter.
@@ -112,6 +116,7 @@ class WarmRayRuntime:
                 address=LOCAL,
                 include_dashboard=False,
                 num_cpus=self.num_cpus,
+                _system_config=_LOCAL_SYSTEM_CONFIG,
             )
         else:
             if self.num_cpus is not None:
