@@ -120,7 +120,8 @@ class OpState:
     """One operator's policy and this attempt's statistics in this process."""
 
     def __init__(self, op: Any, mode: str):
-        self.context = read_context(getattr(op, "work_dir", None))
+        self.work_dir = getattr(op, "work_dir", None)
+        self.context = read_context(self.work_dir)
         self.stage_key = stage_key_for(op, self.context)
         self.accelerator = accelerator_model(op)
         self.cost_model = mode
@@ -223,10 +224,13 @@ _by_op: weakref.WeakKeyDictionary[Any, dict[str, OpState]] = weakref.WeakKeyDict
 
 
 def state_for(op: Any, mode: str) -> OpState:
+    # A warm operator (execution.warm_ops) serves attempt after attempt: its work_dir,
+    # where the attempt context lives, changes with each, and so does its state.
     states = _by_op.setdefault(op, {})
-    if mode not in states:
-        states[mode] = OpState(op, mode)
-    return states[mode]
+    state = states.get(mode)
+    if state is None or state.work_dir != getattr(op, "work_dir", None):
+        state = states[mode] = OpState(op, mode)
+    return state
 
 
 def summary_for(op: Any) -> dict[str, Any]:

@@ -87,4 +87,7 @@ class LazyShardRunner:
             return self._runner(task)
 
     def close(self) -> None:
-        self._runtime.close()
+        try:
+            self._runner.close()  # its warm actors live in the runtime: free them first
+        finally:
+            self._runtime.close()

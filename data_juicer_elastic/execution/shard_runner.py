@@ -11,7 +11,9 @@ Per attempt, inside ``task.attempt_dir``::
 
 The shard is read with the job's row schema (``shard_reader``, hooked in as Data-Juicer's
 Ray loader by ``_shard_source``); Data-Juicer's own RayExecutor runs the operators; the
-result is written by ``row_writer`` instead of Ray's JSON writer.
+result is written by ``row_writer`` instead of Ray's JSON writer.  The operators are built once
+per process and actor-mode operators keep their actors across shards; any failed shard drops
+both (``warm_ops``, docs/warm-operators.md).
 
 Operator errors: Data-Juicer's ``skip_op_error`` defaults to true, and then an
 operator exception drops the rows of the failing batch (logged inside the Ray
@@ -51,6 +53,7 @@ from data_juicer_elastic.execution.stage_identities import (
     verify_stage_identities,
     write_identity_record,
 )
+from data_juicer_elastic.execution.warm_ops import WarmOperators
 from data_juicer_elastic.jobdir import fsio, progress
 from data_juicer_elastic.jobdir.codecs import input_codec
 from data_juicer_elastic.jobdir.layout import JobLayout
@@ -118,6 +121,7 @@ class ShardRunner:
         ray_concat.install()  # the driver concatenates blocks too (its Ray workers get the setup hook)
         self._manifest: dict[str, Any] | None = None  # identities are per recipe and process, not per shard
         self._configs = ShardConfigs(self.recipe)  # parsed once per process, re-based per attempt
+        self.warm = WarmOperators()  # operators and actor-mode actors kept across shards (warm_ops)
         default_cache_env(self.cache_dir)
 
     def __call__(self, task: ShardTask) -> ShardOutput:
@@ -134,9 +138,13 @@ class ShardRunner:
             try:
                 return self._run(task, attempt_dir, where)
             except ElasticError as exc:
+                self.warm.drop(f"{where} failed")  # a failed shard never leaves its operators to the next
                 logger.error(f"{where}: attempt {task.attempt_id} failed: {exc}")
                 raise
-            except Exception as exc:
+            except BaseException as exc:
+                self.warm.drop(f"{where} failed")
+                if not isinstance(exc, Exception):
+                    raise  # a signal or exit: the worker loop releases the claim
                 logger.opt(exception=exc).error(f"{where}: attempt {task.attempt_id} failed")
                 raise ShardExecutionError(
                     f"Data-Juicer failed: {last_meaningful_line(exc)}",
@@ -165,7 +173,14 @@ class ShardRunner:
             "ray_address": ray.get_runtime_context().gcs_address,
         }
         cfg = self._configs.load(overrides, attempt_dir / RECIPE_FILE)
+        with self.warm.active():  # load_ops returns this process's warm operators (warm_ops)
+            return self._run_warm(task, attempt_dir, where, cfg)
 
+    def close(self) -> None:
+        """Free the warm operators and actors (before the Ray runtime stops)."""
+        self.warm.drop()
+
+    def _run_warm(self, task: ShardTask, attempt_dir: Path, where: str, cfg: Any) -> ShardOutput:
         if self._manifest is None:
             self._manifest = manifest_from_cfg(cfg)
         ids = stage_ids(self._manifest)

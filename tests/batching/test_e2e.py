@@ -103,12 +103,15 @@ def test_elastic_sharded_actor_mode_and_profile_reuse(data, reference, tmp_path)
     assert_ok(run(["dj-process", "--config", str(cfg)], cwd=tmp_path))
     assert read_jsonl(merged) == reference
 
-    summaries = []
+    by_shard, started = [], []
     for shard in ("part-00000-of-00002", "part-00001-of-00002"):
         (attempt,) = (job / "attempts" / shard).iterdir()
         record = json.loads((attempt / "attempt.json").read_text())
         assert record["exit_reason"] == "done" and record["batching"] is not None
-        summaries.append(record["batching"])
+        by_shard.append(record["batching"])
+        started.append(attempt.name)  # attempt ids begin with their UTC start time
+    # Workers start at a random pending shard (executor: random_start): order by when they ran.
+    summaries = [summary for _, summary in sorted(zip(started, by_shard, strict=True), key=lambda pair: pair[0])]
     assert summaries[0]["ooms"] > 0
     (stage,) = summaries[1]["stages"].values()
     assert stage["seeded_from"] == ["profile"] and stage["first_rows"] < 32
@@ -117,6 +120,37 @@ def test_elastic_sharded_actor_mode_and_profile_reuse(data, reference, tmp_path)
     status = run(["dj-elastic", "status", "--job-dir", str(job), "--json"], cwd=tmp_path)
     assert status.returncode == 0, status.stderr
     shards = json.loads(status.stdout)["shards"]
-    assert [s["batching"]["ooms"] for s in shards] == [s["ooms"] for s in summaries]
+    assert [s["batching"]["ooms"] for s in shards] == [s["ooms"] for s in by_shard]
     text = run(["dj-elastic", "status", "--job-dir", str(job), "--all"], cwd=tmp_path).stdout
     assert "adaptive batching:" in text and "final_batch=" in text
+
+
+@pytest.mark.ray
+def test_one_worker_two_shards_on_one_warm_actor(data, reference, tmp_path):
+    """The warm actor (docs/warm-operators.md) serves both shards: each attempt's telemetry lands
+    in its own attempt, and the second starts from what the same process learned."""
+    job = tmp_path / "job"
+    merged = tmp_path / "merged.jsonl"
+    op = demo_op(600, adaptive_batching=True, ray_execution_mode="actor", num_proc=1)
+    cfg = recipe(
+        tmp_path / "r.yaml",
+        executor_type="elastic_sharded",
+        dataset_path=str(data),
+        export_path=str(merged),
+        elastic={"job_dir": str(job), "num_shards": 2, "ray_num_cpus": RAY_CPUS + 1},
+        process=[op],
+    )
+    assert_ok(run(["dj-process", "--config", str(cfg)], cwd=tmp_path))
+    assert read_jsonl(merged) == reference
+    runs = []
+    for shard in ("part-00000-of-00002", "part-00001-of-00002"):
+        (attempt,) = (job / "attempts" / shard).iterdir()
+        record = json.loads((attempt / "attempt.json").read_text())
+        (stage,) = record["batching"]["stages"].values()
+        shard_rows = sum(1 for _ in open(job / "shards" / f"{shard}.jsonl", encoding="utf-8"))
+        assert stage["rows_in"] == stage["rows_out"] == shard_rows  # only this attempt's rows
+        runs.append((attempt.name, stage, {p.name.rsplit("-", 1)[-1] for p in (attempt / "batching").iterdir()}))
+    (_, first, first_pids), (_, second, second_pids) = sorted(runs, key=lambda run: run[0])
+    assert first["ooms"] > 0 and first["seeded_from"] == []
+    assert second["seeded_from"] == ["process"]  # the same warm actor process, its learned policy
+    assert first_pids == second_pids and len(first_pids) == 1

@@ -1,0 +1,195 @@
+"""Long-lived Ray actors for Data-Juicer's actor-mode operators, fed shard after shard.
+
+What.  For an actor-mode operator (``use_ray_actor()``: ``accelerator: cuda`` on a GPU node,
+or ``ray_execution_mode: actor``) Data-Juicer 1.6.1's ``RayDataset._run_single_op`` calls
+``Dataset.map_batches(op.__class__, fn_constructor_args=..., compute=ActorPoolStrategy(...))``,
+and Ray Data builds a new actor pool for that one execution: every shard starts fresh actor
+processes, each importing Data-Juicer and constructing the operator (loading its model).
+While :meth:`WarmActors.serving` is entered, such a call is turned into
+
+* N long-lived ``_OpActor`` actors (N = the pool's size; built once per process and key: the
+  operator class, its constructor arguments without ``work_dir``, its GPUs and runtime env),
+  each holding one operator instance and the GPUs the pool's actors would have held;
+* a task-mode ``map_batches`` over the same batches (same ``batch_size`` and ``batch_format``)
+  whose tasks hand each batch to a free warm actor (``_Dispatcher``) and return its result.
+
+Rows, batches and their order are those of the actor pool: the operator is called on the
+same batches, and Ray Data orders task outputs like actor outputs (``preserve_order``).  A
+task holds the operator's CPUs while it waits for its actor; the actors hold none, so a small
+runtime (one CPU) cannot deadlock between a warm actor and the tasks feeding it.  Ray worker
+processes for tasks are pooled and reused across shards, unlike actor processes.
+
+Each call carries the attempt's ``work_dir`` (the only per-attempt operator argument), set on
+the actor's operator before the batch, so per-attempt files (adaptive batching's context and
+telemetry) land in the right attempt.  Not redirected: any other ``map_batches`` call, and
+wrapper actor classes that are not operators (Data-Juicer's own adaptive mapper actor).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import inspect
+import json
+from collections.abc import Iterator
+from typing import Any, Final
+
+from loguru import logger
+
+from data_juicer_elastic.errors import IntegrationError
+
+TARGET: Final = "ray.data.Dataset.map_batches"
+PER_ATTEMPT_KWARGS: Final = ("work_dir",)
+
+
+class _OpActor:
+    """One warm operator instance in its own Ray actor."""
+
+    def __init__(self, op_class: type, args: tuple, kwargs: dict):
+        self.op = op_class(*args, **kwargs)
+
+    def call(self, batch: Any, work_dir: str | None) -> Any:
+        if work_dir is not None and getattr(self.op, "work_dir", None) != work_dir:
+            self.op.work_dir = work_dir
+        return self.op(batch)
+
+
+class _Dispatcher:
+    """Hands out the indexes of free warm actors, so concurrent tasks never queue on one actor."""
+
+    def __init__(self, size: int):
+        import asyncio
+
+        self.free: asyncio.Queue[int] = asyncio.Queue()
+        for index in range(size):
+            self.free.put_nowait(index)
+
+    async def acquire(self) -> int:
+        return await self.free.get()
+
+    async def release(self, index: int) -> None:
+        self.free.put_nowait(index)
+
+
+def _feed(batch: Any, *, actors: list[Any], dispatcher: Any, work_dir: str | None) -> Any:
+    """The task-mode UDF: run ``batch`` on a free warm actor and return its result."""
+    import ray
+
+    index = ray.get(dispatcher.acquire.remote())
+    try:
+        return ray.get(actors[index].call.remote(batch, work_dir))
+    finally:
+        dispatcher.release.remote(index)
+
+
+class _Pool:
+    def __init__(self, actors: list[Any], dispatcher: Any):
+        self.actors, self.dispatcher = actors, dispatcher
+
+
+class WarmActors:
+    """The warm actor pools of one worker process, by operator key; killed by ``drop``."""
+
+    def __init__(self) -> None:
+        self._pools: dict[str, _Pool] = {}
+        self.created = 0  # warm actors started in this process (tests, logs)
+
+    def __bool__(self) -> bool:
+        return bool(self._pools)
+
+    def drop(self) -> None:
+        import ray
+
+        pools, self._pools = self._pools, {}
+        if not ray.is_initialized():
+            return  # the runtime is gone, and its actors with it
+        for pool in pools.values():
+            for handle in [*pool.actors, pool.dispatcher]:
+                with contextlib.suppress(Exception):  # already dead: nothing to free
+                    ray.kill(handle)
+
+    def pool(self, op_class: type, args: tuple, kwargs: dict, *, size: int, num_gpus: Any, runtime_env: Any) -> _Pool:
+        import ray
+
+        steady = {k: v for k, v in kwargs.items() if k not in PER_ATTEMPT_KWARGS}
+        key = json.dumps(
+            [f"{op_class.__module__}.{op_class.__qualname__}", list(args), steady, size, num_gpus, runtime_env],
+            sort_keys=True,
+            default=repr,
+        )
+        pool = self._pools.get(key)
+        if pool is None:
+            remote = ray.remote(_OpActor).options(num_cpus=0, num_gpus=num_gpus or 0, runtime_env=runtime_env)
+            actors = [remote.remote(op_class, tuple(args), dict(kwargs)) for _ in range(size)]
+            dispatcher = ray.remote(_Dispatcher).options(num_cpus=0).remote(size)
+            pool = self._pools[key] = _Pool(actors, dispatcher)
+            self.created += size
+            logger.info(f"warm operators: started {size} warm actor(s) for {op_class.__name__}")
+        return pool
+
+    @contextlib.contextmanager
+    def serving(self) -> Iterator[None]:
+        """While entered, actor-pool ``map_batches`` calls of operators go to the warm actors."""
+        cls, original = _dataset_map_batches()
+        cls.map_batches = _redirect(self, original)
+        try:
+            yield
+        finally:
+            cls.map_batches = original
+
+
+def _dataset_map_batches() -> tuple[type, Any]:
+    try:
+        from ray.data import ActorPoolStrategy, Dataset  # noqa: F401 (both are relied on)
+    except ImportError as exc:
+        raise IntegrationError(f"cannot import ray.data: {exc}", where=TARGET) from exc
+    original = inspect.getattr_static(Dataset, "map_batches", None)
+    if not inspect.isfunction(original) or "fn_constructor_args" not in inspect.signature(original).parameters:
+        raise IntegrationError(
+            f"{TARGET} is missing or no longer takes fn_constructor_args",
+            where=TARGET,
+            hint="install the Ray version this package supports, or set DJ_ELASTIC_WARM_OPERATORS=0",
+        )
+    return Dataset, original
+
+
+def _is_operator_class(fn: Any) -> bool:
+    if not isinstance(fn, type):
+        return False
+    from data_juicer.ops.base_op import OP
+
+    return issubclass(fn, OP)
+
+
+def _pool_size(compute: Any) -> int | None:
+    """The actor count of an ActorPoolStrategy (its largest size when elastic), None for anything else."""
+    from ray.data import ActorPoolStrategy
+
+    if not isinstance(compute, ActorPoolStrategy):
+        return None
+    size = compute.max_size if isinstance(compute.max_size, int) and compute.max_size > 0 else compute.min_size
+    return max(int(size or 1), 1)
+
+
+def _redirect(warm: WarmActors, original: Any) -> Any:
+    @functools.wraps(original)
+    def map_batches(self, fn, *args, **kwargs):
+        size = _pool_size(kwargs.get("compute"))
+        if args or size is None or not _is_operator_class(fn) or kwargs.get("fn_args") or kwargs.get("fn_kwargs"):
+            return original(self, fn, *args, **kwargs)
+        from ray.data import TaskPoolStrategy
+
+        ctor_args = tuple(kwargs.pop("fn_constructor_args", None) or ())
+        ctor_kwargs = dict(kwargs.pop("fn_constructor_kwargs", None) or {})
+        kwargs.pop("fn_args", None), kwargs.pop("fn_kwargs", None)
+        num_gpus = kwargs.pop("num_gpus", None)
+        pool = warm.pool(
+            fn, ctor_args, ctor_kwargs, size=size, num_gpus=num_gpus, runtime_env=kwargs.get("runtime_env")
+        )
+        udf = functools.partial(
+            _feed, actors=pool.actors, dispatcher=pool.dispatcher, work_dir=ctor_kwargs.get("work_dir")
+        )
+        kwargs["compute"] = TaskPoolStrategy(size=size)
+        return original(self, udf, **kwargs)
+
+    return map_batches

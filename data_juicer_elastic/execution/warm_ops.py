@@ -1,0 +1,179 @@
+"""Warm operators: build a recipe's operators once per worker process and reuse them for every shard.
+
+What.  ``WarmOperators`` owns everything of a shard run that outlives the shard:
+
+* the operator instances Data-Juicer's ``load_ops`` builds in the driver (``RayExecutor.run``
+  and this package's stage-identity check each call it), kept per process and keyed by the
+  recipe's operator configs without ``work_dir``, the one per-attempt value Data-Juicer puts
+  into them (it is also left out of stage identities);
+* the resource plan Data-Juicer's ``calculate_ray_np`` gives those instances (``num_proc``,
+  ``num_cpus``, ``num_gpus``) on the first shard: it is not computed again for them, since it
+  reads the node's *free* (GPU) memory, which the warm actors now hold, and a smaller or failed
+  plan would size a second actor pool next to the first;
+* the long-lived Ray actors of actor-mode operators (``warm_actors``).
+
+While :meth:`WarmOperators.active` is entered (one shard run), ``load_ops`` in
+``data_juicer.ops`` and in ``data_juicer.core.executor.ray_executor`` returns the cached
+instances, re-based onto this attempt's ``work_dir`` (attribute, ``_init_kwargs`` and
+``_op_cfg``: what actors, tasks and adaptive batching read), and ``Dataset.map_batches``
+sends actor-mode operators to the warm actors.  On leaving, both are restored.
+
+Why.  Each shard is a new ``RayExecutor`` run: without this, a heavy ``__init__`` (a model
+load) runs in the driver for every shard and again in every actor of every per-shard actor
+pool.  Task-mode operators are pickled into Ray tasks from the driver's instance, so they
+are warm once that instance is; models loaded lazily through Data-Juicer's ``get_model``
+are cached per Ray worker process (``MODEL_ZOO``), which Ray reuses across shards.
+
+When it is rebuilt: after any failed shard (``drop``: the cache is emptied and the actors
+are killed, so a broken model, a dead actor or an operator left in a bad state never meets
+the next shard), when the operator configs change (a different recipe), and never otherwise.
+``DJ_ELASTIC_WARM_OPERATORS=0`` turns the whole mechanism off (each shard builds its own).
+Not cached: ``load_ops`` with an ``OPEnvManager`` (``min_common_dep_num_to_combine >= 0``),
+which rewrites the operators' runtime environments as it builds them.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import threading
+from collections.abc import Iterator, Mapping
+from typing import Any, Final
+
+from loguru import logger
+
+from data_juicer_elastic.errors import IntegrationError
+from data_juicer_elastic.execution.warm_actors import WarmActors
+
+ENV_SWITCH: Final = "DJ_ELASTIC_WARM_OPERATORS"
+PER_ATTEMPT_ARGS: Final = ("work_dir",)  # Data-Juicer's update_op_attr puts the config's work_dir into every op
+_TARGETS: Final = ("data_juicer.ops", "data_juicer.core.executor.ray_executor")
+_PLANNER: Final = ("data_juicer.utils.process_utils", "calculate_ray_np")  # imported by RayDataset.process per call
+_LOCK = threading.Lock()  # one shard run at a time patches a process's modules
+
+
+def enabled() -> bool:
+    return os.environ.get(ENV_SWITCH, "1").strip().lower() not in {"0", "false", "no", "off"}
+
+
+def op_key(process_list: Any) -> str:
+    """The operator configs without their per-attempt arguments: equal for every shard of a job."""
+    stripped = []
+    for item in process_list or []:
+        (name, args), *_ = dict(item).items()
+        args = {k: v for k, v in (args or {}).items() if k not in PER_ATTEMPT_ARGS}
+        stripped.append({name: args})
+    return json.dumps(stripped, sort_keys=True, default=repr)
+
+
+def rebase(ops: list[Any], process_list: Any) -> None:
+    """Give cached operators this attempt's per-attempt arguments, as building them anew would."""
+    for op, item in zip(ops, process_list, strict=True):
+        (_, args), *_ = dict(item).items()
+        for name in PER_ATTEMPT_ARGS:
+            if args and name in args:
+                setattr(op, name, args[name])
+                init_kwargs = getattr(op, "_init_kwargs", None)
+                if isinstance(init_kwargs, Mapping) and name in init_kwargs:
+                    op._init_kwargs = {**init_kwargs, name: args[name]}
+        op._op_cfg = item
+
+
+class WarmOperators:
+    """Per worker process: the cached operator instances and the warm actors (see the module doc)."""
+
+    def __init__(self) -> None:
+        self._key: str | None = None
+        self._ops: list[Any] | None = None
+        self._planned: set[int] = set()  # ids of cached operators calculate_ray_np already sized
+        self.actors = WarmActors()
+        self.builds = 0  # how often load_ops really ran (tests, logs)
+
+    def load(self, original: Any, process_list: Any, op_env_manager: Any = None) -> list[Any]:
+        if op_env_manager is not None:
+            return original(process_list, op_env_manager)
+        key = op_key(process_list)
+        if self._ops is None or key != self._key:
+            self._ops, self._key = original(process_list), key
+            self._planned = set()
+            self.builds += 1
+            if self.builds > 1:
+                logger.info("warm operators: the operator configs changed; built them again")
+        else:
+            rebase(self._ops, process_list)
+        return list(self._ops)  # callers may reorder or fuse the list, never our cache
+
+    def plan(self, original: Any, operators: Any, *args: Any, **kwargs: Any) -> Any:
+        """``calculate_ray_np`` once for the cached operators; a list holding any other (fused) runs it."""
+        ops = list(operators) if isinstance(operators, list | tuple) else [operators]
+        if ops and all(id(op) in self._planned for op in ops):
+            return None
+        result = original(operators, *args, **kwargs)
+        cached = {id(op) for op in self._ops or ()}
+        self._planned |= {id(op) for op in ops} & cached
+        return result
+
+    def drop(self, reason: str = "") -> None:
+        """Forget the operator instances and kill the warm actors (after a failed shard, on close)."""
+        if self._ops is not None or self.actors:
+            logger.info(f"warm operators: dropping the warm state{f' ({reason})' if reason else ''}")
+        self._ops = self._key = None
+        self._planned = set()
+        self.actors.drop()
+
+    @contextlib.contextmanager
+    def active(self) -> Iterator[None]:
+        """For one shard run: ``load_ops`` returns the cached operators, actor-mode ops use warm actors."""
+        if not enabled():
+            yield
+            return
+        modules = [_module(name, "load_ops") for name in _TARGETS]
+        planner = _module(*_PLANNER)
+        with _LOCK:
+            saved = [(module, "load_ops", module.__dict__["load_ops"]) for module in modules]
+            saved.append((planner, _PLANNER[1], planner.__dict__[_PLANNER[1]]))
+            original = saved[0][2]
+            for module, _, _ in saved[:-1]:
+                module.load_ops = _cached_load_ops(self, original)
+            setattr(planner, _PLANNER[1], _planned_once(self, saved[-1][2]))
+            try:
+                with self.actors.serving():
+                    yield
+            finally:
+                for module, name, found in saved:
+                    setattr(module, name, found)
+
+
+def _module(name: str, attribute: str) -> Any:
+    import importlib
+
+    try:
+        module = importlib.import_module(name)
+    except ImportError as exc:
+        raise IntegrationError(
+            f"cannot import {name}: {exc}", where="py-data-juicer", hint="install py-data-juicer>=1.6.1,<1.7"
+        ) from exc
+    if not callable(module.__dict__.get(attribute)):
+        raise IntegrationError(
+            f"{name}.{attribute} is missing",
+            where="py-data-juicer",
+            hint="install py-data-juicer>=1.6.1,<1.7, or set DJ_ELASTIC_WARM_OPERATORS=0",
+        )
+    return module
+
+
+def _cached_load_ops(warm: WarmOperators, original: Any) -> Any:
+    def load_ops(process_list, op_env_manager=None):
+        return warm.load(original, process_list, op_env_manager)
+
+    load_ops.__wrapped__ = original
+    return load_ops
+
+
+def _planned_once(warm: WarmOperators, original: Any) -> Any:
+    def calculate_ray_np(operators, *args, **kwargs):
+        return warm.plan(original, operators, *args, **kwargs)
+
+    calculate_ray_np.__wrapped__ = original
+    return calculate_ray_np
