@@ -146,7 +146,7 @@ def test_before_claim_runs_before_any_claim_is_held(job):
     assert seen[0] == [] and len(seen) >= 4, "readiness is checked before each claim, the first before any"
 
 
-def test_fresh_workers_start_at_a_random_shard_only_when_asked(job):
+def test_workers_joining_a_job_under_way_start_at_a_random_shard_only_when_asked(job):
     layout, manifest = JobLayout(job), load_manifest(job)
 
     def start(seed: int, random_start: bool) -> int:
@@ -157,4 +157,9 @@ def test_fresh_workers_start_at_a_random_shard_only_when_asked(job):
         return claimer.cursor.position
 
     assert {start(seed, False) for seed in range(20)} == {0}, "one worker alone claims in manifest order"
+    assert {start(seed, True) for seed in range(20)} == {0}, "the first worker of a job starts at the first shard"
+    first = claiming.Claimer(layout, manifest, identity(), leases.StalenessObserver(60.0), max_retries=0)
+    claimed, _ = first.claim_next()
+    assert claimed is not None  # now the job is under way: a joining worker starts at random
     assert len({start(seed, True) for seed in range(20)}) > 1
+    assert {start(seed, False) for seed in range(20)} == {0}
