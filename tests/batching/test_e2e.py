@@ -82,10 +82,9 @@ def test_ray_executor_task_mode(data, reference, tmp_path):
     assert read_ray_output(out) == reference
 
 
-@pytest.mark.ray
-def test_elastic_sharded_actor_mode_and_profile_reuse(data, reference, tmp_path):
-    job = tmp_path / "job"
-    merged = tmp_path / "merged.jsonl"
+def _actor_job(tmp_path, data, **elastic):
+    """A 2-shard elastic job whose one operator runs adaptive batching in actor mode: (job, merged, recipe)."""
+    job, merged = tmp_path / "job", tmp_path / "merged.jsonl"
     op = demo_op(600, adaptive_batching=True, ray_execution_mode="actor", num_proc=1)
     cfg = recipe(
         tmp_path / "r.yaml",
@@ -93,9 +92,15 @@ def test_elastic_sharded_actor_mode_and_profile_reuse(data, reference, tmp_path)
         dataset_path=str(data),
         export_path=str(merged),
         # An actor holds its CPU for the whole dataset: the read tasks need a second one.
-        elastic={"job_dir": str(job), "num_shards": 2, "ray_num_cpus": RAY_CPUS + 1, "max_shards": 1},
+        elastic={"job_dir": str(job), "num_shards": 2, "ray_num_cpus": RAY_CPUS + 1, **elastic},
         process=[op],
     )
+    return job, merged, cfg
+
+
+@pytest.mark.ray
+def test_elastic_sharded_actor_mode_and_profile_reuse(data, reference, tmp_path):
+    job, merged, cfg = _actor_job(tmp_path, data, max_shards=1)
     # Two sequential workers, one shard each: the second is a new process with a new Ray runtime,
     # so only the job directory's profile can carry what the first learned.
     first = run(["dj-process", "--config", str(cfg)], cwd=tmp_path)
@@ -110,7 +115,7 @@ def test_elastic_sharded_actor_mode_and_profile_reuse(data, reference, tmp_path)
         assert record["exit_reason"] == "done" and record["batching"] is not None
         by_shard.append(record["batching"])
         started.append(attempt.name)  # attempt ids begin with their UTC start time
-    # Workers start at a random pending shard (executor: random_start): order by when they ran.
+    # The second worker joins a job under way and starts at a random pending shard: order by when they ran.
     summaries = [summary for _, summary in sorted(zip(started, by_shard, strict=True), key=lambda pair: pair[0])]
     assert summaries[0]["ooms"] > 0
     (stage,) = summaries[1]["stages"].values()
@@ -129,17 +134,7 @@ def test_elastic_sharded_actor_mode_and_profile_reuse(data, reference, tmp_path)
 def test_one_worker_two_shards_on_one_warm_actor(data, reference, tmp_path):
     """The warm actor (docs/warm-operators.md) serves both shards: each attempt's telemetry lands
     in its own attempt, and the second starts from what the same process learned."""
-    job = tmp_path / "job"
-    merged = tmp_path / "merged.jsonl"
-    op = demo_op(600, adaptive_batching=True, ray_execution_mode="actor", num_proc=1)
-    cfg = recipe(
-        tmp_path / "r.yaml",
-        executor_type="elastic_sharded",
-        dataset_path=str(data),
-        export_path=str(merged),
-        elastic={"job_dir": str(job), "num_shards": 2, "ray_num_cpus": RAY_CPUS + 1},
-        process=[op],
-    )
+    job, merged, cfg = _actor_job(tmp_path, data)
     assert_ok(run(["dj-process", "--config", str(cfg)], cwd=tmp_path))
     assert read_jsonl(merged) == reference
     runs = []
