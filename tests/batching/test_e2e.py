@@ -53,6 +53,7 @@ def reference(data, tmp_path_factory) -> list[dict]:
     return rows
 
 
+@pytest.mark.extended
 def test_default_executor(data, reference, tmp_path):
     out = tmp_path / "out.jsonl"
     ops = [demo_op(600, adaptive_batching=True)]
@@ -98,6 +99,7 @@ def _actor_job(tmp_path, data, **elastic):
     return job, merged, cfg
 
 
+@pytest.mark.extended
 @pytest.mark.ray
 def test_elastic_sharded_actor_mode_and_profile_reuse(data, reference, tmp_path):
     job, merged, cfg = _actor_job(tmp_path, data, max_shards=1)
@@ -130,6 +132,7 @@ def test_elastic_sharded_actor_mode_and_profile_reuse(data, reference, tmp_path)
     assert "adaptive batching:" in text and "final_batch=" in text
 
 
+@pytest.mark.extended
 @pytest.mark.ray
 def test_one_worker_two_shards_on_one_warm_actor(data, reference, tmp_path):
     """The warm actor (docs/warm-operators.md) serves both shards: each attempt's telemetry lands

@@ -15,6 +15,7 @@ from .conftest import assert_ok, elastic_recipe, read_jsonl, run
 pytestmark = [pytest.mark.e2e, pytest.mark.ray]
 
 
+@pytest.mark.extended
 def test_compressed_input_and_shards_with_streaming_merge(tmp_path, demo_input):
     data = tmp_path / "input.jsonl.zst"
     long_row = {"id": 600, "text": "long " * 6_000_000, "meta": {"source": "x" * 100}}  # a 30 MB line

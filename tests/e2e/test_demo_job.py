@@ -32,6 +32,7 @@ def demo_run(tmp_path_factory, demo_input):
     return tmp, recipe, proc
 
 
+@pytest.mark.extended
 def test_without_a_terminal_the_console_is_quiet_and_ends_with_a_summary(demo_run):
     """A scheduler's log file: the plugin's lines, warnings once, no configuration table, no
     per-shard Data-Juicer or Ray chatter, no redraws; everything else is in the log files."""
@@ -52,6 +53,7 @@ def test_without_a_terminal_the_console_is_quiet_and_ends_with_a_summary(demo_ru
     assert "Loading dataset with Ray" in node_log.read_text(), "the log file keeps every line"
 
 
+@pytest.mark.extended
 def test_merged_rows_equal_plain_ray_executor_in_input_order(demo_run, demo_input, tmp_path):
     tmp, _, _ = demo_run
     merged = read_jsonl(tmp / "job" / "merged.jsonl")
@@ -76,6 +78,7 @@ def test_merged_rows_equal_plain_ray_executor_in_input_order(demo_run, demo_inpu
     assert [s[STATS] for s in stats] == [by_id[i] for i in ids]
 
 
+@pytest.mark.extended
 def test_rerun_after_success_is_a_no_op(demo_run):
     tmp, recipe, _ = demo_run
     merged = tmp / "job" / "merged.jsonl"
@@ -85,21 +88,27 @@ def test_rerun_after_success_is_a_no_op(demo_run):
     assert (merged.read_bytes(), merged.stat().st_mtime_ns) == before
 
 
+@pytest.mark.extended
 def test_dj_analyze_works_on_the_merged_output_without_installing_anything(demo_run):
     """On a fresh machine without torch, Data-Juicer's lazy loader would pip-install torch (a
     CUDA build of several GB) at the end of every Filter; analysis needs no torch at all."""
     tmp, recipe, _ = demo_run
     merged = tmp / "job" / "merged.jsonl"
     installs = tmp / "installs.log"
-    paths = [str(Path(__file__).parent / "no_torch"), *filter(None, [os.environ.get("PYTHONPATH")])]
-    env = {"PYTHONPATH": os.pathsep.join(paths), "DJ_ELASTIC_TEST_INSTALL_LOG": str(installs)}
-    proc = run(["dj-analyze", "--config", str(recipe), "--dataset_path", str(merged)], cwd=tmp, env=env)
+    proc = run(["dj-analyze", "--config", str(recipe), "--dataset_path", str(merged)], cwd=tmp, env=_without_torch(tmp))
     assert_ok(proc)
     overall = list((tmp / "job").rglob("overall.csv"))
     assert overall, f"dj-analyze wrote no overall.csv:\n{proc.stdout[-2000:]}\n{proc.stderr[-2000:]}"
     assert not installs.exists(), f"dj-analyze tried to install: {installs.read_text()}"
 
 
+def _without_torch(tmp: Path) -> dict[str, str]:
+    """A fresh machine's view: torch cannot be imported, and every lazy install is logged."""
+    paths = [str(Path(__file__).parent / "no_torch"), *filter(None, [os.environ.get("PYTHONPATH")])]
+    return {"PYTHONPATH": os.pathsep.join(paths), "DJ_ELASTIC_TEST_INSTALL_LOG": str(tmp / "installs.log")}
+
+
+@pytest.mark.extended
 def test_status_reports_a_complete_job(demo_run):
     tmp, _, _ = demo_run
     proc = run(["dj-elastic", "status", "--job-dir", str(tmp / "job" / "job"), "--json"], cwd=tmp)
@@ -153,8 +162,9 @@ def test_overall_stats_match_dj_analyze_on_the_merged_output(bundled_demo):
 
     tmp, _ = bundled_demo
     demo = tmp / "outputs" / "demo"
-    proc = run(["dj-analyze", "--config", "recipes/demo_analyze.yaml"], cwd=tmp)
+    proc = run(["dj-analyze", "--config", "recipes/demo_analyze.yaml"], cwd=tmp, env=_without_torch(tmp))
     assert_ok(proc)
+    assert not (tmp / "installs.log").exists(), f"dj-analyze tried to install: {(tmp / 'installs.log').read_text()}"
     (analyzed,) = (demo / "analysis").glob("*/analysis/overall.csv")
     expected = pd.read_csv(analyzed, index_col=0)
     ours = pd.read_csv(demo / "merged_overall_stats.csv", index_col=0)

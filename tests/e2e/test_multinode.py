@@ -107,6 +107,7 @@ def one_node_output(tmp_path_factory, demo_input) -> bytes:
     return _merged(recipe)
 
 
+@pytest.mark.extended
 def test_three_instances_at_once_elect_one_prepare_and_one_finalize(tmp_path, demo_input, one_node_output):
     recipe = _recipe(tmp_path, demo_input, "three", seconds_per_row=0.01)
     instances = _start(recipe, ["node-a", "node-b", "node-c"], None, env={"PAI_JOB_ID": "dlc-42"})
@@ -128,6 +129,7 @@ def test_three_instances_at_once_elect_one_prepare_and_one_finalize(tmp_path, de
     assert all(n == 1 for n in _attempts_per_shard(job).values())
 
 
+@pytest.mark.extended
 def test_a_late_instance_claims_what_is_left_or_reports_the_finished_run(tmp_path, demo_input, one_node_output):
     recipe = _recipe(tmp_path, demo_input, "late", seconds_per_row=0.03)
     early = _start(recipe, ["node-a", "node-b"], "late-run")
@@ -140,6 +142,7 @@ def test_a_late_instance_claims_what_is_left_or_reports_the_finished_run(tmp_pat
     assert _merged(recipe) == one_node_output
 
 
+@pytest.mark.extended
 def test_a_resubmission_finishes_a_job_whose_finalize_coordinator_was_killed(tmp_path, demo_input, one_node_output):
     recipe = _recipe(tmp_path, demo_input, "killed")
     crash = {"DJ_ELASTIC_TEST_CRASH_AT": "write:.merged.jsonl.tmp"}  # SIGKILL itself mid-merge
@@ -160,6 +163,7 @@ def test_a_resubmission_finishes_a_job_whose_finalize_coordinator_was_killed(tmp
     assert runs["sub-1"]["outcome"]["status"] == "failed" and runs["sub-2"]["outcome"]["status"] == "ok"
 
 
+@pytest.mark.extended
 def test_an_always_failing_shard_stops_every_instance_with_the_same_message(tmp_path, demo_input):
     process = [{"e2e_fail_mapper": {"fail_id": 5}}, *DEMO_PROCESS]
     recipe = _recipe(tmp_path, demo_input, "fail", process=process, max_retries=1, wait_timeout_secs=600)
@@ -176,6 +180,7 @@ def test_an_always_failing_shard_stops_every_instance_with_the_same_message(tmp_
     assert not (recipe.parent / recipe.stem / "merged.jsonl").exists()
 
 
+@pytest.mark.extended
 @pytest.mark.parametrize("started", [2, 3])
 def test_strict_mode_needs_every_node(tmp_path, demo_input, one_node_output, started):
     recipe = _recipe(tmp_path, demo_input, f"strict{started}", require_all_nodes=True, nodes=3)
@@ -194,6 +199,7 @@ def test_strict_mode_needs_every_node(tmp_path, demo_input, one_node_output, sta
     assert "ParticipationError" in line and "only 2 of 3 node(s) joined" in line and "1 node(s) missing" in line
 
 
+@pytest.mark.extended
 def test_two_slots_on_one_node_run_shards_at_the_same_time(tmp_path, demo_input, one_node_output):
     recipe = _recipe(tmp_path, demo_input, "slots", seconds_per_row=0.03, num_shards=4, slots_per_node=2)
     cmd = ["dj-elastic", "run", "--config", str(recipe), "--ray-num-cpus", "1"]

@@ -129,6 +129,7 @@ def test_mappers_and_filters_on_a_directory_match_the_default_executor_and_keep_
     assert any("region" not in r for r in ours.values()) and all("region" in r for r in theirs.values())
 
 
+@pytest.mark.extended
 def test_integers_beyond_int64_and_stats_kept_in_the_rows(tmp_path):
     """A single-file input, ``keep_stats_in_res_ds: true``.  Arrow has no integer beyond int64:
     operators see doubles under both executors (the same rows pass a numeric filter on them), the

@@ -98,6 +98,7 @@ def live_job(tmp_path_factory):
     yield job, proc.returncode, out, live
 
 
+@pytest.mark.extended
 def test_status_while_running_shows_failed_retried_running_and_rates(live_job):
     job, _, _, (snap, data, text) = live_job
     assert snap.returncode == 2, "a terminally failed shard: exit 2 even while others run"
@@ -129,6 +130,7 @@ def test_status_while_running_shows_failed_retried_running_and_rates(live_job):
     assert "failed:" in out and str(log) in out and "(retried 1)" in out and "node-live" in out
 
 
+@pytest.mark.extended
 def test_after_the_run_status_and_progress_records_tell_how_it_ended(live_job):
     job, returncode, out, _ = live_job
     assert returncode == 2, out[-3000:]  # the worker finished what it could; one shard failed terminally
@@ -148,6 +150,7 @@ def test_after_the_run_status_and_progress_records_tell_how_it_ended(live_job):
         assert record.samples and record.samples[-1][1:] == [ROWS_PER_SHARD, result["rows"]]
 
 
+@pytest.mark.extended
 def test_watch_refreshes_until_interrupted(live_job):
     job = live_job[0]
     proc = subprocess.Popen(

@@ -74,6 +74,7 @@ def one_worker_output(tmp_path_factory, demo_input) -> bytes:
     return _merge(job, tmp / "merged.jsonl")
 
 
+@pytest.mark.extended
 def test_two_workers_share_the_job_and_match_one_worker(tmp_path, demo_input, one_worker_output):
     job = _prepare(tmp_path, demo_input, "two")
     # A claim cap of half the shards each guarantees that both nodes do work.
@@ -89,6 +90,7 @@ def test_two_workers_share_the_job_and_match_one_worker(tmp_path, demo_input, on
     assert proc.returncode == 2 and "node" in proc.stderr
 
 
+@pytest.mark.extended
 def test_three_concurrent_workers_process_every_shard_exactly_once(tmp_path, demo_input, one_worker_output):
     job = _prepare(tmp_path, demo_input, "three")
     workers = [_start_worker(job, f"node-{i}") for i in range(3)]
@@ -100,6 +102,7 @@ def test_three_concurrent_workers_process_every_shard_exactly_once(tmp_path, dem
     assert _merge(job, tmp_path / "merged.jsonl") == one_worker_output
 
 
+@pytest.mark.extended
 def test_worker_killed_mid_shard_is_taken_over(tmp_path, demo_input, one_worker_output):
     job = _prepare(tmp_path, demo_input, "kill", seconds_per_row=0.05, lease_ttl_secs=8)
     victim = _start_worker(job, "victim")
@@ -121,6 +124,7 @@ def test_worker_killed_mid_shard_is_taken_over(tmp_path, demo_input, one_worker_
     assert claimed_twice, "the killed worker's shard must have been taken over under a new generation"
 
 
+@pytest.mark.extended
 def test_always_failing_shard_ends_in_exit_2_and_can_be_retried(tmp_path, demo_input):
     process = [{"e2e_fail_mapper": {"fail_id": 5}}, *DEMO_PROCESS]
     recipe = elastic_recipe(tmp_path, demo_input, name="fail", num_shards=3, max_retries=1, process=process)
@@ -154,7 +158,12 @@ BAD_INPUTS = {
 }
 
 
-@pytest.mark.parametrize("case", sorted(BAD_INPUTS))
+# One case in the default run (the row checkers are tested without dj-process in tests/jobdir);
+# every case through the real dj-process in the extended run.
+@pytest.mark.parametrize(
+    "case",
+    [pytest.param(case, marks=() if case == "malformed_json" else pytest.mark.extended) for case in sorted(BAD_INPUTS)],
+)
 def test_bad_input_exits_2_naming_file_and_line(tmp_path, case):
     content, where = BAD_INPUTS[case]
     data = tmp_path / "bad.jsonl"
@@ -174,6 +183,7 @@ REFUSED = {
 }
 
 
+@pytest.mark.extended
 @pytest.mark.parametrize("case", sorted(REFUSED))
 def test_refused_recipe_exits_2_naming_the_problem(tmp_path, demo_input, case):
     process, expected = REFUSED[case]

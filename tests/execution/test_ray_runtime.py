@@ -1,14 +1,18 @@
 """WarmRayRuntime attach paths: fail fast and clearly, never hang.
 
-These run without a runtime in this process (the folder's shared runtime is
-started by the first Ray test, which comes later in collection order).
+Each test runs in a child interpreter of its own: WarmRayRuntime reuses a runtime its
+process is already connected to, and the test process may hold the folder's shared one.
 """
 
 from __future__ import annotations
 
+import functools
 import socket
+import subprocess
+import sys
 import threading
 import time
+from pathlib import Path
 
 import pytest
 
@@ -16,16 +20,31 @@ from data_juicer_elastic.errors import ConfigError, ElasticError
 from data_juicer_elastic.execution.ray_runtime import WarmRayRuntime
 
 pytestmark = pytest.mark.ray
+REPO = Path(__file__).resolve().parents[2]
+_CHILD = """
+import sys, pytest
+from tests.execution import test_ray_runtime as module
+try:
+    getattr(module, sys.argv[1]).__wrapped__()
+except pytest.skip.Exception as exc:
+    print("SKIPPED:", exc.msg)
+"""
 
 
-@pytest.fixture(autouse=True)
-def _no_runtime_in_this_process():
-    import ray
+def in_a_fresh_process(test):
+    @functools.wraps(test)
+    def run_in_child():
+        proc = subprocess.run(
+            [sys.executable, "-c", _CHILD, test.__name__], cwd=REPO, capture_output=True, text=True, timeout=120
+        )
+        assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+        if "SKIPPED:" in proc.stdout:
+            pytest.skip(proc.stdout.split("SKIPPED:", 1)[1].strip())
 
-    if ray.is_initialized():
-        pytest.skip("a Ray runtime is already connected in this process: WarmRayRuntime would reuse it")
+    return run_in_child
 
 
+@in_a_fresh_process
 def test_auto_without_a_cluster_fails_fast():
     from ray._private import services
 
@@ -40,6 +59,7 @@ def test_auto_without_a_cluster_fails_fast():
     assert info.value.where == "ray_address=auto"
 
 
+@in_a_fresh_process
 def test_dead_address_fails_at_once():
     with socket.socket() as sock:  # a port nobody listens on
         sock.bind(("127.0.0.1", 0))
@@ -51,6 +71,7 @@ def test_dead_address_fails_at_once():
     assert f"127.0.0.1:{port}" in str(info.value)
 
 
+@in_a_fresh_process
 def test_address_that_never_answers_fails_within_the_timeout():
     """A TCP listener that is not Ray: ray.init would wait for minutes; the child probe is killed."""
     server = socket.socket()
@@ -85,6 +106,7 @@ def test_address_that_never_answers_fails_within_the_timeout():
     assert "timed out after 6s" in str(info.value) or "could not connect to Ray" in str(info.value)
 
 
+@in_a_fresh_process
 def test_malformed_address_is_a_config_error():
     with pytest.raises(ConfigError):
         WarmRayRuntime("no-port-here").start()

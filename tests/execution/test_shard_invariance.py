@@ -84,6 +84,7 @@ def merged_bytes(data: Path, root: Path, shards: int, cache_dir: Path) -> tuple[
     derandomize=EXAMPLES <= 3,
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture, HealthCheck.data_too_large],
 )
+@pytest.mark.extended
 @given(rows, st.data())
 def test_merged_bytes_are_the_same_for_any_num_shards(ray_runtime, cache_dir, tmp_path_factory, batch, data):
     root = tmp_path_factory.mktemp("invariance")

@@ -56,6 +56,7 @@ def three_shards(ray_runtime, cache_dir, tmp_path_factory):
     return {"root": root, "recipe": rec, "tasks": tasks, "outputs": outputs, "again": runner(again)}
 
 
+@pytest.mark.extended
 def test_shards_in_a_row_equal_a_plain_dj_process_ray_run(three_shards, tmp_path):
     task, output = three_shards["tasks"][0], three_shards["outputs"][0]
     plain_cfg = {

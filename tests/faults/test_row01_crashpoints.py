@@ -104,6 +104,7 @@ def test_streaming_merge_killed_mid_way_resumes_to_the_identical_file(tmp_path, 
     assert not (tmp_path / "streamed.jsonl.partial").exists()
 
 
+@pytest.mark.extended
 @pytest.mark.e2e
 @pytest.mark.ray
 def test_real_worker_and_merge_killed_at_crash_points(tmp_path):

@@ -54,6 +54,7 @@ def _failures(job: Path) -> list[dict]:
     return [json.loads(p.read_bytes()) for p in sorted(job.glob("failures/*/gen-*.json"))]
 
 
+@pytest.mark.extended
 def test_a_worker_whose_ray_processes_are_stopped_gives_the_shard_up_and_restarts_ray(tmp_path):
     elastic = {"num_shards": 2, "lease_ttl_secs": 30, "heartbeat_interval_secs": 2, "stall_timeout_secs": STALL_SECS}
     job = slow_job(tmp_path, 12, 0.5, **elastic)

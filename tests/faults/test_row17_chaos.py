@@ -108,6 +108,7 @@ def _done(job: Path) -> int:
     return len(list((job / "done").glob("part-*.json")))
 
 
+@pytest.mark.extended
 def test_random_kills_of_whole_workers_with_replacements_finish_exactly_once(tmp_path):
     rng = random.Random(SEED)
     elastic = {"num_shards": SHARDS, "lease_ttl_secs": 6, "heartbeat_interval_secs": 1, "poll_interval_secs": 0.5}

@@ -32,6 +32,7 @@ def _rewrite(job: Path, manifest: Manifest) -> None:
     path.write_bytes(manifest.encode())  # encode() writes a matching checksum
 
 
+@pytest.mark.extended
 def test_changed_operator_code_is_refused_and_version_drift_needs_the_flag(tmp_path):
     ops = tmp_path / "ops" / "e2e_ops.py"
     ops.parent.mkdir()

@@ -34,12 +34,19 @@ def test_help_lists_elastic_sharded_and_elastic_options(tmp_path):
     ("elastic", "cli", "named"),
     [
         ({"job_dir": "J", "num_shards": -1}, [], "elastic.num_shards"),
-        ({"job_dir": "J", "num_shards": "abc"}, [], "elastic.num_shards"),
-        ({"job_dir": "J", "no_such_key": 1}, [], "elastic.no_such_key"),
-        ({"num_shards": 2}, [], "elastic.job_dir"),
-        ({"job_dir": "J"}, ["--elastic.heartbeat_interval_secs", "100"], "elastic.heartbeat_interval_secs"),
-        ({"job_dir": "J", "ray_address": "not an address"}, [], "elastic.ray_address"),
-        ({"job_dir": "J"}, ["--elastic.stall_timeout_secs", "0"], "elastic.stall_timeout_secs"),
+        # The rest through the real dj-process in the extended run only (the settings checks
+        # themselves are unit-tested in tests/integration/test_config_block.py and test_recipe_check.py).
+        *(
+            pytest.param(*case, marks=pytest.mark.extended)
+            for case in [
+                ({"job_dir": "J", "num_shards": "abc"}, [], "elastic.num_shards"),
+                ({"job_dir": "J", "no_such_key": 1}, [], "elastic.no_such_key"),
+                ({"num_shards": 2}, [], "elastic.job_dir"),
+                ({"job_dir": "J"}, ["--elastic.heartbeat_interval_secs", "100"], "elastic.heartbeat_interval_secs"),
+                ({"job_dir": "J", "ray_address": "not an address"}, [], "elastic.ray_address"),
+                ({"job_dir": "J"}, ["--elastic.stall_timeout_secs", "0"], "elastic.stall_timeout_secs"),
+            ]
+        ),
     ],
 )
 def test_bad_elastic_values_exit_2_naming_the_field(tmp_path, dataset, write_recipe, elastic, cli, named):
@@ -60,6 +67,7 @@ def test_plugin_error_is_one_line(tmp_path, dataset, write_recipe):
     assert not (tmp_path / "out").exists()  # refused before Data-Juicer's setup wrote anything
 
 
+@pytest.mark.extended
 def test_builtin_default_executor_still_runs(tmp_path, dataset, write_recipe):
     recipe = write_recipe(
         project_name="plain",
@@ -96,6 +104,7 @@ def test_elastic_recipe_is_dispatched_without_starting_ray(tmp_path, dataset, wr
     assert "elastic" not in seen["recipe"] and "dataset_path" not in seen["recipe"]
 
 
+@pytest.mark.extended
 def test_dj_analyze_accepts_an_elastic_recipe(tmp_path, dataset, write_recipe):
     recipe = write_recipe(**elastic_recipe(dataset, tmp_path))
     export = tmp_path / "analysis" / "analysed.jsonl"
@@ -129,6 +138,7 @@ def moved_internal(tmp_path) -> dict:
     return {"PYTHONPATH": str(site)}
 
 
+@pytest.mark.extended
 def test_moved_internal_refuses_elastic_with_one_clear_error(tmp_path, dataset, write_recipe, moved_internal):
     recipe = write_recipe(**elastic_recipe(dataset, tmp_path))
     result = run([DJ_PROCESS, "--config", str(recipe)], cwd=tmp_path, env=moved_internal)
@@ -140,6 +150,7 @@ def test_moved_internal_refuses_elastic_with_one_clear_error(tmp_path, dataset, 
     assert "Traceback" not in result.stderr
 
 
+@pytest.mark.extended
 def test_moved_internal_keeps_builtin_executors_working(tmp_path, dataset, write_recipe, moved_internal):
     recipe = write_recipe(
         dataset_path=str(dataset),
@@ -152,6 +163,7 @@ def test_moved_internal_keeps_builtin_executors_working(tmp_path, dataset, write
     assert len((tmp_path / "out" / "result.jsonl").read_text().splitlines()) == 5
 
 
+@pytest.mark.extended
 def test_moved_internal_reported_before_the_parser_when_it_is_the_parser(tmp_path, dataset, write_recipe):
     # Without a patched parser, Data-Juicer would only say "invalid choice".
     site = tmp_path / "site"
@@ -211,7 +223,7 @@ def test_dj_elastic_merge_status_verify_never_import_data_juicer_or_ray(tmp_path
         assert len((tmp_path / "out.jsonl").read_text().splitlines()) == 40
 
 
-@pytest.mark.parametrize("verbose", ["", "1"])
+@pytest.mark.parametrize("verbose", ["", pytest.param("1", marks=pytest.mark.extended)])
 def test_a_refused_input_is_one_line_and_quiet_shows_no_configuration_table(tmp_path, write_recipe, verbose):
     """Quiet (the default), the refusal is the console's last line and nothing big comes before it;
     DJ_ELASTIC_VERBOSE=1 (dj-process's argv is Data-Juicer's, so an env var) brings the table back."""

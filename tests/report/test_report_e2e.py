@@ -99,6 +99,7 @@ def scenario(tmp_path_factory):
     return tmp, job, running, final
 
 
+@pytest.mark.extended
 def test_report_of_a_running_job_shows_the_running_shard(scenario):
     tmp, _, running, _ = scenario
     assert_ok(running)
@@ -107,6 +108,7 @@ def test_report_of_a_running_job_shows_the_running_shard(scenario):
     assert "running" in html and "now</text>" in html
 
 
+@pytest.mark.extended
 def test_report_of_the_failed_job_in_chromium(scenario):
     needs_chromium()
     tmp, job, _, final = scenario

@@ -36,6 +36,7 @@ def big_report(big_job) -> tuple[Path, str]:
     return output, proc.stdout
 
 
+@pytest.mark.extended
 @pytest.mark.slow
 def test_report_of_10k_shards_is_bounded_and_aggregated(big_report):
     output, stdout = big_report
@@ -48,6 +49,7 @@ def test_report_of_10k_shards_is_bounded_and_aggregated(big_report):
     assert "Showing 2," in html  # the scatter is sampled
 
 
+@pytest.mark.extended
 @pytest.mark.slow
 def test_report_of_10k_shards_in_chromium(big_report):
     needs_chromium()
