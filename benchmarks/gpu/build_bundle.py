@@ -15,10 +15,16 @@ included).  The bundle holds:
   installed where the bundle is built (the ones the tests ran with); sdist-only
   pure-Python packages (emoji, wget) are built into wheels here;
 * ``ray-<version>.tar.xz``: Ray's wheel contents without its Java jars and source
-  maps (neither is used by a Python job), xz-compressed: ~79 MB -> ~30 MB;
-* ``install.sh``: installs into ``$SITE`` (default ``/tmp/dje-site``) every
-  bundled distribution the far side does not already have (so its own torch,
-  pyarrow, ... stay), unpacks Ray, and checks that everything imports.
+  maps (neither is used by a Python job), file modes kept, xz-compressed:
+  ~76 MiB -> ~23 MiB (Ray 2.60.0);
+* ``install.sh``: stops, naming them, if the machine lacks a package the profile
+  left out; installs into ``$SITE`` (default ``/tmp/dje-site``) every bundled
+  distribution the far side does not already have (so its own torch, pyarrow,
+  ... stay), unpacks Ray, and checks that everything imports.
+
+``run_on_gpu.sh`` is the one command for the GPU machine (install + bench.py,
+results in ``$OUT``); ``dry_run_bundle.sh`` runs it here with ``--cpu-dry-run``,
+offline, in a Python 3.12 venv holding only the GPU image's packages.
 
 ``--profile cuda-image`` (the default) leaves out what the lent GPU machine's
 image already has (its package list: pyarrow, pandas, aiohttp, ...;
@@ -30,6 +36,7 @@ from __future__ import annotations
 
 import argparse
 import importlib.metadata as metadata
+import os
 import shutil
 import subprocess
 import sys
@@ -56,9 +63,10 @@ NEEDED = (
     # Ray core and Ray Data
     "msgpack", "protobuf", "requests", "urllib3", "jsonschema", "attrs", "referencing", "rpds-py",
     "jsonschema-specifications", "pyarrow", "pandas", "python-dateutil", "six",
-    # Data-Juicer 1.6.1 at import
-    "loguru", "pillow", "tomli", "zstandard", "datasets", "multiprocess", "dill", "xxhash", "aiohttp", "multidict",
-    "yarl", "propcache", "aiohappyeyeballs", "aiosignal", "frozenlist", "jsonargparse", "beautifulsoup4",
+    # Data-Juicer 1.6.1 at import (psutil: `import data_juicer` needs it before Ray, whose vendored copy in
+    # ray/thirdparty_files only joins sys.path once `import ray` ran, which hid it from the first list)
+    "psutil", "loguru", "pillow", "tomli", "zstandard", "datasets", "multiprocess", "dill", "xxhash", "aiohttp",
+    "multidict", "yarl", "propcache", "aiohappyeyeballs", "aiosignal", "frozenlist", "jsonargparse", "beautifulsoup4",
     "tabulate", "emoji", "wget",
     # data-juicer-elastic
     "orjson", "jiter", "pysimdjson", "ddsketch",
@@ -66,7 +74,7 @@ NEEDED = (
 # Present in the lent GPU machine's image ('cuda', package list as read on 2026-11-17).
 CUDA_IMAGE = frozenset(
     "aiohappyeyeballs aiohttp aiosignal attrs frozenlist multidict pandas pillow propcache protobuf pyarrow "
-    "python-dateutil requests six urllib3 yarl msgpack tabulate".split()
+    "python-dateutil requests six urllib3 yarl msgpack tabulate psutil".split()
 )
 
 
@@ -81,15 +89,23 @@ def pinned(name: str) -> str:
         return name
 
 
+# sdist-only at the tested version and pure Python: built into a wheel here (emoji 2.2.0 is Data-Juicer 1.6.1's pin)
+BUILT_HERE = ("emoji", "wget")
+
+
 def fetch(name: str, wheels: Path) -> None:
-    """The tested version's cp312 wheel; else the newest cp312 wheel (the tested version has none: orjson);
-    else, for sdist-only pure-Python packages (emoji, wget), a wheel built here (refused if not pure)."""
-    for spec in dict.fromkeys((pinned(name), name)):
-        try:
-            pip("download", "--no-deps", *PLATFORM, "-d", str(wheels), spec)
+    """The tested version's cp312 wheel; else, for :data:`BUILT_HERE`, a wheel built here from the tested
+    version's sdist (refused if not pure); else the newest cp312 wheel (the tested version has none: orjson).
+
+    The pinned build comes before the newest wheel: the other way round emoji 2.16.0 was bundled instead of
+    Data-Juicer's pinned 2.2.0.  Only the listed names are built, so no compiled package is built from source."""
+    try:
+        pip("download", "--no-deps", *PLATFORM, "-d", str(wheels), pinned(name))
+        return
+    except subprocess.CalledProcessError:
+        if name not in BUILT_HERE:
+            pip("download", "--no-deps", *PLATFORM, "-d", str(wheels), name)
             return
-        except subprocess.CalledProcessError:
-            continue
     with tempfile.TemporaryDirectory() as tmp:
         pip("wheel", "--no-deps", "--no-binary", ":all:", "-w", tmp, pinned(name))
         (built,) = Path(tmp).glob("*.whl")
@@ -104,7 +120,13 @@ def slim_ray(wheels: Path, out: Path) -> Path:
     wheel = next(wheels.glob("ray-*.whl"))
     with tempfile.TemporaryDirectory() as tmp:
         with zipfile.ZipFile(wheel) as z:
-            z.extractall(tmp)
+            for info in z.infolist():
+                # extractall() drops the unix mode: Ray's gcs_server and raylet would lose their exec bit
+                # and `ray.init()` would fail with "Permission denied" (seen in the py3.12 dry run).
+                mode = (info.external_attr >> 16) & 0o777
+                extracted = z.extract(info, tmp)
+                if mode:
+                    os.chmod(extracted, mode)
         dropped = 0
         for path in Path(tmp).rglob("*"):
             if path.is_file() and (path.suffix in (".jar", ".map") or "/ray/jars/" in str(path)):
@@ -129,22 +151,35 @@ HERE="$(cd "$(dirname "$0")" && pwd)"
 PY="${PYTHON:-python3}"
 SITE="${SITE:-/tmp/dje-site}"
 mkdir -p "$SITE"
-missing=()
-for whl in "$HERE"/wheels/*.whl; do
-    dist="$(basename "$whl" | cut -d- -f1)"
-    if ! "$PY" -c "import importlib.metadata as m, sys; m.version(sys.argv[1])" "$dist" 2>/dev/null; then
-        missing+=("$whl")
-    fi
-done
+# Distributions of the names given that this Python lacks (one interpreter start, not one per wheel).
+lacking() {
+    "$PY" -c 'import importlib.metadata as m, os, sys
+for arg in sys.argv[1:]:
+    try:
+        m.version(os.path.basename(arg).split("-")[0] if arg.endswith(".whl") else arg)
+    except m.PackageNotFoundError:
+        print(arg)' "$@"
+}
+# Left out of the bundle because the GPU machine's image has them (--profile cuda-image): say which are
+# absent here, by name, instead of failing later on an import deep inside Data-Juicer or Ray.
+absent=($(lacking @EXPECTED@))
+if [ ${#absent[@]} -gt 0 ]; then
+    echo "install.sh: this Python lacks ${absent[*]}, which the bundle expects the machine to have;" \
+        "rebuild it with build_bundle.py --profile bare, or carry them as wheels" >&2
+    exit 1
+fi
+mapfile -t missing < <(lacking "$HERE"/wheels/*.whl)
 if [ ${#missing[@]} -gt 0 ]; then
     "$PY" -m pip install -q --no-index --no-deps --no-compile --target "$SITE" "${missing[@]}"
 fi
-if ! "$PY" -c "import ray" 2>/dev/null; then
-    tar -xJf "$HERE"/ray-*.tar.xz -C "$SITE"
+if ! PYTHONPATH="$SITE${PYTHONPATH:+:$PYTHONPATH}" "$PY" -c "import ray" 2>/dev/null; then
+    tar -xJf "$HERE"/ray-*.tar.xz -C "$SITE"  # keeps the exec bits of gcs_server and raylet
 fi
 echo "installed ${#missing[@]} wheel(s) and Ray into $SITE; use: export PYTHONPATH=$SITE"
+# Data-Juicer before Ray, as bench.py imports them: `import ray` puts ray/thirdparty_files (psutil, ...) on
+# sys.path and would hide a dependency that Data-Juicer lacks.
 PYTHONPATH="$SITE${PYTHONPATH:+:$PYTHONPATH}" "$PY" -c "
-import ray, ray.data, data_juicer, data_juicer.ops, data_juicer_elastic.cli, tokenizers, transformers, torch
+import data_juicer, data_juicer.ops, data_juicer_elastic.cli, tokenizers, transformers, torch, ray, ray.data
 print('imports ok: ray', ray.__version__, 'torch', torch.__version__, 'cuda', torch.cuda.is_available())"
 """
 
@@ -165,7 +200,8 @@ def main(argv: list[str] | None = None) -> int:
         if name not in skip:
             fetch(name, wheels)
     slim_ray(wheels, args.out)
-    (args.out / "install.sh").write_text(INSTALL)
+    expected = " ".join(sorted(skip)) if skip else ""  # what install.sh checks the machine has
+    (args.out / "install.sh").write_text(INSTALL.replace("@EXPECTED@", expected))
     (args.out / "install.sh").chmod(0o755)
     total = sum(p.stat().st_size for p in args.out.rglob("*") if p.is_file())
     repo = int(subprocess.run(["git", "ls-files", "-z"], cwd=REPO, capture_output=True, check=True).stdout.count(0))
