@@ -70,7 +70,7 @@ def test_merge_refuses_an_output_reaching_the_job_dir_through_a_linked_parent(tm
     assert "inside the job directory" in line
 
 
-@pytest.mark.parametrize("key", ["export_path", "work_dir"])
+@pytest.mark.parametrize("key", ["export_path", pytest.param("work_dir", marks=pytest.mark.extended)])
 def test_dj_process_refuses_output_paths_inside_a_fresh_job_dir_before_writing_anything(tmp_path, key):
     data = small_input(tmp_path)
     job = tmp_path / "job"
