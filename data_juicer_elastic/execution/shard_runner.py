@@ -13,7 +13,9 @@ The shard is read with the job's row schema (``shard_reader``, hooked in as Data
 Ray loader by ``_shard_source``); Data-Juicer's own RayExecutor runs the operators; the
 result is written by ``row_writer`` instead of Ray's JSON writer.  The operators are built once
 per process and actor-mode operators keep their actors across shards; any failed shard drops
-both (``warm_ops``, docs/warm-operators.md).
+both (``warm_ops``, docs/warm-operators.md).  With claim-ahead (``jobdir.claim_ahead``) the next
+shard is parsed into its Arrow tables by :meth:`ShardRunner.read_ahead` while the current one
+runs; its run then builds its dataset from those tables (the same ``read_tables`` output).
 
 Operator errors: Data-Juicer's ``skip_op_error`` defaults to true, and then an
 operator exception drops the rows of the failing batch (logged inside the Ray
@@ -29,6 +31,7 @@ import copy
 import json
 import os
 import re
+import threading
 import time
 import traceback
 from collections.abc import Iterator, Mapping, Sequence
@@ -122,7 +125,29 @@ class ShardRunner:
         self._manifest: dict[str, Any] | None = None  # identities are per recipe and process, not per shard
         self._configs = ShardConfigs(self.recipe)  # parsed once per process, re-based per attempt
         self.warm = WarmOperators()  # operators and actor-mode actors kept across shards (warm_ops)
+        self._read_lock = threading.Lock()
+        self._read: tuple[str, list[Any]] | None = None  # (shard path, its tables) read ahead; at most one
+        self.reads_ahead_used = 0  # runs that used a read-ahead (tests, logs)
         default_cache_env(self.cache_dir)
+
+    def read_ahead(self, shard_path: Path) -> None:
+        """Parse the next shard into Arrow tables now (the worker loop's claim-ahead thread, while
+        the current shard runs), for its run to use.  Plain CPU work in this process: no Ray call,
+        no progress report.  Holds one shard's tables until that shard runs (or the next read)."""
+        path = Path(shard_path)
+        tables = read_tables(path, input_codec(path.name) or "none", self.rows)
+        with self._read_lock:
+            self._read = (os.path.abspath(path), tables)
+
+    def _tables(self, shard_path: Path, codec: str) -> list[Any]:
+        """The shard's tables: read ahead if this is the shard that was, else read now."""
+        with self._read_lock:
+            found, self._read = self._read, None
+        if found is not None and found[0] == os.path.abspath(shard_path):
+            self.reads_ahead_used += 1
+            logger.info(f"{shard_path}: using the rows read ahead")
+            return found[1]
+        return read_tables(Path(shard_path), codec, self.rows)
 
     def __call__(self, task: ShardTask) -> ShardOutput:
         attempt_dir = Path(task.attempt_dir)
@@ -238,7 +263,7 @@ class ShardRunner:
     def _dataset(self, shard_path: Path, codec: str) -> Any:
         import ray
 
-        return ray.data.from_arrow(read_tables(Path(shard_path), codec, self.rows))
+        return ray.data.from_arrow(self._tables(shard_path, codec))
 
 
 def _start_batching(task: ShardTask, cfg: Any, manifest: Mapping[str, Any]) -> JobLayout | None:
