@@ -140,10 +140,15 @@ class ShardRunner:
             self._read = (os.path.abspath(path), tables)
 
     def _tables(self, shard_path: Path, codec: str) -> list[Any]:
-        """The shard's tables: read ahead if this is the shard that was, else read now."""
+        """The shard's tables: read ahead if this is the shard that was, else read now.  Tables
+        read ahead for another shard stay (the next shard's read usually ends before this
+        shard's run loads its dataset); the next read ahead replaces them."""
+        key = os.path.abspath(shard_path)
         with self._read_lock:
-            found, self._read = self._read, None
-        if found is not None and found[0] == os.path.abspath(shard_path):
+            found = self._read if self._read is not None and self._read[0] == key else None
+            if found is not None:
+                self._read = None
+        if found is not None:
             self.reads_ahead_used += 1
             logger.info(f"{shard_path}: using the rows read ahead")
             return found[1]
