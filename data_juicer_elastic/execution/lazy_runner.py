@@ -79,9 +79,9 @@ class LazyShardRunner:
         self._runtime.start()
         return True
 
-    def read_ahead(self, shard_path: Path) -> None:
+    def read_ahead(self, shard_path: Path) -> Any:
         """Parse the next shard while the current one runs (``ShardRunner.read_ahead``)."""
-        self._runner.read_ahead(shard_path)
+        return self._runner.read_ahead(shard_path)
 
     def __call__(self, task: ShardTask) -> ShardOutput:
         self.ready()  # idempotent; the worker loop normally did it before claiming

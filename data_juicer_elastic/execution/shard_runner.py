@@ -31,7 +31,6 @@ import copy
 import json
 import os
 import re
-import threading
 import time
 import traceback
 from collections.abc import Iterator, Mapping, Sequence
@@ -125,34 +124,23 @@ class ShardRunner:
         self._manifest: dict[str, Any] | None = None  # identities are per recipe and process, not per shard
         self._configs = ShardConfigs(self.recipe)  # parsed once per process, re-based per attempt
         self.warm = WarmOperators()  # operators and actor-mode actors kept across shards (warm_ops)
-        self._read_lock = threading.Lock()
-        self._read: tuple[str, list[Any]] | None = None  # (shard path, its tables) read ahead; at most one
         self.reads_ahead_used = 0  # runs that used a read-ahead (tests, logs)
         default_cache_env(self.cache_dir)
 
-    def read_ahead(self, shard_path: Path) -> None:
-        """Parse the next shard into Arrow tables now (the worker loop's claim-ahead thread, while
-        the current shard runs), for its run to use.  Plain CPU work in this process: no Ray call,
-        no progress report.  Holds one shard's tables until that shard runs (or the next read)."""
+    def read_ahead(self, shard_path: Path) -> list[Any]:
+        """The shard parsed into its Arrow tables now: the worker loop's claim-ahead thread calls it
+        while the current shard runs and hands the result to the shard's run (``ShardTask.read_ahead``).
+        Plain CPU work in this process (no Ray call, no progress report), the same ``read_tables``."""
         path = Path(shard_path)
-        tables = read_tables(path, input_codec(path.name) or "none", self.rows)
-        with self._read_lock:
-            self._read = (os.path.abspath(path), tables)
+        return read_tables(path, input_codec(path.name) or "none", self.rows)
 
-    def _tables(self, shard_path: Path, codec: str) -> list[Any]:
-        """The shard's tables: read ahead if this is the shard that was, else read now.  Tables
-        read ahead for another shard stay (the next shard's read usually ends before this
-        shard's run loads its dataset); the next read ahead replaces them."""
-        key = os.path.abspath(shard_path)
-        with self._read_lock:
-            found = self._read if self._read is not None and self._read[0] == key else None
-            if found is not None:
-                self._read = None
-        if found is not None:
+    def _tables(self, task: ShardTask, codec: str) -> list[Any]:
+        """The shard's tables: those read ahead while the previous shard ran, else read now."""
+        if task.read_ahead is not None:
             self.reads_ahead_used += 1
-            logger.info(f"{shard_path}: using the rows read ahead")
-            return found[1]
-        return read_tables(Path(shard_path), codec, self.rows)
+            logger.info(f"shard {task.shard_id}: using the rows read ahead")
+            return task.read_ahead
+        return read_tables(Path(task.shard_path), codec, self.rows)
 
     def __call__(self, task: ShardTask) -> ShardOutput:
         attempt_dir = Path(task.attempt_dir)
@@ -229,7 +217,7 @@ class ShardRunner:
         batching = _start_batching(task, cfg, self._manifest)
         try:
             # The shard as this package reads it (row schema, row numbers), read once, materialized.
-            with shard_source(task.shard_path, lambda: self._dataset(task.shard_path, codec)):
+            with shard_source(task.shard_path, lambda: self._dataset(task, codec)):
                 result = RayExecutor(cfg).run(skip_export=True)
         finally:
             _finish_batching(batching, task)
@@ -265,10 +253,10 @@ class ShardRunner:
             row_stats_path=None if written.row_stats is None else written.row_stats.path,
         )
 
-    def _dataset(self, shard_path: Path, codec: str) -> Any:
+    def _dataset(self, task: ShardTask, codec: str) -> Any:
         import ray
 
-        return ray.data.from_arrow(self._tables(shard_path, codec))
+        return ray.data.from_arrow(self._tables(task, codec))
 
 
 def _start_batching(task: ShardTask, cfg: Any, manifest: Mapping[str, Any]) -> JobLayout | None:

@@ -5,9 +5,11 @@ thread through the worker's own claim path (``claiming.Claimer.claim_next``: the
 cursor, claim gate and ``link()``-published generation as any claim), starts a plain
 heartbeat for it at once, then checks its input file against the manifest (size + sha256,
 ``manifest.check_shard_file``) and hands the file to ``read_ahead(path)`` (the Ray runner
-parses it into Arrow tables).  When shard N is published, the worker loop :meth:`takes
-<ClaimAhead.take>` the held shard instead of claiming: its claim, its file check and its read
-are then already done, off the shard boundary.
+parses it into Arrow tables).  What that returns goes to the shard's run as
+``ShardTask.read_ahead``; it is held by the shard claimed ahead, and dropped with it when that
+is released.  When shard N is published, the worker loop :meth:`takes <ClaimAhead.take>` the
+held shard instead of claiming: its claim, its file check and its read are then already done,
+off the shard boundary.
 
 Lease rules (exact, as without claim-ahead):
 
@@ -69,6 +71,7 @@ class AheadShard:
     claim: Claim
     heartbeater: leases.Heartbeater
     checked: tuple[Path, FileStamp] | None = None  # checked (size + sha256) and unchanged while read ahead
+    read: object = None  # what read_ahead(path) returned (for ShardTask.read_ahead), when checked
 
     def still_checked(self, layout: JobLayout) -> bool:
         """The checked file is still the one the run would read: inside the job dir and the same
@@ -218,10 +221,9 @@ class ClaimAhead:
         try:
             path = check_shard_file(self.layout, self.manifest, ahead.entry)
             before = file_stamp(path)
-            if self.read_ahead is not None:
-                self.read_ahead(path)
-            if file_stamp(path) == before:
-                ahead.checked = (path, before)
+            read = self.read_ahead(path) if self.read_ahead is not None else None
+            if file_stamp(path) == before:  # else the run checks and reads the file itself
+                ahead.checked, ahead.read = (path, before), read
         except Exception as exc:  # noqa: BLE001
             logger.info(f"{ahead.claim.shard_id}: not read ahead ({type(exc).__name__}: {exc}); the run reads it")
 

@@ -309,6 +309,8 @@ class _Worker:
         heartbeater.start()
         attempt: attempts.Attempt | None = None
         try:
+            # claimed ahead: its file was checked (and read) while the last shard ran, and is unchanged
+            prechecked = ahead is not None and ahead.still_checked(self.layout)
             attempt = attempts.open_attempt(self.layout, claim, self.identity)
             tracker.start_writing()
             task = ShardTask(
@@ -319,8 +321,9 @@ class _Worker:
                 attempt_id=claim.attempt_id,
                 input_rows=entry.rows,
                 input_sha256=entry.sha256,
+                read_ahead=ahead.read if prechecked else None,
             )
-            if ahead is None or not ahead.still_checked(self.layout):
+            if not prechecked:
                 check_shard_file(self.layout, self.manifest, entry)  # a link out of the job dir is never read
             if self.ahead is not None and self.may_claim_ahead():
                 self.ahead.start()  # the next shard's claim, check and read overlap this one

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import os
@@ -275,7 +276,10 @@ def test_a_shard_read_ahead_while_another_runs_gives_the_same_output(three_shard
         three_shards["recipe"], compute_stage_identities(three_shards["recipe"]), cache_dir,
         row_schema=schema_of(*paths),
     )  # fmt: skip
-    runner.read_ahead(second.shard_path)  # done before the first shard loads its own dataset
-    outputs = [runner(make_task(tmp_path, task.shard_path, task.shard_id, "ra")) for task in (first, second)]
-    assert runner.reads_ahead_used == 1 and runner._read is None
+    tables = runner.read_ahead(second.shard_path)  # (the worker loop does it while the first runs)
+    outputs = [
+        runner(make_task(tmp_path, first.shard_path, first.shard_id, "ra")),
+        runner(dataclasses.replace(make_task(tmp_path, second.shard_path, second.shard_id, "ra"), read_ahead=tables)),
+    ]
+    assert runner.reads_ahead_used == 1
     assert [o.sha256 for o in outputs] == [o.sha256 for o in three_shards["outputs"][:2]]

@@ -203,17 +203,24 @@ def test_off_claims_nothing_ahead(job):
 
 def test_read_ahead_gets_the_checked_file_and_a_change_after_it_is_still_caught(job):
     layout = JobLayout(job)
-    reads = []
+    reads, got = [], {}
     shard1 = job / "shards" / f"{S[1]}.jsonl"
 
+    def read_ahead(path):
+        reads.append(path)
+        return f"tables of {path.name}"
+
     def on_run(task):
+        got[task.shard_id] = task.read_ahead
         if task.shard_id == S[0]:
             wait_for(lambda: reads, what="the read ahead")
             shard1.write_bytes(shard1.read_bytes() + b'{"id": -1}\n')  # changed after its check
 
-    summary = run_worker(job, identity(), runner(on_run), max_retries=0, read_ahead=reads.append, **LEASE)
+    summary = run_worker(job, identity(), runner(on_run), max_retries=0, read_ahead=read_ahead, **LEASE)
     # S[1] failed its own check before anything was claimed ahead; S[3] was read while S[2] ran
     assert reads == [layout.shard(s, ".jsonl") for s in (S[1], S[3])]
+    # what was read reaches the shard's run; S[1], changed after its read, was checked again and failed
+    assert got == {S[0]: None, S[2]: None, S[3]: f"tables of {S[3]}.jsonl"}
     assert [shard for shard, _ in summary.terminal_failures] == [S[1]]
     assert "input shard is corrupt" in summary.terminal_failures[0][1]
 
