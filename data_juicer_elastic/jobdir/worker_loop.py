@@ -26,6 +26,7 @@ from data_juicer_elastic.jobdir.codecs import SHARD_SUFFIX
 from data_juicer_elastic.jobdir.identity import WorkerIdentity
 from data_juicer_elastic.jobdir.layout import JobLayout
 from data_juicer_elastic.jobdir.manifest import check_shard_file, check_shard_files, load_manifest
+from data_juicer_elastic.jobdir.outcome import job_outcome
 from data_juicer_elastic.jobdir.records import Claim, Manifest, ShardEntry, TerminalInfo
 from data_juicer_elastic.jobdir.tasks import ShardOutput, ShardTask
 from data_juicer_elastic.jobdir.worker_signals import SignalGuard, WorkerInterrupted, honour
@@ -204,36 +205,6 @@ def _check_settings(ttl: float, heartbeat: float, max_retries: int, poll: float,
         raise bad("poll_interval_secs", poll, "must be > 0")
     if max_shards is not None and max_shards < 1:
         raise bad("max_shards", max_shards, "must be >= 1 or null")
-
-
-def job_outcome(
-    layout: JobLayout, manifest: Manifest, known_done: set[str] | frozenset[str] = frozenset()
-) -> tuple[bool, list[TerminalInfo]]:
-    """(every shard done, [(shard id, last error) for terminal failures]) from the job dir.
-
-    ``known_done``: shards the caller knows are done (a marker it parsed, or a name in a
-    ``done/`` listing: markers are never removed), not opened again, so W workers leaving
-    a finished job do not each open all S markers.  A listed marker that is corrupt is
-    then reported by merge, which validates every marker and names the shard.
-    """
-    complete = True
-    terminal: list[TerminalInfo] = []
-    for entry in manifest.shards:
-        if entry.shard_id in known_done:
-            continue
-        result, done_error = attempts.read_done(layout, entry.shard_id)
-        if result is not None:
-            continue
-        complete = False
-        if done_error is not None:
-            terminal.append(TerminalInfo(entry.shard_id, f"corrupt done marker: {done_error}"))
-            continue
-        failed, failed_error = attempts.read_terminal(layout, entry.shard_id)
-        if failed is not None:
-            terminal.append(TerminalInfo(entry.shard_id, failed.last_error))
-        elif failed_error is not None:
-            terminal.append(TerminalInfo(entry.shard_id, f"corrupt failed marker: {failed_error}"))
-    return complete, terminal
 
 
 class _Worker:
