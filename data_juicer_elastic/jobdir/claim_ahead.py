@@ -1,7 +1,9 @@
 """Claim-ahead: hold the next shard (and read it) while the current one runs (issue 14, item 2).
 
 What.  While a worker slot runs shard N, :class:`ClaimAhead` claims shard N+1 on a helper
-thread through the worker's own claim path (``claiming.Claimer.claim_next``: the same
+thread once N is in its tail (the worker loop's gate: Ray Data has read all of N's input, so
+what is left is N's processing and writing; or N's run has ended), through the worker's
+own claim path (``claiming.Claimer.claim_next``: the same
 cursor, claim gate and ``link()``-published generation as any claim), starts a plain
 heartbeat for it at once, then checks its input file against the manifest (size + sha256,
 ``manifest.check_shard_file``) and hands the file to ``read_ahead(path)`` (the Ray runner
@@ -15,6 +17,10 @@ Lease rules (exact, as without claim-ahead):
 
 * At most one shard is held ahead per worker slot: one helper cycle at a time, one claim
   per cycle, started only while a shard runs and taken (or released) before the next starts.
+* Claimed only in the current shard's tail, not when it starts: a worker that claimed ahead at
+  the start of an hour-long shard would keep that second shard from an idle node for the
+  hour (with as many nodes as shards, half the nodes would wait).  In the tail, the shard is
+  held only for about the time the tail lasts.
 * Its lease is renewed from the moment it is claimed, by its own ``leases.Heartbeater``
   (no liveness rule: nothing runs yet), however long the current shard takes.  When it is
   taken the heartbeat stops and the run's own heartbeater (with liveness) starts; a lease
@@ -52,6 +58,7 @@ from data_juicer_elastic.jobdir.layout import JobLayout
 from data_juicer_elastic.jobdir.manifest import check_shard_file
 from data_juicer_elastic.jobdir.records import Claim, Manifest, ShardEntry
 
+TAIL_POLL_SECS: Final = 0.2  # how often the helper looks whether the current shard reached its tail
 RELEASE_UNRUN: Final = "unrun"  # release reason of a shard claimed ahead and handed back without running it
 RELEASE_SIGNAL: Final = "signal"  # the same reason a claimed-but-not-run shard gets on a signal today
 ClaimNext = Callable[[], tuple[tuple[ShardEntry, Claim] | None, bool]]
@@ -86,10 +93,16 @@ class AheadShard:
             return False
 
 
-class _Cycle:
-    """One helper run: claim at most one shard, then check and read it."""
+def _never() -> bool:
+    return False
 
-    def __init__(self) -> None:
+
+class _Cycle:
+    """One helper run: wait for the current shard's tail, claim at most one shard, then check and read it."""
+
+    def __init__(self, in_tail: Callable[[], bool] | None) -> None:
+        self.in_tail = in_tail
+        self.go = threading.Event()  # claim now: the current shard's run ended (or the gate opened)
         self.thread: threading.Thread | None = None
         self.claimed = threading.Event()  # set once the helper no longer uses the Claimer
         self.held: AheadShard | None = None
@@ -121,19 +134,26 @@ class ClaimAhead:
         self._closed = False
 
     # -- the worker loop's side (main thread) -----------------------------------------------------------
-    def start(self) -> bool:
-        """Claim the next shard on a helper thread (no-op while one is held or being claimed)."""
+    def start(self, in_tail: Callable[[], bool] | None = None) -> bool:
+        """Claim the next shard on a helper thread (no-op while one is held or being claimed).
+
+        ``in_tail()``: polled by the helper, which claims once it is true (the current shard is
+        in its tail) or once :meth:`wait_claimed` is called (the current shard's run ended).
+        None: claim at once."""
         with self._lock:
             if self._closed or self._cycle is not None:
                 return False
-            cycle = self._cycle = _Cycle()
+            cycle = self._cycle = _Cycle(in_tail)
         cycle.thread = threading.Thread(target=self._work, args=(cycle,), name="dj-elastic-claim-ahead", daemon=True)
         cycle.thread.start()
         return True
 
     def wait_claimed(self, timeout: float | None = None) -> bool:
-        """Wait until the helper no longer uses the Claimer (its claim is made, or none was)."""
+        """Wait until the helper no longer uses the Claimer (its claim is made, or none was).
+        A helper still waiting for the tail claims now: the current shard's run has ended."""
         cycle = self._cycle
+        if cycle is not None:
+            cycle.go.set()
         return cycle is None or cycle.claimed.wait(timeout)
 
     def take(self) -> AheadShard | None:
@@ -171,6 +191,7 @@ class ClaimAhead:
             if cycle.cancelled is None:
                 cycle.cancelled = reason
             ahead, cycle.held = cycle.held, None
+        cycle.go.set()  # a helper waiting for the tail stops waiting (and claims nothing)
         if ahead is not None:
             logger.info(f"{ahead.claim.shard_id}: handing back the shard claimed ahead ({why or reason})")
             self._hand_back(ahead, reason)
@@ -188,6 +209,15 @@ class ClaimAhead:
 
     # -- the helper thread ------------------------------------------------------------------------------
     def _work(self, cycle: _Cycle) -> None:
+        while cycle.in_tail is not None and not cycle.go.wait(TAIL_POLL_SECS):
+            try:
+                if cycle.in_tail():
+                    break
+            except Exception:  # noqa: BLE001 - a progress reading must not end the helper: claim at the end
+                cycle.in_tail = _never
+        if cycle.cancelled is not None:  # given up while waiting: nothing was claimed
+            cycle.claimed.set()
+            return
         try:
             found, _ = self.claim_next()
         except BaseException as exc:  # noqa: BLE001 - handed to the worker loop by take()

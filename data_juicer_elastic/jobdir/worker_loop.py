@@ -16,6 +16,7 @@ from collections.abc import Callable
 from contextlib import nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Final
 
 from loguru import logger
 
@@ -32,6 +33,9 @@ from data_juicer_elastic.jobdir.tasks import ShardOutput, ShardTask
 from data_juicer_elastic.jobdir.worker_signals import SignalGuard, WorkerInterrupted, honour
 
 RunShard = Callable[[ShardTask], ShardOutput]
+# Claim ahead once the running shard is expected to be this far through: the next shard is then
+# held for about a fifth of a shard's time, not a whole one, while another node may be idle.
+TAIL_FRACTION: Final = 0.8
 
 
 @dataclass
@@ -220,6 +224,7 @@ class _Worker:
         self.ttl, self.heartbeat, self.max_retries, self.clock = ttl, heartbeat, max_retries, clock
         self.on_attempt: Callable[[progress.ProgressTracker], None] | None = None
         self.stall_secs: float | None = None
+        self.secs_per_row: float | None = None  # of this worker's last finished shard: when the next one's tail starts
         self.max_holder_deaths: int | None = claim.get("max_holder_deaths")
         self.claimer = claiming.Claimer(layout, manifest, identity, observer, max_retries=max_retries, **claim)
         self.ahead: ClaimAhead | None = None  # claim-ahead (jobdir.claim_ahead), when on
@@ -237,6 +242,16 @@ class _Worker:
     def claim_next(self) -> tuple[tuple[ShardEntry, Claim] | None, bool]:
         """(entry, claim) for a claimable shard we won, else (None, all shards finished)."""
         return self.claimer.claim_next()
+
+    def in_tail(self, tracker: progress.ProgressTracker) -> bool:
+        """The running shard is expected to be in its last part (``TAIL_FRACTION``): by the time
+        per row of this worker's last shard; for its first, once its output rows reach that part
+        of its input (a filter may keep them from it: then the next is claimed when it ends).
+        Ray Data's rows read say nothing here: the runner reads a shard whole before processing."""
+        record = tracker.current
+        if self.secs_per_row is None:
+            return record.rows_written >= TAIL_FRACTION * record.rows_total
+        return record.elapsed_secs >= TAIL_FRACTION * self.secs_per_row * record.rows_total
 
     def take_ahead(self) -> tuple[ShardEntry, Claim, AheadShard] | None:
         """The shard claimed ahead while the last one ran, if any (and its lease still held)."""
@@ -297,9 +312,12 @@ class _Worker:
             if not prechecked:
                 check_shard_file(self.layout, self.manifest, entry)  # a link out of the job dir is never read
             if self.ahead is not None and self.may_claim_ahead():
-                self.ahead.start()  # the next shard's claim, check and read overlap this one
+                # the next shard's claim, check and read overlap this one's tail (see claim_ahead)
+                self.ahead.start(in_tail=lambda: self.in_tail(tracker))
             with progress.activate(tracker), alive.armed() if alive else nullcontext():
+                started = self.clock()
                 output = self.run_shard(task)
+                self.secs_per_row = (self.clock() - started) / max(entry.rows, 1)
             if self.ahead is not None:
                 self.ahead.wait_claimed()  # the helper is done with the Claimer before we use it
             tracker.set_stage(progress.Stage.PUBLISHING)

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from data_juicer_elastic.jobdir import leases
+from data_juicer_elastic.jobdir import leases, progress
 from data_juicer_elastic.jobdir.claim_ahead import RELEASE_UNRUN, ClaimAhead
 from data_juicer_elastic.jobdir.layout import JobLayout
 from data_juicer_elastic.jobdir.manifest import load_manifest
@@ -61,11 +61,17 @@ def live_claims(layout: JobLayout) -> list[str]:
     return live
 
 
-def runner(on_run, then=None):
-    """A fake run_shard calling ``on_run(task)`` first, then copying the shard (or ``then``)."""
+def runner(on_run, then=None, *, read_all=True):
+    """A fake run_shard calling ``on_run(task)`` first, then copying the shard (or ``then``).
+
+    ``read_all``: first report every row read and through the recipe, as the Ray runner's
+    progress does: the shard is then in its tail (``worker_loop.TAIL_FRACTION``), where
+    claim-ahead starts."""
     copy = copy_runner()
 
     def run(task):
+        if read_all:
+            progress.current().update(rows_read=task.input_rows, rows_written=task.input_rows)
         on_run(task)
         return (then or copy)(task)
 
@@ -89,6 +95,31 @@ def test_one_shard_is_claimed_ahead_while_each_runs_and_then_run(job):
     for shard in S:  # each shard: one claim, one attempt, released as finished
         assert generation(layout, shard) == 1 and len(attempts_of(job, shard)) == 1
         assert released(layout, shard) == leases.RELEASE_FINISHED
+
+
+def test_nothing_is_claimed_ahead_before_the_current_shard_is_in_its_tail(job):
+    """While the current shard is short of its tail, the next shard stays free for other nodes;
+    in the tail it is claimed ahead. First shard: by its rows through the recipe; later ones: by
+    the time per row of the last shard (here 1 s for 10 rows: the tail starts after 0.8 s)."""
+    layout = JobLayout(job)
+    free_before_the_tail = []
+
+    def on_run(task):
+        tracker = progress.current()
+        tracker.update(rows_read=task.input_rows, rows_written=task.input_rows // 2)
+        if task.shard_id == S[0]:
+            time.sleep(1.0)  # five polls of the tail gate
+            free_before_the_tail.append(generation(layout, S[1]))
+            tracker.update(rows_written=task.input_rows)
+            wait_for(lambda: generation(layout, S[1]) == 1, what=f"{S[1]} claimed ahead in the tail")
+        elif task.shard_id == S[1]:
+            time.sleep(0.4)  # half of the last shard's time
+            free_before_the_tail.append(generation(layout, S[2]))
+            wait_for(lambda: generation(layout, S[2]) == 1, what=f"{S[2]} claimed ahead once in the tail")
+
+    summary = run_worker(job, identity("solo"), runner(on_run, read_all=False), max_retries=1, **LEASE)
+    assert summary.complete and (summary.claimed, summary.done, summary.unrun) == (4, 4, 0)
+    assert free_before_the_tail == [0, 0], "claimed ahead before the current shard's tail"
 
 
 def test_the_shard_claimed_ahead_is_renewed_however_long_the_current_one_runs(job):
@@ -248,14 +279,15 @@ def test_a_release_racing_the_helpers_claim_is_released_by_the_helper(job):
 SIGTERM_SCRIPT = textwrap.dedent(
     """
     import os, signal, sys, time
-    from data_juicer_elastic.jobdir import leases
+    from data_juicer_elastic.jobdir import leases, progress
     from data_juicer_elastic.jobdir.identity import WorkerIdentity
     from data_juicer_elastic.jobdir.layout import JobLayout
     from data_juicer_elastic.jobdir.worker_loop import run_worker
 
     layout = JobLayout(sys.argv[1])
 
-    def run(task):
+    def run(task):  # every row through the recipe: in its tail, the next one is claimed ahead
+        progress.current().update(rows_read=task.input_rows, rows_written=task.input_rows)
         deadline = time.monotonic() + 20
         while leases.read_lease(layout, "part-00001-of-00004").generation == 0 and time.monotonic() < deadline:
             time.sleep(0.01)
