@@ -15,6 +15,8 @@ what ``accelerator: cuda`` selects on a GPU node).  Every load and every batch i
   shard k ends.
 
 The merged output is checked against the input (the operator passes rows through).
+``--text-bytes`` pads every row (bigger shards: more to hash and parse at a boundary, which
+claim-ahead moves off it, ``elastic.claim_ahead``).
 
     python benchmarks/bench_warm_ops.py --workdir /tmp/dje-warm            # both modes
     python benchmarks/bench_warm_ops.py --mode actor --src /path/to/other/checkout
@@ -37,11 +39,12 @@ REPO = Path(__file__).resolve().parents[1]
 OPS = REPO / "benchmarks" / "ops" / "warm_ops.py"
 
 
-def write_input(path: Path, rows: int) -> Path:
+def write_input(path: Path, rows: int, text_bytes: int = 0) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
     with open(path, "w", encoding="utf-8") as handle:
         for i in range(rows):
-            handle.write(json.dumps({"id": i, "text": f"row {i} " + "w" * (i % 50)}) + "\n")
+            pad = " ".join(f"w{i}x{j}" for j in range(text_bytes // 8))[:text_bytes]  # varied, JSON-plain
+            handle.write(json.dumps({"id": i, "text": f"row {i} " + "w" * (i % 50) + pad}) + "\n")
     return path
 
 
@@ -128,7 +131,7 @@ def analyse(record: Path, starts: list[int], worker_pid: int, wall: float) -> di
 def run_mode(mode: str, work: Path, args: argparse.Namespace, env: dict) -> dict:
     shutil.rmtree(work, ignore_errors=True)
     work.mkdir(parents=True)
-    data = write_input(work / "input.jsonl", args.shards * args.rows_per_shard)
+    data = write_input(work / "input.jsonl", args.shards * args.rows_per_shard, args.text_bytes)
     record = work / "record.jsonl"
     process = [
         {
@@ -171,6 +174,7 @@ def main() -> None:
     parser.add_argument("--shards", type=int, default=8)
     parser.add_argument("--rows-per-shard", type=int, default=200)
     parser.add_argument("--batch-size", type=int, default=20)
+    parser.add_argument("--text-bytes", type=int, default=0, help="extra text per row (bigger shards to read)")
     parser.add_argument("--batch-secs", type=float, default=0.5)
     parser.add_argument("--load-secs", type=float, default=3.0)
     parser.add_argument("--ray-num-cpus", type=int, default=2)

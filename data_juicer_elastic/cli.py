@@ -213,6 +213,8 @@ def _settings_from_job(job_dir: str, args: argparse.Namespace):
             recorded[name] = value
     if getattr(args, "allow_version_mismatch", False):
         recorded["allow_version_mismatch"] = True
+    if getattr(args, "claim_ahead", None) is not None:
+        recorded["claim_ahead"] = args.claim_ahead
     return ElasticSettings.from_mapping(recorded)
 
 
@@ -304,6 +306,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--max-retries", type=int)
     p.add_argument("--poll-interval-secs", type=float)
     _setting_options(p, "max_holder_deaths", "stall_timeout_secs", "allow_version_mismatch")
+    p.add_argument(
+        "--claim-ahead",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="while a shard runs, claim and read the next one (default: the job's elastic.claim_ahead, else on)",
+    )
     p.add_argument("--no-wait", action="store_true", help="exit when nothing is claimable instead of waiting")
     p.set_defaults(func=_cmd_worker)
 

@@ -143,6 +143,7 @@ def run_local_worker(
             max_holder_deaths=settings.max_holder_deaths,
             stall_timeout_secs=settings.stall_timeout_secs,
             allow_version_mismatch=settings.allow_version_mismatch,
+            claim_ahead=settings.claim_ahead,
         )
         name = log_name or identity.new_attempt_id()
         if slots > 1:
@@ -171,6 +172,8 @@ def run_local_worker(
                 before_claim=runner.ready,  # code checked and Ray up before a claim is held
                 stall_timeout_secs=settings.stall_timeout_secs,
                 random_start=True,  # fresh workers (replacements after kills) spread over the pending shards
+                claim_ahead=settings.claim_ahead,  # the next shard's claim and read overlap this one's run
+                read_ahead=runner.read_ahead,
             )
         if stop_event is not None and stop_event.is_set():
             pool.stop()  # the run was aborted: every slot gives its claim back now

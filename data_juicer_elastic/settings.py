@@ -81,6 +81,8 @@ class ElasticSettings:
     """Append each shard to <export_path>.partial once all shards before it are done (docs/input-format.md)."""
     input_order: Literal["sorted", "data_juicer"] = "sorted"
     """Order of the files of a directory input: 'sorted' by relative path, or 'data_juicer' (its default executor's)."""
+    claim_ahead: bool = True
+    """While a shard runs, claim the next one (at most one per slot, its lease renewed) and read it ahead."""
 
     def __post_init__(self) -> None:
         def bad(name: str, value: Any, rule: str) -> ConfigError:
@@ -141,6 +143,8 @@ class ElasticSettings:
             raise bad("max_line_bytes", self.max_line_bytes, "must be an integer >= 1024")
         if not isinstance(self.stream_merge, bool):
             raise bad("stream_merge", self.stream_merge, "must be true or false")
+        if not isinstance(self.claim_ahead, bool):
+            raise bad("claim_ahead", self.claim_ahead, "must be true or false")
         if self.input_order not in INPUT_ORDERS:
             raise bad("input_order", self.input_order, f"use one of {', '.join(INPUT_ORDERS)}")
         if self.require_all_nodes:

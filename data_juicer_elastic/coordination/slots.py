@@ -132,6 +132,7 @@ def slot_argv(
     max_holder_deaths: int,
     stall_timeout_secs: float,
     allow_version_mismatch: bool = False,
+    claim_ahead: bool = True,
 ) -> list[str]:
     # --slots 1: a slot is one worker, whatever slots_per_node the job recorded at prepare.
     argv = [sys.executable, "-m", "data_juicer_elastic.cli", "worker", "--job-dir", str(job_dir), "--no-wait"]
@@ -142,6 +143,7 @@ def slot_argv(
     argv += ["--max-holder-deaths", str(max_holder_deaths), "--stall-timeout-secs", repr(float(stall_timeout_secs))]
     if allow_version_mismatch:
         argv += ["--allow-version-mismatch"]
+    argv += ["--claim-ahead" if claim_ahead else "--no-claim-ahead"]
     if ray_num_cpus is not None:
         argv += ["--ray-num-cpus", str(ray_num_cpus)]
     if max_done is not None:

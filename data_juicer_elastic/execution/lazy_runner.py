@@ -79,6 +79,10 @@ class LazyShardRunner:
         self._runtime.start()
         return True
 
+    def read_ahead(self, shard_path: Path) -> Any:
+        """Parse the next shard while the current one runs (``ShardRunner.read_ahead``)."""
+        return self._runner.read_ahead(shard_path)
+
     def __call__(self, task: ShardTask) -> ShardOutput:
         self.ready()  # idempotent; the worker loop normally did it before claiming
         tracker = progress.current()  # the worker loop's live progress of this attempt, with its stall rule

@@ -13,7 +13,9 @@ The shard is read with the job's row schema (``shard_reader``, hooked in as Data
 Ray loader by ``_shard_source``); Data-Juicer's own RayExecutor runs the operators; the
 result is written by ``row_writer`` instead of Ray's JSON writer.  The operators are built once
 per process and actor-mode operators keep their actors across shards; any failed shard drops
-both (``warm_ops``, docs/warm-operators.md).
+both (``warm_ops``, docs/warm-operators.md).  With claim-ahead (``jobdir.claim_ahead``) the next
+shard is parsed into its Arrow tables by :meth:`ShardRunner.read_ahead` while the current one
+runs; its run then builds its dataset from those tables (the same ``read_tables`` output).
 
 Operator errors: Data-Juicer's ``skip_op_error`` defaults to true, and then an
 operator exception drops the rows of the failing batch (logged inside the Ray
@@ -122,7 +124,23 @@ class ShardRunner:
         self._manifest: dict[str, Any] | None = None  # identities are per recipe and process, not per shard
         self._configs = ShardConfigs(self.recipe)  # parsed once per process, re-based per attempt
         self.warm = WarmOperators()  # operators and actor-mode actors kept across shards (warm_ops)
+        self.reads_ahead_used = 0  # runs that used a read-ahead (tests, logs)
         default_cache_env(self.cache_dir)
+
+    def read_ahead(self, shard_path: Path) -> list[Any]:
+        """The shard parsed into its Arrow tables now: the worker loop's claim-ahead thread calls it
+        while the current shard runs and hands the result to the shard's run (``ShardTask.read_ahead``).
+        Plain CPU work in this process (no Ray call, no progress report), the same ``read_tables``."""
+        path = Path(shard_path)
+        return read_tables(path, input_codec(path.name) or "none", self.rows)
+
+    def _tables(self, task: ShardTask, codec: str) -> list[Any]:
+        """The shard's tables: those read ahead while the previous shard ran, else read now."""
+        if task.read_ahead is not None:
+            self.reads_ahead_used += 1
+            logger.info(f"shard {task.shard_id}: using the rows read ahead")
+            return task.read_ahead
+        return read_tables(Path(task.shard_path), codec, self.rows)
 
     def __call__(self, task: ShardTask) -> ShardOutput:
         attempt_dir = Path(task.attempt_dir)
@@ -199,7 +217,7 @@ class ShardRunner:
         batching = _start_batching(task, cfg, self._manifest)
         try:
             # The shard as this package reads it (row schema, row numbers), read once, materialized.
-            with shard_source(task.shard_path, lambda: self._dataset(task.shard_path, codec)):
+            with shard_source(task.shard_path, lambda: self._dataset(task, codec)):
                 result = RayExecutor(cfg).run(skip_export=True)
         finally:
             _finish_batching(batching, task)
@@ -235,10 +253,10 @@ class ShardRunner:
             row_stats_path=None if written.row_stats is None else written.row_stats.path,
         )
 
-    def _dataset(self, shard_path: Path, codec: str) -> Any:
+    def _dataset(self, task: ShardTask, codec: str) -> Any:
         import ray
 
-        return ray.data.from_arrow(read_tables(Path(shard_path), codec, self.rows))
+        return ray.data.from_arrow(self._tables(task, codec))
 
 
 def _start_batching(task: ShardTask, cfg: Any, manifest: Mapping[str, Any]) -> JobLayout | None:

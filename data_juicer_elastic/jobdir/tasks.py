@@ -6,8 +6,9 @@ depends on nothing else in ``jobdir`` and a task pickles anywhere.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 
 @dataclass(frozen=True)
@@ -19,6 +20,9 @@ class ShardTask:
     attempt_id: str
     input_rows: int  # rows in shard_path, from the manifest
     input_sha256: str  # sha256 of shard_path, from the manifest (already verified)
+    # What the runner's read_ahead(shard_path) returned while the previous shard ran (claim-ahead,
+    # jobdir.claim_ahead), opaque to the loop and read after the file's check; None: read it now.
+    read_ahead: Any = field(default=None, compare=False, repr=False)
 
     @property
     def output_path(self) -> Path:

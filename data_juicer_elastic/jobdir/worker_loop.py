@@ -16,20 +16,26 @@ from collections.abc import Callable
 from contextlib import nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Final
 
 from loguru import logger
 
 from data_juicer_elastic.errors import ConfigError, LeaseLostError, is_worker_fault, storage_error
 from data_juicer_elastic.jobdir import attempts, claiming, confine, leases, liveness, progress
+from data_juicer_elastic.jobdir.claim_ahead import RELEASE_SIGNAL, RELEASE_UNRUN, AheadShard, ClaimAhead
 from data_juicer_elastic.jobdir.codecs import SHARD_SUFFIX
 from data_juicer_elastic.jobdir.identity import WorkerIdentity
 from data_juicer_elastic.jobdir.layout import JobLayout
 from data_juicer_elastic.jobdir.manifest import check_shard_file, check_shard_files, load_manifest
+from data_juicer_elastic.jobdir.outcome import job_outcome
 from data_juicer_elastic.jobdir.records import Claim, Manifest, ShardEntry, TerminalInfo
 from data_juicer_elastic.jobdir.tasks import ShardOutput, ShardTask
 from data_juicer_elastic.jobdir.worker_signals import SignalGuard, WorkerInterrupted, honour
 
 RunShard = Callable[[ShardTask], ShardOutput]
+# Claim ahead once the running shard is expected to be this far through: the next shard is then
+# held for about a fifth of a shard's time, not a whole one, while another node may be idle.
+TAIL_FRACTION: Final = 0.8
 
 
 @dataclass
@@ -42,6 +48,7 @@ class WorkerSummary:
     terminal_failures: list[TerminalInfo] = field(default_factory=list)  # (shard_id, last_error), whole job
     complete: bool = False  # every shard of the job is done
     stop_reason: str = ""  # finished | max_shards | max_done | no_work | stopped | interrupted
+    unrun: int = 0  # claimed ahead, then handed back without running (not attempts: counted nowhere else)
 
 
 def run_worker(
@@ -66,6 +73,8 @@ def run_worker(
     before_claim: Callable[[], bool] | None = None,
     stall_timeout_secs: float | None = None,
     random_start: bool = False,
+    claim_ahead: bool = True,
+    read_ahead: Callable[[Path], object] | None = None,
 ) -> WorkerSummary:
     """Process shards of ``job_dir`` until the job is finished (or a limit is reached).
 
@@ -81,6 +90,9 @@ def run_worker(
     fail it, apart from ``max_retries`` (None: never).  ``before_claim()`` readies the runner
     before each claim (``claiming``).  ``stall_timeout_secs``: give a shard up when its attempt
     shows no sign of life for this long (``jobdir.liveness``; None: a heartbeat means alive).
+    ``claim_ahead``: while a shard runs, claim the next one (at most one) and check its input,
+    with ``read_ahead(path)`` reading it (``jobdir.claim_ahead``); it is released unrun at once on
+    every way out that does not run it.
     """
     _check_settings(ttl_secs, heartbeat_secs, max_retries, poll_interval_secs, max_shards)
     if max_done is not None and max_done < 1:
@@ -111,6 +123,27 @@ def run_worker(
         random_start=random_start,
     )
     worker.on_attempt, worker.stall_secs = on_attempt, stall_timeout_secs
+    if claim_ahead:
+
+        def may_claim_ahead() -> bool:
+            """Only a shard that the limits would let this worker run next (``claimed`` counts the
+            running one): none is claimed ahead to be handed back by a limit."""
+            if stop_event is not None and stop_event.is_set():
+                return False
+            if max_shards is not None and summary.claimed >= max_shards:
+                return False
+            return max_done is None or summary.done + 1 < max_done
+
+        worker.ahead = ClaimAhead(
+            layout,
+            manifest,
+            worker.claim_next,
+            heartbeat_secs=heartbeat_secs,
+            ttl_secs=ttl_secs,
+            clock=clock,
+            read_ahead=read_ahead,
+        )
+        worker.may_claim_ahead = may_claim_ahead
 
     with SignalGuard() as guard:
         try:
@@ -124,7 +157,11 @@ def run_worker(
                 if max_done is not None and summary.done >= max_done:
                     summary.stop_reason = "max_done"
                     break
-                claimed, finished = worker.claim_next()
+                # A shard claimed ahead while the last one ran comes first (its claim, check and
+                # read are done); else claim one now.
+                claimed, finished = worker.take_ahead(), False
+                if claimed is None:
+                    claimed, finished = worker.claim_next()
                 if claimed is not None:
                     worker.run(*claimed)
                     worker.pending = None
@@ -144,9 +181,16 @@ def run_worker(
             guard.restore()
             if worker.pending is not None:  # signalled between claiming and running: give it back
                 worker._release(worker.pending, "signal")
+            if worker.ahead is not None:  # and the shard claimed ahead, before the signal is honoured
+                worker.ahead.close(RELEASE_SIGNAL, why="signal", wait_secs=heartbeat_secs)
             logger.warning(f"worker stopping on signal {interrupt.signum}")
             honour(interrupt.signum, guard.previous.get(interrupt.signum))
             summary.stop_reason = "interrupted"  # the previous handler chose not to exit
+        finally:
+            # Every other way out (a stop, a limit, an error): nothing stays claimed ahead.
+            if worker.ahead is not None:
+                worker.ahead.close(RELEASE_UNRUN, why=f"worker stopping: {summary.stop_reason or 'error'}")
+                summary.unrun = worker.ahead.unrun
     summary.complete, summary.terminal_failures = job_outcome(layout, manifest, worker.claimer.known_done)
     return summary
 
@@ -167,36 +211,6 @@ def _check_settings(ttl: float, heartbeat: float, max_retries: int, poll: float,
         raise bad("max_shards", max_shards, "must be >= 1 or null")
 
 
-def job_outcome(
-    layout: JobLayout, manifest: Manifest, known_done: set[str] | frozenset[str] = frozenset()
-) -> tuple[bool, list[TerminalInfo]]:
-    """(every shard done, [(shard id, last error) for terminal failures]) from the job dir.
-
-    ``known_done``: shards the caller knows are done (a marker it parsed, or a name in a
-    ``done/`` listing: markers are never removed), not opened again, so W workers leaving
-    a finished job do not each open all S markers.  A listed marker that is corrupt is
-    then reported by merge, which validates every marker and names the shard.
-    """
-    complete = True
-    terminal: list[TerminalInfo] = []
-    for entry in manifest.shards:
-        if entry.shard_id in known_done:
-            continue
-        result, done_error = attempts.read_done(layout, entry.shard_id)
-        if result is not None:
-            continue
-        complete = False
-        if done_error is not None:
-            terminal.append(TerminalInfo(entry.shard_id, f"corrupt done marker: {done_error}"))
-            continue
-        failed, failed_error = attempts.read_terminal(layout, entry.shard_id)
-        if failed is not None:
-            terminal.append(TerminalInfo(entry.shard_id, failed.last_error))
-        elif failed_error is not None:
-            terminal.append(TerminalInfo(entry.shard_id, f"corrupt failed marker: {failed_error}"))
-    return complete, terminal
-
-
 class _Worker:
     def __init__(
         self, layout, manifest, identity, run_shard, observer, summary, ttl, heartbeat, max_retries, clock, **claim
@@ -210,8 +224,11 @@ class _Worker:
         self.ttl, self.heartbeat, self.max_retries, self.clock = ttl, heartbeat, max_retries, clock
         self.on_attempt: Callable[[progress.ProgressTracker], None] | None = None
         self.stall_secs: float | None = None
+        self.secs_per_row: float | None = None  # of this worker's last finished shard: when the next one's tail starts
         self.max_holder_deaths: int | None = claim.get("max_holder_deaths")
         self.claimer = claiming.Claimer(layout, manifest, identity, observer, max_retries=max_retries, **claim)
+        self.ahead: ClaimAhead | None = None  # claim-ahead (jobdir.claim_ahead), when on
+        self.may_claim_ahead: Callable[[], bool] = lambda: False
 
     @property
     def pending(self) -> Claim | None:
@@ -226,9 +243,37 @@ class _Worker:
         """(entry, claim) for a claimable shard we won, else (None, all shards finished)."""
         return self.claimer.claim_next()
 
+    def in_tail(self, tracker: progress.ProgressTracker) -> bool:
+        """The running shard is expected to be in its last part (``TAIL_FRACTION``): by the time
+        per row of this worker's last shard; for its first, once its output rows reach that part
+        of its input (a filter may keep them from it: then the next is claimed when it ends).
+        Ray Data's rows read say nothing here: the runner reads a shard whole before processing."""
+        record = tracker.current
+        if self.secs_per_row is None:
+            return record.rows_written >= TAIL_FRACTION * record.rows_total
+        return record.elapsed_secs >= TAIL_FRACTION * self.secs_per_row * record.rows_total
+
+    def take_ahead(self) -> tuple[ShardEntry, Claim, AheadShard] | None:
+        """The shard claimed ahead while the last one ran, if any (and its lease still held)."""
+        ahead = self.ahead.take() if self.ahead is not None else None
+        if ahead is None:
+            return None
+        self.pending = ahead.claim  # from here a signal releases it as any claimed-but-not-run shard
+        return ahead.entry, ahead.claim, ahead
+
+    def _drop_ahead(self, why: str, reason: str = RELEASE_UNRUN, wait_secs: float | None = None) -> None:
+        """The current shard did not finish: hand the shard claimed ahead back at once (another
+        worker may take it; this one retries its own shard first, as before).  Waits
+        ``wait_secs`` (None: until done) for a claim in flight, so the Claimer is free again."""
+        if self.ahead is not None:
+            self.ahead.release(reason, why=why, wait_secs=wait_secs)
+
     # -- running -------------------------------------------------------------------------------------
-    def run(self, entry: ShardEntry, claim: Claim) -> None:
-        """Run one claimed shard; every way out leaves a result, a failure or a release."""
+    def run(self, entry: ShardEntry, claim: Claim, ahead: AheadShard | None = None) -> None:
+        """Run one claimed shard; every way out leaves a result, a failure or a release.
+
+        ``ahead``: the shard was claimed ahead; its input file was checked then (not hashed
+        again if unchanged).  While it runs, the next shard is claimed ahead (when on)."""
         self.summary.claimed += 1
         tracker = progress.ProgressTracker(self.layout, claim, entry.rows)
         if self.on_attempt is not None:
@@ -250,6 +295,8 @@ class _Worker:
         heartbeater.start()
         attempt: attempts.Attempt | None = None
         try:
+            # claimed ahead: its file was checked (and read) while the last shard ran, and is unchanged
+            prechecked = ahead is not None and ahead.still_checked(self.layout)
             attempt = attempts.open_attempt(self.layout, claim, self.identity)
             tracker.start_writing()
             task = ShardTask(
@@ -260,10 +307,19 @@ class _Worker:
                 attempt_id=claim.attempt_id,
                 input_rows=entry.rows,
                 input_sha256=entry.sha256,
+                read_ahead=ahead.read if prechecked else None,
             )
-            check_shard_file(self.layout, self.manifest, entry)  # a link out of the job dir is never read
+            if not prechecked:
+                check_shard_file(self.layout, self.manifest, entry)  # a link out of the job dir is never read
+            if self.ahead is not None and self.may_claim_ahead():
+                # the next shard's claim, check and read overlap this one's tail (see claim_ahead)
+                self.ahead.start(in_tail=lambda: self.in_tail(tracker))
             with progress.activate(tracker), alive.armed() if alive else nullcontext():
+                started = self.clock()
                 output = self.run_shard(task)
+                self.secs_per_row = (self.clock() - started) / max(entry.rows, 1)
+            if self.ahead is not None:
+                self.ahead.wait_claimed()  # the helper is done with the Claimer before we use it
             tracker.set_stage(progress.Stage.PUBLISHING)
             self._fence(heartbeater, claim)
             outcome = attempts.publish_done(
@@ -279,10 +335,12 @@ class _Worker:
                 row_stats_path=output.row_stats_path,
             )
         except LeaseLostError as exc:
+            self._drop_ahead(f"{claim.shard_id} lost its lease")
             self._abandon(attempt, claim, exc.message)
             return
         except Exception as exc:
             heartbeater.stop()
+            self._drop_ahead(f"{claim.shard_id} did not finish: {type(exc).__name__}")
             if is_worker_fault(exc):
                 # This worker's set-up is wrong (different code, no Ray): the shard is
                 # not to blame, so hand it back without spending its retry budget.
@@ -298,9 +356,11 @@ class _Worker:
                 return
             self._fail(attempt, claim, exc)
             return
-        except BaseException:
+        except BaseException as exc:
             # SIGTERM/SIGINT (WorkerInterrupted, KeyboardInterrupt) or SystemExit: hand the
             # shard back at once so another worker need not wait a TTL.
+            signalled = isinstance(exc, WorkerInterrupted | KeyboardInterrupt)
+            self._drop_ahead("interrupted", RELEASE_SIGNAL if signalled else RELEASE_UNRUN, wait_secs=0.0)
             _close(attempt, "signal", error="interrupted")
             self._release(claim, "signal")
             raise
@@ -360,6 +420,8 @@ class _Worker:
         """The attempt stalled (heartbeat thread): record it as a holder death and release the
         claim now, so another worker takes the shard without waiting a TTL."""
         logger.error(f"{claim.shard_id}: giving up attempt {claim.attempt_id}: {reason}")
+        # before the runtime watch restarts (execs) this process: a claim in flight is released too
+        self._drop_ahead(f"{claim.shard_id} stalled", wait_secs=self.heartbeat)
         try:
             attempts.record_failure(
                 self.layout, claim, shard_id=claim.shard_id, generation=claim.generation, error=reason,

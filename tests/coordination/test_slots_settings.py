@@ -58,6 +58,11 @@ def test_slot_processes_keep_the_node_identity(tmp_path):
 
     args = build_parser().parse_args(argv[3:])
     assert (args.max_holder_deaths, args.stall_timeout_secs, args.allow_version_mismatch) == (4, 90.0, True)
+    assert args.claim_ahead is True
+    off = slot_argv(tmp_path, ray_address="local", ray_num_cpus=None, lease_ttl_secs=30, heartbeat_secs=5,
+                    max_retries=1, poll_interval_secs=1, max_done=None, max_holder_deaths=4,
+                    stall_timeout_secs=90, claim_ahead=False)  # fmt: skip
+    assert build_parser().parse_args(off[3:]).claim_ahead is False, "a slot follows the instance's claim_ahead"
 
 
 @pytest.mark.parametrize(

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import os
@@ -265,3 +266,21 @@ def _plain_part_order(rec: dict, shard: Path, root: Path, ray_runtime) -> list[i
 
 if __name__ == "__main__":  # pragma: no cover
     sys.exit(pytest.main([__file__, "-v"]))
+
+
+def test_a_shard_read_ahead_while_another_runs_gives_the_same_output(three_shards, cache_dir, tmp_path):
+    """Claim-ahead's read (ShardRunner.read_ahead on the worker loop's helper thread) is used by
+    the shard's own run, and the bytes out are those of a run that read the shard itself."""
+    first, second = three_shards["tasks"][:2]
+    paths = [task.shard_path for task in three_shards["tasks"]]
+    runner = ShardRunner(
+        three_shards["recipe"], compute_stage_identities(three_shards["recipe"]), cache_dir,
+        row_schema=schema_of(*paths),
+    )  # fmt: skip
+    tables = runner.read_ahead(second.shard_path)  # (the worker loop does it while the first runs)
+    outputs = [
+        runner(make_task(tmp_path, first.shard_path, first.shard_id, "ra")),
+        runner(dataclasses.replace(make_task(tmp_path, second.shard_path, second.shard_id, "ra"), read_ahead=tables)),
+    ]
+    assert runner.reads_ahead_used == 1
+    assert [o.sha256 for o in outputs] == [o.sha256 for o in three_shards["outputs"][:2]]

@@ -141,6 +141,26 @@ class Chaos:
             return False
         return bool(lines) and b'"event": "claim"' in lines[-1]
 
+    def held_by(self, pid: int) -> set[tuple[str, int]]:
+        """(shard, generation) of the latest claims ``pid`` made and never ended (no release,
+        failure record or done marker): with claim-ahead (jobdir.claim_ahead) a worker holds the
+        shard it runs (logged) and up to one more, claimed ahead and not run (not logged)."""
+        layout = JobLayout(self.jobs[0])
+        held = set()
+        for shard in fsio.list_names(layout.claims_dir):
+            gens = [g for g in map(parse_gen_name, fsio.list_names(layout.claim_dir(shard))) if g is not None]
+            if not gens:
+                continue
+            gen = max(gens)
+            try:
+                claim = json.loads(layout.claim(shard, gen).read_bytes())
+            except (OSError, ValueError):
+                continue
+            ended = layout.release(shard, gen).exists() or layout.failure(shard, gen).exists()
+            if claim.get("pid") == pid and not ended and not layout.done(shard).exists():
+                held.add((shard, gen))
+        return held
+
     def step(self, kill_budget: int, stop_budget: int, victims: set[int] | None = None) -> None:
         now = time.monotonic()
         for slot, until in list(self.stopped.items()):
@@ -158,6 +178,7 @@ class Chaos:
             self.procs[slot].wait()  # reaped: the pid is gone (the same-host rule may see it)
             self.kills += 1
             self.faulted.add((victim.get("shard"), victim.get("generation")))
+            self.faulted |= self.held_by(self.procs[slot].pid)  # and a shard it held ahead
             self.start(slot)
         elif self.stops < stop_budget:
             pause = self.rng.uniform(0.3, 2.5) * self.lease.ttl
@@ -165,6 +186,8 @@ class Chaos:
             self.stopped[slot] = now + pause
             self.stops += 1
             self.faulted.add((victim.get("shard"), victim.get("generation")))
+            time.sleep(0.01)  # the stop is delivered: nothing it holds changes now
+            self.faulted |= self.held_by(self.procs[slot].pid)
             self.zombie_stops += pause > self.lease.ttl
 
     def reap(self) -> None:

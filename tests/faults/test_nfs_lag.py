@@ -86,7 +86,9 @@ def test_exactly_once_and_no_spurious_takeover_through_lagging_views(cached_view
     )
     spurious = [t for t in stats.stale_takeovers if t not in chaos.faulted]
     assert not spurious, f"live claims taken over as stale through the caches: {spurious}"
-    assert chaos.kills == 1 and stats.takeovers.get("stale") == 1, "the killed holder's shard is taken over"
+    # the killed holder's shard is taken over, and the one it held ahead (claim-ahead), if any
+    assert chaos.kills == 1 and 1 <= len(chaos.faulted) <= 2
+    assert stats.takeovers.get("stale") == len(chaos.faulted), "the killed holder's shards are taken over"
     assert stats.discarded == 0 and "released" not in stats.takeovers, "a finished shard was run again"
 
 

@@ -1,0 +1,268 @@
+"""Claim-ahead: hold the next shard (and read it) while the current one runs (issue 14, item 2).
+
+What.  While a worker slot runs shard N, :class:`ClaimAhead` claims shard N+1 on a helper
+thread once N is in its tail (the worker loop's gate: Ray Data has read all of N's input, so
+what is left is N's processing and writing; or N's run has ended), through the worker's
+own claim path (``claiming.Claimer.claim_next``: the same
+cursor, claim gate and ``link()``-published generation as any claim), starts a plain
+heartbeat for it at once, then checks its input file against the manifest (size + sha256,
+``manifest.check_shard_file``) and hands the file to ``read_ahead(path)`` (the Ray runner
+parses it into Arrow tables).  What that returns goes to the shard's run as
+``ShardTask.read_ahead``; it is held by the shard claimed ahead, and dropped with it when that
+is released.  When shard N is published, the worker loop :meth:`takes <ClaimAhead.take>` the
+held shard instead of claiming: its claim, its file check and its read are then already done,
+off the shard boundary.
+
+Lease rules (exact, as without claim-ahead):
+
+* At most one shard is held ahead per worker slot: one helper cycle at a time, one claim
+  per cycle, started only while a shard runs and taken (or released) before the next starts.
+* Claimed only in the current shard's tail, not when it starts: a worker that claimed ahead at
+  the start of an hour-long shard would keep that second shard from an idle node for the
+  hour (with as many nodes as shards, half the nodes would wait).  In the tail, the shard is
+  held only for about the time the tail lasts.
+* Its lease is renewed from the moment it is claimed, by its own ``leases.Heartbeater``
+  (no liveness rule: nothing runs yet), however long the current shard takes.  When it is
+  taken the heartbeat stops and the run's own heartbeater (with liveness) starts; a lease
+  lost meanwhile (a newer generation) means the shard is not run.
+* It is released at once (``leases.release_claim``, reason ``signal`` on SIGTERM/SIGINT,
+  else :data:`RELEASE_UNRUN`) on every way out that does not run it: stop event, a limit
+  reached, the current shard failing, losing its lease, stalling or hitting a worker fault,
+  any error.  A release racing the helper's claim is never lost: the helper looks at the
+  cancellation under the same lock as it stores its claim, and releases it itself.
+* A shard released unrun was never an attempt: no attempt directory, no failure record, no
+  retry or holder-death budget spent, not counted in ``WorkerSummary.claimed`` (``max_shards``
+  counts attempts); ``WorkerSummary.unrun`` counts them.  Another worker may claim it at
+  once (a released generation is free, ``leases.takeover_reason``).
+
+Which shard: the helper runs only the claim path, so the claim gate (straggler avoidance)
+and ``before_claim`` apply as they do to any claim.  Thread safety: the helper is the only
+user of the Claimer while it claims; the worker loop waits for that (:meth:`wait_claimed`)
+before it touches the Claimer again (``learn_done``, ``revisit``).  No Ray here: the read is
+the caller's ``read_ahead``.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Final
+
+from loguru import logger
+
+from data_juicer_elastic.jobdir import confine, leases
+from data_juicer_elastic.jobdir.layout import JobLayout
+from data_juicer_elastic.jobdir.manifest import check_shard_file
+from data_juicer_elastic.jobdir.records import Claim, Manifest, ShardEntry
+
+TAIL_POLL_SECS: Final = 0.2  # how often the helper looks whether the current shard reached its tail
+RELEASE_UNRUN: Final = "unrun"  # release reason of a shard claimed ahead and handed back without running it
+RELEASE_SIGNAL: Final = "signal"  # the same reason a claimed-but-not-run shard gets on a signal today
+ClaimNext = Callable[[], tuple[tuple[ShardEntry, Claim] | None, bool]]
+FileStamp = tuple[int, int, int, int]  # st_dev, st_ino, st_size, st_mtime_ns
+
+
+def file_stamp(path: Path) -> FileStamp:
+    st = os.stat(path)
+    return st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns
+
+
+@dataclass
+class AheadShard:
+    """A shard held ahead: its claim, its heartbeat, and the input file as it was checked."""
+
+    entry: ShardEntry
+    claim: Claim
+    heartbeater: leases.Heartbeater
+    checked: tuple[Path, FileStamp] | None = None  # checked (size + sha256) and unchanged while read ahead
+    read: object = None  # what read_ahead(path) returned (for ShardTask.read_ahead), when checked
+
+    def still_checked(self, layout: JobLayout) -> bool:
+        """The checked file is still the one the run would read: inside the job dir and the same
+        inode, size and mtime.  Then the run need not hash it again (else it checks it as usual)."""
+        if self.checked is None:
+            return False
+        path, stamp = self.checked
+        try:
+            confine.check_inside(layout, path)
+            return file_stamp(path) == stamp
+        except Exception:  # noqa: BLE001 - any doubt: the run checks the file itself
+            return False
+
+
+def _never() -> bool:
+    return False
+
+
+class _Cycle:
+    """One helper run: wait for the current shard's tail, claim at most one shard, then check and read it."""
+
+    def __init__(self, in_tail: Callable[[], bool] | None) -> None:
+        self.in_tail = in_tail
+        self.go = threading.Event()  # claim now: the current shard's run ended (or the gate opened)
+        self.thread: threading.Thread | None = None
+        self.claimed = threading.Event()  # set once the helper no longer uses the Claimer
+        self.held: AheadShard | None = None
+        self.cancelled: str | None = None  # release reason, once the worker gave the cycle up
+        self.error: BaseException | None = None  # raised by claim_next; re-raised by take()
+
+
+class ClaimAhead:
+    """At most one shard claimed ahead for one worker slot (see the module doc)."""
+
+    def __init__(
+        self,
+        layout: JobLayout,
+        manifest: Manifest,
+        claim_next: ClaimNext,
+        *,
+        heartbeat_secs: float,
+        ttl_secs: float,
+        clock: Callable[[], float],
+        read_ahead: Callable[[Path], object] | None = None,
+    ):
+        self.layout, self.manifest, self.claim_next = layout, manifest, claim_next
+        self.heartbeat_secs, self.ttl_secs, self.clock = heartbeat_secs, ttl_secs, clock
+        self.read_ahead = read_ahead
+        self.unrun = 0  # shards claimed ahead and released without running
+        self.taken = 0  # shards claimed ahead and then run
+        self._lock = threading.Lock()
+        self._cycle: _Cycle | None = None
+        self._closed = False
+
+    # -- the worker loop's side (main thread) -----------------------------------------------------------
+    def start(self, in_tail: Callable[[], bool] | None = None) -> bool:
+        """Claim the next shard on a helper thread (no-op while one is held or being claimed).
+
+        ``in_tail()``: polled by the helper, which claims once it is true (the current shard is
+        in its tail) or once :meth:`wait_claimed` is called (the current shard's run ended).
+        None: claim at once."""
+        with self._lock:
+            if self._closed or self._cycle is not None:
+                return False
+            cycle = self._cycle = _Cycle(in_tail)
+        cycle.thread = threading.Thread(target=self._work, args=(cycle,), name="dj-elastic-claim-ahead", daemon=True)
+        cycle.thread.start()
+        return True
+
+    def wait_claimed(self, timeout: float | None = None) -> bool:
+        """Wait until the helper no longer uses the Claimer (its claim is made, or none was).
+        A helper still waiting for the tail claims now: the current shard's run has ended."""
+        cycle = self._cycle
+        if cycle is not None:
+            cycle.go.set()
+        return cycle is None or cycle.claimed.wait(timeout)
+
+    def take(self) -> AheadShard | None:
+        """The held shard, to be run now (None when none was claimed, or its lease was lost).
+
+        Waits for the helper to finish its check and read (the run would do both anyway), and
+        re-raises an error of its claim (as if the worker loop had claimed itself)."""
+        with self._lock:
+            cycle, self._cycle = self._cycle, None
+        if cycle is None:
+            return None
+        cycle.thread.join()
+        with self._lock:
+            ahead, cycle.held = cycle.held, None
+        if cycle.error is not None:
+            raise cycle.error
+        if ahead is None:
+            return None
+        ahead.heartbeater.stop()  # the run starts its own heartbeater (with liveness) at once
+        if not ahead.heartbeater.check() or leases.newer_generation_exists(self.layout, ahead.claim):
+            logger.warning(f"{ahead.claim.shard_id}: the lease of the shard claimed ahead was lost; not running it")
+            self._hand_back(ahead, RELEASE_UNRUN)
+            return None
+        self.taken += 1
+        return ahead
+
+    def release(self, reason: str = RELEASE_UNRUN, *, why: str = "", wait_secs: float | None = 0.0) -> None:
+        """Hand the held shard back now (any thread; idempotent).  A claim the helper is still
+        making is released by the helper itself.  ``wait_secs``: then wait this long for the
+        helper to finish claiming (a process about to exit), None: until it has."""
+        with self._lock:
+            cycle = self._cycle
+            if cycle is None:
+                return
+            if cycle.cancelled is None:
+                cycle.cancelled = reason
+            ahead, cycle.held = cycle.held, None
+        cycle.go.set()  # a helper waiting for the tail stops waiting (and claims nothing)
+        if ahead is not None:
+            logger.info(f"{ahead.claim.shard_id}: handing back the shard claimed ahead ({why or reason})")
+            self._hand_back(ahead, reason)
+        if wait_secs != 0.0:
+            cycle.claimed.wait(wait_secs)
+
+    def close(self, reason: str = RELEASE_UNRUN, *, why: str = "", wait_secs: float | None = None) -> None:
+        """Release whatever is held and claim nothing more (the worker is leaving)."""
+        with self._lock:
+            self._closed = True
+        self.release(reason, why=why, wait_secs=wait_secs)
+        cycle = self._cycle
+        if cycle is not None and cycle.thread is not None and wait_secs is None:
+            cycle.thread.join()  # its read-ahead too: nothing of this worker runs on after it
+
+    # -- the helper thread ------------------------------------------------------------------------------
+    def _work(self, cycle: _Cycle) -> None:
+        while cycle.in_tail is not None and not cycle.go.wait(TAIL_POLL_SECS):
+            try:
+                if cycle.in_tail():
+                    break
+            except Exception:  # noqa: BLE001 - a progress reading must not end the helper: claim at the end
+                cycle.in_tail = _never
+        if cycle.cancelled is not None:  # given up while waiting: nothing was claimed
+            cycle.claimed.set()
+            return
+        try:
+            found, _ = self.claim_next()
+        except BaseException as exc:  # noqa: BLE001 - handed to the worker loop by take()
+            cycle.error = exc
+            cycle.claimed.set()
+            return
+        if found is None:
+            cycle.claimed.set()
+            return
+        entry, claim = found
+        heartbeater = leases.Heartbeater(
+            self.layout, claim, heartbeat_secs=self.heartbeat_secs, ttl_secs=self.ttl_secs, clock=self.clock
+        )
+        ahead = AheadShard(entry, claim, heartbeater)
+        with self._lock:
+            cancelled = cycle.cancelled
+            if cancelled is None:
+                heartbeater.start()  # renewed from the moment it is claimed
+                cycle.held = ahead
+        cycle.claimed.set()
+        if cancelled is not None:  # the worker gave the cycle up while we were claiming
+            logger.info(f"{claim.shard_id}: handing back the shard claimed ahead ({cancelled})")
+            self._hand_back(ahead, cancelled, started=False)
+            return
+        logger.info(f"claimed {claim.shard_id} ahead (gen {claim.generation}) while the current shard runs")
+        self._check_and_read(ahead)
+
+    def _check_and_read(self, ahead: AheadShard) -> None:
+        """Check the input file and read it ahead; any error is left to the run, which checks and
+        reads the file again (a corrupt shard then fails its attempt as it always did)."""
+        try:
+            path = check_shard_file(self.layout, self.manifest, ahead.entry)
+            before = file_stamp(path)
+            read = self.read_ahead(path) if self.read_ahead is not None else None
+            if file_stamp(path) == before:  # else the run checks and reads the file itself
+                ahead.checked, ahead.read = (path, before), read
+        except Exception as exc:  # noqa: BLE001
+            logger.info(f"{ahead.claim.shard_id}: not read ahead ({type(exc).__name__}: {exc}); the run reads it")
+
+    def _hand_back(self, ahead: AheadShard, reason: str, *, started: bool = True) -> None:
+        if started:
+            ahead.heartbeater.stop()
+        try:
+            leases.release_claim(self.layout, ahead.claim, reason)
+        except OSError as exc:  # the claim then goes stale after a TTL; nothing else is lost
+            logger.warning(f"{ahead.claim.shard_id}: could not release the shard claimed ahead: {exc}")
+        with self._lock:
+            self.unrun += 1
