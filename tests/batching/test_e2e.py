@@ -53,7 +53,6 @@ def reference(data, tmp_path_factory) -> list[dict]:
     return rows
 
 
-@pytest.mark.extended
 def test_default_executor(data, reference, tmp_path):
     out = tmp_path / "out.jsonl"
     ops = [demo_op(600, adaptive_batching=True)]
@@ -68,6 +67,7 @@ def test_default_executor(data, reference, tmp_path):
     assert proc.returncode != 0 and "out of memory" in proc.stdout + proc.stderr
 
 
+@pytest.mark.extended
 @pytest.mark.ray
 def test_ray_executor_task_mode(data, reference, tmp_path):
     out = tmp_path / "out"

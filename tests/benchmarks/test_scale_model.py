@@ -80,7 +80,8 @@ def test_hand_computed_single_worker_with_the_claim_cursor():
     assert r.all_exited_s == pytest.approx(r.makespan_s)
 
 
-def test_op_table_matches_the_real_worker_loop(tmp_path):
+def _traced_worker_ops(tmp_path: Path, *, claim_ahead: bool) -> int:
+    """Weighted file-system ops of a real worker loop over a fresh 3-shard job."""
     data = write_rows(tmp_path / "in.jsonl", make_rows(30))
     job = tmp_path / "job"
     prepare_job(request(job, data, 3))
@@ -102,10 +103,21 @@ def test_op_table_matches_the_real_worker_loop(tmp_path):
             max_retries=3,
             poll_interval_secs=0.01,
             claim_gate=gate,
+            claim_ahead=claim_ahead,
         )
     finally:
         fsio.set_fault_hook(None)
-    real = sum(WEIGHT.get(op, 1) for op in trace)
+    return sum(WEIGHT.get(op, 1) for op in trace)
+
+
+def test_op_table_matches_the_real_worker_loop(tmp_path):
+    # The table models the claim path; claim-ahead (below) moves a claim off the boundary and adds
+    # a few ops per shard of its own.
+    real = _traced_worker_ops(tmp_path / "plain", claim_ahead=False)
+    ahead = _traced_worker_ops(tmp_path / "ahead", claim_ahead=True)
+    # Per shard claimed ahead: its lease's first beat (the run's heartbeater beats again when it
+    # takes over) and, at take(), the lease and input-file checks: bounded, whatever the job size.
+    assert 0 <= ahead - real <= 3 * 10, (real, ahead)
     ops = sm.OPS
     runs = 3 * (ops["run_start"] + ops["run_end"])
     # The claim cursor (sm.CursorSim): one done/ listing, then per claim one probe of a

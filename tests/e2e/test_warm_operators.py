@@ -28,6 +28,7 @@ def _events(path: Path) -> list[dict]:
     return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
 
 
+@pytest.mark.extended
 def test_eight_shards_load_each_operator_once_per_process(tmp_path):
     data = tmp_path / "input.jsonl"
     with open(data, "w", encoding="utf-8") as handle:
