@@ -48,6 +48,7 @@ def test_a_job_dir_that_is_a_file_is_one_line_for_every_command(tmp_path, comman
     assert job.read_text() == "not a directory\n"
 
 
+@pytest.mark.extended  # every dj-elastic command: the test above, in the default run
 def test_prepare_and_dj_process_refuse_a_job_dir_that_is_a_file(tmp_path):
     data = small_input(tmp_path)
     job = tmp_path / "job"

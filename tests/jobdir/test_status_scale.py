@@ -43,6 +43,7 @@ def _status(job: Path, *args: str) -> subprocess.CompletedProcess:
     return subprocess.run(cmd, capture_output=True, text=True, timeout=300)
 
 
+@pytest.mark.extended
 def test_json_facts_match_the_built_job(big_job):
     job, roles = big_job
     proc = _status(job, "--json")
@@ -93,6 +94,7 @@ def test_json_facts_match_the_built_job(big_job):
     assert sum(n["rows_per_sec"] for n in nodes.values()) == pytest.approx(data["rows_per_sec"], abs=1e-2)
 
 
+@pytest.mark.extended
 def test_text_lists_what_needs_attention_and_all_lists_every_shard(big_job):
     job, roles = big_job
     proc = _status(job)
