@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import json
+import signal
+import subprocess
+import sys
 from collections.abc import Callable
 from pathlib import Path
 
@@ -40,6 +43,34 @@ def request(job: Path, data: Path, num_shards: int = 4, **kw) -> PrepareRequest:
     fields = dict(recipe={"process": [{"demo_mapper": None}]}, stage_identities=["stage-a"])
     fields.update(kw)
     return PrepareRequest(job_dir=job, dataset_path=data, num_shards=num_shards, **fields)
+
+
+VICTIM = """
+import os, signal, sys, time
+from data_juicer_elastic.jobdir import leases, progress
+from data_juicer_elastic.jobdir.identity import WorkerIdentity
+from data_juicer_elastic.jobdir.layout import JobLayout
+from data_juicer_elastic.jobdir.worker_loop import run_worker
+
+layout = JobLayout(sys.argv[1])
+
+def run(task):
+{before_kill}
+    os.kill(os.getpid(), signal.SIGTERM)
+    time.sleep(30)
+
+run_worker(sys.argv[1], WorkerIdentity.current("victim"), run, ttl_secs=60, heartbeat_secs=10,
+           max_retries=1, poll_interval_secs=1)
+"""
+
+
+def run_victim(job: Path, tmp_path: Path, before_kill: str = "    pass") -> None:
+    """A worker whose first shard runs ``before_kill`` (indented code), then sends the worker
+    SIGTERM, over ``job`` in a child process: it must die by the signal."""
+    path = tmp_path / "victim.py"
+    path.write_text(VICTIM.format(before_kill=before_kill))
+    proc = subprocess.run([sys.executable, str(path), str(job)], capture_output=True, timeout=60)
+    assert proc.returncode == -signal.SIGTERM, proc.stderr.decode()[-2000:]
 
 
 def identity(node: str = "node-a", pid: int | None = None, **kw) -> WorkerIdentity:

@@ -8,9 +8,6 @@ from __future__ import annotations
 
 import json
 import signal
-import subprocess
-import sys
-import textwrap
 import threading
 import time
 from pathlib import Path
@@ -23,7 +20,7 @@ from data_juicer_elastic.jobdir.layout import JobLayout
 from data_juicer_elastic.jobdir.manifest import load_manifest
 from data_juicer_elastic.jobdir.worker_loop import run_worker
 
-from .conftest import FakeClock, copy_runner, identity
+from .conftest import FakeClock, copy_runner, identity, run_victim
 
 LEASE = dict(ttl_secs=60.0, heartbeat_secs=10.0, poll_interval_secs=1.0)
 S = [f"part-0000{i}-of-00004" for i in range(4)]
@@ -276,35 +273,16 @@ def test_a_release_racing_the_helpers_claim_is_released_by_the_helper(job):
     assert not layout.heartbeat(S[2], 1).exists(), "never renewed once given up"
 
 
-SIGTERM_SCRIPT = textwrap.dedent(
-    """
-    import os, signal, sys, time
-    from data_juicer_elastic.jobdir import leases, progress
-    from data_juicer_elastic.jobdir.identity import WorkerIdentity
-    from data_juicer_elastic.jobdir.layout import JobLayout
-    from data_juicer_elastic.jobdir.worker_loop import run_worker
-
-    layout = JobLayout(sys.argv[1])
-
-    def run(task):  # every row through the recipe: in its tail, the next one is claimed ahead
-        progress.current().update(rows_read=task.input_rows, rows_written=task.input_rows)
-        deadline = time.monotonic() + 20
-        while leases.read_lease(layout, "part-00001-of-00004").generation == 0 and time.monotonic() < deadline:
-            time.sleep(0.01)
-        os.kill(os.getpid(), signal.SIGTERM)
-        time.sleep(30)
-
-    run_worker(sys.argv[1], WorkerIdentity.current("victim"), run, ttl_secs=60, heartbeat_secs=10,
-               max_retries=1, poll_interval_secs=1)
-    """
-)
+# In its tail (every row through the recipe) the next shard is claimed ahead; once it is, SIGTERM.
+CLAIMED_AHEAD = """\
+    progress.current().update(rows_read=task.input_rows, rows_written=task.input_rows)
+    deadline = time.monotonic() + 20
+    while leases.read_lease(layout, "part-00001-of-00004").generation == 0 and time.monotonic() < deadline:
+        time.sleep(0.01)"""
 
 
 def test_sigterm_releases_the_running_shard_and_the_one_ahead(job, tmp_path):
-    script = tmp_path / "victim.py"
-    script.write_text(SIGTERM_SCRIPT)
-    proc = subprocess.run([sys.executable, str(script), str(job)], capture_output=True, timeout=60)
-    assert proc.returncode == -signal.SIGTERM, proc.stderr.decode()[-2000:]
+    run_victim(job, tmp_path, CLAIMED_AHEAD)
     layout = JobLayout(job)
     assert (released(layout, S[0]), released(layout, S[1])) == ("signal", "signal")
     assert attempts_of(job, S[1]) == []

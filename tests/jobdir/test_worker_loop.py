@@ -4,9 +4,6 @@ import json
 import multiprocessing
 import os
 import signal
-import subprocess
-import sys
-import textwrap
 import threading
 from pathlib import Path
 
@@ -20,7 +17,7 @@ from data_juicer_elastic.jobdir.merge import merge_job
 from data_juicer_elastic.jobdir.records import AttemptRecord, Failure
 from data_juicer_elastic.jobdir.worker_loop import run_worker
 
-from .conftest import copy_runner, identity
+from .conftest import copy_runner, identity, run_victim
 
 LEASE = dict(ttl_secs=60.0, heartbeat_secs=10.0, poll_interval_secs=1.0)
 
@@ -207,27 +204,8 @@ def test_sigint_while_running_releases_then_raises_keyboard_interrupt(job, pytho
     assert not (job / "failures").exists() or not list((job / "failures").iterdir())
 
 
-SIGTERM_SCRIPT = textwrap.dedent(
-    """
-    import os, signal, sys, time
-    from data_juicer_elastic.jobdir.identity import WorkerIdentity
-    from data_juicer_elastic.jobdir.worker_loop import run_worker
-
-    def run(task):
-        os.kill(os.getpid(), signal.SIGTERM)
-        time.sleep(30)
-
-    run_worker(sys.argv[1], WorkerIdentity.current("victim"), run, ttl_secs=60, heartbeat_secs=10,
-               max_retries=1, poll_interval_secs=1)
-    """
-)
-
-
 def test_sigterm_while_running_releases_and_dies_by_the_signal(job, tmp_path):
-    script = tmp_path / "victim.py"
-    script.write_text(SIGTERM_SCRIPT)
-    proc = subprocess.run([sys.executable, str(script), str(job)], capture_output=True, timeout=60)
-    assert proc.returncode == -signal.SIGTERM, proc.stderr.decode()[-2000:]
+    run_victim(job, tmp_path)
     view = leases.read_lease(JobLayout(job), "part-00000-of-00004")
     assert view.release is not None and view.release.reason == "signal"
     # released: the next worker takes it at once, no TTL wait
