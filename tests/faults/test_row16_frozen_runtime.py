@@ -79,7 +79,10 @@ def test_a_worker_whose_ray_processes_are_stopped_gives_the_shard_up_and_restart
             lambda: [f for f in _failures(job) if f["exit_reason"] == "stalled"], "the stall give-up", 180, worker
         )
         assert [f["shard_id"] for f in given_up] == [shard] and "no sign of life" in given_up[0]["error"]
-        release = json.loads((job / "releases" / shard / f"gen-{given_up[0]['generation']:06d}.json").read_bytes())
+        # the release follows the failure record (two writes): wait for it rather than race it
+        released = job / "releases" / shard / f"gen-{given_up[0]['generation']:06d}.json"
+        _wait(lambda: released.exists(), "the stalled claim's release", 30, worker)
+        release = json.loads(released.read_bytes())
         assert release["reason"] == "stalled", "given up at once, not left to expire"
 
         out, _ = worker.communicate(timeout=300)
