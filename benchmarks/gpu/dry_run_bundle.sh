@@ -6,7 +6,7 @@
 # 1. The simulated machine: a Python 3.12 venv ($SIM_VENV, default /tmp/py312-gpu-sim) with the GPU image's
 #    torch 2.11.0 (PyPI's CUDA wheel and its nvidia-* libraries, ~3 GB: it imports and runs on CPU),
 #    transformers 5.17.0, numpy 2.5.2, tokenizers, huggingface_hub and safetensors at the image's versions
-#    (/work/.library/device/KINDS.md), plus the image's packages the bundle leaves out (build_bundle.py's
+#    (the lent GPU machine's package list, as build_bundle.py's CUDA_IMAGE records it), plus the image's packages the bundle leaves out (build_bundle.py's
 #    CUDA_IMAGE: pyarrow, pandas, aiohttp, psutil, ...) and nothing else.  Made when missing or with --setup
 #    (needs the network; from $PY312).
 # 2. The bundle: .gpu-bundle/ from build_bundle.py, built when missing or with --rebuild (~7 min, mostly xz).
