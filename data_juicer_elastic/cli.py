@@ -310,7 +310,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--claim-ahead",
         action=argparse.BooleanOptionalAction,
         default=None,
-        help="while a shard runs, claim and read the next one (default: the job's elastic.claim_ahead, else on)",
+        help="in a shard's tail, claim and read the next one (default: the job's elastic.claim_ahead, else on)",
     )
     p.add_argument("--no-wait", action="store_true", help="exit when nothing is claimable instead of waiting")
     p.set_defaults(func=_cmd_worker)

@@ -27,8 +27,9 @@ from data_juicer_elastic.coordination.settle import (
 )
 from data_juicer_elastic.errors import ElasticError
 from data_juicer_elastic.jobdir.manifest import load_manifest
+from data_juicer_elastic.jobdir.outcome import job_outcome
 from data_juicer_elastic.jobdir.records import Manifest
-from data_juicer_elastic.jobdir.worker_loop import WorkerSummary, job_outcome
+from data_juicer_elastic.jobdir.worker_loop import WorkerSummary
 
 
 @dataclass(frozen=True)

@@ -25,9 +25,9 @@ from data_juicer_elastic.coordination.records import WORK
 from data_juicer_elastic.errors import ElasticError, ParticipationError, ShardFailedError
 from data_juicer_elastic.jobdir import attempts, fsio, leases
 from data_juicer_elastic.jobdir.layout import JobLayout
+from data_juicer_elastic.jobdir.outcome import job_outcome
 from data_juicer_elastic.jobdir.records import Manifest, ShardState, TerminalInfo
 from data_juicer_elastic.jobdir.status import snapshot
-from data_juicer_elastic.jobdir.worker_loop import job_outcome
 
 
 def shard_failed_error(terminal: list[TerminalInfo], job_dir: Path) -> ShardFailedError:

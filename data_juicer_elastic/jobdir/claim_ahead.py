@@ -1,12 +1,12 @@
 """Claim-ahead: hold the next shard (and read it) while the current one runs (issue 14, item 2).
 
 What.  While a worker slot runs shard N, :class:`ClaimAhead` claims shard N+1 on a helper
-thread once N is in its tail (the worker loop's gate: Ray Data has read all of N's input, so
-what is left is N's processing and writing; or N's run has ended), through the worker's
-own claim path (``claiming.Claimer.claim_next``: the same
-cursor, claim gate and ``link()``-published generation as any claim), starts a plain
-heartbeat for it at once, then checks its input file against the manifest (size + sha256,
-``manifest.check_shard_file``) and hands the file to ``read_ahead(path)`` (the Ray runner
+thread once N is in its tail (the worker loop's gate, ``worker_loop.TAIL_FRACTION``: N is
+expected to be 80% through by the worker's last time per row; or N's run has ended), through
+the worker's own claim path (``claiming.Claimer.claim_next``: the same cursor, claim gate
+and ``link()``-published generation as any claim), starts a plain heartbeat for it at once,
+then checks its input file against the manifest (size + sha256, ``manifest.check_shard_file``)
+and hands the file to ``read_ahead(path)`` (the Ray runner
 parses it into Arrow tables).  What that returns goes to the shard's run as
 ``ShardTask.read_ahead``; it is held by the shard claimed ahead, and dropped with it when that
 is released.  When shard N is published, the worker loop :meth:`takes <ClaimAhead.take>` the

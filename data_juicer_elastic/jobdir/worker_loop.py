@@ -90,7 +90,7 @@ def run_worker(
     fail it, apart from ``max_retries`` (None: never).  ``before_claim()`` readies the runner
     before each claim (``claiming``).  ``stall_timeout_secs``: give a shard up when its attempt
     shows no sign of life for this long (``jobdir.liveness``; None: a heartbeat means alive).
-    ``claim_ahead``: while a shard runs, claim the next one (at most one) and check its input,
+    ``claim_ahead``: in a shard's tail, claim the next one (at most one) and check its input,
     with ``read_ahead(path)`` reading it (``jobdir.claim_ahead``); it is released unrun at once on
     every way out that does not run it.
     """

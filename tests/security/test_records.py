@@ -20,6 +20,7 @@ from data_juicer_elastic.jobdir import attempts, fsio, leases
 from data_juicer_elastic.jobdir.layout import JobLayout
 from data_juicer_elastic.jobdir.manifest import load_manifest
 from data_juicer_elastic.jobdir.merge import merge_job
+from data_juicer_elastic.jobdir.outcome import job_outcome
 from data_juicer_elastic.jobdir.records import (
     AttemptRecord,
     Claim,
@@ -32,7 +33,7 @@ from data_juicer_elastic.jobdir.records import (
     TerminalFailure,
 )
 from data_juicer_elastic.jobdir.status import snapshot
-from data_juicer_elastic.jobdir.worker_loop import job_outcome, run_worker
+from data_juicer_elastic.jobdir.worker_loop import run_worker
 from tests.jobdir.conftest import copy_runner, identity
 
 SHARD = "part-00000-of-00004"
