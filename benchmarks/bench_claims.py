@@ -38,11 +38,12 @@ def worker(job: Path, k: int, go: Path, out: Path, poll: float, gate_on: bool) -
     from loguru import logger
 
     from data_juicer_elastic.coordination.stragglers import ClaimGate
-    from data_juicer_elastic.jobdir import fsio, worker_loop
-    from data_juicer_elastic.jobdir.identity import WorkerIdentity
+    from data_juicer_elastic.jobdir import worker_loop
     from data_juicer_elastic.jobdir.layout import JobLayout
     from data_juicer_elastic.jobdir.manifest import load_manifest
     from data_juicer_elastic.jobdir.tasks import ShardOutput
+    from data_juicer_elastic.sharedfs import fsio
+    from data_juicer_elastic.sharedfs.identity import WorkerIdentity
 
     logger.remove()
     counts = {"claim": 0, "gate": 0, "total": 0, "claims": 0, "calls": 0, "listings": 0, "listed": 0}
@@ -122,7 +123,7 @@ def run_variant(name: str, src: Path, args: argparse.Namespace) -> dict:
     data.write_text("".join(json.dumps({"id": i, "text": f"row {i}"}) + "\n" for i in range(args.shards)))
     env = {**os.environ, "PYTHONPATH": f"{src}{os.pathsep}{REPO}"}
     prepare = (
-        "import sys; from data_juicer_elastic.jobdir.prepare import PrepareRequest, prepare_job;"
+        "import sys; from data_juicer_elastic.shards.prepare import PrepareRequest, prepare_job;"
         "prepare_job(PrepareRequest(job_dir=sys.argv[1], dataset_path=sys.argv[2], num_shards=int(sys.argv[3]),"
         "recipe={'process': []}, stage_identities=['bench']))"
     )

@@ -74,8 +74,8 @@ def parse_request(recipe: Path):
 
 def finish(job: Path) -> None:
     """Accepted results for every shard without Ray (tests/rayfree.py: the real reader and writer)."""
-    from data_juicer_elastic.jobdir.identity import WorkerIdentity
     from data_juicer_elastic.jobdir.worker_loop import run_worker
+    from data_juicer_elastic.sharedfs.identity import WorkerIdentity
     from tests.rayfree import rayfree_runner
 
     run_worker(job, WorkerIdentity.current("bench"), rayfree_runner(job), ttl_secs=600, heartbeat_secs=60,
@@ -115,8 +115,8 @@ def main() -> None:
     request = parse_request(recipe)
 
     from data_juicer_elastic.finalize import finalize
-    from data_juicer_elastic.jobdir.merge import merge_job
-    from data_juicer_elastic.jobdir.prepare import prepare_job
+    from data_juicer_elastic.shards.merge import merge_job
+    from data_juicer_elastic.shards.prepare import prepare_job
 
     results["uptime_prepare"] = uptime()
     scratch = work / "job-inprocess"

@@ -39,11 +39,11 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from data_juicer_elastic.jobdir.identity import WorkerIdentity  # noqa: E402
-from data_juicer_elastic.jobdir.merge import merge_job  # noqa: E402
-from data_juicer_elastic.jobdir.prepare import PrepareRequest, prepare_job  # noqa: E402
 from data_juicer_elastic.jobdir.tasks import ShardOutput  # noqa: E402
 from data_juicer_elastic.jobdir.worker_loop import run_worker  # noqa: E402
+from data_juicer_elastic.shards.merge import merge_job  # noqa: E402
+from data_juicer_elastic.shards.prepare import PrepareRequest, prepare_job  # noqa: E402
+from data_juicer_elastic.sharedfs.identity import WorkerIdentity  # noqa: E402
 
 MB = 1e6
 
@@ -165,8 +165,8 @@ def floor(data: Path, repeat: int) -> dict:
 
     import simdjson
 
-    from data_juicer_elastic.jobdir.jsonl import NormaliseOptions, RowNormaliser
-    from data_juicer_elastic.jobdir.row_policy import is_object
+    from data_juicer_elastic.rows.jsonl import NormaliseOptions, RowNormaliser
+    from data_juicer_elastic.rows.row_policy import is_object
 
     # Blocks of whole lines held in memory, so no part is charged for reading the file
     # (prepare and merge do read it): the floor errs low, never high.

@@ -21,7 +21,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from data_juicer_elastic.jobdir import fsio  # noqa: E402
+from data_juicer_elastic.sharedfs import fsio  # noqa: E402
 
 BLOCK = 8 << 20
 

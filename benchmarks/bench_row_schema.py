@@ -1,7 +1,7 @@
 """What the row schema costs prepare (issue 12): observing each row's JSON types vs parsing it.
 
 Prepare parses every input row anyway (to validate it); since the lossless work it also joins
-the row's types into the job's row schema (``jobdir/row_schema.py``).  This measures both on
+the row's types into the job's row schema (``rows/row_schema.py``).  This measures both on
 the same rows in one process, alternating, and reports the ratio: the schema's share of the
 per-row work prepare does in Python.  Two generated corpora: flat rows (id, text) and nested
 rows (a ``meta`` object with a list and a nested object, a key absent in 10% of rows).
@@ -18,8 +18,8 @@ import time
 
 import orjson
 
-from data_juicer_elastic.jobdir.jsonl import strict_loads
-from data_juicer_elastic.jobdir.row_schema import RowSchema
+from data_juicer_elastic.rows.jsonl import strict_loads
+from data_juicer_elastic.rows.row_schema import RowSchema
 
 
 def flat_rows(n: int, rng: random.Random) -> list[bytes]:

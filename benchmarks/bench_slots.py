@@ -41,7 +41,7 @@ import sys, threading, time
 from pathlib import Path
 from data_juicer_elastic.execution.ray_runtime import WarmRayRuntime
 from data_juicer_elastic.execution.shard_runner import ShardRunner, shard_runtime_env
-from data_juicer_elastic.jobdir.identity import WorkerIdentity
+from data_juicer_elastic.sharedfs.identity import WorkerIdentity
 from data_juicer_elastic.jobdir.layout import JobLayout
 from data_juicer_elastic.jobdir.manifest import load_manifest
 from data_juicer_elastic.jobdir.worker_loop import run_worker

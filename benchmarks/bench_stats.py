@@ -23,10 +23,10 @@ from pathlib import Path
 from data_juicer_elastic.execution.row_types import ArrowRows
 from data_juicer_elastic.execution.row_writer import ExportLayout, write_shard
 from data_juicer_elastic.execution.shard_reader import InputRows, read_tables
-from data_juicer_elastic.jobdir.row_schema import RowSchema
+from data_juicer_elastic.rows.row_schema import RowSchema
 from data_juicer_elastic.stats.overall import analysis_percentiles, overall_csv, overall_record
-from data_juicer_elastic.stats.shard import ShardStatsRecorder
-from data_juicer_elastic.stats.summary import StatsSummary, merge_summaries
+from data_juicer_elastic.stats.shard_hook import ShardStatsRecorder
+from data_juicer_elastic.stats.shard_summary import StatsSummary, merge_summaries
 
 STATS = "__dj__stats__"
 

@@ -28,10 +28,10 @@ from dataclasses import replace
 from pathlib import Path
 
 from data_juicer_elastic.jobdir import attempts, leases, progress
-from data_juicer_elastic.jobdir.identity import WorkerIdentity
 from data_juicer_elastic.jobdir.layout import JobLayout
 from data_juicer_elastic.jobdir.manifest import load_manifest
-from data_juicer_elastic.jobdir.prepare import PrepareRequest, prepare_job
+from data_juicer_elastic.shards.prepare import PrepareRequest, prepare_job
+from data_juicer_elastic.sharedfs.identity import WorkerIdentity
 
 REPO = Path(__file__).resolve().parents[1]
 NODES = 8

@@ -13,7 +13,7 @@ operations to a NAS modelled as
   operations per second, where ``C_free`` is the capacity left over by the open-loop
   background load: heartbeats and the abort watcher).
 
-Unit: one "metadata op" = one filesystem call the code makes through ``jobdir/fsio.py``
+Unit: one "metadata op" = one filesystem call the code makes through ``sharedfs/fsio.py``
 (open/read of a record, open-probe of a name, listdir, create, fsync, close, link,
 replace, unlink, fsync of a directory); ``makedirs(exist_ok=True)`` counts 3 (stat of
 the parent, mkdir -> EEXIST, stat). Writes of record bytes are data, not counted. A

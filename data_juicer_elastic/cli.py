@@ -59,7 +59,7 @@ def _cmd_worker(args: argparse.Namespace) -> int:
 
 
 def _cmd_status(args: argparse.Namespace) -> int:
-    from data_juicer_elastic.coordination.status import status_once, watch
+    from data_juicer_elastic.status.run_status import status_once, watch
 
     job = Path(args.job_dir).resolve()
     if args.watch is not None:
@@ -115,7 +115,7 @@ def _cmd_merge(args: argparse.Namespace) -> int:
 
     check_export_path(Path(args.job_dir).resolve(), args.output, "--output")  # before anything is read
     if args.follow:
-        from data_juicer_elastic.jobdir.stream_merge import follow_merge
+        from data_juicer_elastic.shards.stream_merge import follow_merge
 
         def show(progress) -> None:
             state = "complete" if progress.complete else "final so far"
@@ -144,7 +144,7 @@ def _cmd_merge(args: argparse.Namespace) -> int:
 
 
 def _cmd_verify(args: argparse.Namespace) -> int:
-    from data_juicer_elastic.jobdir.verify import verify_job
+    from data_juicer_elastic.shards.verify import verify_job
 
     result = verify_job(Path(args.job_dir).resolve(), expect_nodes=args.expect_nodes)
     print(f"PASS: {result.shards} shards were completed by {len(result.nodes)} node(s): {', '.join(result.nodes)}")

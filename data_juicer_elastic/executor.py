@@ -4,14 +4,14 @@ The same command is started on every node (a scheduler's broadcast, ``srun``, an
 Indexed Job); every instance of one submission resolves the same run id
 (``coordination.run_id``) and then:
 
-1. prepare: one elected instance validates and splits the input (``jobdir.prepare``);
+1. prepare: one elected instance validates and splits the input (``shards.prepare``);
    the others wait for its published result (``coordination.elections``);
 2. work: claim shards with one warm node-local Ray runtime per slot
    (``jobdir.worker_loop`` + ``execution``; extra slots are child processes,
    ``coordination.slots``), stopping at once when the run is aborted;
 3. settle: wait until every shard is done or one failed terminally
    (``coordination.settle``; strict mode fails when work is left nobody may take);
-4. finalize: one elected instance verifies and merges (``jobdir.merge``);
+4. finalize: one elected instance verifies and merges (``shards.merge``);
 5. every instance reads the run's one outcome and exits 0, or 2 with the same message.
 
 This module composes those pieces and owns none of their logic.
@@ -42,16 +42,16 @@ from data_juicer_elastic.finalize import finalize
 from data_juicer_elastic.jobdir import confine
 from data_juicer_elastic.jobdir.confine import open_job_dir
 from data_juicer_elastic.jobdir.export_path import export_target
-from data_juicer_elastic.jobdir.identity import WorkerIdentity
 from data_juicer_elastic.jobdir.layout import JobLayout
 from data_juicer_elastic.jobdir.manifest import load_manifest
-from data_juicer_elastic.jobdir.merge import MergeResult
 from data_juicer_elastic.jobdir.recipe_diff import recipe_differences
 from data_juicer_elastic.jobdir.records import Manifest
-from data_juicer_elastic.jobdir.stream_merge import MergeBusyError, follow_merge
 from data_juicer_elastic.jobdir.worker_loop import WorkerSummary, run_worker
 from data_juicer_elastic.preparation import prepare_from_cfg
 from data_juicer_elastic.settings import ElasticSettings, check_strict_shares
+from data_juicer_elastic.shards.merge import MergeResult
+from data_juicer_elastic.shards.stream_merge import MergeBusyError, follow_merge
+from data_juicer_elastic.sharedfs.identity import WorkerIdentity
 
 try:  # Data-Juicer's base class, so ExecutorFactory users get a real executor
     from data_juicer.core.executor.base import ExecutorBase

@@ -18,13 +18,13 @@ from data_juicer_elastic.console.summary import shown_path
 from data_juicer_elastic.coordination import crashpoints
 from data_juicer_elastic.coordination.settle import shard_failed_error
 from data_juicer_elastic.errors import IntegrityError, storage_errors
-from data_juicer_elastic.jobdir import steps
 from data_juicer_elastic.jobdir.attempts import requeue_hint
 from data_juicer_elastic.jobdir.export_path import check_export_path
 from data_juicer_elastic.jobdir.layout import JobLayout
-from data_juicer_elastic.jobdir.merge import MergeResult, merge_job
-from data_juicer_elastic.jobdir.status import snapshot
-from data_juicer_elastic.jobdir.stream_merge import MergeBusyError, follow_merge
+from data_juicer_elastic.shards import steps
+from data_juicer_elastic.shards.merge import MergeResult, merge_job
+from data_juicer_elastic.shards.stream_merge import MergeBusyError, follow_merge
+from data_juicer_elastic.status.job_status import snapshot
 
 
 def _import_quietly(name: str) -> None:
@@ -48,7 +48,7 @@ def finalize(
     """Fail clearly on terminal shard failures, else merge every shard in manifest order and
     write the overall statistics (from the per-shard summaries, not from the merged file).
 
-    ``stream``: continue the streaming merge's partial output (``jobdir.stream_merge``);
+    ``stream``: continue the streaming merge's partial output (``shards.stream_merge``);
     if another process still holds it after ``lock_wait_secs``, merge from scratch instead.
     """
     from loguru import logger

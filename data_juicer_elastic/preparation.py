@@ -20,10 +20,10 @@ from data_juicer_elastic.console import StepDisplay, say
 from data_juicer_elastic.console.summary import shown_path
 from data_juicer_elastic.coordination import crashpoints
 from data_juicer_elastic.errors import ConfigError
-from data_juicer_elastic.jobdir import steps
-from data_juicer_elastic.jobdir.prepare import PrepareOutcome, PrepareRequest, RequestChanged, prepare_job
-from data_juicer_elastic.jobdir.row_schema import RowSchema, operator_view_notes
+from data_juicer_elastic.rows.row_schema import RowSchema, operator_view_notes
 from data_juicer_elastic.settings import ElasticSettings
+from data_juicer_elastic.shards import steps
+from data_juicer_elastic.shards.prepare import PrepareOutcome, PrepareRequest, RequestChanged, prepare_job
 
 
 def _resolve(path: str | os.PathLike) -> Path:

@@ -2,7 +2,7 @@
 
 One file per (stage identity x accelerator model x cost model x ceiling) in
 ``<job_dir>/batch-profiles/<key>.json`` (:meth:`JobLayout.batch_profile`), written
-atomically (:func:`jobdir.fsio.atomic_write`).  A profile is advice, never
+atomically (:func:`sharedfs.fsio.atomic_write`).  A profile is advice, never
 authority: a profile that is corrupt, from another format version, for another
 cost model or ceiling, or older than ``max_age_secs`` is ignored (logged once),
 and a seeded controller still shrinks on the first OOM as usual.  Concurrent
@@ -22,9 +22,10 @@ from typing import ClassVar, Final
 from loguru import logger
 
 from data_juicer_elastic.errors import JobDirError
-from data_juicer_elastic.jobdir import confine, fsio
+from data_juicer_elastic.jobdir import confine
 from data_juicer_elastic.jobdir.layout import JobLayout
 from data_juicer_elastic.jobdir.records import Record
+from data_juicer_elastic.sharedfs import fsio
 
 DEFAULT_MAX_AGE_SECS: Final = 24 * 3600.0
 _warned: set[str] = set()

@@ -46,9 +46,9 @@ from data_juicer_elastic.batching import profiles
 from data_juicer_elastic.batching.engine import BatchStats
 from data_juicer_elastic.batching.policy import BatchPolicy
 from data_juicer_elastic.errors import JobDirError
-from data_juicer_elastic.jobdir import fsio
 from data_juicer_elastic.jobdir.layout import JobLayout
 from data_juicer_elastic.jobdir.records import Record
+from data_juicer_elastic.sharedfs import fsio
 
 CONTEXT_FILE: Final = "dj-elastic-batching.json"
 PROFILE_MIN_INTERVAL_SECS: Final = 2.0

@@ -1,6 +1,6 @@
 """Progress of long steps and of the whole job: a live line on a terminal, periodic lines elsewhere.
 
-* :class:`StepDisplay` receives ``jobdir.steps`` reports (prepare passes, merge).
+* :class:`StepDisplay` receives ``shards.steps`` reports (prepare passes, merge).
 * :class:`JobDisplay` shows the job as this worker sees it: rows done/total, rows/s,
   shards done/running, ETA and what the current shard is doing.
 
@@ -132,7 +132,7 @@ class _Step:
 
 
 class StepDisplay:
-    """A ``jobdir.steps`` callback: one line per step name, the previous closed when a new one starts."""
+    """A ``shards.steps`` callback: one line per step name, the previous closed when a new one starts."""
 
     def __init__(self, unit: str = "B", *, terminal: bool | None = None, log_every: float = LOG_EVERY_SECS,
                  clock: Clock = time.monotonic, stream: Any = None):  # fmt: skip

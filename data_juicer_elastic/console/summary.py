@@ -22,7 +22,7 @@ def shown_path(path: str | os.PathLike) -> str:
 def summary_lines(job_dir: str | os.PathLike, result: Any, elapsed_secs: float, log_path: str | None) -> list[str]:
     """``result``: a ``MergeResult``.  Reads the manifest and the failure records once."""
     from data_juicer_elastic.jobdir.manifest import load_manifest
-    from data_juicer_elastic.jobdir.status import snapshot
+    from data_juicer_elastic.status.job_status import snapshot
 
     manifest = load_manifest(Path(job_dir))
     retries = sum(s.failures for s in snapshot(job_dir, exact=False).shards)

@@ -1,6 +1,6 @@
 """Fault injection for tests of real processes: failing file operations and named crash points.
 
-Never set in production.  Both act through the two hooks of ``jobdir.fsio``
+Never set in production.  Both act through the two hooks of ``sharedfs.fsio``
 (``fault_point`` before an operation, ``fault_done`` after it succeeded); with
 neither variable set nothing is installed and the hooks stay ``None``.
 
@@ -44,7 +44,7 @@ from pathlib import Path
 from typing import Final, Literal
 
 from data_juicer_elastic.errors import ConfigError
-from data_juicer_elastic.jobdir import fsio
+from data_juicer_elastic.sharedfs import fsio
 
 CRASH_ENV: Final = "DJ_ELASTIC_TEST_CRASH_AT"
 FAULTS_ENV: Final = "DJ_ELASTIC_TEST_FAULTS"

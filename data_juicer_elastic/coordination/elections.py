@@ -1,7 +1,7 @@
 """Elections, phase results and the one final outcome of a run, on the shared filesystem.
 
 All "first wins" decisions use the job directory's exclusive ``link()`` publication
-(``jobdir.fsio.publish_bytes``):
+(``sharedfs.fsio.publish_bytes``):
 
 * ``<phase>.leader.json``: the first instance to link it prepares (or finalizes);
 * ``prepare.result.json``: the leader's "the job is prepared for this run";
@@ -29,7 +29,8 @@ from typing import Any, Final, NoReturn
 from loguru import logger
 
 from data_juicer_elastic import errors
-from data_juicer_elastic.coordination.records import (
+from data_juicer_elastic.coordination.run_id import RunId
+from data_juicer_elastic.coordination.run_records import (
     FAILED,
     OK,
     Instance,
@@ -40,11 +41,11 @@ from data_juicer_elastic.coordination.records import (
     PrepareResult,
     RunRecord,
 )
-from data_juicer_elastic.coordination.run_id import RunId
 from data_juicer_elastic.errors import CoordinatorLostError, ElasticError, JobDirError
-from data_juicer_elastic.jobdir import confine, fsio
-from data_juicer_elastic.jobdir.identity import WorkerIdentity, pid_alive
+from data_juicer_elastic.jobdir import confine
 from data_juicer_elastic.jobdir.layout import JobLayout
+from data_juicer_elastic.sharedfs import fsio
+from data_juicer_elastic.sharedfs.identity import WorkerIdentity, pid_alive
 
 Clock = Callable[[], float]
 MAX_MESSAGE_CHARS: Final = 4000

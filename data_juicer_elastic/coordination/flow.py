@@ -17,7 +17,7 @@ from typing import Any
 from loguru import logger
 
 from data_juicer_elastic.coordination.elections import RunCoordinator, raise_outcome
-from data_juicer_elastic.coordination.records import FINALIZE, PREPARE, WORK, Outcome, PrepareResult
+from data_juicer_elastic.coordination.run_records import FINALIZE, PREPARE, WORK, Outcome, PrepareResult
 from data_juicer_elastic.coordination.settle import (
     AbortWatcher,
     StrictPolicy,

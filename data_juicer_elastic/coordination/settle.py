@@ -21,13 +21,14 @@ from pathlib import Path
 from loguru import logger
 
 from data_juicer_elastic.coordination.elections import RunCoordinator, raise_outcome
-from data_juicer_elastic.coordination.records import WORK
+from data_juicer_elastic.coordination.run_records import WORK
 from data_juicer_elastic.errors import ElasticError, ParticipationError, ShardFailedError
-from data_juicer_elastic.jobdir import attempts, fsio, leases
+from data_juicer_elastic.jobdir import attempts, leases
 from data_juicer_elastic.jobdir.layout import JobLayout
 from data_juicer_elastic.jobdir.outcome import job_outcome
 from data_juicer_elastic.jobdir.records import Manifest, ShardState, TerminalInfo
-from data_juicer_elastic.jobdir.status import snapshot
+from data_juicer_elastic.sharedfs import fsio
+from data_juicer_elastic.status.job_status import snapshot
 
 
 def shard_failed_error(terminal: list[TerminalInfo], job_dir: Path) -> ShardFailedError:

@@ -30,7 +30,7 @@ from typing import IO, Final
 from loguru import logger
 
 from data_juicer_elastic.errors import ConfigError
-from data_juicer_elastic.jobdir.identity import NODE_ID_ENV
+from data_juicer_elastic.sharedfs.identity import NODE_ID_ENV
 
 CUDA_ENV: Final = "CUDA_VISIBLE_DEVICES"
 _PR_SET_PDEATHSIG: Final = 1

@@ -34,9 +34,10 @@ from typing import Final
 
 from loguru import logger
 
-from data_juicer_elastic.jobdir import attempts, fsio, leases
+from data_juicer_elastic.jobdir import attempts, leases
 from data_juicer_elastic.jobdir.layout import JobLayout
 from data_juicer_elastic.jobdir.records import AttemptRecord, Manifest
+from data_juicer_elastic.sharedfs import fsio
 
 MAX_NEW_SPANS: Final = 16  # done shards whose durations one observe() reads at most (a sample)
 EXPECTED_REMAINING: Final = 0.5  # a running worker is, on average, half-way through its shard

@@ -27,7 +27,7 @@ from __future__ import annotations
 from math import copysign
 from typing import Any
 
-from data_juicer_elastic.jobdir.row_schema import MAX_TYPED_DEPTH, ListType, StructType
+from data_juicer_elastic.rows.row_schema import MAX_TYPED_DEPTH, ListType, StructType
 
 
 def equivalent(out: Any, value: Any) -> bool:

@@ -1,6 +1,6 @@
 """How the job's row schema is held in Arrow: one Arrow schema for every shard of a job.
 
-``jobdir.row_schema`` decides each key's JSON type over the whole input; here each type
+``rows.row_schema`` decides each key's JSON type over the whole input; here each type
 becomes the Arrow type Data-Juicer's operators see (what its default executor gives them
 for the same column): strings stay strings (never timestamps), ``int`` is int64,
 ``float`` is float64 (integers in such a column become doubles, as in Data-Juicer's
@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from typing import Any, Final
 
 from data_juicer_elastic.errors import JobDirError
-from data_juicer_elastic.jobdir.row_schema import (
+from data_juicer_elastic.rows.row_schema import (
     BOOL,
     FLOAT,
     INT,

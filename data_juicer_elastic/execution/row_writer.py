@@ -36,7 +36,7 @@ from data_juicer_elastic.errors import ElasticError
 from data_juicer_elastic.execution.lossless import restore_fields
 from data_juicer_elastic.execution.row_types import ROW_COLUMN
 from data_juicer_elastic.execution.shard_reader import InputRows
-from data_juicer_elastic.jobdir import fsio
+from data_juicer_elastic.sharedfs import fsio
 
 STATS_FIELD: Final = "__dj__stats__"  # data_juicer.utils.constant.Fields.stats
 META_FIELD: Final = "__dj__meta__"  # Fields.meta

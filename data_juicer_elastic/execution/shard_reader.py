@@ -22,7 +22,7 @@ import jiter
 
 from data_juicer_elastic.errors import IntegrityError
 from data_juicer_elastic.execution.row_types import ArrowRows
-from data_juicer_elastic.jobdir.codecs import Codec, RawStats, iter_decoded, whole_line_blocks
+from data_juicer_elastic.rows.codecs import Codec, RawStats, iter_decoded, whole_line_blocks
 
 BLOCK_BYTES: Final = 1024 * 1024
 

@@ -56,11 +56,12 @@ from data_juicer_elastic.execution.stage_identities import (
     write_identity_record,
 )
 from data_juicer_elastic.execution.warm_ops import WarmOperators
-from data_juicer_elastic.jobdir import fsio, progress
-from data_juicer_elastic.jobdir.codecs import input_codec
+from data_juicer_elastic.jobdir import progress
 from data_juicer_elastic.jobdir.layout import JobLayout
 from data_juicer_elastic.jobdir.tasks import ShardOutput, ShardTask
-from data_juicer_elastic.stats.shard import ShardStatsRecorder
+from data_juicer_elastic.rows.codecs import input_codec
+from data_juicer_elastic.sharedfs import fsio
+from data_juicer_elastic.stats.shard_hook import ShardStatsRecorder
 
 RECIPE_FILE: Final = "recipe.yaml"
 IDENTITIES_FILE: Final = "stage_identities.json"

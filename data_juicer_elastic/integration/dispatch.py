@@ -131,8 +131,8 @@ def run_elastic(cfg: Any) -> None:
 
 def node_log_dir(job_dir: str) -> str:
     """Where this node's instance logs of the job are (``<job_dir>/logs/<node>/``)."""
-    from data_juicer_elastic.jobdir.identity import WorkerIdentity
     from data_juicer_elastic.jobdir.layout import JobLayout
+    from data_juicer_elastic.sharedfs.identity import WorkerIdentity
 
     return str(JobLayout(Path(os.path.abspath(job_dir))).node_log_dir(WorkerIdentity.current().node_id)) + os.sep
 

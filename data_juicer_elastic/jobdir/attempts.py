@@ -19,9 +19,7 @@ from typing import Final
 from loguru import logger
 
 from data_juicer_elastic.errors import IntegrityError, JobDirError
-from data_juicer_elastic.jobdir import confine, fsio
-from data_juicer_elastic.jobdir.identity import WorkerIdentity
-from data_juicer_elastic.jobdir.jsonl import validate_jsonl_output
+from data_juicer_elastic.jobdir import confine
 from data_juicer_elastic.jobdir.layout import JobLayout, parse_gen_name
 from data_juicer_elastic.jobdir.published_file import FORGED_HINT, check_published_file
 from data_juicer_elastic.jobdir.records import (
@@ -33,6 +31,9 @@ from data_juicer_elastic.jobdir.records import (
     TerminalFailure,
 )
 from data_juicer_elastic.jobdir.row_stats import describe as describe_row_stats
+from data_juicer_elastic.rows.jsonl import validate_jsonl_output
+from data_juicer_elastic.sharedfs import fsio
+from data_juicer_elastic.sharedfs.identity import WorkerIdentity
 
 MAX_ERROR_CHARS = 2000
 _SHARD_NAME = re.compile(r"^part-\d{5}-of-\d{5}\.json$")

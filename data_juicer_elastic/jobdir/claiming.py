@@ -48,9 +48,10 @@ from typing import Final
 
 from loguru import logger
 
-from data_juicer_elastic.jobdir import attempts, fsio, leases
-from data_juicer_elastic.jobdir.identity import pid_alive
+from data_juicer_elastic.jobdir import attempts, leases
 from data_juicer_elastic.jobdir.records import Claim, ShardEntry
+from data_juicer_elastic.sharedfs import fsio
+from data_juicer_elastic.sharedfs.identity import pid_alive
 
 MAX_JUMPS: Final = 4  # random jumps per claim before walking sequentially through the rest
 LIST_AFTER_SURPRISES: Final = 16  # unknown done markers read since the last listing that trigger one

@@ -21,8 +21,8 @@ from pathlib import Path
 from typing import Final
 
 from data_juicer_elastic.errors import JobDirError, UnsafePathError
-from data_juicer_elastic.jobdir import fsio
 from data_juicer_elastic.jobdir.layout import JobLayout
+from data_juicer_elastic.sharedfs import fsio
 
 # Every name the plugin itself puts at the top of a job directory (docs/architecture.md).
 OUR_NAMES: Final = frozenset(

@@ -33,11 +33,12 @@ from typing import Final
 from loguru import logger
 
 from data_juicer_elastic.errors import JobDirError
-from data_juicer_elastic.jobdir import confine, fsio
-from data_juicer_elastic.jobdir.identity import WorkerIdentity, pid_alive
+from data_juicer_elastic.jobdir import confine
 from data_juicer_elastic.jobdir.layout import JobLayout, parse_gen_name
 from data_juicer_elastic.jobdir.liveness import Liveness
 from data_juicer_elastic.jobdir.records import Claim, Failure, Heartbeat, Release
+from data_juicer_elastic.sharedfs import fsio
+from data_juicer_elastic.sharedfs.identity import WorkerIdentity, pid_alive
 
 Clock = Callable[[], float]
 

@@ -8,10 +8,11 @@ from pathlib import Path
 from typing import Any, Final
 
 from data_juicer_elastic.errors import IntegrityError, JobDirError
-from data_juicer_elastic.jobdir import confine, fsio
-from data_juicer_elastic.jobdir.codecs import SHARD_SUFFIX
+from data_juicer_elastic.jobdir import confine
 from data_juicer_elastic.jobdir.layout import JobLayout, shard_id
 from data_juicer_elastic.jobdir.records import Manifest, ShardEntry, manifest_checksum, recipe_hash
+from data_juicer_elastic.rows.codecs import SHARD_SUFFIX
+from data_juicer_elastic.sharedfs import fsio
 
 MAX_MANIFEST_BYTES: Final = 256 * 1024 * 1024  # 100k shards + a large recipe stay far below
 _SHA256: Final = re.compile(r"^[0-9a-f]{64}$")

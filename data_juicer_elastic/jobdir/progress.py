@@ -32,10 +32,10 @@ from typing import ClassVar, Final
 from loguru import logger
 
 from data_juicer_elastic.errors import JobDirError
-from data_juicer_elastic.jobdir import fsio
 from data_juicer_elastic.jobdir.layout import JobLayout
 from data_juicer_elastic.jobdir.liveness import Liveness
 from data_juicer_elastic.jobdir.records import Claim, Record
+from data_juicer_elastic.sharedfs import fsio
 
 MAX_SAMPLES: Final = 64  # samples kept per attempt; older ones are thinned, never all dropped
 MAX_OPERATOR_CHARS: Final = 200

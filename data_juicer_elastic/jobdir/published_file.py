@@ -12,10 +12,11 @@ from collections.abc import Callable
 from pathlib import Path
 
 from data_juicer_elastic.errors import IntegrityError, JobDirError
-from data_juicer_elastic.jobdir import confine, fsio
-from data_juicer_elastic.jobdir.jsonl import validate_jsonl_output
+from data_juicer_elastic.jobdir import confine
 from data_juicer_elastic.jobdir.layout import JobLayout
 from data_juicer_elastic.jobdir.records import ShardEntry, ShardResult
+from data_juicer_elastic.rows.jsonl import validate_jsonl_output
+from data_juicer_elastic.sharedfs import fsio
 
 FORGED_HINT = "the job directory was modified; prepare a new job_dir"
 

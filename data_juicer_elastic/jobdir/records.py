@@ -250,7 +250,7 @@ class Manifest(Record):
     shards: list[ShardEntry]
     request_fingerprint: str
     shard_codec: str = "none"  # how shard files are stored: "none" | "gzip" | "zstd" (codecs.SHARD_SUFFIX)
-    # The JSON types of every input row (jobdir.row_schema.RowSchema.to_json()): every shard is
+    # The JSON types of every input row (rows.row_schema.RowSchema.to_json()): every shard is
     # read with this one schema.  None in jobs prepared before it existed (refused by workers).
     row_schema: list[Any] | None = None
     # fingerprint of the code the stages run (execution.code_fingerprint); None in older jobs

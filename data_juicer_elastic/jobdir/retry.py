@@ -25,11 +25,12 @@ from typing import Final
 from loguru import logger
 
 from data_juicer_elastic.errors import ConfigError, IntegrityError, JobDirError
-from data_juicer_elastic.jobdir import attempts, confine, fsio, leases
-from data_juicer_elastic.jobdir.identity import WorkerIdentity
+from data_juicer_elastic.jobdir import attempts, confine, leases
 from data_juicer_elastic.jobdir.layout import JobLayout, parse_gen_name, validate_shard_id
 from data_juicer_elastic.jobdir.manifest import load_manifest
 from data_juicer_elastic.jobdir.records import Manifest, Release
+from data_juicer_elastic.sharedfs import fsio
+from data_juicer_elastic.sharedfs.identity import WorkerIdentity
 
 RETRY: Final = "retry"  # claim takeover reason and release reason of a requeue
 

@@ -20,10 +20,10 @@ from pathlib import Path
 from typing import Final
 
 from data_juicer_elastic.errors import IntegrityError
-from data_juicer_elastic.jobdir import fsio
-from data_juicer_elastic.jobdir.jsonl import validate_jsonl_output
 from data_juicer_elastic.jobdir.layout import JobLayout
 from data_juicer_elastic.jobdir.records import RowStatsFile
+from data_juicer_elastic.rows.jsonl import validate_jsonl_output
+from data_juicer_elastic.sharedfs import fsio
 
 ATTEMPT_FILE: Final = "row-stats.jsonl"
 

@@ -23,14 +23,14 @@ from loguru import logger
 from data_juicer_elastic.errors import ConfigError, LeaseLostError, is_worker_fault, storage_error
 from data_juicer_elastic.jobdir import attempts, claiming, confine, leases, liveness, progress
 from data_juicer_elastic.jobdir.claim_ahead import RELEASE_SIGNAL, RELEASE_UNRUN, AheadShard, ClaimAhead
-from data_juicer_elastic.jobdir.codecs import SHARD_SUFFIX
-from data_juicer_elastic.jobdir.identity import WorkerIdentity
 from data_juicer_elastic.jobdir.layout import JobLayout
 from data_juicer_elastic.jobdir.manifest import check_shard_file, check_shard_files, load_manifest
 from data_juicer_elastic.jobdir.outcome import job_outcome
 from data_juicer_elastic.jobdir.records import Claim, Manifest, ShardEntry, TerminalInfo
 from data_juicer_elastic.jobdir.tasks import ShardOutput, ShardTask
 from data_juicer_elastic.jobdir.worker_signals import SignalGuard, WorkerInterrupted, honour
+from data_juicer_elastic.rows.codecs import SHARD_SUFFIX
+from data_juicer_elastic.sharedfs.identity import WorkerIdentity
 
 RunShard = Callable[[ShardTask], ShardOutput]
 # Claim ahead once the running shard is expected to be this far through: the next shard is then

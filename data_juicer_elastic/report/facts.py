@@ -22,7 +22,7 @@ from typing import Any, Final
 
 from data_juicer_elastic.errors import JobDirError
 from data_juicer_elastic.jobdir import attempts as attempt_records
-from data_juicer_elastic.jobdir import fsio, leases
+from data_juicer_elastic.jobdir import leases
 from data_juicer_elastic.jobdir.layout import JobLayout
 from data_juicer_elastic.jobdir.manifest import load_manifest
 from data_juicer_elastic.jobdir.progress import read_progress
@@ -35,6 +35,7 @@ from data_juicer_elastic.jobdir.records import (
     ShardEntry,
     ShardState,
 )
+from data_juicer_elastic.sharedfs import fsio
 
 MAX_TRACE_FILES: Final = 400  # size-trace files read at most (attempts with the most OOMs first)
 MAX_WARNINGS: Final = 50
@@ -394,7 +395,7 @@ def _traces(layout: JobLayout, found: list[AttemptFact], warnings: _Warnings) ->
 
 
 def _runs(layout: JobLayout, warnings: _Warnings) -> list[dict[str, Any]]:
-    from data_juicer_elastic.coordination.status import runs  # read-only view of coordination/<run>/
+    from data_juicer_elastic.status.run_status import runs  # read-only view of coordination/<run>/
 
     try:
         return runs(layout.root)

@@ -7,6 +7,6 @@
 """
 
 from data_juicer_elastic.stats.overall import OverallStats, compute_overall, write_overall_stats
-from data_juicer_elastic.stats.summary import StatsSummary, merge_summaries
+from data_juicer_elastic.stats.shard_summary import StatsSummary, merge_summaries
 
 __all__ = ["OverallStats", "StatsSummary", "compute_overall", "merge_summaries", "write_overall_stats"]

@@ -25,15 +25,16 @@ from typing import Any, Final
 from loguru import logger
 
 from data_juicer_elastic.errors import IntegrityError, JobDirError
-from data_juicer_elastic.jobdir import confine, fsio
-from data_juicer_elastic.jobdir.jsonl import parse_row
+from data_juicer_elastic.jobdir import confine
 from data_juicer_elastic.jobdir.layout import JobLayout
 from data_juicer_elastic.jobdir.manifest import load_manifest
-from data_juicer_elastic.jobdir.merge import accepted_results
 from data_juicer_elastic.jobdir.records import ShardResult
+from data_juicer_elastic.rows.jsonl import parse_row
+from data_juicer_elastic.shards.merge import accepted_results
+from data_juicer_elastic.sharedfs import fsio
 from data_juicer_elastic.stats.columns import ColumnKind, ColumnSummary
+from data_juicer_elastic.stats.shard_summary import StatsSummary, merge_summaries
 from data_juicer_elastic.stats.sketch import ALPHA
-from data_juicer_elastic.stats.summary import StatsSummary, merge_summaries
 
 FORMAT: Final = "dj-elastic/overall-stats"
 VERSION: Final = 1

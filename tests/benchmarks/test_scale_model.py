@@ -10,10 +10,11 @@ from pathlib import Path
 
 import pytest
 
-from data_juicer_elastic.jobdir import fsio, worker_loop
+from data_juicer_elastic.jobdir import worker_loop
 from data_juicer_elastic.jobdir.layout import JobLayout
 from data_juicer_elastic.jobdir.manifest import load_manifest
-from data_juicer_elastic.jobdir.prepare import prepare_job
+from data_juicer_elastic.shards.prepare import prepare_job
+from data_juicer_elastic.sharedfs import fsio
 from tests.jobdir.conftest import copy_runner, identity, make_rows, request, write_rows
 
 _PATH = Path(__file__).resolve().parents[2] / "benchmarks" / "scale_model.py"

@@ -161,9 +161,9 @@ def test_job_display_live_line_on_a_terminal(tmp_path):
 
 
 def test_summary_names_rows_shards_retries_and_where_things_are(tmp_path, monkeypatch):
-    from data_juicer_elastic.jobdir.merge import merge_job
-    from data_juicer_elastic.jobdir.prepare import prepare_job
     from data_juicer_elastic.jobdir.worker_loop import run_worker
+    from data_juicer_elastic.shards.merge import merge_job
+    from data_juicer_elastic.shards.prepare import prepare_job
     from tests.jobdir.conftest import copy_runner, make_rows, request, write_rows
 
     data = write_rows(tmp_path / "in.jsonl", make_rows(30))

@@ -10,7 +10,7 @@ import time
 import pytest
 
 from data_juicer_elastic.coordination.elections import PhaseHeartbeater, error_from_outcome
-from data_juicer_elastic.coordination.records import Leader, Outcome
+from data_juicer_elastic.coordination.run_records import Leader, Outcome
 from data_juicer_elastic.errors import CoordinatorLostError, InputError, ShardFailedError
 
 from ..jobdir.conftest import FakeClock, identity
@@ -131,7 +131,7 @@ def test_a_killed_leader_not_yet_reaped_by_its_parent_counts_as_gone(tmp_path):
     import os
     import signal
 
-    from data_juicer_elastic.jobdir.identity import pid_alive
+    from data_juicer_elastic.sharedfs.identity import pid_alive
 
     child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
     try:

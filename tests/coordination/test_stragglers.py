@@ -7,8 +7,8 @@ import time
 from data_juicer_elastic.coordination.stragglers import ClaimGate, observe, should_claim
 from data_juicer_elastic.jobdir.layout import JobLayout
 from data_juicer_elastic.jobdir.manifest import load_manifest
-from data_juicer_elastic.jobdir.prepare import prepare_job
 from data_juicer_elastic.jobdir.worker_loop import run_worker
+from data_juicer_elastic.shards.prepare import prepare_job
 
 from ..jobdir.conftest import copy_runner, identity, make_rows, request, write_rows
 
@@ -48,8 +48,9 @@ def test_the_gate_counts_only_live_claims_of_other_workers(tmp_path):
 def _tail_job(tmp_path, pending: int):
     """'slow' finished 3 shards at 40 s each, 'fast' 3 at 10 s; 'fast' holds 3 live claims now;
     ``pending`` shards were never claimed."""
-    from data_juicer_elastic.jobdir import fsio, leases
+    from data_juicer_elastic.jobdir import leases
     from data_juicer_elastic.jobdir.records import AttemptRecord, ShardResult
+    from data_juicer_elastic.sharedfs import fsio
 
     shards = 9 + pending
     job = tmp_path / "job"
@@ -73,7 +74,7 @@ def _tail_job(tmp_path, pending: int):
 
 
 def test_the_gate_reads_live_claims_only_in_the_tail(tmp_path):
-    from data_juicer_elastic.jobdir import fsio
+    from data_juicer_elastic.sharedfs import fsio
 
     lease_reads = []
     fsio.set_fault_hook(lambda op, path: lease_reads.append(path) if "/claims/part-" in str(path) else None)

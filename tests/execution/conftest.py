@@ -46,7 +46,7 @@ def write_shard(path: Path, rows: int, *, tag: str = "", start: int = 0) -> Path
 
 def schema_of(*paths: Path) -> list:
     """The row schema prepare would publish for these files (what a job's runner is given)."""
-    from data_juicer_elastic.jobdir.row_schema import RowSchema
+    from data_juicer_elastic.rows.row_schema import RowSchema
 
     schema = RowSchema()
     for path in paths:

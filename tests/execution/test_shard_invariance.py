@@ -21,10 +21,10 @@ from hypothesis import strategies as st
 
 from data_juicer_elastic.execution.shard_runner import ShardRunner
 from data_juicer_elastic.execution.stage_identities import compute_stage_identities
-from data_juicer_elastic.jobdir.identity import WorkerIdentity
-from data_juicer_elastic.jobdir.merge import merge_job
-from data_juicer_elastic.jobdir.prepare import PrepareRequest, prepare_job
 from data_juicer_elastic.jobdir.worker_loop import run_worker
+from data_juicer_elastic.shards.merge import merge_job
+from data_juicer_elastic.shards.prepare import PrepareRequest, prepare_job
+from data_juicer_elastic.sharedfs.identity import WorkerIdentity
 
 from ..values import strict_equal
 from .conftest import recipe

@@ -11,7 +11,7 @@ import pytest
 from data_juicer_elastic.execution.shard_runner import ShardRunner
 from data_juicer_elastic.execution.stage_identities import compute_stage_identities
 from data_juicer_elastic.stats.columns import ColumnKind
-from data_juicer_elastic.stats.summary import StatsSummary
+from data_juicer_elastic.stats.shard_summary import StatsSummary
 
 from .conftest import read_jsonl, recipe, schema_of
 from .test_shard_runner import make_task

@@ -15,8 +15,8 @@ from pathlib import Path
 
 import yaml
 
-from data_juicer_elastic.jobdir.identity import WorkerIdentity
 from data_juicer_elastic.jobdir.worker_loop import run_worker
+from data_juicer_elastic.sharedfs.identity import WorkerIdentity
 
 from .conftest import REPO
 from .fakes import LEASE, fsio_runner, prepare, write_input

@@ -25,12 +25,12 @@ from data_juicer_elastic.coordination.elections import RunCoordinator
 from data_juicer_elastic.coordination.flow import Phases, Timing, run_coordinated
 from data_juicer_elastic.coordination.run_id import resolve_run_id
 from data_juicer_elastic.errors import EXIT_ERROR, ElasticError
-from data_juicer_elastic.jobdir.identity import WorkerIdentity
 from data_juicer_elastic.jobdir.layout import JobLayout
-from data_juicer_elastic.jobdir.merge import merge_job
-from data_juicer_elastic.jobdir.prepare import PrepareRequest, prepare_job
-from data_juicer_elastic.jobdir.stream_merge import follow_merge
 from data_juicer_elastic.jobdir.worker_loop import run_worker
+from data_juicer_elastic.shards.merge import merge_job
+from data_juicer_elastic.shards.prepare import PrepareRequest, prepare_job
+from data_juicer_elastic.shards.stream_merge import follow_merge
+from data_juicer_elastic.sharedfs.identity import WorkerIdentity
 
 from .fakes import fsio_runner, pause
 

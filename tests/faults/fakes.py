@@ -2,7 +2,7 @@
 the worker driver (``python -m tests.faults.driver``).
 
 The runner copies each input row, tagged with the attempt that wrote it, to
-``attempt_dir/output.jsonl`` through ``jobdir.fsio``'s checked writer, so every
+``attempt_dir/output.jsonl`` through ``sharedfs.fsio``'s checked writer, so every
 injected write/fsync/close fault and the ``write``/``fsync`` crash points reach it
 exactly as they reach the real runner's output.
 """
@@ -14,9 +14,9 @@ import threading
 from collections.abc import Callable
 from pathlib import Path
 
-from data_juicer_elastic.jobdir import fsio
-from data_juicer_elastic.jobdir.prepare import PrepareRequest, prepare_job
 from data_juicer_elastic.jobdir.tasks import ShardOutput, ShardTask
+from data_juicer_elastic.shards.prepare import PrepareRequest, prepare_job
+from data_juicer_elastic.sharedfs import fsio
 
 # Event.wait, not time.sleep: under libfaketime with FAKETIME_DONT_FAKE_MONOTONIC (row 6)
 # time.sleep's clock_nanosleep fails with EINVAL; a timed wait works on every set-up.

@@ -24,18 +24,19 @@ from pathlib import Path
 
 import pytest
 
-from data_juicer_elastic.jobdir import attempts, fsio
+from data_juicer_elastic.jobdir import attempts
 from data_juicer_elastic.jobdir.layout import JobLayout, parse_gen_name
 from data_juicer_elastic.jobdir.manifest import load_manifest
-from data_juicer_elastic.jobdir.merge import merge_job
-from data_juicer_elastic.jobdir.prepare import PrepareRequest, prepare_job
+from data_juicer_elastic.shards.merge import merge_job
+from data_juicer_elastic.shards.prepare import PrepareRequest, prepare_job
+from data_juicer_elastic.sharedfs import fsio
 
 WORKER = textwrap.dedent(
     """
     import dataclasses, json, os, random, sys, time
     from pathlib import Path
     from data_juicer_elastic.jobdir import attempts
-    from data_juicer_elastic.jobdir.identity import WorkerIdentity
+    from data_juicer_elastic.sharedfs.identity import WorkerIdentity
     from data_juicer_elastic.jobdir.layout import JobLayout
     from data_juicer_elastic.jobdir.records import Claim
     from data_juicer_elastic.jobdir.tasks import ShardOutput

@@ -16,11 +16,11 @@ import time
 import pytest
 
 from data_juicer_elastic.jobdir import attempts
-from data_juicer_elastic.jobdir.identity import WorkerIdentity
 from data_juicer_elastic.jobdir.layout import JobLayout
 from data_juicer_elastic.jobdir.leases import publish_claim, read_lease, release_claim
 from data_juicer_elastic.jobdir.manifest import load_manifest
 from data_juicer_elastic.jobdir.worker_loop import run_worker
+from data_juicer_elastic.sharedfs.identity import WorkerIdentity
 
 from .conftest import run_driver, start_driver
 from .fakes import LEASE, done_shards, fsio_runner, merged_ids, prepare

@@ -10,11 +10,11 @@ from __future__ import annotations
 import pytest
 
 from data_juicer_elastic.coordination.crashpoints import FaultRule, injected
-from data_juicer_elastic.jobdir import fsio
-from data_juicer_elastic.jobdir.identity import WorkerIdentity
 from data_juicer_elastic.jobdir.layout import JobLayout
-from data_juicer_elastic.jobdir.merge import merge_job
 from data_juicer_elastic.jobdir.worker_loop import run_worker
+from data_juicer_elastic.shards.merge import merge_job
+from data_juicer_elastic.sharedfs import fsio
+from data_juicer_elastic.sharedfs.identity import WorkerIdentity
 
 from .fakes import LEASE, done_shards, fsio_runner, merged_ids, prepare
 

@@ -13,9 +13,9 @@ import subprocess
 
 import pytest
 
-from data_juicer_elastic.jobdir.identity import WorkerIdentity
 from data_juicer_elastic.jobdir.layout import JobLayout
 from data_juicer_elastic.jobdir.leases import StalenessObserver, holder_dead_here, publish_claim, read_lease
+from data_juicer_elastic.sharedfs.identity import WorkerIdentity
 
 from .conftest import driver_cmd, driver_env
 from .fakes import done_shards, merged_ids, prepare

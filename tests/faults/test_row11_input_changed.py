@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 
 from data_juicer_elastic.errors import InputChangedError
-from data_juicer_elastic.jobdir import fsio
-from data_juicer_elastic.jobdir.prepare import PrepareRequest, prepare_job
+from data_juicer_elastic.shards.prepare import PrepareRequest, prepare_job
+from data_juicer_elastic.sharedfs import fsio
 
 from .conftest import run_driver
 from .fakes import prepare, write_input

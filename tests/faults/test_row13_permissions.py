@@ -11,10 +11,10 @@ import pytest
 
 from data_juicer_elastic.coordination.crashpoints import FaultRule, injected
 from data_juicer_elastic.errors import JobDirError
-from data_juicer_elastic.jobdir.identity import WorkerIdentity
 from data_juicer_elastic.jobdir.layout import JobLayout
 from data_juicer_elastic.jobdir.leases import read_lease
 from data_juicer_elastic.jobdir.worker_loop import run_worker
+from data_juicer_elastic.sharedfs.identity import WorkerIdentity
 
 from .conftest import run_driver
 from .fakes import LEASE, fsio_runner, prepare

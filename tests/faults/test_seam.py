@@ -10,7 +10,7 @@ import pytest
 from data_juicer_elastic.coordination import crashpoints
 from data_juicer_elastic.coordination.crashpoints import CRASH_POINTS, FaultPlan, FaultRule, injected
 from data_juicer_elastic.errors import ConfigError
-from data_juicer_elastic.jobdir import fsio
+from data_juicer_elastic.sharedfs import fsio
 
 
 def test_nothing_is_installed_when_the_environment_names_no_plan(monkeypatch):

@@ -199,9 +199,9 @@ def test_dj_elastic_refuses_an_unprepared_job_before_loading_data_juicer(tmp_pat
 @pytest.fixture
 def finished_job(tmp_path):
     """A prepared job with an accepted result for every shard, made without Ray."""
-    from data_juicer_elastic.jobdir.identity import WorkerIdentity
-    from data_juicer_elastic.jobdir.prepare import PrepareRequest, prepare_job
     from data_juicer_elastic.jobdir.worker_loop import run_worker
+    from data_juicer_elastic.shards.prepare import PrepareRequest, prepare_job
+    from data_juicer_elastic.sharedfs.identity import WorkerIdentity
     from tests.rayfree import rayfree_runner
 
     data = tmp_path / "in.jsonl"

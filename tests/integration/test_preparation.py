@@ -16,7 +16,7 @@ RECIPE = {"process": [{"text_length_filter": {"min_len": 3}}], "executor_type": 
 
 
 def test_the_pass_runs_while_the_recipe_is_parsed_and_publishes_the_parsed_recipe(tmp_path, monkeypatch):
-    from data_juicer_elastic.jobdir import steps
+    from data_juicer_elastic.shards import steps
 
     data = write_rows(tmp_path / "in.jsonl", make_rows(40))
     early = request(tmp_path / "job", data, 4, recipe={}, stage_identities=[])

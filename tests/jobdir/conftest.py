@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from data_juicer_elastic.jobdir.identity import WorkerIdentity
-from data_juicer_elastic.jobdir.prepare import PrepareRequest, prepare_job
 from data_juicer_elastic.jobdir.tasks import ShardOutput, ShardTask
+from data_juicer_elastic.shards.prepare import PrepareRequest, prepare_job
+from data_juicer_elastic.sharedfs.identity import WorkerIdentity
 
 
 class FakeClock:
@@ -48,7 +48,7 @@ def request(job: Path, data: Path, num_shards: int = 4, **kw) -> PrepareRequest:
 VICTIM = """
 import os, signal, sys, time
 from data_juicer_elastic.jobdir import leases, progress
-from data_juicer_elastic.jobdir.identity import WorkerIdentity
+from data_juicer_elastic.sharedfs.identity import WorkerIdentity
 from data_juicer_elastic.jobdir.layout import JobLayout
 from data_juicer_elastic.jobdir.worker_loop import run_worker
 

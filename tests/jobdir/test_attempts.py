@@ -7,9 +7,10 @@ import os
 import pytest
 
 from data_juicer_elastic.errors import IntegrityError
-from data_juicer_elastic.jobdir import attempts, fsio, leases
+from data_juicer_elastic.jobdir import attempts, leases
 from data_juicer_elastic.jobdir.layout import JobLayout
 from data_juicer_elastic.jobdir.manifest import load_manifest
+from data_juicer_elastic.sharedfs import fsio
 
 from .conftest import identity
 

@@ -6,7 +6,7 @@ import os
 import pytest
 
 from data_juicer_elastic.errors import JobDirError
-from data_juicer_elastic.jobdir import fsio
+from data_juicer_elastic.sharedfs import fsio
 
 
 def test_atomic_write_replaces_and_leaves_no_temp(tmp_path):
@@ -111,7 +111,7 @@ def test_buffered_writer_abort_removes_the_file(tmp_path):
 def test_preallocate_reserves_space_without_changing_the_size_and_failures_are_only_hints(tmp_path, monkeypatch):
     import os
 
-    from data_juicer_elastic.jobdir import fsio
+    from data_juicer_elastic.sharedfs import fsio
 
     path = tmp_path / "big.bin"
     writer = fsio.BufferedCheckedWriter(path, size_hint=8 << 20)

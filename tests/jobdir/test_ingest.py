@@ -13,13 +13,13 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from data_juicer_elastic.errors import ConfigError, InputError
-from data_juicer_elastic.jobdir.codecs import ShardFileWriter
 from data_juicer_elastic.jobdir.manifest import load_manifest
-from data_juicer_elastic.jobdir.merge import merge_job
-from data_juicer_elastic.jobdir.prepare import prepare_job
-from data_juicer_elastic.jobdir.splitter import BlockSplitter, ShardSplitter
 from data_juicer_elastic.jobdir.tasks import ShardOutput
 from data_juicer_elastic.jobdir.worker_loop import run_worker
+from data_juicer_elastic.rows.codecs import ShardFileWriter
+from data_juicer_elastic.shards.merge import merge_job
+from data_juicer_elastic.shards.prepare import prepare_job
+from data_juicer_elastic.shards.splitter import BlockSplitter, ShardSplitter
 
 from .conftest import identity, make_rows, request, write_rows
 
@@ -78,7 +78,7 @@ def test_block_splitter_cuts_exactly_where_the_reference_does(tmp_path_factory, 
 
 
 def _shards(job, manifest):
-    from data_juicer_elastic.jobdir.codecs import SHARD_SUFFIX
+    from data_juicer_elastic.rows.codecs import SHARD_SUFFIX
 
     return [
         (job / "shards" / f"{s.shard_id}{SHARD_SUFFIX[manifest.shard_codec]}").read_bytes() for s in manifest.shards
@@ -230,9 +230,9 @@ def test_settings_type_and_validate_the_new_keys():
 
 
 def test_clean_input_is_sharded_in_one_pass_even_with_media_keys(tmp_path):
-    from data_juicer_elastic.jobdir.codecs import input_codec
-    from data_juicer_elastic.jobdir.ingest import InputItem, ingest
-    from data_juicer_elastic.jobdir.jsonl import NormaliseOptions
+    from data_juicer_elastic.rows.codecs import input_codec
+    from data_juicer_elastic.rows.jsonl import NormaliseOptions
+    from data_juicer_elastic.shards.ingest import InputItem, ingest
 
     rows = [{"id": i, "images": [f"/abs/{i}.jpg"], "text": "t:" * (i % 5)} for i in range(300)]
     clean = write_rows(tmp_path / "clean.jsonl", rows)
@@ -258,9 +258,9 @@ def test_compressed_inputs_with_a_size_in_their_headers_are_sharded_in_one_pass(
     """zstd frame headers and gzip trailers tell the decoded size: then pass A cuts the final
     shards.  A hint that is short (several zstd frames) or wrong (several gzip members: the
     trailer counts the last one) costs pass B, and the shards come out the same."""
-    from data_juicer_elastic.jobdir.codecs import decoded_size_hint, input_codec
-    from data_juicer_elastic.jobdir.ingest import InputItem, ingest
-    from data_juicer_elastic.jobdir.jsonl import NormaliseOptions
+    from data_juicer_elastic.rows.codecs import decoded_size_hint, input_codec
+    from data_juicer_elastic.rows.jsonl import NormaliseOptions
+    from data_juicer_elastic.shards.ingest import InputItem, ingest
 
     clean = write_rows(tmp_path / "in.jsonl", [{"id": i, "text": "x" * (i % 50)} for i in range(2_000)])
     raw = clean.read_bytes()

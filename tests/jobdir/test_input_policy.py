@@ -11,15 +11,15 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from data_juicer_elastic.errors import InputError
-from data_juicer_elastic.jobdir import codecs
-from data_juicer_elastic.jobdir.jsonl import (
+from data_juicer_elastic.rows import codecs
+from data_juicer_elastic.rows.jsonl import (
     MAX_DEPTH,
     NormaliseOptions,
     RowNormaliser,
     fast_row,
     reference_row,
 )
-from data_juicer_elastic.jobdir.prepare import prepare_job
+from data_juicer_elastic.shards.prepare import prepare_job
 
 from .conftest import request
 

@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 
 from data_juicer_elastic.errors import ConfigError, JobDirError
-from data_juicer_elastic.jobdir.identity import WorkerIdentity, pid_alive
 from data_juicer_elastic.jobdir.layout import JobLayout, parse_gen_name, parse_shard_id, shard_id, validate_attempt_id
+from data_juicer_elastic.sharedfs.identity import WorkerIdentity, pid_alive
 
 
 def test_shard_id_format_and_round_trip():

@@ -7,9 +7,10 @@ import time
 
 import pytest
 
-from data_juicer_elastic.jobdir import fsio, leases
+from data_juicer_elastic.jobdir import leases
 from data_juicer_elastic.jobdir.layout import JobLayout, shard_id
 from data_juicer_elastic.jobdir.records import Claim, Failure
+from data_juicer_elastic.sharedfs import fsio
 
 from .conftest import FakeClock, identity
 
@@ -171,7 +172,7 @@ def _race(args):
 
 @pytest.mark.parametrize("generation", [1, 2])
 def test_claims_are_exclusive_across_racing_processes(tmp_path, generation):
-    from data_juicer_elastic.jobdir.prepare import prepare_job
+    from data_juicer_elastic.shards.prepare import prepare_job
 
     from .conftest import make_rows, request, write_rows
 

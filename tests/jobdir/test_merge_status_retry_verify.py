@@ -7,12 +7,12 @@ import pytest
 from data_juicer_elastic.errors import ConfigError, IntegrityError, JobDirError, OutputExistsError
 from data_juicer_elastic.jobdir import leases
 from data_juicer_elastic.jobdir.layout import JobLayout
-from data_juicer_elastic.jobdir.merge import merge_job
 from data_juicer_elastic.jobdir.records import MergeRecord, ShardState
 from data_juicer_elastic.jobdir.retry import retry_shards
-from data_juicer_elastic.jobdir.status import snapshot
-from data_juicer_elastic.jobdir.verify import verify_job
 from data_juicer_elastic.jobdir.worker_loop import run_worker
+from data_juicer_elastic.shards.merge import merge_job
+from data_juicer_elastic.shards.verify import verify_job
+from data_juicer_elastic.status.job_status import snapshot
 
 from .conftest import copy_runner, identity
 
@@ -176,7 +176,7 @@ def test_verify_counts_distinct_nodes(job):
 
 
 def test_render_text_and_terminal_info_attributes(job):
-    from data_juicer_elastic.jobdir.status import render_text
+    from data_juicer_elastic.status.job_status import render_text
 
     summary = run_worker(job, identity("w"), _fail_bad, max_retries=0, **LEASE)
     assert summary.terminal_failures[0].shard_id == BAD and summary.terminal_failures[0].last_error == "poison row"
@@ -192,7 +192,7 @@ def test_merge_removes_only_temp_files_of_merges_killed_on_this_host(job, tmp_pa
     import subprocess
     import sys
 
-    from data_juicer_elastic.jobdir.identity import kernel_tag
+    from data_juicer_elastic.sharedfs.identity import kernel_tag
 
     _complete(job)
     out = tmp_path / "out.jsonl"

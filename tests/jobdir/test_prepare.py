@@ -11,11 +11,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from data_juicer_elastic.errors import ConfigError, InputChangedError, InputError, JobDirError
-from data_juicer_elastic.jobdir import fsio
 from data_juicer_elastic.jobdir.layout import JobLayout
 from data_juicer_elastic.jobdir.manifest import load_manifest, load_recipe
-from data_juicer_elastic.jobdir.prepare import prepare_job
-from data_juicer_elastic.jobdir.splitter import ShardSplitter
+from data_juicer_elastic.shards.prepare import prepare_job
+from data_juicer_elastic.shards.splitter import ShardSplitter
+from data_juicer_elastic.sharedfs import fsio
 
 from .conftest import make_rows, request, write_rows
 
@@ -317,7 +317,7 @@ def test_data_juicer_input_order_is_the_default_executors(tmp_path):
     from data_juicer.format.json_formatter import JsonFormatter
     from data_juicer.utils.file_utils import find_files_with_suffix
 
-    from data_juicer_elastic.jobdir.prepare import discover_inputs
+    from data_juicer_elastic.shards.prepare import discover_inputs
 
     data = tmp_path / "data"
     row = b'{"text": "x"}\n'

@@ -9,11 +9,12 @@ import time
 import pytest
 
 from data_juicer_elastic.execution.progress_source import classify
-from data_juicer_elastic.jobdir import fsio, leases, progress
+from data_juicer_elastic.jobdir import leases, progress
 from data_juicer_elastic.jobdir.layout import JobLayout
-from data_juicer_elastic.jobdir.prepare import prepare_job
 from data_juicer_elastic.jobdir.tasks import ShardOutput
 from data_juicer_elastic.jobdir.worker_loop import run_worker
+from data_juicer_elastic.shards.prepare import prepare_job
+from data_juicer_elastic.sharedfs import fsio
 
 from .conftest import FakeClock, identity, make_rows, request, write_rows
 

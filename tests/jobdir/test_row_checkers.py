@@ -1,4 +1,4 @@
-"""Prepare's row checks in helper processes (jobdir.row_checkers): the same shards, rows and
+"""Prepare's row checks in helper processes (rows.row_checkers): the same shards, rows and
 errors as the serial path, and a dead helper costs speed, never correctness.
 
 The inputs span several 8 MiB read blocks, so lines cross block boundaries, and the
@@ -16,11 +16,11 @@ from pathlib import Path
 import pytest
 
 from data_juicer_elastic.errors import InputError
-from data_juicer_elastic.jobdir import ingest as ingest_module
-from data_juicer_elastic.jobdir.jsonl import NormaliseOptions
-from data_juicer_elastic.jobdir.prepare import prepare_job
-from data_juicer_elastic.jobdir.row_checkers import RowCheckers
-from data_juicer_elastic.jobdir.row_schema import RowSchema
+from data_juicer_elastic.rows.jsonl import NormaliseOptions
+from data_juicer_elastic.rows.row_checkers import RowCheckers
+from data_juicer_elastic.rows.row_schema import RowSchema
+from data_juicer_elastic.shards import ingest as ingest_module
+from data_juicer_elastic.shards.prepare import prepare_job
 
 from .conftest import request
 
@@ -152,7 +152,7 @@ def test_a_dead_helper_fails_its_checks_and_prepare_falls_back(tmp_path, monkeyp
 
 
 def test_no_helper_can_start_and_prepare_checks_every_row_itself(tmp_path, monkeypatch):
-    from data_juicer_elastic.jobdir import row_checkers
+    from data_juicer_elastic.rows import row_checkers
 
     def no_process(*args, **kwargs):
         raise OSError(11, "Resource temporarily unavailable")

@@ -1,4 +1,4 @@
-"""jobdir.row_schema: the join of every row's JSON types, independent of how prepare cut its blocks."""
+"""rows.row_schema: the join of every row's JSON types, independent of how prepare cut its blocks."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from data_juicer_elastic.jobdir.row_schema import MAX_TYPED_DEPTH, RowSchema, operator_view_notes
+from data_juicer_elastic.rows.row_schema import MAX_TYPED_DEPTH, RowSchema, operator_view_notes
 
 scalars = st.one_of(
     st.none(),

@@ -10,12 +10,12 @@ import pytest
 
 from data_juicer_elastic.errors import IntegrityError
 from data_juicer_elastic.execution.row_writer import ExportLayout
-from data_juicer_elastic.jobdir.merge import merge_job
-from data_juicer_elastic.jobdir.prepare import prepare_job
 from data_juicer_elastic.jobdir.records import ShardResult
 from data_juicer_elastic.jobdir.row_stats import export_stats_path
-from data_juicer_elastic.jobdir.verify import verify_job
 from data_juicer_elastic.jobdir.worker_loop import run_worker
+from data_juicer_elastic.shards.merge import merge_job
+from data_juicer_elastic.shards.prepare import prepare_job
+from data_juicer_elastic.shards.verify import verify_job
 
 from ..rayfree import rayfree_runner
 from .conftest import identity, request, write_rows

@@ -18,16 +18,17 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
 from data_juicer_elastic.errors import JobDirError
-from data_juicer_elastic.jobdir import attempts, fsio, leases
+from data_juicer_elastic.jobdir import attempts, leases
 from data_juicer_elastic.jobdir.layout import JobLayout
 from data_juicer_elastic.jobdir.manifest import load_manifest
-from data_juicer_elastic.jobdir.merge import merge_job
-from data_juicer_elastic.jobdir.prepare import prepare_job
 from data_juicer_elastic.jobdir.records import MergeRecord, ShardState
 from data_juicer_elastic.jobdir.retry import retry_shards
-from data_juicer_elastic.jobdir.status import snapshot
 from data_juicer_elastic.jobdir.tasks import ShardOutput, ShardTask
 from data_juicer_elastic.jobdir.worker_loop import run_worker
+from data_juicer_elastic.shards.merge import merge_job
+from data_juicer_elastic.shards.prepare import prepare_job
+from data_juicer_elastic.sharedfs import fsio
+from data_juicer_elastic.status.job_status import snapshot
 
 from .conftest import FakeClock, identity, make_rows, request, write_rows
 

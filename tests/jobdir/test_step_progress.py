@@ -1,12 +1,12 @@
-"""Progress of long local steps: prepare and merge report through jobdir.steps (shown by
+"""Progress of long local steps: prepare and merge report through shards.steps (shown by
 data_juicer_elastic.console, tested in tests/console)."""
 
 from __future__ import annotations
 
-from data_juicer_elastic.jobdir import steps
-from data_juicer_elastic.jobdir.merge import merge_job
-from data_juicer_elastic.jobdir.prepare import prepare_job
 from data_juicer_elastic.jobdir.worker_loop import run_worker
+from data_juicer_elastic.shards import steps
+from data_juicer_elastic.shards.merge import merge_job
+from data_juicer_elastic.shards.prepare import prepare_job
 
 from .conftest import copy_runner, identity, make_rows, request, write_rows
 

@@ -12,16 +12,16 @@ import time
 import pytest
 
 from data_juicer_elastic.errors import JobDirError
-from data_juicer_elastic.jobdir import fsio
-from data_juicer_elastic.jobdir.merge import merge_job
-from data_juicer_elastic.jobdir.stream_merge import (
+from data_juicer_elastic.jobdir.worker_loop import run_worker
+from data_juicer_elastic.shards.merge import merge_job
+from data_juicer_elastic.shards.stream_merge import (
     MergeBusyError,
     follow_merge,
     partial_path,
     progress_path,
     read_progress,
 )
-from data_juicer_elastic.jobdir.worker_loop import run_worker
+from data_juicer_elastic.sharedfs import fsio
 
 from .conftest import copy_runner, identity
 

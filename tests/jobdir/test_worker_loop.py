@@ -13,9 +13,9 @@ from data_juicer_elastic.errors import JobDirError
 from data_juicer_elastic.jobdir import attempts, leases
 from data_juicer_elastic.jobdir.layout import JobLayout
 from data_juicer_elastic.jobdir.manifest import load_manifest
-from data_juicer_elastic.jobdir.merge import merge_job
 from data_juicer_elastic.jobdir.records import AttemptRecord, Failure
 from data_juicer_elastic.jobdir.worker_loop import run_worker
+from data_juicer_elastic.shards.merge import merge_job
 
 from .conftest import copy_runner, identity, run_victim
 
@@ -222,7 +222,7 @@ def _worker_process(job):
 
 
 def test_concurrent_worker_processes_do_each_shard_exactly_once(tmp_path):
-    from data_juicer_elastic.jobdir.prepare import prepare_job
+    from data_juicer_elastic.shards.prepare import prepare_job
 
     from .conftest import make_rows, request, write_rows
 
@@ -243,7 +243,7 @@ def test_concurrent_worker_processes_do_each_shard_exactly_once(tmp_path):
     [("create", ".result.json"), ("fsync", "output.jsonl"), ("link", "/done/"), ("makedirs", "attempts")],
 )
 def test_storage_errors_are_failed_attempts_naming_the_path(job, op, name_part):
-    from data_juicer_elastic.jobdir import fsio
+    from data_juicer_elastic.sharedfs import fsio
 
     def hook(what, path):
         if what == op and name_part in str(path) and "part-00000-of-00004" in str(path):

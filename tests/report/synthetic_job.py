@@ -11,11 +11,12 @@ import random
 import time
 from pathlib import Path
 
-from data_juicer_elastic.jobdir import attempts, fsio, leases
-from data_juicer_elastic.jobdir.identity import WorkerIdentity
+from data_juicer_elastic.jobdir import attempts, leases
 from data_juicer_elastic.jobdir.layout import JobLayout
-from data_juicer_elastic.jobdir.prepare import PrepareRequest, prepare_job
 from data_juicer_elastic.jobdir.records import AttemptRecord, Claim, Release, ShardResult
+from data_juicer_elastic.shards.prepare import PrepareRequest, prepare_job
+from data_juicer_elastic.sharedfs import fsio
+from data_juicer_elastic.sharedfs.identity import WorkerIdentity
 
 RECIPE = {"process": [{"whitespace_normalization_mapper": None}, {"text_length_filter": {"min_len": 10}}]}
 STAGES = ["stage-whitespace-0000", "stage-length-0001"]

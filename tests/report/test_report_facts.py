@@ -177,7 +177,7 @@ def test_axis_ticks_read_distinctly():
 
 def test_size_traces_of_a_running_attempt_are_read_and_a_malformed_one_is_a_warning(tmp_path):
     from data_juicer_elastic.batching.runtime import BatchTrace
-    from data_juicer_elastic.jobdir import fsio
+    from data_juicer_elastic.sharedfs import fsio
 
     job = build_job(tmp_path, num_shards=2, nodes=1, failed=0, retried=0, running=1)
     running = next(a for a in gather(job).attempts if a.outcome is Outcome.RUNNING)
@@ -194,8 +194,8 @@ def test_size_traces_of_a_running_attempt_are_read_and_a_malformed_one_is_a_warn
 
 
 def test_running_attempts_count_in_throughput_through_their_live_progress(tmp_path):
-    from data_juicer_elastic.jobdir import fsio
     from data_juicer_elastic.jobdir.progress import ProgressRecord
+    from data_juicer_elastic.sharedfs import fsio
 
     job = build_job(tmp_path, num_shards=2, nodes=1, failed=0, retried=0, running=1, rows_per_shard=100)
     running = next(a for a in gather(job).attempts if a.outcome is Outcome.RUNNING)

@@ -14,11 +14,11 @@ import pytest
 from data_juicer_elastic.errors import IntegrityError, JobDirError
 from data_juicer_elastic.jobdir import attempts, confine
 from data_juicer_elastic.jobdir.layout import JobLayout, safe_name
-from data_juicer_elastic.jobdir.merge import merge_job
-from data_juicer_elastic.jobdir.prepare import prepare_job
 from data_juicer_elastic.jobdir.records import ShardResult
 from data_juicer_elastic.jobdir.retry import retry_shards
 from data_juicer_elastic.jobdir.worker_loop import run_worker
+from data_juicer_elastic.shards.merge import merge_job
+from data_juicer_elastic.shards.prepare import prepare_job
 from tests.jobdir.conftest import copy_runner, identity, make_rows, request, write_rows
 
 SHARD = "part-00000-of-00004"

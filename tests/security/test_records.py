@@ -16,10 +16,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from data_juicer_elastic.errors import IntegrityError, JobDirError
-from data_juicer_elastic.jobdir import attempts, fsio, leases
+from data_juicer_elastic.jobdir import attempts, leases
 from data_juicer_elastic.jobdir.layout import JobLayout
 from data_juicer_elastic.jobdir.manifest import load_manifest
-from data_juicer_elastic.jobdir.merge import merge_job
 from data_juicer_elastic.jobdir.outcome import job_outcome
 from data_juicer_elastic.jobdir.records import (
     AttemptRecord,
@@ -32,8 +31,10 @@ from data_juicer_elastic.jobdir.records import (
     ShardResult,
     TerminalFailure,
 )
-from data_juicer_elastic.jobdir.status import snapshot
 from data_juicer_elastic.jobdir.worker_loop import run_worker
+from data_juicer_elastic.shards.merge import merge_job
+from data_juicer_elastic.sharedfs import fsio
+from data_juicer_elastic.status.job_status import snapshot
 from tests.jobdir.conftest import copy_runner, identity
 
 SHARD = "part-00000-of-00004"

@@ -14,9 +14,9 @@ import pytest
 from data_juicer_elastic.errors import UnsafePathError
 from data_juicer_elastic.jobdir import attempts, confine
 from data_juicer_elastic.jobdir.layout import JobLayout
-from data_juicer_elastic.jobdir.merge import merge_job
 from data_juicer_elastic.jobdir.retry import retry_shards
 from data_juicer_elastic.jobdir.worker_loop import run_worker
+from data_juicer_elastic.shards.merge import merge_job
 from tests.jobdir.conftest import copy_runner, identity
 
 SHARD = "part-00000-of-00004"

@@ -1,6 +1,6 @@
 """Rates, ETA, per-node throughput, stragglers and failures from one status snapshot.
 
-Pure functions of a :class:`~data_juicer_elastic.jobdir.status.JobSnapshot`: no
+Pure functions of a :class:`~data_juicer_elastic.status.job_status.JobSnapshot`: no
 file is read here.  What each number means (also in ``docs/status.md``):
 
 * an attempt's **rate** is ``rows_read / elapsed_secs`` of its progress record:
@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any, Final
 from data_juicer_elastic.jobdir.records import ShardState
 
 if TYPE_CHECKING:
-    from data_juicer_elastic.jobdir.status import JobSnapshot, ShardStatus
+    from data_juicer_elastic.status.job_status import JobSnapshot, ShardStatus
 
 STRAGGLER_RATIO: Final = 0.25
 MIN_PEERS: Final = 3

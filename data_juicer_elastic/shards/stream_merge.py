@@ -41,12 +41,12 @@ from typing import Any, ClassVar, Final
 from loguru import logger
 
 from data_juicer_elastic.errors import IntegrityError, JobDirError, OutputExistsError, storage_errors
-from data_juicer_elastic.jobdir import attempts, confine, fsio
+from data_juicer_elastic.jobdir import attempts, confine
 from data_juicer_elastic.jobdir.export_path import check_export_path
-from data_juicer_elastic.jobdir.identity import kernel_tag
 from data_juicer_elastic.jobdir.layout import JobLayout
 from data_juicer_elastic.jobdir.manifest import load_manifest
-from data_juicer_elastic.jobdir.merge import (
+from data_juicer_elastic.jobdir.records import Manifest, MergedShard, Record
+from data_juicer_elastic.shards.merge import (
     MergeResult,
     OutputAppender,
     accepted_results,
@@ -55,7 +55,8 @@ from data_juicer_elastic.jobdir.merge import (
     record_merge,
     stage_row_stats,
 )
-from data_juicer_elastic.jobdir.records import Manifest, MergedShard, Record
+from data_juicer_elastic.sharedfs import fsio
+from data_juicer_elastic.sharedfs.identity import kernel_tag
 
 PARTIAL_SUFFIX: Final = ".partial"
 PROGRESS_SUFFIX: Final = ".progress.json"

@@ -9,8 +9,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Final, Literal
 
-from data_juicer_elastic.jobdir.identity import WorkerIdentity
 from data_juicer_elastic.jobdir.records import Record
+from data_juicer_elastic.sharedfs.identity import WorkerIdentity
 
 Phase = Literal["prepare", "finalize"]
 PREPARE: Final = "prepare"

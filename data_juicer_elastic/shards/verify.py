@@ -12,7 +12,7 @@ from data_juicer_elastic.errors import IntegrityError, JobDirError
 from data_juicer_elastic.jobdir import attempts
 from data_juicer_elastic.jobdir.layout import JobLayout
 from data_juicer_elastic.jobdir.manifest import check_shard_file, load_manifest
-from data_juicer_elastic.jobdir.merge import accepted_results
+from data_juicer_elastic.shards.merge import accepted_results
 
 
 @dataclass(frozen=True)

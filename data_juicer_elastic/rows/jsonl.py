@@ -28,9 +28,8 @@ import orjson
 import simdjson
 
 from data_juicer_elastic.errors import InputError
-from data_juicer_elastic.jobdir import fsio
-from data_juicer_elastic.jobdir.codecs import prefetch
-from data_juicer_elastic.jobdir.row_policy import (  # noqa: F401 - MAX_DEPTH, fast_row, parse_row: re-exported
+from data_juicer_elastic.rows.codecs import prefetch
+from data_juicer_elastic.rows.row_policy import (  # noqa: F401 - MAX_DEPTH, fast_row, parse_row: re-exported
     DEPTH_BOUNDED_BY_JITER,
     MAX_DEPTH,
     FastJudge,
@@ -42,7 +41,8 @@ from data_juicer_elastic.jobdir.row_policy import (  # noqa: F401 - MAX_DEPTH, f
     serialise_row,
     strict_loads,
 )
-from data_juicer_elastic.jobdir.row_schema import RowSchema
+from data_juicer_elastic.rows.row_schema import RowSchema
+from data_juicer_elastic.sharedfs import fsio
 
 MAX_LINE_BYTES: Final = 64 * 1024 * 1024
 BLOCK_BYTES: Final = 8 * 1024 * 1024

@@ -15,7 +15,7 @@ from typing import Any, Final
 
 import orjson
 
-from data_juicer_elastic.coordination.records import (
+from data_juicer_elastic.coordination.run_records import (
     FINALIZE,
     PREPARE,
     Leader,
@@ -25,10 +25,11 @@ from data_juicer_elastic.coordination.records import (
     RunRecord,
 )
 from data_juicer_elastic.errors import EXIT_ERROR, EXIT_INCOMPLETE, EXIT_OK, ConfigError, JobDirError
-from data_juicer_elastic.jobdir import fsio, leases
+from data_juicer_elastic.jobdir import leases
 from data_juicer_elastic.jobdir.layout import JobLayout
 from data_juicer_elastic.jobdir.manifest import load_manifest
-from data_juicer_elastic.jobdir.status import render_text, snapshot
+from data_juicer_elastic.sharedfs import fsio
+from data_juicer_elastic.status.job_status import render_text, snapshot
 
 
 def _read(cls, path: Path) -> tuple[Any, str | None]:

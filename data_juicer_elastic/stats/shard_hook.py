@@ -13,9 +13,9 @@ from typing import Any
 
 from loguru import logger
 
-from data_juicer_elastic.jobdir import fsio
+from data_juicer_elastic.sharedfs import fsio
 from data_juicer_elastic.stats.columns import StatsCollector
-from data_juicer_elastic.stats.summary import FILE_NAME, StatsSummary
+from data_juicer_elastic.stats.shard_summary import FILE_NAME, StatsSummary
 
 
 class ShardStatsRecorder:

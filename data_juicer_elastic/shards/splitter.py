@@ -23,9 +23,9 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from data_juicer_elastic.errors import InputChangedError
-from data_juicer_elastic.jobdir import fsio
 from data_juicer_elastic.jobdir.layout import shard_id
 from data_juicer_elastic.jobdir.records import ShardEntry
+from data_juicer_elastic.sharedfs import fsio
 
 
 def target_span(total_bytes: int, k: int, n: int) -> int:

@@ -17,7 +17,7 @@ decides anything the serial path would decide differently: it runs the same code
 Uncompressed files are read by the child itself (``pread`` of the same range, from the
 page cache the parent just filled), so only 29-byte requests cross the pipe; other byte
 ranges (decompressed input) are sent along.  The children are plain
-``python -m data_juicer_elastic.jobdir.row_checkers`` processes, not multiprocessing
+``python -m data_juicer_elastic.rows.row_checkers`` processes, not multiprocessing
 workers: those would re-import the parent's ``__main__`` (dj-process imports all of
 Data-Juicer) and forking a process that runs threads is unsafe.
 """
@@ -37,7 +37,7 @@ from typing import Final
 
 from loguru import logger
 
-from data_juicer_elastic.jobdir.row_schema import RowSchema
+from data_juicer_elastic.rows.row_schema import RowSchema
 
 # seq, offset, length, path bytes (0: `length` payload bytes follow) /
 # seq, rows, verdict, schema bytes (the range's row schema as JSON follows a clean verdict)
@@ -93,7 +93,7 @@ class RowCheckers:
         for i in range(processes):
             try:
                 child = subprocess.Popen(
-                    [sys.executable, "-m", "data_juicer_elastic.jobdir.row_checkers"],
+                    [sys.executable, "-m", "data_juicer_elastic.rows.row_checkers"],
                     stdin=subprocess.PIPE,
                     stdout=subprocess.PIPE,
                     env=env,
@@ -215,7 +215,7 @@ def _read_exact(stream, n: int) -> bytes:
 def _serve_requests() -> None:
     import signal
 
-    from data_juicer_elastic.jobdir.jsonl import NormaliseOptions, RowNormaliser
+    from data_juicer_elastic.rows.jsonl import NormaliseOptions, RowNormaliser
 
     # Ctrl-C reaches the whole process group: the parent decides, and ends us by closing stdin.
     signal.signal(signal.SIGINT, signal.SIG_IGN)

@@ -30,10 +30,7 @@ from typing import Any, Final
 from loguru import logger
 
 from data_juicer_elastic.errors import ConfigError, InputChangedError, InputError, JobDirError, storage_errors
-from data_juicer_elastic.jobdir import confine, fsio
-from data_juicer_elastic.jobdir.codecs import CODECS, SHARD_SUFFIX, input_codec
-from data_juicer_elastic.jobdir.ingest import InputItem, ingest
-from data_juicer_elastic.jobdir.jsonl import MAX_LINE_BYTES, NormaliseOptions
+from data_juicer_elastic.jobdir import confine
 from data_juicer_elastic.jobdir.layout import MAX_SHARDS, JobLayout
 from data_juicer_elastic.jobdir.manifest import load_manifest
 from data_juicer_elastic.jobdir.recipe_diff import recipe_differences
@@ -44,6 +41,10 @@ from data_juicer_elastic.jobdir.records import (
     canonical_json,
     recipe_hash,
 )
+from data_juicer_elastic.rows.codecs import CODECS, SHARD_SUFFIX, input_codec
+from data_juicer_elastic.rows.jsonl import MAX_LINE_BYTES, NormaliseOptions
+from data_juicer_elastic.shards.ingest import InputItem, ingest
+from data_juicer_elastic.sharedfs import fsio
 
 DEFAULT_MEDIA_KEYS: Final = {"image_key": "images", "audio_key": "audios", "video_key": "videos"}
 

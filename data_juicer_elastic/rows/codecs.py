@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any, Final, Literal
 
 from data_juicer_elastic.errors import InputError
-from data_juicer_elastic.jobdir import fsio
+from data_juicer_elastic.sharedfs import fsio
 
 Codec = Literal["none", "gzip", "zstd"]
 CODECS: Final[tuple[str, ...]] = ("none", "gzip", "zstd")

@@ -15,7 +15,7 @@ Two ways to find each shard's state (``exact``):
   for a display, and 10,000 shards cost a few thousand reads instead of ~100,000.
 
 Throughput, ETA, per-node rates and stragglers are computed from the snapshot in
-``jobdir/throughput.py``; the JSON schema is documented in ``docs/status.md``.
+``status/throughput.py``; the JSON schema is documented in ``docs/status.md``.
 """
 
 from __future__ import annotations
@@ -30,11 +30,12 @@ from pathlib import Path
 from typing import Any, Final
 
 from data_juicer_elastic.errors import JobDirError
-from data_juicer_elastic.jobdir import attempts, fsio, leases, progress
-from data_juicer_elastic.jobdir.identity import WorkerIdentity
+from data_juicer_elastic.jobdir import attempts, leases, progress
 from data_juicer_elastic.jobdir.layout import JobLayout, parse_shard_id, validate_attempt_id
 from data_juicer_elastic.jobdir.manifest import load_manifest
 from data_juicer_elastic.jobdir.records import FORMAT_PREFIX, VERSION, AttemptRecord, ShardState, TerminalInfo
+from data_juicer_elastic.sharedfs import fsio
+from data_juicer_elastic.sharedfs.identity import WorkerIdentity
 
 READ_THREADS: Final = 8
 LOG_FILE: Final = "process.log"  # execution.shard_runner.LOG_FILE (jobdir may not import execution)
@@ -137,7 +138,7 @@ class JobSnapshot:
         return sum(s.output_rows or 0 for s in self.shards)
 
     def to_json(self) -> JsonDict:
-        from data_juicer_elastic.jobdir.throughput import summarize
+        from data_juicer_elastic.status.throughput import summarize
 
         return JsonDict(
             {
@@ -347,6 +348,6 @@ def _heartbeat_age(layout: JobLayout, view: leases.LeaseView) -> float | None:
 
 def render_text(snap: JobSnapshot, show_all: bool = False) -> str:
     """Human summary: counts, rows, rates, nodes, stragglers, failures, and the shards worth a look."""
-    from data_juicer_elastic.jobdir.status_text import render_text as render
+    from data_juicer_elastic.status.status_text import render_text as render
 
     return render(snap, show_all=show_all)

@@ -27,8 +27,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from data_juicer_elastic.errors import InputChangedError, InputError
-from data_juicer_elastic.jobdir import fsio, steps
-from data_juicer_elastic.jobdir.codecs import (
+from data_juicer_elastic.jobdir.layout import shard_id
+from data_juicer_elastic.jobdir.records import InputFile, ShardEntry
+from data_juicer_elastic.rows.codecs import (
     READ_BYTES,
     SHARD_SUFFIX,
     AsyncShardWriter,
@@ -42,12 +43,12 @@ from data_juicer_elastic.jobdir.codecs import (
     prefetch,
     whole_line_blocks,
 )
-from data_juicer_elastic.jobdir.jsonl import NormaliseOptions, RowNormaliser
-from data_juicer_elastic.jobdir.layout import shard_id
-from data_juicer_elastic.jobdir.records import InputFile, ShardEntry
-from data_juicer_elastic.jobdir.row_checkers import RowCheckers, default_processes, window
-from data_juicer_elastic.jobdir.row_schema import RowSchema
-from data_juicer_elastic.jobdir.splitter import BlockSplitter, Piece, target_span
+from data_juicer_elastic.rows.jsonl import NormaliseOptions, RowNormaliser
+from data_juicer_elastic.rows.row_checkers import RowCheckers, default_processes, window
+from data_juicer_elastic.rows.row_schema import RowSchema
+from data_juicer_elastic.shards import steps
+from data_juicer_elastic.shards.splitter import BlockSplitter, Piece, target_span
+from data_juicer_elastic.sharedfs import fsio
 
 _VALIDATING = "prepare: validating input"
 

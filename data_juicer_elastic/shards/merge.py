@@ -19,14 +19,16 @@ from typing import Final
 from loguru import logger
 
 from data_juicer_elastic.errors import IntegrityError, JobDirError, OutputExistsError, storage_errors
-from data_juicer_elastic.jobdir import attempts, confine, fsio, steps
-from data_juicer_elastic.jobdir.codecs import BackgroundIO, Syncer
+from data_juicer_elastic.jobdir import attempts, confine
 from data_juicer_elastic.jobdir.export_path import check_export_path
-from data_juicer_elastic.jobdir.identity import kernel_tag, pid_alive
 from data_juicer_elastic.jobdir.layout import JobLayout
 from data_juicer_elastic.jobdir.manifest import load_manifest
 from data_juicer_elastic.jobdir.records import Manifest, MergedShard, MergeRecord, ShardEntry, ShardResult
 from data_juicer_elastic.jobdir.row_stats import MergedRowStats, export_stats_path
+from data_juicer_elastic.rows.codecs import BackgroundIO, Syncer
+from data_juicer_elastic.shards import steps
+from data_juicer_elastic.sharedfs import fsio
+from data_juicer_elastic.sharedfs.identity import kernel_tag, pid_alive
 
 SYNC_EVERY: Final = 256 * 1024 * 1024
 

@@ -1,0 +1,9 @@
+"""The data path, shard level: the input into shards on the way in, shard outputs into one
+file on the way out.
+
+``ingest`` (prepare's passes over the input) -> ``splitter`` (exactly n contiguous shards) ->
+``prepare`` (publish the manifest last); ``merge`` (validated, ordered, idempotent) and
+``stream_merge`` (the finished prefix published while shards complete); ``verify`` (a finished
+job checked without writing); ``steps`` (how far a long local step is).  Built on ``rows`` and
+the ``jobdir`` protocol; no Ray, no Data-Juicer imports.
+"""
