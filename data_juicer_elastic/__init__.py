@@ -8,7 +8,11 @@ from __future__ import annotations
 
 __version__ = "0.1.0"
 
-__all__ = ["__version__", "ElasticShardedExecutor", "ElasticSettings"]
+# The Data-Juicer releases this plugin is built against (setup.cfg pins the same range; a test
+# checks they agree).  Every hint that tells a user which Data-Juicer to install quotes this.
+DATA_JUICER_REQUIREMENT = "py-data-juicer>=1.6.1,<1.7"
+
+__all__ = ["__version__", "DATA_JUICER_REQUIREMENT", "ElasticShardedExecutor", "ElasticSettings"]
 
 
 def __getattr__(name: str):
