@@ -166,3 +166,16 @@ def storage_errors(then: str) -> Iterator[None]:
         yield
     except OSError as exc:
         raise storage_error(exc, "", then) from exc
+
+
+# --- issue 16, run_job as phases: exceptions that lived beside their raisers ---
+
+
+class MergeBusyError(JobDirError):
+    """Another follower holds the partial output (``shards.stream_merge``)."""
+
+
+class PrepareCancelled(Exception):
+    """The recipe was refused while the overlapped input pass ran (``preparation``): stop the pass.
+
+    Not an ElasticError: it never reaches the user, the refusal itself is raised instead."""

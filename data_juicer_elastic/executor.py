@@ -7,50 +7,41 @@ Indexed Job); every instance of one submission resolves the same run id
 1. prepare: one elected instance validates and splits the input (``shards.prepare``);
    the others wait for its published result (``coordination.elections``);
 2. work: claim shards with one warm node-local Ray runtime per slot
-   (``jobdir.worker_loop`` + ``execution``; extra slots are child processes,
-   ``coordination.slots``), stopping at once when the run is aborted;
+   (:func:`run_local_worker`: ``jobdir.worker_loop`` + ``execution``; extra slots are
+   child processes, ``coordination.slots``), stopping at once when the run is aborted;
 3. settle: wait until every shard is done or one failed terminally
    (``coordination.settle``; strict mode fails when work is left nobody may take);
-4. finalize: one elected instance verifies and merges (``shards.merge``);
+4. finalize: one elected instance verifies and merges (``finalize``, ``shards.merge``);
 5. every instance reads the run's one outcome and exits 0, or 2 with the same message.
 
-This module composes those pieces and owns none of their logic.
+``job_run.JobRun`` holds one instance's run, its phases as methods, in the order
+``coordination.flow`` runs them.  This module loads Data-Juicer (its executor base class)
+and owns the node's worker; it composes those pieces and owns none of their logic.
 """
 
 from __future__ import annotations
 
-import contextlib
 import os
 import subprocess
 import threading
-from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 from loguru import logger
 
+from data_juicer_elastic import DATA_JUICER_REQUIREMENT
 from data_juicer_elastic.console import JobDisplay
 from data_juicer_elastic.coordination import crashpoints
-from data_juicer_elastic.coordination.elections import RunCoordinator
-from data_juicer_elastic.coordination.flow import Phases, Timing, run_coordinated
-from data_juicer_elastic.coordination.run_id import resolve_run_id
-from data_juicer_elastic.coordination.settle import StrictPolicy
 from data_juicer_elastic.coordination.slots import CUDA_ENV, SlotPool, slot_argv, slot_cpus, slot_devices, slot_env
 from data_juicer_elastic.coordination.stragglers import ClaimGate
-from data_juicer_elastic.errors import ConfigError, ElasticError, JobDirError
-from data_juicer_elastic.finalize import finalize
+from data_juicer_elastic.errors import ConfigError
+from data_juicer_elastic.job_run import JobRun
 from data_juicer_elastic.jobdir import confine
-from data_juicer_elastic.jobdir.confine import open_job_dir
-from data_juicer_elastic.jobdir.export_path import export_target
 from data_juicer_elastic.jobdir.layout import JobLayout
 from data_juicer_elastic.jobdir.manifest import load_manifest
-from data_juicer_elastic.jobdir.recipe_diff import recipe_differences
-from data_juicer_elastic.jobdir.records import Manifest
 from data_juicer_elastic.jobdir.worker_loop import WorkerSummary, run_worker
-from data_juicer_elastic.preparation import prepare_from_cfg
-from data_juicer_elastic.settings import ElasticSettings, check_strict_shares
+from data_juicer_elastic.preparation import resolve_user_path
+from data_juicer_elastic.settings import ElasticSettings
 from data_juicer_elastic.shards.merge import MergeResult
-from data_juicer_elastic.shards.stream_merge import MergeBusyError, follow_merge
 from data_juicer_elastic.sharedfs.identity import WorkerIdentity
 
 try:  # Data-Juicer's base class, so ExecutorFactory users get a real executor
@@ -61,12 +52,8 @@ except ImportError as exc:  # pragma: no cover - only when Data-Juicer moved it
     raise IntegrationError(
         "data_juicer.core.executor.base.ExecutorBase is missing",
         where="py-data-juicer",
-        hint="install py-data-juicer>=1.6.1,<1.7",
+        hint=f"install {DATA_JUICER_REQUIREMENT}",
     ) from exc
-
-
-def _resolve(path: str | os.PathLike) -> Path:
-    return Path(path).expanduser().resolve()
 
 
 def run_local_worker(
@@ -91,7 +78,7 @@ def run_local_worker(
     from data_juicer_elastic.execution.shard_runner import default_cache_env
 
     crashpoints.install_from_env()  # test-only fault plans; nothing is installed when unset
-    job = _resolve(job_dir)
+    job = resolve_user_path(job_dir)
     manifest = load_manifest(job)
     layout = JobLayout(job)
     confine.check_layout(layout)  # before the cache and logs are pointed into it
@@ -192,170 +179,6 @@ def _stop_slots(pool: SlotPool, wait_secs: float = 30.0) -> None:
             proc.kill()
 
 
-@contextlib.contextmanager
-def stream_follower(job: Path, export_path: Any, settings: ElasticSettings) -> Iterator[None]:
-    """With ``elastic.stream_merge``, follow the merge on a thread while this instance works.
-
-    Every instance tries; the partial output's lock lets one write, the others retry
-    (so a follower lost with its node is replaced).  The elected finalize publishes.
-    """
-    if not settings.stream_merge or not export_path:
-        yield
-        return
-    stop = threading.Event()
-
-    def follow() -> None:
-        while not stop.is_set():
-            try:
-                poll = settings.poll_interval_secs
-                follow_merge(job, export_target(export_path), wait=True, poll_secs=poll, stop=stop, publish=False)
-                return
-            except MergeBusyError:
-                stop.wait(settings.poll_interval_secs)
-            except ElasticError as exc:  # a failed shard or a corrupt output: finalize reports it
-                logger.warning(f"streaming merge stopped: {exc}")
-                return
-
-    thread = threading.Thread(target=follow, name="dj-elastic-stream-merge", daemon=True)
-    thread.start()
-    try:
-        yield
-    finally:
-        stop.set()
-        thread.join()
-
-
-def check_same_request(cfg: Any, settings: ElasticSettings, manifest: Manifest) -> None:
-    """An instance that did not prepare must have been started with the job the leader prepared."""
-    from data_juicer_elastic.integration.recipe import build_shard_recipe, recipe_hash
-
-    differences = []
-    dataset = str(_resolve(cfg.dataset_path)) if getattr(cfg, "dataset_path", None) else None
-    if dataset != manifest.dataset_path:
-        differences.append(f"dataset_path is {dataset!r} here, {manifest.dataset_path!r} in the job")
-    if settings.num_shards != manifest.num_shards:
-        differences.append(f"num_shards is {settings.num_shards} here, {manifest.num_shards} in the job")
-    recipe = build_shard_recipe(cfg)
-    differences += recipe_differences(manifest, recipe, recipe_hash(recipe))  # names the changed keys
-    if differences:
-        raise JobDirError(
-            "this instance was started with a different job than the one prepared: " + "; ".join(differences),
-            where=str(_resolve(settings.job_dir)),
-            hint="start the same command with the same recipe on every node",
-        )
-
-
-def run_job(cfg: Any, settings: ElasticSettings) -> MergeResult | None:
-    """The whole multi-node flow for one instance (see the module docstring)."""
-    job = _resolve(settings.job_dir)
-    layout = JobLayout(job)
-    crashpoints.install_from_env()
-    run = resolve_run_id(settings.run_id)
-    identity = WorkerIdentity.current()
-    strict = None
-    if settings.require_all_nodes:
-        assert settings.nodes is not None  # validated by ElasticSettings
-        share = check_strict_shares(settings.num_shards, settings.nodes, settings.slots_per_node)
-        strict = StrictPolicy(settings.nodes, share, settings.slots_per_node)
-    coordinator = RunCoordinator(
-        layout,
-        run,
-        identity,
-        ttl_secs=settings.lease_ttl_secs,
-        heartbeat_secs=settings.heartbeat_secs,
-        poll_secs=settings.poll_interval_secs,
-    )
-    open_job_dir(layout)
-    confine.ensure_dir(layout, layout.node_log_dir(identity.node_id))
-    with node_log(layout.node_log(identity.node_id, coordinator.instance_id)):
-        logger.info(
-            f"instance {coordinator.instance_id} of run {run.value} (run id from {run.source}); "
-            f"{'strict' if strict else 'elastic'} mode"
-            + (f", nodes={settings.nodes}" if settings.nodes else "")
-            + (f", {settings.slots_per_node} slots" if settings.slots_per_node > 1 else "")
-        )
-        if not run.shared:
-            logger.info(
-                "no scheduler job id found: set elastic.run_id (or DJ_ELASTIC_RUN_ID) to elect one "
-                "prepare and one finalize among instances started by hand"
-            )
-        coordinator.join(settings.slots_per_node)
-        done = 0
-
-        def work(stop: threading.Event, max_done: int | None) -> WorkerSummary:
-            nonlocal done
-            with stream_follower(job, cfg.export_path, settings):
-                summary = run_local_worker(
-                    job, settings, stop_event=stop, max_done=max_done, log_name=coordinator.instance_id
-                )
-            done = summary.done
-            return summary
-
-        def prepare() -> tuple[Manifest, bool]:
-            outcome = prepare_from_cfg(cfg, settings)
-            return outcome.manifest, outcome.created
-
-        def merge() -> dict[str, Any]:
-            result = finalize(
-                job,
-                cfg.export_path,
-                overwrite=settings.overwrite_output,
-                stream=settings.stream_merge,
-                lock_wait_secs=settings.lease_ttl_secs,
-            )
-            return {
-                "output_path": str(result.output_path),
-                "rows": result.rows,
-                "bytes": result.bytes,
-                "sha256": result.sha256,
-                "shards": result.shards,
-                "written": result.written,
-            }
-
-        phases = Phases(prepare, lambda manifest: check_same_request(cfg, settings, manifest), work, merge)
-        timing = Timing(settings.lease_ttl_secs, settings.poll_interval_secs, settings.wait_timeout_secs)
-        try:
-            outcome = run_coordinated(
-                coordinator, phases, timing, strict=strict, user_cap=settings.max_shards is not None
-            )
-        except ElasticError:
-            aborted = coordinator.outcome()
-            coordinator.leave("aborted" if aborted and not aborted.ok else "error", settings.slots_per_node, done)
-            raise
-        if outcome is None:
-            coordinator.leave("max_shards", settings.slots_per_node, done)
-            return None
-        coordinator.leave("finalized", settings.slots_per_node, done)
-        details = outcome.details
-        who = (
-            "this instance" if outcome.instance.instance_id == coordinator.instance_id else outcome.instance.describe()
-        )
-        logger.info(
-            f"run {run.value} finalized by {who}: merged {details.get('rows')} rows from "
-            f"{details.get('shards')} shards into {details.get('output_path')}"
-        )
-        return MergeResult(
-            Path(details["output_path"]),
-            int(details["rows"]),
-            int(details["bytes"]),
-            str(details["sha256"]),
-            int(details["shards"]),
-            bool(details.get("written", False)) and outcome.instance.instance_id == coordinator.instance_id,
-        )
-
-
-@contextlib.contextmanager
-def node_log(path: Path) -> Iterator[None]:
-    """This instance's whole log (every phase, every slot-0 shard) in ``<job_dir>/logs/<node>/``."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    sink = logger.add(path, level="INFO", enqueue=False, backtrace=False, diagnose=False)
-    try:
-        yield
-    finally:
-        with contextlib.suppress(ValueError):
-            logger.remove(sink)
-
-
 class ElasticShardedExecutor(ExecutorBase):
     """Run a Data-Juicer recipe through shared-storage shards and node-local Ray."""
 
@@ -376,4 +199,4 @@ class ElasticShardedExecutor(ExecutorBase):
         from data_juicer_elastic.integration.recipe_check import check_export
 
         check_export(str(self.cfg.export_path), self.cfg.get("export_type"), self.cfg.get("export_shard_size"))
-        return run_job(self.cfg, self.settings)
+        return JobRun(self.cfg, self.settings).run()

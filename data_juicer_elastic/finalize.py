@@ -11,29 +11,25 @@ import contextlib
 import importlib
 import os
 import threading
-from pathlib import Path
 
 from data_juicer_elastic.console import StepDisplay, say
 from data_juicer_elastic.console.summary import shown_path
 from data_juicer_elastic.coordination import crashpoints
 from data_juicer_elastic.coordination.settle import shard_failed_error
-from data_juicer_elastic.errors import IntegrityError, storage_errors
+from data_juicer_elastic.errors import IntegrityError, MergeBusyError, storage_errors
 from data_juicer_elastic.jobdir.attempts import requeue_hint
 from data_juicer_elastic.jobdir.export_path import check_export_path
 from data_juicer_elastic.jobdir.layout import JobLayout
+from data_juicer_elastic.preparation import resolve_user_path
 from data_juicer_elastic.shards import steps
 from data_juicer_elastic.shards.merge import MergeResult, merge_job
-from data_juicer_elastic.shards.stream_merge import MergeBusyError, follow_merge
+from data_juicer_elastic.shards.stream_merge import follow_merge
 from data_juicer_elastic.status.job_status import snapshot
 
 
 def _import_quietly(name: str) -> None:
     with contextlib.suppress(ImportError):  # then the real import reports it where it is needed
         importlib.import_module(name)
-
-
-def _resolve(path: str | os.PathLike) -> Path:
-    return Path(path).expanduser().resolve()
 
 
 @storage_errors(then="run the merge again")  # ENOSPC, EIO...: one line naming the path, exit 2
@@ -58,7 +54,7 @@ def finalize(
     crashpoints.install_from_env()
     # pandas formats overall.csv exactly as dj-analyze does; its ~1 s of imports overlap the merge.
     threading.Thread(target=_import_quietly, args=("pandas",), name="dj-elastic-import", daemon=True).start()
-    job = _resolve(job_dir)
+    job = resolve_user_path(job_dir)
     export = check_export_path(job, export_path)  # before any work: not in the job dir, not a directory
     snap = snapshot(job)
     if snap.terminal_failures:

@@ -19,14 +19,16 @@ from data_juicer_elastic import __version__
 from data_juicer_elastic.console import StepDisplay, say
 from data_juicer_elastic.console.summary import shown_path
 from data_juicer_elastic.coordination import crashpoints
-from data_juicer_elastic.errors import ConfigError
+from data_juicer_elastic.errors import ConfigError, PrepareCancelled
 from data_juicer_elastic.rows.row_schema import RowSchema, operator_view_notes
 from data_juicer_elastic.settings import ElasticSettings
 from data_juicer_elastic.shards import steps
 from data_juicer_elastic.shards.prepare import PrepareOutcome, PrepareRequest, RequestChanged, prepare_job
 
 
-def _resolve(path: str | os.PathLike) -> Path:
+def resolve_user_path(path: str | os.PathLike) -> Path:
+    """A path as the user gave it (``~``, relative to the working directory), made absolute the
+    one way prepare records it, and every later instance compares it."""
     return Path(path).expanduser().resolve()
 
 
@@ -44,8 +46,8 @@ def prepare_request(cfg: Any, settings: ElasticSettings) -> PrepareRequest:
     import data_juicer
 
     return PrepareRequest(
-        job_dir=_resolve(settings.job_dir),
-        dataset_path=_resolve(cfg.dataset_path),
+        job_dir=resolve_user_path(settings.job_dir),
+        dataset_path=resolve_user_path(cfg.dataset_path),
         num_shards=settings.num_shards,
         recipe=recipe,
         stage_identities=compute_stage_identities(recipe),
@@ -71,7 +73,7 @@ def _prepare(request: PrepareRequest, complete=None, cancel: threading.Event | N
 
     def report(step: str, done: int, total: int | None) -> None:
         if cancel is not None and cancel.is_set():
-            raise _Cancelled()  # the recipe was refused while the input pass ran: stop it
+            raise PrepareCancelled()  # the recipe was refused while the input pass ran: stop it
         display(step, done, total)
 
     with StepDisplay() as display, steps.reporting(report):  # a live line on a terminal, else log lines
@@ -83,10 +85,6 @@ def _prepare(request: PrepareRequest, complete=None, cancel: threading.Event | N
         for note in operator_view_notes(RowSchema.from_json(manifest.row_schema)):
             logger.warning(f"{note} (the output keeps every untouched value as it was; see docs/lossless.md)")
     return outcome
-
-
-class _Cancelled(Exception):
-    pass
 
 
 def prepare_overlapped(early: PrepareRequest | None, parse: Callable[[], PrepareRequest]) -> PrepareOutcome:
@@ -104,7 +102,7 @@ def prepare_overlapped(early: PrepareRequest | None, parse: Callable[[], Prepare
     def complete() -> PrepareRequest:
         ready.wait()
         if "error" in parsed:
-            raise _Cancelled()
+            raise PrepareCancelled()
         return parsed["request"]
 
     def run() -> None:
@@ -152,8 +150,8 @@ def early_request(config: str, overrides: dict[str, Any]) -> PrepareRequest | No
         from data_juicer_elastic.integration.recipe import index_key, media_keys
 
         return PrepareRequest(
-            job_dir=_resolve(settings.job_dir),
-            dataset_path=_resolve(dataset),
+            job_dir=resolve_user_path(settings.job_dir),
+            dataset_path=resolve_user_path(dataset),
             num_shards=settings.num_shards,
             recipe={},
             stage_identities=[],

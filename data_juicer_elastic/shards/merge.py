@@ -12,9 +12,10 @@ import hashlib
 import os
 import secrets
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Final
+from typing import Any, Final
 
 from loguru import logger
 
@@ -42,6 +43,30 @@ class MergeResult:
     shards: int
     written: bool  # False when an identical output was already there
     row_stats: MergedRowStats | None = None  # <export>_stats.jsonl, when the recipe makes per-row stats
+
+    def to_details(self) -> dict[str, Any]:
+        """What a run's outcome record keeps of the merge, for every instance to report
+        (``coordination.run_records.Outcome.details``); read back by :meth:`from_details`."""
+        return {
+            "output_path": str(self.output_path),
+            "rows": self.rows,
+            "bytes": self.bytes,
+            "sha256": self.sha256,
+            "shards": self.shards,
+            "written": self.written,
+        }
+
+    @classmethod
+    def from_details(cls, details: Mapping[str, Any]) -> MergeResult:
+        """The merge another instance recorded in the run's outcome (its row stats are not recorded)."""
+        return cls(
+            Path(details["output_path"]),
+            int(details["rows"]),
+            int(details["bytes"]),
+            str(details["sha256"]),
+            int(details["shards"]),
+            bool(details.get("written", False)),
+        )
 
 
 def accepted_results(layout: JobLayout, manifest: Manifest) -> list[tuple[ShardEntry, ShardResult]]:

@@ -40,7 +40,7 @@ from typing import Any, ClassVar, Final
 
 from loguru import logger
 
-from data_juicer_elastic.errors import IntegrityError, JobDirError, OutputExistsError, storage_errors
+from data_juicer_elastic.errors import IntegrityError, JobDirError, MergeBusyError, OutputExistsError, storage_errors
 from data_juicer_elastic.jobdir import attempts, confine
 from data_juicer_elastic.jobdir.export_path import check_export_path
 from data_juicer_elastic.jobdir.layout import JobLayout
@@ -97,10 +97,6 @@ def read_progress(output: str | Path) -> MergeProgress | None:
     path = progress_path(Path(os.path.abspath(output)))
     data = fsio.read_record(path)
     return None if data is None else MergeProgress.parse(data, path)
-
-
-class MergeBusyError(JobDirError):
-    """Another follower holds the partial output."""
 
 
 class _PartialLock:

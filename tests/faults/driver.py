@@ -18,15 +18,14 @@ import argparse
 import json
 import sys
 from dataclasses import asdict
-from pathlib import Path
+from types import SimpleNamespace
 
 from data_juicer_elastic.coordination import crashpoints
-from data_juicer_elastic.coordination.elections import RunCoordinator
-from data_juicer_elastic.coordination.flow import Phases, Timing, run_coordinated
-from data_juicer_elastic.coordination.run_id import resolve_run_id
+from data_juicer_elastic.coordination.run_records import Outcome
 from data_juicer_elastic.errors import EXIT_ERROR, ElasticError
-from data_juicer_elastic.jobdir.layout import JobLayout
+from data_juicer_elastic.job_run import JobRun
 from data_juicer_elastic.jobdir.worker_loop import run_worker
+from data_juicer_elastic.settings import ElasticSettings
 from data_juicer_elastic.shards.merge import merge_job
 from data_juicer_elastic.shards.prepare import PrepareRequest, prepare_job
 from data_juicer_elastic.shards.stream_merge import follow_merge
@@ -112,35 +111,45 @@ def _request(args) -> PrepareRequest:
     )  # fmt: skip
 
 
-def _run(args) -> dict:
-    """The coordinated flow dj-process runs (elections, abort, outcome), with the fake runner."""
-    identity = WorkerIdentity.current()
-    layout = JobLayout(Path(args.job).resolve())
-    coordinator = RunCoordinator(
-        layout, resolve_run_id(args.run_id), identity, ttl_secs=args.ttl, heartbeat_secs=args.ttl / 4, poll_secs=0.05
-    )
-    layout.root.mkdir(parents=True, exist_ok=True)
-    coordinator.join(1)
+class FakeJobRun(JobRun):
+    """dj-process's own run (elections, abort, outcome, leave records, finalize), with the fake
+    runner in place of Ray and the driver's request in place of a Data-Juicer recipe."""
 
-    def prepare() -> tuple:
-        outcome = prepare_job(_request(args))
+    def __init__(self, args):
+        settings = ElasticSettings(
+            job_dir=args.job, num_shards=args.shards, lease_ttl_secs=args.ttl, poll_interval_secs=0.05,
+            max_retries=1, wait_timeout_secs=600.0, run_id=args.run_id,
+        )  # fmt: skip
+        super().__init__(SimpleNamespace(dataset_path=args.input, export_path=args.output), settings)
+        self.args = args
+        self.outcome: Outcome | None = None
+
+    def prepare(self) -> tuple:
+        outcome = prepare_job(_request(self.args))
         print(json.dumps({"prepared": outcome.created}), flush=True)
         return outcome.manifest, outcome.created
 
-    def work(stop, max_done):
+    def check_prepared(self, manifest) -> None:
+        pass  # every instance was started with the same arguments: the same request
+
+    def run_shards(self, stop, max_done):
+        s = self.settings
         return run_worker(
-            layout.root, identity, fsio_runner(), ttl_secs=args.ttl, heartbeat_secs=args.ttl / 4, max_retries=1,
-            poll_interval_secs=0.05, stop_event=stop, max_done=max_done,
+            self.layout.root, self.identity, fsio_runner(), ttl_secs=s.lease_ttl_secs, heartbeat_secs=s.heartbeat_secs,
+            max_retries=s.max_retries, poll_interval_secs=s.poll_interval_secs, stop_event=stop, max_done=max_done,
         )  # fmt: skip
 
-    def finalize() -> dict:
-        result = merge_job(layout.root, args.output)
-        return {"rows": result.rows, "written": result.written, "sha256": result.sha256}
+    def report(self, outcome):
+        self.outcome = outcome
+        return super().report(outcome)
 
-    phases = Phases(prepare, lambda manifest: None, work, finalize)
-    outcome = run_coordinated(coordinator, phases, Timing(args.ttl, 0.05, 600.0))
-    coordinator.leave("finalized", 1, 0)
-    return {"finalized_by": outcome.instance.instance_id, "me": coordinator.instance_id, **outcome.details}
+
+def _run(args) -> dict:
+    """The coordinated flow dj-process runs (elections, abort, outcome), with the fake runner."""
+    run = FakeJobRun(args)
+    run.run()
+    outcome = run.outcome
+    return {"finalized_by": outcome.instance.instance_id, "me": run.coordinator.instance_id, **outcome.details}
 
 
 if __name__ == "__main__":

@@ -11,11 +11,10 @@ import time
 
 import pytest
 
-from data_juicer_elastic.errors import JobDirError
+from data_juicer_elastic.errors import JobDirError, MergeBusyError
 from data_juicer_elastic.jobdir.worker_loop import run_worker
 from data_juicer_elastic.shards.merge import merge_job
 from data_juicer_elastic.shards.stream_merge import (
-    MergeBusyError,
     follow_merge,
     partial_path,
     progress_path,

@@ -89,7 +89,7 @@ def test_prepare_accepts_an_empty_dir_and_a_crashed_prepare_and_coordination_lef
 
 
 def test_a_run_refuses_a_foreign_job_dir_before_its_first_write(tmp_path):
-    """What dj-process (executor.run_job) calls before elections write coordination records."""
+    """What dj-process (job_run.JobRun.run) calls before elections write coordination records."""
     home = tmp_path / "home"
     home.mkdir()
     (home / "notes.txt").write_text("precious")

@@ -1,0 +1,242 @@
+"""One instance's run of an elastic job (what ``dj-process`` runs), one method per phase.
+
+:class:`JobRun` holds what every phase of one instance shares: the cfg and settings, the job
+layout, the run id, this instance's identity and coordinator, the strict-mode policy.  Its
+phase methods are what ``coordination.flow.run_coordinated`` calls (prepare -> work -> settle
+-> finalize -> outcome, in the order and with the elections that module owns): :meth:`prepare`
+and :meth:`finalize` on the elected instances, :meth:`check_prepared` on the others,
+:meth:`work` on every instance (its shards through :meth:`run_shards`).  :meth:`run` wraps
+that flow in this instance's log file and its join/leave records; :meth:`report` turns the
+run's one outcome into the merge result.
+
+Importing this module loads neither Data-Juicer nor Ray: the fault driver
+(``tests/faults/driver.py``) subclasses :class:`JobRun` with a fake shard runner.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from loguru import logger
+
+from data_juicer_elastic.coordination import crashpoints
+from data_juicer_elastic.coordination.elections import RunCoordinator
+from data_juicer_elastic.coordination.flow import Phases, Timing, run_coordinated
+from data_juicer_elastic.coordination.run_id import resolve_run_id
+from data_juicer_elastic.coordination.run_records import Outcome
+from data_juicer_elastic.coordination.settle import StrictPolicy
+from data_juicer_elastic.errors import ElasticError, JobDirError, MergeBusyError
+from data_juicer_elastic.finalize import finalize
+from data_juicer_elastic.jobdir import confine
+from data_juicer_elastic.jobdir.confine import open_job_dir
+from data_juicer_elastic.jobdir.export_path import export_target
+from data_juicer_elastic.jobdir.layout import JobLayout
+from data_juicer_elastic.jobdir.recipe_diff import recipe_differences
+from data_juicer_elastic.jobdir.records import Manifest
+from data_juicer_elastic.jobdir.worker_loop import WorkerSummary
+from data_juicer_elastic.preparation import prepare_from_cfg, resolve_user_path
+from data_juicer_elastic.settings import ElasticSettings, check_strict_shares
+from data_juicer_elastic.shards.merge import MergeResult
+from data_juicer_elastic.shards.stream_merge import follow_merge
+from data_juicer_elastic.sharedfs.identity import WorkerIdentity
+
+
+class JobRun:
+    """One instance of one submission: its context, and the phases of the flow as methods."""
+
+    def __init__(self, cfg: Any, settings: ElasticSettings):
+        self.cfg = cfg
+        self.settings = settings
+        self.layout = JobLayout(resolve_user_path(settings.job_dir))
+        crashpoints.install_from_env()  # test-only fault plans; nothing is installed when unset
+        self.run_id = resolve_run_id(settings.run_id)
+        self.identity = WorkerIdentity.current()
+        self.strict = strict_policy(settings)
+        self.coordinator = RunCoordinator(
+            self.layout,
+            self.run_id,
+            self.identity,
+            ttl_secs=settings.lease_ttl_secs,
+            heartbeat_secs=settings.heartbeat_secs,
+            poll_secs=settings.poll_interval_secs,
+        )
+        self.done = 0  # shards this instance completed, in its leave record
+        self.merged: MergeResult | None = None  # this instance's own merge, when it was elected to finalize
+
+    def run(self) -> MergeResult | None:
+        """The whole flow for this instance; None when it left early at its ``max_shards``."""
+        open_job_dir(self.layout)
+        node = self.identity.node_id
+        confine.ensure_dir(self.layout, self.layout.node_log_dir(node))
+        with node_log(self.layout.node_log(node, self.coordinator.instance_id)):
+            self.announce()
+            self.coordinator.join(self.settings.slots_per_node)
+            return self.report(self.coordinate())
+
+    def announce(self) -> None:
+        settings = self.settings
+        logger.info(
+            f"instance {self.coordinator.instance_id} of run {self.run_id.value} (run id from {self.run_id.source}); "
+            f"{'strict' if self.strict else 'elastic'} mode"
+            + (f", nodes={settings.nodes}" if settings.nodes else "")
+            + (f", {settings.slots_per_node} slots" if settings.slots_per_node > 1 else "")
+        )
+        if not self.run_id.shared:
+            logger.info(
+                "no scheduler job id found: set elastic.run_id (or DJ_ELASTIC_RUN_ID) to elect one "
+                "prepare and one finalize among instances started by hand"
+            )
+
+    def coordinate(self) -> Outcome | None:
+        """``coordination.flow`` with this object's phases; this instance's leave record on every ending."""
+        settings = self.settings
+        phases = Phases(self.prepare, self.check_prepared, self.work, self.finalize)
+        timing = Timing(settings.lease_ttl_secs, settings.poll_interval_secs, settings.wait_timeout_secs)
+        try:
+            outcome = run_coordinated(
+                self.coordinator, phases, timing, strict=self.strict, user_cap=settings.max_shards is not None
+            )
+        except ElasticError:
+            aborted = self.coordinator.outcome()
+            self.leave("aborted" if aborted and not aborted.ok else "error")
+            raise
+        self.leave("max_shards" if outcome is None else "finalized")
+        return outcome
+
+    def leave(self, reason: str) -> None:
+        self.coordinator.leave(reason, self.settings.slots_per_node, self.done)
+
+    def prepare(self) -> tuple[Manifest, bool]:
+        """Elected leader: validate and split the input (idempotent); (manifest, created)."""
+        outcome = prepare_from_cfg(self.cfg, self.settings)
+        return outcome.manifest, outcome.created
+
+    def check_prepared(self, manifest: Manifest) -> None:
+        """Every other instance: refuse to work on a job prepared from a different request."""
+        check_same_request(self.cfg, self.settings, manifest)
+
+    def work(self, stop: threading.Event, max_done: int | None) -> WorkerSummary:
+        """Claim and run shards until none is left for this instance (following the streaming
+        merge meanwhile, when it is on)."""
+        with stream_follower(self.layout.root, self.cfg.export_path, self.settings):
+            summary = self.run_shards(stop, max_done)
+        self.done = summary.done
+        return summary
+
+    def run_shards(self, stop: threading.Event, max_done: int | None) -> WorkerSummary:
+        """This node's worker: one warm Ray runtime per slot (the fault driver runs a fake runner)."""
+        # Imported here: the executor loads Data-Juicer and Ray, which a run that replaces
+        # this step (the fault driver) never needs.
+        from data_juicer_elastic.executor import run_local_worker
+
+        return run_local_worker(
+            self.layout.root, self.settings, stop_event=stop, max_done=max_done, log_name=self.coordinator.instance_id
+        )
+
+    def finalize(self) -> dict[str, Any]:
+        """Elected leader: verify and merge; what the outcome record keeps of the merge."""
+        self.merged = finalize(
+            self.layout.root,
+            self.cfg.export_path,
+            overwrite=self.settings.overwrite_output,
+            stream=self.settings.stream_merge,
+            lock_wait_secs=self.settings.lease_ttl_secs,
+        )
+        return self.merged.to_details()
+
+    def report(self, outcome: Outcome | None) -> MergeResult | None:
+        """The run's merge as this instance reports it: its own, or the one the finalizer recorded."""
+        if outcome is None:
+            return None
+        mine = outcome.instance.instance_id == self.coordinator.instance_id
+        if mine and self.merged is not None:
+            result = self.merged
+        else:  # written: whether this instance wrote the output, so never here
+            result = dataclasses.replace(MergeResult.from_details(outcome.details), written=False)
+        who = "this instance" if mine else outcome.instance.describe()
+        logger.info(
+            f"run {self.run_id.value} finalized by {who}: merged {result.rows} rows from "
+            f"{result.shards} shards into {result.output_path}"
+        )
+        return result
+
+
+def strict_policy(settings: ElasticSettings) -> StrictPolicy | None:
+    """Strict mode's equal shares (``require_all_nodes``), checked; None in elastic mode."""
+    if not settings.require_all_nodes:
+        return None
+    assert settings.nodes is not None  # validated by ElasticSettings
+    share = check_strict_shares(settings.num_shards, settings.nodes, settings.slots_per_node)
+    return StrictPolicy(settings.nodes, share, settings.slots_per_node)
+
+
+def check_same_request(cfg: Any, settings: ElasticSettings, manifest: Manifest) -> None:
+    """An instance that did not prepare must have been started with the job the leader prepared."""
+    from data_juicer_elastic.integration.recipe import build_shard_recipe, recipe_hash
+
+    differences = []
+    dataset = str(resolve_user_path(cfg.dataset_path)) if getattr(cfg, "dataset_path", None) else None
+    if dataset != manifest.dataset_path:
+        differences.append(f"dataset_path is {dataset!r} here, {manifest.dataset_path!r} in the job")
+    if settings.num_shards != manifest.num_shards:
+        differences.append(f"num_shards is {settings.num_shards} here, {manifest.num_shards} in the job")
+    recipe = build_shard_recipe(cfg)
+    differences += recipe_differences(manifest, recipe, recipe_hash(recipe))  # names the changed keys
+    if differences:
+        raise JobDirError(
+            "this instance was started with a different job than the one prepared: " + "; ".join(differences),
+            where=str(resolve_user_path(settings.job_dir)),
+            hint="start the same command with the same recipe on every node",
+        )
+
+
+@contextlib.contextmanager
+def node_log(path: Path) -> Iterator[None]:
+    """This instance's whole log (every phase, every slot-0 shard) in ``<job_dir>/logs/<node>/``."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    sink = logger.add(path, level="INFO", enqueue=False, backtrace=False, diagnose=False)
+    try:
+        yield
+    finally:
+        with contextlib.suppress(ValueError):
+            logger.remove(sink)
+
+
+@contextlib.contextmanager
+def stream_follower(job: Path, export_path: Any, settings: ElasticSettings) -> Iterator[None]:
+    """With ``elastic.stream_merge``, follow the merge on a thread while this instance works.
+
+    Every instance tries; the partial output's lock lets one write, the others retry
+    (so a follower lost with its node is replaced).  The elected finalize publishes.
+    """
+    if not settings.stream_merge or not export_path:
+        yield
+        return
+    stop = threading.Event()
+    thread = threading.Thread(
+        target=_follow, args=(job, export_path, settings, stop), name="dj-elastic-stream-merge", daemon=True
+    )
+    thread.start()
+    try:
+        yield
+    finally:
+        stop.set()
+        thread.join()
+
+
+def _follow(job: Path, export_path: Any, settings: ElasticSettings, stop: threading.Event) -> None:
+    while not stop.is_set():
+        try:
+            poll = settings.poll_interval_secs
+            follow_merge(job, export_target(export_path), wait=True, poll_secs=poll, stop=stop, publish=False)
+            return
+        except MergeBusyError:
+            stop.wait(settings.poll_interval_secs)
+        except ElasticError as exc:  # a failed shard or a corrupt output: finalize reports it
+            logger.warning(f"streaming merge stopped: {exc}")
+            return
