@@ -73,12 +73,13 @@ class JobRun:
         open_job_dir(self.layout)
         node = self.identity.node_id
         confine.ensure_dir(self.layout, self.layout.node_log_dir(node))
-        with node_log(self.layout.node_log(node, self.coordinator.instance_id)):
+        with instance_log(self.layout.node_log(node, self.coordinator.instance_id)):
             self.announce()
             self.coordinator.join(self.settings.slots_per_node)
             return self.report(self.coordinate())
 
     def announce(self) -> None:
+        """The first lines of this instance's log: which run, how its id was found, which mode."""
         settings = self.settings
         logger.info(
             f"instance {self.coordinator.instance_id} of run {self.run_id.value} (run id from {self.run_id.source}); "
@@ -196,7 +197,7 @@ def check_same_request(cfg: Any, settings: ElasticSettings, manifest: Manifest) 
 
 
 @contextlib.contextmanager
-def node_log(path: Path) -> Iterator[None]:
+def instance_log(path: Path) -> Iterator[None]:
     """This instance's whole log (every phase, every slot-0 shard) in ``<job_dir>/logs/<node>/``."""
     path.parent.mkdir(parents=True, exist_ok=True)
     sink = logger.add(path, level="INFO", enqueue=False, backtrace=False, diagnose=False)
@@ -219,7 +220,10 @@ def stream_follower(job: Path, export_path: Any, settings: ElasticSettings) -> I
         return
     stop = threading.Event()
     thread = threading.Thread(
-        target=_follow, args=(job, export_path, settings, stop), name="dj-elastic-stream-merge", daemon=True
+        target=_follow_until_stopped,
+        args=(job, export_path, settings, stop),
+        name="dj-elastic-stream-merge",
+        daemon=True,
     )
     thread.start()
     try:
@@ -229,7 +233,7 @@ def stream_follower(job: Path, export_path: Any, settings: ElasticSettings) -> I
         thread.join()
 
 
-def _follow(job: Path, export_path: Any, settings: ElasticSettings, stop: threading.Event) -> None:
+def _follow_until_stopped(job: Path, export_path: Any, settings: ElasticSettings, stop: threading.Event) -> None:
     while not stop.is_set():
         try:
             poll = settings.poll_interval_secs
