@@ -166,3 +166,14 @@ def storage_errors(then: str) -> Iterator[None]:
         yield
     except OSError as exc:
         raise storage_error(exc, "", then) from exc
+
+
+# -- issue 16, protocol owners (jobdir/, coordination/): exceptions that lived beside their raisers --
+class WorkerInterrupted(BaseException):
+    """Raised in the worker's main thread by its SIGTERM/SIGINT handler (``jobdir.worker_signals``).
+
+    A BaseException, so that a runner's ``except Exception`` does not swallow it."""
+
+    def __init__(self, signum: int):
+        super().__init__(f"interrupted by signal {signum}")
+        self.signum = signum

@@ -55,8 +55,9 @@ from loguru import logger
 
 from data_juicer_elastic.jobdir import confine, leases
 from data_juicer_elastic.jobdir.layout import JobLayout
+from data_juicer_elastic.jobdir.lease_records import Claim
 from data_juicer_elastic.jobdir.manifest import check_shard_file
-from data_juicer_elastic.jobdir.records import Claim, Manifest, ShardEntry
+from data_juicer_elastic.jobdir.records import Manifest, ShardEntry
 
 TAIL_POLL_SECS: Final = 0.2  # how often the helper looks whether the current shard reached its tail
 RELEASE_UNRUN: Final = "unrun"  # release reason of a shard claimed ahead and handed back without running it

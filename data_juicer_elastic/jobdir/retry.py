@@ -27,8 +27,9 @@ from loguru import logger
 from data_juicer_elastic.errors import ConfigError, IntegrityError, JobDirError
 from data_juicer_elastic.jobdir import attempts, confine, leases
 from data_juicer_elastic.jobdir.layout import JobLayout, parse_gen_name, validate_shard_id
+from data_juicer_elastic.jobdir.lease_records import Release
 from data_juicer_elastic.jobdir.manifest import load_manifest
-from data_juicer_elastic.jobdir.records import Manifest, Release
+from data_juicer_elastic.jobdir.records import Manifest
 from data_juicer_elastic.sharedfs import fsio
 from data_juicer_elastic.sharedfs.identity import WorkerIdentity
 
