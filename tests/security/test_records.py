@@ -71,9 +71,10 @@ def test_a_claim_with_any_field_replaced_never_parses_to_a_wrong_type(field, val
     obj = VALID_CLAIM.to_dict()
     obj[field] = value
     record = _parse_is_record_or_job_dir_error(Claim, json.dumps(obj).encode())
-    if record is not None:  # accepted only with the declared type
+    if record is not None:  # accepted only with the declared type (a reason code: a str, or its StrEnum member)
+        declared = {"int": int, "str": str, "float": float, "TakeoverReason": str}
         for f in dataclasses.fields(Claim):
-            assert isinstance(getattr(record, f.name), {"int": int, "str": str, "float": float}[f.type])
+            assert isinstance(getattr(record, f.name), declared[f.type])
 
 
 @pytest.mark.parametrize(
