@@ -38,7 +38,7 @@ def worker(job: Path, k: int, go: Path, out: Path, poll: float, gate_on: bool) -
     from loguru import logger
 
     from data_juicer_elastic.coordination.stragglers import ClaimGate
-    from data_juicer_elastic.jobdir import worker_loop
+    from data_juicer_elastic.jobdir import shard_attempt, worker_loop
     from data_juicer_elastic.jobdir.layout import JobLayout
     from data_juicer_elastic.jobdir.manifest import load_manifest
     from data_juicer_elastic.jobdir.tasks import ShardOutput
@@ -71,7 +71,7 @@ def worker(job: Path, k: int, go: Path, out: Path, poll: float, gate_on: bool) -
 
     ClaimGate.__call__ = gate_call
 
-    original = worker_loop._Worker.claim_next
+    original = shard_attempt.ShardWorker.claim_next
 
     def claim_next(self):
         inside[0] = True
@@ -83,7 +83,7 @@ def worker(job: Path, k: int, go: Path, out: Path, poll: float, gate_on: bool) -
         counts["claims"] += got is not None
         return got, finished
 
-    worker_loop._Worker.claim_next = claim_next
+    shard_attempt.ShardWorker.claim_next = claim_next
 
     def run(task):
         data = task.shard_path.read_bytes()

@@ -27,7 +27,7 @@ from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
 
-from data_juicer_elastic.jobdir import attempts, leases, progress
+from data_juicer_elastic.jobdir import attempts, failures, leases, progress
 from data_juicer_elastic.jobdir.layout import JobLayout
 from data_juicer_elastic.jobdir.manifest import load_manifest
 from data_juicer_elastic.shards.prepare import PrepareRequest, prepare_job
@@ -111,7 +111,7 @@ def _build(root: Path, shards: int, rows_per_shard: int, pending_fraction: float
             for _ in range(MAX_RETRIES + 1):
                 claim = _claim(layout, shard, who)
                 att = attempts.open_attempt(layout, claim, who)
-                attempts.record_failure(
+                failures.record_failure(
                     layout, claim, shard_id=shard, generation=claim.generation, error="ValueError: poison row",
                     error_type="ShardExecutionError", exit_reason="error", max_retries=MAX_RETRIES, reporter=who,
                 )  # fmt: skip
@@ -129,7 +129,7 @@ def _build(root: Path, shards: int, rows_per_shard: int, pending_fraction: float
             if i in retried_ids:
                 claim = _claim(layout, shard, who)
                 attempts.open_attempt(layout, claim, who)
-                attempts.record_failure(
+                failures.record_failure(
                     layout, claim, shard_id=shard, generation=claim.generation, error="RayTaskError: worker died",
                     error_type="ShardExecutionError", exit_reason="error", max_retries=MAX_RETRIES, reporter=who,
                 )  # fmt: skip

@@ -179,3 +179,14 @@ class PrepareCancelled(Exception):
     """The recipe was refused while the overlapped input pass ran (``preparation``): stop the pass.
 
     Not an ElasticError: it never reaches the user, the refusal itself is raised instead."""
+
+
+# -- issue 16, protocol owners (jobdir/, coordination/): exceptions that lived beside their raisers --
+class WorkerInterrupted(BaseException):
+    """Raised in the worker's main thread by its SIGTERM/SIGINT handler (``jobdir.worker_signals``).
+
+    A BaseException, so that a runner's ``except Exception`` does not swallow it."""
+
+    def __init__(self, signum: int):
+        super().__init__(f"interrupted by signal {signum}")
+        self.signum = signum

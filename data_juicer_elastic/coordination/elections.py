@@ -11,17 +11,17 @@ All "first wins" decisions use the job directory's exclusive ``link()`` publicat
   reads this one record and exits with its code and message, so no two instances
   can report different endings.
 
-A leader renews ``<phase>.heartbeat.json`` while it works.  A waiter decides the
-leader is gone the way shard leases do (``jobdir.leases``): on its own monotonic
-clock, when the heartbeat has not changed for ``ttl_secs``, or at once when the
-leader's pid is gone in this very kernel and pid namespace.  It then publishes a
+A leader renews ``<phase>.heartbeat.json`` while it works (``jobdir.heartbeats.RenewThread``).
+A waiter decides the leader is gone with the rule shard leases use
+(``jobdir.heartbeats.StalenessObserver``): on its own monotonic clock, when the
+heartbeat has not changed for ``ttl_secs``, or at once when the leader's pid is gone
+in this very kernel and pid namespace.  It then publishes a
 failed outcome (CoordinatorLostError); a new submission (new run id) starts a
 fresh generation and finishes the job.
 """
 
 from __future__ import annotations
 
-import threading
 import time
 from collections.abc import Callable
 from typing import Any, Final, NoReturn
@@ -37,17 +37,19 @@ from data_juicer_elastic.coordination.run_records import (
     Leader,
     Outcome,
     Participant,
+    ParticipantExit,
     PhaseHeartbeat,
     PrepareResult,
+    RunPhase,
     RunRecord,
 )
 from data_juicer_elastic.errors import CoordinatorLostError, ElasticError, JobDirError
 from data_juicer_elastic.jobdir import confine
+from data_juicer_elastic.jobdir.heartbeats import Clock, RenewThread, Sighting, StalenessObserver
 from data_juicer_elastic.jobdir.layout import JobLayout
 from data_juicer_elastic.sharedfs import fsio
 from data_juicer_elastic.sharedfs.identity import WorkerIdentity, pid_alive
 
-Clock = Callable[[], float]
 MAX_MESSAGE_CHARS: Final = 4000
 
 
@@ -111,7 +113,7 @@ class RunCoordinator:
         self.joined_at = time.time()
         self._write_participant(slots)
 
-    def leave(self, exit_reason: str, slots: int = 1, shards_done: int | None = None) -> None:
+    def leave(self, exit_reason: ParticipantExit, slots: int = 1, shards_done: int | None = None) -> None:
         """Record how this instance ended (informational; a write error is only logged)."""
         try:
             self._write_participant(slots, left_at=time.time(), exit_reason=exit_reason, shards_done=shards_done)
@@ -138,7 +140,7 @@ class RunCoordinator:
         return sorted(found, key=lambda p: p.joined_at)
 
     # -- elections ----------------------------------------------------------------------------------
-    def elect(self, phase: str) -> tuple[bool, Leader]:
+    def elect(self, phase: RunPhase) -> tuple[bool, Leader]:
         """(we won, the leader): exactly one instance of the run wins each phase."""
         record = Leader(self.run.value, phase, self.instance, time.time())
         path = self.layout.leader(self.key, phase)
@@ -150,10 +152,10 @@ class RunCoordinator:
             raise JobDirError(f"the {phase} leader record is unreadable", where=str(path), hint="re-submit the job")
         return leader.instance.instance_id == self.instance_id, leader
 
-    def leader(self, phase: str) -> Leader | None:
+    def leader(self, phase: RunPhase) -> Leader | None:
         return _read(Leader, self.layout.leader(self.key, phase))
 
-    def heartbeat(self, phase: str) -> PhaseHeartbeater:
+    def heartbeat(self, phase: RunPhase) -> PhaseHeartbeater:
         return PhaseHeartbeater(self, phase)
 
     # -- results --------------------------------------------------------------------------------------
@@ -186,7 +188,7 @@ class RunCoordinator:
             Outcome(self.run.value, OK, "finalize", self.instance, time.time(), details=details)
         )
 
-    def abort(self, phase: str, error: BaseException) -> Outcome:
+    def abort(self, phase: RunPhase, error: BaseException) -> Outcome:
         """Publish ``error`` as the run's failed outcome (first abort wins); the outcome in effect."""
         if isinstance(error, ElasticError):
             fields = dict(error_type=type(error).__name__, message=error.message, where=error.where, hint=error.hint)
@@ -201,7 +203,7 @@ class RunCoordinator:
             raise_outcome(outcome)
 
     # -- waiting for another instance -----------------------------------------------------------------------
-    def await_phase(self, phase: str, leader: Leader, done: Callable[[], Any]) -> Any:
+    def await_phase(self, phase: RunPhase, leader: Leader, done: Callable[[], Any]) -> Any:
         """Poll ``done()`` until it returns a value; raise the run's abort, or abort when the leader is gone."""
         watch = LeaderWatch(self, phase, leader)
         logger.info(f"waiting for the {phase} coordinator {leader.instance.describe()}")
@@ -235,10 +237,9 @@ def raise_outcome(outcome: Outcome) -> NoReturn:
 class LeaderWatch:
     """Is a phase leader still alive?  Judged like a shard lease: by heartbeat change on our clock."""
 
-    def __init__(self, coordinator: RunCoordinator, phase: str, leader: Leader):
+    def __init__(self, coordinator: RunCoordinator, phase: RunPhase, leader: Leader):
         self.c, self.phase, self.leader = coordinator, phase, leader
-        self._token: object = object()
-        self._since = coordinator.clock()
+        self._observer = StalenessObserver(coordinator.ttl_secs, coordinator.clock)
 
     def lost_reason(self) -> str | None:
         c, who = self.c, self.leader.instance
@@ -250,11 +251,7 @@ class LeaderWatch:
             token = (beat.instance_id, beat.seq) if beat is not None else None
         except JobDirError as exc:  # torn or foreign: counts as "no change", like a lease heartbeat
             token = ("error", str(exc))
-        now = c.clock()
-        if token != self._token:
-            self._token, self._since = token, now
-            return None
-        if now - self._since >= c.ttl_secs:
+        if self._observer.is_stale(Sighting(self.phase, token)):
             return f"stopped renewing its heartbeat for {c.ttl_secs:g}s (killed, lost or hung)"
         return None
 
@@ -262,31 +259,25 @@ class LeaderWatch:
 class PhaseHeartbeater:
     """Renews ``<phase>.heartbeat.json`` from a daemon thread while the leader works."""
 
-    def __init__(self, coordinator: RunCoordinator, phase: str):
+    def __init__(self, coordinator: RunCoordinator, phase: RunPhase):
         self.c, self.phase = coordinator, phase
         self.seq = 0
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
+        self._renewer = RenewThread(coordinator.heartbeat_secs, self.beat, f"{phase}-heartbeat")
 
-    def beat(self) -> None:
+    def beat(self) -> bool:
+        """One renewal; always True: a failed write is only logged (waiters may then call us lost
+        after a TTL, the safe direction), and the leader keeps trying."""
         self.seq += 1
         record = PhaseHeartbeat(self.c.run.value, self.phase, self.c.instance_id, self.seq, time.time())
         try:
             fsio.atomic_write(self.c.layout.phase_heartbeat(self.c.key, self.phase), record.encode(), durable=False)
-        except OSError as exc:  # waiters may then call us lost after a TTL: the safe direction
+        except OSError as exc:
             logger.warning(f"{self.phase} heartbeat failed: {exc}")
+        return True
 
     def __enter__(self) -> PhaseHeartbeater:
-        self.beat()
-        self._thread = threading.Thread(target=self._run, name=f"{self.phase}-heartbeat", daemon=True)
-        self._thread.start()
+        self._renewer.start()
         return self
 
-    def _run(self) -> None:
-        while not self._stop.wait(self.c.heartbeat_secs):
-            self.beat()
-
     def __exit__(self, *exc_info: object) -> None:
-        self._stop.set()
-        if self._thread is not None:
-            self._thread.join(timeout=max(1.0, self.c.heartbeat_secs))
+        self._renewer.stop()

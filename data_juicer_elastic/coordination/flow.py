@@ -29,7 +29,7 @@ from data_juicer_elastic.errors import ElasticError
 from data_juicer_elastic.jobdir.manifest import load_manifest
 from data_juicer_elastic.jobdir.outcome import job_outcome
 from data_juicer_elastic.jobdir.records import Manifest
-from data_juicer_elastic.jobdir.worker_loop import WorkerSummary
+from data_juicer_elastic.jobdir.shard_attempt import WorkerSummary
 
 
 @dataclass(frozen=True)

@@ -6,19 +6,41 @@ one parse per kind, and a malformed record is an error, never a success.
 
 from __future__ import annotations
 
+import enum
 from dataclasses import dataclass, field
-from typing import Any, ClassVar, Final, Literal
+from typing import Any, ClassVar
 
 from data_juicer_elastic.jobdir.records import Record
 from data_juicer_elastic.sharedfs.identity import WorkerIdentity
 
-Phase = Literal["prepare", "finalize"]
-PREPARE: Final = "prepare"
-FINALIZE: Final = "finalize"
-WORK: Final = "work"  # the phase an abort can also come from (terminal shard failure, strict timeout)
 
-OK: Final = "ok"
-FAILED: Final = "failed"
+class RunPhase(enum.StrEnum):
+    """A phase of a run: elected ones (prepare, finalize) and the work between them."""
+
+    PREPARE = "prepare"
+    WORK = "work"  # the phase an abort can also come from (terminal shard failure, strict timeout)
+    FINALIZE = "finalize"
+
+
+class OutcomeStatus(enum.StrEnum):
+    """How a run ended (``Outcome.status``)."""
+
+    OK = "ok"  # finalized
+    FAILED = "failed"  # aborted
+
+
+class ParticipantExit(enum.StrEnum):
+    """How an instance left its run (``Participant.exit_reason``)."""
+
+    FINALIZED = "finalized"
+    ABORTED = "aborted"
+    ERROR = "error"
+    MAX_SHARDS = "max_shards"
+
+
+# Short names callers use.
+PREPARE, WORK, FINALIZE = RunPhase.PREPARE, RunPhase.WORK, RunPhase.FINALIZE
+OK, FAILED = OutcomeStatus.OK, OutcomeStatus.FAILED
 
 
 @dataclass(frozen=True)
@@ -59,7 +81,7 @@ class Leader(Record):
 
     KIND: ClassVar[str] = "leader"
     run_id: str
-    phase: str
+    phase: RunPhase
     instance: Instance
     elected_at: float
 
@@ -70,7 +92,7 @@ class PhaseHeartbeat(Record):
 
     KIND: ClassVar[str] = "phase-heartbeat"
     run_id: str
-    phase: str
+    phase: RunPhase
     instance_id: str
     seq: int
     written_at: float
@@ -100,8 +122,8 @@ class Outcome(Record):
 
     KIND: ClassVar[str] = "outcome"
     run_id: str
-    status: str  # OK | FAILED
-    phase: str  # PREPARE | WORK | FINALIZE
+    status: OutcomeStatus
+    phase: RunPhase
     instance: Instance
     decided_at: float
     error_type: str | None = None
@@ -125,5 +147,5 @@ class Participant(Record):
     slots: int
     joined_at: float
     left_at: float | None = None
-    exit_reason: str | None = None  # "finalized" | "aborted" | "error" | "max_shards"
+    exit_reason: ParticipantExit | None = None
     shards_done: int | None = None

@@ -23,10 +23,18 @@ from loguru import logger
 from data_juicer_elastic.coordination.elections import RunCoordinator, raise_outcome
 from data_juicer_elastic.coordination.run_records import WORK
 from data_juicer_elastic.errors import ElasticError, ParticipationError, ShardFailedError
-from data_juicer_elastic.jobdir import attempts, leases
+from data_juicer_elastic.jobdir import heartbeats
 from data_juicer_elastic.jobdir.layout import JobLayout
 from data_juicer_elastic.jobdir.outcome import job_outcome
-from data_juicer_elastic.jobdir.records import Manifest, ShardState, TerminalInfo
+from data_juicer_elastic.jobdir.records import Manifest
+from data_juicer_elastic.jobdir.shard_state import (
+    Markers,
+    ShardState,
+    TerminalInfo,
+    decide_state,
+    read_failed_marker,
+    read_markers,
+)
 from data_juicer_elastic.sharedfs import fsio
 from data_juicer_elastic.status.job_status import snapshot
 
@@ -50,13 +58,11 @@ def terminal_failures(layout: JobLayout) -> list[TerminalInfo]:
             continue
         shard_id = name[: -len(".json")]
         try:
-            record, error = attempts.read_terminal(layout, shard_id)
+            markers = read_failed_marker(layout, Markers(shard_id))
         except ElasticError:  # a foreign file name in failed/
             continue
-        if record is not None:
-            found.append(TerminalInfo(shard_id, record.last_error))
-        elif error is not None:
-            found.append(TerminalInfo(shard_id, f"corrupt failed marker: {error}"))
+        if decide_state(markers) is ShardState.FAILED:
+            found.append(markers.terminal_info)
     return found
 
 
@@ -127,7 +133,7 @@ def wait_settled(
 ) -> None:
     """Return once every shard is done; raise the run's failure otherwise (never claims)."""
     layout = coordinator.layout
-    observer = leases.StalenessObserver(ttl_secs, clock)
+    observer = heartbeats.StalenessObserver(ttl_secs, clock)
     unclaimed_since: float | None = None
     logger.info("waiting for the other instances to finish the remaining shards")
     while True:
@@ -177,9 +183,9 @@ def completion_nodes(layout: JobLayout, manifest: Manifest) -> dict[str, int]:
     """Accepted shards per node id (from the done markers)."""
     by_node: dict[str, int] = {}
     for entry in manifest.shards:
-        result, _ = attempts.read_done(layout, entry.shard_id)
-        if result is not None:
-            by_node[result.node_id] = by_node.get(result.node_id, 0) + 1
+        markers = read_markers(layout, entry.shard_id, failed=False)
+        if decide_state(markers) is ShardState.DONE:
+            by_node[markers.result.node_id] = by_node.get(markers.result.node_id, 0) + 1
     return by_node
 
 

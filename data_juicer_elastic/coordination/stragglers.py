@@ -36,7 +36,8 @@ from loguru import logger
 
 from data_juicer_elastic.jobdir import attempts, leases
 from data_juicer_elastic.jobdir.layout import JobLayout
-from data_juicer_elastic.jobdir.records import AttemptRecord, Manifest
+from data_juicer_elastic.jobdir.records import Manifest
+from data_juicer_elastic.jobdir.result_records import AttemptRecord
 from data_juicer_elastic.sharedfs import fsio
 
 MAX_NEW_SPANS: Final = 16  # done shards whose durations one observe() reads at most (a sample)

@@ -127,7 +127,7 @@ def build_shard_recipe(cfg: Any) -> dict:
 
 def recipe_hash(recipe: dict) -> str:
     """The job's recipe identity; one definition, shared with the manifest (jobdir.records)."""
-    from data_juicer_elastic.jobdir.records import recipe_hash as manifest_recipe_hash
+    from data_juicer_elastic.jobdir.records import manifest_recipe_hash
 
     return manifest_recipe_hash(canonical(recipe))
 

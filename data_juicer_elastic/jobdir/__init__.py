@@ -1,12 +1,20 @@
 """The job-directory protocol: who may do what to a shard, recorded on shared storage.
 
-``layout`` (every path), ``confine`` (every write inside the job dir), ``records`` (on-disk
-records, one encode/parse pair per kind), ``manifest`` (the prepared job), ``leases`` (claims,
-heartbeats, staleness, takeover), ``claiming`` / ``claim_ahead`` (finding the next shard),
-``attempts`` (attempt dirs, first-wins publication, failure accounting), ``shard_state``
-(the one rule for done/failed/corrupt/claimed/pending), ``liveness`` / ``progress`` (is a
-running attempt alive), ``worker_loop`` (claim, run, publish, release, repeat), ``retry``,
-``outcome``, ``export_path``, ``recipe_diff``, ``row_stats``, ``published_file``, ``tasks``.
+Paths and writes: ``layout`` (every path), ``confine`` (every write inside the job dir).
+Records (one module owns each kind): ``records`` (encode/parse machinery, the manifest),
+``lease_records`` (claim, heartbeat, release, failure of a generation), ``result_records``
+(attempt, result, terminal failure, merge), ``reasons`` (every reason code, as StrEnums),
+``manifest`` (loading and checking the prepared job).
+Rules (one owner each): ``shard_state`` (done / failed / corrupt / running / stale /
+pending), ``heartbeats`` (staleness on the observer's clock; the renew thread),
+``leases`` (claims, takeover, release, the lease heartbeater and self-fencing),
+``attempts`` (attempt dirs, first-wins publication, result validation), ``failures``
+(failure records, retry and death budgets, terminal failure), ``liveness`` / ``progress``
+(is a running attempt alive; its live progress record), ``outcome`` (is the job finished).
+The worker: ``claiming`` / ``claim_ahead`` (finding the next shard), ``shard_attempt``
+(running one claimed shard, every way out recorded), ``worker_loop`` (the loop),
+``worker_signals`` (SIGTERM/SIGINT).  Tools: ``retry``, ``export_path``, ``recipe_diff``,
+``row_stats``, ``published_file``, ``tasks``.
 No Ray, no Data-Juicer imports.  Import from the modules; nothing is re-exported here so
 that importing one piece stays cheap.
 """

@@ -1,4 +1,4 @@
-"""Attempt directories, result publication (first wins) and failure accounting.
+"""Attempt directories and result publication (first wins); failures are ``jobdir.failures``.
 
 An attempt writes only inside its own directory ``attempts/<shard>/<attempt_id>/``.
 Its ``result.json`` is then hard-linked to ``done/<shard>.json``: ``link()``
@@ -14,22 +14,17 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Final
 
 from loguru import logger
 
 from data_juicer_elastic.errors import IntegrityError, JobDirError
 from data_juicer_elastic.jobdir import confine
-from data_juicer_elastic.jobdir.layout import JobLayout, parse_gen_name
+from data_juicer_elastic.jobdir.layout import JobLayout
+from data_juicer_elastic.jobdir.lease_records import Claim
 from data_juicer_elastic.jobdir.published_file import FORGED_HINT, check_published_file
-from data_juicer_elastic.jobdir.records import (
-    AttemptRecord,
-    Claim,
-    Failure,
-    ShardEntry,
-    ShardResult,
-    TerminalFailure,
-)
+from data_juicer_elastic.jobdir.reasons import AttemptExit
+from data_juicer_elastic.jobdir.records import ShardEntry
+from data_juicer_elastic.jobdir.result_records import AttemptRecord, ShardResult
 from data_juicer_elastic.jobdir.row_stats import describe as describe_row_stats
 from data_juicer_elastic.rows.jsonl import validate_jsonl_output
 from data_juicer_elastic.sharedfs import fsio
@@ -65,7 +60,9 @@ def open_attempt(layout: JobLayout, claim: Claim, identity: WorkerIdentity) -> A
     return Attempt(layout, claim, directory, record)
 
 
-def close_attempt(attempt: Attempt, exit_reason: str, *, rows: int | None = None, error: str | None = None) -> None:
+def close_attempt(
+    attempt: Attempt, exit_reason: AttemptExit, *, rows: int | None = None, error: str | None = None
+) -> None:
     """Rewrite attempt.json with the end.  Informational only, so a write error is logged."""
     batching = read_batching_summary(attempt.layout, attempt.claim.shard_id, attempt.claim.attempt_id)
     attempt.record = replace(
@@ -294,128 +291,3 @@ def requeue_hint(layout: JobLayout, shard_ids: list[str]) -> str:
     """How to run done shards whose result is gone or corrupt again (``jobdir.retry``)."""
     shown = " ".join(shard_ids[:8]) + (" ..." if len(shard_ids) > 8 else "")
     return f"requeue with `dj-elastic retry --job-dir {layout.root} --shard-id {shown}`, then run a worker"
-
-
-# -- failures ------------------------------------------------------------------------------------------
-# Failure records whose holder died or stopped (killed, preempted, hung, a frozen runtime given up):
-# evidence against the node, not the shard, so they have a budget of their own (max_holder_deaths).
-# Every other failure (exit_reason "error": the shard's execution raised) counts against max_retries.
-DEATH_REASONS: Final = frozenset({"lease-expired", "holder-dead", "stalled"})
-
-
-def split_failures(failures: list[Failure]) -> tuple[list[Failure], list[Failure]]:
-    """(execution failures, holder deaths) of a shard, each in generation order."""
-    deaths = [f for f in failures if f.exit_reason in DEATH_REASONS]
-    return [f for f in failures if f.exit_reason not in DEATH_REASONS], deaths
-
-
-@dataclass(frozen=True)
-class FailureOutcome:
-    recorded: bool  # False: a failure for this generation was already recorded
-    failures: int  # valid failure records of the shard now
-    terminal: TerminalFailure | None  # set when the retry budget is spent
-
-
-def record_failure(
-    layout: JobLayout,
-    claim: Claim | None,
-    *,
-    shard_id: str,
-    generation: int,
-    error: str,
-    error_type: str,
-    exit_reason: str,
-    max_retries: int,
-    reporter: WorkerIdentity,
-    max_holder_deaths: int | None = None,
-) -> FailureOutcome:
-    """Record that generation ``generation`` failed; publish failed/<shard>.json when the
-    shard's execution has failed ``max_retries + 1`` times, or its holder died
-    ``max_holder_deaths + 1`` times (None: deaths never fail it).  ``claim`` is the failed
-    claim when known (None when its record is corrupt)."""
-    record = Failure(
-        shard_id=shard_id,
-        generation=generation,
-        attempt_id=claim.attempt_id if claim else "unknown",
-        node_id=claim.node_id if claim else reporter.node_id,
-        hostname=claim.hostname if claim else reporter.hostname,
-        pid=claim.pid if claim else 0,
-        error=error[-MAX_ERROR_CHARS:],
-        error_type=error_type,
-        exit_reason=exit_reason,
-        failed_at=time.time(),
-    )
-    path = layout.failure(shard_id, generation)
-    confine.ensure_dir(layout, path.parent)
-    recorded = fsio.publish_bytes(path, record.encode())
-    failures = list_failures(layout, shard_id)
-    terminal = publish_terminal_if_exhausted(layout, shard_id, max_retries, failures, max_holder_deaths)
-    return FailureOutcome(recorded, len(failures), terminal)
-
-
-def list_failures(layout: JobLayout, shard_id: str) -> list[Failure]:
-    """Valid failure records of a shard in generation order (corrupt ones do not count)."""
-    out = []
-    directory = layout.failure_dir(shard_id)
-    for name in fsio.list_names(directory):
-        if parse_gen_name(name) is None:
-            continue
-        try:
-            data = fsio.read_record(directory / name)
-            if data is None:
-                continue
-            out.append(Failure.parse(data, directory / name))
-        except JobDirError as exc:
-            logger.warning(f"ignoring corrupt failure record: {exc}")
-    return sorted(out, key=lambda f: f.generation)
-
-
-def read_terminal(layout: JobLayout, shard_id: str) -> tuple[TerminalFailure | None, str | None]:
-    path = layout.failed(shard_id)
-    try:
-        data = fsio.read_record(path)
-        if data is None:
-            return None, None
-        return TerminalFailure.parse(data, path), None
-    except JobDirError as exc:
-        return None, str(exc)
-
-
-def publish_terminal_if_exhausted(
-    layout: JobLayout,
-    shard_id: str,
-    max_retries: int,
-    failures: list[Failure] | None = None,
-    max_holder_deaths: int | None = None,
-) -> TerminalFailure | None:
-    """The shard's terminal failure if a budget is spent (publishing it if needed): more than
-    ``max_retries`` execution failures, or more than ``max_holder_deaths`` holder deaths."""
-    existing, _ = read_terminal(layout, shard_id)
-    if existing is not None:
-        return existing
-    failures = list_failures(layout, shard_id) if failures is None else failures
-    errors, deaths = split_failures(failures)
-    if len(errors) > max_retries:
-        last = errors[-1]
-    elif max_holder_deaths is not None and len(deaths) > max_holder_deaths:
-        last = deaths[-1]
-    else:
-        return None
-    terminal = TerminalFailure(
-        shard_id=shard_id,
-        failures=len(failures),
-        max_retries=max_retries,
-        last_error=last.error,
-        last_attempt_id=last.attempt_id,
-        generations=[f.generation for f in failures],
-        failed_at=time.time(),
-        max_holder_deaths=max_holder_deaths,
-    )
-    confine.ensure_dir(layout, layout.failed_dir)
-    if fsio.publish_bytes(layout.failed(shard_id), terminal.encode()):
-        logger.error(
-            f"{shard_id}: {len(errors)} failed attempt(s) and {len(deaths)} holder death(s), giving up: {last.error}"
-        )
-        return terminal
-    existing, _ = read_terminal(layout, shard_id)
-    return existing or terminal

@@ -1,7 +1,7 @@
 """Claim-ahead: hold the next shard (and read it) while the current one runs (issue 14, item 2).
 
 What.  While a worker slot runs shard N, :class:`ClaimAhead` claims shard N+1 on a helper
-thread once N is in its tail (the worker loop's gate, ``worker_loop.TAIL_FRACTION``: N is
+thread once N is in its tail (the worker loop's gate, ``shard_attempt.TAIL_FRACTION``: N is
 expected to be 80% through by the worker's last time per row; or N's run has ended), through
 the worker's own claim path (``claiming.Claimer.claim_next``: the same cursor, claim gate
 and ``link()``-published generation as any claim), starts a plain heartbeat for it at once,
@@ -55,12 +55,14 @@ from loguru import logger
 
 from data_juicer_elastic.jobdir import confine, leases
 from data_juicer_elastic.jobdir.layout import JobLayout
+from data_juicer_elastic.jobdir.lease_records import Claim
 from data_juicer_elastic.jobdir.manifest import check_shard_file
-from data_juicer_elastic.jobdir.records import Claim, Manifest, ShardEntry
+from data_juicer_elastic.jobdir.reasons import ReleaseReason
+from data_juicer_elastic.jobdir.records import Manifest, ShardEntry
 
 TAIL_POLL_SECS: Final = 0.2  # how often the helper looks whether the current shard reached its tail
-RELEASE_UNRUN: Final = "unrun"  # release reason of a shard claimed ahead and handed back without running it
-RELEASE_SIGNAL: Final = "signal"  # the same reason a claimed-but-not-run shard gets on a signal today
+# release reasons of a shard claimed ahead and handed back without running it (a signal: as any claimed one)
+RELEASE_UNRUN, RELEASE_SIGNAL = ReleaseReason.UNRUN, ReleaseReason.SIGNAL
 ClaimNext = Callable[[], tuple[tuple[ShardEntry, Claim] | None, bool]]
 FileStamp = tuple[int, int, int, int]  # st_dev, st_ino, st_size, st_mtime_ns
 
@@ -106,7 +108,7 @@ class _Cycle:
         self.thread: threading.Thread | None = None
         self.claimed = threading.Event()  # set once the helper no longer uses the Claimer
         self.held: AheadShard | None = None
-        self.cancelled: str | None = None  # release reason, once the worker gave the cycle up
+        self.cancelled: ReleaseReason | None = None  # release reason, once the worker gave the cycle up
         self.error: BaseException | None = None  # raised by claim_next; re-raised by take()
 
 
@@ -180,7 +182,7 @@ class ClaimAhead:
         self.taken += 1
         return ahead
 
-    def release(self, reason: str = RELEASE_UNRUN, *, why: str = "", wait_secs: float | None = 0.0) -> None:
+    def release(self, reason: ReleaseReason = RELEASE_UNRUN, *, why: str = "", wait_secs: float | None = 0.0) -> None:
         """Hand the held shard back now (any thread; idempotent).  A claim the helper is still
         making is released by the helper itself.  ``wait_secs``: then wait this long for the
         helper to finish claiming (a process about to exit), None: until it has."""
@@ -198,7 +200,7 @@ class ClaimAhead:
         if wait_secs != 0.0:
             cycle.claimed.wait(wait_secs)
 
-    def close(self, reason: str = RELEASE_UNRUN, *, why: str = "", wait_secs: float | None = None) -> None:
+    def close(self, reason: ReleaseReason = RELEASE_UNRUN, *, why: str = "", wait_secs: float | None = None) -> None:
         """Release whatever is held and claim nothing more (the worker is leaving)."""
         with self._lock:
             self._closed = True
@@ -257,7 +259,7 @@ class ClaimAhead:
         except Exception as exc:  # noqa: BLE001
             logger.info(f"{ahead.claim.shard_id}: not read ahead ({type(exc).__name__}: {exc}); the run reads it")
 
-    def _hand_back(self, ahead: AheadShard, reason: str, *, started: bool = True) -> None:
+    def _hand_back(self, ahead: AheadShard, reason: ReleaseReason, *, started: bool = True) -> None:
         if started:
             ahead.heartbeater.stop()
         try:

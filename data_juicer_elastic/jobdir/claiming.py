@@ -48,8 +48,11 @@ from typing import Final
 
 from loguru import logger
 
-from data_juicer_elastic.jobdir import attempts, leases
-from data_juicer_elastic.jobdir.records import Claim, ShardEntry
+from data_juicer_elastic.jobdir import attempts, failures, leases
+from data_juicer_elastic.jobdir.lease_records import Claim
+from data_juicer_elastic.jobdir.reasons import FailureReason, ReleaseReason, TakeoverReason
+from data_juicer_elastic.jobdir.records import ShardEntry
+from data_juicer_elastic.jobdir.shard_state import ShardState, decide_state, read_markers
 from data_juicer_elastic.sharedfs import fsio
 from data_juicer_elastic.sharedfs.identity import pid_alive
 
@@ -243,18 +246,19 @@ class Claimer:
 
     def _probe(self, entry: ShardEntry) -> Claim | str:
         shard = entry.shard_id
-        result, done_error = attempts.read_done(self.layout, shard)
-        if result is None and done_error is None and self._not_due(shard):
+        markers = read_markers(self.layout, shard, failed=False)
+        settled = decide_state(markers) is not ShardState.PENDING
+        if not settled and self._not_due(shard):
             return BUSY  # held, not done, and not stale yet: its lease need not be read (8 ops saved)
         was_held = self._held.pop(shard, False) is not False
-        if result is not None or done_error is not None:
+        if settled:
             # DONE is terminal, and a corrupt marker cannot be replaced either (job_outcome reports it).
-            self.learn_done(shard, corrupt=done_error is not None)
-            if done_error is not None or was_held:
+            self.learn_done(shard, corrupt=markers.corrupt_done)
+            if markers.corrupt_done or was_held:
                 return RETIRED  # a holder we watched finished: expected, not someone else's wake
             self.cursor.surprises += 1
             return SURPRISE
-        if attempts.publish_terminal_if_exhausted(self.layout, shard, self.max_retries, None, self.max_holder_deaths):
+        if failures.publish_terminal_if_exhausted(self.layout, shard, self.max_retries, None, self.max_holder_deaths):
             return TERMINAL
         view = leases.read_lease(self.layout, shard)
         reason = leases.takeover_reason(view, self.identity, self.observer)
@@ -266,7 +270,7 @@ class Claimer:
             )
             self._held[shard] = view.claim.pid if local else None
             return BUSY
-        takeover = reason in (leases.STALE, leases.HOLDER_DEAD)
+        takeover = reason in (TakeoverReason.STALE, TakeoverReason.HOLDER_DEAD)
         if not takeover and self.claim_gate and not self.claim_gate():
             return DECLINED  # faster workers will take it sooner; a dead holder's shard is always taken
         if takeover and self._record_takeover(view, reason).terminal is not None:
@@ -277,21 +281,21 @@ class Claimer:
         self.pending = claim  # a signal from here on must release it
         if fsio.exists(self.layout.done(shard)):
             # Published between our check and our claim (a slow or zombie attempt): nothing to do.
-            leases.release_claim(self.layout, claim, leases.RELEASE_FINISHED)
+            leases.release_claim(self.layout, claim, ReleaseReason.FINISHED)
             self.pending = None
             self.learn_done(shard)
             return RETIRED
         logger.info(f"claimed {shard} gen {claim.generation} ({reason}) as {claim.attempt_id}")
         return claim
 
-    def _record_takeover(self, view: leases.LeaseView, reason: str) -> attempts.FailureOutcome:
+    def _record_takeover(self, view: leases.LeaseView, reason: TakeoverReason) -> failures.FailureOutcome:
         # A holder that vanished without a record counts against the death budget (apart from
         # execution failures): a shard that kills its worker every time (OOM) must not loop
         # forever, but killed or preempted workers must not fail a good shard after 3 deaths.
         holder = view.claim
         what = f"{holder.node_id} ({holder.hostname} pid {holder.pid})" if holder else "unknown holder"
-        stale = reason == leases.STALE
-        return attempts.record_failure(
+        stale = reason == TakeoverReason.STALE
+        return failures.record_failure(
             self.layout,
             holder,
             shard_id=view.shard_id,
@@ -300,7 +304,7 @@ class Claimer:
             if stale
             else f"holder {what} died on this host without releasing its claim",
             error_type="LeaseExpired",
-            exit_reason="lease-expired" if stale else "holder-dead",
+            exit_reason=FailureReason.LEASE_EXPIRED if stale else FailureReason.HOLDER_DEAD,
             max_retries=self.max_retries,
             reporter=self.identity,
             max_holder_deaths=self.max_holder_deaths,

@@ -7,11 +7,9 @@
   exists, or when it is stale.  A release with reason "finished" (the shard was
   published) frees it only once stale: until then a lagging cache may be hiding the
   done marker, and taking over would run a finished shard again.
-* Stale is judged only on the *observer's own monotonic clock*: the observer
-  remembers when it first saw each (generation, heartbeat seq) value, and the
-  claim is stale once that value has not changed for TTL.  File mtimes and other
-  nodes' clocks are never compared with ours.  A fresh observer therefore waits
-  a full TTL before its first takeover, which is the price of not trusting clocks.
+* Stale is judged by ``jobdir.heartbeats.StalenessObserver`` (the observer's own monotonic
+  clock; a fresh observer waits a full TTL before its first takeover): the watched value
+  of a lease is its generation and heartbeat seq (:attr:`LeaseView.watch_token`).
 * One shortcut is safe: a claim made in *our* kernel and pid namespace (same
   hostname, boot id and pid namespace) whose pid no longer exists is dead now.
 * The holder renews its heartbeat every H seconds; if it cannot renew for
@@ -26,30 +24,28 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Hashable
 from dataclasses import dataclass
-from typing import Final
 
 from loguru import logger
 
 from data_juicer_elastic.errors import JobDirError
 from data_juicer_elastic.jobdir import confine
+from data_juicer_elastic.jobdir.heartbeats import Clock, RenewThread, StalenessObserver
 from data_juicer_elastic.jobdir.layout import JobLayout, parse_gen_name
+from data_juicer_elastic.jobdir.lease_records import Claim, Failure, Heartbeat, Release
 from data_juicer_elastic.jobdir.liveness import Liveness
-from data_juicer_elastic.jobdir.records import Claim, Failure, Heartbeat, Release
+from data_juicer_elastic.jobdir.reasons import ReleaseReason, TakeoverReason
 from data_juicer_elastic.sharedfs import fsio
 from data_juicer_elastic.sharedfs.identity import WorkerIdentity, pid_alive
 
-Clock = Callable[[], float]
-
-# Takeover reasons recorded in a claim (why generation N could be claimed over).
-FIRST: Final = "none"
-RELEASED: Final = "released"
-FAILED: Final = "failed"
-STALE: Final = "stale"
-HOLDER_DEAD: Final = "dead-pid"
-# Release reason of a holder that published (or saw another attempt's publication).
-RELEASE_FINISHED: Final = "finished"
+# Short names of the takeover reasons and of the release after publication (callers and tests use them).
+FIRST = TakeoverReason.FIRST
+RELEASED = TakeoverReason.RELEASED
+FAILED = TakeoverReason.FAILED
+STALE = TakeoverReason.STALE
+HOLDER_DEAD = TakeoverReason.HOLDER_DEAD
+RELEASE_FINISHED = ReleaseReason.FINISHED
 
 
 @dataclass(frozen=True)
@@ -76,6 +72,15 @@ class LeaseView:
         if self.heartbeat is not None:
             return ("seq", self.heartbeat.attempt_id, self.heartbeat.seq)
         return ("none", self.heartbeat_error)
+
+    @property
+    def watch_key(self) -> str:
+        return self.shard_id
+
+    @property
+    def watch_token(self) -> Hashable:
+        """What a staleness observer (``jobdir.heartbeats``) watches: the generation and its heartbeat."""
+        return (self.generation, self.heartbeat_token)
 
 
 def latest_generation(layout: JobLayout, shard_id: str) -> int:
@@ -116,40 +121,6 @@ def read_lease(layout: JobLayout, shard_id: str) -> LeaseView:
     return LeaseView(shard_id, generation, claim, claim_error, release, failure, heartbeat, hb_error)
 
 
-class StalenessObserver:
-    """Judges staleness on this observer's own clock (Kubernetes leader-election rule)."""
-
-    def __init__(self, ttl_secs: float, clock: Clock = time.monotonic):
-        if ttl_secs <= 0:
-            raise ValueError("ttl_secs must be > 0")
-        self.ttl_secs = ttl_secs
-        self.clock = clock
-        self._seen: dict[str, tuple[int, tuple[object, ...], float]] = {}
-
-    def observe(self, view: LeaseView) -> float:
-        """Record the view; return for how long (our clock) its value has been unchanged."""
-        now = self.clock()
-        key = (view.generation, view.heartbeat_token)
-        previous = self._seen.get(view.shard_id)
-        if previous is None or (previous[0], previous[1]) != key:
-            self._seen[view.shard_id] = (key[0], key[1], now)
-            return 0.0
-        return max(0.0, now - previous[2])
-
-    def unchanged_for(self, shard_id: str) -> float | None:
-        """For how long (our clock) the last value seen for ``shard_id`` has been unchanged, as
-        of its last observation; None when never observed.  Lets a claimer skip re-reading a
-        held shard that could not be stale yet."""
-        previous = self._seen.get(shard_id)
-        return None if previous is None else max(0.0, self.clock() - previous[2])
-
-    def is_stale(self, view: LeaseView) -> bool:
-        return view.generation > 0 and self.observe(view) >= self.ttl_secs
-
-    def forget(self, shard_id: str) -> None:
-        self._seen.pop(shard_id, None)
-
-
 def holder_dead_here(view: LeaseView, identity: WorkerIdentity) -> bool:
     """The claim was made in our kernel and pid namespace and its pid is gone: dead for sure."""
     claim = view.claim
@@ -160,7 +131,7 @@ def holder_dead_here(view: LeaseView, identity: WorkerIdentity) -> bool:
     return not pid_alive(claim.pid)
 
 
-def takeover_reason(view: LeaseView, identity: WorkerIdentity, observer: StalenessObserver) -> str | None:
+def takeover_reason(view: LeaseView, identity: WorkerIdentity, observer: StalenessObserver) -> TakeoverReason | None:
     """Why the latest generation may be claimed over, or None while it is held.
 
     Always feeds the observer (even when another reason applies) so its memory of
@@ -189,7 +160,7 @@ def publish_claim(
     view: LeaseView,
     identity: WorkerIdentity,
     attempt_id: str,
-    reason: str,
+    reason: TakeoverReason,
 ) -> Claim | None:
     """Try to publish generation ``view.generation + 1``; the Claim if we won, None if not."""
     claim = Claim(
@@ -212,7 +183,7 @@ def publish_claim(
     return claim
 
 
-def release_claim(layout: JobLayout, claim: Claim, reason: str) -> bool:
+def release_claim(layout: JobLayout, claim: Claim, reason: ReleaseReason) -> bool:
     """Give up our generation so others may take over at once.  Idempotent: True when a
     release of our attempt is (now) recorded."""
     record = Release(claim.shard_id, claim.generation, claim.attempt_id, reason, time.time())
@@ -274,8 +245,7 @@ class Heartbeater:
         # no renewal without signs of life; on_stall(reason) gives the shard up before the
         # liveness' own stall callbacks (the runner's restart) run
         self.liveness, self.on_stall = liveness, on_stall
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
+        self._renewer = RenewThread(heartbeat_secs, self._renew, f"heartbeat-{claim.shard_id}")
 
     def _lose(self, reason: str) -> None:
         if not self.lost.is_set():
@@ -323,22 +293,16 @@ class Heartbeater:
             self._lose(f"no renewal for more than {self.grace_secs:g}s")
         return not self.lost.is_set()
 
-    def _run(self) -> None:
-        while not self._stop.wait(self.heartbeat_secs):
-            self.beat()
-            if not self.check():
-                return
+    def _renew(self) -> bool:
+        self.beat()
+        return self.check()
 
     def start(self) -> Heartbeater:
-        self.beat()
-        self._thread = threading.Thread(target=self._run, name=f"heartbeat-{self.claim.shard_id}", daemon=True)
-        self._thread.start()
+        self._renewer.start()
         return self
 
     def stop(self) -> None:
-        self._stop.set()
-        if self._thread is not None and self._thread is not threading.current_thread():
-            self._thread.join(timeout=max(1.0, self.heartbeat_secs))
+        self._renewer.stop()
 
     def __enter__(self) -> Heartbeater:
         return self.start()

@@ -13,7 +13,7 @@ holder renews only while the attempt shows *signs of life*:
 
 When neither happened for ``stall_timeout_secs`` (on the holder's monotonic clock,
 checked at every heartbeat), the heartbeat thread gives the shard up: a failure record
-``stalled`` (a holder death, ``attempts.DEATH_REASONS``) and a release, so another
+``stalled`` (a holder death, ``reasons.DEATH_REASONS``) and a release, so another
 worker takes it at once, then it stops renewing and calls the runner's
 ``when_stalled`` callbacks (the Ray runner kills its runtime and restarts the worker
 process with a fresh one, ``execution.runtime_watch``).  The attempt can no longer publish: its lease is lost

@@ -10,7 +10,7 @@ from typing import Any, Final
 from data_juicer_elastic.errors import IntegrityError, JobDirError
 from data_juicer_elastic.jobdir import confine
 from data_juicer_elastic.jobdir.layout import JobLayout, shard_id
-from data_juicer_elastic.jobdir.records import Manifest, ShardEntry, manifest_checksum, recipe_hash
+from data_juicer_elastic.jobdir.records import Manifest, ShardEntry, manifest_checksum, manifest_recipe_hash
 from data_juicer_elastic.rows.codecs import SHARD_SUFFIX
 from data_juicer_elastic.sharedfs import fsio
 
@@ -78,7 +78,7 @@ def validate_manifest(manifest: Manifest, where: str) -> None:
         raise bad("shard sizes do not add up to total_bytes")
     if sum(f.rows for f in manifest.inputs) != manifest.total_rows:
         raise bad("input rows do not add up to total_rows")
-    if recipe_hash(manifest.recipe) != manifest.recipe_hash:
+    if manifest_recipe_hash(manifest.recipe) != manifest.recipe_hash:
         raise bad("recipe_hash does not match the recorded recipe")
     if manifest.shard_codec not in SHARD_SUFFIX:
         raise bad(f"unknown shard_codec {manifest.shard_codec!r}")
@@ -139,7 +139,7 @@ def load_recipe(job_dir: str | Path) -> dict[str, Any]:
         recipe = json.loads(data)
     except ValueError as exc:
         raise JobDirError(f"corrupt recipe.json: {exc}", where=str(layout.recipe)) from None
-    if not isinstance(recipe, dict) or recipe_hash(recipe) != manifest.recipe_hash:
+    if not isinstance(recipe, dict) or manifest_recipe_hash(recipe) != manifest.recipe_hash:
         raise JobDirError(
             "recipe.json does not match the manifest's recipe hash",
             where=str(layout.recipe),

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from data_juicer_elastic.jobdir import attempts
 from data_juicer_elastic.jobdir.layout import JobLayout
-from data_juicer_elastic.jobdir.records import Manifest, TerminalInfo
+from data_juicer_elastic.jobdir.records import Manifest
+from data_juicer_elastic.jobdir.shard_state import Markers, ShardState, TerminalInfo, decide_state, read_markers
 
 
 def job_outcome(
@@ -20,18 +20,11 @@ def job_outcome(
     complete = True
     terminal: list[TerminalInfo] = []
     for entry in manifest.shards:
-        if entry.shard_id in known_done:
-            continue
-        result, done_error = attempts.read_done(layout, entry.shard_id)
-        if result is not None:
+        shard = entry.shard_id
+        markers = Markers(shard, known_done=True) if shard in known_done else read_markers(layout, shard)
+        if decide_state(markers) is ShardState.DONE:
             continue
         complete = False
-        if done_error is not None:
-            terminal.append(TerminalInfo(entry.shard_id, f"corrupt done marker: {done_error}"))
-            continue
-        failed, failed_error = attempts.read_terminal(layout, entry.shard_id)
-        if failed is not None:
-            terminal.append(TerminalInfo(entry.shard_id, failed.last_error))
-        elif failed_error is not None:
-            terminal.append(TerminalInfo(entry.shard_id, f"corrupt failed marker: {failed_error}"))
+        if markers.terminal_info is not None:
+            terminal.append(markers.terminal_info)
     return complete, terminal

@@ -33,8 +33,9 @@ from loguru import logger
 
 from data_juicer_elastic.errors import JobDirError
 from data_juicer_elastic.jobdir.layout import JobLayout
+from data_juicer_elastic.jobdir.lease_records import Claim
 from data_juicer_elastic.jobdir.liveness import Liveness
-from data_juicer_elastic.jobdir.records import Claim, Record
+from data_juicer_elastic.jobdir.records import Record
 from data_juicer_elastic.sharedfs import fsio
 
 MAX_SAMPLES: Final = 64  # samples kept per attempt; older ones are thinned, never all dropped
@@ -78,7 +79,9 @@ class ProgressRecord(Record):
         return json.dumps(self.to_dict(), separators=(",", ":"), ensure_ascii=False, allow_nan=False).encode() + b"\n"
 
 
-def read_progress(layout: JobLayout, shard_id: str, attempt_id: str) -> tuple[ProgressRecord | None, str | None]:
+def read_attempt_progress(
+    layout: JobLayout, shard_id: str, attempt_id: str
+) -> tuple[ProgressRecord | None, str | None]:
     """(record, None); (None, None) when there is none yet; (None, error) when it is unreadable."""
     try:
         path = layout.attempt_progress(shard_id, attempt_id)  # refuses an attempt id that leaves the job dir

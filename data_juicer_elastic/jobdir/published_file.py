@@ -14,7 +14,8 @@ from pathlib import Path
 from data_juicer_elastic.errors import IntegrityError, JobDirError
 from data_juicer_elastic.jobdir import confine
 from data_juicer_elastic.jobdir.layout import JobLayout
-from data_juicer_elastic.jobdir.records import ShardEntry, ShardResult
+from data_juicer_elastic.jobdir.records import ShardEntry
+from data_juicer_elastic.jobdir.result_records import ShardResult
 from data_juicer_elastic.rows.jsonl import validate_jsonl_output
 from data_juicer_elastic.sharedfs import fsio
 

@@ -1,11 +1,17 @@
-"""Versioned on-disk records: one encode/parse pair for every kind, and the shard state enum.
+"""Versioned on-disk records: the encode/parse machinery every kind shares, and the manifest.
 
 Every record is a JSON object ``{"format": "dj-elastic/<kind>", "version": 1, ...}``.
 Parsing checks the tag, the version and the type of every field; anything
 malformed raises :class:`JobDirError` naming the file, so a torn or foreign
 file can never be mistaken for a valid claim, result or manifest.  Unknown
 extra fields are ignored (a newer writer of the same version may add some);
-a newer *version* is refused, because its meaning may have changed.
+a newer *version* is refused, because its meaning may have changed.  A reason-code
+field (a ``StrEnum`` of ``jobdir.reasons``) parses to its member, or stays the plain
+string when a newer writer used a value this version does not know.
+
+One module owns each record kind: the manifest here, a claim generation's records in
+``jobdir.lease_records``, attempts, results, terminal failures and the merge in
+``jobdir.result_records``, the coordination records in ``coordination.run_records``.
 """
 
 from __future__ import annotations
@@ -17,9 +23,9 @@ import hashlib
 import json
 import types
 import typing
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, ClassVar, Final, NamedTuple, TypeVar, Union
+from typing import Any, ClassVar, Final, TypeVar, Union
 
 from data_juicer_elastic.errors import ConfigError, JobDirError
 
@@ -27,23 +33,14 @@ FORMAT_PREFIX: Final = "dj-elastic/"
 VERSION: Final = 1
 
 
-class ShardState(enum.StrEnum):
-    """Where a shard stands.  The only place state names are spelled."""
-
-    PENDING = "pending"  # no live claim: claimable
-    RUNNING = "running"  # a claim whose holder is (as far as we can tell) alive
-    STALE = "stale"  # a claim whose holder stopped heartbeating: claimable by takeover
-    DONE = "done"  # a valid result is published: terminal
-    FAILED = "failed"  # retry budget spent: terminal until `retry`
-
-
 def canonical_json(value: Any) -> bytes:
     """Sorted keys, compact, UTF-8: the same value always gives the same bytes (hashes)."""
     return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False).encode("utf-8")
 
 
-def recipe_hash(recipe: dict[str, Any]) -> str:
-    """sha256 of the canonical JSON of a recipe dict (the job's recipe identity)."""
+def manifest_recipe_hash(recipe: dict[str, Any]) -> str:
+    """sha256 of the canonical JSON of a recipe dict as the manifest holds it (the job's recipe
+    identity; ``integration.recipe.recipe_hash`` canonicalises a built recipe, then calls this)."""
     try:
         return hashlib.sha256(canonical_json(recipe)).hexdigest()
     except (TypeError, ValueError) as exc:
@@ -52,13 +49,6 @@ def recipe_hash(recipe: dict[str, Any]) -> str:
             where="recipe",
             hint="recipe values must be str, int, float, bool, None, lists and dicts",
         ) from exc
-
-
-class TerminalInfo(NamedTuple):
-    """A terminally failed shard and its last error (a tuple, and attributes for readability)."""
-
-    shard_id: str
-    last_error: str
 
 
 R = TypeVar("R", bound="Record")
@@ -151,6 +141,10 @@ def _check(hint: Any, value: Any, where: str, kind: str, name: str) -> Any:
         if isinstance(value, int) and not isinstance(value, bool):
             return value
         raise bad()
+    if isinstance(hint, type) and issubclass(hint, enum.StrEnum):
+        if isinstance(value, str):
+            return _reason(hint, value)
+        raise bad()
     origin = _origin(hint)
     if hint is Any:
         return value
@@ -190,6 +184,14 @@ def _check(hint: Any, value: Any, where: str, kind: str, name: str) -> Any:
             raise bad()
         return _build(hint, value, where, kind)
     raise TypeError(f"unsupported record field type {hint!r}")  # pragma: no cover - programming error
+
+
+def _reason(codes: type[enum.StrEnum], value: str) -> Any:
+    """The member ``value`` names, or ``value`` itself when a newer writer used a code we do not know."""
+    try:
+        return codes(value)
+    except ValueError:
+        return value
 
 
 def _short(value: Any) -> str:
@@ -283,148 +285,3 @@ class Manifest(Record):
 def manifest_checksum(obj: dict[str, Any]) -> str:
     """The checksum a manifest object (as written, extra fields included) must carry."""
     return hashlib.sha256(canonical_json({k: v for k, v in obj.items() if k != "checksum"})).hexdigest()
-
-
-# ---------------------------------------------------------------------------------------------
-# leases
-@dataclass(frozen=True)
-class Claim(Record):
-    KIND: ClassVar[str] = "claim"
-    shard_id: str
-    generation: int
-    attempt_id: str
-    node_id: str
-    hostname: str
-    boot_id: str
-    pid: int
-    pid_namespace: str
-    claimed_at: float  # wall clock, informational only (never compared across nodes)
-    takeover_of: int  # generation taken over (0 for the first claim)
-    takeover_reason: str  # "none" | "released" | "failed" | "stale" | "dead-pid"
-
-
-@dataclass(frozen=True)
-class Heartbeat(Record):
-    KIND: ClassVar[str] = "heartbeat"
-    shard_id: str
-    generation: int
-    attempt_id: str
-    seq: int  # strictly increasing; observers watch it change, not the clock
-    written_at: float  # wall clock, informational only
-
-
-@dataclass(frozen=True)
-class Release(Record):
-    KIND: ClassVar[str] = "release"
-    shard_id: str
-    generation: int
-    attempt_id: str
-    reason: str  # "finished" | "failed" | "signal" | "abandoned" | "retry"
-    released_at: float
-
-
-# ---------------------------------------------------------------------------------------------
-# attempts and results
-@dataclass(frozen=True)
-class AttemptRecord(Record):
-    KIND: ClassVar[str] = "attempt"
-    shard_id: str
-    attempt_id: str
-    generation: int
-    node_id: str
-    hostname: str
-    boot_id: str
-    pid: int
-    started_at: float
-    ended_at: float | None = None
-    rows: int | None = None
-    exit_reason: str | None = None  # "done" | "discarded" | "failed" | "lost" | "signal"
-    error: str | None = None
-    # adaptive batching size-trace summary of the attempt (OOMs, retries, final micro-batch size per
-    # stage), folded in from attempt_dir/batching.json when the attempt ends; None without it
-    batching: dict[str, Any] | None = None
-
-
-@dataclass(frozen=True)
-class RowStatsFile:
-    """An attempt's per-row stats file (jobdir.row_stats): one line per output row."""
-
-    path: str  # relative to the job directory
-    bytes: int
-    sha256: str
-
-
-@dataclass(frozen=True)
-class ShardResult(Record):
-    KIND: ClassVar[str] = "result"
-    shard_id: str
-    attempt_id: str
-    generation: int
-    node_id: str
-    rows: int
-    bytes: int
-    sha256: str
-    output: str  # path of the output file relative to the job directory
-    input_rows: int
-    input_sha256: str
-    published_at: float
-    # The output's per-shard stats summary (relative path, sha256 of its bytes); None when the
-    # runner wrote none.  Older readers of version 1 ignore these fields.
-    stats: str | None = None
-    stats_sha256: str | None = None
-    # Each output row's __dj__stats__/__dj__meta__ (Data-Juicer's <export>_stats.jsonl, per shard);
-    # None when the recipe makes neither.
-    row_stats: RowStatsFile | None = None
-
-
-@dataclass(frozen=True)
-class Failure(Record):
-    KIND: ClassVar[str] = "failure"
-    shard_id: str
-    generation: int
-    attempt_id: str
-    node_id: str
-    hostname: str
-    pid: int
-    error: str
-    error_type: str
-    exit_reason: str  # "error" | "lease-expired" | "holder-dead" | "stalled" (attempts.DEATH_REASONS: own budget)
-    failed_at: float
-
-
-@dataclass(frozen=True)
-class TerminalFailure(Record):
-    KIND: ClassVar[str] = "terminal-failure"
-    shard_id: str
-    failures: int
-    max_retries: int
-    last_error: str
-    last_attempt_id: str
-    generations: list[int]
-    failed_at: float
-    max_holder_deaths: int | None = None  # the death budget in force (None: unlimited, or an older writer)
-
-
-@dataclass(frozen=True)
-class MergedShard:
-    shard_id: str
-    attempt_id: str
-    rows: int
-    bytes: int
-    sha256: str
-
-
-@dataclass(frozen=True)
-class MergeRecord(Record):
-    KIND: ClassVar[str] = "merge"
-    output_path: str
-    rows: int
-    bytes: int
-    sha256: str
-    job_id: str
-    content_sha256: str  # of the manifest's input, to tie the output to the job
-    shards: list[MergedShard] = field(default_factory=list)
-    merged_at: float = 0.0
-    # <export>_stats.jsonl (jobdir.row_stats), when the recipe makes per-row stats
-    row_stats_path: str | None = None
-    row_stats_sha256: str | None = None

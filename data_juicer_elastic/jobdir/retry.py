@@ -20,19 +20,18 @@ import os
 import secrets
 import time
 from pathlib import Path
-from typing import Final
 
 from loguru import logger
 
 from data_juicer_elastic.errors import ConfigError, IntegrityError, JobDirError
 from data_juicer_elastic.jobdir import attempts, confine, leases
 from data_juicer_elastic.jobdir.layout import JobLayout, parse_gen_name, validate_shard_id
+from data_juicer_elastic.jobdir.lease_records import Release
 from data_juicer_elastic.jobdir.manifest import load_manifest
-from data_juicer_elastic.jobdir.records import Manifest, Release
+from data_juicer_elastic.jobdir.reasons import ReleaseReason, TakeoverReason
+from data_juicer_elastic.jobdir.records import Manifest
 from data_juicer_elastic.sharedfs import fsio
 from data_juicer_elastic.sharedfs.identity import WorkerIdentity
-
-RETRY: Final = "retry"  # claim takeover reason and release reason of a requeue
 
 
 def retry_shards(job_dir: str | Path, shard_ids: list[str] | None = None, all_failed: bool = False) -> list[str]:
@@ -111,9 +110,9 @@ def _archive(layout: JobLayout, shard: str, *, done: bool) -> None:
         # and released at once, makes the shard claimable now; then the marker goes.
         view = leases.read_lease(layout, shard)
         identity = WorkerIdentity.current()
-        claim = leases.publish_claim(layout, view, identity, identity.new_attempt_id(), RETRY)
+        claim = leases.publish_claim(layout, view, identity, identity.new_attempt_id(), TakeoverReason.RETRY)
         if claim is not None:
-            leases.release_claim(layout, claim, RETRY)
+            leases.release_claim(layout, claim, ReleaseReason.RETRY)
         if fsio.exists(layout.failed(shard)):
             fsio.move(layout.failed(shard), dest / "failed.json")
         fsio.move(layout.done(shard), dest / "done.json")
@@ -125,6 +124,6 @@ def _archive(layout: JobLayout, shard: str, *, done: bool) -> None:
         confine.ensure_dir(layout, layout.release_dir(shard))
         claim_view = leases.read_lease(layout, shard)
         attempt_id = claim_view.claim.attempt_id if claim_view.claim else "unknown"
-        record = Release(shard, latest, attempt_id, RETRY, time.time())
+        record = Release(shard, latest, attempt_id, ReleaseReason.RETRY, time.time())
         fsio.publish_bytes(layout.release(shard, latest), record.encode())
     fsio.move(layout.failed(shard), dest / "failed.json")

@@ -21,7 +21,7 @@ from typing import Final
 
 from data_juicer_elastic.errors import IntegrityError
 from data_juicer_elastic.jobdir.layout import JobLayout
-from data_juicer_elastic.jobdir.records import RowStatsFile
+from data_juicer_elastic.jobdir.result_records import RowStatsFile
 from data_juicer_elastic.rows.jsonl import validate_jsonl_output
 from data_juicer_elastic.sharedfs import fsio
 

@@ -9,14 +9,7 @@ import signal
 import threading
 import time
 
-
-class WorkerInterrupted(BaseException):
-    """Raised in the main thread by our SIGTERM/SIGINT handler (BaseException, so that a
-    runner's ``except Exception`` does not swallow it)."""
-
-    def __init__(self, signum: int):
-        super().__init__(f"interrupted by signal {signum}")
-        self.signum = signum
+from data_juicer_elastic.errors import WorkerInterrupted
 
 
 class SignalGuard:

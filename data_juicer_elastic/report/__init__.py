@@ -1,6 +1,7 @@
 """``dj-elastic report``: one self-contained HTML file about a job (running, failed or finished).
 
-* :mod:`.facts`    - read the job directory (read-only) into attempt, shard and trace facts
+* :mod:`.facts`    - read the job directory (read-only) into shard and trace facts
+* :mod:`.attempt_facts` - how each attempt started and ended (``AttemptFact``, ``AttemptOutcome``)
 * :mod:`.series`   - pure derivations: time window, throughput bins, node summaries, lanes
 * :mod:`.svg`      - inline-SVG building blocks
 * :mod:`.timeline` - the per-node Gantt chart of attempts (aggregated for very large jobs)

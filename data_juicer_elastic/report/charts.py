@@ -8,7 +8,8 @@ from typing import Final
 
 from data_juicer_elastic.report import palette, series
 from data_juicer_elastic.report import svg as s
-from data_juicer_elastic.report.facts import AttemptFact, Outcome, TraceFact
+from data_juicer_elastic.report.attempt_facts import AttemptFact, AttemptOutcome
+from data_juicer_elastic.report.facts import TraceFact
 from data_juicer_elastic.report.timeline import describe
 
 WIDTH: Final = 1100
@@ -94,8 +95,8 @@ def _scatter_points(attempts: Sequence[AttemptFact]) -> tuple[list[AttemptFact],
     ended = [a for a in attempts if a.ended_at is not None]
     if len(ended) <= MAX_POINTS:
         return ended, len(ended)
-    other = [a for a in ended if a.outcome is not Outcome.DONE][: MAX_POINTS // 2]
-    accepted = sorted((a for a in ended if a.outcome is Outcome.DONE), key=lambda a: a.ended_at - a.started_at)
+    other = [a for a in ended if a.outcome is not AttemptOutcome.DONE][: MAX_POINTS // 2]
+    accepted = sorted((a for a in ended if a.outcome is AttemptOutcome.DONE), key=lambda a: a.ended_at - a.started_at)
     slowest, rest = accepted[-KEEP_SLOWEST:], accepted[:-KEEP_SLOWEST]
     room = max(0, MAX_POINTS - len(other) - len(slowest))
     step = max(1, -(-len(rest) // room)) if room else len(rest) + 1

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Final
 
-from data_juicer_elastic.report.facts import AttemptFact, Outcome
+from data_juicer_elastic.report.attempt_facts import AttemptFact, AttemptOutcome
 
 DONE: Final = "done"
 DONE_AFTER_RETRY: Final = "done after retry"
@@ -12,17 +12,17 @@ DONE_AFTER_RETRY: Final = "done after retry"
 CATEGORY_COLOURS: Final = {
     DONE: "#43a047",
     DONE_AFTER_RETRY: "#8e24aa",
-    Outcome.FAILED.value: "#e53935",
-    Outcome.LOST.value: "#fb8c00",
-    Outcome.DISCARDED.value: "#9e9e9e",
-    Outcome.RUNNING.value: "#1e88e5",
+    AttemptOutcome.FAILED.value: "#e53935",
+    AttemptOutcome.LOST.value: "#fb8c00",
+    AttemptOutcome.DISCARDED.value: "#9e9e9e",
+    AttemptOutcome.RUNNING.value: "#1e88e5",
 }
 # Distinct, colour-blind-friendlier series colours (Okabe-Ito, then greys).
 SERIES: Final = ("#0072b2", "#e69f00", "#009e73", "#cc79a7", "#56b4e9", "#d55e00", "#f0e442", "#000000", "#999999")
 
 
 def category(attempt: AttemptFact) -> str:
-    if attempt.outcome is Outcome.DONE:
+    if attempt.outcome is AttemptOutcome.DONE:
         return DONE_AFTER_RETRY if attempt.retried else DONE
     return attempt.outcome.value
 

@@ -11,10 +11,11 @@ from collections.abc import Iterable, Sequence
 from typing import Any, Final
 
 from data_juicer_elastic import __version__
-from data_juicer_elastic.jobdir.records import ShardState
+from data_juicer_elastic.jobdir.shard_state import ShardState
 from data_juicer_elastic.report import charts, palette, series
 from data_juicer_elastic.report import svg as s
-from data_juicer_elastic.report.facts import JobFacts, Outcome
+from data_juicer_elastic.report.attempt_facts import AttemptOutcome
+from data_juicer_elastic.report.facts import JobFacts
 from data_juicer_elastic.report.timeline import stamp, timeline_svg
 
 MAX_TABLE_ROWS: Final = 200
@@ -118,8 +119,8 @@ def _summary(facts: JobFacts, win: series.Window | None) -> str:
         _card("attempts", f"{len(attempts):,}"),
         _card(
             "failed / lost attempts",
-            f"{_n(attempts, Outcome.FAILED):,} / {_n(attempts, Outcome.LOST):,}",
-            "bad" if _n(attempts, Outcome.FAILED) + _n(attempts, Outcome.LOST) else "",
+            f"{_n(attempts, AttemptOutcome.FAILED):,} / {_n(attempts, AttemptOutcome.LOST):,}",
+            "bad" if _n(attempts, AttemptOutcome.FAILED) + _n(attempts, AttemptOutcome.LOST) else "",
         ),
         _card("shards retried", f"{retried:,}"),
         _card("nodes", f"{nodes:,}"),
@@ -130,7 +131,7 @@ def _summary(facts: JobFacts, win: series.Window | None) -> str:
     return '<div class="cards">' + "".join(cards) + "</div>"
 
 
-def _n(attempts, outcome: Outcome) -> int:
+def _n(attempts, outcome: AttemptOutcome) -> int:
     return sum(1 for a in attempts if a.outcome is outcome)
 
 

@@ -8,7 +8,7 @@ from collections import defaultdict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
-from data_juicer_elastic.report.facts import AttemptFact, Outcome
+from data_juicer_elastic.report.attempt_facts import AttemptFact, AttemptOutcome
 
 
 @dataclass(frozen=True)
@@ -39,9 +39,9 @@ def row_segments(attempt: AttemptFact) -> list[tuple[float, float, int]]:
     says it has read, one segment per interval between two progress samples.
     Failed, lost and discarded attempts add no useful rows.
     """
-    if attempt.outcome is Outcome.DONE and attempt.ended_at is not None:
+    if attempt.outcome is AttemptOutcome.DONE and attempt.ended_at is not None:
         return [(attempt.started_at, attempt.ended_at, attempt.input_rows)]
-    if attempt.outcome is Outcome.RUNNING:
+    if attempt.outcome is AttemptOutcome.RUNNING:
         out, when, rows = [], attempt.started_at, 0
         for t, read in attempt.progress:
             if t > when and read > rows:
@@ -89,7 +89,9 @@ def _spread(target: list[float], start: float, end: float, rows: float, t0: floa
 
 def cumulative_done(attempts: Iterable[AttemptFact]) -> list[tuple[float, int]]:
     """(time, input rows done so far) at each accepted attempt's end."""
-    ends = sorted((a.ended_at, a.input_rows) for a in attempts if a.outcome is Outcome.DONE and a.ended_at is not None)
+    ends = sorted(
+        (a.ended_at, a.input_rows) for a in attempts if a.outcome is AttemptOutcome.DONE and a.ended_at is not None
+    )
     out, total = [], 0
     for when, rows in ends:
         total += rows
@@ -121,15 +123,15 @@ def node_summaries(attempts: Sequence[AttemptFact], now: float) -> list[NodeSumm
         grouped[attempt.node_id].append(attempt)
     out = []
     for node, mine in sorted(grouped.items()):
-        done = [a for a in mine if a.outcome is Outcome.DONE]
+        done = [a for a in mine if a.outcome is AttemptOutcome.DONE]
         out.append(
             NodeSummary(
                 node_id=node,
                 attempts=len(mine),
                 done=len(done),
-                failed=sum(a.outcome is Outcome.FAILED for a in mine),
-                lost=sum(a.outcome is Outcome.LOST for a in mine),
-                running=sum(a.outcome is Outcome.RUNNING for a in mine),
+                failed=sum(a.outcome is AttemptOutcome.FAILED for a in mine),
+                lost=sum(a.outcome is AttemptOutcome.LOST for a in mine),
+                running=sum(a.outcome is AttemptOutcome.RUNNING for a in mine),
                 rows_done=sum(a.input_rows for a in done),
                 busy_secs=sum(a.ended_at - a.started_at for a in done if a.ended_at is not None),
                 first_start=min(a.started_at for a in mine),
@@ -176,9 +178,9 @@ def activity(attempts: Iterable[AttemptFact], win: Window, buckets: int, now: fl
         end = attempt.end_or(now)
         _spread(busy, attempt.started_at, end, end - attempt.started_at, win.t0, width, buckets)
         index = min(buckets - 1, max(0, int((end - win.t0) / width)))
-        if attempt.outcome is Outcome.DONE:
+        if attempt.outcome is AttemptOutcome.DONE:
             finished[index] += 1
-        elif attempt.outcome in (Outcome.FAILED, Outcome.LOST):
+        elif attempt.outcome in (AttemptOutcome.FAILED, AttemptOutcome.LOST):
             failed[index] += 1
     return Activity([b / width for b in busy], finished, failed)
 

@@ -10,7 +10,7 @@ from typing import Final
 
 from data_juicer_elastic.report import palette, series
 from data_juicer_elastic.report import svg as s
-from data_juicer_elastic.report.facts import AttemptFact, Outcome
+from data_juicer_elastic.report.attempt_facts import AttemptFact, AttemptOutcome
 
 MAX_BARS: Final = 2000  # above this many attempts, nodes are drawn as activity strips
 MAX_NODES: Final = 48  # node rows; the rest share one "other" row
@@ -42,7 +42,7 @@ def describe(attempt: AttemptFact, t0: float, now: float) -> str:
     ]
     if attempt.end_estimated:
         lines.append("end not recorded (worker died?): last heartbeat or failure time shown")
-    if attempt.outcome is Outcome.RUNNING and attempt.heartbeat_age_secs is not None:
+    if attempt.outcome is AttemptOutcome.RUNNING and attempt.heartbeat_age_secs is not None:
         lines.append(f"heartbeat {attempt.heartbeat_age_secs:.0f} s ago")
     if attempt.progress:
         lines.append(f"progress: {attempt.progress[-1][1]} of {attempt.input_rows} input rows read, {attempt.stage}")
@@ -63,7 +63,7 @@ def _node_rows(attempts: Sequence[AttemptFact]) -> list[tuple[str, list[AttemptF
 
     def trouble(node: str) -> tuple:
         mine = grouped[node]
-        bad = sum(a.outcome in (Outcome.FAILED, Outcome.LOST, Outcome.RUNNING) for a in mine)
+        bad = sum(a.outcome in (AttemptOutcome.FAILED, AttemptOutcome.LOST, AttemptOutcome.RUNNING) for a in mine)
         return (-bad, -len(mine), node)
 
     keep = sorted(sorted(grouped, key=trouble)[: MAX_NODES - 1])
@@ -100,7 +100,7 @@ def timeline_svg(attempts: Sequence[AttemptFact], win: series.Window, now: float
         scale, [win.t0 + t for t in s.time_ticks(win.span)], axis_y, top, lambda t: s.fmt_elapsed(t - win.t0)
     )
     out += body
-    if any(a.outcome is Outcome.RUNNING for a in attempts):
+    if any(a.outcome is AttemptOutcome.RUNNING for a in attempts):
         x = s.num(scale(now))
         out.append(f'<line x1="{x}" y1="{top}" x2="{x}" y2="{s.num(axis_y)}" stroke="#1e88e5" stroke-dasharray="4 3"/>')
         out.append(s.text(scale(now), top - 2, "now", "end", ' fill="#1e88e5"'))
@@ -161,7 +161,9 @@ def _strip(out: list[str], node: str, mine: list[AttemptFact], win, scale: s.Sca
             f'<rect class="strip" x="{s.num(scale(t_a))}" y="{s.num(y)}" width="{s.num(scale(t_b) - scale(t_a))}" '
             f'height="{LANE}" fill="#2e7d32" fill-opacity="{0.15 + 0.85 * level / LEVELS:.2f}">{s.title(tip)}</rect>'
         )
-    marks = [a for a in mine if a.outcome in (Outcome.FAILED, Outcome.LOST, Outcome.RUNNING)][:MAX_MARKS]
+    marks = [a for a in mine if a.outcome in (AttemptOutcome.FAILED, AttemptOutcome.LOST, AttemptOutcome.RUNNING)][
+        :MAX_MARKS
+    ]
     for attempt in marks:
         x = scale(attempt.end_or(now))
         category = palette.category(attempt)

@@ -24,8 +24,10 @@ from data_juicer_elastic.jobdir import attempts, confine
 from data_juicer_elastic.jobdir.export_path import check_export_path
 from data_juicer_elastic.jobdir.layout import JobLayout
 from data_juicer_elastic.jobdir.manifest import load_manifest
-from data_juicer_elastic.jobdir.records import Manifest, MergedShard, MergeRecord, ShardEntry, ShardResult
+from data_juicer_elastic.jobdir.records import Manifest, ShardEntry
+from data_juicer_elastic.jobdir.result_records import MergedShard, MergeRecord, ShardResult
 from data_juicer_elastic.jobdir.row_stats import MergedRowStats, export_stats_path
+from data_juicer_elastic.jobdir.shard_state import ShardState, decide_state, read_markers
 from data_juicer_elastic.rows.codecs import BackgroundIO, Syncer
 from data_juicer_elastic.shards import steps
 from data_juicer_elastic.sharedfs import fsio
@@ -76,15 +78,16 @@ def accepted_results(layout: JobLayout, manifest: Manifest) -> list[tuple[ShardE
     """
     results, missing, failed = [], [], []
     for entry in manifest.shards:
-        result, error = attempts.read_done(layout, entry.shard_id)
-        if error is not None:
+        markers = read_markers(layout, entry.shard_id)
+        if markers.corrupt_done:
             hint = attempts.requeue_hint(layout, [entry.shard_id])
-            raise IntegrityError(f"corrupt done marker: {error}", where=f"shard {entry.shard_id}", hint=hint)
-        if result is None:
-            terminal, _ = attempts.read_terminal(layout, entry.shard_id)
-            (failed if terminal is not None else missing).append(entry.shard_id)
+            raise IntegrityError(
+                f"corrupt done marker: {markers.done_error}", where=f"shard {entry.shard_id}", hint=hint
+            )
+        if decide_state(markers) is not ShardState.DONE:
+            (failed if markers.terminal is not None else missing).append(entry.shard_id)
             continue
-        results.append((entry, result))
+        results.append((entry, markers.result))
     if missing or failed:
         parts = []
         if failed:

@@ -39,7 +39,7 @@ from data_juicer_elastic.jobdir.records import (
     Manifest,
     ShardEntry,
     canonical_json,
-    recipe_hash,
+    manifest_recipe_hash,
 )
 from data_juicer_elastic.rows.codecs import CODECS, SHARD_SUFFIX, input_codec
 from data_juicer_elastic.rows.jsonl import MAX_LINE_BYTES, NormaliseOptions
@@ -96,7 +96,7 @@ def prepare_job(request: PrepareRequest, *, complete: Callable[[], PrepareReques
     confine.make_job_dir(layout)  # a file in its place is refused here, not met as a traceback
     if fsio.exists(layout.manifest):
         request = _completed(request, complete)
-        rhash = recipe_hash(request.recipe)
+        rhash = manifest_recipe_hash(request.recipe)
         return PrepareOutcome(_check_existing(layout, request, dataset, rhash, inputs), created=False)
 
     options = NormaliseOptions(
@@ -131,7 +131,7 @@ def prepare_job(request: PrepareRequest, *, complete: Callable[[], PrepareReques
                 hint=f"use at most {total_rows} shards",
             )
         request = _completed(request, complete)
-        rhash = recipe_hash(request.recipe)
+        rhash = manifest_recipe_hash(request.recipe)
         shards, content_sha = ingested.shards, ingested.content_sha256
         _publish_shards(layout, staging / "shards", shards, request.shard_codec)
         for directory in (layout.cache_dir, layout.claims_dir, layout.done_dir, layout.attempts_dir):

@@ -41,11 +41,13 @@ from typing import Any, ClassVar, Final
 from loguru import logger
 
 from data_juicer_elastic.errors import IntegrityError, JobDirError, MergeBusyError, OutputExistsError, storage_errors
-from data_juicer_elastic.jobdir import attempts, confine
+from data_juicer_elastic.jobdir import confine
 from data_juicer_elastic.jobdir.export_path import check_export_path
 from data_juicer_elastic.jobdir.layout import JobLayout
 from data_juicer_elastic.jobdir.manifest import load_manifest
-from data_juicer_elastic.jobdir.records import Manifest, MergedShard, Record
+from data_juicer_elastic.jobdir.records import Manifest, Record
+from data_juicer_elastic.jobdir.result_records import MergedShard
+from data_juicer_elastic.jobdir.shard_state import ShardState, decide_state, read_markers
 from data_juicer_elastic.shards.merge import (
     MergeResult,
     OutputAppender,
@@ -199,12 +201,12 @@ def _follow(layout, manifest, output, partial, fd, overwrite, wait, poll_secs, s
     try:
         while len(state.merged) < manifest.num_shards:
             entry = manifest.shards[len(state.merged)]
-            result, error = attempts.read_done(layout, entry.shard_id)
-            if error is not None:
-                raise IntegrityError(f"corrupt done marker: {error}", where=f"shard {entry.shard_id}")
-            if result is None:
-                terminal, _ = attempts.read_terminal(layout, entry.shard_id)
-                if terminal is not None or not wait:
+            markers = read_markers(layout, entry.shard_id)
+            if markers.corrupt_done:
+                raise IntegrityError(f"corrupt done marker: {markers.done_error}", where=f"shard {entry.shard_id}")
+            result = markers.result
+            if decide_state(markers) is not ShardState.DONE:
+                if markers.terminal is not None or not wait:
                     accepted_results(layout, manifest)  # raises the job's "not complete" error
                 stopped = stop.wait(poll_secs) if stop is not None else time.sleep(poll_secs)
                 if stopped:

@@ -28,7 +28,7 @@ from data_juicer_elastic.errors import IntegrityError, JobDirError
 from data_juicer_elastic.jobdir import confine
 from data_juicer_elastic.jobdir.layout import JobLayout
 from data_juicer_elastic.jobdir.manifest import load_manifest
-from data_juicer_elastic.jobdir.records import ShardResult
+from data_juicer_elastic.jobdir.result_records import ShardResult
 from data_juicer_elastic.rows.jsonl import parse_row
 from data_juicer_elastic.shards.merge import accepted_results
 from data_juicer_elastic.sharedfs import fsio

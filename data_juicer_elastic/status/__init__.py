@@ -1,7 +1,10 @@
 """A job's state presented: ``dj-elastic status`` and the numbers the console and executor show.
 
-``job_status`` (a read-only snapshot of the job directory; ``--json``), ``throughput`` (rates,
-ETA, per-node numbers, stragglers from one snapshot), ``status_text`` (the human-readable
-table), ``run_status`` (the coordination records of each run).  Reads only; no Ray, no
-Data-Juicer imports.
+``snapshot_types`` (the snapshot's data: ``ShardStatus``, ``JobSnapshot``), ``job_status``
+(reads the job directory into a snapshot, states decided by ``jobdir.shard_state``;
+``--json``), ``throughput`` (rates, ETA, per-node numbers, stragglers from one snapshot),
+``status_text`` (the human-readable table), ``run_status`` (the coordination records of
+each run, and the ``status`` command).  Imports run one way: ``snapshot_types`` <-
+``throughput`` <- ``status_text`` / ``job_status`` <- ``run_status``.  Reads only; no Ray,
+no Data-Juicer imports.
 """

@@ -23,146 +23,59 @@ from __future__ import annotations
 import json
 import os
 import time
-from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
 
 from data_juicer_elastic.errors import JobDirError
-from data_juicer_elastic.jobdir import attempts, leases, progress
+from data_juicer_elastic.jobdir import attempts, failures, leases, progress
+from data_juicer_elastic.jobdir.heartbeats import StalenessObserver, looks_stale
 from data_juicer_elastic.jobdir.layout import JobLayout, parse_shard_id, validate_attempt_id
 from data_juicer_elastic.jobdir.manifest import load_manifest
-from data_juicer_elastic.jobdir.records import FORMAT_PREFIX, VERSION, AttemptRecord, ShardState, TerminalInfo
+from data_juicer_elastic.jobdir.records import FORMAT_PREFIX, VERSION
+from data_juicer_elastic.jobdir.result_records import AttemptRecord
+from data_juicer_elastic.jobdir.shard_state import (
+    Markers,
+    ShardState,
+    decide_state,
+    is_held,
+    read_failed_marker,
+    read_markers,
+)
 from data_juicer_elastic.sharedfs import fsio
 from data_juicer_elastic.sharedfs.identity import WorkerIdentity
+from data_juicer_elastic.status.snapshot_types import JobSnapshot, JsonDict, ShardStatus
+from data_juicer_elastic.status.throughput import summarize
 
 READ_THREADS: Final = 8
 LOG_FILE: Final = "process.log"  # execution.shard_runner.LOG_FILE (jobdir may not import execution)
 
 
-@dataclass(frozen=True)
-class ShardStatus:
-    shard_id: str
-    state: ShardState
-    generation: int  # latest claim generation (0: never claimed) == attempts started
-    owner_node: str | None  # holder of the latest claim, or the node whose result was accepted
-    owner_host: str | None
-    owner_pid: int | None
-    attempt_id: str | None
-    attempts: int  # attempts started (claim generations)
-    failures: int  # failure records: failed executions and holder deaths (attempts.split_failures)
-    last_error: str | None
-    input_rows: int
-    output_rows: int | None  # rows of the accepted output (DONE only)
-    heartbeat_age_secs: float | None  # informational hint, see snapshot()
-    batching: dict[str, Any] | None = None  # adaptive batching summary of the shown attempt (attempt.json)
-    progress: progress.ProgressRecord | None = None  # live progress of the running attempt
-    log_path: str | None = None  # process.log of the shown attempt (the last failed one for FAILED)
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "shard_id": self.shard_id,
-            "state": self.state.value,
-            "generation": self.generation,
-            "owner_node": self.owner_node,
-            "owner_host": self.owner_host,
-            "owner_pid": self.owner_pid,
-            "attempt_id": self.attempt_id,
-            "attempts": self.attempts,
-            "failures": self.failures,
-            "last_error": self.last_error,
-            "input_rows": self.input_rows,
-            "output_rows": self.output_rows,
-            "heartbeat_age_secs": self.heartbeat_age_secs,
-            "batching": self.batching,
-            "progress": _progress_json(self.progress),
-            "log_path": self.log_path,
+def snapshot_json(snap: JobSnapshot) -> JsonDict:
+    """``dj-elastic status --json``: the snapshot, its counts and the numbers of ``status.throughput``."""
+    return JsonDict(
+        {
+            "format": FORMAT_PREFIX + "status",
+            "version": VERSION,
+            "job_dir": str(snap.job_dir),
+            "job_id": snap.job_id,
+            "taken_at": snap.taken_at,
+            "complete": snap.complete,
+            "counts": {state.value: n for state, n in snap.counts.items()},
+            "rows_done": snap.rows_done,
+            "rows_total": snap.rows_total,
+            "output_rows": snap.output_rows,
+            **summarize(snap).to_json(),
+            "terminal_failures": [{"shard_id": s, "error": e} for s, e in snap.terminal_failures],
+            "shards": [s.to_json() for s in snap.shards],
         }
-
-
-def _progress_json(record: progress.ProgressRecord | None) -> dict[str, Any] | None:
-    if record is None:
-        return None
-    return {
-        "stage": record.stage,
-        "operator": record.operator,
-        "rows_read": record.rows_read,
-        "rows_written": record.rows_written,
-        "rows_total": record.rows_total,
-        "elapsed_secs": record.elapsed_secs,
-        "updated_at": record.updated_at,
-        "seq": record.seq,
-        "source": record.source,
-    }
-
-
-class JsonDict(dict):
-    """A plain dict whose ``str()`` is its JSON text, so both ``json.dumps(x)`` and ``print(x)`` work."""
-
-    def __str__(self) -> str:
-        return json.dumps(self, indent=2, ensure_ascii=False)
-
-
-@dataclass(frozen=True)
-class JobSnapshot:
-    job_dir: Path
-    job_id: str
-    shards: list[ShardStatus]
-    taken_at: float
-    heartbeat_secs: float | None = None  # the job's heartbeat interval (manifest settings), for lateness
-
-    @property
-    def counts(self) -> dict[ShardState, int]:
-        found = Counter(s.state for s in self.shards)
-        return {state: found.get(state, 0) for state in ShardState}
-
-    @property
-    def complete(self) -> bool:
-        return all(s.state is ShardState.DONE for s in self.shards)
-
-    @property
-    def terminal_failures(self) -> list[TerminalInfo]:
-        return [TerminalInfo(s.shard_id, s.last_error or "") for s in self.shards if s.state is ShardState.FAILED]
-
-    @property
-    def rows_total(self) -> int:
-        return sum(s.input_rows for s in self.shards)
-
-    @property
-    def rows_done(self) -> int:
-        return sum(s.input_rows for s in self.shards if s.state is ShardState.DONE)
-
-    @property
-    def output_rows(self) -> int:
-        return sum(s.output_rows or 0 for s in self.shards)
-
-    def to_json(self) -> JsonDict:
-        from data_juicer_elastic.status.throughput import summarize
-
-        return JsonDict(
-            {
-                "format": FORMAT_PREFIX + "status",
-                "version": VERSION,
-                "job_dir": str(self.job_dir),
-                "job_id": self.job_id,
-                "taken_at": self.taken_at,
-                "complete": self.complete,
-                "counts": {state.value: n for state, n in self.counts.items()},
-                "rows_done": self.rows_done,
-                "rows_total": self.rows_total,
-                "output_rows": self.output_rows,
-                **summarize(self).to_json(),
-                "terminal_failures": [{"shard_id": s, "error": e} for s, e in self.terminal_failures],
-                "shards": [s.to_json() for s in self.shards],
-            }
-        )
+    )
 
 
 def snapshot(
     job_dir: str | Path,
     ttl_secs: float | None = None,
-    observer: leases.StalenessObserver | None = None,
+    observer: StalenessObserver | None = None,
     *,
     exact: bool = True,
 ) -> JobSnapshot:
@@ -215,10 +128,13 @@ class _Reader:
             output_rows=None,
             heartbeat_age_secs=None,
         )
+        markers = Markers(shard)
         if self.exact or shard in self.done:
             data = None if self.exact else self.done_bytes.get(shard)
-            result, done_error = attempts.read_done(self.layout, shard, data)
-            if result is not None:
+            markers = read_markers(self.layout, shard, done_data=data, failed=False)
+            state = decide_state(markers)
+            if state is ShardState.DONE:
+                result = markers.result
                 failures = self._failures(shard)
                 base.update(
                     generation=result.generation,
@@ -231,12 +147,12 @@ class _Reader:
                     batching=self._batching(shard, result.attempt_id),
                     log_path=self._log(shard, result.attempt_id),
                 )
-                return ShardStatus(state=ShardState.DONE, **base)
-            if done_error is not None:  # a malformed marker never counts as success
-                base.update(last_error=f"corrupt done marker: {done_error}")
-                return ShardStatus(state=ShardState.FAILED, **base)
+                return ShardStatus(state=state, **base)
+            if state is ShardState.FAILED:  # a malformed marker never counts as success
+                base.update(last_error=markers.last_error)
+                return ShardStatus(state=state, **base)
         if not self.exact and shard not in self.claimed and shard not in self.failed:
-            return ShardStatus(state=ShardState.PENDING, **base)  # never claimed: nothing to read
+            return ShardStatus(state=decide_state(markers), **base)  # never claimed: nothing to read
         view = leases.read_lease(self.layout, shard)
         claim = view.claim
         failures = self._failures(shard)
@@ -253,30 +169,28 @@ class _Reader:
             log_path=self._log(shard, claim.attempt_id) if claim else None,
         )
         if self.exact or shard in self.failed:
-            terminal, terminal_error = attempts.read_terminal(self.layout, shard)
-            if terminal is not None or terminal_error is not None:
-                if terminal is not None:
-                    base.update(last_error=terminal.last_error, log_path=self._log(shard, terminal.last_attempt_id))
-                else:
-                    base.update(last_error=f"corrupt failed marker: {terminal_error}")
-                return ShardStatus(state=ShardState.FAILED, **base)
-        if view.generation == 0 or view.ended:
-            return ShardStatus(state=ShardState.PENDING, **base)
+            markers = read_failed_marker(self.layout, markers)
+        held = is_held(view)
+        if decide_state(markers, held=held) is not ShardState.RUNNING:  # FAILED or PENDING: no lease to judge
+            if markers.terminal is not None:
+                base.update(log_path=self._log(shard, markers.terminal.last_attempt_id))
+            if markers.last_error is not None:
+                base.update(last_error=markers.last_error)
+            return ShardStatus(state=decide_state(markers, held=held), **base)
         age = _heartbeat_age(self.layout, view)
-        record = progress.read_progress(self.layout, shard, claim.attempt_id)[0] if claim else None
+        record = progress.read_attempt_progress(self.layout, shard, claim.attempt_id)[0] if claim else None
         base.update(heartbeat_age_secs=age, progress=record)
         if self.observer is not None:
             stale = self.observer.is_stale(view)
         else:
-            stale = self.ttl_secs is not None and age is not None and age > self.ttl_secs  # display hint only
-        if stale or leases.holder_dead_here(view, self.identity):
-            return ShardStatus(state=ShardState.STALE, **base)
-        return ShardStatus(state=ShardState.RUNNING, **base)
+            stale = looks_stale(age, self.ttl_secs)  # display hint only
+        stale = stale or leases.holder_dead_here(view, self.identity)
+        return ShardStatus(state=decide_state(markers, held=True, stale=stale), **base)
 
     def _failures(self, shard: str) -> list:
         if not self.exact and shard not in self.with_failures:
             return []
-        return attempts.list_failures(self.layout, shard)
+        return failures.list_failures(self.layout, shard)
 
     def _batching(self, shard: str, attempt_id: str) -> dict[str, Any] | None:
         """The attempt's adaptive-batching summary: from attempt.json once it ended, else its live file."""
@@ -344,10 +258,3 @@ def _heartbeat_age(layout: JobLayout, view: leases.LeaseView) -> float | None:
         except OSError:
             continue
     return None
-
-
-def render_text(snap: JobSnapshot, show_all: bool = False) -> str:
-    """Human summary: counts, rows, rates, nodes, stragglers, failures, and the shards worth a look."""
-    from data_juicer_elastic.status.status_text import render_text as render
-
-    return render(snap, show_all=show_all)

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from typing import Final
 
-from data_juicer_elastic.jobdir.records import ShardState
-from data_juicer_elastic.status.job_status import JobSnapshot, ShardStatus
+from data_juicer_elastic.jobdir.shard_state import ShardState
+from data_juicer_elastic.status.snapshot_types import JobSnapshot, ShardStatus
 from data_juicer_elastic.status.throughput import last_line, rate, summarize
 
 MAX_LISTED: Final = 40  # shards listed without --all (the rest are counted)

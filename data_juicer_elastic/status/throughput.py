@@ -1,6 +1,6 @@
 """Rates, ETA, per-node throughput, stragglers and failures from one status snapshot.
 
-Pure functions of a :class:`~data_juicer_elastic.status.job_status.JobSnapshot`: no
+Pure functions of a :class:`~data_juicer_elastic.status.snapshot_types.JobSnapshot`: no
 file is read here.  What each number means (also in ``docs/status.md``):
 
 * an attempt's **rate** is ``rows_read / elapsed_secs`` of its progress record:
@@ -21,12 +21,10 @@ from __future__ import annotations
 import statistics
 from collections import defaultdict
 from dataclasses import asdict, dataclass, field
-from typing import TYPE_CHECKING, Any, Final
+from typing import Any, Final
 
-from data_juicer_elastic.jobdir.records import ShardState
-
-if TYPE_CHECKING:
-    from data_juicer_elastic.status.job_status import JobSnapshot, ShardStatus
+from data_juicer_elastic.jobdir.shard_state import ShardState
+from data_juicer_elastic.status.snapshot_types import JobSnapshot, ShardStatus
 
 STRAGGLER_RATIO: Final = 0.25
 MIN_PEERS: Final = 3

@@ -121,7 +121,7 @@ def test_corrupt_context_is_ignored(tmp_path):
 
 def test_attempt_record_and_status_show_the_summary(tmp_path):
     from data_juicer_elastic.jobdir import attempts
-    from data_juicer_elastic.jobdir.records import AttemptRecord
+    from data_juicer_elastic.jobdir.result_records import AttemptRecord
 
     layout = JobLayout(tmp_path)
     summary = {"ooms": 3, "retries": 4, "terminal_ooms": 0, "skipped_rows": 0, "stages": {"s": {"final_rows": 9}}}

@@ -49,7 +49,7 @@ def _tail_job(tmp_path, pending: int):
     """'slow' finished 3 shards at 40 s each, 'fast' 3 at 10 s; 'fast' holds 3 live claims now;
     ``pending`` shards were never claimed."""
     from data_juicer_elastic.jobdir import leases
-    from data_juicer_elastic.jobdir.records import AttemptRecord, ShardResult
+    from data_juicer_elastic.jobdir.result_records import AttemptRecord, ShardResult
     from data_juicer_elastic.sharedfs import fsio
 
     shards = 9 + pending

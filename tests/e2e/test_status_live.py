@@ -140,11 +140,11 @@ def test_after_the_run_status_and_progress_records_tell_how_it_ended(live_job):
     assert data["counts"] == {"pending": 0, "running": 0, "stale": 0, "done": 2, "failed": 1}
     assert data["eta_secs"] is None and data["rows_per_sec"] == 0
     from data_juicer_elastic.jobdir.layout import JobLayout
-    from data_juicer_elastic.jobdir.progress import read_progress
+    from data_juicer_elastic.jobdir.progress import read_attempt_progress
 
     for shard in (FLAKY, SLOW):
         result = json.loads((job / "done" / f"{shard}.json").read_text())
-        record, error = read_progress(JobLayout(job), shard, result["attempt_id"])
+        record, error = read_attempt_progress(JobLayout(job), shard, result["attempt_id"])
         assert error is None and record.stage == "finished", shard
         assert (record.rows_read, record.rows_written) == (ROWS_PER_SHARD, result["rows"])
         assert record.samples and record.samples[-1][1:] == [ROWS_PER_SHARD, result["rows"]]

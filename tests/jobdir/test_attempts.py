@@ -7,7 +7,7 @@ import os
 import pytest
 
 from data_juicer_elastic.errors import IntegrityError
-from data_juicer_elastic.jobdir import attempts, leases
+from data_juicer_elastic.jobdir import attempts, failures, leases
 from data_juicer_elastic.jobdir.layout import JobLayout
 from data_juicer_elastic.jobdir.manifest import load_manifest
 from data_juicer_elastic.sharedfs import fsio
@@ -105,7 +105,7 @@ def test_retry_budget_ends_in_a_terminal_failure(job):
     me = identity("me")
     for generation in (1, 2, 3):
         c = _claim(layout, me, leases.FAILED if generation > 1 else leases.FIRST)
-        outcome = attempts.record_failure(
+        outcome = failures.record_failure(
             layout,
             c,
             shard_id=SHARD,
@@ -118,9 +118,9 @@ def test_retry_budget_ends_in_a_terminal_failure(job):
         )
         assert outcome.recorded and outcome.failures == generation
         assert (outcome.terminal is not None) == (generation == 3)
-    terminal, _ = attempts.read_terminal(layout, SHARD)
+    terminal, _ = failures.read_terminal(layout, SHARD)
     assert terminal.failures == 3 and terminal.last_error == "boom 3" and terminal.generations == [1, 2, 3]
-    again = attempts.record_failure(
+    again = failures.record_failure(
         layout, c, shard_id=SHARD, generation=3, error="dup", error_type="E", exit_reason="error",
         max_retries=2, reporter=me,
     )  # fmt: skip
@@ -131,12 +131,12 @@ def test_terminal_marker_is_completed_after_a_crash_between_failure_and_marker(j
     layout = JobLayout(job)
     me = identity("me")
     c = _claim(layout, me)
-    attempts.record_failure(
+    failures.record_failure(
         layout, c, shard_id=SHARD, generation=1, error="x", error_type="E", exit_reason="error",
         max_retries=5, reporter=me,
     )  # fmt: skip
-    assert attempts.publish_terminal_if_exhausted(layout, SHARD, max_retries=5) is None
-    assert attempts.publish_terminal_if_exhausted(layout, SHARD, max_retries=0) is not None
+    assert failures.publish_terminal_if_exhausted(layout, SHARD, max_retries=5) is None
+    assert failures.publish_terminal_if_exhausted(layout, SHARD, max_retries=0) is not None
     assert layout.failed(SHARD).exists()
 
 

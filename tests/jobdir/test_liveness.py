@@ -10,10 +10,10 @@ import threading
 
 import pytest
 
-from data_juicer_elastic.jobdir import attempts, claiming, leases, liveness, progress
+from data_juicer_elastic.jobdir import claiming, failures, leases, liveness, progress
 from data_juicer_elastic.jobdir.layout import JobLayout
+from data_juicer_elastic.jobdir.lease_records import Failure
 from data_juicer_elastic.jobdir.manifest import load_manifest
-from data_juicer_elastic.jobdir.records import Failure
 from data_juicer_elastic.jobdir.worker_loop import run_worker
 
 from .conftest import copy_runner, identity
@@ -92,7 +92,7 @@ def test_a_stalled_attempt_is_given_up_as_a_death_and_the_shard_runs_again(job):
     )  # fmt: skip
     assert stalled.lost == 1 and stalled.failed == 0
     layout = JobLayout(job)
-    (failure,) = attempts.list_failures(layout, SHARD)
+    (failure,) = failures.list_failures(layout, SHARD)
     assert failure.exit_reason == "stalled" and failure.error_type == "ShardStalled"
     assert leases.read_lease(layout, SHARD).release.reason == "stalled", "released at once, not left to expire"
     # max_retries=0 does not apply to a death: the next worker takes the shard at once and finishes the job
@@ -116,7 +116,7 @@ def test_deaths_and_execution_failures_have_budgets_of_their_own(job, seed):
     for generation, reason in enumerate(reasons, 1):
         errors = sum(r == "error" for r in reasons[:generation])
         deaths = generation - errors
-        outcome = attempts.record_failure(
+        outcome = failures.record_failure(
             layout, None, shard_id=SHARD, generation=generation, error="boom", error_type="E", exit_reason=reason,
             max_retries=max_retries, reporter=identity(), max_holder_deaths=max_deaths,
         )  # fmt: skip
@@ -125,7 +125,7 @@ def test_deaths_and_execution_failures_have_budgets_of_their_own(job, seed):
         if exhausted:
             assert outcome.terminal.max_holder_deaths == max_deaths
             break
-    unlimited = attempts.publish_terminal_if_exhausted(
+    unlimited = failures.publish_terminal_if_exhausted(
         layout, "part-00001-of-00004", 0, [_failure(g, "holder-dead") for g in range(1, 50)], None
     )
     assert unlimited is None, "without a death budget, deaths never fail a shard"

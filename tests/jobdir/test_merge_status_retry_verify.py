@@ -7,12 +7,13 @@ import pytest
 from data_juicer_elastic.errors import ConfigError, IntegrityError, JobDirError, OutputExistsError
 from data_juicer_elastic.jobdir import leases
 from data_juicer_elastic.jobdir.layout import JobLayout
-from data_juicer_elastic.jobdir.records import MergeRecord, ShardState
+from data_juicer_elastic.jobdir.result_records import MergeRecord
 from data_juicer_elastic.jobdir.retry import retry_shards
+from data_juicer_elastic.jobdir.shard_state import ShardState
 from data_juicer_elastic.jobdir.worker_loop import run_worker
 from data_juicer_elastic.shards.merge import merge_job
 from data_juicer_elastic.shards.verify import verify_job
-from data_juicer_elastic.status.job_status import snapshot
+from data_juicer_elastic.status.job_status import snapshot, snapshot_json
 
 from .conftest import copy_runner, identity
 
@@ -114,8 +115,8 @@ def test_status_counts_rows_and_json_schema(job):
     assert states[BAD] is ShardState.FAILED and states[running] is ShardState.RUNNING
     assert snap.counts[ShardState.DONE] == 2 and snap.terminal_failures == [(BAD, "poison row")]
     assert snapshot(job, ttl_secs=-1).counts[ShardState.STALE] == 1, "mtime age is a display hint only"
-    data = json.loads(str(snap.to_json()))
-    assert data == json.loads(json.dumps(snap.to_json()))
+    data = json.loads(str(snapshot_json(snap)))
+    assert data == json.loads(json.dumps(snapshot_json(snap)))
     assert data["format"] == "dj-elastic/status" and data["version"] == 1
     assert data["counts"] == {"pending": 0, "running": 1, "stale": 0, "done": 2, "failed": 1}
     assert data["complete"] is False and data["rows_total"] == 40
@@ -176,7 +177,7 @@ def test_verify_counts_distinct_nodes(job):
 
 
 def test_render_text_and_terminal_info_attributes(job):
-    from data_juicer_elastic.status.job_status import render_text
+    from data_juicer_elastic.status.status_text import render_text
 
     summary = run_worker(job, identity("w"), _fail_bad, max_retries=0, **LEASE)
     assert summary.terminal_failures[0].shard_id == BAD and summary.terminal_failures[0].last_error == "poison row"

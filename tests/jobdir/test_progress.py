@@ -37,7 +37,7 @@ def test_writes_from_the_first_change_on_and_keeps_a_bounded_sample_history(tmp_
     clock = FakeClock(0.0)
     layout, tracker = _tracker(tmp_path, clock)
     assert not tracker.flush(), "nothing happened yet: the first heartbeat writes nothing"
-    assert progress.read_progress(layout, SHARD, "att-1") == (None, None)
+    assert progress.read_attempt_progress(layout, SHARD, "att-1") == (None, None)
     tracker.set_stage(progress.Stage.PROCESSING, "MapBatches(x)")
     for k in range(1, 201):
         clock.advance(1.0)
@@ -45,7 +45,7 @@ def test_writes_from_the_first_change_on_and_keeps_a_bounded_sample_history(tmp_
         tracker.flush()
     clock.advance(50.0)
     assert tracker.flush(), "no new rows, still written: elapsed_secs must stay current for rates"
-    record, error = progress.read_progress(layout, SHARD, "att-1")
+    record, error = progress.read_attempt_progress(layout, SHARD, "att-1")
     assert error is None and record.stage == "processing" and record.operator == "MapBatches(x)"
     assert (record.rows_read, record.rows_written, record.rows_total) == (100, 50, 100)
     assert record.elapsed_secs == pytest.approx(250.0) and record.seq == 201
@@ -56,7 +56,7 @@ def test_writes_from_the_first_change_on_and_keeps_a_bounded_sample_history(tmp_
     path = layout.attempt_progress(SHARD, "att-1")
     assert path.read_bytes().count(b"\n") == 1, "one compact line"
     tracker.finish()
-    assert progress.read_progress(layout, SHARD, "att-1")[0].stage == "finished"
+    assert progress.read_attempt_progress(layout, SHARD, "att-1")[0].stage == "finished"
 
 
 def test_a_malformed_or_foreign_record_is_an_error_never_progress(tmp_path):
@@ -67,10 +67,10 @@ def test_a_malformed_or_foreign_record_is_an_error_never_progress(tmp_path):
     good = json.loads(path.read_text())
     for bad in (b"{", json.dumps({**good, "version": 2}).encode(), json.dumps({**good, "rows_read": "5"}).encode()):
         path.write_bytes(bad)
-        record, error = progress.read_progress(layout, SHARD, "att-1")
+        record, error = progress.read_attempt_progress(layout, SHARD, "att-1")
         assert record is None and error
     path.write_text(json.dumps({**good, "attempt_id": "other"}))
-    assert progress.read_progress(layout, SHARD, "att-1")[0] is None
+    assert progress.read_attempt_progress(layout, SHARD, "att-1")[0] is None
 
 
 def test_nothing_is_written_before_the_attempt_directory_is_ready(tmp_path):
@@ -124,7 +124,7 @@ def test_worker_loop_writes_progress_on_the_heartbeat_and_at_the_end(tmp_path):
     )
     assert summary.done == 1 and seen[0] is not None and progress.current() is None
     (attempt,) = (job / "attempts" / SHARD).iterdir()
-    record, _ = progress.read_progress(JobLayout(job), SHARD, attempt.name)
+    record, _ = progress.read_attempt_progress(JobLayout(job), SHARD, attempt.name)
     assert record.stage == "finished" and record.rows_total == 8 and record.node_id == "node-a"
 
 
@@ -144,5 +144,5 @@ def test_ray_data_executions_are_classified_by_their_operators(names, stage):
 
 def test_a_traversing_attempt_id_is_an_error_not_a_path(tmp_path):
     layout = JobLayout(tmp_path)
-    record, error = progress.read_progress(layout, SHARD, "../../../../tmp/evil")
+    record, error = progress.read_attempt_progress(layout, SHARD, "../../../../tmp/evil")
     assert record is None and "invalid attempt id" in error

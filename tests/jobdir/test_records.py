@@ -5,18 +5,10 @@ import json
 import pytest
 
 from data_juicer_elastic.errors import JobDirError
-from data_juicer_elastic.jobdir.records import (
-    AttemptRecord,
-    Claim,
-    Failure,
-    Heartbeat,
-    MergeRecord,
-    Release,
-    ShardResult,
-    ShardState,
-    TerminalFailure,
-    recipe_hash,
-)
+from data_juicer_elastic.jobdir.lease_records import Claim, Failure, Heartbeat, Release
+from data_juicer_elastic.jobdir.records import manifest_recipe_hash
+from data_juicer_elastic.jobdir.result_records import AttemptRecord, MergeRecord, ShardResult, TerminalFailure
+from data_juicer_elastic.jobdir.shard_state import ShardState
 
 SAMPLES = [
     Claim("part-00000-of-00001", 1, "a1", "n", "h", "b", 7, "pid:[1]", 1.5, 0, "none"),
@@ -85,5 +77,5 @@ def test_nan_is_not_a_valid_record():
 
 def test_state_names_and_recipe_hash_is_order_independent():
     assert [s.value for s in ShardState] == ["pending", "running", "stale", "done", "failed"]
-    assert recipe_hash({"a": 1, "b": [1, {"c": 2}]}) == recipe_hash({"b": [1, {"c": 2}], "a": 1})
-    assert recipe_hash({"a": 1}) != recipe_hash({"a": 2})
+    assert manifest_recipe_hash({"a": 1, "b": [1, {"c": 2}]}) == manifest_recipe_hash({"b": [1, {"c": 2}], "a": 1})
+    assert manifest_recipe_hash({"a": 1}) != manifest_recipe_hash({"a": 2})

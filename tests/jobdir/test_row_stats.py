@@ -10,7 +10,7 @@ import pytest
 
 from data_juicer_elastic.errors import IntegrityError
 from data_juicer_elastic.execution.row_writer import ExportLayout
-from data_juicer_elastic.jobdir.records import ShardResult
+from data_juicer_elastic.jobdir.result_records import ShardResult
 from data_juicer_elastic.jobdir.row_stats import export_stats_path
 from data_juicer_elastic.jobdir.worker_loop import run_worker
 from data_juicer_elastic.shards.merge import merge_job

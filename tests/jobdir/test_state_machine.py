@@ -18,11 +18,12 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
 from data_juicer_elastic.errors import JobDirError
-from data_juicer_elastic.jobdir import attempts, leases
+from data_juicer_elastic.jobdir import attempts, failures, leases
 from data_juicer_elastic.jobdir.layout import JobLayout
 from data_juicer_elastic.jobdir.manifest import load_manifest
-from data_juicer_elastic.jobdir.records import MergeRecord, ShardState
+from data_juicer_elastic.jobdir.result_records import MergeRecord
 from data_juicer_elastic.jobdir.retry import retry_shards
+from data_juicer_elastic.jobdir.shard_state import ShardState
 from data_juicer_elastic.jobdir.tasks import ShardOutput, ShardTask
 from data_juicer_elastic.jobdir.worker_loop import run_worker
 from data_juicer_elastic.shards.merge import merge_job
@@ -82,14 +83,14 @@ class Protocol(RuleBasedStateMachine):
     def _try_claim(self, w: int, shard: str) -> bool:
         if fsio.exists(self.layout.done(shard)) or fsio.exists(self.layout.failed(shard)):
             return False
-        if attempts.publish_terminal_if_exhausted(self.layout, shard, MAX_RETRIES):
+        if failures.publish_terminal_if_exhausted(self.layout, shard, MAX_RETRIES):
             return False
         view = leases.read_lease(self.layout, shard)
         reason = leases.takeover_reason(view, self.workers[w], self.observers[w])
         if reason is None:
             return False
         if reason == leases.STALE:
-            outcome = attempts.record_failure(
+            outcome = failures.record_failure(
                 self.layout, view.claim, shard_id=shard, generation=view.generation, error="stale",
                 error_type="LeaseExpired", exit_reason="lease-expired", max_retries=MAX_RETRIES,
                 reporter=self.workers[w],
@@ -186,7 +187,7 @@ class Protocol(RuleBasedStateMachine):
         key = data.draw(st.sampled_from(sorted(self.held)))
         claim = self.held.pop(key).claim
         self.paused.discard(key[0])
-        attempts.record_failure(
+        failures.record_failure(
             self.layout, claim, shard_id=claim.shard_id, generation=claim.generation, error="boom",
             error_type="ValueError", exit_reason="error", max_retries=MAX_RETRIES, reporter=self.workers[key[0]],
         )  # fmt: skip
@@ -226,7 +227,7 @@ class Protocol(RuleBasedStateMachine):
             if result is not None and shard not in self.accepted:
                 assert result.node_id == "drain"
                 self.accepted[shard] = result.attempt_id
-            assert result is not None or attempts.read_terminal(self.layout, shard)[0] is not None
+            assert result is not None or failures.read_terminal(self.layout, shard)[0] is not None
         self.merge()
 
     @rule(w=st.integers(0, WORKERS - 1))
@@ -275,7 +276,7 @@ class Protocol(RuleBasedStateMachine):
         shard = data.draw(st.sampled_from(self._failed()))
         event("retry")
         assert retry_shards(self.layout.root, [shard]) == [shard]
-        assert not attempts.list_failures(self.layout, shard)
+        assert not failures.list_failures(self.layout, shard)
 
     @rule()
     def merge(self):
@@ -355,7 +356,7 @@ class Protocol(RuleBasedStateMachine):
     @invariant()
     def failed_only_when_budget_spent(self):
         for shard in self.manifest.shard_ids:
-            terminal, _ = attempts.read_terminal(self.layout, shard)
+            terminal, _ = failures.read_terminal(self.layout, shard)
             if terminal is not None:
                 assert terminal.failures >= MAX_RETRIES + 1
 

@@ -11,9 +11,10 @@ import random
 import time
 from pathlib import Path
 
-from data_juicer_elastic.jobdir import attempts, leases
+from data_juicer_elastic.jobdir import attempts, failures, leases
 from data_juicer_elastic.jobdir.layout import JobLayout
-from data_juicer_elastic.jobdir.records import AttemptRecord, Claim, Release, ShardResult
+from data_juicer_elastic.jobdir.lease_records import Claim, Release
+from data_juicer_elastic.jobdir.result_records import AttemptRecord, ShardResult
 from data_juicer_elastic.shards.prepare import PrepareRequest, prepare_job
 from data_juicer_elastic.sharedfs import fsio
 from data_juicer_elastic.sharedfs.identity import WorkerIdentity
@@ -117,7 +118,7 @@ def _play(layout, shard, entry, outcome, identity, start, end, error) -> None:
         leases.release_claim(layout, claim, "finished")
     elif outcome == "failed":
         error = f"{error} of {shard} gen {claim.generation}"
-        attempts.record_failure(
+        failures.record_failure(
             layout,
             claim,
             shard_id=shard,

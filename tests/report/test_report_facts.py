@@ -12,11 +12,11 @@ from pathlib import Path
 import pytest
 
 from data_juicer_elastic import cli
-from data_juicer_elastic.jobdir import attempts, leases
+from data_juicer_elastic.jobdir import attempts, failures, leases
 from data_juicer_elastic.jobdir.layout import JobLayout
-from data_juicer_elastic.jobdir.records import ShardState
+from data_juicer_elastic.jobdir.shard_state import ShardState
 from data_juicer_elastic.report import gather, series, write_report
-from data_juicer_elastic.report.facts import Outcome
+from data_juicer_elastic.report.attempt_facts import AttemptOutcome
 from tests.report.synthetic_job import _identity, build_job
 
 
@@ -38,10 +38,10 @@ def test_facts_of_a_job_with_retries_failures_and_a_running_shard(small_job):
     by_shard = {}
     for attempt in facts.attempts:
         by_shard.setdefault(attempt.shard_index, []).append(attempt)
-    assert [a.outcome for a in by_shard[1]] == [Outcome.FAILED, Outcome.DONE]
+    assert [a.outcome for a in by_shard[1]] == [AttemptOutcome.FAILED, AttemptOutcome.DONE]
     assert [a.ordinal for a in by_shard[1]] == [1, 2] and by_shard[1][1].retried
-    assert [a.outcome for a in by_shard[7]] == [Outcome.FAILED, Outcome.FAILED]
-    assert by_shard[6][0].outcome is Outcome.RUNNING and by_shard[6][0].ended_at is None
+    assert [a.outcome for a in by_shard[7]] == [AttemptOutcome.FAILED, AttemptOutcome.FAILED]
+    assert by_shard[6][0].outcome is AttemptOutcome.RUNNING and by_shard[6][0].ended_at is None
     assert facts.shards[7].last_error.startswith("RuntimeError: synthetic failure of part-00007-of-00008")
     assert len({a.node_id for a in facts.attempts}) == 3
     assert facts.warnings == []
@@ -57,7 +57,7 @@ def test_an_attempt_whose_worker_died_is_lost_and_ends_at_its_last_heartbeat(tmp
     attempts.open_attempt(layout, claim, dead)
     leases.write_heartbeat(layout, claim, 1)
     beat = time.time()
-    attempts.record_failure(
+    failures.record_failure(
         layout,
         claim,
         shard_id=shard,
@@ -70,14 +70,14 @@ def test_an_attempt_whose_worker_died_is_lost_and_ends_at_its_last_heartbeat(tmp
     )
     facts = gather(job, now=beat + 500)
     lost = [a for a in facts.attempts if a.attempt_id == claim.attempt_id]
-    assert len(lost) == 1 and lost[0].outcome is Outcome.LOST and lost[0].detail == "lease-expired"
+    assert len(lost) == 1 and lost[0].outcome is AttemptOutcome.LOST and lost[0].detail == "lease-expired"
     assert lost[0].end_estimated and abs(lost[0].ended_at - beat) < 5
     assert facts.shards[1].state is ShardState.PENDING  # released by the failure record: claimable again
 
 
 def test_a_running_attempt_with_an_old_heartbeat_is_stale_and_does_not_stretch_the_charts(small_job):
     facts = gather(small_job)
-    running = next(a for a in facts.attempts if a.outcome is Outcome.RUNNING)
+    running = next(a for a in facts.attempts if a.outcome is AttemptOutcome.RUNNING)
     heartbeat = JobLayout(small_job).heartbeat(running.shard_id, running.generation)
     later = time.time() + 3 * 86400  # three days later, nobody renewed it (lease_ttl_secs is 120)
     stale = gather(small_job, now=later)
@@ -113,8 +113,8 @@ def test_cli_errors_exit_2_and_name_the_problem(small_job, tmp_path, capsys):
 
 
 # -- pure series ------------------------------------------------------------------------------------
-def _attempt(node: str, start: float, end: float | None, rows: int, outcome=Outcome.DONE, ordinal=1):
-    from data_juicer_elastic.report.facts import AttemptFact
+def _attempt(node: str, start: float, end: float | None, rows: int, outcome=AttemptOutcome.DONE, ordinal=1):
+    from data_juicer_elastic.report.attempt_facts import AttemptFact
 
     return AttemptFact(
         shard_id="part-00000-of-00001", shard_index=0, attempt_id=f"a{start}", generation=ordinal, ordinal=ordinal,
@@ -125,8 +125,8 @@ def _attempt(node: str, start: float, end: float | None, rows: int, outcome=Outc
 
 def test_throughput_spreads_accepted_rows_over_their_attempt():
     done = _attempt("a", 0.0, 10.0, 100)
-    failed = _attempt("b", 0.0, 10.0, 500, Outcome.FAILED)
-    running = _attempt("b", 10.0, None, 500, Outcome.RUNNING)
+    failed = _attempt("b", 0.0, 10.0, 500, AttemptOutcome.FAILED)
+    running = _attempt("b", 10.0, None, 500, AttemptOutcome.RUNNING)
     data = series.throughput([done, failed, running], series.Window(0.0, 20.0), bins=4)
     assert data.total == pytest.approx([10.0, 10.0, 0.0, 0.0])
     assert data.by_node["a"] == pytest.approx([10.0, 10.0, 0.0, 0.0])
@@ -138,7 +138,9 @@ def test_lanes_activity_and_runs():
     assert used == 2 and lanes == [0, 1, 0, 1]  # (1, 2) frees lane 1 for (5, 15)
     lanes, used = series.pack_lanes([(0, 10)] * 5, max_lanes=2)
     assert used == 2 and max(lanes) == 1
-    act = series.activity([_attempt("a", 0, 10, 1), _attempt("a", 0, 4, 1, Outcome.FAILED)], series.Window(0, 10), 2, 0)
+    act = series.activity(
+        [_attempt("a", 0, 10, 1), _attempt("a", 0, 4, 1, AttemptOutcome.FAILED)], series.Window(0, 10), 2, 0
+    )
     assert act.concurrency == pytest.approx([1.8, 1.0]) and act.finished == [0, 1] and act.failed == [1, 0]
     assert series.quantize([0, 1, 2, 4], 4, 4) == [0, 1, 2, 4]
     assert series.runs_of([0, 0, 3, 3, 1]) == [(0, 1, 0), (2, 3, 3), (4, 4, 1)]
@@ -180,7 +182,7 @@ def test_size_traces_of_a_running_attempt_are_read_and_a_malformed_one_is_a_warn
     from data_juicer_elastic.sharedfs import fsio
 
     job = build_job(tmp_path, num_shards=2, nodes=1, failed=0, retried=0, running=1)
-    running = next(a for a in gather(job).attempts if a.outcome is Outcome.RUNNING)
+    running = next(a for a in gather(job).attempts if a.outcome is AttemptOutcome.RUNNING)
     directory = JobLayout(job).attempt_batching_dir(running.shard_id, running.attempt_id)
     fsio.makedirs(directory)
     for name, events in (("good", [["oom", 64, 900.0, None], ["ok", 32, 450.0, 600.0]]), ("bad", [["ok", "x", 1, 2]])):
@@ -198,7 +200,7 @@ def test_running_attempts_count_in_throughput_through_their_live_progress(tmp_pa
     from data_juicer_elastic.sharedfs import fsio
 
     job = build_job(tmp_path, num_shards=2, nodes=1, failed=0, retried=0, running=1, rows_per_shard=100)
-    running = next(a for a in gather(job).attempts if a.outcome is Outcome.RUNNING)
+    running = next(a for a in gather(job).attempts if a.outcome is AttemptOutcome.RUNNING)
     t0 = running.started_at
     record = ProgressRecord(
         shard_id=running.shard_id, attempt_id=running.attempt_id, generation=running.generation,
@@ -207,7 +209,7 @@ def test_running_attempts_count_in_throughput_through_their_live_progress(tmp_pa
         samples=[[1.0, 10.0, 9.0], [2.0, 30.0, 28.0]],
     )  # fmt: skip
     fsio.atomic_write(JobLayout(job).attempt_progress(running.shard_id, running.attempt_id), record.encode())
-    live = next(a for a in gather(job, now=t0 + 5.0).attempts if a.outcome is Outcome.RUNNING)
+    live = next(a for a in gather(job, now=t0 + 5.0).attempts if a.outcome is AttemptOutcome.RUNNING)
     assert live.progress == ((t0 + 1.0, 10), (t0 + 2.0, 30), (t0 + 4.0, 60)) and live.stage.startswith("processing")
     assert series.row_segments(live) == [(t0, t0 + 1.0, 10), (t0 + 1.0, t0 + 2.0, 20), (t0 + 2.0, t0 + 4.0, 30)]
     rates = series.throughput([live], series.Window(t0, t0 + 4.0), bins=4).total

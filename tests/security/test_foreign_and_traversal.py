@@ -14,7 +14,7 @@ import pytest
 from data_juicer_elastic.errors import IntegrityError, JobDirError
 from data_juicer_elastic.jobdir import attempts, confine
 from data_juicer_elastic.jobdir.layout import JobLayout, safe_name
-from data_juicer_elastic.jobdir.records import ShardResult
+from data_juicer_elastic.jobdir.result_records import ShardResult
 from data_juicer_elastic.jobdir.retry import retry_shards
 from data_juicer_elastic.jobdir.worker_loop import run_worker
 from data_juicer_elastic.shards.merge import merge_job

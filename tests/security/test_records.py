@@ -16,21 +16,13 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from data_juicer_elastic.errors import IntegrityError, JobDirError
-from data_juicer_elastic.jobdir import attempts, leases
+from data_juicer_elastic.jobdir import failures, leases
 from data_juicer_elastic.jobdir.layout import JobLayout
+from data_juicer_elastic.jobdir.lease_records import Claim, Failure, Heartbeat, Release
 from data_juicer_elastic.jobdir.manifest import load_manifest
 from data_juicer_elastic.jobdir.outcome import job_outcome
-from data_juicer_elastic.jobdir.records import (
-    AttemptRecord,
-    Claim,
-    Failure,
-    Heartbeat,
-    Manifest,
-    MergeRecord,
-    Release,
-    ShardResult,
-    TerminalFailure,
-)
+from data_juicer_elastic.jobdir.records import Manifest
+from data_juicer_elastic.jobdir.result_records import AttemptRecord, MergeRecord, ShardResult, TerminalFailure
 from data_juicer_elastic.jobdir.worker_loop import run_worker
 from data_juicer_elastic.shards.merge import merge_job
 from data_juicer_elastic.sharedfs import fsio
@@ -79,9 +71,10 @@ def test_a_claim_with_any_field_replaced_never_parses_to_a_wrong_type(field, val
     obj = VALID_CLAIM.to_dict()
     obj[field] = value
     record = _parse_is_record_or_job_dir_error(Claim, json.dumps(obj).encode())
-    if record is not None:  # accepted only with the declared type
+    if record is not None:  # accepted only with the declared type (a reason code: a str, or its StrEnum member)
+        declared = {"int": int, "str": str, "float": float, "TakeoverReason": str}
         for f in dataclasses.fields(Claim):
-            assert isinstance(getattr(record, f.name), {"int": int, "str": str, "float": float}[f.type])
+            assert isinstance(getattr(record, f.name), declared[f.type])
 
 
 @pytest.mark.parametrize(
@@ -158,8 +151,8 @@ def test_bad_failure_and_heartbeat_records_do_not_crash(job, plant):
     layout = JobLayout(job)
     plant(layout.failure(SHARD, 1))
     plant(layout.failed(SHARD))
-    assert attempts.list_failures(layout, SHARD) == []
-    assert attempts.read_terminal(layout, SHARD)[0] is None
+    assert failures.list_failures(layout, SHARD) == []
+    assert failures.read_terminal(layout, SHARD)[0] is None
     hb = layout.heartbeat("part-00001-of-00004", 1)
     plant(hb)
     assert leases.read_lease(layout, "part-00001-of-00004").heartbeat is None

@@ -1,0 +1,106 @@
+"""The records of a shard's attempts and outcome, and of the merge.
+
+``attempts/<shard>/<attempt>/attempt.json`` (:class:`AttemptRecord`), the accepted
+result ``done/<shard>.json`` (:class:`ShardResult`), the terminal failure
+``failed/<shard>.json`` (:class:`TerminalFailure`) and the merge record
+(:class:`MergeRecord`).  Who writes them: ``jobdir.attempts``, ``jobdir.failures``,
+``shards.merge``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
+
+from data_juicer_elastic.jobdir.reasons import AttemptExit
+from data_juicer_elastic.jobdir.records import Record
+
+
+@dataclass(frozen=True)
+class AttemptRecord(Record):
+    KIND: ClassVar[str] = "attempt"
+    shard_id: str
+    attempt_id: str
+    generation: int
+    node_id: str
+    hostname: str
+    boot_id: str
+    pid: int
+    started_at: float
+    ended_at: float | None = None
+    rows: int | None = None
+    exit_reason: AttemptExit | None = None
+    error: str | None = None
+    # adaptive batching size-trace summary of the attempt (OOMs, retries, final micro-batch size per
+    # stage), folded in from attempt_dir/batching.json when the attempt ends; None without it
+    batching: dict[str, Any] | None = None
+
+
+@dataclass(frozen=True)
+class RowStatsFile:
+    """An attempt's per-row stats file (jobdir.row_stats): one line per output row."""
+
+    path: str  # relative to the job directory
+    bytes: int
+    sha256: str
+
+
+@dataclass(frozen=True)
+class ShardResult(Record):
+    KIND: ClassVar[str] = "result"
+    shard_id: str
+    attempt_id: str
+    generation: int
+    node_id: str
+    rows: int
+    bytes: int
+    sha256: str
+    output: str  # path of the output file relative to the job directory
+    input_rows: int
+    input_sha256: str
+    published_at: float
+    # The output's per-shard stats summary (relative path, sha256 of its bytes); None when the
+    # runner wrote none.  Older readers of version 1 ignore these fields.
+    stats: str | None = None
+    stats_sha256: str | None = None
+    # Each output row's __dj__stats__/__dj__meta__ (Data-Juicer's <export>_stats.jsonl, per shard);
+    # None when the recipe makes neither.
+    row_stats: RowStatsFile | None = None
+
+
+@dataclass(frozen=True)
+class TerminalFailure(Record):
+    KIND: ClassVar[str] = "terminal-failure"
+    shard_id: str
+    failures: int
+    max_retries: int
+    last_error: str
+    last_attempt_id: str
+    generations: list[int]
+    failed_at: float
+    max_holder_deaths: int | None = None  # the death budget in force (None: unlimited, or an older writer)
+
+
+@dataclass(frozen=True)
+class MergedShard:
+    shard_id: str
+    attempt_id: str
+    rows: int
+    bytes: int
+    sha256: str
+
+
+@dataclass(frozen=True)
+class MergeRecord(Record):
+    KIND: ClassVar[str] = "merge"
+    output_path: str
+    rows: int
+    bytes: int
+    sha256: str
+    job_id: str
+    content_sha256: str  # of the manifest's input, to tie the output to the job
+    shards: list[MergedShard] = field(default_factory=list)
+    merged_at: float = 0.0
+    # <export>_stats.jsonl (jobdir.row_stats), when the recipe makes per-row stats
+    row_stats_path: str | None = None
+    row_stats_sha256: str | None = None

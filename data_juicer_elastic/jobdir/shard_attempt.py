@@ -1,0 +1,282 @@
+"""One worker's shards, each from its claim to its last record: run, fence, publish, release.
+
+:class:`ShardWorker` is what ``worker_loop.run_worker`` sequences: it claims through
+``jobdir.claiming``, renews the lease (``leases.Heartbeater``), runs the shard, publishes
+through ``jobdir.attempts`` and makes sure every way out of an attempt leaves a record:
+a result + release, a failure (``jobdir.failures``) + release, or (on SIGTERM/SIGINT) a
+release, so no shard waits a TTL for nothing.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from contextlib import nullcontext
+from dataclasses import dataclass, field
+from typing import Final
+
+from loguru import logger
+
+from data_juicer_elastic.errors import LeaseLostError, WorkerInterrupted, is_worker_fault, storage_error
+from data_juicer_elastic.jobdir import attempts, claiming, failures, leases, liveness, progress
+from data_juicer_elastic.jobdir.claim_ahead import RELEASE_SIGNAL, RELEASE_UNRUN, AheadShard, ClaimAhead
+from data_juicer_elastic.jobdir.layout import JobLayout
+from data_juicer_elastic.jobdir.lease_records import Claim
+from data_juicer_elastic.jobdir.manifest import check_shard_file
+from data_juicer_elastic.jobdir.reasons import AttemptExit, FailureReason, ReleaseReason, StopReason
+from data_juicer_elastic.jobdir.records import Manifest, ShardEntry
+from data_juicer_elastic.jobdir.shard_state import TerminalInfo
+from data_juicer_elastic.jobdir.tasks import ShardOutput, ShardTask
+from data_juicer_elastic.rows.codecs import SHARD_SUFFIX
+from data_juicer_elastic.sharedfs.identity import WorkerIdentity
+
+RunShard = Callable[[ShardTask], ShardOutput]
+# Claim ahead once the running shard is expected to be this far through: the next shard is then
+# held for about a fifth of a shard's time, not a whole one, while another node may be idle.
+TAIL_FRACTION: Final = 0.8
+
+
+@dataclass
+class WorkerSummary:
+    claimed: int = 0  # claims this worker won (failed ones count)
+    done: int = 0  # results of this worker that were accepted
+    discarded: int = 0  # finished, but another attempt had published first
+    failed: int = 0  # attempts of this worker that failed
+    lost: int = 0  # attempts abandoned because the lease was lost
+    terminal_failures: list[TerminalInfo] = field(default_factory=list)  # (shard_id, last_error), whole job
+    complete: bool = False  # every shard of the job is done
+    stop_reason: StopReason | str = ""  # empty until the loop stops
+    unrun: int = 0  # claimed ahead, then handed back without running (not attempts: counted nowhere else)
+
+
+class ShardWorker:
+    """One worker's claimer, and the run of each shard it claims (every way out leaves a record)."""
+
+    def __init__(
+        self, layout, manifest, identity, run_shard, observer, summary, ttl, heartbeat, max_retries, clock, **claim
+    ):
+        self.layout: JobLayout = layout
+        self.manifest: Manifest = manifest
+        self.identity: WorkerIdentity = identity
+        self.run_shard: RunShard = run_shard
+        self.observer: leases.StalenessObserver = observer
+        self.summary: WorkerSummary = summary
+        self.ttl, self.heartbeat, self.max_retries, self.clock = ttl, heartbeat, max_retries, clock
+        self.on_attempt: Callable[[progress.ProgressTracker], None] | None = None
+        self.stall_secs: float | None = None
+        self.secs_per_row: float | None = None  # of this worker's last finished shard: when the next one's tail starts
+        self.max_holder_deaths: int | None = claim.get("max_holder_deaths")
+        self.claimer = claiming.Claimer(layout, manifest, identity, observer, max_retries=max_retries, **claim)
+        self.ahead: ClaimAhead | None = None  # claim-ahead (jobdir.claim_ahead), when on
+        self.may_claim_ahead: Callable[[], bool] = lambda: False
+
+    @property
+    def pending(self) -> Claim | None:
+        """Claimed and not yet handed back (a signal must release it)."""
+        return self.claimer.pending
+
+    @pending.setter
+    def pending(self, claim: Claim | None) -> None:
+        self.claimer.pending = claim
+
+    def claim_next(self) -> tuple[tuple[ShardEntry, Claim] | None, bool]:
+        """(entry, claim) for a claimable shard we won, else (None, all shards finished)."""
+        return self.claimer.claim_next()
+
+    def in_tail(self, tracker: progress.ProgressTracker) -> bool:
+        """The running shard is expected to be in its last part (``TAIL_FRACTION``): by the time
+        per row of this worker's last shard; for its first, once its output rows reach that part
+        of its input (a filter may keep them from it: then the next is claimed when it ends).
+        Ray Data's rows read say nothing here: the runner reads a shard whole before processing."""
+        record = tracker.current
+        if self.secs_per_row is None:
+            return record.rows_written >= TAIL_FRACTION * record.rows_total
+        return record.elapsed_secs >= TAIL_FRACTION * self.secs_per_row * record.rows_total
+
+    def take_ahead(self) -> tuple[ShardEntry, Claim, AheadShard] | None:
+        """The shard claimed ahead while the last one ran, if any (and its lease still held)."""
+        ahead = self.ahead.take() if self.ahead is not None else None
+        if ahead is None:
+            return None
+        self.pending = ahead.claim  # from here a signal releases it as any claimed-but-not-run shard
+        return ahead.entry, ahead.claim, ahead
+
+    def _drop_ahead(self, why: str, reason: ReleaseReason = RELEASE_UNRUN, wait_secs: float | None = None) -> None:
+        """The current shard did not finish: hand the shard claimed ahead back at once (another
+        worker may take it; this one retries its own shard first, as before).  Waits
+        ``wait_secs`` (None: until done) for a claim in flight, so the Claimer is free again."""
+        if self.ahead is not None:
+            self.ahead.release(reason, why=why, wait_secs=wait_secs)
+
+    # -- running -------------------------------------------------------------------------------------
+    def run(self, entry: ShardEntry, claim: Claim, ahead: AheadShard | None = None) -> None:
+        """Run one claimed shard; every way out leaves a result, a failure or a release.
+
+        ``ahead``: the shard was claimed ahead; its input file was checked then (not hashed
+        again if unchanged).  While it runs, the next shard is claimed ahead (when on)."""
+        self.summary.claimed += 1
+        tracker = progress.ProgressTracker(self.layout, claim, entry.rows)
+        if self.on_attempt is not None:
+            self.on_attempt(tracker)  # e.g. a terminal progress bar for this shard
+        alive = None if self.stall_secs is None else liveness.Liveness(self.stall_secs, self.clock)
+        if alive is not None:  # every change of the live progress is a sign of life
+            tracker.listeners.append(lambda record: alive.note(f"{record.stage}, {record.rows_written} rows out"))
+            tracker.liveness = alive  # the runner finds it there (progress.current())
+        heartbeater = leases.Heartbeater(
+            self.layout,
+            claim,
+            heartbeat_secs=self.heartbeat,
+            ttl_secs=self.ttl,
+            clock=self.clock,
+            on_beat=tracker.flush,
+            liveness=alive,
+            on_stall=lambda reason: self._give_up(claim, reason),
+        )
+        heartbeater.start()
+        attempt: attempts.Attempt | None = None
+        try:
+            # claimed ahead: its file was checked (and read) while the last shard ran, and is unchanged
+            prechecked = ahead is not None and ahead.still_checked(self.layout)
+            attempt = attempts.open_attempt(self.layout, claim, self.identity)
+            tracker.start_writing()
+            task = ShardTask(
+                shard_id=entry.shard_id,
+                shard_path=self.layout.shard(entry.shard_id, SHARD_SUFFIX[self.manifest.shard_codec]),
+                attempt_dir=attempt.dir,
+                generation=claim.generation,
+                attempt_id=claim.attempt_id,
+                input_rows=entry.rows,
+                input_sha256=entry.sha256,
+                read_ahead=ahead.read if prechecked else None,
+            )
+            if not prechecked:
+                check_shard_file(self.layout, self.manifest, entry)  # a link out of the job dir is never read
+            if self.ahead is not None and self.may_claim_ahead():
+                # the next shard's claim, check and read overlap this one's tail (see claim_ahead)
+                self.ahead.start(in_tail=lambda: self.in_tail(tracker))
+            with progress.activate(tracker), alive.armed() if alive else nullcontext():
+                started = self.clock()
+                output = self.run_shard(task)
+                self.secs_per_row = (self.clock() - started) / max(entry.rows, 1)
+            if self.ahead is not None:
+                self.ahead.wait_claimed()  # the helper is done with the Claimer before we use it
+            tracker.set_stage(progress.Stage.PUBLISHING)
+            self._fence(heartbeater, claim)
+            outcome = attempts.publish_done(
+                self.layout,
+                claim,
+                output.output_path,
+                input_rows=entry.rows,
+                input_sha256=entry.sha256,
+                declared_rows=output.rows,
+                declared_bytes=output.bytes,
+                declared_sha256=output.sha256,
+                stats_path=output.stats_path,
+                row_stats_path=output.row_stats_path,
+            )
+        except LeaseLostError as exc:
+            self._drop_ahead(f"{claim.shard_id} lost its lease")
+            self._abandon(attempt, claim, exc.message)
+            return
+        except Exception as exc:
+            heartbeater.stop()
+            self._drop_ahead(f"{claim.shard_id} did not finish: {type(exc).__name__}")
+            if is_worker_fault(exc):
+                # This worker's set-up is wrong (different code, no Ray): the shard is
+                # not to blame, so hand it back without spending its retry budget.
+                logger.error(f"{claim.shard_id}: releasing the claim; this worker cannot run shards: {exc}")
+                _close(attempt, AttemptExit.WORKER_FAULT, error=attempts.error_text(exc))
+                self.release(claim, ReleaseReason.WORKER_FAULT)
+                if isinstance(exc, OSError):
+                    raise storage_error(exc, claim.shard_id) from exc
+                raise
+            if not heartbeater.check() or leases.newer_generation_exists(self.layout, claim):
+                # Failing after losing the lease is not evidence against the shard.
+                self._abandon(attempt, claim, attempts.error_text(exc))
+                return
+            self._fail(attempt, claim, exc)
+            return
+        except BaseException as exc:
+            # SIGTERM/SIGINT (WorkerInterrupted, KeyboardInterrupt) or SystemExit: hand the
+            # shard back at once so another worker need not wait a TTL.
+            signalled = isinstance(exc, WorkerInterrupted | KeyboardInterrupt)
+            self._drop_ahead("interrupted", RELEASE_SIGNAL if signalled else RELEASE_UNRUN, wait_secs=0.0)
+            _close(attempt, AttemptExit.SIGNAL, error="interrupted")
+            self.release(claim, ReleaseReason.SIGNAL)
+            raise
+        finally:
+            heartbeater.stop()
+            tracker.finish()
+        if outcome.accepted or outcome.winner is not None:
+            self.claimer.learn_done(entry.shard_id)
+        if outcome.accepted:
+            self.summary.done += 1
+            logger.info(f"{entry.shard_id}: done ({outcome.result.rows} rows) by attempt {claim.attempt_id}")
+        else:
+            self.summary.discarded += 1
+        _close(attempt, AttemptExit.DONE if outcome.accepted else AttemptExit.DISCARDED, rows=outcome.result.rows)
+        self.release(claim, ReleaseReason.FINISHED)
+
+    def _abandon(self, attempt: attempts.Attempt | None, claim: Claim, reason: str) -> None:
+        self.summary.lost += 1
+        logger.warning(f"{claim.shard_id}: abandoning attempt {claim.attempt_id}: {reason}")
+        _close(attempt, AttemptExit.LOST, error=reason)
+        self.release(claim, ReleaseReason.ABANDONED)
+
+    def _fence(self, heartbeater: leases.Heartbeater, claim: Claim) -> None:
+        """Self-fencing before publication: never publish on a lease we may have lost."""
+        if not heartbeater.check():
+            raise LeaseLostError(heartbeater.lost_reason or "lease lost", where=f"shard {claim.shard_id}")
+        if leases.newer_generation_exists(self.layout, claim):
+            raise LeaseLostError(
+                f"generation {claim.generation + 1} was claimed by another worker", where=f"shard {claim.shard_id}"
+            )
+
+    def _fail(self, attempt: attempts.Attempt | None, claim: Claim, exc: Exception) -> None:
+        message = attempts.error_text(exc)
+        self.summary.failed += 1
+        logger.error(f"{claim.shard_id}: attempt {claim.attempt_id} failed: {type(exc).__name__}: {message}")
+        try:
+            outcome = failures.record_failure(
+                self.layout,
+                claim,
+                shard_id=claim.shard_id,
+                generation=claim.generation,
+                error=message,
+                error_type=type(exc).__name__,
+                exit_reason=FailureReason.ERROR,
+                max_retries=self.max_retries,
+                reporter=self.identity,
+                max_holder_deaths=self.max_holder_deaths,
+            )
+        finally:  # even if the job dir refuses the failure record, give the claim back
+            _close(attempt, AttemptExit.FAILED, error=message)
+            self.release(claim, ReleaseReason.FAILED)
+            self.claimer.cursor.revisit(self.claimer.index[claim.shard_id])  # retry it first, as before
+        if outcome.terminal is not None:
+            logger.error(f"{claim.shard_id}: retry budget spent ({outcome.failures} failures)")
+
+    def _give_up(self, claim: Claim, reason: str) -> None:
+        """The attempt stalled (heartbeat thread): record it as a holder death and release the
+        claim now, so another worker takes the shard without waiting a TTL."""
+        logger.error(f"{claim.shard_id}: giving up attempt {claim.attempt_id}: {reason}")
+        # before the runtime watch restarts (execs) this process: a claim in flight is released too
+        self._drop_ahead(f"{claim.shard_id} stalled", wait_secs=self.heartbeat)
+        try:
+            failures.record_failure(
+                self.layout, claim, shard_id=claim.shard_id, generation=claim.generation, error=reason,
+                error_type="ShardStalled", exit_reason=FailureReason.STALLED, max_retries=self.max_retries,
+                reporter=self.identity, max_holder_deaths=self.max_holder_deaths,
+            )  # fmt: skip
+        finally:
+            self.release(claim, ReleaseReason.STALLED)
+
+    def release(self, claim: Claim, reason: ReleaseReason) -> None:
+        try:
+            leases.release_claim(self.layout, claim, reason)
+        except OSError as exc:  # the claim then goes stale after a TTL; nothing else is lost
+            logger.warning(f"{claim.shard_id}: could not write release record: {exc}")
+
+
+def _close(attempt: attempts.Attempt | None, exit_reason: AttemptExit, **fields) -> None:
+    if attempt is not None:
+        attempts.close_attempt(attempt, exit_reason, **fields)

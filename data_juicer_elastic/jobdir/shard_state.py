@@ -1,0 +1,115 @@
+"""Where a shard stands: the one rule, and the shard state names.
+
+:func:`decide_state` is the only place that turns what was seen of a shard into a
+:class:`ShardState`.  The worker loop (``jobdir.claiming``, ``jobdir.outcome``), merge
+and stream merge, the status snapshot, the report facts and settle all call it; each
+reads what its cost allows (``read_markers``, a listing of ``done/`` taken as
+:meth:`Markers.known_done`, a lease view) and passes the observations in:
+
+* a valid done marker: DONE (terminal);
+* a done marker that exists but does not parse: FAILED, never success (corrupt; it
+  cannot be replaced either, only requeued by ``retry``);
+* a terminal failure marker, valid or corrupt: FAILED;
+* else a live claim (``is_held``): RUNNING, or STALE when the caller's staleness
+  judgement (``jobdir.heartbeats``, or the holder's pid is gone here) says so;
+* else PENDING.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, replace
+from typing import NamedTuple
+
+from data_juicer_elastic.jobdir import attempts, failures
+from data_juicer_elastic.jobdir.layout import JobLayout
+from data_juicer_elastic.jobdir.leases import LeaseView
+from data_juicer_elastic.jobdir.result_records import ShardResult, TerminalFailure
+
+
+class ShardState(enum.StrEnum):
+    """Where a shard stands.  The only place state names are spelled."""
+
+    PENDING = "pending"  # no live claim: claimable
+    RUNNING = "running"  # a claim whose holder is (as far as we can tell) alive
+    STALE = "stale"  # a claim whose holder stopped heartbeating: claimable by takeover
+    DONE = "done"  # a valid result is published: terminal
+    FAILED = "failed"  # retry budget spent, or a corrupt marker: terminal until `retry`
+
+
+class TerminalInfo(NamedTuple):
+    """A terminally failed shard and its last error (a tuple, and attributes for readability)."""
+
+    shard_id: str
+    last_error: str
+
+
+@dataclass(frozen=True)
+class Markers:
+    """What was seen of a shard's done and failed markers (those not read are None)."""
+
+    shard_id: str
+    result: ShardResult | None = None  # the accepted result
+    done_error: str | None = None  # the done marker exists but is corrupt
+    terminal: TerminalFailure | None = None
+    terminal_error: str | None = None  # the failed marker exists but is corrupt
+    known_done: bool = False  # a valid done marker exists, not read here (a listing, a parsed marker)
+
+    @property
+    def done(self) -> bool:
+        return self.known_done or self.result is not None
+
+    @property
+    def corrupt_done(self) -> bool:
+        return self.done_error is not None
+
+    @property
+    def last_error(self) -> str | None:
+        """Why the markers make the shard FAILED, as status and reports show it; None when they do not."""
+        if self.done:
+            return None
+        if self.done_error is not None:
+            return f"corrupt done marker: {self.done_error}"
+        if self.terminal is not None:
+            return self.terminal.last_error
+        if self.terminal_error is not None:
+            return f"corrupt failed marker: {self.terminal_error}"
+        return None
+
+    @property
+    def terminal_info(self) -> TerminalInfo | None:
+        error = self.last_error
+        return None if error is None else TerminalInfo(self.shard_id, error)
+
+
+def read_markers(layout: JobLayout, shard_id: str, *, done_data: bytes | None = None, failed: bool = True) -> Markers:
+    """Open the shard's done marker by name (``done_data``: its bytes, when already read) and,
+    when it is absent and ``failed``, its failed marker."""
+    result, done_error = attempts.read_done(layout, shard_id, done_data)
+    markers = Markers(shard_id, result, done_error)
+    return read_failed_marker(layout, markers) if failed else markers
+
+
+def read_failed_marker(layout: JobLayout, markers: Markers) -> Markers:
+    """``markers`` with the failed marker read too (unless the done marker settled the shard)."""
+    if markers.done or markers.corrupt_done:
+        return markers
+    terminal, terminal_error = failures.read_terminal(layout, markers.shard_id)
+    return replace(markers, terminal=terminal, terminal_error=terminal_error)
+
+
+def is_held(view: LeaseView) -> bool:
+    """The shard's latest generation is claimed and its holder has not given it up."""
+    return view.generation > 0 and not view.ended
+
+
+def decide_state(markers: Markers, *, held: bool = False, stale: bool = False) -> ShardState:
+    """The shard's state from its markers and, for a shard they do not settle, its lease:
+    ``held`` (a live claim, :func:`is_held`) and ``stale`` (its holder judged gone)."""
+    if markers.done:
+        return ShardState.DONE
+    if markers.last_error is not None:
+        return ShardState.FAILED
+    if not held:
+        return ShardState.PENDING
+    return ShardState.STALE if stale else ShardState.RUNNING

@@ -1,0 +1,226 @@
+"""The report's facts about attempts: how each attempt of a shard started and ended.
+
+Read from the shard's ``attempt.json`` records; lease, failure and heartbeat records only
+for an attempt that never recorded its end (running, or its worker died).  Whether a
+running attempt looks stale is the display hint of ``jobdir.heartbeats.looks_stale``.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Final
+
+from data_juicer_elastic.errors import JobDirError
+from data_juicer_elastic.jobdir import attempts, leases
+from data_juicer_elastic.jobdir.failures import list_failures
+from data_juicer_elastic.jobdir.heartbeats import looks_stale
+from data_juicer_elastic.jobdir.layout import JobLayout
+from data_juicer_elastic.jobdir.lease_records import Failure, Heartbeat
+from data_juicer_elastic.jobdir.progress import read_attempt_progress
+from data_juicer_elastic.jobdir.reasons import AttemptExit, FailureReason
+from data_juicer_elastic.jobdir.records import ShardEntry
+from data_juicer_elastic.jobdir.result_records import AttemptRecord
+from data_juicer_elastic.jobdir.shard_state import is_held
+from data_juicer_elastic.sharedfs import fsio
+
+MAX_WARNINGS: Final = 50
+
+
+class AttemptOutcome(enum.StrEnum):
+    """How one attempt ended, as the report colours it."""
+
+    DONE = "done"  # its result is the shard's accepted result
+    DISCARDED = "discarded"  # finished, but another attempt had published first
+    FAILED = "failed"  # the shard's processing failed (counts against the retry budget)
+    LOST = "lost"  # lease lost or expired, worker killed, interrupted by a signal, worker fault
+    RUNNING = "running"  # holds the shard's current claim and has not ended
+
+
+_EXIT_OUTCOMES: Final = {
+    AttemptExit.DONE: AttemptOutcome.DONE,
+    AttemptExit.DISCARDED: AttemptOutcome.DISCARDED,
+    AttemptExit.FAILED: AttemptOutcome.FAILED,
+    AttemptExit.LOST: AttemptOutcome.LOST,
+    AttemptExit.SIGNAL: AttemptOutcome.LOST,
+    AttemptExit.WORKER_FAULT: AttemptOutcome.LOST,
+}
+
+
+@dataclass(frozen=True)
+class AttemptFact:
+    shard_id: str
+    shard_index: int
+    attempt_id: str
+    generation: int
+    ordinal: int  # 1 for the shard's first attempt, 2 for its first retry, ...
+    node_id: str
+    hostname: str
+    pid: int
+    started_at: float
+    ended_at: float | None  # None while running
+    end_estimated: bool  # the end was not recorded (worker died): last heartbeat or failure time
+    outcome: AttemptOutcome
+    detail: str  # exit reason as recorded (e.g. "lease-expired", "signal")
+    input_rows: int
+    input_bytes: int
+    output_rows: int | None
+    error: str | None
+    batching: dict[str, Any] | None
+    heartbeat_age_secs: float | None = None  # running attempts: seconds since the heartbeat file changed
+    stale: bool = False  # running, but its heartbeat is older than the lease TTL (display hint, as status)
+    # running attempts: (writer's wall time, input rows read so far) from the live progress record, oldest first
+    progress: tuple[tuple[float, int], ...] = ()
+    stage: str | None = None  # running attempts: the progress record's stage (and operator)
+
+    @property
+    def retried(self) -> bool:
+        return self.ordinal > 1
+
+    def end_or(self, now: float) -> float:
+        """The recorded end; for a running attempt ``now``, or its last heartbeat when stale (a worker
+        that vanished a week ago must not stretch the charts to today)."""
+        if self.ended_at is not None:
+            return self.ended_at
+        if self.stale and self.heartbeat_age_secs is not None:
+            return max(self.started_at, now - self.heartbeat_age_secs)
+        return max(now, self.started_at)
+
+
+class Warnings(list):
+    """Unreadable records are shown in the report, bounded, never taken for success."""
+
+    dropped = 0
+
+    def add(self, message: str) -> None:
+        if len(self) < MAX_WARNINGS:
+            self.append(message)
+        else:
+            self.dropped += 1
+
+
+def read_or_warn(cls, path: Path, warnings: Warnings):
+    try:
+        data = fsio.read_record(path)
+        return cls.parse(data, path) if data is not None else None
+    except (OSError, JobDirError) as exc:
+        warnings.add(str(exc))
+        return None
+
+
+def shard_attempts(
+    layout: JobLayout, entry: ShardEntry, attempted: bool, done: bool, now: float, ttl, warnings: Warnings
+) -> list[AttemptFact]:
+    shard = entry.shard_id
+    records: list[AttemptRecord] = []
+    if attempted:
+        for name in fsio.list_names(layout.attempt_root(shard)):
+            if name.startswith("."):
+                continue
+            try:
+                path = layout.attempt_record(shard, name)
+            except JobDirError as exc:
+                warnings.add(f"attempts/{shard}: {exc}")
+                continue
+            record = read_or_warn(AttemptRecord, path, warnings)
+            if record is not None:
+                records.append(record)
+    records.sort(key=lambda r: (r.generation, r.started_at))
+    accepted = next((r.attempt_id for r in records if r.exit_reason == AttemptExit.DONE), None)
+    accepted_at: float | None = None
+    if done and accepted is None:  # published, but the attempt's end was never recorded (worker died right after)
+        result, error = attempts.read_done(layout, shard)
+        if error:
+            warnings.add(error)
+        if result is not None:
+            accepted, accepted_at = result.attempt_id, result.published_at
+    unended = [r for r in records if r.ended_at is None and r.attempt_id != accepted]
+    view = leases.read_lease(layout, shard) if unended else None
+    failed = {f.attempt_id: f for f in list_failures(layout, shard)} if unended else {}
+    out = []
+    for ordinal, record in enumerate(records, start=1):
+        out.append(_attempt_fact(layout, entry, record, ordinal, accepted, accepted_at, view, failed, now, ttl))
+    return out
+
+
+def _attempt_fact(layout, entry, record, ordinal, accepted, accepted_at, view, failures, now, ttl) -> AttemptFact:
+    base = dict(
+        shard_id=record.shard_id,
+        shard_index=entry.index,
+        attempt_id=record.attempt_id,
+        generation=record.generation,
+        ordinal=ordinal,
+        node_id=record.node_id,
+        hostname=record.hostname,
+        pid=record.pid,
+        started_at=record.started_at,
+        input_rows=entry.rows,
+        input_bytes=entry.bytes,
+        output_rows=record.rows,
+        error=record.error,
+        batching=record.batching,
+    )
+    if record.ended_at is not None:
+        outcome = _EXIT_OUTCOMES.get(record.exit_reason or "", AttemptOutcome.LOST)
+        if outcome is AttemptOutcome.DONE and record.attempt_id != accepted:
+            outcome = AttemptOutcome.DISCARDED  # two "done" records cannot both be the accepted one
+        return AttemptFact(
+            ended_at=record.ended_at, end_estimated=False, outcome=outcome, detail=record.exit_reason or "?", **base
+        )
+    if record.attempt_id == accepted:
+        end = accepted_at if accepted_at is not None else record.started_at
+        return AttemptFact(ended_at=end, end_estimated=True, outcome=AttemptOutcome.DONE, detail="done", **base)
+    claim = view.claim if view is not None else None
+    if claim is not None and claim.attempt_id == record.attempt_id and is_held(view):
+        age = _mtime_age(layout.heartbeat(record.shard_id, record.generation), now)
+        points, stage = _live_progress(layout, record)
+        return AttemptFact(
+            progress=points,
+            stage=stage,
+            ended_at=None,
+            end_estimated=False,
+            outcome=AttemptOutcome.RUNNING,
+            detail="running",
+            heartbeat_age_secs=age,
+            stale=looks_stale(age, ttl),
+            **base,
+        )
+    failure: Failure | None = failures.get(record.attempt_id)
+    heartbeat = _last_heartbeat(layout, record)
+    end = heartbeat if heartbeat is not None else (failure.failed_at if failure else record.started_at)
+    if failure is not None:
+        outcome = AttemptOutcome.FAILED if failure.exit_reason == FailureReason.ERROR else AttemptOutcome.LOST
+        base["error"] = failure.error
+        detail = failure.exit_reason
+    else:
+        outcome, detail = AttemptOutcome.LOST, "ended without a record"
+    return AttemptFact(ended_at=max(end, record.started_at), end_estimated=True, outcome=outcome, detail=detail, **base)
+
+
+def _live_progress(layout: JobLayout, record: AttemptRecord) -> tuple[tuple[tuple[float, int], ...], str | None]:
+    """(time, rows read) points of a running attempt's progress record, and its stage; informational, so an
+    unreadable record only means no live throughput for it."""
+    progress, _ = read_attempt_progress(layout, record.shard_id, record.attempt_id)
+    if progress is None:
+        return (), None
+    points = [(progress.started_at + float(s[0]), int(s[1])) for s in progress.samples if len(s) >= 2]
+    points.append((progress.started_at + progress.elapsed_secs, progress.rows_read))
+    stage = progress.stage + (f" ({progress.operator})" if progress.operator else "")
+    return tuple(sorted(points)), stage
+
+
+def _mtime_age(path: Path, now: float) -> float | None:
+    try:
+        return max(0.0, now - fsio.stat(path).st_mtime)
+    except OSError:
+        return None
+
+
+def _last_heartbeat(layout: JobLayout, record: AttemptRecord) -> float | None:
+    try:
+        data = fsio.read_record(layout.heartbeat(record.shard_id, record.generation))
+        beat = Heartbeat.parse(data, "heartbeat") if data is not None else None
+    except (OSError, JobDirError):
+        return None
+    return beat.written_at if beat is not None and beat.attempt_id == record.attempt_id else None
