@@ -42,7 +42,8 @@ from data_juicer_elastic.jobdir.records import (
     recipe_hash,
 )
 from data_juicer_elastic.rows.codecs import CODECS, SHARD_SUFFIX, input_codec
-from data_juicer_elastic.rows.jsonl import MAX_LINE_BYTES, NormaliseOptions
+from data_juicer_elastic.rows.jsonl import NormaliseOptions
+from data_juicer_elastic.settings import DEFAULT_MAX_LINE_BYTES
 from data_juicer_elastic.shards.ingest import InputItem, ingest
 from data_juicer_elastic.sharedfs import fsio
 
@@ -61,7 +62,7 @@ class PrepareRequest:
     settings: dict[str, Any] = field(default_factory=dict)
     versions: dict[str, str] = field(default_factory=dict)
     ray: dict[str, Any] = field(default_factory=dict)
-    max_line_bytes: int = MAX_LINE_BYTES
+    max_line_bytes: int = DEFAULT_MAX_LINE_BYTES
     shard_codec: str = "none"  # "none" | "gzip" | "zstd": how shard files are stored
     check_processes: int | None = None  # row-checking helper processes; None: by input size and cores
     input_order: str = "sorted"  # directory inputs: "sorted" (relative path) | "data_juicer" (its default executor's)
