@@ -166,3 +166,14 @@ def storage_errors(then: str) -> Iterator[None]:
         yield
     except OSError as exc:
         raise storage_error(exc, "", then) from exc
+
+
+# -- issue 16, rows/settings/CLI: errors that lived beside the code raising them ------------------
+class RowError(ValueError):
+    """One input row breaks the row policy (``rows.row_policy``); words the reason, without the
+    file:line (the reader adds it when it turns this into an InputError)."""
+
+
+class RequestChanged(Exception):
+    """The whole prepare request's input fields differ from the early one the input pass started
+    with (``shards.prepare``); nothing was published."""

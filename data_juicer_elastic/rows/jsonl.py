@@ -27,14 +27,13 @@ from typing import Any, Final
 import orjson
 import simdjson
 
-from data_juicer_elastic.errors import InputError
+from data_juicer_elastic.errors import InputError, RowError
 from data_juicer_elastic.rows.codecs import READ_BYTES, prefetch
 from data_juicer_elastic.rows.line_framer import LineFramer
 from data_juicer_elastic.rows.row_policy import (  # noqa: F401 - MAX_DEPTH, fast_row, parse_row: re-exported
     DEPTH_BOUNDED_BY_JITER,
     MAX_DEPTH,
     FastJudge,
-    RowError,
     fast_row,
     is_object,
     parse_row,  # stats.overall reads merged rows with it
@@ -46,6 +45,8 @@ from data_juicer_elastic.rows.row_schema import RowSchema
 from data_juicer_elastic.settings import DEFAULT_MAX_LINE_BYTES
 from data_juicer_elastic.sharedfs import fsio
 
+# Data-Juicer's recipe keys naming the row fields that hold media paths, with its defaults.
+DEFAULT_MEDIA_KEYS: Final = {"image_key": "images", "audio_key": "audios", "video_key": "videos"}
 _BOM: Final = b"\xef\xbb\xbf"
 _URL: Final = re.compile(r"^[A-Za-z][A-Za-z0-9+.\-]*://")
 

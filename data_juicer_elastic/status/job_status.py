@@ -31,14 +31,13 @@ from typing import Any, Final
 
 from data_juicer_elastic.errors import JobDirError
 from data_juicer_elastic.jobdir import attempts, leases, progress
-from data_juicer_elastic.jobdir.layout import JobLayout, parse_shard_id, validate_attempt_id
+from data_juicer_elastic.jobdir.layout import LOG_FILE, JobLayout, parse_shard_id, validate_attempt_id
 from data_juicer_elastic.jobdir.manifest import load_manifest
 from data_juicer_elastic.jobdir.records import FORMAT_PREFIX, VERSION, AttemptRecord, ShardState, TerminalInfo
 from data_juicer_elastic.sharedfs import fsio
 from data_juicer_elastic.sharedfs.identity import WorkerIdentity
 
 READ_THREADS: Final = 8
-LOG_FILE: Final = "process.log"  # execution.shard_runner.LOG_FILE (jobdir may not import execution)
 
 
 @dataclass(frozen=True)
