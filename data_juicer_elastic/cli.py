@@ -28,7 +28,7 @@ DESCRIPTION = "dj-elastic: the lower-level steps of an elastic sharded job."
 
 # The elastic.* values each command takes as options (cli_options): field -> this command's
 # help text, None for the field's own.  In help order.
-RECIPE, JOB = "the recipe's elastic: block", "the job's setting"
+FROM_RECIPE, FROM_JOB = "the recipe's elastic: block", "the job's setting"  # where an option left out comes from
 PREPARE_OPTIONS: Final = {
     "num_shards": None,
     "ray_address": None,
@@ -256,7 +256,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--config", required=True, help="Data-Juicer recipe (YAML) with executor_type elastic_sharded")
     p.add_argument("--dataset-path", help="override the recipe's dataset_path")
     job_dir(p, required=False)
-    add_setting_options(p, PREPARE_OPTIONS, RECIPE)
+    add_setting_options(p, PREPARE_OPTIONS, FROM_RECIPE)
     p.set_defaults(func=_cmd_prepare)
 
     p = add_parser(
@@ -269,13 +269,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--config", required=True, help="Data-Juicer recipe (YAML) with executor_type elastic_sharded")
     p.add_argument("--dataset-path", help="override the recipe's dataset_path")
     job_dir(p, required=False)
-    add_setting_options(p, RUN_OPTIONS, RECIPE, flags={"slots_per_node": "--slots"})
+    add_setting_options(p, RUN_OPTIONS, FROM_RECIPE, flags={"slots_per_node": "--slots"})
     p.add_argument("extra", nargs=argparse.REMAINDER, help="-- then further dj-process options")
     p.set_defaults(func=_cmd_run)
 
     p = add_parser("worker", help="claim and process shards with one warm node-local Ray runtime")
     job_dir(p)
-    add_setting_options(p, WORKER_OPTIONS, JOB)
+    add_setting_options(p, WORKER_OPTIONS, FROM_JOB)
     p.add_argument(
         "--slots",
         type=int,
@@ -304,7 +304,7 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="SECONDS",
         help="refresh every SECONDS (default 5) until the job is complete or Ctrl-C; with --json one JSON per line",
     )
-    add_setting_options(p, {"lease_ttl_secs": "only affects which claims display as stale"}, JOB)
+    add_setting_options(p, {"lease_ttl_secs": "only affects which claims display as stale"}, FROM_JOB)
     p.set_defaults(func=_cmd_status)
 
     p = add_parser(

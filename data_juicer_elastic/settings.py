@@ -1,8 +1,10 @@
 """The typed ``elastic:`` block of a recipe, and its validation.
 
 The same dataclass backs the recipe block (added to Data-Juicer's parser by
-``integration.config_block``), the ``dj-elastic`` options and the values stored
-in a job's manifest, so a setting has one name and one validity rule.
+``integration.config_block``), the ``dj-elastic`` options (``cli_options``) and the
+values stored in a job's manifest, so a setting has one name, one help text
+(:func:`field_help`) and one validity rule (:func:`check_values`, which code taking
+some of the values as plain arguments, ``jobdir.worker_loop``, applies too).
 """
 
 from __future__ import annotations
