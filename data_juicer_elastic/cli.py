@@ -17,12 +17,49 @@ import functools
 import sys
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Final
 
 from data_juicer_elastic import __version__
+from data_juicer_elastic.cli_options import add_setting_options, given_settings
 from data_juicer_elastic.errors import EXIT_ERROR, EXIT_OK, ElasticError
 
 # Plain text: argparse prints it as it is (the module docstring's reST markup would show).
 DESCRIPTION = "dj-elastic: the lower-level steps of an elastic sharded job."
+
+# The elastic.* values each command takes as options (cli_options): field -> this command's
+# help text, None for the field's own.  In help order.
+FROM_RECIPE, FROM_JOB = "the recipe's elastic: block", "the job's setting"  # where an option left out comes from
+PREPARE_OPTIONS: Final = {
+    "num_shards": None,
+    "ray_address": None,
+    "lease_ttl_secs": None,
+    "max_retries": None,
+    "poll_interval_secs": None,
+    "shard_codec": "how shard files are stored",
+}
+RUN_OPTIONS: Final = {
+    "num_shards": None,
+    "ray_address": None,
+    "ray_num_cpus": "CPUs of each slot's 'local' Ray runtime",
+    "run_id": "the submission's id, shared by all its instances",
+    "nodes": "expected nodes (enforced with --require-all-nodes)",
+    "require_all_nodes": "strict mode: every node must complete shards",
+    "wait_timeout_secs": None,
+    "slots_per_node": "shards processed at once on this node",
+}
+WORKER_OPTIONS: Final = {
+    "max_shards": "stop after claiming this many shards",
+    "ray_address": "override the recorded Ray address (local | auto | host:port)",
+    "ray_num_cpus": "CPUs of each slot's 'local' Ray runtime",
+    "heartbeat_interval_secs": None,
+    "lease_ttl_secs": None,
+    "max_retries": None,
+    "poll_interval_secs": None,
+    "max_holder_deaths": None,
+    "stall_timeout_secs": None,
+    "allow_version_mismatch": None,
+    "claim_ahead": "in a shard's tail, claim and read the next one (default: the job's elastic.claim_ahead, else on)",
+}
 
 
 def _cmd_prepare(args: argparse.Namespace) -> int:
@@ -32,7 +69,7 @@ def _cmd_prepare(args: argparse.Namespace) -> int:
         return prepare_request(*_load_recipe(args, setup=False))
 
     # The input pass starts while Data-Juicer loads (seconds): see prepare_overlapped.
-    overrides = {"dataset_path": args.dataset_path, **_elastic_overrides(args)}
+    overrides = {"dataset_path": args.dataset_path, **given_settings(args)}
     prepare_overlapped(early_request(args.config, overrides), parse)  # says what it prepared (or reused)
     return EXIT_OK
 
@@ -177,25 +214,12 @@ def _load_recipe(args: argparse.Namespace, setup: bool = True):
     argv = ["--config", args.config]
     if args.dataset_path:
         argv += ["--dataset_path", args.dataset_path]
-    for name, value in _elastic_overrides(args).items():
+    for name, value in given_settings(args).items():
         argv += [f"--elastic.{name}", "true" if value is True else str(value)]
     extra = list(getattr(args, "extra", None) or [])
     argv += extra[1:] if extra[:1] == ["--"] else extra
     cfg = init_configs(args=argv, load_configs_only=not setup)
     return cfg, settings_from_cfg(cfg)
-
-
-def _elastic_overrides(args: argparse.Namespace) -> dict:
-    """The ``elastic.*`` values given as options of ``prepare`` / ``run``."""
-    names = ("job_dir", "num_shards", "ray_address", "lease_ttl_secs", "max_retries", "poll_interval_secs")
-    found = {}
-    for name in (*names, "run_id", "nodes", "wait_timeout_secs", "slots_per_node", "ray_num_cpus", "shard_codec"):
-        value = getattr(args, name, None)
-        if value is not None:
-            found[name] = value
-    if getattr(args, "require_all_nodes", False):
-        found["require_all_nodes"] = True
-    return found
 
 
 def _settings_from_job(job_dir: str, args: argparse.Namespace):
@@ -204,37 +228,10 @@ def _settings_from_job(job_dir: str, args: argparse.Namespace):
     from data_juicer_elastic.settings import ElasticSettings
 
     recorded = dict(load_manifest(Path(job_dir).resolve()).settings)
-    recorded["job_dir"] = str(Path(job_dir).resolve())
     recorded.pop("run_id", None)  # a submission's identity, not the job's
-    names = ("ray_address", "lease_ttl_secs", "max_retries", "poll_interval_secs", "max_shards", "ray_num_cpus")
-    for name in (*names, "heartbeat_interval_secs", "max_holder_deaths", "stall_timeout_secs"):
-        value = getattr(args, name, None)
-        if value is not None:
-            recorded[name] = value
-    if getattr(args, "allow_version_mismatch", False):
-        recorded["allow_version_mismatch"] = True
-    if getattr(args, "claim_ahead", None) is not None:
-        recorded["claim_ahead"] = args.claim_ahead
+    recorded.update(given_settings(args))
+    recorded["job_dir"] = str(Path(job_dir).resolve())
     return ElasticSettings.from_mapping(recorded)
-
-
-def _setting_options(parser: argparse.ArgumentParser, *names: str) -> None:
-    """``--<name>`` options whose type and help come from ElasticSettings (one definition of each)."""
-    import dataclasses
-    import typing
-
-    from data_juicer_elastic.integration.config_block import field_help
-    from data_juicer_elastic.settings import ElasticSettings
-
-    hints, docs = typing.get_type_hints(ElasticSettings), field_help()
-    defaults = {f.name: f.default for f in dataclasses.fields(ElasticSettings)}
-    for name in names:
-        flag, hint = "--" + name.replace("_", "-"), hints[name]
-        text = f"{docs.get(name, '')} (default: the job's setting, else {defaults[name]})"
-        if hint is bool:
-            parser.add_argument(flag, action="store_true", default=None, help=text)
-        else:
-            parser.add_argument(flag, type=hint, help=text)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -259,12 +256,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--config", required=True, help="Data-Juicer recipe (YAML) with executor_type elastic_sharded")
     p.add_argument("--dataset-path", help="override the recipe's dataset_path")
     job_dir(p, required=False)
-    p.add_argument("--num-shards", type=int)
-    p.add_argument("--ray-address")
-    p.add_argument("--lease-ttl-secs", type=float)
-    p.add_argument("--max-retries", type=int)
-    p.add_argument("--poll-interval-secs", type=float)
-    p.add_argument("--shard-codec", choices=("none", "gzip", "zstd"), help="how shard files are stored")
+    add_setting_options(p, PREPARE_OPTIONS, FROM_RECIPE)
     p.set_defaults(func=_cmd_prepare)
 
     p = add_parser(
@@ -277,22 +269,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--config", required=True, help="Data-Juicer recipe (YAML) with executor_type elastic_sharded")
     p.add_argument("--dataset-path", help="override the recipe's dataset_path")
     job_dir(p, required=False)
-    p.add_argument("--num-shards", type=int)
-    p.add_argument("--ray-address")
-    p.add_argument("--ray-num-cpus", type=int, help="CPUs of each slot's 'local' Ray runtime")
-    p.add_argument("--run-id", help="the submission's id, shared by all its instances")
-    p.add_argument("--nodes", type=int, help="expected nodes (enforced with --require-all-nodes)")
-    p.add_argument("--require-all-nodes", action="store_true", help="strict mode: every node must complete shards")
-    p.add_argument("--wait-timeout-secs", type=float)
-    p.add_argument("--slots", type=int, dest="slots_per_node", help="shards processed at once on this node")
+    add_setting_options(p, RUN_OPTIONS, FROM_RECIPE, flags={"slots_per_node": "--slots"})
     p.add_argument("extra", nargs=argparse.REMAINDER, help="-- then further dj-process options")
     p.set_defaults(func=_cmd_run)
 
     p = add_parser("worker", help="claim and process shards with one warm node-local Ray runtime")
     job_dir(p)
-    p.add_argument("--max-shards", type=int, help="stop after claiming this many shards")
-    p.add_argument("--ray-address", help="override the recorded Ray address (local | auto | host:port)")
-    p.add_argument("--ray-num-cpus", type=int, help="CPUs of each slot's 'local' Ray runtime")
+    add_setting_options(p, WORKER_OPTIONS, FROM_JOB)
     p.add_argument(
         "--slots",
         type=int,
@@ -300,18 +283,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="shards this node processes at once, one worker process and Ray runtime each; with GPUs listed "
         "in CUDA_VISIBLE_DEVICES every slot gets its own subset (default: elastic.slots_per_node)",
     )
-    p.add_argument("--heartbeat-interval-secs", type=float)
     p.add_argument("--max-done", type=int, help=argparse.SUPPRESS)  # strict mode's share, for slot processes
-    p.add_argument("--lease-ttl-secs", type=float)
-    p.add_argument("--max-retries", type=int)
-    p.add_argument("--poll-interval-secs", type=float)
-    _setting_options(p, "max_holder_deaths", "stall_timeout_secs", "allow_version_mismatch")
-    p.add_argument(
-        "--claim-ahead",
-        action=argparse.BooleanOptionalAction,
-        default=None,
-        help="in a shard's tail, claim and read the next one (default: the job's elastic.claim_ahead, else on)",
-    )
     p.add_argument("--no-wait", action="store_true", help="exit when nothing is claimable instead of waiting")
     p.set_defaults(func=_cmd_worker)
 
@@ -332,7 +304,7 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="SECONDS",
         help="refresh every SECONDS (default 5) until the job is complete or Ctrl-C; with --json one JSON per line",
     )
-    p.add_argument("--lease-ttl-secs", type=float, help="only affects which claims display as stale")
+    add_setting_options(p, {"lease_ttl_secs": "only affects which claims display as stale"}, FROM_JOB)
     p.set_defaults(func=_cmd_status)
 
     p = add_parser(

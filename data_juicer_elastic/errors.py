@@ -190,3 +190,14 @@ class WorkerInterrupted(BaseException):
     def __init__(self, signum: int):
         super().__init__(f"interrupted by signal {signum}")
         self.signum = signum
+
+
+# -- issue 16, rows/settings/CLI: errors that lived beside the code raising them ------------------
+class RowError(ValueError):
+    """One input row breaks the row policy (``rows.row_policy``); words the reason, without the
+    file:line (the reader adds it when it turns this into an InputError)."""
+
+
+class RequestChanged(Exception):
+    """The whole prepare request's input fields differ from the early one the input pass started
+    with (``shards.prepare``); nothing was published."""

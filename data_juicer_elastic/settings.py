@@ -1,19 +1,26 @@
 """The typed ``elastic:`` block of a recipe, and its validation.
 
 The same dataclass backs the recipe block (added to Data-Juicer's parser by
-``integration.config_block``), the ``dj-elastic`` options and the values stored
-in a job's manifest, so a setting has one name and one validity rule.
+``integration.config_block``), the ``dj-elastic`` options (``cli_options``) and the
+values stored in a job's manifest, so a setting has one name, one help text
+(:func:`field_help`) and one validity rule (:func:`check_values`, which code taking
+some of the values as plain arguments, ``jobdir.worker_loop``, applies too).
 """
 
 from __future__ import annotations
 
+import ast
 import dataclasses
+import inspect
 import re
-from collections.abc import Mapping
+import typing
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from functools import cache
 from typing import Any, Final, Literal
 
 from data_juicer_elastic.errors import ConfigError
+from data_juicer_elastic.rows.codecs import CODECS, Codec
 
 DEFAULT_LEASE_TTL_SECS: Final = 120.0
 DEFAULT_MAX_RETRIES: Final = 3
@@ -24,8 +31,8 @@ DEFAULT_RAY_ADDRESS: Final = "local"
 DEFAULT_WAIT_TIMEOUT_SECS: Final = 1800.0
 MAX_RUN_ID_CHARS: Final = 256
 DEFAULT_MAX_LINE_BYTES: Final = 64 * 1024 * 1024
-SHARD_CODECS: Final = ("none", "gzip", "zstd")
-INPUT_ORDERS: Final = ("sorted", "data_juicer")
+InputOrder = Literal["sorted", "data_juicer"]
+INPUT_ORDERS: Final[tuple[InputOrder, ...]] = typing.get_args(InputOrder)
 
 # "local" starts a private runtime owned by the worker; "auto" attaches to a
 # node-local head the user started; anything else must look like host:port or
@@ -73,84 +80,19 @@ class ElasticSettings:
     """Fail when a shard has had no claimant for this long while this instance may not claim it (strict mode)."""
     slots_per_node: int = 1
     """Shards one node processes at once, each in its own worker process and Ray runtime (e.g. one per GPU)."""
-    shard_codec: Literal["none", "gzip", "zstd"] = "none"
+    shard_codec: Codec = "none"
     """How input shards are stored in the job dir: 'none' (plain .jsonl), 'gzip' (.jsonl.gz) or 'zstd' (.jsonl.zst)."""
     max_line_bytes: int = DEFAULT_MAX_LINE_BYTES
     """Longest input line prepare accepts; longer lines are refused (memory grows with this bound)."""
     stream_merge: bool = False
     """Append each shard to <export_path>.partial once all shards before it are done (docs/input-format.md)."""
-    input_order: Literal["sorted", "data_juicer"] = "sorted"
+    input_order: InputOrder = "sorted"
     """Order of the files of a directory input: 'sorted' by relative path, or 'data_juicer' (its default executor's)."""
     claim_ahead: bool = True
     """While a shard runs, claim the next one (at most one per slot, its lease renewed) and read it ahead."""
 
     def __post_init__(self) -> None:
-        def bad(name: str, value: Any, rule: str) -> ConfigError:
-            return ConfigError(
-                f"invalid value {value!r}: {rule}",
-                where=f"elastic.{name}",
-                hint="fix the recipe's elastic: block or the matching command-line option",
-            )
-
-        if not isinstance(self.job_dir, str) or not self.job_dir.strip():
-            raise bad("job_dir", self.job_dir, "a shared directory path is required")
-        if isinstance(self.num_shards, bool) or not isinstance(self.num_shards, int) or self.num_shards < 1:
-            raise bad("num_shards", self.num_shards, "must be an integer >= 1")
-        if not isinstance(self.ray_address, str) or not _RAY_ADDRESS.match(self.ray_address):
-            raise bad("ray_address", self.ray_address, "use 'local', 'auto', host:port or ray://host:port")
-        if not _positive(self.lease_ttl_secs):
-            raise bad("lease_ttl_secs", self.lease_ttl_secs, "must be a number > 0")
-        if self.heartbeat_interval_secs is not None and not (
-            _positive(self.heartbeat_interval_secs) and self.heartbeat_interval_secs * 2 < self.lease_ttl_secs
-        ):
-            raise bad("heartbeat_interval_secs", self.heartbeat_interval_secs, "must be > 0 and < lease_ttl_secs / 2")
-        if isinstance(self.max_retries, bool) or not isinstance(self.max_retries, int) or self.max_retries < 0:
-            raise bad("max_retries", self.max_retries, "must be an integer >= 0")
-        if not _int_at_least(self.max_holder_deaths, 0):
-            raise bad("max_holder_deaths", self.max_holder_deaths, "must be an integer >= 0")
-        if not _positive(self.stall_timeout_secs):
-            raise bad("stall_timeout_secs", self.stall_timeout_secs, "must be a number > 0")
-        if not isinstance(self.allow_version_mismatch, bool):
-            raise bad("allow_version_mismatch", self.allow_version_mismatch, "must be true or false")
-        if not _positive(self.poll_interval_secs):
-            raise bad("poll_interval_secs", self.poll_interval_secs, "must be a number > 0")
-        if self.max_shards is not None and (
-            isinstance(self.max_shards, bool) or not isinstance(self.max_shards, int) or self.max_shards < 1
-        ):
-            raise bad("max_shards", self.max_shards, "must be an integer >= 1 or null")
-        if self.ray_num_cpus is not None and (
-            isinstance(self.ray_num_cpus, bool) or not isinstance(self.ray_num_cpus, int) or self.ray_num_cpus < 1
-        ):
-            raise bad("ray_num_cpus", self.ray_num_cpus, "must be an integer >= 1 or null")
-        if self.run_id is not None and (
-            not isinstance(self.run_id, str)
-            or not self.run_id.strip()
-            or len(self.run_id) > MAX_RUN_ID_CHARS
-            or not self.run_id.isprintable()
-        ):
-            raise bad("run_id", self.run_id, f"must be a printable string of 1 to {MAX_RUN_ID_CHARS} characters")
-        if self.nodes is not None and not _int_at_least(self.nodes, 1):
-            raise bad("nodes", self.nodes, "must be an integer >= 1 or null")
-        if not isinstance(self.require_all_nodes, bool):
-            raise bad("require_all_nodes", self.require_all_nodes, "must be true or false")
-        if not _positive(self.wait_timeout_secs):
-            raise bad("wait_timeout_secs", self.wait_timeout_secs, "must be a number > 0")
-        if not _int_at_least(self.slots_per_node, 1):
-            raise bad("slots_per_node", self.slots_per_node, "must be an integer >= 1")
-        if self.shard_codec not in SHARD_CODECS:
-            raise bad("shard_codec", self.shard_codec, f"use one of {', '.join(SHARD_CODECS)}")
-        if not _int_at_least(self.max_line_bytes, 1024):
-            raise bad("max_line_bytes", self.max_line_bytes, "must be an integer >= 1024")
-        if not isinstance(self.stream_merge, bool):
-            raise bad("stream_merge", self.stream_merge, "must be true or false")
-        if not isinstance(self.claim_ahead, bool):
-            raise bad("claim_ahead", self.claim_ahead, "must be true or false")
-        if self.input_order not in INPUT_ORDERS:
-            raise bad("input_order", self.input_order, f"use one of {', '.join(INPUT_ORDERS)}")
-        if self.require_all_nodes:
-            if self.nodes is None:
-                raise bad("nodes", self.nodes, "require_all_nodes needs the number of nodes (elastic.nodes)")
-            check_strict_shares(self.num_shards, self.nodes, self.slots_per_node)
+        check_values(vars(self))
 
     @property
     def heartbeat_secs(self) -> float:
@@ -183,6 +125,28 @@ class ElasticSettings:
         return dataclasses.asdict(self)
 
 
+@cache
+def field_help() -> dict[str, str]:
+    """Each field's help text: the attribute docstring right after it in :class:`ElasticSettings`
+    (the recipe's ``--elastic.<field>`` arguments and the ``dj-elastic`` options show it)."""
+    try:
+        tree = ast.parse(inspect.getsource(ElasticSettings))
+    except (OSError, TypeError, SyntaxError):
+        return {}
+    body = tree.body[0].body if tree.body and isinstance(tree.body[0], ast.ClassDef) else []
+    docs: dict[str, str] = {}
+    for node, following in zip(body, body[1:], strict=False):
+        if (
+            isinstance(node, ast.AnnAssign)
+            and isinstance(node.target, ast.Name)
+            and isinstance(following, ast.Expr)
+            and isinstance(following.value, ast.Constant)
+            and isinstance(following.value.value, str)
+        ):
+            docs[node.target.id] = " ".join(following.value.value.split())
+    return docs
+
+
 def check_strict_shares(num_shards: int, nodes: int, slots: int) -> int:
     """Shards each slot may complete in strict mode; ConfigError unless the shares are equal.
 
@@ -199,6 +163,93 @@ def check_strict_shares(num_shards: int, nodes: int, slots: int) -> int:
             hint=f"use num_shards {max(1, per_slot + (1 if rest else 0)) * nodes * slots}, or elastic mode",
         )
     return per_slot
+
+
+# -- the rules ---------------------------------------------------------------------------------
+# One rule per key, checked in this order (the first bad value is the one reported): a test of
+# the value (and, for relations, of the other values given) and the words that say what is valid.
+_Rule = tuple[Callable[[Any, Mapping[str, Any]], bool], str]
+
+
+def _integer(minimum: int, *, or_null: bool = False) -> _Rule:
+    words = f"must be an integer >= {minimum}" + (" or null" if or_null else "")
+    return (lambda value, _: (or_null and value is None) or _int_at_least(value, minimum)), words
+
+
+def _positive_number() -> _Rule:
+    return (lambda value, _: _positive(value)), "must be a number > 0"
+
+
+def _switch() -> _Rule:
+    return (lambda value, _: isinstance(value, bool)), "must be true or false"
+
+
+def _one_of(choices: tuple[str, ...]) -> _Rule:
+    return (lambda value, _: value in choices), f"use one of {', '.join(choices)}"
+
+
+def _heartbeat_fits(value: Any, values: Mapping[str, Any]) -> bool:
+    return value is None or (_positive(value) and value * 2 < values["lease_ttl_secs"])
+
+
+def _run_id_fits(value: Any, _: Mapping[str, Any]) -> bool:
+    return value is None or (
+        isinstance(value, str) and bool(value.strip()) and len(value) <= MAX_RUN_ID_CHARS and value.isprintable()
+    )
+
+
+_RULES: Final[dict[str, _Rule]] = {
+    "job_dir": (lambda value, _: isinstance(value, str) and bool(value.strip()), "a shared directory path is required"),
+    "num_shards": _integer(1),
+    "ray_address": (
+        lambda value, _: isinstance(value, str) and bool(_RAY_ADDRESS.match(value)),
+        "use 'local', 'auto', host:port or ray://host:port",
+    ),
+    "lease_ttl_secs": _positive_number(),
+    "heartbeat_interval_secs": (_heartbeat_fits, "must be > 0 and < lease_ttl_secs / 2"),
+    "max_retries": _integer(0),
+    "max_holder_deaths": _integer(0),
+    "stall_timeout_secs": _positive_number(),
+    "allow_version_mismatch": _switch(),
+    "poll_interval_secs": _positive_number(),
+    "max_shards": _integer(1, or_null=True),
+    "ray_num_cpus": _integer(1, or_null=True),
+    "run_id": (_run_id_fits, f"must be a printable string of 1 to {MAX_RUN_ID_CHARS} characters"),
+    "nodes": _integer(1, or_null=True),
+    "require_all_nodes": _switch(),
+    "wait_timeout_secs": _positive_number(),
+    "slots_per_node": _integer(1),
+    "shard_codec": _one_of(CODECS),
+    "max_line_bytes": _integer(1024),
+    "stream_merge": _switch(),
+    "claim_ahead": _switch(),
+    "input_order": _one_of(INPUT_ORDERS),
+}
+
+
+def check_values(values: Mapping[str, Any]) -> None:
+    """ConfigError naming ``elastic.<key>`` for the first of ``values`` that breaks its rule.
+
+    Every ``elastic.*`` value is judged here, whoever holds it: the settings object (all of
+    them) and code that takes some of them as plain arguments (``jobdir.worker_loop``).  A
+    relation is checked when its values are all given (``heartbeat_interval_secs`` needs
+    ``lease_ttl_secs``; strict mode needs ``nodes``, ``num_shards`` and ``slots_per_node``).
+    """
+    for name, (fits, words) in _RULES.items():
+        if name in values and not fits(values[name], values):
+            raise _invalid(name, values[name], words)
+    if values.get("require_all_nodes"):
+        if values.get("nodes") is None:
+            raise _invalid("nodes", None, "require_all_nodes needs the number of nodes (elastic.nodes)")
+        check_strict_shares(values["num_shards"], values["nodes"], values["slots_per_node"])
+
+
+def _invalid(name: str, value: Any, rule: str) -> ConfigError:
+    return ConfigError(
+        f"invalid value {value!r}: {rule}",
+        where=f"elastic.{name}",
+        hint="fix the recipe's elastic: block or the matching command-line option",
+    )
 
 
 def _int_at_least(value: Any, minimum: int) -> bool:

@@ -22,7 +22,8 @@ import jiter
 
 from data_juicer_elastic.errors import IntegrityError
 from data_juicer_elastic.execution.row_types import ArrowRows
-from data_juicer_elastic.rows.codecs import Codec, RawStats, iter_decoded, whole_line_blocks
+from data_juicer_elastic.rows.codecs import Codec, RawStats, iter_decoded
+from data_juicer_elastic.rows.line_framer import whole_line_blocks
 
 BLOCK_BYTES: Final = 1024 * 1024
 
@@ -30,9 +31,7 @@ BLOCK_BYTES: Final = 1024 * 1024
 def iter_lines(path: Path, codec: Codec) -> Iterator[bytes]:
     """The shard's rows as lines without their newline, in order."""
     for block in whole_line_blocks(iter_decoded(path, codec, RawStats()), str(path)):
-        lines = block.split(b"\n")
-        lines.pop()
-        yield from lines
+        yield from block.lines()
 
 
 def parse(line: bytes, where: str) -> dict[str, Any]:

@@ -56,8 +56,8 @@ from data_juicer_elastic.execution.stage_identities import (
     write_identity_record,
 )
 from data_juicer_elastic.execution.warm_ops import WarmOperators
-from data_juicer_elastic.jobdir import progress
-from data_juicer_elastic.jobdir.layout import JobLayout
+from data_juicer_elastic.jobdir import progress, row_stats
+from data_juicer_elastic.jobdir.layout import LOG_FILE, JobLayout
 from data_juicer_elastic.jobdir.tasks import ShardOutput, ShardTask
 from data_juicer_elastic.rows.codecs import input_codec
 from data_juicer_elastic.sharedfs import fsio
@@ -65,9 +65,7 @@ from data_juicer_elastic.stats.shard_hook import ShardStatsRecorder
 
 RECIPE_FILE: Final = "recipe.yaml"
 IDENTITIES_FILE: Final = "stage_identities.json"
-LOG_FILE: Final = "process.log"
 OUTPUT_FILE: Final = "output.jsonl"
-ROW_STATS_FILE: Final = "row-stats.jsonl"
 EXPORT_DIR: Final = "ray-output"  # never written: RayExecutor runs with skip_export
 WORK_DIR: Final = "work"
 
@@ -235,7 +233,7 @@ class ShardRunner:
                 inputs,
                 self.rows.schema.fields,
                 attempt_dir / OUTPUT_FILE,
-                attempt_dir / ROW_STATS_FILE,
+                attempt_dir / row_stats.ATTEMPT_FILE,
                 ExportLayout.from_cfg(cfg),
                 on_row=stats.observe,
             )

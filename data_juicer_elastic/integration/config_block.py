@@ -16,18 +16,15 @@ before setup) for each elastic cfg: :func:`remember_parsed` / :func:`parsed_cfg`
 
 from __future__ import annotations
 
-import ast
 import copy
 import dataclasses
-import inspect
 import threading
 import typing
 import weakref
-from functools import cache
 from typing import Any, Final
 
 from data_juicer_elastic.errors import ConfigError
-from data_juicer_elastic.settings import ElasticSettings
+from data_juicer_elastic.settings import ElasticSettings, field_help
 
 EXECUTOR_TYPE: Final = "elastic_sharded"
 BLOCK: Final = "elastic"
@@ -38,27 +35,6 @@ def is_elastic(cfg: Any) -> bool:
     getter = getattr(cfg, "get", None)
     value = getter("executor_type", None) if callable(getter) else getattr(cfg, "executor_type", None)
     return value == EXECUTOR_TYPE
-
-
-@cache
-def field_help() -> dict[str, str]:
-    """Attribute docstrings of ElasticSettings (the string right after each field)."""
-    try:
-        tree = ast.parse(inspect.getsource(ElasticSettings))
-    except (OSError, TypeError, SyntaxError):
-        return {}
-    body = tree.body[0].body if tree.body and isinstance(tree.body[0], ast.ClassDef) else []
-    docs: dict[str, str] = {}
-    for node, following in zip(body, body[1:], strict=False):
-        if (
-            isinstance(node, ast.AnnAssign)
-            and isinstance(node.target, ast.Name)
-            and isinstance(following, ast.Expr)
-            and isinstance(following.value, ast.Constant)
-            and isinstance(following.value.value, str)
-        ):
-            docs[node.target.id] = " ".join(following.value.value.split())
-    return docs
 
 
 def add_elastic_arguments(parser) -> None:

@@ -38,6 +38,7 @@ from typing import Any, Final
 
 from data_juicer_elastic.errors import RecipeError
 from data_juicer_elastic.integration.config_block import BLOCK, parsed_cfg
+from data_juicer_elastic.rows.jsonl import DEFAULT_MEDIA_KEYS
 
 SHARD_EXECUTOR_TYPE: Final = "ray"
 
@@ -155,10 +156,7 @@ def canonical(recipe: dict) -> dict:
 
 def media_keys(cfg: Any) -> dict[str, str]:
     """Recipe setting -> row field holding media paths: ``{"image_key": "images", ...}``."""
-    return {key: _get(cfg, key, default) for key, default in _MEDIA_DEFAULTS.items()}
-
-
-_MEDIA_DEFAULTS: Final = {"image_key": "images", "audio_key": "audios", "video_key": "videos"}
+    return {key: _get(cfg, key, default) for key, default in DEFAULT_MEDIA_KEYS.items()}
 
 
 def index_key(cfg: Any) -> str | None:

@@ -28,6 +28,7 @@ from data_juicer_elastic.jobdir.outcome import job_outcome
 from data_juicer_elastic.jobdir.reasons import ReleaseReason, StopReason
 from data_juicer_elastic.jobdir.shard_attempt import RunShard, ShardWorker, WorkerSummary
 from data_juicer_elastic.jobdir.worker_signals import SignalGuard, honour
+from data_juicer_elastic.settings import check_values
 from data_juicer_elastic.sharedfs.identity import WorkerIdentity
 
 
@@ -74,7 +75,15 @@ def run_worker(
     with ``read_ahead(path)`` reading it (``jobdir.claim_ahead``); it is released unrun at once on
     every way out that does not run it.
     """
-    _check_settings(ttl_secs, heartbeat_secs, max_retries, poll_interval_secs, max_shards)
+    check_values(  # the settings' own rules: a caller may pass plain values
+        {
+            "lease_ttl_secs": ttl_secs,
+            "heartbeat_interval_secs": heartbeat_secs,
+            "max_retries": max_retries,
+            "poll_interval_secs": poll_interval_secs,
+            "max_shards": max_shards,
+        }
+    )
     if max_done is not None and max_done < 1:
         raise ConfigError(f"invalid value {max_done!r}: must be >= 1 or null", where="max_done")
     layout = JobLayout(Path(os.path.abspath(job_dir)))
@@ -173,19 +182,3 @@ def run_worker(
                 summary.unrun = worker.ahead.unrun
     summary.complete, summary.terminal_failures = job_outcome(layout, manifest, worker.claimer.known_done)
     return summary
-
-
-def _check_settings(ttl: float, heartbeat: float, max_retries: int, poll: float, max_shards: int | None) -> None:
-    def bad(name: str, value: object, rule: str) -> ConfigError:
-        return ConfigError(f"invalid value {value!r}: {rule}", where=f"elastic.{name}")
-
-    if not ttl > 0:
-        raise bad("lease_ttl_secs", ttl, "must be > 0")
-    if not (heartbeat > 0 and 2 * heartbeat < ttl):
-        raise bad("heartbeat_interval_secs", heartbeat, f"must be > 0 and < lease_ttl_secs / 2 ({ttl / 2:g})")
-    if isinstance(max_retries, bool) or not isinstance(max_retries, int) or max_retries < 0:
-        raise bad("max_retries", max_retries, "must be an integer >= 0")
-    if not poll > 0:
-        raise bad("poll_interval_secs", poll, "must be > 0")
-    if max_shards is not None and max_shards < 1:
-        raise bad("max_shards", max_shards, "must be >= 1 or null")

@@ -23,13 +23,13 @@ import zlib
 from collections.abc import Callable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
-from typing import Any, Final, Literal
+from typing import Any, Final, Literal, TypeVar, get_args
 
 from data_juicer_elastic.errors import InputError
 from data_juicer_elastic.sharedfs import fsio
 
 Codec = Literal["none", "gzip", "zstd"]
-CODECS: Final[tuple[str, ...]] = ("none", "gzip", "zstd")
+CODECS: Final[tuple[Codec, ...]] = get_args(Codec)
 SHARD_SUFFIX: Final[dict[str, str]] = {"none": ".jsonl", "gzip": ".jsonl.gz", "zstd": ".jsonl.zst"}
 INPUT_SUFFIXES: Final[tuple[tuple[str, Codec], ...]] = (
     (".jsonl", "none"),
@@ -157,32 +157,12 @@ def _decompress(raw: _HashingFile, codec: Codec, block: int) -> Iterator[bytes]:
             yield data
 
 
-def whole_line_blocks(chunks: Iterator[bytes], where: str) -> Iterator[bytes]:
-    """``chunks`` of a newline-terminated stream regrouped into blocks that end at a newline
-    (a line longer than a chunk is joined whole); InputError when the stream ends mid-line."""
-    carry: list[bytes] = []
-    for chunk in chunks:
-        cut = chunk.rfind(b"\n") + 1
-        if not cut:
-            carry.append(chunk)
-            continue
-        if carry:
-            carry.append(chunk[:cut])
-            yield b"".join(carry)
-            carry = []
-        else:
-            yield chunk if cut == len(chunk) else chunk[:cut]
-        if cut < len(chunk):
-            carry.append(chunk[cut:])
-    if carry:
-        raise InputError("the last line has no newline (truncated?)", where=where)
-
-
 # -- the reader thread ------------------------------------------------------------------------
 _DONE: Final = object()
+_Item = TypeVar("_Item")
 
 
-def prefetch(make: Callable[[], Iterator[bytes]], depth: int = _PREFETCH_DEPTH) -> Iterator[bytes]:
+def prefetch(make: Callable[[], Iterator[_Item]], depth: int = _PREFETCH_DEPTH) -> Iterator[_Item]:
     """Run ``make()``'s iterator in a thread, ``depth`` items ahead; exceptions re-raised here.
 
     Closing the returned generator (or an exception in the consumer) stops the thread.

@@ -27,13 +27,13 @@ from typing import Any, Final
 import orjson
 import simdjson
 
-from data_juicer_elastic.errors import InputError
-from data_juicer_elastic.rows.codecs import prefetch
+from data_juicer_elastic.errors import InputError, RowError
+from data_juicer_elastic.rows.codecs import READ_BYTES, prefetch
+from data_juicer_elastic.rows.line_framer import LineFramer
 from data_juicer_elastic.rows.row_policy import (  # noqa: F401 - MAX_DEPTH, fast_row, parse_row: re-exported
     DEPTH_BOUNDED_BY_JITER,
     MAX_DEPTH,
     FastJudge,
-    RowError,
     fast_row,
     is_object,
     parse_row,  # stats.overall reads merged rows with it
@@ -42,10 +42,11 @@ from data_juicer_elastic.rows.row_policy import (  # noqa: F401 - MAX_DEPTH, fas
     strict_loads,
 )
 from data_juicer_elastic.rows.row_schema import RowSchema
+from data_juicer_elastic.settings import DEFAULT_MAX_LINE_BYTES
 from data_juicer_elastic.sharedfs import fsio
 
-MAX_LINE_BYTES: Final = 64 * 1024 * 1024
-BLOCK_BYTES: Final = 8 * 1024 * 1024
+# Data-Juicer's recipe keys naming the row fields that hold media paths, with its defaults.
+DEFAULT_MEDIA_KEYS: Final = {"image_key": "images", "audio_key": "audios", "video_key": "videos"}
 _BOM: Final = b"\xef\xbb\xbf"
 _URL: Final = re.compile(r"^[A-Za-z][A-Za-z0-9+.\-]*://")
 
@@ -59,7 +60,7 @@ class NormaliseOptions:
     base_dir: str  # absolute directory relative media paths are resolved against
     media_keys: Mapping[str, str]  # e.g. {"image_key": "images"}: row keys holding media path lists
     index_key: str | None
-    max_line_bytes: int = MAX_LINE_BYTES
+    max_line_bytes: int = DEFAULT_MAX_LINE_BYTES
 
 
 class RowNormaliser:
@@ -232,48 +233,32 @@ def validate_jsonl_output(
     """
     digest = hashlib.sha256()
     rows = size = 0
-    carry: list[bytes] = []
     parser = simdjson.Parser()
 
     def hashed_chunks() -> Iterator[bytes]:  # runs on the reader thread: read + sha256 overlap parsing
+        nonlocal size  # complete once the blocks are: the thread ends before the last block is handed on
         with fsio.open_read(path) as handle:
-            while chunk := handle.read(BLOCK_BYTES):
+            while chunk := handle.read(READ_BYTES):
                 digest.update(chunk)
+                size += len(chunk)
                 yield chunk
 
-    def check(block: bytes | memoryview) -> None:
-        nonlocal rows
-        lines = bytes(block).split(b"\n")
-        lines.pop()  # the empty piece after the last newline
-        for i, line in enumerate(lines):
-            # simdjson validates without building the row (~4x orjson); what it refuses
-            # (NaN, big integers, ...) the lenient reader decides.
-            if not is_object(parser, line) and type(_lenient(line, f"{display}:{rows + i + 1}")) is not dict:
-                raise ValueError(f"{display}:{rows + i + 1}: not a JSON object")
-        rows += len(lines)
-        if sink is not None:
-            sink(block)
-
+    framer = LineFramer()
     chunks = prefetch(hashed_chunks)
     try:
-        for chunk in chunks:
-            size += len(chunk)
-            nl = chunk.find(b"\n")
-            if nl < 0:
-                carry.append(chunk)
-                continue
-            start = 0
-            if carry:  # the line that spans chunks is a block of its own: the chunk is never copied
-                check(b"".join(carry) + chunk[: nl + 1])
-                carry, start = [], nl + 1
-            cut = chunk.rfind(b"\n") + 1
-            if cut > start:
-                check(memoryview(chunk)[start:cut])
-            if cut < len(chunk):
-                carry = [chunk[cut:]]
+        for block in framer.blocks(chunks):
+            lines = block.lines()
+            for i, line in enumerate(lines):
+                # simdjson validates without building the row (~4x orjson); what it refuses
+                # (NaN, big integers, ...) the lenient reader decides.
+                if not is_object(parser, line) and type(_lenient(line, f"{display}:{rows + i + 1}")) is not dict:
+                    raise ValueError(f"{display}:{rows + i + 1}: not a JSON object")
+            rows += len(lines)
+            if sink is not None:
+                sink(block.view())
     finally:
         chunks.close()
-    if carry:
+    if framer.tail is not None:
         raise ValueError(f"{display}:{rows + 1}: last line has no newline (truncated?)")
     return rows, size, digest.hexdigest()
 

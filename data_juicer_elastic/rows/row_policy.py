@@ -28,13 +28,11 @@ from typing import Any, Final
 import jiter
 import simdjson
 
+from data_juicer_elastic.errors import RowError
+
 MAX_DEPTH: Final = 512  # below json's stack-bound limit (~950), so it never decides by running out of stack
 # A backslash-u escape into the surrogate range; only rows matching it get the (slower) full check.
 _SURROGATE_ESCAPE: Final = re.compile(rb"\\u[dD][89a-fA-F]")
-
-
-class RowError(ValueError):
-    pass
 
 
 # -- the reference parser (the policy) --------------------------------------------------------

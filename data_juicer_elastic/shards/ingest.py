@@ -25,6 +25,7 @@ from collections import deque
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import NoReturn
 
 from data_juicer_elastic.errors import InputChangedError, InputError
 from data_juicer_elastic.jobdir.layout import shard_id
@@ -41,9 +42,9 @@ from data_juicer_elastic.rows.codecs import (
     decoded_size_hint,
     iter_decoded,
     prefetch,
-    whole_line_blocks,
 )
 from data_juicer_elastic.rows.jsonl import NormaliseOptions, RowNormaliser
+from data_juicer_elastic.rows.line_framer import LineBlock, LineFramer, first_too_long, whole_line_blocks
 from data_juicer_elastic.rows.row_checkers import RowCheckers, default_processes, window
 from data_juicer_elastic.rows.row_schema import RowSchema
 from data_juicer_elastic.shards import steps
@@ -222,47 +223,23 @@ class _ParallelFeed:
         self.identical = True
 
     def run(self, chunks: Iterator[bytes], progress) -> bool:
-        carry: list[bytes] = []
-        carry_len = carry_at = pos = 0  # carry_at: stream offset where the carried line starts
-        for chunk in chunks:
+        framer = LineFramer(self.limit, self._too_long)
+        for block in framer.blocks(chunks):
             progress()
-            nl = chunk.find(b"\n")
-            if nl < 0:  # no newline in this chunk: the line goes on
-                carry.append(chunk)
-                carry_len += len(chunk)
-                pos += len(chunk)
-                if carry_len > self.limit:
-                    self._too_long()
-                continue
-            start = 0
-            if carry:
-                first = b"".join(carry) + chunk[: nl + 1]
-                carry, carry_len = [], 0
-                if len(first) - 1 > self.limit:
-                    self._too_long()
-                self._submit(first, 0, len(first), carry_at)
-                start = nl + 1
-            cut = chunk.rfind(b"\n") + 1
-            if cut > start:
-                self._submit(chunk, start, cut, pos + start)
-            if cut < len(chunk):
-                carry, carry_len, carry_at = [chunk[cut:]], len(chunk) - cut, pos + cut
-                if carry_len > self.limit:
-                    self._too_long()
-            pos += len(chunk)
+            self._submit(block)
         self._settle(0)
-        if carry:  # a last line without its newline: serial (it gains one)
-            self.identical &= _add_lines(self.rows, self.splitter, [b"".join(carry)], None, 0, 0)
+        if framer.tail is not None:  # a last line without its newline: serial (it gains one)
+            self.identical &= _add_lines(self.rows, self.splitter, [framer.tail], None, 0, 0)
         return self.identical
 
-    def _submit(self, raw: bytes, start: int, stop: int, offset: int) -> None:
+    def _submit(self, block: LineBlock) -> None:
         self._settle(self.depth - 1)
-        data = None if self.source is not None else memoryview(raw)[start:stop]
-        self.window.append((self.checkers.check(self.source, offset, stop - start, data), raw, start, stop))
+        data = None if self.source is not None else memoryview(block.raw)[block.start : block.stop]
+        self.window.append((self.checkers.check(self.source, block.offset, block.stop - block.start, data), block))
 
     def _settle(self, keep: int) -> None:
         while len(self.window) > keep:
-            verdict, raw, start, stop = self.window.popleft()
+            verdict, block = self.window.popleft()
             try:
                 count, clean, block_schema = verdict.result()
             except Exception:  # noqa: BLE001 - a checker died: this block takes the serial path
@@ -270,26 +247,17 @@ class _ParallelFeed:
             if clean:
                 self.rows.schema.merge(block_schema)
                 self.rows.rows += count
-                self.splitter.add(raw, start, stop, rows=count)
+                self.splitter.add(block.raw, block.start, block.stop, rows=count)
                 continue
-            lines = raw[start:stop].split(b"\n")
-            lines.pop()
-            at = _first_too_long(lines, self.limit)
+            lines = block.lines()
+            at = first_too_long(lines, self.limit, READ_BYTES)
             if at is not None:
                 raise _too_long(self.limit, f"{self.display}:{self.rows.rows + at + 1}")
-            self.identical &= _add_lines(self.rows, self.splitter, lines, raw, start, stop)
+            self.identical &= _add_lines(self.rows, self.splitter, lines, block.raw, block.start, block.stop)
 
-    def _too_long(self) -> None:
+    def _too_long(self) -> NoReturn:
         self._settle(0)  # the long line is the next one after everything judged so far
         raise _too_long(self.limit, f"{self.display}:{self.rows.rows + 1}")
-
-
-def _first_too_long(lines: list[bytes], limit: int) -> int | None:
-    """Index of the first line longer than ``limit`` in lines read from one block (none can be
-    when the limit is at least a read block: such a line is caught while it is carried)."""
-    if limit >= READ_BYTES or max(map(len, lines)) <= limit:
-        return None
-    return next(i for i, line in enumerate(lines) if len(line) > limit)
 
 
 def _too_long(limit: int, where: str) -> InputError:
@@ -319,45 +287,21 @@ def _line_blocks(
     """(lines, raw, start, stop): ``raw[start:stop]`` is the lines with their newlines, as read;
     ``raw`` is None for a last line without a newline.  A line over ``limit`` bytes is an
     InputError as soon as it is known to be too long (memory stays ~ limit + a block)."""
-    carry: list[bytes] = []
-    carry_len = lineno = 0
+    lineno = 0  # lines handed on so far
 
-    def too_long(line_number: int) -> InputError:
-        return _too_long(limit, f"{display}:{line_number}")
+    def too_long() -> NoReturn:
+        raise _too_long(limit, f"{display}:{lineno + 1}")
 
-    for chunk in chunks:
-        parts = chunk.split(b"\n")
-        tail = parts.pop()
-        if not parts:  # no newline in this chunk: the line goes on
-            carry.append(tail)
-            carry_len += len(tail)
-            if carry_len > limit:
-                raise too_long(lineno + 1)
-            continue
-        start = 0
-        if carry:
-            carry.append(parts[0])
-            first = b"".join(carry)
-            carry, carry_len = [], 0
-            if len(first) > limit:
-                raise too_long(lineno + 1)
-            lineno += 1
-            yield [first], first + b"\n", 0, len(first) + 1
-            start = len(parts[0]) + 1
-            parts = parts[1:]
-        if parts:
-            at = _first_too_long(parts, limit)
-            if at is not None:
-                raise too_long(lineno + 1 + at)
-            yield parts, chunk, start, len(chunk) - len(tail)
-            lineno += len(parts)
-        if tail:
-            carry, carry_len = [tail], len(tail)
-            if carry_len > limit:
-                raise too_long(lineno + 1)
-    if carry:
-        last = b"".join(carry)
-        yield [last], None, 0, 0
+    framer = LineFramer(limit, too_long)
+    for block in framer.blocks(chunks):
+        lines = block.lines()
+        at = first_too_long(lines, limit, READ_BYTES)
+        if at is not None:
+            raise _too_long(limit, f"{display}:{lineno + 1 + at}")
+        yield lines, block.raw, block.start, block.stop
+        lineno += len(lines)
+    if framer.tail is not None:
+        yield [framer.tail], None, 0, 0
 
 
 # -- pass B -----------------------------------------------------------------------------------
@@ -373,13 +317,13 @@ def _pass_b(
     splitter = BlockSplitter(n, total_bytes, total_rows, open_shard, content_digest=True, io=io)
     try:
         for path in pieces:
-            chunks = prefetch(lambda path=path: whole_line_blocks(fsio.iter_chunks(path, READ_BYTES), str(path)))
+            blocks = prefetch(lambda path=path: whole_line_blocks(fsio.iter_chunks(path, READ_BYTES), str(path)))
             try:
-                for chunk in chunks:
-                    splitter.add(chunk)
+                for block in blocks:
+                    splitter.add(block.raw, block.start, block.stop)
                     steps.report("prepare: writing shards", splitter.pos, total_bytes)  # normalised bytes
             finally:
-                chunks.close()
+                blocks.close()
             fsio.remove(path)  # give the space back as we go
         result = splitter.finish()
         syncer.wait()

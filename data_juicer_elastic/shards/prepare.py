@@ -25,11 +25,18 @@ import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Final
+from typing import Any
 
 from loguru import logger
 
-from data_juicer_elastic.errors import ConfigError, InputChangedError, InputError, JobDirError, storage_errors
+from data_juicer_elastic.errors import (
+    ConfigError,
+    InputChangedError,
+    InputError,
+    JobDirError,
+    RequestChanged,
+    storage_errors,
+)
 from data_juicer_elastic.jobdir import confine
 from data_juicer_elastic.jobdir.layout import MAX_SHARDS, JobLayout
 from data_juicer_elastic.jobdir.manifest import load_manifest
@@ -41,12 +48,11 @@ from data_juicer_elastic.jobdir.records import (
     canonical_json,
     manifest_recipe_hash,
 )
-from data_juicer_elastic.rows.codecs import CODECS, SHARD_SUFFIX, input_codec
-from data_juicer_elastic.rows.jsonl import MAX_LINE_BYTES, NormaliseOptions
+from data_juicer_elastic.rows.codecs import CODECS, SHARD_SUFFIX, Codec, input_codec
+from data_juicer_elastic.rows.jsonl import DEFAULT_MEDIA_KEYS, NormaliseOptions
+from data_juicer_elastic.settings import DEFAULT_MAX_LINE_BYTES, InputOrder
 from data_juicer_elastic.shards.ingest import InputItem, ingest
 from data_juicer_elastic.sharedfs import fsio
-
-DEFAULT_MEDIA_KEYS: Final = {"image_key": "images", "audio_key": "audios", "video_key": "videos"}
 
 
 @dataclass(frozen=True)
@@ -61,10 +67,10 @@ class PrepareRequest:
     settings: dict[str, Any] = field(default_factory=dict)
     versions: dict[str, str] = field(default_factory=dict)
     ray: dict[str, Any] = field(default_factory=dict)
-    max_line_bytes: int = MAX_LINE_BYTES
-    shard_codec: str = "none"  # "none" | "gzip" | "zstd": how shard files are stored
+    max_line_bytes: int = DEFAULT_MAX_LINE_BYTES
+    shard_codec: Codec = "none"  # how shard files are stored
     check_processes: int | None = None  # row-checking helper processes; None: by input size and cores
-    input_order: str = "sorted"  # directory inputs: "sorted" (relative path) | "data_juicer" (its default executor's)
+    input_order: InputOrder = "sorted"  # directory inputs: by relative path, or as Data-Juicer's default executor
     code: dict[str, Any] | None = None  # fingerprint of the operator code (execution.code_fingerprint)
 
 
@@ -72,10 +78,6 @@ class PrepareRequest:
 class PrepareOutcome:
     manifest: Manifest
     created: bool
-
-
-class RequestChanged(Exception):
-    """The whole request's input fields differ from the early one the input pass started with."""
 
 
 # ENOSPC, EIO...: one line naming the path, exit 2; a failed prepare leaves nothing that looks prepared
@@ -240,7 +242,7 @@ def _media_keys(request: PrepareRequest) -> dict[str, str]:
     return {name: key for name, key in request.media_keys.items() if key}
 
 
-def discover_inputs(dataset: Path, order: str = "sorted") -> list[InputItem]:
+def discover_inputs(dataset: Path, order: InputOrder = "sorted") -> list[InputItem]:
     """One file, or every ``*.jsonl``/``*.jsonl.gz``/``*.jsonl.zst`` below a directory, sorted by
     relative POSIX path (``order="sorted"``: the same order on every filesystem), or in the
     order Data-Juicer's default executor reads them (``"data_juicer"``, :func:`data_juicer_order`)."""

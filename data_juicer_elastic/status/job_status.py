@@ -30,7 +30,7 @@ from typing import Any, Final
 from data_juicer_elastic.errors import JobDirError
 from data_juicer_elastic.jobdir import attempts, failures, leases, progress
 from data_juicer_elastic.jobdir.heartbeats import StalenessObserver, looks_stale
-from data_juicer_elastic.jobdir.layout import JobLayout, parse_shard_id, validate_attempt_id
+from data_juicer_elastic.jobdir.layout import LOG_FILE, JobLayout, parse_shard_id, validate_attempt_id
 from data_juicer_elastic.jobdir.manifest import load_manifest
 from data_juicer_elastic.jobdir.records import FORMAT_PREFIX, VERSION
 from data_juicer_elastic.jobdir.result_records import AttemptRecord
@@ -48,7 +48,6 @@ from data_juicer_elastic.status.snapshot_types import JobSnapshot, JsonDict, Sha
 from data_juicer_elastic.status.throughput import summarize
 
 READ_THREADS: Final = 8
-LOG_FILE: Final = "process.log"  # execution.shard_runner.LOG_FILE (jobdir may not import execution)
 
 
 def snapshot_json(snap: JobSnapshot) -> JsonDict:

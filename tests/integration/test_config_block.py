@@ -6,8 +6,8 @@ import pytest
 from jsonargparse import ArgumentParser, Namespace
 
 from data_juicer_elastic.errors import ConfigError
-from data_juicer_elastic.integration.config_block import add_elastic_arguments, field_help, settings_from_cfg
-from data_juicer_elastic.settings import ElasticSettings
+from data_juicer_elastic.integration.config_block import add_elastic_arguments, settings_from_cfg
+from data_juicer_elastic.settings import ElasticSettings, field_help
 
 
 def parser() -> ArgumentParser:

@@ -1,0 +1,68 @@
+"""The ``dj-elastic`` options that set ``elastic.*`` values, generated from :class:`ElasticSettings`.
+
+Each such option is the field's own: ``--<field-name>`` (or the flag a command names),
+the field's type (an optional type takes its inner one; a ``Literal`` becomes choices),
+and its help text (the field's docstring unless the command words it for its own use).
+An option left out is None in the parsed arguments, so "not given" is never confused
+with a value: :func:`given_settings` collects the ones given, for the recipe's or the
+job's values to be overridden with, and :class:`ElasticSettings` judges them.
+
+A switch follows its field's default: one that is off can be turned on (``--x``), one
+that is on can be turned off too (``--x`` / ``--no-x``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import types
+import typing
+from collections.abc import Mapping
+from typing import Any, Literal
+
+from data_juicer_elastic.settings import ElasticSettings, field_help
+
+
+def add_setting_options(
+    parser: argparse.ArgumentParser,
+    options: Mapping[str, str | None],
+    default_from: str,
+    flags: Mapping[str, str] | None = None,
+) -> None:
+    """Add an option for each field in ``options`` (field name -> this command's help text, or
+    None for the field's docstring followed by where the value comes from when the option is
+    not given: ``default_from``, else the field's default).  ``flags`` renames an option."""
+    hints, docs = typing.get_type_hints(ElasticSettings), field_help()
+    defaults = {f.name: f.default for f in dataclasses.fields(ElasticSettings)}
+    for name, text in options.items():
+        flag = (flags or {}).get(name, "--" + name.replace("_", "-"))
+        if text is None:
+            default = defaults[name]
+            known = "" if default is None or default is dataclasses.MISSING else f", else {default}"
+            text = f"{docs.get(name, '')} (default: {default_from}{known})".replace("%", "%%")
+        hint = _inner_type(hints[name])
+        if hint is bool:
+            action = argparse.BooleanOptionalAction if defaults[name] else "store_true"
+            parser.add_argument(flag, dest=name, action=action, default=None, help=text)
+        elif typing.get_origin(hint) is Literal:
+            parser.add_argument(flag, dest=name, choices=typing.get_args(hint), help=text)
+        else:
+            parser.add_argument(flag, dest=name, type=None if hint is str else hint, help=text)
+
+
+def given_settings(args: argparse.Namespace) -> dict[str, Any]:
+    """The ``elastic.*`` values given as options (every settings field the command has and was set)."""
+    found = {}
+    for name in ElasticSettings.field_names():
+        value = getattr(args, name, None)
+        if value is not None:
+            found[name] = value
+    return found
+
+
+def _inner_type(hint: Any) -> Any:
+    """``X`` for ``X | None``; any other type as it is."""
+    if isinstance(hint, types.UnionType) or typing.get_origin(hint) is typing.Union:
+        (inner,) = [arg for arg in typing.get_args(hint) if arg is not type(None)]
+        return inner
+    return hint

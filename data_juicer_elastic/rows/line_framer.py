@@ -1,0 +1,114 @@
+"""Whole lines out of a byte stream read in chunks: the one place a line spanning chunks is joined.
+
+Every reader of JSONL (prepare's passes over the input, the shard reader, the output check)
+reads fixed-size chunks and works on *blocks* of whole lines.  :func:`frame_lines` cuts
+them the same way everywhere, and cheaply, because prepare runs it over gigabytes:
+
+* the whole lines inside one chunk are one block that *refers* to the chunk
+  (``raw[start:stop]``; nothing is copied: ``find`` / ``rfind`` locate the cut);
+* a line that spans chunks is joined once, into a block of its own;
+* what follows the last newline (a last line without its newline) is the framer's
+  :attr:`LineFramer.tail`, for the caller to judge (prepare adds the newline, the readers
+  of shards refuse it: :func:`whole_line_blocks`).
+
+With a ``limit``, a carried line that grows past it is reported as soon as that is known,
+so memory stays about ``limit`` + a chunk however long the line.  The framer knows byte
+offsets; line numbers are the caller's (it knows which lines it has accepted).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Iterator
+from typing import NamedTuple, NoReturn
+
+from data_juicer_elastic.errors import InputError
+
+
+class LineBlock(NamedTuple):
+    """``raw[start:stop]``: whole lines, each with its newline; ``offset``: where ``raw[start]``
+    is in the stream.  ``start`` is 0 or just past ``raw``'s first newline and ``stop`` is just
+    past its last one (what :meth:`lines` relies on)."""
+
+    raw: bytes
+    start: int
+    stop: int
+    offset: int
+
+    def lines(self) -> list[bytes]:
+        """The block's lines without their newlines, split from ``raw`` in one pass (the block is
+        not copied first: the pieces before ``start`` and after ``stop`` are dropped instead)."""
+        lines = self.raw.split(b"\n")
+        lines.pop()  # after the last newline: the next line's start, or empty
+        if self.start:
+            del lines[0]  # before the first newline: the end of a line framed already
+        return lines
+
+    def view(self) -> bytes | memoryview:
+        """The block's bytes without a copy."""
+        if self.start == 0 and self.stop == len(self.raw):
+            return self.raw
+        return memoryview(self.raw)[self.start : self.stop]
+
+
+class LineFramer:
+    """Frames one stream; ``too_long()`` (which must raise) is called when a line is known to be
+    longer than ``limit`` bytes without its newline (lines inside one chunk are not measured
+    here: the caller splits those anyway, see :func:`first_too_long`)."""
+
+    def __init__(self, limit: int | None = None, too_long: Callable[[], NoReturn] | None = None):
+        self.limit = limit
+        self._too_long = too_long
+        self.tail: bytes | None = None  # after the stream: a last line without its newline
+
+    def blocks(self, chunks: Iterable[bytes]) -> Iterator[LineBlock]:
+        limit = self.limit
+        carry: list[bytes] = []
+        carry_len = carry_at = pos = 0  # carry_at: stream offset where the carried line starts
+        for chunk in chunks:
+            nl = chunk.find(b"\n")
+            if nl < 0:  # no newline in this chunk: the line goes on
+                carry.append(chunk)
+                carry_len += len(chunk)
+                pos += len(chunk)
+                if limit is not None and carry_len > limit:
+                    self._report()
+                continue
+            start = 0
+            if carry:  # the line that spans chunks is a block of its own: the chunk is never copied
+                first = b"".join(carry) + chunk[: nl + 1]
+                carry, carry_len = [], 0
+                if limit is not None and len(first) - 1 > limit:
+                    self._report()
+                yield LineBlock(first, 0, len(first), carry_at)
+                start = nl + 1
+            cut = chunk.rfind(b"\n") + 1
+            if cut > start:
+                yield LineBlock(chunk, start, cut, pos + start)
+            if cut < len(chunk):
+                carry, carry_len, carry_at = [chunk[cut:]], len(chunk) - cut, pos + cut
+                if limit is not None and carry_len > limit:
+                    self._report()
+            pos += len(chunk)
+        self.tail = b"".join(carry) if carry else None
+
+    def _report(self) -> NoReturn:
+        assert self._too_long is not None, "a limit needs a too_long callback"
+        self._too_long()
+
+
+def first_too_long(lines: list[bytes], limit: int, chunk_bytes: int) -> int | None:
+    """Index of the first line longer than ``limit`` among lines framed from chunks of at most
+    ``chunk_bytes`` (none can be when the limit is at least a chunk: the framer catches such a
+    line while it is carried)."""
+    if limit >= chunk_bytes or max(map(len, lines)) <= limit:
+        return None
+    return next(i for i, line in enumerate(lines) if len(line) > limit)
+
+
+def whole_line_blocks(chunks: Iterable[bytes], where: str) -> Iterator[LineBlock]:
+    """The blocks of a stream that must end with a newline (a shard); InputError naming
+    ``where`` when its last line has none (a truncated file)."""
+    framer = LineFramer()
+    yield from framer.blocks(chunks)
+    if framer.tail is not None:
+        raise InputError("the last line has no newline (truncated?)", where=where)
