@@ -20,8 +20,9 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, Final
 
+from data_juicer_elastic.compat.dj_resource_utils import no_ray_start
 from data_juicer_elastic.errors import IntegrationError, StageIdentityMismatch
-from data_juicer_elastic.execution._dj_config import load_dj_config, no_ray_start, ray_job_env
+from data_juicer_elastic.execution._dj_config import load_dj_config, ray_job_env
 
 RECORD_FORMAT: Final = "dj-elastic/stage-identities"
 RECORD_VERSION: Final = 1
