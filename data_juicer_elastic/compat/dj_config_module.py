@@ -10,7 +10,9 @@ Targets in ``data_juicer.config.config``:
   log file name, then the plugin's console);
 * ``display_config`` (wrapped): Data-Juicer prints the configuration table itself (stdout);
 * ``resolve_job_id`` / ``resolve_job_directories`` and the module global ``global_cfg``
-  (called / set by ``execution._dj_config`` to re-base a parsed shard config).
+  (called / set by ``execution._dj_config`` to re-base a parsed shard config);
+* ``load_custom_operators`` and the ``sys.modules`` entries it makes (named after each file
+  or folder, marked ``__loaded_from__``): a recipe's custom operators load once per process.
 
 Why.  Data-Juicer has no executor plugin interface: these are where a parsed config can be
 accepted, checked and kept before Data-Juicer's setup mutates it.  What the plugin does at
@@ -25,15 +27,17 @@ import importlib
 import inspect
 import io
 import os
+import sys
 from collections.abc import Callable
 from types import ModuleType
 from typing import Any, Final
 
 from data_juicer_elastic.compat import ALREADY, APPLIED, ORIGINAL, dj_moved, is_installed
+from data_juicer_elastic.errors import RecipeError
 
 MODULE: Final = "data_juicer.config.config"
 WRAPPED: Final = ("build_base_parser", "init_setup_from_cfg", "display_config")
-CALLED: Final = ("resolve_job_id", "resolve_job_directories")
+CALLED: Final = ("resolve_job_id", "resolve_job_directories", "load_custom_operators")
 RAY_JOB_ENV: Final = "RAY_JOB"  # data_juicer.utils.constant.RAY_JOB_ENV_VAR, not imported on purpose
 
 
@@ -158,6 +162,42 @@ def set_global_cfg(cfg: Any) -> None:
 
     if getattr(dj_config, "global_cfg", cfg) is not cfg:
         dj_config.global_cfg = cfg
+
+
+def register_custom_operators(paths: list[str], where: str) -> None:
+    """Import ``custom_operator_paths`` into Data-Juicer's registry, once per process."""
+    if paths and not _already_loaded(paths):
+        _load_custom_operators(paths, where)
+
+
+def _load_custom_operators(paths: list[str], where: str) -> None:
+    from data_juicer.config.config import load_custom_operators
+
+    try:
+        load_custom_operators(paths)
+    except (RuntimeError, ValueError, ImportError) as exc:
+        raise RecipeError(
+            f"could not load custom_operator_paths: {exc}",
+            where=where,
+            hint="every worker node needs the custom operator files at the same absolute paths",
+        ) from exc
+
+
+def _already_loaded(paths: list[str]) -> bool:
+    """Whether Data-Juicer's loader registered every path (it names the module after the file or
+    folder and marks it ``__loaded_from__``; a second load of the same module is refused)."""
+    for path in paths:
+        abs_path = os.path.abspath(path)
+        name = os.path.basename(abs_path)
+        if os.path.isfile(abs_path):
+            name = os.path.splitext(name)[0]
+        module = sys.modules.get(name)
+        if module is None:
+            return False
+        loaded_from = getattr(module, "__loaded_from__", None) or getattr(module, "__file__", None) or ""
+        if os.path.abspath(loaded_from) != abs_path and os.path.dirname(os.path.abspath(loaded_from)) != abs_path:
+            return False
+    return True
 
 
 def self_check() -> str:

@@ -89,7 +89,7 @@ def load_dj_config(
         # recipes this process had parsed before.  Data-Juicer also refuses a
         # second import of the same module, so parse without the paths and put
         # the value back afterwards.
-        register_custom_operators(custom_paths, where=where or str(config_path))
+        dj_config_module.register_custom_operators(custom_paths, where=where or str(config_path))
 
     captured = io.StringIO()
     try:
@@ -246,40 +246,6 @@ def ray_job_env() -> Iterator[None]:
             os.environ.pop(RAY_JOB_ENV, None)
         else:
             os.environ[RAY_JOB_ENV] = previous
-
-
-def register_custom_operators(paths: list[str], where: str) -> None:
-    """Import ``custom_operator_paths`` into Data-Juicer's registry, once per process."""
-    if paths and not _already_loaded(paths):
-        _load_custom_operators(paths, where)
-
-
-def _load_custom_operators(paths: list[str], where: str) -> None:
-    from data_juicer.config.config import load_custom_operators
-
-    try:
-        load_custom_operators(paths)
-    except (RuntimeError, ValueError, ImportError) as exc:
-        raise RecipeError(
-            f"could not load custom_operator_paths: {exc}",
-            where=where,
-            hint="every worker node needs the custom operator files at the same absolute paths",
-        ) from exc
-
-
-def _already_loaded(paths: list[str]) -> bool:
-    for path in paths:
-        abs_path = os.path.abspath(path)
-        name = os.path.basename(abs_path)
-        if os.path.isfile(abs_path):
-            name = os.path.splitext(name)[0]
-        module = sys.modules.get(name)
-        if module is None:
-            return False
-        loaded_from = getattr(module, "__loaded_from__", None) or getattr(module, "__file__", None) or ""
-        if os.path.abspath(loaded_from) != abs_path and os.path.dirname(os.path.abspath(loaded_from)) != abs_path:
-            return False
-    return True
 
 
 def _last_line(text: str) -> str:
