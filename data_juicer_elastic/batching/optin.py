@@ -9,7 +9,8 @@ under every executor (default, ray, elastic_sharded; Ray task and actor modes):
 * constructing an operator class whose ``adaptive_batching`` resolves true (the
   recipe value, else the class flag) gives an instance of
   ``Adaptive<Class>`` = ``(AdaptiveBatchingMixin, Class)``, a subclass created
-  once per class.  The hook is on Data-Juicer's operator metaclass, so every
+  once per class.  The hook is on Data-Juicer's operator metaclass (installed by
+  ``compat.dj_op_metaclass``), so every
   path that builds operators (``load_ops``, Ray actors built from
   ``op.__class__``, tests) gets the same class; the recipe's ``batch_size``,
   ``num_cpus``/``num_gpus`` and execution mode are untouched;
@@ -40,10 +41,10 @@ from typing import Any, Final
 
 from data_juicer_elastic.batching.mixin import HOOKS, AdaptiveBatchingMixin, adaptive_requested
 from data_juicer_elastic.compat.dj_op_attributes import is_batched_class, op_name, supports_adaptive_batching
+from data_juicer_elastic.compat.dj_op_metaclass import MODULE as BASE_OP_MODULE
 from data_juicer_elastic.errors import ConfigError
 
 ENV_SWITCH: Final = "DJ_ELASTIC_ADAPTIVE_BATCHING"
-BASE_OP_MODULE: Final = "data_juicer.ops.base_op"
 _PREFIX: Final = "Adaptive"
 
 _lock = threading.Lock()
