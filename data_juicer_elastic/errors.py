@@ -201,3 +201,30 @@ class RowError(ValueError):
 class RequestChanged(Exception):
     """The whole prepare request's input fields differ from the early one the input pass started
     with (``shards.prepare``); nothing was published."""
+
+
+# --- issue 16, compat/: exceptions that lived in integration.dispatch and batching.demo ----------------
+
+
+class DispatchToElastic(BaseException):  # noqa: N818 - control flow, not an error
+    """Carries an elastic cfg out of Data-Juicer's ``main`` (integration.dispatch).
+
+    A BaseException, not an Exception: loguru's ``@logger.catch`` around Data-Juicer's
+    ``main`` must not log it."""
+
+    def __init__(self, executor_type: str, cfg: object):
+        super().__init__(executor_type)
+        self.cfg = cfg
+
+
+class DispatchAbort(BaseException):  # noqa: N818 - control flow, not an error
+    """Carries an ElasticError out of Data-Juicer's ``main`` without loguru's traceback."""
+
+    def __init__(self, error: ElasticError):
+        super().__init__(str(error))
+        self.error = error
+
+
+class SimulatedOutOfMemoryError(RuntimeError):
+    """Raised by the demo operator (batching.demo) instead of torch.OutOfMemoryError when torch
+    is not installed (classified by its message)."""

@@ -21,11 +21,9 @@ import time
 
 from data_juicer.ops.base_op import OPERATORS, Mapper
 
+from data_juicer_elastic.errors import SimulatedOutOfMemoryError
+
 NAME = "elastic_oom_demo_mapper"
-
-
-class SimulatedOutOfMemoryError(RuntimeError):
-    """Raised instead of torch.OutOfMemoryError when torch is not installed (classified by its message)."""
 
 
 def out_of_memory(message: str, use_torch: bool = True) -> Exception:

@@ -44,6 +44,7 @@ from typing import Any, ClassVar, Final
 
 from data_juicer_elastic.batching.engine import PARTITION_COLUMN, Aggregate, MicroBatcher
 from data_juicer_elastic.batching.policy import BatchPolicy, PolicyConfig
+from data_juicer_elastic.compat.dj_op_attributes import op_name, supports_adaptive_batching
 from data_juicer_elastic.errors import ConfigError
 
 COST_MODES: Final = ("auto", "rows", "text", "padded_text")
@@ -152,12 +153,12 @@ def adaptive_requested(cls: type, requested: bool | None) -> bool:
     """The recipe's ``adaptive_batching`` wins; unset, the class flag decides."""
     if requested is not None:
         return bool(requested)
-    return bool(getattr(cls, "_supports_adaptive_batching", False))
+    return supports_adaptive_batching(cls)
 
 
 def check_operator(op: Any) -> None:
     """Refuse configurations the mixin cannot serve (ConfigError naming the operator)."""
-    name = getattr(op, "_name", None) or type(op).__name__
+    name = op_name(op)
     hint = f"remove adaptive_batching from {name} or set it to false"
     dj_ops = sys.modules.get("data_juicer.ops.base_op")
     mapper = getattr(dj_ops, "Mapper", None)

@@ -9,7 +9,8 @@ under every executor (default, ray, elastic_sharded; Ray task and actor modes):
 * constructing an operator class whose ``adaptive_batching`` resolves true (the
   recipe value, else the class flag) gives an instance of
   ``Adaptive<Class>`` = ``(AdaptiveBatchingMixin, Class)``, a subclass created
-  once per class.  The hook is on Data-Juicer's operator metaclass, so every
+  once per class.  The hook is on Data-Juicer's operator metaclass (installed by
+  ``compat.dj_op_metaclass``), so every
   path that builds operators (``load_ops``, Ray actors built from
   ``op.__class__``, tests) gets the same class; the recipe's ``batch_size``,
   ``num_cpus``/``num_gpus`` and execution mode are untouched;
@@ -33,20 +34,18 @@ controller.
 
 from __future__ import annotations
 
-import functools
 import importlib
 import os
 import threading
-from types import ModuleType
 from typing import Any, Final
 
 from data_juicer_elastic.batching.mixin import HOOKS, AdaptiveBatchingMixin, adaptive_requested
+from data_juicer_elastic.compat.dj_op_attributes import is_batched_class, op_name, supports_adaptive_batching
+from data_juicer_elastic.compat.dj_op_metaclass import MODULE as BASE_OP_MODULE
 from data_juicer_elastic.errors import ConfigError
 
 ENV_SWITCH: Final = "DJ_ELASTIC_ADAPTIVE_BATCHING"
-BASE_OP_MODULE: Final = "data_juicer.ops.base_op"
 _PREFIX: Final = "Adaptive"
-ORIGINAL: Final = "__dj_elastic_original__"
 
 _lock = threading.Lock()
 _classes: dict[type, type] = {}
@@ -118,36 +117,12 @@ def resolve(cls: type, requested: Any) -> type:
     """The class to instantiate for ``cls`` with the recipe's ``adaptive_batching`` value."""
     if issubclass(cls, AdaptiveBatchingMixin) or not enabled():
         return cls
-    if requested is None and not getattr(cls, "_supports_adaptive_batching", False):
+    if requested is None and not supports_adaptive_batching(cls):
         return cls  # the common case: nothing asked for
     if not adaptive_requested(cls, requested if isinstance(requested, bool) else None):
         return cls
-    _require_mapper(cls, getattr(cls, "_name", None) or cls.__name__)
+    _require_mapper(cls, op_name(cls))
     return adaptive_class(cls)
-
-
-# -- the hook ------------------------------------------------------------------------------------------
-def install(module: ModuleType) -> None:
-    """Wrap ``OPMetaClass.__call__`` of ``data_juicer.ops.base_op`` (idempotent)."""
-    meta = getattr(module, "OPMetaClass", None)
-    original = meta.__dict__.get("__call__") if isinstance(meta, type) else None
-    if original is None:
-        raise AttributeError("data_juicer.ops.base_op.OPMetaClass.__call__ not found")
-    if getattr(original, ORIGINAL, None) is not None:
-        return
-
-    @functools.wraps(original)
-    def __call__(cls, *args, **kwargs):  # noqa: N807 - the metaclass hook
-        target = resolve(cls, kwargs.get("adaptive_batching"))
-        return original(target, *args, **kwargs)
-
-    setattr(__call__, ORIGINAL, original)
-    meta.__call__ = __call__
-
-
-def installed(module: ModuleType | None = None) -> bool:
-    module = module or importlib.import_module(BASE_OP_MODULE)
-    return getattr(module.OPMetaClass.__dict__.get("__call__"), ORIGINAL, None) is not None
 
 
 # -- config checks -------------------------------------------------------------------------------------
@@ -189,7 +164,7 @@ def check_config(cfg: Any) -> None:
         )
     for name, cls, args in opted:
         _require_mapper(cls, name)
-        if not (getattr(cls, "_batched_op", False) or args.get("batch_mode")):
+        if not (is_batched_class(cls) or args.get("batch_mode")):
             raise ConfigError(
                 "adaptive batching needs a batched Mapper (one that implements process_batched)",
                 where=name,

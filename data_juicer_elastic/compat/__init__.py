@@ -1,6 +1,89 @@
 """Uses of Data-Juicer's and Ray's private internals, one module per target.
 
-Each module names what it reaches into, checks that the target still looks as it
-expects (``self_check()``, run by ``dj-elastic doctor``), and fails with one
-IntegrationError naming the target when an upgrade moved it.
+Each module names what it reaches into (``MODULE`` / ``TARGET``), checks that the target
+still looks as it expects (``self_check()``, run by ``dj-elastic doctor``), and fails with
+one IntegrationError naming the target when an upgrade moved it.  Nothing else in the
+package touches an underscore name of Data-Juicer, Ray, ddsketch or jsonargparse, or
+assigns an attribute of their modules or classes: the plugin's fragility to an upgrade
+is this folder.
+
+Importing this package imports neither Ray nor Data-Juicer: the registry names the
+modules, :func:`self_checks` imports each one only when it runs.
 """
+
+from __future__ import annotations
+
+import importlib
+from typing import Final
+
+from data_juicer_elastic import DATA_JUICER_REQUIREMENT
+from data_juicer_elastic.errors import IntegrationError
+
+# The Ray releases the Ray internals below are written against (setup.cfg pins the same range).
+RAY_REQUIREMENT: Final = "ray[data]>=2.60,<2.61"
+
+# What a compat ``wrap_*`` returns when it replaced its target, or found it replaced already;
+# anything else it returns says why the target is missing.
+APPLIED: Final = "applied"
+ALREADY: Final = "already installed"
+
+# Marks a function the plugin installed in place of a Data-Juicer one; its value is the original.
+ORIGINAL: Final = "__dj_elastic_original__"
+
+# Every compat module, by name (``data_juicer_elastic.compat.<name>``); each has a ``self_check``
+# and a test in tests/compat/test_<name>.py.
+MODULES: Final = (
+    "ray_concat",
+    "ray_map_batches",
+    "ray_streaming_executor",
+    "ray_services",
+    "ray_global_node",
+    "dj_ray_dataset",
+    "dj_load_ops",
+    "dj_op_attributes",
+    "dj_op_metaclass",
+    "dj_free_models",
+    "dj_resource_utils",
+    "dj_stage_identities",
+    "dj_config_module",
+    "dj_tool_main",
+    "dj_executor_factory",
+    "jsonargparse_actions",
+    "ddsketch_store",
+)
+
+
+def self_checks() -> list[tuple[str, str | BaseException]]:
+    """``[(module name, its one-line "found ..." description or the error it raised)]``."""
+    results: list[tuple[str, str | BaseException]] = []
+    for name in MODULES:
+        try:
+            module = importlib.import_module(f"{__name__}.{name}")
+            results.append((name, module.self_check()))
+        except Exception as exc:  # reported by doctor, never raised: every check must run
+            results.append((name, exc))
+    return results
+
+
+def is_installed(function: object) -> bool:
+    """True for a function the plugin installed (it carries :data:`ORIGINAL`)."""
+    return getattr(function, ORIGINAL, None) is not None
+
+
+def dj_moved(message: str, *, where: str = "py-data-juicer", also: str = "") -> IntegrationError:
+    """The error for a Data-Juicer internal that moved: install the supported Data-Juicer."""
+    return IntegrationError(message, where=where, hint=f"install {DATA_JUICER_REQUIREMENT}{also}")
+
+
+def ray_moved(message: str, *, where: str = "ray") -> IntegrationError:
+    """The error for a Ray internal that moved: install the supported Ray."""
+    return IntegrationError(message, where=where, hint=f"install {RAY_REQUIREMENT}")
+
+
+def import_target(module_name: str, *, where: str = "py-data-juicer") -> object:
+    """``module_name`` imported, or :func:`dj_moved` / :func:`ray_moved` naming it."""
+    try:
+        return importlib.import_module(module_name)
+    except ImportError as exc:
+        moved = ray_moved if module_name.split(".")[0] == "ray" else dj_moved
+        raise moved(f"cannot import {module_name}: {exc}", where=where) from exc

@@ -35,7 +35,7 @@ import importlib
 import inspect
 from typing import Any, Final
 
-from data_juicer_elastic.errors import IntegrationError
+from data_juicer_elastic.compat import ray_moved
 
 MODULE: Final = "ray.data._internal.arrow_ops.transform_pyarrow"
 TARGETS: Final = {
@@ -50,18 +50,12 @@ def _targets() -> tuple[Any, dict[str, Any]]:
     try:
         module = importlib.import_module(MODULE)
     except ImportError as exc:
-        raise IntegrationError(
-            f"cannot import {MODULE}: {exc}", where="ray", hint="install ray[data]>=2.60,<2.61"
-        ) from exc
+        raise ray_moved(f"cannot import {MODULE}: {exc}") from exc
     found = {}
     for name, parameters in TARGETS.items():
         function = getattr(module, name, None)
         if function is None or tuple(inspect.signature(function).parameters) != parameters:
-            raise IntegrationError(
-                f"{MODULE}.{name} is missing or changed its parameters (expected {', '.join(parameters)})",
-                where="ray",
-                hint="install ray[data]>=2.60,<2.61",
-            )
+            raise ray_moved(f"{MODULE}.{name} is missing or changed its parameters (expected {', '.join(parameters)})")
         found[name] = function
     return module, found
 

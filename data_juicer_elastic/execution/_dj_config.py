@@ -19,7 +19,6 @@ import copy
 import io
 import os
 import sys
-import threading
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any, Final
@@ -27,11 +26,9 @@ from typing import Any, Final
 import yaml
 from loguru import logger
 
-from data_juicer_elastic.errors import IntegrationError, RecipeError
-
-# data_juicer.utils.constant.RAY_JOB_ENV_VAR: init_configs sets it to "1" for
-# executor_type ray, and Data-Juicer reads it (is_ray_mode) while loading ops.
-RAY_JOB_ENV: Final = "RAY_JOB"
+from data_juicer_elastic.compat import dj_config_module
+from data_juicer_elastic.compat.dj_config_module import RAY_JOB_ENV
+from data_juicer_elastic.errors import RecipeError
 
 # Set per attempt by the runner; a recipe value for these would be overridden.
 PER_ATTEMPT_KEYS: Final = frozenset(
@@ -49,29 +46,7 @@ PER_ATTEMPT_KEYS: Final = frozenset(
     }
 )
 
-# What init_setup_from_cfg / resolve_job_directories derive from an attempt's paths
-# (py-data-juicer 1.6.1); every other field is the same for every attempt of a recipe.
-_REBASED_KEYS: Final = (
-    "config",
-    "dataset_path",
-    "export_path",
-    "export_type",
-    "work_dir",
-    "job_id",
-    "ray_address",
-    "event_log_dir",
-    "checkpoint_dir",
-    "partition_dir",
-    "metadata_dir",
-    "results_dir",
-    "event_log_file",
-    "job_summary_file",
-    "backed_up_config_path",
-    "_user_provided_job_id",
-)
 _DERIVED_DIRS: Final = ("event_log_dir", "checkpoint_dir", "partition_dir")
-
-_NO_RAY_LOCK = threading.Lock()
 
 
 def check_recipe(recipe: Any) -> dict[str, Any]:
@@ -114,7 +89,7 @@ def load_dj_config(
         # recipes this process had parsed before.  Data-Juicer also refuses a
         # second import of the same module, so parse without the paths and put
         # the value back afterwards.
-        register_custom_operators(custom_paths, where=where or str(config_path))
+        dj_config_module.register_custom_operators(custom_paths, where=where or str(config_path))
 
     captured = io.StringIO()
     try:
@@ -191,16 +166,6 @@ class ShardConfigs:
         return cfg
 
     def _rebase(self, overrides: dict[str, Any], config_path: Path) -> Any:
-        from data_juicer.config import config as dj_config
-
-        resolve_job_id = getattr(dj_config, "resolve_job_id", None)
-        resolve_dirs = getattr(dj_config, "resolve_job_directories", None)
-        if not callable(resolve_job_id) or not callable(resolve_dirs):
-            raise IntegrationError(
-                "data_juicer.config.config.resolve_job_id / resolve_job_directories are missing",
-                where="py-data-juicer",
-                hint="install py-data-juicer>=1.6.1,<1.7",
-            )
         template = self._template
         cfg = copy.deepcopy(template)
         old_work_dir = template.work_dir
@@ -213,15 +178,14 @@ class ShardConfigs:
             setattr(cfg, key, None)
         # init_setup_from_cfg for a local export path, then Data-Juicer's own resolution
         cfg.export_path = os.path.abspath(cfg.export_path)
-        cfg = resolve_dirs(resolve_job_id(cfg))
+        cfg = dj_config_module.resolve_attempt(cfg)
         if cfg.get("dataset_path", None) and os.path.exists(cfg.dataset_path):
             cfg.dataset_path = os.path.abspath(cfg.dataset_path)
         for op in cfg.process or []:
             for args in op.values():
                 if args is not None and args.get("work_dir") == old_work_dir:
                     args["work_dir"] = cfg.work_dir
-        if getattr(dj_config, "global_cfg", cfg) is not cfg:
-            dj_config.global_cfg = cfg  # as init_configs leaves it
+        dj_config_module.set_global_cfg(cfg)  # as init_configs leaves it
         return cfg
 
     def _stale_field(self, cfg: Any, overrides: Mapping[str, Any], config_path: Path) -> str | None:
@@ -269,7 +233,10 @@ def _strings(value: Any, name: str = "cfg") -> Iterator[tuple[str, str]]:
 
 @contextlib.contextmanager
 def ray_job_env() -> Iterator[None]:
-    """``RAY_JOB=1`` while Data-Juicer parses and loads ops, then the previous value."""
+    """``RAY_JOB=1`` while Data-Juicer parses and loads ops, then the previous value.
+
+    init_configs sets it to "1" for executor_type ray, and Data-Juicer reads it (is_ray_mode)
+    while loading ops."""
     previous = os.environ.get(RAY_JOB_ENV)
     os.environ[RAY_JOB_ENV] = "1"
     try:
@@ -279,71 +246,6 @@ def ray_job_env() -> Iterator[None]:
             os.environ.pop(RAY_JOB_ENV, None)
         else:
             os.environ[RAY_JOB_ENV] = previous
-
-
-@contextlib.contextmanager
-def no_ray_start() -> Iterator[None]:
-    """Keep Data-Juicer's resource probes (``cpu_count`` in init_configs) off Ray.
-
-    With ``RAY_JOB=1`` they call ``ray.init(cfg.ray_address)``, which starts
-    nothing but attaches to any runtime found on the node.  Only the CPU count
-    changes (it clamps ``np``), which never reaches a Ray operator's arguments.
-    """
-    try:
-        from data_juicer.utils import resource_utils
-    except ImportError as exc:  # pragma: no cover - Data-Juicer moved it
-        raise IntegrationError("data_juicer.utils.resource_utils is missing", where="py-data-juicer") from exc
-    original = getattr(resource_utils, "check_and_initialize_ray", None)
-    if original is None:
-        raise IntegrationError(
-            "data_juicer.utils.resource_utils.check_and_initialize_ray is missing",
-            where="py-data-juicer",
-            hint="install py-data-juicer>=1.6.1,<1.7",
-        )
-    with _NO_RAY_LOCK:
-        resource_utils.check_and_initialize_ray = _never
-        try:
-            yield
-        finally:
-            resource_utils.check_and_initialize_ray = original
-
-
-def _never(cfg: Any = None) -> bool:
-    return False
-
-
-def register_custom_operators(paths: list[str], where: str) -> None:
-    """Import ``custom_operator_paths`` into Data-Juicer's registry, once per process."""
-    if paths and not _already_loaded(paths):
-        _load_custom_operators(paths, where)
-
-
-def _load_custom_operators(paths: list[str], where: str) -> None:
-    from data_juicer.config.config import load_custom_operators
-
-    try:
-        load_custom_operators(paths)
-    except (RuntimeError, ValueError, ImportError) as exc:
-        raise RecipeError(
-            f"could not load custom_operator_paths: {exc}",
-            where=where,
-            hint="every worker node needs the custom operator files at the same absolute paths",
-        ) from exc
-
-
-def _already_loaded(paths: list[str]) -> bool:
-    for path in paths:
-        abs_path = os.path.abspath(path)
-        name = os.path.basename(abs_path)
-        if os.path.isfile(abs_path):
-            name = os.path.splitext(name)[0]
-        module = sys.modules.get(name)
-        if module is None:
-            return False
-        loaded_from = getattr(module, "__loaded_from__", None) or getattr(module, "__file__", None) or ""
-        if os.path.abspath(loaded_from) != abs_path and os.path.dirname(os.path.abspath(loaded_from)) != abs_path:
-            return False
-    return True
 
 
 def _last_line(text: str) -> str:

@@ -20,38 +20,25 @@ which is why shards should stay a small fraction of the node's object store.
 Scope: only while a shard runs in this worker process (reference-counted, so shard runs
 in several threads share one patch and the last one out restores the original), and
 only for the paths registered; any other path read meanwhile is refused loudly.
-Data-Juicer's files are not modified.  If py-data-juicer moves ``RayDataset.read`` the
-shard fails with an IntegrationError naming it.
+Data-Juicer's files are not modified.  The swap itself is ``compat.dj_ray_dataset``: if
+py-data-juicer moves ``RayDataset.read`` the shard fails with an IntegrationError naming it.
 """
 
 from __future__ import annotations
 
 import contextlib
-import functools
-import inspect
 import os
 import threading
 from collections.abc import Callable, Iterator
-from typing import Any, Final
+from typing import Any
 
+from data_juicer_elastic.compat import dj_ray_dataset
+from data_juicer_elastic.compat.dj_ray_dataset import TARGET
 from data_juicer_elastic.errors import IntegrationError
 
-TARGET: Final = "data_juicer.core.data.ray_dataset.RayDataset.read"
 _LOCK = threading.Lock()
 _sources: dict[str, Callable[[], Any]] = {}  # shard path -> builds its dataset; guarded by _LOCK
-_original: Any = None  # RayDataset.__dict__["read"] as found by the first shard run
-
-
-def _ray_dataset_class() -> Any:
-    try:
-        from data_juicer.core.data.ray_dataset import RayDataset
-    except ImportError as exc:
-        raise IntegrationError(
-            f"cannot import {TARGET.rsplit('.', 1)[0]}: {exc}",
-            where="py-data-juicer",
-            hint="install py-data-juicer>=1.6.1,<1.7",
-        ) from exc
-    return RayDataset
+_original: Any = None  # RayDataset.read as found by the first shard run
 
 
 @contextlib.contextmanager
@@ -59,18 +46,10 @@ def shard_source(path: str | os.PathLike, build: Callable[[], Any]) -> Iterator[
     """While active, ``RayDataset.read(<format>, path)`` returns ``build()`` (a materialized Ray Dataset)."""
     global _original
     key = os.path.abspath(path)
-    cls = _ray_dataset_class()
+    dj_ray_dataset.ray_dataset_class()  # fails loudly before anything is registered
     with _LOCK:
         if not _sources:
-            static = inspect.getattr_static(cls, "read", None)
-            if not isinstance(static, classmethod):
-                raise IntegrationError(
-                    f"{TARGET} is missing or no longer a classmethod",
-                    where="py-data-juicer",
-                    hint="install py-data-juicer>=1.6.1,<1.7",
-                )
-            _original = static
-            cls.read = classmethod(_from_sources(static.__func__))
+            _original = dj_ray_dataset.replace_read(_read_shard)
         if key in _sources:
             raise IntegrationError(f"shard {key} is already being read by another run in this process")
         _sources[key] = build
@@ -80,22 +59,18 @@ def shard_source(path: str | os.PathLike, build: Callable[[], Any]) -> Iterator[
         with _LOCK:
             del _sources[key]
             if not _sources:
-                cls.read = _original
+                dj_ray_dataset.restore_read(_original)
                 _original = None
 
 
-def _from_sources(read: Any) -> Any:
-    @functools.wraps(read)
-    def read_shard(klass: Any, data_format: Any, paths: Any, **kwargs: Any) -> Any:
-        key = os.path.abspath(paths) if isinstance(paths, str | os.PathLike) else None
-        with _LOCK:
-            build = _sources.get(key) if key is not None else None
-        if build is None:
-            raise IntegrationError(
-                f"Data-Juicer asked to read {paths!r} ({data_format}) while a shard runs; only the shard is read",
-                where=TARGET,
-                hint="the shard recipe must not name other datasets",
-            )
-        return build()
-
-    return read_shard
+def _read_shard(klass: Any, data_format: Any, paths: Any, **kwargs: Any) -> Any:
+    key = os.path.abspath(paths) if isinstance(paths, str | os.PathLike) else None
+    with _LOCK:
+        build = _sources.get(key) if key is not None else None
+    if build is None:
+        raise IntegrationError(
+            f"Data-Juicer asked to read {paths!r} ({data_format}) while a shard runs; only the shard is read",
+            where=TARGET,
+            hint="the shard recipe must not name other datasets",
+        )
+    return build()

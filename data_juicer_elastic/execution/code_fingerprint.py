@@ -48,7 +48,7 @@ def code_fingerprint(recipe: Mapping[str, Any], *, where: str = "recipe") -> dic
     """This node's fingerprint of the code ``recipe`` runs (imports Data-Juicer's operators)."""
     from data_juicer.ops.base_op import OPERATORS
 
-    from data_juicer_elastic.execution._dj_config import register_custom_operators
+    from data_juicer_elastic.compat.dj_config_module import register_custom_operators
 
     custom = [str(p) for p in recipe.get("custom_operator_paths") or []]
     register_custom_operators(custom, where=where)

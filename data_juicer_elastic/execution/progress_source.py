@@ -26,7 +26,7 @@ sampler thread reads them twice a second (see ``docs/status.md``):
   numbers move in steps of one block (Ray's target block size), not per row.
 
 The sampler never raises into the run: unexpected Ray internals (it reads
-private executor attributes of the pinned Ray 2.60) turn it off with one
+private executor attributes of the pinned Ray 2.60, ``compat.ray_streaming_executor``) turn it off with one
 warning, and progress then shows the runner's own stages only (``source: "none"``).
 """
 
@@ -39,6 +39,7 @@ from typing import Any, Final
 
 from loguru import logger
 
+from data_juicer_elastic.compat import ray_streaming_executor
 from data_juicer_elastic.jobdir.progress import ProgressTracker, Stage
 
 SOURCE: Final = "ray-data"
@@ -103,9 +104,7 @@ class _Sampler(threading.Thread):
         if self.failures >= MAX_FAILURES:
             return
         try:
-            from ray.data._internal.execution.streaming_executor import StreamingExecutor
-
-            live = [t for t in threading.enumerate() if isinstance(t, StreamingExecutor)]
+            live = ray_streaming_executor.live_executors()
             if self.executor is not None and (self.executor not in live or live[-1:] != [self.executor]):
                 self._report(self.executor)  # it ended (or a newer one started): record its final counts
                 self.executor = None
@@ -122,23 +121,22 @@ class _Sampler(threading.Thread):
         tracker = self.tracker
         if tracker.current.stage not in _RAY_STAGES:
             return  # the runner has moved on (canonicalizing): a late sample must not step back
-        topology = dict(getattr(executor, "_topology", None) or {})  # copy: the executor thread owns it
-        ops = [op for op in topology if op.name != "Input"]
+        ops = ray_streaming_executor.physical_operators(executor)
         if not ops:
             return
         stage = classify([op.name for op in ops])
-        running = next((op for op in ops if not op.has_completed()), ops[-1])
+        running = next((op for op in ops if not ray_streaming_executor.has_completed(op)), ops[-1])
         if stage is not self.stage:
             self.stage = stage
             tracker.set_stage(stage, running.name)
         if stage is Stage.PROCESSING:
             total = tracker.current.rows_total
-            read = int(ops[0].metrics.rows_task_outputs_generated or 0)
+            read = ray_streaming_executor.rows_output(ops[0])
             if not any(part.startswith(_READ_PARTS) for part in ops[0].name.split("->")):
                 # The shard was read whole (materialized, execution._shard_source) while loading;
                 # processing starts from those blocks, so every row has been read.
                 read = total
-            out = int(ops[-1].metrics.rows_task_outputs_generated or 0)
+            out = ray_streaming_executor.rows_output(ops[-1])
             tracker.update(rows_read=min(read, total), rows_written=out, operator=running.name, source=SOURCE)
         else:
             tracker.update(operator=running.name)

@@ -24,6 +24,7 @@ from typing import Any, Final
 
 from loguru import logger
 
+from data_juicer_elastic.compat import ray_global_node, ray_services
 from data_juicer_elastic.errors import ConfigError, RayConnectionError
 
 LOCAL: Final = "local"
@@ -209,20 +210,13 @@ class WarmRayRuntime:
 def _resolve_auto() -> str:
     """What ``ray.init("auto")`` would connect to, or a fast, clear error."""
     try:
-        from ray._private import services
-    except ImportError:  # pragma: no cover - Ray moved it: let the child probe tell
-        return AUTO
-    try:
-        services.find_gcs_addresses.cache_clear()
-        found = services.canonicalize_bootstrap_address(AUTO)
+        found = ray_services.canonical_address(AUTO)  # None: Ray moved it, let the child probe tell
     except ConnectionError as exc:
         raise RayConnectionError(
             "ray_address is 'auto' but no running Ray runtime was found on this node",
             where="ray_address=auto",
             hint="start one with `ray start --head`, set RAY_ADDRESS, or use ray_address 'local'",
         ) from exc
-    except AttributeError:  # pragma: no cover - Ray internals moved
-        return AUTO
     return found or AUTO
 
 
@@ -309,10 +303,8 @@ def _ping_task():
 def _kill_node_processes() -> None:
     """SIGKILL every process of the local Ray node this process started (GCS, raylet, their workers)."""
     import psutil
-    import ray
 
-    node = getattr(ray._private.worker, "_global_node", None)
-    roots = [info.process.pid for infos in getattr(node, "all_processes", {}).values() for info in infos]
+    roots = ray_global_node.node_process_ids()
     victims = []
     for pid in roots:
         try:

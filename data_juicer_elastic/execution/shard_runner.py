@@ -39,7 +39,8 @@ from typing import Any, Final
 
 from loguru import logger
 
-from data_juicer_elastic.compat import ray_concat
+from data_juicer_elastic import DATA_JUICER_REQUIREMENT
+from data_juicer_elastic.compat import dj_stage_identities, ray_concat
 from data_juicer_elastic.errors import ElasticError, IntegrationError, ShardExecutionError
 from data_juicer_elastic.execution._attempt_log import attempt_log
 from data_juicer_elastic.execution._dj_config import RAY_JOB_ENV, ShardConfigs, check_recipe, ray_job_env
@@ -207,7 +208,7 @@ class ShardRunner:
         )
         # Where RayExecutor keeps them (it recomputes them only under
         # elastic_juicer_adaptive_batching, checked below).
-        cfg._resolved_stage_identities = copy.deepcopy(self._manifest)
+        dj_stage_identities.stamp(cfg, self._manifest)
 
         from data_juicer.core.executor.ray_executor import RayExecutor
 
@@ -310,12 +311,12 @@ def _finish_batching(layout: JobLayout | None, task: ShardTask) -> None:
 
 def _check_stamped(cfg: Any, ids: list[str], where: str) -> None:
     """Under adaptive batching RayExecutor stamps identities itself: they must be ours."""
-    stamped = getattr(cfg, "_resolved_stage_identities", None)
+    stamped = dj_stage_identities.stamped(cfg)
     if cfg.get("elastic_juicer_adaptive_batching", False) and stamped is not None and stage_ids(stamped) != ids:
         raise IntegrationError(
             f"RayExecutor stamped stage identities {stage_ids(stamped)} but this package computed {ids}",
             where=where,
-            hint="Data-Juicer changed how it loads operators; check py-data-juicer>=1.6.1,<1.7",
+            hint=f"Data-Juicer changed how it loads operators; check {DATA_JUICER_REQUIREMENT}",
         )
 
 

@@ -20,8 +20,10 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, Final
 
-from data_juicer_elastic.errors import IntegrationError, StageIdentityMismatch
-from data_juicer_elastic.execution._dj_config import load_dj_config, no_ray_start, ray_job_env
+from data_juicer_elastic.compat import dj_moved
+from data_juicer_elastic.compat.dj_resource_utils import no_ray_start
+from data_juicer_elastic.errors import StageIdentityMismatch
+from data_juicer_elastic.execution._dj_config import load_dj_config, ray_job_env
 
 RECORD_FORMAT: Final = "dj-elastic/stage-identities"
 RECORD_VERSION: Final = 1
@@ -56,11 +58,7 @@ def manifest_from_cfg(cfg: Any) -> dict[str, Any]:
         from data_juicer.ops import load_ops
         from data_juicer.ops.op_fusion import fuse_operators
     except ImportError as exc:  # pragma: no cover - Data-Juicer moved a name
-        raise IntegrationError(
-            f"Data-Juicer's stage identity code is missing: {exc}",
-            where="py-data-juicer",
-            hint="install py-data-juicer>=1.6.1,<1.7",
-        ) from exc
+        raise dj_moved(f"Data-Juicer's stage identity code is missing: {exc}") from exc
     # OPEnvManager (min_common_dep_num_to_combine) only sets runtime envs, which
     # are not part of an operator's fingerprint, so it is not built here.
     ops = load_ops(cfg.process)

@@ -29,16 +29,14 @@ from __future__ import annotations
 
 import contextlib
 import functools
-import inspect
 import json
 from collections.abc import Iterator
 from typing import Any, Final
 
 from loguru import logger
 
-from data_juicer_elastic.errors import IntegrationError
+from data_juicer_elastic.compat import ray_map_batches
 
-TARGET: Final = "ray.data.Dataset.map_batches"
 PER_ATTEMPT_KWARGS: Final = ("work_dir",)
 
 
@@ -130,27 +128,8 @@ class WarmActors:
     @contextlib.contextmanager
     def serving(self) -> Iterator[None]:
         """While entered, actor-pool ``map_batches`` calls of operators go to the warm actors."""
-        cls, original = _dataset_map_batches()
-        cls.map_batches = _redirect(self, original)
-        try:
+        with ray_map_batches.map_batches_replaced(lambda original: _redirect(self, original)):
             yield
-        finally:
-            cls.map_batches = original
-
-
-def _dataset_map_batches() -> tuple[type, Any]:
-    try:
-        from ray.data import ActorPoolStrategy, Dataset  # noqa: F401 (both are relied on)
-    except ImportError as exc:
-        raise IntegrationError(f"cannot import ray.data: {exc}", where=TARGET) from exc
-    original = inspect.getattr_static(Dataset, "map_batches", None)
-    if not inspect.isfunction(original) or "fn_constructor_args" not in inspect.signature(original).parameters:
-        raise IntegrationError(
-            f"{TARGET} is missing or no longer takes fn_constructor_args",
-            where=TARGET,
-            hint="install the Ray version this package supports, or set DJ_ELASTIC_WARM_OPERATORS=0",
-        )
-    return Dataset, original
 
 
 def _is_operator_class(fn: Any) -> bool:

@@ -38,18 +38,17 @@ import contextlib
 import json
 import os
 import threading
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator
 from typing import Any, Final
 
 from loguru import logger
 
-from data_juicer_elastic.errors import IntegrationError
+from data_juicer_elastic.compat import dj_load_ops
+from data_juicer_elastic.compat.dj_op_attributes import rebase_op
 from data_juicer_elastic.execution.warm_actors import WarmActors
 
 ENV_SWITCH: Final = "DJ_ELASTIC_WARM_OPERATORS"
 PER_ATTEMPT_ARGS: Final = ("work_dir",)  # Data-Juicer's update_op_attr puts the config's work_dir into every op
-_TARGETS: Final = ("data_juicer.ops", "data_juicer.core.executor.ray_executor")
-_PLANNER: Final = ("data_juicer.utils.process_utils", "calculate_ray_np")  # imported by RayDataset.process per call
 _LOCK = threading.Lock()  # one shard run at a time patches a process's modules
 
 
@@ -71,13 +70,7 @@ def rebase(ops: list[Any], process_list: Any) -> None:
     """Give cached operators this attempt's per-attempt arguments, as building them anew would."""
     for op, item in zip(ops, process_list, strict=True):
         (_, args), *_ = dict(item).items()
-        for name in PER_ATTEMPT_ARGS:
-            if args and name in args:
-                setattr(op, name, args[name])
-                init_kwargs = getattr(op, "_init_kwargs", None)
-                if isinstance(init_kwargs, Mapping) and name in init_kwargs:
-                    op._init_kwargs = {**init_kwargs, name: args[name]}
-        op._op_cfg = item
+        rebase_op(op, item, {name: args[name] for name in PER_ATTEMPT_ARGS if args and name in args})
 
 
 class WarmOperators:
@@ -128,52 +121,5 @@ class WarmOperators:
         if not enabled():
             yield
             return
-        modules = [_module(name, "load_ops") for name in _TARGETS]
-        planner = _module(*_PLANNER)
-        with _LOCK:
-            saved = [(module, "load_ops", module.__dict__["load_ops"]) for module in modules]
-            saved.append((planner, _PLANNER[1], planner.__dict__[_PLANNER[1]]))
-            original = saved[0][2]
-            for module, _, _ in saved[:-1]:
-                module.load_ops = _cached_load_ops(self, original)
-            setattr(planner, _PLANNER[1], _planned_once(self, saved[-1][2]))
-            try:
-                with self.actors.serving():
-                    yield
-            finally:
-                for module, name, found in saved:
-                    setattr(module, name, found)
-
-
-def _module(name: str, attribute: str) -> Any:
-    import importlib
-
-    try:
-        module = importlib.import_module(name)
-    except ImportError as exc:
-        raise IntegrationError(
-            f"cannot import {name}: {exc}", where="py-data-juicer", hint="install py-data-juicer>=1.6.1,<1.7"
-        ) from exc
-    if not callable(module.__dict__.get(attribute)):
-        raise IntegrationError(
-            f"{name}.{attribute} is missing",
-            where="py-data-juicer",
-            hint="install py-data-juicer>=1.6.1,<1.7, or set DJ_ELASTIC_WARM_OPERATORS=0",
-        )
-    return module
-
-
-def _cached_load_ops(warm: WarmOperators, original: Any) -> Any:
-    def load_ops(process_list, op_env_manager=None):
-        return warm.load(original, process_list, op_env_manager)
-
-    load_ops.__wrapped__ = original
-    return load_ops
-
-
-def _planned_once(warm: WarmOperators, original: Any) -> Any:
-    def calculate_ray_np(operators, *args, **kwargs):
-        return warm.plan(original, operators, *args, **kwargs)
-
-    calculate_ray_np.__wrapped__ = original
-    return calculate_ray_np
+        with _LOCK, dj_load_ops.load_ops_replaced(self.load, self.plan), self.actors.serving():
+            yield

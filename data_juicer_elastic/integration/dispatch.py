@@ -2,13 +2,13 @@
 
 Data-Juicer's ``main`` parses the config itself (``init_configs()``, a module
 global of the tool module) and then picks an executor with a hard-coded
-``if/elif``.  The wrapper runs Data-Juicer's own ``main`` unchanged, with that
+``if/elif``.  The wrapper (installed by ``compat.dj_tool_main``) runs Data-Juicer's own ``main`` unchanged, with that
 global swapped for the duration of the call:
 
 * built-in executor types: the parsed cfg is returned to Data-Juicer's code,
   which carries on exactly as without the plugin;
 * ``elastic_sharded`` (``dj-process`` only): the cfg leaves Data-Juicer's
-  ``main`` as a ``BaseException`` (``_Dispatch``), so it is parsed once and
+  ``main`` as a ``BaseException`` (``errors.DispatchToElastic``), so it is parsed once and
   loguru's ``@logger.catch`` (which catches ``Exception``) logs nothing; then
   ``ElasticShardedExecutor(cfg).run()`` runs;
 * an :class:`~data_juicer_elastic.errors.ElasticError` while parsing/validating
@@ -27,7 +27,6 @@ then rejects ``elastic_sharded``.  Use the ``dj-process`` command.
 
 from __future__ import annotations
 
-import functools
 import os
 import sys
 from collections.abc import Sequence
@@ -35,48 +34,21 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any, NoReturn
 
-from data_juicer_elastic.errors import ElasticError
+from data_juicer_elastic.compat import dj_tool_main
+from data_juicer_elastic.errors import DispatchAbort, DispatchToElastic, ElasticError
 from data_juicer_elastic.integration import patches
 from data_juicer_elastic.integration.config_block import EXECUTOR_TYPE, is_elastic
 
 PROGS = {patches.PROCESS_MAIN: "dj-process", patches.ANALYZE_MAIN: "dj-analyze"}
 
 
-class _Dispatch(BaseException):
-    """Carries an elastic cfg out of Data-Juicer's main (not an Exception: loguru must not log it)."""
-
-    def __init__(self, cfg: Any):
-        super().__init__(EXECUTOR_TYPE)
-        self.cfg = cfg
-
-
-class _Abort(BaseException):
-    """Carries an ElasticError out of Data-Juicer's main without loguru's traceback."""
-
-    def __init__(self, error: ElasticError):
-        super().__init__(str(error))
-        self.error = error
-
-
 def patch_tool(module: ModuleType, *, record: str, dispatch: bool) -> None:
-    original = getattr(module, "main", None)
-    if not callable(original):
-        patches.mark(record, "missing", "function not found")
-        return
-    if not callable(getattr(module, "init_configs", None)):
-        patches.mark(record, "missing", "its module no longer calls a module-level init_configs")
-        return
-    if patches.wrapped(original):
-        return
     prog = PROGS.get(record, record)
 
-    @functools.wraps(original)
-    def main(*args, **kwargs):
+    def call(original, args, kwargs):
         return run_tool(module, original, args, kwargs, prog=prog, dispatch=dispatch)
 
-    setattr(main, patches.ORIGINAL, original)
-    module.main = main
-    patches.mark(record, "applied")
+    patches.record_install(record, dj_tool_main.wrap_main(module, call))
 
 
 def run_tool(module: ModuleType, original, args, kwargs, *, prog: str, dispatch: bool):
@@ -87,27 +59,25 @@ def run_tool(module: ModuleType, original, args, kwargs, *, prog: str, dispatch:
         except ElasticError as err:
             fail(prog, err)
 
-    real_init_configs = module.init_configs
+    def carrying(real_init_configs):
+        def init_configs(*a, **k):
+            try:
+                cfg = real_init_configs(*a, **k)
+            except ElasticError as err:
+                raise DispatchAbort(err) from None
+            if dispatch and is_elastic(cfg):
+                raise DispatchToElastic(EXECUTOR_TYPE, cfg)
+            return cfg
 
-    def init_configs(*a, **k):
-        try:
-            cfg = real_init_configs(*a, **k)
-        except ElasticError as err:
-            raise _Abort(err) from None
-        if dispatch and is_elastic(cfg):
-            raise _Dispatch(cfg)
-        return cfg
+        return init_configs
 
-    module.init_configs = init_configs
     try:
-        return original(*args, **kwargs)
-    except _Dispatch as carried:
+        with dj_tool_main.init_configs_replaced(module, carrying):
+            return original(*args, **kwargs)
+    except DispatchToElastic as carried:
         cfg = carried.cfg
-    except _Abort as carried:
+    except DispatchAbort as carried:
         fail(prog, carried.error)
-    finally:
-        if module.init_configs is init_configs:
-            module.init_configs = real_init_configs
 
     try:
         run_elastic(cfg)

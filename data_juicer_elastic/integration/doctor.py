@@ -11,12 +11,21 @@ from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
 
+from data_juicer_elastic import DATA_JUICER_REQUIREMENT
 from data_juicer_elastic.integration import patches
 
 ENTRY_POINT_GROUP = "data_juicer.ops"
 ENTRY_POINT_MODULE = "data_juicer_elastic.integration.entrypoint"
-MIN_DJ = (1, 6, 1)
-MAX_DJ_EXCLUSIVE = (1, 7)
+
+
+def _version_bound(operator: str) -> tuple[int, ...]:
+    """A bound of :data:`DATA_JUICER_REQUIREMENT` (``>=`` or ``<``) as numbers."""
+    (bound,) = re.findall(rf"{operator}(\d+(?:\.\d+)*)", DATA_JUICER_REQUIREMENT.split("py-data-juicer", 1)[1])
+    return tuple(int(part) for part in bound.split("."))
+
+
+MIN_DJ = _version_bound(">=")
+MAX_DJ_EXCLUSIVE = _version_bound("<")
 
 
 @dataclass(frozen=True)
@@ -50,7 +59,18 @@ def integration_checks() -> list[Check]:
     )
     checks.extend(_patch_checks())
     checks.append(_parser_check())
+    checks.extend(compat_checks())
     return checks
+
+
+def compat_checks() -> list[Check]:
+    """Each ``data_juicer_elastic.compat`` module's self-check: does the internal it uses still exist?"""
+    from data_juicer_elastic import compat
+
+    return [
+        Check(f"compat {name}", ok=isinstance(result, str), detail=result if isinstance(result, str) else repr(result))
+        for name, result in compat.self_checks()
+    ]
 
 
 def _entry_point_check() -> Check:
@@ -66,7 +86,7 @@ def _entry_point_check() -> Check:
 
 def _version_check() -> Check:
     version = patches.dj_version()
-    supported = f"py-data-juicer{patches.SUPPORTED_DJ}"
+    supported = DATA_JUICER_REQUIREMENT
     if version is None:
         return Check("Data-Juicer version", False, f"py-data-juicer is not installed (need {supported})")
     match = re.match(r"(\d+)\.(\d+)(?:\.(\d+))?", version)
@@ -93,9 +113,11 @@ def _parser_check() -> Check:
         parser = build_base_parser()
     except Exception as exc:
         return Check("parser accepts elastic_sharded", False, repr(exc))
-    action = next((a for a in parser._actions if getattr(a, "dest", None) == "executor_type"), None)
+    from data_juicer_elastic.compat import jsonargparse_actions
+
+    action = jsonargparse_actions.action_for(parser, "executor_type")
     choices = list(getattr(action, "choices", None) or [])
-    options = sorted(a.dest for a in parser._actions if getattr(a, "dest", "").startswith("elastic."))
+    options = jsonargparse_actions.dests_starting(parser, "elastic.")
     ok = "elastic_sharded" in choices and bool(options)
     detail = f"executor_type choices {choices}; {len(options)} elastic.* options"
     return Check("parser accepts elastic_sharded", ok, detail)

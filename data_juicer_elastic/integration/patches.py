@@ -12,7 +12,7 @@ Targets (all in py-data-juicer 1.6.x):
 * ``data_juicer.tools.analyze_data.main``: the same error boundary, no dispatch.
 * ``data_juicer.core.executor.factory.ExecutorFactory.create_executor``.
 * ``data_juicer.ops.base_op.free_models`` (not needed by elastic_sharded): no torch install
-  when no operator needs torch (:mod:`.lazy_installs`).
+  when no operator needs torch (:mod:`data_juicer_elastic.compat.dj_free_models`).
 * ``data_juicer.config.config.display_config`` (not needed by elastic_sharded): an elastic
   job's configuration table goes to the log files unless ``-v``.
 * ``data_juicer.ops.base_op.OPMetaClass.__call__`` (not needed by elastic_sharded):
@@ -20,6 +20,10 @@ Targets (all in py-data-juicer 1.6.x):
   (:mod:`data_juicer_elastic.batching.optin`), and the demo operators register;
   ``init_setup_from_cfg`` also runs the adaptive-batching config checks for
   every executor type.
+
+This module decides *when* each patch is installed (when Data-Juicer imports the target's
+module, :mod:`.deferred`) and what the plugin does at each point; the patch mechanics, one
+module per target, are in :mod:`data_juicer_elastic.compat`.
 
 A missing or changed target never breaks Data-Juicer: it is recorded in
 :data:`RECORDS`, the built-in executors keep working, and every use of
@@ -29,17 +33,25 @@ A missing or changed target never breaks Data-Juicer: it is recorded in
 
 from __future__ import annotations
 
-import contextlib
 import functools
-import inspect
-import io
-import os
+import importlib
 import threading
 from dataclasses import dataclass
 from importlib import metadata
 from types import ModuleType
 from typing import Final, Literal
 
+from data_juicer_elastic import DATA_JUICER_REQUIREMENT
+from data_juicer_elastic.compat import (
+    ALREADY,
+    APPLIED,
+    dj_config_module,
+    dj_executor_factory,
+    dj_free_models,
+    dj_op_metaclass,
+    dj_tool_main,
+    jsonargparse_actions,
+)
 from data_juicer_elastic.errors import IntegrationError
 from data_juicer_elastic.integration import deferred
 from data_juicer_elastic.integration.config_block import (
@@ -51,25 +63,20 @@ from data_juicer_elastic.integration.config_block import (
     settings_from_cfg,
 )
 
-SUPPORTED_DJ: Final = ">=1.6.1,<1.7"
-CONFIG_MODULE: Final = "data_juicer.config.config"
-PROCESS_MODULE: Final = "data_juicer.tools.process_data"
-ANALYZE_MODULE: Final = "data_juicer.tools.analyze_data"
-FACTORY_MODULE: Final = "data_juicer.core.executor.factory"
+CONFIG_MODULE: Final = dj_config_module.MODULE
+PROCESS_MODULE: Final = dj_tool_main.PROCESS_MODULE
+ANALYZE_MODULE: Final = dj_tool_main.ANALYZE_MODULE
+FACTORY_MODULE: Final = dj_executor_factory.MODULE
 
 BUILD_PARSER: Final = f"{CONFIG_MODULE}.build_base_parser"
 INIT_SETUP: Final = f"{CONFIG_MODULE}.init_setup_from_cfg"
 DISPLAY_CONFIG: Final = f"{CONFIG_MODULE}.display_config"  # quiet console; not needed by elastic_sharded
 PROCESS_MAIN: Final = f"{PROCESS_MODULE}.main"
 ANALYZE_MAIN: Final = f"{ANALYZE_MODULE}.main"
-CREATE_EXECUTOR: Final = f"{FACTORY_MODULE}.ExecutorFactory.create_executor"
-BASE_OP_MODULE: Final = "data_juicer.ops.base_op"
+CREATE_EXECUTOR: Final = dj_executor_factory.TARGET
+BASE_OP_MODULE: Final = dj_op_metaclass.MODULE
 # adaptive_batching opt-in (batching.optin) and the plugin's demo operators; not needed by elastic_sharded.
-OP_METACLASS: Final = f"{BASE_OP_MODULE}.OPMetaClass.__call__"
-
-# Marks a function we installed; its value is the function it wraps.
-ORIGINAL: Final = "__dj_elastic_original__"
-RAY_JOB_ENV: Final = "RAY_JOB"  # data_juicer.utils.constant.RAY_JOB_ENV_VAR, not imported on purpose
+OP_METACLASS: Final = dj_op_metaclass.TARGET
 
 State = Literal["pending", "applied", "missing"]
 
@@ -129,6 +136,14 @@ def mark(target: str, state: State, detail: str = "") -> None:
     record.state, record.detail = state, detail
 
 
+def record_install(target: str, outcome: str) -> None:
+    """Record what a compat ``wrap_*`` returned: applied, already installed (nothing new), or why not."""
+    if outcome == APPLIED:
+        mark(target, "applied")
+    elif outcome != ALREADY:
+        mark(target, "missing", outcome)
+
+
 def problems() -> list[PatchRecord]:
     return [r for r in RECORDS.values() if r.state == "missing"]
 
@@ -148,7 +163,7 @@ def require_integration() -> None:
     raise IntegrationError(
         message,
         where=missing[0].target,
-        hint=f"install py-data-juicer{SUPPORTED_DJ} or a data-juicer-elastic release that supports it; "
+        hint=f"install {DATA_JUICER_REQUIREMENT} or a data-juicer-elastic release that supports it; "
         "the built-in executors still work; run `dj-elastic doctor` for details",
     )
 
@@ -169,120 +184,57 @@ def _on_error(*targets: str):
     return handler
 
 
-def wrapped(function) -> bool:
-    return getattr(function, ORIGINAL, None) is not None
-
-
 # --- data_juicer.config.config -------------------------------------------------------------------
 
 
 def _patch_config(module: ModuleType) -> None:
-    for name, record, wrap in (
-        ("build_base_parser", BUILD_PARSER, _wrap_build_base_parser),
-        ("init_setup_from_cfg", INIT_SETUP, _wrap_init_setup),
-        ("display_config", DISPLAY_CONFIG, _wrap_display_config),
+    wrap_init_setup = dj_config_module.wrap_init_setup(_prepare_elastic_setup, _elastic_setup_logger, _alias_result)
+    for name, record, make in (
+        ("build_base_parser", BUILD_PARSER, dj_config_module.wrap_build_base_parser(extend_parser)),
+        ("init_setup_from_cfg", INIT_SETUP, wrap_init_setup),
+        ("display_config", DISPLAY_CONFIG, dj_config_module.wrap_display_config(_config_table_log)),
     ):
-        original = getattr(module, name, None)
-        if not callable(original):
-            mark(record, "missing", "function not found")
-        elif not wrapped(original):
-            setattr(module, name, wrap(original))
-            mark(record, "applied")
-
-
-def _wrap_build_base_parser(original):
-    @functools.wraps(original)
-    def build_base_parser(*args, **kwargs):
-        parser = original(*args, **kwargs)
-        extend_parser(parser)
-        return parser
-
-    setattr(build_base_parser, ORIGINAL, original)
-    return build_base_parser
+        record_install(record, dj_config_module.wrap_function(module, name, make))
 
 
 def extend_parser(parser) -> None:
     """Add elastic_sharded to --executor_type's choices and the --elastic.* options."""
-    action = next((a for a in getattr(parser, "_actions", ()) if getattr(a, "dest", None) == "executor_type"), None)
+    action = jsonargparse_actions.action_for(parser, "executor_type")
     if action is None or not action.choices:
         mark(BUILD_PARSER, "missing", "the parser it builds has no --executor_type choices")
     elif EXECUTOR_TYPE not in action.choices:
         action.choices = [*action.choices, EXECUTOR_TYPE]
         if action.help:
             action.help = f"{action.help} With data-juicer-elastic: {EXECUTOR_TYPE!r} (see the elastic.* options)."
-    for each in getattr(parser, "_actions", ()):
-        _name_converter(each)
-    if not any(getattr(a, "dest", "").startswith("elastic.") for a in parser._actions):
+    for each in jsonargparse_actions.actions(parser):
+        jsonargparse_actions.name_converter(each)
+    if not jsonargparse_actions.dests_starting(parser, "elastic."):
         add_elastic_arguments(parser)
 
 
-def _name_converter(action) -> None:
-    """Help text only: jsonargparse wraps a ``type`` given with ``choices`` (``executor_type``,
-    ``checkpoint.strategy``...) in a lambda, and ``--help`` prints that lambda's repr as the
-    type (``<function <locals>.<lambda> at 0x...>``); name it after the type it converts to."""
-    convert = getattr(action, "type", None)
-    code = getattr(convert, "__code__", None)
-    if code is None or getattr(convert, "__name__", "") != "<lambda>" or "typehint" not in code.co_freevars:
-        return
-    typehint = convert.__closure__[code.co_freevars.index("typehint")].cell_contents
-    action.type = _NamedType(convert, getattr(typehint, "__name__", None) or str(typehint))
+def _prepare_elastic_setup(cfg) -> bool:
+    """Before Data-Juicer's setup of any parsed cfg; True for an elastic one (see compat.dj_config_module)."""
+    check_adaptive_batching(cfg)  # every executor: the opt-in works (and is refused) everywhere
+    if not is_elastic(cfg):
+        return False
+    # Called once per init_configs, right after the final parse and before
+    # any side effect (work dir, logger, config backup): the place to refuse
+    # a bad elastic block and to keep the cfg as the user wrote it.
+    require_integration()
+    settings = settings_from_cfg(cfg)
+    check_output_paths(cfg, settings.job_dir)  # before Data-Juicer creates its work dir (maybe in job_dir)
+    remember_parsed(cfg)
+    if cfg.get("elastic_juicer_adaptive_batching", False):
+        # Data-Juicer allows adaptive batching only for Ray executors.  The
+        # driver runs no operator; the shard recipe (built from the kept
+        # copy) carries the flag to the Ray executor in each worker.
+        cfg.elastic_juicer_adaptive_batching = False
+    return True
 
 
-class _NamedType:
-    """jsonargparse wraps ``type=str`` with ``choices`` in a lambda, and its ``--help`` prints that
-    lambda's repr as the type (``<function <locals>.<lambda> at 0x...>``); this wrapper converts
-    exactly as before and shows as the type it converts to."""
-
-    def __init__(self, convert, name: str):
-        self.convert, self.name = convert, name
-
-    def __call__(self, value):
-        return self.convert(value)
-
-    def __str__(self) -> str:
-        return self.name
-
-    __repr__ = __str__
-
-
-def _wrap_init_setup(original):
-    @functools.wraps(original)
-    def init_setup_from_cfg(cfg, *args, **kwargs):
-        check_adaptive_batching(cfg)  # every executor: the opt-in works (and is refused) everywhere
-        if not is_elastic(cfg):
-            return original(cfg, *args, **kwargs)
-        # Called once per init_configs, right after the final parse and before
-        # any side effect (work dir, logger, config backup): the place to refuse
-        # a bad elastic block and to keep the cfg as the user wrote it.
-        require_integration()
-        settings = settings_from_cfg(cfg)
-        check_output_paths(cfg, settings.job_dir)  # before Data-Juicer creates its work dir (maybe in job_dir)
-        remember_parsed(cfg)
-        if cfg.get("elastic_juicer_adaptive_batching", False):
-            # Data-Juicer allows adaptive batching only for Ray executors.  The
-            # driver runs no operator; the shard recipe (built from the kept
-            # copy) carries the flag to the Ray executor in each worker.
-            cfg.elastic_juicer_adaptive_batching = False
-        # RAY_JOB=1 in the driver's environment would make the CPU-count check
-        # start a Ray runtime here; the driver must not own one.
-        ray_job = os.environ.pop(RAY_JOB_ENV, None)
-        module = inspect.getmodule(original)
-        real_setup_logger = getattr(module, "setup_logger", None)
-        if callable(real_setup_logger):
-            module.setup_logger = _elastic_setup_logger(real_setup_logger)
-        try:
-            result = original(cfg, *args, **kwargs)
-        finally:
-            if ray_job is not None:
-                os.environ[RAY_JOB_ENV] = ray_job
-            if callable(real_setup_logger):
-                module.setup_logger = real_setup_logger
-        if result is not cfg:
-            alias_parsed(result, cfg)
-        return result
-
-    setattr(init_setup_from_cfg, ORIGINAL, original)
-    return init_setup_from_cfg
+def _alias_result(result, cfg) -> None:
+    if result is not cfg:
+        alias_parsed(result, cfg)
 
 
 # Where Data-Juicer's driver writes (the merged output, its logs and records): never inside job_dir.
@@ -295,48 +247,28 @@ def check_output_paths(cfg, job_dir: str) -> None:
     check_recipe_paths(job_dir, {key: cfg.get(key, None) for key in OUTPUT_KEYS})
 
 
-def _wrap_display_config(original):
+def _config_table_log(cfg):
     """Quiet (the default), an elastic job's ~300-line configuration table goes to the log
     files only: printed on the console, it buried the plugin's own lines and put any refusal
     of the recipe or input below it.  ``-v`` prints it as before."""
+    from data_juicer_elastic.console import quiet
 
-    @functools.wraps(original)
-    def display_config(cfg, *args, **kwargs):
-        from data_juicer_elastic.console import quiet
-
-        if not is_elastic(cfg) or quiet.verbose():
-            return original(cfg, *args, **kwargs)
-        table = io.StringIO()
-        with contextlib.redirect_stdout(table):  # Data-Juicer prints the table itself
-            result = original(cfg, *args, **kwargs)
-        quiet.log_only("Configuration table:\n" + table.getvalue().rstrip("\n"))
-        return result
-
-    setattr(display_config, ORIGINAL, original)
-    return display_config
+    if not is_elastic(cfg) or quiet.verbose():
+        return None
+    return lambda table: quiet.log_only("Configuration table:\n" + table.rstrip("\n"))
 
 
 def _elastic_setup_logger(real):
-    """Data-Juicer's ``setup_logger`` for an elastic cfg: a sane log file name, then the plugin's console.
+    """Data-Juicer's ``setup_logger`` for an elastic cfg: a sane log file name, then the plugin's
+    console (``data_juicer_elastic.console``), which replaces its stderr sink right after, so
+    nothing Data-Juicer logs from then on reaches the terminal unfiltered."""
 
-    Data-Juicer names the log ``export_<export_path relative to work_dir>_time_<t>.txt``, but
-    its work dir is ``dirname(export_path)/<job_id>``, so that relative path is
-    ``../merged.jsonl`` and the file lands in a folder literally named ``logs/export_..``.
-    The console (``data_juicer_elastic.console``) replaces its stderr sink right after, so
-    nothing Data-Juicer logs from then on reaches the terminal unfiltered.
-    """
-
-    @functools.wraps(real)
-    def setup_logger(*args, **kwargs):
-        filename = kwargs.get("filename")
-        if isinstance(filename, str) and filename.startswith(f"export_..{os.sep}"):
-            kwargs["filename"] = "export_" + os.path.basename(filename[len("export_") :])
-        real(*args, **kwargs)
+    def install_console() -> None:
         from data_juicer_elastic.console import install_console
 
         install_console()
 
-    return setup_logger
+    return dj_config_module.log_file_fixed(real, install_console)
 
 
 def check_adaptive_batching(cfg) -> None:
@@ -350,13 +282,10 @@ def check_adaptive_batching(cfg) -> None:
 
 def _patch_ops(module: ModuleType) -> None:
     """``adaptive_batching: true`` applies AdaptiveBatchingMixin; the demo operators get registered."""
-    import importlib
-
     from data_juicer_elastic.batching import optin
-    from data_juicer_elastic.integration.lazy_installs import patch_free_models
 
-    optin.install(module)
-    patch_free_models(module)  # no silent multi-GB torch install for operators that load no model
+    dj_op_metaclass.install(module, optin.resolve)
+    dj_free_models.install(module)  # no silent multi-GB torch install for operators that load no model
     # Registers at import; a Ray worker that unpickles a demo operator may be importing it right now.
     importlib.import_module("data_juicer_elastic.batching.demo")
     mark(OP_METACLASS, "applied")
@@ -366,28 +295,14 @@ def _patch_ops(module: ModuleType) -> None:
 
 
 def _patch_factory(module: ModuleType) -> None:
-    factory = getattr(module, "ExecutorFactory", None)
-    raw = inspect.getattr_static(factory, "create_executor", None) if factory is not None else None
-    if not isinstance(raw, (staticmethod, classmethod)):
-        mark(CREATE_EXECUTOR, "missing", "not found" if raw is None else "no longer a static/class method")
-        return
-    original = raw.__func__
-    if wrapped(original):
-        return
-    is_static = isinstance(raw, staticmethod)
+    record_install(CREATE_EXECUTOR, dj_executor_factory.wrap_create_executor(module, _elastic_executor))
 
-    @functools.wraps(original)
-    def create_executor(*args, **kwargs):
-        positional = args if is_static else args[1:]
-        executor_type = kwargs.get("executor_type", positional[0] if positional else None)
-        if executor_type == EXECUTOR_TYPE:
-            require_integration()
-            return executor_class()
-        return original(*args, **kwargs)
 
-    setattr(create_executor, ORIGINAL, original)
-    factory.create_executor = staticmethod(create_executor) if is_static else classmethod(create_executor)
-    mark(CREATE_EXECUTOR, "applied")
+def _elastic_executor(executor_type):
+    if executor_type != EXECUTOR_TYPE:
+        return None
+    require_integration()
+    return executor_class()
 
 
 def executor_class():

@@ -33,6 +33,8 @@ import numpy as np
 from ddsketch.mapping import LogarithmicMapping
 from ddsketch.store import DenseStore
 
+from data_juicer_elastic.compat.ddsketch_store import encode_store
+
 ALPHA: Final = 0.01  # relative accuracy of every quantile value (see the module docstring)
 
 
@@ -108,8 +110,8 @@ class QuantileSketch:
         return {
             "alpha": self.alpha,
             "zero": int(self._zero),
-            "positive": _encode_store(self._positive),
-            "negative": _encode_store(self._negative),
+            "positive": encode_store(self._positive),
+            "negative": encode_store(self._negative),
         }
 
     @classmethod
@@ -123,14 +125,6 @@ class QuantileSketch:
         _decode_store(made._negative, data["negative"])
         made._zero = zero
         return made
-
-
-def _encode_store(store: Any) -> list[Any]:
-    if store.count == 0:
-        return [0, []]
-    first = store.min_key
-    counts = [int(store.bins[key - store.offset]) for key in range(store.min_key, store.max_key + 1)]
-    return [first, counts]
 
 
 def _decode_store(store: Any, data: Any) -> None:

@@ -164,9 +164,10 @@ def test_env_switch_off_leaves_adaptive_batching_to_data_juicer(monkeypatch):
 def test_metaclass_hook_is_installed_by_the_plugin():
     import data_juicer.ops.base_op as base_op
 
+    from data_juicer_elastic.compat import dj_op_metaclass
     from data_juicer_elastic.integration import patches
 
-    assert optin.installed(base_op)
+    assert dj_op_metaclass.installed(base_op)
     assert patches.RECORDS[patches.OP_METACLASS].state == "applied"
 
 

@@ -67,7 +67,8 @@ def test_without_torch_messages_and_memory_error_still_classify(monkeypatch):
 
 
 def test_demo_stand_in_is_classified(monkeypatch):
-    from data_juicer_elastic.batching.demo import SimulatedOutOfMemoryError, out_of_memory
+    from data_juicer_elastic.batching.demo import out_of_memory
+    from data_juicer_elastic.errors import SimulatedOutOfMemoryError
 
     exc = out_of_memory("x", use_torch=False)
     assert isinstance(exc, SimulatedOutOfMemoryError)

@@ -65,3 +65,7 @@ def test_a_moved_target_is_one_integration_error(monkeypatch):
     monkeypatch.delattr(transform_pyarrow, "_backfill_missing_fields")
     with pytest.raises(IntegrationError, match="_backfill_missing_fields"):
         ray_concat.self_check()
+
+
+def test_self_check():
+    assert ray_concat.MODULE in ray_concat.self_check()

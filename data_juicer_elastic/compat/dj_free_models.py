@@ -1,6 +1,10 @@
-"""Keep Data-Juicer from installing torch when nothing needs it.
+"""py-data-juicer 1.6.1: ``free_models``, wrapped to keep Data-Juicer from installing torch when
+nothing needs it.
 
-Every Mapper and Filter that Data-Juicer's default executor runs (``dj-process`` with
+Target: ``data_juicer.ops.base_op.free_models`` (the name the operators call) and the
+``MODEL_ZOO`` dict of the module that defines it (``data_juicer.utils.model_utils``).
+
+Why.  Every Mapper and Filter that Data-Juicer's default executor runs (``dj-process`` with
 ``executor_type: default``, and ``dj-analyze``) ends with ``free_models()``
 (``data_juicer/ops/base_op.py``), which calls ``torch.cuda.empty_cache()``.  ``torch`` there
 is Data-Juicer's ``LazyLoader``: when torch is not installed, that one attribute access
@@ -17,21 +21,26 @@ pick the small CPU build instead).
 from __future__ import annotations
 
 import functools
+import importlib
 import importlib.util
 import sys
 from types import ModuleType
+from typing import Final
 
-ORIGINAL = "__dj_elastic_original__"  # same marker as integration.patches.ORIGINAL
+from data_juicer_elastic.compat import ORIGINAL, dj_moved, is_installed
+
+MODULE: Final = "data_juicer.ops.base_op"
+TARGET: Final = f"{MODULE}.free_models"
 
 
 def torch_installed() -> bool:
     return "torch" in sys.modules or importlib.util.find_spec("torch") is not None
 
 
-def patch_free_models(base_op: ModuleType) -> bool:
-    """Wrap ``base_op.free_models`` (the name the operators call); False when it is not there."""
+def install(base_op: ModuleType) -> bool:
+    """Wrap ``base_op.free_models``; False when it is not there."""
     original = getattr(base_op, "free_models", None)
-    if not callable(original) or getattr(original, ORIGINAL, None) is not None:
+    if not callable(original) or is_installed(original):
         return callable(original)
     model_utils = sys.modules.get(getattr(original, "__module__", ""), None)
 
@@ -47,3 +56,16 @@ def patch_free_models(base_op: ModuleType) -> bool:
     setattr(free_models, ORIGINAL, original)
     base_op.free_models = free_models
     return True
+
+
+def self_check() -> str:
+    try:
+        base_op = importlib.import_module(MODULE)
+    except ImportError as exc:
+        raise dj_moved(f"cannot import {MODULE}: {exc}", where=TARGET) from exc
+    function = getattr(base_op, "free_models", None)
+    original = getattr(function, ORIGINAL, function)
+    model_utils = sys.modules.get(getattr(original, "__module__", ""), None)
+    if not callable(original) or not isinstance(getattr(model_utils, "MODEL_ZOO", None), dict):
+        raise dj_moved(f"{TARGET} or the MODEL_ZOO of its module is missing", where=TARGET)
+    return f"{TARGET} and {model_utils.__name__}.MODEL_ZOO found"

@@ -1,10 +1,10 @@
-"""No silent torch install: Data-Juicer's free_models() only touches torch when torch is installed."""
+"""compat.dj_free_models, no silent torch install: free_models() touches torch only when it is installed."""
 
 from __future__ import annotations
 
 import types
 
-from data_juicer_elastic.integration import lazy_installs
+from data_juicer_elastic.compat import dj_free_models
 
 
 class InstallingLoader:
@@ -39,8 +39,8 @@ def _fake_base_op():
 def test_without_torch_the_model_cache_is_cleared_and_torch_never_touched(monkeypatch):
     base_op, model_utils = _fake_base_op()
     monkeypatch.setitem(__import__("sys").modules, "fake_model_utils", model_utils)
-    monkeypatch.setattr(lazy_installs, "torch_installed", lambda: False)
-    assert lazy_installs.patch_free_models(base_op)
+    monkeypatch.setattr(dj_free_models, "torch_installed", lambda: False)
+    assert dj_free_models.install(base_op)
     base_op.free_models()
     assert model_utils.MODEL_ZOO == {} and not model_utils.torch.touched
 
@@ -48,9 +48,9 @@ def test_without_torch_the_model_cache_is_cleared_and_torch_never_touched(monkey
 def test_with_torch_the_original_runs(monkeypatch):
     base_op, model_utils = _fake_base_op()
     monkeypatch.setitem(__import__("sys").modules, "fake_model_utils", model_utils)
-    monkeypatch.setattr(lazy_installs, "torch_installed", lambda: True)
-    lazy_installs.patch_free_models(base_op)
-    lazy_installs.patch_free_models(base_op)  # idempotent: wrapped once
+    monkeypatch.setattr(dj_free_models, "torch_installed", lambda: True)
+    dj_free_models.install(base_op)
+    dj_free_models.install(base_op)  # idempotent: wrapped once
     try:
         base_op.free_models()
     except AssertionError:
@@ -61,4 +61,8 @@ def test_with_torch_the_original_runs(monkeypatch):
 def test_data_juicer_operators_call_the_guarded_free_models():
     from data_juicer.ops import base_op
 
-    assert getattr(base_op.free_models, lazy_installs.ORIGINAL, None) is not None
+    assert getattr(base_op.free_models, dj_free_models.ORIGINAL, None) is not None
+
+
+def test_self_check():
+    assert "free_models" in dj_free_models.self_check()

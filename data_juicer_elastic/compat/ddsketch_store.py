@@ -1,0 +1,49 @@
+"""ddsketch 3.x: the bins of a ``DenseStore``, read to encode a sketch as JSON.
+
+Target: ``ddsketch.store.DenseStore`` attributes ``bins``, ``offset``, ``min_key``,
+``max_key`` and ``count`` (its layout: ``bins[key - offset]`` is the count of ``key``), and
+the ``LogarithmicMapping`` attributes ``gamma`` / ``min_possible`` that ``stats.sketch``
+computes keys with in bulk.
+
+Why.  ``stats.sketch`` stores a column's quantile sketch in the shard summaries as plain
+JSON (first key and the run of counts) so that any process can merge it; ddsketch's own
+encoding is protobuf, which the job directory's records are not.  Decoding uses the
+public ``add``.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Final
+
+from data_juicer_elastic.errors import IntegrationError
+
+MODULE: Final = "ddsketch.store"
+TARGET: Final = f"{MODULE}.DenseStore.bins"
+REQUIREMENT: Final = "ddsketch>=3.0.1,<4"
+
+
+def encode_store(store: Any) -> list[Any]:
+    """``[first key, [count of each key from the first to the last]]`` (``[0, []]`` when empty)."""
+    if store.count == 0:
+        return [0, []]
+    first = store.min_key
+    counts = [int(store.bins[key - store.offset]) for key in range(store.min_key, store.max_key + 1)]
+    return [first, counts]
+
+
+def self_check() -> str:
+    try:
+        from ddsketch.mapping import LogarithmicMapping
+        from ddsketch.store import DenseStore
+    except ImportError as exc:
+        raise IntegrationError(f"cannot import {MODULE}: {exc}", where=TARGET, hint=f"install {REQUIREMENT}") from exc
+    store = DenseStore()
+    for key, weight in ((-3, 2), (5, 1)):
+        store.add(key, weight)
+    mapping = LogarithmicMapping(0.01)
+    encoded = encode_store(store)
+    if encoded != [-3, [2, 0, 0, 0, 0, 0, 0, 0, 1]] or not (mapping.gamma > 1 and mapping.min_possible > 0):
+        raise IntegrationError(
+            f"{TARGET}: a store of keys -3 (x2) and 5 encodes as {encoded}", where=TARGET, hint=f"install {REQUIREMENT}"
+        )
+    return f"{TARGET}, offset, min_key, max_key and LogarithmicMapping.gamma found"

@@ -1,0 +1,211 @@
+"""py-data-juicer 1.6.1: ``data_juicer.config.config``, the functions wrapped to accept
+``executor_type: elastic_sharded`` and the ones called to re-base a parsed config.
+
+Targets in ``data_juicer.config.config``:
+
+* ``build_base_parser`` (wrapped): the parser it returns gets the plugin's options;
+* ``init_setup_from_cfg`` (wrapped): for an elastic cfg it runs without ``RAY_JOB`` in the
+  environment (``data_juicer.utils.constant.RAY_JOB_ENV_VAR``: the CPU-count probe would start
+  Ray in the driver) and with the module global ``setup_logger`` replaced for the call (the
+  log file name, then the plugin's console);
+* ``display_config`` (wrapped): Data-Juicer prints the configuration table itself (stdout);
+* ``resolve_job_id`` / ``resolve_job_directories`` and the module global ``global_cfg``
+  (called / set by ``execution._dj_config`` to re-base a parsed shard config);
+* ``load_custom_operators`` and the ``sys.modules`` entries it makes (named after each file
+  or folder, marked ``__loaded_from__``): a recipe's custom operators load once per process.
+
+Why.  Data-Juicer has no executor plugin interface: these are where a parsed config can be
+accepted, checked and kept before Data-Juicer's setup mutates it.  What the plugin does at
+each point is passed in by ``integration.patches``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import importlib
+import inspect
+import io
+import os
+import sys
+from collections.abc import Callable
+from types import ModuleType
+from typing import Any, Final
+
+from data_juicer_elastic.compat import ALREADY, APPLIED, ORIGINAL, dj_moved, is_installed
+from data_juicer_elastic.errors import RecipeError
+
+MODULE: Final = "data_juicer.config.config"
+WRAPPED: Final = ("build_base_parser", "init_setup_from_cfg", "display_config")
+CALLED: Final = ("resolve_job_id", "resolve_job_directories", "load_custom_operators")
+RAY_JOB_ENV: Final = "RAY_JOB"  # data_juicer.utils.constant.RAY_JOB_ENV_VAR, not imported on purpose
+
+
+def wrap_function(module: ModuleType, name: str, make: Callable[[Any], Any]) -> str:
+    """Replace ``module.<name>`` with ``make(original)``; :data:`APPLIED`, :data:`ALREADY` or why not."""
+    original = getattr(module, name, None)
+    if not callable(original):
+        return "function not found"
+    if is_installed(original):
+        return ALREADY
+    wrapper = make(original)
+    setattr(wrapper, ORIGINAL, original)
+    setattr(module, name, wrapper)
+    return APPLIED
+
+
+def wrap_build_base_parser(extend: Callable[[Any], None]) -> Callable[[Any], Any]:
+    """``build_base_parser`` that passes the parser it built to ``extend``."""
+
+    def make(original):
+        @functools.wraps(original)
+        def build_base_parser(*args, **kwargs):
+            parser = original(*args, **kwargs)
+            extend(parser)
+            return parser
+
+        return build_base_parser
+
+    return make
+
+
+def wrap_init_setup(
+    prepare: Callable[[Any], bool],
+    setup_logger: Callable[[Any], Any],
+    finish: Callable[[Any, Any], None],
+) -> Callable[[Any], Any]:
+    """``init_setup_from_cfg`` that calls ``prepare(cfg)`` first; when it returns True (an elastic
+    cfg), runs the original without ``RAY_JOB`` and with ``setup_logger(real setup_logger)``, then
+    ``finish(result, cfg)``."""
+
+    def make(original):
+        @functools.wraps(original)
+        def init_setup_from_cfg(cfg, *args, **kwargs):
+            if not prepare(cfg):
+                return original(cfg, *args, **kwargs)
+            # RAY_JOB=1 in the driver's environment would make the CPU-count check
+            # start a Ray runtime here; the driver must not own one.
+            ray_job = os.environ.pop(RAY_JOB_ENV, None)
+            module = inspect.getmodule(original)
+            real_setup_logger = getattr(module, "setup_logger", None)
+            if callable(real_setup_logger):
+                module.setup_logger = setup_logger(real_setup_logger)
+            try:
+                result = original(cfg, *args, **kwargs)
+            finally:
+                if ray_job is not None:
+                    os.environ[RAY_JOB_ENV] = ray_job
+                if callable(real_setup_logger):
+                    module.setup_logger = real_setup_logger
+            finish(result, cfg)
+            return result
+
+        return init_setup_from_cfg
+
+    return make
+
+
+def log_file_fixed(real: Any, after: Callable[[], None]) -> Any:
+    """Data-Juicer's ``setup_logger`` with a sane log file name, then ``after()``.
+
+    Data-Juicer names the log ``export_<export_path relative to work_dir>_time_<t>.txt``, but
+    for an elastic job its work dir is ``dirname(export_path)/<job_id>``, so that relative path
+    is ``../merged.jsonl`` and the file lands in a folder literally named ``logs/export_..``.
+    """
+
+    @functools.wraps(real)
+    def setup_logger(*args, **kwargs):
+        filename = kwargs.get("filename")
+        if isinstance(filename, str) and filename.startswith(f"export_..{os.sep}"):
+            kwargs["filename"] = "export_" + os.path.basename(filename[len("export_") :])
+        real(*args, **kwargs)
+        after()
+
+    return setup_logger
+
+
+def wrap_display_config(log_only: Callable[[Any], Callable[[str], None] | None]) -> Callable[[Any], Any]:
+    """``display_config`` whose table (Data-Juicer prints it on stdout) goes to ``log_only(cfg)``
+    (a function taking the table) instead of the console, when ``log_only(cfg)`` is not None."""
+
+    def make(original):
+        @functools.wraps(original)
+        def display_config(cfg, *args, **kwargs):
+            log = log_only(cfg)
+            if log is None:
+                return original(cfg, *args, **kwargs)
+            table = io.StringIO()
+            with contextlib.redirect_stdout(table):
+                result = original(cfg, *args, **kwargs)
+            log(table.getvalue())
+            return result
+
+        return display_config
+
+    return make
+
+
+def resolve_attempt(cfg: Any) -> Any:
+    """Data-Juicer's own job id and directory resolution of a cfg, as ``init_setup_from_cfg`` does it."""
+    from data_juicer.config import config as dj_config
+
+    resolve_job_id = getattr(dj_config, "resolve_job_id", None)
+    resolve_dirs = getattr(dj_config, "resolve_job_directories", None)
+    if not callable(resolve_job_id) or not callable(resolve_dirs):
+        raise dj_moved(f"{MODULE}.resolve_job_id / resolve_job_directories are missing")
+    return resolve_dirs(resolve_job_id(cfg))
+
+
+def set_global_cfg(cfg: Any) -> None:
+    """Leave ``cfg`` as Data-Juicer's current config, as ``init_configs`` does."""
+    from data_juicer.config import config as dj_config
+
+    if getattr(dj_config, "global_cfg", cfg) is not cfg:
+        dj_config.global_cfg = cfg
+
+
+def register_custom_operators(paths: list[str], where: str) -> None:
+    """Import ``custom_operator_paths`` into Data-Juicer's registry, once per process."""
+    if paths and not _already_loaded(paths):
+        _load_custom_operators(paths, where)
+
+
+def _load_custom_operators(paths: list[str], where: str) -> None:
+    from data_juicer.config.config import load_custom_operators
+
+    try:
+        load_custom_operators(paths)
+    except (RuntimeError, ValueError, ImportError) as exc:
+        raise RecipeError(
+            f"could not load custom_operator_paths: {exc}",
+            where=where,
+            hint="every worker node needs the custom operator files at the same absolute paths",
+        ) from exc
+
+
+def _already_loaded(paths: list[str]) -> bool:
+    """Whether Data-Juicer's loader registered every path (it names the module after the file or
+    folder and marks it ``__loaded_from__``; a second load of the same module is refused)."""
+    for path in paths:
+        abs_path = os.path.abspath(path)
+        name = os.path.basename(abs_path)
+        if os.path.isfile(abs_path):
+            name = os.path.splitext(name)[0]
+        module = sys.modules.get(name)
+        if module is None:
+            return False
+        loaded_from = getattr(module, "__loaded_from__", None) or getattr(module, "__file__", None) or ""
+        if os.path.abspath(loaded_from) != abs_path and os.path.dirname(os.path.abspath(loaded_from)) != abs_path:
+            return False
+    return True
+
+
+def self_check() -> str:
+    try:
+        module = importlib.import_module(MODULE)
+    except ImportError as exc:
+        raise dj_moved(f"cannot import {MODULE}: {exc}", where=MODULE) from exc
+    missing = [name for name in (*WRAPPED, *CALLED, "setup_logger") if not callable(getattr(module, name, None))]
+    if missing or not hasattr(module, "global_cfg"):
+        raise dj_moved(f"{MODULE}: {', '.join(missing) or 'global_cfg'} missing", where=MODULE)
+    return f"{MODULE}: {', '.join((*WRAPPED, *CALLED))}, setup_logger, global_cfg found"

@@ -1,0 +1,59 @@
+"""py-data-juicer 1.6.1: ``OPMetaClass.__call__``, wrapped so a recipe can opt an operator into
+adaptive batching.
+
+Target: ``data_juicer.ops.base_op.OPMetaClass.__call__`` (the metaclass of every operator:
+each path that builds an operator, ``load_ops``, a Ray actor built from ``op.__class__``,
+a test, goes through it).
+
+Why.  ``adaptive_batching: true`` must give the operator ``AdaptiveBatchingMixin`` however it
+is built (``batching.optin``); Data-Juicer has no construction hook, so the metaclass call is
+wrapped once per process to instantiate the class ``resolve(cls, adaptive_batching)`` picks.
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib
+from collections.abc import Callable
+from types import ModuleType
+from typing import Any, Final
+
+from data_juicer_elastic.compat import ORIGINAL, dj_moved, is_installed
+
+MODULE: Final = "data_juicer.ops.base_op"
+TARGET: Final = f"{MODULE}.OPMetaClass.__call__"
+
+
+def _metaclass_call(module: ModuleType) -> tuple[type | None, Any]:
+    meta = getattr(module, "OPMetaClass", None)
+    return (meta, meta.__dict__.get("__call__")) if isinstance(meta, type) else (None, None)
+
+
+def install(module: ModuleType, resolve: Callable[[type, Any], type]) -> None:
+    """Construct ``resolve(cls, kwargs.get("adaptive_batching"))`` instead of ``cls`` (idempotent)."""
+    meta, original = _metaclass_call(module)
+    if original is None:
+        raise AttributeError(f"{TARGET} not found")
+    if is_installed(original):
+        return
+
+    @functools.wraps(original)
+    def __call__(cls, *args, **kwargs):  # noqa: N807 - the metaclass hook
+        return original(resolve(cls, kwargs.get("adaptive_batching")), *args, **kwargs)
+
+    setattr(__call__, ORIGINAL, original)
+    meta.__call__ = __call__
+
+
+def installed(module: ModuleType | None = None) -> bool:
+    return is_installed(_metaclass_call(module or importlib.import_module(MODULE))[1])
+
+
+def self_check() -> str:
+    try:
+        module = importlib.import_module(MODULE)
+    except ImportError as exc:
+        raise dj_moved(f"cannot import {MODULE}: {exc}", where=TARGET) from exc
+    if _metaclass_call(module)[1] is None:
+        raise dj_moved(f"{TARGET} not found", where=TARGET)
+    return f"{TARGET}: found{' (wrapped)' if installed(module) else ''}"

@@ -1,0 +1,58 @@
+"""py-data-juicer 1.6.1: ``RayDataset.read``, swapped while a shard runs.
+
+Target: ``data_juicer.core.data.ray_dataset.RayDataset.read``, a classmethod, the one call
+Data-Juicer's Ray load strategy makes for a local JSONL path.
+
+Why.  ``execution._shard_source`` hands Data-Juicer the shard as this package read it (a
+materialized Ray dataset with the job's row schema) instead of Ray's JSON reader; Data-Juicer
+offers no hook for it, so the classmethod is replaced on the class for the length of a shard
+run and put back after.
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+from collections.abc import Callable
+from typing import Any, Final
+
+from data_juicer_elastic.compat import dj_moved
+
+MODULE: Final = "data_juicer.core.data.ray_dataset"
+TARGET: Final = f"{MODULE}.RayDataset.read"
+
+
+def ray_dataset_class() -> Any:
+    try:
+        from data_juicer.core.data.ray_dataset import RayDataset
+    except ImportError as exc:
+        raise dj_moved(f"cannot import {MODULE}.RayDataset: {exc}") from exc
+    return RayDataset
+
+
+def read_method() -> classmethod:
+    """``RayDataset.read`` as found on the class (a classmethod), or IntegrationError."""
+    found = inspect.getattr_static(ray_dataset_class(), "read", None)
+    if not isinstance(found, classmethod):
+        raise dj_moved(f"{TARGET} is missing or no longer a classmethod")
+    return found
+
+
+def replace_read(read: Callable[..., Any]) -> classmethod:
+    """Make ``RayDataset.read`` call ``read(cls, data_format, paths, **kwargs)``; returns the
+    original, for :func:`restore_read`."""
+    original = read_method()
+    ray_dataset_class().read = classmethod(functools.wraps(original.__func__)(read))
+    return original
+
+
+def restore_read(original: classmethod) -> None:
+    ray_dataset_class().read = original
+
+
+def self_check() -> str:
+    read = read_method().__func__
+    parameters = tuple(inspect.signature(read).parameters)
+    if parameters[:3] != ("cls", "data_format", "paths"):
+        raise dj_moved(f"{TARGET} no longer takes (data_format, paths): {parameters}")
+    return f"{TARGET}: classmethod (data_format, paths, ...) found"

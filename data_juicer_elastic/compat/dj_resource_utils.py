@@ -1,0 +1,55 @@
+"""py-data-juicer 1.6.1: ``resource_utils.check_and_initialize_ray``, kept off while a recipe is parsed.
+
+Target: ``data_juicer.utils.resource_utils.check_and_initialize_ray`` (a module global that
+Data-Juicer's resource probes, ``cpu_count`` in ``init_configs``, call when ``RAY_JOB=1``).
+
+Why.  With ``RAY_JOB=1`` those probes call ``ray.init(cfg.ray_address)``, which starts nothing
+but attaches to any runtime found on the node; a worker parsing a shard recipe must not.  Only
+the CPU count changes (it clamps ``np``), which never reaches a Ray operator's arguments.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+from collections.abc import Iterator
+from typing import Any, Final
+
+from data_juicer_elastic.compat import dj_moved
+from data_juicer_elastic.errors import IntegrationError
+
+MODULE: Final = "data_juicer.utils.resource_utils"
+TARGET: Final = f"{MODULE}.check_and_initialize_ray"
+_NO_RAY_LOCK = threading.Lock()
+
+
+def _resource_utils() -> Any:
+    try:
+        from data_juicer.utils import resource_utils
+    except ImportError as exc:  # pragma: no cover - Data-Juicer moved it
+        raise IntegrationError(f"{MODULE} is missing", where="py-data-juicer") from exc
+    if getattr(resource_utils, "check_and_initialize_ray", None) is None:
+        raise dj_moved(f"{TARGET} is missing")
+    return resource_utils
+
+
+@contextlib.contextmanager
+def no_ray_start() -> Iterator[None]:
+    """Keep Data-Juicer's resource probes (``cpu_count`` in init_configs) off Ray."""
+    resource_utils = _resource_utils()
+    original = resource_utils.check_and_initialize_ray
+    with _NO_RAY_LOCK:
+        resource_utils.check_and_initialize_ray = _never
+        try:
+            yield
+        finally:
+            resource_utils.check_and_initialize_ray = original
+
+
+def _never(cfg: Any = None) -> bool:
+    return False
+
+
+def self_check() -> str:
+    _resource_utils()
+    return f"{TARGET}: found"

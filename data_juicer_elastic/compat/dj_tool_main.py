@@ -1,0 +1,80 @@
+"""py-data-juicer 1.6.1: the ``main`` of ``dj-process`` / ``dj-analyze`` and the module global
+``init_configs`` it calls.
+
+Targets: ``data_juicer.tools.process_data.main`` and ``data_juicer.tools.analyze_data.main``
+(wrapped), and each tool module's global ``init_configs`` (swapped for the length of a call:
+``main`` looks the name up in its module when it parses the config).
+
+Why.  Data-Juicer's ``main`` parses the config and then picks an executor with a hard-coded
+``if/elif``; the only way to send ``executor_type: elastic_sharded`` elsewhere without
+copying ``main`` is to see the parsed cfg on its way out of ``init_configs``
+(``integration.dispatch``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import importlib
+from collections.abc import Callable, Iterator
+from types import ModuleType
+from typing import Any, Final
+
+from data_juicer_elastic.compat import ALREADY, APPLIED, ORIGINAL, dj_moved, is_installed
+
+PROCESS_MODULE: Final = "data_juicer.tools.process_data"
+ANALYZE_MODULE: Final = "data_juicer.tools.analyze_data"
+
+
+def problem(module: ModuleType) -> str | None:
+    """Why ``module.main`` cannot be wrapped (None when it can)."""
+    if not callable(getattr(module, "main", None)):
+        return "function not found"
+    if not callable(getattr(module, "init_configs", None)):
+        return "its module no longer calls a module-level init_configs"
+    return None
+
+
+def wrap_main(module: ModuleType, call: Callable[[Any, tuple, dict], Any]) -> str:
+    """Make ``module.main(*args, **kwargs)`` run ``call(original main, args, kwargs)``.
+
+    Returns :data:`APPLIED`, :data:`ALREADY`, or why the target is missing."""
+    missing = problem(module)
+    if missing is not None:
+        return missing
+    original = module.main
+    if is_installed(original):
+        return ALREADY
+
+    @functools.wraps(original)
+    def main(*args, **kwargs):
+        return call(original, args, kwargs)
+
+    setattr(main, ORIGINAL, original)
+    module.main = main
+    return APPLIED
+
+
+@contextlib.contextmanager
+def init_configs_replaced(module: ModuleType, make: Callable[[Any], Any]) -> Iterator[None]:
+    """While entered, the tool module's ``init_configs`` is ``make(the real one)``."""
+    real = module.init_configs
+    replacement = make(real)
+    module.init_configs = replacement
+    try:
+        yield
+    finally:
+        if module.init_configs is replacement:
+            module.init_configs = real
+
+
+def self_check() -> str:
+    for name in (PROCESS_MODULE, ANALYZE_MODULE):
+        try:
+            module = importlib.import_module(name)
+        except ImportError as exc:
+            raise dj_moved(f"cannot import {name}: {exc}", where=f"{name}.main") from exc
+        missing = problem(module)
+        if missing is not None:
+            raise dj_moved(f"{name}.main: {missing}", where=f"{name}.main")
+    return f"{PROCESS_MODULE}.main and {ANALYZE_MODULE}.main with a module-level init_configs found"

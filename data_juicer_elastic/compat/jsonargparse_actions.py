@@ -1,0 +1,72 @@
+"""jsonargparse (argparse underneath): the actions of a built parser, and the converter
+jsonargparse makes for a ``type`` given with ``choices``.
+
+Targets: ``ArgumentParser._actions`` (argparse's list of a parser's actions; Data-Juicer's
+``build_base_parser`` returns a finished parser, so its ``--executor_type`` action is changed
+in place), and the ``<lambda>`` jsonargparse wraps such a ``type`` in, whose closure cell
+``typehint`` holds the type it converts to.
+
+Why.  ``--executor_type`` must accept ``elastic_sharded`` (``integration.patches``) and
+``dj-elastic doctor`` checks that it does; ``--help`` would print that lambda's repr
+(``<function <locals>.<lambda> at 0x...>``) as the type: it is named after its type instead.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Final
+
+from data_juicer_elastic.errors import IntegrationError
+
+TARGET: Final = "jsonargparse.ArgumentParser._actions"
+
+
+def actions(parser: Any) -> list[Any]:
+    return list(getattr(parser, "_actions", ()))
+
+
+def action_for(parser: Any, dest: str) -> Any:
+    """The parser's action storing ``dest``, or None."""
+    return next((a for a in actions(parser) if getattr(a, "dest", None) == dest), None)
+
+
+def dests_starting(parser: Any, prefix: str) -> list[str]:
+    return sorted(a.dest for a in actions(parser) if getattr(a, "dest", "").startswith(prefix))
+
+
+def name_converter(action: Any) -> None:
+    """Help text only: show the converter jsonargparse made for ``type`` with ``choices`` as that type."""
+    convert = getattr(action, "type", None)
+    code = getattr(convert, "__code__", None)
+    if code is None or getattr(convert, "__name__", "") != "<lambda>" or "typehint" not in code.co_freevars:
+        return
+    typehint = convert.__closure__[code.co_freevars.index("typehint")].cell_contents
+    action.type = NamedType(convert, getattr(typehint, "__name__", None) or str(typehint))
+
+
+class NamedType:
+    """A converter that converts exactly as the one it wraps and shows as the type it converts to."""
+
+    def __init__(self, convert, name: str):
+        self.convert, self.name = convert, name
+
+    def __call__(self, value):
+        return self.convert(value)
+
+    def __str__(self) -> str:
+        return self.name
+
+    __repr__ = __str__
+
+
+def self_check() -> str:
+    from jsonargparse import ArgumentParser
+
+    parser = ArgumentParser()
+    parser.add_argument("--kind", type=str, choices=["a", "b"], default="a")
+    action = action_for(parser, "kind")
+    if action is None or list(action.choices) != ["a", "b"]:
+        raise IntegrationError(f"{TARGET}: a built parser's actions are no longer listed there", where=TARGET)
+    name_converter(action)
+    if not isinstance(action.type, NamedType) or str(action.type) != "str":
+        raise IntegrationError(f"{TARGET}: the choices converter no longer closes over typehint", where=TARGET)
+    return f"{TARGET} and the choices converter's typehint found"

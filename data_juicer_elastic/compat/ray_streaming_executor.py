@@ -1,0 +1,60 @@
+"""Ray Data 2.60: the live metrics of a running execution, read from its executor thread.
+
+Target: ``ray.data._internal.execution.streaming_executor.StreamingExecutor`` (a thread per
+Ray Data execution), its private ``_topology`` (physical operator -> state) and each physical
+operator's ``name``, ``has_completed()`` and ``metrics.rows_task_outputs_generated``.
+
+Why.  A running attempt's live progress (``execution.progress_source``) is what Ray itself
+counts as task outputs arrive; Ray Data has no public API for the metrics of an execution in
+progress.  The sampler never raises into a run: when these move, it turns itself off.
+"""
+
+from __future__ import annotations
+
+import inspect
+import threading
+from typing import Any, Final
+
+from data_juicer_elastic.compat import import_target, ray_moved
+
+MODULE: Final = "ray.data._internal.execution.streaming_executor"
+TARGET: Final = f"{MODULE}.StreamingExecutor._topology"
+
+
+def live_executors() -> list[Any]:
+    """The StreamingExecutor threads of this process, oldest first."""
+    from ray.data._internal.execution.streaming_executor import StreamingExecutor
+
+    return [t for t in threading.enumerate() if isinstance(t, StreamingExecutor)]
+
+
+def physical_operators(executor: Any) -> list[Any]:
+    """The executor's physical operators in topology order, its input buffer left out."""
+    topology = dict(getattr(executor, "_topology", None) or {})  # copy: the executor thread owns it
+    return [op for op in topology if op.name != "Input"]
+
+
+def has_completed(op: Any) -> bool:
+    return bool(op.has_completed())
+
+
+def rows_output(op: Any) -> int:
+    """Rows the operator's tasks have produced so far (Ray counts them per finished block)."""
+    return int(op.metrics.rows_task_outputs_generated or 0)
+
+
+def self_check() -> str:
+    module = import_target(MODULE, where="ray")
+    executor = getattr(module, "StreamingExecutor", None)
+    if not (isinstance(executor, type) and issubclass(executor, threading.Thread)):
+        raise ray_moved(f"{MODULE}.StreamingExecutor is missing or no longer a thread", where=TARGET)
+    if "_topology" not in inspect.getsource(executor.__init__):
+        raise ray_moved(f"{TARGET} is no longer set by StreamingExecutor", where=TARGET)
+    from ray.data._internal.execution.interfaces import PhysicalOperator
+    from ray.data._internal.execution.interfaces.op_runtime_metrics import OpRuntimeMetrics
+
+    if not callable(getattr(PhysicalOperator, "has_completed", None)) or not hasattr(
+        OpRuntimeMetrics, "rows_task_outputs_generated"
+    ):
+        raise ray_moved("Ray Data's PhysicalOperator.has_completed or rows_task_outputs_generated moved", where=TARGET)
+    return f"{TARGET}, PhysicalOperator.has_completed, metrics.rows_task_outputs_generated found"
