@@ -367,9 +367,9 @@ def _console(verbose: bool) -> None:
 
     Importing Data-Juicer (lazily, in worker/run/prepare) replaces loguru's handlers
     with its own stderr one, so the console is installed again right after that import."""
+    from data_juicer_elastic.compat import importlib_deferred as deferred
     from data_juicer_elastic.console import install_console, set_verbose
     from data_juicer_elastic.console.quiet import mark_quiet_workers
-    from data_juicer_elastic.integration import deferred
 
     if verbose:
         set_verbose(True)

@@ -1,4 +1,5 @@
-"""Uses of Data-Juicer's and Ray's private internals, one module per target.
+"""Uses of Data-Juicer's and Ray's private internals (and of the few other libraries' and
+Python's we rely on), one module per target.
 
 Each module names what it reaches into (``MODULE`` / ``TARGET``), checks that the target
 still looks as it expects (``self_check()``, run by ``dj-elastic doctor``), and fails with
@@ -50,6 +51,7 @@ MODULES: Final = (
     "dj_executor_factory",
     "jsonargparse_actions",
     "ddsketch_store",
+    "importlib_deferred",
 )
 
 

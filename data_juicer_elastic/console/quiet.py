@@ -151,7 +151,7 @@ def install_console() -> None:
         diagnose=False,  # never variable values (row contents) on the console
     )
     if quiet:
-        from data_juicer_elastic.integration import deferred
+        from data_juicer_elastic.compat import importlib_deferred as deferred
 
         deferred.when_imported("ray", lambda _module: quiet_ray_logging("ray"))
         deferred.when_imported("ray.data", _quiet_ray_data)

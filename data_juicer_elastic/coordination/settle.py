@@ -32,11 +32,12 @@ from data_juicer_elastic.jobdir.shard_state import (
     ShardState,
     TerminalInfo,
     decide_state,
+    observe_state,
     read_failed_marker,
     read_markers,
 )
 from data_juicer_elastic.sharedfs import fsio
-from data_juicer_elastic.status.job_status import snapshot
+from data_juicer_elastic.sharedfs.identity import WorkerIdentity
 
 
 def shard_failed_error(terminal: list[TerminalInfo], job_dir: Path) -> ShardFailedError:
@@ -134,6 +135,7 @@ def wait_settled(
     """Return once every shard is done; raise the run's failure otherwise (never claims)."""
     layout = coordinator.layout
     observer = heartbeats.StalenessObserver(ttl_secs, clock)
+    identity = WorkerIdentity.current()
     unclaimed_since: float | None = None
     logger.info("waiting for the other instances to finish the remaining shards")
     while True:
@@ -143,8 +145,11 @@ def wait_settled(
             raise_outcome(coordinator.abort(WORK, shard_failed_error(terminal, layout.root)))
         if complete:
             return
-        snap = snapshot(layout.root, observer=observer)
-        unclaimed = [s.shard_id for s in snap.shards if s.state in (ShardState.PENDING, ShardState.STALE)]
+        unclaimed = [
+            entry.shard_id
+            for entry in manifest.shards
+            if observe_state(layout, entry.shard_id, observer, identity) in (ShardState.PENDING, ShardState.STALE)
+        ]
         now = clock()
         if not unclaimed:
             unclaimed_since = None

@@ -3,7 +3,7 @@
 ``data_juicer.ops`` imports this module while ``data_juicer.config.config``
 (and, under ``dj-process``, ``data_juicer.tools.process_data``) are only partly
 executed, so nothing here imports Data-Juicer's config or core: the patches are
-applied by :mod:`.deferred` once each target module has finished.
+applied by :mod:`~data_juicer_elastic.compat.importlib_deferred` once each target module has finished.
 """
 
 from data_juicer_elastic.console.quiet import quiet_ray_worker

@@ -22,8 +22,8 @@ Targets (all in py-data-juicer 1.6.x):
   every executor type.
 
 This module decides *when* each patch is installed (when Data-Juicer imports the target's
-module, :mod:`.deferred`) and what the plugin does at each point; the patch mechanics, one
-module per target, are in :mod:`data_juicer_elastic.compat`.
+module, ``compat.importlib_deferred``) and what the plugin does at each point; the patch
+mechanics, one module per target, are in :mod:`data_juicer_elastic.compat`.
 
 A missing or changed target never breaks Data-Juicer: it is recorded in
 :data:`RECORDS`, the built-in executors keep working, and every use of
@@ -52,8 +52,8 @@ from data_juicer_elastic.compat import (
     dj_tool_main,
     jsonargparse_actions,
 )
+from data_juicer_elastic.compat import importlib_deferred as deferred
 from data_juicer_elastic.errors import IntegrationError
-from data_juicer_elastic.integration import deferred
 from data_juicer_elastic.integration.config_block import (
     EXECUTOR_TYPE,
     add_elastic_arguments,

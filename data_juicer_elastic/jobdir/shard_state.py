@@ -21,10 +21,12 @@ import enum
 from dataclasses import dataclass, replace
 from typing import NamedTuple
 
-from data_juicer_elastic.jobdir import attempts, failures
+from data_juicer_elastic.jobdir import attempts, failures, leases
+from data_juicer_elastic.jobdir.heartbeats import StalenessObserver
 from data_juicer_elastic.jobdir.layout import JobLayout
 from data_juicer_elastic.jobdir.leases import LeaseView
 from data_juicer_elastic.jobdir.result_records import ShardResult, TerminalFailure
+from data_juicer_elastic.sharedfs.identity import WorkerIdentity
 
 
 class ShardState(enum.StrEnum):
@@ -113,3 +115,24 @@ def decide_state(markers: Markers, *, held: bool = False, stale: bool = False) -
     if not held:
         return ShardState.PENDING
     return ShardState.STALE if stale else ShardState.RUNNING
+
+
+def observe_state(
+    layout: JobLayout, shard_id: str, observer: StalenessObserver, identity: WorkerIdentity
+) -> ShardState:
+    """The shard's state now, judged as a worker would take it over: its markers first (no
+    lease is read for a settled shard), then its lease, stale by ``observer`` (which must
+    have watched the job for a while: see ``jobdir.heartbeats``) or by its holder's pid
+    gone on this host.  The order of reads is the status snapshot's, without its display
+    reads."""
+    markers = read_markers(layout, shard_id, failed=False)
+    state = decide_state(markers)
+    if state is ShardState.DONE or state is ShardState.FAILED:
+        return state
+    view = leases.read_lease(layout, shard_id)
+    markers = read_failed_marker(layout, markers)
+    held = is_held(view)
+    if decide_state(markers, held=held) is not ShardState.RUNNING:
+        return decide_state(markers, held=held)
+    stale = observer.is_stale(view) or leases.holder_dead_here(view, identity)
+    return decide_state(markers, held=True, stale=stale)

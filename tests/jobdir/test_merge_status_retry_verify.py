@@ -7,12 +7,14 @@ import pytest
 from data_juicer_elastic.errors import ConfigError, IntegrityError, JobDirError, OutputExistsError
 from data_juicer_elastic.jobdir import leases
 from data_juicer_elastic.jobdir.layout import JobLayout
+from data_juicer_elastic.jobdir.manifest import load_manifest
 from data_juicer_elastic.jobdir.result_records import MergeRecord
 from data_juicer_elastic.jobdir.retry import retry_shards
-from data_juicer_elastic.jobdir.shard_state import ShardState
+from data_juicer_elastic.jobdir.shard_state import ShardState, observe_state
 from data_juicer_elastic.jobdir.worker_loop import run_worker
 from data_juicer_elastic.shards.merge import merge_job
 from data_juicer_elastic.shards.verify import verify_job
+from data_juicer_elastic.sharedfs.identity import WorkerIdentity
 from data_juicer_elastic.status.job_status import snapshot, snapshot_json
 
 from .conftest import copy_runner, identity
@@ -213,3 +215,26 @@ def test_merge_removes_only_temp_files_of_merges_killed_on_this_host(job, tmp_pa
     assert not (tmp_path / names["dead"]).exists()
     assert all((tmp_path / names[k]).exists() for k in ("live", "other host", "other export"))
     assert sum(1 for _ in out.open()) == 40
+
+
+def test_settles_view_of_each_shard_is_the_status_snapshots(job, clock):
+    """``observe_state`` (what settle waits on) and the status snapshot read a shard the same
+    way: done, terminally failed, running, stale after the TTL on the observer's clock, pending."""
+    layout = JobLayout(job)
+    run_worker(job, identity("w"), _fail_bad, max_retries=0, max_shards=3, **LEASE)  # 0, 1 done; BAD failed
+    manifest = load_manifest(job)
+    for shard in ("part-00003-of-00004",):
+        c = leases.publish_claim(layout, leases.read_lease(layout, shard), identity("peer", boot_id="x"), "p", "none")
+        leases.write_heartbeat(layout, c, 1)
+    me = WorkerIdentity.current()
+    seen = set()
+    for advance in (0, 10):
+        clock.advance(advance)
+        watcher, status_watcher = leases.StalenessObserver(10, clock), leases.StalenessObserver(10, clock)
+        for _ in range(2):  # the second look is after the first: both observers saw the same values
+            observed = [observe_state(layout, e.shard_id, watcher, me) for e in manifest.shards]
+            shown = [s.state for s in snapshot(job, observer=status_watcher).shards]
+            assert observed == shown
+            seen.update(observed)
+            clock.advance(10)
+    assert seen == {ShardState.DONE, ShardState.FAILED, ShardState.RUNNING, ShardState.STALE}

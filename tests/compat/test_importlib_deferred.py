@@ -8,7 +8,7 @@ import uuid
 
 import pytest
 
-from data_juicer_elastic.integration import deferred
+from data_juicer_elastic.compat import importlib_deferred as deferred
 
 
 @pytest.fixture
@@ -51,7 +51,7 @@ def test_in_flight_module_is_patched_when_it_finished(package):
     # target imports a plugin half-way, like data_juicer.config.config imports data_juicer.ops
     (root / "__init__.py").write_text("from . import target\nAFTER_TARGET = True\n")
     (root / "plugin.py").write_text(
-        "from data_juicer_elastic.integration import deferred\n"
+        "from data_juicer_elastic.compat import importlib_deferred as deferred\n"
         "SEEN = []\n"
         f"HOW = deferred.when_imported('{name}.target', lambda m: SEEN.append(hasattr(m, 'DEFINED_LATE')))\n"
     )
@@ -99,3 +99,8 @@ def test_finder_tolerates_a_finder_that_asks_the_meta_path_again(package, monkey
     deferred.when_imported(f"{name}.target", seen.append)
     assert importlib.import_module(f"{name}.target").VALUE == 1
     assert len(seen) == 1
+
+
+def test_self_check_finds_the_importlib_behaviour_it_relies_on():
+    assert "ModuleSpec._initializing" in deferred.self_check()
+    assert not [name for name in sys.modules if name.startswith("dj_elastic_probe_")], "the probe is not left behind"

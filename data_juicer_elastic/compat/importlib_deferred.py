@@ -15,16 +15,26 @@ when the plugin runs, the modules it patches are either
 Callbacks run at most once per module name.  An exception in a callback never
 breaks the import that triggered it: it goes to ``on_error`` (the caller's
 record of the problem), so Data-Juicer keeps working.
+
+Target: CPython's importlib, ``ModuleSpec._initializing`` (set while a module's body runs,
+3.11-3.13) and the ``setattr(parent, child, module)`` it does once a submodule finished.
+Not Data-Juicer's or Ray's, but as private: :func:`self_check` imports a probe module and
+checks both, so a Python upgrade that changes them fails ``dj-elastic doctor``.
 """
 
 from __future__ import annotations
 
+import importlib
 import sys
+import tempfile
 import threading
 import warnings
 from collections.abc import Callable
 from importlib.abc import MetaPathFinder
+from pathlib import Path
 from types import ModuleType
+
+from data_juicer_elastic.errors import IntegrationError
 
 Callback = Callable[[ModuleType], None]
 ErrorHandler = Callable[[str, BaseException], None]
@@ -184,3 +194,31 @@ def _ensure_finder() -> None:
         _finder = _DeferredFinder()
     if _finder not in sys.meta_path:
         sys.meta_path.insert(0, _finder)
+
+
+def self_check() -> str:
+    """Import a probe package whose submodule records ``__spec__._initializing`` while it runs,
+    and check importlib then sets the submodule on its package (what ``_watch_parent`` needs)."""
+    package = f"dj_elastic_probe_{threading.get_ident()}"
+    with tempfile.TemporaryDirectory() as folder:
+        Path(folder, package).mkdir()
+        Path(folder, package, "__init__.py").write_text("")
+        Path(folder, package, "child.py").write_text("SEEN = bool(getattr(__spec__, '_initializing', False))\n")
+        sys.path.insert(0, folder)
+        importlib.invalidate_caches()
+        try:
+            child = importlib.import_module(f"{package}.child")
+            parent_sees_child = getattr(sys.modules[package], "child", None) is child
+        finally:
+            sys.path.remove(folder)
+            for name in (f"{package}.child", package):
+                sys.modules.pop(name, None)
+    if not (child.SEEN and parent_sees_child):
+        raise IntegrationError(
+            "importlib no longer marks a module's spec _initializing while it runs"
+            if not child.SEEN
+            else "importlib no longer sets a finished submodule on its package",
+            where=f"Python {sys.version.split()[0]}",
+            hint="run the plugin on Python 3.11-3.13, or report this Python version",
+        )
+    return f"found ModuleSpec._initializing and submodule binding (Python {sys.version.split()[0]})"

@@ -1,0 +1,164 @@
+"""The architecture docs/architecture.md describes, checked on the code itself.
+
+Each rule here is one a newcomer relies on when reading the folder listing: a package only
+imports the layers below it, names are unique, exceptions live in ``errors.py``, Data-Juicer's
+and Ray's private internals are reached only from ``compat/``, modules stay small.  All of it
+is read from the source with ``ast`` (nothing is imported), so a violation names file and line.
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+PACKAGE = Path(__file__).resolve().parents[1] / "data_juicer_elastic"
+MAX_MODULE_LINES = 400
+
+# Bottom to top.  A package may import its own layer's and lower layers' packages, never a higher
+# one (docs/architecture.md, "Layers").  Top-level modules are named by their module name.
+LAYERS: list[set[str]] = [
+    {"errors"},
+    {"sharedfs", "compat"},
+    {"rows", "settings"},  # settings names the codecs rows defines; rows reads its line limit
+    {"jobdir"},
+    {"shards", "coordination", "stats", "batching"},
+    {"status"},
+    {"report", "console"},
+    {"execution"},
+    {"integration", "preparation", "finalize", "job_run", "executor", "cli", "cli_options", "__init__"},
+]
+# Packages that must never import Ray, Data-Juicer or torch, not even inside a function.
+ENGINE_FREE = {"sharedfs", "rows", "jobdir", "shards", "coordination", "status", "stats", "report", "console"}
+ENGINES = ("ray", "data_juicer", "torch")
+
+
+def modules() -> list[Path]:
+    return sorted(PACKAGE.rglob("*.py"))
+
+
+def unit(path: Path) -> str:
+    """The package (or top-level module) a file belongs to."""
+    relative = path.relative_to(PACKAGE)
+    return relative.parts[0] if len(relative.parts) > 1 else relative.stem
+
+
+def layer_of(name: str) -> int:
+    for index, layer in enumerate(LAYERS):
+        if name in layer:
+            return index
+    raise AssertionError(f"{name} is in no layer: add it to LAYERS and to docs/architecture.md")
+
+
+def imports(path: Path) -> list[tuple[int, str]]:
+    """(line, absolute module) of every import in the file, including those inside functions."""
+    found = []
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            found += [(node.lineno, alias.name) for alias in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            found.append((node.lineno, node.module))
+    return found
+
+
+def test_every_package_and_module_has_a_layer():
+    for path in modules():
+        layer_of(unit(path))
+
+
+def test_packages_import_only_their_own_and_lower_layers():
+    wrong = []
+    for path in modules():
+        here = unit(path)
+        for line, module in imports(path):
+            parts = module.split(".")
+            if parts[0] != "data_juicer_elastic" or len(parts) == 1:
+                continue
+            target = parts[1]
+            if target != here and layer_of(target) > layer_of(here):
+                wrong.append(f"{path.relative_to(PACKAGE.parent)}:{line}: {here} imports {module}")
+    assert not wrong, "imports that go up a layer:\n" + "\n".join(wrong)
+
+
+def test_the_protocol_the_data_path_and_status_never_import_an_engine():
+    wrong = []
+    for path in modules():
+        if unit(path) not in ENGINE_FREE:
+            continue
+        for line, module in imports(path):
+            if module.split(".")[0] in ENGINES:
+                wrong.append(f"{path.relative_to(PACKAGE.parent)}:{line}: imports {module}")
+    assert not wrong, "\n".join(wrong)
+
+
+def test_module_names_are_unique_across_the_package():
+    names = Counter(path.stem for path in modules() if path.stem != "__init__")
+    assert [name for name, count in names.items() if count > 1] == []
+
+
+# Verbs a module offers as its protocol, always called qualified (``patches.install()``,
+# ``ray_concat.self_check()``): the same verb in several modules is the point.
+MODULE_VERBS = {"install", "installed", "enabled", "self_check"}
+
+
+def test_public_function_and_class_names_are_unique_across_the_package():
+    where: dict[str, list[str]] = {}
+    for path in modules():
+        for node in ast.parse(path.read_text()).body:
+            if isinstance(node, (ast.FunctionDef, ast.ClassDef)) and not node.name.startswith("_"):
+                if node.name in MODULE_VERBS and isinstance(node, ast.FunctionDef):
+                    continue
+                where.setdefault(node.name, []).append(f"{path.relative_to(PACKAGE.parent)}:{node.lineno}")
+    duplicated = {name: places for name, places in where.items() if len(places) > 1}
+    assert duplicated == {}
+
+
+def test_exceptions_are_defined_only_in_errors_py():
+    wrong = []
+    for path in modules():
+        if path.name == "errors.py":
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ClassDef):
+                bases = {ast.unparse(base).split(".")[-1] for base in node.bases}
+                if any(base.endswith(("Error", "Exception", "Interrupt")) for base in bases):
+                    wrong.append(f"{path.relative_to(PACKAGE.parent)}:{node.lineno}: class {node.name}")
+    assert not wrong, "\n".join(wrong)
+
+
+# A dotted name of one of those packages with an underscore component that is not a dunder
+# (``ray._private.worker``, ``ray.data._internal...``; ``data_juicer.__version__`` is public).
+PRIVATE = re.compile(r"\b(?:ray|data_juicer|ddsketch|jsonargparse)(?:\.\w+)*?\._(?!_)\w*")
+
+
+def test_private_internals_of_ray_and_data_juicer_are_reached_only_from_compat():
+    wrong = []
+    for path in modules():
+        if unit(path) == "compat":
+            continue
+        for number, line in enumerate(path.read_text().splitlines(), 1):
+            code = line.split("#", 1)[0]
+            if PRIVATE.search(code):
+                wrong.append(f"{path.relative_to(PACKAGE.parent)}:{number}: {line.strip()}")
+    assert not wrong, "\n".join(wrong)
+
+
+@pytest.mark.parametrize("path", modules(), ids=lambda path: str(path.relative_to(PACKAGE)))
+def test_modules_stay_small(path):
+    assert len(path.read_text().splitlines()) <= MAX_MODULE_LINES
+
+
+def test_every_package_declares_its_public_surface():
+    for init in sorted(PACKAGE.glob("*/__init__.py")):
+        tree = ast.parse(init.read_text())
+        names = [
+            target.id
+            for node in tree.body
+            if isinstance(node, (ast.Assign, ast.AnnAssign))
+            for target in (node.targets if isinstance(node, ast.Assign) else [node.target])
+            if isinstance(target, ast.Name)
+        ]
+        assert "__all__" in names, f"{init.relative_to(PACKAGE.parent)} has no __all__"
