@@ -28,7 +28,7 @@ def _raw_method(module: ModuleType) -> tuple[Any, Any]:
     return factory, inspect.getattr_static(factory, "create_executor", None) if factory is not None else None
 
 
-def problem(module: ModuleType) -> str | None:
+def _problem(module: ModuleType) -> str | None:
     """Why the target cannot be wrapped (None when it can)."""
     _, raw = _raw_method(module)
     if not isinstance(raw, (staticmethod, classmethod)):
@@ -39,7 +39,7 @@ def problem(module: ModuleType) -> str | None:
 def wrap_create_executor(module: ModuleType, intercept: Callable[[Any], Any]) -> str:
     """``create_executor`` returns ``intercept(executor_type)`` when that is not None, else what
     Data-Juicer's returns; :data:`APPLIED`, :data:`ALREADY` or why the target is missing."""
-    missing = problem(module)
+    missing = _problem(module)
     if missing is not None:
         return missing
     factory, raw = _raw_method(module)
@@ -67,7 +67,7 @@ def self_check() -> str:
         module = importlib.import_module(MODULE)
     except ImportError as exc:
         raise dj_moved(f"cannot import {MODULE}: {exc}", where=TARGET) from exc
-    missing = problem(module)
+    missing = _problem(module)
     if missing is not None:
         raise dj_moved(f"{TARGET}: {missing}", where=TARGET)
     return f"{TARGET}: static/class method found"

@@ -26,7 +26,7 @@ PROCESS_MODULE: Final = "data_juicer.tools.process_data"
 ANALYZE_MODULE: Final = "data_juicer.tools.analyze_data"
 
 
-def problem(module: ModuleType) -> str | None:
+def _problem(module: ModuleType) -> str | None:
     """Why ``module.main`` cannot be wrapped (None when it can)."""
     if not callable(getattr(module, "main", None)):
         return "function not found"
@@ -39,7 +39,7 @@ def wrap_main(module: ModuleType, call: Callable[[Any, tuple, dict], Any]) -> st
     """Make ``module.main(*args, **kwargs)`` run ``call(original main, args, kwargs)``.
 
     Returns :data:`APPLIED`, :data:`ALREADY`, or why the target is missing."""
-    missing = problem(module)
+    missing = _problem(module)
     if missing is not None:
         return missing
     original = module.main
@@ -74,7 +74,7 @@ def self_check() -> str:
             module = importlib.import_module(name)
         except ImportError as exc:
             raise dj_moved(f"cannot import {name}: {exc}", where=f"{name}.main") from exc
-        missing = problem(module)
+        missing = _problem(module)
         if missing is not None:
             raise dj_moved(f"{name}.main: {missing}", where=f"{name}.main")
     return f"{PROCESS_MODULE}.main and {ANALYZE_MODULE}.main with a module-level init_configs found"

@@ -104,7 +104,7 @@ class _Step:
         self.meter.add(done)
         now = self.clock()
         if self.line is not None:
-            width = terminal.columns(self.line.stream)
+            width = terminal.line_width(self.line.stream)
             rate = self.meter.rate()
             self.line.update(meter_line(self.name, done, total, now - self.started, rate, self.unit, "", width))
         if now - self.last_log >= self.log_every:
@@ -287,7 +287,7 @@ class JobDisplay:
 
     def _live_text(self, n: dict[str, Any]) -> str:
         note = self.shards_note(n) + (f" | {n['stage']}" if n["stage"] else "")
-        width = terminal.columns(self._line.stream)
+        width = terminal.line_width(self._line.stream)
         return meter_line("", n["rows"], self.total, n["elapsed"], n["rate"], "rows", note, width)
 
     def _run(self) -> None:

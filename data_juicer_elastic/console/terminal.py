@@ -58,7 +58,7 @@ def is_terminal(stream: Any = None) -> bool:
         return False
 
 
-def columns(stream: Any) -> int:
+def line_width(stream: Any) -> int:
     try:
         found = os.get_terminal_size(stream.fileno()).columns
     except (AttributeError, ValueError, OSError):
@@ -103,7 +103,7 @@ class LiveLine:
 
     def update(self, text: str) -> None:
         with _lock:
-            self.text = text[: columns(self.stream) - 1]  # never wrap: a wrapped line cannot be redrawn
+            self.text = text[: line_width(self.stream) - 1]  # never wrap: a wrapped line cannot be redrawn
             self._draw()
 
     def write_above(self, text: str) -> None:

@@ -38,6 +38,7 @@ from typing import Any, Final
 
 from data_juicer_elastic.errors import RecipeError
 from data_juicer_elastic.integration.config_block import BLOCK, parsed_cfg
+from data_juicer_elastic.jobdir.records import canonical_json, manifest_recipe_hash
 from data_juicer_elastic.rows.jsonl import DEFAULT_MEDIA_KEYS
 
 SHARD_EXECUTOR_TYPE: Final = "ray"
@@ -128,12 +129,13 @@ def build_shard_recipe(cfg: Any) -> dict:
 
 def recipe_hash(recipe: dict) -> str:
     """The job's recipe identity; one definition, shared with the manifest (jobdir.records)."""
-    from data_juicer_elastic.jobdir.records import manifest_recipe_hash
-
     return manifest_recipe_hash(canonical(recipe))
 
 
-def canonical_json(recipe: dict) -> str:
+def canonical(recipe: dict) -> dict:
+    """Plain JSON types (tuples become lists, ...) with sorted keys; a value JSON cannot hold
+    (an object, NaN, Infinity) is refused, naming it."""
+
     def refuse(value):
         raise RecipeError(
             f"value {value!r} of type {type(value).__name__} cannot be stored in the shard recipe",
@@ -142,16 +144,9 @@ def canonical_json(recipe: dict) -> str:
         )
 
     try:
-        return json.dumps(
-            recipe, sort_keys=True, ensure_ascii=False, separators=(",", ":"), default=refuse, allow_nan=False
-        )
+        return json.loads(canonical_json(recipe, default=refuse))
     except ValueError as exc:  # NaN / Infinity: not portable JSON
         raise RecipeError(f"the recipe holds a non-finite number: {exc}", where="recipe") from exc
-
-
-def canonical(recipe: dict) -> dict:
-    """Plain JSON types (tuples become lists, ...) with sorted keys."""
-    return json.loads(canonical_json(recipe))
 
 
 def media_keys(cfg: Any) -> dict[str, str]:

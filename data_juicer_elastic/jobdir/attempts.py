@@ -25,7 +25,7 @@ from data_juicer_elastic.jobdir.published_file import FORGED_HINT, check_publish
 from data_juicer_elastic.jobdir.reasons import AttemptExit
 from data_juicer_elastic.jobdir.records import ShardEntry
 from data_juicer_elastic.jobdir.result_records import AttemptRecord, ShardResult
-from data_juicer_elastic.jobdir.row_stats import describe as describe_row_stats
+from data_juicer_elastic.jobdir.row_stats import describe_row_stats
 from data_juicer_elastic.rows.jsonl import validate_jsonl_output
 from data_juicer_elastic.sharedfs import fsio
 from data_juicer_elastic.sharedfs.identity import WorkerIdentity

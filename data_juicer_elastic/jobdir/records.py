@@ -23,6 +23,7 @@ import hashlib
 import json
 import types
 import typing
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar, Final, TypeVar, Union
@@ -33,9 +34,13 @@ FORMAT_PREFIX: Final = "dj-elastic/"
 VERSION: Final = 1
 
 
-def canonical_json(value: Any) -> bytes:
-    """Sorted keys, compact, UTF-8: the same value always gives the same bytes (hashes)."""
-    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False).encode("utf-8")
+def canonical_json(value: Any, default: Callable[[Any], Any] | None = None) -> bytes:
+    """Sorted keys, compact, UTF-8: the same value always gives the same bytes (hashes).
+    ``default``: called for a value JSON has no type for (``json.dumps``' hook; it may raise)."""
+    text = json.dumps(
+        value, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False, default=default
+    )
+    return text.encode("utf-8")
 
 
 def manifest_recipe_hash(recipe: dict[str, Any]) -> str:

@@ -37,7 +37,7 @@ def export_stats_path(export: Path) -> Path:
     return export.with_name(name + "_stats.jsonl")
 
 
-def describe(layout: JobLayout, path: Path, rows: int, shard: str) -> RowStatsFile:
+def describe_row_stats(layout: JobLayout, path: Path, rows: int, shard: str) -> RowStatsFile:
     """The record of an attempt's row stats file, made durable and checked: one line per output row."""
     fsio.fsync_file(path)
     try:

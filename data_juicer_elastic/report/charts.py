@@ -10,7 +10,7 @@ from data_juicer_elastic.report import palette, series
 from data_juicer_elastic.report import svg as s
 from data_juicer_elastic.report.attempt_facts import AttemptFact, AttemptOutcome
 from data_juicer_elastic.report.facts import TraceFact
-from data_juicer_elastic.report.timeline import describe
+from data_juicer_elastic.report.timeline import attempt_hover_text
 
 WIDTH: Final = 1100
 HEIGHT: Final = 260
@@ -119,7 +119,8 @@ def scatter_svg(attempts: Sequence[AttemptFact], t0: float) -> tuple[str, str]:
         duration = attempt.ended_at - attempt.started_at
         out.append(
             f'<circle class="point" cx="{s.num(xs(attempt.input_bytes))}" cy="{s.num(ys(duration))}" r="3.5" '
-            f'fill="{palette.colour(attempt)}" fill-opacity="0.75">{s.title(describe(attempt, t0, t0))}</circle>'
+            f'fill="{palette.colour(attempt)}" fill-opacity="0.75">'
+            f"{s.title(attempt_hover_text(attempt, t0, t0))}</circle>"
         )
     legend, _ = s.legend(palette.legend_items()[:-1], LEFT, 14, WIDTH - LEFT - RIGHT)
     out += legend

@@ -16,7 +16,7 @@ from data_juicer_elastic.report import charts, palette, series
 from data_juicer_elastic.report import svg as s
 from data_juicer_elastic.report.attempt_facts import AttemptOutcome
 from data_juicer_elastic.report.facts import JobFacts
-from data_juicer_elastic.report.timeline import stamp, timeline_svg
+from data_juicer_elastic.report.timeline import timeline_svg, utc_stamp
 
 MAX_TABLE_ROWS: Final = 200
 MAX_INPUT_ROWS: Final = 50
@@ -43,7 +43,7 @@ def page(facts: JobFacts) -> str:
         f'<meta http-equiv="Content-Security-Policy" content="{CSP}">',
         f"<title>dj-elastic report: {s.esc(m.job_id)}</title><style>{CSS}</style></head><body>",
         f"<h1>dj-elastic report: job <code>{s.esc(m.job_id)}</code></h1>",
-        f'<p class="muted">{s.esc(facts.job_dir)} &middot; taken {stamp(facts.taken_at)} by data-juicer-elastic '
+        f'<p class="muted">{s.esc(facts.job_dir)} &middot; taken {utc_stamp(facts.taken_at)} by data-juicer-elastic '
         f"{s.esc(__version__)} (a read-only snapshot; re-run <code>dj-elastic report</code> to refresh)</p>",
         _summary(facts, win),
     ]
@@ -242,7 +242,7 @@ def _manifest(facts: JobFacts) -> list[str]:
             ("field", "value"),
             [
                 ("job id", m.job_id),
-                ("prepared", stamp(m.created_at)),
+                ("prepared", utc_stamp(m.created_at)),
                 ("dataset", f"{m.dataset_path} ({m.dataset_kind}, {len(m.inputs):,} file(s))"),
                 ("rows / bytes", f"{m.total_rows:,} rows, {s.fmt_bytes(m.total_bytes)} in {m.num_shards:,} shards"),
                 ("content sha256", m.content_sha256),
@@ -279,7 +279,7 @@ def _manifest(facts: JobFacts) -> list[str]:
         mr = facts.merge
         out.append(
             f"<p>Merged {mr.rows:,} rows ({s.fmt_bytes(mr.bytes)}) into <code>{s.esc(mr.output_path)}</code> at "
-            f"{stamp(mr.merged_at)}; sha256 <code>{s.esc(mr.sha256)}</code>.</p>"
+            f"{utc_stamp(mr.merged_at)}; sha256 <code>{s.esc(mr.sha256)}</code>.</p>"
         )
     return out
 

@@ -25,18 +25,18 @@ LANE: Final = 16
 GAP: Final = 6
 
 
-def stamp(when: float) -> str:
+def utc_stamp(when: float) -> str:
     return datetime.fromtimestamp(when, UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
 
 
-def describe(attempt: AttemptFact, t0: float, now: float) -> str:
+def attempt_hover_text(attempt: AttemptFact, t0: float, now: float) -> str:
     """The hover text of one attempt."""
     end = attempt.end_or(now)
     lines = [
         f"{attempt.shard_id} attempt {attempt.ordinal} (generation {attempt.generation})",
         f"node {attempt.node_id} ({attempt.hostname}, pid {attempt.pid})",
         f"{s.fmt_elapsed(attempt.started_at - t0)} to {s.fmt_elapsed(end - t0)} "
-        f"({s.fmt_duration(end - attempt.started_at)}), started {stamp(attempt.started_at)}",
+        f"({s.fmt_duration(end - attempt.started_at)}), started {utc_stamp(attempt.started_at)}",
         f"{palette.category(attempt)} [{attempt.detail}]: {attempt.input_rows} input rows"
         + (f", {attempt.output_rows} output rows" if attempt.output_rows is not None else ""),
     ]
@@ -104,7 +104,7 @@ def timeline_svg(attempts: Sequence[AttemptFact], win: series.Window, now: float
         x = s.num(scale(now))
         out.append(f'<line x1="{x}" y1="{top}" x2="{x}" y2="{s.num(axis_y)}" stroke="#1e88e5" stroke-dasharray="4 3"/>')
         out.append(s.text(scale(now), top - 2, "now", "end", ' fill="#1e88e5"'))
-    out.append(s.text(LEFT, axis_y + 32, f"elapsed since the first attempt started ({stamp(win.t0)})"))
+    out.append(s.text(LEFT, axis_y + 32, f"elapsed since the first attempt started ({utc_stamp(win.t0)})"))
     out.append("</svg>")
     if aggregated:
         note = (
@@ -130,7 +130,7 @@ def _bars(out: list[str], mine: list[AttemptFact], scale: s.Scale, y: float, t0:
             f'<rect class="bar bar-{category}" x="{s.num(x0)}" y="{s.num(y + lane * (LANE + 1))}" '
             f'width="{s.num(max(1.0, x1 - x0))}" height="{LANE}" fill="{palette.colour(attempt)}" '
             f'stroke="#fff" stroke-width="0.5"{dash}>'
-            f"{s.title(describe(attempt, t0, now))}</rect>"
+            f"{s.title(attempt_hover_text(attempt, t0, now))}</rect>"
         )
         if x1 - x0 > 34:  # room for the shard number: who ran which shard, without hovering
             label = f"{attempt.shard_index}" + (f"#{attempt.ordinal}" if attempt.retried else "")
@@ -169,6 +169,6 @@ def _strip(out: list[str], node: str, mine: list[AttemptFact], win, scale: s.Sca
         category = palette.category(attempt)
         out.append(
             f'<rect class="bar bar-{category}" x="{s.num(x - 1)}" y="{s.num(y - 1)}" width="2" height="{LANE + 2}" '
-            f'fill="{palette.colour(attempt)}">{s.title(describe(attempt, win.t0, now))}</rect>'
+            f'fill="{palette.colour(attempt)}">{s.title(attempt_hover_text(attempt, win.t0, now))}</rect>'
         )
     return LANE

@@ -48,7 +48,7 @@ MAX_PROCESSES: Final = 8
 MAX_BLOCKS_IN_FLIGHT: Final = 12  # x 8 MiB read blocks held while their verdicts are pending
 
 
-def window(processes: int) -> int:
+def pipeline_depth(processes: int) -> int:
     """Blocks to keep in flight: two per helper (one checked, one queued) and two for slack."""
     return min(MAX_BLOCKS_IN_FLIGHT, 2 * processes + 2)
 

@@ -45,7 +45,7 @@ from data_juicer_elastic.rows.codecs import (
 )
 from data_juicer_elastic.rows.jsonl import NormaliseOptions, RowNormaliser
 from data_juicer_elastic.rows.line_framer import LineBlock, LineFramer, first_too_long, whole_line_blocks
-from data_juicer_elastic.rows.row_checkers import RowCheckers, default_processes, window
+from data_juicer_elastic.rows.row_checkers import RowCheckers, default_processes, pipeline_depth
 from data_juicer_elastic.rows.row_schema import RowSchema
 from data_juicer_elastic.shards import steps
 from data_juicer_elastic.shards.splitter import BlockSplitter, Piece, target_span
@@ -219,7 +219,7 @@ class _ParallelFeed:
         self.checkers, self.source, self.rows, self.splitter = checkers, source, rows, splitter
         self.limit, self.display = limit, display
         self.window: deque = deque()
-        self.depth = window(checkers.processes)
+        self.depth = pipeline_depth(checkers.processes)
         self.identical = True
 
     def run(self, chunks: Iterator[bytes], progress) -> bool:

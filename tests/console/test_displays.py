@@ -89,7 +89,7 @@ def test_streams_we_do_not_own_are_guarded_while_the_line_is_shown(monkeypatch):
 
 
 def test_a_pty_without_a_size_gets_a_usable_width():
-    assert terminal.columns(io.StringIO()) == terminal.FALLBACK_COLUMNS  # no fileno: like a 0x0 pty
+    assert terminal.line_width(io.StringIO()) == terminal.FALLBACK_COLUMNS  # no fileno: like a 0x0 pty
 
 
 def test_meter_rate_over_the_window_and_the_average_when_nothing_moved():
