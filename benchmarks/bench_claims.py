@@ -42,7 +42,7 @@ def worker(job: Path, k: int, go: Path, out: Path, poll: float, gate_on: bool) -
     from data_juicer_elastic.jobdir.layout import JobLayout
     from data_juicer_elastic.jobdir.manifest import load_manifest
     from data_juicer_elastic.jobdir.tasks import ShardOutput
-    from data_juicer_elastic.sharedfs import fsio
+    from data_juicer_elastic.sharedfs import fault_seam
     from data_juicer_elastic.sharedfs.identity import WorkerIdentity
 
     logger.remove()
@@ -95,13 +95,13 @@ def worker(job: Path, k: int, go: Path, out: Path, poll: float, gate_on: bool) -
     gate = ClaimGate(layout, manifest, identity.node_id, identity.pid, min_interval=poll) if gate_on else None
     while not go.exists():
         time.sleep(0.005)
-    fsio.set_fault_hook(hook)
+    fault_seam.set_fault_hook(hook)
     started = time.time()
     summary = worker_loop.run_worker(
         job, identity, run, ttl_secs=60.0, heartbeat_secs=10.0, max_retries=2, poll_interval_secs=poll,
         claim_gate=gate,
     )  # fmt: skip
-    fsio.set_fault_hook(None)
+    fault_seam.set_fault_hook(None)
     counts.update(started=started, ended=time.time(), done=summary.done, complete=summary.complete)
     out.write_text(json.dumps(counts))
 

@@ -1,7 +1,7 @@
 """What the fault-injection seam costs when no fault plan is installed (issue 6).
 
-Every job-directory file operation calls ``fsio.fault_point`` before it and (the mutating
-ones) ``fsio.fault_done`` after it; unused, each is a global load and an ``is None`` test.
+Every job-directory file operation calls ``fault_seam.fault_point`` before it and (the mutating
+ones) ``fault_seam.fault_done`` after it; unused, each is a global load and an ``is None`` test.
 This measures, in one run on this machine:
 
 1. ns per seam call with no hook, against an empty function call (the floor of any hook);
@@ -30,7 +30,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from data_juicer_elastic.coordination.crashpoints import FaultPlan, install  # noqa: E402
 from data_juicer_elastic.jobdir.worker_loop import run_worker  # noqa: E402
-from data_juicer_elastic.sharedfs import fsio  # noqa: E402
+from data_juicer_elastic.sharedfs import (
+    fault_seam,  # noqa: E402
+)
 from data_juicer_elastic.sharedfs.identity import WorkerIdentity  # noqa: E402
 from tests.faults.fakes import fsio_runner, prepare  # noqa: E402
 
@@ -41,7 +43,7 @@ def _noop(op: str, path: Path) -> None:
 
 def per_call_ns(n: int = 2_000_000) -> tuple[float, float]:
     path = Path("/job/claims/part-00000-of-00001/gen-000001.json")
-    seam = min(timeit.repeat(lambda: fsio.fault_point("link", path), number=n, repeat=5)) / n * 1e9
+    seam = min(timeit.repeat(lambda: fault_seam.fault_point("link", path), number=n, repeat=5)) / n * 1e9
     empty = min(timeit.repeat(lambda: _noop("link", path), number=n, repeat=5)) / n * 1e9
     return seam, empty
 
@@ -65,11 +67,11 @@ def count_calls(root: Path, shards: int) -> int:
         nonlocal calls
         calls += 1
 
-    fsio.set_fault_hook(count, count)
+    fault_seam.set_fault_hook(count, count)
     try:
         run_job(root, shards)
     finally:
-        fsio.set_fault_hook(None)
+        fault_seam.set_fault_hook(None)
     return calls
 
 

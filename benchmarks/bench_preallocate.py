@@ -1,4 +1,4 @@
-"""Writing + fsyncing 1 GB with and without reserving the space first (fsio.preallocate).
+"""Writing + fsyncing 1 GB with and without reserving the space first (checked_writer.preallocate).
 
 Prepare's shards and merge's output are written with a size hint, which fsio turns into
 fallocate(FALLOC_FL_KEEP_SIZE) where the filesystem supports it.  This measures what that
@@ -21,7 +21,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from data_juicer_elastic.sharedfs import fsio  # noqa: E402
+from data_juicer_elastic.sharedfs import checked_writer  # noqa: E402
 
 BLOCK = 8 << 20
 
@@ -29,7 +29,7 @@ BLOCK = 8 << 20
 def write(path: Path, data: memoryview, reserve: bool) -> tuple[float, float]:
     """(wall seconds, system CPU seconds) of one checked write + fsync of ``data``."""
     r0, t0 = resource.getrusage(resource.RUSAGE_SELF), time.perf_counter()
-    writer = fsio.BufferedCheckedWriter(path, size_hint=len(data) if reserve else 0)
+    writer = checked_writer.BufferedCheckedWriter(path, size_hint=len(data) if reserve else 0)
     for start in range(0, len(data), BLOCK):
         writer.write(data[start : start + BLOCK])
     writer.finish()

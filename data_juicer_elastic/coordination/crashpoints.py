@@ -44,7 +44,7 @@ from pathlib import Path
 from typing import Final, Literal
 
 from data_juicer_elastic.errors import ConfigError
-from data_juicer_elastic.sharedfs import fsio
+from data_juicer_elastic.sharedfs import fault_seam
 
 CRASH_ENV: Final = "DJ_ELASTIC_TEST_CRASH_AT"
 FAULTS_ENV: Final = "DJ_ELASTIC_TEST_FAULTS"
@@ -176,9 +176,9 @@ def install(plan: FaultPlan | None) -> None:
     global _installed
     _installed = plan
     if plan is None:
-        fsio.set_fault_hook(None)
+        fault_seam.set_fault_hook(None)
     else:
-        fsio.set_fault_hook(plan.before, plan.after)
+        fault_seam.set_fault_hook(plan.before, plan.after)
 
 
 def install_from_env() -> bool:

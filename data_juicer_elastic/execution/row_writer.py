@@ -36,7 +36,7 @@ from data_juicer_elastic.errors import ElasticError
 from data_juicer_elastic.execution.lossless import restore_fields
 from data_juicer_elastic.execution.row_types import ROW_COLUMN
 from data_juicer_elastic.execution.shard_reader import InputRows
-from data_juicer_elastic.sharedfs import fsio
+from data_juicer_elastic.sharedfs import fault_seam
 
 STATS_FIELD: Final = "__dj__stats__"  # data_juicer.utils.constant.Fields.stats
 META_FIELD: Final = "__dj__meta__"  # Fields.meta
@@ -115,7 +115,7 @@ class _HashedFile:
 
     def finish(self) -> WrittenFile:
         self._handle.flush()
-        fsio.fault_point("fsync", self.tmp)
+        fault_seam.fault_point("fsync", self.tmp)
         os.fsync(self._handle.fileno())
         self._handle.close()
         os.replace(self.tmp, self.path)
@@ -148,7 +148,7 @@ def write_shard(
     stats = _HashedFile(row_stats_path) if stats_columns else None
     restored = 0
     try:
-        fsio.fault_point("write", out.tmp)  # fault injection / named crash point (a no-op unless a test sets one)
+        fault_seam.fault_point("write", out.tmp)  # fault injection / named crash point (a no-op unless a test sets one)
         for batch in batches:
             for row in batch.to_pylist():
                 number = row.pop(ROW_COLUMN, None)

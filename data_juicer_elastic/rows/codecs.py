@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any, Final, Literal, TypeVar, get_args
 
 from data_juicer_elastic.errors import InputError
-from data_juicer_elastic.sharedfs import fsio
+from data_juicer_elastic.sharedfs import checked_writer, fsio
 
 Codec = Literal["none", "gzip", "zstd"]
 CODECS: Final[tuple[Codec, ...]] = get_args(Codec)
@@ -318,7 +318,7 @@ class ShardFileWriter:
         self.rows = 0
         self._stored = hashlib.sha256() if codec != "none" else self.content
         self.stored_bytes = 0
-        self._writer = fsio.BufferedCheckedWriter(self.path, size_hint=size_hint if codec == "none" else 0)
+        self._writer = checked_writer.BufferedCheckedWriter(self.path, size_hint=size_hint if codec == "none" else 0)
         self._compress = _compressor(codec)
 
     def write(self, data: bytes | memoryview, rows: int) -> None:

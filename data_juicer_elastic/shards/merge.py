@@ -30,7 +30,7 @@ from data_juicer_elastic.jobdir.row_stats import MergedRowStats, export_stats_pa
 from data_juicer_elastic.jobdir.shard_state import ShardState, decide_state, read_markers
 from data_juicer_elastic.rows.codecs import BackgroundIO, Syncer
 from data_juicer_elastic.shards import steps
-from data_juicer_elastic.sharedfs import fsio
+from data_juicer_elastic.sharedfs import checked_writer, fault_seam, fsio
 from data_juicer_elastic.sharedfs.identity import kernel_tag, pid_alive
 
 SYNC_EVERY: Final = 256 * 1024 * 1024
@@ -118,21 +118,21 @@ def merge_job(job_dir: str | Path, output_path: str | Path, overwrite: bool = Fa
     remove_dead_merge_temps(output, tag)
     tmp = merge_temp_path(output, tag)
     total_bytes, done_bytes = sum(result.bytes for _, result in results), 0
-    out = OutputAppender(fsio.BufferedCheckedWriter(tmp, size_hint=total_bytes), sync_path=tmp)
+    out = OutputAppender(checked_writer.BufferedCheckedWriter(tmp, size_hint=total_bytes), sync_path=tmp)
     merged = []
     try:
         for entry, result in results:
             merged.append(copy_shard(layout, entry, result, out.append))
             done_bytes += result.bytes
             steps.report("merge", done_bytes, total_bytes)
-            fsio.fault_point("merge", tmp)  # named crash point (coordination.crashpoints)
+            fault_seam.fault_point("merge", tmp)  # named crash point (coordination.crashpoints)
         out.finish()  # fsync + checked close before anything is published
     except BaseException:
         out.abort()
         raise
     try:
         staged = stage_row_stats(layout, results, output, tag)
-        fsio.fault_point("finalize", output)  # named crash point: merged, not yet published
+        fault_seam.fault_point("finalize", output)  # named crash point: merged, not yet published
         written, row_stats = publish_merged(tmp, output, staged, overwrite)
     finally:
         fsio.remove(tmp)
@@ -182,7 +182,7 @@ def stage_row_stats(
     remove_dead_merge_temps(path, tag)
     tmp = merge_temp_path(path, tag)
     total = sum(result.row_stats.bytes for _, result in results if result.row_stats is not None)
-    out = OutputAppender(fsio.BufferedCheckedWriter(tmp, size_hint=total), sync_path=tmp)
+    out = OutputAppender(checked_writer.BufferedCheckedWriter(tmp, size_hint=total), sync_path=tmp)
     rows = 0
     try:
         for entry, result in results:

@@ -25,7 +25,7 @@ from typing import Any, Protocol
 from data_juicer_elastic.errors import InputChangedError
 from data_juicer_elastic.jobdir.layout import shard_id
 from data_juicer_elastic.jobdir.records import ShardEntry
-from data_juicer_elastic.sharedfs import fsio
+from data_juicer_elastic.sharedfs import checked_writer
 
 
 def target_span(total_bytes: int, k: int, n: int) -> int:
@@ -47,7 +47,7 @@ class ShardSplitter:
         self._open()
 
     def _open(self) -> None:
-        self.writer = fsio.BufferedCheckedWriter(self.out_dir / f"{shard_id(self.k, self.n)}.jsonl")
+        self.writer = checked_writer.BufferedCheckedWriter(self.out_dir / f"{shard_id(self.k, self.n)}.jsonl")
         self.digest = hashlib.sha256()
         self.rows = self.bytes = 0
         self.first_row = self.seen

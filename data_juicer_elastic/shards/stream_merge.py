@@ -57,7 +57,7 @@ from data_juicer_elastic.shards.merge import (
     record_merge,
     stage_row_stats,
 )
-from data_juicer_elastic.sharedfs import fsio
+from data_juicer_elastic.sharedfs import fault_seam, fsio
 from data_juicer_elastic.sharedfs.identity import kernel_tag
 
 PARTIAL_SUFFIX: Final = ".partial"
@@ -118,7 +118,7 @@ class _PartialLock:
                 raise self._busy()
         self._held = True
         try:
-            fsio.fault_point("open", self.path)
+            fault_seam.fault_point("open", self.path)
             try:  # O_NOFOLLOW: a symlink at <export>.partial is refused (ELOOP), never written through
                 self.fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o644)
             except OSError as exc:
@@ -214,7 +214,7 @@ def _follow(layout, manifest, output, partial, fd, overwrite, wait, poll_secs, s
                     return None  # the partial and its progress stay: a later follower resumes
                 continue
             state.merged.append(copy_shard(layout, entry, result, out.append))
-            fsio.fault_point("merge", partial)  # named crash point: the shard's bytes may be torn, unrecorded
+            fault_seam.fault_point("merge", partial)  # named crash point: the shard's bytes may be torn, unrecorded
             out.drain()
             writer.sync()  # durable before the progress record says so
             _publish_progress(state, manifest, output, partial, out, complete=False, on_progress=on_progress)
@@ -227,7 +227,7 @@ def _follow(layout, manifest, output, partial, fd, overwrite, wait, poll_secs, s
     sha = out.digest.hexdigest()
     # The per-row stats file is written whole at the end (it is not streamed).
     staged = stage_row_stats(layout, accepted_results(layout, manifest), output, kernel_tag())
-    fsio.fault_point("finalize", output)  # named crash point: complete and fsynced, not yet published
+    fault_seam.fault_point("finalize", output)  # named crash point: complete and fsynced, not yet published
     written, row_stats = publish_merged(partial, output, staged, overwrite)
     result = record_merge(layout, manifest, output, state.merged, sha, written, row_stats)
     _publish_progress(state, manifest, output, partial, out, complete=True, on_progress=on_progress)
@@ -282,13 +282,13 @@ class _AppendWriter:
         os.lseek(fd, 0, os.SEEK_END)
 
     def write(self, data: bytes) -> None:
-        fsio.fault_point("write", self.path)
+        fault_seam.fault_point("write", self.path)
         view = memoryview(data)
         while view:
             view = view[os.write(self.fd, view) :]
 
     def sync(self) -> None:
-        fsio.fault_point("fsync", self.path)
+        fault_seam.fault_point("fsync", self.path)
         os.fsync(self.fd)
 
     def finish(self) -> None:

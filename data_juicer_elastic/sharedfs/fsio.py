@@ -13,12 +13,8 @@ Facts this module is written for (see docs/leases-on-nfs.md):
 * Attribute caches lie for seconds, so records are read by opening them
   (close-to-open consistency revalidates), never judged by ``stat``.
 
-Everything goes through the functions below so that a fault-injection layer
-(``coordination.crashpoints``: fault plans and named crash points) can hook two places:
-:func:`fault_point` before an operation (fail it, or kill the process there) and
-:func:`fault_done` after it succeeded (report a failure for an operation that
-happened, as a retransmitted NFS call can).  Unused, each costs one global load and
-an ``is None`` test (measured in ``benchmarks/bench_fault_seam.py``).
+Everything goes through the functions below (and ``sharedfs.checked_writer``) so that
+the fault-injection seam (``sharedfs.fault_seam``) sees every operation.
 """
 
 from __future__ import annotations
@@ -28,45 +24,18 @@ import hashlib
 import os
 import secrets
 import shutil
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import BinaryIO, Final
 
 from data_juicer_elastic.errors import JobDirError
+from data_juicer_elastic.sharedfs.checked_writer import CHUNK, CheckedWriter
+from data_juicer_elastic.sharedfs.fault_seam import fault_done, fault_point, named_os_error
 
 MAX_RECORD_BYTES: Final = 4 * 1024 * 1024
-CHUNK: Final = 1024 * 1024
 _LINK_ATTEMPTS: Final = 4
 _READ_ATTEMPTS: Final = 3
 _AMBIGUOUS_ERRNOS: Final = frozenset({errno.EIO, errno.ESTALE, errno.ETIMEDOUT})
-
-FaultHook = Callable[[str, Path], None]
-_fault_hook: FaultHook | None = None
-_done_hook: FaultHook | None = None
-
-
-def set_fault_hook(hook: FaultHook | None, after: FaultHook | None = None) -> None:
-    """Install callables(op, path): ``hook`` runs before every operation, ``after`` after
-    the mutating ones succeeded (create, write, fsync, close, link, rename, replace).
-    Either may raise OSError or end the process; None removes them (tests, fault injection)."""
-    global _fault_hook, _done_hook
-    _fault_hook, _done_hook = hook, after
-
-
-def fault_point(op: str, path: Path) -> None:
-    if _fault_hook is not None:
-        _fault_hook(op, Path(path))
-
-
-def fault_done(op: str, path: Path) -> None:
-    if _done_hook is not None:
-        _done_hook(op, Path(path))
-
-
-def _named(exc: OSError, path: Path, what: str) -> OSError:
-    """``exc`` with the path in its message: os.write/os.fsync/os.close errors name no file,
-    and an ENOSPC that does not say where is of no use to whoever must free space."""
-    return OSError(exc.errno, f"{what} failed: {exc.strerror}", str(path))
 
 
 # -- directories ----------------------------------------------------------------------------
@@ -205,141 +174,9 @@ def temp_path_for(target: Path) -> Path:
     return target.with_name(f".{target.name}.tmp-{os.getpid()}-{secrets.token_hex(4)}")
 
 
-class _CheckedWriter:
-    """A file opened O_EXCL whose write, fsync *and close* errors all surface, naming the path."""
-
-    def __init__(self, path: Path):
-        self.path = Path(path)
-        self.fd = -1
-        fault_point("create", self.path)
-        self.fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
-        try:
-            fault_done("create", self.path)
-        except BaseException:
-            self.abort()  # the caller never gets this writer: do not leak the fd or the file
-            raise
-
-    def write(self, data: bytes) -> int:
-        view = memoryview(data)
-        try:
-            fault_point("write", self.path)
-            while view:
-                written = os.write(self.fd, view)
-                view = view[written:]
-            fault_done("write", self.path)
-        except OSError as exc:
-            raise _named(exc, self.path, "write") from exc
-        return len(data)
-
-    def finish(self, durable: bool = True) -> None:
-        try:
-            if durable:
-                try:
-                    fault_point("fsync", self.path)
-                    os.fsync(self.fd)
-                    fault_done("fsync", self.path)
-                except OSError as exc:
-                    raise _named(exc, self.path, "fsync") from exc
-        finally:
-            fd, self.fd = self.fd, -1
-            try:
-                fault_point("close", self.path)
-                os.close(fd)
-                fault_done("close", self.path)
-            except OSError as exc:
-                raise _named(exc, self.path, "close") from exc
-
-    def abort(self) -> None:
-        if self.fd >= 0:
-            try:
-                os.close(self.fd)
-            except OSError:
-                pass
-            self.fd = -1
-        try:
-            os.unlink(self.path)
-        except OSError:
-            pass
-
-
-_FALLOC_FL_KEEP_SIZE: Final = 1
-_fallocate: Callable[[int, int, int, int], int] | None | bool = False  # False: not looked up yet
-
-
-def preallocate(fd: int, size: int) -> bool:
-    """Reserve ``size`` bytes of disk for a file about to be written, without changing its size.
-
-    Linux's fallocate(2) with FALLOC_FL_KEEP_SIZE, called directly: glibc's posix_fallocate
-    would *emulate* it where the filesystem cannot (NFSv3: a write in every 4 KiB block).
-    Only a hint: any failure is ignored.  Why: the filesystem allocates the file's extents
-    once instead of block by block as writeback proceeds (benchmarks/bench_preallocate.py,
-    1 GB write + fsync on this project's ext4 test disk: median 0.47 -> 0.42 s, system time
-    0.23 -> 0.17 s), and the space is taken before the first byte, not mid-file.
-    """
-    global _fallocate
-    if _fallocate is False:
-        _fallocate = _load_fallocate()
-    if _fallocate is None or size <= 0:
-        return False
-    return _fallocate(fd, _FALLOC_FL_KEEP_SIZE, 0, size) == 0
-
-
-def _load_fallocate():
-    try:
-        import ctypes
-        import ctypes.util
-
-        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
-        function = libc.fallocate
-    except (OSError, AttributeError):  # not Linux/glibc: no hint
-        return None
-    function.argtypes = [ctypes.c_int, ctypes.c_int, ctypes.c_longlong, ctypes.c_longlong]
-    function.restype = ctypes.c_int
-    return function
-
-
-class BufferedCheckedWriter:
-    """Streaming writer for large outputs (shards, merged file): buffers, then checked writes.
-    ``size_hint``: the bytes expected, reserved on disk up front (:func:`preallocate`)."""
-
-    def __init__(self, path: Path, buffer_bytes: int = CHUNK, size_hint: int = 0):
-        self._raw = _CheckedWriter(path)
-        if size_hint > 0:
-            preallocate(self._raw.fd, size_hint)
-        self._buffer = bytearray()
-        self._limit = buffer_bytes
-        self.path = self._raw.path
-
-    def write(self, data: bytes | memoryview) -> None:
-        if len(data) >= self._limit:  # a large block gains nothing from a copy into the buffer
-            self.flush()
-            self._raw.write(data)
-            return
-        self._buffer += data
-        if len(self._buffer) >= self._limit:
-            self.flush()
-
-    def flush(self) -> None:
-        if self._buffer:
-            self._raw.write(bytes(self._buffer))
-            self._buffer.clear()
-
-    def finish(self, durable: bool = True) -> None:
-        try:
-            self.flush()
-        except BaseException:
-            self._raw.abort()
-            raise
-        self._raw.finish(durable)
-
-    def abort(self) -> None:
-        self._buffer.clear()
-        self._raw.abort()
-
-
 def write_new(path: Path, data: bytes, durable: bool = True) -> None:
     """Create ``path`` exclusively with ``data`` (fails if it exists); removed again on error."""
-    writer = _CheckedWriter(path)
+    writer = CheckedWriter(path)
     try:
         writer.write(data)
         writer.finish(durable)
@@ -382,7 +219,7 @@ def fsync_file(path: Path) -> None:
         os.fsync(fd)
         fault_done("fsync", path)
     except OSError as exc:
-        raise _named(exc, Path(path), "fsync") from exc
+        raise named_os_error(exc, Path(path), "fsync") from exc
     finally:
         os.close(fd)
 

@@ -14,7 +14,7 @@ from data_juicer_elastic.jobdir import worker_loop
 from data_juicer_elastic.jobdir.layout import JobLayout
 from data_juicer_elastic.jobdir.manifest import load_manifest
 from data_juicer_elastic.shards.prepare import prepare_job
-from data_juicer_elastic.sharedfs import fsio
+from data_juicer_elastic.sharedfs import fault_seam
 from tests.jobdir.conftest import copy_runner, identity, make_rows, request, write_rows
 
 _PATH = Path(__file__).resolve().parents[2] / "benchmarks" / "scale_model.py"
@@ -90,7 +90,7 @@ def _traced_worker_ops(tmp_path: Path, *, claim_ahead: bool) -> int:
     from data_juicer_elastic.coordination.stragglers import ClaimGate
 
     trace: list[str] = []
-    fsio.set_fault_hook(lambda op, path: trace.append(op))
+    fault_seam.set_fault_hook(lambda op, path: trace.append(op))
     try:
         # a clock that jumps 1000 s per look: every claim finds the gate's answer expired
         clock = itertools.count(0.0, 1000.0).__next__
@@ -107,7 +107,7 @@ def _traced_worker_ops(tmp_path: Path, *, claim_ahead: bool) -> int:
             claim_ahead=claim_ahead,
         )
     finally:
-        fsio.set_fault_hook(None)
+        fault_seam.set_fault_hook(None)
     return sum(WEIGHT.get(op, 1) for op in trace)
 
 

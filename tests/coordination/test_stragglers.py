@@ -9,6 +9,7 @@ from data_juicer_elastic.jobdir.layout import JobLayout
 from data_juicer_elastic.jobdir.manifest import load_manifest
 from data_juicer_elastic.jobdir.worker_loop import run_worker
 from data_juicer_elastic.shards.prepare import prepare_job
+from data_juicer_elastic.sharedfs import fault_seam
 
 from ..jobdir.conftest import copy_runner, identity, make_rows, request, write_rows
 
@@ -74,10 +75,9 @@ def _tail_job(tmp_path, pending: int):
 
 
 def test_the_gate_reads_live_claims_only_in_the_tail(tmp_path):
-    from data_juicer_elastic.sharedfs import fsio
 
     lease_reads = []
-    fsio.set_fault_hook(lambda op, path: lease_reads.append(path) if "/claims/part-" in str(path) else None)
+    fault_seam.set_fault_hook(lambda op, path: lease_reads.append(path) if "/claims/part-" in str(path) else None)
     try:
         layout, manifest = _tail_job(tmp_path / "tail", pending=2)
         lease_reads.clear()
@@ -87,7 +87,7 @@ def test_the_gate_reads_live_claims_only_in_the_tail(tmp_path):
         lease_reads.clear()
         early = ClaimGate(layout, manifest, "slow", 1, min_interval=0)()
     finally:
-        fsio.set_fault_hook(None)
+        fault_seam.set_fault_hook(None)
     # 3 fast workers finish 3 x floor(40/10 - 1/2) = 9 shards before 'slow' finishes one
     assert not tail and tail_reads > 0, "2 pending: the leases are read and the slow node declines"
     assert early and lease_reads == [], "40 never-claimed shards > 3 claims x 3: allowed from two listings"

@@ -16,7 +16,7 @@ from pathlib import Path
 
 from data_juicer_elastic.jobdir.tasks import ShardOutput, ShardTask
 from data_juicer_elastic.shards.prepare import PrepareRequest, prepare_job
-from data_juicer_elastic.sharedfs import fsio
+from data_juicer_elastic.sharedfs import checked_writer, fsio
 
 # Event.wait, not time.sleep: under libfaketime with FAKETIME_DONT_FAKE_MONOTONIC (row 6)
 # time.sleep's clock_nanosleep fails with EINVAL; a timed wait works on every set-up.
@@ -63,7 +63,7 @@ def fsio_runner(
             pause(seconds)
         if fail is not None and fail(task):
             raise RuntimeError(f"fake runner refuses {task.shard_id}")
-        writer = fsio.BufferedCheckedWriter(task.output_path)
+        writer = checked_writer.BufferedCheckedWriter(task.output_path)
         rows = 0
         try:
             with fsio.open_read(task.shard_path) as handle:

@@ -13,7 +13,7 @@ import pytest
 
 from data_juicer_elastic.errors import InputChangedError
 from data_juicer_elastic.shards.prepare import PrepareRequest, prepare_job
-from data_juicer_elastic.sharedfs import fsio
+from data_juicer_elastic.sharedfs import fault_seam
 
 from .conftest import run_driver
 from .fakes import prepare, write_input
@@ -51,12 +51,12 @@ def test_input_edited_while_prepare_reads_it_is_refused(tmp_path):
             if len(stats) >= 2:
                 data.write_text(data.read_text().replace("row 3 ", f"row 3{len(stats)}"))
 
-    fsio.set_fault_hook(edit_while_reading)
+    fault_seam.set_fault_hook(edit_while_reading)
     try:
         with pytest.raises(InputChangedError) as info:
             prepare_job(_request(tmp_path / "job", data))
     finally:
-        fsio.set_fault_hook(None)
+        fault_seam.set_fault_hook(None)
     assert info.value.where == str(data) and _sha(data) != old
     if "sha256" in info.value.message:  # the sha256 now is shown when prepare read the file whole
         assert _sha(data) in info.value.message

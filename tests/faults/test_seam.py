@@ -10,14 +10,14 @@ import pytest
 from data_juicer_elastic.coordination import crashpoints
 from data_juicer_elastic.coordination.crashpoints import CRASH_POINTS, FaultPlan, FaultRule, injected
 from data_juicer_elastic.errors import ConfigError
-from data_juicer_elastic.sharedfs import fsio
+from data_juicer_elastic.sharedfs import fault_seam, fsio
 
 
 def test_nothing_is_installed_when_the_environment_names_no_plan(monkeypatch):
     monkeypatch.delenv(crashpoints.CRASH_ENV, raising=False)
     monkeypatch.delenv(crashpoints.FAULTS_ENV, raising=False)
     assert crashpoints.install_from_env() is False
-    assert fsio._fault_hook is None and fsio._done_hook is None
+    assert fault_seam._fault_hook is None and fault_seam._done_hook is None
 
 
 def test_plan_from_the_environment_is_installed_once(monkeypatch):
@@ -28,7 +28,7 @@ def test_plan_from_the_environment_is_installed_once(monkeypatch):
         assert crashpoints.install_from_env() and crashpoints._installed is first, "counters survive"
     finally:
         crashpoints.install(None)
-    assert fsio._fault_hook is None
+    assert fault_seam._fault_hook is None
 
 
 @pytest.mark.parametrize(
@@ -62,7 +62,7 @@ def test_injected_errors_look_like_the_real_calls_and_fsio_names_the_path(tmp_pa
     assert write_error.value.errno == errno.ENOSPC and write_error.value.filename == str(tmp_path / "a")
     assert create_error.value.filename == str(tmp_path / "b")
     assert sorted(p.name for p in tmp_path.iterdir()) == [], "nothing half-written is left"
-    assert fsio._fault_hook is None, "the context manager uninstalls"
+    assert fault_seam._fault_hook is None, "the context manager uninstalls"
 
 
 def test_every_named_crash_point_is_reachable_by_an_operation_the_code_performs():

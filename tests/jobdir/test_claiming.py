@@ -17,7 +17,7 @@ from data_juicer_elastic.jobdir.manifest import load_manifest
 from data_juicer_elastic.jobdir.result_records import ShardResult
 from data_juicer_elastic.jobdir.worker_loop import run_worker
 from data_juicer_elastic.shards.prepare import prepare_job
-from data_juicer_elastic.sharedfs import fsio
+from data_juicer_elastic.sharedfs import fault_seam, fsio
 
 from .conftest import copy_runner, identity, make_rows, request, write_rows
 
@@ -118,7 +118,7 @@ def _count_claims(job: Path, counter: _ClaimOps, claims: int) -> _ClaimOps:
     layout, manifest = JobLayout(job), load_manifest(job)
     # The gate as the executor builds it; a frozen clock keeps its first answer (one observe()).
     gate = ClaimGate(layout, manifest, "node-a", 1, min_interval=1.0, clock=lambda: 0.0)
-    fsio.set_fault_hook(counter)
+    fault_seam.set_fault_hook(counter)
     try:
         run_worker(
             job, identity(), copy_runner(), ttl_secs=60.0, heartbeat_secs=10.0, max_retries=1,
@@ -126,7 +126,7 @@ def _count_claims(job: Path, counter: _ClaimOps, claims: int) -> _ClaimOps:
             claim_rng=random.Random(7),
         )  # fmt: skip
     finally:
-        fsio.set_fault_hook(None)
+        fault_seam.set_fault_hook(None)
     assert counter.claims == claims
     return counter
 
@@ -176,14 +176,14 @@ def test_a_held_shard_is_reread_only_when_it_could_be_stale_then_taken_over(tmp_
         clock.advance(25.0)  # each shard takes 25 s of the worker's clock; TTL is 60 s
         return copy_runner()(task)
 
-    fsio.set_fault_hook(hook)
+    fault_seam.set_fault_hook(hook)
     try:
         summary = run_worker(
             job, identity("rescuer"), slow_runner, ttl_secs=60.0, heartbeat_secs=10.0, max_retries=3,
             poll_interval_secs=1.0, clock=clock, sleep=clock.advance, claim_rng=random.Random(0),
         )  # fmt: skip
     finally:
-        fsio.set_fault_hook(None)
+        fault_seam.set_fault_hook(None)
     assert summary.complete and summary.claimed == 8
     view = leases.read_lease(layout, held)
     assert view.generation == 2 and view.claim.takeover_reason == leases.STALE

@@ -6,7 +6,7 @@ import os
 import pytest
 
 from data_juicer_elastic.errors import JobDirError
-from data_juicer_elastic.sharedfs import fsio
+from data_juicer_elastic.sharedfs import checked_writer, fault_seam, fsio
 
 
 def test_atomic_write_replaces_and_leaves_no_temp(tmp_path):
@@ -92,16 +92,16 @@ def test_read_record_is_bounded_and_missing_is_none(tmp_path):
 
 def test_fault_hook_sees_operations(tmp_path):
     seen = []
-    fsio.set_fault_hook(lambda op, path: seen.append((op, path.name)))
+    fault_seam.set_fault_hook(lambda op, path: seen.append((op, path.name)))
     try:
         fsio.publish_bytes(tmp_path / "r.json", b"x")
     finally:
-        fsio.set_fault_hook(None)
+        fault_seam.set_fault_hook(None)
     assert ("link", "r.json") in seen
 
 
 def test_buffered_writer_abort_removes_the_file(tmp_path):
-    writer = fsio.BufferedCheckedWriter(tmp_path / "out.jsonl", buffer_bytes=4)
+    writer = checked_writer.BufferedCheckedWriter(tmp_path / "out.jsonl", buffer_bytes=4)
     writer.write(b"0123456789")
     writer.abort()
     assert not (tmp_path / "out.jsonl").exists()
@@ -111,17 +111,15 @@ def test_buffered_writer_abort_removes_the_file(tmp_path):
 def test_preallocate_reserves_space_without_changing_the_size_and_failures_are_only_hints(tmp_path, monkeypatch):
     import os
 
-    from data_juicer_elastic.sharedfs import fsio
-
     path = tmp_path / "big.bin"
-    writer = fsio.BufferedCheckedWriter(path, size_hint=8 << 20)
+    writer = checked_writer.BufferedCheckedWriter(path, size_hint=8 << 20)
     reserved = os.stat(path).st_blocks * 512
     writer.write(b"x" * 1000)
     writer.finish()
     assert os.stat(path).st_size == 1000, "the size is what was written, not what was reserved"
     assert reserved == 0 or reserved >= 8 << 20  # 0 where the filesystem has no fallocate
-    monkeypatch.setattr(fsio, "_fallocate", lambda *args: -1)  # e.g. EOPNOTSUPP on NFSv3
-    other = fsio.BufferedCheckedWriter(tmp_path / "other.bin", size_hint=1 << 20)
+    monkeypatch.setattr(checked_writer, "_fallocate", lambda *args: -1)  # e.g. EOPNOTSUPP on NFSv3
+    other = checked_writer.BufferedCheckedWriter(tmp_path / "other.bin", size_hint=1 << 20)
     other.write(b"y\n")
     other.finish()
     assert (tmp_path / "other.bin").read_bytes() == b"y\n"

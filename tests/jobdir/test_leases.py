@@ -10,7 +10,7 @@ import pytest
 from data_juicer_elastic.jobdir import leases
 from data_juicer_elastic.jobdir.layout import JobLayout, shard_id
 from data_juicer_elastic.jobdir.lease_records import Claim, Failure
-from data_juicer_elastic.sharedfs import fsio
+from data_juicer_elastic.sharedfs import fault_seam, fsio
 
 from .conftest import FakeClock, identity
 
@@ -218,14 +218,14 @@ def test_heartbeater_self_fences_after_ttl_minus_two_heartbeats(job, clock):
         if op == "create" and "heartbeats" in str(path):
             raise OSError(28, "No space left on device", str(path))
 
-    fsio.set_fault_hook(failing)
+    fault_seam.set_fault_hook(failing)
     try:
         clock.advance(TTL - 2 * 10 - 1)
         assert not hb.beat() and hb.check(), "still within the grace period"
         clock.advance(2)
         assert not hb.beat() and not hb.check() and hb.lost.is_set()
     finally:
-        fsio.set_fault_hook(None)
+        fault_seam.set_fault_hook(None)
 
 
 def test_heartbeater_thread_keeps_the_seq_moving(job):

@@ -15,7 +15,7 @@ from data_juicer_elastic.jobdir.layout import JobLayout
 from data_juicer_elastic.jobdir.manifest import load_manifest, load_recipe
 from data_juicer_elastic.shards.prepare import prepare_job
 from data_juicer_elastic.shards.splitter import ShardSplitter
-from data_juicer_elastic.sharedfs import fsio
+from data_juicer_elastic.sharedfs import fault_seam
 
 from .conftest import make_rows, request, write_rows
 
@@ -230,12 +230,12 @@ def test_input_changed_while_prepare_reads_it_is_detected(tmp_path):
             content = data.read_bytes()
             data.write_bytes(content.replace(b"row 5", b"row 6", 1))
 
-    fsio.set_fault_hook(hook)
+    fault_seam.set_fault_hook(hook)
     try:
         with pytest.raises(InputChangedError) as info:
             prepare_job(request(tmp_path / "job", data, 4))
     finally:
-        fsio.set_fault_hook(None)
+        fault_seam.set_fault_hook(None)
     new = hashlib.sha256(data.read_bytes()).hexdigest()
     assert old in info.value.message and new in info.value.message
     assert info.value.where == str(data)
@@ -250,12 +250,12 @@ def test_crash_before_manifest_then_rerun_completes(tmp_path):
         if op == "link" and path.name == "manifest.json":
             raise OSError(5, "simulated crash")
 
-    fsio.set_fault_hook(hook)
+    fault_seam.set_fault_hook(hook)
     try:
         with pytest.raises(JobDirError, match="storage error: simulated crash"):  # one line, not a traceback
             prepare_job(request(job, data, 4))
     finally:
-        fsio.set_fault_hook(None)
+        fault_seam.set_fault_hook(None)
     assert (job / "shards").is_dir() and not (job / "manifest.json").exists()
     with pytest.raises(JobDirError, match="different, unfinished prepare"):
         prepare_job(request(job, data, 3))

@@ -14,7 +14,7 @@ from data_juicer_elastic.jobdir.layout import JobLayout
 from data_juicer_elastic.jobdir.tasks import ShardOutput
 from data_juicer_elastic.jobdir.worker_loop import run_worker
 from data_juicer_elastic.shards.prepare import prepare_job
-from data_juicer_elastic.sharedfs import fsio
+from data_juicer_elastic.sharedfs import fault_seam
 
 from .conftest import FakeClock, identity, make_rows, request, write_rows
 
@@ -90,11 +90,11 @@ def test_write_errors_are_logged_not_raised_and_retried(tmp_path):
         if path.name.startswith("progress"):
             raise OSError(28, "No space left on device")
 
-    fsio.set_fault_hook(refuse)
+    fault_seam.set_fault_hook(refuse)
     try:
         assert tracker.flush() is False
     finally:
-        fsio.set_fault_hook(None)
+        fault_seam.set_fault_hook(None)
     assert tracker.flush() is True, "still dirty: the next heartbeat writes it"
 
 

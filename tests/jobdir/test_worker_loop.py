@@ -244,17 +244,17 @@ def test_concurrent_worker_processes_do_each_shard_exactly_once(tmp_path):
     [("create", ".result.json"), ("fsync", "output.jsonl"), ("link", "/done/"), ("makedirs", "attempts")],
 )
 def test_storage_errors_are_failed_attempts_naming_the_path(job, op, name_part):
-    from data_juicer_elastic.sharedfs import fsio
+    from data_juicer_elastic.sharedfs import fault_seam
 
     def hook(what, path):
         if what == op and name_part in str(path) and "part-00000-of-00004" in str(path):
             raise OSError(28, "No space left on device", str(path))
 
-    fsio.set_fault_hook(hook)
+    fault_seam.set_fault_hook(hook)
     try:
         summary = run_worker(job, identity(), copy_runner(), max_retries=0, **LEASE)
     finally:
-        fsio.set_fault_hook(None)
+        fault_seam.set_fault_hook(None)
     layout = JobLayout(job)
     assert not layout.done("part-00000-of-00004").exists()
     assert summary.done == 3 and summary.failed == 1
