@@ -20,6 +20,19 @@ from typing import Final
 from data_juicer_elastic import DATA_JUICER_REQUIREMENT
 from data_juicer_elastic.errors import IntegrationError
 
+__all__ = [
+    "ALREADY",
+    "APPLIED",
+    "MODULES",
+    "ORIGINAL",
+    "RAY_REQUIREMENT",
+    "dj_moved",
+    "import_target",
+    "is_installed",
+    "ray_moved",
+    "self_checks",
+]
+
 # The Ray releases the Ray internals below are written against (setup.cfg pins the same range).
 RAY_REQUIREMENT: Final = "ray[data]>=2.60,<2.61"
 

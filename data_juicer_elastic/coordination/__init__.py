@@ -8,3 +8,15 @@ per slot, GPU subsets), ``stragglers`` (claim gate), ``crashpoints`` (test-only 
 plans and named crash points).  The read-only view of runs is ``status.run_status``.
 Import from the modules; nothing is re-exported here.
 """
+
+# The package's modules (nothing is re-exported: import from the module you need).
+__all__ = [
+    "crashpoints",
+    "elections",
+    "flow",
+    "run_id",
+    "run_records",
+    "settle",
+    "slots",
+    "stragglers",
+]

@@ -1,5 +1,25 @@
-"""How the plugin enters Data-Juicer: entry point, deferred patches, the ``elastic:``
-config block, the shard recipe and its checks, and doctor checks.
+"""How the plugin enters Data-Juicer, and what it checks on the way in.
+
+* ``entrypoint``: the ``data_juicer.ops`` entry point Data-Juicer imports; it calls
+  ``patches``, which decides *when* each patch goes in (``compat`` holds *how*);
+* ``dispatch``: the ``dj-process`` / ``dj-analyze`` mains: ``executor_type: elastic_sharded``
+  to our executor, one-line errors with exit code 2;
+* ``config_block``: the recipe's ``elastic:`` block in Data-Juicer's parser, and back out;
+* ``recipe`` (the shard recipe each shard runs) and ``recipe_check`` (recipes that cannot
+  run shard by shard, refused);
+* ``doctor`` and ``mount_cache``: the checks behind ``dj-elastic doctor``.
 
 Importing this package is cheap and imports no Data-Juicer module.
 """
+
+# The package's modules (nothing is re-exported: import from the module you need).
+__all__ = [
+    "config_block",
+    "dispatch",
+    "doctor",
+    "entrypoint",
+    "mount_cache",
+    "patches",
+    "recipe",
+    "recipe_check",
+]

@@ -18,3 +18,33 @@ The worker: ``claiming`` / ``claim_ahead`` (finding the next shard), ``shard_att
 No Ray, no Data-Juicer imports.  Import from the modules; nothing is re-exported here so
 that importing one piece stays cheap.
 """
+
+# The package's modules (nothing is re-exported: import from the module you need).
+__all__ = [
+    "attempts",
+    "claim_ahead",
+    "claiming",
+    "confine",
+    "export_path",
+    "failures",
+    "heartbeats",
+    "layout",
+    "lease_records",
+    "leases",
+    "liveness",
+    "manifest",
+    "outcome",
+    "progress",
+    "published_file",
+    "reasons",
+    "recipe_diff",
+    "records",
+    "result_records",
+    "retry",
+    "row_stats",
+    "shard_attempt",
+    "shard_state",
+    "tasks",
+    "worker_loop",
+    "worker_signals",
+]

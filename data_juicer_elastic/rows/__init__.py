@@ -6,3 +6,13 @@ JSON object per line means, the same for every parser), ``jsonl`` (row normalisa
 blocks, shard-output validation), ``row_schema`` (the JSON type of every key over the whole
 input), ``row_checkers`` (row validation in helper processes).  Depends only on ``sharedfs``.
 """
+
+# The package's modules (nothing is re-exported: import from the module you need).
+__all__ = [
+    "codecs",
+    "jsonl",
+    "line_framer",
+    "row_checkers",
+    "row_policy",
+    "row_schema",
+]

@@ -7,3 +7,14 @@ file on the way out.
 job checked without writing); ``steps`` (how far a long local step is).  Built on ``rows`` and
 the ``jobdir`` protocol; no Ray, no Data-Juicer imports.
 """
+
+# The package's modules (nothing is re-exported: import from the module you need).
+__all__ = [
+    "ingest",
+    "merge",
+    "prepare",
+    "splitter",
+    "steps",
+    "stream_merge",
+    "verify",
+]

@@ -8,3 +8,12 @@ each run, and the ``status`` command).  Imports run one way: ``snapshot_types`` 
 ``throughput`` <- ``status_text`` / ``job_status`` <- ``run_status``.  Reads only; no Ray,
 no Data-Juicer imports.
 """
+
+# The package's modules (nothing is re-exported: import from the module you need).
+__all__ = [
+    "job_status",
+    "run_status",
+    "snapshot_types",
+    "status_text",
+    "throughput",
+]
