@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import contextlib
 import functools
-import importlib
 import inspect
 import io
 import os
@@ -32,7 +31,7 @@ from collections.abc import Callable
 from types import ModuleType
 from typing import Any, Final
 
-from data_juicer_elastic.compat import ALREADY, APPLIED, ORIGINAL, dj_moved, is_installed
+from data_juicer_elastic.compat import ALREADY, APPLIED, ORIGINAL, dj_moved, import_target, is_installed
 from data_juicer_elastic.errors import RecipeError
 
 MODULE: Final = "data_juicer.config.config"
@@ -201,10 +200,7 @@ def _already_loaded(paths: list[str]) -> bool:
 
 
 def self_check() -> str:
-    try:
-        module = importlib.import_module(MODULE)
-    except ImportError as exc:
-        raise dj_moved(f"cannot import {MODULE}: {exc}", where=MODULE) from exc
+    module = import_target(MODULE, where=MODULE)
     missing = [name for name in (*WRAPPED, *CALLED, "setup_logger") if not callable(getattr(module, name, None))]
     if missing or not hasattr(module, "global_cfg"):
         raise dj_moved(f"{MODULE}: {', '.join(missing) or 'global_cfg'} missing", where=MODULE)

@@ -11,13 +11,12 @@ scripts) must get ``ElasticShardedExecutor`` for ``elastic_sharded``; the factor
 from __future__ import annotations
 
 import functools
-import importlib
 import inspect
 from collections.abc import Callable
 from types import ModuleType
 from typing import Any, Final
 
-from data_juicer_elastic.compat import ALREADY, APPLIED, ORIGINAL, dj_moved, is_installed
+from data_juicer_elastic.compat import ALREADY, APPLIED, ORIGINAL, dj_moved, import_target, is_installed
 
 MODULE: Final = "data_juicer.core.executor.factory"
 TARGET: Final = f"{MODULE}.ExecutorFactory.create_executor"
@@ -63,10 +62,7 @@ def wrap_create_executor(module: ModuleType, intercept: Callable[[Any], Any]) ->
 
 
 def self_check() -> str:
-    try:
-        module = importlib.import_module(MODULE)
-    except ImportError as exc:
-        raise dj_moved(f"cannot import {MODULE}: {exc}", where=TARGET) from exc
+    module = import_target(MODULE, where=TARGET)
     missing = _problem(module)
     if missing is not None:
         raise dj_moved(f"{TARGET}: {missing}", where=TARGET)

@@ -27,7 +27,7 @@ import sys
 from types import ModuleType
 from typing import Final
 
-from data_juicer_elastic.compat import ORIGINAL, dj_moved, is_installed
+from data_juicer_elastic.compat import ORIGINAL, dj_moved, import_target, is_installed
 
 MODULE: Final = "data_juicer.ops.base_op"
 TARGET: Final = f"{MODULE}.free_models"
@@ -59,10 +59,7 @@ def install(base_op: ModuleType) -> bool:
 
 
 def self_check() -> str:
-    try:
-        base_op = importlib.import_module(MODULE)
-    except ImportError as exc:
-        raise dj_moved(f"cannot import {MODULE}: {exc}", where=TARGET) from exc
+    base_op = import_target(MODULE, where=TARGET)
     function = getattr(base_op, "free_models", None)
     original = getattr(function, ORIGINAL, function)
     model_utils = sys.modules.get(getattr(original, "__module__", ""), None)

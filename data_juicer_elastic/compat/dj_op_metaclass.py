@@ -18,7 +18,7 @@ from collections.abc import Callable
 from types import ModuleType
 from typing import Any, Final
 
-from data_juicer_elastic.compat import ORIGINAL, dj_moved, is_installed
+from data_juicer_elastic.compat import ORIGINAL, dj_moved, import_target, is_installed
 
 MODULE: Final = "data_juicer.ops.base_op"
 TARGET: Final = f"{MODULE}.OPMetaClass.__call__"
@@ -50,10 +50,7 @@ def installed(module: ModuleType | None = None) -> bool:
 
 
 def self_check() -> str:
-    try:
-        module = importlib.import_module(MODULE)
-    except ImportError as exc:
-        raise dj_moved(f"cannot import {MODULE}: {exc}", where=TARGET) from exc
+    module = import_target(MODULE, where=TARGET)
     if _metaclass_call(module)[1] is None:
         raise dj_moved(f"{TARGET} not found", where=TARGET)
     return f"{TARGET}: found{' (wrapped)' if installed(module) else ''}"
