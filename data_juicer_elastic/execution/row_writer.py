@@ -36,10 +36,9 @@ from data_juicer_elastic.errors import ElasticError
 from data_juicer_elastic.execution.lossless import restore_fields
 from data_juicer_elastic.execution.row_types import ROW_COLUMN
 from data_juicer_elastic.execution.shard_reader import InputRows
+from data_juicer_elastic.jobdir.row_stats import META_FIELD, STATS_FIELD
 from data_juicer_elastic.sharedfs import fault_seam
 
-STATS_FIELD: Final = "__dj__stats__"  # data_juicer.utils.constant.Fields.stats
-META_FIELD: Final = "__dj__meta__"  # Fields.meta
 # HashKeys the Data-Juicer exporters drop unless keep_hashes_in_res_ds (hash, minhash, simhash, imagehash, videohash)
 HASH_FIELDS: Final = ("__dj__hash", "__dj__minhash", "__dj__simhash", "__dj__imagehash", "__dj__videohash")
 _OPTIONS: Final = orjson.OPT_SERIALIZE_NUMPY

@@ -26,6 +26,10 @@ from data_juicer_elastic.rows.jsonl import validate_jsonl_output
 from data_juicer_elastic.sharedfs import fsio
 
 ATTEMPT_FILE: Final = "row-stats.jsonl"
+# The two columns of a row that go to this file, as Data-Juicer names them
+# (``data_juicer.utils.constant.Fields.stats`` / ``Fields.meta``; not imported: no Data-Juicer here).
+STATS_FIELD: Final = "__dj__stats__"
+META_FIELD: Final = "__dj__meta__"
 
 
 def export_stats_path(export: Path) -> Path:

@@ -12,10 +12,8 @@ from data_juicer_elastic.report.attempt_facts import AttemptFact, AttemptOutcome
 from data_juicer_elastic.report.facts import TraceFact
 from data_juicer_elastic.report.timeline import attempt_hover_text
 
-WIDTH: Final = 1100
 HEIGHT: Final = 260
 LEFT: Final = 70
-RIGHT: Final = 20
 TOP: Final = 30
 MAX_POINTS: Final = 3000  # scatter points; beyond, accepted attempts are sampled (outliers kept)
 KEEP_SLOWEST: Final = 100
@@ -25,7 +23,7 @@ MAX_STAGE_CHARTS: Final = 6
 
 def _frame(label: str, height: float = HEIGHT) -> tuple[list[str], float]:
     bottom = height - 45
-    return [s.svg_open(WIDTH, height, label)], bottom
+    return [s.svg_open(s.CHART_WIDTH, height, label)], bottom
 
 
 def _polyline(points: Sequence[tuple[float, float]], colour: str, width: float, extra: str = "") -> str:
@@ -37,10 +35,10 @@ def throughput_svg(attempts: Sequence[AttemptFact], win: series.Window) -> str:
     data = series.throughput(attempts, win)
     out, bottom = _frame("throughput over time")
     peak = max(data.total, default=0.0) or 1.0
-    xs = s.Scale(win.t0, win.t1, LEFT, WIDTH - RIGHT)
+    xs = s.Scale(win.t0, win.t1, LEFT, s.CHART_WIDTH - s.CHART_RIGHT)
     ys = s.Scale(0, peak * 1.1, bottom, TOP)
     out += s.x_axis(xs, [win.t0 + t for t in s.time_ticks(win.span)], bottom, TOP, lambda t: s.fmt_elapsed(t - win.t0))
-    out += s.y_axis(ys, s.value_ticks(0, peak * 1.1), LEFT, WIDTH - RIGHT, s.fmt_count, "input rows/s")
+    out += s.y_axis(ys, s.value_ticks(0, peak * 1.1), LEFT, s.CHART_WIDTH - s.CHART_RIGHT, s.fmt_count, "input rows/s")
     centres = [(a + b) / 2 for a, b in zip(data.edges, data.edges[1:], strict=False)]
     total = [(xs(t), ys(v)) for t, v in zip(centres, data.total, strict=True)]
     area = [(xs(win.t0), ys(0)), *total, (xs(win.t1), ys(0))]
@@ -61,7 +59,7 @@ def throughput_svg(attempts: Sequence[AttemptFact], win: series.Window) -> str:
             f'<rect x="{s.num(xs(t) - width / 2)}" y="{TOP}" width="{s.num(width)}" height="{s.num(bottom - TOP)}" '
             f'fill="transparent">{s.title(tip)}</rect>'
         )
-    legend, _ = s.legend(legend_items, LEFT, 14, WIDTH - LEFT - RIGHT)
+    legend, _ = s.legend(legend_items, LEFT, 14, s.CHART_WIDTH - LEFT - s.CHART_RIGHT)
     out += legend
     out.append("</svg>")
     return "".join(out)
@@ -75,10 +73,12 @@ def _cycle(colours: Sequence[str]):
 def progress_svg(attempts: Sequence[AttemptFact], win: series.Window, total_rows: int) -> str:
     points = series.cumulative_done(attempts)
     out, bottom = _frame("input rows done over time", 200)
-    xs = s.Scale(win.t0, win.t1, LEFT, WIDTH - RIGHT)
+    xs = s.Scale(win.t0, win.t1, LEFT, s.CHART_WIDTH - s.CHART_RIGHT)
     ys = s.Scale(0, 100, bottom, TOP)
     out += s.x_axis(xs, [win.t0 + t for t in s.time_ticks(win.span)], bottom, TOP, lambda t: s.fmt_elapsed(t - win.t0))
-    out += s.y_axis(ys, [0, 25, 50, 75, 100], LEFT, WIDTH - RIGHT, lambda v: f"{v:.0f}%", "% of input rows")
+    out += s.y_axis(
+        ys, [0, 25, 50, 75, 100], LEFT, s.CHART_WIDTH - s.CHART_RIGHT, lambda v: f"{v:.0f}%", "% of input rows"
+    )
     steps = [(xs(win.t0), ys(0))]
     for when, done in points:
         pct = 100.0 * done / total_rows if total_rows else 0.0
@@ -110,11 +110,18 @@ def scatter_svg(attempts: Sequence[AttemptFact], t0: float) -> tuple[str, str]:
     pad = max(1.0, (max(sizes) - min(sizes)) * 0.05)
     min_x, max_x = max(0.0, min(sizes) - pad), max(sizes) + pad
     max_y = max((a.ended_at - a.started_at for a in shown), default=1.0) * 1.1 or 1.0
-    xs = s.Scale(min_x, max_x, LEFT, WIDTH - RIGHT)
+    xs = s.Scale(min_x, max_x, LEFT, s.CHART_WIDTH - s.CHART_RIGHT)
     ys = s.Scale(0, max_y, bottom, TOP)
     ticks, fmt = s.bytes_ticks(min_x, max_x)
     out += s.x_axis(xs, ticks, bottom, TOP, fmt, "shard input size")
-    out += s.y_axis(ys, s.value_ticks(0, max_y), LEFT, WIDTH - RIGHT, lambda v: s.fmt_duration(v), "attempt duration")
+    out += s.y_axis(
+        ys,
+        s.value_ticks(0, max_y),
+        LEFT,
+        s.CHART_WIDTH - s.CHART_RIGHT,
+        lambda v: s.fmt_duration(v),
+        "attempt duration",
+    )
     for attempt in shown:
         duration = attempt.ended_at - attempt.started_at
         out.append(
@@ -122,7 +129,7 @@ def scatter_svg(attempts: Sequence[AttemptFact], t0: float) -> tuple[str, str]:
             f'fill="{palette.colour(attempt)}" fill-opacity="0.75">'
             f"{s.title(attempt_hover_text(attempt, t0, t0))}</circle>"
         )
-    legend, _ = s.legend(palette.legend_items()[:-1], LEFT, 14, WIDTH - LEFT - RIGHT)
+    legend, _ = s.legend(palette.legend_items()[:-1], LEFT, 14, s.CHART_WIDTH - LEFT - s.CHART_RIGHT)
     out += legend
     out.append("</svg>")
     note = "Every ended attempt: x is its shard's input size, y how long the attempt ran."
@@ -151,7 +158,7 @@ def _trace_chart(stage: str, traces: Sequence[TraceFact], total: int) -> str:
     out, bottom = _frame(f"adaptive batching size trace of {stage}", 240)
     longest = max(len(t.events) for t in traces)
     peak = max(e[1] for t in traces for e in t.events) * 1.1 or 1.0
-    xs = s.Scale(0, max(1, longest - 1), LEFT, WIDTH - RIGHT)
+    xs = s.Scale(0, max(1, longest - 1), LEFT, s.CHART_WIDTH - s.CHART_RIGHT)
     ys = s.Scale(0, peak, bottom, TOP)
     out += s.x_axis(
         xs,
@@ -161,7 +168,7 @@ def _trace_chart(stage: str, traces: Sequence[TraceFact], total: int) -> str:
         lambda v: f"{v:.0f}",
         "call (most recent calls of each process)",
     )
-    out += s.y_axis(ys, s.value_ticks(0, peak), LEFT, WIDTH - RIGHT, s.fmt_count, "rows per call")
+    out += s.y_axis(ys, s.value_ticks(0, peak), LEFT, s.CHART_WIDTH - s.CHART_RIGHT, s.fmt_count, "rows per call")
     legend_items = []
     for trace, colour in zip(traces, _cycle(palette.SERIES), strict=False):
         points = [(xs(i), ys(e[1])) for i, e in enumerate(trace.events)]
@@ -179,9 +186,15 @@ def _trace_chart(stage: str, traces: Sequence[TraceFact], total: int) -> str:
             else:
                 out.append(f'<circle cx="{s.num(x)}" cy="{s.num(y)}" r="2.5" fill="{colour}">{s.title(tip)}</circle>')
         legend_items.append((colour, f"{trace.shard_id[5:10]} pid {trace.pid}"))
-    legend, _ = s.legend([*legend_items, ("#e53935", "x = out of memory")], LEFT, 14, WIDTH - LEFT - RIGHT)
+    legend, _ = s.legend(
+        [*legend_items, ("#e53935", "x = out of memory")], LEFT, 14, s.CHART_WIDTH - LEFT - s.CHART_RIGHT
+    )
     out += legend
     if total > len(traces):
-        out.append(s.text(WIDTH - RIGHT, bottom + 30, f"{len(traces)} of {total} traces (most OOMs first)", "end"))
+        out.append(
+            s.text(
+                s.CHART_WIDTH - s.CHART_RIGHT, bottom + 30, f"{len(traces)} of {total} traces (most OOMs first)", "end"
+            )
+        )
     out.append("</svg>")
     return "".join(out)

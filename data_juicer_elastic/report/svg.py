@@ -14,6 +14,10 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Final
 
+# Every chart of the report page is this wide, with this right margin (they stack in one column).
+CHART_WIDTH: Final = 1100
+CHART_RIGHT: Final = 20
+
 FONT: Final = "font-family:system-ui,sans-serif;font-size:11px"
 AXIS_COLOUR: Final = "#888"
 GRID_COLOUR: Final = "#e6e6e6"

@@ -18,9 +18,7 @@ MAX_SLOT_LANES: Final = 8  # concurrent attempts drawn side by side on one node
 MAX_MARKS: Final = 2000  # failed/lost attempts marked individually on activity strips
 BUCKETS: Final = 240
 LEVELS: Final = 8
-WIDTH: Final = 1100
 LEFT: Final = 150
-RIGHT: Final = 20
 LANE: Final = 16
 GAP: Final = 6
 
@@ -76,8 +74,8 @@ def timeline_svg(attempts: Sequence[AttemptFact], win: series.Window, now: float
     """(SVG, a sentence saying how it is drawn)."""
     rows = _node_rows(attempts)
     aggregated = len(attempts) > MAX_BARS
-    scale = s.Scale(win.t0, win.t1, LEFT, WIDTH - RIGHT)
-    legend, legend_h = s.legend(palette.legend_items(), LEFT, 14, WIDTH - LEFT - RIGHT)
+    scale = s.Scale(win.t0, win.t1, LEFT, s.CHART_WIDTH - s.CHART_RIGHT)
+    legend, legend_h = s.legend(palette.legend_items(), LEFT, 14, s.CHART_WIDTH - LEFT - s.CHART_RIGHT)
     top = 14 + legend_h
     body: list[str] = []
     y = top
@@ -90,12 +88,12 @@ def timeline_svg(attempts: Sequence[AttemptFact], win: series.Window, now: float
             f'<text x="{LEFT - 6}" y="{s.num(y + LANE - 2)}" text-anchor="end">{s.title(node)}{s.esc(node[:24])}</text>'
         )
         body.append(
-            f'<line x1="{LEFT}" y1="{s.num(y + height + GAP / 2)}" x2="{WIDTH - RIGHT}" '
+            f'<line x1="{LEFT}" y1="{s.num(y + height + GAP / 2)}" x2="{s.CHART_WIDTH - s.CHART_RIGHT}" '
             f'y2="{s.num(y + height + GAP / 2)}" stroke="#f0f0f0"/>'
         )
         y += height + GAP
     axis_y = y + 4
-    out = [s.svg_open(WIDTH, axis_y + 40, "timeline of attempts per node"), *legend]
+    out = [s.svg_open(s.CHART_WIDTH, axis_y + 40, "timeline of attempts per node"), *legend]
     out += s.x_axis(
         scale, [win.t0 + t for t in s.time_ticks(win.span)], axis_y, top, lambda t: s.fmt_elapsed(t - win.t0)
     )

@@ -48,6 +48,7 @@ from data_juicer_elastic.jobdir.manifest import load_manifest
 from data_juicer_elastic.jobdir.records import Manifest, Record
 from data_juicer_elastic.jobdir.result_records import MergedShard
 from data_juicer_elastic.jobdir.shard_state import ShardState, decide_state, read_markers
+from data_juicer_elastic.rows.codecs import READ_BYTES
 from data_juicer_elastic.shards.merge import (
     MergeResult,
     OutputAppender,
@@ -62,7 +63,6 @@ from data_juicer_elastic.sharedfs.identity import kernel_tag
 
 PARTIAL_SUFFIX: Final = ".partial"
 PROGRESS_SUFFIX: Final = ".progress.json"
-_HASH_BLOCK: Final = 8 * 1024 * 1024
 
 _process_locks: dict[str, threading.Lock] = {}
 _process_locks_guard = threading.Lock()
@@ -266,7 +266,7 @@ def _resume(manifest: Manifest, output: Path, partial: Path, fd: int) -> _State:
 def _hash_prefix(fd: int, size: int, digest) -> str:
     offset = 0
     while offset < size:
-        block = os.pread(fd, min(_HASH_BLOCK, size - offset), offset)
+        block = os.pread(fd, min(READ_BYTES, size - offset), offset)
         if not block:
             break
         digest.update(block)

@@ -25,11 +25,10 @@ from typing import Any, Final
 
 import numpy as np
 
+from data_juicer_elastic.jobdir.row_stats import META_FIELD, STATS_FIELD
 from data_juicer_elastic.stats.moments import Moments
 from data_juicer_elastic.stats.sketch import ALPHA, QuantileSketch
 
-STATS_FIELD: Final = "__dj__stats__"
-META_FIELD: Final = "__dj__meta__"
 TAG_PREFIX: Final = "__dj__"  # Data-Juicer's DEFAULT_PREFIX: only such meta keys are analysed
 MAX_DISTINCT: Final = 10_000  # exact value counts per categorical column, beyond which unique/top/freq are unknown
 _CHUNK: Final = 65_536  # numeric values buffered per column before they are folded into numpy summaries
