@@ -99,6 +99,10 @@ class OutputExistsError(ElasticError):
     """The export path holds a different file and overwrite was not requested."""
 
 
+class MergeBusyError(JobDirError):
+    """Another follower holds the partial output (``shards.stream_merge``)."""
+
+
 class IntegrationError(ElasticError):
     """A Data-Juicer internal the plugin hooks into moved or changed."""
 
@@ -168,20 +172,10 @@ def storage_errors(then: str) -> Iterator[None]:
         raise storage_error(exc, "", then) from exc
 
 
-# --- issue 16, run_job as phases: exceptions that lived beside their raisers ---
+# -- Signals: BaseExceptions that carry a decision through code that catches Exception. --------------
+# Never shown to a user as an error.
 
 
-class MergeBusyError(JobDirError):
-    """Another follower holds the partial output (``shards.stream_merge``)."""
-
-
-class PrepareCancelled(Exception):
-    """The recipe was refused while the overlapped input pass ran (``preparation``): stop the pass.
-
-    Not an ElasticError: it never reaches the user, the refusal itself is raised instead."""
-
-
-# -- issue 16, protocol owners (jobdir/, coordination/): exceptions that lived beside their raisers --
 class WorkerInterrupted(BaseException):
     """Raised in the worker's main thread by its SIGTERM/SIGINT handler (``jobdir.worker_signals``).
 
@@ -190,20 +184,6 @@ class WorkerInterrupted(BaseException):
     def __init__(self, signum: int):
         super().__init__(f"interrupted by signal {signum}")
         self.signum = signum
-
-
-# -- issue 16, rows/settings/CLI: errors that lived beside the code raising them ------------------
-class RowError(ValueError):
-    """One input row breaks the row policy (``rows.row_policy``); words the reason, without the
-    file:line (the reader adds it when it turns this into an InputError)."""
-
-
-class RequestChanged(Exception):
-    """The whole prepare request's input fields differ from the early one the input pass started
-    with (``shards.prepare``); nothing was published."""
-
-
-# --- issue 16, compat/: exceptions that lived in integration.dispatch and batching.demo ----------------
 
 
 class DispatchToElastic(BaseException):  # noqa: N818 - control flow, not an error
@@ -223,6 +203,28 @@ class DispatchAbort(BaseException):  # noqa: N818 - control flow, not an error
     def __init__(self, error: ElasticError):
         super().__init__(str(error))
         self.error = error
+
+
+# -- Internal: raised and caught within one step; the user sees the ElasticError that follows. --------
+
+
+class RowError(ValueError):
+    """One input row breaks the row policy (``rows.row_policy``); words the reason, without the
+    file:line (the reader adds it when it turns this into an InputError)."""
+
+
+class RequestChanged(Exception):
+    """The whole prepare request's input fields differ from the early one the input pass started
+    with (``shards.prepare``); nothing was published."""
+
+
+class PrepareCancelled(Exception):
+    """The recipe was refused while the overlapped input pass ran (``preparation``): stop the pass.
+
+    Not an ElasticError: it never reaches the user, the refusal itself is raised instead."""
+
+
+# -- The demo operator's stand-in for torch.OutOfMemoryError. -------------------------------------------
 
 
 class SimulatedOutOfMemoryError(RuntimeError):

@@ -28,7 +28,7 @@ from data_juicer_elastic.coordination import crashpoints
 from data_juicer_elastic.coordination.elections import RunCoordinator
 from data_juicer_elastic.coordination.flow import Phases, Timing, run_coordinated
 from data_juicer_elastic.coordination.run_id import resolve_run_id
-from data_juicer_elastic.coordination.run_records import Outcome
+from data_juicer_elastic.coordination.run_records import Outcome, ParticipantExit
 from data_juicer_elastic.coordination.settle import StrictPolicy
 from data_juicer_elastic.errors import ElasticError, JobDirError, MergeBusyError
 from data_juicer_elastic.finalize import finalize
@@ -104,12 +104,12 @@ class JobRun:
             )
         except ElasticError:
             aborted = self.coordinator.outcome()
-            self.leave("aborted" if aborted and not aborted.ok else "error")
+            self.leave(ParticipantExit.ABORTED if aborted and not aborted.ok else ParticipantExit.ERROR)
             raise
-        self.leave("max_shards" if outcome is None else "finalized")
+        self.leave(ParticipantExit.MAX_SHARDS if outcome is None else ParticipantExit.FINALIZED)
         return outcome
 
-    def leave(self, reason: str) -> None:
+    def leave(self, reason: ParticipantExit) -> None:
         self.coordinator.leave(reason, self.settings.slots_per_node, self.done)
 
     def prepare(self) -> tuple[Manifest, bool]:

@@ -21,7 +21,7 @@ from __future__ import annotations
 import statistics
 from collections import defaultdict
 from dataclasses import asdict, dataclass, field
-from typing import Any, Final
+from typing import Any, Final, Literal
 
 from data_juicer_elastic.jobdir.shard_state import ShardState
 from data_juicer_elastic.status.snapshot_types import JobSnapshot, ShardStatus
@@ -42,11 +42,15 @@ class NodeThroughput:
     rows_done: int  # input rows of those shards
 
 
+# Why a running shard is called a straggler: far below the median rate, or its heartbeat late.
+StragglerReason = Literal["slow", "heartbeat-late"]
+
+
 @dataclass(frozen=True)
 class Straggler:
     shard_id: str
     node_id: str | None
-    reason: str  # "slow" | "heartbeat-late"
+    reason: StragglerReason
     rows_per_sec: float | None
     median_rows_per_sec: float | None
     heartbeat_age_secs: float | None
