@@ -65,6 +65,8 @@ MODULES: Final = (
     "jsonargparse_actions",
     "ddsketch_store",
     "importlib_deferred",
+    "loguru_handlers",
+    "ray_worker_mode",
 )
 
 

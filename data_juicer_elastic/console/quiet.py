@@ -28,6 +28,7 @@ from typing import Any, Final
 
 from loguru import logger
 
+from data_juicer_elastic.compat import loguru_handlers, ray_worker_mode
 from data_juicer_elastic.console import terminal
 
 VERBOSE_ENV: Final = "DJ_ELASTIC_VERBOSE"
@@ -160,20 +161,19 @@ def install_console() -> None:
 def _remove_stderr_handlers() -> tuple[Any, int]:
     """Remove loguru's stderr handlers (and ours); (the stream they wrote to, their lowest level)."""
     stream, level = None, logging.INFO
-    handlers = getattr(getattr(logger, "_core", None), "handlers", None) or {}  # loguru 0.7 internals
     found = []
-    for handler_id, handler in list(handlers.items()):
-        target = getattr(getattr(handler, "_sink", None), "_stream", None)
+    for handler in loguru_handlers.handlers():
+        target = handler.stream
         if (
-            handler_id == _sink_id
-            or getattr(handler, "_name", None) == "<stderr>"
+            handler.handler_id == _sink_id
+            or handler.name == "<stderr>"
             or target is not None
             and (target is terminal.sys.__stderr__ or target is terminal.sys.stderr)
         ):
-            found.append(handler_id)
-            if handler_id != _sink_id:
+            found.append(handler.handler_id)
+            if handler.handler_id != _sink_id:
                 stream = target if target is not None else stream
-                level = min(level, getattr(handler, "levelno", level))
+                level = min(level, handler.levelno if handler.levelno is not None else level)
     for handler_id in found:
         try:
             logger.remove(handler_id)
@@ -202,8 +202,7 @@ def quiet_ray_worker() -> None:
     """
     if os.environ.get(QUIET_WORKERS_ENV) != "1":
         return
-    worker = getattr(getattr(sys.modules.get("ray"), "_private", None), "worker", None)
-    if getattr(getattr(worker, "global_worker", None), "mode", None) != getattr(worker, "WORKER_MODE", object()):
+    if not ray_worker_mode.is_ray_worker():
         return
     stream, _ = _remove_stderr_handlers()
     logger.add(stream, level="INFO", filter=_worker_filter)

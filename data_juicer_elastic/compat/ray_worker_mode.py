@@ -1,0 +1,35 @@
+"""Ray 2.60: is this process a Ray worker (not the driver)?
+
+Target: ``ray._private.worker.global_worker.mode`` compared with ``ray._private.worker.WORKER_MODE``.
+
+Why.  Data-Juicer's INFO lines are silenced in the Ray workers of a quiet elastic job only
+(``console.quiet.quiet_ray_worker``); the entry point runs in every process that imports
+Data-Juicer, driver and workers alike.  Ray has no public "am I a worker" call.  Read from
+``sys.modules`` only: a process that has not imported Ray is not a Ray worker, and this must
+not import it.
+"""
+
+from __future__ import annotations
+
+import sys
+from typing import Final
+
+from data_juicer_elastic.compat import import_target, ray_moved
+
+MODULE: Final = "ray._private.worker"
+TARGET: Final = f"{MODULE}.global_worker.mode"
+
+
+def is_ray_worker() -> bool:
+    """True in a Ray worker process; False in a driver and where Ray was never imported."""
+    worker = getattr(getattr(sys.modules.get("ray"), "_private", None), "worker", None)
+    return getattr(getattr(worker, "global_worker", None), "mode", None) == getattr(worker, "WORKER_MODE", object())
+
+
+def self_check() -> str:
+    worker = import_target(MODULE, where="ray")
+    if not hasattr(worker, "WORKER_MODE") or not hasattr(getattr(worker, "global_worker", None), "mode"):
+        raise ray_moved(f"{TARGET} or {MODULE}.WORKER_MODE is missing", where=TARGET)
+    if is_ray_worker():
+        raise ray_moved(f"{TARGET}: this driver process reads as a Ray worker", where=TARGET)
+    return f"{TARGET} and WORKER_MODE found"
