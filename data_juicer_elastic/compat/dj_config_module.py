@@ -165,38 +165,40 @@ def set_global_cfg(cfg: Any) -> None:
 
 def register_custom_operators(paths: list[str], where: str) -> None:
     """Import ``custom_operator_paths`` into Data-Juicer's registry, once per process."""
-    if paths and not _already_loaded(paths):
-        _load_custom_operators(paths, where)
+    if paths and unloaded_custom_operators(paths):
+        try:
+            load_custom_operators(paths)
+        except (RuntimeError, ValueError, ImportError) as exc:
+            raise RecipeError(
+                f"could not load custom_operator_paths: {exc}",
+                where=where,
+                hint="every worker node needs the custom operator files at the same absolute paths",
+            ) from exc
 
 
-def _load_custom_operators(paths: list[str], where: str) -> None:
-    from data_juicer.config.config import load_custom_operators
+def load_custom_operators(paths: list[str]) -> None:
+    """Data-Juicer's own loader (it refuses a module it has loaded before: ask
+    :func:`unloaded_custom_operators` first)."""
+    from data_juicer.config.config import load_custom_operators as dj_load_custom_operators
 
-    try:
-        load_custom_operators(paths)
-    except (RuntimeError, ValueError, ImportError) as exc:
-        raise RecipeError(
-            f"could not load custom_operator_paths: {exc}",
-            where=where,
-            hint="every worker node needs the custom operator files at the same absolute paths",
-        ) from exc
+    dj_load_custom_operators(paths)
 
 
-def _already_loaded(paths: list[str]) -> bool:
-    """Whether Data-Juicer's loader registered every path (it names the module after the file or
-    folder and marks it ``__loaded_from__``; a second load of the same module is refused)."""
-    for path in paths:
-        abs_path = os.path.abspath(path)
-        name = os.path.basename(abs_path)
-        if os.path.isfile(abs_path):
-            name = os.path.splitext(name)[0]
-        module = sys.modules.get(name)
-        if module is None:
-            return False
-        loaded_from = getattr(module, "__loaded_from__", None) or getattr(module, "__file__", None) or ""
-        if os.path.abspath(loaded_from) != abs_path and os.path.dirname(os.path.abspath(loaded_from)) != abs_path:
-            return False
-    return True
+def unloaded_custom_operators(paths: list[str]) -> list[str]:
+    """The paths (absolute) Data-Juicer's loader has not registered in this process: it names
+    the module after the file or folder and marks it ``__loaded_from__``."""
+    return [os.path.abspath(path) for path in paths if not _loaded(os.path.abspath(path))]
+
+
+def _loaded(abs_path: str) -> bool:
+    name = os.path.basename(abs_path)
+    if os.path.isfile(abs_path):
+        name = os.path.splitext(name)[0]
+    module = sys.modules.get(name)
+    if module is None:
+        return False
+    loaded_from = getattr(module, "__loaded_from__", None) or getattr(module, "__file__", None) or ""
+    return os.path.abspath(loaded_from) == abs_path or os.path.dirname(os.path.abspath(loaded_from)) == abs_path
 
 
 def self_check() -> str:

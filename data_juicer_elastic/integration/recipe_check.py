@@ -10,11 +10,11 @@ shard; a ``stats_export_path`` would be written by every shard at once.
 from __future__ import annotations
 
 import os
-import sys
 from typing import Final
 
 from loguru import logger
 
+from data_juicer_elastic.compat import dj_config_module
 from data_juicer_elastic.errors import RecipeError
 
 SHARD_SAFE: Final = ("Mapper", "Filter")
@@ -151,26 +151,11 @@ def _check_globals(recipe: dict) -> None:
 
 def load_custom_operators(paths: list[str]) -> None:
     """Load custom operator files/packages with Data-Juicer's loader, skipping already loaded ones."""
-    if not paths:
-        return
-    from data_juicer.config.config import load_custom_operators as dj_load
-
-    todo = []
-    for path in paths:
-        absolute = os.path.abspath(path)
-        if os.path.isfile(absolute):
-            loaded = sys.modules.get(os.path.splitext(os.path.basename(absolute))[0])
-            if loaded is not None and os.path.abspath(getattr(loaded, "__file__", "") or "") == absolute:
-                continue
-        elif os.path.isdir(absolute):
-            loaded = sys.modules.get(os.path.basename(absolute))
-            if loaded is not None and getattr(loaded, "__loaded_from__", None) == absolute:
-                continue
-        todo.append(absolute)
+    todo = dj_config_module.unloaded_custom_operators(paths)
     if not todo:
         return
     try:
-        dj_load(todo)
+        dj_config_module.load_custom_operators(todo)
     except (RuntimeError, ValueError) as exc:
         raise RecipeError(
             f"cannot load custom operators: {exc}",
