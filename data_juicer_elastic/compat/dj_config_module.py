@@ -167,7 +167,7 @@ def register_custom_operators(paths: list[str], where: str) -> None:
     """Import ``custom_operator_paths`` into Data-Juicer's registry, once per process."""
     if paths and unloaded_custom_operators(paths):
         try:
-            load_custom_operators(paths)
+            call_dj_loader(paths)
         except (RuntimeError, ValueError, ImportError) as exc:
             raise RecipeError(
                 f"could not load custom_operator_paths: {exc}",
@@ -176,7 +176,7 @@ def register_custom_operators(paths: list[str], where: str) -> None:
             ) from exc
 
 
-def load_custom_operators(paths: list[str]) -> None:
+def call_dj_loader(paths: list[str]) -> None:
     """Data-Juicer's own loader (it refuses a module it has loaded before: ask
     :func:`unloaded_custom_operators` first)."""
     from data_juicer.config.config import load_custom_operators as dj_load_custom_operators

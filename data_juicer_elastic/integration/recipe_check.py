@@ -155,7 +155,7 @@ def load_custom_operators(paths: list[str]) -> None:
     if not todo:
         return
     try:
-        dj_config_module.load_custom_operators(todo)
+        dj_config_module.call_dj_loader(todo)
     except (RuntimeError, ValueError) as exc:
         raise RecipeError(
             f"cannot load custom operators: {exc}",
