@@ -108,86 +108,108 @@ def _reject_constant(name: str) -> Any:
     raise ValueError(f"{name} is not valid JSON")
 
 
-_origin = functools.cache(typing.get_origin)
-_args = functools.cache(typing.get_args)
-
-
-@functools.cache
-def _field_types(cls: type) -> dict[str, Any]:
-    # get_type_hints evaluates the (string) annotations: ~0.4 ms per record, on every lease read.
-    return typing.get_type_hints(cls)
-
-
 def _build(cls: type, obj: dict[str, Any], where: str, kind: str) -> Any:
-    hints = _field_types(cls)
     values: dict[str, Any] = {}
-    for f in dataclasses.fields(cls):
-        if f.name not in obj:
-            if f.default is not dataclasses.MISSING or f.default_factory is not dataclasses.MISSING:
+    for name, optional, check in _field_checks(cls):
+        if name not in obj:
+            if optional:
                 continue
-            raise JobDirError(f"corrupt {kind} record: missing field {f.name!r}", where=where)
-        values[f.name] = _check(hints[f.name], obj[f.name], where, kind, f.name)
+            raise JobDirError(f"corrupt {kind} record: missing field {name!r}", where=where)
+        values[name] = check(obj[name], where, kind, name)
     return cls(**values)
 
 
-def _check(hint: Any, value: Any, where: str, kind: str, name: str) -> Any:
-    def bad() -> JobDirError:
-        return JobDirError(
-            f"corrupt {kind} record: field {name!r} has unexpected value {_short(value)}",
-            where=where,
-        )
+FieldCheck = Callable[[Any, str, str, str], Any]  # (value, where, kind, field name) -> the value as the field holds it
 
-    # The plain types first: they are most fields, and get_origin costs more than these checks.
-    if hint is str:
-        if isinstance(value, str):
+
+@functools.cache
+def _field_checks(cls: type) -> tuple[tuple[str, bool, FieldCheck], ...]:
+    """Each field of a record class: (name, may be absent, its check), built once per class.
+
+    Why once: every lease read parses records, and choosing how to check a field from its type
+    hint (get_type_hints, get_origin, isinstance on the hint) costs more than the check itself."""
+    hints = typing.get_type_hints(cls)  # evaluates the (string) annotations
+    return tuple(
+        (
+            f.name,
+            f.default is not dataclasses.MISSING or f.default_factory is not dataclasses.MISSING,
+            _check_for(hints[f.name]),
+        )
+        for f in dataclasses.fields(cls)
+    )
+
+
+def _bad(value: Any, where: str, kind: str, name: str) -> JobDirError:
+    return JobDirError(f"corrupt {kind} record: field {name!r} has unexpected value {_short(value)}", where=where)
+
+
+def _exactly(*types_: type) -> FieldCheck:
+    """A value of one of ``types_`` (never a bool for a number), as it is."""
+
+    def check(value: Any, where: str, kind: str, name: str) -> Any:
+        if isinstance(value, types_) and (bool in types_ or not isinstance(value, bool)):
             return value
-        raise bad()
-    if hint is int:
-        if isinstance(value, int) and not isinstance(value, bool):
-            return value
-        raise bad()
-    if isinstance(hint, type) and issubclass(hint, enum.StrEnum):
-        if isinstance(value, str):
-            return _reason(hint, value)
-        raise bad()
-    origin = _origin(hint)
+        raise _bad(value, where, kind, name)
+
+    return check
+
+
+@functools.cache
+def _check_for(hint: Any) -> FieldCheck:
+    """How to check a field's value against its type hint (a JSON value as parsed)."""
+    origin = typing.get_origin(hint)
+    if hint is str or hint is int or hint is bool or hint is type(None):
+        return _exactly(hint)
     if hint is Any:
-        return value
-    if origin in (Union, types.UnionType):
-        for option in _args(hint):
-            try:
-                return _check(option, value, where, kind, name)
-            except JobDirError:
-                continue
-        raise bad()
-    if hint is type(None):
-        if value is None:
-            return None
-        raise bad()
-    if hint is bool:
-        if isinstance(value, bool):
-            return value
-        raise bad()
+        return lambda value, where, kind, name: value
+    if isinstance(hint, type) and issubclass(hint, enum.StrEnum):
+        strings = _exactly(str)
+        return lambda value, where, kind, name: _reason(hint, strings(value, where, kind, name))
     if hint is float:
-        if isinstance(value, (int, float)) and not isinstance(value, bool):
-            return float(value)
-        raise bad()
+        number = _exactly(int, float)
+        return lambda value, where, kind, name: float(number(value, where, kind, name))
+    if origin in (Union, types.UnionType):
+        options = [_check_for(option) for option in typing.get_args(hint)]
+
+        def check_union(value: Any, where: str, kind: str, name: str) -> Any:
+            for option in options:
+                try:
+                    return option(value, where, kind, name)
+                except JobDirError:
+                    continue
+            raise _bad(value, where, kind, name)
+
+        return check_union
     if origin is list:
-        if not isinstance(value, list):
-            raise bad()
-        (item,) = _args(hint)
-        return [_check(item, v, where, kind, f"{name}[{i}]") for i, v in enumerate(value)]
+        (item_hint,) = typing.get_args(hint)
+        item = _check_for(item_hint)
+
+        def check_list(value: Any, where: str, kind: str, name: str) -> Any:
+            if not isinstance(value, list):
+                raise _bad(value, where, kind, name)
+            return [item(v, where, kind, f"{name}[{i}]") for i, v in enumerate(value)]
+
+        return check_list
     if origin is dict or hint is dict:
-        if not isinstance(value, dict):
-            raise bad()
-        args = _args(hint)
-        if args:
-            return {k: _check(args[1], v, where, kind, f"{name}.{k}") for k, v in value.items()}
-        return value
+        args = typing.get_args(hint)
+        entry = _check_for(args[1]) if args else None
+
+        def check_dict(value: Any, where: str, kind: str, name: str) -> Any:
+            if not isinstance(value, dict):
+                raise _bad(value, where, kind, name)
+            if entry is None:
+                return value
+            return {k: entry(v, where, kind, f"{name}.{k}") for k, v in value.items()}
+
+        return check_dict
     if dataclasses.is_dataclass(hint):
-        if not isinstance(value, dict):
-            raise bad()
-        return _build(hint, value, where, kind)
+
+        def check_record(value: Any, where: str, kind: str, name: str) -> Any:
+            if not isinstance(value, dict):
+                raise _bad(value, where, kind, name)
+            return _build(hint, value, where, kind)
+
+        return check_record
     raise TypeError(f"unsupported record field type {hint!r}")  # pragma: no cover - programming error
 
 
