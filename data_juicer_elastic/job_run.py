@@ -32,6 +32,7 @@ from data_juicer_elastic.coordination.run_records import Outcome, ParticipantExi
 from data_juicer_elastic.coordination.settle import StrictPolicy
 from data_juicer_elastic.errors import ElasticError, JobDirError, MergeBusyError
 from data_juicer_elastic.finalize import finalize
+from data_juicer_elastic.integration.recipe import build_shard_recipe, recipe_hash
 from data_juicer_elastic.jobdir import confine
 from data_juicer_elastic.jobdir.confine import open_job_dir
 from data_juicer_elastic.jobdir.export_path import export_target
@@ -178,8 +179,6 @@ def strict_policy(settings: ElasticSettings) -> StrictPolicy | None:
 
 def check_same_request(cfg: Any, settings: ElasticSettings, manifest: Manifest) -> None:
     """An instance that did not prepare must have been started with the job the leader prepared."""
-    from data_juicer_elastic.integration.recipe import build_shard_recipe, recipe_hash
-
     differences = []
     dataset = str(resolve_user_path(cfg.dataset_path)) if getattr(cfg, "dataset_path", None) else None
     if dataset != manifest.dataset_path:

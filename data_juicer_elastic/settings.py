@@ -189,7 +189,8 @@ def _one_of(choices: tuple[str, ...]) -> _Rule:
 
 
 def _heartbeat_fits(value: Any, values: Mapping[str, Any]) -> bool:
-    return value is None or (_positive(value) and value * 2 < values["lease_ttl_secs"])
+    ttl = values.get("lease_ttl_secs")  # the relation is checked when the TTL is given too
+    return value is None or (_positive(value) and (ttl is None or value * 2 < ttl))
 
 
 def _run_id_fits(value: Any, _: Mapping[str, Any]) -> bool:

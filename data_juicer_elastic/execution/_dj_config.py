@@ -30,22 +30,6 @@ from data_juicer_elastic.compat import dj_config_module
 from data_juicer_elastic.compat.dj_config_module import RAY_JOB_ENV
 from data_juicer_elastic.errors import RecipeError
 
-# Set per attempt by the runner; a recipe value for these would be overridden.
-PER_ATTEMPT_KEYS: Final = frozenset(
-    {
-        "dataset_path",
-        "dataset",
-        "export_path",
-        "export_type",
-        "work_dir",
-        "job_id",
-        "event_log_dir",
-        "checkpoint_dir",
-        "partition_dir",
-        "ray_address",
-    }
-)
-
 _DERIVED_DIRS: Final = ("event_log_dir", "checkpoint_dir", "partition_dir")
 
 

@@ -5,7 +5,7 @@ import pytest
 from data_juicer_elastic.coordination.slots import slot_argv, slot_cpus, slot_devices, slot_env
 from data_juicer_elastic.errors import ConfigError, JobDirError
 from data_juicer_elastic.jobdir.layout import JobLayout
-from data_juicer_elastic.settings import ElasticSettings
+from data_juicer_elastic.settings import ElasticSettings, check_values
 
 
 def test_each_slot_gets_its_own_devices():
@@ -115,3 +115,14 @@ def test_auto_refuses_a_runtime_that_is_not_this_nodes_own():
         with pytest.raises(RayConnectionError) as info:
             check_topology("auto", nodes, local)
         assert info.value.where == "ray_address=auto" and "ray start --head" in info.value.hint
+
+
+def test_check_values_judges_the_values_given_and_relations_only_when_both_are_given():
+    check_values({"heartbeat_interval_secs": 30.0})  # no lease_ttl_secs given: only its own rule
+    check_values({"lease_ttl_secs": 60.0, "heartbeat_interval_secs": 20.0})
+    with pytest.raises(ConfigError, match="lease_ttl_secs / 2") as bad:
+        check_values({"lease_ttl_secs": 60.0, "heartbeat_interval_secs": 30.0})
+    assert bad.value.where == "elastic.heartbeat_interval_secs"
+    with pytest.raises(ConfigError) as bad:
+        check_values({"heartbeat_interval_secs": 0})
+    assert bad.value.where == "elastic.heartbeat_interval_secs"
