@@ -20,7 +20,7 @@
 set -euo pipefail
 REPO="$(git -C "$(dirname "$0")" rev-parse --show-toplevel)"
 SIM="${SIM_VENV:-/tmp/py312-gpu-sim}"
-PY312="${PY312:-/root/.pyenv/versions/3.12.1/bin/python3.12}"
+PY312="${PY312:-python3.12}"  # a Python 3.12 on PATH (the GPU machine's version), or set PY312
 LIMIT=$((64 * 1024 * 1024))
 setup=0 rebuild=0 keep=0
 for arg in "$@"; do
