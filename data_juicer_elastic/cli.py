@@ -35,7 +35,8 @@ PREPARE_OPTIONS: Final = {
     "lease_ttl_secs": None,
     "max_retries": None,
     "poll_interval_secs": None,
-    "shard_codec": "how shard files are stored",
+    "copy_shards": None,
+    "shard_codec": "how copied shards are stored (with --copy-shards)",
 }
 RUN_OPTIONS: Final = {
     "num_shards": None,
@@ -68,9 +69,9 @@ def _cmd_prepare(args: argparse.Namespace) -> int:
     def parse():
         return prepare_request(*_load_recipe(args, setup=False))
 
-    # The input pass starts while Data-Juicer loads (seconds): see prepare_overlapped.
+    # Planning starts while Data-Juicer loads (seconds): see prepare_overlapped.
     overrides = {"dataset_path": args.dataset_path, **given_settings(args)}
-    prepare_overlapped(early_request(args.config, overrides), parse)  # says what it prepared (or reused)
+    prepare_overlapped(early_request(args.config, overrides), parse, scan=args.scan)  # says what it did
     return EXIT_OK
 
 
@@ -224,10 +225,10 @@ def _load_recipe(args: argparse.Namespace, setup: bool = True):
 
 def _settings_from_job(job_dir: str, args: argparse.Namespace):
     """The settings recorded at prepare, with this worker's command-line overrides."""
-    from data_juicer_elastic.jobdir.manifest import load_manifest
+    from data_juicer_elastic.jobdir.manifest import load_plan
     from data_juicer_elastic.settings import ElasticSettings
 
-    recorded = dict(load_manifest(Path(job_dir).resolve()).settings)
+    recorded = dict(load_plan(Path(job_dir).resolve()).settings)
     recorded.pop("run_id", None)  # a submission's identity, not the job's
     recorded.update(given_settings(args))
     recorded["job_dir"] = str(Path(job_dir).resolve())
@@ -252,9 +253,17 @@ def build_parser() -> argparse.ArgumentParser:
     def job_dir(p: argparse.ArgumentParser, required: bool = True) -> None:
         p.add_argument("--job-dir", required=required, help="the shared job directory")
 
-    p = add_parser("prepare", help="validate the recipe and input, split into shards (idempotent)")
+    p = add_parser(
+        "prepare",
+        help="validate the recipe, list the input and plan its shards (idempotent; the workers scan the data)",
+    )
     p.add_argument("--config", required=True, help="Data-Juicer recipe (YAML) with executor_type elastic_sharded")
     p.add_argument("--dataset-path", help="override the recipe's dataset_path")
+    p.add_argument(
+        "--scan",
+        action="store_true",
+        help="also scan every shard here (check every row now, serially on this node); default: the workers scan",
+    )
     job_dir(p, required=False)
     add_setting_options(p, PREPARE_OPTIONS, FROM_RECIPE)
     p.set_defaults(func=_cmd_prepare)

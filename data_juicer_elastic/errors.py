@@ -218,6 +218,15 @@ class RequestChanged(Exception):
     with (``shards.prepare``); nothing was published."""
 
 
+class ScanRefused(Exception):  # noqa: N818 - a verdict, not a failure
+    """A scan found its shard's input unusable (``shards.scan``); ``refusal`` is the
+    ``jobdir.plan_records.ScanRefusal`` it publishes as its result."""
+
+    def __init__(self, refusal: object):
+        super().__init__(refusal)
+        self.refusal = refusal
+
+
 class PrepareCancelled(Exception):
     """The recipe was refused while the overlapped input pass ran (``preparation``): stop the pass.
 

@@ -24,6 +24,7 @@ from __future__ import annotations
 import os
 import subprocess
 import threading
+from collections.abc import Callable
 from typing import Any
 
 from loguru import logger
@@ -37,11 +38,14 @@ from data_juicer_elastic.errors import ConfigError
 from data_juicer_elastic.job_run import JobRun
 from data_juicer_elastic.jobdir import confine
 from data_juicer_elastic.jobdir.layout import JobLayout
-from data_juicer_elastic.jobdir.manifest import load_manifest
+from data_juicer_elastic.jobdir.manifest import load_manifest, load_plan
+from data_juicer_elastic.jobdir.records import Manifest
 from data_juicer_elastic.jobdir.worker_loop import WorkerSummary, run_worker
 from data_juicer_elastic.preparation import resolve_user_path
 from data_juicer_elastic.settings import ElasticSettings
 from data_juicer_elastic.shards.merge import MergeResult
+from data_juicer_elastic.shards.scan import ShardScanner
+from data_juicer_elastic.sharedfs import fsio
 from data_juicer_elastic.sharedfs.identity import WorkerIdentity
 
 try:  # Data-Juicer's base class, so ExecutorFactory users get a real executor
@@ -79,8 +83,10 @@ def run_local_worker(
 
     crashpoints.install_from_env()  # test-only fault plans; nothing is installed when unset
     job = resolve_user_path(job_dir)
-    manifest = load_manifest(job)
     layout = JobLayout(job)
+    # The plan holds what a worker needs to start (the recipe, its code, Ray's settings); the
+    # manifest (row counts, the row schema) exists once the scans are done.
+    manifest = load_manifest(job) if fsio.exists(layout.manifest) else load_plan(job)
     confine.check_layout(layout)  # before the cache and logs are pointed into it
     # Model caches default into the shared job dir (one download for every node); set
     # here, before slot processes are started, so they inherit the same values.
@@ -98,23 +104,28 @@ def run_local_worker(
         manifest.recipe,
         list(manifest.stage_identities),
         layout.cache_dir,
-        row_schema=manifest.row_schema,
+        row_schema=lambda: load_manifest(job).row_schema,  # known once the job is scanned
         ray_address=settings.ray_address,
         ray_num_cpus=cpus,
         code=manifest.code,
         allow_version_mismatch=settings.allow_version_mismatch,
         restart_process=lambda: restart_worker_process(before=lambda: _stop_slots(pool)),
     )
+    scanned = isinstance(manifest, Manifest)
+    if not scanned:
+        runner.start_early()  # Ray starts while the job is scanned: the first shard need not wait for it
     # Strict mode's equal shares already decide who runs what; elsewhere slow nodes leave the tail to fast ones.
     gate = None
     if max_done is None:
-        gate = ClaimGate(
-            layout,
-            manifest,
-            identity.node_id,
-            identity.pid,
-            min_interval=settings.poll_interval_secs,
-            startup_secs=lambda: runner.runtime.start_secs,
+        gate = _lazy_gate(
+            lambda: ClaimGate(
+                layout,
+                load_manifest(job),  # the gate is first asked once the job is scanned
+                identity.node_id,
+                identity.pid,
+                min_interval=settings.poll_interval_secs,
+                startup_secs=lambda: runner.runtime.start_secs,
+            )
         )
     logger.info(f"worker {identity.node_id} (pid {identity.pid}) joining job {job} with {slots} slot(s)")
     with SlotPool() as pool:
@@ -139,8 +150,9 @@ def run_local_worker(
             pool.start(
                 k, argv, slot_env(identity.node_id, devices[k]), layout.node_log(identity.node_id, f"{name}-slot{k}")
             )
-        shard_rows = {entry.shard_id: entry.rows for entry in manifest.shards}
-        with runner, JobDisplay(job, shard_rows) as display:  # live line on a terminal, else lines
+        shard_rows = {entry.shard_id: entry.rows for entry in manifest.shards} if scanned else None
+        planned = {entry.shard_id: entry.bytes for entry in manifest.shards}
+        with runner, JobDisplay(job, shard_rows, planned_bytes=planned) as display:  # a live line, else lines
             summary = run_worker(
                 job,
                 identity,
@@ -161,11 +173,24 @@ def run_local_worker(
                 random_start=True,  # fresh workers (replacements after kills) spread over the pending shards
                 claim_ahead=settings.claim_ahead,  # the next shard's claim and read overlap this one's run
                 read_ahead=runner.read_ahead,
+                run_scan=ShardScanner(),  # a planned job is scanned first, this worker taking its share
             )
         if stop_event is not None and stop_event.is_set():
             pool.stop()  # the run was aborted: every slot gives its claim back now
     logger.info(f"worker {identity.node_id} finished: {summary}")
     return summary
+
+
+def _lazy_gate(build: Callable[[], ClaimGate]) -> Callable[[], bool]:
+    """The claim gate, built when it is first asked (after the scans: it reads the manifest)."""
+    gate: list[ClaimGate] = []
+
+    def ask() -> bool:
+        if not gate:
+            gate.append(build())
+        return gate[0]()
+
+    return ask
 
 
 def _stop_slots(pool: SlotPool, wait_secs: float = 30.0) -> None:

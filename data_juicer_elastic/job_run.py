@@ -37,6 +37,7 @@ from data_juicer_elastic.jobdir import confine
 from data_juicer_elastic.jobdir.confine import open_job_dir
 from data_juicer_elastic.jobdir.export_path import export_target
 from data_juicer_elastic.jobdir.layout import JobLayout
+from data_juicer_elastic.jobdir.plan_records import JobPlan
 from data_juicer_elastic.jobdir.recipe_diff import recipe_differences
 from data_juicer_elastic.jobdir.records import Manifest
 from data_juicer_elastic.jobdir.worker_loop import WorkerSummary
@@ -113,14 +114,14 @@ class JobRun:
     def leave(self, reason: ParticipantExit) -> None:
         self.coordinator.leave(reason, self.settings.slots_per_node, self.done)
 
-    def prepare(self) -> tuple[Manifest, bool]:
-        """Elected leader: validate and split the input (idempotent); (manifest, created)."""
+    def prepare(self) -> tuple[JobPlan, bool]:
+        """Elected leader: validate the recipe and plan the shards (idempotent); (plan, created)."""
         outcome = prepare_from_cfg(self.cfg, self.settings)
-        return outcome.manifest, outcome.created
+        return outcome.plan, outcome.created
 
-    def check_prepared(self, manifest: Manifest) -> None:
-        """Every other instance: refuse to work on a job prepared from a different request."""
-        check_same_request(self.cfg, self.settings, manifest)
+    def check_prepared(self, plan: JobPlan) -> None:
+        """Every other instance: refuse to work on a job planned from a different request."""
+        check_same_request(self.cfg, self.settings, plan)
 
     def work(self, stop: threading.Event, max_done: int | None) -> WorkerSummary:
         """Claim and run shards until none is left for this instance (following the streaming
@@ -177,7 +178,7 @@ def strict_policy(settings: ElasticSettings) -> StrictPolicy | None:
     return StrictPolicy(settings.nodes, share, settings.slots_per_node)
 
 
-def check_same_request(cfg: Any, settings: ElasticSettings, manifest: Manifest) -> None:
+def check_same_request(cfg: Any, settings: ElasticSettings, manifest: JobPlan | Manifest) -> None:
     """An instance that did not prepare must have been started with the job the leader prepared."""
     differences = []
     dataset = str(resolve_user_path(cfg.dataset_path)) if getattr(cfg, "dataset_path", None) else None

@@ -20,10 +20,18 @@ from data_juicer_elastic.console import StepDisplay, say
 from data_juicer_elastic.console.summary import shown_path
 from data_juicer_elastic.coordination import crashpoints
 from data_juicer_elastic.errors import ConfigError, PrepareCancelled
+from data_juicer_elastic.report.svg import fmt_bytes
 from data_juicer_elastic.rows.row_schema import RowSchema, operator_view_notes
 from data_juicer_elastic.settings import ElasticSettings
 from data_juicer_elastic.shards import steps
-from data_juicer_elastic.shards.prepare import PrepareOutcome, PrepareRequest, RequestChanged, prepare_job
+from data_juicer_elastic.shards.prepare import (
+    PlanOutcome,
+    PrepareOutcome,
+    PrepareRequest,
+    RequestChanged,
+    plan_job,
+    prepare_job,
+)
 
 
 def resolve_user_path(path: str | os.PathLike) -> Path:
@@ -58,18 +66,21 @@ def prepare_request(cfg: Any, settings: ElasticSettings) -> PrepareRequest:
         ray={"address": settings.ray_address, "num_cpus": settings.ray_num_cpus},
         max_line_bytes=settings.max_line_bytes,
         shard_codec=settings.shard_codec,
+        copy_shards=settings.copy_shards,
         input_order=settings.input_order,
         code=code_fingerprint(recipe),
     )
 
 
-def prepare_from_cfg(cfg: Any, settings: ElasticSettings) -> PrepareOutcome:
-    """Validate the recipe and input, and publish the job directory (a no-op when identical)."""
+def prepare_from_cfg(cfg: Any, settings: ElasticSettings) -> PlanOutcome:
+    """Validate the recipe, plan the job and publish the plan (a no-op when identical)."""
     return _prepare(prepare_request(cfg, settings))
 
 
-def _prepare(request: PrepareRequest, complete=None, cancel: threading.Event | None = None) -> PrepareOutcome:
-    crashpoints.install_from_env()  # test-only fault plans (a full disk while splitting); none when unset
+def _prepare(
+    request: PrepareRequest, complete=None, cancel: threading.Event | None = None, scan: bool = False
+) -> PlanOutcome | PrepareOutcome:
+    crashpoints.install_from_env()  # test-only fault plans (a full disk while planning); none when unset
 
     def report(step: str, done: int, total: int | None) -> None:
         if cancel is not None and cancel.is_set():
@@ -77,17 +88,35 @@ def _prepare(request: PrepareRequest, complete=None, cancel: threading.Event | N
         display(step, done, total)
 
     with StepDisplay() as display, steps.reporting(report):  # a live line on a terminal, else log lines
-        outcome = prepare_job(request, complete=complete)
+        if scan:
+            outcome = prepare_job(request, complete=complete)
+        else:
+            planned = plan_job(request, complete=complete)
+    if not scan:
+        plan = planned.plan
+        verb = "planned" if planned.created else "reusing the planned job"
+        say(
+            f"{verb} {shown_path(request.job_dir)}: {len(plan.shards)} shards over {len(plan.inputs):,} file(s), "
+            f"{fmt_bytes(plan.total_bytes)} (the workers scan the data)"
+        )
+        return planned
     manifest = outcome.manifest
     verb = "prepared" if outcome.created else "reusing the prepared job"
     say(f"{verb} {shown_path(request.job_dir)}: {manifest.total_rows:,} rows in {len(manifest.shards)} shards")
-    if manifest.row_schema is not None:
-        for note in operator_view_notes(RowSchema.from_json(manifest.row_schema)):
-            logger.warning(f"{note} (the output keeps every untouched value as it was; see docs/lossless.md)")
+    warn_operator_views(manifest.row_schema)
     return outcome
 
 
-def prepare_overlapped(early: PrepareRequest | None, parse: Callable[[], PrepareRequest]) -> PrepareOutcome:
+def warn_operator_views(row_schema: list[Any] | None) -> None:
+    """Warn about the input's values that operators see in another type (docs/lossless.md)."""
+    if row_schema is not None:
+        for note in operator_view_notes(RowSchema.from_json(row_schema)):
+            logger.warning(f"{note} (the output keeps every untouched value as it was; see docs/lossless.md)")
+
+
+def prepare_overlapped(
+    early: PrepareRequest | None, parse: Callable[[], PrepareRequest], scan: bool = False
+) -> PlanOutcome | PrepareOutcome:
     """``dj-elastic prepare``: the input pass starts at once on a thread from ``early`` (read from
     the YAML without Data-Juicer), while ``parse`` (Data-Juicer's import and its parse of the
     recipe: seconds of one core) runs here.  The pass publishes nothing before the parsed request
@@ -95,7 +124,7 @@ def prepare_overlapped(early: PrepareRequest | None, parse: Callable[[], Prepare
     is prepared again from the parsed request; if the parse refuses the recipe, the pass stops at
     its next progress report and the refusal is raised."""
     if early is None:
-        return _prepare(parse())
+        return _prepare(parse(), scan=scan)
     parsed: dict[str, Any] = {}
     ready, cancel = threading.Event(), threading.Event()
 
@@ -107,7 +136,7 @@ def prepare_overlapped(early: PrepareRequest | None, parse: Callable[[], Prepare
 
     def run() -> None:
         try:
-            parsed["outcome"] = _prepare(early, complete, cancel)
+            parsed["outcome"] = _prepare(early, complete, cancel, scan=scan)
         except BaseException as exc:  # handed to the caller's thread
             parsed["failed"] = exc
 
@@ -124,7 +153,7 @@ def prepare_overlapped(early: PrepareRequest | None, parse: Callable[[], Prepare
         worker.join()
     failed = parsed.get("failed")
     if isinstance(failed, RequestChanged):
-        return _prepare(parsed["request"])  # the early read of the YAML was not what Data-Juicer parsed
+        return _prepare(parsed["request"], scan=scan)  # the early read of the YAML was not what Data-Juicer parsed
     if failed is not None:
         raise failed
     return parsed["outcome"]
@@ -159,6 +188,7 @@ def early_request(config: str, overrides: dict[str, Any]) -> PrepareRequest | No
             index_key=index_key(recipe),
             max_line_bytes=settings.max_line_bytes,
             shard_codec=settings.shard_codec,
+            copy_shards=settings.copy_shards,
             input_order=settings.input_order,
         )
     except Exception:  # anything unusual: no guess, the plain path

@@ -80,8 +80,10 @@ class ElasticSettings:
     """Fail when a shard has had no claimant for this long while this instance may not claim it (strict mode)."""
     slots_per_node: int = 1
     """Shards one node processes at once, each in its own worker process and Ray runtime (e.g. one per GPU)."""
+    copy_shards: bool = False
+    """Scans copy each shard into the job dir (immune to later input changes); else shards are read in place."""
     shard_codec: Codec = "none"
-    """How input shards are stored in the job dir: 'none' (plain .jsonl), 'gzip' (.jsonl.gz) or 'zstd' (.jsonl.zst)."""
+    """How copied shards are stored (copy_shards): 'none' (plain .jsonl), 'gzip' (.jsonl.gz) or 'zstd' (.jsonl.zst)."""
     max_line_bytes: int = DEFAULT_MAX_LINE_BYTES
     """Longest input line prepare accepts; longer lines are refused (memory grows with this bound)."""
     stream_merge: bool = False
@@ -220,6 +222,7 @@ _RULES: Final[dict[str, _Rule]] = {
     "require_all_nodes": _switch(),
     "wait_timeout_secs": _positive_number(),
     "slots_per_node": _integer(1),
+    "copy_shards": _switch(),
     "shard_codec": _one_of(CODECS),
     "max_line_bytes": _integer(1024),
     "stream_merge": _switch(),

@@ -24,6 +24,8 @@ from typing import Any, Final
 from tqdm import tqdm
 
 from data_juicer_elastic.console import quiet, terminal
+from data_juicer_elastic.jobdir.layout import JobLayout
+from data_juicer_elastic.jobdir.manifest import load_manifest
 from data_juicer_elastic.jobdir.progress import ProgressTracker, Stage
 
 LOG_EVERY_SECS: Final = 30.0
@@ -182,11 +184,14 @@ class JobDisplay:
     loop's ``on_attempt`` hook).  Other nodes' running shards count once they are done.
     """
 
-    def __init__(self, job_dir: str | os.PathLike, shard_rows: dict[str, int], *, terminal: bool | None = None,
+    def __init__(self, job_dir: str | os.PathLike, shard_rows: dict[str, int] | None, *, terminal: bool | None = None,
                  log_every: float = LOG_EVERY_SECS, clock: Clock = time.monotonic, stream: Any = None,
-                 tick: float = TICK_SECS):  # fmt: skip
+                 tick: float = TICK_SECS, planned_bytes: dict[str, int] | None = None):  # fmt: skip
         self.job_dir = Path(job_dir)
-        self.shard_rows = dict(shard_rows)
+        # None while the job is being scanned (rows not known yet): the line shows the scans then,
+        # by the plan's bytes per shard (``planned_bytes``), until the manifest appears
+        self.scanning = ScanCount(self.job_dir, planned_bytes or {}, clock) if shard_rows is None else None
+        self.shard_rows = dict(shard_rows or {})
         self.total = sum(self.shard_rows.values())
         self.live, self.log_every, self.clock, self.stream, self.tick = live(terminal), log_every, clock, stream, tick
         self.trackers: dict[str, tuple[ProgressTracker, list[float | None]]] = {}
@@ -217,6 +222,12 @@ class JobDisplay:
     # -- numbers ------------------------------------------------------------------------------
     def refresh_listing(self) -> None:
         self.last_listing = self.clock()
+        if self.scanning is not None:
+            rows = self.scanning.refresh()
+            if rows is None:
+                return
+            self.scanning, self.shard_rows, self.total = None, rows, sum(rows.values())
+            self.meter = Meter(self.clock)  # rows/s from here: the scans' time is not the shards'
         for name, target in (("done", self.done), ("failed", self.failed)):
             try:
                 names = os.listdir(self.job_dir / name)
@@ -228,6 +239,8 @@ class JobDisplay:
         now = self.clock()
         if now - self.last_listing >= LISTING_SECS:
             self.refresh_listing()
+        if self.scanning is not None:
+            return self.scanning.numbers(now - self.started)
         rows = sum(self.shard_rows[s] for s in self.done)
         running, stage = 0, ""
         with self.lock:
@@ -265,6 +278,8 @@ class JobDisplay:
         return note
 
     def plain_line(self, n: dict[str, Any]) -> str:
+        if "scanned" in n:
+            return f"{self.scanning_note(n)}; elapsed {tqdm.format_interval(n['elapsed'])}"
         pct = f" ({100 * n['rows'] / self.total:.0f}%)" if self.total else ""
         rate = n["rate"]
         speed = f", {rate:,.1f} rows/s" if rate else ""
@@ -285,7 +300,14 @@ class JobDisplay:
             self.last_log = now
             (quiet.log_only if self._line is not None else quiet.say)(self.plain_line(n))
 
+    def scanning_note(self, n: dict[str, Any]) -> str:
+        rate = f", {amount(n['rate'], 'B')}/s" if n["rate"] else ""
+        return f"scanning the input: {n['scanned']}/{n['shards']} shards{rate} (no shard runs before every scan)"
+
     def _live_text(self, n: dict[str, Any]) -> str:
+        if "scanned" in n:
+            width = terminal.line_width(self._line.stream)
+            return meter_line("", n["bytes"], n["total"], n["elapsed"], n["rate"], "B", self.scanning_note(n), width)
         note = self.shards_note(n) + (f" | {n['stage']}" if n["stage"] else "")
         width = terminal.line_width(self._line.stream)
         return meter_line("", n["rows"], self.total, n["elapsed"], n["rate"], "rows", note, width)
@@ -319,3 +341,40 @@ class JobDisplay:
         if self._line_cm is not None:
             self._line_cm.__exit__(None, None, None)
             self._line_cm = self._line = None
+
+
+class ScanCount:
+    """The scan phase as the live line shows it: shards scanned (one listing of ``scans/done``)
+    and their planned bytes per second; :meth:`refresh` returns the shards' rows once the
+    manifest exists (the scans are over)."""
+
+    def __init__(self, job_dir: Path, planned_bytes: dict[str, int], clock: Clock):
+        self.layout = JobLayout(job_dir)
+        self.planned = planned_bytes
+        self.scanned: set[str] = set()
+        self.meter = Meter(clock)
+
+    def refresh(self) -> dict[str, int] | None:
+        if self.layout.manifest.exists():
+            try:
+                return {entry.shard_id: entry.rows for entry in load_manifest(self.layout.root).shards}
+            except Exception:  # noqa: BLE001 - being written: the next listing reads it
+                return None
+        try:
+            names = os.listdir(self.layout.scans.done_dir)
+        except OSError:
+            return None
+        self.scanned.update(n[:-5] for n in names if n.endswith(".json") and n[:-5] in self.planned)
+        self.meter.add(sum(self.planned[s] for s in self.scanned))
+        return None
+
+    def numbers(self, elapsed: float) -> dict[str, Any]:
+        done = sum(self.planned[s] for s in self.scanned)
+        return {
+            "scanned": len(self.scanned),
+            "shards": len(self.planned),
+            "bytes": done,
+            "total": sum(self.planned.values()),
+            "rate": self.meter.rate(),
+            "elapsed": elapsed,
+        }

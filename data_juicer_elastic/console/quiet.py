@@ -62,6 +62,8 @@ _RAY_NOISE: Final = (
     "Token authentication is enabled",  # a private node-local runtime: nothing to opt out of
     "Truncating long operator name",
     "Progress bars disabled",  # we turned them off: the live line shows progress
+    # Ray started on a helper thread while the job is scanned: the worker handles SIGTERM itself
+    "SIGTERM handler is not set because current thread is not the main thread",
 )
 
 _sink_id: int | None = None

@@ -1,4 +1,4 @@
-"""One instance's way through a run: prepare -> work -> settle -> finalize -> outcome.
+"""One instance's way through a run: prepare (plan) -> work (scan, run) -> settle -> finalize -> outcome.
 
 The steps that touch Ray or Data-Juicer are passed in as callables
 (:class:`Phases`), so the whole protocol runs, and is tested, without either.
@@ -25,21 +25,23 @@ from data_juicer_elastic.coordination.settle import (
     shard_failed_error,
     wait_settled,
 )
-from data_juicer_elastic.errors import ElasticError
-from data_juicer_elastic.jobdir.manifest import load_manifest
+from data_juicer_elastic.errors import ElasticError, InputChangedError, InputError
+from data_juicer_elastic.jobdir.manifest import load_manifest, load_plan
 from data_juicer_elastic.jobdir.outcome import job_outcome
+from data_juicer_elastic.jobdir.plan_records import JobPlan
 from data_juicer_elastic.jobdir.records import Manifest
 from data_juicer_elastic.jobdir.shard_attempt import WorkerSummary
 
 
 @dataclass(frozen=True)
 class Phases:
-    prepare: Callable[[], tuple[Manifest, bool]]
-    """Leader: validate and split (idempotent); (manifest, created)."""
-    check_prepared: Callable[[Manifest], None]
-    """Everyone else: raise if this instance's own request differs from the prepared job."""
+    prepare: Callable[[], tuple[JobPlan, bool]]
+    """Leader: validate and plan (idempotent); (plan, created)."""
+    check_prepared: Callable[[JobPlan], None]
+    """Everyone else: raise if this instance's own request differs from the planned job."""
     work: Callable[[threading.Event, int | None], WorkerSummary]
-    """Claim and run shards until nothing is claimable, the event is set, or the share is done."""
+    """Scan (while the job is not scanned), then claim and run shards until nothing is claimable,
+    the event is set, or the share is done."""
     finalize: Callable[[], dict[str, Any]]
     """Leader: merge every shard result; the details every instance reports."""
 
@@ -65,7 +67,7 @@ def run_coordinated(
 
     Raises the run's error (ElasticError, exit 2) when it was aborted.
     """
-    manifest = _prepare(c, phases)
+    _prepare(c, phases)
     existing = c.outcome()
     if existing is not None:  # a late joiner: the run has ended already; redo nothing
         logger.info(f"run {c.run.value} has already ended; reporting its outcome")
@@ -73,7 +75,11 @@ def run_coordinated(
 
     stop = threading.Event()
     with AbortWatcher(c, stop, timing.poll_secs) as watcher:
-        summary = phases.work(stop, strict.share_per_slot if strict else None)
+        try:
+            summary = phases.work(stop, strict.share_per_slot if strict else None)
+        except (InputError, InputChangedError) as exc:
+            # the scans refused the job's input: the same verdict on every instance, recorded once
+            raise_outcome(c.abort(WORK, exc))
         watcher.check()
     c.raise_if_aborted()
     if summary.terminal_failures:
@@ -82,6 +88,7 @@ def run_coordinated(
         # elastic.max_shards: this instance's cap; the others (or `dj-elastic merge`) finish.
         logger.info("reached elastic.max_shards; leaving the rest of the run to the other instances")
         return None
+    manifest = load_manifest(c.layout.root)  # composed by the scans before any shard ran
     # Done is terminal: a worker that saw every shard done need not read every marker again.
     complete = summary.complete or job_outcome(c.layout, manifest)[0]
     if not complete:
@@ -98,12 +105,12 @@ def run_coordinated(
     return _report(_finalize(c, phases, manifest, strict))
 
 
-def _prepare(c: RunCoordinator, phases: Phases) -> Manifest:
+def _prepare(c: RunCoordinator, phases: Phases) -> JobPlan:
     won, leader = c.elect(PREPARE)
     if won:
         with c.heartbeat(PREPARE):
             try:
-                manifest, created = phases.prepare()
+                plan, created = phases.prepare()
             except Exception as exc:
                 _log_unexpected(exc, PREPARE)
                 raise_outcome(c.abort(PREPARE, exc))
@@ -111,21 +118,21 @@ def _prepare(c: RunCoordinator, phases: Phases) -> Manifest:
             PrepareResult(
                 c.run.value,
                 c.instance_id,
-                manifest.job_id,
+                plan.job_id,
                 created,
-                manifest.num_shards,
-                manifest.recipe_hash,
+                plan.num_shards,
+                plan.recipe_hash,
                 time.time(),
             )
         )
-        return manifest
+        return plan
     result = c.await_phase(PREPARE, leader, c.prepare_result)
-    manifest = load_manifest(c.layout.root)
-    if manifest.job_id != result.job_id:  # pragma: no cover - a job dir replaced under a running run
+    plan = load_plan(c.layout.root)
+    if plan.job_id != result.job_id:  # pragma: no cover - a job dir replaced under a running run
         raise ElasticError("the job directory was replaced during the run", where=str(c.layout.root))
-    logger.info(f"job prepared by {leader.instance.describe()}: {manifest.num_shards} shards")
-    phases.check_prepared(manifest)
-    return manifest
+    logger.info(f"job planned by {leader.instance.describe()}: {plan.num_shards} shards")
+    phases.check_prepared(plan)
+    return plan
 
 
 def _finalize(c: RunCoordinator, phases: Phases, manifest: Manifest, strict: StrictPolicy | None) -> Outcome:

@@ -11,15 +11,19 @@ reused for every later shard, until a stalled shard restarts the worker (``runti
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
+
+from loguru import logger
 
 from data_juicer_elastic.execution.ray_runtime import DEFAULT_CONNECT_TIMEOUT_SECS, LOCAL, WarmRayRuntime
 from data_juicer_elastic.execution.runtime_watch import RuntimeWatch
 from data_juicer_elastic.execution.shard_runner import ShardRunner, shard_runtime_env
 from data_juicer_elastic.jobdir import progress
 from data_juicer_elastic.jobdir.tasks import ShardOutput, ShardTask
+from data_juicer_elastic.rows.shard_source import ShardSource
 
 
 class LazyShardRunner:
@@ -37,7 +41,7 @@ class LazyShardRunner:
         expected_stage_identities: list[str],
         cache_dir: Path,
         *,
-        row_schema: list[Any] | None,
+        row_schema: list[Any] | None | Callable[[], list[Any] | None],
         ray_address: str = LOCAL,
         ray_num_cpus: int | None = None,
         connect_timeout_secs: float = DEFAULT_CONNECT_TIMEOUT_SECS,
@@ -47,6 +51,8 @@ class LazyShardRunner:
     ):
         self._recipe, self._code, self._allow_versions = recipe, code, allow_version_mismatch
         self._restart_process = restart_process
+        self._starting = threading.Lock()  # one start at a time: early, or before a claim
+        self._closed = threading.Event()  # ends the thread that started the runtime early
         self._runner = ShardRunner(recipe, expected_stage_identities, cache_dir, row_schema=row_schema)
         self._runtime = WarmRayRuntime(
             ray_address,
@@ -68,20 +74,40 @@ class LazyShardRunner:
     def ready(self) -> bool:
         """Check the code and start the runtime if it is not running; True when it had to
         (that took seconds: the caller looks at its shard again).  Raises ElasticError
-        (CodeMismatchError, RayConnectionError) rather than claiming or hanging."""
-        if self._runtime.started:
-            return False
-        if self._code is not None:
-            from data_juicer_elastic.execution.code_fingerprint import check_code, code_fingerprint
+        (CodeMismatchError, RayConnectionError) rather than claiming or hanging.  Waits for a
+        start already under way (:meth:`start_early`)."""
+        with self._starting:
+            if self._runtime.started:
+                return False
+            if self._code is not None:
+                from data_juicer_elastic.execution.code_fingerprint import check_code, code_fingerprint
 
-            here = code_fingerprint(self._recipe, where="the job's custom_operator_paths")
-            check_code(self._code, here, allow_version_mismatch=self._allow_versions)
-        self._runtime.start()
-        return True
+                here = code_fingerprint(self._recipe, where="the job's custom_operator_paths")
+                check_code(self._code, here, allow_version_mismatch=self._allow_versions)
+            self._runtime.start()
+            return True
 
-    def read_ahead(self, shard_path: Path) -> Any:
+    def start_early(self) -> None:
+        """Start the runtime on a thread now (while the job is scanned), so the first shard does
+        not wait for it.  A failure is only logged here: :meth:`ready`, called before the first
+        claim, tries again and raises it.  The thread lives until :meth:`close`: Ray's node
+        processes are started with a parent-death signal, which Linux sends when the *thread*
+        that started them ends (seen with Ray 2.60: the runtime died a minute after its
+        starting thread returned)."""
+
+        def start() -> None:
+            try:
+                self.ready()
+            except Exception as exc:  # noqa: BLE001 - ready() raises it again where it matters
+                logger.warning(f"starting Ray early failed ({type(exc).__name__}: {exc}); tried again before a claim")
+                return
+            self._closed.wait()
+
+        threading.Thread(target=start, name="dj-elastic-ray-start", daemon=True).start()
+
+    def read_ahead(self, source: ShardSource) -> Any:
         """Parse the next shard while the current one runs (``ShardRunner.read_ahead``)."""
-        return self._runner.read_ahead(shard_path)
+        return self._runner.read_ahead(source)
 
     def __call__(self, task: ShardTask) -> ShardOutput:
         self.ready()  # idempotent; the worker loop normally did it before claiming
@@ -94,4 +120,7 @@ class LazyShardRunner:
         try:
             self._runner.close()  # its warm actors live in the runtime: free them first
         finally:
-            self._runtime.close()
+            try:
+                self._runtime.close()
+            finally:
+                self._closed.set()

@@ -1,5 +1,8 @@
 """Read one shard into Arrow with the job's row schema, and find its input rows again for the writer.
 
+The shard's content comes from ``rows.shard_source`` (its spans of the input files, or its copy),
+checked against its scan while it is read, rows normalised where the scan said they must be.
+
 Why not Ray's JSON reader (what Data-Juicer's RayExecutor uses): it infers column types
 from the rows of each block, so the same value reaches operators as a different type in
 different shards (``int64`` here, ``double`` there, a timestamp where a string looked like
@@ -15,42 +18,47 @@ Ray's own reader cut similar blocks), every block a table of the same schema.
 from __future__ import annotations
 
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any, Final
 
 import jiter
 
 from data_juicer_elastic.errors import IntegrityError
 from data_juicer_elastic.execution.row_types import ArrowRows
-from data_juicer_elastic.rows.codecs import Codec, RawStats, iter_decoded
-from data_juicer_elastic.rows.line_framer import whole_line_blocks
+from data_juicer_elastic.rows.shard_source import ShardSource, iter_content, iter_source_lines
 
 BLOCK_BYTES: Final = 1024 * 1024
-
-
-def iter_lines(path: Path, codec: Codec) -> Iterator[bytes]:
-    """The shard's rows as lines without their newline, in order."""
-    for block in whole_line_blocks(iter_decoded(path, codec, RawStats()), str(path)):
-        yield from block.lines()
 
 
 def parse(line: bytes, where: str) -> dict[str, Any]:
     try:
         row = jiter.from_json(line)
-    except ValueError as exc:  # prepare validated every row: the shard was changed under us
+    except ValueError as exc:  # its scan validated every row: the shard was changed under us
         raise IntegrityError(f"shard row is not valid JSON: {exc}", where=where, hint="prepare a new job") from None
     if type(row) is not dict:
         raise IntegrityError("shard row is not a JSON object", where=where, hint="prepare a new job")
     return row
 
 
-def read_tables(path: Path, codec: Codec, rows: ArrowRows, block_bytes: int = BLOCK_BYTES) -> list[Any]:
-    """The shard as Arrow tables of about ``block_bytes`` of input each, rows in order."""
+def read_tables(source: ShardSource, rows: ArrowRows, block_bytes: int = BLOCK_BYTES) -> list[Any]:
+    """The shard as Arrow tables of about ``block_bytes`` of input each, rows in order.  Its
+    content is checked against its scan while it is read (``rows.shard_source``): a changed input
+    is an InputChangedError, raised before the last table is built."""
+    try:
+        return _tables(source, rows, block_bytes)
+    except IntegrityError:
+        # a row that does not parse: the input changed under us (the scan proved every row), and
+        # reading it whole says so in the right words; else the original error stands
+        for _ in iter_content(source):
+            pass
+        raise
+
+
+def _tables(source: ShardSource, rows: ArrowRows, block_bytes: int) -> list[Any]:
     tables: list[Any] = []
     pending: list[dict[str, Any]] = []
     size = first = 0
-    for number, line in enumerate(iter_lines(path, codec)):
-        pending.append(parse(line, f"{path}:{number + 1}"))
+    for number, line in enumerate(iter_source_lines(source)):
+        pending.append(parse(line, f"{source.where} row {number + 1}"))
         size += len(line) + 1
         if size >= block_bytes:
             tables.append(rows.table(pending, first))
@@ -70,8 +78,8 @@ class InputRows:
     operators, but stays correct).
     """
 
-    def __init__(self, path: Path, codec: Codec):
-        self.path, self.codec = path, codec
+    def __init__(self, source: ShardSource):
+        self.source = source
         self._lines: Iterator[bytes] | None = None
         self._next = 0  # number of the row the cursor reads next
         self._last: tuple[int, dict[str, Any]] | None = None
@@ -84,18 +92,18 @@ class InputRows:
         if self._lines is None or number < self._next:
             if self._lines is not None:
                 self.rewinds += 1
-            self._lines, self._next = iter_lines(self.path, self.codec), 0
+            self._lines, self._next = iter_source_lines(self.source), 0
         line = b""
         while self._next <= number:
             line = next(self._lines, None)
             if line is None:
                 raise IntegrityError(
                     f"an output row names input row {number}, but the shard has {self._next} rows",
-                    where=str(self.path),
+                    where=self.source.where,
                     hint="an operator changed the internal row number column; report it",
                 )
             self._next += 1
-        row = parse(line, f"{self.path}:{number + 1}")
+        row = parse(line, f"{self.source.where} row {number + 1}")
         self._last = (number, row)
         return row
 
@@ -105,3 +113,11 @@ class InputRows:
             if close is not None:
                 close()
             self._lines = None
+
+    def finish(self) -> None:
+        """Read the rest of the shard, so its content check runs: the rows handed out came from
+        the content that was scanned (InputChangedError otherwise).  Then close."""
+        if self._lines is not None:
+            for _ in self._lines:
+                pass
+        self.close()

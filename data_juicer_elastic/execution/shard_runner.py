@@ -33,7 +33,7 @@ import os
 import re
 import time
 import traceback
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Final
 
@@ -60,7 +60,7 @@ from data_juicer_elastic.execution.warm_ops import WarmOperators
 from data_juicer_elastic.jobdir import progress, row_stats
 from data_juicer_elastic.jobdir.layout import LOG_FILE, JobLayout
 from data_juicer_elastic.jobdir.tasks import ShardOutput, ShardTask
-from data_juicer_elastic.rows.codecs import input_codec
+from data_juicer_elastic.rows.shard_source import ShardSource
 from data_juicer_elastic.sharedfs import fsio
 from data_juicer_elastic.stats.shard_hook import ShardStatsRecorder
 
@@ -114,12 +114,14 @@ class ShardRunner:
         expected_stage_identities: Sequence[str],
         cache_dir: Path,
         *,
-        row_schema: list[Any] | None,
+        row_schema: list[Any] | None | Callable[[], list[Any] | None],
     ):
         self.recipe = copy.deepcopy(check_recipe(recipe))
         self.expected_stage_identities = list(expected_stage_identities)
         self.cache_dir = Path(cache_dir)
-        self.rows = ArrowRows.from_manifest(row_schema, where="manifest.json row_schema")
+        # the job's row schema, or how to read it once the job is scanned (a worker starts before that)
+        self._row_schema = row_schema
+        self._rows: ArrowRows | None = None
         ray_concat.install()  # the driver concatenates blocks too (its Ray workers get the setup hook)
         self._manifest: dict[str, Any] | None = None  # identities are per recipe and process, not per shard
         self._configs = ShardConfigs(self.recipe)  # parsed once per process, re-based per attempt
@@ -127,20 +129,27 @@ class ShardRunner:
         self.reads_ahead_used = 0  # runs that used a read-ahead (tests, logs)
         default_cache_env(self.cache_dir)
 
-    def read_ahead(self, shard_path: Path) -> list[Any]:
+    @property
+    def rows(self) -> ArrowRows:
+        """How rows become Arrow tables: the job's row schema (read on first use)."""
+        if self._rows is None:
+            schema = self._row_schema() if callable(self._row_schema) else self._row_schema
+            self._rows = ArrowRows.from_manifest(schema, where="manifest.json row_schema")
+        return self._rows
+
+    def read_ahead(self, source: ShardSource) -> list[Any]:
         """The shard parsed into its Arrow tables now: the worker loop's claim-ahead thread calls it
         while the current shard runs and hands the result to the shard's run (``ShardTask.read_ahead``).
         Plain CPU work in this process (no Ray call, no progress report), the same ``read_tables``."""
-        path = Path(shard_path)
-        return read_tables(path, input_codec(path.name) or "none", self.rows)
+        return read_tables(source, self.rows)
 
-    def _tables(self, task: ShardTask, codec: str) -> list[Any]:
+    def _tables(self, task: ShardTask) -> list[Any]:
         """The shard's tables: those read ahead while the previous shard ran, else read now."""
         if task.read_ahead is not None:
             self.reads_ahead_used += 1
             logger.info(f"shard {task.shard_id}: using the rows read ahead")
             return task.read_ahead
-        return read_tables(Path(task.shard_path), codec, self.rows)
+        return read_tables(task.source, self.rows)
 
     def __call__(self, task: ShardTask) -> ShardOutput:
         attempt_dir = Path(task.attempt_dir)
@@ -151,7 +160,7 @@ class ShardRunner:
         with attempt_log(log_path), ray_job_env(), _preserve_order(), ray_data_progress(tracker):
             logger.info(
                 f"{where}: attempt {task.attempt_id} (generation {task.generation}), "
-                f"{task.input_rows} input rows from {task.shard_path}"
+                f"{task.input_rows} input rows from {task.source.display}"
             )
             try:
                 return self._run(task, attempt_dir, where)
@@ -180,7 +189,7 @@ class ShardRunner:
                 hint="run shards inside execution.ray_runtime.WarmRayRuntime, or use LazyShardRunner",
             )
         overrides = {
-            "dataset_path": str(task.shard_path),
+            "dataset_path": str(shard_key(task)),
             # RayExecutor builds its exporter even when it does not export: a path it never writes
             "export_path": str(attempt_dir / EXPORT_DIR),
             "export_type": "jsonl",
@@ -213,11 +222,12 @@ class ShardRunner:
         from data_juicer.core.executor.ray_executor import RayExecutor
 
         t0 = time.monotonic()
-        codec = input_codec(Path(task.shard_path).name) or "none"
+        # The shard as this package reads it (row schema, row numbers), read once and checked
+        # against its scan before Data-Juicer sees a row, then materialized for RayExecutor.
+        tables = self._tables(task)
         batching = _start_batching(task, cfg, self._manifest)
         try:
-            # The shard as this package reads it (row schema, row numbers), read once, materialized.
-            with shard_source(task.shard_path, lambda: self._dataset(task, codec)):
+            with shard_source(shard_key(task), lambda: _dataset(tables)):
                 result = RayExecutor(cfg).run(skip_export=True)
         finally:
             _finish_batching(batching, task)
@@ -226,7 +236,7 @@ class ShardRunner:
         note_stage(progress.current(), progress.Stage.CANONICALIZING)
         stats = ShardStatsRecorder(task.shard_id, task.attempt_id, attempt_dir)
         data = result.data
-        inputs = InputRows(Path(task.shard_path), codec)
+        inputs = InputRows(task.source)
         try:
             written = write_shard(
                 data.iter_batches(batch_size=None, batch_format="pyarrow"),
@@ -238,6 +248,7 @@ class ShardRunner:
                 ExportLayout.from_cfg(cfg),
                 on_row=stats.observe,
             )
+            inputs.finish()  # the rows the writer took came from the scanned content (checked to its end)
         finally:
             inputs.close()
         out = written.output
@@ -253,10 +264,22 @@ class ShardRunner:
             row_stats_path=None if written.row_stats is None else written.row_stats.path,
         )
 
-    def _dataset(self, task: ShardTask, codec: str) -> Any:
-        import ray
 
-        return ray.data.from_arrow(self._tables(task, codec))
+def _dataset(tables: list[Any]) -> Any:
+    import ray
+
+    return ray.data.from_arrow(tables)
+
+
+def shard_key(task: ShardTask) -> Path:
+    """The ``dataset_path`` Data-Juicer is given for a shard: only a key (``_shard_source`` answers
+    Data-Juicer's read of it with the shard as this package read it), inside the attempt.  An
+    empty file is placed there: Data-Juicer's config treats a path that does not exist as a
+    remote dataset."""
+    key = Path(task.attempt_dir) / "input.jsonl"
+    if not key.exists():
+        key.touch()
+    return key
 
 
 def _start_batching(task: ShardTask, cfg: Any, manifest: Mapping[str, Any]) -> JobLayout | None:

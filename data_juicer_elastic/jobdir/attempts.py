@@ -19,8 +19,9 @@ from loguru import logger
 
 from data_juicer_elastic.errors import IntegrityError, JobDirError
 from data_juicer_elastic.jobdir import confine
-from data_juicer_elastic.jobdir.layout import JobLayout
+from data_juicer_elastic.jobdir.layout import SCANS, JobLayout
 from data_juicer_elastic.jobdir.lease_records import Claim
+from data_juicer_elastic.jobdir.plan_records import ScanResult, parse_checked
 from data_juicer_elastic.jobdir.published_file import FORGED_HINT, check_published_file
 from data_juicer_elastic.jobdir.reasons import AttemptExit
 from data_juicer_elastic.jobdir.records import ShardEntry
@@ -102,7 +103,9 @@ class PublishOutcome:
     winner: ShardResult | None  # the accepted result (ours, or another attempt's); None if unreadable
 
 
-def read_done(layout: JobLayout, shard_id: str, data: bytes | None = None) -> tuple[ShardResult | None, str | None]:
+def read_done(
+    layout: JobLayout, shard_id: str, data: bytes | None = None
+) -> tuple[ShardResult | ScanResult | None, str | None]:
     """(accepted result, None), (None, None) when not done, (None, error) when the marker is corrupt.
 
     ``data``: the marker's bytes when the caller read them already (status reads many in parallel).
@@ -113,7 +116,8 @@ def read_done(layout: JobLayout, shard_id: str, data: bytes | None = None) -> tu
             data = fsio.read_record(path)
         if data is None:
             return None, None
-        result = ShardResult.parse(data, path)
+        # the layout says which kind of task it is: a shard's run, or its scan (jobdir.scans)
+        result = parse_checked(ScanResult, data, path) if layout.tasks == SCANS else ShardResult.parse(data, path)
     except JobDirError as exc:
         return None, str(exc)
     if result.shard_id != shard_id:

@@ -6,7 +6,7 @@ expected to be 80% through by the worker's last time per row; or N's run has end
 the worker's own claim path (``claiming.Claimer.claim_next``: the same cursor, claim gate
 and ``link()``-published generation as any claim), starts a plain heartbeat for it at once,
 then checks its input file against the manifest (size + sha256, ``manifest.check_shard_file``)
-and hands the file to ``read_ahead(path)`` (the Ray runner
+and hands it to ``read_ahead(source)`` (the Ray runner
 parses it into Arrow tables).  What that returns goes to the shard's run as
 ``ShardTask.read_ahead``; it is held by the shard claimed ahead, and dropped with it when that
 is released.  When shard N is published, the worker loop :meth:`takes <ClaimAhead.take>` the
@@ -59,6 +59,7 @@ from data_juicer_elastic.jobdir.lease_records import Claim
 from data_juicer_elastic.jobdir.manifest import check_shard_file
 from data_juicer_elastic.jobdir.reasons import ReleaseReason
 from data_juicer_elastic.jobdir.records import Manifest, ShardEntry
+from data_juicer_elastic.rows.shard_source import ShardSource
 
 TAIL_POLL_SECS: Final = 0.2  # how often the helper looks whether the current shard reached its tail
 # release reasons of a shard claimed ahead and handed back without running it (a signal: as any claimed one)
@@ -72,6 +73,12 @@ def file_stamp(path: Path) -> FileStamp:
     return st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns
 
 
+def source_stamps(source: ShardSource) -> tuple[FileStamp, ...]:
+    """The stamps of every file a shard's content is read from (its copy, or its inputs)."""
+    paths = [source.copy] if source.copy is not None else list(dict.fromkeys(span.path for span in source.spans))
+    return tuple(file_stamp(Path(path)) for path in paths)
+
+
 @dataclass
 class AheadShard:
     """A shard held ahead: its claim, its heartbeat, and the input file as it was checked."""
@@ -79,19 +86,21 @@ class AheadShard:
     entry: ShardEntry
     claim: Claim
     heartbeater: leases.Heartbeater
-    checked: tuple[Path, FileStamp] | None = None  # checked (size + sha256) and unchanged while read ahead
-    read: object = None  # what read_ahead(path) returned (for ShardTask.read_ahead), when checked
+    # checked (a copy: size + sha256; inputs: size + mtime, then hashed as read) and unchanged while read ahead
+    checked: tuple[ShardSource, tuple[FileStamp, ...]] | None = None
+    read: object = None  # what read_ahead(source) returned (for ShardTask.read_ahead), when checked
 
     def still_checked(self, layout: JobLayout) -> bool:
-        """The checked file is still the one the run would read: inside the job dir and the same
-        inode, size and mtime.  Then the run need not hash it again (else it checks it as usual)."""
+        """The checked files are still the ones the run would read: a copy inside the job dir, and
+        the same inodes, sizes and mtimes.  Then the run need not check them again (else it does)."""
         if self.checked is None:
             return False
-        path, stamp = self.checked
+        source, stamps = self.checked
         try:
-            confine.check_inside(layout, path)
-            return file_stamp(path) == stamp
-        except Exception:  # noqa: BLE001 - any doubt: the run checks the file itself
+            if source.copy is not None:
+                confine.check_inside(layout, Path(source.copy))
+            return source_stamps(source) == stamps
+        except Exception:  # noqa: BLE001 - any doubt: the run checks the files itself
             return False
 
 
@@ -124,7 +133,7 @@ class ClaimAhead:
         heartbeat_secs: float,
         ttl_secs: float,
         clock: Callable[[], float],
-        read_ahead: Callable[[Path], object] | None = None,
+        read_ahead: Callable[[ShardSource], object] | None = None,
     ):
         self.layout, self.manifest, self.claim_next = layout, manifest, claim_next
         self.heartbeat_secs, self.ttl_secs, self.clock = heartbeat_secs, ttl_secs, clock
@@ -251,11 +260,11 @@ class ClaimAhead:
         """Check the input file and read it ahead; any error is left to the run, which checks and
         reads the file again (a corrupt shard then fails its attempt as it always did)."""
         try:
-            path = check_shard_file(self.layout, self.manifest, ahead.entry)
-            before = file_stamp(path)
-            read = self.read_ahead(path) if self.read_ahead is not None else None
-            if file_stamp(path) == before:  # else the run checks and reads the file itself
-                ahead.checked, ahead.read = (path, before), read
+            source = check_shard_file(self.layout, self.manifest, ahead.entry)
+            before = source_stamps(source)
+            read = self.read_ahead(source) if self.read_ahead is not None else None
+            if source_stamps(source) == before:  # else the run checks and reads the files itself
+                ahead.checked, ahead.read = (source, before), read
         except Exception as exc:  # noqa: BLE001
             logger.info(f"{ahead.claim.shard_id}: not read ahead ({type(exc).__name__}: {exc}); the run reads it")
 

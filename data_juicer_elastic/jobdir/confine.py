@@ -28,6 +28,8 @@ from data_juicer_elastic.sharedfs import fsio
 OUR_NAMES: Final = frozenset(
     {
         "manifest.json",
+        "plan.json",
+        "scans",
         "recipe.json",
         "merge.json",
         "shards",
@@ -146,7 +148,7 @@ def open_job_dir(layout: JobLayout) -> None:
     """Create the job directory if needed and refuse it unless it is (or can become) ours:
     empty, or a dj-elastic job whose top-level directories do not lead elsewhere."""
     make_job_dir(layout)
-    if fsio.exists(layout.manifest):
+    if fsio.exists(layout.manifest) or fsio.exists(layout.plan):
         check_layout(layout)  # the manifest itself is validated by whoever loads it
     else:
         check_ours(layout)

@@ -94,19 +94,47 @@ def parse_gen_name(name: str) -> int | None:
     return int(match.group(1)) if match else None
 
 
-class JobLayout:
-    """Paths of one job directory.  Pure: touches no filesystem."""
+SCANS: Final = "scans"  # the scan tasks' namespace (JobLayout.scans)
 
-    def __init__(self, root: str | Path):
+
+class JobLayout:
+    """Paths of one job directory.  Pure: touches no filesystem.
+
+    Two kinds of task are claimed, run and published through the same lease protocol: a
+    shard's *run* (the default layout: ``claims/``, ``done/`` ... at the top) and a shard's
+    *scan* (:attr:`scans`: the same names under ``scans/``).  Every per-task path below comes
+    from :attr:`tasks_root`, so one protocol implementation serves both.
+    """
+
+    def __init__(self, root: str | Path, tasks: str | None = None):
         self.root = Path(root)
+        if tasks not in (None, SCANS):
+            raise ValueError(f"unknown task namespace {tasks!r}")
+        self.tasks = tasks
+        self.tasks_root = self.root / tasks if tasks else self.root
 
     def __repr__(self) -> str:
-        return f"JobLayout({str(self.root)!r})"
+        return f"JobLayout({str(self.root)!r}{f', tasks={self.tasks!r}' if self.tasks else ''})"
+
+    @property
+    def scans(self) -> JobLayout:
+        """The scan tasks' layout (claims, heartbeats, attempts, done markers of scans)."""
+        return JobLayout(self.root, SCANS)
+
+    @property
+    def runs(self) -> JobLayout:
+        """The shard runs' layout (the default)."""
+        return JobLayout(self.root)
 
     # -- top level -----------------------------------------------------------------
     @property
     def manifest(self) -> Path:
         return self.root / "manifest.json"
+
+    @property
+    def plan(self) -> Path:
+        """The plan prepare publishes (shards as byte ranges); the manifest is composed from it and the scans."""
+        return self.root / "plan.json"
 
     @property
     def recipe(self) -> Path:
@@ -126,35 +154,35 @@ class JobLayout:
 
     @property
     def claims_dir(self) -> Path:
-        return self.root / "claims"
+        return self.tasks_root / "claims"
 
     @property
     def heartbeats_dir(self) -> Path:
-        return self.root / "heartbeats"
+        return self.tasks_root / "heartbeats"
 
     @property
     def releases_dir(self) -> Path:
-        return self.root / "releases"
+        return self.tasks_root / "releases"
 
     @property
     def failures_dir(self) -> Path:
-        return self.root / "failures"
+        return self.tasks_root / "failures"
 
     @property
     def attempts_dir(self) -> Path:
-        return self.root / "attempts"
+        return self.tasks_root / "attempts"
 
     @property
     def done_dir(self) -> Path:
-        return self.root / "done"
+        return self.tasks_root / "done"
 
     @property
     def failed_dir(self) -> Path:
-        return self.root / "failed"
+        return self.tasks_root / "failed"
 
     @property
     def history_dir(self) -> Path:
-        return self.root / "history"
+        return self.tasks_root / "history"
 
     @property
     def coordination_dir(self) -> Path:
@@ -224,6 +252,13 @@ class JobLayout:
     def attempt_output(self, shard_id: str, attempt_id: str) -> Path:
         """Where a shard runner is expected to put its canonical output."""
         return self.attempt_dir(shard_id, attempt_id) / "output.jsonl"
+
+    def attempt_copy(self, shard_id: str, attempt_id: str, suffix: str = ".jsonl") -> Path:
+        """A scan attempt's copy of its shard (``copy_shards``), linked to :meth:`shard` once the
+        manifest is composed (``jobdir.scans``)."""
+        if suffix not in SHARD_SUFFIX.values():
+            raise JobDirError(f"invalid shard suffix {suffix!r}", where="shard codec")
+        return self.attempt_dir(shard_id, attempt_id) / f"shard{suffix}"
 
     def attempt_batching_dir(self, shard_id: str, attempt_id: str) -> Path:
         """Adaptive batching size traces, one file per (operator stage, process) of the attempt."""

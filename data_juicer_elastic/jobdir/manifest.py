@@ -1,4 +1,6 @@
-"""Loading and validating a job's manifest (the one record that says "this job is prepared")."""
+"""Loading and validating a job's plan (what prepare decided) and manifest (the plan and its scans
+composed: the one record that says "this job's input is known and may run"), and where a
+shard's content is (:func:`shard_source`)."""
 
 from __future__ import annotations
 
@@ -10,8 +12,11 @@ from typing import Any, Final
 from data_juicer_elastic.errors import IntegrityError, JobDirError
 from data_juicer_elastic.jobdir import confine
 from data_juicer_elastic.jobdir.layout import JobLayout, shard_id
-from data_juicer_elastic.jobdir.records import Manifest, ShardEntry, manifest_checksum, manifest_recipe_hash
+from data_juicer_elastic.jobdir.plan_records import JobPlan, parse_checked
+from data_juicer_elastic.jobdir.records import Manifest, ShardEntry, manifest_recipe_hash, record_checksum
 from data_juicer_elastic.rows.codecs import SHARD_SUFFIX
+from data_juicer_elastic.rows.jsonl import NormaliseOptions
+from data_juicer_elastic.rows.shard_source import ShardSource, SourceSpan, check_source
 from data_juicer_elastic.sharedfs import fsio
 
 MAX_MANIFEST_BYTES: Final = 256 * 1024 * 1024  # 100k shards + a large recipe stay far below
@@ -34,7 +39,7 @@ def load_manifest(job_dir: str | Path) -> Manifest:
     manifest = Manifest.parse(data, layout.manifest)
     validate_manifest(manifest, str(layout.manifest))
     if manifest.checksum is not None:  # manifests written before the checksum existed carry none
-        actual = manifest_checksum(json.loads(data))
+        actual = record_checksum(json.loads(data))
         if actual != manifest.checksum:
             raise JobDirError(
                 f"manifest checksum mismatch: recorded {manifest.checksum}, content hashes to {actual}",
@@ -60,8 +65,11 @@ def validate_manifest(manifest: Manifest, where: str) -> None:
     for i, entry in enumerate(manifest.shards):
         if entry.shard_id != shard_id(i, manifest.num_shards) or entry.index != i:
             raise bad(f"shard {i} is {entry.shard_id!r} (index {entry.index})")
-        if entry.rows < 1 or entry.bytes < 1:
+        # A planned shard may be empty (a unit larger than its share); then it has no rows and no bytes.
+        if entry.rows < 0 or (entry.rows == 0) != (entry.bytes == 0):
             raise bad(f"shard {entry.shard_id} is empty")
+        if not manifest.copy_shards:
+            _check_spans(entry, manifest, bad)
         if entry.first_row != next_row:
             raise bad(f"shard {entry.shard_id} starts at row {entry.first_row}, expected {next_row}")
         if not _SHA256.match(entry.sha256):
@@ -86,12 +94,100 @@ def validate_manifest(manifest: Manifest, where: str) -> None:
         raise bad(f"unknown dataset_kind {manifest.dataset_kind!r}")
 
 
+def _check_spans(entry: ShardEntry, manifest: Manifest, bad) -> None:
+    for span in entry.spans:
+        if not 0 <= span.input < len(manifest.inputs):
+            raise bad(f"shard {entry.shard_id} names input {span.input}")
+        size = manifest.inputs[span.input].size
+        if span.offset < 0 or span.length < 1 or span.offset + span.length > size or span.rows is None:
+            raise bad(f"shard {entry.shard_id} has a span outside its input file")
+    if sum(span.rows or 0 for span in entry.spans) != entry.rows:
+        raise bad(f"shard {entry.shard_id}'s spans do not add up to its rows")
+
+
+def load_plan(job_dir: str | Path) -> JobPlan:
+    """The validated plan of ``job_dir`` (what prepare published); JobDirError when missing or corrupt."""
+    layout = JobLayout(job_dir)
+    try:
+        data = fsio.read_record(layout.plan, MAX_MANIFEST_BYTES)
+    except NotADirectoryError:
+        raise confine.not_a_directory(layout.root) from None
+    if data is None:
+        raise JobDirError(
+            "job directory is not prepared (no plan.json)",
+            where=str(layout.root),
+            hint="run dj-elastic prepare (or dj-process with executor_type: elastic_sharded) first",
+        )
+    plan = parse_checked(JobPlan, data, layout.plan)
+
+    def bad(message: str) -> JobDirError:
+        return JobDirError(f"inconsistent plan: {message}", where=str(layout.plan), hint="prepare a new job_dir")
+
+    if plan.num_shards < 1 or len(plan.shards) != plan.num_shards:
+        raise bad(f"num_shards is {plan.num_shards} but {len(plan.shards)} shards are listed")
+    for i, entry in enumerate(plan.shards):
+        if entry.shard_id != shard_id(i, plan.num_shards) or entry.index != i:
+            raise bad(f"shard {i} is {entry.shard_id!r} (index {entry.index})")
+        for span in entry.spans:
+            if not 0 <= span.input < len(plan.inputs):
+                raise bad(f"shard {entry.shard_id} names input {span.input}")
+            if span.offset < 0 or span.length < 1 or span.offset + span.length > plan.inputs[span.input].size:
+                raise bad(f"shard {entry.shard_id} has a span outside its input file")
+    if manifest_recipe_hash(plan.recipe) != plan.recipe_hash:
+        raise bad("recipe_hash does not match the recorded recipe")
+    return plan
+
+
+def is_planned(job_dir: str | Path) -> bool:
+    """Whether prepare published a plan here (the manifest may not be composed yet)."""
+    return fsio.exists(JobLayout(job_dir).plan)
+
+
+def shard_source(layout: JobLayout, manifest: Manifest, entry: ShardEntry) -> ShardSource:
+    """Where ``entry``'s content is (its spans of the inputs, or its copy) and what it hashes to."""
+    options = None
+    if entry.normalise:
+        dataset = Path(manifest.dataset_path)
+        options = NormaliseOptions(
+            base_dir=str(dataset.parent if manifest.dataset_kind == "file" else dataset),
+            media_keys=manifest.media_keys,
+            index_key=manifest.index_key,
+        )
+    spans = tuple(
+        SourceSpan(
+            path=manifest.inputs[span.input].path,
+            offset=span.offset,
+            length=span.length,
+            codec=manifest.inputs[span.input].codec,
+            size=manifest.inputs[span.input].size,
+            mtime_ns=manifest.inputs[span.input].mtime_ns,
+            rows=span.rows or 0,
+        )
+        for span in entry.spans
+    )
+    copy = None
+    if manifest.copy_shards:
+        copy = str(layout.shard(entry.shard_id, SHARD_SUFFIX[manifest.shard_codec]))
+    return ShardSource(
+        entry.shard_id,
+        spans,
+        entry.bytes,
+        entry.sha256,
+        entry.first_row,
+        options,
+        copy,
+        manifest.shard_codec if manifest.copy_shards else "none",
+    )
+
+
 def check_shard_files(job_dir: str | Path, manifest: Manifest) -> None:
     """Refuse a job whose ``shards/`` lacks input shards, before anything is claimed.
 
     One directory listing, not one open per shard: a listing may be stale on NFS, so a
     file deleted moments ago can still pass here; the attempt's sha256 check catches it.
     """
+    if not manifest.copy_shards:
+        return  # shards are read from the inputs (check_shard_file compares each file with the plan)
     layout = JobLayout(job_dir)
     # "<shard id>.jsonl" plus the codec's suffix, if any (.gz, .zst): the file's stem is the id
     present = {name.partition(".jsonl")[0] for name in fsio.list_names(layout.shards_dir) if ".jsonl" in name}
@@ -105,11 +201,16 @@ def check_shard_files(job_dir: str | Path, manifest: Manifest) -> None:
         )
 
 
-def check_shard_file(layout: JobLayout, manifest: Manifest, entry: ShardEntry) -> Path:
-    """The input shard file of ``entry``, checked against the manifest before anything reads it
-    for work: inside the job directory (a symlink leading out is refused, UnsafePathError, and
-    nothing is read through it), and of the recorded size and sha256 (IntegrityError naming
-    the shard otherwise)."""
+def check_shard_file(layout: JobLayout, manifest: Manifest, entry: ShardEntry) -> ShardSource:
+    """Where ``entry``'s content is, checked before anything reads it for work.  A copied shard:
+    inside the job directory (a symlink leading out is refused, UnsafePathError, and nothing is
+    read through it), and of the recorded size and sha256 (IntegrityError naming the shard
+    otherwise).  A shard read from its inputs: each file still of its planned size and mtime
+    (InputChangedError naming the file; its content hash is checked while it is read)."""
+    source = shard_source(layout, manifest, entry)
+    if not manifest.copy_shards:
+        check_source(source)
+        return source
     path = layout.shard(entry.shard_id, SHARD_SUFFIX[manifest.shard_codec])
     confine.check_inside(layout, path)
     where = f"shard {entry.shard_id}"
@@ -125,7 +226,7 @@ def check_shard_file(layout: JobLayout, manifest: Manifest, entry: ShardEntry) -
             where=where,
             hint=hint,
         )
-    return path
+    return source
 
 
 def load_recipe(job_dir: str | Path) -> dict[str, Any]:

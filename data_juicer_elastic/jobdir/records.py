@@ -24,7 +24,7 @@ import json
 import types
 import typing
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar, Final, TypeVar, Union
 
@@ -232,10 +232,22 @@ def _short(value: Any) -> str:
 class InputFile:
     path: str  # absolute path as given at prepare time
     relpath: str  # POSIX path relative to the dataset root (file name for single-file input)
-    sha256: str
+    sha256: str | None  # of the whole file; None in planned jobs (each shard's spans are hashed instead)
     size: int
     mtime_ns: int
     rows: int
+    codec: str = "none"  # how the file is stored: "none" | "gzip" | "zstd" (rows.codecs)
+
+
+@dataclass(frozen=True)
+class ShardSpan:
+    """Bytes ``[offset, offset + length)`` of input file ``input`` (an index into the job's inputs).
+    A compressed input is one span covering the whole stored file (``jobdir.plan_records``)."""
+
+    input: int
+    offset: int
+    length: int
+    rows: int | None = None  # rows in the span, once scanned (the manifest's spans; None in the plan)
 
 
 @dataclass(frozen=True)
@@ -244,10 +256,12 @@ class ShardEntry:
     index: int
     first_row: int  # global 0-based index of the shard's first row
     rows: int
-    bytes: int  # normalised content bytes (what balancing and total_bytes count)
-    sha256: str  # of the normalised content
-    stored_bytes: int | None = None  # of the file as stored, when a shard codec compresses it
+    bytes: int  # content bytes (what sha256 covers and readers check; jobdir.plan_records)
+    sha256: str  # of the content
+    stored_bytes: int | None = None  # of the copied file as stored, when a shard codec compresses it
     stored_sha256: str | None = None
+    spans: list[ShardSpan] = field(default_factory=list)  # where the content is in the inputs
+    normalise: bool = False  # a reader must normalise its rows (rows.jsonl.RowNormaliser)
 
     def stored(self) -> tuple[int, str]:
         """(size, sha256) of the shard file on disk."""
@@ -279,6 +293,9 @@ class Manifest(Record):
     shards: list[ShardEntry]
     request_fingerprint: str
     shard_codec: str = "none"  # how shard files are stored: "none" | "gzip" | "zstd" (codecs.SHARD_SUFFIX)
+    # Shards are files in shards/ (copied by the scans, or by a prepare that wrote normalised shards);
+    # False: each shard is read from its spans of the input files.
+    copy_shards: bool = True
     # The JSON types of every input row (rows.row_schema.RowSchema.to_json()): every shard is
     # read with this one schema.  None in jobs prepared before it existed (refused by workers).
     row_schema: list[Any] | None = None
@@ -291,7 +308,7 @@ class Manifest(Record):
     def to_dict(self) -> dict[str, Any]:
         body = super().to_dict()
         body.pop("checksum", None)
-        body["checksum"] = manifest_checksum(body)
+        body["checksum"] = record_checksum(body)
         return body
 
     @property
@@ -309,6 +326,7 @@ class Manifest(Record):
         )
 
 
-def manifest_checksum(obj: dict[str, Any]) -> str:
-    """The checksum a manifest object (as written, extra fields included) must carry."""
+def record_checksum(obj: dict[str, Any]) -> str:
+    """The checksum a checksummed record object (the manifest, a plan, a scan result; as written,
+    extra fields included) must carry: a flipped byte that still parses is refused."""
     return hashlib.sha256(canonical_json({k: v for k, v in obj.items() if k != "checksum"})).hexdigest()

@@ -26,7 +26,6 @@ from data_juicer_elastic.jobdir.reasons import AttemptExit, FailureReason, Relea
 from data_juicer_elastic.jobdir.records import Manifest, ShardEntry
 from data_juicer_elastic.jobdir.shard_state import TerminalInfo
 from data_juicer_elastic.jobdir.tasks import ShardOutput, ShardTask
-from data_juicer_elastic.rows.codecs import SHARD_SUFFIX
 from data_juicer_elastic.sharedfs.identity import WorkerIdentity
 
 RunShard = Callable[[ShardTask], ShardOutput]
@@ -138,9 +137,13 @@ class ShardWorker:
             prechecked = ahead is not None and ahead.still_checked(self.layout)
             attempt = attempts.open_attempt(self.layout, claim, self.identity)
             tracker.start_writing()
+            if prechecked:
+                source = ahead.checked[0]
+            else:  # a link out of the job dir is never read, a changed input never run
+                source = check_shard_file(self.layout, self.manifest, entry)
             task = ShardTask(
                 shard_id=entry.shard_id,
-                shard_path=self.layout.shard(entry.shard_id, SHARD_SUFFIX[self.manifest.shard_codec]),
+                source=source,
                 attempt_dir=attempt.dir,
                 generation=claim.generation,
                 attempt_id=claim.attempt_id,
@@ -148,8 +151,6 @@ class ShardWorker:
                 input_sha256=entry.sha256,
                 read_ahead=ahead.read if prechecked else None,
             )
-            if not prechecked:
-                check_shard_file(self.layout, self.manifest, entry)  # a link out of the job dir is never read
             if self.ahead is not None and self.may_claim_ahead():
                 # the next shard's claim, check and read overlap this one's tail (see claim_ahead)
                 self.ahead.start(in_tail=lambda: self.in_tail(tracker))

@@ -1,7 +1,7 @@
-"""What the worker loop hands to a shard runner, and what it expects back.
+"""What the worker loop hands to a shard runner or a scanner, and what it expects back.
 
-Plain frozen dataclasses of paths and numbers, so a runner (``execution.ShardRunner``)
-depends on nothing else in ``jobdir`` and a task pickles anywhere.
+Plain frozen dataclasses of paths and numbers, so a runner (``execution.ShardRunner``) or a
+scanner (``shards.scan``) depends on nothing else in ``jobdir`` and a task pickles anywhere.
 """
 
 from __future__ import annotations
@@ -10,17 +10,21 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from data_juicer_elastic.jobdir.plan_records import ScanRefusal
+from data_juicer_elastic.rows.jsonl import NormaliseOptions
+from data_juicer_elastic.rows.shard_source import ShardSource, SourceSpan
+
 
 @dataclass(frozen=True)
 class ShardTask:
     shard_id: str
-    shard_path: Path  # the normalised input shard (read-only)
+    source: ShardSource  # where the shard's rows are, and what they hash to (rows.shard_source)
     attempt_dir: Path  # private to this attempt: write logs, work files and the output here
     generation: int  # the claim generation (fencing token)
     attempt_id: str
-    input_rows: int  # rows in shard_path, from the manifest
-    input_sha256: str  # sha256 of shard_path, from the manifest (already verified)
-    # What the runner's read_ahead(shard_path) returned while the previous shard ran (claim-ahead,
+    input_rows: int  # rows of the shard, from the manifest
+    input_sha256: str  # sha256 of the shard's content, from the manifest (checked again while it is read)
+    # What the runner's read_ahead(source) returned while the previous shard ran (claim-ahead,
     # jobdir.claim_ahead), opaque to the loop and read after the file's check; None: read it now.
     read_ahead: Any = field(default=None, compare=False, repr=False)
 
@@ -38,3 +42,33 @@ class ShardOutput:
     sha256: str | None = None  # optional: checked against the file when given
     stats_path: Path | None = None  # optional: per-shard stats summary inside attempt_dir (data_juicer_elastic.stats)
     row_stats_path: Path | None = None  # each output row's stats/meta, one line per output row (jobdir.row_stats)
+
+
+@dataclass(frozen=True)
+class ScanTask:
+    """One shard's scan: read its spans once, check every row, observe the row schema, hash the
+    content and (``copy_path``) copy it.  The spans' ``rows`` are not known yet (0)."""
+
+    shard_id: str
+    spans: tuple[SourceSpan, ...]
+    options: NormaliseOptions
+    attempt_dir: Path  # private to this attempt
+    copy_path: Path | None = None  # copy_shards: write the content here (inside attempt_dir)
+    copy_codec: str = "none"
+
+
+@dataclass(frozen=True)
+class ScanOutput:
+    """What a scan found (``jobdir.plan_records.ScanResult`` without the claim's fields)."""
+
+    rows: int
+    bytes: int
+    sha256: str
+    span_rows: list[int]
+    schema: list[Any]
+    normalise: bool
+    longest_line: int
+    refusal: ScanRefusal | None = None
+    copy_path: Path | None = None
+    stored_bytes: int | None = None
+    stored_sha256: str | None = None

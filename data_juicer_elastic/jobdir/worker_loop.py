@@ -23,12 +23,15 @@ from data_juicer_elastic.jobdir import confine, progress
 from data_juicer_elastic.jobdir.claim_ahead import RELEASE_SIGNAL, RELEASE_UNRUN, ClaimAhead
 from data_juicer_elastic.jobdir.heartbeats import StalenessObserver
 from data_juicer_elastic.jobdir.layout import JobLayout
-from data_juicer_elastic.jobdir.manifest import check_shard_files, load_manifest
+from data_juicer_elastic.jobdir.manifest import check_shard_files, is_planned, load_manifest
 from data_juicer_elastic.jobdir.outcome import job_outcome
 from data_juicer_elastic.jobdir.reasons import ReleaseReason, StopReason
+from data_juicer_elastic.jobdir.scan_loop import RunScan, scan_job
 from data_juicer_elastic.jobdir.shard_attempt import RunShard, ShardWorker, WorkerSummary
 from data_juicer_elastic.jobdir.worker_signals import SignalGuard, honour
+from data_juicer_elastic.rows.shard_source import ShardSource
 from data_juicer_elastic.settings import check_values
+from data_juicer_elastic.sharedfs import fsio
 from data_juicer_elastic.sharedfs.identity import WorkerIdentity
 
 
@@ -55,7 +58,8 @@ def run_worker(
     stall_timeout_secs: float | None = None,
     random_start: bool = False,
     claim_ahead: bool = True,
-    read_ahead: Callable[[Path], object] | None = None,
+    read_ahead: Callable[[ShardSource], object] | None = None,
+    run_scan: RunScan | None = None,
 ) -> WorkerSummary:
     """Process shards of ``job_dir`` until the job is finished (or a limit is reached).
 
@@ -72,8 +76,11 @@ def run_worker(
     before each claim (``claiming``).  ``stall_timeout_secs``: give a shard up when its attempt
     shows no sign of life for this long (``jobdir.liveness``; None: a heartbeat means alive).
     ``claim_ahead``: in a shard's tail, claim the next one (at most one) and check its input,
-    with ``read_ahead(path)`` reading it (``jobdir.claim_ahead``); it is released unrun at once on
+    with ``read_ahead(source)`` reading it (``jobdir.claim_ahead``); it is released unrun at once on
     every way out that does not run it.
+    ``run_scan``: a job that is planned but not yet scanned is scanned first, this worker taking
+    its share of the scans with ``run_scan(task)`` (``jobdir.scan_loop``; the barrier: no shard
+    runs before every shard is scanned and the manifest composed).
     """
     check_values(  # the settings' own rules: a caller may pass plain values
         {
@@ -87,13 +94,34 @@ def run_worker(
     if max_done is not None and max_done < 1:
         raise ConfigError(f"invalid value {max_done!r}: must be >= 1 or null", where="max_done")
     layout = JobLayout(Path(os.path.abspath(job_dir)))
+    summary = WorkerSummary()
+    if sleep is None:
+        sleep = stop_event.wait if stop_event is not None else time.sleep
+    if run_scan is not None and not fsio.exists(layout.manifest) and is_planned(layout.root):
+        confine.check_layout(layout)
+        with SignalGuard() as guard:
+            try:
+                scanned = scan_job(
+                    layout, identity, run_scan, ttl_secs=ttl_secs, heartbeat_secs=heartbeat_secs,
+                    max_retries=max_retries, poll_interval_secs=poll_interval_secs,
+                    max_holder_deaths=max_holder_deaths, stop_event=stop_event, clock=clock, sleep=sleep,
+                    rng=claim_rng,
+                )  # fmt: skip
+            except OSError as exc:
+                raise storage_error(exc, layout.root) from exc
+            except WorkerInterrupted as interrupt:
+                guard.restore()
+                logger.warning(f"worker stopping on signal {interrupt.signum} (scanning)")
+                honour(interrupt.signum, guard.previous.get(interrupt.signum))
+                summary.stop_reason = StopReason.INTERRUPTED
+                return summary
+        if scanned is None:  # stopped before the job's input was known
+            summary.stop_reason = StopReason.STOPPED
+            return summary
     manifest = load_manifest(layout.root)  # refuse a corrupt job before claiming anything
     confine.check_layout(layout)  # and one whose directories lead elsewhere
     check_shard_files(layout.root, manifest)
     observer = StalenessObserver(ttl_secs, clock)
-    summary = WorkerSummary()
-    if sleep is None:
-        sleep = stop_event.wait if stop_event is not None else time.sleep
     worker = ShardWorker(
         layout,
         manifest,

@@ -254,7 +254,10 @@ def _manifest(facts: JobFacts) -> list[str]:
         )
     )
     out.append("<h3>Inputs</h3>")
-    rows = [(f.relpath, f.rows, s.fmt_bytes(f.size), f.sha256[:16] + "…") for f in m.inputs[:MAX_INPUT_ROWS]]
+    rows = [
+        (f.relpath, f.rows, s.fmt_bytes(f.size), f.sha256[:16] + "…" if f.sha256 else "per shard")
+        for f in m.inputs[:MAX_INPUT_ROWS]
+    ]
     out.append(_table(("file", "rows", "size", "sha256"), rows, {1}, "inputs"))
     if len(m.inputs) > MAX_INPUT_ROWS:
         out.append(f'<p class="note">... and {len(m.inputs) - MAX_INPUT_ROWS:,} more input files.</p>')

@@ -78,34 +78,6 @@ class _HashingFile:
         return False
 
 
-def decoded_size_hint(path: Path, codec: Codec, size: int | None = None) -> int | None:
-    """What ``path`` probably decodes to, from its own metadata, or None: the file size for plain
-    files; the content size in a zstd frame header (``zstd`` writes it; several frames or a
-    streamed frame give a short or no hint); a gzip trailer's ISIZE (exact for one member under
-    4 GiB).  Only a hint: prepare checks it against the bytes it decodes, and a wrong one costs
-    a second pass, never a wrong shard.  ``size``: the file's, when the caller has stat'ed it."""
-    size = fsio.stat(path).st_size if size is None else size
-    if codec == "none":
-        return size
-    try:
-        with fsio.open_read(path) as handle:
-            if codec == "zstd":
-                import zstandard
-
-                try:
-                    hint = zstandard.frame_content_size(handle.read(18))  # the longest frame header
-                except zstandard.ZstdError:  # not a zstd frame: decoding will say so, with the file
-                    return None
-                return hint if hint > 0 else None
-            if size < 18:
-                return None
-            handle.seek(size - 4)
-            hint = int.from_bytes(handle.read(4), "little")
-            return hint if hint >= size else None  # below the stored size: more than 4 GiB, or not one member
-    except OSError:
-        return None  # reading the input proper will report it
-
-
 class RawStats:
     """What the reader saw of one input file as stored: bytes and sha256 (filled when read to the end)."""
 
@@ -278,32 +250,6 @@ class Syncer:
 
     def close(self) -> None:
         self._pool.shutdown(wait=True)
-
-
-class AsyncShardWriter:
-    """A :class:`ShardFileWriter` whose writes run on a :class:`BackgroundIO` thread and whose
-    fsync runs on a :class:`Syncer` (``syncer.wait()`` before relying on it)."""
-
-    def __init__(self, inner: ShardFileWriter, io: BackgroundIO, syncer: Syncer):
-        self.inner, self.io, self.syncer = inner, io, syncer
-
-    def write(self, data: bytes | memoryview, rows: int) -> None:
-        self.io.submit(self.inner.write, data, rows)
-
-    def _finish(self) -> tuple[str, int, str]:
-        result = self.inner.finish(durable=False)
-        self.syncer.fsync(self.inner.path)
-        return result
-
-    def finish(self) -> list[Any]:
-        return self.io.submit(self._finish)  # holds (sha, stored bytes, stored sha) after drain()
-
-    def abort(self) -> None:
-        try:
-            self.io.drain()
-        except BaseException:
-            pass
-        self.inner.abort()
 
 
 # -- shard writers ----------------------------------------------------------------------------

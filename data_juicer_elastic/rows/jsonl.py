@@ -67,12 +67,22 @@ class RowNormaliser:
     """Validates and normalises the rows of one input file, a list of lines at a time.
 
     ``lineno`` and ``rows`` count what has been accepted; ``first_index`` is the
-    global index of the file's first row (for ``index_key``).  Every accepted row's JSON types
+    global index of the first row (for ``index_key``); ``file_start``: the lines start at the
+    beginning of their file (False for a shard's span that starts mid-file: line numbers in
+    errors then count from the span's first line, and a BOM on it is not the file's).  Every accepted row's JSON types
     are joined into ``schema`` (the job's row schema, shared by every input file).
     """
 
-    def __init__(self, display: str, options: NormaliseOptions, first_index: int, schema: RowSchema | None = None):
+    def __init__(
+        self,
+        display: str,
+        options: NormaliseOptions,
+        first_index: int,
+        schema: RowSchema | None = None,
+        file_start: bool = True,
+    ):
         self.display = display
+        self.file_start = file_start  # the first line is the file's first (a BOM there is accepted)
         self.options = options
         self.media_fields = [k for k in dict.fromkeys(options.media_keys.values()) if k]
         self.index_key = options.index_key
@@ -139,7 +149,7 @@ class RowNormaliser:
         """The slow path of one line: strip, judge by the reference if needed, normalise."""
         body = line
         if obj is None:
-            body = _strip(line, first=row_in_file == 0)
+            body = _strip(line, first=self.file_start and row_in_file == 0)
             where = f"{self.display}:{row_in_file + 1}"
             if not body:
                 raise InputError(

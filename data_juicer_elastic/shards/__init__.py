@@ -1,19 +1,20 @@
 """The data path, shard level: the input into shards on the way in, shard outputs into one
 file on the way out.
 
-``ingest`` (prepare's passes over the input) -> ``splitter`` (exactly n contiguous shards) ->
-``prepare`` (publish the manifest last); ``merge`` (validated, ordered, idempotent) and
-``stream_merge`` (the finished prefix published while shards complete); ``verify`` (a finished
-job checked without writing); ``steps`` (how far a long local step is).  Built on ``rows`` and
-the ``jobdir`` protocol; no Ray, no Data-Juicer imports.
+``plan`` (the inputs listed and cut into n shards at line ends, reading only around the cuts) ->
+``prepare`` (publish the plan) -> ``scan`` (one shard's bytes read once: every row checked, its
+row schema, its hash and, with copy_shards, its copy; run by every worker); ``merge`` (validated,
+ordered, idempotent) and ``stream_merge`` (the finished prefix published while shards complete);
+``verify`` (a finished job checked without writing); ``steps`` (how far a long local step is).
+Built on ``rows`` and the ``jobdir`` protocol; no Ray, no Data-Juicer imports.
 """
 
 # The package's modules (nothing is re-exported: import from the module you need).
 __all__ = [
-    "ingest",
     "merge",
+    "plan",
     "prepare",
-    "splitter",
+    "scan",
     "steps",
     "stream_merge",
     "verify",

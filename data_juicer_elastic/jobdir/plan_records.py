@@ -1,0 +1,149 @@
+"""The records of a planned job: ``plan.json`` and each shard's scan record.
+
+Prepare only *plans* (``shards.plan``): it lists the inputs and cuts the byte stream into
+``num_shards`` shards at line ends, each shard a list of :class:`ShardSpan` byte ranges of
+the input files (a compressed file is never cut: it is one span, decoded whole).  That is
+:class:`JobPlan`, published as ``plan.json``.  Reading the bytes (checking every row,
+observing the row schema, hashing, copying with ``copy_shards``) is one claimable *scan task*
+per shard; each publishes a :class:`ScanResult` at ``scans/done/<shard>.json``.  Once every
+shard is scanned, the manifest (``jobdir.manifest``) is composed from the plan and the scan
+results (``jobdir.scans``): the same bytes whichever node scanned what.
+
+A shard's *content* is the concatenation of its spans' decoded bytes, a ``\\n`` added after
+a span that ends its file without one: ``rows``, ``bytes`` and ``sha256`` of a scan describe
+that content, and every reader of the shard (``rows.shard_source``) checks it again.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, ClassVar, TypeVar
+
+from data_juicer_elastic.errors import JobDirError
+from data_juicer_elastic.jobdir.records import Record, ShardSpan, record_checksum
+
+R = TypeVar("R", bound=Record)
+
+
+@dataclass(frozen=True)
+class PlannedInput:
+    path: str  # absolute path as given at prepare time
+    relpath: str  # POSIX path relative to the dataset root (file name for single-file input)
+    codec: str  # "none" | "gzip" | "zstd" (rows.codecs)
+    size: int  # bytes as stored when planned
+    mtime_ns: int
+
+
+@dataclass(frozen=True)
+class PlannedShard:
+    shard_id: str
+    index: int
+    spans: list[ShardSpan]
+    bytes: int  # stored bytes of the spans (what the plan balanced)
+
+
+@dataclass(frozen=True)
+class JobPlan(Record):
+    """Everything prepare decides without reading the data (``plan.json``)."""
+
+    KIND: ClassVar[str] = "plan"
+    job_id: str
+    created_at: float
+    dataset_path: str
+    dataset_kind: str  # "file" | "directory"
+    inputs: list[PlannedInput]
+    num_shards: int
+    recipe_hash: str
+    recipe: dict[str, Any]
+    stage_identities: list[str]
+    media_keys: dict[str, str]
+    index_key: str | None
+    versions: dict[str, str]
+    ray: dict[str, Any]
+    settings: dict[str, Any]
+    shards: list[PlannedShard]
+    request_fingerprint: str
+    max_line_bytes: int
+    shard_codec: str = "none"  # how copied shards are stored (copy_shards only)
+    copy_shards: bool = False  # scans copy each shard into shards/ (else: shards are byte ranges of the inputs)
+    code: dict[str, Any] | None = None  # fingerprint of the operator code (execution.code_fingerprint)
+    planned_bytes_read: int = 0  # bytes the planner read to place the cuts (serial work, for the report)
+    checksum: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        body = super().to_dict()
+        body.pop("checksum", None)
+        body["checksum"] = record_checksum(body)
+        return body
+
+    @property
+    def shard_ids(self) -> list[str]:
+        return [entry.shard_id for entry in self.shards]
+
+    @property
+    def total_bytes(self) -> int:
+        return sum(entry.bytes for entry in self.shards)
+
+
+@dataclass(frozen=True)
+class ScanRefusal:
+    """Why a scan refused its shard's input: a row (``line``, 1-based within span ``span``) or a
+    whole file (``line`` None: corrupt compression, changed since planning)."""
+
+    span: int
+    line: int | None
+    message: str
+    hint: str | None
+    error_type: str  # "InputError" | "InputChangedError"
+
+
+@dataclass(frozen=True)
+class ScanResult(Record):
+    """One shard's scan, published at ``scans/done/<shard>.json`` (first wins)."""
+
+    KIND: ClassVar[str] = "scan"
+    shard_id: str
+    attempt_id: str
+    generation: int
+    node_id: str
+    rows: int
+    bytes: int  # the shard's content bytes (see the module docstring)
+    sha256: str  # of the content
+    span_rows: list[int]  # rows of each span, in order (line numbers of errors, rows per input file)
+    schema: list[Any]  # rows.row_schema.RowSchema.to_json() of the shard's rows
+    normalise: bool  # some row needs normalising when read (rows.jsonl: media paths, index key, blanks, CRLF, BOM)
+    longest_line: int  # bytes of the longest line (without its newline)
+    started_at: float
+    finished_at: float
+    refusal: ScanRefusal | None = None  # set: the input is refused, the job must not run
+    copy: str | None = None  # copy_shards: the copy inside the scan attempt's directory (relative to the job dir)
+    stored_bytes: int | None = None  # of the copy as stored, when a shard codec compresses it
+    stored_sha256: str | None = None
+    checksum: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        body = super().to_dict()
+        body.pop("checksum", None)
+        body["checksum"] = record_checksum(body)
+        return body
+
+
+def parse_checked(cls: type[R], data: bytes, where: str | Path) -> R:
+    """``cls.parse``, then the record's checksum checked against its content (JobDirError)."""
+    record = cls.parse(data, where)
+    actual = record_checksum(json.loads(data))
+    if record.checksum != actual:
+        raise JobDirError(
+            f"{cls.KIND} record checksum mismatch: recorded {record.checksum}, content hashes to {actual}",
+            where=str(where),
+            hint="the record was modified or damaged after it was written",
+        )
+    return record
+
+
+def empty_scan_fields() -> dict[str, Any]:
+    """The content of a shard without spans (a unit larger than its share left it empty)."""
+    return {"rows": 0, "bytes": 0, "sha256": hashlib.sha256(b"").hexdigest(), "span_rows": []}

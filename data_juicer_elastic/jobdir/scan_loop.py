@@ -1,0 +1,220 @@
+"""The scan phase of a worker: claim shards' scans until every shard is scanned, then the barrier.
+
+Scans are tasks like shard runs, claimed under ``scans/`` through the same protocol
+(``jobdir.claiming.Claimer`` over the plan, ``leases.Heartbeater``, generation fencing,
+takeover of dead or stalled holders, retry and holder-death budgets in ``jobdir.failures``),
+so every participant of a job reads its share of the input and no node reads it all.  A scan's
+result is published first-wins (``jobdir.scans.publish_scan``).
+
+The barrier: :func:`scan_job` returns only once the manifest exists.  When nothing is left to
+claim and every shard is scanned, this instance composes and publishes it
+(``jobdir.scans.publish_manifest``; any instance may, all compose the same bytes).  A refused
+input raises the job's one input error (exit 2) on every instance, before any shard runs; a
+scan whose budget is spent raises a ShardFailedError.
+"""
+
+from __future__ import annotations
+
+import random
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from loguru import logger
+
+from data_juicer_elastic.errors import LeaseLostError, ShardFailedError, WorkerInterrupted
+from data_juicer_elastic.jobdir import attempts, failures, leases, scans
+from data_juicer_elastic.jobdir.claiming import Claimer
+from data_juicer_elastic.jobdir.heartbeats import StalenessObserver
+from data_juicer_elastic.jobdir.layout import JobLayout
+from data_juicer_elastic.jobdir.lease_records import Claim
+from data_juicer_elastic.jobdir.manifest import load_manifest, load_plan
+from data_juicer_elastic.jobdir.plan_records import JobPlan, PlannedShard
+from data_juicer_elastic.jobdir.reasons import AttemptExit, FailureReason, ReleaseReason
+from data_juicer_elastic.jobdir.records import Manifest
+from data_juicer_elastic.jobdir.tasks import ScanOutput, ScanTask
+from data_juicer_elastic.rows.codecs import SHARD_SUFFIX
+from data_juicer_elastic.rows.jsonl import NormaliseOptions
+from data_juicer_elastic.rows.shard_source import SourceSpan
+from data_juicer_elastic.sharedfs import fsio
+from data_juicer_elastic.sharedfs.identity import WorkerIdentity
+
+RunScan = Callable[[ScanTask], ScanOutput]
+
+
+def scan_job(
+    layout: JobLayout,
+    identity: WorkerIdentity,
+    run_scan: RunScan,
+    *,
+    ttl_secs: float,
+    heartbeat_secs: float,
+    max_retries: int,
+    poll_interval_secs: float,
+    max_holder_deaths: int | None = None,
+    stop_event: threading.Event | None = None,
+    clock: Callable[[], float] = time.monotonic,
+    sleep: Callable[[float], None] | None = None,
+    rng: random.Random | None = None,
+) -> Manifest | None:
+    """Scan shards of a planned job until its manifest exists; the manifest (None when stopped first)."""
+    if fsio.exists(layout.manifest):
+        return load_manifest(layout.root)
+    plan = load_plan(layout.root)
+    scanner = Scanner(layout, plan, identity, run_scan, StalenessObserver(ttl_secs, clock), clock)
+    scanner.heartbeat_secs, scanner.ttl_secs = heartbeat_secs, ttl_secs
+    claimer = Claimer(
+        layout.scans,
+        plan,
+        identity,
+        scanner.observer,
+        max_retries=max_retries,
+        max_holder_deaths=max_holder_deaths,
+        rng=rng,
+        random_start=True,
+    )
+    scanner.claimer, scanner.max_retries, scanner.max_holder_deaths = claimer, max_retries, max_holder_deaths
+    if sleep is None:
+        sleep = stop_event.wait if stop_event is not None else time.sleep
+    try:
+        while True:
+            if fsio.exists(layout.manifest):
+                return load_manifest(layout.root)
+            if stop_event is not None and stop_event.is_set():
+                return None
+            claimed, finished = claimer.claim_next()
+            if claimed is not None:
+                scanner.scan(*claimed)
+                continue
+            if finished:
+                return settle_scans(layout, plan)
+            sleep(poll_interval_secs)
+    except (WorkerInterrupted, KeyboardInterrupt):
+        if claimer.pending is not None:  # signalled between claiming a scan and starting it
+            scanner.release(claimer.pending, ReleaseReason.SIGNAL)
+        raise
+    finally:
+        close = getattr(run_scan, "close", None)
+        if close is not None:
+            close()  # e.g. its row-checking helper processes
+
+
+def settle_scans(layout: JobLayout, plan: JobPlan) -> Manifest:
+    """Every shard's scan has ended: the job's input error, a spent scan budget, or the manifest."""
+    failed = []
+    for entry in plan.shards:
+        terminal, error = failures.read_terminal(layout.scans, entry.shard_id)
+        if terminal is not None or error is not None:
+            failed.append((entry.shard_id, terminal.last_error if terminal else f"corrupt failed marker: {error}"))
+    if failed:
+        shown = "; ".join(f"{shard}: {why}" for shard, why in failed[:3])
+        raise ShardFailedError(
+            f"the scan of {len(failed)} shard(s) failed terminally: {shown}",
+            where=str(layout.scans.failed_dir),
+            hint="fix the cause (see the scan attempts' logs), then prepare a new job_dir",
+        )
+    results = scans.read_scans(layout, plan)
+    refused = scans.refusal_error(layout, plan, results)
+    if refused is not None:
+        raise refused
+    manifest = scans.publish_manifest(layout, plan, results)
+    logger.info(f"scanned {layout.root}: {manifest.total_rows} rows in {manifest.num_shards} shards")
+    return manifest
+
+
+def scan_spans(plan: JobPlan, entry: PlannedShard) -> tuple[SourceSpan, ...]:
+    """The spans of a planned shard as a reader sees them (rows not known yet)."""
+    spans = []
+    for span in entry.spans:
+        source = plan.inputs[span.input]
+        spans.append(SourceSpan(source.path, span.offset, span.length, source.codec, source.size, source.mtime_ns, 0))
+    return tuple(spans)
+
+
+def scan_options(plan: JobPlan) -> NormaliseOptions:
+    dataset = Path(plan.dataset_path)
+    return NormaliseOptions(
+        base_dir=str(dataset.parent if plan.dataset_kind == "file" else dataset),
+        media_keys=plan.media_keys,
+        index_key=plan.index_key,
+        max_line_bytes=plan.max_line_bytes,
+    )
+
+
+class Scanner:
+    """Runs one claimed scan at a time; every way out leaves a result, a failure or a release."""
+
+    claimer: Claimer
+    max_retries: int
+    max_holder_deaths: int | None
+    heartbeat_secs: float
+    ttl_secs: float
+
+    def __init__(self, layout, plan, identity, run_scan, observer, clock):
+        self.layout: JobLayout = layout
+        self.plan: JobPlan = plan
+        self.identity: WorkerIdentity = identity
+        self.run_scan: RunScan = run_scan
+        self.observer: StalenessObserver = observer
+        self.clock = clock
+        self.options = scan_options(plan)
+
+    def scan(self, entry: PlannedShard, claim: Claim) -> None:
+        scans_layout = self.layout.scans
+        heartbeater = leases.Heartbeater(
+            scans_layout, claim, heartbeat_secs=self.heartbeat_secs, ttl_secs=self.ttl_secs, clock=self.clock
+        )
+        heartbeater.start()
+        attempt: attempts.Attempt | None = None
+        exit_reason, error = AttemptExit.LOST, None
+        try:
+            attempt = attempts.open_attempt(scans_layout, claim, self.identity)
+            self.claimer.pending = None  # from here every way out leaves a record of this attempt
+            copy = None
+            if self.plan.copy_shards:
+                copy = scans_layout.attempt_copy(entry.shard_id, claim.attempt_id, SHARD_SUFFIX[self.plan.shard_codec])
+            task = ScanTask(
+                entry.shard_id, scan_spans(self.plan, entry), self.options, attempt.dir, copy, self.plan.shard_codec
+            )
+            started = time.time()
+            output = self.run_scan(task)
+            if not heartbeater.check() or leases.newer_generation_exists(scans_layout, claim):
+                raise LeaseLostError(heartbeater.lost_reason or "lease lost", where=f"scan of {entry.shard_id}")
+            accepted, _ = scans.publish_scan(self.layout, claim, attempt.dir, output, self.identity, started)
+            exit_reason = AttemptExit.DONE if accepted else AttemptExit.DISCARDED
+            self.claimer.learn_done(entry.shard_id)
+            what = f"refused ({output.refusal.message})" if output.refusal else f"{output.rows} rows"
+            logger.info(f"scanned {entry.shard_id}: {what}, {output.bytes} bytes")
+        except LeaseLostError as exc:
+            error = exc.message
+            logger.warning(f"scan of {entry.shard_id}: abandoning attempt {claim.attempt_id}: {exc.message}")
+            self.release(claim, ReleaseReason.ABANDONED)
+            return
+        except Exception as exc:
+            exit_reason, error = AttemptExit.FAILED, attempts.error_text(exc)
+            logger.error(f"scan of {entry.shard_id}: attempt {claim.attempt_id} failed: {type(exc).__name__}: {error}")
+            try:
+                failures.record_failure(
+                    self.layout.scans, claim, shard_id=claim.shard_id, generation=claim.generation, error=error,
+                    error_type=type(exc).__name__, exit_reason=FailureReason.ERROR, max_retries=self.max_retries,
+                    reporter=self.identity, max_holder_deaths=self.max_holder_deaths,
+                )  # fmt: skip
+            finally:
+                self.release(claim, ReleaseReason.FAILED)
+            return
+        except (WorkerInterrupted, KeyboardInterrupt, SystemExit):
+            exit_reason, error = AttemptExit.SIGNAL, "interrupted"
+            self.release(claim, ReleaseReason.SIGNAL)
+            raise
+        finally:
+            heartbeater.stop()
+            if attempt is not None:
+                attempts.close_attempt(attempt, exit_reason, error=error)
+        self.release(claim, ReleaseReason.FINISHED)
+
+    def release(self, claim: Claim, reason: ReleaseReason) -> None:
+        try:
+            leases.release_claim(self.layout.scans, claim, reason)
+        except OSError as exc:  # the claim then goes stale after a TTL; nothing else is lost
+            logger.warning(f"scan of {claim.shard_id}: could not write release record: {exc}")

@@ -1,0 +1,221 @@
+"""Scan results: published per shard, and composed with the plan into the manifest.
+
+Each shard's scan (``shards.scan``, claimed through the lease protocol under ``scans/``:
+``jobdir.scan_loop``) publishes a :class:`ScanResult` at ``scans/done/<shard>.json`` by
+``link()``: the first scan of a shard wins, a zombie's is discarded.  When every shard is
+scanned, any instance composes the manifest (:func:`compose_manifest`): the plan's fields,
+each shard's rows, bytes, sha256 and spans' rows, the job's row schema as the join of the
+scans' schemas in shard order.  It is a function of the plan and the accepted scans only, so
+every instance composes the same bytes (whichever node scanned what), and ``link()`` publishes
+one of them.  Its presence is the barrier: no shard runs before the whole input is known good.
+
+A scan that refused its input (a malformed row, a changed file) is still a result: the job is
+refused (:func:`refusal_error`) with the first refusal in input order, its line number made
+absolute from the rows of every span of the same file before it, on every instance alike.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import time
+from pathlib import Path
+
+from data_juicer_elastic.errors import ElasticError, InputChangedError, InputError, JobDirError
+from data_juicer_elastic.jobdir import confine
+from data_juicer_elastic.jobdir.attempts import read_done
+from data_juicer_elastic.jobdir.layout import JobLayout
+from data_juicer_elastic.jobdir.lease_records import Claim
+from data_juicer_elastic.jobdir.manifest import load_manifest
+from data_juicer_elastic.jobdir.plan_records import JobPlan, PlannedShard, ScanResult
+from data_juicer_elastic.jobdir.records import InputFile, Manifest, ShardEntry, ShardSpan, canonical_json
+from data_juicer_elastic.jobdir.tasks import ScanOutput
+from data_juicer_elastic.rows.codecs import SHARD_SUFFIX
+from data_juicer_elastic.rows.row_schema import RowSchema
+from data_juicer_elastic.sharedfs import fsio
+from data_juicer_elastic.sharedfs.identity import WorkerIdentity
+
+
+def publish_scan(
+    layout: JobLayout, claim: Claim, attempt_dir: Path, output: ScanOutput, identity: WorkerIdentity, started: float
+) -> tuple[bool, ScanResult]:
+    """Publish a scan's result for its shard; (accepted, the result that stands)."""
+    scans = layout.scans
+    result = ScanResult(
+        shard_id=claim.shard_id,
+        attempt_id=claim.attempt_id,
+        generation=claim.generation,
+        node_id=identity.node_id,
+        rows=output.rows,
+        bytes=output.bytes,
+        sha256=output.sha256,
+        span_rows=list(output.span_rows),
+        schema=output.schema,
+        normalise=output.normalise,
+        longest_line=output.longest_line,
+        started_at=started,
+        finished_at=time.time(),
+        refusal=output.refusal,
+        copy=None if output.copy_path is None else layout.relative(output.copy_path),
+        stored_bytes=output.stored_bytes,
+        stored_sha256=output.stored_sha256,
+    )
+    staged = attempt_dir / "result.json"
+    fsio.write_new(staged, result.encode())
+    confine.ensure_dir(layout, scans.done_dir)
+    if fsio.publish_exclusive(staged, scans.done(claim.shard_id)):
+        return True, result
+    winner, _ = read_done(scans, claim.shard_id)
+    return False, winner if isinstance(winner, ScanResult) else result
+
+
+def read_scans(layout: JobLayout, plan: JobPlan) -> dict[str, ScanResult]:
+    """Every shard's accepted scan, read by name (one read each); JobDirError naming the first
+    marker that is corrupt (checksum, format, a foreign shard), missing, or not of its planned shard."""
+    results = {}
+    for entry in plan.shards:
+        where = str(layout.scans.done(entry.shard_id))
+        result, error = read_done(layout.scans, entry.shard_id)
+        if error is not None:
+            raise JobDirError(
+                f"corrupt scan record: {error}",
+                where=where,
+                hint="delete that record to scan the shard again (dj-elastic worker), or prepare a new job_dir",
+            )
+        if result is None:
+            raise JobDirError(f"shard {entry.shard_id} is not scanned yet", where=where)
+        assert isinstance(result, ScanResult)
+        _check_against_plan(plan, entry, result, where)
+        results[entry.shard_id] = result
+    return results
+
+
+def _check_against_plan(plan: JobPlan, entry: PlannedShard, result: ScanResult, where: str) -> None:
+    if result.refusal is not None:
+        return  # a refusal stops at its span; the job is refused with it
+    if len(result.span_rows) != len(entry.spans) or sum(result.span_rows) != result.rows:
+        raise JobDirError(f"scan record of {entry.shard_id} does not match the plan's spans", where=where)
+    plain = all(plan.inputs[s.input].codec == "none" for s in entry.spans)
+    if plain and result.bytes < entry.bytes:
+        raise JobDirError(f"scan record of {entry.shard_id} holds fewer bytes than its spans", where=where)
+    if plan.copy_shards and result.copy is None:
+        raise JobDirError(f"scan record of {entry.shard_id} names no copy, but the job copies shards", where=where)
+
+
+def refusal_error(layout: JobLayout, plan: JobPlan, results: dict[str, ScanResult]) -> ElasticError | None:
+    """The job's input error: the first refusal in input order, as one error naming ``file:line``."""
+    rows_before: dict[int, int] = {}  # rows of each input file in the spans before this one
+    for entry in plan.shards:
+        result = results[entry.shard_id]
+        for number, span in enumerate(entry.spans):
+            refusal = result.refusal
+            if refusal is not None and refusal.span == number:
+                path = plan.inputs[span.input].path
+                where = path if refusal.line is None else f"{path}:{rows_before.get(span.input, 0) + refusal.line}"
+                kind = InputChangedError if refusal.error_type == InputChangedError.__name__ else InputError
+                return kind(refusal.message, where=where, hint=refusal.hint)
+            rows_before[span.input] = rows_before.get(span.input, 0) + result.span_rows[number]
+    return None
+
+
+def compose_manifest(layout: JobLayout, plan: JobPlan, results: dict[str, ScanResult]) -> Manifest:
+    """The manifest of a fully scanned job with no refusals: the same for every composer."""
+    schema = RowSchema()
+    entries, first, input_rows = [], 0, [0] * len(plan.inputs)
+    for planned in plan.shards:
+        result = results[planned.shard_id]
+        schema.merge(RowSchema.from_json(result.schema))
+        spans = [
+            ShardSpan(s.input, s.offset, s.length, rows)
+            for s, rows in zip(planned.spans, result.span_rows, strict=True)
+        ]
+        for span in spans:
+            input_rows[span.input] += span.rows or 0
+        entries.append(
+            ShardEntry(
+                planned.shard_id,
+                planned.index,
+                first,
+                result.rows,
+                result.bytes,
+                result.sha256,
+                stored_bytes=result.stored_bytes,
+                stored_sha256=result.stored_sha256,
+                spans=spans,
+                normalise=result.normalise,
+            )
+        )
+        first += result.rows
+    if first == 0:
+        raise InputError(
+            "the input holds no rows", where=plan.dataset_path, hint="point dataset_path at non-empty JSONL"
+        )
+    inputs = [
+        InputFile(i.path, i.relpath, None, i.size, i.mtime_ns, rows, i.codec)
+        for i, rows in zip(plan.inputs, input_rows, strict=True)
+    ]
+    digests = canonical_json([[e.bytes, e.sha256] for e in entries])
+    return Manifest(
+        job_id=plan.job_id,
+        created_at=plan.created_at,
+        dataset_path=plan.dataset_path,
+        dataset_kind=plan.dataset_kind,
+        inputs=inputs,
+        num_shards=plan.num_shards,
+        total_rows=first,
+        total_bytes=sum(e.bytes for e in entries),
+        content_sha256=hashlib.sha256(digests).hexdigest(),
+        recipe_hash=plan.recipe_hash,
+        recipe=plan.recipe,
+        stage_identities=list(plan.stage_identities),
+        media_keys=dict(plan.media_keys),
+        index_key=plan.index_key,
+        versions=dict(plan.versions),
+        ray=dict(plan.ray),
+        settings=dict(plan.settings),
+        shards=entries,
+        request_fingerprint=plan.request_fingerprint,
+        shard_codec=plan.shard_codec,
+        copy_shards=plan.copy_shards,
+        row_schema=schema.to_json(),
+        code=plan.code,
+    )
+
+
+def publish_manifest(layout: JobLayout, plan: JobPlan, results: dict[str, ScanResult]) -> Manifest:
+    """Compose and publish the manifest (first wins; every composer writes the same bytes), after
+    placing copied shards at ``shards/<id>`` (with ``copy_shards``)."""
+    manifest = compose_manifest(layout, plan, results)
+    if plan.copy_shards:
+        _place_copies(layout, plan, results)
+    if not fsio.publish_bytes(layout.manifest, manifest.encode()):
+        published = load_manifest(layout.root)
+        if published.job_id != manifest.job_id or published.content_sha256 != manifest.content_sha256:
+            raise JobDirError(
+                "manifest.json describes other shards than this job's scans",
+                where=str(layout.manifest),
+                hint="the job directory was modified; prepare a new job_dir",
+            )
+    return load_manifest(layout.root)  # validated as every reader does
+
+
+def _place_copies(layout: JobLayout, plan: JobPlan, results: dict[str, ScanResult]) -> None:
+    confine.ensure_dir(layout, layout.shards_dir)
+    suffix = SHARD_SUFFIX[plan.shard_codec]
+    for entry in plan.shards:
+        source = layout.resolve_relative(results[entry.shard_id].copy or "")
+        target = layout.shard(entry.shard_id, suffix)
+        if _same_file(source, target) or fsio.publish_exclusive(source, target):
+            continue
+        raise JobDirError(
+            f"shards/ holds a file for {entry.shard_id} that is not its accepted scan's copy",
+            where=str(target),
+            hint="the job directory was modified; prepare a new job_dir",
+        )
+
+
+def _same_file(a: Path, b: Path) -> bool:
+    try:
+        sa, sb = fsio.stat(a), fsio.stat(b)
+    except FileNotFoundError:
+        return False
+    return (sa.st_dev, sa.st_ino) == (sb.st_dev, sb.st_ino)
