@@ -4,7 +4,8 @@ Paths and writes: ``layout`` (every path), ``confine`` (every write inside the j
 Records (one module owns each kind): ``records`` (encode/parse machinery, the manifest),
 ``lease_records`` (claim, heartbeat, release, failure of a generation), ``result_records``
 (attempt, result, terminal failure, merge), ``reasons`` (every reason code, as StrEnums),
-``manifest`` (loading and checking the prepared job).
+``manifest`` (loading and checking the plan and the prepared job), ``plan_records`` (the plan
+and each shard's scan record), ``scans`` (publishing scans, composing the manifest from them).
 Rules (one owner each): ``shard_state`` (done / failed / corrupt / running / stale /
 pending), ``heartbeats`` (staleness on the observer's clock; the renew thread),
 ``leases`` (claims, takeover, release, the lease heartbeater and self-fencing),
@@ -13,7 +14,8 @@ pending), ``heartbeats`` (staleness on the observer's clock; the renew thread),
 (is a running attempt alive; its live progress record), ``outcome`` (is the job finished).
 The worker: ``claiming`` / ``claim_ahead`` (finding the next shard), ``shard_attempt``
 (running one claimed shard, every way out recorded), ``worker_loop`` (the loop),
-``worker_signals`` (SIGTERM/SIGINT).  Tools: ``retry``, ``export_path``, ``recipe_diff``,
+``worker_signals`` (SIGTERM/SIGINT), ``scan_loop`` (the scan phase: claiming and running the
+shards' scans, then the barrier).  Tools: ``retry``, ``export_path``, ``recipe_diff``,
 ``row_stats``, ``published_file``, ``tasks``.
 No Ray, no Data-Juicer imports.  Import from the modules; nothing is re-exported here so
 that importing one piece stays cheap.
@@ -34,6 +36,7 @@ __all__ = [
     "liveness",
     "manifest",
     "outcome",
+    "plan_records",
     "progress",
     "published_file",
     "reasons",
@@ -42,6 +45,8 @@ __all__ = [
     "result_records",
     "retry",
     "row_stats",
+    "scan_loop",
+    "scans",
     "shard_attempt",
     "shard_state",
     "tasks",

@@ -1,6 +1,6 @@
 """Loading and validating a job's plan (what prepare decided) and manifest (the plan and its scans
 composed: the one record that says "this job's input is known and may run"), and where a
-shard's content is (:func:`shard_source`)."""
+shard's content is (:func:`locate_shard`)."""
 
 from __future__ import annotations
 
@@ -143,7 +143,7 @@ def is_planned(job_dir: str | Path) -> bool:
     return fsio.exists(JobLayout(job_dir).plan)
 
 
-def shard_source(layout: JobLayout, manifest: Manifest, entry: ShardEntry) -> ShardSource:
+def locate_shard(layout: JobLayout, manifest: Manifest, entry: ShardEntry) -> ShardSource:
     """Where ``entry``'s content is (its spans of the inputs, or its copy) and what it hashes to."""
     options = None
     if entry.normalise:
@@ -207,7 +207,7 @@ def check_shard_file(layout: JobLayout, manifest: Manifest, entry: ShardEntry) -
     read through it), and of the recorded size and sha256 (IntegrityError naming the shard
     otherwise).  A shard read from its inputs: each file still of its planned size and mtime
     (InputChangedError naming the file; its content hash is checked while it is read)."""
-    source = shard_source(layout, manifest, entry)
+    source = locate_shard(layout, manifest, entry)
     if not manifest.copy_shards:
         check_source(source)
         return source

@@ -271,6 +271,16 @@ class ShardEntry:
 
 
 @dataclass(frozen=True)
+class ScanSummary:
+    """The scan phase of a planned job, kept in its manifest (status and the report read it there)."""
+
+    planned_at: float  # the plan's creation: the job's submission
+    started_at: float  # the first scan's start
+    finished_at: float  # the last accepted scan's end
+    bytes_read_to_plan: int  # what the planner read to place the cuts
+
+
+@dataclass(frozen=True)
 class Manifest(Record):
     KIND: ClassVar[str] = "manifest"
     job_id: str
@@ -301,6 +311,7 @@ class Manifest(Record):
     row_schema: list[Any] | None = None
     # fingerprint of the code the stages run (execution.code_fingerprint); None in older jobs
     code: dict[str, Any] | None = None
+    scan: ScanSummary | None = None  # the scan phase (None: the job was split by a whole-input prepare)
     # sha256 of the canonical record without this field, written by encode(): a flipped byte
     # that still parses (a digit of a shard's sha256) is refused before any claim.
     checksum: str | None = None

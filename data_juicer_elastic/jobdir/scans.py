@@ -27,7 +27,7 @@ from data_juicer_elastic.jobdir.layout import JobLayout
 from data_juicer_elastic.jobdir.lease_records import Claim
 from data_juicer_elastic.jobdir.manifest import load_manifest
 from data_juicer_elastic.jobdir.plan_records import JobPlan, PlannedShard, ScanResult
-from data_juicer_elastic.jobdir.records import InputFile, Manifest, ShardEntry, ShardSpan, canonical_json
+from data_juicer_elastic.jobdir.records import InputFile, Manifest, ScanSummary, ShardEntry, ShardSpan, canonical_json
 from data_juicer_elastic.jobdir.tasks import ScanOutput
 from data_juicer_elastic.rows.codecs import SHARD_SUFFIX
 from data_juicer_elastic.rows.row_schema import RowSchema
@@ -178,6 +178,12 @@ def compose_manifest(layout: JobLayout, plan: JobPlan, results: dict[str, ScanRe
         copy_shards=plan.copy_shards,
         row_schema=schema.to_json(),
         code=plan.code,
+        scan=ScanSummary(
+            planned_at=plan.created_at,
+            started_at=min(r.started_at for r in results.values()),
+            finished_at=max(r.finished_at for r in results.values()),
+            bytes_read_to_plan=plan.planned_bytes_read,
+        ),
     )
 
 

@@ -1,4 +1,5 @@
-"""Check a finished job without writing anything: every input shard as the manifest recorded it,
+"""Check a finished job without writing anything: every input shard as the manifest recorded it
+(a copy's bytes, or the content of its spans of the input files, hashed again),
 every shard done and valid, and (for multi-node runs) that enough distinct nodes contributed
 accepted results."""
 
@@ -12,6 +13,7 @@ from data_juicer_elastic.errors import IntegrityError, JobDirError
 from data_juicer_elastic.jobdir import attempts
 from data_juicer_elastic.jobdir.layout import JobLayout
 from data_juicer_elastic.jobdir.manifest import check_shard_file, load_manifest
+from data_juicer_elastic.rows.shard_source import iter_content
 from data_juicer_elastic.shards.merge import accepted_results
 
 
@@ -28,7 +30,10 @@ def verify_job(job_dir: str | Path, expect_nodes: int = 1) -> VerifyResult:
     layout = JobLayout(Path(os.path.abspath(job_dir)))
     manifest = load_manifest(layout.root)
     for entry in manifest.shards:  # an edited input shard makes every result of it suspect
-        check_shard_file(layout, manifest, entry)
+        source = check_shard_file(layout, manifest, entry)
+        if source.copy is None:
+            for _ in iter_content(source):  # read in place: its content hashed against its scan
+                pass
     results = accepted_results(layout, manifest)
     by_node: dict[str, int] = {}
     invalid: list[tuple[str, IntegrityError]] = []

@@ -4,7 +4,9 @@
 (reads the job directory into a snapshot, states decided by ``jobdir.shard_state``;
 ``--json``), ``throughput`` (rates, ETA, per-node numbers, stragglers from one snapshot),
 ``status_text`` (the human-readable table), ``run_status`` (the coordination records of
-each run, and the ``status`` command).  Imports run one way: ``snapshot_types`` <-
+each run, and the ``status`` command), ``scan_phase`` (how far the scans of a planned job
+are, how fast they read, the time to the first shard running).  Imports run one way:
+``scan_phase`` <- ``snapshot_types`` <-
 ``throughput`` <- ``status_text`` / ``job_status`` <- ``run_status``.  Reads only; no Ray,
 no Data-Juicer imports.
 """
@@ -13,6 +15,7 @@ no Data-Juicer imports.
 __all__ = [
     "job_status",
     "run_status",
+    "scan_phase",
     "snapshot_types",
     "status_text",
     "throughput",

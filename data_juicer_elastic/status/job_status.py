@@ -44,6 +44,7 @@ from data_juicer_elastic.jobdir.shard_state import (
 )
 from data_juicer_elastic.sharedfs import fsio
 from data_juicer_elastic.sharedfs.identity import WorkerIdentity
+from data_juicer_elastic.status.scan_phase import scanned_phase
 from data_juicer_elastic.status.snapshot_types import JobSnapshot, JsonDict, ShardStatus
 from data_juicer_elastic.status.throughput import summarize
 
@@ -64,6 +65,8 @@ def snapshot_json(snap: JobSnapshot) -> JsonDict:
             "rows_done": snap.rows_done,
             "rows_total": snap.rows_total,
             "output_rows": snap.output_rows,
+            "scan": snap.scan.to_json() if snap.scan is not None else None,
+            "first_shard_secs": snap.first_shard_secs,
             **summarize(snap).to_json(),
             "terminal_failures": [{"shard_id": s, "error": e} for s, e in snap.terminal_failures],
             "shards": [s.to_json() for s in snap.shards],
@@ -93,7 +96,7 @@ def snapshot(
     heartbeat = manifest.settings.get("heartbeat_interval_secs") or (
         float(manifest.settings.get("lease_ttl_secs") or 0) / 4 or None
     )
-    return JobSnapshot(layout.root, manifest.job_id, shards, time.time(), heartbeat)
+    return JobSnapshot(layout.root, manifest.job_id, shards, time.time(), heartbeat, scanned_phase(manifest))
 
 
 class _Reader:

@@ -27,9 +27,11 @@ from data_juicer_elastic.coordination.run_records import (
 from data_juicer_elastic.errors import EXIT_ERROR, EXIT_INCOMPLETE, EXIT_OK, ConfigError, JobDirError
 from data_juicer_elastic.jobdir.heartbeats import StalenessObserver
 from data_juicer_elastic.jobdir.layout import JobLayout
-from data_juicer_elastic.jobdir.manifest import load_manifest
+from data_juicer_elastic.jobdir.manifest import load_manifest, load_plan
+from data_juicer_elastic.jobdir.records import FORMAT_PREFIX, VERSION
 from data_juicer_elastic.sharedfs import fsio
 from data_juicer_elastic.status.job_status import snapshot, snapshot_json
+from data_juicer_elastic.status.scan_phase import read_scan_phase, scan_text
 from data_juicer_elastic.status.status_text import render_text
 
 
@@ -146,6 +148,9 @@ def status_once(
     compact: bool = False,
 ) -> tuple[str, int]:
     """(the status text or JSON, the exit code: 0 complete, 1 incomplete, 2 terminal failures)."""
+    layout = JobLayout(Path(os.path.abspath(job_dir)))
+    if not fsio.exists(layout.manifest) and fsio.exists(layout.plan):
+        return _scanning(layout, as_json=as_json, compact=compact)
     snap = snapshot(job_dir, ttl_secs=ttl_secs, observer=observer, exact=False)
     coordination = runs(job_dir)
     if as_json:
@@ -159,6 +164,33 @@ def status_once(
     return text, EXIT_OK if snap.complete else EXIT_INCOMPLETE
 
 
+def _scanning(layout: JobLayout, *, as_json: bool, compact: bool) -> tuple[str, int]:
+    """Status of a job whose shards are still being scanned (no shard runs before every scan)."""
+    plan = load_plan(layout.root)
+    phase = read_scan_phase(layout, plan)
+    code = EXIT_ERROR if phase.refused or phase.failed else EXIT_INCOMPLETE
+    coordination = runs(layout.root)
+    if as_json:
+        data = {
+            "format": FORMAT_PREFIX + "status",
+            "version": VERSION,
+            "job_dir": str(layout.root),
+            "job_id": plan.job_id,
+            "phase": "scanning",
+            "complete": False,
+            "scan": phase.to_json(),
+            "coordination": coordination,
+        }
+        return orjson.dumps(data, option=0 if compact else orjson.OPT_INDENT_2).decode(), code
+    lines = [
+        f"job {layout.root} ({plan.job_id})",
+        scan_text(phase),
+        "scanning: no shard runs before every shard is scanned"
+        + ("; the input was refused (dj-process and dj-elastic worker print the error)" if phase.refused else ""),
+    ]
+    return "\n".join(lines) + "\n" + render_runs(coordination, limit=3), code
+
+
 def watch(job_dir: Path, *, interval: float, as_json: bool, show_all: bool, ttl_secs: float | None = None) -> int:
     """Refresh until the job is complete (or Ctrl-C); the exit code of the last snapshot.
 
@@ -167,7 +199,7 @@ def watch(job_dir: Path, *, interval: float, as_json: bool, show_all: bool, ttl_
     """
     if not interval > 0:
         raise ConfigError(f"invalid --watch interval {interval!r}: must be > 0 seconds", where="--watch")
-    manifest = load_manifest(job_dir)
+    manifest = load_manifest(job_dir) if fsio.exists(JobLayout(job_dir).manifest) else load_plan(job_dir)
     ttl = float(manifest.settings.get("lease_ttl_secs") or 0) or None
     observer = StalenessObserver(ttl) if ttl else None
     in_place = sys.stdout.isatty() and not as_json

@@ -14,6 +14,7 @@ from typing import Any
 
 from data_juicer_elastic.jobdir import progress
 from data_juicer_elastic.jobdir.shard_state import ShardState, TerminalInfo
+from data_juicer_elastic.status.scan_phase import ScanPhase, attempt_started_at
 
 
 @dataclass(frozen=True)
@@ -86,6 +87,15 @@ class JobSnapshot:
     shards: list[ShardStatus]
     taken_at: float
     heartbeat_secs: float | None = None  # the job's heartbeat interval (manifest settings), for lateness
+    scan: ScanPhase | None = None  # the scan phase (None: the job was split by a whole-input prepare)
+
+    @property
+    def first_shard_secs(self) -> float | None:
+        """From the submission (the plan) to the first shard running (the earliest attempt seen)."""
+        starts = [t for s in self.shards if (t := attempt_started_at(s.attempt_id)) is not None]
+        if self.scan is None or not starts:
+            return None
+        return max(0.0, min(starts) - self.scan.planned_at)
 
     @property
     def counts(self) -> dict[ShardState, int]:

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Final
 
 from data_juicer_elastic.jobdir.shard_state import ShardState
+from data_juicer_elastic.status.scan_phase import scan_text
 from data_juicer_elastic.status.snapshot_types import JobSnapshot, ShardStatus
 from data_juicer_elastic.status.throughput import last_line, rate, summarize
 
@@ -35,6 +36,12 @@ def render_text(snap: JobSnapshot, show_all: bool = False) -> str:
         + (f" (+{summary.rows_in_progress} in progress)" if summary.rows_in_progress else "")
         + f", {snap.output_rows} output rows",
     ]
+    if snap.scan is not None:
+        first = snap.first_shard_secs
+        lines.append(
+            scan_text(snap.scan)
+            + (f"; first shard running {duration(first)} after submission" if first is not None else "")
+        )
     if snap.complete:
         lines.append("complete")
     else:

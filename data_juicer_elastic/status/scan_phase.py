@@ -1,0 +1,170 @@
+"""The scan phase of a job as status, the live line and the report show it.
+
+Before any shard runs, every shard is scanned (``jobdir.scan_loop``): this reads how far the
+scans are (one listing of ``scans/done``, ``scans/claims`` and ``scans/failed``, then the scan
+records that exist, with a few threads), how fast they read (bytes over the time from the first
+scan's start to the last one's end), whether one refused the input, and when the first shard
+of the job started to run (the earliest shard attempt's start, from the attempt ids, which
+begin with their start time) measured from the plan's creation (the submission).
+"""
+
+from __future__ import annotations
+
+import calendar
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Any, Final
+
+from data_juicer_elastic.errors import JobDirError
+from data_juicer_elastic.jobdir.attempts import read_done
+from data_juicer_elastic.jobdir.layout import JobLayout, parse_shard_id
+from data_juicer_elastic.jobdir.plan_records import JobPlan, ScanResult
+from data_juicer_elastic.jobdir.records import Manifest
+from data_juicer_elastic.sharedfs import fsio
+
+READ_THREADS: Final = 8
+
+
+@dataclass(frozen=True)
+class ScanPhase:
+    shards: int
+    scanned: int  # scan records published
+    running: int  # shards whose scan is claimed and not published
+    failed: int  # scans whose budget is spent
+    refused: int  # scans that refused their input
+    bytes_total: int  # planned (stored) bytes of every shard
+    bytes_scanned: int  # content bytes of the published scans
+    started_at: float | None  # the first scan's start
+    finished_at: float | None  # the last published scan's end
+    planned_at: float  # the plan's creation: when the job was submitted
+    bytes_read_to_plan: int  # what the planner read to place the cuts (serial)
+    compressed_files: int  # compressed inputs: each one serial unit (never cut)
+    largest_unit_bytes: int  # the largest compressed input (the longest serial unit)
+
+    @property
+    def complete(self) -> bool:
+        return self.scanned == self.shards
+
+    @property
+    def secs(self) -> float | None:
+        if self.started_at is None or self.finished_at is None:
+            return None
+        return max(self.finished_at - self.started_at, 1e-3)
+
+    @property
+    def bytes_per_sec(self) -> float | None:
+        secs = self.secs
+        return None if secs is None or not self.bytes_scanned else self.bytes_scanned / secs
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "shards": self.shards,
+            "scanned": self.scanned,
+            "running": self.running,
+            "failed": self.failed,
+            "refused": self.refused,
+            "bytes_total": self.bytes_total,
+            "bytes_scanned": self.bytes_scanned,
+            "secs": self.secs,
+            "bytes_per_sec": self.bytes_per_sec,
+            "planned_at": self.planned_at,
+            "bytes_read_to_plan": self.bytes_read_to_plan,
+            "compressed_files": self.compressed_files,
+            "largest_unit_bytes": self.largest_unit_bytes,
+        }
+
+
+def read_scan_phase(layout: JobLayout, plan: JobPlan) -> ScanPhase:
+    """How far the scans of ``plan`` are (reads only)."""
+    scans = layout.scans
+    ids = set(plan.shard_ids)
+    done = sorted(_names(scans.done_dir, ".json") & ids)
+    claimed = _names(scans.claims_dir, "") & ids
+    failed = _names(scans.failed_dir, ".json") & ids
+    with ThreadPoolExecutor(max_workers=READ_THREADS) as pool:
+        results = [r for r in pool.map(lambda shard: read_done(scans, shard)[0], done, chunksize=256) if r]
+    results = [r for r in results if isinstance(r, ScanResult)]
+    compressed = [i.size for i in plan.inputs if i.codec != "none"]
+    return ScanPhase(
+        shards=plan.num_shards,
+        scanned=len(results),
+        running=len(claimed - set(done) - failed),
+        failed=len(failed),
+        refused=sum(1 for r in results if r.refusal is not None),
+        bytes_total=plan.total_bytes,
+        bytes_scanned=sum(r.bytes for r in results),
+        started_at=min((r.started_at for r in results), default=None),
+        finished_at=max((r.finished_at for r in results), default=None),
+        planned_at=plan.created_at,
+        bytes_read_to_plan=plan.planned_bytes_read,
+        compressed_files=len(compressed),
+        largest_unit_bytes=max(compressed, default=0),
+    )
+
+
+def scanned_phase(manifest: Manifest) -> ScanPhase | None:
+    """The scan phase of a scanned job, from its manifest alone (None for a job prepared whole)."""
+    summary = manifest.scan
+    if summary is None:
+        return None
+    compressed = [i.size for i in manifest.inputs if i.codec != "none"]
+    return ScanPhase(
+        shards=manifest.num_shards,
+        scanned=manifest.num_shards,
+        running=0,
+        failed=0,
+        refused=0,
+        bytes_total=sum(sum(span.length for span in e.spans) for e in manifest.shards),
+        bytes_scanned=manifest.total_bytes,
+        started_at=summary.started_at,
+        finished_at=summary.finished_at,
+        planned_at=summary.planned_at,
+        bytes_read_to_plan=summary.bytes_read_to_plan,
+        compressed_files=len(compressed),
+        largest_unit_bytes=max(compressed, default=0),
+    )
+
+
+def _names(directory, suffix: str) -> set[str]:
+    found = set()
+    for name in fsio.list_names(directory):
+        if suffix and not name.endswith(suffix):
+            continue
+        shard = name[: len(name) - len(suffix)] if suffix else name
+        try:
+            parse_shard_id(shard)
+        except JobDirError:
+            continue
+        found.add(shard)
+    return found
+
+
+def attempt_started_at(attempt_id: str | None) -> float | None:
+    """When an attempt started, from its id (``20240101T120000123Z-node-...``: UTC, milliseconds)."""
+    if not attempt_id or len(attempt_id) < 19 or attempt_id[18] != "Z":
+        return None
+    try:
+        stamp = time.strptime(attempt_id[:15], "%Y%m%dT%H%M%S")
+        return calendar.timegm(stamp) + int(attempt_id[15:18]) / 1000
+    except ValueError:
+        return None
+
+
+def scan_text(phase: ScanPhase) -> str:
+    """One line about the scan phase (status, the report)."""
+    rate = phase.bytes_per_sec
+    speed = f", {rate / 1e6:,.1f} MB/s" if rate else ""
+    text = f"scan: {phase.scanned}/{phase.shards} shards scanned ({phase.bytes_scanned / 1e6:,.1f} MB{speed})"
+    if phase.running:
+        text += f", {phase.running} scanning"
+    if phase.refused:
+        text += f", {phase.refused} refused the input"
+    if phase.failed:
+        text += f", {phase.failed} failed"
+    if phase.compressed_files:
+        text += (
+            f"; {phase.compressed_files} compressed file(s) are read whole, each by one scan "
+            f"(largest {phase.largest_unit_bytes / 1e6:,.1f} MB)"
+        )
+    return text
