@@ -42,6 +42,7 @@ def worker(job: Path, k: int, go: Path, out: Path, poll: float, gate_on: bool) -
     from data_juicer_elastic.jobdir.layout import JobLayout
     from data_juicer_elastic.jobdir.manifest import load_manifest
     from data_juicer_elastic.jobdir.tasks import ShardOutput
+    from data_juicer_elastic.rows.shard_source import iter_source_lines
     from data_juicer_elastic.sharedfs import fault_seam
     from data_juicer_elastic.sharedfs.identity import WorkerIdentity
 
@@ -86,7 +87,7 @@ def worker(job: Path, k: int, go: Path, out: Path, poll: float, gate_on: bool) -
     shard_attempt.ShardWorker.claim_next = claim_next
 
     def run(task):
-        data = task.shard_path.read_bytes()
+        data = b"".join(line + b"\n" for line in iter_source_lines(task.source))
         task.output_path.write_bytes(data)
         return ShardOutput(task.output_path, data.count(b"\n"))
 

@@ -41,6 +41,7 @@ sys.path.insert(0, str(REPO))
 
 from data_juicer_elastic.jobdir.tasks import ShardOutput  # noqa: E402
 from data_juicer_elastic.jobdir.worker_loop import run_worker  # noqa: E402
+from data_juicer_elastic.rows.shard_source import iter_source_lines  # noqa: E402
 from data_juicer_elastic.shards.merge import merge_job  # noqa: E402
 from data_juicer_elastic.shards.prepare import PrepareRequest, prepare_job  # noqa: E402
 from data_juicer_elastic.sharedfs.identity import WorkerIdentity  # noqa: E402
@@ -146,7 +147,7 @@ def identity_outputs(job: Path) -> None:
 
     def copy(task):
         out = task.attempt_dir / "output.jsonl"
-        shutil.copyfile(task.shard_path, out)
+        out.write_bytes(b"".join(line + b"\n" for line in iter_source_lines(task.source)))
         return ShardOutput(out, sum(1 for _ in open(out, "rb")))
 
     run_worker(

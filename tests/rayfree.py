@@ -15,7 +15,6 @@ from data_juicer_elastic.execution.row_writer import ExportLayout, write_shard
 from data_juicer_elastic.execution.shard_reader import InputRows, read_tables
 from data_juicer_elastic.jobdir.manifest import load_manifest
 from data_juicer_elastic.jobdir.tasks import ShardOutput, ShardTask
-from data_juicer_elastic.rows.codecs import input_codec
 from data_juicer_elastic.stats.shard_hook import ShardStatsRecorder
 
 
@@ -23,10 +22,9 @@ def rayfree_runner(job_dir: Path, layout: ExportLayout = ExportLayout()):
     rows = ArrowRows.from_manifest(load_manifest(job_dir).row_schema, where="test")
 
     def run(task: ShardTask) -> ShardOutput:
-        codec = input_codec(Path(task.shard_path).name) or "none"
-        tables = read_tables(Path(task.shard_path), codec, rows)
+        tables = read_tables(task.source, rows)
         recorder = ShardStatsRecorder(task.shard_id, task.attempt_id, task.attempt_dir)
-        inputs = InputRows(Path(task.shard_path), codec)
+        inputs = InputRows(task.source)
         try:
             written = write_shard(
                 tables,

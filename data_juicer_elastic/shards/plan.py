@@ -83,8 +83,8 @@ def plan_shards(inputs: list[InputItem], sizes: list[int], n: int, max_line_byte
     plain = sum(u.size for u in units if not u.compressed)
     if n == 1:
         cuts, read = [], 0
-    elif plain <= (n - 1) * EXACT_BYTES_PER_CUT:
-        cuts, read = _exact_cuts(units, total, n)
+    elif plain <= (n - 1) * EXACT_BYTES_PER_CUT and (cut := _exact_cuts(units, total, n)) is not None:
+        cuts, read = cut
     else:
         cuts, read = _near_cuts(units, total, n, max_line_bytes)
     bounds = [0, *cuts, total]
@@ -142,7 +142,9 @@ def _line_end_after(unit: _Unit, target: int, max_line_bytes: int) -> tuple[int,
 
 
 # -- small inputs: every line end known ---------------------------------------------------------------
-def _exact_cuts(units: list[_Unit], total: int, n: int) -> tuple[list[int], int]:
+def _exact_cuts(units: list[_Unit], total: int, n: int) -> tuple[list[int], int] | None:
+    """The cuts by the row rule, or None when compressed files make the pieces too few to
+    give every shard one (then the cuts go near their targets, some shards left empty)."""
     ends, read, compressed = [], 0, 0
     for unit in units:
         if unit.compressed:
@@ -166,10 +168,10 @@ def _exact_cuts(units: list[_Unit], total: int, n: int) -> tuple[list[int], int]
         if not ends or ends[-1] != unit.end:
             ends.append(unit.end)  # a last line without its newline
     if n > len(ends):
-        lines = len(ends) - compressed
-        unit_note = f" and {compressed} compressed file(s), which are never cut" if compressed else ""
+        if compressed:
+            return None  # a compressed file's rows are not counted here: cut near the targets instead
         raise ConfigError(
-            f"num_shards={n} is more than the {lines} input rows{unit_note}",
+            f"num_shards={n} is more than the {len(ends)} input rows",
             where="num_shards",
             hint=f"use at most {len(ends)} shards",
         )

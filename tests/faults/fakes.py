@@ -15,8 +15,9 @@ from collections.abc import Callable
 from pathlib import Path
 
 from data_juicer_elastic.jobdir.tasks import ShardOutput, ShardTask
+from data_juicer_elastic.rows.shard_source import iter_source_lines
 from data_juicer_elastic.shards.prepare import PrepareRequest, prepare_job
-from data_juicer_elastic.sharedfs import checked_writer, fsio
+from data_juicer_elastic.sharedfs import checked_writer
 
 # Event.wait, not time.sleep: under libfaketime with FAKETIME_DONT_FAKE_MONOTONIC (row 6)
 # time.sleep's clock_nanosleep fails with EINVAL; a timed wait works on every set-up.
@@ -66,12 +67,11 @@ def fsio_runner(
         writer = checked_writer.BufferedCheckedWriter(task.output_path)
         rows = 0
         try:
-            with fsio.open_read(task.shard_path) as handle:
-                for raw in handle:
-                    row = json.loads(raw)
-                    row["attempt"] = task.attempt_id
-                    writer.write(json.dumps(row, separators=(",", ":")).encode() + b"\n")
-                    rows += 1
+            for raw in iter_source_lines(task.source):
+                row = json.loads(raw)
+                row["attempt"] = task.attempt_id
+                writer.write(json.dumps(row, separators=(",", ":")).encode() + b"\n")
+                rows += 1
             writer.finish()
         except BaseException:
             writer.abort()

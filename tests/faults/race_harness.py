@@ -41,6 +41,7 @@ WORKER = textwrap.dedent(
     from data_juicer_elastic.jobdir.lease_records import Claim
     from data_juicer_elastic.jobdir.tasks import ShardOutput
     from data_juicer_elastic.jobdir.worker_loop import run_worker
+    from data_juicer_elastic.rows.shard_source import iter_source_lines
 
     job, history, node, remote, ttl, heartbeat, max_retries, work_secs = sys.argv[1:9]
     layout = JobLayout(job)
@@ -59,7 +60,7 @@ WORKER = textwrap.dedent(
         claim = Claim.parse(layout.claim(task.shard_id, task.generation).read_bytes(), "claim")
         log("claim", shard=task.shard_id, generation=task.generation, attempt=task.attempt_id,
             reason=claim.takeover_reason, takeover_of=claim.takeover_of)
-        rows = [json.loads(line) for line in task.shard_path.read_bytes().splitlines()]
+        rows = [json.loads(line) for line in iter_source_lines(task.source)]
         time.sleep(rng.uniform(0.0, float(work_secs)))
         body = "".join(json.dumps({**r, "by": task.attempt_id}) + "\\n" for r in rows)
         out = task.attempt_dir / "output.jsonl"

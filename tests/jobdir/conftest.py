@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from data_juicer_elastic.jobdir.tasks import ShardOutput, ShardTask
+from data_juicer_elastic.rows.shard_source import iter_source_lines
 from data_juicer_elastic.shards.prepare import PrepareRequest, prepare_job
 from data_juicer_elastic.sharedfs.identity import WorkerIdentity
 
@@ -84,7 +85,7 @@ def copy_runner(transform: Callable[[dict], dict | None] | None = None) -> Calla
     """A fake run_shard: reads the input shard, writes (transformed) rows to attempt_dir/output.jsonl."""
 
     def run(task: ShardTask) -> ShardOutput:
-        rows = [json.loads(line) for line in task.shard_path.read_text(encoding="utf-8").splitlines()]
+        rows = [json.loads(line) for line in iter_source_lines(task.source)]
         if transform is not None:
             rows = [r for r in map(transform, rows) if r is not None]
         out = task.attempt_dir / "output.jsonl"

@@ -13,6 +13,7 @@ from data_juicer_elastic.jobdir import leases, progress
 from data_juicer_elastic.jobdir.layout import JobLayout
 from data_juicer_elastic.jobdir.tasks import ShardOutput
 from data_juicer_elastic.jobdir.worker_loop import run_worker
+from data_juicer_elastic.rows.shard_source import iter_source_lines
 from data_juicer_elastic.shards.prepare import prepare_job
 from data_juicer_elastic.sharedfs import fault_seam
 
@@ -116,7 +117,7 @@ def test_worker_loop_writes_progress_on_the_heartbeat_and_at_the_end(tmp_path):
         live = json.loads(path.read_text())
         assert (live["stage"], live["rows_read"], live["rows_written"]) == ("processing", 3, 2)
         out = task.attempt_dir / "output.jsonl"
-        out.write_bytes(task.shard_path.read_bytes())
+        out.write_bytes(b"".join(line + b"\n" for line in iter_source_lines(task.source)))
         return ShardOutput(out, 8)
 
     summary = run_worker(

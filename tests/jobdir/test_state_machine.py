@@ -26,6 +26,7 @@ from data_juicer_elastic.jobdir.retry import retry_shards
 from data_juicer_elastic.jobdir.shard_state import ShardState
 from data_juicer_elastic.jobdir.tasks import ShardOutput, ShardTask
 from data_juicer_elastic.jobdir.worker_loop import run_worker
+from data_juicer_elastic.rows.shard_source import iter_source_lines
 from data_juicer_elastic.shards.merge import merge_job
 from data_juicer_elastic.shards.prepare import prepare_job
 from data_juicer_elastic.sharedfs import fsio
@@ -212,7 +213,7 @@ class Protocol(RuleBasedStateMachine):
         drainer = identity("drain", boot_id="boot-drain")
 
         def run(task: ShardTask) -> ShardOutput:
-            rows = [json.loads(line) for line in task.shard_path.read_text().splitlines()]
+            rows = [json.loads(line) for line in iter_source_lines(task.source)]
             task.output_path.write_text("".join(json.dumps({**r, "by": task.attempt_id}) + "\n" for r in rows))
             return ShardOutput(task.output_path, len(rows))
 

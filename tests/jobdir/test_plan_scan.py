@@ -1,0 +1,228 @@
+"""Planning, scanning and composing a job, checked against the input itself.
+
+The oracle for every shard layout is the input read whole, row by row, with the row policy
+(``RowNormaliser`` over each file in order): whatever the plan's cuts, whichever copy mode,
+the shards' rows in order are exactly those rows, the refused input names the same
+``file:line`` as a whole-file read would, and the manifest does not depend on who scanned what.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import random
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from data_juicer_elastic.errors import ConfigError, InputChangedError, InputError, JobDirError
+from data_juicer_elastic.jobdir import scans
+from data_juicer_elastic.jobdir.layout import JobLayout
+from data_juicer_elastic.jobdir.manifest import load_manifest, load_plan, locate_shard
+from data_juicer_elastic.jobdir.plan_records import ScanResult
+from data_juicer_elastic.jobdir.scan_loop import scan_options, scan_spans
+from data_juicer_elastic.jobdir.tasks import ScanTask
+from data_juicer_elastic.rows.jsonl import NormaliseOptions, RowNormaliser
+from data_juicer_elastic.rows.shard_source import iter_content, iter_source_lines
+from data_juicer_elastic.shards import plan as planner
+from data_juicer_elastic.shards.prepare import PrepareRequest, plan_job, prepare_job
+from data_juicer_elastic.shards.scan import ShardScanner
+
+ROW = st.fixed_dictionaries(
+    {
+        "text": st.text(max_size=12),
+        "n": st.integers(-(2**70), 2**70),
+        "x": st.floats(allow_nan=False, allow_infinity=False),
+    },
+    optional={"images": st.lists(st.sampled_from(["a.png", "/abs/b.png", "http://h/c.png"]), max_size=2)},
+)
+
+
+def write_inputs(root: Path, files: list[list[dict]], crlf: bool, bom: bool, no_final_newline: bool, gz: int) -> Path:
+    data = root / "data"
+    data.mkdir()
+    for i, rows in enumerate(files):
+        ending = "\r\n" if crlf and i % 2 else "\n"
+        text = "".join(json.dumps(r, ensure_ascii=i % 2 == 0) + ending for r in rows)
+        if no_final_newline and text:
+            text = text[: -len(ending)]
+        raw = (b"\xef\xbb\xbf" if bom and i == 0 and text else b"") + text.encode()
+        if i < gz:
+            (data / f"f{i:02d}.jsonl.gz").write_bytes(gzip.compress(raw, mtime=0))
+        else:
+            (data / f"f{i:02d}.jsonl").write_bytes(raw)
+    return data
+
+
+def reference_rows(data: Path) -> list[bytes]:
+    """Every row as prepare's row policy gives it, reading each file whole, in order."""
+    options = NormaliseOptions(base_dir=str(data), media_keys={"image_key": "images"}, index_key=None)
+    out, first = [], 0
+    for path in sorted(data.iterdir()):
+        raw = gzip.decompress(path.read_bytes()) if path.suffix == ".gz" else path.read_bytes()
+        lines = raw.split(b"\n")
+        if lines and lines[-1] == b"":
+            lines.pop()
+        if not lines:
+            continue
+        normaliser = RowNormaliser(str(path), options, first)
+        normalised = normaliser.lines(lines)
+        out += lines if normalised is None else normalised
+        first += normaliser.rows
+    return [line.removesuffix(b"\r") if line.endswith(b"\r") else line for line in out]
+
+
+def request(root: Path, data: Path, n: int, copy: bool, job: str = "job") -> PrepareRequest:
+    return PrepareRequest(
+        job_dir=root / job,
+        dataset_path=data,
+        num_shards=n,
+        recipe={"process": []},
+        stage_identities=[],
+        media_keys={"image_key": "images"},
+        copy_shards=copy,
+    )
+
+
+def shard_rows(job: Path) -> list[bytes]:
+    layout, manifest = JobLayout(job), load_manifest(job)
+    return [line for e in manifest.shards for line in iter_source_lines(locate_shard(layout, manifest, e))]
+
+
+def scan_locally(job: Path) -> None:
+    """Scan every shard of a planned job in this thread and publish the manifest: the data path
+    without the lease protocol around it (tests/jobdir/test_scan_protocol.py covers that)."""
+    layout = JobLayout(job)
+    plan = load_plan(job)
+    scanner, options, results = ShardScanner(processes=0), scan_options(plan), {}
+    for entry in plan.shards:
+        out = scanner(ScanTask(entry.shard_id, scan_spans(plan, entry), options, job))
+        assert out.refusal is None, out.refusal
+        results[entry.shard_id] = ScanResult(
+            entry.shard_id, "a", 1, "n", out.rows, out.bytes, out.sha256, out.span_rows, out.schema,
+            out.normalise, out.longest_line, 0.0, 1.0,
+        )  # fmt: skip
+    scans.publish_manifest(layout, plan, results)
+
+
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(
+    files=st.lists(st.lists(ROW, max_size=12), min_size=1, max_size=4),
+    crlf=st.booleans(),
+    bom=st.booleans(),
+    no_final_newline=st.booleans(),
+    gz=st.integers(0, 2),
+    n=st.integers(1, 9),
+    exact_per_cut=st.sampled_from([planner.EXACT_BYTES_PER_CUT, 1]),
+)
+def test_shards_hold_exactly_the_input_rows_whatever_the_cuts(
+    tmp_path_factory, monkeypatch, files, crlf, bom, no_final_newline, gz, n, exact_per_cut
+):
+    root = tmp_path_factory.mktemp("plan")
+    data = write_inputs(root, files, crlf, bom, no_final_newline, gz)
+    expected = [json.loads(line) for line in reference_rows(data)]
+    if not expected:
+        return
+    # exact_per_cut=1: every cut is placed by a short read near its target (the large-input path)
+    monkeypatch.setattr(planner, "EXACT_BYTES_PER_CUT", exact_per_cut)
+    try:
+        plan = plan_job(request(root, data, n, False)).plan
+    except ConfigError as exc:  # only the exact planner refuses more shards than plain rows
+        assert "num_shards" in str(exc) and n > len(expected) and not gz
+        return
+    scan_locally(root / "job")
+    manifest = load_manifest(root / "job")
+    assert [json.loads(line) for line in shard_rows(root / "job")] == expected
+    assert manifest.total_rows == len(expected)
+    if plan.planned_bytes_read and n <= len(expected) and not gz:
+        assert all(e.rows >= 1 for e in manifest.shards)  # the exact rule never leaves a shard empty
+
+
+def test_copied_shards_hold_the_same_content_as_shards_read_in_place(tmp_path):
+    data = write_inputs(
+        tmp_path, [[{"a": i, "images": ["x.png"]} for i in range(30)], [{"b": 1}] * 5], True, True, True, 1
+    )
+    expected = [json.loads(line) for line in reference_rows(data)]
+    manifests = []
+    for copy in (False, True):
+        manifests.append(prepare_job(request(tmp_path, data, 4, copy, job=f"job-{copy}")).manifest)
+        assert [json.loads(line) for line in shard_rows(tmp_path / f"job-{copy}")] == expected
+    zero_copy, copied = manifests
+    assert [(e.rows, e.bytes, e.sha256) for e in zero_copy.shards] == [
+        (e.rows, e.bytes, e.sha256) for e in copied.shards
+    ]
+    assert sorted(p.name for p in (tmp_path / "job-True" / "shards").iterdir()) == [
+        f"{shard}.jsonl" for shard in copied.shard_ids
+    ]
+
+
+def test_a_refused_row_names_the_same_file_line_as_a_whole_file_read(tmp_path):
+    rows = [json.dumps({"i": i}) for i in range(200)]
+    rows[137] = '{"i": NaN}'
+    data = tmp_path / "data"
+    data.mkdir()
+    (data / "a.jsonl").write_text("\n".join(rows[:60]) + "\n")
+    (data / "b.jsonl").write_text("\n".join(rows[60:]) + "\n")
+    with pytest.raises(InputError) as refused:
+        prepare_job(request(tmp_path, data, 9, False))
+    assert refused.value.where == f"{data / 'b.jsonl'}:{137 - 60 + 1}"
+    assert "NaN" in refused.value.message
+    assert not (tmp_path / "job" / "manifest.json").exists()  # nothing may run
+
+
+def test_the_manifest_is_the_same_whoever_scans_and_composes(tmp_path):
+    data = tmp_path / "in.jsonl"
+    data.write_text("".join(json.dumps({"k": i, "v": "x" * (i % 7)}) + "\n" for i in range(300)))
+    prepare_job(request(tmp_path, data, 7, False))
+    layout = JobLayout(tmp_path / "job")
+    plan = load_plan(layout.root)
+    results = scans.read_scans(layout, plan)
+    shuffled = dict(random.Random(3).sample(sorted(results.items()), len(results)))
+    assert scans.compose_manifest(layout, plan, shuffled).encode() == load_manifest(layout.root).encode()
+
+
+def test_a_tampered_scan_record_is_refused_before_anything_runs(tmp_path):
+    data = tmp_path / "in.jsonl"
+    data.write_text("".join(json.dumps({"k": i}) + "\n" for i in range(50)))
+    prepare_job(request(tmp_path, data, 3, False))
+    layout = JobLayout(tmp_path / "job")
+    record = layout.scans.done("part-00001-of-00003")
+    text = record.read_text()
+    record.write_text(text.replace('"rows": 17', '"rows": 18', 1))
+    (layout.root / "manifest.json").unlink()  # composed again from the records as they are now
+    with pytest.raises(JobDirError) as refused:
+        scans.read_scans(layout, load_plan(layout.root))
+    assert "checksum" in refused.value.message and refused.value.where == str(record)
+
+
+def test_an_input_changed_after_its_scan_is_never_read(tmp_path):
+    data = tmp_path / "in.jsonl"
+    data.write_text("".join(json.dumps({"k": i}) + "\n" for i in range(50)))
+    manifest = prepare_job(request(tmp_path, data, 2, False)).manifest
+    layout = JobLayout(tmp_path / "job")
+    with data.open("r+b") as handle:  # same size, one digit changed, mtime moved back
+        handle.seek(10)
+        handle.write(b"9")
+    source = locate_shard(layout, manifest, manifest.shards[0])
+    st_ = manifest.inputs[0]
+    import os
+
+    os.utime(data, ns=(st_.mtime_ns, st_.mtime_ns))  # metadata as planned: only the content tells
+    with pytest.raises(InputChangedError) as changed:
+        list(iter_content(source))
+    assert str(data) in str(changed.value) and "sha256" in changed.value.message
+
+
+def test_large_inputs_are_planned_by_short_reads_near_each_cut(tmp_path, monkeypatch):
+    data = tmp_path / "in.jsonl"
+    data.write_text("".join(json.dumps({"k": i, "pad": "p" * (i % 50)}) + "\n" for i in range(20000)))
+    monkeypatch.setattr(planner, "EXACT_BYTES_PER_CUT", 1)
+    outcome = plan_job(request(tmp_path, data, 16, False))
+    plan = outcome.plan
+    assert plan.planned_bytes_read <= 15 * 64 * 1024  # one probe read per cut
+    raw = data.read_bytes()
+    for entry in plan.shards:
+        (span,) = entry.spans
+        assert span.offset == 0 or raw[span.offset - 1 : span.offset] == b"\n"  # every cut at a line end
