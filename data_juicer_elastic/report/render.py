@@ -17,6 +17,7 @@ from data_juicer_elastic.report import svg as s
 from data_juicer_elastic.report.attempt_facts import AttemptOutcome
 from data_juicer_elastic.report.facts import JobFacts
 from data_juicer_elastic.report.timeline import timeline_svg, utc_stamp
+from data_juicer_elastic.status.scan_phase import scanned_phase
 
 MAX_TABLE_ROWS: Final = 200
 MAX_INPUT_ROWS: Final = 50
@@ -128,7 +129,26 @@ def _summary(facts: JobFacts, win: series.Window | None) -> str:
     if win is not None:
         cards.append(_card("wall time" if state == "complete" else "wall time so far", s.fmt_duration(win.span)))
         cards.append(_card("mean input rows/s", f"{rows_done / win.span:,.1f}"))
+    cards += _scan_cards(facts)
     return '<div class="cards">' + "".join(cards) + "</div>"
+
+
+def _scan_cards(facts: JobFacts) -> list[str]:
+    """The scan phase (every shard read and checked before the first one runs) and the time from
+    the submission (the plan) to the first shard running."""
+    phase = scanned_phase(facts.manifest)
+    if phase is None:
+        return []
+    cards = [
+        _card(
+            "scan (every shard checked)",
+            f"{s.fmt_bytes(phase.bytes_per_sec or 0)}/s in {s.fmt_duration(phase.secs or 0)}",
+        )
+    ]
+    if facts.attempts:
+        first = min(a.started_at for a in facts.attempts) - phase.planned_at
+        cards.append(_card("first shard running after submission", s.fmt_duration(max(first, 0.0))))
+    return cards
 
 
 def _n(attempts, outcome: AttemptOutcome) -> int:

@@ -165,7 +165,7 @@ def prepare_job(
         manifest = scan_job(
             layout,
             identity or WorkerIdentity.current(),
-            ShardScanner(),
+            ShardScanner(total_bytes=outcome.plan.total_bytes),
             ttl_secs=ttl,
             heartbeat_secs=float(settings.get("heartbeat_interval_secs") or ttl / 4),
             max_retries=int(settings.get("max_retries", 3)),

@@ -39,22 +39,33 @@ from data_juicer_elastic.rows.shard_source import SourceSpan
 from data_juicer_elastic.shards import steps
 from data_juicer_elastic.sharedfs import fsio
 
-SCANNING = "scanning"  # the step name progress reports use
+SCANNING = "scanning shards"  # the step name progress reports use
+
+
+class _Progress:
+    def __init__(self, total: int | None):
+        self.done, self.total = 0, total
+
+    def add(self, size: int) -> None:
+        self.done += size
+        steps.report(SCANNING, self.done, self.total)
 
 
 class _Content:
     """Where scanned content goes: a sha256 (and a copy, with ``copy_shards``)."""
 
-    def __init__(self, copy_path: Path | None, codec: str):
+    def __init__(self, copy_path: Path | None, codec: str, progress: _Progress):
         self.digest = hashlib.sha256()
         self.bytes = 0
         self.copy = ShardFileWriter(copy_path, codec) if copy_path is not None else None
+        self.progress = progress
 
     def add(self, data: bytes | memoryview, rows: int) -> None:
         self.digest.update(data)
         self.bytes += len(data)
         if self.copy is not None:
             self.copy.write(data, rows)
+        self.progress.add(len(data))
 
 
 class ShardScanner:
@@ -66,13 +77,15 @@ class ShardScanner:
     node; a block a helper does not prove clean takes the serial path, which words the error.
     """
 
-    def __init__(self, processes: int | None = None):
+    def __init__(self, processes: int | None = None, total_bytes: int | None = None):
         self.processes = processes  # None: one per usable core, for large shards
         self._checkers: RowCheckers | None = None
         self._options: NormaliseOptions | None = None
+        # progress (shards.steps): content bytes this scanner has read, of ``total_bytes`` when known
+        self.progress = _Progress(total_bytes)
 
     def __call__(self, task: ScanTask) -> ScanOutput:
-        content = _Content(task.copy_path, task.copy_codec)
+        content = _Content(task.copy_path, task.copy_codec, self.progress)
         schema = RowSchema()
         span_rows: list[int] = []
         identical, longest = True, 0
@@ -153,7 +166,6 @@ class _SpanScan:
                     self._serial(block)
                 else:
                     self._submit(block)
-                steps.report(SCANNING, self.content.bytes, None)
             self._settle(0)
             if framer.tail is not None:
                 if not span.file_end:  # a cut the plan placed at a line end is no longer one

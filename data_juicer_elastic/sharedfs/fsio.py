@@ -120,7 +120,7 @@ def read_record(path: Path, max_bytes: int = MAX_RECORD_BYTES) -> bytes | None:
             raise JobDirError("expected a record file, found a directory", where=str(path)) from None
         try:
             with handle:
-                data = handle.read(max_bytes + 1)
+                data = _read_at_most(handle, max_bytes + 1)
             break
         except OSError as exc:  # ESTALE while reading: the file was replaced under us; read it again
             if exc.errno != errno.ESTALE or attempt == _READ_ATTEMPTS - 1:
@@ -128,6 +128,19 @@ def read_record(path: Path, max_bytes: int = MAX_RECORD_BYTES) -> bytes | None:
     if len(data) > max_bytes:
         raise JobDirError(f"record larger than {max_bytes} bytes; corrupt or not a dj-elastic file", where=str(path))
     return data
+
+
+def _read_at_most(handle: BinaryIO, limit: int) -> bytes:
+    """Up to ``limit`` bytes, read in blocks: ``read(limit)`` would allocate ``limit`` bytes up
+    front, and the manifest's limit is hundreds of MiB for a record of a few KiB."""
+    parts, size = [], 0
+    while size < limit:
+        part = handle.read(min(CHUNK, limit - size))
+        if not part:
+            break
+        parts.append(part)
+        size += len(part)
+    return parts[0] if len(parts) == 1 else b"".join(parts)
 
 
 def exists(path: Path) -> bool:

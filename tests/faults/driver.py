@@ -27,7 +27,8 @@ from data_juicer_elastic.job_run import JobRun
 from data_juicer_elastic.jobdir.worker_loop import run_worker
 from data_juicer_elastic.settings import ElasticSettings
 from data_juicer_elastic.shards.merge import merge_job
-from data_juicer_elastic.shards.prepare import PrepareRequest, prepare_job
+from data_juicer_elastic.shards.prepare import PrepareRequest, plan_job, prepare_job
+from data_juicer_elastic.shards.scan import ShardScanner
 from data_juicer_elastic.shards.stream_merge import follow_merge
 from data_juicer_elastic.sharedfs.identity import WorkerIdentity
 
@@ -93,6 +94,7 @@ def main(argv: list[str] | None = None) -> int:
             wait_for_completion=not args.no_wait,
             max_shards=args.max_shards,
             sleep=pause,
+            run_scan=ShardScanner(processes=0),  # a planned job is scanned first, by every worker
         )
     except ElasticError as err:
         print(f"error: {err}", file=sys.stderr)
@@ -125,11 +127,11 @@ class FakeJobRun(JobRun):
         self.outcome: Outcome | None = None
 
     def prepare(self) -> tuple:
-        outcome = prepare_job(_request(self.args))
+        outcome = plan_job(_request(self.args))
         print(json.dumps({"prepared": outcome.created}), flush=True)
-        return outcome.manifest, outcome.created
+        return outcome.plan, outcome.created
 
-    def check_prepared(self, manifest) -> None:
+    def check_prepared(self, plan) -> None:
         pass  # every instance was started with the same arguments: the same request
 
     def run_shards(self, stop, max_done):
@@ -137,6 +139,7 @@ class FakeJobRun(JobRun):
         return run_worker(
             self.layout.root, self.identity, fsio_runner(), ttl_secs=s.lease_ttl_secs, heartbeat_secs=s.heartbeat_secs,
             max_retries=s.max_retries, poll_interval_secs=s.poll_interval_secs, stop_event=stop, max_done=max_done,
+            run_scan=ShardScanner(processes=0),
         )  # fmt: skip
 
     def report(self, outcome):

@@ -11,6 +11,8 @@ from pathlib import Path
 
 import pytest
 
+from data_juicer_elastic.jobdir.layout import JobLayout
+from data_juicer_elastic.jobdir.manifest import load_manifest, locate_shard
 from data_juicer_elastic.jobdir.tasks import ShardOutput, ShardTask
 from data_juicer_elastic.rows.shard_source import iter_source_lines
 from data_juicer_elastic.shards.prepare import PrepareRequest, prepare_job
@@ -81,6 +83,14 @@ def identity(node: str = "node-a", pid: int | None = None, **kw) -> WorkerIdenti
     return WorkerIdentity(**{**me.__dict__, **kw})
 
 
+def shard_lines(job: Path, shard_id: str | None = None) -> list[bytes]:
+    """The rows of the job's shards (or one), as a worker reads them: in place or from their copy,
+    normalised, checked against their scans."""
+    layout, manifest = JobLayout(job), load_manifest(job)
+    entries = [e for e in manifest.shards if shard_id in (None, e.shard_id)]
+    return [line for e in entries for line in iter_source_lines(locate_shard(layout, manifest, e))]
+
+
 def copy_runner(transform: Callable[[dict], dict | None] | None = None) -> Callable[[ShardTask], ShardOutput]:
     """A fake run_shard: reads the input shard, writes (transformed) rows to attempt_dir/output.jsonl."""
 
@@ -102,8 +112,9 @@ def clock() -> FakeClock:
 
 @pytest.fixture
 def job(tmp_path: Path) -> Path:
-    """A prepared job: 40 rows in 4 shards."""
+    """A prepared job: 40 rows in 4 shards, copied into the job directory (copy_shards), so a
+    test can reach (and tamper with) a shard's file; shards read in place are test_plan_scan's."""
     data = write_rows(tmp_path / "data" / "input.jsonl", make_rows(40))
     job_dir = tmp_path / "job"
-    prepare_job(request(job_dir, data, 4))
+    prepare_job(request(job_dir, data, 4, copy_shards=True))
     return job_dir

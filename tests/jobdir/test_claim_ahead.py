@@ -234,9 +234,9 @@ def test_read_ahead_gets_the_checked_file_and_a_change_after_it_is_still_caught(
     reads, got = [], {}
     shard1 = job / "shards" / f"{S[1]}.jsonl"
 
-    def read_ahead(path):
-        reads.append(path)
-        return f"tables of {path.name}"
+    def read_ahead(source):
+        reads.append(Path(source.copy))
+        return f"tables of {Path(source.copy).name}"
 
     def on_run(task):
         got[task.shard_id] = task.read_ahead

@@ -45,7 +45,7 @@ class Protocol(RuleBasedStateMachine):
         shm = "/dev/shm" if os.path.isdir("/dev/shm") and os.access("/dev/shm", os.W_OK) else None
         self.tmp = Path(tempfile.mkdtemp(prefix="dj-sm-", dir=shm))
         data = write_rows(self.tmp / "in.jsonl", make_rows(ROWS))
-        prepare_job(request(self.tmp / "job", data, SHARDS))
+        prepare_job(request(self.tmp / "job", data, SHARDS, copy_shards=True))
         self.layout = JobLayout(self.tmp / "job")
         self.manifest = load_manifest(self.layout.root)
         self.clock = FakeClock(0)

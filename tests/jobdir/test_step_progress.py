@@ -11,7 +11,7 @@ from data_juicer_elastic.shards.prepare import prepare_job
 from .conftest import copy_runner, identity, make_rows, request, write_rows
 
 
-def test_prepare_and_merge_report_until_done_equals_total(tmp_path):
+def test_scans_and_merge_report_until_done_equals_total(tmp_path):
     data = write_rows(tmp_path / "in.jsonl", make_rows(50))
     reports: list[tuple[str, int, int | None]] = []
     with steps.reporting(lambda *r: reports.append(r)):
@@ -23,9 +23,8 @@ def test_prepare_and_merge_report_until_done_equals_total(tmp_path):
     by_step: dict[str, list[tuple[int, int | None]]] = {}
     for step, done, total in reports:
         by_step.setdefault(step, []).append((done, total))
-    assert list(by_step) == ["prepare: validating input", "prepare: writing shards", "merge"]
-    assert by_step["prepare: validating input"][-1] == (size, size)
-    assert by_step["prepare: writing shards"][-1] == (size, size)
+    assert list(by_step) == ["scanning shards", "merge"]
+    assert by_step["scanning shards"][-1] == (size, size)  # planning reads no data: the scans read it all once
     merged = (tmp_path / "out.jsonl").stat().st_size
     assert by_step["merge"][-1] == (merged, merged) and len(by_step["merge"]) == 4, "one report per shard"
     assert all(d <= t for d, t in sum(by_step.values(), []))
