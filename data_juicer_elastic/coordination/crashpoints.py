@@ -8,7 +8,9 @@ neither variable set nothing is installed and the hooks stay ``None``.
 N-th (default first) time it reaches a named point:
 
 ========== ======================================================================
-prepare    right after this preparer placed the split shards (before recipe and manifest)
+prepare    right after this preparer published the recipe (before the plan)
+scan-claim right after this worker's claim of a shard's scan was published (``scans/claims/``)
+scanned    right after this worker's scan result was published (``scans/done/<shard>``)
 claim      right after this worker's claim was published (``claims/<shard>/gen-N``)
 write      before writing a shard's output (``attempts/.../output.jsonl``)
 fsync      before fsyncing a shard's output
@@ -60,20 +62,25 @@ class CrashPoint:
     op: str
     text: str  # substring of the operation's path
     suffix: bool = False  # the path must end with ``text``
+    not_in: str | None = None  # ... and must not hold this (a shard run's records, not a scan's)
 
     def matches(self, phase: Phase, op: str, path: Path) -> bool:
         if (phase, op) != (self.phase, self.op):
+            return False
+        if self.not_in is not None and self.not_in in str(path):
             return False
         return str(path).endswith(self.text) if self.suffix else self.text in str(path)
 
 
 CRASH_POINTS: Final = {
-    "prepare": CrashPoint("after", "rename", "/shards", suffix=True),  # the shards folder, not a file in it
-    "claim": CrashPoint("after", "link", "/claims/"),
+    "prepare": CrashPoint("after", "link", "/recipe.json", suffix=True),  # the recipe, before the plan
+    "scan-claim": CrashPoint("after", "link", "/scans/claims/"),
+    "scanned": CrashPoint("after", "link", "/scans/done/"),
+    "claim": CrashPoint("after", "link", "/claims/", not_in="/scans/"),
     "write": CrashPoint("before", "write", "output.jsonl"),
     "fsync": CrashPoint("before", "fsync", "output.jsonl"),
-    "done": CrashPoint("before", "link", "/done/"),
-    "published": CrashPoint("after", "link", "/done/"),
+    "done": CrashPoint("before", "link", "/done/", not_in="/scans/"),
+    "published": CrashPoint("after", "link", "/done/", not_in="/scans/"),
     "merge": CrashPoint("before", "merge", ""),
     "finalize": CrashPoint("before", "finalize", ""),
 }

@@ -25,6 +25,7 @@ from data_juicer_elastic.coordination.run_records import (
     RunRecord,
 )
 from data_juicer_elastic.errors import EXIT_ERROR, EXIT_INCOMPLETE, EXIT_OK, ConfigError, JobDirError
+from data_juicer_elastic.jobdir.confine import not_a_directory
 from data_juicer_elastic.jobdir.heartbeats import StalenessObserver
 from data_juicer_elastic.jobdir.layout import JobLayout
 from data_juicer_elastic.jobdir.manifest import load_manifest, load_plan
@@ -149,7 +150,11 @@ def status_once(
 ) -> tuple[str, int]:
     """(the status text or JSON, the exit code: 0 complete, 1 incomplete, 2 terminal failures)."""
     layout = JobLayout(Path(os.path.abspath(job_dir)))
-    if not fsio.exists(layout.manifest) and fsio.exists(layout.plan):
+    try:
+        scanning = not fsio.exists(layout.manifest) and fsio.exists(layout.plan)
+    except NotADirectoryError:
+        raise not_a_directory(layout.root) from None
+    if scanning:
         return _scanning(layout, as_json=as_json, compact=compact)
     snap = snapshot(job_dir, ttl_secs=ttl_secs, observer=observer, exact=False)
     coordination = runs(job_dir)

@@ -85,7 +85,7 @@ def _traced_worker_ops(tmp_path: Path, *, claim_ahead: bool) -> int:
     """Weighted file-system ops of a real worker loop over a fresh 3-shard job."""
     data = write_rows(tmp_path / "in.jsonl", make_rows(30))
     job = tmp_path / "job"
-    prepare_job(request(job, data, 3))
+    prepare_job(request(job, data, 3, copy_shards=True))  # the table counts a copied shard's file check
     layout, manifest = JobLayout(job), load_manifest(job)
     from data_juicer_elastic.coordination.stragglers import ClaimGate
 
@@ -129,11 +129,12 @@ def test_op_table_matches_the_real_worker_loop(tmp_path):
     # since its last call (shard 0 before claim 2, shard 1 before claim 3); it answers yes
     # from the listings alone (never-claimed shards outnumber what the others could take).
     gates = 3 * ops["gate_listings"] + 2 * ops["gate_new_span"]
-    assert real == 2 + claims + gates + runs  # + the manifest read + one listing of shards/
+    # + the manifest read + one listing of shards/, + the fake runner's own read of each shard
+    assert real == 2 + claims + gates + runs + 3
     # The walk from shard 0 before the cursor (sm.Sim, protocol "scan") is an upper bound.
     model_claims = sum(k * ops["scan_done"] + ops["scan_pending"] + ops["claim_publish"] for k in range(3))
     model_gates = sum(k * ops["gate_done"] + (3 - k) * ops["gate_pending"] for k in range(3))
-    assert real < 2 + model_claims + model_gates + runs + 3 * 3
+    assert real < 2 + model_claims + model_gates + runs + 3 + 3 * 3
 
 
 def test_all_cases_shape():

@@ -39,7 +39,9 @@ def write_input(path: Path, rows: int) -> Path:
     return path
 
 
-def prepare(tmp: Path, rows: int = 40, shards: int = 4, name: str = "job") -> Path:
+def prepare(tmp: Path, rows: int = 40, shards: int = 4, name: str = "job", copy_shards: bool = True) -> Path:
+    """A prepared (planned and scanned) job; its shards copied into the job dir unless ``copy_shards``
+    is False (then read in place from the input file, ``<name>-input.jsonl``)."""
     data = write_input(tmp / f"{name}-input.jsonl", rows)
     job = tmp / name
     prepare_job(
@@ -49,6 +51,7 @@ def prepare(tmp: Path, rows: int = 40, shards: int = 4, name: str = "job") -> Pa
             num_shards=shards,
             recipe={"process": [{"copy_mapper": None}]},
             stage_identities=["copy"],
+            copy_shards=copy_shards,
         )
     )
     return job

@@ -56,12 +56,12 @@ def _results(procs):
 def test_eight_concurrent_preparers_with_the_winner_killed_prepare_exactly_once(tmp_path):
     data = write_input(tmp_path / "in.jsonl", 40)
     job = tmp_path / "job"
-    # Every process carries the crash point; only the one whose shards rename wins reaches it.
+    # Every process carries the crash point; only the one whose recipe link wins reaches it.
     results = _results(_start_all(["prepare", job, data], 8, crash="prepare"))
     codes = sorted(code for code, _, _ in results)
     assert codes == [-signal.SIGKILL] + [0] * 7, [err[-800:] for _, _, err in results]
     survivors = [json.loads(out.strip().splitlines()[-1]) for code, out, _ in results if code == 0]
-    assert sum(s["created"] for s in survivors) == 1, "exactly one survivor published the manifest"
+    assert sum(s["created"] for s in survivors) == 1, "exactly one survivor published the plan"
     assert len({s["job_id"] for s in survivors}) == 1 == len({load_manifest(job).job_id} | {survivors[0]["job_id"]})
     assert run_driver("worker", job).returncode == 0
     assert run_driver("merge", job, tmp_path / "out.jsonl").returncode == 0
@@ -80,7 +80,7 @@ def test_elected_preparer_killed_then_a_resubmission_prepares_once_and_finalizes
     assert "prepare coordinator" in line and "exited" in line, line
     assert not (job / "manifest.json").exists() and not out.exists()
 
-    # The resubmission (new run id): one elected preparer reuses the placed shards; 2 instances.
+    # The resubmission (new run id): one elected preparer reuses the published recipe; 2 instances.
     second = _results(_start_all(["run", job, data, out, "--run-id", "sub-2"], 2))
     assert [code for code, _, _ in second] == [0, 0], [err[-2000:] for _, _, err in second]
     prepared = [line for _, o, _ in second for line in o.splitlines() if line.startswith('{"prepared"')]

@@ -22,14 +22,14 @@ def test_a_full_disk_during_the_merge_is_one_line_and_leaves_no_output(tmp_path)
     assert not out.exists() and list(out.parent.iterdir()) == [], "no output and no temp file may be left"
 
 
-def test_a_full_disk_while_preparing_is_one_line_and_publishes_no_manifest(tmp_path):
+def test_a_full_disk_while_preparing_is_one_line_and_publishes_no_plan(tmp_path):
     data = small_input(tmp_path)
     job = tmp_path / "job"
     path = recipe(tmp_path, data, job, export=tmp_path / "out" / "merged.jsonl")
-    full = faults({"op": "write", "path": "/.staging-", "errno": "ENOSPC"})
+    full = faults({"op": "write", "path": "/.plan.json.tmp-", "errno": "ENOSPC"})  # the plan's own write
     line = error_line(dj_elastic("prepare", "--config", path, extra_env=full))
     assert "storage error" in line and "No space left on device" in line and str(job) in line
-    assert not (job / "manifest.json").exists()
+    assert not (job / "plan.json").exists() and not (job / "manifest.json").exists()
     proc = dj_elastic("prepare", "--config", path)  # with space again, the same job prepares
     assert proc.returncode == 0, proc.stderr[-3000:]
 
@@ -76,6 +76,6 @@ def test_a_malformed_row_is_worded_once(tmp_path):
     data = tmp_path / "input.jsonl"
     data.write_text('{"id": 0, "text": "fine"}\n{"id": 1, "text": "unterminated\n')
     path = recipe(tmp_path, data, tmp_path / "job", export=tmp_path / "out" / "merged.jsonl")
-    line = error_line(dj_elastic("prepare", "--config", path))
+    line = error_line(dj_elastic("prepare", "--config", path, "--scan"))  # the rows are read by the scans
     assert f"{data}:2" in line and "Unterminated string starting at column" in line
     assert "at at" not in line

@@ -1,4 +1,4 @@
-"""dj-elastic prepare: the input pass runs while Data-Juicer parses the recipe; only the parsed request is published."""
+"""dj-elastic prepare: planning runs while Data-Juicer parses the recipe; only the parsed request is published."""
 
 from __future__ import annotations
 
@@ -8,42 +8,49 @@ import pytest
 import yaml
 
 from data_juicer_elastic.errors import RecipeError
-from data_juicer_elastic.jobdir.manifest import load_manifest
+from data_juicer_elastic.jobdir.manifest import load_manifest, load_plan
 from data_juicer_elastic.preparation import early_request, prepare_overlapped
 from tests.jobdir.conftest import make_rows, request, write_rows
 
 RECIPE = {"process": [{"text_length_filter": {"min_len": 3}}], "executor_type": "ray"}
 
 
-def test_the_pass_runs_while_the_recipe_is_parsed_and_publishes_the_parsed_recipe(tmp_path, monkeypatch):
-    from data_juicer_elastic.shards import steps
+def test_planning_runs_while_the_recipe_is_parsed_and_publishes_the_parsed_recipe(tmp_path, monkeypatch):
+    from data_juicer_elastic.shards import prepare
 
     data = write_rows(tmp_path / "in.jsonl", make_rows(40))
     early = request(tmp_path / "job", data, 4, recipe={}, stage_identities=[])
-    passing = threading.Event()
-    real_report = steps.report
+    planning = threading.Event()
+    real_plan = prepare.plan_shards
 
-    def report(*args):
-        passing.set()
-        real_report(*args)
+    def plan_shards(*args):
+        planning.set()
+        return real_plan(*args)
 
-    monkeypatch.setattr(steps, "report", report)
+    monkeypatch.setattr(prepare, "plan_shards", plan_shards)
 
     def parse():
-        assert passing.wait(30), "the input pass reports progress before the parse returns"
+        assert planning.wait(30), "the inputs are listed and cut before the parse returns"
         return request(tmp_path / "job", data, 4, recipe=RECIPE, stage_identities=["stage-0000:f"])
 
     outcome = prepare_overlapped(early, parse)
-    manifest = load_manifest(tmp_path / "job")
-    assert outcome.created and manifest.recipe == RECIPE and manifest.stage_identities == ["stage-0000:f"]
-    assert manifest.num_shards == 4 and manifest.total_rows == 40
+    plan = load_plan(tmp_path / "job")
+    assert outcome.created and plan.recipe == RECIPE and plan.stage_identities == ["stage-0000:f"]
+    assert plan.num_shards == 4 and not (tmp_path / "job" / "manifest.json").exists(), "the workers scan"
 
 
 def test_a_wrong_early_guess_prepares_again_from_the_parsed_request(tmp_path):
     data = write_rows(tmp_path / "in.jsonl", make_rows(40))
     early = request(tmp_path / "job", data, 3, recipe={}, stage_identities=[])
     outcome = prepare_overlapped(early, lambda: request(tmp_path / "job", data, 5, recipe=RECIPE))
-    assert outcome.created and load_manifest(tmp_path / "job").num_shards == 5
+    assert outcome.created and load_plan(tmp_path / "job").num_shards == 5
+
+
+def test_prepare_with_scan_reads_every_row_here(tmp_path):
+    data = write_rows(tmp_path / "in.jsonl", make_rows(40))
+    early = request(tmp_path / "job", data, 4, recipe={}, stage_identities=[])
+    outcome = prepare_overlapped(early, lambda: request(tmp_path / "job", data, 4, recipe=RECIPE), scan=True)
+    assert outcome.created and load_manifest(tmp_path / "job").total_rows == 40
 
 
 def test_a_refused_recipe_stops_the_pass_and_nothing_is_published(tmp_path):
@@ -55,8 +62,7 @@ def test_a_refused_recipe_stops_the_pass_and_nothing_is_published(tmp_path):
 
     with pytest.raises(RecipeError, match="Deduplicator"):
         prepare_overlapped(early, parse)
-    assert not (tmp_path / "job" / "manifest.json").exists()
-    assert not [p for p in (tmp_path / "job").glob(".staging*")], "the pass cleaned up after itself"
+    assert not (tmp_path / "job" / "plan.json").exists() and not (tmp_path / "job" / "manifest.json").exists()
 
 
 def test_early_request_reads_the_input_fields_from_the_yaml_only(tmp_path, monkeypatch):

@@ -11,11 +11,15 @@ from pathlib import Path
 
 import pytest
 
+from data_juicer_elastic.jobdir import scans
 from data_juicer_elastic.jobdir.layout import JobLayout
-from data_juicer_elastic.jobdir.manifest import load_manifest, locate_shard
-from data_juicer_elastic.jobdir.tasks import ShardOutput, ShardTask
+from data_juicer_elastic.jobdir.manifest import load_manifest, load_plan, locate_shard
+from data_juicer_elastic.jobdir.plan_records import ScanResult
+from data_juicer_elastic.jobdir.scan_loop import scan_options, scan_spans
+from data_juicer_elastic.jobdir.tasks import ScanTask, ShardOutput, ShardTask
 from data_juicer_elastic.rows.shard_source import iter_source_lines
 from data_juicer_elastic.shards.prepare import PrepareRequest, prepare_job
+from data_juicer_elastic.shards.scan import ShardScanner
 from data_juicer_elastic.sharedfs.identity import WorkerIdentity
 
 
@@ -89,6 +93,27 @@ def shard_lines(job: Path, shard_id: str | None = None) -> list[bytes]:
     layout, manifest = JobLayout(job), load_manifest(job)
     entries = [e for e in manifest.shards if shard_id in (None, e.shard_id)]
     return [line for e in entries for line in iter_source_lines(locate_shard(layout, manifest, e))]
+
+
+def scan_locally(job: Path, processes: int = 0):
+    """Scan every shard of a planned job here with ``processes`` row-checking helpers, and publish
+    the manifest (or raise the job's input error): the data path without the lease protocol
+    around it (``jobdir.scan_loop`` and its tests cover that)."""
+    layout, plan = JobLayout(job), load_plan(job)
+    scanner, options, results = ShardScanner(processes=processes), scan_options(plan), {}
+    try:
+        for entry in plan.shards:
+            out = scanner(ScanTask(entry.shard_id, scan_spans(plan, entry), options, job))
+            results[entry.shard_id] = ScanResult(
+                entry.shard_id, "a", 1, "n", out.rows, out.bytes, out.sha256, out.span_rows, out.schema,
+                out.normalise, out.longest_line, 0.0, 1.0, refusal=out.refusal,
+            )  # fmt: skip
+    finally:
+        scanner.close()
+    refused = scans.refusal_error(layout, plan, results)
+    if refused is not None:
+        raise refused
+    return scans.publish_manifest(layout, plan, results)
 
 
 def copy_runner(transform: Callable[[dict], dict | None] | None = None) -> Callable[[ShardTask], ShardOutput]:

@@ -21,14 +21,12 @@ from data_juicer_elastic.errors import ConfigError, InputChangedError, InputErro
 from data_juicer_elastic.jobdir import scans
 from data_juicer_elastic.jobdir.layout import JobLayout
 from data_juicer_elastic.jobdir.manifest import load_manifest, load_plan, locate_shard
-from data_juicer_elastic.jobdir.plan_records import ScanResult
-from data_juicer_elastic.jobdir.scan_loop import scan_options, scan_spans
-from data_juicer_elastic.jobdir.tasks import ScanTask
 from data_juicer_elastic.rows.jsonl import NormaliseOptions, RowNormaliser
 from data_juicer_elastic.rows.shard_source import iter_content, iter_source_lines
 from data_juicer_elastic.shards import plan as planner
 from data_juicer_elastic.shards.prepare import PrepareRequest, plan_job, prepare_job
-from data_juicer_elastic.shards.scan import ShardScanner
+
+from .conftest import scan_locally
 
 ROW = st.fixed_dictionaries(
     {
@@ -89,22 +87,6 @@ def request(root: Path, data: Path, n: int, copy: bool, job: str = "job") -> Pre
 def shard_rows(job: Path) -> list[bytes]:
     layout, manifest = JobLayout(job), load_manifest(job)
     return [line for e in manifest.shards for line in iter_source_lines(locate_shard(layout, manifest, e))]
-
-
-def scan_locally(job: Path) -> None:
-    """Scan every shard of a planned job in this thread and publish the manifest: the data path
-    without the lease protocol around it (tests/jobdir/test_scan_protocol.py covers that)."""
-    layout = JobLayout(job)
-    plan = load_plan(job)
-    scanner, options, results = ShardScanner(processes=0), scan_options(plan), {}
-    for entry in plan.shards:
-        out = scanner(ScanTask(entry.shard_id, scan_spans(plan, entry), options, job))
-        assert out.refusal is None, out.refusal
-        results[entry.shard_id] = ScanResult(
-            entry.shard_id, "a", 1, "n", out.rows, out.bytes, out.sha256, out.span_rows, out.schema,
-            out.normalise, out.longest_line, 0.0, 1.0,
-        )  # fmt: skip
-    scans.publish_manifest(layout, plan, results)
 
 
 @settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])

@@ -1,8 +1,8 @@
-"""Prepare's row checks in helper processes (rows.row_checkers): the same shards, rows and
+"""A scan's row checks in helper processes (rows.row_checkers): the same shards, rows and
 errors as the serial path, and a dead helper costs speed, never correctness.
 
 The inputs span several 8 MiB read blocks, so lines cross block boundaries, and the
-helper path is forced on (``check_processes``) at sizes where the
+helper path is forced on (``ShardScanner(processes=...)``) at sizes where the
 default would stay serial."""
 
 from __future__ import annotations
@@ -19,10 +19,9 @@ from data_juicer_elastic.errors import InputError
 from data_juicer_elastic.rows.jsonl import NormaliseOptions
 from data_juicer_elastic.rows.row_checkers import RowCheckers
 from data_juicer_elastic.rows.row_schema import RowSchema
-from data_juicer_elastic.shards import ingest as ingest_module
-from data_juicer_elastic.shards.prepare import prepare_job
+from data_juicer_elastic.shards.prepare import plan_job
 
-from .conftest import request
+from .conftest import request, scan_locally
 
 ROWS = 21_000  # ~1 KB each: ~21 MB, three read blocks
 
@@ -38,8 +37,13 @@ def _write(path: Path, lines: list[bytes], newline: bytes = b"\n") -> Path:
     return path
 
 
+def _prepare(tmp_path: Path, data: Path, processes: int, name: str, **kw):
+    plan_job(request(tmp_path / name, data, 5, **kw))
+    return scan_locally(tmp_path / name, processes)
+
+
 def _prepared(tmp_path: Path, data: Path, processes: int, name: str, **kw) -> dict:
-    manifest = prepare_job(request(tmp_path / name, data, 5, check_processes=processes, **kw)).manifest
+    manifest = _prepare(tmp_path, data, processes, name, **kw)
     shards = [(s.rows, s.bytes, s.sha256, s.first_row) for s in manifest.shards]
     return {
         "shards": shards,
@@ -62,7 +66,7 @@ def _recording_checks(monkeypatch) -> list[Future]:
     return futures
 
 
-def test_prepare_in_helper_processes_matches_the_serial_path(tmp_path, monkeypatch):
+def test_a_scan_in_helper_processes_matches_the_serial_path(tmp_path, monkeypatch):
     verdicts = _recording_checks(monkeypatch)
     lines = [_row(i) for i in range(ROWS)]
     lines[7] = json.dumps({"id": 7, "text": "relative", "images": ["a/b.png"]}).encode()  # normalised
@@ -97,7 +101,7 @@ def test_a_bad_row_is_reported_at_its_line_by_either_path(tmp_path, bad, fragmen
     data = _write(tmp_path / "in.jsonl", lines)
     for processes in (0, 2):
         with pytest.raises(InputError) as info:
-            prepare_job(request(tmp_path / f"job{processes}", data, 5, check_processes=processes))
+            _prepare(tmp_path, data, processes, f"job{processes}")
         assert info.value.where == f"{data}:{at + 1}" and fragment in info.value.message
         assert not (tmp_path / f"job{processes}" / "manifest.json").exists()
 
@@ -109,7 +113,7 @@ def test_a_too_long_line_is_reported_at_its_line_by_either_path(tmp_path, at):
     data = _write(tmp_path / "in.jsonl", lines)
     for processes in (0, 2):
         with pytest.raises(InputError) as info:
-            prepare_job(request(tmp_path / f"job{processes}", data, 5, check_processes=processes, max_line_bytes=4_000))
+            _prepare(tmp_path, data, processes, f"job{processes}", max_line_bytes=4_000)
         assert info.value.where == f"{data}:{at + 1}" and "longer than 4000" in info.value.message
 
 
@@ -124,7 +128,7 @@ def test_compressed_input_is_checked_from_the_bytes_sent(tmp_path):
     assert _prepared(tmp_path, packed, 2, "helpers") == _prepared(tmp_path, packed, 0, "serial")
 
 
-def test_a_dead_helper_fails_its_checks_and_prepare_falls_back(tmp_path, monkeypatch):
+def test_a_dead_helper_fails_its_checks_and_the_scan_falls_back(tmp_path, monkeypatch):
     options = NormaliseOptions(str(tmp_path), {}, None)
     block = b"\n".join(_row(i) for i in range(3)) + b"\n"
     with RowCheckers(1, options) as checkers:
@@ -147,11 +151,11 @@ def test_a_dead_helper_fails_its_checks_and_prepare_falls_back(tmp_path, monkeyp
         return future
 
     data = _write(tmp_path / "in.jsonl", [_row(i) for i in range(ROWS)])
-    monkeypatch.setattr(ingest_module.RowCheckers, "check", failed)
+    monkeypatch.setattr(RowCheckers, "check", failed)
     assert _prepared(tmp_path, data, 2, "fallback") == _prepared(tmp_path, data, 0, "serial")
 
 
-def test_no_helper_can_start_and_prepare_checks_every_row_itself(tmp_path, monkeypatch):
+def test_no_helper_can_start_and_the_scan_checks_every_row_itself(tmp_path, monkeypatch):
     from data_juicer_elastic.rows import row_checkers
 
     def no_process(*args, **kwargs):

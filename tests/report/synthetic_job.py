@@ -65,6 +65,7 @@ def build_job(
             settings={"max_retries": 1, "lease_ttl_secs": 120.0},
             versions={"data_juicer": "1.6.1", "data_juicer_elastic": "0.1.0", "python": "3.11"},
             ray={"address": "local"},
+            copy_shards=True,  # the schedule copies each shard file as its "output"
         )
     )
     layout = JobLayout(job)
