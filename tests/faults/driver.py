@@ -4,7 +4,7 @@ fault seam, with the fast fake runner instead of Ray.
     python -m tests.faults.driver worker JOB [--ttl 2 --heartbeat 0.5 --sleep 1 ...]
     python -m tests.faults.driver merge JOB OUTPUT
     python -m tests.faults.driver follow JOB OUTPUT                (the streaming merge)
-    python -m tests.faults.driver prepare JOB INPUT --shards N
+    python -m tests.faults.driver prepare JOB INPUT --shards N [--plan-only]
     python -m tests.faults.driver run JOB INPUT OUTPUT --run-id ID   (elected prepare/finalize)
 
 Like ``dj-elastic``: installs the fault plan / crash point named by the environment
@@ -48,6 +48,7 @@ def main(argv: list[str] | None = None) -> int:
     w.add_argument("--fail", default=None, help="a shard id the runner always fails")
     w.add_argument("--no-wait", action="store_true")
     w.add_argument("--max-shards", type=int, default=None)
+    w.add_argument("--scan-sleep", type=float, default=0.0, help="seconds each scan waits before it reads")
     m = sub.add_parser("merge")
     m.add_argument("job")
     m.add_argument("output")
@@ -58,6 +59,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("job")
     p.add_argument("input")
     p.add_argument("--shards", type=int, default=4)
+    p.add_argument("--plan-only", action="store_true", help="publish the plan; the workers scan")
     r = sub.add_parser("run")
     r.add_argument("job")
     r.add_argument("input")
@@ -69,6 +71,10 @@ def main(argv: list[str] | None = None) -> int:
     crashpoints.install_from_env()
     try:
         if args.command == "prepare":
+            if args.plan_only:
+                planned = plan_job(_request(args))
+                print(json.dumps({"created": planned.created, "job_id": planned.plan.job_id}))
+                return 0
             outcome = prepare_job(_request(args))
             print(json.dumps({"created": outcome.created, "job_id": outcome.manifest.job_id}))
             return 0
@@ -94,7 +100,7 @@ def main(argv: list[str] | None = None) -> int:
             wait_for_completion=not args.no_wait,
             max_shards=args.max_shards,
             sleep=pause,
-            run_scan=ShardScanner(processes=0),  # a planned job is scanned first, by every worker
+            run_scan=_slow_scanner(args.scan_sleep),  # a planned job is scanned first, by every worker
         )
     except ElasticError as err:
         print(f"error: {err}", file=sys.stderr)
@@ -104,6 +110,19 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: shard(s) failed terminally: {summary.terminal_failures}", file=sys.stderr)
         return EXIT_ERROR
     return 0
+
+
+def _slow_scanner(seconds: float):
+    """The real scanner, each scan started ``seconds`` late (a slow read, for takeover tests)."""
+    scanner = ShardScanner(processes=0)
+    if not seconds:
+        return scanner
+
+    def scan(task):
+        pause(seconds)
+        return scanner(task)
+
+    return scan
 
 
 def _request(args) -> PrepareRequest:

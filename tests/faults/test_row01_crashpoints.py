@@ -7,6 +7,7 @@ Real form: `dj-elastic worker` and `dj-elastic merge` with real Ray, killed at `
 
 from __future__ import annotations
 
+import hashlib
 import json
 import signal
 import subprocess
@@ -168,15 +169,20 @@ def test_the_ray_runners_own_output_write_reaches_the_seam(tmp_path, op):
     from data_juicer_elastic.coordination.crashpoints import FaultRule, injected
     from data_juicer_elastic.execution.row_writer import ExportLayout, write_shard
     from data_juicer_elastic.execution.shard_reader import InputRows
+    from data_juicer_elastic.rows.shard_source import ShardSource, SourceSpan
 
     output = tmp_path / "attempt" / "output.jsonl"
     output.parent.mkdir()
     shard = tmp_path / "shard.jsonl"
     shard.write_text('{"id": 0}\n{"id": 1}\n')
+    content = shard.read_bytes()
+    stat = shard.stat()
+    span = SourceSpan(str(shard), 0, len(content), "none", stat.st_size, stat.st_mtime_ns, 2)
+    source = ShardSource("part-00000-of-00001", (span,), len(content), hashlib.sha256(content).hexdigest(), 0)
     batch = pa.table({"id": [0, 1]})
 
     def write():
-        inputs = InputRows(shard, "none")
+        inputs = InputRows(source)
         try:
             return write_shard([batch], ["id"], inputs, {}, output, output.with_name("s.jsonl"), ExportLayout())
         finally:
