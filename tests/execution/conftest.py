@@ -6,11 +6,14 @@ every ShardRunner test reuses it, which is also the property under test.
 
 from __future__ import annotations
 
+import hashlib
 import json
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+
+from data_juicer_elastic.rows.shard_source import ShardSource, SourceSpan
 
 TEST_OPS = str(Path(__file__).parent / "dj_elastic_test_ops")
 
@@ -42,6 +45,14 @@ def write_shard(path: Path, rows: int, *, tag: str = "", start: int = 0) -> Path
                 text = f"  row {tag} {i}\u3000héllo wörld / ünïcode 测试 \t" + "x" * (i % 40)
             handle.write(json.dumps({"text": text, "idx": i, "meta": {"tag": tag}}, ensure_ascii=False) + "\n")
     return path
+
+
+def file_source(path: Path, shard_id: str) -> ShardSource:
+    """A shard that is one whole input file, read in place (what a one-shard plan of it gives)."""
+    content, stat = path.read_bytes(), path.stat()
+    rows = content.count(b"\n")
+    span = SourceSpan(str(path), 0, len(content), "none", stat.st_size, stat.st_mtime_ns, rows)
+    return ShardSource(shard_id, (span,), len(content), hashlib.sha256(content).hexdigest(), 0)
 
 
 def schema_of(*paths: Path) -> list:

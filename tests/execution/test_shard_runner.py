@@ -20,7 +20,7 @@ from data_juicer_elastic.execution.shard_runner import ShardRunner
 from data_juicer_elastic.execution.stage_identities import compute_stage_identities
 from data_juicer_elastic.jobdir.tasks import ShardTask
 
-from .conftest import read_jsonl, recipe, schema_of, write_shard
+from .conftest import file_source, read_jsonl, recipe, schema_of, write_shard
 
 pytestmark = pytest.mark.ray
 
@@ -28,16 +28,21 @@ SHARD_ROWS = 400
 
 
 def make_task(root: Path, shard_path: Path, shard_id: str, attempt_id: str = "a1") -> ShardTask:
-    rows = sum(1 for _ in open(shard_path, encoding="utf-8"))
+    source = file_source(shard_path, shard_id)
     return ShardTask(
         shard_id=shard_id,
-        shard_path=shard_path,
+        source=source,
         attempt_dir=root / "attempts" / shard_id / attempt_id,
         generation=1,
         attempt_id=attempt_id,
-        input_rows=rows,
-        input_sha256=hashlib.sha256(shard_path.read_bytes()).hexdigest(),
+        input_rows=source.spans[0].rows,
+        input_sha256=source.sha256,
     )
+
+
+def input_path(task: ShardTask) -> Path:
+    """The file a test task's shard is read from (``make_task``: one whole file)."""
+    return Path(task.source.spans[0].path)
 
 
 @pytest.fixture(scope="module")
@@ -53,7 +58,7 @@ def three_shards(ray_runtime, cache_dir, tmp_path_factory):
     for i, shard in enumerate(shards):
         tasks.append(make_task(root, shard, f"part-{i:05d}-of-00003"))
         outputs.append(runner(tasks[-1]))
-    again = make_task(root, tasks[0].shard_path, tasks[0].shard_id, attempt_id="a2")
+    again = make_task(root, input_path(tasks[0]), tasks[0].shard_id, attempt_id="a2")
     return {"root": root, "recipe": rec, "tasks": tasks, "outputs": outputs, "again": runner(again)}
 
 
@@ -62,7 +67,7 @@ def test_shards_in_a_row_equal_a_plain_dj_process_ray_run(three_shards, tmp_path
     task, output = three_shards["tasks"][0], three_shards["outputs"][0]
     plain_cfg = {
         **three_shards["recipe"],
-        "dataset_path": str(task.shard_path),
+        "dataset_path": str(input_path(task)),
         "export_path": str(tmp_path / "plain"),
         "export_type": "jsonl",
         "work_dir": str(tmp_path / "plain-work"),
@@ -93,7 +98,7 @@ def test_every_shard_has_its_own_canonical_output(three_shards):
         data = output.output_path.read_bytes()
         assert (output.bytes, output.sha256) == (len(data), hashlib.sha256(data).hexdigest())
         rows = read_jsonl(output.output_path)
-        assert {row["meta"]["tag"] for row in rows} == {task.shard_path.stem.replace("s", "T")}
+        assert {row["meta"]["tag"] for row in rows} == {input_path(task).stem.replace("s", "T")}
         assert output.rows == len(rows) == sum(1 for i in range(SHARD_ROWS) if i % 7 != 3)
         for line in data.decode("utf-8").splitlines():  # compact, unescaped, one object a line
             assert line == json.dumps(json.loads(line), ensure_ascii=False, separators=(",", ":"))
@@ -114,12 +119,12 @@ def test_each_attempt_logs_into_its_own_process_log(three_shards):
     texts = [log.read_text(encoding="utf-8") for log in logs]
     for i, (task, text) in enumerate(zip(three_shards["tasks"], texts, strict=True)):
         assert f"{task.shard_id}: attempt a1" in text
-        assert str(task.shard_path) in text  # Data-Juicer's own "found dataset_path" line
+        assert str(input_path(task)) in text  # Data-Juicer's own "found dataset_path" line
         assert "ray.data" in text  # Ray Data's driver-side logger is routed too
         for j, other in enumerate(three_shards["tasks"]):
             if j != i:
                 assert other.shard_id not in text, f"shard {j}'s lines leaked into shard {i}'s log"
-                assert str(other.shard_path) not in text
+                assert str(input_path(other)) not in text
 
 
 def test_each_shard_is_read_once_and_never_through_a_limit(three_shards):
@@ -272,15 +277,15 @@ def test_a_shard_read_ahead_while_another_runs_gives_the_same_output(three_shard
     """Claim-ahead's read (ShardRunner.read_ahead on the worker loop's helper thread) is used by
     the shard's own run, and the bytes out are those of a run that read the shard itself."""
     first, second = three_shards["tasks"][:2]
-    paths = [task.shard_path for task in three_shards["tasks"]]
+    paths = [input_path(task) for task in three_shards["tasks"]]
     runner = ShardRunner(
         three_shards["recipe"], compute_stage_identities(three_shards["recipe"]), cache_dir,
         row_schema=schema_of(*paths),
     )  # fmt: skip
-    tables = runner.read_ahead(second.shard_path)  # (the worker loop does it while the first runs)
+    tables = runner.read_ahead(second.source)  # (the worker loop does it while the first runs)
     outputs = [
-        runner(make_task(tmp_path, first.shard_path, first.shard_id, "ra")),
-        runner(dataclasses.replace(make_task(tmp_path, second.shard_path, second.shard_id, "ra"), read_ahead=tables)),
+        runner(make_task(tmp_path, input_path(first), first.shard_id, "ra")),
+        runner(dataclasses.replace(make_task(tmp_path, input_path(second), second.shard_id, "ra"), read_ahead=tables)),
     ]
     assert runner.reads_ahead_used == 1
     assert [o.sha256 for o in outputs] == [o.sha256 for o in three_shards["outputs"][:2]]

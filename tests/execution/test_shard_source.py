@@ -13,7 +13,7 @@ from data_juicer_elastic.errors import IntegrationError
 from data_juicer_elastic.execution import _shard_source
 from data_juicer_elastic.execution._shard_source import TARGET, shard_source
 
-from .conftest import schema_of, write_shard
+from .conftest import file_source, schema_of, write_shard
 
 
 def _read_attr():
@@ -81,7 +81,8 @@ def test_the_shard_comes_back_read_with_the_job_schema(ray_runtime, tmp_path):
 
     shard = write_shard(tmp_path / "s.jsonl", 50)
     rows = ArrowRows.from_manifest(schema_of(shard), where="test")
-    with shard_source(shard, lambda: ray.data.from_arrow(read_tables(shard, "none", rows, block_bytes=1024))):
+    tables = read_tables(file_source(shard, "part-00000-of-00001"), rows, block_bytes=1024)
+    with shard_source(shard, lambda: ray.data.from_arrow(tables)):
         dataset = RayDataset.read("json", str(shard))
     assert isinstance(dataset, MaterializedDataset) and dataset.num_blocks() > 1
     assert dataset.columns() == ["text", "idx", "meta", ROW_COLUMN]
