@@ -59,6 +59,7 @@ WORKER_OPTIONS: Final = {
     "stall_timeout_secs": None,
     "allow_version_mismatch": None,
     "claim_ahead": "in a shard's tail, claim and read the next one (default: the job's elastic.claim_ahead, else on)",
+    "max_error_rows": "rows operators failed on a shard may set aside (default: the job's elastic.max_error_rows)",
 }
 
 

@@ -20,6 +20,7 @@ from data_juicer_elastic.execution.runtime_watch import RuntimeWatch
 from data_juicer_elastic.execution.shard_runner import ShardRunner, shard_runtime_env
 from data_juicer_elastic.jobdir import progress
 from data_juicer_elastic.jobdir.tasks import ShardOutput, ShardTask
+from data_juicer_elastic.settings import DEFAULT_MAX_ERROR_ROWS
 
 
 class LazyShardRunner:
@@ -44,10 +45,13 @@ class LazyShardRunner:
         code: dict[str, Any] | None = None,
         allow_version_mismatch: bool = False,
         restart_process: Callable[[], object] | None = None,
+        max_error_rows: float = DEFAULT_MAX_ERROR_ROWS,
     ):
         self._recipe, self._code, self._allow_versions = recipe, code, allow_version_mismatch
         self._restart_process = restart_process
-        self._runner = ShardRunner(recipe, expected_stage_identities, cache_dir, row_schema=row_schema)
+        self._runner = ShardRunner(
+            recipe, expected_stage_identities, cache_dir, row_schema=row_schema, max_error_rows=max_error_rows
+        )
         self._runtime = WarmRayRuntime(
             ray_address,
             ray_num_cpus,

@@ -14,7 +14,7 @@ pending), ``heartbeats`` (staleness on the observer's clock; the renew thread),
 The worker: ``claiming`` / ``claim_ahead`` (finding the next shard), ``shard_attempt``
 (running one claimed shard, every way out recorded), ``worker_loop`` (the loop),
 ``worker_signals`` (SIGTERM/SIGINT).  Tools: ``retry``, ``export_path``, ``recipe_diff``,
-``row_stats``, ``published_file``, ``tasks``.
+``row_stats``, ``row_errors`` (the quarantine file), ``published_file``, ``tasks``.
 No Ray, no Data-Juicer imports.  Import from the modules; nothing is re-exported here so
 that importing one piece stays cheap.
 """
@@ -41,6 +41,7 @@ __all__ = [
     "records",
     "result_records",
     "retry",
+    "row_errors",
     "row_stats",
     "shard_attempt",
     "shard_state",

@@ -172,6 +172,7 @@ class ShardWorker:
                 declared_sha256=output.sha256,
                 stats_path=output.stats_path,
                 row_stats_path=output.row_stats_path,
+                errors_path=output.errors_path,
             )
         except LeaseLostError as exc:
             self._drop_ahead(f"{claim.shard_id} lost its lease")

@@ -2,7 +2,7 @@
 
 import time
 
-from data_juicer.ops.base_op import OPERATORS, Mapper
+from data_juicer.ops.base_op import OPERATORS, Filter, Mapper
 
 
 @OPERATORS.register_module("e2e_sleep_mapper")
@@ -66,3 +66,44 @@ class E2ESlowIdsMapper(Mapper):
         if self.first_id <= sample.get("id", -1) < self.end_id:
             time.sleep(self.seconds_per_row)
         return sample
+
+
+@OPERATORS.register_module("e2e_fail_ids_mapper")
+class E2EFailIdsMapper(Mapper):
+    """A batched Mapper that raises on any batch holding a row whose `id` is in `fail_ids` (and marks the
+    others `seen`); each call appends one line to `calls_path` when given, so a test can count calls."""
+
+    _batched_op = True
+
+    def __init__(self, fail_ids: list | None = None, calls_path: str = "", *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.fail_ids = set(fail_ids or [])
+        self.calls_path = calls_path
+
+    def process_batched(self, samples):
+        if self.calls_path:
+            with open(self.calls_path, "a", encoding="utf-8") as handle:
+                handle.write(f"{len(samples['id'])}\n")
+        bad = [i for i in samples["id"] if i in self.fail_ids]
+        if bad:
+            raise ValueError(f"e2e_fail_ids_mapper: cannot process id {bad[0]}")
+        samples["seen"] = [True] * len(samples["id"])
+        return samples
+
+
+@OPERATORS.register_module("e2e_fail_ids_filter")
+class E2EFailIdsFilter(Filter):
+    """A per-row Filter whose stats raise on rows whose `id` is in `fail_ids`; keeps rows with an even `id`."""
+
+    def __init__(self, fail_ids: list | None = None, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.fail_ids = set(fail_ids or [])
+
+    def compute_stats_single(self, sample):
+        if sample["id"] in self.fail_ids:
+            raise KeyError(f"e2e_fail_ids_filter: no stats for id {sample['id']}")
+        sample["__dj__stats__"]["id_parity"] = sample["id"] % 2
+        return sample
+
+    def process_single(self, sample):
+        return sample["__dj__stats__"]["id_parity"] == 0
