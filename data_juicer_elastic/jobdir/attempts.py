@@ -62,12 +62,23 @@ def open_attempt(layout: JobLayout, claim: Claim, identity: WorkerIdentity) -> A
 
 
 def close_attempt(
-    attempt: Attempt, exit_reason: AttemptExit, *, rows: int | None = None, error: str | None = None
+    attempt: Attempt,
+    exit_reason: AttemptExit,
+    *,
+    rows: int | None = None,
+    error: str | None = None,
+    quarantined: int | None = None,
 ) -> None:
     """Rewrite attempt.json with the end.  Informational only, so a write error is logged."""
     batching = read_batching_summary(attempt.layout, attempt.claim.shard_id, attempt.claim.attempt_id)
     attempt.record = replace(
-        attempt.record, ended_at=time.time(), exit_reason=exit_reason, rows=rows, error=error, batching=batching
+        attempt.record,
+        ended_at=time.time(),
+        exit_reason=exit_reason,
+        rows=rows,
+        error=error,
+        batching=batching,
+        quarantined=quarantined,
     )
     try:
         fsio.atomic_write(attempt.dir / "attempt.json", attempt.record.encode())

@@ -34,6 +34,8 @@ class AttemptRecord(Record):
     # adaptive batching size-trace summary of the attempt (OOMs, retries, final micro-batch size per
     # stage), folded in from attempt_dir/batching.json when the attempt ends; None without it
     batching: dict[str, Any] | None = None
+    # rows operators failed on that the attempt set aside (quarantine; errors.jsonl), when it published
+    quarantined: int | None = None
 
 
 @dataclass(frozen=True)
