@@ -5,7 +5,8 @@ The same rules as the per-row stats file (``shards.merge.stage_row_stats``): eac
 result's quarantine file (:mod:`jobdir.row_errors`) is re-checked against its record as it is
 copied, in manifest order, into a temp file beside the target; the target is checked (a
 *different* existing file is refused unless ``overwrite``) before the merged output is published,
-and the file is published right after it.  No quarantined row: no file is written.
+and the file is published right after it.  No quarantined row: no file is written, and with
+``overwrite`` an earlier merge's file there is removed (the rows it listed were retried).
 
 Per shard, :func:`copy_shard_errors` is the unit: an export written as one part per shard puts
 each shard's copy beside its part; the single-file export concatenates them here.
@@ -56,8 +57,10 @@ def stage_errors(
     checked; None when no row was quarantined."""
     path = export_errors_path(output)
     if quarantined_rows(results) == 0:
-        if fsio.exists(path):
-            logger.warning(f"{path} is from an earlier job: no row of this one was quarantined")
+        if fsio.exists(path) and overwrite:  # an earlier merge's (before retry --quarantined): replaced by none
+            fsio.remove(path)
+        elif fsio.exists(path):
+            logger.warning(f"{path} is from an earlier merge: no row is quarantined now (overwrite removes it)")
         return None
     remove_dead_merge_temps(path, tag)
     tmp = merge_temp_path(path, tag)
