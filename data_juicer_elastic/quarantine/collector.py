@@ -105,25 +105,28 @@ class Sink:
         return found
 
 
-_sinks: dict[str, Sink] = {}
+_sinks: dict[str, Sink | None] = {}  # by the operator's work_dir (None: no attempt context there)
 _sinks_lock = threading.Lock()
 
 
 def active_sink(op: Any) -> Sink | None:
-    """The record file of the attempt ``op`` serves now, None outside an elastic_sharded attempt."""
-    context = read_context(getattr(op, "work_dir", None))
-    if context is None:
-        return None
-    key = f"{context.job_dir}\0{context.shard_id}\0{context.attempt_id}"
-    sink = _sinks.get(key)
-    if sink is None:
-        with _sinks_lock:
-            sink = _sinks.get(key)
-            if sink is None:
-                directory = JobLayout(context.job_dir).attempt_dir(context.shard_id, context.attempt_id) / WORKER_DIR
-                sink = _sinks[key] = Sink(directory, context)
-                while len(_sinks) > 16:  # attempts this process served long ago
-                    _sinks.pop(next(iter(_sinks)))
+    """The record file of the attempt ``op`` serves now, None outside an elastic_sharded attempt.
+    One dict lookup per call once the operator's ``work_dir`` was seen (Ray calls a per-row operator
+    once per row)."""
+    work_dir = getattr(op, "work_dir", None)
+    try:
+        return _sinks[work_dir]
+    except (KeyError, TypeError):
+        pass
+    context = read_context(work_dir) if isinstance(work_dir, str) else None
+    sink = None
+    if context is not None:
+        directory = JobLayout(context.job_dir).attempt_dir(context.shard_id, context.attempt_id) / WORKER_DIR
+        sink = Sink(directory, context)
+    with _sinks_lock:
+        sink = _sinks.setdefault(work_dir, sink) if isinstance(work_dir, str) else sink
+        while len(_sinks) > 64:  # work dirs of attempts this process served long ago
+            _sinks.pop(next(iter(_sinks)))
     return sink
 
 
