@@ -12,7 +12,8 @@ from pathlib import Path
 import orjson
 import pytest
 
-from data_juicer_elastic.errors import IntegrityError, ShardExecutionError
+from data_juicer_elastic.console.summary import summary_lines
+from data_juicer_elastic.errors import ConfigError, IntegrityError, ShardExecutionError
 from data_juicer_elastic.jobdir.manifest import load_manifest
 from data_juicer_elastic.jobdir.row_errors import WORKER_DIR, export_errors_path, read_errors
 from data_juicer_elastic.jobdir.tasks import ShardOutput, ShardTask
@@ -20,7 +21,10 @@ from data_juicer_elastic.jobdir.worker_loop import run_worker
 from data_juicer_elastic.quarantine.errors_file import allowed_errors, check_limit, fold_errors, shard_first_row
 from data_juicer_elastic.shards.merge import merge_job
 from data_juicer_elastic.shards.stream_merge import follow_merge
+from data_juicer_elastic.settings import ElasticSettings
 from data_juicer_elastic.sharedfs.identity import WorkerIdentity
+from data_juicer_elastic.status.job_status import snapshot
+from data_juicer_elastic.status.status_text import render_text
 
 from ..faults.fakes import LEASE, prepare
 
@@ -84,6 +88,12 @@ def test_quarantined_rows_are_merged_in_input_order_byte_exact_and_retried_whole
     record = json.loads((job / "merge.json").read_text())
     assert record["errors_rows"] == 4 and record["errors_path"] == str(errors_path)
     assert type(result).from_details(result.to_details()).quarantined == result.quarantined
+    snap = snapshot(job)
+    assert snap.quarantined_rows == 4 and sum(1 for sh in snap.shards if sh.quarantined) == len(with_errors)
+    text = render_text(snap)
+    assert "36 output rows, 4 quarantined" in text and f"--job-dir {job} --quarantined" in text
+    summary = "\n".join(summary_lines(job, result, 1.0, None))
+    assert "36 rows out, 4 rows quarantined" in summary and "merged_errors.jsonl (4 rows operators failed on" in summary
 
     # The streaming merge writes the same file.
     streamed = tmp_path / "out2" / "merged.jsonl"
@@ -113,6 +123,14 @@ def test_quarantined_rows_are_merged_in_input_order_byte_exact_and_retried_whole
 def test_limit_count_or_fraction_rounded_up():
     assert allowed_errors(0.01, 4) == 1 and allowed_errors(0.01, 512) == 6 and allowed_errors(0.01, 100) == 1
     assert allowed_errors(0, 10_000) == 0 and allowed_errors(5, 2) == 5 and allowed_errors(0.5, 3) == 2
+
+
+@pytest.mark.parametrize("value", [-1, 1.5, True, "1%", None])
+def test_max_error_rows_is_a_fraction_or_a_whole_count(value):
+    with pytest.raises(ConfigError, match="elastic.max_error_rows"):
+        ElasticSettings(job_dir="j", max_error_rows=value)
+    for good in (0, 0.001, 0.5, 1, 10.0, 1000):
+        assert ElasticSettings(job_dir="j", max_error_rows=good).max_error_rows == good
 
 
 def test_over_the_limit_the_shard_fails_naming_the_first_error(tmp_path):
