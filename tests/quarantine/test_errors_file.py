@@ -19,9 +19,9 @@ from data_juicer_elastic.jobdir.row_errors import WORKER_DIR, export_errors_path
 from data_juicer_elastic.jobdir.tasks import ShardOutput, ShardTask
 from data_juicer_elastic.jobdir.worker_loop import run_worker
 from data_juicer_elastic.quarantine.errors_file import allowed_errors, check_limit, fold_errors, shard_first_row
+from data_juicer_elastic.settings import ElasticSettings
 from data_juicer_elastic.shards.merge import merge_job
 from data_juicer_elastic.shards.stream_merge import follow_merge
-from data_juicer_elastic.settings import ElasticSettings
 from data_juicer_elastic.sharedfs.identity import WorkerIdentity
 from data_juicer_elastic.status.job_status import snapshot
 from data_juicer_elastic.status.status_text import render_text
