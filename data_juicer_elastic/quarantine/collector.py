@@ -12,7 +12,8 @@ wrapper runs, unchanged.  With one:
 * the operator's method runs on the batch as Data-Juicer's wrapper would call it; when it
   succeeds that is all (no copy, no extra work);
 * when it raises, :func:`.bisect_rows.isolate` finds the failing rows from the untouched input
-  (Ray hands batches as Arrow tables, which no call can change), the other rows' outputs are
+  (Ray hands batches as Arrow tables, which no call can change; another dict batch has its
+  columns copied first), the other rows' outputs are
   kept in order, and each failing row is appended to this process's record file in the attempt
   directory (``attempts/<shard>/<attempt>/quarantine/<host>-<pid>.jsonl``: its row number, the
   operator, the exception).  The shard runner folds those files into the attempt's
@@ -142,7 +143,12 @@ class QuarantinedBatch:
         sink = active_sink(op)
         if sink is None:
             return self.built(samples, *args, **kwargs)
-        source = samples if is_arrow(samples) else _copy(samples)  # what the bisection slices: never changed
+        # What the bisection slices: an Arrow batch no call can change; a dict's columns copied (references
+        # only: Data-Juicer's own process_batched assigns samples[key][i] in place before it can fail).  A
+        # keep decision's dict is Data-Juicer's throwaway copy of the block, which it only reads: not copied.
+        source = samples
+        if not is_arrow(samples) and not self.keep_decision:
+            source = {k: list(v) if isinstance(v, list) else v for k, v in samples.items()}
 
         def call(batch: Any) -> Any:
             out = self.method(batch, *args, **kwargs)
@@ -191,7 +197,7 @@ class QuarantinedRow:
                 batch = {k: [v] for k, v in data.items()}
                 sink.record(op, [RowFailure(0, *describe(exc))], batch, 1)
                 return False
-        original = sample if is_arrow(sample) else _copy(data)
+        original = sample if is_arrow(sample) else {k: list(v) for k, v in data.items()}
         try:
             result = self.method({key: values[0] for key, values in data.items()}, *args, **kwargs)
         except Exception as exc:
@@ -232,11 +238,6 @@ def _column(batch: Any, name: str, total: int) -> list[Any] | None:
         return batch.column(name).to_pylist() if name in batch.column_names else None
     values = batch.get(name)
     return list(values) if values is not None and len(values) == total else None
-
-
-def _copy(batch: Any) -> dict[str, Any]:
-    total = batch_rows(batch)
-    return take_slice(batch, 0, total, total)
 
 
 def _safe(text: str) -> str:
