@@ -60,6 +60,7 @@ WORKER_OPTIONS: Final = {
     "stall_timeout_secs": None,
     "allow_version_mismatch": None,
     "claim_ahead": "in a shard's tail, claim and read the next one (default: the job's elastic.claim_ahead, else on)",
+    "max_error_rows": "rows operators failed on a shard may set aside (default: the job's elastic.max_error_rows)",
 }
 
 
@@ -143,7 +144,9 @@ def _cmd_run(args: argparse.Namespace) -> int:
 def _cmd_retry(args: argparse.Namespace) -> int:
     from data_juicer_elastic.jobdir.retry import retry_shards
 
-    requeued = retry_shards(Path(args.job_dir).resolve(), shard_ids=args.shard_id, all_failed=args.all_failed)
+    requeued = retry_shards(
+        Path(args.job_dir).resolve(), shard_ids=args.shard_id, all_failed=args.all_failed, quarantined=args.quarantined
+    )
     print(f"requeued {len(requeued)} shard(s): {', '.join(requeued) if requeued else '-'}")
     return EXIT_OK
 
@@ -325,13 +328,18 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = add_parser(
         "retry",
-        help="requeue terminally failed shards, or done shards whose output is missing or corrupt "
-        "(archives their records to history/)",
+        help="requeue terminally failed shards, done shards whose output is missing or corrupt, or (--quarantined) "
+        "done shards that set rows aside (archives their records to history/)",
     )
     job_dir(p)
     group = p.add_mutually_exclusive_group(required=True)
     group.add_argument("--all-failed", action="store_true")
     group.add_argument("--shard-id", nargs="+", metavar="ID")
+    group.add_argument(
+        "--quarantined",
+        action="store_true",
+        help="every done shard with quarantined rows, to run again whole after a fix (docs/quarantine.md)",
+    )
     p.set_defaults(func=_cmd_retry)
 
     p = add_parser("merge", help="validate every shard result and merge them in input order")

@@ -109,6 +109,7 @@ def run_local_worker(
         ray_num_cpus=cpus,
         code=manifest.code,
         allow_version_mismatch=settings.allow_version_mismatch,
+        max_error_rows=settings.max_error_rows,
         restart_process=lambda: restart_worker_process(before=lambda: _stop_slots(pool)),
     )
     scanned = isinstance(manifest, Manifest)
@@ -142,6 +143,7 @@ def run_local_worker(
             stall_timeout_secs=settings.stall_timeout_secs,
             allow_version_mismatch=settings.allow_version_mismatch,
             claim_ahead=settings.claim_ahead,
+            max_error_rows=settings.max_error_rows,
         )
         name = log_name or identity.new_attempt_id()
         if slots > 1:

@@ -31,6 +31,10 @@ DEFAULT_RAY_ADDRESS: Final = "local"
 DEFAULT_WAIT_TIMEOUT_SECS: Final = 1800.0
 MAX_RUN_ID_CHARS: Final = 256
 DEFAULT_MAX_LINE_BYTES: Final = 64 * 1024 * 1024
+# Quarantined rows a shard may have: 1% of its input rows (rounded up).  Malformed rows are rare;
+# an operator that fails on more is more likely broken (a missing model, a bug on a common case),
+# and setting most of a corpus aside would be a silent loss by another name.
+DEFAULT_MAX_ERROR_ROWS: Final = 0.01
 InputOrder = Literal["sorted", "data_juicer"]
 INPUT_ORDERS: Final[tuple[InputOrder, ...]] = typing.get_args(InputOrder)
 
@@ -92,6 +96,9 @@ class ElasticSettings:
     """Order of the files of a directory input: 'sorted' by relative path, or 'data_juicer' (its default executor's)."""
     claim_ahead: bool = True
     """While a shard runs, claim the next one (at most one per slot, its lease renewed) and read it ahead."""
+    max_error_rows: float = DEFAULT_MAX_ERROR_ROWS
+    """Rows operators failed on that a shard may set aside (quarantine): a count (>= 1), or a fraction (< 1)
+    of the shard's input rows, rounded up; more fail the shard."""
 
     def __post_init__(self) -> None:
         check_values(vars(self))
@@ -228,6 +235,15 @@ _RULES: Final[dict[str, _Rule]] = {
     "stream_merge": _switch(),
     "claim_ahead": _switch(),
     "input_order": _one_of(INPUT_ORDERS),
+    "max_error_rows": (
+        lambda value, _: (
+            isinstance(value, (int, float))
+            and not isinstance(value, bool)
+            and value >= 0
+            and (value < 1 or float(value).is_integer())
+        ),
+        "must be a fraction of a shard's rows (0 to below 1) or a whole count (>= 1)",
+    ),
 }
 
 

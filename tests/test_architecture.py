@@ -25,7 +25,7 @@ LAYERS: list[set[str]] = [
     {"sharedfs", "compat"},
     {"rows", "settings"},  # settings names the codecs rows defines; rows reads its line limit
     {"jobdir"},
-    {"shards", "coordination", "stats", "batching"},
+    {"shards", "coordination", "stats", "batching", "quarantine"},
     {"status"},
     {"report", "console"},
     {"execution"},

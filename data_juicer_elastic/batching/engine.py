@@ -13,7 +13,9 @@
   raises :class:`BatchContractError`, never skipped;
 * any other error: raised, or with ``skip_errors`` (the operator's
   ``skip_op_error``) only *that slice* is dropped and logged; the slices that
-  succeeded are kept;
+  succeeded are kept.  Given ``quarantine`` (under ``elastic_sharded``:
+  :func:`quarantine.collector.engine_quarantine`), the failed slice is bisected
+  instead: its good rows are kept, its failing rows set aside and recorded;
 * an OOM at the smallest size after the policy's waits raises
   :class:`MicroBatchOOMError`, whatever ``skip_errors`` says;
 * with ``sort_by_cost`` (and row costs) an outer batch that needs more than one
@@ -117,6 +119,7 @@ class MicroBatcher:
         sleep: Callable[[float], None] = time.sleep,
         stats: BatchStats | None = None,
         sort_by_cost: bool = False,
+        quarantine: Callable[[Any, int, int, int, BaseException], Any] | None = None,
     ):
         self.fn = fn
         self.policy = policy
@@ -129,6 +132,7 @@ class MicroBatcher:
         self.sleep = sleep
         self.stats = stats if stats is not None else BatchStats()
         self.sort_by_cost = sort_by_cost
+        self.quarantine = quarantine  # (batch, start, stop, total, error) -> quarantine.bisect_rows.Isolation
 
     def __call__(self, batch: Any) -> Any:
         total = batches.batch_rows(batch, where=self.label)
@@ -168,8 +172,15 @@ class MicroBatcher:
                     if kind is None:
                         if not self.skip_errors:
                             raise
-                        logger.opt(exception=exc).error(f"{where}: skipping this micro-batch (skip_op_error)")
                         stats.skipped_slices += 1
+                        if self.quarantine is not None:  # keep the slice's good rows, set the failing ones aside
+                            found = self.quarantine(batch, offset, offset + rows, total, exc)
+                            outputs += [part for _, part in found.parts]
+                            delivered += [positions for positions, _ in found.parts]
+                            stats.skipped_rows += len(found.failures)
+                            offset += rows
+                            break
+                        logger.opt(exception=exc).error(f"{where}: skipping this micro-batch (skip_op_error)")
                         stats.skipped_rows += rows
                         offset += rows
                         break

@@ -110,17 +110,23 @@ class AdaptiveBatchingMixin:
 
         mode, _ = self.adaptive_cost_mode(samples)
         state = runtime.state_for(self, mode)
+        fn = lambda piece: self.process_batched(piece, *args, **kwargs)  # noqa: E731
         batcher = self.adaptive_batcher(
-            samples,
-            lambda piece: self.process_batched(piece, *args, **kwargs),
-            state.policy,
-            label=state.label,
-            stats=state.stats,
+            samples, fn, state.policy, label=state.label, stats=state.stats, quarantine=self._quarantine(fn)
         )
         try:
             return batcher(samples)
         finally:
             state.after_call()
+
+    def _quarantine(self, fn: Any) -> Any:
+        """Under elastic_sharded with skip_op_error: bisect a failed slice, keep its good rows (quarantine)."""
+        if not getattr(self, "skip_op_error", False):
+            return None
+        from data_juicer_elastic.batching.oom import classify_oom
+        from data_juicer_elastic.quarantine.collector import engine_quarantine
+
+        return engine_quarantine(self, fn, fatal=lambda exc: classify_oom(exc) is not None)
 
     def adaptive_batcher(self, samples: Any, fn: Any, policy: BatchPolicy, **engine: Any) -> MicroBatcher:
         """The micro-batch loop this operator runs over ``samples``: its cost model, order columns, error

@@ -56,6 +56,7 @@ MODULES: Final = (
     "dj_load_ops",
     "dj_op_attributes",
     "dj_op_metaclass",
+    "dj_op_error_hooks",
     "dj_free_models",
     "dj_resource_utils",
     "dj_stage_identities",

@@ -26,12 +26,19 @@ def summary_lines(job_dir: str | os.PathLike, result: Any, elapsed_secs: float, 
 
     manifest = load_manifest(Path(job_dir))
     retries = sum(s.failures for s in snapshot(job_dir, exact=False).shards)
+    errors = getattr(result, "quarantined", None)  # <export>_errors.jsonl: rows operators failed on
     lines = [
         f"done in {_duration(elapsed_secs)}: {manifest.total_rows:,} rows in, {result.rows:,} rows out, "
-        f"{result.shards} shards, {retries} retr{'y' if retries == 1 else 'ies'}"
+        + (f"{errors.rows:,} rows quarantined, " if errors is not None else "")
+        + f"{result.shards} shards, {retries} retr{'y' if retries == 1 else 'ies'}"
         + ("" if result.written else " (the output was already there, unchanged)"),
         f"  output  {shown_path(result.output_path)}",
     ]
+    if errors is not None:
+        lines.append(
+            f"  errors  {shown_path(errors.path)} ({errors.rows:,} row{'s' if errors.rows != 1 else ''} operators "
+            f"failed on, with why; after a fix: dj-elastic retry --job-dir {shown_path(job_dir)} --quarantined)"
+        )
     from data_juicer_elastic.jobdir.row_stats import export_stats_path
 
     stats = export_stats_path(Path(result.output_path))

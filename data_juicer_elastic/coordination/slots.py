@@ -133,6 +133,7 @@ def slot_argv(
     stall_timeout_secs: float,
     allow_version_mismatch: bool = False,
     claim_ahead: bool = True,
+    max_error_rows: float | None = None,
 ) -> list[str]:
     # --slots 1: a slot is one worker, whatever slots_per_node the job recorded at prepare.
     argv = [sys.executable, "-m", "data_juicer_elastic.cli", "worker", "--job-dir", str(job_dir), "--no-wait"]
@@ -144,6 +145,8 @@ def slot_argv(
     if allow_version_mismatch:
         argv += ["--allow-version-mismatch"]
     argv += ["--claim-ahead" if claim_ahead else "--no-claim-ahead"]
+    if max_error_rows is not None:
+        argv += ["--max-error-rows", repr(float(max_error_rows))]
     if ray_num_cpus is not None:
         argv += ["--ray-num-cpus", str(ray_num_cpus)]
     if max_done is not None:

@@ -24,6 +24,7 @@ from data_juicer_elastic.execution.shard_runner import ShardRunner, shard_runtim
 from data_juicer_elastic.jobdir import progress
 from data_juicer_elastic.jobdir.tasks import ShardOutput, ShardTask
 from data_juicer_elastic.rows.shard_source import ShardSource
+from data_juicer_elastic.settings import DEFAULT_MAX_ERROR_ROWS
 
 
 class LazyShardRunner:
@@ -48,12 +49,15 @@ class LazyShardRunner:
         code: dict[str, Any] | None = None,
         allow_version_mismatch: bool = False,
         restart_process: Callable[[], object] | None = None,
+        max_error_rows: float = DEFAULT_MAX_ERROR_ROWS,
     ):
         self._recipe, self._code, self._allow_versions = recipe, code, allow_version_mismatch
         self._restart_process = restart_process
         self._starting = threading.Lock()  # one start at a time: early, or before a claim
         self._closed = threading.Event()  # ends the thread that started the runtime early
-        self._runner = ShardRunner(recipe, expected_stage_identities, cache_dir, row_schema=row_schema)
+        self._runner = ShardRunner(
+            recipe, expected_stage_identities, cache_dir, row_schema=row_schema, max_error_rows=max_error_rows
+        )
         self._runtime = WarmRayRuntime(
             ray_address,
             ray_num_cpus,

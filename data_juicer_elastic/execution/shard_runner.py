@@ -17,11 +17,12 @@ both (``warm_ops``, docs/warm-operators.md).  With claim-ahead (``jobdir.claim_a
 shard is parsed into its Arrow tables by :meth:`ShardRunner.read_ahead` while the current one
 runs; its run then builds its dataset from those tables (the same ``read_tables`` output).
 
-Operator errors: Data-Juicer's ``skip_op_error`` defaults to true, and then an
-operator exception drops the rows of the failing batch (logged inside the Ray
-worker) and the shard still succeeds with fewer rows; that is Data-Juicer's
-semantics and is left alone.  With ``skip_op_error: false`` the exception
-fails the Ray task, RayExecutor raises, and so does this runner.
+Operator errors: with ``skip_op_error`` (Data-Juicer's default, which drops every row of a
+failing batch) the failing rows are found by bisection and set aside with why, the others
+processed (``quarantine``); the runner folds them into ``errors.jsonl`` beside the output
+and fails the shard when there are more than ``max_error_rows`` (``elastic.max_error_rows``).
+With ``skip_op_error: false`` the first exception fails the Ray task, RayExecutor raises,
+and so does this runner.
 """
 
 from __future__ import annotations
@@ -60,7 +61,9 @@ from data_juicer_elastic.execution.warm_ops import WarmOperators
 from data_juicer_elastic.jobdir import progress, row_stats
 from data_juicer_elastic.jobdir.layout import LOG_FILE, JobLayout
 from data_juicer_elastic.jobdir.tasks import ShardOutput, ShardTask
-from data_juicer_elastic.rows.shard_source import ShardSource
+from data_juicer_elastic.quarantine.errors_file import check_limit, fold_errors
+from data_juicer_elastic.rows.shard_source import ShardSource, iter_source_lines
+from data_juicer_elastic.settings import DEFAULT_MAX_ERROR_ROWS
 from data_juicer_elastic.sharedfs import fsio
 from data_juicer_elastic.stats.shard_hook import ShardStatsRecorder
 
@@ -115,8 +118,10 @@ class ShardRunner:
         cache_dir: Path,
         *,
         row_schema: list[Any] | None | Callable[[], list[Any] | None],
+        max_error_rows: float = DEFAULT_MAX_ERROR_ROWS,
     ):
         self.recipe = copy.deepcopy(check_recipe(recipe))
+        self.max_error_rows = max_error_rows  # quarantined rows a shard may have (elastic.max_error_rows)
         self.expected_stage_identities = list(expected_stage_identities)
         self.cache_dir = Path(cache_dir)
         # the job's row schema, or how to read it once the job is scanned (a worker starts before that)
@@ -232,6 +237,11 @@ class ShardRunner:
         finally:
             _finish_batching(batching, task)
         _check_stamped(cfg, ids, where)
+        # the rows operators failed on, set aside (quarantine): over the limit, fail
+        quarantined = fold_errors(
+            attempt_dir, task.shard_id, lambda: iter_source_lines(task.source), lambda: task.source.first_row
+        )
+        check_limit(quarantined, self.max_error_rows, task.input_rows, where)
 
         note_stage(progress.current(), progress.Stage.CANONICALIZING)
         stats = ShardStatsRecorder(task.shard_id, task.attempt_id, attempt_dir)
@@ -255,6 +265,8 @@ class ShardRunner:
         note_stage(progress.current(), progress.Stage.CANONICALIZING, rows_written=out.rows)
         stats_path = stats.write(out.rows, out.sha256)
         logger.info(f"{where}: {out.rows} of {task.input_rows} rows out in {time.monotonic() - t0:.2f}s -> {out.path}")
+        if quarantined.rows:
+            logger.warning(f"{where}: {quarantined.rows} row(s) set aside -> {quarantined.path}")
         return ShardOutput(
             output_path=out.path,
             rows=out.rows,
@@ -262,6 +274,7 @@ class ShardRunner:
             sha256=out.sha256,
             stats_path=stats_path,
             row_stats_path=None if written.row_stats is None else written.row_stats.path,
+            errors_path=quarantined.path,
         )
 
 

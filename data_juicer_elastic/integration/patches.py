@@ -20,6 +20,10 @@ Targets (all in py-data-juicer 1.6.x):
   (:mod:`data_juicer_elastic.batching.optin`), and the demo operators register;
   ``init_setup_from_cfg`` also runs the adaptive-batching config checks for
   every executor type.
+* ``data_juicer.ops.base_op.catch_map_batches_exception`` / ``catch_map_single_exception``
+  (recorded with the metaclass): under ``elastic_sharded`` an operator error sets the failing
+  rows aside instead of dropping the batch (:mod:`data_juicer_elastic.quarantine.collector`);
+  every other executor gets Data-Juicer's own wrappers.
 
 This module decides *when* each patch is installed (when Data-Juicer imports the target's
 module, ``compat.importlib_deferred``) and what the plugin does at each point; the patch
@@ -48,6 +52,7 @@ from data_juicer_elastic.compat import (
     dj_config_module,
     dj_executor_factory,
     dj_free_models,
+    dj_op_error_hooks,
     dj_op_metaclass,
     dj_tool_main,
     jsonargparse_actions,
@@ -77,6 +82,8 @@ CREATE_EXECUTOR: Final = dj_executor_factory.TARGET
 BASE_OP_MODULE: Final = dj_op_metaclass.MODULE
 # adaptive_batching opt-in (batching.optin) and the plugin's demo operators; not needed by elastic_sharded.
 OP_METACLASS: Final = dj_op_metaclass.TARGET
+# quarantine (the operator error hooks): required, or an operator error would drop rows silently.
+OP_ERROR_HOOKS: Final = dj_op_error_hooks.TARGET
 
 State = Literal["pending", "applied", "missing"]
 
@@ -97,6 +104,7 @@ RECORDS: dict[str, PatchRecord] = {
     ANALYZE_MAIN: PatchRecord(ANALYZE_MAIN, required=False),
     CREATE_EXECUTOR: PatchRecord(CREATE_EXECUTOR, required=True),
     OP_METACLASS: PatchRecord(OP_METACLASS, required=False),
+    OP_ERROR_HOOKS: PatchRecord(OP_ERROR_HOOKS, required=True),
 }
 
 _install_lock = threading.Lock()
@@ -118,7 +126,7 @@ def install() -> None:
     deferred.when_imported(PROCESS_MODULE, patch_process, _on_error(PROCESS_MAIN))
     deferred.when_imported(ANALYZE_MODULE, patch_analyze, _on_error(ANALYZE_MAIN))
     deferred.when_imported(FACTORY_MODULE, _patch_factory, _on_error(CREATE_EXECUTOR))
-    deferred.when_imported(BASE_OP_MODULE, _patch_ops, _on_error(OP_METACLASS))
+    deferred.when_imported(BASE_OP_MODULE, _patch_ops, _on_error(OP_METACLASS, OP_ERROR_HOOKS))
 
 
 def installed() -> bool:
@@ -283,8 +291,11 @@ def check_adaptive_batching(cfg) -> None:
 def _patch_ops(module: ModuleType) -> None:
     """``adaptive_batching: true`` applies AdaptiveBatchingMixin; the demo operators get registered."""
     from data_juicer_elastic.batching import optin
+    from data_juicer_elastic.quarantine import collector
 
     dj_op_metaclass.install(module, optin.resolve)
+    dj_op_error_hooks.install(module, collector.wrap_hook)  # quarantine under elastic_sharded; else unchanged
+    mark(OP_ERROR_HOOKS, "applied")
     dj_free_models.install(module)  # no silent multi-GB torch install for operators that load no model
     # Registers at import; a Ray worker that unpickles a demo operator may be importing it right now.
     importlib.import_module("data_juicer_elastic.batching.demo")

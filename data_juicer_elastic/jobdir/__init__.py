@@ -16,7 +16,7 @@ The worker: ``claiming`` / ``claim_ahead`` (finding the next shard), ``shard_att
 (running one claimed shard, every way out recorded), ``worker_loop`` (the loop),
 ``worker_signals`` (SIGTERM/SIGINT), ``scan_loop`` (the scan phase: claiming and running the
 shards' scans, then the barrier).  Tools: ``retry``, ``export_path``, ``recipe_diff``,
-``row_stats``, ``published_file``, ``tasks``.
+``row_stats``, ``row_errors`` (the quarantine file), ``published_file``, ``tasks``.
 No Ray, no Data-Juicer imports.  Import from the modules; nothing is re-exported here so
 that importing one piece stays cheap.
 """
@@ -44,6 +44,7 @@ __all__ = [
     "records",
     "result_records",
     "retry",
+    "row_errors",
     "row_stats",
     "scan_loop",
     "scans",

@@ -26,6 +26,7 @@ from data_juicer_elastic.jobdir.published_file import FORGED_HINT, check_publish
 from data_juicer_elastic.jobdir.reasons import AttemptExit
 from data_juicer_elastic.jobdir.records import ShardEntry
 from data_juicer_elastic.jobdir.result_records import AttemptRecord, ShardResult
+from data_juicer_elastic.jobdir.row_errors import check_row_errors_file, describe_row_errors
 from data_juicer_elastic.jobdir.row_stats import describe_row_stats
 from data_juicer_elastic.rows.jsonl import validate_jsonl_output
 from data_juicer_elastic.sharedfs import fsio
@@ -62,12 +63,23 @@ def open_attempt(layout: JobLayout, claim: Claim, identity: WorkerIdentity) -> A
 
 
 def close_attempt(
-    attempt: Attempt, exit_reason: AttemptExit, *, rows: int | None = None, error: str | None = None
+    attempt: Attempt,
+    exit_reason: AttemptExit,
+    *,
+    rows: int | None = None,
+    error: str | None = None,
+    quarantined: int | None = None,
 ) -> None:
     """Rewrite attempt.json with the end.  Informational only, so a write error is logged."""
     batching = read_batching_summary(attempt.layout, attempt.claim.shard_id, attempt.claim.attempt_id)
     attempt.record = replace(
-        attempt.record, ended_at=time.time(), exit_reason=exit_reason, rows=rows, error=error, batching=batching
+        attempt.record,
+        ended_at=time.time(),
+        exit_reason=exit_reason,
+        rows=rows,
+        error=error,
+        batching=batching,
+        quarantined=quarantined,
     )
     try:
         fsio.atomic_write(attempt.dir / "attempt.json", attempt.record.encode())
@@ -149,6 +161,7 @@ def publish_done(
     declared_sha256: str | None = None,
     stats_path: str | Path | None = None,
     row_stats_path: str | Path | None = None,
+    errors_path: str | Path | None = None,
 ) -> PublishOutcome:
     """Validate and fsync our output, write result.json, then link it to done/<shard>.json.
 
@@ -190,6 +203,14 @@ def publish_done(
                 f"row stats {path} is not inside the attempt directory {attempt_dir}", where=f"shard {shard}"
             )
         row_stats = describe_row_stats(layout, path, rows, shard)
+    errors = None
+    if errors_path is not None:
+        path = Path(errors_path)
+        if attempt_dir.resolve() not in path.resolve().parents:
+            raise IntegrityError(
+                f"quarantine file {path} is not inside the attempt directory {attempt_dir}", where=f"shard {shard}"
+            )
+        errors = describe_row_errors(layout, path, shard)
     result = ShardResult(
         shard_id=shard,
         attempt_id=claim.attempt_id,
@@ -205,6 +226,7 @@ def publish_done(
         stats=stats_rel,
         stats_sha256=stats_sha,
         row_stats=row_stats,
+        errors=errors,
     )
     result_path = attempt_dir / "result.json"
     fsio.atomic_write(result_path, result.encode())
@@ -264,8 +286,9 @@ def validate_result(
     output = check_published_file(
         layout, entry, result, what="output", relative=result.output, expected=expected, requeue=requeue, sink=sink
     )
-    if check_row_stats:
+    if check_row_stats:  # and the other side files: merge checks each as it copies it
         check_row_stats_file(layout, entry, result)
+        check_row_errors_file(layout, entry, result, requeue)
     return output
 
 

@@ -34,6 +34,8 @@ class AttemptRecord(Record):
     # adaptive batching size-trace summary of the attempt (OOMs, retries, final micro-batch size per
     # stage), folded in from attempt_dir/batching.json when the attempt ends; None without it
     batching: dict[str, Any] | None = None
+    # rows operators failed on that the attempt set aside (quarantine; errors.jsonl), when it published
+    quarantined: int | None = None
 
 
 @dataclass(frozen=True)
@@ -41,6 +43,16 @@ class RowStatsFile:
     """An attempt's per-row stats file (jobdir.row_stats): one line per output row."""
 
     path: str  # relative to the job directory
+    bytes: int
+    sha256: str
+
+
+@dataclass(frozen=True)
+class RowErrorsFile:
+    """An attempt's quarantined rows (jobdir.row_errors): one line per row an operator failed on."""
+
+    path: str  # relative to the job directory
+    rows: int
     bytes: int
     sha256: str
 
@@ -66,6 +78,8 @@ class ShardResult(Record):
     # Each output row's __dj__stats__/__dj__meta__ (Data-Juicer's <export>_stats.jsonl, per shard);
     # None when the recipe makes neither.
     row_stats: RowStatsFile | None = None
+    # The rows an operator failed on, set aside with why (quarantine); None when there were none.
+    errors: RowErrorsFile | None = None
 
 
 @dataclass(frozen=True)
@@ -104,3 +118,7 @@ class MergeRecord(Record):
     # <export>_stats.jsonl (jobdir.row_stats), when the recipe makes per-row stats
     row_stats_path: str | None = None
     row_stats_sha256: str | None = None
+    # <export>_errors.jsonl (jobdir.row_errors): the quarantined rows; 0 and None when there were none
+    errors_rows: int = 0
+    errors_path: str | None = None
+    errors_sha256: str | None = None

@@ -9,8 +9,11 @@ retry again finishes the job.
 
 A done marker is otherwise never removed (claimers trust it for good, ``claiming``).
 Requeueing one is allowed only when its result does not validate (the output was
-deleted or altered, or the marker itself is corrupt): a valid result is never thrown
-away.  A worker that read the marker before the retry may still count the shard as done
+deleted or altered, or the marker itself is corrupt), or with ``quarantined``, when its
+result set rows aside (``jobdir.row_errors``): the shard then runs again *whole*, after a
+fix, so its new result replaces the old one entirely (every row once, in input order; the
+old result stays in its attempt directory and the marker in ``history/``).
+A worker that read the marker before the retry may still count the shard as done
 and leave; a worker started afterwards runs it.
 """
 
@@ -34,18 +37,28 @@ from data_juicer_elastic.sharedfs import fsio
 from data_juicer_elastic.sharedfs.identity import WorkerIdentity
 
 
-def retry_shards(job_dir: str | Path, shard_ids: list[str] | None = None, all_failed: bool = False) -> list[str]:
-    """Requeue the given shards (failed, or done with an invalid result) or every failed shard;
-    returns the ids requeued."""
-    if bool(shard_ids) == bool(all_failed):
+def retry_shards(
+    job_dir: str | Path, shard_ids: list[str] | None = None, all_failed: bool = False, quarantined: bool = False
+) -> list[str]:
+    """Requeue the given shards (failed, or done with an invalid result), every failed shard, or
+    every done shard with quarantined rows; returns the ids requeued."""
+    if sum((bool(shard_ids), bool(all_failed), bool(quarantined))) != 1:
         raise ConfigError(
-            "name the shards to retry or ask for all failed shards (not both, not neither)",
+            "name the shards to retry, or ask for all failed shards, or for the shards with quarantined rows "
+            "(one of them)",
             where="retry",
-            hint="use --shard-id ID (repeatable) or --all-failed",
+            hint="use --shard-id ID (repeatable), --all-failed or --quarantined",
         )
     layout = JobLayout(Path(os.path.abspath(job_dir)))
     manifest = load_manifest(layout.root)
     known = set(manifest.shard_ids)
+    if quarantined:
+        targets = _quarantined(layout, manifest)
+        for shard in targets:
+            _archive(layout, shard, done=True)
+        if targets:
+            logger.info(f"requeued {len(targets)} shard(s) with quarantined rows: {', '.join(targets)}")
+        return targets
     if all_failed:
         targets = [s for s in manifest.shard_ids if fsio.exists(layout.failed(s))]
     else:
@@ -94,6 +107,18 @@ def _check_invalid(layout: JobLayout, manifest: Manifest, shard: str) -> None:
         where=str(layout.root),
         hint="retry requeues failed shards, and done shards whose output is missing or corrupt",
     )
+
+
+def _quarantined(layout: JobLayout, manifest: Manifest) -> list[str]:
+    """Done shards whose accepted (and valid) result set rows aside."""
+    found = []
+    for shard in attempts.list_done(layout):
+        result, error = attempts.read_done(layout, shard)
+        if result is None or result.errors is None or not result.errors.rows:
+            continue
+        attempts.validate_result(layout, manifest.shard(shard), result)  # IntegrityError names a broken one
+        found.append(shard)
+    return sorted(found, key=manifest.shard_ids.index)
 
 
 def _archive(layout: JobLayout, shard: str, *, done: bool) -> None:

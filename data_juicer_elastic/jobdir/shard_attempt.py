@@ -173,6 +173,7 @@ class ShardWorker:
                 declared_sha256=output.sha256,
                 stats_path=output.stats_path,
                 row_stats_path=output.row_stats_path,
+                errors_path=output.errors_path,
             )
         except LeaseLostError as exc:
             self._drop_ahead(f"{claim.shard_id} lost its lease")
@@ -214,7 +215,9 @@ class ShardWorker:
             logger.info(f"{entry.shard_id}: done ({outcome.result.rows} rows) by attempt {claim.attempt_id}")
         else:
             self.summary.discarded += 1
-        _close(attempt, AttemptExit.DONE if outcome.accepted else AttemptExit.DISCARDED, rows=outcome.result.rows)
+        errors = outcome.result.errors
+        exit_reason = AttemptExit.DONE if outcome.accepted else AttemptExit.DISCARDED
+        _close(attempt, exit_reason, rows=outcome.result.rows, quarantined=errors.rows if errors else None)
         self.release(claim, ReleaseReason.FINISHED)
 
     def _abandon(self, attempt: attempts.Attempt | None, claim: Claim, reason: str) -> None:

@@ -42,6 +42,7 @@ class ShardOutput:
     sha256: str | None = None  # optional: checked against the file when given
     stats_path: Path | None = None  # optional: per-shard stats summary inside attempt_dir (data_juicer_elastic.stats)
     row_stats_path: Path | None = None  # each output row's stats/meta, one line per output row (jobdir.row_stats)
+    errors_path: Path | None = None  # the rows operators failed on, with why (jobdir.row_errors); None: none
 
 
 @dataclass(frozen=True)

@@ -68,6 +68,7 @@ class AttemptFact:
     output_rows: int | None
     error: str | None
     batching: dict[str, Any] | None
+    quarantined: int | None = None  # rows operators failed on, set aside (attempt.json; quarantine)
     heartbeat_age_secs: float | None = None  # running attempts: seconds since the heartbeat file changed
     stale: bool = False  # running, but its heartbeat is older than the lease TTL (display hint, as status)
     # running attempts: (writer's wall time, input rows read so far) from the live progress record, oldest first
@@ -160,6 +161,7 @@ def _attempt_fact(layout, entry, record, ordinal, accepted, accepted_at, view, f
         output_rows=record.rows,
         error=record.error,
         batching=record.batching,
+        quarantined=record.quarantined,
     )
     if record.ended_at is not None:
         outcome = _EXIT_OUTCOMES.get(record.exit_reason or "", AttemptOutcome.LOST)

@@ -112,6 +112,8 @@ def _summary(facts: JobFacts, win: series.Window | None) -> str:
     attempts = facts.attempts
     retried = sum(1 for sh in facts.shards if sh.attempts > 1)
     nodes = len({a.node_id for a in attempts})
+    accepted = [a for a in attempts if a.outcome is AttemptOutcome.DONE and a.quarantined]
+    quarantined, shards_q = sum(a.quarantined or 0 for a in accepted), len(accepted)
     cards = [
         _card("job state", state, cls),
         _card("shards done", f"{counts[ShardState.DONE]:,} / {total:,}"),
@@ -124,6 +126,11 @@ def _summary(facts: JobFacts, win: series.Window | None) -> str:
             "bad" if _n(attempts, AttemptOutcome.FAILED) + _n(attempts, AttemptOutcome.LOST) else "",
         ),
         _card("shards retried", f"{retried:,}"),
+        _card(
+            "rows quarantined",
+            f"{quarantined:,}" + (f" in {shards_q:,} shard(s)" if quarantined else ""),
+            "bad" if quarantined else "",
+        ),
         _card("nodes", f"{nodes:,}"),
     ]
     if win is not None:
@@ -304,6 +311,11 @@ def _manifest(facts: JobFacts) -> list[str]:
             f"<p>Merged {mr.rows:,} rows ({s.fmt_bytes(mr.bytes)}) into <code>{s.esc(mr.output_path)}</code> at "
             f"{utc_stamp(mr.merged_at)}; sha256 <code>{s.esc(mr.sha256)}</code>.</p>"
         )
+        if mr.errors_rows:
+            out.append(
+                f"<p>Quarantined {mr.errors_rows:,} rows (operators failed on them) into "
+                f"<code>{s.esc(mr.errors_path or '')}</code>, each with its error.</p>"
+            )
     return out
 
 

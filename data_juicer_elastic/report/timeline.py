@@ -36,7 +36,8 @@ def attempt_hover_text(attempt: AttemptFact, t0: float, now: float) -> str:
         f"{s.fmt_elapsed(attempt.started_at - t0)} to {s.fmt_elapsed(end - t0)} "
         f"({s.fmt_duration(end - attempt.started_at)}), started {utc_stamp(attempt.started_at)}",
         f"{palette.category(attempt)} [{attempt.detail}]: {attempt.input_rows} input rows"
-        + (f", {attempt.output_rows} output rows" if attempt.output_rows is not None else ""),
+        + (f", {attempt.output_rows} output rows" if attempt.output_rows is not None else "")
+        + (f", {attempt.quarantined} quarantined" if attempt.quarantined else ""),
     ]
     if attempt.end_estimated:
         lines.append("end not recorded (worker died?): last heartbeat or failure time shown")

@@ -26,6 +26,7 @@ from data_juicer_elastic.jobdir.layout import JobLayout
 from data_juicer_elastic.jobdir.manifest import load_manifest
 from data_juicer_elastic.jobdir.records import Manifest, ShardEntry
 from data_juicer_elastic.jobdir.result_records import MergedShard, MergeRecord, ShardResult
+from data_juicer_elastic.jobdir.row_errors import MergedErrors
 from data_juicer_elastic.jobdir.row_stats import MergedRowStats, export_stats_path
 from data_juicer_elastic.jobdir.shard_state import ShardState, decide_state, read_markers
 from data_juicer_elastic.rows.codecs import BackgroundIO, Syncer
@@ -45,6 +46,7 @@ class MergeResult:
     shards: int
     written: bool  # False when an identical output was already there
     row_stats: MergedRowStats | None = None  # <export>_stats.jsonl, when the recipe makes per-row stats
+    quarantined: MergedErrors | None = None  # <export>_errors.jsonl, when operators failed on rows (quarantine)
 
     def to_details(self) -> dict[str, Any]:
         """What a run's outcome record keeps of the merge, for every instance to report
@@ -56,11 +58,12 @@ class MergeResult:
             "sha256": self.sha256,
             "shards": self.shards,
             "written": self.written,
-        }
+        } | ({"quarantined": _errors_details(self.quarantined)} if self.quarantined is not None else {})
 
     @classmethod
     def from_details(cls, details: Mapping[str, Any]) -> MergeResult:
         """The merge another instance recorded in the run's outcome (its row stats are not recorded)."""
+        errors = details.get("quarantined")
         return cls(
             Path(details["output_path"]),
             int(details["rows"]),
@@ -68,7 +71,12 @@ class MergeResult:
             str(details["sha256"]),
             int(details["shards"]),
             bool(details.get("written", False)),
+            quarantined=MergedErrors(**{**errors, "path": Path(errors["path"])}) if isinstance(errors, dict) else None,
         )
+
+
+def _errors_details(errors: MergedErrors) -> dict[str, Any]:
+    return {**dataclasses.asdict(errors), "path": str(errors.path)}
 
 
 def accepted_results(layout: JobLayout, manifest: Manifest) -> list[tuple[ShardEntry, ShardResult]]:
@@ -130,13 +138,21 @@ def merge_job(job_dir: str | Path, output_path: str | Path, overwrite: bool = Fa
     except BaseException:
         out.abort()
         raise
+    from data_juicer_elastic.quarantine import errors_merge  # <export>_errors.jsonl (it uses this module's writer)
+
+    errors = None
     try:
         staged = stage_row_stats(layout, results, output, tag)
+        errors = errors_merge.stage_errors(layout, results, output, tag, overwrite=overwrite)
         fault_seam.fault_point("finalize", output)  # named crash point: merged, not yet published
         written, row_stats = publish_merged(tmp, output, staged, overwrite)
+    except BaseException:
+        errors_merge.discard_errors(errors)
+        raise
     finally:
         fsio.remove(tmp)
-    return record_merge(layout, manifest, output, merged, out.digest.hexdigest(), written, row_stats)
+    quarantined = errors_merge.publish_errors(errors, overwrite)
+    return record_merge(layout, manifest, output, merged, out.digest.hexdigest(), written, row_stats, quarantined)
 
 
 @dataclass(frozen=True)
@@ -294,6 +310,7 @@ def record_merge(
     sha: str,
     written: bool,
     row_stats: MergedRowStats | None,
+    quarantined: MergedErrors | None = None,
 ) -> MergeResult:
     """Write merge.json for a published output; the MergeResult callers report."""
     rows, size = sum(m.rows for m in merged), sum(m.bytes for m in merged)
@@ -308,10 +325,13 @@ def record_merge(
         merged_at=time.time(),
         row_stats_path=None if row_stats is None else str(row_stats.path),
         row_stats_sha256=None if row_stats is None else row_stats.sha256,
+        errors_rows=0 if quarantined is None else quarantined.rows,
+        errors_path=None if quarantined is None else str(quarantined.path),
+        errors_sha256=None if quarantined is None else quarantined.sha256,
     )
     fsio.atomic_write(layout.merge_record, record.encode())
     logger.info(f"merged {len(merged)} shards, {rows} rows into {output}" + ("" if written else " (unchanged)"))
-    return MergeResult(output, rows, size, sha, len(merged), written, row_stats)
+    return MergeResult(output, rows, size, sha, len(merged), written, row_stats, quarantined)
 
 
 def copy_shard(layout: JobLayout, entry: ShardEntry, result: ShardResult, sink) -> MergedShard:

@@ -14,8 +14,8 @@ lines, and never change (the file only grows).  When ``complete`` is true the wh
 output is at the export path (the same inode: the partial is linked there, then its
 ``.partial`` name removed), byte-identical to a non-streaming merge of the same job,
 and ``merge.json`` is written as by :func:`merge.merge_job`.  The per-row stats file
-(``<export>_stats.jsonl``, :mod:`row_stats`) is not streamed: it is written whole just
-before the output is published.
+(``<export>_stats.jsonl``, :mod:`row_stats`) and the quarantine file (``<export>_errors.jsonl``,
+:mod:`row_errors`) are not streamed: they are written whole just before the output is published.
 
 Crash and resume (the ``merge`` and ``finalize`` crash points of
 :mod:`coordination.crashpoints` stop a follower there): bytes past ``bytes_final`` may be a
@@ -226,10 +226,19 @@ def _follow(layout, manifest, output, partial, fd, overwrite, wait, poll_secs, s
         return None
     sha = out.digest.hexdigest()
     # The per-row stats file is written whole at the end (it is not streamed).
-    staged = stage_row_stats(layout, accepted_results(layout, manifest), output, kernel_tag())
+    from data_juicer_elastic.quarantine import errors_merge  # <export>_errors.jsonl, written whole like row stats
+
+    results = accepted_results(layout, manifest)
+    staged = stage_row_stats(layout, results, output, kernel_tag())
+    errors = errors_merge.stage_errors(layout, results, output, kernel_tag(), overwrite=overwrite)
     fault_seam.fault_point("finalize", output)  # named crash point: complete and fsynced, not yet published
-    written, row_stats = publish_merged(partial, output, staged, overwrite)
-    result = record_merge(layout, manifest, output, state.merged, sha, written, row_stats)
+    try:
+        written, row_stats = publish_merged(partial, output, staged, overwrite)
+    except BaseException:
+        errors_merge.discard_errors(errors)
+        raise
+    quarantined = errors_merge.publish_errors(errors, overwrite)
+    result = record_merge(layout, manifest, output, state.merged, sha, written, row_stats, quarantined)
     _publish_progress(state, manifest, output, partial, out, complete=True, on_progress=on_progress)
     fsio.remove(partial)
     return result

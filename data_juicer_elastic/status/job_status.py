@@ -67,6 +67,7 @@ def snapshot_json(snap: JobSnapshot) -> JsonDict:
             "output_rows": snap.output_rows,
             "scan": snap.scan.to_json() if snap.scan is not None else None,
             "first_shard_secs": snap.first_shard_secs,
+            "quarantined_rows": snap.quarantined_rows,
             **summarize(snap).to_json(),
             "terminal_failures": [{"shard_id": s, "error": e} for s, e in snap.terminal_failures],
             "shards": [s.to_json() for s in snap.shards],
@@ -148,6 +149,8 @@ class _Reader:
                     last_error=failures[-1].error if failures else None,
                     batching=self._batching(shard, result.attempt_id),
                     log_path=self._log(shard, result.attempt_id),
+                    quarantined=result.errors.rows if result.errors is not None else 0,
+                    errors_path=result.errors.path if result.errors is not None else None,
                 )
                 return ShardStatus(state=state, **base)
             if state is ShardState.FAILED:  # a malformed marker never counts as success

@@ -35,6 +35,8 @@ class ShardStatus:
     batching: dict[str, Any] | None = None  # adaptive batching summary of the shown attempt (attempt.json)
     progress: progress.ProgressRecord | None = None  # live progress of the running attempt
     log_path: str | None = None  # process.log of the shown attempt (the last failed one for FAILED)
+    quarantined: int = 0  # rows operators failed on, set aside (DONE only; jobdir.row_errors)
+    errors_path: str | None = None  # the accepted attempt's errors.jsonl, relative to the job dir
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -54,6 +56,8 @@ class ShardStatus:
             "batching": self.batching,
             "progress": _progress_json(self.progress),
             "log_path": self.log_path,
+            "quarantined": self.quarantined,
+            "errors_path": self.errors_path,
         }
 
 
@@ -121,3 +125,7 @@ class JobSnapshot:
     @property
     def output_rows(self) -> int:
         return sum(s.output_rows or 0 for s in self.shards)
+
+    @property
+    def quarantined_rows(self) -> int:
+        return sum(s.quarantined for s in self.shards)

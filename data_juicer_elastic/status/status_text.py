@@ -34,7 +34,8 @@ def render_text(snap: JobSnapshot, show_all: bool = False) -> str:
         f"shards: {counts}" + (f" (retried {summary.retried})" if summary.retried else ""),
         f"rows: {snap.rows_done}/{snap.rows_total} input rows done"
         + (f" (+{summary.rows_in_progress} in progress)" if summary.rows_in_progress else "")
-        + f", {snap.output_rows} output rows",
+        + f", {snap.output_rows} output rows"
+        + (f", {snap.quarantined_rows} quarantined" if snap.quarantined_rows else ""),
     ]
     if snap.scan is not None:
         first = snap.first_shard_secs
@@ -56,6 +57,13 @@ def render_text(snap: JobSnapshot, show_all: bool = False) -> str:
             f"adaptive batching: {sum(b.get('ooms', 0) for b in batched)} OOM(s), "
             f"{sum(b.get('retries', 0) for b in batched)} retries in {len(batched)} shard(s); "
             f"{sum(b.get('terminal_ooms', 0) for b in batched)} unrecoverable"
+        )
+    quarantined = [s for s in snap.shards if s.quarantined]
+    if quarantined:
+        lines.append(
+            f"quarantined: {snap.quarantined_rows} row(s) operators failed on, set aside in {len(quarantined)} "
+            f"shard(s) (each row with its error: <export>_errors.jsonl after the merge; per shard: "
+            f"{quarantined[0].errors_path}, ...); after a fix: dj-elastic retry --job-dir {snap.job_dir} --quarantined"
         )
     if summary.nodes:
         width = max(8, *(len(n.node_id) for n in summary.nodes))
@@ -91,7 +99,7 @@ def render_text(snap: JobSnapshot, show_all: bool = False) -> str:
 def _worth_listing(s: ShardStatus) -> bool:
     """Without --all: everything but done shards and never-tried pending ones."""
     if s.state is ShardState.DONE:
-        return False
+        return bool(s.quarantined)
     return not (s.state is ShardState.PENDING and s.failures == 0 and s.generation == 0)
 
 
@@ -106,7 +114,7 @@ def _shard_line(s: ShardStatus) -> str:
     if s.heartbeat_age_secs is not None and s.state in (ShardState.RUNNING, ShardState.STALE):
         extra += f" heartbeat={s.heartbeat_age_secs:.0f}s ago"
     if s.state is ShardState.DONE and s.output_rows is not None:
-        extra += f" rows={s.input_rows}->{s.output_rows}"
+        extra += f" rows={s.input_rows}->{s.output_rows}" + (f" quarantined={s.quarantined}" if s.quarantined else "")
     if s.batching:
         finals = ",".join(str(v.get("final_rows")) for v in (s.batching.get("stages") or {}).values())
         extra += f" ooms={s.batching.get('ooms', 0)} final_batch={finals}"

@@ -213,13 +213,27 @@ def test_failing_operator_raises_with_its_message(ray_runtime, cache_dir, tmp_pa
     assert not (task.attempt_dir / "output.jsonl").exists()
 
 
-def test_skip_op_error_default_drops_rows_silently(ray_runtime, cache_dir, tmp_path):
-    """Data-Juicer's default semantics, left alone: the shard 'succeeds' with the failing rows dropped."""
+def test_skip_op_error_default_sets_failing_rows_aside_up_to_max_error_rows(ray_runtime, cache_dir, tmp_path):
+    """skip_op_error (Data-Juicer's default) drops failing rows silently; here each is set aside with its
+    error, and more than max_error_rows fail the shard naming the first."""
     shard = write_shard(tmp_path / "s.jsonl", 20)
     rec = recipe(process=[{"dj_elastic_test_boom_mapper": {}}])
     task = make_task(tmp_path, shard, "part-00000-of-00001")
-    output = ShardRunner(rec, compute_stage_identities(rec), cache_dir, row_schema=schema_of(shard))(task)
-    assert output.rows == 0
+    runner = ShardRunner(rec, compute_stage_identities(rec), cache_dir, row_schema=schema_of(shard), max_error_rows=20)
+    output = runner(task)
+    assert output.rows == 0 and output.errors_path is not None
+    errors = [json.loads(line) for line in output.errors_path.read_bytes().splitlines()]
+    lines = shard.read_bytes().splitlines()
+    assert [e["shard_row"] for e in errors] == list(range(20))
+    assert {(e["op"], e["op_index"], e["error_type"]) for e in errors} == {
+        ("dj_elastic_test_boom_mapper", 0, "ValueError")
+    }
+    assert [line[line.index(b',"row":') + 7 : -1] for line in output.errors_path.read_bytes().splitlines()] == lines
+    strict = make_task(tmp_path, shard, "part-00000-of-00001", attempt_id="a2")
+    with pytest.raises(
+        ShardExecutionError, match=r"operators failed on 20 of 20 rows, more than elastic.max_error_rows"
+    ):
+        ShardRunner(rec, compute_stage_identities(rec), cache_dir, row_schema=schema_of(shard))(strict)
 
 
 def test_identities_equal_what_ray_executor_stamps(ray_runtime, tmp_path):

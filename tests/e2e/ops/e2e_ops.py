@@ -2,7 +2,7 @@
 
 import time
 
-from data_juicer.ops.base_op import OPERATORS, Mapper
+from data_juicer.ops.base_op import OPERATORS, Filter, Mapper
 
 
 @OPERATORS.register_module("e2e_sleep_mapper")
@@ -66,3 +66,49 @@ class E2ESlowIdsMapper(Mapper):
         if self.first_id <= sample.get("id", -1) < self.end_id:
             time.sleep(self.seconds_per_row)
         return sample
+
+
+def _ids(path: str) -> set:
+    """The ids listed in the file at `path` (one per line), read at each call: emptying the file "fixes" the
+    operator without changing its code."""
+    if not path:
+        return set()
+    with open(path, encoding="utf-8") as handle:
+        return {int(line) for line in handle if line.strip()}
+
+
+@OPERATORS.register_module("e2e_fail_ids_mapper")
+class E2EFailIdsMapper(Mapper):
+    """A batched Mapper that raises on any batch holding a row whose `id` is listed in `fail_ids_path`, and
+    adds `seen` to the rows of the batches it processes."""
+
+    _batched_op = True
+
+    def __init__(self, fail_ids_path: str = "", *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.fail_ids_path = fail_ids_path
+
+    def process_batched(self, samples):
+        bad = sorted(i for i in samples["id"] if i in _ids(self.fail_ids_path))
+        if bad:
+            raise ValueError(f"e2e_fail_ids_mapper: cannot process id {bad[0]}")
+        samples["seen"] = [True] * len(samples["id"])
+        return samples
+
+
+@OPERATORS.register_module("e2e_fail_ids_filter")
+class E2EFailIdsFilter(Filter):
+    """A per-row Filter whose stats raise on rows whose `id` is listed in `fail_ids_path`; keeps even ids."""
+
+    def __init__(self, fail_ids_path: str = "", *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.fail_ids_path = fail_ids_path
+
+    def compute_stats_single(self, sample):
+        if sample["id"] in _ids(self.fail_ids_path):
+            raise KeyError(f"e2e_fail_ids_filter: no stats for id {sample['id']}")
+        sample["__dj__stats__"]["id_parity"] = sample["id"] % 2
+        return sample
+
+    def process_single(self, sample):
+        return sample["__dj__stats__"]["id_parity"] == 0

@@ -1,0 +1,125 @@
+"""py-data-juicer 1.6.1: the two operator-error hooks, wrapped so an elastic shard can quarantine failing rows.
+
+Targets: ``data_juicer.ops.base_op.catch_map_batches_exception(method, skip_op_error, op_name)``
+and ``catch_map_single_exception(method, return_sample, skip_op_error, op_name)``.  Every
+Mapper's and Filter's ``__init__`` builds its ``process`` (and a Filter's ``compute_stats``) by
+calling them with the operator's own ``process_batched`` / ``process_single`` /
+``compute_stats_*`` method; with ``skip_op_error`` (Data-Juicer's default) the built wrapper
+swallows an exception and returns an empty batch, dropping every row of it silently.
+
+Why.  Under ``elastic_sharded`` the plugin keeps the good rows of such a batch and sets the
+failing ones aside (``quarantine``).  The hooks are Data-Juicer's own place for that decision,
+so the plugin wraps them rather than the operators: each call still builds Data-Juicer's
+wrapper, and ``wrap(built, call)`` decides what the operator gets (:class:`HookCall` says what
+was asked for).  Every path that builds an operator goes through them (``load_ops`` in the
+driver, a Ray actor built from the class), and an operator pickled into Ray tasks carries what
+was built.  The methods are looked up as module globals when ``__init__`` runs, so operators
+built before :func:`install` keep Data-Juicer's wrappers.
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib
+import inspect
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass
+from types import ModuleType
+from typing import Any, Final
+
+from data_juicer_elastic.compat import ORIGINAL, dj_moved, import_target, is_installed
+
+MODULE: Final = "data_juicer.ops.base_op"
+BATCHES: Final = "catch_map_batches_exception"
+SINGLE: Final = "catch_map_single_exception"
+TARGET: Final = f"{MODULE}.{BATCHES} / {SINGLE}"
+# The parameters each hook is called with (checked by self_check: a renamed one moves the hook).
+PARAMETERS: Final = {
+    BATCHES: ("method", "skip_op_error", "op_name"),
+    SINGLE: ("method", "return_sample", "skip_op_error", "op_name"),
+}
+
+
+@dataclass(frozen=True)
+class HookCall:
+    """One call of a hook: what the operator's ``__init__`` asked to be wrapped."""
+
+    batched: bool  # catch_map_batches_exception (True) or catch_map_single_exception
+    method: Callable[..., Any]  # the operator's bound method (process_batched, compute_stats_single, ...)
+    skip_op_error: bool
+    op_name: str | None
+    return_sample: bool = True  # single only: False for a Filter's keep decision
+
+    @property
+    def op(self) -> Any:
+        """The operator the method is bound to (None for a plain function)."""
+        return getattr(self.method, "__self__", None)
+
+    @property
+    def keep_decision(self) -> bool:
+        """True when the method is a Filter's keep decision (``process_batched`` /
+        ``process_single`` of a Filter): it returns booleans, one per row, not rows."""
+        base_op = sys.modules.get(MODULE)
+        filter_class = getattr(base_op, "Filter", None)
+        name = getattr(self.method, "__name__", "")
+        return filter_class is not None and isinstance(self.op, filter_class) and name.startswith("process_")
+
+
+Wrap = Callable[[Callable[..., Any], HookCall], Callable[..., Any]]
+
+
+def install(module: ModuleType, wrap: Wrap) -> None:
+    """Replace both hooks of ``module`` (idempotent): each builds Data-Juicer's wrapper, then returns
+    ``wrap(built, HookCall(...))``.  AttributeError naming the hook when one is missing."""
+    for name in (BATCHES, SINGLE):
+        original = getattr(module, name, None)
+        if not callable(original):
+            raise AttributeError(f"{MODULE}.{name} not found")
+        if is_installed(original):
+            continue
+        setattr(module, name, _hook(name, original, wrap))
+
+
+def _hook(name: str, original: Callable[..., Any], wrap: Wrap) -> Callable[..., Any]:
+    signature = inspect.signature(original)
+
+    @functools.wraps(original)
+    def hook(*args: Any, **kwargs: Any) -> Any:
+        built = original(*args, **kwargs)
+        bound = signature.bind(*args, **kwargs)
+        bound.apply_defaults()
+        values = bound.arguments
+        call = HookCall(
+            batched=name == BATCHES,
+            method=values["method"],
+            skip_op_error=bool(values["skip_op_error"]),
+            op_name=values["op_name"],
+            return_sample=bool(values.get("return_sample", True)),
+        )
+        return wrap(built, call)
+
+    setattr(hook, ORIGINAL, original)
+    return hook
+
+
+def installed(module: ModuleType | None = None) -> bool:
+    module = module or importlib.import_module(MODULE)
+    return all(is_installed(getattr(module, name, None)) for name in (BATCHES, SINGLE))
+
+
+def self_check() -> str:
+    module = import_target(MODULE, where=TARGET)
+    for name, expected in PARAMETERS.items():
+        function = getattr(module, name, None)
+        original = getattr(function, ORIGINAL, function)
+        if not callable(original):
+            raise dj_moved(f"{MODULE}.{name} not found", where=TARGET)
+        found = tuple(inspect.signature(original).parameters)
+        if found[: len(expected)] != expected:
+            raise dj_moved(f"{MODULE}.{name} takes {found}, not {expected}", where=TARGET)
+    for cls, wrapped in (("Mapper", ("process",)), ("Filter", ("process", "compute_stats"))):
+        source = inspect.getsource(getattr(module, cls).__init__)
+        if BATCHES not in source or SINGLE not in source:
+            raise dj_moved(f"{MODULE}.{cls}.__init__ no longer wraps {'/'.join(wrapped)} with the hooks", where=TARGET)
+    return f"{TARGET}: found{' (wrapped)' if installed(module) else ''}"

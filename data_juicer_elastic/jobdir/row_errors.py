@@ -1,0 +1,172 @@
+"""The quarantine file: each row an operator failed on, with why, beside the export.
+
+Under ``skip_op_error`` (Data-Juicer's default) a row an operator raises on is set aside
+instead of dropped (``quarantine``).  Each attempt writes its shard's quarantined rows to
+``errors.jsonl`` in its directory, one line per row in input order; the result record names
+the file with its rows, size and sha256 (:class:`RowErrorsFile`), and merge concatenates the
+accepted files in manifest order into ``<export>_errors.jsonl``, validated like the outputs
+(the file exists only when some row was quarantined).  A line::
+
+    {"row_number":1234,"shard":"part-00003-of-00008","shard_row":34,"op":"my_mapper",
+     "op_index":1,"error_type":"ValueError","error":"bad value","row":{...the input row...}}
+
+``row_number`` is the row's global 0-based input row number and ``row`` the input row exactly
+as prepare stored it (its bytes, not a re-encoding: ``jq -c .row`` gives the input back).
+``op_index`` is the operator's position in the recipe's ``process`` list (null when two
+identical operators make it ambiguous).  A row an operator made itself (no input row) has
+``row_number`` and ``shard_row`` null and ``row`` as the failing operator received it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Final
+
+import orjson
+
+from data_juicer_elastic.errors import IntegrityError, JobDirError
+from data_juicer_elastic.jobdir.layout import JobLayout
+from data_juicer_elastic.jobdir.published_file import check_published_file
+from data_juicer_elastic.jobdir.records import ShardEntry
+from data_juicer_elastic.jobdir.result_records import RowErrorsFile, ShardResult
+from data_juicer_elastic.rows.jsonl import validate_jsonl_output
+from data_juicer_elastic.sharedfs import fsio
+
+ATTEMPT_FILE: Final = "errors.jsonl"
+# Ray workers append their raw records here (one file per process); the runner folds them into ATTEMPT_FILE.
+WORKER_DIR: Final = "quarantine"
+ROW_KEY: Final = "row"  # always the last key of a line: the row's own bytes end it
+
+
+@dataclass(frozen=True)
+class QuarantineRecord:
+    """One quarantined row, everything but the row itself."""
+
+    row_number: int | None  # global input row number
+    shard: str
+    shard_row: int | None  # the row's number within its shard
+    op: str
+    op_index: int | None
+    error_type: str
+    error: str
+
+    def describe(self) -> str:
+        """``op[1] my_mapper: ValueError: bad value (row 1234)``: the error as one line."""
+        op = f"op[{self.op_index}] {self.op}" if self.op_index is not None else self.op
+        row = f"row {self.row_number}" if self.row_number is not None else "a row made by an operator"
+        first = self.error.strip().splitlines()[0] if self.error.strip() else ""
+        return f"{op}: {self.error_type}{': ' + first if first else ''} ({row})"
+
+
+@dataclass(frozen=True)
+class MergedErrors:
+    """``<export>_errors.jsonl`` once published: the quarantined rows of the whole job."""
+
+    path: Path
+    rows: int
+    bytes: int
+    sha256: str
+    written: bool  # False when an identical file was already there
+
+
+def export_errors_path(export: Path) -> Path:
+    """``merged.jsonl`` -> ``merged_errors.jsonl`` (named like Data-Juicer's ``_stats.jsonl``)."""
+    name = export.name
+    for suffix in (".jsonl", ".json"):
+        if name.endswith(suffix) and len(name) > len(suffix):
+            return export.with_name(name[: -len(suffix)] + "_errors.jsonl")
+    return export.with_name(name + "_errors.jsonl")
+
+
+def encode_line(error: QuarantineRecord, row: bytes) -> bytes:
+    """One line of the file: the fields, then ``row`` (a JSON object's bytes, kept as they are)."""
+    head = orjson.dumps(
+        {
+            "row_number": error.row_number,
+            "shard": error.shard,
+            "shard_row": error.shard_row,
+            "op": error.op,
+            "op_index": error.op_index,
+            "error_type": error.error_type,
+            "error": error.error,
+        }
+    )
+    return head[:-1] + b',"' + ROW_KEY.encode() + b'":' + row + b"}\n"
+
+
+def parse_line(line: bytes) -> tuple[QuarantineRecord, Any]:
+    """(the error, the row as parsed) of one line; ValueError when it is not one."""
+    value = orjson.loads(line)
+    if not isinstance(value, dict) or ROW_KEY not in value:
+        raise ValueError("not a quarantine record")
+    error = QuarantineRecord(
+        row_number=value.get("row_number"),
+        shard=str(value.get("shard")),
+        shard_row=value.get("shard_row"),
+        op=str(value.get("op")),
+        op_index=value.get("op_index"),
+        error_type=str(value.get("error_type")),
+        error=str(value.get("error")),
+    )
+    return error, value[ROW_KEY]
+
+
+def read_errors(path: Path, limit: int | None = None) -> Iterator[tuple[QuarantineRecord, Any]]:
+    """The records of a quarantine file in order (the first ``limit`` of them)."""
+    count = 0
+    with fsio.open_read(path) as handle:
+        for line in handle:
+            if limit is not None and count >= limit:
+                return
+            if line.strip():
+                yield parse_line(line)
+                count += 1
+
+
+def describe_row_errors(layout: JobLayout, path: Path, shard: str) -> RowErrorsFile:
+    """The record of an attempt's quarantine file, made durable and checked."""
+    fsio.fsync_file(path)
+    try:
+        rows, size, sha = validate_jsonl_output(path, str(path))
+    except ValueError as exc:
+        raise IntegrityError(f"invalid quarantine file: {exc}", where=f"shard {shard}") from None
+    return RowErrorsFile(layout.relative(path), rows, size, sha)
+
+
+def check_row_errors_file(
+    layout: JobLayout,
+    entry: ShardEntry,
+    result: ShardResult,
+    requeue: str,
+    sink: Callable[[bytes], None] | None = None,
+) -> int:
+    """Re-check an accepted result's quarantine file against its record; its rows (0: none)."""
+    record = result.errors
+    if record is None:
+        return 0
+    expected = (record.rows, record.bytes, record.sha256)
+    check_published_file(
+        layout,
+        entry,
+        result,
+        what="quarantine file",
+        relative=record.path,
+        expected=expected,
+        requeue=requeue,
+        sink=sink,
+    )
+    return record.rows
+
+
+def first_error(layout: JobLayout, result: ShardResult) -> QuarantineRecord | None:
+    """The first quarantined row of an accepted result (None: none, or the file is unreadable)."""
+    if result.errors is None or not result.errors.rows:
+        return None
+    try:
+        for error, _ in read_errors(layout.resolve_relative(result.errors.path), limit=1):
+            return error
+    except (OSError, ValueError, JobDirError):
+        return None
+    return None

@@ -1,0 +1,98 @@
+"""Find the rows of a batch an operator fails on, by bisection, and keep what the others give.
+
+When a call on a batch of ``B`` rows raised, the batch is cut in halves with the adaptive
+batching engine's own splitting (:func:`batching.batches.take_slice`: each half a fresh,
+isolated ``dict`` of lists, so a call that mutated its input and then failed cannot affect
+the next one), each half is called again, and a half that fails is cut again, down to single
+rows.  A row that fails alone is a *failing row*; every other row is in some half that
+succeeded, and that half's output is kept.  The outputs come back in row order.
+
+Cost: a failing half has two children, so with ``k`` failing rows at most ``k`` halves fail
+per level of the ``ceil(log2 B)`` levels, and the calls after the first are at most
+``2 k ceil(log2 B)``: O(k log B) (``tests/quarantine`` counts them).  When nothing fails, the
+only cost is the caller's one call on the whole batch.
+
+A batch that fails whole but whose halves all succeed (an error that depends on the batch,
+not on a row) yields every row and no failing row.  ``fatal(exc)`` names exceptions that are
+not a row's fault (an out-of-memory error): they are raised at once, never quarantined.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from typing import Any, Final
+
+from data_juicer_elastic.batching.batches import take_slice
+
+MAX_MESSAGE_CHARS: Final = 2000
+
+
+@dataclass(frozen=True)
+class RowFailure:
+    position: int  # the row's position in the batch
+    error_type: str  # the exception's class name
+    message: str  # its message (truncated)
+
+
+@dataclass
+class Isolation:
+    """What bisecting one failed range gave: the outputs of the halves that succeeded (with their
+    row ranges, in row order), the failing rows, and how many calls it took."""
+
+    parts: list[tuple[range, Any]] = field(default_factory=list)
+    failures: list[RowFailure] = field(default_factory=list)
+    calls: int = 0
+
+    def good_positions(self) -> Iterator[int]:
+        for rows, _ in self.parts:
+            yield from rows
+
+
+def describe(exc: BaseException) -> tuple[str, str]:
+    """(class name, message) of an operator's exception, the message cut to a readable size."""
+    message = str(exc)
+    if len(message) > MAX_MESSAGE_CHARS:
+        message = message[: MAX_MESSAGE_CHARS - 3] + "..."
+    return type(exc).__name__, message
+
+
+def isolate(
+    call: Callable[[dict[str, Any]], Any],
+    batch: Any,
+    start: int,
+    stop: int,
+    total: int,
+    first_error: BaseException,
+    *,
+    fatal: Callable[[BaseException], bool] | None = None,
+) -> Isolation:
+    """Bisect rows ``[start, stop)`` of ``batch`` (``total`` rows; a dict of lists or an Arrow table),
+    on which ``call`` raised ``first_error``: see the module docstring."""
+    found = Isolation()
+    if stop - start == 1:
+        found.failures.append(RowFailure(start, *describe(first_error)))
+        return found
+    pending = list(_halves(start, stop))  # a stack: the lower half on top, so rows come out in order
+    while pending:
+        low, high = pending.pop()
+        piece = take_slice(batch, low, high, total)
+        found.calls += 1
+        try:
+            output = call(piece)
+        except Exception as exc:
+            if fatal is not None and fatal(exc):
+                raise
+            if high - low == 1:
+                found.failures.append(RowFailure(low, *describe(exc)))
+            else:
+                pending.extend(_halves(low, high))
+            continue
+        found.parts.append((range(low, high), output))
+    return found
+
+
+def _halves(low: int, high: int) -> tuple[tuple[int, int], tuple[int, int]]:
+    """(upper half, lower half): pushed in that order, the lower half is taken first."""
+    middle = (low + high) // 2
+    return (middle, high), (low, middle)

@@ -1,0 +1,244 @@
+"""Inside the operators: catch a failing batch, bisect it, keep the good rows, record the bad ones.
+
+Installed through Data-Juicer's own error hooks (``compat.dj_op_error_hooks``): every Mapper
+and Filter built with ``skip_op_error`` (Data-Juicer's default) gets :class:`QuarantinedBatch`
+or :class:`QuarantinedRow` as its ``process`` / ``compute_stats`` instead of Data-Juicer's
+wrapper, which it keeps.  Each call first asks whether it runs inside an ``elastic_sharded``
+attempt: the operator's ``work_dir`` holds the attempt context the shard runner wrote
+(``batching.runtime.BatchingContext``, the same record adaptive batching reads; it reaches Ray
+tasks and actors alike).  Without one (the ``default`` and ``ray`` executors) Data-Juicer's
+wrapper runs, unchanged.  With one:
+
+* the operator's method runs on the batch as Data-Juicer's wrapper would call it; when it
+  succeeds that is all (no copy, no extra work);
+* when it raises, :func:`.bisect_rows.isolate` finds the failing rows from the untouched input
+  (Ray hands batches as Arrow tables, which no call can change; another dict batch has its
+  columns copied first), the other rows' outputs are
+  kept in order, and each failing row is appended to this process's record file in the attempt
+  directory (``attempts/<shard>/<attempt>/quarantine/<host>-<pid>.jsonl``: its row number, the
+  operator, the exception).  The shard runner folds those files into the attempt's
+  ``errors.jsonl`` with the input rows themselves (:mod:`.errors_file`).
+
+A Filter's keep decision (its ``process``) answers one boolean per row: a failing row is not
+kept.  Adaptive batching replaces a Mapper's ``process`` with its micro-batch loop, which asks
+:func:`engine_quarantine` for the same bisection when a slice raises.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import threading
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, Final
+
+import orjson
+
+from data_juicer_elastic.batching.batches import batch_rows, empty_like, is_arrow, merge, take_slice
+from data_juicer_elastic.batching.runtime import read_context, stage_key_for
+from data_juicer_elastic.compat.dj_op_attributes import op_name
+from data_juicer_elastic.compat.dj_op_error_hooks import HookCall
+from data_juicer_elastic.jobdir.layout import JobLayout
+from data_juicer_elastic.jobdir.row_errors import WORKER_DIR
+from data_juicer_elastic.quarantine.bisect_rows import Isolation, RowFailure, describe, isolate
+
+# The shard-local row number every row carries through the operators (execution.row_types.ROW_COLUMN;
+# a test checks they agree: this package sits below execution and cannot import it).
+ROW_COLUMN: Final = "__dj_elastic_row__"
+# What Data-Juicer's skip path returns besides the batch's columns (Fields.stats, Fields.source_file).
+SKIPPED_EXTRA: Final = ("__dj__stats__", "__dj__source_file__")
+_STAGE_PREFIX: Final = "stage-"
+
+
+def wrap_hook(built: Callable[..., Any], call: HookCall) -> Callable[..., Any]:
+    """What an operator gets from Data-Juicer's error hooks (``compat.dj_op_error_hooks.install``)."""
+    if not call.skip_op_error:
+        return built  # skip_op_error: false fails on the first error, as Data-Juicer does
+    if call.batched:
+        return QuarantinedBatch(built, call.method, call.keep_decision)
+    return QuarantinedRow(built, call.method, call.return_sample)
+
+
+class Sink:
+    """One attempt's record file in this process."""
+
+    def __init__(self, directory: Path, context: Any):
+        self.path = directory / f"{_safe(socket.gethostname())}-{os.getpid()}.jsonl"
+        self.context = context
+        self._lock = threading.Lock()
+        self._op_index: dict[int, tuple[str, int | None]] = {}
+
+    def record(self, op: Any, failures: list[RowFailure], batch: Any, total: int) -> None:
+        if not failures:
+            return
+        stage, index = self._stage(op)
+        numbers = _column(batch, ROW_COLUMN, total)
+        lines = []
+        for failure in failures:
+            number = numbers[failure.position] if numbers is not None else None
+            record: dict[str, Any] = {
+                "n": number,
+                "op": op_name(op),
+                "stage": stage,
+                "op_index": index,
+                "type": failure.error_type,
+                "message": failure.message,
+            }
+            if number is None:  # a row an operator made: keep it as the failing operator saw it
+                piece = take_slice(batch, failure.position, failure.position + 1, total)
+                record["seen"] = {k: v[0] for k, v in piece.items() if k != ROW_COLUMN}
+            lines.append(orjson.dumps(record, default=repr, option=orjson.OPT_APPEND_NEWLINE))
+        with self._lock:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+            try:
+                os.write(fd, b"".join(lines))
+            finally:
+                os.close(fd)
+
+    def _stage(self, op: Any) -> tuple[str, int | None]:
+        found = self._op_index.get(id(op))
+        if found is None:
+            stage = stage_key_for(op, self.context)
+            index = int(stage[len(_STAGE_PREFIX) :].split("-", 1)[0]) if stage.startswith(_STAGE_PREFIX) else None
+            found = self._op_index[id(op)] = (stage, index)
+        return found
+
+
+_sinks: dict[str, Sink | None] = {}  # by the operator's work_dir (None: no attempt context there)
+_sinks_lock = threading.Lock()
+
+
+def active_sink(op: Any) -> Sink | None:
+    """The record file of the attempt ``op`` serves now, None outside an elastic_sharded attempt.
+    One dict lookup per call once the operator's ``work_dir`` was seen (Ray calls a per-row operator
+    once per row)."""
+    work_dir = getattr(op, "work_dir", None)
+    try:
+        return _sinks[work_dir]
+    except (KeyError, TypeError):
+        pass
+    context = read_context(work_dir) if isinstance(work_dir, str) else None
+    sink = None
+    if context is not None:
+        directory = JobLayout(context.job_dir).attempt_dir(context.shard_id, context.attempt_id) / WORKER_DIR
+        sink = Sink(directory, context)
+    with _sinks_lock:
+        sink = _sinks.setdefault(work_dir, sink) if isinstance(work_dir, str) else sink
+        while len(_sinks) > 64:  # work dirs of attempts this process served long ago
+            _sinks.pop(next(iter(_sinks)))
+    return sink
+
+
+class QuarantinedBatch:
+    """A batched ``process`` / ``compute_stats``: Data-Juicer's wrapper, or the method with quarantine."""
+
+    def __init__(self, built: Callable[..., Any], method: Callable[..., Any], keep_decision: bool):
+        self.built, self.method, self.keep_decision = built, method, keep_decision
+        self.__wrapped__ = method  # what functools.wraps would say: tracers and docs look here
+
+    def __call__(self, samples: Any, *args: Any, **kwargs: Any) -> Any:
+        op = getattr(self.method, "__self__", None)
+        sink = active_sink(op)
+        if sink is None:
+            return self.built(samples, *args, **kwargs)
+        # What the bisection slices: an Arrow batch no call can change; a dict's columns copied (references
+        # only: Data-Juicer's own process_batched assigns samples[key][i] in place before it can fail).  A
+        # keep decision's dict is Data-Juicer's throwaway copy of the block, which it only reads: not copied.
+        source = samples
+        if not is_arrow(samples) and not self.keep_decision:
+            source = {k: list(v) if isinstance(v, list) else v for k, v in samples.items()}
+
+        def call(batch: Any) -> Any:
+            out = self.method(batch, *args, **kwargs)
+            return list(out) if self.keep_decision else out
+
+        try:
+            return call(samples.to_pydict() if is_arrow(samples) else samples)
+        except Exception as exc:
+            total = batch_rows(source, where=op_name(op))
+            found = isolate(call, source, 0, total, total, exc)
+            sink.record(op, found.failures, source, total)
+            return self._combine(found, source, total)
+
+    def _combine(self, found: Isolation, source: Any, total: int) -> Any:
+        if self.keep_decision:
+            keep = [False] * total  # a row whose keep decision failed is not kept
+            for rows, out in found.parts:
+                if len(out) != len(rows):
+                    raise ValueError(f"{len(out)} keep decisions for {len(rows)} rows")
+                keep[rows.start : rows.stop] = out
+            return keep
+        outputs = [out for _, out in found.parts]
+        return merge(outputs, where="quarantine") if outputs else empty_like(source, extra=SKIPPED_EXTRA)
+
+
+class QuarantinedRow:
+    """A single-row ``process`` / ``compute_stats`` (Ray hands it one-row batches; a Filter's row-level
+    keep decision gets a plain row): Data-Juicer's wrapper, or the method with quarantine."""
+
+    def __init__(self, built: Callable[..., Any], method: Callable[..., Any], return_sample: bool):
+        self.built, self.method, self.return_sample = built, method, return_sample
+        self.__wrapped__ = method
+
+    def __call__(self, sample: Any, *args: Any, **kwargs: Any) -> Any:
+        op = getattr(self.method, "__self__", None)
+        sink = active_sink(op)
+        if sink is None:
+            return self.built(sample, *args, **kwargs)
+        data = sample.to_pydict() if is_arrow(sample) else sample
+        if not _one_row_batch(data):  # a plain row: only a keep decision can leave it out
+            try:
+                return self.method(data, *args, **kwargs)
+            except Exception as exc:
+                if self.return_sample:
+                    raise
+                batch = {k: [v] for k, v in data.items()}
+                sink.record(op, [RowFailure(0, *describe(exc))], batch, 1)
+                return False
+        original = sample if is_arrow(sample) else {k: list(v) for k, v in data.items()}
+        try:
+            result = self.method({key: values[0] for key, values in data.items()}, *args, **kwargs)
+        except Exception as exc:
+            sink.record(op, [RowFailure(0, *describe(exc))], original, 1)
+            if not self.return_sample:
+                return [False]
+            return empty_like(data, extra=SKIPPED_EXTRA)
+        return {key: [value] for key, value in result.items()} if self.return_sample else [result]
+
+
+def engine_quarantine(op: Any, call: Callable[[Any], Any], fatal: Callable[[BaseException], bool]) -> Any:
+    """For adaptive batching's micro-batch loop (``batching.engine.MicroBatcher``): a function
+    ``(batch, start, stop, total, error) -> Isolation`` that bisects a failed slice and records its
+    failing rows, or None outside an elastic_sharded attempt (the loop then skips the slice)."""
+    sink = active_sink(op)
+    if sink is None:
+        return None
+
+    def quarantine(batch: Any, start: int, stop: int, total: int, error: BaseException) -> Isolation:
+        found = isolate(call, batch, start, stop, total, error, fatal=fatal)
+        sink.record(op, found.failures, batch, total)
+        return found
+
+    return quarantine
+
+
+def _one_row_batch(sample: Any) -> bool:
+    """Data-Juicer's test for a batched sample in catch_map_single_exception: every value a list, all one length."""
+    values = iter(sample.values())
+    first = next(values, None)
+    if not isinstance(first, list):
+        return False
+    return all(isinstance(value, list) and len(value) == len(first) for value in values)
+
+
+def _column(batch: Any, name: str, total: int) -> list[Any] | None:
+    if is_arrow(batch):
+        return batch.column(name).to_pylist() if name in batch.column_names else None
+    values = batch.get(name)
+    return list(values) if values is not None and len(values) == total else None
+
+
+def _safe(text: str) -> str:
+    return "".join(c if c.isalnum() or c in "._-" else "_" for c in text)[:40] or "host"

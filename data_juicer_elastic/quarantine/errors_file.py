@@ -1,0 +1,138 @@
+"""After a shard's operators ran: fold the Ray workers' records into the attempt's ``errors.jsonl``,
+and apply ``elastic.max_error_rows``.
+
+The records (:mod:`.collector`, one file per Ray worker process under the attempt's
+``quarantine/``) name each failing row by its shard-local row number.  Here they become the
+attempt's quarantine file (:mod:`jobdir.row_errors`): in input order, each with its global row
+number and the input row's own bytes, read again from the shard (one forward pass, only when
+some row failed).  A row recorded twice (Ray re-ran a task after its worker died) is written
+once: records are the same row when number, operator stage and the row the operator saw agree.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+import os
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Final
+
+import orjson
+from loguru import logger
+
+from data_juicer_elastic.errors import ShardExecutionError
+from data_juicer_elastic.jobdir.row_errors import ATTEMPT_FILE, WORKER_DIR, QuarantineRecord, encode_line
+from data_juicer_elastic.sharedfs import fsio
+
+SETTING: Final = "elastic.max_error_rows"
+
+
+@dataclass(frozen=True)
+class Quarantined:
+    """An attempt's quarantined rows: the file (None when there are none), how many, the first."""
+
+    path: Path | None
+    rows: int
+    first: QuarantineRecord | None
+
+
+def fold_errors(
+    attempt_dir: Path,
+    shard_id: str,
+    input_lines: Callable[[], Iterable[bytes]],
+    first_row: Callable[[], int],
+) -> Quarantined:
+    """Write ``attempt_dir/errors.jsonl`` from the workers' records (nothing when there are none).
+
+    ``input_lines()``: the shard's rows as stored (without newlines, in order); ``first_row()``:
+    the global number of the shard's first row.  Both are called only when some row failed."""
+    records = _read_records(attempt_dir / WORKER_DIR)
+    if not records:
+        return Quarantined(None, 0, None)
+    offset = first_row()
+    wanted = sorted({r["n"] for r in records if r["n"] is not None})
+    rows = _input_rows(input_lines(), wanted, shard_id)
+    path = attempt_dir / ATTEMPT_FILE
+    tmp = path.with_name(f".{path.name}.tmp")
+    first: QuarantineRecord | None = None
+    with open(tmp, "wb") as handle:
+        for record in records:
+            number = record["n"]
+            error = QuarantineRecord(
+                row_number=None if number is None else offset + number,
+                shard=shard_id,
+                shard_row=number,
+                op=str(record.get("op")),
+                op_index=record.get("op_index"),
+                error_type=str(record.get("type")),
+                error=str(record.get("message")),
+            )
+            first = first or error
+            row = rows[number] if number is not None else orjson.dumps(record.get("seen"), default=repr)
+            handle.write(encode_line(error, row))
+    os.replace(tmp, path)
+    return Quarantined(path, len(records), first)
+
+
+def allowed_errors(max_error_rows: float, input_rows: int) -> int:
+    """Rows a shard of ``input_rows`` may quarantine: a count (>= 1), or a fraction (< 1) of its rows,
+    rounded up, so that a fraction lets every non-empty shard set at least one row aside."""
+    if max_error_rows >= 1:
+        return int(max_error_rows)
+    return math.ceil(max_error_rows * input_rows)
+
+
+def check_limit(found: Quarantined, max_error_rows: float, input_rows: int, where: str) -> None:
+    """ShardExecutionError (the shard fails like any error) when more rows failed than allowed."""
+    allowed = allowed_errors(max_error_rows, input_rows)
+    if found.rows <= allowed:
+        return
+    shown = f"{max_error_rows:g}"
+    raise ShardExecutionError(
+        f"operators failed on {found.rows} of {input_rows} rows, more than {SETTING}={shown} allows "
+        f"({allowed}); the first: {found.first.describe() if found.first else 'unknown'}",
+        where=where,
+        hint=f"fix the operator or those rows (each with its error: {found.path}), or raise {SETTING}",
+    )
+
+
+def _read_records(directory: Path) -> list[dict[str, Any]]:
+    """The workers' records, deduplicated, in input order (rows an operator made last)."""
+    seen: dict[tuple, dict[str, Any]] = {}
+    for name in sorted(fsio.list_names(directory)):
+        if not name.endswith(".jsonl"):
+            continue
+        with open(directory / name, "rb") as handle:
+            for line in handle:
+                if not line.endswith(b"\n"):
+                    logger.warning(f"ignoring a torn quarantine record in {directory / name}")
+                    continue
+                record = orjson.loads(line)
+                seen_row = orjson.dumps(record.get("seen"), option=orjson.OPT_SORT_KEYS, default=repr)
+                key = (record.get("n"), str(record.get("stage")), hashlib.sha256(seen_row).hexdigest())
+                seen.setdefault(key, record)
+    made = -1  # rows without a number after every numbered row
+    return [seen[key] for key in sorted(seen, key=lambda k: (k[0] is None, k[0] if k[0] is not None else made, k))]
+
+
+def _input_rows(lines: Iterable[bytes], wanted: list[int], shard_id: str) -> dict[int, bytes]:
+    found: dict[int, bytes] = {}
+    if not wanted:
+        return found
+    targets = iter(wanted)
+    target = next(targets)
+    for number, line in enumerate(lines):
+        if number == target:
+            found[number] = bytes(line)
+            target = next(targets, None)
+            if target is None:
+                break
+    if len(found) != len(wanted):
+        raise ShardExecutionError(
+            f"a quarantine record names input row {wanted[len(found)]}, which the shard does not have",
+            where=f"shard {shard_id}",
+            hint="an operator changed the internal row number column; report it",
+        )
+    return found
