@@ -30,6 +30,7 @@ import contextlib
 import os
 import threading
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 from data_juicer_elastic.compat import dj_ray_dataset
@@ -61,6 +62,24 @@ def shard_source(path: str | os.PathLike, build: Callable[[], Any]) -> Iterator[
             if not _sources:
                 dj_ray_dataset.restore_read(_original)
                 _original = None
+
+
+def shard_key(attempt_dir: str | os.PathLike) -> Path:
+    """The ``dataset_path`` Data-Juicer is given for a shard: only a key (:func:`shard_source`
+    answers Data-Juicer's read of it with the shard as this package read it), inside the
+    attempt.  An empty file is placed there: Data-Juicer's config treats a path that does not
+    exist as a remote dataset."""
+    key = Path(attempt_dir) / "input.jsonl"
+    if not key.exists():
+        key.touch()
+    return key
+
+
+def materialized(tables: list[Any]) -> Any:
+    """A shard's Arrow tables as the materialized Ray dataset :func:`shard_source` hands over."""
+    import ray
+
+    return ray.data.from_arrow(tables)
 
 
 def _read_shard(klass: Any, data_format: Any, paths: Any, **kwargs: Any) -> Any:

@@ -125,6 +125,7 @@ class LazyShardRunner:
             self._runner.close()  # its warm actors live in the runtime: free them first
         finally:
             try:
-                self._runtime.close()
+                with self._starting:  # a start under way (start_early) ends first: ray.init is not interruptible
+                    self._runtime.close()
             finally:
                 self._closed.set()

@@ -45,7 +45,7 @@ from data_juicer_elastic.compat import dj_stage_identities, ray_concat
 from data_juicer_elastic.errors import ElasticError, IntegrationError, ShardExecutionError
 from data_juicer_elastic.execution._attempt_log import attempt_log
 from data_juicer_elastic.execution._dj_config import RAY_JOB_ENV, ShardConfigs, check_recipe, ray_job_env
-from data_juicer_elastic.execution._shard_source import shard_source
+from data_juicer_elastic.execution._shard_source import materialized, shard_key, shard_source
 from data_juicer_elastic.execution.progress_source import note_stage, ray_data_progress
 from data_juicer_elastic.execution.row_types import ArrowRows
 from data_juicer_elastic.execution.row_writer import ExportLayout, write_shard
@@ -194,7 +194,7 @@ class ShardRunner:
                 hint="run shards inside execution.ray_runtime.WarmRayRuntime, or use LazyShardRunner",
             )
         overrides = {
-            "dataset_path": str(shard_key(task)),
+            "dataset_path": str(shard_key(attempt_dir)),
             # RayExecutor builds its exporter even when it does not export: a path it never writes
             "export_path": str(attempt_dir / EXPORT_DIR),
             "export_type": "jsonl",
@@ -232,7 +232,7 @@ class ShardRunner:
         tables = self._tables(task)
         batching = _start_batching(task, cfg, self._manifest)
         try:
-            with shard_source(shard_key(task), lambda: _dataset(tables)):
+            with shard_source(shard_key(task.attempt_dir), lambda: materialized(tables)):
                 result = RayExecutor(cfg).run(skip_export=True)
         finally:
             _finish_batching(batching, task)
@@ -276,23 +276,6 @@ class ShardRunner:
             row_stats_path=None if written.row_stats is None else written.row_stats.path,
             errors_path=quarantined.path,
         )
-
-
-def _dataset(tables: list[Any]) -> Any:
-    import ray
-
-    return ray.data.from_arrow(tables)
-
-
-def shard_key(task: ShardTask) -> Path:
-    """The ``dataset_path`` Data-Juicer is given for a shard: only a key (``_shard_source`` answers
-    Data-Juicer's read of it with the shard as this package read it), inside the attempt.  An
-    empty file is placed there: Data-Juicer's config treats a path that does not exist as a
-    remote dataset."""
-    key = Path(task.attempt_dir) / "input.jsonl"
-    if not key.exists():
-        key.touch()
-    return key
 
 
 def _start_batching(task: ShardTask, cfg: Any, manifest: Mapping[str, Any]) -> JobLayout | None:
