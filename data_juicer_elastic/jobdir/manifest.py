@@ -31,6 +31,12 @@ def load_manifest(job_dir: str | Path) -> Manifest:
     except NotADirectoryError:
         raise confine.not_a_directory(layout.root) from None
     if data is None:
+        if fsio.exists(layout.plan):
+            raise JobDirError(
+                "the job is planned but its shards are not all scanned yet (no manifest.json)",
+                where=str(layout.root),
+                hint="start workers (dj-elastic worker, or dj-process): they scan every shard first",
+            )
         raise JobDirError(
             "job directory is not prepared (no manifest.json)",
             where=str(layout.root),
