@@ -31,6 +31,7 @@ import copy
 import json
 import os
 import re
+import shlex
 import time
 import traceback
 from collections.abc import Iterator, Mapping, Sequence
@@ -180,7 +181,9 @@ class ShardRunner:
                 hint="run shards inside execution.ray_runtime.WarmRayRuntime, or use LazyShardRunner",
             )
         overrides = {
-            "dataset_path": str(task.shard_path),
+            # only a key (``_shard_source`` serves the shard), but Data-Juicer shlex-splits it into
+            # weighted paths: quoted, a job_dir with spaces or quotes stays one path
+            "dataset_path": shlex.quote(str(task.shard_path)),
             # RayExecutor builds its exporter even when it does not export: a path it never writes
             "export_path": str(attempt_dir / EXPORT_DIR),
             "export_type": "jsonl",
