@@ -291,4 +291,5 @@ def check_row_stats_file(
 def requeue_hint(layout: JobLayout, shard_ids: list[str]) -> str:
     """How to run done shards whose result is gone or corrupt again (``jobdir.retry``)."""
     shown = " ".join(shard_ids[:8]) + (" ..." if len(shard_ids) > 8 else "")
-    return f"requeue with `dj-elastic retry --job-dir {shlex.quote(str(layout.root))} --shard-id {shown}`, then run a worker"
+    job = shlex.quote(str(layout.root))  # a command to paste: quoted for the shell
+    return f"requeue with `dj-elastic retry --job-dir {job} --shard-id {shown}`, then run a worker"

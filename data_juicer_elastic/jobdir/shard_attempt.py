@@ -187,7 +187,7 @@ class ShardWorker:
                 _close(attempt, AttemptExit.WORKER_FAULT, error=attempts.error_text(exc))
                 self.release(claim, ReleaseReason.WORKER_FAULT)
                 if isinstance(exc, OSError):
-                    raise storage_error(exc, claim.shard_id) from exc
+                    raise storage_error(exc, claim.shard_id, places=(("job directory", self.layout.root),)) from exc
                 raise
             if not heartbeater.check() or leases.newer_generation_exists(self.layout, claim):
                 # Failing after losing the lease is not evidence against the shard.

@@ -165,7 +165,7 @@ def run_worker(
         except OSError as exc:
             # The job directory refused a write the loop cannot do without (claim, failure
             # record): stop with one clear error naming the path instead of a traceback.
-            raise storage_error(exc, layout.root) from exc
+            raise storage_error(exc, layout.root, places=(("job directory", layout.root),)) from exc
         except WorkerInterrupted as interrupt:
             guard.restore()
             if worker.pending is not None:  # signalled between claiming and running: give it back

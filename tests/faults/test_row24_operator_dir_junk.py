@@ -40,7 +40,7 @@ def test_prepare_ignores_what_python_would_not_import(tmp_path):
 
 
 @pytest.mark.ray
-@pytest.mark.extended  # a real worker: the fingerprint itself is checked against Python's import system in tests/execution
+@pytest.mark.extended  # a real worker; the fingerprint is checked against Python's own import system in tests/execution
 def test_editor_lock_files_neither_stop_prepare_nor_a_worker(tmp_path):
     package = _package(tmp_path / "a", junk=False)
     job = slow_job(tmp_path / "a", 6, 0.0, ops=package)  # prepared before the junk appeared
