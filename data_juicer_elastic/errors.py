@@ -149,6 +149,8 @@ def is_worker_fault(exc: BaseException) -> bool:
 
 # A permission or mount problem of this node, not of the shard.
 PERMANENT_STORAGE_ERRNOS: Final = frozenset({errno.EACCES, errno.EPERM, errno.EROFS})
+# A filesystem that takes no more writes (full, over quota, read-only).
+WRITE_REFUSED_ERRNOS: Final = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EROFS})
 
 
 # Where a failed path lies, for the hint: (role, root) pairs, the most specific first, e.g.
@@ -161,6 +163,9 @@ def storage_error(exc: OSError, where: object, then: str = "run the worker again
     the path (exit 2) and, when it lies in one of ``places``, that place's role and root;
     ``then`` is the step to take once the cause is fixed."""
     path = exc.filename or where
+    if exc.filename2 and exc.errno in WRITE_REFUSED_ERRNOS:
+        path = exc.filename2  # a copy, link or rename: the target is what could not be written
+
     if exc.errno in PERMANENT_STORAGE_ERRNOS:
         advice = f"check that this user may read and write there and that it is not mounted read-only, then {then}"
     elif exc.errno in (errno.ENOSPC, errno.EDQUOT):

@@ -67,6 +67,7 @@ MODULES: Final = (
     "ddsketch_store",
     "importlib_deferred",
     "loguru_handlers",
+    "loguru_file_sinks",
     "ray_worker_mode",
 )
 

@@ -54,11 +54,18 @@ def fill(path: Path, leave_kib: int = 0) -> str:
     return f'n={free}; if [ $n -gt 0 ]; then head -c "${{n}}k" /dev/zero > {filler} 2>/dev/null; fi; true'
 
 
+def fill_when(trigger: Path, path: Path, leave_kib: int = 0) -> str:
+    """A shell step: in the background, fill the filesystem holding ``path`` once ``trigger``
+    exists (a run reached that point), leaving ``leave_kib`` KiB free."""
+    wait = f"while [ ! -e {shlex.quote(str(trigger))} ]; do sleep 0.1; done"
+    return f"( {wait}; {fill(path, leave_kib)} ) &"
+
+
 def run_mounted(steps: list[str], argv: list[str], *, timeout: float = 300, extra_env: dict | None = None):
     """``argv`` (a command of this checkout) after the mount ``steps``, in a namespace of its own."""
     prefix = mount_prefix()
     assert prefix is not None, "check mount_prefix() first"
-    script = " && ".join([*steps, "exec " + shlex.join(argv)])
+    script = " ".join(step if step.endswith("&") else step + " &&" for step in steps) + " exec " + shlex.join(argv)
     return subprocess.run(
         [*prefix, script], cwd=REPO, env=env(extra_env), capture_output=True, text=True, timeout=timeout
     )
