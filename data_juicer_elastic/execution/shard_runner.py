@@ -235,7 +235,6 @@ class ShardRunner:
                 data.iter_batches(batch_size=None, batch_format="pyarrow"),
                 data.columns(),
                 inputs,
-                self.rows.schema.fields,
                 attempt_dir / OUTPUT_FILE,
                 attempt_dir / row_stats.ATTEMPT_FILE,
                 ExportLayout.from_cfg(cfg),
