@@ -103,7 +103,10 @@ def restore_fields(value: dict[str, Any], out: dict[str, Any], depth: int = 1) -
     Data-Juicer's own columns (``__dj__``: stats, meta, hashes) are written as it makes them."""
     result: dict[str, Any] = {}
     for key, sub in value.items():
-        result[key] = restore(sub, out[key], depth) if key in out else None
+        if key in out:
+            result[key] = restore(sub, out[key], depth)
+        elif not key.startswith(DATA_JUICER_PREFIX):  # Data-Juicer's export layout takes its own out
+            result[key] = None
     for key in sorted(k for k in out if k not in value):
         sub = out[key]
         if key.startswith(DATA_JUICER_PREFIX):

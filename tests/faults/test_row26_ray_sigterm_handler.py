@@ -32,11 +32,13 @@ S0, S1 = "part-00000-of-00003", "part-00001-of-00003"
 SLOW_READ_AHEAD = faults({"op": "open", "path": f"/shards/{S1}", "mode": "delay", "delay_secs": 60})
 
 
-def _signalled_when_delayed(argv: list[str], log: Path) -> int:
+def _signalled_when_delayed(argv: list[str], log: Path, job: Path) -> int:
+    """SIGTERM once the first shard is done (RayExecutor ran) and the worker waits for the slow
+    read-ahead of the second; the exit status."""
     with open(log, "w") as err:
         proc = subprocess.Popen(argv, cwd=log.parent, env=env(SLOW_READ_AHEAD), stdout=subprocess.DEVNULL, stderr=err)
     deadline = time.monotonic() + 240
-    while "fault injected: delaying" not in log.read_text():
+    while "fault injected: delaying" not in log.read_text() or not (job / "done" / f"{S0}.json").exists():
         assert proc.poll() is None, f"exited {proc.returncode} first: {log.read_text()[-3000:]}"
         assert time.monotonic() < deadline, f"never reached the slow read-ahead: {log.read_text()[-3000:]}"
         time.sleep(0.1)
@@ -64,7 +66,7 @@ def test_a_sigtermed_worker_dies_by_the_signal_and_releases_its_claims(tmp_path)
     job = slow_job(tmp_path, 6, 0.0, num_shards=3)
     log = tmp_path / "worker.err"
     argv = [sys.executable, "-m", "data_juicer_elastic.cli", "worker", "--job-dir", str(job)]
-    _check(job, _signalled_when_delayed(argv, log), log)
+    _check(job, _signalled_when_delayed(argv, log, job), log)
 
 
 @pytest.mark.extended  # the same handler and the same worker loop as dj-elastic worker's (above)
@@ -81,4 +83,4 @@ def test_a_sigtermed_dj_process_dies_by_the_signal_and_releases_its_claims(tmp_p
     script = Path(sys.executable).with_name("dj-process")
     argv = [str(script) if script.exists() else "dj-process", "--config", str(path)]
     log = tmp_path / "dj-process.err"
-    _check(job, _signalled_when_delayed(argv, log), log)
+    _check(job, _signalled_when_delayed(argv, log, job), log)
