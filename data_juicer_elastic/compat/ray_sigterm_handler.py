@@ -7,7 +7,7 @@ every time, also when the process is connected already (``sys.exit(signum)``), a
 Why.  A worker's SIGTERM must reach its own handler (``jobdir.worker_signals``): it releases
 the running shard and the one claimed ahead (reason ``signal``) and then dies by the signal
 (exit 143).  Data-Juicer's ``RayExecutor`` calls ``initialize_ray(force=True)``, so ``ray.init``,
-for every shard; with Ray's handler in place a SIGTERM'd worker exited 15 and skipped those
+for every shard; with Ray's handler in place a SIGTERM'd worker would exit 15 and skip those
 releases.  :func:`keep_handlers` makes Ray leave a handler the plugin marks as its own and
 install its handler otherwise, as before; nothing else of Ray changes.
 """

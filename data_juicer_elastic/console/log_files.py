@@ -2,9 +2,9 @@
 
 A loguru sink (or a ``logging`` handler) whose file cannot be written makes the library print
 a traceback to stderr for every later record ("--- Logging error in Loguru Handler ---"), and
-the flush when the sink is removed raises out of the run's own ``finally``: a full job
-directory ended ``dj-process`` with exit 1 and dozens of tracebacks instead of its one storage
-error.  So every log file a run writes fails quietly and once:
+the flush when the sink is removed raises out of the run's own ``finally``: on a full job
+directory ``dj-process`` would end with exit 1 and dozens of tracebacks instead of its one
+storage error.  So every log file a run writes fails quietly and once:
 
 * :class:`LogFile` is the file the plugin's own logs are written to (an instance's log in the
   job directory, an attempt's ``process.log``): the first error closes it, one console line

@@ -1,5 +1,5 @@
 """Fault matrix row 21: SIGTERM while a worker holds a shard claimed ahead, at the two moments
-where a worker used to leave that claim to expire after a whole TTL.
+where a worker could leave that claim to expire after a whole TTL.
 
 * the running shard was published and the worker waits in ``ClaimAhead.take()`` for the
   helper's check and read of the shard claimed ahead (a slow read);

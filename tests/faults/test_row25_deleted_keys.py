@@ -5,7 +5,7 @@ Arrow fills a key some rows of a batch lack with null, and a key no row of a bat
 column there; which rows share a batch follows the shard boundaries.  The writer treats null
 and absent as one (``execution.lossless.restore_fields``): a key the input row had is written
 (null once deleted), a null under a key it lacked is not.  Through ``dj-process`` with one row
-per shard (where the deleted key used to vanish) and with one shard (where it came out null).
+per shard (where Arrow drops the deleted key) and with one shard (where it fills it with null).
 The same rule over generated operators and batchings: ``tests/execution/test_lossless.py``;
 through the executor with Ray: ``tests/execution/test_shard_invariance.py``.
 """
