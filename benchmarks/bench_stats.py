@@ -75,7 +75,7 @@ def main() -> None:
             inputs = InputRows(part, "none")
             try:
                 return write_shard(
-                    tables, tables[0].column_names, inputs, schema.fields, root / f"{name}.jsonl",
+                    tables, tables[0].column_names, inputs, root / f"{name}.jsonl",
                     root / f"{name}-stats.jsonl", ExportLayout(), on_row=on_row,
                 ).output  # fmt: skip
             finally:

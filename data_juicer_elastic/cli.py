@@ -21,7 +21,7 @@ from typing import Final
 
 from data_juicer_elastic import __version__
 from data_juicer_elastic.cli_options import add_setting_options, given_settings
-from data_juicer_elastic.errors import EXIT_ERROR, EXIT_OK, ElasticError
+from data_juicer_elastic.errors import EXIT_ERROR, EXIT_OK, ElasticError, storage_error
 
 # Plain text: argparse prints it as it is (the module docstring's reST markup would show).
 DESCRIPTION = "dj-elastic: the lower-level steps of an elastic sharded job."
@@ -372,11 +372,22 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         return args.func(args)
     except ElasticError as err:
-        print(f"error: {err}", file=sys.stderr)
+        _fail(err)
         return err.exit_code
+    except OSError as exc:  # a filesystem that refused a write no step turned into its own error
+        _fail(storage_error(exc, "", "run the command again"))
+        return EXIT_ERROR
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return EXIT_ERROR
+
+
+def _fail(err: ElasticError) -> None:
+    """The one error line, the last one (log sinks closed first: what they report comes before)."""
+    from data_juicer_elastic.console.log_files import close_log_sinks
+
+    close_log_sinks()
+    print(f"error: {err}", file=sys.stderr)
 
 
 def _console(verbose: bool) -> None:

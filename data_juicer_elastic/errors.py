@@ -8,10 +8,11 @@ exit code 2; they never print a traceback for an expected failure.
 
 from __future__ import annotations
 
-import contextlib
 import errno
-from collections.abc import Iterator
-from typing import Final
+import functools
+import os
+from collections.abc import Callable, Sequence
+from typing import Any, Final
 
 EXIT_OK: Final = 0
 EXIT_INCOMPLETE: Final = 1  # `dj-elastic status`: the job is not finished yet
@@ -148,28 +149,85 @@ def is_worker_fault(exc: BaseException) -> bool:
 
 # A permission or mount problem of this node, not of the shard.
 PERMANENT_STORAGE_ERRNOS: Final = frozenset({errno.EACCES, errno.EPERM, errno.EROFS})
+# A filesystem that takes no more writes (full, over quota, read-only).
+WRITE_REFUSED_ERRNOS: Final = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EROFS})
 
 
-def storage_error(exc: OSError, where: object, then: str = "run the worker again") -> JobDirError:
+# Where a failed path lies, for the hint: (role, root) pairs, the most specific first, e.g.
+# (("job directory", job_dir), ("export location", dirname(export_path))).
+Places = Sequence[tuple[str, object]]
+
+
+def storage_error(exc: OSError, where: object, then: str = "run the worker again", places: Places = ()) -> JobDirError:
     """An OSError from the job directory (or an input or output file) as one clear error naming
-    the path (exit 2); ``then`` is the step to take once the cause is fixed."""
+    the path (exit 2) and, when it lies in one of ``places``, that place's role and root;
+    ``then`` is the step to take once the cause is fixed."""
     path = exc.filename or where
+    if exc.filename2 and exc.errno in WRITE_REFUSED_ERRNOS:
+        path = exc.filename2  # a copy, link or rename: the target is what could not be written
+
     if exc.errno in PERMANENT_STORAGE_ERRNOS:
-        hint = "check that this user may read and write the job directory (and that it is not mounted read-only)"
+        advice = f"check that this user may read and write there and that it is not mounted read-only, then {then}"
     elif exc.errno in (errno.ENOSPC, errno.EDQUOT):
-        hint = f"free space or raise the quota there, then {then}"
+        advice = f"free space or raise the quota there, then {then}"
     else:
-        hint = f"check free space, quota and the health of the filesystem holding it, then {then}"
-    return JobDirError(f"storage error: {exc.strerror or exc}", where=str(path), hint=hint)
+        advice = f"check free space, quota and the health of the filesystem there, then {then}"
+    place = place_of(path, places)
+    return JobDirError(
+        f"storage error: {exc.strerror or exc}", where=str(path), hint=f"{place}: {advice}" if place else advice
+    )
 
 
-@contextlib.contextmanager
-def storage_errors(then: str) -> Iterator[None]:
-    """Turn an OSError escaping the block (or the decorated function) into :func:`storage_error`."""
-    try:
-        yield
-    except OSError as exc:
-        raise storage_error(exc, "", then) from exc
+def place_of(path: object, places: Places) -> str | None:
+    """``"the <role> <root>"`` of the first place holding ``path`` (or below it: a folder of
+    the place that could not be created), else None."""
+    text = os.path.abspath(os.fspath(path)) if path else ""
+    for role, root in places:
+        if not text or root is None:
+            continue
+        base = os.path.abspath(os.fspath(root))
+        if text == base or _below(text, base) or _below(base, text):
+            return f"the {role} {base}"
+    return None
+
+
+def _below(path: str, directory: str) -> bool:
+    return path.startswith(directory.rstrip(os.sep) + os.sep)
+
+
+class _StorageErrors:
+    """See :func:`storage_errors`."""
+
+    def __init__(self, then: str, places: Places | Callable[..., Places]):
+        self.then, self.places = then, places
+
+    def _error(self, exc: OSError, places: Places) -> JobDirError:
+        return storage_error(exc, "", self.then, places)
+
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, kind: object, exc: BaseException | None, traceback: object) -> bool:
+        if isinstance(exc, OSError):
+            raise self._error(exc, () if callable(self.places) else self.places) from exc
+        return False
+
+    def __call__(self, function: Callable[..., Any]) -> Callable[..., Any]:
+        @functools.wraps(function)
+        def guarded(*args: Any, **kwargs: Any) -> Any:
+            try:
+                return function(*args, **kwargs)
+            except OSError as exc:
+                places = self.places(*args, **kwargs) if callable(self.places) else self.places
+                raise self._error(exc, places) from exc
+
+        return guarded
+
+
+def storage_errors(then: str, places: Places | Callable[..., Places] = ()) -> _StorageErrors:
+    """Turn an OSError escaping the block (or the decorated function) into :func:`storage_error`.
+    As a decorator, ``places`` may be a function of the call's arguments."""
+    return _StorageErrors(then, places)
 
 
 # -- Signals: BaseExceptions that carry a decision through code that catches Exception. --------------

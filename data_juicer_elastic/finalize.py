@@ -18,7 +18,7 @@ from data_juicer_elastic.coordination import crashpoints
 from data_juicer_elastic.coordination.settle import shard_failed_error
 from data_juicer_elastic.errors import IntegrityError, MergeBusyError, storage_errors
 from data_juicer_elastic.jobdir.attempts import requeue_hint
-from data_juicer_elastic.jobdir.export_path import check_export_path
+from data_juicer_elastic.jobdir.export_path import check_export_path, merge_places
 from data_juicer_elastic.jobdir.layout import JobLayout
 from data_juicer_elastic.preparation import resolve_user_path
 from data_juicer_elastic.shards import steps
@@ -32,7 +32,7 @@ def _import_quietly(name: str) -> None:
         importlib.import_module(name)
 
 
-@storage_errors(then="run the merge again")  # ENOSPC, EIO...: one line naming the path, exit 2
+@storage_errors(then="run the merge again", places=merge_places)  # ENOSPC, EROFS...: one line naming path and place
 def finalize(
     job_dir: str | os.PathLike,
     export_path: str | os.PathLike,

@@ -24,6 +24,7 @@ from typing import Any
 
 from loguru import logger
 
+from data_juicer_elastic.console.log_files import LogFile
 from data_juicer_elastic.coordination import crashpoints
 from data_juicer_elastic.coordination.elections import RunCoordinator
 from data_juicer_elastic.coordination.flow import Phases, Timing, run_coordinated
@@ -198,9 +199,9 @@ def check_same_request(cfg: Any, settings: ElasticSettings, manifest: JobPlan | 
 
 @contextlib.contextmanager
 def instance_log(path: Path) -> Iterator[None]:
-    """This instance's whole log (every phase, every slot-0 shard) in ``<job_dir>/logs/<node>/``."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    sink = logger.add(path, level="INFO", enqueue=False, backtrace=False, diagnose=False)
+    """This instance's whole log (every phase, every slot-0 shard) in ``<job_dir>/logs/<node>/``;
+    a full job directory costs its lines, never the run's own error (``console.log_files``)."""
+    sink = logger.add(LogFile(path, "the instance log"), level="INFO", enqueue=False, backtrace=False, diagnose=False)
     try:
         yield
     finally:

@@ -30,7 +30,6 @@ def rayfree_runner(job_dir: Path, layout: ExportLayout = ExportLayout()):
                 tables,
                 tables[0].column_names,
                 inputs,
-                rows.schema.fields,
                 task.attempt_dir / "output.jsonl",
                 task.attempt_dir / "row-stats.jsonl",
                 layout,

@@ -52,6 +52,7 @@ MODULES: Final = (
     "ray_streaming_executor",
     "ray_services",
     "ray_global_node",
+    "ray_sigterm_handler",
     "dj_ray_dataset",
     "dj_load_ops",
     "dj_op_attributes",
@@ -67,6 +68,7 @@ MODULES: Final = (
     "ddsketch_store",
     "importlib_deferred",
     "loguru_handlers",
+    "loguru_file_sinks",
     "ray_worker_mode",
 )
 

@@ -4,7 +4,8 @@
 * :mod:`.quiet`: the console filter (``-v`` / ``DJ_ELASTIC_VERBOSE=1`` shows everything),
   :func:`say` for the plugin's own lines;
 * :mod:`.displays`: progress of prepare/merge steps and of the whole job;
-* :mod:`.summary`: the lines a finished run ends with.
+* :mod:`.summary`: the lines a finished run ends with;
+* :mod:`.log_files`: log files that fail quietly and once (a full disk costs their lines, not the run).
 
 Importing it imports neither Ray nor Data-Juicer, and names load on first use: the
 entry point imports :mod:`.quiet` into every process that imports Data-Juicer.
@@ -17,8 +18,10 @@ import importlib
 _NAMES = {
     "LOG_EVERY_SECS": "displays",
     "JobDisplay": "displays",
+    "LogFile": "log_files",
     "StepDisplay": "displays",
     "VERBOSE_ENV": "quiet",
+    "guard_file_sinks": "log_files",
     "install_console": "quiet",
     "say": "quiet",
     "set_verbose": "quiet",

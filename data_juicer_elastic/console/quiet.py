@@ -46,6 +46,8 @@ VERBOSE_FORMAT: Final = (
 _DROPPED: Final = (
     ("data_juicer.config.config", re.compile(r"No config file found in work directory")),
     ("data_juicer.config.config", re.compile(r"Number of processes `np` is set as")),
+    # a shard path Data-Juicer would split on spaces is given to it shell-quoted (execution.shard_runner)
+    ("data_juicer.config.config", re.compile(r"dataset_path \['.*/shards/part-\d+-of-\d+\.jsonl.*'\] is not a valid")),
 )
 # Warnings repeated for every operator of every shard: the first is shown, with a note.
 _FOLDED: Final = (

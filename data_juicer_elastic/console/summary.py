@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import shlex
 import time
 from pathlib import Path
 from typing import Any
@@ -45,7 +46,8 @@ def summary_lines(job_dir: str | os.PathLike, result: Any, elapsed_secs: float, 
     if stats.exists():
         overall = f"{stats.stem[: -len('_stats')]}_overall_stats.csv"
         lines.append(f"  stats   {shown_path(stats)} (per row; overall: {overall})")
-    lines.append(f"  report  dj-elastic report --job-dir {shown_path(job_dir)} --output report.html")
+    # a command to paste: a job_dir with spaces or quotes is quoted for the shell
+    lines.append(f"  report  dj-elastic report --job-dir {shlex.quote(shown_path(job_dir))} --output report.html")
     if log_path:
         lines.append(f"  logs    {shown_path(log_path)}{os.sep}")
     return lines

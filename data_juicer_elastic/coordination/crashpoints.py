@@ -27,9 +27,11 @@ finalize   after the merged temp file is complete, before the export path is pub
 ``DJ_ELASTIC_TEST_FAULTS`` is a JSON list of :class:`FaultRule` objects, e.g.
 ``[{"op": "link", "path": "/done/", "errno": "EIO", "mode": "lie", "times": 1}]``:
 ``mode`` ``fail`` raises before the operation (it does not happen), ``lie`` lets it
-happen and then raises (a retransmitted NFS call that "failed").  The error looks
-like the real call's: open/create/link/rename/replace name the path, write/fsync/
-close do not (``fsio`` must add it).
+happen and then raises (a retransmitted NFS call that "failed"), ``delay`` holds it back
+``delay_secs`` and lets it happen (a slow round trip: ``{"op": "link", "path": "/claims/",
+"mode": "delay", "delay_secs": 5}``; no errno; it logs ``fault injected: delaying <op> <path>``
+first, so a test knows the process is inside it).  The error looks like the real call's:
+open/create/link/rename/replace name the path, write/fsync/close do not (``fsio`` must add it).
 """
 
 from __future__ import annotations
@@ -39,11 +41,14 @@ import json
 import os
 import signal
 import threading
+import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Final, Literal
+
+from loguru import logger
 
 from data_juicer_elastic.errors import ConfigError
 from data_juicer_elastic.sharedfs import fault_seam
@@ -91,18 +96,22 @@ class FaultRule:
     """Make matching operations fail: ``op`` (or ``*``), a path substring, an errno name."""
 
     op: str
-    errno: str
+    errno: str = ""  # none for mode delay
     path: str | list[str] = ""  # substring(s) the path must contain (all of them)
-    mode: Literal["fail", "lie"] = "fail"
+    mode: Literal["fail", "lie", "delay"] = "fail"
     skip: int = 0  # let this many matching operations pass first
-    times: int | None = 1  # then fail this many (None: every one)
+    times: int | None = 1  # then fail (or delay) this many (None: every one)
+    delay_secs: float = 0.0  # mode delay: how long each matching operation is held back
     hits: int = field(default=0, compare=False)
 
     def __post_init__(self) -> None:
-        if self.errno not in FAULT_ERRNOS:
+        if self.mode not in ("fail", "lie", "delay"):
+            raise ConfigError(f"mode must be 'fail', 'lie' or 'delay', got {self.mode!r}", where=FAULTS_ENV)
+        if self.mode == "delay":
+            if self.errno or not (isinstance(self.delay_secs, int | float) and self.delay_secs > 0):
+                raise ConfigError("mode 'delay' takes delay_secs > 0 and no errno", where=FAULTS_ENV)
+        elif self.errno not in FAULT_ERRNOS:
             raise ConfigError(f"unknown errno {self.errno!r}; one of {', '.join(FAULT_ERRNOS)}", where=FAULTS_ENV)
-        if self.mode not in ("fail", "lie"):
-            raise ConfigError(f"mode must be 'fail' or 'lie', got {self.mode!r}", where=FAULTS_ENV)
 
     def fires(self, op: str, path: Path) -> bool:
         wanted = [self.path] if isinstance(self.path, str) else self.path
@@ -130,16 +139,22 @@ class FaultPlan:
         self.injected: list[tuple[str, str, str]] = []  # (op, path, errno) of every injected failure
 
     def _check(self, phase: Phase, op: str, path: Path) -> None:
+        delay = 0.0
         with self._lock:
             if self.crash is not None and self.crash.matches(phase, op, path):
                 self._crash_seen += 1
                 if self._crash_seen == self.crash_hit:
                     os.kill(os.getpid(), signal.SIGKILL)
-            wanted = "fail" if phase == "before" else "lie"
+            wanted = ("fail", "delay") if phase == "before" else ("lie",)
             for rule in self.rules:
-                if rule.mode == wanted and rule.fires(op, path):
-                    self.injected.append((op, str(path), rule.errno))
-                    raise rule.error(op, path)
+                if rule.mode in wanted and rule.fires(op, path):
+                    self.injected.append((op, str(path), rule.errno or f"delay {rule.delay_secs:g}s"))
+                    if rule.mode != "delay":
+                        raise rule.error(op, path)
+                    delay += rule.delay_secs
+        if delay:  # outside the lock: other threads' operations go on meanwhile
+            logger.warning(f"fault injected: delaying {op} {path} by {delay:g}s")
+            time.sleep(delay)
 
     def before(self, op: str, path: Path) -> None:
         self._check("before", op, path)

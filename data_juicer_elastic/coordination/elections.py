@@ -195,7 +195,16 @@ class RunCoordinator:
         else:  # an unexpected error: keep its type in the message, report it as ours
             fields = dict(error_type="ElasticError", message=f"{type(error).__name__}: {error}", where=phase, hint=None)
         fields["message"] = (fields["message"] or "")[-MAX_MESSAGE_CHARS:]
-        return self.publish_outcome(Outcome(self.run.value, FAILED, phase, self.instance, time.time(), **fields))
+        try:
+            return self.publish_outcome(Outcome(self.run.value, FAILED, phase, self.instance, time.time(), **fields))
+        except OSError as exc:
+            # The job directory refuses even this record (a full disk that also failed the phase):
+            # this instance reports the phase's own error; the others see its leader heartbeat stop.
+            logger.warning(f"could not record the end of run {self.run.value}: {exc}")
+            if isinstance(error, ElasticError):
+                raise error from None
+            root = self.layout.root
+            raise errors.storage_error(exc, root, "run the job again", (("job directory", root),)) from None
 
     def raise_if_aborted(self) -> None:
         outcome = self.outcome()

@@ -25,16 +25,18 @@ from typing import Final
 
 from loguru import logger
 
+from data_juicer_elastic.console.log_files import LogFile
+
 _FORMAT: Final = "{time:YYYY-MM-DD HH:mm:ss.SSS} | {level: <8} | {name}:{line} - {message}"
 _RAY_DATA_LOGGER: Final = "ray.data"
 
 
 @contextlib.contextmanager
 def attempt_log(path: Path, level: str = "INFO") -> Iterator[None]:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    # One line-buffered stream shared by both writers keeps their lines whole
-    # and in order; append mode keeps what an earlier step of this attempt wrote.
-    stream = open(path, "a", encoding="utf-8", buffering=1)
+    # One line-buffered stream shared by both writers keeps their lines whole and in order;
+    # append mode keeps what an earlier step of this attempt wrote.  A full disk costs its
+    # lines, never the attempt (``console.log_files``): the output write reports it.
+    stream = LogFile(path, "the attempt log")
     sink_id = logger.add(
         stream,
         level=level,
@@ -55,4 +57,4 @@ def attempt_log(path: Path, level: str = "INFO") -> Iterator[None]:
         ray_data.removeHandler(handler)
         with contextlib.suppress(ValueError):  # someone called logger.remove() for all sinks
             logger.remove(sink_id)
-        stream.close()
+        stream.stop()

@@ -9,8 +9,10 @@ rows of both versions.  Prepare records ``code`` in the manifest:
   of each base class, keyed by module name (install locations differ between nodes),
   except modules whose code the versions already name: Data-Juicer's generic operator base
   (``data_juicer.ops.base_op``) and this plugin;
-* ``custom_operator_paths``: per path as the recipe names it, one sha256 over every file
-  below it (relative name and bytes; ``__pycache__`` and ``*.pyc`` left out).
+* ``custom_operator_paths``: per path as the recipe names it, one sha256 over what Python
+  would import from it (relative name and bytes of each module file, :func:`importable_files`):
+  an editor's lock file (Emacs's dangling ``.#ops.py`` link), backups (``ops.py~``), swap
+  files, ``__pycache__`` and data files are not code Python imports, and are left out.
 
 A worker computes the same on its node before its first claim, and again before every
 restart of its Ray runtime (Ray packs the custom operator paths when a runtime starts), and
@@ -21,6 +23,7 @@ refuses to claim when anything differs (:class:`CodeMismatchError`, exit 2, nami
 from __future__ import annotations
 
 import hashlib
+import importlib.machinery
 import inspect
 import os
 from collections.abc import Mapping
@@ -86,7 +89,8 @@ def check_code(recorded: Mapping[str, Any] | None, here: Mapping[str, Any], *, a
 
 
 def tree_sha256(path: str) -> str:
-    """One sha256 over a file, or over every file below a directory (relative names and bytes)."""
+    """One sha256 over a file, or over the module files Python would import from a directory
+    (their relative names and bytes, :func:`importable_files`)."""
     digest = hashlib.sha256()
     root = os.path.abspath(path)
     if os.path.isfile(root):
@@ -94,13 +98,92 @@ def tree_sha256(path: str) -> str:
         return digest.hexdigest()
     if not os.path.isdir(root):
         return "<missing>"
-    for directory, dirs, files in os.walk(root):
-        dirs[:] = sorted(d for d in dirs if d != "__pycache__")
-        for name in sorted(files):
-            if not name.endswith(".pyc"):
-                full = os.path.join(directory, name)
-                _feed(digest, full, os.path.relpath(full, root))
+    for relative, full in importable_files(root):
+        _feed(digest, full, relative)
     return digest.hexdigest()
+
+
+# The suffixes of the import system's file loaders, in the order its FileFinder tries them
+# (extension modules, then source, then bytecode): for one module name the first found is imported.
+_LOADER_SUFFIXES: Final = (
+    *importlib.machinery.EXTENSION_SUFFIXES,
+    *importlib.machinery.SOURCE_SUFFIXES,
+    *importlib.machinery.BYTECODE_SUFFIXES,
+)
+
+
+def importable_files(root: str) -> list[tuple[str, str]]:
+    """(relative name, path) of every file Python would import as a module from the package
+    directory ``root`` and the packages below it, sorted by name.
+
+    The import system's own choice for each name (its FileFinder): a module is
+    ``<identifier><loader suffix>``, a package a directory named like an identifier with an
+    ``__init__`` module (it wins over a module file of its name), a namespace package one
+    without (a module file of its name wins over it); of several files for one module, the
+    first loader's (``m.py`` over a stale ``m.pyc``).  Links are followed as the import system
+    follows them; a dangling one (Emacs's ``.#m.py`` lock) or any other name Python cannot
+    import is left out."""
+    found: list[tuple[str, str]] = []
+    seen: set[str] = set()  # real paths of the directories walked: a link loop is walked once
+
+    def walk(directory: str, prefix: str) -> None:
+        real = os.path.realpath(directory)
+        if real in seen:
+            return
+        seen.add(real)
+        modules, packages = _listing(directory)
+        for name in sorted(set(modules) | set(packages)):
+            package, module = packages.get(name), modules.get(name)
+            if package is not None and (module is None or "__init__" in _listing(package)[0]):
+                walk(package, f"{prefix}{name}/")
+            elif module is not None:
+                found.append((prefix + os.path.basename(module), module))
+
+    walk(root, "")
+    return sorted(found)
+
+
+def _listing(directory: str) -> tuple[dict[str, str], dict[str, str]]:
+    """({module name: the file the import system would load}, {name: package directory})."""
+    try:
+        entries = list(os.scandir(directory))
+    except OSError:  # gone or unreadable while walked: nothing Python could import there
+        return {}, {}
+    modules: dict[str, tuple[int, str]] = {}
+    packages: dict[str, str] = {}
+    for entry in entries:
+        if _is_dir(entry):
+            if entry.name.isidentifier() and entry.name != "__pycache__":
+                packages[entry.name] = entry.path
+            continue
+        rank = _module_rank(entry.name)
+        if rank is not None and _is_file(entry):
+            stem = entry.name[: -len(_LOADER_SUFFIXES[rank])]
+            if stem not in modules or rank < modules[stem][0]:
+                modules[stem] = (rank, entry.path)
+    return {name: path for name, (_, path) in modules.items()}, packages
+
+
+def _module_rank(name: str) -> int | None:
+    """The position of the loader suffix a file named ``name`` is imported by, or None."""
+    for rank, suffix in enumerate(_LOADER_SUFFIXES):
+        if name.endswith(suffix) and name[: -len(suffix)].isidentifier():
+            return rank
+    return None
+
+
+def _is_dir(entry: os.DirEntry) -> bool:
+    try:
+        return entry.is_dir()  # follows a link, as the import system does
+    except OSError:
+        return False
+
+
+def _is_file(entry: os.DirEntry) -> bool:
+    try:
+        return entry.is_file()  # False for a dangling link
+    except OSError:
+        return False
 
 
 def _feed(digest: Any, path: str, name: str) -> None:

@@ -17,17 +17,27 @@ became, or the same integer; a double bit for bit (``-0.0`` stays ``-0.0``); arr
 by element; objects key by key, where a key the input lacked may be null (Arrow filled it
 in) and nothing else.
 
-What cannot be told apart, by construction: an operator that writes the very value
-Arrow would have (``193.0`` for ``193``, or null into a key the row lacked) is taken to
-have left it alone.  ``docs/lossless.md`` lists this with the other limits.
+A key that comes out null or not at all is one thing (Arrow fills a key some rows of a batch
+lack with null, and batches follow the shard boundaries): written as null where the input
+row had the key, left out where it lacked it (:func:`restore_fields`), at every level, so a
+row's bytes never depend on which rows shared its batch.
+
+What cannot be told apart, by construction: an operator that writes the very value Arrow
+would have (``193.0`` for ``193``) is taken to have left it alone; one that deletes a key
+its row had, or nulls it, gives null; one that writes null into a key its row lacked gives
+no key.  ``docs/lossless.md`` lists this with the other limits.
 """
 
 from __future__ import annotations
 
 from math import copysign
-from typing import Any
+from typing import Any, Final
 
-from data_juicer_elastic.rows.row_schema import MAX_TYPED_DEPTH, ListType, StructType
+from data_juicer_elastic.rows.row_schema import MAX_TYPED_DEPTH
+
+# Data-Juicer's own columns (``__dj__stats__``, ``__dj__meta__``, hash columns, ...): its exporter's
+# business, written as it makes them (``row_writer``).
+DATA_JUICER_PREFIX: Final = "__dj__"
 
 
 def equivalent(out: Any, value: Any) -> bool:
@@ -66,35 +76,54 @@ def _as_float(value: int) -> float | None:
         return None
 
 
-def restore(value: Any, out: Any, t: Any, depth: int = 1) -> Any:
-    """What to write for the input ``value`` (schema type ``t``, None where unknown; ``depth``
-    levels below its row) that came out as ``out``."""
+def restore(value: Any, out: Any, depth: int = 1) -> Any:
+    """What to write for the input ``value`` (``depth`` levels below its row) that came out as
+    ``out``: the input's value when they are equivalent, else the operator's (:func:`created`)."""
     if equivalent(out, value):
         return value
     if depth >= MAX_TYPED_DEPTH:
         return out  # a changed value this deep is written as the operator left it (bounded recursion)
     if value.__class__ is dict and out.__class__ is dict:
-        return restore_fields(value, out, t.fields if isinstance(t, StructType) else None, depth + 1)
+        return restore_fields(value, out, depth + 1)
     if value.__class__ is list and out.__class__ is list and len(value) == len(out):
-        item = t.item if isinstance(t, ListType) else None
-        return [restore(v, o, item, depth + 1) for v, o in zip(value, out, strict=True)]
-    return out
+        return [restore(v, o, depth + 1) for v, o in zip(value, out, strict=True)]
+    return created(out, depth)
 
 
-def restore_fields(
-    value: dict[str, Any], out: dict[str, Any], fields: dict[str, Any] | None, depth: int = 1
-) -> dict[str, Any]:
+def restore_fields(value: dict[str, Any], out: dict[str, Any], depth: int = 1) -> dict[str, Any]:
     """An object (a row, or an object inside one) with the input's keys in the input's order,
-    each restored, then what operators added.  A null under a key the input lacked is
-    dropped when Arrow could have filled it in: a key of the schema (``fields``), or any key
-    of a value without a known struct type (Ray re-types those per batch).  Keys an operator
-    removed stay removed."""
+    each restored, then the keys operators added, by name.
+
+    Arrow cannot hold an absent key: a key an operator gave, or left, only some rows of a batch
+    is null in the others, a key it gave no row of a batch is no column there, and a batch's
+    keys come in the order of the first row having each.  Which rows share a batch depends on
+    the shard boundaries, so null and absent are one thing to the writer, and the input row
+    decides how it is written: a key the input row had is written (null, when an operator
+    deleted or nulled it), a null under a key it lacked is not; added keys go by name.
+    Data-Juicer's own columns (``__dj__``: stats, meta, hashes) are written as it makes them."""
     result: dict[str, Any] = {}
     for key, sub in value.items():
         if key in out:
-            result[key] = restore(sub, out[key], None if fields is None else fields.get(key), depth)
-    for key, sub in out.items():
-        if key in value or (sub is None and (fields is None or key in fields)):
-            continue
-        result[key] = sub
+            result[key] = restore(sub, out[key], depth)
+        elif not key.startswith(DATA_JUICER_PREFIX):  # Data-Juicer's export layout takes its own out
+            result[key] = None
+    for key in sorted(k for k in out if k not in value):
+        sub = out[key]
+        if key.startswith(DATA_JUICER_PREFIX):
+            result[key] = sub
+        elif sub is not None:
+            result[key] = created(sub, depth)
     return result
+
+
+def created(out: Any, depth: int = 1) -> Any:
+    """A value an operator made (no input value to compare with) as the same bytes in any batch:
+    as by :func:`restore_fields`, a null under an object's key is dropped (Arrow fills a key some
+    objects of a batch lack with null) and the keys go by name (Arrow orders them by the batch)."""
+    if depth >= MAX_TYPED_DEPTH:
+        return out
+    if out.__class__ is dict:
+        return {k: created(out[k], depth + 1) for k in sorted(out) if out[k] is not None}
+    if out.__class__ is list:
+        return [created(v, depth + 1) for v in out]
+    return out

@@ -24,8 +24,9 @@ from typing import Any, Final
 
 from loguru import logger
 
-from data_juicer_elastic.compat import ray_global_node, ray_services
+from data_juicer_elastic.compat import ray_global_node, ray_services, ray_sigterm_handler
 from data_juicer_elastic.errors import ConfigError, RayConnectionError
+from data_juicer_elastic.jobdir.worker_signals import is_guard_handler
 
 LOCAL: Final = "local"
 AUTO: Final = "auto"
@@ -174,10 +175,10 @@ class WarmRayRuntime:
 
     # -- internals ---------------------------------------------------------
     def _init(self, ray: Any, **kwargs: Any) -> None:
-        # ray.init installs a SIGTERM handler (sys.exit) in the main thread; a
-        # worker loop that installed its own handler first (to publish a
-        # release record) must keep it.
-        previous = signal.getsignal(signal.SIGTERM) if _in_main_thread() else None
+        # ray.init installs a SIGTERM handler (sys.exit) in the main thread, here and again
+        # whenever Data-Juicer's RayExecutor calls it for a shard: the worker loop's own
+        # handler (it releases the claims, then dies by the signal) must stay in force.
+        ray_sigterm_handler.keep_handlers(is_guard_handler)
         try:
             ray.init(namespace=self.namespace, runtime_env=self.runtime_env, log_to_driver=True, **kwargs)
         except Exception as exc:
@@ -186,9 +187,6 @@ class WarmRayRuntime:
                 where=f"ray_address={self.address}",
                 hint="check `ray status` on this node, or use ray_address 'local'",
             ) from exc
-        finally:
-            if callable(previous) and _in_main_thread():
-                signal.signal(signal.SIGTERM, previous)
 
     def _probe(self) -> str:
         """Find and test the target runtime without risking a hang in this process."""
@@ -327,12 +325,6 @@ def _kill_group(proc: subprocess.Popen) -> None:
     except (ProcessLookupError, PermissionError):
         pass
     proc.communicate()
-
-
-def _in_main_thread() -> bool:
-    import threading
-
-    return threading.current_thread() is threading.main_thread()
 
 
 def _last_line(text: str) -> str:

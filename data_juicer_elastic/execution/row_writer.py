@@ -129,7 +129,6 @@ def write_shard(
     batches: Iterable[Any],
     columns: list[str] | None,
     inputs: InputRows,
-    schema_fields: dict[str, Any],
     output_path: Path,
     row_stats_path: Path,
     layout: ExportLayout,
@@ -155,7 +154,7 @@ def write_shard(
                 for name in drop:
                     del row[name]
                 if number is not None:
-                    row = restore_fields(inputs.get(number), row, schema_fields)
+                    row = restore_fields(inputs.get(number), row)
                     restored += 1
                 out.write(encode_row(row))
                 if stats is not None:

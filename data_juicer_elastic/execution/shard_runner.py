@@ -32,6 +32,7 @@ import copy
 import json
 import os
 import re
+import shlex
 import time
 import traceback
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -194,7 +195,9 @@ class ShardRunner:
                 hint="run shards inside execution.ray_runtime.WarmRayRuntime, or use LazyShardRunner",
             )
         overrides = {
-            "dataset_path": str(shard_key(attempt_dir)),
+            # only a key (``_shard_source`` serves the shard), but Data-Juicer shlex-splits it into
+            # weighted paths: quoted, a job_dir with spaces or quotes stays one path
+            "dataset_path": shlex.quote(str(shard_key(attempt_dir))),
             # RayExecutor builds its exporter even when it does not export: a path it never writes
             "export_path": str(attempt_dir / EXPORT_DIR),
             "export_type": "jsonl",
@@ -252,7 +255,6 @@ class ShardRunner:
                 data.iter_batches(batch_size=None, batch_format="pyarrow"),
                 data.columns(),
                 inputs,
-                self.rows.schema.fields,
                 attempt_dir / OUTPUT_FILE,
                 attempt_dir / row_stats.ATTEMPT_FILE,
                 ExportLayout.from_cfg(cfg),

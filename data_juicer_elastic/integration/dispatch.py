@@ -35,7 +35,7 @@ from types import ModuleType
 from typing import Any, NoReturn
 
 from data_juicer_elastic.compat import dj_tool_main
-from data_juicer_elastic.errors import DispatchAbort, DispatchToElastic, ElasticError
+from data_juicer_elastic.errors import DispatchAbort, DispatchToElastic, ElasticError, Places, storage_error
 from data_juicer_elastic.integration import patches
 from data_juicer_elastic.integration.config_block import EXECUTOR_TYPE, is_elastic
 
@@ -65,6 +65,11 @@ def run_tool(module: ModuleType, original, args, kwargs, *, prog: str, dispatch:
                 cfg = real_init_configs(*a, **k)
             except ElasticError as err:
                 raise DispatchAbort(err) from None
+            except OSError as exc:  # Data-Juicer's set-up wrote into a full or read-only work dir
+                if not (dispatch and requests_elastic(sys.argv[1:])):
+                    raise  # a built-in executor's run: Data-Juicer's own behaviour
+                places = recipe_places(sys.argv[1:])
+                raise DispatchAbort(storage_error(exc, "Data-Juicer's work dir", "run it again", places)) from None
             if dispatch and is_elastic(cfg):
                 raise DispatchToElastic(EXECUTOR_TYPE, cfg)
             return cfg
@@ -83,7 +88,21 @@ def run_tool(module: ModuleType, original, args, kwargs, *, prog: str, dispatch:
         run_elastic(cfg)
     except ElasticError as err:
         fail(prog, err)
+    except OSError as exc:  # a filesystem that refused a write no step turned into its own error
+        fail(prog, storage_error(exc, "", "run it again", places=job_places(cfg)))
     return None
+
+
+def job_places(cfg: Any) -> Places:
+    """The job directory and the export location of an elastic cfg (for a storage error's hint)."""
+    from data_juicer_elastic.integration.config_block import settings_from_cfg
+    from data_juicer_elastic.jobdir.export_path import merge_places
+
+    try:
+        job_dir, export = settings_from_cfg(cfg).job_dir, cfg.get("export_path", None)
+    except (ElasticError, AttributeError, TypeError):
+        return ()
+    return merge_places(job_dir, export) if job_dir and export else ()
 
 
 def run_elastic(cfg: Any) -> None:
@@ -108,7 +127,10 @@ def node_log_dir(job_dir: str) -> str:
 
 
 def fail(prog: str, err: ElasticError) -> NoReturn:
-    """One readable line on stderr, then the error's exit code (2)."""
+    """One readable line on stderr, the last one, then the error's exit code (2)."""
+    from data_juicer_elastic.console.log_files import close_log_sinks
+
+    close_log_sinks()
     sys.stdout.flush()
     print(f"{prog}: error: {type(err).__name__}: {err}", file=sys.stderr, flush=True)
     sys.exit(err.exit_code)
@@ -135,12 +157,32 @@ def requests_elastic(argv: Sequence[str]) -> bool:
     return False
 
 
-def _config_requests_elastic(path: str) -> bool:
+def recipe_places(argv: Sequence[str]) -> Places:
+    """The job directory and the export location named by the ``--config`` file (for a storage
+    error raised before Data-Juicer's parse returned a cfg); () when unsure."""
+    argv = list(argv)
+    for i, arg in enumerate(argv):
+        path = argv[i + 1] if arg == "--config" and i + 1 < len(argv) else arg.partition("=")[2]
+        if arg == "--config" or arg.startswith("--config="):
+            data = _recipe(path)
+            block = data.get("elastic") if isinstance(data, dict) else None
+            if isinstance(block, dict) and block.get("job_dir") and data.get("export_path"):
+                from data_juicer_elastic.jobdir.export_path import merge_places
+
+                return merge_places(str(block["job_dir"]), str(data["export_path"]))
+    return ()
+
+
+def _recipe(path: str) -> Any:
     try:
         import yaml
 
         with open(path, encoding="utf-8") as handle:
-            data = yaml.safe_load(handle)
+            return yaml.safe_load(handle)
     except Exception:  # unreadable here means Data-Juicer reports it itself
-        return False
+        return None
+
+
+def _config_requests_elastic(path: str) -> bool:
+    data = _recipe(path)
     return isinstance(data, dict) and data.get("executor_type") == EXECUTOR_TYPE

@@ -272,9 +272,10 @@ def _elastic_setup_logger(real):
     nothing Data-Juicer logs from then on reaches the terminal unfiltered."""
 
     def install_console() -> None:
-        from data_juicer_elastic.console import install_console
+        from data_juicer_elastic.console import guard_file_sinks, install_console
 
         install_console()
+        guard_file_sinks()  # its log files: a full export filesystem costs their lines, not a traceback a line
 
     return dj_config_module.log_file_fixed(real, install_console)
 

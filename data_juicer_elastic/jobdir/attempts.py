@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import re
+import shlex
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
@@ -317,4 +318,5 @@ def check_row_stats_file(
 def requeue_hint(layout: JobLayout, shard_ids: list[str]) -> str:
     """How to run done shards whose result is gone or corrupt again (``jobdir.retry``)."""
     shown = " ".join(shard_ids[:8]) + (" ..." if len(shard_ids) > 8 else "")
-    return f"requeue with `dj-elastic retry --job-dir {layout.root} --shard-id {shown}`, then run a worker"
+    job = shlex.quote(str(layout.root))  # a command to paste: quoted for the shell
+    return f"requeue with `dj-elastic retry --job-dir {job} --shard-id {shown}`, then run a worker"

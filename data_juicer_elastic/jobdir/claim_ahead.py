@@ -167,39 +167,53 @@ class ClaimAhead:
             cycle.go.set()
         return cycle is None or cycle.claimed.wait(timeout)
 
-    def take(self) -> AheadShard | None:
+    def take(self, hand_over: Callable[[Claim], object] = lambda claim: None) -> AheadShard | None:
         """The held shard, to be run now (None when none was claimed, or its lease was lost).
 
         Waits for the helper to finish its check and read (the run would do both anyway), and
-        re-raises an error of its claim (as if the worker loop had claimed itself)."""
-        with self._lock:
-            cycle, self._cycle = self._cycle, None
+        re-raises an error of its claim (as if the worker loop had claimed itself).  The shard
+        stays this object's until ``hand_over(claim)`` has returned (the caller records it as its
+        own pending claim there): a signal at any moment finds it here, or there, and releases it."""
+        cycle = self._cycle
         if cycle is None:
             return None
-        cycle.thread.join()
-        with self._lock:
-            ahead, cycle.held = cycle.held, None
+        cycle.go.set()
+        cycle.thread.join()  # interrupted (SIGTERM): the cycle is still ours, close() releases its shard
+        ahead = cycle.held
         if cycle.error is not None:
+            self._forget(cycle)
             raise cycle.error
         if ahead is None:
+            self._forget(cycle)
             return None
         ahead.heartbeater.stop()  # the run starts its own heartbeater (with liveness) at once
         if not ahead.heartbeater.check() or leases.newer_generation_exists(self.layout, ahead.claim):
             logger.warning(f"{ahead.claim.shard_id}: the lease of the shard claimed ahead was lost; not running it")
-            self._hand_back(ahead, RELEASE_UNRUN)
+            self.release(RELEASE_UNRUN, why="its lease was lost")
+            self._forget(cycle)
             return None
+        hand_over(ahead.claim)
+        self._forget(cycle)
         self.taken += 1
         return ahead
+
+    def _forget(self, cycle: _Cycle) -> None:
+        """The cycle is over (its shard taken, released or never claimed): the next may start."""
+        with self._lock:
+            cycle.held = None
+            if self._cycle is cycle:
+                self._cycle = None
 
     def release(self, reason: ReleaseReason = RELEASE_UNRUN, *, why: str = "", wait_secs: float | None = 0.0) -> None:
         """Hand the held shard back now (any thread; idempotent).  A claim the helper is still
         making is released by the helper itself.  ``wait_secs``: then wait this long for the
-        helper to finish claiming (a process about to exit), None: until it has."""
+        helper to finish claiming and handing that claim back (a process about to exit), None:
+        until it has."""
         with self._lock:
             cycle = self._cycle
             if cycle is None:
                 return
-            if cycle.cancelled is None:
+            if cycle.cancelled is None or reason is RELEASE_SIGNAL:  # a signal while handing back: say so
                 cycle.cancelled = reason
             ahead, cycle.held = cycle.held, None
         cycle.go.set()  # a helper waiting for the tail stops waiting (and claims nothing)
@@ -248,11 +262,14 @@ class ClaimAhead:
             if cancelled is None:
                 heartbeater.start()  # renewed from the moment it is claimed
                 cycle.held = ahead
-        cycle.claimed.set()
         if cancelled is not None:  # the worker gave the cycle up while we were claiming
             logger.info(f"{claim.shard_id}: handing back the shard claimed ahead ({cancelled})")
-            self._hand_back(ahead, cancelled, started=False)
+            try:
+                self._hand_back(ahead, cancelled, started=False)
+            finally:  # only now: a worker about to exit waits for this (release(wait_secs=...))
+                cycle.claimed.set()
             return
+        cycle.claimed.set()
         logger.info(f"claimed {claim.shard_id} ahead (gen {claim.generation}) while the current shard runs")
         self._check_and_read(ahead)
 

@@ -21,7 +21,7 @@ import os
 from collections.abc import Mapping
 from pathlib import Path
 
-from data_juicer_elastic.errors import ConfigError
+from data_juicer_elastic.errors import ConfigError, Places
 
 
 def export_target(path: str | os.PathLike) -> Path:
@@ -39,6 +39,13 @@ def inside(directory: str | os.PathLike, path: str | os.PathLike) -> bool:
     root = os.path.realpath(os.path.abspath(os.path.expanduser(os.fspath(directory))))
     target = _real(export_target(path))
     return target == root or target.startswith(root.rstrip(os.sep) + os.sep)
+
+
+def merge_places(job_dir: str | os.PathLike, export_path: str | os.PathLike, *args: object, **kwargs: object) -> Places:
+    """Where a merge reads and writes, for a storage error's hint (``errors.storage_error``): the
+    job directory, then the export location (the folder of the merged output and its siblings).
+    Takes a merge's own arguments, so it can be given to ``errors.storage_errors`` as is."""
+    return (("job directory", job_dir), ("export location", export_target(export_path).parent))
 
 
 def check_export_path(job_dir: str | os.PathLike, path: str | os.PathLike, key: str = "export_path") -> Path:

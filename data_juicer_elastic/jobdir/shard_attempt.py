@@ -93,11 +93,14 @@ class ShardWorker:
 
     def take_ahead(self) -> tuple[ShardEntry, Claim, AheadShard] | None:
         """The shard claimed ahead while the last one ran, if any (and its lease still held)."""
-        ahead = self.ahead.take() if self.ahead is not None else None
-        if ahead is None:
+        if self.ahead is None:
             return None
-        self.pending = ahead.claim  # from here a signal releases it as any claimed-but-not-run shard
-        return ahead.entry, ahead.claim, ahead
+        # pending from the hand-over on: a signal releases it as any claimed-but-not-run shard
+        ahead = self.ahead.take(hand_over=self._hold)
+        return None if ahead is None else (ahead.entry, ahead.claim, ahead)
+
+    def _hold(self, claim: Claim) -> None:
+        self.pending = claim
 
     def _drop_ahead(self, why: str, reason: ReleaseReason = RELEASE_UNRUN, wait_secs: float | None = None) -> None:
         """The current shard did not finish: hand the shard claimed ahead back at once (another
@@ -189,7 +192,7 @@ class ShardWorker:
                 _close(attempt, AttemptExit.WORKER_FAULT, error=attempts.error_text(exc))
                 self.release(claim, ReleaseReason.WORKER_FAULT)
                 if isinstance(exc, OSError):
-                    raise storage_error(exc, claim.shard_id) from exc
+                    raise storage_error(exc, claim.shard_id, places=(("job directory", self.layout.root),)) from exc
                 raise
             if not heartbeater.check() or leases.newer_generation_exists(self.layout, claim):
                 # Failing after losing the lease is not evidence against the shard.

@@ -193,14 +193,16 @@ def run_worker(
         except OSError as exc:
             # The job directory refused a write the loop cannot do without (claim, failure
             # record): stop with one clear error naming the path instead of a traceback.
-            raise storage_error(exc, layout.root) from exc
+            raise storage_error(exc, layout.root, places=(("job directory", layout.root),)) from exc
         except WorkerInterrupted as interrupt:
-            guard.restore()
+            # The guard stays installed meanwhile: a second SIGTERM (a scheduler's repeat, a
+            # process group's) is absorbed instead of killing the worker before it released.
             if worker.pending is not None:  # signalled between claiming and running: give it back
                 worker.release(worker.pending, ReleaseReason.SIGNAL)
-            if worker.ahead is not None:  # and the shard claimed ahead, before the signal is honoured
+            if worker.ahead is not None:  # and the shard claimed ahead (a claim in flight: once made)
                 worker.ahead.close(RELEASE_SIGNAL, why="signal", wait_secs=heartbeat_secs)
             logger.warning(f"worker stopping on signal {interrupt.signum}")
+            guard.restore()
             honour(interrupt.signum, guard.previous.get(interrupt.signum))
             summary.stop_reason = StopReason.INTERRUPTED  # the previous handler chose not to exit
         finally:

@@ -44,6 +44,12 @@ class SignalGuard:
         self.restore()
 
 
+def is_guard_handler(handler: object) -> bool:
+    """Whether ``handler`` is a SignalGuard's: what a library that installs its own SIGTERM
+    handler (Ray, at every ``ray.init``) must leave in place (``compat.ray_sigterm_handler``)."""
+    return getattr(handler, "__func__", None) is SignalGuard._handler
+
+
 def honour(signum: int, previous: object) -> None:
     """Do what the signal would have done without us."""
     if callable(previous):

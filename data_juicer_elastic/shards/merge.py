@@ -21,7 +21,7 @@ from loguru import logger
 
 from data_juicer_elastic.errors import IntegrityError, JobDirError, OutputExistsError, storage_errors
 from data_juicer_elastic.jobdir import attempts, confine
-from data_juicer_elastic.jobdir.export_path import check_export_path
+from data_juicer_elastic.jobdir.export_path import check_export_path, merge_places
 from data_juicer_elastic.jobdir.layout import JobLayout
 from data_juicer_elastic.jobdir.manifest import load_manifest
 from data_juicer_elastic.jobdir.records import Manifest, ShardEntry
@@ -114,7 +114,7 @@ def _preview(ids: list[str], limit: int = 8) -> str:
     return ", ".join(ids[:limit]) + (f", ... ({len(ids) - limit} more)" if len(ids) > limit else "")
 
 
-@storage_errors(then="run the merge again")  # ENOSPC, EIO...: one line naming the path, exit 2
+@storage_errors(then="run the merge again", places=merge_places)  # ENOSPC, EROFS...: one line naming path and place
 def merge_job(job_dir: str | Path, output_path: str | Path, overwrite: bool = False) -> MergeResult:
     layout = JobLayout(Path(os.path.abspath(job_dir)))
     manifest = load_manifest(layout.root)

@@ -42,7 +42,7 @@ from loguru import logger
 
 from data_juicer_elastic.errors import IntegrityError, JobDirError, MergeBusyError, OutputExistsError, storage_errors
 from data_juicer_elastic.jobdir import confine
-from data_juicer_elastic.jobdir.export_path import check_export_path
+from data_juicer_elastic.jobdir.export_path import check_export_path, merge_places
 from data_juicer_elastic.jobdir.layout import JobLayout
 from data_juicer_elastic.jobdir.manifest import load_manifest
 from data_juicer_elastic.jobdir.records import Manifest, Record
@@ -157,7 +157,7 @@ class _PartialLock:
             self._thread_lock.release()
 
 
-@storage_errors(then="run the merge again")  # ENOSPC, EIO...: one line naming the path, exit 2
+@storage_errors(then="run the merge again", places=merge_places)  # ENOSPC, EROFS...: one line naming path and place
 def follow_merge(
     job_dir: str | Path,
     output_path: str | Path,

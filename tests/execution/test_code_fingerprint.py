@@ -2,10 +2,16 @@
 
 from __future__ import annotations
 
+import importlib.machinery
+import os
+from pathlib import Path
+
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from data_juicer_elastic.errors import CodeMismatchError
-from data_juicer_elastic.execution.code_fingerprint import check_code, code_fingerprint, tree_sha256
+from data_juicer_elastic.execution.code_fingerprint import check_code, code_fingerprint, importable_files, tree_sha256
 
 OPS = """
 from data_juicer.ops.base_op import OPERATORS, Mapper
@@ -78,3 +84,84 @@ def test_code_differences_always_refuse_version_differences_only_without_the_fla
     else:
         check_code(JOB, here, allow_version_mismatch=True)
     check_code(None, here, allow_version_mismatch=False)  # a job prepared before fingerprints: not checked
+
+
+# Names an operator directory may hold: modules, packages, and what editors, Python and users
+# leave beside them (Emacs's dangling lock link, backups, swap files, bytecode, data, ...).
+_STEMS = ("a", "__init__", "pkg", ".#a", "a-b", "2a")
+_SUFFIXES = (".py", ".pyc", ".so", ".abi3.so", importlib.machinery.EXTENSION_SUFFIXES[0], ".py~", ".txt", ".swp", "")
+_ENTRY = st.tuples(
+    st.lists(st.sampled_from(("pkg", "a", "__pycache__", "my-data")), max_size=2),
+    st.sampled_from(_STEMS),
+    st.sampled_from(_SUFFIXES),
+    st.sampled_from(("file", "dir", "dangling", "link")),
+)
+
+
+def _imported_by_python(root: Path) -> list[tuple[str, str]]:
+    """The oracle: what the import system's own FileFinder resolves, package by package."""
+    loaders = (
+        (importlib.machinery.ExtensionFileLoader, importlib.machinery.EXTENSION_SUFFIXES),
+        (importlib.machinery.SourceFileLoader, importlib.machinery.SOURCE_SUFFIXES),
+        (importlib.machinery.SourcelessFileLoader, importlib.machinery.BYTECODE_SUFFIXES),
+    )
+    found = []
+
+    def walk(directory: Path, prefix: str) -> None:
+        finder = importlib.machinery.FileFinder(str(directory), *loaders)
+        names = {p.name.split(".")[0] for p in directory.iterdir()} | {"__init__"}
+        for name in sorted(n for n in names if n.isidentifier()):
+            spec = finder.find_spec(name)
+            if spec is None or name == "__pycache__":
+                continue
+            if spec.submodule_search_locations is not None:  # a package or a namespace package
+                walk(directory / name, f"{prefix}{name}/")
+            else:
+                found.append((prefix + os.path.basename(spec.origin), spec.origin))
+
+    walk(root, "")
+    return sorted(found)
+
+
+@settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(entries=st.lists(_ENTRY, max_size=16))
+def test_the_custom_operator_hash_covers_exactly_what_python_would_import(tmp_path_factory, entries):
+    root = tmp_path_factory.mktemp("ops")
+    (root / "__init__.py").write_text("from . import a\n")
+    for folders, stem, suffix, kind in entries:
+        directory = root.joinpath(*folders)
+        try:
+            directory.mkdir(parents=True, exist_ok=True)
+        except OSError:  # a file or a link is where a folder would be: not this entry
+            continue
+        path = directory / f"{stem}{suffix}"
+        if os.path.lexists(path):
+            continue
+        if kind == "dir":
+            path.mkdir()
+        elif kind == "dangling":
+            path.symlink_to(f"user@host.{len(entries)}:1700000000")  # what Emacs leaves while a buffer is edited
+        elif kind == "link":
+            path.symlink_to(root / "__init__.py")
+        else:
+            path.write_text(f"# {stem}{suffix}\n")
+    expected = _imported_by_python(root)
+    assert importable_files(str(root)) == expected
+    before = tree_sha256(str(root))
+    for _, path in expected:  # every imported file's bytes count ...
+        original = Path(path).read_bytes()
+        Path(path).write_bytes(original + b"# edited\n")
+        assert tree_sha256(str(root)) != before, path
+        Path(path).write_bytes(original)
+    junk = root / ".#__init__.py"  # ... and what Python would not import never does
+    if not os.path.lexists(junk):
+        junk.symlink_to("nobody@nowhere.1:1")
+        assert tree_sha256(str(root)) == before
+
+
+def test_a_package_linked_into_itself_is_walked_once(tmp_path):
+    (tmp_path / "__init__.py").write_text("")
+    (tmp_path / "sub").mkdir()
+    (tmp_path / "sub" / "m.py").write_text("x = 1\n")
+    (tmp_path / "sub" / "again").symlink_to(tmp_path)  # Python would import sub.again.sub.again... for ever
+    assert [name for name, _ in importable_files(str(tmp_path))] == ["__init__.py", "sub/m.py"]

@@ -64,7 +64,7 @@ def through_arrow(batch: list[dict], schema: RowSchema, retype: bool) -> list[di
     if retype:
         table = ray_retyped(table)
     out = table.to_pylist()
-    return [restore_fields(batch[row.pop(ROW_COLUMN)], row, schema.fields) for row in out]
+    return [restore_fields(batch[row.pop(ROW_COLUMN)], row) for row in out]
 
 
 @settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -88,12 +88,14 @@ def test_what_an_operator_changed_is_kept_and_the_rest_restored(batch, data):
     out = rows_in.table(batch, 0).to_pylist()
     i = data.draw(st.integers(0, len(out) - 1))
     out[i]["text"] = "CHANGED by an operator"
-    out[i]["__added__"] = None  # an operator's new field, null: kept (it is not Arrow's filling)
+    out[i]["added"] = 1
+    out[i]["__added__"] = None  # an operator's null in a key the row lacked: Arrow's filling, to the writer
     for j, row in enumerate(out):
-        restored = restore_fields(batch[row.pop(ROW_COLUMN)], row, schema.fields)
+        restored = restore_fields(batch[row.pop(ROW_COLUMN)], row)
         if j == i:
-            assert restored["text"] == "CHANGED by an operator" and "__added__" in restored
-            assert list(restored)[-1] == "__added__", "new keys follow the input's keys"
+            assert restored["text"] == "CHANGED by an operator" and "__added__" not in restored
+            added = [k for k in restored if k not in batch[j]]
+            assert list(restored)[len(batch[j]) :] == added == sorted(added), "new keys follow the input's, by name"
             others = {k: v for k, v in batch[j].items() if k != "text"}
             assert strict_equal({k: restored[k] for k in others}, others)
         else:
@@ -147,3 +149,99 @@ def test_encoding_is_deterministic_and_total():
     assert encode_row({"nan": float("nan"), "inf": float("inf")}) == b'{"nan":null,"inf":null}\n'
     with pytest.raises(Exception, match="cannot be written as JSON"):
         encode_row({"b": b"bytes"})
+
+
+# -- operators that add, delete and re-type nested keys: the bytes of a row do not depend on its batch --
+
+PATHS = [("meta", "src"), ("meta", "n"), ("meta", "deep", "x"), ("meta",), ("tag",), ("extra", "a")]
+NEW_VALUES = [None, "s", 7, {}, {"k": "v"}, {"z": 1, "a": None}, [1, 2], ["x"], {"deep": {"y": "w"}}]
+edit = st.tuples(
+    st.sampled_from(PATHS),
+    st.sampled_from(["delete", "set"]),
+    st.sampled_from(NEW_VALUES),
+    st.integers(1, 3),  # the rows it applies to: index % every == offset
+    st.integers(0, 2),
+)
+nested_rows = st.lists(
+    st.fixed_dictionaries(
+        {"text": st.sampled_from(["a", "b c"])},
+        optional={
+            "meta": st.fixed_dictionaries(
+                {}, optional={"src": st.text(max_size=3), "n": st.sampled_from(["1", "x"]), "deep": st.just({"x": "d"})}
+            ),
+            "tag": st.sampled_from(["t", ""]),
+        },
+    ),
+    min_size=1,
+    max_size=8,
+)
+
+
+def _apply(edits, row: dict, index: int) -> dict:
+    """The operator: each edit on the rows it picks (a deep copy; parents made where missing)."""
+    row = json.loads(json.dumps(row))
+    for path, kind, value, every, offset in edits:
+        if index % every != offset % every:
+            continue
+        parent = row
+        for key in path[:-1]:
+            if not isinstance(parent.get(key), dict):
+                if kind == "delete":
+                    break
+                parent[key] = {}
+            parent = parent[key]
+        else:
+            if kind == "delete":
+                parent.pop(path[-1], None)
+            else:
+                parent[path[-1]] = json.loads(json.dumps(value))
+    return row
+
+
+def _retyped(rows: list[dict]) -> list[dict]:
+    """What Ray makes of an operator's output batch: one column per key any row has (null in the
+    rows without it), each re-inferred from its values (``ray_retyped``)."""
+    from ray.data.extensions import ArrowPythonObjectArray
+
+    keys = list(dict.fromkeys(k for row in rows for k in row))
+    table = pa.Table.from_pydict({k: ArrowPythonObjectArray.from_objects([row.get(k) for row in rows]) for k in keys})
+    return ray_retyped(table).to_pylist()
+
+
+def _written(batch: list[dict], edits, cuts: list[int]) -> list[bytes]:
+    """Each row's output line when the shard is cut at ``cuts`` (each piece one batch)."""
+    schema = RowSchema()
+    schema.observe_all(batch)
+    arrow = ArrowRows.from_manifest(schema.to_json(), where="test")
+    lines = []
+    for start, end in zip([0, *cuts], [*cuts, len(batch)], strict=True):
+        seen = arrow.table(batch[start:end], start).to_pylist()  # what the operator is handed
+        for row in _retyped([_apply(edits, row, row[ROW_COLUMN]) for row in seen]):
+            number = row.pop(ROW_COLUMN)
+            lines.append(encode_row(restore_fields(batch[number], row)))
+    return lines
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(nested_rows, st.lists(edit, min_size=1, max_size=4), st.data())
+def test_an_operators_added_deleted_and_retyped_keys_give_the_same_bytes_in_any_batch(batch, edits, data):
+    whole = _written(batch, edits, [])
+    assert _written(batch, edits, list(range(1, len(batch)))) == whole, "one row per batch"
+    cuts = sorted(data.draw(st.sets(st.integers(1, max(1, len(batch) - 1)), max_size=3)) - {len(batch)})
+    assert _written(batch, edits, cuts) == whole, f"cut at {cuts}"
+    for row, line in zip(batch, whole, strict=True):
+        out = json.loads(line)
+        assert list(out)[: len(row)] == list(row), "every input key stays, in the input's order"
+        for key, value in row.items():
+            touched = any(path[0] == key for path, *_ in edits)
+            assert touched or strict_equal(out[key], value), (key, out, row)
+
+
+def test_a_nested_key_deleted_in_every_other_row_is_null_whatever_the_batch():
+    batch = [{"id": i, "meta": {"src": f"s{i}", "n": "x"}} for i in range(4)]
+    edits = [(("meta", "src"), "delete", None, 2, 1), (("tag",), "set", "t", 2, 0), (("extra",), "set", None, 1, 0)]
+    for cuts in ([], [1, 2, 3]):
+        rows = [json.loads(line) for line in _written(batch, edits, cuts)]
+        assert rows[1] == {"id": 1, "meta": {"src": None, "n": "x"}}, "deleted: null, as in a batch with the others"
+        assert rows[0] == {"id": 0, "meta": {"src": "s0", "n": "x"}, "tag": "t"}
+        assert "tag" not in rows[1], "added to some rows: absent in the others"

@@ -59,10 +59,11 @@ rows = st.lists(
 ).map(lambda items: [{"id": i, "text": text, **other} for i, (text, other) in enumerate(items)])
 
 
-def merged_bytes(data: Path, root: Path, shards: int, cache_dir: Path) -> tuple[bytes, bytes]:
+def merged_bytes(data: Path, root: Path, shards: int, cache_dir: Path, job_recipe: dict = RECIPE) -> tuple[bytes, ...]:
     job = root / f"job-{shards}"
-    manifest = prepare_job(PrepareRequest(job, data, shards, RECIPE, compute_stage_identities(RECIPE))).manifest
-    runner = ShardRunner(RECIPE, manifest.stage_identities, cache_dir, row_schema=manifest.row_schema)
+    request = PrepareRequest(job, data, shards, job_recipe, compute_stage_identities(job_recipe))
+    manifest = prepare_job(request).manifest
+    runner = ShardRunner(job_recipe, manifest.stage_identities, cache_dir, row_schema=manifest.row_schema)
     summary = run_worker(
         job,
         WorkerIdentity.current(node_id="invariance"),
@@ -75,7 +76,8 @@ def merged_bytes(data: Path, root: Path, shards: int, cache_dir: Path) -> tuple[
     assert summary.complete
     output = root / f"merged-{shards}.jsonl"
     merge_job(job, output)
-    return output.read_bytes(), output.with_name(f"merged-{shards}_stats.jsonl").read_bytes()
+    stats = output.with_name(f"merged-{shards}_stats.jsonl")
+    return output.read_bytes(), stats.read_bytes() if stats.exists() else b""
 
 
 @settings(
@@ -102,3 +104,48 @@ def test_merged_bytes_are_the_same_for_any_num_shards(ray_runtime, cache_dir, tm
         assert strict_equal(
             {k: v for k, v in row.items() if k != "text"}, {k: v for k, v in kept[row["id"]].items() if k != "text"}
         )
+
+
+# An operator that adds, deletes and re-types (nested) keys of some rows (the rows it picks by id).
+edits = st.lists(
+    st.tuples(
+        st.sampled_from(["meta.src", "meta.deep.x", "meta", "tag", "extra.a"]),
+        st.sampled_from(["delete", "set"]),
+        st.sampled_from([None, "s", 7, {}, {"k": "v"}, {"z": 1, "a": None}, [1, 2], ["x"]]),
+        st.integers(1, 3),
+        st.integers(0, 2),
+    ),
+    min_size=1,
+    max_size=3,
+)
+nested_rows = st.lists(
+    st.fixed_dictionaries(
+        {},
+        optional={
+            "meta": st.fixed_dictionaries({}, optional={"src": st.text(max_size=3), "deep": st.just({"x": "d"})}),
+            "tag": st.sampled_from(["t", ""]),
+        },
+    ),
+    min_size=2,
+    max_size=6,
+).map(lambda items: [{"id": i, "text": f"row {i}", **item} for i, item in enumerate(items)])
+
+
+@settings(
+    max_examples=EXAMPLES,
+    deadline=None,
+    derandomize=EXAMPLES <= 3,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture, HealthCheck.data_too_large],
+)
+@pytest.mark.extended
+@given(nested_rows, edits, st.data())
+def test_an_operator_reshaping_keys_gives_the_same_bytes_for_any_num_shards(
+    ray_runtime, cache_dir, tmp_path_factory, batch, edit_list, data
+):
+    root = tmp_path_factory.mktemp("reshape")
+    source = root / "input.jsonl"
+    source.write_text("".join(json.dumps(row, ensure_ascii=False) + "\n" for row in batch), encoding="utf-8")
+    job_recipe = recipe(process=[{"dj_elastic_test_reshape_mapper": {"edits": json.dumps(edit_list)}}])
+    reference = merged_bytes(source, root, 1, cache_dir, job_recipe)
+    for shards in data.draw(st.lists(st.integers(2, len(batch)), min_size=1, max_size=2, unique=True)):
+        assert merged_bytes(source, root, shards, cache_dir, job_recipe) == reference, f"{shards} shards"

@@ -184,7 +184,7 @@ def test_the_ray_runners_own_output_write_reaches_the_seam(tmp_path, op):
     def write():
         inputs = InputRows(source)
         try:
-            return write_shard([batch], ["id"], inputs, {}, output, output.with_name("s.jsonl"), ExportLayout())
+            return write_shard([batch], ["id"], inputs, output, output.with_name("s.jsonl"), ExportLayout())
         finally:
             inputs.close()
 

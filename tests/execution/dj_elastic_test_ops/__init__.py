@@ -4,6 +4,7 @@ Kept as a top-level package (not imported as ``tests.execution...``) so Ray
 workers import it from the runtime's ``py_modules`` by the same name.
 """
 
+import json
 import os
 import time
 
@@ -65,3 +66,43 @@ class LoadsMapper(Mapper):
             open(self.marker, "w").close()
             raise RuntimeError(f"loads mapper: first attempt at idx {self.fail_idx} fails")
         return samples
+
+
+@OPERATORS.register_module("dj_elastic_test_reshape_mapper")
+class ReshapeMapper(Mapper):
+    """Adds, deletes and re-types (nested) keys of the rows it picks: ``edits`` is a JSON list of
+    ``[path, "delete" | "set", value, every, offset]`` (``path``: keys joined by ``.``), applied to
+    the rows whose ``id`` % ``every`` == ``offset``.  Batched, as an operator that adds a column
+    to some rows of a batch only must be: the others get None there."""
+
+    _batched_op = True
+
+    def __init__(self, edits: str = "[]", *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.edits = json.loads(edits)
+
+    def process_batched(self, samples):
+        keys = list(samples)
+        rows = [dict(zip(keys, values, strict=True)) for values in zip(*samples.values(), strict=True)]
+        rows = [self._edit(row) for row in rows]
+        names = list(dict.fromkeys(k for row in rows for k in row))
+        return {k: [row.get(k) for row in rows] for k in names}
+
+    def _edit(self, row):
+        for path, kind, value, every, offset in self.edits:
+            if row.get("id", 0) % every != offset % every:
+                continue
+            *parents, last = path.split(".")
+            target = row
+            for key in parents:
+                if not isinstance(target.get(key), dict):
+                    if kind == "delete":
+                        break
+                    target[key] = {}
+                target = target[key]
+            else:
+                if kind == "delete":
+                    target.pop(last, None)
+                else:
+                    target[last] = json.loads(json.dumps(value))
+        return row

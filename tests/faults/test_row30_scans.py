@@ -1,4 +1,4 @@
-"""Matrix row 25: faults in the scan phase, tested like shard runs.
+"""Matrix row 30: faults in the scan phase, tested like shard runs.
 
 Every shard is scanned (read once, its rows checked, hashed) as a claimable task under
 ``scans/``, through the same leases, generation fencing, takeover and budgets as shard runs,

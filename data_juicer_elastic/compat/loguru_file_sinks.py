@@ -1,0 +1,121 @@
+"""loguru 0.7: the file sinks of the global logger, made to fail quietly and once.
+
+Target: ``loguru._file_sink.FileSink`` (the sink ``logger.add(<path>)`` creates), reached
+through each handler's ``_sink`` (``loguru.logger._core.handlers``, see ``loguru_handlers``):
+its ``write(message)``, ``stop()``, ``_path`` and ``_file``.
+
+Why.  Data-Juicer's ``setup_logger`` adds file sinks in its work dir (by default the export
+path's folder).  On a full or read-only filesystem each record then makes loguru print
+"--- Logging error in Loguru Handler ---" and a traceback to stderr, for the rest of the run.
+:func:`tolerate_write_errors` wraps each such sink once: its first failing write closes the
+file and calls ``on_error(path, exc)``, later records are dropped, removing it raises nothing.
+loguru has no public hook for a sink's errors (``catch=False`` would raise them into every
+logging call instead).
+"""
+
+from __future__ import annotations
+
+import tempfile
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, Final
+
+from loguru import logger
+
+from data_juicer_elastic.compat.loguru_handlers import REQUIREMENT
+from data_juicer_elastic.errors import IntegrationError
+
+TARGET: Final = "loguru._file_sink.FileSink"
+_MARK: Final = "__dj_elastic_tolerant__"
+
+OnError = Callable[[str, OSError], None]
+
+
+def _file_sink_class() -> type | None:
+    try:
+        from loguru._file_sink import FileSink
+    except ImportError:  # pragma: no cover - loguru moved it: self_check says so
+        return None
+    return FileSink
+
+
+def tolerate_write_errors(on_error: OnError) -> int:
+    """Wrap every file sink of the global logger not wrapped yet; how many were wrapped."""
+    file_sink = _file_sink_class()
+    table = getattr(getattr(logger, "_core", None), "handlers", None) or {}
+    wrapped = 0
+    for handler in list(table.values()):
+        sink = getattr(handler, "_sink", None)
+        if file_sink is None or not isinstance(sink, file_sink) or getattr(sink, _MARK, False):
+            continue
+        _wrap(sink, on_error)
+        wrapped += 1
+    return wrapped
+
+
+def remove_file_sinks() -> None:
+    """Remove (close, and compress as configured) every file sink of the global logger."""
+    file_sink = _file_sink_class()
+    table = getattr(getattr(logger, "_core", None), "handlers", None) or {}
+    for handler_id, handler in list(table.items()):
+        if file_sink is not None and isinstance(getattr(handler, "_sink", None), file_sink):
+            try:
+                logger.remove(handler_id)
+            except ValueError:  # removed meanwhile
+                pass
+
+
+def _wrap(sink: Any, on_error: OnError) -> None:
+    write, stop = sink.write, sink.stop
+    path = str(getattr(sink, "_path", "") or "<log file>")
+    failed = False
+
+    def fail(exc: OSError) -> None:
+        nonlocal failed
+        failed = True
+        try:
+            handle = getattr(sink, "_file", None)
+            if handle is not None:
+                handle.close()  # flushes (fails again) and closes the descriptor anyway
+        except (OSError, ValueError):
+            pass
+        on_error(path, exc)
+
+    def tolerant_write(message: Any) -> None:
+        if failed:
+            return
+        try:
+            write(message)
+        except OSError as exc:
+            fail(exc)
+
+    def tolerant_stop() -> None:
+        if failed:
+            return
+        try:
+            stop()
+        except OSError as exc:
+            fail(exc)
+
+    sink.write, sink.stop = tolerant_write, tolerant_stop
+    setattr(sink, _MARK, True)
+
+
+def self_check() -> str:
+    file_sink = _file_sink_class()
+    with tempfile.TemporaryDirectory() as directory:
+        handler_id = logger.add(Path(directory) / "check.log", level="CRITICAL")
+        try:
+            table = getattr(getattr(logger, "_core", None), "handlers", None) or {}
+            sink = getattr(table.get(handler_id), "_sink", None)
+            found = file_sink is not None and isinstance(sink, file_sink)
+            parts = found and all(callable(getattr(sink, name, None)) for name in ("write", "stop"))
+            if not (parts and isinstance(getattr(sink, "_path", None), str) and hasattr(sink, "_file")):
+                raise IntegrationError(
+                    f"{TARGET}: a file sink no longer has write, stop, _path and _file",
+                    where=TARGET,
+                    hint=f"install {REQUIREMENT}",
+                )
+        finally:
+            logger.remove(handler_id)
+    return f"{TARGET} found (write, stop, _path, _file)"

@@ -1,0 +1,70 @@
+"""Ray 2.60: the SIGTERM handler Ray installs whenever it connects or starts a node.
+
+Target: ``ray._private.utils.set_sigterm_handler``, which ``ray.init`` calls in the main thread
+every time, also when the process is connected already (``sys.exit(signum)``), and which
+``ray._private.node.Node`` calls for a node it starts (kill the node, ``sys.exit(1)``).
+
+Why.  A worker's SIGTERM must reach its own handler (``jobdir.worker_signals``): it releases
+the running shard and the one claimed ahead (reason ``signal``) and then dies by the signal
+(exit 143).  Data-Juicer's ``RayExecutor`` calls ``initialize_ray(force=True)``, so ``ray.init``,
+for every shard; with Ray's handler in place a SIGTERM'd worker would exit 15 and skip those
+releases.  :func:`keep_handlers` makes Ray leave a handler the plugin marks as its own and
+install its handler otherwise, as before; nothing else of Ray changes.
+"""
+
+from __future__ import annotations
+
+import functools
+import signal
+from collections.abc import Callable
+from typing import Any, Final
+
+from loguru import logger
+
+from data_juicer_elastic.compat import ALREADY, APPLIED, ORIGINAL, import_target, is_installed, ray_moved
+
+MODULE: Final = "ray._private.utils"
+TARGET: Final = f"{MODULE}.set_sigterm_handler"
+CALLERS: Final = ("ray._private.worker.init", "ray._private.node.Node._register_shutdown_hooks")
+
+_keep: Callable[[Any], bool] | None = None  # which installed SIGTERM handlers Ray must leave in place
+
+
+def keep_handlers(keep: Callable[[Any], bool]) -> str:
+    """From now on in this process, Ray installs its SIGTERM handler only where the handler in
+    place is not one ``keep(handler)`` claims.  ``APPLIED`` / ``ALREADY`` (the predicate is
+    replaced either way)."""
+    global _keep
+    _keep = keep
+    utils = import_target(MODULE, where="ray")
+    original = getattr(utils, "set_sigterm_handler", None)
+    if not callable(original):
+        raise ray_moved(f"{TARGET} is missing", where=TARGET)
+    if is_installed(original):
+        return ALREADY
+
+    @functools.wraps(original)
+    def set_sigterm_handler(sigterm_handler):
+        current = signal.getsignal(signal.SIGTERM)
+        if _keep is not None and _keep(current):
+            logger.debug("Ray's SIGTERM handler not installed: the worker's own is in force")
+            return None
+        return original(sigterm_handler)
+
+    setattr(set_sigterm_handler, ORIGINAL, original)
+    utils.set_sigterm_handler = set_sigterm_handler
+    return APPLIED
+
+
+def self_check() -> str:
+    utils = import_target(MODULE, where="ray")
+    if not callable(getattr(utils, "set_sigterm_handler", None)):
+        raise ray_moved(f"{TARGET} is missing", where=TARGET)
+    import inspect
+
+    from ray._private import node, worker
+
+    for caller, function in zip(CALLERS, (worker.init, node.Node._register_shutdown_hooks), strict=True):
+        if "set_sigterm_handler" not in inspect.unwrap(function).__code__.co_names:
+            raise ray_moved(f"{caller} no longer installs its SIGTERM handler through {TARGET}", where=TARGET)
+    return f"{TARGET} found (called by {', '.join(CALLERS)})"

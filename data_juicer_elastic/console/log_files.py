@@ -1,0 +1,132 @@
+"""Log files that never stop a run: a full or read-only filesystem under one costs its lines.
+
+A loguru sink (or a ``logging`` handler) whose file cannot be written makes the library print
+a traceback to stderr for every later record ("--- Logging error in Loguru Handler ---"), and
+the flush when the sink is removed raises out of the run's own ``finally``: on a full job
+directory ``dj-process`` would end with exit 1 and dozens of tracebacks instead of its one
+storage error.  So every log file a run writes fails quietly and once:
+
+* :class:`LogFile` is the file the plugin's own logs are written to (an instance's log in the
+  job directory, an attempt's ``process.log``): the first error closes it, one console line
+  says so, every later line is dropped;
+* :func:`guard_file_sinks` gives the file sinks Data-Juicer adds to loguru (its log files in
+  the export directory, its default work dir) the same behaviour (``compat.loguru_file_sinks``).
+
+The job itself goes on; what needs the filesystem (claims, outputs, the merge) reports its own
+storage error.  The console line is written to the terminal directly, not through the logger:
+a sink that logged from inside its own failed write would re-enter loguru's lock.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from pathlib import Path
+from typing import IO, Any
+
+from data_juicer_elastic.console import terminal
+
+_reported: set[str] = set()
+_report_lock = threading.Lock()
+
+
+def report_broken(path: str | os.PathLike, what: str, exc: BaseException) -> None:
+    """One console line the first time the log file at ``path`` cannot be written."""
+    key = os.path.abspath(os.fspath(path))
+    with _report_lock:
+        if key in _reported:
+            return
+        _reported.add(key)
+    reason = getattr(exc, "strerror", None) or str(exc) or type(exc).__name__
+    try:
+        terminal.write(
+            f"{time.strftime('%H:%M:%S')} WARNING {what} {key} cannot be written ({reason}); "
+            "its lines are dropped from now on\n"
+        )
+    except (OSError, ValueError):  # not even the console: nothing more to do
+        pass
+
+
+class LogFile:
+    """An append-only text file for a loguru sink or a ``logging.StreamHandler``; never raises.
+
+    ``what`` names it in the one console line written when it fails (``"the instance log"``)."""
+
+    def __init__(self, path: str | os.PathLike, what: str):
+        self.path, self.what = Path(path), what
+        self.name = str(self.path)  # how loguru names the sink
+        self.failed: OSError | None = None
+        self._lock = threading.Lock()
+        self._stream: IO[str] | None = None
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            self._stream = open(self.path, "a", encoding="utf-8", buffering=1)  # noqa: SIM115 - closed by stop()
+        except OSError as exc:
+            self._fail(exc)
+
+    def write(self, text: str) -> int:
+        with self._lock:
+            if self._stream is not None:
+                try:
+                    self._stream.write(text)
+                except OSError as exc:
+                    self._fail(exc)
+        return len(text)
+
+    def flush(self) -> None:
+        with self._lock:
+            if self._stream is not None:
+                try:
+                    self._stream.flush()
+                except OSError as exc:
+                    self._fail(exc)
+
+    def stop(self) -> None:
+        """Close it (loguru calls this when the sink is removed)."""
+        with self._lock:
+            stream, self._stream = self._stream, None
+        if stream is not None:
+            try:
+                stream.close()
+            except OSError as exc:
+                self.failed = exc
+                report_broken(self.path, self.what, exc)
+
+    close = stop
+
+    def _fail(self, exc: OSError) -> None:  # with the lock held, or from __init__
+        self.failed = exc
+        stream, self._stream = self._stream, None
+        if stream is not None:
+            try:
+                stream.close()  # flushes what is buffered: fails again, and the file is closed anyway
+            except OSError:
+                pass
+        report_broken(self.path, self.what, exc)
+
+
+def guard_file_sinks() -> None:
+    """Every loguru file sink of this process (Data-Juicer's) fails quietly and once, as a
+    :class:`LogFile` does; call after Data-Juicer set its logger up (idempotent)."""
+    from data_juicer_elastic.compat import loguru_file_sinks
+
+    loguru_file_sinks.tolerate_write_errors(_report_data_juicer_log)
+
+
+def close_log_sinks() -> None:
+    """The run is over with an error: the log files are closed now (queued records written,
+    Data-Juicer's files compressed), so what they report comes before the one error line."""
+    from loguru import logger
+
+    from data_juicer_elastic.compat import loguru_file_sinks
+
+    try:
+        logger.complete()
+        loguru_file_sinks.remove_file_sinks()
+    except (OSError, ValueError):  # pragma: no cover - a sink outside this package's care
+        pass
+
+
+def _report_data_juicer_log(path: Any, exc: BaseException) -> None:
+    report_broken(path, "Data-Juicer's log file", exc)
