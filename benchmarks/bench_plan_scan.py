@@ -8,7 +8,9 @@ Sections (``--sections``, default all):
            (target <= 1 MiB).  The sides alternate; the median of ``--repeat`` runs.
   scan     the scans of the big input's plan: one scanning process alone, then two at once
            (real `scan_job` over the job directory, the real scanner, no Ray): each one's share
-           of the bytes (target 40-60%) and the walls.
+           of the bytes (target 40-60%), the walls and CPU-seconds per GB; with
+           ``--baseline-src``, that revision's whole prepare of the same input (it read, checked,
+           hashed and wrote every shard on one node) for its CPU-seconds per GB.
   job      the whole job through `dj-process` (the demo recipe) on an input of ``--job-mb``:
            this checkout (plan, scans on the workers, run) with one instance and with two
            instances of one run (2 workers sharing the node's cores), and, with
@@ -27,6 +29,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import resource
 import shutil
 import statistics
 import subprocess
@@ -113,14 +116,28 @@ def prepare_section(work: Path, small: Path, big: Path, repeat: int) -> dict:
     }
 
 
-def scan_section(work: Path, big: Path) -> dict:
+def children_cpu() -> float:
+    """CPU-seconds of the finished children this process waited for (and their waited-for children)."""
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
+def scan_section(work: Path, big: Path, baseline: Path | None) -> dict:
     env = env_for(REPO)
     out: dict = {"load_before": uptime()}
+    gb = big.stat().st_size / 1e9
+    if baseline is not None:  # the whole prepare before: one node reads, checks, hashes and writes every shard
+        name = "old-prepare"
+        shutil.rmtree(work / name, ignore_errors=True)
+        cpu0 = children_cpu()
+        seconds = wall(["dj-elastic", "prepare", "--config", str(recipe(work, name, big))], env_for(baseline))
+        out["baseline_prepare"] = {"wall_secs": seconds, "cpu_s_per_gb": (children_cpu() - cpu0) / gb}
     for workers in (1, 2):
         name = f"scan{workers}"
         shutil.rmtree(work / name, ignore_errors=True)
         wall(["dj-elastic", "prepare", "--config", str(recipe(work, name, big))], env)
         job = work / name / "job"
+        cpu0 = children_cpu()
         t0 = time.perf_counter()
         procs = [
             subprocess.Popen([sys.executable, "-c", SCANNER, str(job), f"node-{k}"], env=env, stdout=subprocess.PIPE)
@@ -129,6 +146,7 @@ def scan_section(work: Path, big: Path) -> dict:
         for proc in procs:
             proc.wait()
         elapsed = time.perf_counter() - t0
+        cpu = children_cpu() - cpu0
         shares: dict[str, int] = {}
         for record in (job / "scans" / "done").iterdir():
             data = json.loads(record.read_bytes())
@@ -136,6 +154,7 @@ def scan_section(work: Path, big: Path) -> dict:
         total = sum(shares.values())
         out[f"{workers}_worker(s)"] = {
             "wall_secs": elapsed,
+            "cpu_s_per_gb": cpu / gb,
             "mb_per_sec": total / MB / elapsed,
             "share": {node: size / total for node, size in sorted(shares.items())},
         }
@@ -191,7 +210,7 @@ def main() -> None:
         result["prepare"] = prepare_section(work, inputs[args.size_mb], inputs[10 * args.size_mb], args.repeat)
         print(json.dumps({"prepare": result["prepare"]}, indent=1), flush=True)
     if "scan" in sections:
-        result["scan"] = scan_section(work, inputs[10 * args.size_mb])
+        result["scan"] = scan_section(work, inputs[10 * args.size_mb], args.baseline_src)
         print(json.dumps({"scan": result["scan"]}, indent=1), flush=True)
     if "job" in sections:
         result["job"] = job_section(work, inputs[args.job_mb], args.baseline_src)

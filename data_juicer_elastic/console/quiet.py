@@ -46,8 +46,11 @@ VERBOSE_FORMAT: Final = (
 _DROPPED: Final = (
     ("data_juicer.config.config", re.compile(r"No config file found in work directory")),
     ("data_juicer.config.config", re.compile(r"Number of processes `np` is set as")),
-    # a shard path Data-Juicer would split on spaces is given to it shell-quoted (execution.shard_runner)
-    ("data_juicer.config.config", re.compile(r"dataset_path \['.*/shards/part-\d+-of-\d+\.jsonl.*'\] is not a valid")),
+    # a shard's key path Data-Juicer would split on spaces is given to it shell-quoted (execution.shard_runner)
+    (
+        "data_juicer.config.config",
+        re.compile(r"dataset_path \['.*/attempts/part-\d+-of-\d+/.*/input\.jsonl.*'\] is not a valid"),
+    ),
 )
 # Warnings repeated for every operator of every shard: the first is shown, with a note.
 _FOLDED: Final = (

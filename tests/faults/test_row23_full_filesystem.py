@@ -83,11 +83,11 @@ def test_a_failed_prepare_whose_outcome_record_fails_too_reports_the_prepare_err
     instance reports the prepare's storage error (the others see its heartbeat stop)."""
     data = write_input(tmp_path / "input.jsonl", 40)
     full = [
-        {"op": "write", "path": "/.staging-", "errno": "ENOSPC"},
+        {"op": "write", "path": "/.plan.json.tmp-", "errno": "ENOSPC"},
         {"op": "create", "path": "outcome.json", "errno": "ENOSPC"},
     ]
     proc = run_driver("run", tmp_path / "job", data, tmp_path / "out.jsonl", "--run-id", "r1", faults=full)
     assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr[-3000:]
     last = proc.stderr.strip().splitlines()[-1]
-    assert last.startswith("error: ") and "/.staging-" in last and "No space left on device" in last, last
+    assert last.startswith("error: ") and "/.plan.json.tmp-" in last and "No space left on device" in last, last
     assert "could not record the end of run r1" in proc.stderr

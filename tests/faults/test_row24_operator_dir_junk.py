@@ -36,7 +36,7 @@ def _leave_junk(package: Path) -> None:
 def test_prepare_ignores_what_python_would_not_import(tmp_path):
     package = _package(tmp_path, junk=True)
     job = slow_job(tmp_path, 6, 0.0, ops=package)  # dj-elastic prepare: exit 0 (asserted there)
-    assert (job / "manifest.json").is_file()
+    assert (job / "plan.json").is_file()  # planned, with the code's fingerprint
 
 
 @pytest.mark.ray

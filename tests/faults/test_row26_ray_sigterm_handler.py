@@ -63,7 +63,7 @@ def _check(job: Path, code: int, log: Path) -> None:
 
 
 def test_a_sigtermed_worker_dies_by_the_signal_and_releases_its_claims(tmp_path):
-    job = slow_job(tmp_path, 6, 0.0, num_shards=3)
+    job = slow_job(tmp_path, 6, 0.0, num_shards=3, copy_shards=True)  # copied shards: the read-ahead opens shards/
     log = tmp_path / "worker.err"
     argv = [sys.executable, "-m", "data_juicer_elastic.cli", "worker", "--job-dir", str(job)]
     _check(job, _signalled_when_delayed(argv, log, job), log)
@@ -77,7 +77,7 @@ def test_a_sigtermed_dj_process_dies_by_the_signal_and_releases_its_claims(tmp_p
     data = write_input(tmp_path / "input.jsonl", 6)
     job = tmp_path / "job"
     path = recipe(
-        tmp_path, data, job, export=tmp_path / "out" / "merged.jsonl", elastic={"num_shards": 3},
+        tmp_path, data, job, export=tmp_path / "out" / "merged.jsonl", elastic={"num_shards": 3, "copy_shards": True},
         process=[{"e2e_sleep_mapper": {"seconds_per_row": 0.0}}], custom_operator_paths=[str(ops / "e2e_ops.py")],
     )  # fmt: skip
     script = Path(sys.executable).with_name("dj-process")
