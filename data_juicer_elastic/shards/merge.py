@@ -45,6 +45,7 @@ class MergeResult:
     shards: int
     written: bool  # False when an identical output was already there
     row_stats: MergedRowStats | None = None  # <export>_stats.jsonl, when the recipe makes per-row stats
+    layout: str = "file"  # "parts": output_path is a directory of parts and sha256 that of its index (shards.parts)
 
     def to_details(self) -> dict[str, Any]:
         """What a run's outcome record keeps of the merge, for every instance to report
@@ -56,6 +57,7 @@ class MergeResult:
             "sha256": self.sha256,
             "shards": self.shards,
             "written": self.written,
+            "layout": self.layout,
         }
 
     @classmethod
@@ -68,6 +70,7 @@ class MergeResult:
             str(details["sha256"]),
             int(details["shards"]),
             bool(details.get("written", False)),
+            layout=str(details.get("layout", "file")),
         )
 
 
@@ -294,8 +297,9 @@ def record_merge(
     sha: str,
     written: bool,
     row_stats: MergedRowStats | None,
+    layout_name: str = "file",
 ) -> MergeResult:
-    """Write merge.json for a published output; the MergeResult callers report."""
+    """Write merge.json for a published output (or parts export); the MergeResult callers report."""
     rows, size = sum(m.rows for m in merged), sum(m.bytes for m in merged)
     record = MergeRecord(
         output_path=str(output),
@@ -308,10 +312,12 @@ def record_merge(
         merged_at=time.time(),
         row_stats_path=None if row_stats is None else str(row_stats.path),
         row_stats_sha256=None if row_stats is None else row_stats.sha256,
+        layout=layout_name,
     )
     fsio.atomic_write(layout.merge_record, record.encode())
-    logger.info(f"merged {len(merged)} shards, {rows} rows into {output}" + ("" if written else " (unchanged)"))
-    return MergeResult(output, rows, size, sha, len(merged), written, row_stats)
+    how = "published as parts in" if layout_name == "parts" else "merged into"
+    logger.info(f"{len(merged)} shards, {rows} rows {how} {output}" + ("" if written else " (unchanged)"))
+    return MergeResult(output, rows, size, sha, len(merged), written, row_stats, layout_name)
 
 
 def copy_shard(layout: JobLayout, entry: ShardEntry, result: ShardResult, sink) -> MergedShard:

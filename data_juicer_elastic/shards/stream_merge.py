@@ -1,9 +1,9 @@
 """Streaming ordered merge: publish the finished prefix of the merged output while shards complete.
 
-A follower (``dj-elastic merge --follow``, or ``elastic.stream_merge: true`` in a run)
-appends each accepted shard output, validated exactly as :mod:`merge` does, to
-``<export>.partial`` as soon as every shard before it is merged, and after each
-shard publishes ``<export>.progress.json``:
+A follower (``dj-elastic merge --follow``, or every instance of a run with ``export_layout:
+file`` and ``elastic.stream_merge`` on, the default) appends each accepted shard output,
+validated exactly as :mod:`merge` does, to ``<export>.partial`` as soon as every shard before
+it is merged, and after each shard publishes ``<export>.progress.json``:
 
     {"format": "dj-elastic/merge-progress", "shards_final": 3, "num_shards": 16,
      "bytes_final": 123456, "rows_final": 789, "prefix_sha256": "...", "complete": false, ...}
@@ -20,9 +20,16 @@ before the output is published.
 Crash and resume (the ``merge`` and ``finalize`` crash points of
 :mod:`coordination.crashpoints` stop a follower there): bytes past ``bytes_final`` may be a
 torn shard; a new follower truncates them, re-hashes the prefix against ``prefix_sha256`` (starting over when it
-does not match) and continues with shard ``shards_final``.  One writer per partial:
-a POSIX lock on the partial file (released by the kernel when a follower dies) plus
-an in-process lock, because POSIX locks do not exclude threads of one process.
+does not match, or when a shard it names was run again since) and continues with shard ``shards_final``.  A
+prefix that already holds every shard, in a file whose size and mtime are still those recorded, is not
+read again: each shard was validated and hashed as it was appended and fsynced before the record said
+so, and ``prefix_sha256`` is then the whole output's hash, so finalize publishes it after reading only
+the done markers (``dj-elastic verify`` re-hashes the export; an edit that restores size and mtime is
+not caught before that).
+One writer per partial: a POSIX lock on the partial file (released by the kernel when a follower dies)
+plus an in-process lock, because POSIX locks do not exclude threads of one process; a lock won on a
+partial that was published (and its name removed) meanwhile is given up.  A follower that does not publish
+(a run's) finds a completed record and returns at once.
 """
 
 from __future__ import annotations
@@ -84,6 +91,9 @@ class MergeProgress(Record):
     complete: bool
     updated_at: float
     shards: list[MergedShard] = field(default_factory=list)
+    # the partial's mtime once the record's bytes were fsynced: a prefix of every shard whose file still
+    # has it (and the recorded size) is not read again on resume; None: always re-hashed
+    partial_mtime_ns: int | None = None
 
 
 def partial_path(output: Path) -> Path:
@@ -132,14 +142,28 @@ class _PartialLock:
             while True:
                 try:
                     fcntl.lockf(self.fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                    return
                 except OSError as exc:
                     if exc.errno not in (errno.EACCES, errno.EAGAIN) or time.monotonic() >= deadline:
                         raise self._busy() from None
                     time.sleep(poll_secs)
+                    continue
+                if self._still_the_partial():
+                    return
+                # The holder we waited for published this file (the export is now this inode) and removed
+                # its .partial name: never write to it; open the name again.
+                os.close(self.fd)
+                self.fd = -1
+                fault_seam.fault_point("open", self.path)
+                self.fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o644)
         except BaseException:
             self.release()
             raise
+
+    def _still_the_partial(self) -> bool:
+        try:
+            return os.path.samestat(os.fstat(self.fd), os.lstat(self.path))
+        except FileNotFoundError:
+            return False
 
     def _busy(self) -> MergeBusyError:
         return MergeBusyError(
@@ -184,9 +208,15 @@ def follow_merge(
     output = check_export_path(layout.root, output_path)  # never into the job dir, never through a link
     fsio.makedirs(output.parent)
     partial = partial_path(output)
+    if not publish and _completed(output, manifest):
+        return None  # published already: nothing to follow (and no new partial to leave behind)
     lock = _PartialLock(partial)
     lock.acquire(lock_wait_secs)
     try:
+        if not publish and _completed(output, manifest):
+            if os.fstat(lock.fd).st_size == 0:
+                fsio.remove(partial)  # the empty file opening it made: we hold its lock, nobody else wrote it
+            return None
         return _follow(
             layout, manifest, output, partial, lock.fd, overwrite, wait, poll_secs, stop, publish, on_progress
         )
@@ -194,8 +224,16 @@ def follow_merge(
         lock.release()
 
 
+def _completed(output: Path, manifest: Manifest) -> bool:
+    try:
+        progress = read_progress(output)
+    except JobDirError:
+        return False
+    return progress is not None and progress.complete and progress.job_id == manifest.job_id
+
+
 def _follow(layout, manifest, output, partial, fd, overwrite, wait, poll_secs, stop, publish, on_progress):
-    state = _resume(manifest, output, partial, fd)
+    state = _resume(layout, manifest, output, partial, fd)
     writer = _AppendWriter(partial, fd)
     out = OutputAppender(writer, digest=state.digest)
     try:
@@ -217,50 +255,75 @@ def _follow(layout, manifest, output, partial, fd, overwrite, wait, poll_secs, s
             fault_seam.fault_point("merge", partial)  # named crash point: the shard's bytes may be torn, unrecorded
             out.drain()
             writer.sync()  # durable before the progress record says so
-            _publish_progress(state, manifest, output, partial, out, complete=False, on_progress=on_progress)
+            state.sha, state.mtime_ns = out.digest.copy().hexdigest(), os.fstat(fd).st_mtime_ns
+            _publish_progress(state, manifest, output, partial, complete=False, on_progress=on_progress)
         out.finish()
     except BaseException:
         out.abort()
         raise
     if not publish:
         return None
-    sha = out.digest.hexdigest()
+    sha = state.sha
     # The per-row stats file is written whole at the end (it is not streamed).
     staged = stage_row_stats(layout, accepted_results(layout, manifest), output, kernel_tag())
     fault_seam.fault_point("finalize", output)  # named crash point: complete and fsynced, not yet published
     written, row_stats = publish_merged(partial, output, staged, overwrite)
     result = record_merge(layout, manifest, output, state.merged, sha, written, row_stats)
-    _publish_progress(state, manifest, output, partial, out, complete=True, on_progress=on_progress)
+    _publish_progress(state, manifest, output, partial, complete=True, on_progress=on_progress)
     fsio.remove(partial)
     return result
 
 
 @dataclass
 class _State:
-    digest: Any  # a hashlib sha256 object holding the prefix
+    digest: Any  # a hashlib sha256 object holding the prefix; None for a complete prefix not read again
     merged: list[MergedShard]
     bytes: int
+    sha: str  # the prefix's sha256 (hex)
+    mtime_ns: int | None = None  # the partial's, once the prefix was fsynced
 
 
-def _resume(manifest: Manifest, output: Path, partial: Path, fd: int) -> _State:
+def _resume(layout: JobLayout, manifest: Manifest, output: Path, partial: Path, fd: int) -> _State:
     """Continue from a valid earlier prefix, else start the partial over."""
     previous = None
     try:
         previous = read_progress(output)
     except JobDirError as exc:
         logger.warning(f"ignoring a corrupt merge progress record: {exc}")
-    digest = hashlib.sha256()
     if previous is not None and previous.job_id == manifest.job_id and not previous.complete:
         size = os.fstat(fd).st_size
-        if size >= previous.bytes_final and len(previous.shards) == previous.shards_final:
-            os.ftruncate(fd, previous.bytes_final)  # drop a torn shard after the final prefix
-            if _hash_prefix(fd, previous.bytes_final, digest) == previous.prefix_sha256:
+        if (
+            size >= previous.bytes_final
+            and len(previous.shards) == previous.shards_final
+            and _still_accepted(layout, previous.shards)
+        ):
+            merged, final = list(previous.shards), previous.bytes_final
+            if previous.shards_final == manifest.num_shards and _untouched(fd, previous):
+                logger.info(f"the streaming merge holds every shard already ({partial})")
+                return _State(None, merged, final, previous.prefix_sha256, previous.partial_mtime_ns)
+            os.ftruncate(fd, final)  # drop a torn shard after the final prefix
+            digest = hashlib.sha256()
+            if _hash_prefix(fd, final, digest) == previous.prefix_sha256:
                 logger.info(f"resuming the streaming merge after {previous.shards_final} shards ({partial})")
-                return _State(digest, list(previous.shards), previous.bytes_final)
+                return _State(digest, merged, final, previous.prefix_sha256, os.fstat(fd).st_mtime_ns)
         logger.warning(f"the partial output does not match its progress record; starting over ({partial})")
-        digest = hashlib.sha256()
     os.ftruncate(fd, 0)
-    return _State(digest, [], 0)
+    return _State(hashlib.sha256(), [], 0, hashlib.sha256().hexdigest())
+
+
+def _untouched(fd: int, previous: MergeProgress) -> bool:
+    """The partial is as the record's writer left it: its size, and its mtime after the last fsync."""
+    info = os.fstat(fd)
+    return info.st_size == previous.bytes_final and info.st_mtime_ns == previous.partial_mtime_ns
+
+
+def _still_accepted(layout: JobLayout, shards: list[MergedShard]) -> bool:
+    """Whether each merged shard is still its shard's accepted result (not requeued and run again)."""
+    for shard in shards:
+        result = read_markers(layout, shard.shard_id).result
+        if result is None or (result.attempt_id, result.sha256) != (shard.attempt_id, shard.sha256):
+            return False
+    return True
 
 
 def _hash_prefix(fd: int, size: int, digest) -> str:
@@ -298,7 +361,7 @@ class _AppendWriter:
         pass  # the partial stays: everything up to bytes_final is still valid
 
 
-def _publish_progress(state, manifest, output, partial, out, *, complete, on_progress) -> None:
+def _publish_progress(state, manifest, output, partial, *, complete, on_progress) -> None:
     rows = sum(m.rows for m in state.merged)
     size = sum(m.bytes for m in state.merged)
     progress = MergeProgress(
@@ -309,7 +372,8 @@ def _publish_progress(state, manifest, output, partial, out, *, complete, on_pro
         shards_final=len(state.merged),
         bytes_final=size,
         rows_final=rows,
-        prefix_sha256=out.digest.copy().hexdigest(),
+        prefix_sha256=state.sha,
+        partial_mtime_ns=state.mtime_ns,
         complete=complete,
         updated_at=time.time(),
         shards=list(state.merged),
