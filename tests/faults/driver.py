@@ -2,7 +2,7 @@
 fault seam, with the fast fake runner instead of Ray.
 
     python -m tests.faults.driver worker JOB [--ttl 2 --heartbeat 0.5 --sleep 1 ...]
-    python -m tests.faults.driver merge JOB OUTPUT
+    python -m tests.faults.driver merge JOB OUTPUT [--layout parts]
     python -m tests.faults.driver follow JOB OUTPUT                (the streaming merge)
     python -m tests.faults.driver prepare JOB INPUT --shards N
     python -m tests.faults.driver run JOB INPUT OUTPUT --run-id ID   (elected prepare/finalize)
@@ -27,6 +27,7 @@ from data_juicer_elastic.job_run import JobRun
 from data_juicer_elastic.jobdir.worker_loop import run_worker
 from data_juicer_elastic.settings import ElasticSettings
 from data_juicer_elastic.shards.merge import merge_job
+from data_juicer_elastic.shards.parts import publish_parts
 from data_juicer_elastic.shards.prepare import PrepareRequest, prepare_job
 from data_juicer_elastic.shards.stream_merge import follow_merge
 from data_juicer_elastic.sharedfs.identity import WorkerIdentity
@@ -50,6 +51,7 @@ def main(argv: list[str] | None = None) -> int:
     m = sub.add_parser("merge")
     m.add_argument("job")
     m.add_argument("output")
+    m.add_argument("--layout", choices=["file", "parts"], default="file")
     f = sub.add_parser("follow", help="the streaming merge (merge --follow) of a finished job")
     f.add_argument("job")
     f.add_argument("output")
@@ -75,7 +77,9 @@ def main(argv: list[str] | None = None) -> int:
             print(json.dumps(_run(args)))
             return 0
         if args.command in ("merge", "follow"):
-            if args.command == "merge":
+            if args.command == "merge" and args.layout == "parts":
+                result = publish_parts(args.job, args.output)
+            elif args.command == "merge":
                 result = merge_job(args.job, args.output)
             else:
                 result = follow_merge(args.job, args.output, wait=False)
