@@ -3,7 +3,8 @@ file on the way out.
 
 ``ingest`` (prepare's passes over the input) -> ``splitter`` (exactly n contiguous shards) ->
 ``prepare`` (publish the manifest last); ``merge`` (validated, ordered, idempotent),
-``stream_merge`` (the finished prefix published while shards complete) and ``parts`` (the
+``stream_merge`` (the finished prefix published while shards complete, its files and their
+lock in ``partial_files``) and ``parts`` (the
 accepted outputs published as a directory of ordered parts, without copying); ``verify`` (a
 finished job checked without writing) with ``export_check`` (its export, either layout);
 ``steps`` (how far a long local step is).  Built on ``rows`` and
@@ -15,6 +16,7 @@ __all__ = [
     "export_check",
     "ingest",
     "merge",
+    "partial_files",
     "parts",
     "prepare",
     "splitter",

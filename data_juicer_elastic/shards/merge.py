@@ -149,10 +149,11 @@ class StagedRowStats:
 
 
 def publish_merged(
-    tmp: Path, output: Path, staged: StagedRowStats | None, overwrite: bool
+    tmp: Path, output: Path, staged: StagedRowStats | None, overwrite: bool, keep_staged: bool = False
 ) -> tuple[bool, MergedRowStats | None]:
     """Publish the merged output and its row stats file, or neither: both targets are checked
-    before either is published.  (written, row stats record)."""
+    before either is published.  (written, row stats record).  The staged row stats file is
+    removed afterwards, whatever happened, unless ``keep_staged`` (its owner removes it)."""
     try:
         refuse_if_different(tmp, output, overwrite)
         if staged is not None:
@@ -163,7 +164,7 @@ def publish_merged(
         stats_written = publish_output(staged.tmp, staged.record.path, overwrite)
         return written, dataclasses.replace(staged.record, written=stats_written)
     finally:
-        if staged is not None:
+        if staged is not None and not keep_staged:
             fsio.remove(staged.tmp)
 
 

@@ -3,7 +3,9 @@
 A follower (``dj-elastic merge --follow``, or every instance of a run with ``export_layout:
 file`` and ``elastic.stream_merge`` on, the default) appends each accepted shard output,
 validated exactly as :mod:`merge` does, to ``<export>.partial`` as soon as every shard before
-it is merged, and after each shard publishes ``<export>.progress.json``:
+it is merged (and its per-row stats file, when the recipe makes one, to the stats file's
+``.partial``: ``<stem>_stats.jsonl.partial``), and after each shard publishes
+``<export>.progress.json``:
 
     {"format": "dj-elastic/merge-progress", "shards_final": 3, "num_shards": 16,
      "bytes_final": 123456, "rows_final": 789, "prefix_sha256": "...", "complete": false, ...}
@@ -13,66 +15,57 @@ Consumer contract: read the progress record (replaced atomically), then read at 
 lines, and never change (the file only grows).  When ``complete`` is true the whole
 output is at the export path (the same inode: the partial is linked there, then its
 ``.partial`` name removed), byte-identical to a non-streaming merge of the same job,
-and ``merge.json`` is written as by :func:`merge.merge_job`.  The per-row stats file
-(``<export>_stats.jsonl``, :mod:`row_stats`) is not streamed: it is written whole just
-before the output is published.
+and ``merge.json`` is written as by :func:`merge.merge_job`; so is the row stats file.
 
-Crash and resume (the ``merge`` and ``finalize`` crash points of
-:mod:`coordination.crashpoints` stop a follower there): bytes past ``bytes_final`` may be a
-torn shard; a new follower truncates them, re-hashes the prefix against ``prefix_sha256`` (starting over when it
-does not match, or when a shard it names was run again since) and continues with shard ``shards_final``.  A
-prefix that already holds every shard, in a file whose size and mtime are still those recorded, is not
-read again: each shard was validated and hashed as it was appended and fsynced before the record said
-so, and ``prefix_sha256`` is then the whole output's hash, so finalize publishes it after reading only
-the done markers (``dj-elastic verify`` re-hashes the export; an edit that restores size and mtime is
-not caught before that).
-One writer per partial: a POSIX lock on the partial file (released by the kernel when a follower dies)
-plus an in-process lock, because POSIX locks do not exclude threads of one process; a lock won on a
-partial that was published (and its name removed) meanwhile is given up.  A follower that does not publish
-(a run's) finds a completed record and returns at once.
+Crash and resume (the ``merge`` and ``finalize`` crash points of :mod:`coordination.crashpoints`
+stop a follower there): bytes past the final ones may be a torn shard; a new follower truncates
+them, re-hashes each prefix against its recorded sha256 (starting over when one does not match, or
+when a shard it names was run again since) and continues with shard ``shards_final``.  A prefix
+that already holds every shard, in files whose size and mtime are still those recorded, is not
+read again: each shard was validated and hashed as it was appended and fsynced before the record
+said so, so finalize publishes it after reading only the done markers (``dj-elastic verify``
+re-hashes the export; an edit that restores size and mtime is not caught before that).  The row
+stats are published from their partial only when it holds exactly the accepted stats files' bytes;
+otherwise they are written whole at the end.  One writer per partial (``partial_files.PartialLock``);
+a follower that does not publish (a run's) finds a completed record and returns at once.
 """
 
 from __future__ import annotations
 
-import errno
-import fcntl
-import hashlib
 import os
 import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, ClassVar, Final
+from typing import ClassVar, Final
 
 from loguru import logger
 
-from data_juicer_elastic.errors import IntegrityError, JobDirError, MergeBusyError, OutputExistsError, storage_errors
-from data_juicer_elastic.jobdir import confine
+from data_juicer_elastic.errors import IntegrityError, JobDirError, storage_errors
+from data_juicer_elastic.jobdir import attempts, confine
 from data_juicer_elastic.jobdir.export_path import check_export_path
 from data_juicer_elastic.jobdir.layout import JobLayout
 from data_juicer_elastic.jobdir.manifest import load_manifest
-from data_juicer_elastic.jobdir.records import Manifest, Record
-from data_juicer_elastic.jobdir.result_records import MergedShard
+from data_juicer_elastic.jobdir.records import Manifest, Record, ShardEntry
+from data_juicer_elastic.jobdir.result_records import MergedShard, ShardResult
+from data_juicer_elastic.jobdir.row_stats import MergedRowStats, export_stats_path
 from data_juicer_elastic.jobdir.shard_state import ShardState, decide_state, read_markers
-from data_juicer_elastic.rows.codecs import READ_BYTES
 from data_juicer_elastic.shards.merge import (
     MergeResult,
-    OutputAppender,
+    StagedRowStats,
     accepted_results,
     copy_shard,
     publish_merged,
     record_merge,
     stage_row_stats,
 )
+from data_juicer_elastic.shards.partial_files import PartialLock, PartialStream, open_partial, resume_stream
 from data_juicer_elastic.sharedfs import fault_seam, fsio
 from data_juicer_elastic.sharedfs.identity import kernel_tag
 
 PARTIAL_SUFFIX: Final = ".partial"
 PROGRESS_SUFFIX: Final = ".progress.json"
-
-_process_locks: dict[str, threading.Lock] = {}
-_process_locks_guard = threading.Lock()
 
 
 @dataclass(frozen=True)
@@ -94,6 +87,10 @@ class MergeProgress(Record):
     # the partial's mtime once the record's bytes were fsynced: a prefix of every shard whose file still
     # has it (and the recorded size) is not read again on resume; None: always re-hashed
     partial_mtime_ns: int | None = None
+    # the row stats' partial (<stem>_stats.jsonl.partial), the same way; None: no row stats streamed
+    stats_bytes_final: int | None = None
+    stats_sha256: str | None = None
+    stats_mtime_ns: int | None = None
 
 
 def partial_path(output: Path) -> Path:
@@ -104,81 +101,15 @@ def progress_path(output: Path) -> Path:
     return output.with_name(output.name + PROGRESS_SUFFIX)
 
 
+def stats_partial_path(output: Path) -> Path:
+    return partial_path(export_stats_path(output))
+
+
 def read_progress(output: str | Path) -> MergeProgress | None:
     """The progress record beside ``output``, None when there is none (JobDirError when corrupt)."""
     path = progress_path(Path(os.path.abspath(output)))
     data = fsio.read_record(path)
     return None if data is None else MergeProgress.parse(data, path)
-
-
-class _PartialLock:
-    """Exclusive right to write one partial file, across processes and threads."""
-
-    def __init__(self, path: Path):
-        self.path = path
-        with _process_locks_guard:
-            self._thread_lock = _process_locks.setdefault(str(path), threading.Lock())
-        self.fd = -1
-        self._held = False
-
-    def acquire(self, wait_secs: float = 0.0, poll_secs: float = 0.2) -> None:
-        deadline = time.monotonic() + wait_secs
-        while not self._thread_lock.acquire(timeout=max(0.0, min(poll_secs, deadline - time.monotonic()))):
-            if time.monotonic() >= deadline:
-                raise self._busy()
-        self._held = True
-        try:
-            fault_seam.fault_point("open", self.path)
-            try:  # O_NOFOLLOW: a symlink at <export>.partial is refused (ELOOP), never written through
-                self.fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o644)
-            except OSError as exc:
-                if exc.errno != errno.ELOOP:
-                    raise
-                raise OutputExistsError(
-                    "a symlink is at the partial output; the streaming merge never writes through it",
-                    where=str(self.path),
-                    hint="remove the link",
-                ) from None
-            while True:
-                try:
-                    fcntl.lockf(self.fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                except OSError as exc:
-                    if exc.errno not in (errno.EACCES, errno.EAGAIN) or time.monotonic() >= deadline:
-                        raise self._busy() from None
-                    time.sleep(poll_secs)
-                    continue
-                if self._still_the_partial():
-                    return
-                # The holder we waited for published this file (the export is now this inode) and removed
-                # its .partial name: never write to it; open the name again.
-                os.close(self.fd)
-                self.fd = -1
-                fault_seam.fault_point("open", self.path)
-                self.fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o644)
-        except BaseException:
-            self.release()
-            raise
-
-    def _still_the_partial(self) -> bool:
-        try:
-            return os.path.samestat(os.fstat(self.fd), os.lstat(self.path))
-        except FileNotFoundError:
-            return False
-
-    def _busy(self) -> MergeBusyError:
-        return MergeBusyError(
-            "another merge is writing this partial output",
-            where=str(self.path),
-            hint="wait for it (its progress is in the .progress.json beside it), or stop it first",
-        )
-
-    def release(self) -> None:
-        if self.fd >= 0:
-            os.close(self.fd)  # closing drops the POSIX lock
-            self.fd = -1
-        if self._held:
-            self._held = False
-            self._thread_lock.release()
 
 
 @storage_errors(then="run the merge again")  # ENOSPC, EIO...: one line naming the path, exit 2
@@ -210,16 +141,19 @@ def follow_merge(
     partial = partial_path(output)
     if not publish and _completed(output, manifest):
         return None  # published already: nothing to follow (and no new partial to leave behind)
-    lock = _PartialLock(partial)
+    lock = PartialLock(partial)
     lock.acquire(lock_wait_secs)
     try:
         if not publish and _completed(output, manifest):
             if os.fstat(lock.fd).st_size == 0:
                 fsio.remove(partial)  # the empty file opening it made: we hold its lock, nobody else wrote it
             return None
-        return _follow(
-            layout, manifest, output, partial, lock.fd, overwrite, wait, poll_secs, stop, publish, on_progress
-        )
+        run = _resume(layout, manifest, output, partial, lock.fd)
+        try:
+            return _follow(layout, manifest, run, overwrite, wait, poll_secs, stop, publish, on_progress)
+        finally:
+            if run.stats is not None:
+                os.close(run.stats.fd)
     finally:
         lock.release()
 
@@ -232,89 +166,122 @@ def _completed(output: Path, manifest: Manifest) -> bool:
     return progress is not None and progress.complete and progress.job_id == manifest.job_id
 
 
-def _follow(layout, manifest, output, partial, fd, overwrite, wait, poll_secs, stop, publish, on_progress):
-    state = _resume(layout, manifest, output, partial, fd)
-    writer = _AppendWriter(partial, fd)
-    out = OutputAppender(writer, digest=state.digest)
+@dataclass
+class _Run:
+    merged: list[MergedShard]
+    out: PartialStream
+    stats: PartialStream | None
+    output: Path
+
+    def stats_stream(self) -> PartialStream:
+        if self.stats is None:  # the first shard with row stats: the stats' partial starts empty
+            path = stats_partial_path(self.output)
+            self.stats = PartialStream.fresh(path, open_partial(path))
+        return self.stats
+
+
+def _follow(layout, manifest, run: _Run, overwrite, wait, poll_secs, stop, publish, on_progress):
+    output = run.output
     try:
-        while len(state.merged) < manifest.num_shards:
-            entry = manifest.shards[len(state.merged)]
+        while len(run.merged) < manifest.num_shards:
+            entry = manifest.shards[len(run.merged)]
             markers = read_markers(layout, entry.shard_id)
             if markers.corrupt_done:
                 raise IntegrityError(f"corrupt done marker: {markers.done_error}", where=f"shard {entry.shard_id}")
-            result = markers.result
             if decide_state(markers) is not ShardState.DONE:
                 if markers.terminal is not None or not wait:
                     accepted_results(layout, manifest)  # raises the job's "not complete" error
-                stopped = stop.wait(poll_secs) if stop is not None else time.sleep(poll_secs)
-                if stopped:
-                    out.finish()
+                if stop.wait(poll_secs) if stop is not None else time.sleep(poll_secs):
+                    _finish(run)
                     return None  # the partial and its progress stay: a later follower resumes
                 continue
-            state.merged.append(copy_shard(layout, entry, result, out.append))
-            fault_seam.fault_point("merge", partial)  # named crash point: the shard's bytes may be torn, unrecorded
-            out.drain()
-            writer.sync()  # durable before the progress record says so
-            state.sha, state.mtime_ns = out.digest.copy().hexdigest(), os.fstat(fd).st_mtime_ns
-            _publish_progress(state, manifest, output, partial, complete=False, on_progress=on_progress)
-        out.finish()
+            _append(layout, run, entry, markers.result)
+            fault_seam.fault_point("merge", run.out.path)  # named crash point: the shard's bytes may be torn
+            for stream in (run.out, run.stats):
+                if stream is not None:
+                    stream.make_final()
+            _publish_progress(run, manifest, complete=False, on_progress=on_progress)
     except BaseException:
-        out.abort()
+        for stream in (run.out, run.stats):
+            if stream is not None:
+                stream.abort()  # what is final stays final: a later follower resumes after it
         raise
+    _finish(run)
     if not publish:
         return None
-    sha = state.sha
-    # The per-row stats file is written whole at the end (it is not streamed).
-    staged = stage_row_stats(layout, accepted_results(layout, manifest), output, kernel_tag())
+    results = accepted_results(layout, manifest)
+    streamed = _streamed_row_stats(run, results, output)
+    staged = streamed or stage_row_stats(layout, results, output, kernel_tag())
     fault_seam.fault_point("finalize", output)  # named crash point: complete and fsynced, not yet published
-    written, row_stats = publish_merged(partial, output, staged, overwrite)
-    result = record_merge(layout, manifest, output, state.merged, sha, written, row_stats)
-    _publish_progress(state, manifest, output, partial, complete=True, on_progress=on_progress)
-    fsio.remove(partial)
+    # the streamed stats' partial is kept when publishing is refused: the next try resumes with it
+    written, row_stats = publish_merged(run.out.path, output, staged, overwrite, keep_staged=streamed is not None)
+    result = record_merge(layout, manifest, output, run.merged, run.out.sha, written, row_stats)
+    _publish_progress(run, manifest, complete=True, on_progress=on_progress)
+    fsio.remove(run.out.path)
+    if run.stats is not None:
+        fsio.remove(run.stats.path)
     return result
 
 
-@dataclass
-class _State:
-    digest: Any  # a hashlib sha256 object holding the prefix; None for a complete prefix not read again
-    merged: list[MergedShard]
-    bytes: int
-    sha: str  # the prefix's sha256 (hex)
-    mtime_ns: int | None = None  # the partial's, once the prefix was fsynced
+def _finish(run: _Run) -> None:
+    for stream in (run.out, run.stats):
+        if stream is not None:
+            stream.finish()
 
 
-def _resume(layout: JobLayout, manifest: Manifest, output: Path, partial: Path, fd: int) -> _State:
-    """Continue from a valid earlier prefix, else start the partial over."""
+def _append(layout: JobLayout, run: _Run, entry: ShardEntry, result: ShardResult) -> None:
+    """One accepted shard's output (and row stats) appended, each validated as it is copied."""
+    run.merged.append(copy_shard(layout, entry, result, run.out.append))
+    if result.row_stats is not None:
+        attempts.check_row_stats_file(layout, entry, result, run.stats_stream().append)
+
+
+def _streamed_row_stats(run: _Run, results: list, output: Path) -> StagedRowStats | None:
+    """The row stats' partial as the file to publish, when it holds exactly the accepted row stats
+    files (each validated as it was appended); None: write them whole instead."""
+    with_stats = [r.row_stats for _, r in results if r.row_stats is not None]
+    missing = [r for _, r in results if r.row_stats is None and r.rows]
+    if run.stats is None or not with_stats or missing or run.stats.bytes != sum(s.bytes for s in with_stats):
+        return None
+    rows = sum(r.rows for _, r in results if r.row_stats is not None)
+    record = MergedRowStats(export_stats_path(output), rows, run.stats.bytes, run.stats.sha, written=False)
+    return StagedRowStats(run.stats.path, record)
+
+
+def _resume(layout: JobLayout, manifest: Manifest, output: Path, partial: Path, fd: int) -> _Run:
+    """Continue from valid earlier prefixes, else start the partials over."""
     previous = None
     try:
         previous = read_progress(output)
     except JobDirError as exc:
         logger.warning(f"ignoring a corrupt merge progress record: {exc}")
-    if previous is not None and previous.job_id == manifest.job_id and not previous.complete:
-        size = os.fstat(fd).st_size
-        if (
-            size >= previous.bytes_final
-            and len(previous.shards) == previous.shards_final
-            and _still_accepted(layout, previous.shards)
-        ):
-            merged, final = list(previous.shards), previous.bytes_final
-            if previous.shards_final == manifest.num_shards and _untouched(fd, previous):
-                logger.info(f"the streaming merge holds every shard already ({partial})")
-                return _State(None, merged, final, previous.prefix_sha256, previous.partial_mtime_ns)
-            os.ftruncate(fd, final)  # drop a torn shard after the final prefix
-            digest = hashlib.sha256()
-            if _hash_prefix(fd, final, digest) == previous.prefix_sha256:
-                logger.info(f"resuming the streaming merge after {previous.shards_final} shards ({partial})")
-                return _State(digest, merged, final, previous.prefix_sha256, os.fstat(fd).st_mtime_ns)
+    if (
+        previous is not None
+        and previous.job_id == manifest.job_id
+        and not previous.complete
+        and len(previous.shards) == previous.shards_final
+        and _still_accepted(layout, previous.shards)
+    ):
+        every = previous.shards_final == manifest.num_shards  # complete and untouched: not read again
+        out = resume_stream(partial, fd, previous.bytes_final, previous.prefix_sha256, previous.partial_mtime_ns, every)
+        stats, stats_ok = None, previous.stats_bytes_final is None
+        if out is not None and not stats_ok and previous.stats_sha256 is not None:
+            path = stats_partial_path(output)
+            stats_fd = open_partial(path)
+            try:
+                stats = resume_stream(
+                    path, stats_fd, previous.stats_bytes_final, previous.stats_sha256, previous.stats_mtime_ns, every
+                )
+            finally:
+                if stats is None:
+                    os.close(stats_fd)
+            stats_ok = stats is not None
+        if out is not None and stats_ok:
+            logger.info(f"resuming the streaming merge after {previous.shards_final} shards ({partial})")
+            return _Run(list(previous.shards), out, stats, output)
         logger.warning(f"the partial output does not match its progress record; starting over ({partial})")
-    os.ftruncate(fd, 0)
-    return _State(hashlib.sha256(), [], 0, hashlib.sha256().hexdigest())
-
-
-def _untouched(fd: int, previous: MergeProgress) -> bool:
-    """The partial is as the record's writer left it: its size, and its mtime after the last fsync."""
-    info = os.fstat(fd)
-    return info.st_size == previous.bytes_final and info.st_mtime_ns == previous.partial_mtime_ns
+    fsio.remove(stats_partial_path(output))  # a new one is made by the first shard with row stats
+    return _Run([], PartialStream.fresh(partial, fd), None, output)
 
 
 def _still_accepted(layout: JobLayout, shards: list[MergedShard]) -> bool:
@@ -326,58 +293,25 @@ def _still_accepted(layout: JobLayout, shards: list[MergedShard]) -> bool:
     return True
 
 
-def _hash_prefix(fd: int, size: int, digest) -> str:
-    offset = 0
-    while offset < size:
-        block = os.pread(fd, min(READ_BYTES, size - offset), offset)
-        if not block:
-            break
-        digest.update(block)
-        offset += len(block)
-    return digest.hexdigest()
-
-
-class _AppendWriter:
-    """Appends to the locked partial file; errors name it (the fsio seam sees every call)."""
-
-    def __init__(self, path: Path, fd: int):
-        self.path, self.fd = path, fd
-        os.lseek(fd, 0, os.SEEK_END)
-
-    def write(self, data: bytes) -> None:
-        fault_seam.fault_point("write", self.path)
-        view = memoryview(data)
-        while view:
-            view = view[os.write(self.fd, view) :]
-
-    def sync(self) -> None:
-        fault_seam.fault_point("fsync", self.path)
-        os.fsync(self.fd)
-
-    def finish(self) -> None:
-        self.sync()
-
-    def abort(self) -> None:
-        pass  # the partial stays: everything up to bytes_final is still valid
-
-
-def _publish_progress(state, manifest, output, partial, *, complete, on_progress) -> None:
-    rows = sum(m.rows for m in state.merged)
-    size = sum(m.bytes for m in state.merged)
+def _publish_progress(run: _Run, manifest: Manifest, *, complete: bool, on_progress) -> None:
+    stats = run.stats
     progress = MergeProgress(
         job_id=manifest.job_id,
-        output_path=str(output),
-        partial_path=str(partial),
+        output_path=str(run.output),
+        partial_path=str(run.out.path),
         num_shards=manifest.num_shards,
-        shards_final=len(state.merged),
-        bytes_final=size,
-        rows_final=rows,
-        prefix_sha256=state.sha,
-        partial_mtime_ns=state.mtime_ns,
+        shards_final=len(run.merged),
+        bytes_final=run.out.bytes,
+        rows_final=sum(m.rows for m in run.merged),
+        prefix_sha256=run.out.sha,
         complete=complete,
         updated_at=time.time(),
-        shards=list(state.merged),
+        shards=list(run.merged),
+        partial_mtime_ns=run.out.mtime_ns,
+        stats_bytes_final=None if stats is None else stats.bytes,
+        stats_sha256=None if stats is None else stats.sha,
+        stats_mtime_ns=None if stats is None else stats.mtime_ns,
     )
-    fsio.atomic_write(progress_path(output), progress.encode())
+    fsio.atomic_write(progress_path(run.output), progress.encode())
     if on_progress is not None:
         on_progress(progress)

@@ -16,13 +16,22 @@ from data_juicer_elastic.errors import ElasticError
 from data_juicer_elastic.finalize import finalize
 from data_juicer_elastic.jobdir.result_records import ShardResult
 from data_juicer_elastic.jobdir.retry import retry_shards
+from data_juicer_elastic.jobdir.row_stats import export_stats_path
 from data_juicer_elastic.jobdir.worker_loop import run_worker
-from data_juicer_elastic.shards import stream_merge
+from data_juicer_elastic.shards import partial_files, stream_merge
 from data_juicer_elastic.shards.merge import merge_job
-from data_juicer_elastic.shards.stream_merge import follow_merge, partial_path, progress_path, read_progress
+from data_juicer_elastic.shards.prepare import prepare_job
+from data_juicer_elastic.shards.stream_merge import (
+    follow_merge,
+    partial_path,
+    progress_path,
+    read_progress,
+    stats_partial_path,
+)
 from data_juicer_elastic.shards.verify import verify_job
 
-from .conftest import copy_runner, identity
+from ..rayfree import rayfree_runner
+from .conftest import copy_runner, identity, make_rows, request, write_rows
 
 LEASE = dict(ttl_secs=60.0, heartbeat_secs=10.0, poll_interval_secs=0.2, max_retries=0)
 
@@ -32,34 +41,55 @@ def _plain(job, tmp_path) -> bytes:
     return (tmp_path / "plain-reference.jsonl").read_bytes()
 
 
-def test_a_complete_untouched_prefix_is_published_without_being_read_again(job, tmp_path, monkeypatch):
+def _with_row_stats(tmp_path):
+    """A finished job whose rows carry stats (a Filter's output): each shard has a row stats file."""
+    rows = [{**row, "__dj__stats__": {"len": len(row["text"])}} for row in make_rows(40)]
+    job = tmp_path / "stats-job"
+    prepare_job(request(job, write_rows(tmp_path / "stats-in.jsonl", rows), 4))
+    assert run_worker(job, identity(), rayfree_runner(job), **LEASE).complete
+    return job
+
+
+def test_a_complete_untouched_prefix_and_its_row_stats_are_published_without_being_read_again(tmp_path, monkeypatch):
+    job = _with_row_stats(tmp_path)
     output = tmp_path / "merged.jsonl"
-    run_worker(job, identity(), copy_runner(), **LEASE)
     assert follow_merge(job, output, wait=False, publish=False) is None  # a run's follower: every shard appended
-    assert read_progress(output).shards_final == 4 and not output.exists()
+    progress = read_progress(output)
+    assert progress.shards_final == 4 and progress.stats_bytes_final > 0 and not output.exists()
+    assert stats_partial_path(output).stat().st_size == progress.stats_bytes_final
 
-    def no_rehash(*args):
-        raise AssertionError("the complete prefix was read again")
+    def no_reading(*args, **kwargs):
+        raise AssertionError("a complete prefix, or a row stats file, was read again")
 
-    monkeypatch.setattr(stream_merge, "_hash_prefix", no_rehash)
-    monkeypatch.setattr(stream_merge, "copy_shard", no_rehash)
+    for name in ("hash_prefix",):
+        monkeypatch.setattr(partial_files, name, no_reading)
+    for name in ("copy_shard", "stage_row_stats"):
+        monkeypatch.setattr(stream_merge, name, no_reading)
+    monkeypatch.setattr(stream_merge.attempts, "check_row_stats_file", no_reading)
     result = finalize(job, output, stream=True)
-    assert result.written and output.read_bytes() == _plain(job, tmp_path)
-    assert read_progress(output).complete and not partial_path(output).exists()
     monkeypatch.undo()
-    assert verify_job(job).export.layout == "file"
+    plain = _plain(job, tmp_path)
+    assert result.written and output.read_bytes() == plain
+    assert export_stats_path(output).read_bytes() == export_stats_path(tmp_path / "plain-reference.jsonl").read_bytes()
+    assert read_progress(output).complete and not partial_path(output).exists()
+    assert not stats_partial_path(output).exists()
+    finalize(job, output, stream=True)  # the published export again: merge.json back to it
+    assert verify_job(job).export.files == 2
 
 
-def test_a_prefix_edited_after_its_record_is_read_again_and_rebuilt(job, tmp_path):
+@pytest.mark.parametrize("edited", ["output", "row stats"])
+def test_a_prefix_edited_after_its_record_is_read_again_and_rebuilt(tmp_path, edited):
+    job = _with_row_stats(tmp_path)
     output = tmp_path / "merged.jsonl"
-    run_worker(job, identity(), copy_runner(), **LEASE)
     follow_merge(job, output, wait=False, publish=False)
     time.sleep(0.05)  # a later write than the record's (timestamps may be coarse)
-    data = bytearray(partial_path(output).read_bytes())
+    path = partial_path(output) if edited == "output" else stats_partial_path(output)
+    data = bytearray(path.read_bytes())
     data[5] ^= 0x01
-    partial_path(output).write_bytes(bytes(data))
+    path.write_bytes(bytes(data))
     finalize(job, output, stream=True)
     assert output.read_bytes() == _plain(job, tmp_path)
+    assert export_stats_path(output).read_bytes() == export_stats_path(tmp_path / "plain-reference.jsonl").read_bytes()
 
 
 def test_a_shard_run_again_after_it_was_appended_is_not_trusted(job, tmp_path):
@@ -131,3 +161,22 @@ def test_a_failed_job_leaves_a_resumable_partial_and_nothing_at_the_export_path(
     assert not output.exists(), "nothing at the export path"
     progress = read_progress(output)
     assert progress_path(output).exists() and not progress.complete and progress.shards_final == 2
+
+
+def test_a_follow_stopped_mid_job_with_torn_tails_resumes_to_the_plain_merge_and_its_row_stats(tmp_path):
+    rows = [{**row, "__dj__stats__": {"len": len(row["text"])}} for row in make_rows(40)]
+    job = tmp_path / "job"
+    prepare_job(request(job, write_rows(tmp_path / "in.jsonl", rows), 4))
+    runner = rayfree_runner(job)
+    run_worker(job, identity(), runner, max_shards=2, wait_for_completion=False, **LEASE)
+    output = tmp_path / "merged.jsonl"
+    stop = threading.Event()
+    follow_merge(job, output, poll_secs=0.05, stop=stop, publish=False, on_progress=lambda p: stop.set())
+    assert read_progress(output).stats_bytes_final > 0
+    for path in (partial_path(output), stats_partial_path(output)):  # a crash while appending the next shard
+        with open(path, "ab") as torn:
+            torn.write(b'{"half": "a ro')
+    assert run_worker(job, identity(), runner, **LEASE).complete
+    finalize(job, output, stream=True)
+    assert output.read_bytes() == _plain(job, tmp_path)
+    assert export_stats_path(output).read_bytes() == export_stats_path(tmp_path / "plain-reference.jsonl").read_bytes()
