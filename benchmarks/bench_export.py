@@ -105,42 +105,49 @@ def output_bytes(job: Path) -> int:
 
 
 def parts_section(work: Path, sizes_mb: list[int], shards: int, repeat: int) -> dict:
+    """Every job built first, then all sides of all sizes alternated in one loop: the sizes see the
+    same neighbours and the same disk (an fsync's latency here follows other writers)."""
     out: dict = {}
+    sides: dict = {}
     for size in sizes_mb:
-        print(f"== parts, {shards} shards, {size} MB of outputs; {uptime()}", flush=True)
+        print(f"== building: {shards} shards, {size} MB of outputs; {uptime()}", flush=True)
         data = work / f"input-{size}.jsonl"
         if not data.exists():
             generate(data, size * int(MB))
         job = work / f"job-{size}"
         build(data, job, shards)
-        export, merged = work / f"parts-{size}", work / f"merged-{size}.jsonl"
-        wall, cpu = alternate(parts_sides(job, export, merged), repeat)
-        out[size] = {"output_bytes": output_bytes(job), "wall": wall, "cpu": cpu}
-        print(f"   medians: {json.dumps({k: round(v, 3) for k, v in wall.items()})}", flush=True)
-        for path in (export, merged, work / f"merged-{size}_stats.jsonl"):
-            shutil.rmtree(path, ignore_errors=True) if path.is_dir() else path.unlink(missing_ok=True)
+        out[size] = {"output_bytes": output_bytes(job)}
+        sides.update(parts_sides(job, work / f"parts-{size}", work / f"merged-{size}.jsonl", size))
+    print(f"== parts vs full merge, alternating; {uptime()}", flush=True)
+    wall, cpu = alternate(sides, repeat)
+    for size in sizes_mb:
+        for name in ("parts finalize", "parts publish only", "full merge"):
+            out[size].setdefault("wall", {})[name] = wall[f"{name} {size} MB"]
+            out[size].setdefault("cpu", {})[name] = cpu[f"{name} {size} MB"]
+        medians = {side: [round(out[size][kind][side], 3) for kind in ("wall", "cpu")] for side in out[size]["wall"]}
+        print(f"   {size} MB medians [wall s, CPU-s]: {json.dumps(medians)}")
     small, large = out[min(sizes_mb)], out[max(sizes_mb)]
     out["ratios"] = {
         "parts_finalize_large_over_small": large["wall"]["parts finalize"] / small["wall"]["parts finalize"],
+        "parts_finalize_cpu_large_over_small": large["cpu"]["parts finalize"] / small["cpu"]["parts finalize"],
         "bytes_large_over_small": large["output_bytes"] / small["output_bytes"],
     }
     for size in sizes_mb:
-        out["ratios"][f"parts_over_full_merge_{size}mb"] = (
-            out[size]["wall"]["parts finalize"] / out[size]["wall"]["full merge"]
-        )
+        ratio = out[size]["wall"]["parts finalize"] / out[size]["wall"]["full merge"]
+        out["ratios"][f"parts_over_full_merge_{size}mb"] = ratio
     return out
 
 
-def parts_sides(job: Path, export: Path, merged: Path) -> dict:
+def parts_sides(job: Path, export: Path, merged: Path, size: int) -> dict:
     """(setup, timed) per side: finalize with parts, the parts publication alone, the full merge."""
 
     def clear_export():
         shutil.rmtree(export, ignore_errors=True)
 
     return {
-        "parts finalize": (clear_export, lambda: finalize(job, export, layout="parts")),
-        "parts publish only": (clear_export, lambda: publish_parts(job, export)),
-        "full merge": (lambda: merged.unlink(missing_ok=True), lambda: merge_job(job, merged)),
+        f"parts finalize {size} MB": (clear_export, lambda: finalize(job, export, layout="parts")),
+        f"parts publish only {size} MB": (clear_export, lambda: publish_parts(job, export)),
+        f"full merge {size} MB": (lambda: merged.unlink(missing_ok=True), lambda: merge_job(job, merged)),
     }
 
 

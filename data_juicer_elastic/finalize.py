@@ -28,7 +28,7 @@ from data_juicer_elastic.preparation import resolve_user_path
 from data_juicer_elastic.shards import steps
 from data_juicer_elastic.shards.merge import MergeResult, merge_job
 from data_juicer_elastic.shards.parts import publish_parts
-from data_juicer_elastic.shards.stream_merge import follow_merge, read_progress
+from data_juicer_elastic.shards.stream_merge import follow_merge, partial_path, read_progress
 from data_juicer_elastic.status.job_status import snapshot
 
 
@@ -106,8 +106,11 @@ def _stream_tail(job, export, overwrite: bool, lock_wait_secs: float) -> MergeRe
 
 
 def _progress_mark(export) -> tuple[int, int] | None:
+    """What grows while a follower appends: its record's final prefix, and the partial itself
+    (one large shard takes a while to append)."""
     try:
         progress = read_progress(export)
-    except ElasticError:  # a corrupt record: the follower that owns it starts over; nothing to wait for
+        size = os.stat(partial_path(export)).st_size
+    except (ElasticError, OSError):  # a corrupt record or no partial: nothing to wait for
         return None
-    return None if progress is None else (progress.shards_final, progress.bytes_final)
+    return None if progress is None else (progress.shards_final, size)

@@ -5,7 +5,7 @@ fault seam, with the fast fake runner instead of Ray.
     python -m tests.faults.driver merge JOB OUTPUT [--layout parts]
     python -m tests.faults.driver follow JOB OUTPUT                (the streaming merge)
     python -m tests.faults.driver prepare JOB INPUT --shards N
-    python -m tests.faults.driver run JOB INPUT OUTPUT --run-id ID   (elected prepare/finalize)
+    python -m tests.faults.driver run JOB INPUT OUTPUT --run-id ID [--layout parts]   (elected prepare/finalize)
 
 Like ``dj-elastic``: installs the fault plan / crash point named by the environment
 (``coordination.crashpoints``), prints one ``error: ...`` line and exits 2 on an
@@ -66,6 +66,7 @@ def main(argv: list[str] | None = None) -> int:
     r.add_argument("--run-id", required=True)
     r.add_argument("--shards", type=int, default=4)
     r.add_argument("--ttl", type=float, default=60.0)
+    r.add_argument("--layout", choices=["file", "parts"], default="file")
     args = parser.parse_args(argv)
     crashpoints.install_from_env()
     try:
@@ -122,7 +123,7 @@ class FakeJobRun(JobRun):
     def __init__(self, args):
         settings = ElasticSettings(
             job_dir=args.job, num_shards=args.shards, lease_ttl_secs=args.ttl, poll_interval_secs=0.05,
-            max_retries=1, wait_timeout_secs=600.0, run_id=args.run_id,
+            max_retries=1, wait_timeout_secs=600.0, run_id=args.run_id, export_layout=args.layout,
         )  # fmt: skip
         super().__init__(SimpleNamespace(dataset_path=args.input, export_path=args.output), settings)
         self.args = args

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import signal
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -17,8 +18,8 @@ import pytest
 from data_juicer_elastic.jobdir.export_path import PARTS_INDEX
 
 from .commands import dj_elastic, dj_process, error_line, faults, finished_job, recipe, small_input, tree
-from .conftest import run_driver, summary_of
-from .fakes import merged_ids
+from .conftest import driver_cmd, driver_env, run_driver, summary_of
+from .fakes import merged_ids, write_input
 
 ROWS, SHARDS = 40, 4
 
@@ -143,3 +144,26 @@ def test_merge_of_a_finished_parts_job_by_hand_is_byte_identical_to_the_file_lay
     index = json.loads((export / PARTS_INDEX).read_bytes())
     assert b"".join((export / p["name"]).read_bytes() for p in index["parts"]) == merged.read_bytes()
     assert merged_ids(merged) == list(range(ROWS))
+
+
+def test_instances_of_one_run_elect_one_finalizer_which_publishes_the_parts(tmp_path):
+    """dj-process's own flow (elections, outcome, finalize) with the fake runner: three instances,
+    one publication, every instance reports it; running the finished job again writes nothing."""
+    data = write_input(tmp_path / "in.jsonl", ROWS)
+    job, export = tmp_path / "job", tmp_path / "out" / "parts"
+
+    def run(run_id: str, n: int) -> list[dict]:
+        cmd = driver_cmd("run", job, data, export, "--run-id", run_id, "--layout", "parts")
+        pipes = dict(stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        procs = [subprocess.Popen(cmd, env=driver_env(node=f"node-{i}"), **pipes) for i in range(n)]
+        outs = [(p.returncode, out, err) for p in procs for out, err in [p.communicate(timeout=120)]]
+        assert [code for code, _, _ in outs] == [0] * n, [err[-2000:] for _, _, err in outs]
+        return [json.loads(out.strip().splitlines()[-1]) for _, out, _ in outs]
+
+    reports = run("sub-1", 3)
+    assert len({r["finalized_by"] for r in reports}) == 1 and {r["layout"] for r in reports} == {"parts"}
+    assert sum(r["written"] for r in reports) == 1 and _parts_ids(export) == list(range(ROWS))
+    assert not [p for p in export.parent.iterdir() if p.name.endswith((".partial", ".progress.json"))]
+    (again,) = run("sub-2", 1)
+    assert again["written"] is False
+    assert dj_elastic("verify", "--job-dir", job).returncode == 0
