@@ -129,6 +129,15 @@ def test_tampering_with_a_part_is_named_by_verify_and_by_merge(tmp_path):
     assert verify_job(job).export.layout == "parts"
 
 
+def _linked_part(export: Path) -> None:
+    """The part replaced by a symlink to a copy of its bytes elsewhere."""
+    part = export / f"{SHARD2}.jsonl"
+    elsewhere = export.parent / "elsewhere.jsonl"
+    elsewhere.write_bytes(part.read_bytes())
+    part.unlink()
+    part.symlink_to(elsewhere)
+
+
 @pytest.mark.parametrize(
     "tamper, verify_says, merge_says",
     [
@@ -140,8 +149,9 @@ def test_tampering_with_a_part_is_named_by_verify_and_by_merge(tmp_path):
         ),
         (lambda e: (e / PARTS_INDEX).write_bytes((e / PARTS_INDEX).read_bytes()[:50]), "torn", "torn"),
         (lambda e: (e / PARTS_INDEX).unlink(), f"{PARTS_INDEX} is missing", f"holds no {PARTS_INDEX}"),
+        (_linked_part, f"{SHARD2}.jsonl is not a regular file", f"{SHARD2}.jsonl is not the file the index names"),
     ],
-    ids=["part-missing", "extra-part", "torn-index", "no-index"],
+    ids=["part-missing", "extra-part", "torn-index", "no-index", "part-a-link"],
 )
 def test_a_damaged_export_fails_verify_and_merge_naming_what_is_wrong(tmp_path, tamper, verify_says, merge_says):
     job = finished(tmp_path, stats=False)
@@ -156,6 +166,7 @@ def test_a_damaged_export_fails_verify_and_merge_naming_what_is_wrong(tmp_path, 
     assert merge_says in str(exists.value) and "overwrite" in exists.value.hint
     assert publish_parts(job, export, overwrite=True).written
     assert verify_job(job).export.files == 5 and [n for n in names(tmp_path) if n.startswith(".")] == []
+    assert not (tmp_path / "elsewhere.jsonl").exists() or (tmp_path / "elsewhere.jsonl").stat().st_size > 0
 
 
 def test_a_foreign_file_in_the_export_directory_is_refused_even_with_overwrite(tmp_path):
@@ -234,3 +245,15 @@ def test_the_parts_in_index_order_are_the_file_layouts_output(tmp_path_factory, 
     assert [p["shard_id"] for p in index["parts"]] == [f"part-{i:05d}-of-{shards:05d}" for i in range(shards)]
     assert b"".join((export / p["name"]).read_bytes() for p in index["parts"]) == merged.read_bytes()
     assert index["rows"] == sum(1 for _ in merged.open())
+
+
+def test_the_closing_summary_names_the_directory_its_index_and_the_stats(tmp_path):
+    from data_juicer_elastic.console.summary import summary_lines
+
+    job = finished(tmp_path)
+    result = finalize(job, tmp_path / "parts", layout="parts")
+    lines = summary_lines(job, result, 12.0, None)
+    assert "40 rows out, 4 shards" in lines[0]
+    output = f"{tmp_path / 'parts'}{os.sep} (4 parts, in input order by name; index {PARTS_INDEX})"
+    assert any(output in line for line in lines)
+    assert any("part-*.stats (per row; overall: parts_overall_stats.csv beside it)" in line for line in lines)
