@@ -21,7 +21,7 @@ from typing import Final
 
 from data_juicer_elastic import __version__
 from data_juicer_elastic.cli_options import add_setting_options, given_settings
-from data_juicer_elastic.errors import EXIT_ERROR, EXIT_OK, ElasticError, storage_error
+from data_juicer_elastic.errors import EXIT_ERROR, EXIT_OK, ConfigError, ElasticError, storage_error
 
 # Plain text: argparse prints it as it is (the module docstring's reST markup would show).
 DESCRIPTION = "dj-elastic: the lower-level steps of an elastic sharded job."
@@ -47,6 +47,11 @@ RUN_OPTIONS: Final = {
     "require_all_nodes": "strict mode: every node must complete shards",
     "wait_timeout_secs": None,
     "slots_per_node": "shards processed at once on this node",
+    "export_layout": None,
+}
+MERGE_OPTIONS: Final = {
+    "export_layout": "file: one merged JSONL at OUTPUT; parts: OUTPUT is a directory of part files, one per shard, "
+    "linked without copying (default: the job's elastic.export_layout, else file)",
 }
 WORKER_OPTIONS: Final = {
     "max_shards": "stop after claiming this many shards",
@@ -122,8 +127,6 @@ def _cmd_run(args: argparse.Namespace) -> int:
 
     cfg, _ = _load_recipe(args)
     if cfg.get("executor_type", None) != "elastic_sharded":
-        from data_juicer_elastic.errors import ConfigError
-
         raise ConfigError(
             f"executor_type is {cfg.get('executor_type', None)!r}",
             where=args.config,
@@ -154,8 +157,15 @@ def _cmd_retry(args: argparse.Namespace) -> int:
 def _cmd_merge(args: argparse.Namespace) -> int:
     from data_juicer_elastic.jobdir.export_path import check_export_path
 
-    check_export_path(Path(args.job_dir).resolve(), args.output, "--output")  # before anything is read
+    layout = _settings_from_job(args.job_dir, args).export_layout  # --export-layout, else the job's setting
+    check_export_path(Path(args.job_dir).resolve(), args.output, "--output", layout)  # before anything is read
     if args.follow:
+        if layout == "parts":
+            raise ConfigError(
+                "--follow streams one merged file; a parts export is published without a merge",
+                where="--follow",
+                hint="leave out --follow (publishing parts reads no output), or give --export-layout file",
+            )
         from data_juicer_elastic.shards.stream_merge import follow_merge
 
         def show(progress) -> None:
@@ -178,7 +188,7 @@ def _cmd_merge(args: argparse.Namespace) -> int:
     else:
         from data_juicer_elastic.finalize import finalize  # imports neither Data-Juicer nor Ray
 
-        finalize(args.job_dir, args.output, overwrite=args.overwrite)  # says what it merged
+        finalize(args.job_dir, args.output, overwrite=args.overwrite, layout=layout)  # says what it merged
         return EXIT_OK
     print(f"merged {result.rows} rows from {result.shards} shards into {result.output_path}")
     return EXIT_OK
@@ -189,6 +199,9 @@ def _cmd_verify(args: argparse.Namespace) -> int:
 
     result = verify_job(Path(args.job_dir).resolve(), expect_nodes=args.expect_nodes)
     print(f"PASS: {result.shards} shards were completed by {len(result.nodes)} node(s): {', '.join(result.nodes)}")
+    if (out := result.export) is not None:  # None before the first merge: only the job was checked
+        files = f"{out.files} file(s) re-hashed"
+        print(f"PASS: export {out.path} ({out.layout}: {out.rows} rows, {out.bytes} bytes, {files})")
     return EXIT_OK
 
 
@@ -342,9 +355,9 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.set_defaults(func=_cmd_retry)
 
-    p = add_parser("merge", help="validate every shard result and merge them in input order")
+    p = add_parser("merge", help="validate every shard result and merge them in input order (or publish parts)")
     job_dir(p)
-    p.add_argument("--output", required=True, help="the merged JSONL to write")
+    p.add_argument("--output", required=True, help="the merged JSONL to write (with parts: the directory)")
     p.add_argument("--overwrite", action="store_true", help="replace a different existing output")
     p.add_argument(
         "--follow",
@@ -353,9 +366,12 @@ def build_parser() -> argparse.ArgumentParser:
         "recording the final prefix in OUTPUT.progress.json (resumes after a crash)",
     )
     p.add_argument("--poll-secs", type=float, default=2.0, help="with --follow: how often to look for the next shard")
+    add_setting_options(p, MERGE_OPTIONS, FROM_JOB)
     p.set_defaults(func=_cmd_merge)
 
-    p = add_parser("verify", help="check every shard result and how many nodes completed shards")
+    p = add_parser(
+        "verify", help="check every shard result, how many nodes completed shards, and the export (either layout)"
+    )
     job_dir(p)
     p.add_argument("--expect-nodes", type=int, default=1, help="minimum distinct node identities among completions")
     p.set_defaults(func=_cmd_verify)

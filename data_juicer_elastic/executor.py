@@ -225,5 +225,10 @@ class ElasticShardedExecutor(ExecutorBase):
             raise ConfigError("export_path is not set", where="recipe", hint="set export_path to the merged .jsonl")
         from data_juicer_elastic.integration.recipe_check import check_export
 
-        check_export(str(self.cfg.export_path), self.cfg.get("export_type"), self.cfg.get("export_shard_size"))
+        check_export(
+            str(self.cfg.export_path),
+            self.cfg.get("export_type"),
+            self.cfg.get("export_shard_size"),
+            self.settings.export_layout,
+        )
         return JobRun(self.cfg, self.settings).run()

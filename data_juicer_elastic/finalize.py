@@ -1,4 +1,8 @@
-"""Finalize a job: refuse on terminal failures, merge every shard in order, write the overall stats.
+"""Finalize a job: refuse on terminal failures, publish the export in order, write the overall stats.
+
+The export is one JSONL file (``export_layout: file``: the streaming merge's partial output
+finished, or a merge from scratch) or a directory of parts published without copying
+(``parts``: ``shards.parts``).
 
 Its own module, apart from ``executor`` (which subclasses Data-Juicer's executor base
 and so imports Data-Juicer): ``dj-elastic merge`` runs exactly this, and must not pay
@@ -16,14 +20,15 @@ from data_juicer_elastic.console import StepDisplay, say
 from data_juicer_elastic.console.summary import shown_path
 from data_juicer_elastic.coordination import crashpoints
 from data_juicer_elastic.coordination.settle import shard_failed_error
-from data_juicer_elastic.errors import IntegrityError, MergeBusyError, storage_errors
+from data_juicer_elastic.errors import ElasticError, IntegrityError, MergeBusyError, storage_errors
 from data_juicer_elastic.jobdir.attempts import requeue_hint
 from data_juicer_elastic.jobdir.export_path import check_export_path, merge_places
 from data_juicer_elastic.jobdir.layout import JobLayout
 from data_juicer_elastic.preparation import resolve_user_path
 from data_juicer_elastic.shards import steps
 from data_juicer_elastic.shards.merge import MergeResult, merge_job
-from data_juicer_elastic.shards.stream_merge import follow_merge
+from data_juicer_elastic.shards.parts import publish_parts
+from data_juicer_elastic.shards.stream_merge import follow_merge, partial_path, read_progress
 from data_juicer_elastic.status.job_status import snapshot
 
 
@@ -40,22 +45,23 @@ def finalize(
     overwrite: bool = False,
     stream: bool = False,
     lock_wait_secs: float = 0.0,
+    layout: str = "file",
 ) -> MergeResult:
-    """Fail clearly on terminal shard failures, else merge every shard in manifest order and
-    write the overall statistics (from the per-shard summaries, not from the merged file).
+    """Fail clearly on terminal shard failures, else publish every shard in manifest order and
+    write the overall statistics (from the per-shard summaries, not from the export).
 
-    ``stream``: continue the streaming merge's partial output (``shards.stream_merge``);
-    if another process still holds it after ``lock_wait_secs``, merge from scratch instead.
+    ``layout`` ``file``: with ``stream``, continue the streaming merge's partial output
+    (``shards.stream_merge``), waiting for another holder of it as long as it makes progress
+    (``lock_wait_secs`` without any), else merge from scratch.  ``parts``: link the accepted
+    outputs into the export directory (``shards.parts``; no output is read).
     """
-    from loguru import logger
-
     from data_juicer_elastic.stats import compute_overall, write_overall_stats
 
     crashpoints.install_from_env()
     # pandas formats overall.csv exactly as dj-analyze does; its ~1 s of imports overlap the merge.
     threading.Thread(target=_import_quietly, args=("pandas",), name="dj-elastic-import", daemon=True).start()
     job = resolve_user_path(job_dir)
-    export = check_export_path(job, export_path)  # before any work: not in the job dir, not a directory
+    export = check_export_path(job, export_path, layout=layout)  # before any work: not in the job dir, ...
     snap = snapshot(job)
     if snap.terminal_failures:
         raise shard_failed_error(snap.terminal_failures, job)
@@ -66,15 +72,45 @@ def finalize(
         if shard == exc.where:
             raise
         raise IntegrityError(exc.message, where=exc.where, hint=requeue_hint(JobLayout(job), [shard])) from None
-    with StepDisplay() as display, steps.reporting(display):
-        result = None
-        if stream:
-            try:
-                result = follow_merge(job, export, overwrite=overwrite, wait=False, lock_wait_secs=lock_wait_secs)
-            except MergeBusyError as exc:
-                logger.warning(f"{exc}; merging without the partial output")
-        if result is None:
-            result = merge_job(job, export, overwrite=overwrite)
+    if layout == "parts":
+        result = publish_parts(job, export, overwrite=overwrite)
+    else:
+        with StepDisplay() as display, steps.reporting(display):
+            result = _stream_tail(job, export, overwrite, lock_wait_secs) if stream else None
+            if result is None:
+                result = merge_job(job, export, overwrite=overwrite)
     write_overall_stats(overall, job, result.output_path)
-    say(f"merged {result.rows:,} rows from {result.shards} shards into {shown_path(result.output_path)}")
+    if result.layout == "parts":
+        say(f"published {result.rows:,} rows from {result.shards} shards as parts in {shown_path(result.output_path)}")
+    else:
+        say(f"merged {result.rows:,} rows from {result.shards} shards into {shown_path(result.output_path)}")
     return result
+
+
+def _stream_tail(job, export, overwrite: bool, lock_wait_secs: float) -> MergeResult | None:
+    """The streaming merge finished from its partial output: only the shards not yet appended are
+    read.  A follower still appending holds the partial: wait while its progress record grows;
+    None (merge from scratch) when it made none for ``lock_wait_secs``."""
+    from loguru import logger
+
+    seen = _progress_mark(export)
+    while True:
+        try:
+            return follow_merge(job, export, overwrite=overwrite, wait=False, lock_wait_secs=lock_wait_secs)
+        except MergeBusyError as exc:
+            now = _progress_mark(export)
+            if now == seen:
+                logger.warning(f"{exc}; merging without the partial output")
+                return None
+            seen = now
+
+
+def _progress_mark(export) -> tuple[int, int] | None:
+    """What grows while a follower appends: its record's final prefix, and the partial itself
+    (one large shard takes a while to append)."""
+    try:
+        progress = read_progress(export)
+        size = os.stat(partial_path(export)).st_size
+    except (ElasticError, OSError):  # a corrupt record or no partial: nothing to wait for
+        return None
+    return None if progress is None else (progress.shards_final, size)

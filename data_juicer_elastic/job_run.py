@@ -70,6 +70,7 @@ class JobRun:
         )
         self.done = 0  # shards this instance completed, in its leave record
         self.merged: MergeResult | None = None  # this instance's own merge, when it was elected to finalize
+        self.follower = StreamFollower(self.layout.root, cfg.export_path, settings)
 
     def run(self) -> MergeResult | None:
         """The whole flow for this instance; None when it left early at its ``max_shards``."""
@@ -79,7 +80,10 @@ class JobRun:
         with instance_log(self.layout.node_log(node, self.coordinator.instance_id)):
             self.announce()
             self.coordinator.join(self.settings.slots_per_node)
-            return self.report(self.coordinate())
+            try:
+                return self.report(self.coordinate())
+            finally:
+                self.follower.stop()
 
     def announce(self) -> None:
         """The first lines of this instance's log: which run, how its id was found, which mode."""
@@ -125,10 +129,11 @@ class JobRun:
         check_same_request(self.cfg, self.settings, plan)
 
     def work(self, stop: threading.Event, max_done: int | None) -> WorkerSummary:
-        """Claim and run shards until none is left for this instance (following the streaming
-        merge meanwhile, when it is on)."""
-        with stream_follower(self.layout.root, self.cfg.export_path, self.settings):
-            summary = self.run_shards(stop, max_done)
+        """Claim and run shards until none is left for this instance.  The streaming merge, when on,
+        starts here and follows until every shard is appended (past this phase: the shards other
+        instances finish last are the tail finalize would otherwise read), or this instance ends."""
+        self.follower.start()
+        summary = self.run_shards(stop, max_done)
         self.done = summary.done
         return summary
 
@@ -148,8 +153,9 @@ class JobRun:
             self.layout.root,
             self.cfg.export_path,
             overwrite=self.settings.overwrite_output,
-            stream=self.settings.stream_merge,
+            stream=self.follower.enabled,
             lock_wait_secs=self.settings.lease_ttl_secs,
+            layout=self.settings.export_layout,
         )
         return self.merged.to_details()
 
@@ -209,39 +215,39 @@ def instance_log(path: Path) -> Iterator[None]:
             logger.remove(sink)
 
 
-@contextlib.contextmanager
-def stream_follower(job: Path, export_path: Any, settings: ElasticSettings) -> Iterator[None]:
-    """With ``elastic.stream_merge``, follow the merge on a thread while this instance works.
+class StreamFollower:
+    """The streaming merge on a thread of this instance (``export_layout: file`` with
+    ``elastic.stream_merge``, the default): every instance runs one; the partial output's lock
+    lets one write, the others retry (so a follower lost with its node is replaced).  It ends
+    when every shard is appended, or at :meth:`stop`; the elected finalize publishes."""
 
-    Every instance tries; the partial output's lock lets one write, the others retry
-    (so a follower lost with its node is replaced).  The elected finalize publishes.
-    """
-    if not settings.stream_merge or not export_path:
-        yield
-        return
-    stop = threading.Event()
-    thread = threading.Thread(
-        target=_follow_until_stopped,
-        args=(job, export_path, settings, stop),
-        name="dj-elastic-stream-merge",
-        daemon=True,
-    )
-    thread.start()
-    try:
-        yield
-    finally:
-        stop.set()
-        thread.join()
+    def __init__(self, job: Path, export_path: Any, settings: ElasticSettings):
+        self.job, self.export_path, self.settings = job, export_path, settings
+        self.enabled = bool(settings.stream_merge and settings.export_layout == "file" and export_path)
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
 
-
-def _follow_until_stopped(job: Path, export_path: Any, settings: ElasticSettings, stop: threading.Event) -> None:
-    while not stop.is_set():
-        try:
-            poll = settings.poll_interval_secs
-            follow_merge(job, export_target(export_path), wait=True, poll_secs=poll, stop=stop, publish=False)
+    def start(self) -> None:
+        if not self.enabled or self._thread is not None:
             return
-        except MergeBusyError:
-            stop.wait(settings.poll_interval_secs)
-        except ElasticError as exc:  # a failed shard or a corrupt output: finalize reports it
-            logger.warning(f"streaming merge stopped: {exc}")
-            return
+        self._thread = threading.Thread(target=self._follow, name="dj-elastic-stream-merge", daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        """Stop following (a shard being appended is finished first) and wait for the thread."""
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join()
+
+    def _follow(self) -> None:
+        poll, stop = self.settings.poll_interval_secs, self._stop
+        output = export_target(self.export_path)
+        while not stop.is_set():
+            try:
+                follow_merge(self.job, output, wait=True, poll_secs=poll, stop=stop, publish=False)
+                return
+            except MergeBusyError:
+                stop.wait(poll)
+            except ElasticError as exc:  # a failed shard or a corrupt output: finalize reports it
+                logger.warning(f"streaming merge stopped: {exc}")
+                return

@@ -37,6 +37,8 @@ DEFAULT_MAX_LINE_BYTES: Final = 64 * 1024 * 1024
 DEFAULT_MAX_ERROR_ROWS: Final = 0.01
 InputOrder = Literal["sorted", "data_juicer"]
 INPUT_ORDERS: Final[tuple[InputOrder, ...]] = typing.get_args(InputOrder)
+ExportLayoutName = Literal["file", "parts"]
+EXPORT_LAYOUTS: Final[tuple[ExportLayoutName, ...]] = typing.get_args(ExportLayoutName)
 
 # "local" starts a private runtime owned by the worker; "auto" attaches to a
 # node-local head the user started; anything else must look like host:port or
@@ -90,8 +92,12 @@ class ElasticSettings:
     """How copied shards are stored (copy_shards): 'none' (plain .jsonl), 'gzip' (.jsonl.gz) or 'zstd' (.jsonl.zst)."""
     max_line_bytes: int = DEFAULT_MAX_LINE_BYTES
     """Longest input line prepare accepts; longer lines are refused (memory grows with this bound)."""
-    stream_merge: bool = False
-    """Append each shard to <export_path>.partial once all shards before it are done (docs/input-format.md)."""
+    stream_merge: bool = True
+    """With export_layout 'file': append each shard to <export_path>.partial as soon as all shards before it are
+    done, while the job runs, so finalize appends only the tail (docs/output-layouts.md)."""
+    export_layout: ExportLayoutName = "file"
+    """'file': one JSONL at export_path; 'parts': export_path is a directory of ordered part files, one per shard,
+    published without copying (docs/output-layouts.md)."""
     input_order: InputOrder = "sorted"
     """Order of the files of a directory input: 'sorted' by relative path, or 'data_juicer' (its default executor's)."""
     claim_ahead: bool = True
@@ -233,6 +239,7 @@ _RULES: Final[dict[str, _Rule]] = {
     "shard_codec": _one_of(CODECS),
     "max_line_bytes": _integer(1024),
     "stream_merge": _switch(),
+    "export_layout": _one_of(EXPORT_LAYOUTS),
     "claim_ahead": _switch(),
     "input_order": _one_of(INPUT_ORDERS),
     "max_error_rows": (

@@ -59,6 +59,7 @@ MODULES: Final = (
     "dj_op_metaclass",
     "dj_op_error_hooks",
     "dj_free_models",
+    "dj_file_listing",
     "dj_resource_utils",
     "dj_stage_identities",
     "dj_config_module",

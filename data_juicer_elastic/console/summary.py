@@ -33,23 +33,38 @@ def summary_lines(job_dir: str | os.PathLike, result: Any, elapsed_secs: float, 
         + (f"{errors.rows:,} rows quarantined, " if errors is not None else "")
         + f"{result.shards} shards, {retries} retr{'y' if retries == 1 else 'ies'}"
         + ("" if result.written else " (the output was already there, unchanged)"),
-        f"  output  {shown_path(result.output_path)}",
     ]
     if errors is not None:
         lines.append(
             f"  errors  {shown_path(errors.path)} ({errors.rows:,} row{'s' if errors.rows != 1 else ''} operators "
             f"failed on, with why; after a fix: dj-elastic retry --job-dir {shown_path(job_dir)} --quarantined)"
         )
-    from data_juicer_elastic.jobdir.row_stats import export_stats_path
+    if getattr(result, "layout", "file") == "parts":
+        lines += _parts_lines(Path(result.output_path), result.shards)
+    else:
+        from data_juicer_elastic.jobdir.row_stats import export_stats_path
 
-    stats = export_stats_path(Path(result.output_path))
-    if stats.exists():
-        overall = f"{stats.stem[: -len('_stats')]}_overall_stats.csv"
-        lines.append(f"  stats   {shown_path(stats)} (per row; overall: {overall})")
+        lines.append(f"  output  {shown_path(result.output_path)}")
+        stats = export_stats_path(Path(result.output_path))
+        if stats.exists():
+            overall = f"{stats.stem[: -len('_stats')]}_overall_stats.csv"
+            lines.append(f"  stats   {shown_path(stats)} (per row; overall: {overall})")
     # a command to paste: a job_dir with spaces or quotes is quoted for the shell
     lines.append(f"  report  dj-elastic report --job-dir {shlex.quote(shown_path(job_dir))} --output report.html")
     if log_path:
         lines.append(f"  logs    {shown_path(log_path)}{os.sep}")
+    return lines
+
+
+def _parts_lines(export: Path, parts: int) -> list[str]:
+    """Where a parts export is: the directory (its parts in name order), the index, the stats."""
+    from data_juicer_elastic.jobdir.export_path import PART_STATS_SUFFIX, PARTS_INDEX
+
+    shown = shown_path(export) + os.sep
+    lines = [f"  output  {shown} ({parts} parts, in input order by name; index {PARTS_INDEX})"]
+    if any(export.glob(f"part-*{PART_STATS_SUFFIX}")):
+        overall = f"{export.name}_overall_stats.csv"
+        lines.append(f"  stats   {shown}part-*{PART_STATS_SUFFIX} (per row; overall: {overall} beside it)")
     return lines
 
 

@@ -55,7 +55,7 @@ from data_juicer_elastic.sharedfs import fault_seam
 
 CRASH_ENV: Final = "DJ_ELASTIC_TEST_CRASH_AT"
 FAULTS_ENV: Final = "DJ_ELASTIC_TEST_FAULTS"
-FAULT_ERRNOS: Final = ("ENOSPC", "EDQUOT", "EIO", "ESTALE", "EACCES", "EPERM", "EROFS", "ETIMEDOUT")
+FAULT_ERRNOS: Final = ("ENOSPC", "EDQUOT", "EIO", "ESTALE", "EACCES", "EPERM", "EROFS", "ETIMEDOUT", "EXDEV")
 _UNNAMED_OPS: Final = frozenset({"write", "fsync", "close"})  # the real os.* call names no file
 
 Phase = Literal["before", "after"]

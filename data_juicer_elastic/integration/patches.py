@@ -15,6 +15,9 @@ Targets (all in py-data-juicer 1.6.x):
   when no operator needs torch (:mod:`data_juicer_elastic.compat.dj_free_models`).
 * ``data_juicer.config.config.display_config`` (not needed by elastic_sharded): an elastic
   job's configuration table goes to the log files unless ``-v``.
+* ``data_juicer.format.formatter.find_files_with_suffix`` (not needed by elastic_sharded): the
+  default executor reads a parts export (``elastic.export_layout: parts``) in the order of its
+  parts (:mod:`data_juicer_elastic.compat.dj_file_listing`); every other directory as before.
 * ``data_juicer.ops.base_op.OPMetaClass.__call__`` (not needed by elastic_sharded):
   ``adaptive_batching: true`` gives the operator the AdaptiveBatchingMixin
   (:mod:`data_juicer_elastic.batching.optin`), and the demo operators register;
@@ -42,6 +45,7 @@ import importlib
 import threading
 from dataclasses import dataclass
 from importlib import metadata
+from pathlib import Path
 from types import ModuleType
 from typing import Final, Literal
 
@@ -51,6 +55,7 @@ from data_juicer_elastic.compat import (
     APPLIED,
     dj_config_module,
     dj_executor_factory,
+    dj_file_listing,
     dj_free_models,
     dj_op_error_hooks,
     dj_op_metaclass,
@@ -67,6 +72,7 @@ from data_juicer_elastic.integration.config_block import (
     remember_parsed,
     settings_from_cfg,
 )
+from data_juicer_elastic.jobdir.export_path import PARTS_INDEX
 
 CONFIG_MODULE: Final = dj_config_module.MODULE
 PROCESS_MODULE: Final = dj_tool_main.PROCESS_MODULE
@@ -84,6 +90,7 @@ BASE_OP_MODULE: Final = dj_op_metaclass.MODULE
 OP_METACLASS: Final = dj_op_metaclass.TARGET
 # quarantine (the operator error hooks): required, or an operator error would drop rows silently.
 OP_ERROR_HOOKS: Final = dj_op_error_hooks.TARGET
+FILE_LISTING: Final = dj_file_listing.TARGET  # a parts export read in its parts' order; not needed by elastic_sharded
 
 State = Literal["pending", "applied", "missing"]
 
@@ -105,6 +112,7 @@ RECORDS: dict[str, PatchRecord] = {
     CREATE_EXECUTOR: PatchRecord(CREATE_EXECUTOR, required=True),
     OP_METACLASS: PatchRecord(OP_METACLASS, required=False),
     OP_ERROR_HOOKS: PatchRecord(OP_ERROR_HOOKS, required=True),
+    FILE_LISTING: PatchRecord(FILE_LISTING, required=False),
 }
 
 _install_lock = threading.Lock()
@@ -127,6 +135,7 @@ def install() -> None:
     deferred.when_imported(ANALYZE_MODULE, patch_analyze, _on_error(ANALYZE_MAIN))
     deferred.when_imported(FACTORY_MODULE, _patch_factory, _on_error(CREATE_EXECUTOR))
     deferred.when_imported(BASE_OP_MODULE, _patch_ops, _on_error(OP_METACLASS, OP_ERROR_HOOKS))
+    deferred.when_imported(dj_file_listing.MODULE, _patch_listing, _on_error(FILE_LISTING))
 
 
 def installed() -> bool:
@@ -230,7 +239,7 @@ def _prepare_elastic_setup(cfg) -> bool:
     # a bad elastic block and to keep the cfg as the user wrote it.
     require_integration()
     settings = settings_from_cfg(cfg)
-    check_output_paths(cfg, settings.job_dir)  # before Data-Juicer creates its work dir (maybe in job_dir)
+    check_output_paths(cfg, settings.job_dir, settings.export_layout)  # before Data-Juicer creates its work dir
     remember_parsed(cfg)
     if cfg.get("elastic_juicer_adaptive_batching", False):
         # Data-Juicer allows adaptive batching only for Ray executors.  The
@@ -249,10 +258,10 @@ def _alias_result(result, cfg) -> None:
 OUTPUT_KEYS: Final = ("export_path", "work_dir", "event_log_dir", "checkpoint_dir")
 
 
-def check_output_paths(cfg, job_dir: str) -> None:
+def check_output_paths(cfg, job_dir: str, layout: str = "file") -> None:
     from data_juicer_elastic.jobdir.export_path import check_recipe_paths
 
-    check_recipe_paths(job_dir, {key: cfg.get(key, None) for key in OUTPUT_KEYS})
+    check_recipe_paths(job_dir, {key: cfg.get(key, None) for key in OUTPUT_KEYS}, layout)
 
 
 def _config_table_log(cfg):
@@ -301,6 +310,22 @@ def _patch_ops(module: ModuleType) -> None:
     # Registers at import; a Ray worker that unpickles a demo operator may be importing it right now.
     importlib.import_module("data_juicer_elastic.batching.demo")
     mark(OP_METACLASS, "applied")
+
+
+# --- data_juicer.format.formatter ----------------------------------------------------------------
+
+
+def _patch_listing(module: ModuleType) -> None:
+    record_install(FILE_LISTING, dj_file_listing.install(module, parts_order))
+
+
+def parts_order(path, found: dict[str, list[str]]) -> dict[str, list[str]] | None:
+    """A parts export's files in name order (its input order); None (Data-Juicer's own order) for
+    anything that is not a directory holding a parts index."""
+    directory = Path(path)
+    if not directory.is_dir() or not (directory / PARTS_INDEX).is_file():
+        return None
+    return {suffix: sorted(files) for suffix, files in found.items()}
 
 
 # --- data_juicer.core.executor.factory -----------------------------------------------------------

@@ -89,23 +89,45 @@ def check_shard_safe(recipe: dict) -> list[str]:
     return warnings
 
 
-def check_export(export_path: str, export_type: str | None, export_shard_size: float | None) -> None:
+def check_export(
+    export_path: str, export_type: str | None, export_shard_size: float | None, layout: str = "file"
+) -> None:
     """The export settings Data-Juicer's default executor honours and this executor cannot honour
-    exactly are refused up front (the merged output is one JSONL file, docs/lossless.md)."""
-    kind = export_type or (export_path.rsplit(".", 1)[-1].lower() if "." in os.path.basename(export_path) else None)
-    if kind != "jsonl":
-        raise RecipeError(
-            f"the export would be {kind or 'of unknown type'!r}: elastic_sharded writes one JSONL file "
-            "(Data-Juicer's default executor writes a JSON array for .json and Parquet for .parquet)",
-            where="export_type" if export_type else "export_path",
-            hint="use an export_path ending in .jsonl, and convert the merged output afterwards if needed",
-        )
+    exactly are refused up front: the export is one JSONL file (``layout`` file, docs/lossless.md)
+    or a directory of JSONL parts, one per shard (``parts``, docs/output-layouts.md)."""
+    name = os.path.basename(export_path.rstrip("/"))
+    suffix = name.rsplit(".", 1)[-1].lower() if "." in name else None
+    if layout == "parts":
+        if export_type and export_type != "jsonl":
+            raise RecipeError(
+                f"the parts would be {export_type!r}: elastic_sharded writes JSONL parts",
+                where="export_type",
+                hint="remove export_type (or set it to jsonl)",
+            )
+        if suffix in ("jsonl", "json", "parquet", "csv", "tsv", "txt", "gz", "zst"):
+            raise RecipeError(
+                f"export_path {export_path!r} names a .{suffix} file, but export_layout parts writes a directory "
+                "of part files there",
+                where="export_path",
+                hint="name the directory to write, e.g. outputs/<job>/parts, or set elastic.export_layout: file",
+            )
+    else:
+        kind = export_type or suffix
+        if kind != "jsonl":
+            raise RecipeError(
+                f"the export would be {kind or 'of unknown type'!r}: elastic_sharded writes one JSONL file "
+                "(Data-Juicer's default executor writes a JSON array for .json and Parquet for .parquet)",
+                where="export_type" if export_type else "export_path",
+                hint="use an export_path ending in .jsonl (or set elastic.export_layout: parts for a directory of "
+                "parts), and convert the output afterwards if needed",
+            )
     if export_shard_size and export_shard_size > 0:
         raise RecipeError(
-            f"export_shard_size={export_shard_size} would split the export into several files, which "
-            "elastic_sharded does not do (Data-Juicer sizes them by their in-memory Arrow size)",
+            f"export_shard_size={export_shard_size} would split the export into files by their in-memory Arrow "
+            "size, which elastic_sharded does not do",
             where="export_shard_size",
-            hint="remove export_shard_size; split the merged JSONL afterwards (e.g. `split -C 1G merged.jsonl`)",
+            hint="remove export_shard_size; elastic.export_layout: parts writes one part per shard "
+            "(docs/output-layouts.md)",
         )
 
 

@@ -22,6 +22,30 @@ from data_juicer_elastic.sharedfs import fsio
 FORGED_HINT = "the job directory was modified; prepare a new job_dir"
 
 
+def locate_published_file(
+    layout: JobLayout, entry: ShardEntry, result: ShardResult, *, what: str, relative: str, requeue: str
+) -> Path:
+    """The path of a file a done marker names, without reading it: inside the attempt's own
+    directory, reached through no link out of the job directory, and present; IntegrityError
+    naming the shard otherwise (publication of a parts export checks this much, and the size)."""
+    where = f"shard {entry.shard_id}"
+    try:
+        path = layout.resolve_relative(relative)
+        own = layout.attempt_dir(entry.shard_id, result.attempt_id)
+    except JobDirError as exc:
+        raise IntegrityError(f"bad {what} path {relative!r}: {exc.message}", where=where, hint=FORGED_HINT) from None
+    if own not in path.parents:  # publish_done only accepts files there; anything else is forged
+        raise IntegrityError(
+            f"done marker names {what} {relative}, outside its attempt directory {layout.relative(own)}",
+            where=where,
+            hint=FORGED_HINT,
+        )
+    if not fsio.exists(path):
+        raise IntegrityError(f"accepted {what} {path} is missing", where=where, hint=requeue)
+    confine.check_inside(layout, path)  # a record may not lead the merge out through a planted link
+    return path
+
+
 def check_published_file(
     layout: JobLayout,
     entry: ShardEntry,
@@ -40,20 +64,7 @@ def check_published_file(
     blocks of whole, validated lines (merge copies in the same read).
     """
     where = f"shard {entry.shard_id}"
-    try:
-        path = layout.resolve_relative(relative)
-        own = layout.attempt_dir(entry.shard_id, result.attempt_id)
-    except JobDirError as exc:
-        raise IntegrityError(f"bad {what} path {relative!r}: {exc.message}", where=where, hint=FORGED_HINT) from None
-    if own not in path.parents:  # publish_done only accepts files there; anything else is forged
-        raise IntegrityError(
-            f"done marker names {what} {relative}, outside its attempt directory {layout.relative(own)}",
-            where=where,
-            hint=FORGED_HINT,
-        )
-    if not fsio.exists(path):
-        raise IntegrityError(f"accepted {what} {path} is missing", where=where, hint=requeue)
-    confine.check_inside(layout, path)  # a record may not lead the merge out through a planted link
+    path = locate_published_file(layout, entry, result, what=what, relative=relative, requeue=requeue)
     try:
         found = validate_jsonl_output(path, str(path), sink)
     except ValueError as exc:

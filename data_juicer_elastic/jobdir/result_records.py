@@ -2,9 +2,10 @@
 
 ``attempts/<shard>/<attempt>/attempt.json`` (:class:`AttemptRecord`), the accepted
 result ``done/<shard>.json`` (:class:`ShardResult`), the terminal failure
-``failed/<shard>.json`` (:class:`TerminalFailure`) and the merge record
-(:class:`MergeRecord`).  Who writes them: ``jobdir.attempts``, ``jobdir.failures``,
-``shards.merge``.
+``failed/<shard>.json`` (:class:`TerminalFailure`), the merge record
+(:class:`MergeRecord`) and the index of a parts export (:class:`PartsIndex`, written in the
+export directory, not the job's).  Who writes them: ``jobdir.attempts``, ``jobdir.failures``,
+``shards.merge`` and ``shards.parts``.
 """
 
 from __future__ import annotations
@@ -122,3 +123,35 @@ class MergeRecord(Record):
     errors_rows: int = 0
     errors_path: str | None = None
     errors_sha256: str | None = None
+    # "file": output_path is the merged JSONL and sha256 its hash; "parts": output_path is the
+    # export directory and sha256 the hash of its index file (PartsIndex), which names every part
+    layout: str = "file"
+
+
+@dataclass(frozen=True)
+class ExportPart:
+    """One part of a parts export: a shard's accepted output (and its per-row stats file)."""
+
+    name: str  # part-00003-of-00016.jsonl, in the export directory
+    shard_id: str
+    attempt_id: str
+    rows: int
+    bytes: int
+    sha256: str
+    stats_name: str | None = None  # part-00003-of-00016.stats; None when the recipe makes no per-row stats
+    stats_bytes: int | None = None
+    stats_sha256: str | None = None
+
+
+@dataclass(frozen=True)
+class PartsIndex(Record):
+    """``<export>/_index.dj-elastic``: the parts in input order, written last (its presence means
+    complete).  No timestamps: the same job always gives the same bytes."""
+
+    KIND: ClassVar[str] = "parts-index"
+    job_id: str
+    content_sha256: str  # of the manifest's input, to tie the export to the job
+    num_parts: int
+    rows: int
+    bytes: int
+    parts: list[ExportPart] = field(default_factory=list)

@@ -47,6 +47,7 @@ class MergeResult:
     written: bool  # False when an identical output was already there
     row_stats: MergedRowStats | None = None  # <export>_stats.jsonl, when the recipe makes per-row stats
     quarantined: MergedErrors | None = None  # <export>_errors.jsonl, when operators failed on rows (quarantine)
+    layout: str = "file"  # "parts": output_path is a directory of parts and sha256 that of its index (shards.parts)
 
     def to_details(self) -> dict[str, Any]:
         """What a run's outcome record keeps of the merge, for every instance to report
@@ -58,6 +59,7 @@ class MergeResult:
             "sha256": self.sha256,
             "shards": self.shards,
             "written": self.written,
+            "layout": self.layout,
         } | ({"quarantined": _errors_details(self.quarantined)} if self.quarantined is not None else {})
 
     @classmethod
@@ -72,6 +74,7 @@ class MergeResult:
             int(details["shards"]),
             bool(details.get("written", False)),
             quarantined=MergedErrors(**{**errors, "path": Path(errors["path"])}) if isinstance(errors, dict) else None,
+            layout=str(details.get("layout", "file")),
         )
 
 
@@ -162,10 +165,11 @@ class StagedRowStats:
 
 
 def publish_merged(
-    tmp: Path, output: Path, staged: StagedRowStats | None, overwrite: bool
+    tmp: Path, output: Path, staged: StagedRowStats | None, overwrite: bool, keep_staged: bool = False
 ) -> tuple[bool, MergedRowStats | None]:
     """Publish the merged output and its row stats file, or neither: both targets are checked
-    before either is published.  (written, row stats record)."""
+    before either is published.  (written, row stats record).  The staged row stats file is
+    removed afterwards, whatever happened, unless ``keep_staged`` (its owner removes it)."""
     try:
         refuse_if_different(tmp, output, overwrite)
         if staged is not None:
@@ -176,7 +180,7 @@ def publish_merged(
         stats_written = publish_output(staged.tmp, staged.record.path, overwrite)
         return written, dataclasses.replace(staged.record, written=stats_written)
     finally:
-        if staged is not None:
+        if staged is not None and not keep_staged:
             fsio.remove(staged.tmp)
 
 
@@ -311,8 +315,9 @@ def record_merge(
     written: bool,
     row_stats: MergedRowStats | None,
     quarantined: MergedErrors | None = None,
+    layout_name: str = "file",
 ) -> MergeResult:
-    """Write merge.json for a published output; the MergeResult callers report."""
+    """Write merge.json for a published output (or parts export); the MergeResult callers report."""
     rows, size = sum(m.rows for m in merged), sum(m.bytes for m in merged)
     record = MergeRecord(
         output_path=str(output),
@@ -328,10 +333,12 @@ def record_merge(
         errors_rows=0 if quarantined is None else quarantined.rows,
         errors_path=None if quarantined is None else str(quarantined.path),
         errors_sha256=None if quarantined is None else quarantined.sha256,
+        layout=layout_name,
     )
     fsio.atomic_write(layout.merge_record, record.encode())
-    logger.info(f"merged {len(merged)} shards, {rows} rows into {output}" + ("" if written else " (unchanged)"))
-    return MergeResult(output, rows, size, sha, len(merged), written, row_stats, quarantined)
+    how = "published as parts in" if layout_name == "parts" else "merged into"
+    logger.info(f"{len(merged)} shards, {rows} rows {how} {output}" + ("" if written else " (unchanged)"))
+    return MergeResult(output, rows, size, sha, len(merged), written, row_stats, quarantined, layout_name)
 
 
 def copy_shard(layout: JobLayout, entry: ShardEntry, result: ShardResult, sink) -> MergedShard:

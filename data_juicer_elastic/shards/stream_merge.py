@@ -1,9 +1,11 @@
 """Streaming ordered merge: publish the finished prefix of the merged output while shards complete.
 
-A follower (``dj-elastic merge --follow``, or ``elastic.stream_merge: true`` in a run)
-appends each accepted shard output, validated exactly as :mod:`merge` does, to
-``<export>.partial`` as soon as every shard before it is merged, and after each
-shard publishes ``<export>.progress.json``:
+A follower (``dj-elastic merge --follow``, or every instance of a run with ``export_layout:
+file`` and ``elastic.stream_merge`` on, the default) appends each accepted shard output,
+validated exactly as :mod:`merge` does, to ``<export>.partial`` as soon as every shard before
+it is merged (and its per-row stats file, when the recipe makes one, to the stats file's
+``.partial``: ``<stem>_stats.jsonl.partial``), and after each shard publishes
+``<export>.progress.json``:
 
     {"format": "dj-elastic/merge-progress", "shards_final": 3, "num_shards": 16,
      "bytes_final": 123456, "rows_final": 789, "prefix_sha256": "...", "complete": false, ...}
@@ -13,59 +15,59 @@ Consumer contract: read the progress record (replaced atomically), then read at 
 lines, and never change (the file only grows).  When ``complete`` is true the whole
 output is at the export path (the same inode: the partial is linked there, then its
 ``.partial`` name removed), byte-identical to a non-streaming merge of the same job,
-and ``merge.json`` is written as by :func:`merge.merge_job`.  The per-row stats file
-(``<export>_stats.jsonl``, :mod:`row_stats`) and the quarantine file (``<export>_errors.jsonl``,
-:mod:`row_errors`) are not streamed: they are written whole just before the output is published.
+and ``merge.json`` is written as by :func:`merge.merge_job`; so is the row stats file.  The
+quarantine file (``<export>_errors.jsonl``, :mod:`row_errors`) is not streamed: it is written
+whole just before the output is published.
 
-Crash and resume (the ``merge`` and ``finalize`` crash points of
-:mod:`coordination.crashpoints` stop a follower there): bytes past ``bytes_final`` may be a
-torn shard; a new follower truncates them, re-hashes the prefix against ``prefix_sha256`` (starting over when it
-does not match) and continues with shard ``shards_final``.  One writer per partial:
-a POSIX lock on the partial file (released by the kernel when a follower dies) plus
-an in-process lock, because POSIX locks do not exclude threads of one process.
+Crash and resume (the ``merge`` and ``finalize`` crash points of :mod:`coordination.crashpoints`
+stop a follower there): bytes past the final ones may be a torn shard; a new follower truncates
+them, re-hashes each prefix against its recorded sha256 (starting over when one does not match, or
+when a shard it names was run again since) and continues with shard ``shards_final``.  A prefix
+that already holds every shard, in files whose size and mtime are still those recorded, is not
+read again: each shard was validated and hashed as it was appended and fsynced before the record
+said so, so finalize publishes it after reading only the done markers (``dj-elastic verify``
+re-hashes the export; an edit that restores size and mtime is not caught before that).  The row
+stats are published from their partial only when it holds exactly the accepted stats files' bytes;
+otherwise they are written whole at the end.  One writer per partial (``partial_files.PartialLock``);
+a follower that does not publish (a run's) finds a completed record and returns at once.
 """
 
 from __future__ import annotations
 
-import errno
-import fcntl
-import hashlib
 import os
 import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, ClassVar, Final
+from typing import ClassVar, Final
 
 from loguru import logger
 
-from data_juicer_elastic.errors import IntegrityError, JobDirError, MergeBusyError, OutputExistsError, storage_errors
-from data_juicer_elastic.jobdir import confine
+from data_juicer_elastic.errors import IntegrityError, JobDirError, storage_errors
+from data_juicer_elastic.jobdir import attempts, confine
 from data_juicer_elastic.jobdir.export_path import check_export_path, merge_places
 from data_juicer_elastic.jobdir.layout import JobLayout
 from data_juicer_elastic.jobdir.manifest import load_manifest
-from data_juicer_elastic.jobdir.records import Manifest, Record
-from data_juicer_elastic.jobdir.result_records import MergedShard
+from data_juicer_elastic.jobdir.records import Manifest, Record, ShardEntry
+from data_juicer_elastic.jobdir.result_records import MergedShard, ShardResult
+from data_juicer_elastic.jobdir.row_stats import MergedRowStats, export_stats_path
 from data_juicer_elastic.jobdir.shard_state import ShardState, decide_state, read_markers
-from data_juicer_elastic.rows.codecs import READ_BYTES
 from data_juicer_elastic.shards.merge import (
     MergeResult,
-    OutputAppender,
+    StagedRowStats,
     accepted_results,
     copy_shard,
     publish_merged,
     record_merge,
     stage_row_stats,
 )
+from data_juicer_elastic.shards.partial_files import PartialLock, PartialStream, open_partial, resume_stream
 from data_juicer_elastic.sharedfs import fault_seam, fsio
 from data_juicer_elastic.sharedfs.identity import kernel_tag
 
 PARTIAL_SUFFIX: Final = ".partial"
 PROGRESS_SUFFIX: Final = ".progress.json"
-
-_process_locks: dict[str, threading.Lock] = {}
-_process_locks_guard = threading.Lock()
 
 
 @dataclass(frozen=True)
@@ -84,6 +86,13 @@ class MergeProgress(Record):
     complete: bool
     updated_at: float
     shards: list[MergedShard] = field(default_factory=list)
+    # the partial's mtime once the record's bytes were fsynced: a prefix of every shard whose file still
+    # has it (and the recorded size) is not read again on resume; None: always re-hashed
+    partial_mtime_ns: int | None = None
+    # the row stats' partial (<stem>_stats.jsonl.partial), the same way; None: no row stats streamed
+    stats_bytes_final: int | None = None
+    stats_sha256: str | None = None
+    stats_mtime_ns: int | None = None
 
 
 def partial_path(output: Path) -> Path:
@@ -94,67 +103,15 @@ def progress_path(output: Path) -> Path:
     return output.with_name(output.name + PROGRESS_SUFFIX)
 
 
+def stats_partial_path(output: Path) -> Path:
+    return partial_path(export_stats_path(output))
+
+
 def read_progress(output: str | Path) -> MergeProgress | None:
     """The progress record beside ``output``, None when there is none (JobDirError when corrupt)."""
     path = progress_path(Path(os.path.abspath(output)))
     data = fsio.read_record(path)
     return None if data is None else MergeProgress.parse(data, path)
-
-
-class _PartialLock:
-    """Exclusive right to write one partial file, across processes and threads."""
-
-    def __init__(self, path: Path):
-        self.path = path
-        with _process_locks_guard:
-            self._thread_lock = _process_locks.setdefault(str(path), threading.Lock())
-        self.fd = -1
-        self._held = False
-
-    def acquire(self, wait_secs: float = 0.0, poll_secs: float = 0.2) -> None:
-        deadline = time.monotonic() + wait_secs
-        while not self._thread_lock.acquire(timeout=max(0.0, min(poll_secs, deadline - time.monotonic()))):
-            if time.monotonic() >= deadline:
-                raise self._busy()
-        self._held = True
-        try:
-            fault_seam.fault_point("open", self.path)
-            try:  # O_NOFOLLOW: a symlink at <export>.partial is refused (ELOOP), never written through
-                self.fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o644)
-            except OSError as exc:
-                if exc.errno != errno.ELOOP:
-                    raise
-                raise OutputExistsError(
-                    "a symlink is at the partial output; the streaming merge never writes through it",
-                    where=str(self.path),
-                    hint="remove the link",
-                ) from None
-            while True:
-                try:
-                    fcntl.lockf(self.fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                    return
-                except OSError as exc:
-                    if exc.errno not in (errno.EACCES, errno.EAGAIN) or time.monotonic() >= deadline:
-                        raise self._busy() from None
-                    time.sleep(poll_secs)
-        except BaseException:
-            self.release()
-            raise
-
-    def _busy(self) -> MergeBusyError:
-        return MergeBusyError(
-            "another merge is writing this partial output",
-            where=str(self.path),
-            hint="wait for it (its progress is in the .progress.json beside it), or stop it first",
-        )
-
-    def release(self) -> None:
-        if self.fd >= 0:
-            os.close(self.fd)  # closing drops the POSIX lock
-            self.fd = -1
-        if self._held:
-            self._held = False
-            self._thread_lock.release()
 
 
 @storage_errors(then="run the merge again", places=merge_places)  # ENOSPC, EROFS...: one line naming path and place
@@ -184,145 +141,187 @@ def follow_merge(
     output = check_export_path(layout.root, output_path)  # never into the job dir, never through a link
     fsio.makedirs(output.parent)
     partial = partial_path(output)
-    lock = _PartialLock(partial)
+    if not publish and _completed(output, manifest):
+        return None  # published already: nothing to follow (and no new partial to leave behind)
+    lock = PartialLock(partial)
     lock.acquire(lock_wait_secs)
     try:
-        return _follow(
-            layout, manifest, output, partial, lock.fd, overwrite, wait, poll_secs, stop, publish, on_progress
-        )
+        if not publish and _completed(output, manifest):
+            if os.fstat(lock.fd).st_size == 0:
+                fsio.remove(partial)  # the empty file opening it made: we hold its lock, nobody else wrote it
+            return None
+        run = _resume(layout, manifest, output, partial, lock.fd)
+        try:
+            return _follow(layout, manifest, run, overwrite, wait, poll_secs, stop, publish, on_progress)
+        finally:
+            if run.stats is not None:
+                os.close(run.stats.fd)
     finally:
         lock.release()
 
 
-def _follow(layout, manifest, output, partial, fd, overwrite, wait, poll_secs, stop, publish, on_progress):
-    state = _resume(manifest, output, partial, fd)
-    writer = _AppendWriter(partial, fd)
-    out = OutputAppender(writer, digest=state.digest)
+def _completed(output: Path, manifest: Manifest) -> bool:
     try:
-        while len(state.merged) < manifest.num_shards:
-            entry = manifest.shards[len(state.merged)]
+        progress = read_progress(output)
+    except JobDirError:
+        return False
+    return progress is not None and progress.complete and progress.job_id == manifest.job_id
+
+
+@dataclass
+class _Run:
+    merged: list[MergedShard]
+    out: PartialStream
+    stats: PartialStream | None
+    output: Path
+
+    def stats_stream(self) -> PartialStream:
+        if self.stats is None:  # the first shard with row stats: the stats' partial starts empty
+            path = stats_partial_path(self.output)
+            self.stats = PartialStream.fresh(path, open_partial(path))
+        return self.stats
+
+
+def _follow(layout, manifest, run: _Run, overwrite, wait, poll_secs, stop, publish, on_progress):
+    output = run.output
+    try:
+        while len(run.merged) < manifest.num_shards:
+            entry = manifest.shards[len(run.merged)]
             markers = read_markers(layout, entry.shard_id)
             if markers.corrupt_done:
                 raise IntegrityError(f"corrupt done marker: {markers.done_error}", where=f"shard {entry.shard_id}")
-            result = markers.result
             if decide_state(markers) is not ShardState.DONE:
                 if markers.terminal is not None or not wait:
                     accepted_results(layout, manifest)  # raises the job's "not complete" error
-                stopped = stop.wait(poll_secs) if stop is not None else time.sleep(poll_secs)
-                if stopped:
-                    out.finish()
+                if stop.wait(poll_secs) if stop is not None else time.sleep(poll_secs):
+                    _finish(run)
                     return None  # the partial and its progress stay: a later follower resumes
                 continue
-            state.merged.append(copy_shard(layout, entry, result, out.append))
-            fault_seam.fault_point("merge", partial)  # named crash point: the shard's bytes may be torn, unrecorded
-            out.drain()
-            writer.sync()  # durable before the progress record says so
-            _publish_progress(state, manifest, output, partial, out, complete=False, on_progress=on_progress)
-        out.finish()
+            _append(layout, run, entry, markers.result)
+            fault_seam.fault_point("merge", run.out.path)  # named crash point: the shard's bytes may be torn
+            for stream in (run.out, run.stats):
+                if stream is not None:
+                    stream.make_final()
+            _publish_progress(run, manifest, complete=False, on_progress=on_progress)
     except BaseException:
-        out.abort()
+        for stream in (run.out, run.stats):
+            if stream is not None:
+                stream.abort()  # what is final stays final: a later follower resumes after it
         raise
+    _finish(run)
     if not publish:
         return None
-    sha = out.digest.hexdigest()
-    # The per-row stats file is written whole at the end (it is not streamed).
-    from data_juicer_elastic.quarantine import errors_merge  # <export>_errors.jsonl, written whole like row stats
+    from data_juicer_elastic.quarantine import errors_merge  # <export>_errors.jsonl, written whole at the end
 
     results = accepted_results(layout, manifest)
-    staged = stage_row_stats(layout, results, output, kernel_tag())
+    streamed = _streamed_row_stats(run, results, output)
+    staged = streamed or stage_row_stats(layout, results, output, kernel_tag())
     errors = errors_merge.stage_errors(layout, results, output, kernel_tag(), overwrite=overwrite)
     fault_seam.fault_point("finalize", output)  # named crash point: complete and fsynced, not yet published
+    # the streamed stats' partial is kept when publishing is refused: the next try resumes with it
     try:
-        written, row_stats = publish_merged(partial, output, staged, overwrite)
+        written, row_stats = publish_merged(run.out.path, output, staged, overwrite, keep_staged=streamed is not None)
     except BaseException:
         errors_merge.discard_errors(errors)
         raise
     quarantined = errors_merge.publish_errors(errors, overwrite)
-    result = record_merge(layout, manifest, output, state.merged, sha, written, row_stats, quarantined)
-    _publish_progress(state, manifest, output, partial, out, complete=True, on_progress=on_progress)
-    fsio.remove(partial)
+    result = record_merge(layout, manifest, output, run.merged, run.out.sha, written, row_stats, quarantined)
+    _publish_progress(run, manifest, complete=True, on_progress=on_progress)
+    fsio.remove(run.out.path)
+    if run.stats is not None:
+        fsio.remove(run.stats.path)
     return result
 
 
-@dataclass
-class _State:
-    digest: Any  # a hashlib sha256 object holding the prefix
-    merged: list[MergedShard]
-    bytes: int
+def _finish(run: _Run) -> None:
+    for stream in (run.out, run.stats):
+        if stream is not None:
+            stream.finish()
 
 
-def _resume(manifest: Manifest, output: Path, partial: Path, fd: int) -> _State:
-    """Continue from a valid earlier prefix, else start the partial over."""
+def _append(layout: JobLayout, run: _Run, entry: ShardEntry, result: ShardResult) -> None:
+    """One accepted shard's output (and row stats) appended, each validated as it is copied."""
+    run.merged.append(copy_shard(layout, entry, result, run.out.append))
+    if result.row_stats is not None:
+        attempts.check_row_stats_file(layout, entry, result, run.stats_stream().append)
+
+
+def _streamed_row_stats(run: _Run, results: list, output: Path) -> StagedRowStats | None:
+    """The row stats' partial as the file to publish, when it holds exactly the accepted row stats
+    files (each validated as it was appended); None: write them whole instead."""
+    with_stats = [r.row_stats for _, r in results if r.row_stats is not None]
+    missing = [r for _, r in results if r.row_stats is None and r.rows]
+    if run.stats is None or not with_stats or missing or run.stats.bytes != sum(s.bytes for s in with_stats):
+        return None
+    rows = sum(r.rows for _, r in results if r.row_stats is not None)
+    record = MergedRowStats(export_stats_path(output), rows, run.stats.bytes, run.stats.sha, written=False)
+    return StagedRowStats(run.stats.path, record)
+
+
+def _resume(layout: JobLayout, manifest: Manifest, output: Path, partial: Path, fd: int) -> _Run:
+    """Continue from valid earlier prefixes, else start the partials over."""
     previous = None
     try:
         previous = read_progress(output)
     except JobDirError as exc:
         logger.warning(f"ignoring a corrupt merge progress record: {exc}")
-    digest = hashlib.sha256()
-    if previous is not None and previous.job_id == manifest.job_id and not previous.complete:
-        size = os.fstat(fd).st_size
-        if size >= previous.bytes_final and len(previous.shards) == previous.shards_final:
-            os.ftruncate(fd, previous.bytes_final)  # drop a torn shard after the final prefix
-            if _hash_prefix(fd, previous.bytes_final, digest) == previous.prefix_sha256:
-                logger.info(f"resuming the streaming merge after {previous.shards_final} shards ({partial})")
-                return _State(digest, list(previous.shards), previous.bytes_final)
+    if (
+        previous is not None
+        and previous.job_id == manifest.job_id
+        and not previous.complete
+        and len(previous.shards) == previous.shards_final
+        and _still_accepted(layout, previous.shards)
+    ):
+        every = previous.shards_final == manifest.num_shards  # complete and untouched: not read again
+        out = resume_stream(partial, fd, previous.bytes_final, previous.prefix_sha256, previous.partial_mtime_ns, every)
+        stats, stats_ok = None, previous.stats_bytes_final is None
+        if out is not None and not stats_ok and previous.stats_sha256 is not None:
+            path = stats_partial_path(output)
+            stats_fd = open_partial(path)
+            try:
+                stats = resume_stream(
+                    path, stats_fd, previous.stats_bytes_final, previous.stats_sha256, previous.stats_mtime_ns, every
+                )
+            finally:
+                if stats is None:
+                    os.close(stats_fd)
+            stats_ok = stats is not None
+        if out is not None and stats_ok:
+            logger.info(f"resuming the streaming merge after {previous.shards_final} shards ({partial})")
+            return _Run(list(previous.shards), out, stats, output)
         logger.warning(f"the partial output does not match its progress record; starting over ({partial})")
-        digest = hashlib.sha256()
-    os.ftruncate(fd, 0)
-    return _State(digest, [], 0)
+    fsio.remove(stats_partial_path(output))  # a new one is made by the first shard with row stats
+    return _Run([], PartialStream.fresh(partial, fd), None, output)
 
 
-def _hash_prefix(fd: int, size: int, digest) -> str:
-    offset = 0
-    while offset < size:
-        block = os.pread(fd, min(READ_BYTES, size - offset), offset)
-        if not block:
-            break
-        digest.update(block)
-        offset += len(block)
-    return digest.hexdigest()
+def _still_accepted(layout: JobLayout, shards: list[MergedShard]) -> bool:
+    """Whether each merged shard is still its shard's accepted result (not requeued and run again)."""
+    for shard in shards:
+        result = read_markers(layout, shard.shard_id).result
+        if result is None or (result.attempt_id, result.sha256) != (shard.attempt_id, shard.sha256):
+            return False
+    return True
 
 
-class _AppendWriter:
-    """Appends to the locked partial file; errors name it (the fsio seam sees every call)."""
-
-    def __init__(self, path: Path, fd: int):
-        self.path, self.fd = path, fd
-        os.lseek(fd, 0, os.SEEK_END)
-
-    def write(self, data: bytes) -> None:
-        fault_seam.fault_point("write", self.path)
-        view = memoryview(data)
-        while view:
-            view = view[os.write(self.fd, view) :]
-
-    def sync(self) -> None:
-        fault_seam.fault_point("fsync", self.path)
-        os.fsync(self.fd)
-
-    def finish(self) -> None:
-        self.sync()
-
-    def abort(self) -> None:
-        pass  # the partial stays: everything up to bytes_final is still valid
-
-
-def _publish_progress(state, manifest, output, partial, out, *, complete, on_progress) -> None:
-    rows = sum(m.rows for m in state.merged)
-    size = sum(m.bytes for m in state.merged)
+def _publish_progress(run: _Run, manifest: Manifest, *, complete: bool, on_progress) -> None:
+    stats = run.stats
     progress = MergeProgress(
         job_id=manifest.job_id,
-        output_path=str(output),
-        partial_path=str(partial),
+        output_path=str(run.output),
+        partial_path=str(run.out.path),
         num_shards=manifest.num_shards,
-        shards_final=len(state.merged),
-        bytes_final=size,
-        rows_final=rows,
-        prefix_sha256=out.digest.copy().hexdigest(),
+        shards_final=len(run.merged),
+        bytes_final=run.out.bytes,
+        rows_final=sum(m.rows for m in run.merged),
+        prefix_sha256=run.out.sha,
         complete=complete,
         updated_at=time.time(),
-        shards=list(state.merged),
+        shards=list(run.merged),
+        partial_mtime_ns=run.out.mtime_ns,
+        stats_bytes_final=None if stats is None else stats.bytes,
+        stats_sha256=None if stats is None else stats.sha,
+        stats_mtime_ns=None if stats is None else stats.mtime_ns,
     )
-    fsio.atomic_write(progress_path(output), progress.encode())
+    fsio.atomic_write(progress_path(run.output), progress.encode())
     if on_progress is not None:
         on_progress(progress)

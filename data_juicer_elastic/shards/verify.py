@@ -1,7 +1,7 @@
 """Check a finished job without writing anything: every input shard as the manifest recorded it
-(a copy's bytes, or the content of its spans of the input files, hashed again),
-every shard done and valid, and (for multi-node runs) that enough distinct nodes contributed
-accepted results."""
+(a copy's bytes, or the content of its spans of the input files, hashed again), every shard done
+and valid, (for multi-node runs) that enough distinct nodes contributed accepted results, and the
+export merge.json records, in either layout (``shards.export_check``)."""
 
 from __future__ import annotations
 
@@ -14,6 +14,7 @@ from data_juicer_elastic.jobdir import attempts
 from data_juicer_elastic.jobdir.layout import JobLayout
 from data_juicer_elastic.jobdir.manifest import check_shard_file, load_manifest
 from data_juicer_elastic.rows.shard_source import iter_content
+from data_juicer_elastic.shards.export_check import ExportSummary, FileId, verify_export
 from data_juicer_elastic.shards.merge import accepted_results
 
 
@@ -24,6 +25,7 @@ class VerifyResult:
     output_rows: int
     nodes: list[str]  # distinct node ids of the accepted results, sorted
     shards_by_node: dict[str, int]
+    export: ExportSummary | None = None  # the export merge.json records, checked; None before any merge
 
 
 def verify_job(job_dir: str | Path, expect_nodes: int = 1) -> VerifyResult:
@@ -37,12 +39,17 @@ def verify_job(job_dir: str | Path, expect_nodes: int = 1) -> VerifyResult:
     results = accepted_results(layout, manifest)
     by_node: dict[str, int] = {}
     invalid: list[tuple[str, IntegrityError]] = []
+    hashed: dict[FileId, tuple[int, int, str]] = {}  # what was just re-hashed, for the export check
     for entry, result in results:
         try:
-            attempts.validate_result(layout, entry, result)
+            output = attempts.validate_result(layout, entry, result)
         except IntegrityError as exc:  # keep going: name every shard to requeue in one go
             invalid.append((entry.shard_id, exc))
             continue
+        _remember(hashed, output, (result.rows, result.bytes, result.sha256))
+        if result.row_stats is not None:
+            record = result.row_stats
+            _remember(hashed, layout.resolve_relative(record.path), (result.rows, record.bytes, record.sha256))
         by_node[result.node_id] = by_node.get(result.node_id, 0) + 1
     if invalid:
         shard, first = invalid[0]
@@ -65,4 +72,14 @@ def verify_job(job_dir: str | Path, expect_nodes: int = 1) -> VerifyResult:
         output_rows=sum(r.rows for _, r in results),
         nodes=nodes,
         shards_by_node=by_node,
+        export=verify_export(layout, manifest, results, hashed),
     )
+
+
+def _remember(hashed: dict[FileId, tuple[int, int, str]], path: Path, found: tuple[int, int, str]) -> None:
+    """Note a file just re-hashed (by identity: a part that is this very file needs no second read)."""
+    try:
+        info = os.stat(path)
+    except OSError:
+        return
+    hashed[(info.st_dev, info.st_ino)] = found

@@ -281,6 +281,27 @@ def publish_exclusive(src: Path, dst: Path) -> bool:
     raise last
 
 
+def link_private(src: Path, dst: Path) -> None:
+    """Hard-link ``src`` at ``dst`` in a directory only this process writes (a staging directory):
+    no directory fsync (the caller makes the directory durable once, for all its links).  An
+    EEXIST/EIO/ESTALE answer for a link that happened (a retransmitted NFS call) is recognised by
+    ``dst`` being ``src``'s inode.  EXDEV (another filesystem) is raised: the caller copies."""
+    src, dst = Path(src), Path(dst)
+    try:
+        fault_point("link", dst)
+        os.link(src, dst)
+        fault_done("link", dst)
+    except OSError as exc:
+        if not (isinstance(exc, FileExistsError) or exc.errno in _AMBIGUOUS_ERRNOS):
+            raise
+        try:
+            if os.path.samestat(os.stat(src), os.lstat(dst)):
+                return
+        except OSError:
+            pass
+        raise
+
+
 def publish_bytes(dst: Path, data: bytes) -> bool:
     """Exclusively publish a small record: temp file beside ``dst``, fsync, link, unlink temp."""
     dst = Path(dst)

@@ -145,7 +145,8 @@ def test_a_late_instance_claims_what_is_left_or_reports_the_finished_run(tmp_pat
 @pytest.mark.extended
 def test_a_resubmission_finishes_a_job_whose_finalize_coordinator_was_killed(tmp_path, demo_input, one_node_output):
     recipe = _recipe(tmp_path, demo_input, "killed")
-    crash = {"DJ_ELASTIC_TEST_CRASH_AT": "write:.merged.jsonl.tmp"}  # SIGKILL itself mid-merge
+    # SIGKILL itself with the merged output complete (streamed: the partial), before publishing it
+    crash = {"DJ_ELASTIC_TEST_CRASH_AT": "finalize"}
     first = _start(recipe, ["node-a", "node-b"], "sub-1", env=crash)
     codes = sorted(i.wait() for i in first)
     assert codes == [-signal.SIGKILL, 2], [i.output[-2000:] for i in first]

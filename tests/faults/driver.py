@@ -2,10 +2,10 @@
 fault seam, with the fast fake runner instead of Ray.
 
     python -m tests.faults.driver worker JOB [--ttl 2 --heartbeat 0.5 --sleep 1 ...]
-    python -m tests.faults.driver merge JOB OUTPUT
+    python -m tests.faults.driver merge JOB OUTPUT [--layout parts]
     python -m tests.faults.driver follow JOB OUTPUT                (the streaming merge)
     python -m tests.faults.driver prepare JOB INPUT --shards N [--plan-only]
-    python -m tests.faults.driver run JOB INPUT OUTPUT --run-id ID   (elected prepare/finalize)
+    python -m tests.faults.driver run JOB INPUT OUTPUT --run-id ID [--layout parts]   (elected prepare/finalize)
 
 Like ``dj-elastic``: installs the fault plan / crash point named by the environment
 (``coordination.crashpoints``), prints one ``error: ...`` line and exits 2 on an
@@ -27,6 +27,7 @@ from data_juicer_elastic.job_run import JobRun
 from data_juicer_elastic.jobdir.worker_loop import run_worker
 from data_juicer_elastic.settings import ElasticSettings
 from data_juicer_elastic.shards.merge import merge_job
+from data_juicer_elastic.shards.parts import publish_parts
 from data_juicer_elastic.shards.prepare import PrepareRequest, plan_job, prepare_job
 from data_juicer_elastic.shards.scan import ShardScanner
 from data_juicer_elastic.shards.stream_merge import follow_merge
@@ -52,6 +53,7 @@ def main(argv: list[str] | None = None) -> int:
     m = sub.add_parser("merge")
     m.add_argument("job")
     m.add_argument("output")
+    m.add_argument("--layout", choices=["file", "parts"], default="file")
     f = sub.add_parser("follow", help="the streaming merge (merge --follow) of a finished job")
     f.add_argument("job")
     f.add_argument("output")
@@ -67,6 +69,7 @@ def main(argv: list[str] | None = None) -> int:
     r.add_argument("--run-id", required=True)
     r.add_argument("--shards", type=int, default=4)
     r.add_argument("--ttl", type=float, default=60.0)
+    r.add_argument("--layout", choices=["file", "parts"], default="file")
     args = parser.parse_args(argv)
     crashpoints.install_from_env()
     try:
@@ -82,7 +85,9 @@ def main(argv: list[str] | None = None) -> int:
             print(json.dumps(_run(args)))
             return 0
         if args.command in ("merge", "follow"):
-            if args.command == "merge":
+            if args.command == "merge" and args.layout == "parts":
+                result = publish_parts(args.job, args.output)
+            elif args.command == "merge":
                 result = merge_job(args.job, args.output)
             else:
                 result = follow_merge(args.job, args.output, wait=False)
@@ -139,7 +144,7 @@ class FakeJobRun(JobRun):
     def __init__(self, args):
         settings = ElasticSettings(
             job_dir=args.job, num_shards=args.shards, lease_ttl_secs=args.ttl, poll_interval_secs=0.05,
-            max_retries=1, wait_timeout_secs=600.0, run_id=args.run_id,
+            max_retries=1, wait_timeout_secs=600.0, run_id=args.run_id, export_layout=args.layout,
         )  # fmt: skip
         super().__init__(SimpleNamespace(dataset_path=args.input, export_path=args.output), settings)
         self.args = args

@@ -1,0 +1,180 @@
+"""The export a finished job published, checked in full (``dj-elastic verify``): either layout.
+
+``merge.json`` names the export, its layout and its hash.  A ``file`` export is re-hashed in one
+read, each shard's byte range against the accepted result's sha256 and the whole against the
+record: nothing missing, nothing extra, nothing stale (a shard requeued since the merge).  A
+``parts`` export: its index must be the one the record hashed and name exactly the accepted
+results in manifest order; the directory must hold exactly the index's names; every part and
+stats file is re-hashed against the index (a part that is the accepted output itself, the same
+inode, was re-hashed once already by the result check that ran first).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import stat
+from dataclasses import dataclass
+from pathlib import Path
+
+from data_juicer_elastic.errors import IntegrityError, JobDirError
+from data_juicer_elastic.jobdir.export_path import PARTS_INDEX
+from data_juicer_elastic.jobdir.layout import JobLayout
+from data_juicer_elastic.jobdir.records import Manifest, ShardEntry
+from data_juicer_elastic.jobdir.result_records import MergeRecord, PartsIndex, ShardResult
+from data_juicer_elastic.rows.jsonl import validate_jsonl_output
+from data_juicer_elastic.shards.parts import expected_names, read_index_bytes
+from data_juicer_elastic.sharedfs import fsio
+
+FileId = tuple[int, int]  # (st_dev, st_ino)
+
+
+@dataclass(frozen=True)
+class ExportSummary:
+    path: Path
+    layout: str
+    rows: int
+    bytes: int
+    files: int  # files checked (one, or every part, stats file and the index)
+
+
+def verify_export(
+    layout: JobLayout,
+    manifest: Manifest,
+    results: list[tuple[ShardEntry, ShardResult]],
+    hashed: dict[FileId, tuple[int, int, str]],
+) -> ExportSummary | None:
+    """The export merge.json records, checked; None when nothing was merged yet.  ``hashed``:
+    (rows, bytes, sha256) of each accepted file the caller re-hashed already, by file identity."""
+    data = fsio.read_record(layout.merge_record)
+    if data is None:
+        return None
+    record = MergeRecord.parse(data, layout.merge_record)
+    if record.job_id != manifest.job_id:
+        raise IntegrityError(
+            f"merge.json belongs to another job ({record.job_id}, this job is {manifest.job_id})",
+            where=str(layout.merge_record),
+            hint="the job directory was modified; merge again",
+        )
+    export = Path(record.output_path)
+    hint = f"publish it again: `dj-elastic merge --job-dir {layout.root} --output {export} --overwrite`"
+    if record.layout == "parts":
+        return _verify_parts(export, record, manifest, results, hashed, hint)
+    return _verify_file(export, record, results, hint)
+
+
+def _verify_file(
+    export: Path, record: MergeRecord, results: list[tuple[ShardEntry, ShardResult]], hint: str
+) -> ExportSummary:
+    where = str(export)
+    if not os.path.isfile(export) or os.path.islink(export):
+        raise IntegrityError("the export merge.json records is missing (or not a file)", where=where, hint=hint)
+    if [(m.shard_id, m.attempt_id, m.sha256) for m in record.shards] != [
+        (entry.shard_id, result.attempt_id, result.sha256) for entry, result in results
+    ]:
+        raise IntegrityError("the export is stale: shards were run again since it was merged", where=where, hint=hint)
+    whole, size = hashlib.sha256(), 0
+    with fsio.open_read(export) as handle:
+        for shard in record.shards:
+            part, left = hashlib.sha256(), shard.bytes
+            while left > 0:
+                block = handle.read(min(left, 1 << 20))
+                if not block:
+                    break
+                part.update(block)
+                whole.update(block)
+                left -= len(block)
+                size += len(block)
+            if part.hexdigest() != shard.sha256:
+                raise IntegrityError(
+                    f"the bytes of shard {shard.shard_id} in the export do not match its accepted output",
+                    where=where,
+                    hint=hint,
+                )
+        extra = handle.read(1)
+    if extra or size != record.bytes or whole.hexdigest() != record.sha256:
+        raise IntegrityError(f"the export does not match merge.json (sha256 {record.sha256})", where=where, hint=hint)
+    files = 1
+    if record.row_stats_path:
+        found = fsio.file_sha256(Path(record.row_stats_path)) if os.path.isfile(record.row_stats_path) else None
+        if found is None or found[1] != record.row_stats_sha256:
+            raise IntegrityError(
+                "the export's row stats file is missing or changed", where=record.row_stats_path, hint=hint
+            )
+        files += 1
+    return ExportSummary(export, "file", sum(m.rows for m in record.shards), size, files)
+
+
+def _verify_parts(
+    export: Path,
+    record: MergeRecord,
+    manifest: Manifest,
+    results: list[tuple[ShardEntry, ShardResult]],
+    hashed: dict[FileId, tuple[int, int, str]],
+    hint: str,
+) -> ExportSummary:
+    where = str(export)
+    if not export.is_dir() or export.is_symlink():
+        raise IntegrityError(
+            "the parts export merge.json records is missing (or not a directory)", where=where, hint=hint
+        )
+    index_path = str(export / PARTS_INDEX)
+    try:
+        data = read_index_bytes(export)
+        if data is None:
+            raise IntegrityError(f"{PARTS_INDEX} is missing: the export is not complete", where=where, hint=hint)
+        index = PartsIndex.parse(data, export / PARTS_INDEX)
+    except JobDirError as exc:
+        raise IntegrityError(f"torn or foreign index: {exc.message}", where=index_path, hint=hint) from None
+    if hashlib.sha256(data).hexdigest() != record.sha256 or index.job_id != manifest.job_id:
+        raise IntegrityError("the index is not the one merge.json records", where=index_path, hint=hint)
+    if len(index.parts) != len(results):
+        raise IntegrityError(
+            f"the index names {len(index.parts)} parts for {len(results)} shards", where=where, hint=hint
+        )
+    for part, (entry, result) in zip(index.parts, results, strict=True):
+        if (part.shard_id, part.attempt_id, part.rows, part.bytes, part.sha256) != (
+            entry.shard_id, result.attempt_id, result.rows, result.bytes, result.sha256
+        ):  # fmt: skip
+            raise IntegrityError(
+                f"{part.name} is not shard {entry.shard_id}'s accepted output (the shard ran again since, or the "
+                "index was edited)",
+                where=where,
+                hint=hint,
+            )
+    names = set(os.listdir(export))
+    wanted = expected_names(index.parts)
+    missing = [name for name in wanted if name not in names]
+    if missing:
+        raise IntegrityError(f"{missing[0]} is missing from the export", where=where, hint=hint)
+    extra = sorted(names - set(wanted))
+    if extra:
+        raise IntegrityError(f"{extra[0]} is in the export but not in its index", where=where, hint=hint)
+    for part in index.parts:
+        _check_part(export / part.name, (part.rows, part.bytes, part.sha256), hashed, hint)
+        if part.stats_name is not None:
+            assert part.stats_bytes is not None and part.stats_sha256 is not None
+            _check_part(export / part.stats_name, (part.rows, part.stats_bytes, part.stats_sha256), hashed, hint)
+    if (index.rows, index.bytes) != (sum(p.rows for p in index.parts), sum(p.bytes for p in index.parts)):
+        raise IntegrityError("the index's totals do not add up", where=index_path, hint=hint)
+    return ExportSummary(export, "parts", index.rows, index.bytes, len(wanted))
+
+
+def _check_part(path: Path, expected: tuple[int, int, str], hashed: dict[FileId, tuple[int, int, str]], hint: str):
+    found = os.lstat(path)
+    if not stat.S_ISREG(found.st_mode):
+        raise IntegrityError(f"{path.name} is not a regular file", where=str(path.parent), hint=hint)
+    known = hashed.get((found.st_dev, found.st_ino))
+    if known is None:
+        try:
+            known = tuple(validate_jsonl_output(path, str(path)))
+        except ValueError as exc:
+            raise IntegrityError(f"{path.name} is corrupt: {exc}", where=str(path.parent), hint=hint) from None
+    if tuple(known) != tuple(expected):
+        rows, size, sha = expected
+        raise IntegrityError(
+            f"{path.name} does not match the index: expected rows={rows} bytes={size} sha256={sha}, found "
+            f"rows={known[0]} bytes={known[1]} sha256={known[2]}",
+            where=str(path.parent),
+            hint=hint,
+        )

@@ -1,0 +1,310 @@
+"""A job's result as a parts export: one part file per shard in a directory, published without copying.
+
+With ``elastic.export_layout: parts`` the export path names a directory::
+
+    <export>/part-00000-of-00032.jsonl   shard 0's accepted output (a hard link to it)
+    <export>/part-00000-of-00032.stats   its per-row stats, JSONL (when the recipe makes them)
+    ...
+    <export>/_index.dj-elastic           the parts in input order: rows, bytes, sha256 of each; totals
+
+Every output was validated (rows, bytes, sha256) when its attempt published it
+(``jobdir.attempts.publish_done``), so publication reads no byte of any output: it opens each
+done marker, checks where each file is and its size, hard-links it (the attempt's file stays
+where ``verify`` and ``retry`` look for it; a copy, hashed against the marker, only where the
+export is on another filesystem: EXDEV) into a staging directory beside the export, writes the
+index there last, and renames the staging directory into place.  The export path shows nothing
+or a complete export, never a part of one.
+
+Idempotent: an export already there with this job's index and every part of the right size is
+left as it is (``written`` False).  Anything else there is refused unless ``overwrite``;
+``jobdir.export_path.check_parts_target`` refuses links, files and directories holding other
+names first, so ``overwrite`` only ever replaces an earlier parts export.  A part and the
+accepted output are one file: editing either edits both (``dj-elastic verify`` re-hashes them).
+"""
+
+from __future__ import annotations
+
+import errno
+import hashlib
+import os
+import secrets
+import stat
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Final
+
+from loguru import logger
+
+from data_juicer_elastic.errors import IntegrityError, JobDirError, OutputExistsError, storage_errors
+from data_juicer_elastic.jobdir import attempts, confine
+from data_juicer_elastic.jobdir.export_path import PARTS_INDEX, check_export_path, part_name, part_stats_name
+from data_juicer_elastic.jobdir.layout import JobLayout
+from data_juicer_elastic.jobdir.manifest import load_manifest
+from data_juicer_elastic.jobdir.published_file import check_published_file, locate_published_file
+from data_juicer_elastic.jobdir.records import Manifest, ShardEntry
+from data_juicer_elastic.jobdir.result_records import ExportPart, MergedShard, PartsIndex, ShardResult
+from data_juicer_elastic.shards.merge import MergeResult, accepted_results, record_merge
+from data_juicer_elastic.sharedfs import checked_writer, fault_seam, fsio
+from data_juicer_elastic.sharedfs.identity import kernel_tag, pid_alive
+
+MAX_INDEX_BYTES: Final = 256 * 1024 * 1024  # ~300 bytes a part: room for every shard count a job may have
+IDENTICAL: Final = "identical"
+
+
+@dataclass(frozen=True)
+class PlannedPart:
+    """One part to publish: its index entry and the accepted files it is made of."""
+
+    part: ExportPart
+    output: Path
+    stats: Path | None
+    entry: ShardEntry
+    result: ShardResult
+
+
+@storage_errors(then="run the merge again")  # ENOSPC, EIO...: one line naming the path, exit 2
+def publish_parts(job_dir: str | Path, export_dir: str | Path, overwrite: bool = False) -> MergeResult:
+    """Publish every accepted output as the parts export at ``export_dir``; merge.json records it."""
+    layout = JobLayout(Path(os.path.abspath(job_dir)))
+    manifest = load_manifest(layout.root)
+    confine.check_layout(layout)  # merge.json is written into it
+    target = check_export_path(layout.root, export_dir, layout="parts")
+    planned = [plan_part(layout, entry, result) for entry, result in accepted_results(layout, manifest)]
+    index = parts_index(manifest, [p.part for p in planned])
+    data = index.encode()
+    found = compare_existing(target, data, planned)
+    written = found != IDENTICAL
+    if written:
+        if found is not None and not overwrite:
+            raise _different(target, found)
+        _stage_and_publish(layout, target, data, planned, replace=found is not None)
+    merged = [MergedShard(p.shard_id, p.attempt_id, p.rows, p.bytes, p.sha256) for p in (e.part for e in planned)]
+    sha = hashlib.sha256(data).hexdigest()
+    return record_merge(layout, manifest, target, merged, sha, written, None, layout_name="parts")
+
+
+def plan_part(layout: JobLayout, entry: ShardEntry, result: ShardResult) -> PlannedPart:
+    """The part of one accepted result, after the checks that read no data: each file where its
+    marker says, inside its attempt's directory, with the size its marker records."""
+    requeue = attempts.requeue_hint(layout, [entry.shard_id])
+    output = locate_published_file(layout, entry, result, what="output", relative=result.output, requeue=requeue)
+    _check_size(entry, output, result.bytes, "output", requeue)
+    stats, record = None, result.row_stats
+    if record is not None:
+        what = "row stats file"
+        stats = locate_published_file(layout, entry, result, what=what, relative=record.path, requeue=requeue)
+        _check_size(entry, stats, record.bytes, "row stats file", requeue)
+    part = ExportPart(
+        name=part_name(entry.shard_id),
+        shard_id=entry.shard_id,
+        attempt_id=result.attempt_id,
+        rows=result.rows,
+        bytes=result.bytes,
+        sha256=result.sha256,
+        stats_name=None if record is None else part_stats_name(entry.shard_id),
+        stats_bytes=None if record is None else record.bytes,
+        stats_sha256=None if record is None else record.sha256,
+    )
+    return PlannedPart(part, output, stats, entry, result)
+
+
+def _check_size(entry: ShardEntry, path: Path, expected: int, what: str, requeue: str) -> None:
+    size = os.stat(path).st_size
+    if size != expected:
+        raise IntegrityError(
+            f"accepted {what} {path} has {size} bytes, its record says {expected}",
+            where=f"shard {entry.shard_id}",
+            hint=f"it was modified after publication; {requeue}",
+        )
+
+
+def parts_index(manifest: Manifest, parts: list[ExportPart]) -> PartsIndex:
+    return PartsIndex(
+        job_id=manifest.job_id,
+        content_sha256=manifest.content_sha256,
+        num_parts=len(parts),
+        rows=sum(p.rows for p in parts),
+        bytes=sum(p.bytes for p in parts),
+        parts=parts,
+    )
+
+
+def expected_names(parts: list[ExportPart]) -> list[str]:
+    """Every name the export directory holds, in index order (the index last)."""
+    names = []
+    for part in parts:
+        names.append(part.name)
+        if part.stats_name is not None:
+            names.append(part.stats_name)
+    return [*names, PARTS_INDEX]
+
+
+def read_index_bytes(target: Path) -> bytes | None:
+    """The index of the export at ``target``, None when there is none."""
+    return fsio.read_record(target / PARTS_INDEX, MAX_INDEX_BYTES)
+
+
+def compare_existing(target: Path, index: bytes, planned: list[PlannedPart]) -> str | None:
+    """None: nothing (or an empty directory) is at ``target``; :data:`IDENTICAL`: this export is
+    there already; else how what is there differs, naming the part.  Reads the index and one
+    listing, and stats each part: no part is read."""
+    if not os.path.lexists(target) or not os.listdir(target):
+        return None
+    try:
+        data = read_index_bytes(target)
+    except JobDirError as exc:
+        return f"its index is not readable ({exc.message})"
+    if data is None:
+        return f"it holds no {PARTS_INDEX}: not a complete parts export"
+    if data != index:
+        return _index_difference(target, data, [p.part for p in planned])
+    names = set(os.listdir(target))
+    wanted = expected_names([p.part for p in planned])
+    missing = [name for name in wanted if name not in names]
+    if missing:
+        return f"{missing[0]} is missing" + (f" (and {len(missing) - 1} more)" if len(missing) > 1 else "")
+    extra = sorted(names - set(wanted))
+    if extra:
+        return f"it holds {extra[0]}, which is not part of this export"
+    for each in planned:
+        for name, size in ((each.part.name, each.part.bytes), (each.part.stats_name, each.part.stats_bytes)):
+            if name is None:
+                continue
+            found = os.lstat(target / name)
+            if not stat.S_ISREG(found.st_mode) or found.st_size != size:
+                return f"{name} is not the file the index names ({found.st_size} bytes, the index says {size})"
+    return IDENTICAL
+
+
+def _index_difference(target: Path, data: bytes, parts: list[ExportPart]) -> str:
+    try:
+        found = PartsIndex.parse(data, target / PARTS_INDEX)
+    except JobDirError as exc:
+        return f"its index is torn or not a dj-elastic index ({exc.message})"
+    for mine, theirs in zip(parts, found.parts, strict=False):
+        if mine != theirs:
+            return f"{theirs.name} differs (rows={theirs.rows} sha256={theirs.sha256} there, this job's: "
+            f"rows={mine.rows} sha256={mine.sha256})"
+    if len(found.parts) != len(parts):
+        return f"it has {len(found.parts)} parts, this job {len(parts)}"
+    return "its index differs from this job's"
+
+
+def _different(target: Path, how: str) -> OutputExistsError:
+    return OutputExistsError(
+        f"a different parts export is at the export path: {how}",
+        where=str(target),
+        hint="set overwrite (elastic.overwrite_output / --overwrite) to replace it, or choose another directory; "
+        "`dj-elastic verify` checks an export fully",
+    )
+
+
+def _stage_and_publish(
+    layout: JobLayout, target: Path, index: bytes, planned: list[PlannedPart], replace: bool
+) -> None:
+    fsio.makedirs(target.parent)
+    tag = kernel_tag()
+    remove_dead_stagings(target, tag)
+    staging = _temp_name(target, "tmp", tag)
+    fsio.makedirs(staging)
+    try:
+        copied = 0
+        for each in planned:
+            copied += _place(layout, each, staging)
+            fault_seam.fault_point("merge", staging)  # named crash point: a part placed, the export not yet
+        fsio.fsync_dir(staging)  # every link durable before the index says the export is complete
+        fsio.write_new(staging / PARTS_INDEX, index)  # last: its presence means complete
+        fsio.fsync_dir(staging)
+        fault_seam.fault_point("finalize", target)  # named crash point: complete, not yet published
+        _rename_into_place(staging, target, index, planned, replace, tag)
+    finally:
+        if os.path.lexists(staging):
+            fsio.remove_tree(staging)
+    how = f"{copied} copied (another filesystem)" if copied else "all hard links"
+    logger.info(f"published {len(planned)} parts into {target} ({how})")
+
+
+def _place(layout: JobLayout, each: PlannedPart, staging: Path) -> int:
+    """Link (or, across filesystems, copy) one part and its stats into staging; 1 when copied."""
+    copied = 0
+    result = each.result
+    files = [(each.output, each.part.name, "output", result.output, (result.rows, result.bytes, result.sha256))]
+    if each.stats is not None and result.row_stats is not None and each.part.stats_name is not None:
+        stats = result.row_stats
+        expected = (result.rows, stats.bytes, stats.sha256)
+        files.append((each.stats, each.part.stats_name, "row stats file", stats.path, expected))
+    for src, name, what, relative, expected in files:
+        try:
+            fsio.link_private(src, staging / name)
+        except OSError as exc:
+            if exc.errno != errno.EXDEV:
+                raise
+            _copy_validated(layout, each, staging / name, what=what, relative=relative, expected=expected)
+            copied = 1
+    return copied
+
+
+def _copy_validated(
+    layout: JobLayout, each: PlannedPart, dst: Path, *, what: str, relative: str, expected: tuple[int, int, str]
+) -> None:
+    """A copy of an accepted file, validated against its done marker in the same read (EXDEV only)."""
+    writer = checked_writer.BufferedCheckedWriter(dst, size_hint=expected[1])
+    try:
+        requeue = attempts.requeue_hint(layout, [each.entry.shard_id])
+        check_published_file(
+            layout, each.entry, each.result, what=what, relative=relative, expected=expected, requeue=requeue,
+            sink=writer.write,
+        )  # fmt: skip
+        writer.finish()
+    except BaseException:
+        writer.abort()
+        raise
+
+
+def _rename_into_place(
+    staging: Path, target: Path, index: bytes, planned: list[PlannedPart], replace: bool, tag: str
+) -> None:
+    aside = None
+    if replace:  # an earlier, different parts export (overwrite): moved aside, removed once ours is in place
+        aside = _temp_name(target, "old", tag)
+        fsio.move(target, aside)
+    try:
+        fsio.move(staging, target)  # rename(2) replaces an empty directory, refuses a non-empty one
+    except OSError as exc:
+        if exc.errno not in (errno.ENOTEMPTY, errno.EEXIST):
+            raise
+        found = compare_existing(target, index, planned)
+        if found != IDENTICAL:  # another merge published something else meanwhile
+            raise OutputExistsError(
+                f"a different parts export appeared at the export path while publishing: {found}",
+                where=str(target),
+                hint="choose another path",
+            ) from None
+    if aside is not None:
+        fsio.remove_tree(aside)
+
+
+def _temp_name(target: Path, kind: str, tag: str) -> Path:
+    """``.<export>.<kind>-<kernel tag>-<pid>-<random>`` beside the export (same filesystem for rename)."""
+    return target.with_name(f".{target.name}.{kind}-{tag}-{os.getpid()}-{secrets.token_hex(4)}")
+
+
+def remove_dead_stagings(target: Path, tag: str) -> None:
+    """Remove staging (and set-aside) directories of publications into ``target`` killed on this
+    host: only names tagged with this kernel namespace whose pid is gone (never another host's,
+    never a live one's).  Removing one unlinks its names; the job's own files stay."""
+    if not tag:
+        return
+    try:
+        names = os.listdir(target.parent)
+    except OSError:
+        return  # cleaning is a courtesy; the publication's own writes there report a real problem
+    for kind in ("tmp", "old"):
+        prefix = f".{target.name}.{kind}-{tag}-"
+        for name in names:
+            if not name.startswith(prefix):
+                continue
+            pid = name[len(prefix) :].split("-", 1)[0]
+            if pid.isdigit() and not pid_alive(int(pid)):
+                fsio.remove_tree(target.parent / name)
+                logger.info(f"removed {target.parent / name}, left by a publication killed on this host (pid {pid})")
