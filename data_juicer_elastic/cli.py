@@ -17,56 +17,22 @@ import functools
 import sys
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Final
 
 from data_juicer_elastic import __version__
-from data_juicer_elastic.cli_options import add_setting_options, given_settings
+from data_juicer_elastic.cli_options import (
+    FROM_JOB,
+    FROM_RECIPE,
+    MERGE_OPTIONS,
+    PREPARE_OPTIONS,
+    RUN_OPTIONS,
+    WORKER_OPTIONS,
+    add_setting_options,
+    given_settings,
+)
 from data_juicer_elastic.errors import EXIT_ERROR, EXIT_OK, ConfigError, ElasticError, storage_error
 
 # Plain text: argparse prints it as it is (the module docstring's reST markup would show).
 DESCRIPTION = "dj-elastic: the lower-level steps of an elastic sharded job."
-
-# The elastic.* values each command takes as options (cli_options): field -> this command's
-# help text, None for the field's own.  In help order.
-FROM_RECIPE, FROM_JOB = "the recipe's elastic: block", "the job's setting"  # where an option left out comes from
-PREPARE_OPTIONS: Final = {
-    "num_shards": None,
-    "ray_address": None,
-    "lease_ttl_secs": None,
-    "max_retries": None,
-    "poll_interval_secs": None,
-    "copy_shards": None,
-    "shard_codec": "how copied shards are stored (with --copy-shards)",
-}
-RUN_OPTIONS: Final = {
-    "num_shards": None,
-    "ray_address": None,
-    "ray_num_cpus": "CPUs of each slot's 'local' Ray runtime",
-    "run_id": "the submission's id, shared by all its instances",
-    "nodes": "expected nodes (enforced with --require-all-nodes)",
-    "require_all_nodes": "strict mode: every node must complete shards",
-    "wait_timeout_secs": None,
-    "slots_per_node": "shards processed at once on this node",
-    "export_layout": None,
-}
-MERGE_OPTIONS: Final = {
-    "export_layout": "file: one merged JSONL at OUTPUT; parts: OUTPUT is a directory of part files, one per shard, "
-    "linked without copying (default: the job's elastic.export_layout, else file)",
-}
-WORKER_OPTIONS: Final = {
-    "max_shards": "stop after claiming this many shards",
-    "ray_address": "override the recorded Ray address (local | auto | host:port)",
-    "ray_num_cpus": "CPUs of each slot's 'local' Ray runtime",
-    "heartbeat_interval_secs": None,
-    "lease_ttl_secs": None,
-    "max_retries": None,
-    "poll_interval_secs": None,
-    "max_holder_deaths": None,
-    "stall_timeout_secs": None,
-    "allow_version_mismatch": None,
-    "claim_ahead": "in a shard's tail, claim and read the next one (default: the job's elastic.claim_ahead, else on)",
-    "max_error_rows": "rows operators failed on a shard may set aside (default: the job's elastic.max_error_rows)",
-}
 
 
 def _cmd_prepare(args: argparse.Namespace) -> int:

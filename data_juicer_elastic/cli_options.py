@@ -18,9 +18,51 @@ import dataclasses
 import types
 import typing
 from collections.abc import Mapping
-from typing import Any, Literal
+from typing import Any, Final, Literal
 
 from data_juicer_elastic.settings import ElasticSettings, field_help
+
+# The elastic.* values each dj-elastic command takes as options: field -> this command's
+# help text, None for the field's own.  In help order.
+FROM_RECIPE, FROM_JOB = "the recipe's elastic: block", "the job's setting"  # where an option left out comes from
+PREPARE_OPTIONS: Final = {
+    "num_shards": None,
+    "ray_address": None,
+    "lease_ttl_secs": None,
+    "max_retries": None,
+    "poll_interval_secs": None,
+    "copy_shards": None,
+    "shard_codec": "how copied shards are stored (with --copy-shards)",
+}
+RUN_OPTIONS: Final = {
+    "num_shards": None,
+    "ray_address": None,
+    "ray_num_cpus": "CPUs of each slot's 'local' Ray runtime",
+    "run_id": "the submission's id, shared by all its instances",
+    "nodes": "expected nodes (enforced with --require-all-nodes)",
+    "require_all_nodes": "strict mode: every node must complete shards",
+    "wait_timeout_secs": None,
+    "slots_per_node": "shards processed at once on this node",
+    "export_layout": None,
+}
+MERGE_OPTIONS: Final = {
+    "export_layout": "file: one merged JSONL at OUTPUT; parts: OUTPUT is a directory of part files, one per shard, "
+    "linked without copying (default: the job's elastic.export_layout, else file)",
+}
+WORKER_OPTIONS: Final = {
+    "max_shards": "stop after claiming this many shards",
+    "ray_address": "override the recorded Ray address (local | auto | host:port)",
+    "ray_num_cpus": "CPUs of each slot's 'local' Ray runtime",
+    "heartbeat_interval_secs": None,
+    "lease_ttl_secs": None,
+    "max_retries": None,
+    "poll_interval_secs": None,
+    "max_holder_deaths": None,
+    "stall_timeout_secs": None,
+    "allow_version_mismatch": None,
+    "claim_ahead": "in a shard's tail, claim and read the next one (default: the job's elastic.claim_ahead, else on)",
+    "max_error_rows": "rows operators failed on a shard may set aside (default: the job's elastic.max_error_rows)",
+}
 
 
 def add_setting_options(

@@ -202,10 +202,6 @@ class JobLayout:
             raise JobDirError(f"invalid batch profile key {key!r}", where="batch-profiles")
         return self.batch_profiles_dir / f"{key}.json"
 
-    def staging_dir(self, token: str) -> Path:
-        """Private scratch directory of one prepare run (hidden; removed when done)."""
-        return self.root / f".staging-{validate_attempt_id(token)}"
-
     # -- per shard -----------------------------------------------------------------
     def shard(self, shard_id: str, suffix: str = ".jsonl") -> Path:
         """The input shard file; ``suffix`` comes from the manifest's shard codec (codecs.SHARD_SUFFIX)."""
