@@ -85,7 +85,7 @@ def project(f: Fleet, c: Costs) -> dict[str, dict[str, float]]:
 
 def table(result: dict[str, dict[str, float]]) -> str:
     lines = [
-        "| | to the first shard running | shards running | after the last shard | makespan | serial fraction |",
+        "| | to the first shard running | shards running | after the last shard | makespan | outside the shards' run |",
         "| --- | ---: | ---: | ---: | ---: | ---: |",
     ]
     for name, phases in result.items():
@@ -117,7 +117,7 @@ def main() -> None:
     p.add_argument("--prepare-cpu-s-per-gb", type=float, default=4.26)
     p.add_argument("--check-cpu-s-per-gb", type=float, default=3.6)
     p.add_argument("--merge-cpu-s-per-gb", type=float, default=3.30)
-    p.add_argument("--work-cpu-s-per-gb", type=float, default=400.0)
+    p.add_argument("--work-cpu-s-per-gb", type=float, default=700.0)
     p.add_argument("--plan-op-ms", type=float, default=1.0)
     a = p.parse_args()
     fleet = Fleet(

@@ -46,6 +46,7 @@ from data_juicer_elastic.preparation import prepare_from_cfg, resolve_user_path
 from data_juicer_elastic.settings import ElasticSettings, check_strict_shares
 from data_juicer_elastic.shards.merge import MergeResult
 from data_juicer_elastic.shards.stream_merge import follow_merge
+from data_juicer_elastic.sharedfs import fsio
 from data_juicer_elastic.sharedfs.identity import WorkerIdentity
 
 
@@ -242,6 +243,10 @@ class StreamFollower:
     def _follow(self) -> None:
         poll, stop = self.settings.poll_interval_secs, self._stop
         output = export_target(self.export_path)
+        manifest = JobLayout(self.job).manifest
+        while not fsio.exists(manifest):  # the shards are being scanned: nothing to merge before that
+            if stop.wait(poll):
+                return
         while not stop.is_set():
             try:
                 follow_merge(self.job, output, wait=True, poll_secs=poll, stop=stop, publish=False)

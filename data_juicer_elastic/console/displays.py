@@ -24,6 +24,7 @@ from typing import Any, Final
 from tqdm import tqdm
 
 from data_juicer_elastic.console import quiet, terminal
+from data_juicer_elastic.console.summary import shown_path
 from data_juicer_elastic.jobdir.layout import JobLayout
 from data_juicer_elastic.jobdir.manifest import load_manifest
 from data_juicer_elastic.jobdir.progress import ProgressTracker, Stage
@@ -228,6 +229,7 @@ class JobDisplay:
                 return
             self.scanning, self.shard_rows, self.total = None, rows, sum(rows.values())
             self.meter = Meter(self.clock)  # rows/s from here: the scans' time is not the shards'
+            quiet.say(f"scanned {shown_path(self.job_dir)}: {self.total:,} rows in {len(rows)} shards")
         for name, target in (("done", self.done), ("failed", self.failed)):
             try:
                 names = os.listdir(self.job_dir / name)

@@ -36,7 +36,8 @@ from data_juicer_elastic.errors import ConfigError, Places
 PARTS_INDEX: Final = "_index.dj-elastic"
 PART_SUFFIX: Final = ".jsonl"
 PART_STATS_SUFFIX: Final = ".stats"
-_PARTS_ENTRY: Final = re.compile(r"^part-\d{5}-of-\d{5}(\.jsonl|\.stats)$")
+PART_ERRORS_SUFFIX: Final = ".errors"
+_PARTS_ENTRY: Final = re.compile(r"^part-\d{5}-of-\d{5}(\.jsonl|\.stats|\.errors)$")
 
 
 def part_name(shard_id: str) -> str:
@@ -47,6 +48,11 @@ def part_name(shard_id: str) -> str:
 def part_stats_name(shard_id: str) -> str:
     """``part-00003-of-00016.stats``: the part's per-row stats (JSONL, a suffix no loader takes as data)."""
     return shard_id + PART_STATS_SUFFIX
+
+
+def part_errors_name(shard_id: str) -> str:
+    """``part-00003-of-00016.errors``: the rows operators failed on in that shard (quarantine; JSONL)."""
+    return shard_id + PART_ERRORS_SUFFIX
 
 
 def is_parts_entry(name: str) -> bool:

@@ -141,6 +141,10 @@ class ExportPart:
     stats_name: str | None = None  # part-00003-of-00016.stats; None when the recipe makes no per-row stats
     stats_bytes: int | None = None
     stats_sha256: str | None = None
+    errors_name: str | None = None  # part-00003-of-00016.errors; None when no row of the shard was quarantined
+    errors_rows: int | None = None
+    errors_bytes: int | None = None
+    errors_sha256: str | None = None
 
 
 @dataclass(frozen=True)

@@ -155,6 +155,10 @@ def _verify_parts(
         if part.stats_name is not None:
             assert part.stats_bytes is not None and part.stats_sha256 is not None
             _check_part(export / part.stats_name, (part.rows, part.stats_bytes, part.stats_sha256), hashed, hint)
+        if part.errors_name is not None:
+            assert part.errors_rows is not None and part.errors_bytes is not None and part.errors_sha256 is not None
+            expected = (part.errors_rows, part.errors_bytes, part.errors_sha256)
+            _check_part(export / part.errors_name, expected, hashed, hint)
     if (index.rows, index.bytes) != (sum(p.rows for p in index.parts), sum(p.bytes for p in index.parts)):
         raise IntegrityError("the index's totals do not add up", where=index_path, hint=hint)
     return ExportSummary(export, "parts", index.rows, index.bytes, len(wanted))

@@ -37,12 +37,19 @@ from loguru import logger
 
 from data_juicer_elastic.errors import IntegrityError, JobDirError, OutputExistsError, storage_errors
 from data_juicer_elastic.jobdir import attempts, confine
-from data_juicer_elastic.jobdir.export_path import PARTS_INDEX, check_export_path, part_name, part_stats_name
+from data_juicer_elastic.jobdir.export_path import (
+    PARTS_INDEX,
+    check_export_path,
+    part_errors_name,
+    part_name,
+    part_stats_name,
+)
 from data_juicer_elastic.jobdir.layout import JobLayout
 from data_juicer_elastic.jobdir.manifest import load_manifest
 from data_juicer_elastic.jobdir.published_file import check_published_file, locate_published_file
 from data_juicer_elastic.jobdir.records import Manifest, ShardEntry
 from data_juicer_elastic.jobdir.result_records import ExportPart, MergedShard, PartsIndex, ShardResult
+from data_juicer_elastic.jobdir.row_errors import MergedErrors
 from data_juicer_elastic.shards.merge import MergeResult, accepted_results, record_merge
 from data_juicer_elastic.sharedfs import checked_writer, fault_seam, fsio
 from data_juicer_elastic.sharedfs.identity import kernel_tag, pid_alive
@@ -58,6 +65,7 @@ class PlannedPart:
     part: ExportPart
     output: Path
     stats: Path | None
+    errors: Path | None  # the shard's quarantined rows (jobdir.row_errors), linked beside its part
     entry: ShardEntry
     result: ShardResult
 
@@ -80,7 +88,11 @@ def publish_parts(job_dir: str | Path, export_dir: str | Path, overwrite: bool =
         _stage_and_publish(layout, target, data, planned, replace=found is not None)
     merged = [MergedShard(p.shard_id, p.attempt_id, p.rows, p.bytes, p.sha256) for p in (e.part for e in planned)]
     sha = hashlib.sha256(data).hexdigest()
-    return record_merge(layout, manifest, target, merged, sha, written, None, layout_name="parts")
+    quarantined = None
+    if any(p.part.errors_name for p in planned):  # each shard's beside its part; the index names and hashes them
+        rows, size = (sum(getattr(p.part, f) or 0 for p in planned) for f in ("errors_rows", "errors_bytes"))
+        quarantined = MergedErrors(target, rows, size, sha, written)
+    return record_merge(layout, manifest, target, merged, sha, written, None, quarantined, layout_name="parts")
 
 
 def plan_part(layout: JobLayout, entry: ShardEntry, result: ShardResult) -> PlannedPart:
@@ -94,6 +106,11 @@ def plan_part(layout: JobLayout, entry: ShardEntry, result: ShardResult) -> Plan
         what = "row stats file"
         stats = locate_published_file(layout, entry, result, what=what, relative=record.path, requeue=requeue)
         _check_size(entry, stats, record.bytes, "row stats file", requeue)
+    errors, quarantined = None, result.errors
+    if quarantined is not None:
+        what = "quarantine file"
+        errors = locate_published_file(layout, entry, result, what=what, relative=quarantined.path, requeue=requeue)
+        _check_size(entry, errors, quarantined.bytes, what, requeue)
     part = ExportPart(
         name=part_name(entry.shard_id),
         shard_id=entry.shard_id,
@@ -104,8 +121,12 @@ def plan_part(layout: JobLayout, entry: ShardEntry, result: ShardResult) -> Plan
         stats_name=None if record is None else part_stats_name(entry.shard_id),
         stats_bytes=None if record is None else record.bytes,
         stats_sha256=None if record is None else record.sha256,
+        errors_name=None if quarantined is None else part_errors_name(entry.shard_id),
+        errors_rows=None if quarantined is None else quarantined.rows,
+        errors_bytes=None if quarantined is None else quarantined.bytes,
+        errors_sha256=None if quarantined is None else quarantined.sha256,
     )
-    return PlannedPart(part, output, stats, entry, result)
+    return PlannedPart(part, output, stats, errors, entry, result)
 
 
 def _check_size(entry: ShardEntry, path: Path, expected: int, what: str, requeue: str) -> None:
@@ -136,6 +157,8 @@ def expected_names(parts: list[ExportPart]) -> list[str]:
         names.append(part.name)
         if part.stats_name is not None:
             names.append(part.stats_name)
+        if part.errors_name is not None:
+            names.append(part.errors_name)
     return [*names, PARTS_INDEX]
 
 
@@ -233,6 +256,10 @@ def _place(layout: JobLayout, each: PlannedPart, staging: Path) -> int:
         stats = result.row_stats
         expected = (result.rows, stats.bytes, stats.sha256)
         files.append((each.stats, each.part.stats_name, "row stats file", stats.path, expected))
+    quarantined = result.errors
+    if each.errors is not None and quarantined is not None and each.part.errors_name is not None:
+        expected = (quarantined.rows, quarantined.bytes, quarantined.sha256)
+        files.append((each.errors, each.part.errors_name, "quarantine file", quarantined.path, expected))
     for src, name, what, relative, expected in files:
         try:
             fsio.link_private(src, staging / name)

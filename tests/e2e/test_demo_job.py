@@ -44,7 +44,8 @@ def test_without_a_terminal_the_console_is_quiet_and_ends_with_a_summary(demo_ru
     assert "Loading dataset with Ray" not in console and "Connecting to existing Ray cluster" not in console
     assert console.count("Neither the required memory nor cpu") <= 1, "repeated per shard: folded into one line"
     assert len(lines) <= 15, console
-    assert any("prepared" in line and "600 rows in 4 shards" in line for line in lines), console
+    assert any("planned" in line and "4 shards over 1 file(s)" in line for line in lines), console
+    assert any("scanned" in line and "600 rows in 4 shards" in line for line in lines), console
     summary = next(i for i, line in enumerate(lines) if " done in " in line)
     assert "600 rows in" in lines[summary] and "4 shards, 0 retries" in lines[summary]
     assert any("output" in line and "merged.jsonl" in line for line in lines[summary:])

@@ -114,13 +114,15 @@ def test_three_instances_at_once_elect_one_prepare_and_one_finalize(tmp_path, de
     text = _all_ok(instances)
     assert text.count("elected as prepare coordinator") == 1
     assert text.count("elected as finalize coordinator") == 1
-    split = re.findall(r"\bprepared \S+: \d+ rows in \d+ shards \(\d+ pass", text)  # prepare_job publishing
-    assert len(split) == 1, "exactly one instance split the input"
+    planners = [i for i in instances if re.search(r"\bplanned \S+: \d+ shards over \d+ file\(s\)", i.output)]
+    assert len(planners) == 1, "exactly one instance planned the job"
+    job = _job(recipe)
+    scanned_by = {json.loads(p.read_bytes())["node_id"] for p in (job / "scans" / "done").iterdir()}
+    assert scanned_by <= {"node-a", "node-b", "node-c"} and scanned_by, "the instances scanned the shards"
     for instance in instances:  # every instance reports the same final result
         assert "run PAI_JOB_ID=dlc-42 finalized by" in instance.output
     assert _merged(recipe) == one_node_output
 
-    job = _job(recipe)
     (run_info,) = _status(job)["coordination"]
     assert run_info["run_id"] == "PAI_JOB_ID=dlc-42" and run_info["outcome"]["status"] == "ok"
     assert sorted(p["node_id"] for p in run_info["participants"]) == ["node-a", "node-b", "node-c"]

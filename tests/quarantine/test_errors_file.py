@@ -22,7 +22,9 @@ from data_juicer_elastic.quarantine.errors_file import allowed_errors, check_lim
 from data_juicer_elastic.rows.shard_source import iter_source_lines
 from data_juicer_elastic.settings import ElasticSettings
 from data_juicer_elastic.shards.merge import merge_job
+from data_juicer_elastic.shards.parts import publish_parts
 from data_juicer_elastic.shards.stream_merge import follow_merge
+from data_juicer_elastic.shards.verify import verify_job
 from data_juicer_elastic.sharedfs.identity import WorkerIdentity
 from data_juicer_elastic.status.job_status import snapshot
 from data_juicer_elastic.status.status_text import render_text
@@ -65,6 +67,28 @@ def work(job: Path, runner) -> None:
 
 def input_lines(tmp_path: Path) -> list[bytes]:
     return (tmp_path / "job-input.jsonl").read_bytes().splitlines()
+
+
+def test_a_parts_export_puts_each_shards_quarantined_rows_beside_its_part(tmp_path):
+    job = prepare(tmp_path, rows=40, shards=4)
+    bad = {3, 4, 17, 39}
+    work(job, quarantining_runner(bad))
+    merged = tmp_path / "out" / "merged.jsonl"
+    merge_job(job, merged)
+    export = tmp_path / "parts"
+    result = publish_parts(job, export)
+    assert result.rows == 36 and result.quarantined is not None and result.quarantined.rows == 4
+    errors = sorted(export.glob("*.errors"))
+    assert [p.name for p in errors] == ["part-00000-of-00004.errors", "part-00001-of-00004.errors",
+                                        "part-00003-of-00004.errors"]  # fmt: skip
+    assert b"".join(p.read_bytes() for p in errors) == export_errors_path(merged).read_bytes(), "in input order"
+    record = json.loads((job / "merge.json").read_text())
+    assert record["layout"] == "parts" and record["errors_rows"] == 4
+    assert verify_job(job).output_rows == 36
+    # a part's errors file is a link of its attempt's: editing it is caught as the accepted file changed
+    errors[1].write_bytes(errors[1].read_bytes().replace(b"bad id", b"BAD id", 1))
+    with pytest.raises(IntegrityError, match="part-00001-of-00004: accepted quarantine file does not match"):
+        verify_job(job)
 
 
 def test_quarantined_rows_are_merged_in_input_order_byte_exact_and_retried_whole(tmp_path):
