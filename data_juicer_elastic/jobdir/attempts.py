@@ -22,7 +22,7 @@ from data_juicer_elastic.errors import IntegrityError, JobDirError
 from data_juicer_elastic.jobdir import confine
 from data_juicer_elastic.jobdir.layout import SCANS, JobLayout
 from data_juicer_elastic.jobdir.lease_records import Claim
-from data_juicer_elastic.jobdir.plan_records import ScanResult, parse_checked
+from data_juicer_elastic.jobdir.plan_records import ScanResult
 from data_juicer_elastic.jobdir.published_file import FORGED_HINT, check_published_file
 from data_juicer_elastic.jobdir.reasons import AttemptExit
 from data_juicer_elastic.jobdir.records import ShardEntry
@@ -130,7 +130,7 @@ def read_done(
         if data is None:
             return None, None
         # the layout says which kind of task it is: a shard's run, or its scan (jobdir.scans)
-        result = parse_checked(ScanResult, data, path) if layout.tasks == SCANS else ShardResult.parse(data, path)
+        result = ScanResult.parse_checked(data, path) if layout.tasks == SCANS else ShardResult.parse(data, path)
     except JobDirError as exc:
         return None, str(exc)
     if result.shard_id != shard_id:

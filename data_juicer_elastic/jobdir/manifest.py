@@ -12,7 +12,7 @@ from typing import Any, Final
 from data_juicer_elastic.errors import IntegrityError, JobDirError
 from data_juicer_elastic.jobdir import confine
 from data_juicer_elastic.jobdir.layout import JobLayout, shard_id
-from data_juicer_elastic.jobdir.plan_records import JobPlan, parse_checked
+from data_juicer_elastic.jobdir.plan_records import JobPlan
 from data_juicer_elastic.jobdir.records import Manifest, ShardEntry, manifest_recipe_hash, record_checksum
 from data_juicer_elastic.rows.codecs import SHARD_SUFFIX
 from data_juicer_elastic.rows.jsonl import NormaliseOptions
@@ -26,10 +26,7 @@ _SHA256: Final = re.compile(r"^[0-9a-f]{64}$")
 def load_manifest(job_dir: str | Path) -> Manifest:
     """The validated manifest of ``job_dir``; JobDirError when missing, corrupt or inconsistent."""
     layout = JobLayout(job_dir)
-    try:
-        data = fsio.read_record(layout.manifest, MAX_MANIFEST_BYTES)
-    except NotADirectoryError:
-        raise confine.not_a_directory(layout.root) from None
+    data = _read_job_record(layout, layout.manifest)
     if data is None:
         if fsio.exists(layout.plan):
             raise JobDirError(
@@ -37,11 +34,7 @@ def load_manifest(job_dir: str | Path) -> Manifest:
                 where=str(layout.root),
                 hint="start workers (dj-elastic worker, or dj-process): they scan every shard first",
             )
-        raise JobDirError(
-            "job directory is not prepared (no manifest.json)",
-            where=str(layout.root),
-            hint="run dj-elastic prepare (or dj-process with executor_type: elastic_sharded) first",
-        )
+        raise _not_prepared(layout, "manifest.json")
     manifest = Manifest.parse(data, layout.manifest)
     validate_manifest(manifest, str(layout.manifest))
     if manifest.checksum is not None:  # manifests written before the checksum existed carry none
@@ -53,6 +46,22 @@ def load_manifest(job_dir: str | Path) -> Manifest:
                 hint="the manifest was modified or damaged after prepare; prepare a new job_dir",
             )
     return manifest
+
+
+def _read_job_record(layout: JobLayout, path: Path) -> bytes | None:
+    """The bytes of the plan or the manifest (None when absent); a file in the job dir's place is one error."""
+    try:
+        return fsio.read_record(path, MAX_MANIFEST_BYTES)
+    except NotADirectoryError:
+        raise confine.not_a_directory(layout.root) from None
+
+
+def _not_prepared(layout: JobLayout, name: str) -> JobDirError:
+    return JobDirError(
+        f"job directory is not prepared (no {name})",
+        where=str(layout.root),
+        hint="run dj-elastic prepare (or dj-process with executor_type: elastic_sharded) first",
+    )
 
 
 def validate_manifest(manifest: Manifest, where: str) -> None:
@@ -114,17 +123,10 @@ def _check_spans(entry: ShardEntry, manifest: Manifest, bad) -> None:
 def load_plan(job_dir: str | Path) -> JobPlan:
     """The validated plan of ``job_dir`` (what prepare published); JobDirError when missing or corrupt."""
     layout = JobLayout(job_dir)
-    try:
-        data = fsio.read_record(layout.plan, MAX_MANIFEST_BYTES)
-    except NotADirectoryError:
-        raise confine.not_a_directory(layout.root) from None
+    data = _read_job_record(layout, layout.plan)
     if data is None:
-        raise JobDirError(
-            "job directory is not prepared (no plan.json)",
-            where=str(layout.root),
-            hint="run dj-elastic prepare (or dj-process with executor_type: elastic_sharded) first",
-        )
-    plan = parse_checked(JobPlan, data, layout.plan)
+        raise _not_prepared(layout, "plan.json")
+    plan = JobPlan.parse_checked(data, layout.plan)
 
     def bad(message: str) -> JobDirError:
         return JobDirError(f"inconsistent plan: {message}", where=str(layout.plan), hint="prepare a new job_dir")

@@ -16,16 +16,10 @@ that content, and every reader of the shard (``rows.shard_source``) checks it ag
 
 from __future__ import annotations
 
-import hashlib
-import json
 from dataclasses import dataclass
-from pathlib import Path
-from typing import Any, ClassVar, TypeVar
+from typing import Any, ClassVar
 
-from data_juicer_elastic.errors import JobDirError
-from data_juicer_elastic.jobdir.records import Record, ShardSpan, record_checksum
-
-R = TypeVar("R", bound=Record)
+from data_juicer_elastic.jobdir.records import ChecksummedRecord, ShardSpan
 
 
 @dataclass(frozen=True)
@@ -46,7 +40,7 @@ class PlannedShard:
 
 
 @dataclass(frozen=True)
-class JobPlan(Record):
+class JobPlan(ChecksummedRecord):
     """Everything prepare decides without reading the data (``plan.json``)."""
 
     KIND: ClassVar[str] = "plan"
@@ -73,12 +67,6 @@ class JobPlan(Record):
     planned_bytes_read: int = 0  # bytes the planner read to place the cuts (serial work, for the report)
     checksum: str | None = None
 
-    def to_dict(self) -> dict[str, Any]:
-        body = super().to_dict()
-        body.pop("checksum", None)
-        body["checksum"] = record_checksum(body)
-        return body
-
     @property
     def shard_ids(self) -> list[str]:
         return [entry.shard_id for entry in self.shards]
@@ -101,7 +89,7 @@ class ScanRefusal:
 
 
 @dataclass(frozen=True)
-class ScanResult(Record):
+class ScanResult(ChecksummedRecord):
     """One shard's scan, published at ``scans/done/<shard>.json`` (first wins)."""
 
     KIND: ClassVar[str] = "scan"
@@ -123,27 +111,3 @@ class ScanResult(Record):
     stored_bytes: int | None = None  # of the copy as stored, when a shard codec compresses it
     stored_sha256: str | None = None
     checksum: str | None = None
-
-    def to_dict(self) -> dict[str, Any]:
-        body = super().to_dict()
-        body.pop("checksum", None)
-        body["checksum"] = record_checksum(body)
-        return body
-
-
-def parse_checked(cls: type[R], data: bytes, where: str | Path) -> R:
-    """``cls.parse``, then the record's checksum checked against its content (JobDirError)."""
-    record = cls.parse(data, where)
-    actual = record_checksum(json.loads(data))
-    if record.checksum != actual:
-        raise JobDirError(
-            f"{cls.KIND} record checksum mismatch: recorded {record.checksum}, content hashes to {actual}",
-            where=str(where),
-            hint="the record was modified or damaged after it was written",
-        )
-    return record
-
-
-def empty_scan_fields() -> dict[str, Any]:
-    """The content of a shard without spans (a unit larger than its share left it empty)."""
-    return {"rows": 0, "bytes": 0, "sha256": hashlib.sha256(b"").hexdigest(), "span_rows": []}

@@ -104,6 +104,32 @@ class Record:
         return _build(cls, obj, where, cls.KIND)
 
 
+class ChecksummedRecord(Record):
+    """A record that carries ``checksum``, the sha256 of the canonical record without it, written by
+    ``encode()``: a flipped byte that still parses (a digit of a sha256) is refused by
+    :meth:`parse_checked` before anything uses it.  Subclasses declare ``checksum: str | None``
+    as their last field."""
+
+    def to_dict(self) -> dict[str, Any]:
+        body = super().to_dict()
+        body.pop("checksum", None)
+        body["checksum"] = record_checksum(body)
+        return body
+
+    @classmethod
+    def parse_checked(cls: type[R], data: bytes, where: str | Path) -> R:
+        """``parse``, then the checksum checked against the content (JobDirError naming ``where``)."""
+        record = cls.parse(data, where)
+        actual = record_checksum(json.loads(data))
+        if record.checksum != actual:  # type: ignore[attr-defined]
+            raise JobDirError(
+                f"{cls.KIND} record checksum mismatch: recorded {record.checksum}, content hashes to {actual}",  # type: ignore[attr-defined]
+                where=str(where),
+                hint="the record was modified or damaged after it was written",
+            )
+        return record
+
+
 def _reject_constant(name: str) -> Any:
     raise ValueError(f"{name} is not valid JSON")
 
@@ -281,7 +307,7 @@ class ScanSummary:
 
 
 @dataclass(frozen=True)
-class Manifest(Record):
+class Manifest(ChecksummedRecord):
     KIND: ClassVar[str] = "manifest"
     job_id: str
     created_at: float
@@ -315,12 +341,6 @@ class Manifest(Record):
     # sha256 of the canonical record without this field, written by encode(): a flipped byte
     # that still parses (a digit of a shard's sha256) is refused before any claim.
     checksum: str | None = None
-
-    def to_dict(self) -> dict[str, Any]:
-        body = super().to_dict()
-        body.pop("checksum", None)
-        body["checksum"] = record_checksum(body)
-        return body
 
     @property
     def shard_ids(self) -> list[str]:

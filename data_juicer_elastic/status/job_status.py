@@ -30,7 +30,7 @@ from typing import Any, Final
 from data_juicer_elastic.errors import JobDirError
 from data_juicer_elastic.jobdir import attempts, failures, leases, progress
 from data_juicer_elastic.jobdir.heartbeats import StalenessObserver, looks_stale
-from data_juicer_elastic.jobdir.layout import LOG_FILE, JobLayout, parse_shard_id, validate_attempt_id
+from data_juicer_elastic.jobdir.layout import LOG_FILE, JobLayout, validate_attempt_id
 from data_juicer_elastic.jobdir.manifest import load_manifest
 from data_juicer_elastic.jobdir.records import FORMAT_PREFIX, VERSION
 from data_juicer_elastic.jobdir.result_records import AttemptRecord
@@ -44,7 +44,7 @@ from data_juicer_elastic.jobdir.shard_state import (
 )
 from data_juicer_elastic.sharedfs import fsio
 from data_juicer_elastic.sharedfs.identity import WorkerIdentity
-from data_juicer_elastic.status.scan_phase import scanned_phase
+from data_juicer_elastic.status.scan_phase import scanned_phase, shard_names
 from data_juicer_elastic.status.snapshot_types import JobSnapshot, JsonDict, ShardStatus
 from data_juicer_elastic.status.throughput import summarize
 
@@ -106,10 +106,10 @@ class _Reader:
         self.exact = exact
         self.attempts_root = str(layout.attempts_dir)
         if not exact:
-            self.done = _shard_names(layout.done_dir, ".json")
-            self.failed = _shard_names(layout.failed_dir, ".json")
-            self.claimed = _shard_names(layout.claims_dir, "")
-            self.with_failures = _shard_names(layout.failures_dir, "")
+            self.done = shard_names(layout.done_dir, ".json")
+            self.failed = shard_names(layout.failed_dir, ".json")
+            self.claimed = shard_names(layout.claims_dir, "")
+            self.with_failures = shard_names(layout.failures_dir, "")
             self.done_bytes = _read_all(layout.done_dir, sorted(self.done), ".json")
         # Adaptive batching summaries cost a read per shard: only where batching can have run.
         recipe = json.dumps(manifest.recipe)
@@ -221,21 +221,6 @@ class _Reader:
         except JobDirError:  # "unknown" holder of a corrupt claim
             return None
         return f"{self.attempts_root}/{shard}/{attempt_id}/{LOG_FILE}"
-
-
-def _shard_names(directory: Path, suffix: str) -> set[str]:
-    """Shard ids named in a directory listing (``<shard><suffix>``); anything else is ignored."""
-    found = set()
-    for name in fsio.list_names(directory):
-        if suffix and not name.endswith(suffix):
-            continue
-        shard = name[: len(name) - len(suffix)] if suffix else name
-        try:
-            parse_shard_id(shard)
-        except JobDirError:
-            continue
-        found.add(shard)
-    return found
 
 
 def _read_all(directory: Path, shards: list[str], suffix: str) -> dict[str, bytes]:

@@ -14,6 +14,7 @@ import calendar
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Final
 
 from data_juicer_elastic.errors import JobDirError
@@ -79,9 +80,9 @@ def read_scan_phase(layout: JobLayout, plan: JobPlan) -> ScanPhase:
     """How far the scans of ``plan`` are (reads only)."""
     scans = layout.scans
     ids = set(plan.shard_ids)
-    done = sorted(_names(scans.done_dir, ".json") & ids)
-    claimed = _names(scans.claims_dir, "") & ids
-    failed = _names(scans.failed_dir, ".json") & ids
+    done = sorted(shard_names(scans.done_dir, ".json") & ids)
+    claimed = shard_names(scans.claims_dir, "") & ids
+    failed = shard_names(scans.failed_dir, ".json") & ids
     with ThreadPoolExecutor(max_workers=READ_THREADS) as pool:
         results = [r for r in pool.map(lambda shard: read_done(scans, shard)[0], done, chunksize=256) if r]
     results = [r for r in results if isinstance(r, ScanResult)]
@@ -126,7 +127,8 @@ def scanned_phase(manifest: Manifest) -> ScanPhase | None:
     )
 
 
-def _names(directory, suffix: str) -> set[str]:
+def shard_names(directory: Path, suffix: str) -> set[str]:
+    """Shard ids named in a directory listing (``<shard><suffix>``); anything else is ignored."""
     found = set()
     for name in fsio.list_names(directory):
         if suffix and not name.endswith(suffix):
