@@ -91,6 +91,7 @@ def _build(root: Path, shards: int, rows_per_shard: int, pending_fraction: float
             recipe={"process": [{"demo_mapper": None}]},
             stage_identities=["stage-a"],
             settings=SETTINGS,
+            copy_shards=True,  # the schedule below copies each shard file as its "output"
         )
     )
     layout = JobLayout(root)

@@ -89,7 +89,7 @@ class ElasticSettings:
     copy_shards: bool = False
     """Scans copy each shard into the job dir (immune to later input changes); else shards are read in place."""
     shard_codec: Codec = "none"
-    """How copied shards are stored (copy_shards): 'none' (plain .jsonl), 'gzip' (.jsonl.gz) or 'zstd' (.jsonl.zst)."""
+    """How copied shards are stored: 'none' (.jsonl), 'gzip' (.jsonl.gz) or 'zstd' (.jsonl.zst: copies them)."""
     max_line_bytes: int = DEFAULT_MAX_LINE_BYTES
     """Longest input line prepare accepts; longer lines are refused (memory grows with this bound)."""
     stream_merge: bool = True

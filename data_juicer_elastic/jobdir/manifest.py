@@ -89,7 +89,7 @@ def validate_manifest(manifest: Manifest, where: str) -> None:
             raise bad(f"shard {entry.shard_id} starts at row {entry.first_row}, expected {next_row}")
         if not _SHA256.match(entry.sha256):
             raise bad(f"shard {entry.shard_id} has a malformed sha256")
-        compressed = manifest.shard_codec != "none"
+        compressed = manifest.shard_codec != "none" and manifest.copy_shards
         if compressed != (entry.stored_bytes is not None and entry.stored_sha256 is not None) or (
             compressed and not _SHA256.match(entry.stored_sha256 or "")
         ):

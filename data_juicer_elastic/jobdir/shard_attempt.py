@@ -26,6 +26,7 @@ from data_juicer_elastic.jobdir.reasons import AttemptExit, FailureReason, Relea
 from data_juicer_elastic.jobdir.records import Manifest, ShardEntry
 from data_juicer_elastic.jobdir.shard_state import TerminalInfo
 from data_juicer_elastic.jobdir.tasks import ShardOutput, ShardTask
+from data_juicer_elastic.sharedfs import fsio
 from data_juicer_elastic.sharedfs.identity import WorkerIdentity
 
 RunShard = Callable[[ShardTask], ShardOutput]
@@ -159,7 +160,7 @@ class ShardWorker:
                 self.ahead.start(in_tail=lambda: self.in_tail(tracker))
             with progress.activate(tracker), alive.armed() if alive else nullcontext():
                 started = self.clock()
-                output = self.run_shard(task)
+                output = self.run_shard(task) if entry.rows else empty_output(task)
                 self.secs_per_row = (self.clock() - started) / max(entry.rows, 1)
             if self.ahead is not None:
                 self.ahead.wait_claimed()  # the helper is done with the Claimer before we use it
@@ -282,6 +283,13 @@ class ShardWorker:
             leases.release_claim(self.layout, claim, reason)
         except OSError as exc:  # the claim then goes stale after a TTL; nothing else is lost
             logger.warning(f"{claim.shard_id}: could not write release record: {exc}")
+
+
+def empty_output(task: ShardTask) -> ShardOutput:
+    """The output of a shard without rows (a unit larger than its share left it empty, ``shards.plan``):
+    nothing to run, an empty file to publish."""
+    fsio.write_new(task.output_path, b"")
+    return ShardOutput(task.output_path, 0)
 
 
 def _close(attempt: attempts.Attempt | None, exit_reason: AttemptExit, **fields) -> None:

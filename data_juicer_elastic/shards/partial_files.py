@@ -112,14 +112,20 @@ class AppendWriter:
         os.lseek(fd, 0, os.SEEK_END)
 
     def write(self, data: bytes) -> None:
-        fault_seam.fault_point("write", self.path)
         view = memoryview(data)
-        while view:
-            view = view[os.write(self.fd, view) :]
+        try:
+            fault_seam.fault_point("write", self.path)
+            while view:
+                view = view[os.write(self.fd, view) :]
+        except OSError as exc:  # os.write names no file: the error must (a full export filesystem)
+            raise fault_seam.named_os_error(exc, self.path, "write") from exc
 
     def sync(self) -> None:
-        fault_seam.fault_point("fsync", self.path)
-        os.fsync(self.fd)
+        try:
+            fault_seam.fault_point("fsync", self.path)
+            os.fsync(self.fd)
+        except OSError as exc:
+            raise fault_seam.named_os_error(exc, self.path, "fsync") from exc
 
     def finish(self) -> None:
         self.sync()

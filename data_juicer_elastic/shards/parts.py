@@ -40,6 +40,7 @@ from data_juicer_elastic.jobdir import attempts, confine
 from data_juicer_elastic.jobdir.export_path import (
     PARTS_INDEX,
     check_export_path,
+    merge_places,
     part_errors_name,
     part_name,
     part_stats_name,
@@ -70,7 +71,7 @@ class PlannedPart:
     result: ShardResult
 
 
-@storage_errors(then="run the merge again")  # ENOSPC, EIO...: one line naming the path, exit 2
+@storage_errors(then="run the merge again", places=merge_places)  # ENOSPC, EROFS...: one line naming path and place
 def publish_parts(job_dir: str | Path, export_dir: str | Path, overwrite: bool = False) -> MergeResult:
     """Publish every accepted output as the parts export at ``export_dir``; merge.json records it."""
     layout = JobLayout(Path(os.path.abspath(job_dir)))

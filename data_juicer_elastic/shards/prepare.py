@@ -69,6 +69,10 @@ class PrepareRequest:
     input_order: InputOrder = "sorted"  # directory inputs: by relative path, or as Data-Juicer's default executor
     code: dict[str, Any] | None = None  # fingerprint of the operator code (execution.code_fingerprint)
 
+    def __post_init__(self) -> None:
+        if self.shard_codec != "none" and not self.copy_shards:  # a codec is how copies are stored: it asks for them
+            object.__setattr__(self, "copy_shards", True)
+
 
 @dataclass(frozen=True)
 class PlanOutcome:

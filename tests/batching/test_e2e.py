@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from data_juicer_elastic.jobdir.manifest import load_manifest
 from tests.e2e.conftest import RAY_CPUS, assert_ok, read_jsonl, read_ray_output, run
 
 pytestmark = [pytest.mark.e2e]
@@ -145,7 +146,7 @@ def test_one_worker_two_shards_on_one_warm_actor(data, reference, tmp_path):
         (attempt,) = (job / "attempts" / shard).iterdir()
         record = json.loads((attempt / "attempt.json").read_text())
         (stage,) = record["batching"]["stages"].values()
-        shard_rows = sum(1 for _ in open(job / "shards" / f"{shard}.jsonl", encoding="utf-8"))
+        shard_rows = load_manifest(job).shard(shard).rows
         assert stage["rows_in"] == stage["rows_out"] == shard_rows  # only this attempt's rows
         runs.append((attempt.name, stage, {p.name.rsplit("-", 1)[-1] for p in (attempt / "batching").iterdir()}))
     (_, first, first_pids), (_, second, second_pids) = sorted(runs, key=lambda run: run[0])

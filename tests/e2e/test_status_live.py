@@ -62,7 +62,7 @@ def live_job(tmp_path_factory):
     (tmp / "recipe.yaml").write_text(yaml.safe_dump(recipe, sort_keys=False))
     # prepare + worker (not dj-process: a run aborts every instance at the first terminal failure,
     # and this job must go on to the retried and the running shard)
-    prepared = run(["dj-elastic", "prepare", "--config", str(tmp / "recipe.yaml")], cwd=tmp)
+    prepared = run(["dj-elastic", "prepare", "--config", str(tmp / "recipe.yaml"), "--scan"], cwd=tmp)
     assert prepared.returncode == 0, prepared.stdout[-3000:] + prepared.stderr[-3000:]
     from data_juicer_elastic.jobdir.manifest import load_manifest
 

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from data_juicer_elastic.jobdir.manifest import load_manifest
+from data_juicer_elastic.jobdir.manifest import load_manifest, load_plan
 from data_juicer_elastic.jobdir.records import Manifest
 
 from .commands import E2E_OPS, dj_elastic, error_line, merged_rows, slow_job
@@ -38,7 +38,7 @@ def test_changed_operator_code_is_refused_and_version_drift_needs_the_flag(tmp_p
     ops.parent.mkdir()
     shutil.copy(E2E_OPS, ops)
     job = slow_job(tmp_path, 12, 0.0, ops=ops)
-    code = load_manifest(job).code
+    code = load_plan(job).code  # recorded when the job was planned
     assert code and code["operators"]["e2e_sleep_mapper"] and str(ops) in code["custom_operator_paths"]
     assert set(code["versions"]) == {"data_juicer", "data_juicer_elastic", "ray"}
 

@@ -21,13 +21,16 @@ from data_juicer_elastic.errors import ConfigError, InputChangedError, InputErro
 from data_juicer_elastic.jobdir import scans
 from data_juicer_elastic.jobdir.layout import JobLayout
 from data_juicer_elastic.jobdir.manifest import load_manifest, load_plan, locate_shard
+from data_juicer_elastic.jobdir.worker_loop import run_worker
 from data_juicer_elastic.rows.jsonl import NormaliseOptions, RowNormaliser
 from data_juicer_elastic.rows.shard_source import iter_content, iter_source_lines
 from data_juicer_elastic.shards import plan as planner
+from data_juicer_elastic.shards.merge import merge_job
 from data_juicer_elastic.shards.prepare import PrepareRequest, plan_job, prepare_job
 
-from .conftest import scan_locally
+from .conftest import copy_runner, identity, scan_locally
 
+LEASE = {"ttl_secs": 60, "heartbeat_secs": 10, "poll_interval_secs": 0.05}
 ROW = st.fixed_dictionaries(
     {
         "text": st.text(max_size=12),
@@ -208,3 +211,23 @@ def test_large_inputs_are_planned_by_short_reads_near_each_cut(tmp_path, monkeyp
     for entry in plan.shards:
         (span,) = entry.spans
         assert span.offset == 0 or raw[span.offset - 1 : span.offset] == b"\n"  # every cut at a line end
+
+
+def test_shards_a_compressed_file_leaves_empty_are_done_without_running_anything(tmp_path):
+    """A compressed file is never cut: with more shards than files, some shards hold nothing. They
+    are scanned and published like any shard, but no runner is called for them; the merge is exact."""
+    rows = [{"k": i} for i in range(20)]
+    data = tmp_path / "data.jsonl.gz"
+    data.write_bytes(gzip.compress("".join(json.dumps(r) + "\n" for r in rows).encode(), mtime=0))
+    manifest = prepare_job(request(tmp_path, data, 3, False)).manifest
+    assert sorted(e.rows for e in manifest.shards) == [0, 0, 20]
+    ran = []
+
+    def runner(task):
+        ran.append(task.shard_id)
+        return copy_runner()(task)
+
+    summary = run_worker(tmp_path / "job", identity(), runner, max_retries=0, **LEASE)
+    assert summary.complete and ran == [e.shard_id for e in manifest.shards if e.rows]
+    merge_job(tmp_path / "job", tmp_path / "out.jsonl")
+    assert [json.loads(line) for line in (tmp_path / "out.jsonl").read_text().splitlines()] == rows
