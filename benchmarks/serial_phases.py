@@ -115,7 +115,7 @@ def main() -> None:
     p.add_argument("--files", type=int, default=10_000)
     p.add_argument("--shards-per-node", type=int, default=32)
     p.add_argument("--prepare-cpu-s-per-gb", type=float, default=4.26)
-    p.add_argument("--check-cpu-s-per-gb", type=float, default=3.6)
+    p.add_argument("--check-cpu-s-per-gb", type=float, default=3.3)
     p.add_argument("--merge-cpu-s-per-gb", type=float, default=3.30)
     p.add_argument("--work-cpu-s-per-gb", type=float, default=700.0)
     p.add_argument("--plan-op-ms", type=float, default=1.0)
