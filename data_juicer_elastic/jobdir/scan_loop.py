@@ -57,8 +57,10 @@ def scan_job(
     clock: Callable[[], float] = time.monotonic,
     sleep: Callable[[float], None] | None = None,
     rng: random.Random | None = None,
+    wait: bool = True,
 ) -> Manifest | None:
-    """Scan shards of a planned job until its manifest exists; the manifest (None when stopped first)."""
+    """Scan shards of a planned job until its manifest exists; the manifest (None when stopped first,
+    or, with ``wait`` False, when nothing was left to claim while others still scan)."""
     if fsio.exists(layout.manifest):
         return load_manifest(layout.root)
     plan = load_plan(layout.root)
@@ -89,6 +91,8 @@ def scan_job(
                 continue
             if finished:
                 return settle_scans(layout, plan)
+            if not wait:
+                return None
             sleep(poll_interval_secs)
     except (WorkerInterrupted, KeyboardInterrupt):
         if claimer.pending is not None:  # signalled between claiming a scan and starting it

@@ -105,7 +105,7 @@ def run_worker(
                     layout, identity, run_scan, ttl_secs=ttl_secs, heartbeat_secs=heartbeat_secs,
                     max_retries=max_retries, poll_interval_secs=poll_interval_secs,
                     max_holder_deaths=max_holder_deaths, stop_event=stop_event, clock=clock, sleep=sleep,
-                    rng=claim_rng,
+                    rng=claim_rng, wait=wait_for_completion,
                 )  # fmt: skip
             except OSError as exc:
                 raise storage_error(exc, layout.root) from exc
@@ -115,8 +115,9 @@ def run_worker(
                 honour(interrupt.signum, guard.previous.get(interrupt.signum))
                 summary.stop_reason = StopReason.INTERRUPTED
                 return summary
-        if scanned is None:  # stopped before the job's input was known
-            summary.stop_reason = StopReason.STOPPED
+        if scanned is None:  # stopped, or nothing to scan here and no waiting, before the input was known
+            stopped = stop_event is not None and stop_event.is_set()
+            summary.stop_reason = StopReason.STOPPED if stopped else StopReason.NO_WORK
             return summary
     manifest = load_manifest(layout.root)  # refuse a corrupt job before claiming anything
     confine.check_layout(layout)  # and one whose directories lead elsewhere

@@ -132,3 +132,23 @@ def test_a_malformed_row_refuses_the_job_with_one_error_on_every_instance_and_no
     assert not out.exists() and not (job / "manifest.json").exists() and not list((job / "claims").iterdir())
     outcome = next((job / "coordination").iterdir()) / "outcome.json"
     assert json.loads(outcome.read_bytes())["status"] == "failed"
+
+
+def test_a_worker_that_may_not_wait_leaves_scans_held_by_others(tmp_path):
+    """`--no-wait` during the scan phase: it scans what it can claim and leaves, as it does with shards."""
+    job, _ = _planned(tmp_path)
+    holder = start_driver("worker", job, "--scan-sleep", "30", node="holder")
+    layout = JobLayout(job)
+    deadline = time.monotonic() + 60
+    while not layout.scans.heartbeat(FIRST, 1).exists():
+        assert holder.poll() is None and time.monotonic() < deadline, "the holder never claimed a scan"
+        time.sleep(0.05)
+    holder.send_signal(signal.SIGSTOP)  # it holds the first scan and does not move
+    try:
+        proc = run_driver("worker", job, "--no-wait", node="visitor")
+        assert proc.returncode == 0, proc.stderr[-2000:]
+        assert json.loads(proc.stdout.strip().splitlines()[-1])["stop_reason"] == "no_work"
+        assert not (job / "manifest.json").exists() and len(list(layout.scans.done_dir.iterdir())) == SHARDS - 1
+    finally:
+        holder.kill()
+        holder.wait()
