@@ -317,7 +317,9 @@ class Manifest(ChecksummedRecord):
     num_shards: int
     total_rows: int
     total_bytes: int
-    content_sha256: str  # sha256 of all normalised rows, in order (== the shards concatenated)
+    # the job's input as one digest: sha256 of the shards' [bytes, sha256] in order (jobdir.scans; a job
+    # split by a whole-input prepare: of all its normalised rows)
+    content_sha256: str
     recipe_hash: str
     recipe: dict[str, Any]
     stage_identities: list[str]
