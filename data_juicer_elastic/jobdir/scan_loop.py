@@ -20,6 +20,7 @@ import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import NamedTuple
 
 from loguru import logger
 
@@ -43,6 +44,14 @@ from data_juicer_elastic.sharedfs.identity import WorkerIdentity
 RunScan = Callable[[ScanTask], ScanOutput]
 
 
+class ScanLease(NamedTuple):
+    """How a scan's claim is renewed: the same timing as a shard run's."""
+
+    heartbeat_secs: float
+    ttl_secs: float
+    clock: Callable[[], float]
+
+
 def scan_job(
     layout: JobLayout,
     identity: WorkerIdentity,
@@ -64,19 +73,10 @@ def scan_job(
     if fsio.exists(layout.manifest):
         return load_manifest(layout.root)
     plan = load_plan(layout.root)
-    scanner = Scanner(layout, plan, identity, run_scan, StalenessObserver(ttl_secs, clock), clock)
-    scanner.heartbeat_secs, scanner.ttl_secs = heartbeat_secs, ttl_secs
-    claimer = Claimer(
-        layout.scans,
-        plan,
-        identity,
-        scanner.observer,
-        max_retries=max_retries,
-        max_holder_deaths=max_holder_deaths,
-        rng=rng,
-        random_start=True,
-    )
-    scanner.claimer, scanner.max_retries, scanner.max_holder_deaths = claimer, max_retries, max_holder_deaths
+    budgets = {"max_retries": max_retries, "max_holder_deaths": max_holder_deaths}
+    claimer = Claimer(layout.scans, plan, identity, StalenessObserver(ttl_secs, clock), rng=rng, random_start=True,
+                      **budgets)  # fmt: skip
+    scanner = Scanner(layout, plan, identity, run_scan, claimer, ScanLease(heartbeat_secs, ttl_secs, clock), **budgets)
     if sleep is None:
         sleep = stop_event.wait if stop_event is not None else time.sleep
     try:
@@ -149,25 +149,22 @@ def scan_options(plan: JobPlan) -> NormaliseOptions:
 class Scanner:
     """Runs one claimed scan at a time; every way out leaves a result, a failure or a release."""
 
-    claimer: Claimer
-    max_retries: int
-    max_holder_deaths: int | None
-    heartbeat_secs: float
-    ttl_secs: float
-
-    def __init__(self, layout, plan, identity, run_scan, observer, clock):
+    def __init__(self, layout, plan, identity, run_scan, claimer, lease, *, max_retries, max_holder_deaths):
         self.layout: JobLayout = layout
         self.plan: JobPlan = plan
         self.identity: WorkerIdentity = identity
         self.run_scan: RunScan = run_scan
-        self.observer: StalenessObserver = observer
-        self.clock = clock
+        self.claimer: Claimer = claimer
+        self.lease: ScanLease = lease
+        self.max_retries: int = max_retries
+        self.max_holder_deaths: int | None = max_holder_deaths
         self.options = scan_options(plan)
 
     def scan(self, entry: PlannedShard, claim: Claim) -> None:
         scans_layout = self.layout.scans
+        lease = self.lease
         heartbeater = leases.Heartbeater(
-            scans_layout, claim, heartbeat_secs=self.heartbeat_secs, ttl_secs=self.ttl_secs, clock=self.clock
+            scans_layout, claim, heartbeat_secs=lease.heartbeat_secs, ttl_secs=lease.ttl_secs, clock=lease.clock
         )
         heartbeater.start()
         attempt: attempts.Attempt | None = None
