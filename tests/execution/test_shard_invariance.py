@@ -32,6 +32,13 @@ from .conftest import recipe
 pytestmark = pytest.mark.ray
 
 EXAMPLES = int(os.environ.get("DJ_ELASTIC_INVARIANCE_EXAMPLES", "3"))
+# few examples by default (each runs real Ray shards); fixed when few, so a CI failure reproduces
+INVARIANCE_SETTINGS = settings(
+    max_examples=EXAMPLES,
+    deadline=None,
+    derandomize=EXAMPLES <= 3,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture, HealthCheck.data_too_large],
+)
 RECIPE = recipe(
     process=[{"whitespace_normalization_mapper": {}}, {"text_length_filter": {"min_len": 4, "max_len": 10000}}]
 )
@@ -80,12 +87,7 @@ def merged_bytes(data: Path, root: Path, shards: int, cache_dir: Path, job_recip
     return output.read_bytes(), stats.read_bytes() if stats.exists() else b""
 
 
-@settings(
-    max_examples=EXAMPLES,
-    deadline=None,
-    derandomize=EXAMPLES <= 3,
-    suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture, HealthCheck.data_too_large],
-)
+@INVARIANCE_SETTINGS
 @pytest.mark.extended
 @given(rows, st.data())
 def test_merged_bytes_are_the_same_for_any_num_shards(ray_runtime, cache_dir, tmp_path_factory, batch, data):
@@ -131,12 +133,7 @@ nested_rows = st.lists(
 ).map(lambda items: [{"id": i, "text": f"row {i}", **item} for i, item in enumerate(items)])
 
 
-@settings(
-    max_examples=EXAMPLES,
-    deadline=None,
-    derandomize=EXAMPLES <= 3,
-    suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture, HealthCheck.data_too_large],
-)
+@INVARIANCE_SETTINGS
 @pytest.mark.extended
 @given(nested_rows, edits, st.data())
 def test_an_operator_reshaping_keys_gives_the_same_bytes_for_any_num_shards(
