@@ -29,7 +29,7 @@ import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
-BASELINE_REV = "7c1c9c6"  # main before the claim cursor (issue 7)
+BASELINE_REV = "7c1c9c6"  # main before the claim cursor
 WEIGHT = {"makedirs": 3, "write": 0}
 
 

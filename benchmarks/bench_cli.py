@@ -1,4 +1,4 @@
-"""`dj-elastic prepare` / `merge` against the in-process calls they wrap (issue 15), side by side.
+"""`dj-elastic prepare` / `merge` against the in-process calls they wrap, side by side.
 
   prepare ratio = wall of `dj-elastic prepare --config R` (a new process: interpreter, imports,
                   recipe parse, prepare) / wall of `prepare_job(request)` in a warm process

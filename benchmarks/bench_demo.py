@@ -1,4 +1,4 @@
-"""The demo job's wall time: Data-Juicer's ``default`` executor vs ``elastic_sharded`` (issue 15, item 3).
+"""The demo job's wall time: Data-Juicer's ``default`` executor vs ``elastic_sharded``.
 
 Both sides run the real ``dj-process`` in a fresh subprocess on the same recipe
 (``recipes/demo.yaml``: 400 rows, the demo's two operators, ``np: 2``) and the same data;

@@ -1,4 +1,4 @@
-"""What the fault-injection seam costs when no fault plan is installed (issue 6).
+"""What the fault-injection seam costs when no fault plan is installed.
 
 Every job-directory file operation calls ``fault_seam.fault_point`` before it and (the mutating
 ones) ``fault_seam.fault_done`` after it; unused, each is a global load and an ``is None`` test.

@@ -1,4 +1,4 @@
-"""Prepare and merge against the copy tools on the same disk (issue 7): one run, ratios.
+"""Prepare and merge against the copy tools on the same disk: one run, ratios.
 
   prepare ratio = prepare MB/s / `cp` MB/s of the same input file (target >= 0.5)
   merge ratio   = merge MB/s (every line parsed, every shard re-hashed, the merged sha256)

@@ -1,10 +1,11 @@
-"""What the row schema costs prepare (issue 12): observing each row's JSON types vs parsing it.
+"""What the row schema costs prepare: observing each row's JSON types vs parsing it.
 
-Prepare parses every input row anyway (to validate it); since the lossless work it also joins
-the row's types into the job's row schema (``rows/row_schema.py``).  This measures both on
-the same rows in one process, alternating, and reports the ratio: the schema's share of the
-per-row work prepare does in Python.  Two generated corpora: flat rows (id, text) and nested
-rows (a ``meta`` object with a list and a nested object, a key absent in 10% of rows).
+Prepare parses every input row anyway (to validate it); since the lossless writer and row schema
+were added it also joins the row's types into the job's row schema (``rows/row_schema.py``).
+This measures both on the same rows in one process, alternating, and reports the ratio: the
+schema's share of the per-row work prepare does in Python.  Two generated corpora: flat rows
+(id, text) and nested rows (a ``meta`` object with a list and a nested object, a key absent in
+10% of rows).
 
     python benchmarks/bench_row_schema.py --rows 50000 --repeat 5
 """

@@ -1,4 +1,4 @@
-"""Warm operators across shards (issue 14, items 1-3): model loads, operator busy fraction, boundary gaps.
+"""Warm operators across shards: model loads, operator busy fraction, boundary gaps.
 
 One ``dj-elastic worker`` (one slot, one warm Ray runtime) runs an 8-shard job whose only
 operator is ``bench_heavy_load_mapper`` (``benchmarks/ops/warm_ops.py``): its ``__init__``

@@ -74,7 +74,7 @@ def phases(started: float, ended: float, log: Path) -> dict[str, float]:
     out["imports_config"] = m["run_start"] - started
     out["prepare"] = m.get("prepared", m["run_start"]) - m["run_start"]
     if "ray_ready" in m:
-        # Ray starts after the worker joined, or (since issue 15) beside prepare, from the run's start
+        # Ray starts after the worker joined, or (when started early) beside prepare, from the run's start
         overlapped = m["ray_ready"] < m.get("worker_joined", m["ray_ready"])
         out["ray_start"] = m["ray_ready"] - (m["run_start"] if overlapped else m.get("worker_joined", m["run_start"]))
         out["ray_beside_prepare"] = float(overlapped)

@@ -107,7 +107,7 @@ class Params:
     start_spread_s: float = 30.0  # workers join uniformly over this window (scheduler, Ray start)
     horizon_x: float = 30.0  # stop simulating at this multiple of the ideal makespan
     gate: bool = True  # straggler gate on (the executor's default outside strict mode)
-    protocol: str = "cursor"  # "cursor": the claim cursor (issue 7); "scan": the walk from shard 0 before it
+    protocol: str = "cursor"  # "cursor": the claim cursor; "scan": the walk from shard 0 before it
     seed: int = 0
 
     @property
@@ -570,7 +570,7 @@ class MaxTree:
 
 
 class CursorSim(Sim):
-    """The claim path of jobdir/claiming.py (issue 7), op for op, over the same NAS and job.
+    """The claim path of jobdir/claiming.py, op for op, over the same NAS and job.
 
     Each worker keeps its own cursor: the time of its last done/ listing (it knows every
     shard done before it), the done markers it read since, and the held shards it saw
@@ -866,7 +866,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--poll", type=float, default=2.0)
     ap.add_argument("--no-gate", action="store_true", help="straggler gate off (strict mode)")
     ap.add_argument(
-        "--protocol", choices=("cursor", "scan"), default="cursor", help="cursor: issue 7's claim path; scan: before it"
+        "--protocol",
+        choices=("cursor", "scan"),
+        default="cursor",
+        help="cursor: the claim cursor; scan: the walk from shard 0 before it",
     )
     ap.add_argument("--start-spread", type=float, default=30.0, help="workers join uniformly over this many s")
     ap.add_argument("--seed", type=int, default=0)

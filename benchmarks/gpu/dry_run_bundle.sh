@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Dry-run the GPU bundle here, as the GPU machine will run it (issue 14 item 5), in one command:
+# Dry-run the GPU bundle here, as the GPU machine will run it, in one command:
 #
 #   bash benchmarks/gpu/dry_run_bundle.sh [--setup] [--rebuild] [--keep]
 #

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The one command for the GPU machine (issue 14 item 5): install the bundle, then run bench.py.
+# The one command for the GPU machine: install the bundle, then run bench.py.
 #
 #   bash benchmarks/gpu/run_on_gpu.sh                  # on the GPU machine, repository root, .gpu-bundle carried
 #   bash benchmarks/gpu/run_on_gpu.sh --cpu-dry-run    # what dry_run_bundle.sh runs here, offline, on py3.12

@@ -68,7 +68,7 @@ def run(spec: corpus.CorpusSpec, calibration: Calibration, names: list[str] | No
     ]
 
 
-# Measured on an H200 (issue 14): rows/s of each contender / Data-Juicer 1.6.1's controller, with the
+# Measured on an H200 (docs/adaptive-batching.md): rows/s of each contender / Data-Juicer 1.6.1's controller, with the
 # cost models as they were then (default = "text", before sorting).  --fit looks for calibrations whose
 # simulation reproduces this order (the fit is a search, not a derivation: report what it finds).
 MEASURED = {

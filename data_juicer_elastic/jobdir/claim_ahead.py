@@ -1,4 +1,4 @@
-"""Claim-ahead: hold the next shard (and read it) while the current one runs (issue 14, item 2).
+"""Claim-ahead: hold the next shard (and read it) while the current one runs.
 
 What.  While a worker slot runs shard N, :class:`ClaimAhead` claims shard N+1 on a helper
 thread once N is in its tail (the worker loop's gate, ``shard_attempt.TAIL_FRACTION``: N is

@@ -1,4 +1,4 @@
-"""Finding a shard to claim without touching every shard on every claim (issue 7).
+"""Finding a shard to claim without touching every shard on every claim.
 
 A worker used to walk the manifest from shard 0 before every claim, so a claim cost
 O(shards not yet done) metadata operations and every worker started at the same

@@ -1,4 +1,4 @@
-"""Warm operators across shards (issue 14): through the real `dj-elastic` commands, with real Ray.
+"""Warm operators across shards: through the real `dj-elastic` commands, with real Ray.
 
 One worker runs 8 shards of a recipe with two heavy-``__init__`` operators (``bench_heavy_load_mapper``
 from ``benchmarks/ops/warm_ops.py``, which records each load with its process id): one in

@@ -1,4 +1,4 @@
-"""The code fingerprint (issue 13, item 5): what it covers, and which differences refuse a worker."""
+"""The code fingerprint: what it covers, and which differences refuse a worker."""
 
 from __future__ import annotations
 

@@ -128,8 +128,9 @@ def test_each_attempt_logs_into_its_own_process_log(three_shards):
 
 
 def test_each_shard_is_read_once_and_never_through_a_limit(three_shards):
-    """Regression (issue 2 perf): RayExecutor's schema probe ran ``read -> limit(1)``, whose
-    forced shutdown killed the Ray worker still reading; a count() read the shard again.
+    """Regression (elastic_sharded vs plain ``ray`` speed): RayExecutor's schema probe ran
+    ``read -> limit(1)``, whose forced shutdown killed the Ray worker still reading; a count()
+    read the shard again.
     The shard now reaches Ray already read (shard_reader), and nothing is written by Ray."""
     for task in [*three_shards["tasks"], three_shards["tasks"][0]]:
         plans = [

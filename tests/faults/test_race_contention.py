@@ -8,7 +8,7 @@ TTL rule; the others die "on this host" and are taken over as soon as their pid 
 Exactly-once is then checked from every worker's history and from the job directory
 (``race_harness.check_exactly_once``).
 
-CI runs 8 processes x 60 shards; ``DJ_ELASTIC_FULL_MATRIX=1`` runs the issue's
+CI runs 8 processes x 60 shards; ``DJ_ELASTIC_FULL_MATRIX=1`` runs the full
 24 processes x 400 shards.  The numbers seen are printed (``pytest -s``).
 """
 

@@ -1,5 +1,5 @@
 """Fault matrix row 15: the merge writes only the export path and its siblings, never through a
-link and never into the job directory (issue 13, items 1 and 2).
+link and never into the job directory.
 
 Through ``dj-elastic merge`` / ``verify`` and ``dj-process`` in subprocesses.
 """

@@ -1,4 +1,4 @@
-"""Fault matrix row 16: a frozen Ray runtime under a live worker process (issue 13, item 3).
+"""Fault matrix row 16: a frozen Ray runtime under a live worker process.
 
 Only the worker's Ray processes are stopped (SIGSTOP); its main process, and so its heartbeat
 thread, lives on.  A heartbeat must mean progress: after ``stall_timeout_secs`` without

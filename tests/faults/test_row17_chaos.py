@@ -1,4 +1,4 @@
-"""Fault matrix row 17: random SIGKILLs of whole workers, with replacements (issue 13, item 4).
+"""Fault matrix row 17: random SIGKILLs of whole workers, with replacements.
 
 Three ``dj-elastic worker`` processes (real Ray, each in its own process group) share 20
 shards of a slow operator under a short lease TTL.  Once the fleet is working (a first shard

@@ -1,4 +1,4 @@
-"""Fault matrix row 18: operator code changed during a job (issue 13, item 5).
+"""Fault matrix row 18: operator code changed during a job.
 
 Prepare records a fingerprint of the code each stage runs (operator source files, the
 ``custom_operator_paths`` contents, Data-Juicer / plugin / Ray versions).  A worker whose

@@ -1,6 +1,6 @@
 """Fault matrix row 19: a full disk while merging or preparing, a job_dir that is a file, an
 export path that is a directory, malformed input: one error line and exit 2, never a
-traceback, and nothing half-written that looks valid (issue 13, items 7 and 9).
+traceback, and nothing half-written that looks valid.
 
 Through ``dj-elastic`` and ``dj-process`` in subprocesses.
 """

@@ -1,4 +1,4 @@
-"""Fault matrix row 20: recovery paths that used to dead-end (issue 13, item 8).
+"""Fault matrix row 20: recovery paths that used to dead-end.
 
 A done shard whose accepted output was deleted or altered (or whose done marker is corrupt)
 is named by ``merge`` and ``verify`` with the command that requeues it, ``retry --shard-id``

@@ -1,4 +1,4 @@
-"""The stall rule (issue 13, item 3) and the death budget (item 4) on injected clocks and a
+"""The stall rule and the death budget on injected clocks and a
 fake runner: a heartbeat is renewed only while the attempt shows signs of life; a stalled
 attempt is given up at once (failure ``stalled`` + release) and its runner told; holder
 deaths and execution failures are counted apart."""

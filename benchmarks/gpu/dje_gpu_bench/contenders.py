@@ -28,7 +28,7 @@ from typing import Any
 from dje_gpu_bench.op import NAME
 
 FIXED_SEARCH = (512, 384, 256, 192, 160, 128, 112, 96, 80, 64, 48, 32, 24, 16, 8, 4, 2, 1)
-# "-unsorted": the cost model with adaptive_batching_sort off (how every cost model ran before issue 14)
+# "-unsorted": the cost model with adaptive_batching_sort off (as every cost model ran before sorting was the default)
 OURS = (
     "default",
     "rows",

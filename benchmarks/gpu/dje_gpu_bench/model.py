@@ -2,7 +2,7 @@
 
 ``EncoderSpec`` defaults are bert-base sized (12 layers, hidden 768, 12 heads,
 fp16 on CUDA) with eager attention, whose scores take rows x heads x L^2 memory
-as the issue's measurement did; ``tiny()`` is the CPU dry run's model.  The
+as the H200 measurement (docs/adaptive-batching.md) did; ``tiny()`` is the CPU dry run's model.  The
 tokenizer is a ``tokenizers`` WordPiece model over the corpus's common words
 and syllable pieces (rare words split; [CLS] ... [SEP], truncation at
 ``max_length``, padding to the longest row of the call, as Hugging Face

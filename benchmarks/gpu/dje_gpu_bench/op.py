@@ -3,7 +3,7 @@
 One registered, batched Data-Juicer Mapper *without* the mixin, so "ours" is
 always the recipe opt-in (``adaptive_batching: true`` builds
 ``(AdaptiveBatchingMixin, BenchEmbedMapper)``) and the operator's own cost
-settings travel through that path (issue 14, item 7):
+settings travel through that path (the opt-in keeps the operator's own hooks):
 
 * ``cost_model``: None = the mixin's default; ``rows``, ``text``,
   ``padded_text``; ``tokens`` / ``padded_tokens`` = per-row token counts
