@@ -21,6 +21,7 @@ and owns the node's worker; it composes those pieces and owns none of their logi
 
 from __future__ import annotations
 
+import functools
 import os
 import subprocess
 import threading
@@ -38,14 +39,13 @@ from data_juicer_elastic.errors import ConfigError
 from data_juicer_elastic.job_run import JobRun
 from data_juicer_elastic.jobdir import confine
 from data_juicer_elastic.jobdir.layout import JobLayout
-from data_juicer_elastic.jobdir.manifest import load_manifest, load_plan
+from data_juicer_elastic.jobdir.manifest import load_job, load_manifest
 from data_juicer_elastic.jobdir.records import Manifest
 from data_juicer_elastic.jobdir.worker_loop import WorkerSummary, run_worker
 from data_juicer_elastic.preparation import resolve_user_path
 from data_juicer_elastic.settings import ElasticSettings
 from data_juicer_elastic.shards.merge import MergeResult
 from data_juicer_elastic.shards.scan import ShardScanner
-from data_juicer_elastic.sharedfs import fsio
 from data_juicer_elastic.sharedfs.identity import WorkerIdentity
 
 try:  # Data-Juicer's base class, so ExecutorFactory users get a real executor
@@ -85,8 +85,10 @@ def run_local_worker(
     job = resolve_user_path(job_dir)
     layout = JobLayout(job)
     # The plan holds what a worker needs to start (the recipe, its code, Ray's settings); the
-    # manifest (row counts, the row schema) exists once the scans are done.
-    manifest = load_manifest(job) if fsio.exists(layout.manifest) else load_plan(job)
+    # manifest (row counts, the row schema) exists once the scans are done, read once then.
+    manifest = load_job(job)
+    scanned = isinstance(manifest, Manifest)
+    scanned_manifest = (lambda: manifest) if scanned else functools.cache(lambda: load_manifest(job))
     confine.check_layout(layout)  # before the cache and logs are pointed into it
     # Model caches default into the shared job dir (one download for every node); set
     # here, before slot processes are started, so they inherit the same values.
@@ -104,7 +106,7 @@ def run_local_worker(
         manifest.recipe,
         list(manifest.stage_identities),
         layout.cache_dir,
-        row_schema=lambda: load_manifest(job).row_schema,  # known once the job is scanned
+        row_schema=lambda: scanned_manifest().row_schema,  # known once the job is scanned
         ray_address=settings.ray_address,
         ray_num_cpus=cpus,
         code=manifest.code,
@@ -112,7 +114,6 @@ def run_local_worker(
         max_error_rows=settings.max_error_rows,
         restart_process=lambda: restart_worker_process(before=lambda: _stop_slots(pool)),
     )
-    scanned = isinstance(manifest, Manifest)
     if not scanned:
         runner.start_early()  # Ray starts while the job is scanned: the first shard need not wait for it
     # Strict mode's equal shares already decide who runs what; elsewhere slow nodes leave the tail to fast ones.
@@ -121,7 +122,7 @@ def run_local_worker(
         gate = _lazy_gate(
             lambda: ClaimGate(
                 layout,
-                load_manifest(job),  # the gate is first asked once the job is scanned
+                scanned_manifest(),  # the gate is first asked once the job is scanned
                 identity.node_id,
                 identity.pid,
                 min_interval=settings.poll_interval_secs,

@@ -121,11 +121,6 @@ class JobLayout:
         """The scan tasks' layout (claims, heartbeats, attempts, done markers of scans)."""
         return JobLayout(self.root, SCANS)
 
-    @property
-    def runs(self) -> JobLayout:
-        """The shard runs' layout (the default)."""
-        return JobLayout(self.root)
-
     # -- top level -----------------------------------------------------------------
     @property
     def manifest(self) -> Path:

@@ -6,14 +6,22 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Final
 
 from data_juicer_elastic.errors import IntegrityError, JobDirError
 from data_juicer_elastic.jobdir import confine
 from data_juicer_elastic.jobdir.layout import JobLayout, shard_id
-from data_juicer_elastic.jobdir.plan_records import JobPlan
-from data_juicer_elastic.jobdir.records import Manifest, ShardEntry, manifest_recipe_hash, record_checksum
+from data_juicer_elastic.jobdir.plan_records import JobPlan, PlannedInput
+from data_juicer_elastic.jobdir.records import (
+    InputFile,
+    Manifest,
+    ShardEntry,
+    ShardSpan,
+    manifest_recipe_hash,
+    record_checksum,
+)
 from data_juicer_elastic.rows.codecs import SHARD_SUFFIX
 from data_juicer_elastic.rows.jsonl import NormaliseOptions
 from data_juicer_elastic.rows.shard_source import ShardSource, SourceSpan, check_source
@@ -84,7 +92,11 @@ def validate_manifest(manifest: Manifest, where: str) -> None:
         if entry.rows < 0 or (entry.rows == 0) != (entry.bytes == 0):
             raise bad(f"shard {entry.shard_id} is empty")
         if not manifest.copy_shards:
-            _check_spans(entry, manifest, bad)
+            _check_spans(entry.shard_id, entry.spans, manifest.inputs, bad)
+            if any(span.rows is None for span in entry.spans):
+                raise bad(f"shard {entry.shard_id} has a span outside its input file")
+            if sum(span.rows or 0 for span in entry.spans) != entry.rows:
+                raise bad(f"shard {entry.shard_id}'s spans do not add up to its rows")
         if entry.first_row != next_row:
             raise bad(f"shard {entry.shard_id} starts at row {entry.first_row}, expected {next_row}")
         if not _SHA256.match(entry.sha256):
@@ -109,15 +121,13 @@ def validate_manifest(manifest: Manifest, where: str) -> None:
         raise bad(f"unknown dataset_kind {manifest.dataset_kind!r}")
 
 
-def _check_spans(entry: ShardEntry, manifest: Manifest, bad) -> None:
-    for span in entry.spans:
-        if not 0 <= span.input < len(manifest.inputs):
-            raise bad(f"shard {entry.shard_id} names input {span.input}")
-        size = manifest.inputs[span.input].size
-        if span.offset < 0 or span.length < 1 or span.offset + span.length > size or span.rows is None:
-            raise bad(f"shard {entry.shard_id} has a span outside its input file")
-    if sum(span.rows or 0 for span in entry.spans) != entry.rows:
-        raise bad(f"shard {entry.shard_id}'s spans do not add up to its rows")
+def _check_spans(shard: str, spans: list[ShardSpan], inputs: Sequence[InputFile | PlannedInput], bad) -> None:
+    """Each span names an input and lies inside it (the plan's and the manifest's spans alike)."""
+    for span in spans:
+        if not 0 <= span.input < len(inputs):
+            raise bad(f"shard {shard} names input {span.input}")
+        if span.offset < 0 or span.length < 1 or span.offset + span.length > inputs[span.input].size:
+            raise bad(f"shard {shard} has a span outside its input file")
 
 
 def load_plan(job_dir: str | Path) -> JobPlan:
@@ -136,11 +146,7 @@ def load_plan(job_dir: str | Path) -> JobPlan:
     for i, entry in enumerate(plan.shards):
         if entry.shard_id != shard_id(i, plan.num_shards) or entry.index != i:
             raise bad(f"shard {i} is {entry.shard_id!r} (index {entry.index})")
-        for span in entry.spans:
-            if not 0 <= span.input < len(plan.inputs):
-                raise bad(f"shard {entry.shard_id} names input {span.input}")
-            if span.offset < 0 or span.length < 1 or span.offset + span.length > plan.inputs[span.input].size:
-                raise bad(f"shard {entry.shard_id} has a span outside its input file")
+        _check_spans(entry.shard_id, entry.spans, plan.inputs, bad)
     if manifest_recipe_hash(plan.recipe) != plan.recipe_hash:
         raise bad("recipe_hash does not match the recorded recipe")
     return plan
@@ -151,38 +157,53 @@ def is_planned(job_dir: str | Path) -> bool:
     return fsio.exists(JobLayout(job_dir).plan)
 
 
-def locate_shard(layout: JobLayout, manifest: Manifest, entry: ShardEntry) -> ShardSource:
-    """Where ``entry``'s content is (its spans of the inputs, or its copy) and what it hashes to."""
-    options = None
-    if entry.normalise:
-        dataset = Path(manifest.dataset_path)
-        options = NormaliseOptions(
-            base_dir=str(dataset.parent if manifest.dataset_kind == "file" else dataset),
-            media_keys=manifest.media_keys,
-            index_key=manifest.index_key,
-        )
-    spans = tuple(
+def load_job(job_dir: str | Path) -> Manifest | JobPlan:
+    """The manifest once the job is scanned, else its plan: what a worker needs to start (the
+    recipe, its code, the settings) is in both."""
+    return load_manifest(job_dir) if fsio.exists(JobLayout(job_dir).manifest) else load_plan(job_dir)
+
+
+def normalise_options(job: JobPlan | Manifest, **limits: int) -> NormaliseOptions:
+    """How the job's rows are normalised (media paths resolved against the dataset's directory,
+    the index key); ``limits``: ``max_line_bytes`` where the job's own applies (its scans)."""
+    dataset = Path(job.dataset_path)
+    return NormaliseOptions(
+        base_dir=str(dataset.parent if job.dataset_kind == "file" else dataset),
+        media_keys=job.media_keys,
+        index_key=job.index_key,
+        **limits,
+    )
+
+
+def source_spans(inputs: Sequence[InputFile | PlannedInput], spans: list[ShardSpan]) -> tuple[SourceSpan, ...]:
+    """A shard's spans as a reader sees them: each file with its codec and its planned size and
+    mtime (rows: 0 in a plan, before the scans count them)."""
+    return tuple(
         SourceSpan(
-            path=manifest.inputs[span.input].path,
+            path=inputs[span.input].path,
             offset=span.offset,
             length=span.length,
-            codec=manifest.inputs[span.input].codec,
-            size=manifest.inputs[span.input].size,
-            mtime_ns=manifest.inputs[span.input].mtime_ns,
+            codec=inputs[span.input].codec,
+            size=inputs[span.input].size,
+            mtime_ns=inputs[span.input].mtime_ns,
             rows=span.rows or 0,
         )
-        for span in entry.spans
+        for span in spans
     )
+
+
+def locate_shard(layout: JobLayout, manifest: Manifest, entry: ShardEntry) -> ShardSource:
+    """Where ``entry``'s content is (its spans of the inputs, or its copy) and what it hashes to."""
     copy = None
     if manifest.copy_shards:
         copy = str(layout.shard(entry.shard_id, SHARD_SUFFIX[manifest.shard_codec]))
     return ShardSource(
         entry.shard_id,
-        spans,
+        source_spans(manifest.inputs, entry.spans),
         entry.bytes,
         entry.sha256,
         entry.first_row,
-        options,
+        normalise_options(manifest) if entry.normalise else None,
         copy,
         manifest.shard_codec if manifest.copy_shards else "none",
     )

@@ -19,7 +19,6 @@ import random
 import threading
 import time
 from collections.abc import Callable
-from pathlib import Path
 from typing import NamedTuple
 
 from loguru import logger
@@ -30,14 +29,12 @@ from data_juicer_elastic.jobdir.claiming import Claimer
 from data_juicer_elastic.jobdir.heartbeats import StalenessObserver
 from data_juicer_elastic.jobdir.layout import JobLayout
 from data_juicer_elastic.jobdir.lease_records import Claim
-from data_juicer_elastic.jobdir.manifest import load_manifest, load_plan
+from data_juicer_elastic.jobdir.manifest import load_manifest, load_plan, normalise_options, source_spans
 from data_juicer_elastic.jobdir.plan_records import JobPlan, PlannedShard
 from data_juicer_elastic.jobdir.reasons import AttemptExit, FailureReason, ReleaseReason
 from data_juicer_elastic.jobdir.records import Manifest
 from data_juicer_elastic.jobdir.tasks import ScanOutput, ScanTask
 from data_juicer_elastic.rows.codecs import SHARD_SUFFIX
-from data_juicer_elastic.rows.jsonl import NormaliseOptions
-from data_juicer_elastic.rows.shard_source import SourceSpan
 from data_juicer_elastic.sharedfs import fsio
 from data_juicer_elastic.sharedfs.identity import WorkerIdentity
 
@@ -127,25 +124,6 @@ def settle_scans(layout: JobLayout, plan: JobPlan) -> Manifest:
     return manifest
 
 
-def scan_spans(plan: JobPlan, entry: PlannedShard) -> tuple[SourceSpan, ...]:
-    """The spans of a planned shard as a reader sees them (rows not known yet)."""
-    spans = []
-    for span in entry.spans:
-        source = plan.inputs[span.input]
-        spans.append(SourceSpan(source.path, span.offset, span.length, source.codec, source.size, source.mtime_ns, 0))
-    return tuple(spans)
-
-
-def scan_options(plan: JobPlan) -> NormaliseOptions:
-    dataset = Path(plan.dataset_path)
-    return NormaliseOptions(
-        base_dir=str(dataset.parent if plan.dataset_kind == "file" else dataset),
-        media_keys=plan.media_keys,
-        index_key=plan.index_key,
-        max_line_bytes=plan.max_line_bytes,
-    )
-
-
 class Scanner:
     """Runs one claimed scan at a time; every way out leaves a result, a failure or a release."""
 
@@ -158,7 +136,7 @@ class Scanner:
         self.lease: ScanLease = lease
         self.max_retries: int = max_retries
         self.max_holder_deaths: int | None = max_holder_deaths
-        self.options = scan_options(plan)
+        self.options = normalise_options(plan, max_line_bytes=plan.max_line_bytes)
 
     def scan(self, entry: PlannedShard, claim: Claim) -> None:
         scans_layout = self.layout.scans
@@ -176,7 +154,12 @@ class Scanner:
             if self.plan.copy_shards:
                 copy = scans_layout.attempt_copy(entry.shard_id, claim.attempt_id, SHARD_SUFFIX[self.plan.shard_codec])
             task = ScanTask(
-                entry.shard_id, scan_spans(self.plan, entry), self.options, attempt.dir, copy, self.plan.shard_codec
+                entry.shard_id,
+                source_spans(self.plan.inputs, entry.spans),
+                self.options,
+                attempt.dir,
+                copy,
+                self.plan.shard_codec,
             )
             started = time.time()
             output = self.run_scan(task)

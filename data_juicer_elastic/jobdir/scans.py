@@ -117,7 +117,7 @@ def refusal_error(layout: JobLayout, plan: JobPlan, results: dict[str, ScanResul
     return None
 
 
-def compose_manifest(layout: JobLayout, plan: JobPlan, results: dict[str, ScanResult]) -> Manifest:
+def compose_manifest(plan: JobPlan, results: dict[str, ScanResult]) -> Manifest:
     """The manifest of a fully scanned job with no refusals: the same for every composer."""
     schema = RowSchema()
     entries, first, input_rows = [], 0, [0] * len(plan.inputs)
@@ -190,7 +190,7 @@ def compose_manifest(layout: JobLayout, plan: JobPlan, results: dict[str, ScanRe
 def publish_manifest(layout: JobLayout, plan: JobPlan, results: dict[str, ScanResult]) -> Manifest:
     """Compose and publish the manifest (first wins; every composer writes the same bytes), after
     placing copied shards at ``shards/<id>`` (with ``copy_shards``)."""
-    manifest = compose_manifest(layout, plan, results)
+    manifest = compose_manifest(plan, results)
     if plan.copy_shards:
         _place_copies(layout, plan, results)
     if not fsio.publish_bytes(layout.manifest, manifest.encode()):

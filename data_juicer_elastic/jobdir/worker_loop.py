@@ -97,6 +97,7 @@ def run_worker(
     summary = WorkerSummary()
     if sleep is None:
         sleep = stop_event.wait if stop_event is not None else time.sleep
+    scanned = None
     if run_scan is not None and not fsio.exists(layout.manifest) and is_planned(layout.root):
         confine.check_layout(layout)
         with SignalGuard() as guard:
@@ -119,7 +120,8 @@ def run_worker(
             stopped = stop_event is not None and stop_event.is_set()
             summary.stop_reason = StopReason.STOPPED if stopped else StopReason.NO_WORK
             return summary
-    manifest = load_manifest(layout.root)  # refuse a corrupt job before claiming anything
+    # refuse a corrupt job before claiming anything (the scans' manifest was loaded and checked so)
+    manifest = scanned if scanned is not None else load_manifest(layout.root)
     confine.check_layout(layout)  # and one whose directories lead elsewhere
     check_shard_files(layout.root, manifest)
     observer = StalenessObserver(ttl_secs, clock)

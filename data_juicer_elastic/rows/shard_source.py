@@ -20,6 +20,7 @@ import hashlib
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Final
 
 from data_juicer_elastic.errors import InputChangedError
 from data_juicer_elastic.rows.codecs import READ_BYTES, RawStats, iter_decoded
@@ -83,17 +84,25 @@ def check_source(source: ShardSource) -> None:
         _check_unchanged(span, source)
 
 
-def _check_unchanged(span: SourceSpan, source: ShardSource) -> None:
+GONE: Final = "gone"  # what span_change says of a file that no longer exists
+
+
+def span_change(span: SourceSpan) -> str | None:
+    """How the span's file differs from the plan by size and mtime (one stat): :data:`GONE`,
+    ``"size A -> B, mtime_ns C -> D"``, or None when it looks unchanged."""
     try:
         now = fsio.stat(Path(span.path))
     except FileNotFoundError:
-        raise _changed(source, f"{span.path} is gone", span.path) from None
+        return GONE
     if (now.st_size, now.st_mtime_ns) != (span.size, span.mtime_ns):
-        raise _changed(
-            source,
-            f"size {span.size} -> {now.st_size}, mtime_ns {span.mtime_ns} -> {now.st_mtime_ns}",
-            span.path,
-        )
+        return f"size {span.size} -> {now.st_size}, mtime_ns {span.mtime_ns} -> {now.st_mtime_ns}"
+    return None
+
+
+def _check_unchanged(span: SourceSpan, source: ShardSource) -> None:
+    what = span_change(span)
+    if what is not None:
+        raise _changed(source, f"{span.path} is gone" if what == GONE else what, span.path)
 
 
 def _changed(source: ShardSource, what: str, path: str) -> InputChangedError:
@@ -137,11 +146,7 @@ def _copy_chunks(source: ShardSource, block: int) -> Iterator[bytes]:
 def _span_chunks(source: ShardSource, block: int) -> Iterator[bytes]:
     for span in source.spans:
         last = b""
-        if span.codec == "none":
-            chunks = _read_range(Path(span.path), span.offset, span.length, block)
-        else:
-            chunks = iter_decoded(Path(span.path), span.codec, RawStats(), block)
-        for chunk in chunks:
+        for chunk in read_span(span, block):
             if chunk:
                 last = chunk[-1:]
                 yield chunk
@@ -149,14 +154,19 @@ def _span_chunks(source: ShardSource, block: int) -> Iterator[bytes]:
             yield b"\n"  # the file's last line has no newline: the content gives it one
 
 
-def _read_range(path: Path, offset: int, length: int, block: int) -> Iterator[bytes]:
-    with fsio.open_read(path) as handle:
-        handle.seek(offset)
-        left = length
+def read_span(span: SourceSpan, block: int = READ_BYTES) -> Iterator[bytes]:
+    """The span's bytes as stored (a plain file's byte range), or decoded (a compressed file, whole).
+    A file shorter than planned ends the chunks early: its size check refuses it."""
+    if span.codec != "none":
+        yield from iter_decoded(Path(span.path), span.codec, RawStats(), block)
+        return
+    with fsio.open_read(Path(span.path)) as handle:
+        handle.seek(span.offset)
+        left = span.length
         while left > 0:
             chunk = handle.read(min(block, left))
             if not chunk:
-                return  # the file is shorter now: the size check at the end refuses it
+                return
             left -= len(chunk)
             yield chunk
 

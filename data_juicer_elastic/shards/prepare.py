@@ -44,7 +44,13 @@ from data_juicer_elastic.jobdir.records import Manifest, canonical_json, manifes
 from data_juicer_elastic.jobdir.scan_loop import scan_job
 from data_juicer_elastic.rows.codecs import CODECS, Codec
 from data_juicer_elastic.rows.jsonl import DEFAULT_MEDIA_KEYS
-from data_juicer_elastic.settings import DEFAULT_MAX_LINE_BYTES, InputOrder
+from data_juicer_elastic.settings import (
+    DEFAULT_LEASE_TTL_SECS,
+    DEFAULT_MAX_LINE_BYTES,
+    DEFAULT_MAX_RETRIES,
+    DEFAULT_POLL_INTERVAL_SECS,
+    InputOrder,
+)
 from data_juicer_elastic.shards.plan import InputItem, discover_inputs, plan_shards
 from data_juicer_elastic.shards.scan import ShardScanner
 from data_juicer_elastic.sharedfs import fsio
@@ -164,7 +170,7 @@ def prepare_job(
     if fsio.exists(layout.manifest):
         return PrepareOutcome(load_manifest(layout.root), created=outcome.created)
     settings = request.settings
-    ttl = float(settings.get("lease_ttl_secs") or 120)
+    ttl = float(settings.get("lease_ttl_secs") or DEFAULT_LEASE_TTL_SECS)
     with storage_errors(then="prepare again"):
         manifest = scan_job(
             layout,
@@ -172,8 +178,8 @@ def prepare_job(
             ShardScanner(total_bytes=outcome.plan.total_bytes),
             ttl_secs=ttl,
             heartbeat_secs=float(settings.get("heartbeat_interval_secs") or ttl / 4),
-            max_retries=int(settings.get("max_retries", 3)),
-            poll_interval_secs=float(settings.get("poll_interval_secs") or 2),
+            max_retries=int(settings.get("max_retries", DEFAULT_MAX_RETRIES)),
+            poll_interval_secs=float(settings.get("poll_interval_secs") or DEFAULT_POLL_INTERVAL_SECS),
             rng=random.Random(0),
         )
     assert manifest is not None

@@ -23,21 +23,19 @@ from __future__ import annotations
 import hashlib
 import sys
 from collections import deque
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, NoReturn
 
 from data_juicer_elastic.errors import InputChangedError, InputError, ScanRefused
 from data_juicer_elastic.jobdir.plan_records import ScanRefusal
 from data_juicer_elastic.jobdir.tasks import ScanOutput, ScanTask
-from data_juicer_elastic.rows.codecs import READ_BYTES, RawStats, ShardFileWriter, iter_decoded, prefetch
+from data_juicer_elastic.rows.codecs import READ_BYTES, ShardFileWriter, prefetch
 from data_juicer_elastic.rows.jsonl import NormaliseOptions, RowNormaliser
 from data_juicer_elastic.rows.line_framer import LineBlock, LineFramer, first_too_long
 from data_juicer_elastic.rows.row_checkers import RowCheckers, default_processes, pipeline_depth
 from data_juicer_elastic.rows.row_schema import RowSchema
-from data_juicer_elastic.rows.shard_source import SourceSpan
+from data_juicer_elastic.rows.shard_source import GONE, SourceSpan, read_span, span_change
 from data_juicer_elastic.shards import steps
-from data_juicer_elastic.sharedfs import fsio
 
 SCANNING = "scanning shards"  # the step name progress reports use
 
@@ -159,7 +157,7 @@ class _SpanScan:
         span = self.span
         _unchanged(self.number, span, "before it was read")
         framer = LineFramer(self.limit, self._too_long)
-        chunks = prefetch(lambda: _span_chunks(Path(span.path), span))
+        chunks = prefetch(lambda: read_span(span))
         try:
             for block in framer.blocks(chunks):
                 if self.checkers is None:
@@ -220,31 +218,10 @@ def _judge(rows: RowNormaliser, lines: list[bytes]) -> bool:
     return rows.lines(lines) is None
 
 
-def _span_chunks(path: Path, span: SourceSpan) -> Iterator[bytes]:
-    if span.codec != "none":
-        yield from iter_decoded(path, span.codec, RawStats())
-        return
-    with fsio.open_read(path) as handle:
-        handle.seek(span.offset)
-        left = span.length
-        while left > 0:
-            chunk = handle.read(min(READ_BYTES, left))
-            if not chunk:
-                return  # shorter than planned: the size check after the read refuses it
-            left -= len(chunk)
-            yield chunk
-
-
 def _unchanged(number: int, span: SourceSpan, when: str) -> None:
-    try:
-        now = fsio.stat(Path(span.path))
-    except FileNotFoundError:
-        raise _changed(number, f"the file is gone ({when})") from None
-    if (now.st_size, now.st_mtime_ns) != (span.size, span.mtime_ns):
-        raise _changed(
-            number,
-            f"{when}: size {span.size} -> {now.st_size}, mtime_ns {span.mtime_ns} -> {now.st_mtime_ns}",
-        )
+    what = span_change(span)
+    if what is not None:
+        raise _changed(number, f"the file is gone ({when})" if what == GONE else f"{when}: {what}")
 
 
 def _changed(number: int, what: str) -> ScanRefused:

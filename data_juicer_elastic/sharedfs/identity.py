@@ -7,6 +7,7 @@ attempt gets a fresh random id on top.
 
 from __future__ import annotations
 
+import calendar
 import hashlib
 import os
 import re
@@ -20,6 +21,7 @@ NODE_ID_ENV: Final = "DJ_ELASTIC_NODE_ID"
 _BOOT_ID_PATH: Final = "/proc/sys/kernel/random/boot_id"
 _PID_NS_PATH: Final = "/proc/self/ns/pid"
 _UNSAFE: Final = re.compile(r"[^A-Za-z0-9_.\-]+")
+_STAMP: Final = "%Y%m%dT%H%M%S"  # the start time that begins an attempt id (UTC; milliseconds follow)
 
 
 @dataclass(frozen=True)
@@ -44,9 +46,10 @@ class WorkerIdentity:
         )
 
     def new_attempt_id(self) -> str:
-        """Unique, sortable by start time, filesystem-safe: ``20240101T120000123Z-node-1234-9f3a...``."""
+        """Unique, sortable by start time, filesystem-safe: ``20240101T120000123Z-node-1234-9f3a...``
+        (:func:`attempt_started_at` reads the time back)."""
         now = time.time()
-        stamp = time.strftime("%Y%m%dT%H%M%S", time.gmtime(now)) + f"{int(now * 1000) % 1000:03d}Z"
+        stamp = time.strftime(_STAMP, time.gmtime(now)) + f"{int(now * 1000) % 1000:03d}Z"
         node = _UNSAFE.sub("_", self.node_id).strip("._-")[:40] or "node"
         return f"{stamp}-{node}-{self.pid}-{secrets.token_hex(6)}"
 
@@ -118,3 +121,13 @@ def _read_pid_namespace() -> str:
         return os.readlink(_PID_NS_PATH)
     except OSError:
         return ""
+
+
+def attempt_started_at(attempt_id: str | None) -> float | None:
+    """When an attempt started, from its id (:meth:`WorkerIdentity.new_attempt_id`: UTC, milliseconds)."""
+    if not attempt_id or len(attempt_id) < 19 or attempt_id[18] != "Z":
+        return None
+    try:
+        return calendar.timegm(time.strptime(attempt_id[:15], _STAMP)) + int(attempt_id[15:18]) / 1000
+    except ValueError:
+        return None

@@ -28,7 +28,7 @@ from data_juicer_elastic.errors import EXIT_ERROR, EXIT_INCOMPLETE, EXIT_OK, Con
 from data_juicer_elastic.jobdir.confine import not_a_directory
 from data_juicer_elastic.jobdir.heartbeats import StalenessObserver
 from data_juicer_elastic.jobdir.layout import JobLayout
-from data_juicer_elastic.jobdir.manifest import load_manifest, load_plan
+from data_juicer_elastic.jobdir.manifest import load_job, load_plan
 from data_juicer_elastic.jobdir.records import FORMAT_PREFIX, VERSION
 from data_juicer_elastic.sharedfs import fsio
 from data_juicer_elastic.status.job_status import snapshot, snapshot_json
@@ -204,7 +204,7 @@ def watch(job_dir: Path, *, interval: float, as_json: bool, show_all: bool, ttl_
     """
     if not interval > 0:
         raise ConfigError(f"invalid --watch interval {interval!r}: must be > 0 seconds", where="--watch")
-    manifest = load_manifest(job_dir) if fsio.exists(JobLayout(job_dir).manifest) else load_plan(job_dir)
+    manifest = load_job(job_dir)  # the plan while the job is scanned
     ttl = float(manifest.settings.get("lease_ttl_secs") or 0) or None
     observer = StalenessObserver(ttl) if ttl else None
     in_place = sys.stdout.isatty() and not as_json

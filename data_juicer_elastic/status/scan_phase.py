@@ -10,8 +10,6 @@ begin with their start time) measured from the plan's creation (the submission).
 
 from __future__ import annotations
 
-import calendar
-import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -140,17 +138,6 @@ def shard_names(directory: Path, suffix: str) -> set[str]:
             continue
         found.add(shard)
     return found
-
-
-def attempt_started_at(attempt_id: str | None) -> float | None:
-    """When an attempt started, from its id (``20240101T120000123Z-node-...``: UTC, milliseconds)."""
-    if not attempt_id or len(attempt_id) < 19 or attempt_id[18] != "Z":
-        return None
-    try:
-        stamp = time.strptime(attempt_id[:15], "%Y%m%dT%H%M%S")
-        return calendar.timegm(stamp) + int(attempt_id[15:18]) / 1000
-    except ValueError:
-        return None
 
 
 def scan_text(phase: ScanPhase) -> str:

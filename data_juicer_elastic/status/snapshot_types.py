@@ -14,7 +14,8 @@ from typing import Any
 
 from data_juicer_elastic.jobdir import progress
 from data_juicer_elastic.jobdir.shard_state import ShardState, TerminalInfo
-from data_juicer_elastic.status.scan_phase import ScanPhase, attempt_started_at
+from data_juicer_elastic.sharedfs.identity import attempt_started_at
+from data_juicer_elastic.status.scan_phase import ScanPhase
 
 
 @dataclass(frozen=True)

@@ -13,9 +13,8 @@ import pytest
 
 from data_juicer_elastic.jobdir import scans
 from data_juicer_elastic.jobdir.layout import JobLayout
-from data_juicer_elastic.jobdir.manifest import load_manifest, load_plan, locate_shard
+from data_juicer_elastic.jobdir.manifest import load_manifest, load_plan, locate_shard, normalise_options, source_spans
 from data_juicer_elastic.jobdir.plan_records import ScanResult
-from data_juicer_elastic.jobdir.scan_loop import scan_options, scan_spans
 from data_juicer_elastic.jobdir.tasks import ScanTask, ShardOutput, ShardTask
 from data_juicer_elastic.rows.shard_source import iter_source_lines
 from data_juicer_elastic.shards.prepare import PrepareRequest, prepare_job
@@ -100,10 +99,14 @@ def scan_locally(job: Path, processes: int = 0):
     the manifest (or raise the job's input error): the data path without the lease protocol
     around it (``jobdir.scan_loop`` and its tests cover that)."""
     layout, plan = JobLayout(job), load_plan(job)
-    scanner, options, results = ShardScanner(processes=processes), scan_options(plan), {}
+    scanner, options, results = (
+        ShardScanner(processes=processes),
+        normalise_options(plan, max_line_bytes=plan.max_line_bytes),
+        {},
+    )
     try:
         for entry in plan.shards:
-            out = scanner(ScanTask(entry.shard_id, scan_spans(plan, entry), options, job))
+            out = scanner(ScanTask(entry.shard_id, source_spans(plan.inputs, entry.spans), options, job))
             results[entry.shard_id] = ScanResult(
                 entry.shard_id, "a", 1, "n", out.rows, out.bytes, out.sha256, out.span_rows, out.schema,
                 out.normalise, out.longest_line, 0.0, 1.0, refusal=out.refusal,
