@@ -13,15 +13,12 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from loguru import logger
-
 from data_juicer_elastic import __version__
 from data_juicer_elastic.console import StepDisplay, say
 from data_juicer_elastic.console.summary import shown_path
 from data_juicer_elastic.coordination import crashpoints
 from data_juicer_elastic.errors import ConfigError, PrepareCancelled
 from data_juicer_elastic.report.svg import fmt_bytes
-from data_juicer_elastic.rows.row_schema import RowSchema, operator_view_notes
 from data_juicer_elastic.settings import ElasticSettings
 from data_juicer_elastic.shards import steps
 from data_juicer_elastic.shards.prepare import (
@@ -103,15 +100,7 @@ def _prepare(
     manifest = outcome.manifest
     verb = "prepared" if outcome.created else "reusing the prepared job"
     say(f"{verb} {shown_path(request.job_dir)}: {manifest.total_rows:,} rows in {len(manifest.shards)} shards")
-    warn_operator_views(manifest.row_schema)
     return outcome
-
-
-def warn_operator_views(row_schema: list[Any] | None) -> None:
-    """Warn about the input's values that operators see in another type (docs/lossless.md)."""
-    if row_schema is not None:
-        for note in operator_view_notes(RowSchema.from_json(row_schema)):
-            logger.warning(f"{note} (the output keeps every untouched value as it was; see docs/lossless.md)")
 
 
 def prepare_overlapped(

@@ -19,6 +19,9 @@ from __future__ import annotations
 import hashlib
 import time
 from pathlib import Path
+from typing import Any
+
+from loguru import logger
 
 from data_juicer_elastic.errors import ElasticError, InputChangedError, InputError, JobDirError
 from data_juicer_elastic.jobdir import confine
@@ -30,7 +33,7 @@ from data_juicer_elastic.jobdir.plan_records import JobPlan, PlannedShard, ScanR
 from data_juicer_elastic.jobdir.records import InputFile, Manifest, ScanSummary, ShardEntry, ShardSpan, canonical_json
 from data_juicer_elastic.jobdir.tasks import ScanOutput
 from data_juicer_elastic.rows.codecs import SHARD_SUFFIX
-from data_juicer_elastic.rows.row_schema import RowSchema
+from data_juicer_elastic.rows.row_schema import RowSchema, operator_view_notes
 from data_juicer_elastic.sharedfs import fsio
 from data_juicer_elastic.sharedfs.identity import WorkerIdentity
 
@@ -193,7 +196,9 @@ def publish_manifest(layout: JobLayout, plan: JobPlan, results: dict[str, ScanRe
     manifest = compose_manifest(plan, results)
     if plan.copy_shards:
         _place_copies(layout, plan, results)
-    if not fsio.publish_bytes(layout.manifest, manifest.encode()):
+    if fsio.publish_bytes(layout.manifest, manifest.encode()):
+        warn_operator_views(manifest.row_schema)  # once per job: where the input's types become known
+    else:
         published = load_manifest(layout.root)
         if published.job_id != manifest.job_id or published.content_sha256 != manifest.content_sha256:
             raise JobDirError(
@@ -225,3 +230,10 @@ def _same_file(a: Path, b: Path) -> bool:
     except FileNotFoundError:
         return False
     return (sa.st_dev, sa.st_ino) == (sb.st_dev, sb.st_ino)
+
+
+def warn_operator_views(row_schema: list[Any] | None) -> None:
+    """Warn about the input's values that operators see in another type (docs/lossless.md)."""
+    if row_schema is not None:
+        for note in operator_view_notes(RowSchema.from_json(row_schema)):
+            logger.warning(f"{note} (the output keeps every untouched value as it was; see docs/lossless.md)")

@@ -231,3 +231,20 @@ def test_shards_a_compressed_file_leaves_empty_are_done_without_running_anything
     assert summary.complete and ran == [e.shard_id for e in manifest.shards if e.rows]
     merge_job(tmp_path / "job", tmp_path / "out.jsonl")
     assert [json.loads(line) for line in (tmp_path / "out.jsonl").read_text().splitlines()] == rows
+
+
+def test_the_composer_warns_once_where_operators_see_a_value_in_another_type(tmp_path):
+    from loguru import logger
+
+    data = tmp_path / "in.jsonl"
+    # "meta" has different keys in different rows: operators see it as one struct with nulls filled in
+    rows = [{"text": "a", "meta": {"a": 1}}, {"text": "b", "meta": {"b": 2}}] * 20
+    data.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    warnings: list[str] = []
+    sink = logger.add(lambda message: warnings.append(message.record["message"]), level="WARNING")
+    try:
+        prepare_job(request(tmp_path, data, 3, False))  # scanned here: this call composes the manifest
+        prepare_job(request(tmp_path, data, 3, False))  # the job again: already composed, nothing new to say
+    finally:
+        logger.remove(sink)
+    assert len(warnings) == 1 and "meta" in warnings[0] and "docs/lossless.md" in warnings[0]
