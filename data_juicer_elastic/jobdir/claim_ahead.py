@@ -75,8 +75,7 @@ def file_stamp(path: Path) -> FileStamp:
 
 def source_stamps(source: ShardSource) -> tuple[FileStamp, ...]:
     """The stamps of every file a shard's content is read from (its copy, or its inputs)."""
-    paths = [source.copy] if source.copy is not None else list(dict.fromkeys(span.path for span in source.spans))
-    return tuple(file_stamp(Path(path)) for path in paths)
+    return tuple(file_stamp(Path(path)) for path in source.files)
 
 
 @dataclass

@@ -67,11 +67,14 @@ class ShardSource:
         return f"shard {self.shard_id}"
 
     @property
+    def files(self) -> tuple[str, ...]:
+        """The files the content is read from: its copy, or its input files (each once, in order)."""
+        return (self.copy,) if self.copy is not None else tuple(dict.fromkeys(span.path for span in self.spans))
+
+    @property
     def display(self) -> str:
         """The shard's location for messages: its copy, or its input files."""
-        if self.copy is not None:
-            return self.copy
-        files = list(dict.fromkeys(span.path for span in self.spans))
+        files = self.files
         return files[0] if len(files) == 1 else f"{files[0]} (+{len(files) - 1} more files)"
 
 
