@@ -28,6 +28,7 @@ from data_juicer_elastic.console.summary import shown_path
 from data_juicer_elastic.jobdir.layout import JobLayout
 from data_juicer_elastic.jobdir.manifest import load_manifest
 from data_juicer_elastic.jobdir.progress import ProgressTracker, Stage
+from data_juicer_elastic.status.scan_phase import shard_names
 
 LOG_EVERY_SECS: Final = 30.0
 TICK_SECS: Final = 0.5  # live line redraws
@@ -363,10 +364,9 @@ class ScanCount:
             except Exception:  # noqa: BLE001 - being written: the next listing reads it
                 return None
         try:
-            names = os.listdir(self.layout.scans.done_dir)
+            self.scanned |= shard_names(self.layout.scans.done_dir, ".json") & self.planned.keys()
         except OSError:
             return None
-        self.scanned.update(n[:-5] for n in names if n.endswith(".json") and n[:-5] in self.planned)
         self.meter.add(sum(self.planned[s] for s in self.scanned))
         return None
 
