@@ -22,7 +22,7 @@ from typing import Any, Final
 
 from loguru import logger
 
-from data_juicer_elastic.compat.loguru_handlers import REQUIREMENT
+from data_juicer_elastic.compat.loguru_handlers import REQUIREMENT, handlers
 from data_juicer_elastic.errors import IntegrationError
 
 TARGET: Final = "loguru._file_sink.FileSink"
@@ -39,14 +39,20 @@ def _file_sink_class() -> type | None:
     return FileSink
 
 
+def _file_sinks() -> dict[int, Any]:
+    """The file sinks of the global logger now, by handler id (none if loguru moved ``FileSink``
+    or its handler table: ``self_check`` says so)."""
+    file_sink = _file_sink_class()
+    if file_sink is None:
+        return {}
+    return {view.handler_id: view.sink for view in handlers() if isinstance(view.sink, file_sink)}
+
+
 def tolerate_write_errors(on_error: OnError) -> int:
     """Wrap every file sink of the global logger not wrapped yet; how many were wrapped."""
-    file_sink = _file_sink_class()
-    table = getattr(getattr(logger, "_core", None), "handlers", None) or {}
     wrapped = 0
-    for handler in list(table.values()):
-        sink = getattr(handler, "_sink", None)
-        if file_sink is None or not isinstance(sink, file_sink) or getattr(sink, _MARK, False):
+    for sink in _file_sinks().values():
+        if getattr(sink, _MARK, False):
             continue
         _wrap(sink, on_error)
         wrapped += 1
@@ -55,14 +61,11 @@ def tolerate_write_errors(on_error: OnError) -> int:
 
 def remove_file_sinks() -> None:
     """Remove (close, and compress as configured) every file sink of the global logger."""
-    file_sink = _file_sink_class()
-    table = getattr(getattr(logger, "_core", None), "handlers", None) or {}
-    for handler_id, handler in list(table.items()):
-        if file_sink is not None and isinstance(getattr(handler, "_sink", None), file_sink):
-            try:
-                logger.remove(handler_id)
-            except ValueError:  # removed meanwhile
-                pass
+    for handler_id in _file_sinks():
+        try:
+            logger.remove(handler_id)
+        except ValueError:  # removed meanwhile
+            pass
 
 
 def _wrap(sink: Any, on_error: OnError) -> None:
@@ -102,14 +105,11 @@ def _wrap(sink: Any, on_error: OnError) -> None:
 
 
 def self_check() -> str:
-    file_sink = _file_sink_class()
     with tempfile.TemporaryDirectory() as directory:
         handler_id = logger.add(Path(directory) / "check.log", level="CRITICAL")
         try:
-            table = getattr(getattr(logger, "_core", None), "handlers", None) or {}
-            sink = getattr(table.get(handler_id), "_sink", None)
-            found = file_sink is not None and isinstance(sink, file_sink)
-            parts = found and all(callable(getattr(sink, name, None)) for name in ("write", "stop"))
+            sink = _file_sinks().get(handler_id)
+            parts = sink is not None and all(callable(getattr(sink, name, None)) for name in ("write", "stop"))
             if not (parts and isinstance(getattr(sink, "_path", None), str) and hasattr(sink, "_file")):
                 raise IntegrationError(
                     f"{TARGET}: a file sink no longer has write, stop, _path and _file",

@@ -1,8 +1,8 @@
 """loguru 0.7: the handlers already added to the global logger, and the stream each writes to.
 
 Target: ``loguru.logger._core.handlers`` (handler id -> ``Handler``) and, on each handler,
-``_name`` (``"<stderr>"`` for the default one), ``_sink._stream`` (the stream of a stream
-sink) and ``levelno``.
+``_name`` (``"<stderr>"`` for the default one), ``_sink`` (the sink object: ``loguru_file_sinks``
+looks for file sinks there), ``_sink._stream`` (the stream of a stream sink) and ``levelno``.
 
 Why.  Data-Juicer adds loguru handlers that write to stderr (its own ``setup_logger``, and
 loguru's default one); the quiet console (``console.quiet``) must replace exactly those with
@@ -32,21 +32,20 @@ class HandlerView:
     name: str | None  # "<stderr>" for loguru's default handler
     stream: Any  # the stream a stream sink writes to; None for other sinks
     levelno: int | None
+    sink: Any  # loguru's sink object (its ``_sink``); None if loguru changed its internals
 
 
 def handlers() -> list[HandlerView]:
     """Every handler of the global logger now (an empty list if loguru changed its internals:
     the console then adds its line beside them instead of replacing them)."""
     table = getattr(getattr(logger, "_core", None), "handlers", None) or {}
-    return [
-        HandlerView(
-            handler_id,
-            getattr(handler, "_name", None),
-            getattr(getattr(handler, "_sink", None), "_stream", None),
-            getattr(handler, "levelno", None),
-        )
-        for handler_id, handler in list(table.items())
-    ]
+    return [_view(handler_id, handler) for handler_id, handler in list(table.items())]
+
+
+def _view(handler_id: int, handler: Any) -> HandlerView:
+    sink = getattr(handler, "_sink", None)
+    name, levelno = getattr(handler, "_name", None), getattr(handler, "levelno", None)
+    return HandlerView(handler_id, name, getattr(sink, "_stream", None), levelno, sink)
 
 
 def self_check() -> str:

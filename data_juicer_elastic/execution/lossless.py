@@ -31,13 +31,13 @@ no key.  ``docs/lossless.md`` lists this with the other limits.
 from __future__ import annotations
 
 from math import copysign
-from typing import Any, Final
+from typing import Any
 
 from data_juicer_elastic.rows.row_schema import MAX_TYPED_DEPTH
 
-# Data-Juicer's own columns (``__dj__stats__``, ``__dj__meta__``, hash columns, ...): its exporter's
-# business, written as it makes them (``row_writer``).
-DATA_JUICER_PREFIX: Final = "__dj__"
+# Data-Juicer's own columns (``__dj__stats__``, ``__dj__meta__``, hash columns, ...) start with its
+# DEFAULT_PREFIX: its exporter's business, written as it makes them (``row_writer``).
+from data_juicer_elastic.stats.columns import TAG_PREFIX as DATA_JUICER_PREFIX
 
 
 def equivalent(out: Any, value: Any) -> bool:

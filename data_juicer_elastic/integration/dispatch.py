@@ -27,9 +27,10 @@ then rejects ``elastic_sharded``.  Use the ``dj-process`` command.
 
 from __future__ import annotations
 
+import functools
 import os
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from types import ModuleType
 from typing import Any, NoReturn
@@ -66,9 +67,10 @@ def run_tool(module: ModuleType, original, args, kwargs, *, prog: str, dispatch:
             except ElasticError as err:
                 raise DispatchAbort(err) from None
             except OSError as exc:  # Data-Juicer's set-up wrote into a full or read-only work dir
-                if not (dispatch and requests_elastic(sys.argv[1:])):
+                load = functools.cache(_recipe)  # each --config file parsed once for both looks
+                if not (dispatch and requests_elastic(sys.argv[1:], load=load)):
                     raise  # a built-in executor's run: Data-Juicer's own behaviour
-                places = recipe_places(sys.argv[1:])
+                places = recipe_places(sys.argv[1:], load=load)
                 raise DispatchAbort(storage_error(exc, "Data-Juicer's work dir", "run it again", places)) from None
             if dispatch and is_elastic(cfg):
                 raise DispatchToElastic(EXECUTOR_TYPE, cfg)
@@ -136,7 +138,7 @@ def fail(prog: str, err: ElasticError) -> NoReturn:
     sys.exit(err.exit_code)
 
 
-def requests_elastic(argv: Sequence[str]) -> bool:
+def requests_elastic(argv: Sequence[str], *, load: Callable[[str], Any] | None = None) -> bool:
     """Cheap look at argv, env and the --config file for executor_type elastic_sharded.
 
     Used only when a patch is missing (the parser may then reject the choice
@@ -150,27 +152,34 @@ def requests_elastic(argv: Sequence[str]) -> bool:
             arg == "--executor_type" and i + 1 < len(argv) and argv[i + 1] == EXECUTOR_TYPE
         ):
             return True
-        if arg == "--config" and i + 1 < len(argv) and _config_requests_elastic(argv[i + 1]):
-            return True
-        if arg.startswith("--config=") and _config_requests_elastic(arg.split("=", 1)[1]):
+    for path in _config_files(argv):
+        data = (load or _recipe)(path)
+        if isinstance(data, dict) and data.get("executor_type") == EXECUTOR_TYPE:
             return True
     return False
 
 
-def recipe_places(argv: Sequence[str]) -> Places:
+def recipe_places(argv: Sequence[str], *, load: Callable[[str], Any] | None = None) -> Places:
     """The job directory and the export location named by the ``--config`` file (for a storage
     error raised before Data-Juicer's parse returned a cfg); () when unsure."""
-    argv = list(argv)
-    for i, arg in enumerate(argv):
-        path = argv[i + 1] if arg == "--config" and i + 1 < len(argv) else arg.partition("=")[2]
-        if arg == "--config" or arg.startswith("--config="):
-            data = _recipe(path)
-            block = data.get("elastic") if isinstance(data, dict) else None
-            if isinstance(block, dict) and block.get("job_dir") and data.get("export_path"):
-                from data_juicer_elastic.jobdir.export_path import merge_places
+    for path in _config_files(argv):
+        data = (load or _recipe)(path)
+        block = data.get("elastic") if isinstance(data, dict) else None
+        if isinstance(block, dict) and block.get("job_dir") and data.get("export_path"):
+            from data_juicer_elastic.jobdir.export_path import merge_places
 
-                return merge_places(str(block["job_dir"]), str(data["export_path"]))
+            return merge_places(str(block["job_dir"]), str(data["export_path"]))
     return ()
+
+
+def _config_files(argv: Sequence[str]) -> list[str]:
+    """The paths given as ``--config X`` or ``--config=X``, in order."""
+    argv = list(argv)
+    return [
+        argv[i + 1] if arg == "--config" else arg.partition("=")[2]
+        for i, arg in enumerate(argv)
+        if (arg == "--config" and i + 1 < len(argv)) or arg.startswith("--config=")
+    ]
 
 
 def _recipe(path: str) -> Any:
@@ -181,8 +190,3 @@ def _recipe(path: str) -> Any:
             return yaml.safe_load(handle)
     except Exception:  # unreadable here means Data-Juicer reports it itself
         return None
-
-
-def _config_requests_elastic(path: str) -> bool:
-    data = _recipe(path)
-    return isinstance(data, dict) and data.get("executor_type") == EXECUTOR_TYPE

@@ -10,14 +10,16 @@ tasks and actors alike).  Without one (the ``default`` and ``ray`` executors) Da
 wrapper runs, unchanged.  With one:
 
 * the operator's method runs on the batch as Data-Juicer's wrapper would call it; when it
-  succeeds that is all (no copy, no extra work);
+  succeeds that is all but one shallow copy made before the call: a dict batch given to a
+  Mapper's ``process`` or a Filter's ``compute_stats`` has its column lists copied, since
+  Data-Juicer's ``process_batched`` assigns ``samples[key][i]`` in place before it can fail;
 * when it raises, :func:`.bisect_rows.isolate` finds the failing rows from the untouched input
-  (Ray hands batches as Arrow tables, which no call can change; another dict batch has its
-  columns copied first), the other rows' outputs are
-  kept in order, and each failing row is appended to this process's record file in the attempt
-  directory (``attempts/<shard>/<attempt>/quarantine/<host>-<pid>.jsonl``: its row number, the
-  operator, the exception).  The shard runner folds those files into the attempt's
-  ``errors.jsonl`` with the input rows themselves (:mod:`.errors_file`).
+  (an Arrow batch, as Ray hands them, which no call can change; that copy of a dict batch; a
+  keep decision's dict, Data-Juicer's throwaway copy of the block, which it only reads), the
+  other rows' outputs are kept in order, and each failing row is appended to this process's
+  record file in the attempt directory (``attempts/<shard>/<attempt>/quarantine/<host>-<pid>.jsonl``:
+  its row number, the operator, the exception).  The shard runner folds those files into the
+  attempt's ``errors.jsonl`` with the input rows themselves (:mod:`.errors_file`).
 
 A Filter's keep decision (its ``process``) answers one boolean per row: a failing row is not
 kept.  Adaptive batching replaces a Mapper's ``process`` with its micro-batch loop, which asks
@@ -36,6 +38,7 @@ from typing import Any, Final
 import orjson
 
 from data_juicer_elastic.batching.batches import batch_rows, empty_like, is_arrow, merge, take_slice
+from data_juicer_elastic.batching.engine import SKIPPED_EXTRA
 from data_juicer_elastic.batching.runtime import read_context, stage_key_for
 from data_juicer_elastic.compat.dj_op_attributes import op_name
 from data_juicer_elastic.compat.dj_op_error_hooks import HookCall
@@ -46,8 +49,6 @@ from data_juicer_elastic.quarantine.bisect_rows import Isolation, RowFailure, de
 # The shard-local row number every row carries through the operators (execution.row_types.ROW_COLUMN;
 # a test checks they agree: this package sits below execution and cannot import it).
 ROW_COLUMN: Final = "__dj_elastic_row__"
-# What Data-Juicer's skip path returns besides the batch's columns (Fields.stats, Fields.source_file).
-SKIPPED_EXTRA: Final = ("__dj__stats__", "__dj__source_file__")
 _STAGE_PREFIX: Final = "stage-"
 
 
@@ -197,11 +198,10 @@ class QuarantinedRow:
                 batch = {k: [v] for k, v in data.items()}
                 sink.record(op, [RowFailure(0, *describe(exc))], batch, 1)
                 return False
-        original = sample if is_arrow(sample) else {k: list(v) for k, v in data.items()}
-        try:
+        try:  # the method gets a new dict: it cannot reach the sample's lists, which stay as they are
             result = self.method({key: values[0] for key, values in data.items()}, *args, **kwargs)
         except Exception as exc:
-            sink.record(op, [RowFailure(0, *describe(exc))], original, 1)
+            sink.record(op, [RowFailure(0, *describe(exc))], sample, 1)
             if not self.return_sample:
                 return [False]
             return empty_like(data, extra=SKIPPED_EXTRA)
