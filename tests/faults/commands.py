@@ -43,10 +43,15 @@ def dj_elastic(*args: str, extra_env: dict | None = None, timeout: float = 300) 
     )
 
 
-def dj_process(recipe: Path, extra_env: dict | None = None, timeout: float = 300) -> subprocess.CompletedProcess:
+def dj_process_argv(recipe: Path) -> list[str]:
+    """``dj-process --config <recipe>``: this environment's script, else the one on the PATH."""
     script = str(Path(sys.executable).with_name("dj-process"))
+    return [script if os.path.exists(script) else "dj-process", "--config", str(recipe)]
+
+
+def dj_process(recipe: Path, extra_env: dict | None = None, timeout: float = 300) -> subprocess.CompletedProcess:
     return subprocess.run(
-        [script if os.path.exists(script) else "dj-process", "--config", str(recipe)],
+        dj_process_argv(recipe),
         cwd=recipe.parent,
         env=env(extra_env),
         capture_output=True,
@@ -68,6 +73,12 @@ def error_line(proc: subprocess.CompletedProcess) -> str:
     lines = [line for line in proc.stderr.splitlines() if line.strip()]
     assert lines and "error: " in lines[-1], proc.stderr[-3000:]
     return lines[-1]
+
+
+def release_reason(job: Path, shard: str, gen: int = 1) -> str | None:
+    """The reason of the claim release record of ``shard``'s generation ``gen``; None if none."""
+    path = job / "releases" / shard / f"gen-{gen:06d}.json"
+    return json.loads(path.read_bytes())["reason"] if path.exists() else None
 
 
 def finished_job(tmp: Path, rows: int = 40, shards: int = 4) -> Path:

@@ -13,7 +13,6 @@ seam (``mode: delay``); the worker is the real worker loop in its own process (`
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 import subprocess
@@ -22,16 +21,12 @@ from pathlib import Path
 
 import pytest
 
+from .commands import release_reason
 from .conftest import REPO, driver_cmd, driver_env, run_driver, summary_of
 from .fakes import prepare
 
 S0, S1 = "part-00000-of-00004", "part-00001-of-00004"
 DELAYED = "fault injected: delaying"
-
-
-def _release(job: Path, shard: str, gen: int = 1) -> str | None:
-    path = job / "releases" / shard / f"gen-{gen:06d}.json"
-    return json.loads(path.read_bytes())["reason"] if path.exists() else None
 
 
 def _signalled_inside(job: Path, tmp_path: Path, rules: list[dict]) -> int:
@@ -75,9 +70,9 @@ SLOW_RELEASE = _delay("link", f"/releases/{S1}/", 1)
 def test_sigterm_releases_the_shard_claimed_ahead_at_once(tmp_path, moment, rules):
     job = prepare(tmp_path)
     assert _signalled_inside(job, tmp_path, rules) == -signal.SIGTERM
-    assert _release(job, S1) == "signal", f"{moment}: the shard claimed ahead was not handed back"
+    assert release_reason(job, S1) == "signal", f"{moment}: the shard claimed ahead was not handed back"
     if moment == "its claim in flight":  # the running shard had ended, not yet published
-        assert _release(job, S0) == "signal"
+        assert release_reason(job, S0) == "signal"
     assert not (job / "attempts" / S1).exists(), "the shard claimed ahead never became an attempt"
     summary = summary_of(run_driver("worker", job, "--no-wait"))  # TTL 60 s: only a release lets it in now
     assert summary["complete"] and summary["unrun"] == 0

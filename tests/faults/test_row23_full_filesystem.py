@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from .commands import recipe
+from .commands import dj_process_argv, error_line, recipe
 from .conftest import run_driver
 from .fakes import write_input
 from .mounts import fill, fill_when, mount_prefix, run_mounted, tmpfs
@@ -25,16 +25,10 @@ from .mounts import fill, fill_when, mount_prefix, run_mounted, tmpfs
 needs_mounts = pytest.mark.skipif(mount_prefix() is None, reason="no mount namespace may be created here (unshare)")
 
 
-def _dj_process(path: Path) -> list[str]:
-    script = Path(sys.executable).with_name("dj-process")
-    return [str(script) if script.exists() else "dj-process", "--config", str(path)]
-
-
 def _one_storage_error(proc, place: str, root: Path) -> str:
+    last = error_line(proc)  # exit 2, no traceback on stderr, the error line last
     output = proc.stdout + proc.stderr
-    assert proc.returncode == 2, f"exit {proc.returncode}\n{output[-4000:]}"
     assert "Traceback" not in output and "Logging error" not in output, output[-4000:]
-    last = [line for line in proc.stderr.splitlines() if line.strip()][-1]
     assert last.startswith("dj-process: error: ") and "storage error" in last, last
     assert "No space left on device" in last and f"(the {place} {root}: free space" in last, last
     return last  # (Data-Juicer's set-up fails before the run: "Data-Juicer's work dir" there)
@@ -59,7 +53,7 @@ def test_a_full_job_directory_is_one_storage_error(tmp_path, when):
     steps = [tmpfs(mount, "400k"), shlex.join(prepare) + " >/dev/null 2>&1"]
     # during: full once the first attempt runs (its output, records and the logs then fail)
     steps.append(fill(mount) if when == "before-the-run" else fill_when(job / "attempts", mount))
-    proc = run_mounted(steps, _dj_process(path))
+    proc = run_mounted(steps, dj_process_argv(path))
     line = _one_storage_error(proc, "job directory", job)
     assert str(job) in line.split(": storage error")[0]
 
@@ -73,7 +67,7 @@ def test_a_full_export_filesystem_is_one_storage_error(tmp_path, free_kib):
     mount = tmp_path / "mnt"
     path, _, export = _job(tmp_path, mount, "export")
     steps = [tmpfs(mount, "256k"), f"mkdir -p {shlex.quote(str(export.parent))}", fill(mount, free_kib)]
-    proc = run_mounted(steps, _dj_process(path))
+    proc = run_mounted(steps, dj_process_argv(path))
     _one_storage_error(proc, "export location", export.parent)
     assert "Data-Juicer's log file" in proc.stderr, "its log files in the export folder failed too, once each"
 

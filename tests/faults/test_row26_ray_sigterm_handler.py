@@ -10,7 +10,6 @@ process dies by the signal (143 in a shell), as a scheduler expects.  Through th
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
 import signal
@@ -21,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from .commands import E2E_OPS, env, faults, recipe, slow_job
+from .commands import E2E_OPS, dj_process_argv, env, faults, recipe, release_reason, slow_job
 from .fakes import write_input
 
 pytestmark = [pytest.mark.ray, pytest.mark.e2e]
@@ -50,15 +49,10 @@ def _signalled_when_delayed(argv: list[str], log: Path, job: Path) -> int:
             proc.kill()
 
 
-def _release(job: Path, shard: str) -> str | None:
-    path = job / "releases" / shard / "gen-000001.json"
-    return json.loads(path.read_bytes())["reason"] if path.exists() else None
-
-
 def _check(job: Path, code: int, log: Path) -> None:
     assert code == -signal.SIGTERM, f"exit {code} (Ray's handler exits 15): {log.read_text()[-3000:]}"
     assert (job / "done" / f"{S0}.json").exists(), "the first shard ran through RayExecutor"
-    assert _release(job, S1) == "signal", "the shard claimed ahead is handed back as a signal's, at once"
+    assert release_reason(job, S1) == "signal", "the shard claimed ahead is handed back as a signal's, at once"
     assert not (job / "attempts" / S1).exists()
 
 
@@ -80,7 +74,5 @@ def test_a_sigtermed_dj_process_dies_by_the_signal_and_releases_its_claims(tmp_p
         tmp_path, data, job, export=tmp_path / "out" / "merged.jsonl", elastic={"num_shards": 3, "copy_shards": True},
         process=[{"e2e_sleep_mapper": {"seconds_per_row": 0.0}}], custom_operator_paths=[str(ops / "e2e_ops.py")],
     )  # fmt: skip
-    script = Path(sys.executable).with_name("dj-process")
-    argv = [str(script) if script.exists() else "dj-process", "--config", str(path)]
     log = tmp_path / "dj-process.err"
-    _check(job, _signalled_when_delayed(argv, log, job), log)
+    _check(job, _signalled_when_delayed(dj_process_argv(path), log, job), log)
