@@ -198,20 +198,10 @@ def publish_done(
     stats_rel, stats_sha = _stats_pointer(layout, attempt_dir, stats_path, shard)
     row_stats = None
     if row_stats_path is not None:
-        path = Path(row_stats_path)
-        if attempt_dir.resolve() not in path.resolve().parents:
-            raise IntegrityError(
-                f"row stats {path} is not inside the attempt directory {attempt_dir}", where=f"shard {shard}"
-            )
-        row_stats = describe_row_stats(layout, path, rows, shard)
+        row_stats = describe_row_stats(layout, _inside(attempt_dir, row_stats_path, "row stats", shard), rows, shard)
     errors = None
     if errors_path is not None:
-        path = Path(errors_path)
-        if attempt_dir.resolve() not in path.resolve().parents:
-            raise IntegrityError(
-                f"quarantine file {path} is not inside the attempt directory {attempt_dir}", where=f"shard {shard}"
-            )
-        errors = describe_row_errors(layout, path, shard)
+        errors = describe_row_errors(layout, _inside(attempt_dir, errors_path, "quarantine file", shard), shard)
     result = ShardResult(
         shard_id=shard,
         attempt_id=claim.attempt_id,
@@ -240,6 +230,14 @@ def publish_done(
     else:
         logger.info(f"{shard}: attempt {winner.attempt_id} published first; ours ({claim.attempt_id}) is discarded")
     return PublishOutcome(False, result, winner)
+
+
+def _inside(attempt_dir: Path, value: str | Path, what: str, shard: str) -> Path:
+    """A side file the runner names, IntegrityError when it is not inside the attempt directory."""
+    path = Path(value)
+    if attempt_dir.resolve() not in path.resolve().parents:
+        raise IntegrityError(f"{what} {path} is not inside the attempt directory {attempt_dir}", where=f"shard {shard}")
+    return path
 
 
 def _stats_pointer(

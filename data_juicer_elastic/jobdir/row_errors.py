@@ -26,11 +26,12 @@ from typing import Any, Final
 
 import orjson
 
-from data_juicer_elastic.errors import IntegrityError, JobDirError
+from data_juicer_elastic.errors import IntegrityError
 from data_juicer_elastic.jobdir.layout import JobLayout
 from data_juicer_elastic.jobdir.published_file import check_published_file
 from data_juicer_elastic.jobdir.records import ShardEntry
 from data_juicer_elastic.jobdir.result_records import RowErrorsFile, ShardResult
+from data_juicer_elastic.jobdir.row_stats import export_side_path
 from data_juicer_elastic.rows.jsonl import validate_jsonl_output
 from data_juicer_elastic.sharedfs import fsio
 
@@ -60,24 +61,9 @@ class QuarantineRecord:
         return f"{op}: {self.error_type}{': ' + first if first else ''} ({row})"
 
 
-@dataclass(frozen=True)
-class MergedErrors:
-    """``<export>_errors.jsonl`` once published: the quarantined rows of the whole job."""
-
-    path: Path
-    rows: int
-    bytes: int
-    sha256: str
-    written: bool  # False when an identical file was already there
-
-
 def export_errors_path(export: Path) -> Path:
     """``merged.jsonl`` -> ``merged_errors.jsonl`` (named like Data-Juicer's ``_stats.jsonl``)."""
-    name = export.name
-    for suffix in (".jsonl", ".json"):
-        if name.endswith(suffix) and len(name) > len(suffix):
-            return export.with_name(name[: -len(suffix)] + "_errors.jsonl")
-    return export.with_name(name + "_errors.jsonl")
+    return export_side_path(export, "_errors.jsonl")
 
 
 def encode_line(error: QuarantineRecord, row: bytes) -> bytes:
@@ -113,16 +99,12 @@ def parse_line(line: bytes) -> tuple[QuarantineRecord, Any]:
     return error, value[ROW_KEY]
 
 
-def read_errors(path: Path, limit: int | None = None) -> Iterator[tuple[QuarantineRecord, Any]]:
-    """The records of a quarantine file in order (the first ``limit`` of them)."""
-    count = 0
+def read_errors(path: Path) -> Iterator[tuple[QuarantineRecord, Any]]:
+    """The records of a quarantine file in order."""
     with fsio.open_read(path) as handle:
         for line in handle:
-            if limit is not None and count >= limit:
-                return
             if line.strip():
                 yield parse_line(line)
-                count += 1
 
 
 def describe_row_errors(layout: JobLayout, path: Path, shard: str) -> RowErrorsFile:
@@ -158,15 +140,3 @@ def check_row_errors_file(
         sink=sink,
     )
     return record.rows
-
-
-def first_error(layout: JobLayout, result: ShardResult) -> QuarantineRecord | None:
-    """The first quarantined row of an accepted result (None: none, or the file is unreadable)."""
-    if result.errors is None or not result.errors.rows:
-        return None
-    try:
-        for error, _ in read_errors(layout.resolve_relative(result.errors.path), limit=1):
-            return error
-    except (OSError, ValueError, JobDirError):
-        return None
-    return None

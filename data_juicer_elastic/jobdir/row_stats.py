@@ -34,11 +34,16 @@ META_FIELD: Final = "__dj__meta__"
 
 def export_stats_path(export: Path) -> Path:
     """``merged.jsonl`` -> ``merged_stats.jsonl`` (Data-Juicer's name for it)."""
+    return export_side_path(export, "_stats.jsonl")
+
+
+def export_side_path(export: Path, suffix: str) -> Path:
+    """A file beside the export: its name with ``.jsonl`` (or ``.json``) replaced by ``suffix``."""
     name = export.name
-    for suffix in (".jsonl", ".json"):
-        if name.endswith(suffix) and len(name) > len(suffix):
-            return export.with_name(name[: -len(suffix)] + "_stats.jsonl")
-    return export.with_name(name + "_stats.jsonl")
+    for ending in (".jsonl", ".json"):
+        if name.endswith(ending) and len(name) > len(ending):
+            return export.with_name(name[: -len(ending)] + suffix)
+    return export.with_name(name + suffix)
 
 
 def describe_row_stats(layout: JobLayout, path: Path, rows: int, shard: str) -> RowStatsFile:
@@ -54,9 +59,12 @@ def describe_row_stats(layout: JobLayout, path: Path, rows: int, shard: str) -> 
 
 
 @dataclass(frozen=True)
-class MergedRowStats:
+class MergedSideFile:
+    """A file the merge published beside the export: this one (``<export>_stats.jsonl``) or the
+    quarantine file (``<export>_errors.jsonl``, jobdir.row_errors)."""
+
     path: Path
     rows: int
     bytes: int
     sha256: str
-    written: bool
+    written: bool  # False when an identical file was already there

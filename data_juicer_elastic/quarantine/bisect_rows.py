@@ -19,7 +19,7 @@ not a row's fault (an out-of-memory error): they are raised at once, never quara
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Final
 
@@ -43,10 +43,6 @@ class Isolation:
     parts: list[tuple[range, Any]] = field(default_factory=list)
     failures: list[RowFailure] = field(default_factory=list)
     calls: int = 0
-
-    def good_positions(self) -> Iterator[int]:
-        for rows, _ in self.parts:
-            yield from rows
 
 
 def describe(exc: BaseException) -> tuple[str, str]:

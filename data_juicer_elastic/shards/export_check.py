@@ -4,8 +4,8 @@
 read, each shard's byte range against the accepted result's sha256 and the whole against the
 record: nothing missing, nothing extra, nothing stale (a shard requeued since the merge).  A
 ``parts`` export: its index must be the one the record hashed and name exactly the accepted
-results in manifest order; the directory must hold exactly the index's names; every part and
-stats file is re-hashed against the index (a part that is the accepted output itself, the same
+results in manifest order; the directory must hold exactly the index's names; every part, stats
+and quarantine file is re-hashed against the index (one that is the accepted file itself, the same
 inode, was re-hashed once already by the result check that ran first).
 """
 
@@ -23,7 +23,7 @@ from data_juicer_elastic.jobdir.layout import JobLayout
 from data_juicer_elastic.jobdir.records import Manifest, ShardEntry
 from data_juicer_elastic.jobdir.result_records import MergeRecord, PartsIndex, ShardResult
 from data_juicer_elastic.rows.jsonl import validate_jsonl_output
-from data_juicer_elastic.shards.parts import expected_names, read_index_bytes
+from data_juicer_elastic.shards.parts import expected_names, name_difference, read_index_bytes
 from data_juicer_elastic.sharedfs import fsio
 
 FileId = tuple[int, int]  # (st_dev, st_ino)
@@ -142,12 +142,9 @@ def _verify_parts(
                 where=where,
                 hint=hint,
             )
-    names = set(os.listdir(export))
-    wanted = expected_names(index.parts)
-    missing = [name for name in wanted if name not in names]
+    missing, extra = name_difference(set(os.listdir(export)), index.parts)
     if missing:
         raise IntegrityError(f"{missing[0]} is missing from the export", where=where, hint=hint)
-    extra = sorted(names - set(wanted))
     if extra:
         raise IntegrityError(f"{extra[0]} is in the export but not in its index", where=where, hint=hint)
     for part in index.parts:
@@ -161,7 +158,7 @@ def _verify_parts(
             _check_part(export / part.errors_name, expected, hashed, hint)
     if (index.rows, index.bytes) != (sum(p.rows for p in index.parts), sum(p.bytes for p in index.parts)):
         raise IntegrityError("the index's totals do not add up", where=index_path, hint=hint)
-    return ExportSummary(export, "parts", index.rows, index.bytes, len(wanted))
+    return ExportSummary(export, "parts", index.rows, index.bytes, len(expected_names(index.parts)))
 
 
 def _check_part(path: Path, expected: tuple[int, int, str], hashed: dict[FileId, tuple[int, int, str]], hint: str):

@@ -8,11 +8,13 @@ output is success, a different one is refused unless ``overwrite``.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import hashlib
 import os
 import secrets
+import stat
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
@@ -26,8 +28,7 @@ from data_juicer_elastic.jobdir.layout import JobLayout
 from data_juicer_elastic.jobdir.manifest import load_manifest
 from data_juicer_elastic.jobdir.records import Manifest, ShardEntry
 from data_juicer_elastic.jobdir.result_records import MergedShard, MergeRecord, ShardResult
-from data_juicer_elastic.jobdir.row_errors import MergedErrors
-from data_juicer_elastic.jobdir.row_stats import MergedRowStats, export_stats_path
+from data_juicer_elastic.jobdir.row_stats import MergedSideFile, export_stats_path
 from data_juicer_elastic.jobdir.shard_state import ShardState, decide_state, read_markers
 from data_juicer_elastic.rows.codecs import BackgroundIO, Syncer
 from data_juicer_elastic.shards import steps
@@ -35,6 +36,16 @@ from data_juicer_elastic.sharedfs import checked_writer, fault_seam, fsio
 from data_juicer_elastic.sharedfs.identity import kernel_tag, pid_alive
 
 SYNC_EVERY: Final = 256 * 1024 * 1024
+Sink = Callable[[bytes], None]
+
+
+@dataclass(frozen=True)
+class StagedFile:
+    tmp: Path  # complete and fsynced, under a temp name beside the target
+    record: MergedSideFile  # what it will be once published (``written`` decided then)
+
+    def publish(self, overwrite: bool) -> MergedSideFile:
+        return dataclasses.replace(self.record, written=publish_output(self.tmp, self.record.path, overwrite))
 
 
 @dataclass(frozen=True)
@@ -45,8 +56,8 @@ class MergeResult:
     sha256: str
     shards: int
     written: bool  # False when an identical output was already there
-    row_stats: MergedRowStats | None = None  # <export>_stats.jsonl, when the recipe makes per-row stats
-    quarantined: MergedErrors | None = None  # <export>_errors.jsonl, when operators failed on rows (quarantine)
+    row_stats: MergedSideFile | None = None  # <export>_stats.jsonl, when the recipe makes per-row stats
+    quarantined: MergedSideFile | None = None  # <export>_errors.jsonl, when operators failed on rows (quarantine)
     layout: str = "file"  # "parts": output_path is a directory of parts and sha256 that of its index (shards.parts)
 
     def to_details(self) -> dict[str, Any]:
@@ -66,6 +77,7 @@ class MergeResult:
     def from_details(cls, details: Mapping[str, Any]) -> MergeResult:
         """The merge another instance recorded in the run's outcome (its row stats are not recorded)."""
         errors = details.get("quarantined")
+        quarantined = MergedSideFile(**{**errors, "path": Path(errors["path"])}) if isinstance(errors, dict) else None
         return cls(
             Path(details["output_path"]),
             int(details["rows"]),
@@ -73,12 +85,12 @@ class MergeResult:
             str(details["sha256"]),
             int(details["shards"]),
             bool(details.get("written", False)),
-            quarantined=MergedErrors(**{**errors, "path": Path(errors["path"])}) if isinstance(errors, dict) else None,
+            quarantined=quarantined,
             layout=str(details.get("layout", "file")),
         )
 
 
-def _errors_details(errors: MergedErrors) -> dict[str, Any]:
+def _errors_details(errors: MergedSideFile) -> dict[str, Any]:
     return {**dataclasses.asdict(errors), "path": str(errors.path)}
 
 
@@ -141,52 +153,46 @@ def merge_job(job_dir: str | Path, output_path: str | Path, overwrite: bool = Fa
     except BaseException:
         out.abort()
         raise
+    try:
+        staged = stage_row_stats(layout, results, output, tag)
+        written, row_stats, quarantined = publish_merged(layout, results, tmp, output, staged, overwrite, tag)
+    finally:
+        fsio.remove(tmp)
+    return record_merge(layout, manifest, output, merged, out.digest.hexdigest(), written, row_stats, quarantined)
+
+
+def publish_merged(
+    layout: JobLayout,
+    results: list[tuple[ShardEntry, ShardResult]],
+    tmp: Path,
+    output: Path,
+    stats: StagedFile | None,
+    overwrite: bool,
+    tag: str,
+    keep_stats: bool = False,
+) -> tuple[bool, MergedSideFile | None, MergedSideFile | None]:
+    """Publish the merged output (complete and fsynced at ``tmp``) and its side files, the row stats
+    (``stats``) and the quarantine file (staged here: errors_merge), or none: every target is checked
+    before any is published.  (written, row stats, quarantine file).  The staged side files are removed
+    afterwards, whatever happened; the row stats not when ``keep_stats`` (their owner removes them)."""
     from data_juicer_elastic.quarantine import errors_merge  # <export>_errors.jsonl (it uses this module's writer)
 
     errors = None
     try:
-        staged = stage_row_stats(layout, results, output, tag)
         errors = errors_merge.stage_errors(layout, results, output, tag, overwrite=overwrite)
         fault_seam.fault_point("finalize", output)  # named crash point: merged, not yet published
-        written, row_stats = publish_merged(tmp, output, staged, overwrite)
-    except BaseException:
-        errors_merge.discard_errors(errors)
-        raise
-    finally:
-        fsio.remove(tmp)
-    quarantined = errors_merge.publish_errors(errors, overwrite)
-    return record_merge(layout, manifest, output, merged, out.digest.hexdigest(), written, row_stats, quarantined)
-
-
-@dataclass(frozen=True)
-class StagedRowStats:
-    tmp: Path  # the merged row stats, complete and fsynced, under a temp name beside the target
-    record: MergedRowStats  # what it will be once published (``written`` decided then)
-
-
-def publish_merged(
-    tmp: Path, output: Path, staged: StagedRowStats | None, overwrite: bool, keep_staged: bool = False
-) -> tuple[bool, MergedRowStats | None]:
-    """Publish the merged output and its row stats file, or neither: both targets are checked
-    before either is published.  (written, row stats record).  The staged row stats file is
-    removed afterwards, whatever happened, unless ``keep_staged`` (its owner removes it)."""
-    try:
-        refuse_if_different(tmp, output, overwrite)
-        if staged is not None:
-            refuse_if_different(staged.tmp, staged.record.path, overwrite)
+        for staged, target in [(tmp, output), *((s.tmp, s.record.path) for s in (stats, errors) if s is not None)]:
+            refuse_if_different(staged, target, overwrite)
         written = publish_output(tmp, output, overwrite)
-        if staged is None:
-            return written, None
-        stats_written = publish_output(staged.tmp, staged.record.path, overwrite)
-        return written, dataclasses.replace(staged.record, written=stats_written)
+        return written, *(None if side is None else side.publish(overwrite) for side in (stats, errors))
     finally:
-        if staged is not None and not keep_staged:
-            fsio.remove(staged.tmp)
+        for side in filter(None, (None if keep_stats else stats, errors)):
+            fsio.remove(side.tmp)
 
 
 def stage_row_stats(
     layout: JobLayout, results: list[tuple[ShardEntry, ShardResult]], output: Path, tag: str
-) -> StagedRowStats | None:
+) -> StagedFile | None:
     """``<export>_stats.jsonl`` from the accepted row stats files in manifest order (validated as
     they are copied), under a temp name; None when the recipe makes no per-row stats."""
     if all(result.row_stats is None for _, result in results):
@@ -198,51 +204,60 @@ def stage_row_stats(
             where=str(layout.root),
             hint="the shards were run by different versions or recipes; prepare a new job_dir",
         )
-    path = export_stats_path(output)
+    total = sum(result.row_stats.bytes for _, result in results if result.row_stats is not None)
+    copies = (functools.partial(attempts.check_row_stats_file, layout, entry, result) for entry, result in results)
+    return stage_concat(export_stats_path(output), tag, total, copies)
+
+
+def stage_concat(path: Path, tag: str, size_hint: int, copies: Iterable[Callable[[Sink], int]]) -> StagedFile:
+    """``path``'s file under a temp name beside it, complete and fsynced: each of ``copies`` appends its
+    part to the sink it is given, validated as it is copied, and returns its rows (in merge order)."""
     remove_dead_merge_temps(path, tag)
     tmp = merge_temp_path(path, tag)
-    total = sum(result.row_stats.bytes for _, result in results if result.row_stats is not None)
-    out = OutputAppender(checked_writer.BufferedCheckedWriter(tmp, size_hint=total), sync_path=tmp)
+    out = OutputAppender(checked_writer.BufferedCheckedWriter(tmp, size_hint=size_hint), sync_path=tmp)
     rows = 0
     try:
-        for entry, result in results:
-            rows += attempts.check_row_stats_file(layout, entry, result, out.append)
+        for copy in copies:
+            rows += copy(out.append)
         out.finish()
     except BaseException:
         out.abort()
         raise
-    return StagedRowStats(tmp, MergedRowStats(path, rows, out.bytes, out.digest.hexdigest(), written=False))
+    return StagedFile(tmp, MergedSideFile(path, rows, out.bytes, out.digest.hexdigest(), written=False))
 
 
-def merge_temp_path(output: Path, tag: str) -> Path:
-    """``.<export>.tmp-<kernel tag>-<pid>-<random>`` beside the export: same filesystem for the
-    final link, and named so that a later merge on this host can tell a dead merger's file."""
-    return output.with_name(f".{output.name}.tmp-{tag}-{os.getpid()}-{secrets.token_hex(4)}")
+def merge_temp_path(output: Path, tag: str, kind: str = "tmp") -> Path:
+    """``.<export>.<kind>-<kernel tag>-<pid>-<random>`` beside the export: same filesystem for the
+    final link or rename, and named so that a later merge on this host can tell a dead merger's file."""
+    return output.with_name(f".{output.name}.{kind}-{tag}-{os.getpid()}-{secrets.token_hex(4)}")
 
 
-def remove_dead_merge_temps(output: Path, tag: str) -> None:
-    """Remove the temp files of merges into ``output`` that were killed on this host (SIGKILL,
-    OOM, power loss skips every cleanup): each holds up to a whole merged output, and nothing
-    else will ever remove it.  Only files tagged with this kernel namespace whose pid is gone:
-    another host's merge, or a live one here, is never touched (``tag``: identity.kernel_tag)."""
+def remove_dead_merge_temps(
+    output: Path, tag: str, kinds: tuple[str, ...] = ("tmp",), remove: Callable[[Path], None] = fsio.remove
+) -> None:
+    """Remove the temps (:func:`merge_temp_path`, of ``kinds``) of merges into ``output`` killed on this host
+    (SIGKILL, OOM, power loss skips every cleanup): each holds up to a whole merged output, and nothing else
+    will ever remove it.  Only names tagged with this kernel namespace whose pid is gone: another host's merge,
+    or a live one here, is never touched (``tag``: identity.kernel_tag; ``remove``: a parts export's remove_tree)."""
     if not tag:
         return
-    prefix = f".{output.name}.tmp-{tag}-"
+    prefixes = tuple(f".{output.name}.{kind}-{tag}-" for kind in kinds)
     try:
-        names = [n for n in os.listdir(output.parent) if n.startswith(prefix)]
+        names = [n for n in os.listdir(output.parent) if n.startswith(prefixes)]
     except OSError:
         return  # cleaning is a courtesy; the merge's own writes there report a real problem
     for name in names:
-        pid = name[len(prefix) :].split("-", 1)[0]
+        pid = name[len(output.name) + 2 :].split("-", 3)[2]  # .<export>.<kind>-<tag>-<pid>-<random>
         if not pid.isdigit() or pid_alive(int(pid)):
             continue
         path = output.parent / name
         try:
-            size = path.stat().st_size
-            fsio.remove(path)
+            found = path.stat()
+            remove(path)
         except OSError:
             continue  # gone already (another merge cleaned it), or not ours to remove
-        logger.info(f"removed {path} ({size} bytes), left by a merge killed on this host (pid {pid})")
+        size = "" if stat.S_ISDIR(found.st_mode) else f" ({found.st_size} bytes)"
+        logger.info(f"removed {path}{size}, left by a merge killed on this host (pid {pid})")
 
 
 class OutputAppender:
@@ -313,8 +328,8 @@ def record_merge(
     merged: list[MergedShard],
     sha: str,
     written: bool,
-    row_stats: MergedRowStats | None,
-    quarantined: MergedErrors | None = None,
+    row_stats: MergedSideFile | None,
+    quarantined: MergedSideFile | None = None,
     layout_name: str = "file",
 ) -> MergeResult:
     """Write merge.json for a published output (or parts export); the MergeResult callers report."""

@@ -27,7 +27,6 @@ from __future__ import annotations
 import errno
 import hashlib
 import os
-import secrets
 import stat
 from dataclasses import dataclass
 from pathlib import Path
@@ -50,10 +49,16 @@ from data_juicer_elastic.jobdir.manifest import load_manifest
 from data_juicer_elastic.jobdir.published_file import check_published_file, locate_published_file
 from data_juicer_elastic.jobdir.records import Manifest, ShardEntry
 from data_juicer_elastic.jobdir.result_records import ExportPart, MergedShard, PartsIndex, ShardResult
-from data_juicer_elastic.jobdir.row_errors import MergedErrors
-from data_juicer_elastic.shards.merge import MergeResult, accepted_results, record_merge
+from data_juicer_elastic.jobdir.row_stats import MergedSideFile
+from data_juicer_elastic.shards.merge import (
+    MergeResult,
+    accepted_results,
+    merge_temp_path,
+    record_merge,
+    remove_dead_merge_temps,
+)
 from data_juicer_elastic.sharedfs import checked_writer, fault_seam, fsio
-from data_juicer_elastic.sharedfs.identity import kernel_tag, pid_alive
+from data_juicer_elastic.sharedfs.identity import kernel_tag
 
 MAX_INDEX_BYTES: Final = 256 * 1024 * 1024  # ~300 bytes a part: room for every shard count a job may have
 IDENTICAL: Final = "identical"
@@ -92,7 +97,7 @@ def publish_parts(job_dir: str | Path, export_dir: str | Path, overwrite: bool =
     quarantined = None
     if any(p.part.errors_name for p in planned):  # each shard's beside its part; the index names and hashes them
         rows, size = (sum(getattr(p.part, f) or 0 for p in planned) for f in ("errors_rows", "errors_bytes"))
-        quarantined = MergedErrors(target, rows, size, sha, written)
+        quarantined = MergedSideFile(target, rows, size, sha, written)
     return record_merge(layout, manifest, target, merged, sha, written, None, quarantined, layout_name="parts")
 
 
@@ -163,6 +168,13 @@ def expected_names(parts: list[ExportPart]) -> list[str]:
     return [*names, PARTS_INDEX]
 
 
+def name_difference(names: set[str], parts: list[ExportPart]) -> tuple[list[str], list[str]]:
+    """(missing, extra): the names the export of ``parts`` holds that ``names`` lacks, in index
+    order, and those in ``names`` that are not the export's, sorted."""
+    wanted = expected_names(parts)
+    return [name for name in wanted if name not in names], sorted(names - set(wanted))
+
+
 def read_index_bytes(target: Path) -> bytes | None:
     """The index of the export at ``target``, None when there is none."""
     return fsio.read_record(target / PARTS_INDEX, MAX_INDEX_BYTES)
@@ -172,7 +184,8 @@ def compare_existing(target: Path, index: bytes, planned: list[PlannedPart]) -> 
     """None: nothing (or an empty directory) is at ``target``; :data:`IDENTICAL`: this export is
     there already; else how what is there differs, naming the part.  Reads the index and one
     listing, and stats each part: no part is read."""
-    if not os.path.lexists(target) or not os.listdir(target):
+    names = set(os.listdir(target)) if os.path.lexists(target) else set()
+    if not names:
         return None
     try:
         data = read_index_bytes(target)
@@ -182,12 +195,9 @@ def compare_existing(target: Path, index: bytes, planned: list[PlannedPart]) -> 
         return f"it holds no {PARTS_INDEX}: not a complete parts export"
     if data != index:
         return _index_difference(target, data, [p.part for p in planned])
-    names = set(os.listdir(target))
-    wanted = expected_names([p.part for p in planned])
-    missing = [name for name in wanted if name not in names]
+    missing, extra = name_difference(names, [p.part for p in planned])
     if missing:
         return f"{missing[0]} is missing" + (f" (and {len(missing) - 1} more)" if len(missing) > 1 else "")
-    extra = sorted(names - set(wanted))
     if extra:
         return f"it holds {extra[0]}, which is not part of this export"
     for each in planned:
@@ -228,8 +238,9 @@ def _stage_and_publish(
 ) -> None:
     fsio.makedirs(target.parent)
     tag = kernel_tag()
-    remove_dead_stagings(target, tag)
-    staging = _temp_name(target, "tmp", tag)
+    # a dead publication's staging and set-aside directories: removing one unlinks its names, the job's files stay
+    remove_dead_merge_temps(target, tag, kinds=("tmp", "old"), remove=fsio.remove_tree)
+    staging = merge_temp_path(target, tag)
     fsio.makedirs(staging)
     try:
         copied = 0
@@ -294,7 +305,7 @@ def _rename_into_place(
 ) -> None:
     aside = None
     if replace:  # an earlier, different parts export (overwrite): moved aside, removed once ours is in place
-        aside = _temp_name(target, "old", tag)
+        aside = merge_temp_path(target, tag, kind="old")
         fsio.move(target, aside)
     try:
         fsio.move(staging, target)  # rename(2) replaces an empty directory, refuses a non-empty one
@@ -310,29 +321,3 @@ def _rename_into_place(
             ) from None
     if aside is not None:
         fsio.remove_tree(aside)
-
-
-def _temp_name(target: Path, kind: str, tag: str) -> Path:
-    """``.<export>.<kind>-<kernel tag>-<pid>-<random>`` beside the export (same filesystem for rename)."""
-    return target.with_name(f".{target.name}.{kind}-{tag}-{os.getpid()}-{secrets.token_hex(4)}")
-
-
-def remove_dead_stagings(target: Path, tag: str) -> None:
-    """Remove staging (and set-aside) directories of publications into ``target`` killed on this
-    host: only names tagged with this kernel namespace whose pid is gone (never another host's,
-    never a live one's).  Removing one unlinks its names; the job's own files stay."""
-    if not tag:
-        return
-    try:
-        names = os.listdir(target.parent)
-    except OSError:
-        return  # cleaning is a courtesy; the publication's own writes there report a real problem
-    for kind in ("tmp", "old"):
-        prefix = f".{target.name}.{kind}-{tag}-"
-        for name in names:
-            if not name.startswith(prefix):
-                continue
-            pid = name[len(prefix) :].split("-", 1)[0]
-            if pid.isdigit() and not pid_alive(int(pid)):
-                fsio.remove_tree(target.parent / name)
-                logger.info(f"removed {target.parent / name}, left by a publication killed on this host (pid {pid})")

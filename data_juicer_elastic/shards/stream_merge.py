@@ -51,11 +51,11 @@ from data_juicer_elastic.jobdir.layout import JobLayout
 from data_juicer_elastic.jobdir.manifest import load_manifest
 from data_juicer_elastic.jobdir.records import Manifest, Record, ShardEntry
 from data_juicer_elastic.jobdir.result_records import MergedShard, ShardResult
-from data_juicer_elastic.jobdir.row_stats import MergedRowStats, export_stats_path
+from data_juicer_elastic.jobdir.row_stats import MergedSideFile, export_stats_path
 from data_juicer_elastic.jobdir.shard_state import ShardState, decide_state, read_markers
 from data_juicer_elastic.shards.merge import (
     MergeResult,
-    StagedRowStats,
+    StagedFile,
     accepted_results,
     copy_shard,
     publish_merged,
@@ -211,20 +211,14 @@ def _follow(layout, manifest, run: _Run, overwrite, wait, poll_secs, stop, publi
     _finish(run)
     if not publish:
         return None
-    from data_juicer_elastic.quarantine import errors_merge  # <export>_errors.jsonl, written whole at the end
-
     results = accepted_results(layout, manifest)
-    streamed = _streamed_row_stats(run, results, output)
-    staged = streamed or stage_row_stats(layout, results, output, kernel_tag())
-    errors = errors_merge.stage_errors(layout, results, output, kernel_tag(), overwrite=overwrite)
-    fault_seam.fault_point("finalize", output)  # named crash point: complete and fsynced, not yet published
-    # the streamed stats' partial is kept when publishing is refused: the next try resumes with it
-    try:
-        written, row_stats = publish_merged(run.out.path, output, staged, overwrite, keep_staged=streamed is not None)
-    except BaseException:
-        errors_merge.discard_errors(errors)
-        raise
-    quarantined = errors_merge.publish_errors(errors, overwrite)
+    streamed, tag = _streamed_row_stats(run, results, output), kernel_tag()
+    staged = streamed or stage_row_stats(layout, results, output, tag)
+    # <export>_errors.jsonl is written whole here; the streamed stats' partial is kept when publishing
+    # is refused: the next try resumes with it
+    written, row_stats, quarantined = publish_merged(
+        layout, results, run.out.path, output, staged, overwrite, tag, keep_stats=streamed is not None
+    )
     result = record_merge(layout, manifest, output, run.merged, run.out.sha, written, row_stats, quarantined)
     _publish_progress(run, manifest, complete=True, on_progress=on_progress)
     fsio.remove(run.out.path)
@@ -246,7 +240,7 @@ def _append(layout: JobLayout, run: _Run, entry: ShardEntry, result: ShardResult
         attempts.check_row_stats_file(layout, entry, result, run.stats_stream().append)
 
 
-def _streamed_row_stats(run: _Run, results: list, output: Path) -> StagedRowStats | None:
+def _streamed_row_stats(run: _Run, results: list, output: Path) -> StagedFile | None:
     """The row stats' partial as the file to publish, when it holds exactly the accepted row stats
     files (each validated as it was appended); None: write them whole instead."""
     with_stats = [r.row_stats for _, r in results if r.row_stats is not None]
@@ -254,8 +248,8 @@ def _streamed_row_stats(run: _Run, results: list, output: Path) -> StagedRowStat
     if run.stats is None or not with_stats or missing or run.stats.bytes != sum(s.bytes for s in with_stats):
         return None
     rows = sum(r.rows for _, r in results if r.row_stats is not None)
-    record = MergedRowStats(export_stats_path(output), rows, run.stats.bytes, run.stats.sha, written=False)
-    return StagedRowStats(run.stats.path, record)
+    record = MergedSideFile(export_stats_path(output), rows, run.stats.bytes, run.stats.sha, written=False)
+    return StagedFile(run.stats.path, record)
 
 
 def _resume(layout: JobLayout, manifest: Manifest, output: Path, partial: Path, fd: int) -> _Run:

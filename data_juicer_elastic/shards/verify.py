@@ -50,6 +50,9 @@ def verify_job(job_dir: str | Path, expect_nodes: int = 1) -> VerifyResult:
         if result.row_stats is not None:
             record = result.row_stats
             _remember(hashed, layout.resolve_relative(record.path), (result.rows, record.bytes, record.sha256))
+        if result.errors is not None:  # validate_result re-hashed the quarantine file too
+            errors = result.errors
+            _remember(hashed, layout.resolve_relative(errors.path), (errors.rows, errors.bytes, errors.sha256))
         by_node[result.node_id] = by_node.get(result.node_id, 0) + 1
     if invalid:
         shard, first = invalid[0]
