@@ -111,7 +111,9 @@ def _near_cuts(units: list[_Unit], total: int, n: int, max_line_bytes: int) -> t
     for k in range(1, n):
         target = total * k // n
         unit = units[bisect.bisect_right(starts, target) - 1]
-        if unit.compressed:  # never cut: the nearer end of the file (ties: before it)
+        if target == unit.start:  # the target is where a file begins: a line end already
+            cut = target
+        elif unit.compressed:  # never cut: the nearer end of the file (ties: before it)
             cut = unit.start if target - unit.start <= unit.end - target else unit.end
         else:
             cut, spent = _line_end_after(unit, target, max_line_bytes)
@@ -124,7 +126,7 @@ def _near_cuts(units: list[_Unit], total: int, n: int, max_line_bytes: int) -> t
 def _line_end_after(unit: _Unit, target: int, max_line_bytes: int) -> tuple[int, int]:
     """(stream offset just past the newline that ends the line holding byte ``target``, bytes read).
     The file's end when there is none within ``max_line_bytes`` (that line is refused by its scan)."""
-    local = target - unit.start  # 0 < local < size: target is inside the file
+    local = target - unit.start  # 0 < local < size: target is inside the file, past its first byte
     spent = 0
     with fsio.open_read(unit.path) as handle:
         handle.seek(local - 1)  # the line holding `target` may end exactly at target - 1
