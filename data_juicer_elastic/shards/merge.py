@@ -243,11 +243,11 @@ def remove_dead_merge_temps(
         return
     prefixes = tuple(f".{output.name}.{kind}-{tag}-" for kind in kinds)
     try:
-        names = [n for n in os.listdir(output.parent) if n.startswith(prefixes)]
+        listed = os.listdir(output.parent)
     except OSError:
         return  # cleaning is a courtesy; the merge's own writes there report a real problem
-    for name in names:
-        pid = name[len(output.name) + 2 :].split("-", 3)[2]  # .<export>.<kind>-<tag>-<pid>-<random>
+    for name, prefix in ((n, p) for n in listed for p in prefixes if n.startswith(p)):
+        pid = name[len(prefix) :].split("-", 1)[0]
         if not pid.isdigit() or pid_alive(int(pid)):
             continue
         path = output.parent / name
