@@ -95,13 +95,15 @@ def _verify_file(
     if extra or size != record.bytes or whole.hexdigest() != record.sha256:
         raise IntegrityError(f"the export does not match merge.json (sha256 {record.sha256})", where=where, hint=hint)
     files = 1
-    if record.row_stats_path:
-        found = fsio.file_sha256(Path(record.row_stats_path)) if os.path.isfile(record.row_stats_path) else None
-        if found is None or found[1] != record.row_stats_sha256:
-            raise IntegrityError(
-                "the export's row stats file is missing or changed", where=record.row_stats_path, hint=hint
-            )
-        files += 1
+    for path, sha256, what in (
+        (record.row_stats_path, record.row_stats_sha256, "row stats file"),
+        (record.errors_path, record.errors_sha256, "quarantine file"),
+    ):
+        if path:
+            found = fsio.file_sha256(Path(path)) if os.path.isfile(path) else None
+            if found is None or found[1] != sha256:
+                raise IntegrityError(f"the export's {what} is missing or changed", where=path, hint=hint)
+            files += 1
     return ExportSummary(export, "file", sum(m.rows for m in record.shards), size, files)
 
 

@@ -97,6 +97,9 @@ def test_three_failing_rows_of_a_batch_of_512_are_quarantined_and_retried(tmp_pa
     status = json.loads(dj("dj-elastic", "status", "--job-dir", job, "--json", tmp=tmp_path).stdout)
     assert status["quarantined_rows"] == 4
     assert json.loads((job / "merge.json").read_text())["errors_rows"] == 4
+    verified = dj("dj-elastic", "verify", "--job-dir", job, tmp=tmp_path).stdout
+    # the output, the filter's row stats and the quarantine file, each re-hashed
+    assert f"(file: {len(read_jsonl(export))} rows" in verified and "3 file(s) re-hashed" in verified, verified
 
     # The fix (the operators' code unchanged: their input lists), then the quarantined shards again, whole.
     mapper_ids.write_text("")

@@ -145,6 +145,22 @@ def test_quarantined_rows_are_merged_in_input_order_byte_exact_and_retried_whole
     assert merged.read_bytes().splitlines() == source
 
 
+def test_verify_re_hashes_the_merged_quarantine_file(tmp_path):
+    job = prepare(tmp_path, rows=40, shards=4)
+    work(job, quarantining_runner({5, 30}))
+    merged = tmp_path / "out" / "merged.jsonl"
+    merge_job(job, merged)
+    assert verify_job(job).export.files == 2  # the output and its quarantine file
+    errors = export_errors_path(merged)
+    saved = errors.read_bytes()
+    errors.write_bytes(saved.replace(b"bad id", b"BAD id", 1))
+    with pytest.raises(IntegrityError, match="quarantine file is missing or changed"):
+        verify_job(job)
+    errors.unlink()
+    with pytest.raises(IntegrityError, match="quarantine file is missing or changed"):
+        verify_job(job)
+
+
 def test_limit_count_or_fraction_rounded_up():
     assert allowed_errors(0.01, 4) == 1 and allowed_errors(0.01, 512) == 6 and allowed_errors(0.01, 100) == 1
     assert allowed_errors(0, 10_000) == 0 and allowed_errors(5, 2) == 5 and allowed_errors(0.5, 3) == 2
