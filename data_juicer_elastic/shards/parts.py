@@ -201,7 +201,12 @@ def compare_existing(target: Path, index: bytes, planned: list[PlannedPart]) -> 
     if extra:
         return f"it holds {extra[0]}, which is not part of this export"
     for each in planned:
-        for name, size in ((each.part.name, each.part.bytes), (each.part.stats_name, each.part.stats_bytes)):
+        part = each.part
+        for name, size in (
+            (part.name, part.bytes),
+            (part.stats_name, part.stats_bytes),
+            (part.errors_name, part.errors_bytes),
+        ):
             if name is None:
                 continue
             found = os.lstat(target / name)

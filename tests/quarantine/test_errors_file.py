@@ -13,7 +13,7 @@ import orjson
 import pytest
 
 from data_juicer_elastic.console.summary import summary_lines
-from data_juicer_elastic.errors import ConfigError, IntegrityError, ShardExecutionError
+from data_juicer_elastic.errors import ConfigError, ElasticError, IntegrityError, ShardExecutionError
 from data_juicer_elastic.jobdir.manifest import load_manifest
 from data_juicer_elastic.jobdir.row_errors import WORKER_DIR, export_errors_path, read_errors
 from data_juicer_elastic.jobdir.tasks import ShardOutput, ShardTask
@@ -89,6 +89,11 @@ def test_a_parts_export_puts_each_shards_quarantined_rows_beside_its_part(tmp_pa
     errors[1].write_bytes(errors[1].read_bytes().replace(b"bad id", b"BAD id", 1))
     with pytest.raises(IntegrityError, match="part-00001-of-00004: accepted quarantine file does not match"):
         verify_job(job)
+    # publishing again finds a replaced errors file (a new file, not the accepted one's link) differs
+    errors[2].unlink()
+    errors[2].write_bytes(b"{}\n")
+    with pytest.raises(ElasticError, match="part-00003-of-00004.errors is not the file the index names"):
+        publish_parts(job, export)
 
 
 def test_quarantined_rows_are_merged_in_input_order_byte_exact_and_retried_whole(tmp_path):
