@@ -158,3 +158,33 @@ def test_the_layer_diagram_is_the_one_the_architecture_test_checks():
             drawn[int(match.group(1))] = {w for w in words if w in module_names() or w == "__init__"}
     checked = {index: {name for name in layer if name != "__init__"} for index, layer in enumerate(LAYERS)}
     assert drawn == checked
+
+
+# -- the whole tree -------------------------------------------------------------------------------------
+
+ISSUE_REFERENCE = re.compile(r"(?i)\bissues?\s*#?\s*\d")
+TEXT_SUFFIXES = {".py", ".md", ".yaml", ".yml", ".toml", ".cfg", ".sh", ".txt", ".json"}
+
+
+def test_no_code_test_or_doc_cites_an_issue_number():
+    """Code, tests and docs say what is and why; an issue number means nothing to their reader."""
+    places = [ROOT / "README.md"] + [
+        path
+        for folder in ("data_juicer_elastic", "tests", "docs", "benchmarks")
+        for path in sorted((ROOT / folder).rglob("*"))
+        if path.suffix in TEXT_SUFFIXES and path.is_file()
+    ]
+    wrong = [
+        f"{path.relative_to(ROOT)}:{number}: {line.strip()}"
+        for path in places
+        for number, line in enumerate(path.read_text(errors="replace").splitlines(), 1)
+        if ISSUE_REFERENCE.search(line)
+    ]
+    assert not wrong, "\n".join(wrong)
+
+
+def test_the_issue_pattern_finds_what_it_is_for():
+    for word, number in (("see issue ", "12"), ("Issue #", "7"), ("fixes issues ", "3 and 4"), ("issue#", "15")):
+        assert ISSUE_REFERENCE.search(word + number), word  # written in two parts: this file is scanned too
+    for text in ("an issue with the lease", "tissue 5", "issued 3 claims"):
+        assert not ISSUE_REFERENCE.search(text), text
