@@ -48,13 +48,13 @@ from data_juicer_elastic.shards.merge import MergeResult
 from data_juicer_elastic.shards.scan import ShardScanner
 from data_juicer_elastic.sharedfs.identity import WorkerIdentity
 
-try:  # Data-Juicer's base class, so ExecutorFactory users get a real executor
-    from data_juicer.core.executor.base import ExecutorBase
+try:  # Data-Juicer's base class (exported by data_juicer.core.executor), so ExecutorFactory users get a real executor
+    from data_juicer.core.executor import ExecutorBase
 except ImportError as exc:  # pragma: no cover - only when Data-Juicer moved it
     from data_juicer_elastic.errors import IntegrationError
 
     raise IntegrationError(
-        "data_juicer.core.executor.base.ExecutorBase is missing",
+        "data_juicer.core.executor.ExecutorBase is missing",
         where="py-data-juicer",
         hint=f"install {DATA_JUICER_REQUIREMENT}",
     ) from exc

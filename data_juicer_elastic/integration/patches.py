@@ -41,7 +41,6 @@ A missing or changed target never breaks Data-Juicer: it is recorded in
 from __future__ import annotations
 
 import functools
-import importlib
 import threading
 from dataclasses import dataclass
 from importlib import metadata
@@ -300,15 +299,14 @@ def check_adaptive_batching(cfg) -> None:
 
 def _patch_ops(module: ModuleType) -> None:
     """``adaptive_batching: true`` applies AdaptiveBatchingMixin; the demo operators get registered."""
-    from data_juicer_elastic.batching import optin
+    from data_juicer_elastic.batching import demo, optin
     from data_juicer_elastic.quarantine import collector
 
     dj_op_metaclass.install(module, optin.resolve)
     dj_op_error_hooks.install(module, collector.wrap_hook)  # quarantine under elastic_sharded; else unchanged
     mark(OP_ERROR_HOOKS, "applied")
     dj_free_models.install(module)  # no silent multi-GB torch install for operators that load no model
-    # Registers at import; a Ray worker that unpickles a demo operator may be importing it right now.
-    importlib.import_module("data_juicer_elastic.batching.demo")
+    demo.register()
     mark(OP_METACLASS, "applied")
 
 
