@@ -24,7 +24,7 @@ from loguru import logger
 from data_juicer_elastic.coordination.elections import RunCoordinator, raise_outcome
 from data_juicer_elastic.coordination.run_records import WORK
 from data_juicer_elastic.errors import ElasticError, ParticipationError, ShardFailedError
-from data_juicer_elastic.jobdir import heartbeats, summary
+from data_juicer_elastic.jobdir import heartbeats, job_summary
 from data_juicer_elastic.jobdir.layout import JobLayout
 from data_juicer_elastic.jobdir.outcome import leaving_outcome
 from data_juicer_elastic.jobdir.records import Manifest
@@ -139,7 +139,7 @@ def wait_settled(
     identity = WorkerIdentity.current()
     unclaimed_since: float | None = None
     logger.info("waiting for the other instances to finish the remaining shards")
-    reader = summary.reader_for(layout, manifest, ttl_secs=ttl_secs, clock=clock)
+    reader = job_summary.reader_for(layout, manifest, ttl_secs=ttl_secs, clock=clock)
     while True:
         coordinator.raise_if_aborted()
         view = reader.view()

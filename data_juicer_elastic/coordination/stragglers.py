@@ -34,7 +34,7 @@ from typing import Final
 
 from loguru import logger
 
-from data_juicer_elastic.jobdir import attempts, leases, summary
+from data_juicer_elastic.jobdir import attempts, job_summary, leases
 from data_juicer_elastic.jobdir.layout import JobLayout
 from data_juicer_elastic.jobdir.records import Manifest
 from data_juicer_elastic.jobdir.result_records import AttemptRecord
@@ -193,7 +193,7 @@ class ClaimGate:
         if self._last is not None and self.clock() - self._last[0] < self._interval:
             return self._last[1]
         started = self.clock()
-        view = summary.current_view(self.layout, self.manifest)
+        view = job_summary.current_view(self.layout, self.manifest)
         if view is not None:  # the summary has every node's pace and the live claims: no reads of our own
             return self._answer(self._from_summary(view), started)
         listings = _list_and_sample(self.layout, self.manifest, self._done_spans, MAX_NEW_SPANS, None)
@@ -215,7 +215,7 @@ class ClaimGate:
             )
         return self._answer(allowed, started)
 
-    def _from_summary(self, view: summary.SummaryView) -> bool:
+    def _from_summary(self, view: job_summary.SummaryView) -> bool:
         """:func:`should_claim` with the summary's node paces, live claims and pending count."""
         nodes = view.summary.nodes
         secs = {n.node_id: n.secs_per_shard for n in nodes if n.secs_per_shard is not None}

@@ -198,7 +198,7 @@ class Claimer:
         self.known_done: set[str] = set()  # done, from a parsed marker or a done/ listing (job_outcome skips them)
         self._held: dict[str, int | None] = {}  # shard seen held by a live claim -> its local pid (None: remote)
         self.pending: Claim | None = None  # published and not yet handed to the caller
-        # the job summary (jobdir.summary.SummaryReader), when there is one: done shards, shards held by
+        # the job summary (jobdir.job_summary.SummaryReader), when there is one: done shards, shards held by
         # live claims and stale candidates come from it, so a claim or an idle poll touches no shard it
         # does not have to
         self.summary = summary_reader

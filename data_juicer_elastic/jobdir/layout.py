@@ -130,7 +130,7 @@ class JobLayout:
         """The summary writer's lease (task :data:`SUMMARY_WRITER_TASK` under ``summary/``)."""
         return JobLayout(self.root, SUMMARY)
 
-    # -- the job summary (jobdir.summary, jobdir.pace) --------------------------------
+    # -- the job summary (jobdir.job_summary, jobdir.pace) --------------------------------
     @property
     def summary_dir(self) -> Path:
         return self.root / SUMMARY

@@ -160,7 +160,7 @@ def takeover_reason(
     Always feeds the observer (even when another reason applies) so its memory of
     each value is as old as possible.  ``vouched_stale``: the heartbeat value the job
     summary's writer watched stay unchanged for a TTL on its own clock
-    (``jobdir.summary``); the lease is stale for us too when we read that very value
+    (``jobdir.job_summary``); the lease is stale for us too when we read that very value
     again now (it has not changed since, so it has been unchanged for longer still).
     """
     if view.generation == 0:

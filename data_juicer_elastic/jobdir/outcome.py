@@ -7,6 +7,7 @@ reads O(terminal failures), not O(shards)).
 
 from __future__ import annotations
 
+from data_juicer_elastic.jobdir.job_summary import SummaryReader
 from data_juicer_elastic.jobdir.layout import JobLayout
 from data_juicer_elastic.jobdir.records import Manifest
 from data_juicer_elastic.jobdir.shard_state import (
@@ -17,7 +18,6 @@ from data_juicer_elastic.jobdir.shard_state import (
     read_failed_marker,
     read_markers,
 )
-from data_juicer_elastic.jobdir.summary import SummaryReader
 
 
 def job_outcome(

@@ -4,7 +4,7 @@ Every worker process runs a :class:`SummaryKeeper` thread.  One of them at a tim
 the writer's lease (the lease of the one task under ``summary/``: the claim, heartbeat,
 takeover and release records and rules of a shard, ``jobdir.leases``) and, every
 ``interval_secs``, composes the summary (:func:`compose_summary`) and writes it
-(``jobdir.summary``).  A round costs O(workers + live claims) metadata operations,
+(``jobdir.job_summary``).  A round costs O(workers + live claims) metadata operations,
 whatever the number of shards:
 
 * one listing of ``paces/`` and a read of each pace record that has not said it stopped;
@@ -35,12 +35,7 @@ from loguru import logger
 from data_juicer_elastic.errors import JobDirError
 from data_juicer_elastic.jobdir import attempts, leases
 from data_juicer_elastic.jobdir.heartbeats import Sighting, StalenessObserver
-from data_juicer_elastic.jobdir.layout import SUMMARY_WRITER_TASK, JobLayout
-from data_juicer_elastic.jobdir.lease_records import Claim
-from data_juicer_elastic.jobdir.pace import PaceRecord, PaceWriter, read_pace
-from data_juicer_elastic.jobdir.reasons import ReleaseReason
-from data_juicer_elastic.jobdir.records import Manifest
-from data_juicer_elastic.jobdir.summary import (
+from data_juicer_elastic.jobdir.job_summary import (
     JobSummary,
     LiveClaim,
     NodePace,
@@ -48,6 +43,11 @@ from data_juicer_elastic.jobdir.summary import (
     encode_bitmap,
     write_summary,
 )
+from data_juicer_elastic.jobdir.layout import SUMMARY_WRITER_TASK, JobLayout
+from data_juicer_elastic.jobdir.lease_records import Claim
+from data_juicer_elastic.jobdir.pace import PaceRecord, PaceWriter, read_pace
+from data_juicer_elastic.jobdir.reasons import ReleaseReason
+from data_juicer_elastic.jobdir.records import Manifest
 from data_juicer_elastic.sharedfs import fsio
 from data_juicer_elastic.sharedfs.identity import WorkerIdentity, pid_alive
 

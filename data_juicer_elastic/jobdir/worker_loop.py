@@ -22,6 +22,7 @@ from data_juicer_elastic.errors import ConfigError, WorkerInterrupted, storage_e
 from data_juicer_elastic.jobdir import confine, progress
 from data_juicer_elastic.jobdir.claim_ahead import RELEASE_SIGNAL, RELEASE_UNRUN, ClaimAhead
 from data_juicer_elastic.jobdir.heartbeats import StalenessObserver
+from data_juicer_elastic.jobdir.job_summary import IdleBackoff, SummaryReader, register_reader
 from data_juicer_elastic.jobdir.layout import JobLayout
 from data_juicer_elastic.jobdir.manifest import check_shard_files, is_planned, load_manifest
 from data_juicer_elastic.jobdir.outcome import leaving_outcome
@@ -29,7 +30,6 @@ from data_juicer_elastic.jobdir.pace import PaceWriter
 from data_juicer_elastic.jobdir.reasons import ReleaseReason, StopReason
 from data_juicer_elastic.jobdir.scan_loop import RunScan, scan_job
 from data_juicer_elastic.jobdir.shard_attempt import RunShard, ShardWorker, WorkerSummary
-from data_juicer_elastic.jobdir.summary import IdleBackoff, SummaryReader, register_reader
 from data_juicer_elastic.jobdir.summary_keeper import SummaryKeeper
 from data_juicer_elastic.jobdir.worker_signals import SignalGuard, honour
 from data_juicer_elastic.rows.shard_source import ShardSource
@@ -85,7 +85,7 @@ def run_worker(
     ``run_scan``: a job that is planned but not yet scanned is scanned first, this worker taking
     its share of the scans with ``run_scan(task)`` (``jobdir.scan_loop``; the barrier: no shard
     runs before every shard is scanned and the manifest composed).
-    ``job_summary``: keep and read the job summary (``jobdir.summary``): this process's pace
+    ``job_summary``: keep and read the job summary (``jobdir.job_summary``): this process's pace
     record, its turn as the summary's writer, and claims, idle polls and the outcome at the end
     read from the summary instead of the shards.  Its keeper runs in a thread with the default
     clock, and from this loop (between claims) with a caller's clock.

@@ -14,17 +14,17 @@ import pytest
 from data_juicer_elastic.coordination.stragglers import ClaimGate
 from data_juicer_elastic.jobdir import claiming, leases
 from data_juicer_elastic.jobdir.heartbeats import StalenessObserver
-from data_juicer_elastic.jobdir.layout import SUMMARY_WRITER_TASK, JobLayout
-from data_juicer_elastic.jobdir.manifest import load_manifest
-from data_juicer_elastic.jobdir.pace import PaceWriter
-from data_juicer_elastic.jobdir.result_records import ShardResult
-from data_juicer_elastic.jobdir.summary import (
+from data_juicer_elastic.jobdir.job_summary import (
     SummaryReader,
     SummaryView,
     fresh_for,
     read_summary,
     register_reader,
 )
+from data_juicer_elastic.jobdir.layout import SUMMARY_WRITER_TASK, JobLayout
+from data_juicer_elastic.jobdir.manifest import load_manifest
+from data_juicer_elastic.jobdir.pace import PaceWriter
+from data_juicer_elastic.jobdir.result_records import ShardResult
 from data_juicer_elastic.jobdir.summary_keeper import SILENT_INTERVALS, SummaryKeeper
 from data_juicer_elastic.jobdir.worker_loop import run_worker
 from data_juicer_elastic.shards.prepare import prepare_job
