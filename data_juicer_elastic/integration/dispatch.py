@@ -163,6 +163,13 @@ def fail(prog: str, err: ElasticError) -> NoReturn:
     sys.exit(err.exit_code)
 
 
+def driving_elastic() -> bool:
+    """This process is ``dj-process`` and its command line asks for elastic_sharded (cheap look)."""
+    return os.path.basename(sys.argv[0] if sys.argv else "") == PROGS[patches.PROCESS_MAIN] and requests_elastic(
+        sys.argv[1:]
+    )
+
+
 def requests_elastic(argv: Sequence[str], *, load: Callable[[str], Any] | None = None) -> bool:
     """Cheap look at argv, env and the --config file for executor_type elastic_sharded.
 
