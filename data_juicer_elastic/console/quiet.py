@@ -72,6 +72,9 @@ _RAY_NOISE: Final = (
     "Progress bars disabled",  # we turned them off: the live line shows progress
     # Ray started on a helper thread while the job is scanned: the worker handles SIGTERM itself
     "SIGTERM handler is not set because current thread is not the main thread",
+    # a runtime whose CPUs the warm operator actors hold between shards (ray_num_cpus: 1); a shard that
+    # really waits for CPUs makes no progress, and stall_timeout_secs restarts the runtime
+    "currently does not have any available CPUs",
 )
 
 _sink_id: int | None = None
