@@ -155,7 +155,8 @@ def run_local_worker(
             )
         shard_rows = {entry.shard_id: entry.rows for entry in manifest.shards} if scanned else None
         planned = {entry.shard_id: entry.bytes for entry in manifest.shards}
-        with runner, JobDisplay(job, shard_rows, planned_bytes=planned) as display:  # a live line, else lines
+        waiting = lambda: "starting Ray" if runner.starting else ""  # noqa: E731 - the live line names the wait
+        with runner, JobDisplay(job, shard_rows, planned_bytes=planned, waiting=waiting) as display:  # a live line
             summary = run_worker(
                 job,
                 identity,
