@@ -282,6 +282,15 @@ def reader_for(
     return reader
 
 
+def view_of(layout: JobLayout) -> SummaryView | None:
+    """A fresh summary of the job in ``layout`` as this process reads it (its manifest need not be
+    at hand); None without one."""
+    for (root, _), reader in list(_readers.items()):
+        if root == str(layout.root):
+            return reader.view()
+    return None
+
+
 def current_view(layout: JobLayout, manifest: Manifest) -> SummaryView | None:
     """A fresh summary of the job as this process reads it; None without one (walk instead)."""
     reader = reader_for(layout, manifest)
