@@ -317,3 +317,16 @@ def test_workers_keep_the_summary_and_finish_the_job(tmp_path):
     summary = read_summary(layout, manifest)
     assert summary is not None and summary.done_count == 24
     assert sum(n.done for n in summary.nodes) == 24
+
+
+def test_a_summary_directory_planted_as_a_link_out_of_the_job_is_refused(tmp_path):
+    from data_juicer_elastic.errors import JobDirError
+
+    job, layout, manifest, _ = _job(tmp_path, 4)
+    outside = tmp_path / "elsewhere"
+    outside.mkdir()
+    layout.summary_dir.symlink_to(outside)
+    with pytest.raises(JobDirError, match="leads outside the job directory"):
+        run_worker(job, identity("w"), copy_runner(), ttl_secs=2.0, heartbeat_secs=0.4, max_retries=1,
+                   poll_interval_secs=0.05)  # fmt: skip
+    assert list(outside.iterdir()) == []
