@@ -5,7 +5,8 @@
 ``--json``), ``throughput`` (rates, ETA, per-node numbers, stragglers from one snapshot),
 ``status_text`` (the human-readable table), ``run_status`` (the coordination records of
 each run, and the ``status`` command), ``scan_phase`` (how far the scans of a planned job
-are, how fast they read, the time to the first shard running).  Imports run one way:
+are, how fast they read, the time to the first shard running), ``job_times`` (a run's wall
+time, the one the closing summary, ``status`` and the report show).  Imports run one way:
 ``scan_phase`` <- ``snapshot_types`` <-
 ``throughput`` <- ``status_text`` / ``job_status`` <- ``run_status``.  Reads only; no Ray,
 no Data-Juicer imports.
@@ -14,6 +15,7 @@ no Data-Juicer imports.
 # The package's modules (nothing is re-exported: import from the module you need).
 __all__ = [
     "job_status",
+    "job_times",
     "run_status",
     "scan_phase",
     "snapshot_types",
