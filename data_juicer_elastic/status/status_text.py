@@ -39,9 +39,9 @@ def render_text(snap: JobSnapshot, show_all: bool = False) -> str:
     ]
     if snap.summary is not None:
         age = max(0.0, snap.taken_at - snap.summary.written_at)
+        since = "" if snap.complete else " (claims since then show as pending until the next)"
         lines.append(
-            f"from the job summary written {duration(age)} ago (claims since then show as pending until the next); "
-            "done shards' details not read (--all reads them)"
+            f"from the job summary written {duration(age)} ago{since}; done shards' details not read (--all reads them)"
         )
     if snap.scan is not None:
         first = snap.first_shard_secs
