@@ -99,7 +99,10 @@ def test_every_elastic_setting_is_in_the_readme_table_and_no_other():
 @pytest.mark.parametrize("doc", ["README.md", "docs/architecture.md"])
 def test_every_elastic_key_named_exists(doc):
     fields = {f.name for f in dataclasses.fields(ElasticSettings)}
-    named = set(re.findall(r"(?<![\w.])elastic\.([a-z_]+)", (ROOT / doc).read_text()))
+    text = (ROOT / doc).read_text()
+    # an example of a refused key is quoted with the error that refuses it ("... is not accepted")
+    text = re.sub(r"'elastic\.[a-z_]+' is not accepted", "", text)
+    named = set(re.findall(r"(?<![\w.])elastic\.([a-z_]+)", text))
     assert named - fields == set()
 
 

@@ -14,6 +14,10 @@ node declines while those capacities add up to at least ``P``: the others would
 finish every pending shard before it could finish one.  Equal speeds never
 decline; a 4x slower node leaves the last few shards to fast ones.
 
+The inputs come from the job summary (``jobdir.job_summary``: each node's pace from the
+workers' pace records, the live claims, the pending count) when there is a fresh one, without
+a read of the gate's own; else from listings and the leases of live claims (:func:`observe`).
+
 Safety: only workers holding a live claim count, so once the others stop
 (finished, capped, dead) the gate opens and no shard is left unclaimed; a node
 with no accepted attempt yet always claims.  A node's first attempt includes its

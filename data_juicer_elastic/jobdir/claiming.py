@@ -1,10 +1,16 @@
 """Finding a shard to claim without touching every shard on every claim.
 
-A worker used to walk the manifest from shard 0 before every claim, so a claim cost
-O(shards not yet done) metadata operations and every worker started at the same
-shard.  Here a worker keeps a :class:`ClaimCursor`, its own view of the manifest:
+A claim must not cost O(shards) metadata operations, and W workers must not all race for the
+same shard.  A worker keeps a :class:`ClaimCursor`, its own view of the manifest, and reads the
+job summary (``jobdir.job_summary``) when there is a fresh one:
 
-* It walks the manifest forward (wrapping), continuing after the shard it claimed
+* With the summary, shards it shows done or failed are skipped, and so are shards it shows
+  held by another process's live claim, all without a filesystem operation; only shards it
+  shows free, or stale candidates, are probed.  An idle worker in the tail (every shard done
+  or held) then reads nothing but the summary's sequence record.  A stale candidate is taken
+  over when the lease read now shows the very heartbeat value the summary's writer watched
+  for a TTL (``leases.takeover_reason``).  Without a fresh summary, the rules below apply alone.
+* The cursor walks the manifest forward (wrapping), continuing after the shard it claimed
   last.  Worker processes (``dj-elastic worker``, ``dj-process``: ``random_start``)
   joining a job in which shards were already claimed start at a random shard: a
   replacement started after each kill of its predecessor then does not go for the first
@@ -34,7 +40,7 @@ shard.  Here a worker keeps a :class:`ClaimCursor`, its own view of the manifest
 A claim is published only once the worker can run the shard at once (``before_claim``:
 its Ray runtime is up), so a worker killed while starting holds no claim.
 
-Correctness stays where it was: claims are ``link()``-published generations
+Correctness does not depend on the cursor or the summary: claims are ``link()``-published generations
 (exactly one winner, fencing by generation), takeover needs a release, a failure
 record, a dead local pid or a TTL of unchanged heartbeat on the observer's own
 clock, and the merged output is in manifest order whatever the claim order.
