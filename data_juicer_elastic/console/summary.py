@@ -23,10 +23,10 @@ def shown_path(path: str | os.PathLike) -> str:
 def summary_lines(job_dir: str | os.PathLike, result: Any, elapsed_secs: float, log_path: str | None) -> list[str]:
     """``result``: a ``MergeResult``.  Reads the manifest and the failure records once."""
     from data_juicer_elastic.jobdir.manifest import load_manifest
-    from data_juicer_elastic.status.job_status import snapshot
+    from data_juicer_elastic.status.job_status import failure_records
 
     manifest = load_manifest(Path(job_dir))
-    retries = sum(s.failures for s in snapshot(job_dir, exact=False).shards)
+    retries = failure_records(job_dir)  # no read per shard that never failed
     errors = getattr(result, "quarantined", None)  # <export>_errors.jsonl: rows operators failed on
     lines = [
         f"done in {_duration(elapsed_secs)}: {manifest.total_rows:,} rows in, {result.rows:,} rows out, "

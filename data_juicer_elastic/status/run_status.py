@@ -156,7 +156,8 @@ def status_once(
         raise not_a_directory(layout.root) from None
     if scanning:
         return _scanning(layout, as_json=as_json, compact=compact)
-    snap = snapshot(job_dir, ttl_secs=ttl_secs, observer=observer, exact=False)
+    # --all lists every shard with its details: the done markers are read (the job directory's way)
+    snap = snapshot(job_dir, ttl_secs=ttl_secs, observer=observer, exact=False, use_summary=not show_all)
     coordination = runs(job_dir)
     if as_json:
         data = {**snapshot_json(snap), "coordination": coordination}
