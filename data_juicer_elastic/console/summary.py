@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from data_juicer_elastic.console.quiet import say
+from data_juicer_elastic.status.job_times import format_wall
 
 
 def shown_path(path: str | os.PathLike) -> str:
@@ -29,7 +30,7 @@ def summary_lines(job_dir: str | os.PathLike, result: Any, elapsed_secs: float, 
     retries = failure_records(job_dir)  # no read per shard that never failed
     errors = getattr(result, "quarantined", None)  # <export>_errors.jsonl: rows operators failed on
     lines = [
-        f"done in {_duration(elapsed_secs)}: {manifest.total_rows:,} rows in, {result.rows:,} rows out, "
+        f"done in {format_wall(elapsed_secs)}: {manifest.total_rows:,} rows in, {result.rows:,} rows out, "
         + (f"{errors.rows:,} rows quarantined, " if errors is not None else "")
         + f"{result.shards} shards, {retries} retr{'y' if retries == 1 else 'ies'}"
         + ("" if result.written else " (the output was already there, unchanged)"),
@@ -92,11 +93,3 @@ def process_started() -> float:
     except (OSError, ValueError, IndexError):
         age = 0.0
     return time.monotonic() - max(age, 0.0)
-
-
-def _duration(secs: float) -> str:
-    if secs < 60:
-        return f"{secs:.1f}s"
-    minutes, secs = divmod(int(secs), 60)
-    hours, minutes = divmod(minutes, 60)
-    return f"{hours}h{minutes:02d}m{secs:02d}s" if hours else f"{minutes}m{secs:02d}s"

@@ -42,6 +42,15 @@ class RunTimes:
         }
 
 
+def format_wall(secs: float) -> str:
+    """A wall time as every surface writes it: ``23.2s``, ``4m05s``, ``1h02m03s``."""
+    if secs < 60:
+        return f"{secs:.1f}s"
+    minutes, secs = divmod(int(secs), 60)
+    hours, minutes = divmod(minutes, 60)
+    return f"{hours}h{minutes:02d}m{secs:02d}s" if hours else f"{minutes}m{secs:02d}s"
+
+
 def latest_run(layout: JobLayout) -> RunTimes | None:
     """The newest run of the job (by its record's time), or None for a job run without one
     (``dj-elastic worker`` and ``merge`` alone)."""
