@@ -112,6 +112,9 @@ class NodeTally:
     node_id: str
     shards_done: int
     output_rows: int
+    rows_done: int = 0  # input rows of those results
+    quarantined: int = 0
+    first_claimed_at: float | None = None  # wall clock of the node's first claim
 
 
 @dataclass(frozen=True)
@@ -136,8 +139,9 @@ class JobSnapshot:
         """From the submission (the plan) to the first shard running (the earliest attempt seen;
         None from the summary, which reads no done shard's attempt)."""
         if self.from_summary:
-            return None
-        starts = [t for s in self.shards if (t := attempt_started_at(s.attempt_id)) is not None]
+            starts = [t.first_claimed_at for t in self.node_tallies or () if t.first_claimed_at is not None]
+        else:
+            starts = [t for s in self.shards if (t := attempt_started_at(s.attempt_id)) is not None]
         if self.scan is None or not starts:
             return None
         return max(0.0, min(starts) - self.scan.planned_at)
@@ -171,6 +175,6 @@ class JobSnapshot:
 
     @property
     def quarantined_rows(self) -> int | None:
-        if self.from_summary:
-            return None  # only done markers say it, and none is read
+        if self.from_summary:  # the workers' pace records count them (no done marker is read)
+            return None if self.node_tallies is None else sum(t.quarantined for t in self.node_tallies)
         return sum(s.quarantined or 0 for s in self.shards)

@@ -30,17 +30,28 @@ from data_juicer_elastic.status.snapshot_types import NodeTally
 
 
 def node_tallies(layout: JobLayout) -> list[NodeTally]:
-    """Accepted results and output rows per node, summed over its worker processes' pace records
-    (one listing of ``paces/``, one read per record; a missing or corrupt record counts nothing)."""
-    done: dict[str, int] = defaultdict(int)
-    rows: dict[str, int] = defaultdict(int)
+    """Accepted results, input and output rows, quarantined rows and the first claim per node,
+    summed over its worker processes' pace records (one listing of ``paces/``, one read per
+    record; a missing or corrupt record counts nothing)."""
+    records: dict[str, list] = defaultdict(list)
     for name in fsio.list_names(layout.paces_dir):
         record = read_pace(layout, name)
-        if record is None:
-            continue
-        done[record.node_id] += record.done
-        rows[record.node_id] += record.rows_out
-    return [NodeTally(node, done[node], rows[node]) for node in sorted(done)]
+        if record is not None:
+            records[record.node_id].append(record)
+    tallies = []
+    for node, found in sorted(records.items()):
+        firsts = [r.first_claimed_at for r in found if r.first_claimed_at is not None]
+        tallies.append(
+            NodeTally(
+                node,
+                sum(r.done for r in found),
+                sum(r.rows_out for r in found),
+                sum(r.rows_in for r in found),
+                sum(r.quarantined for r in found),
+                min(firsts) if firsts else None,
+            )
+        )
+    return tallies
 
 
 def vouched_stale(claim: LiveClaim | None, view: LeaseView) -> bool:

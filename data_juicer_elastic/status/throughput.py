@@ -39,7 +39,7 @@ class NodeThroughput:
     running: int  # attempts running on the node now
     rows_per_sec: float  # sum of the rates of its running attempts
     shards_done: int  # accepted results published by the node
-    rows_done: int | None  # input rows of those shards (None from the summary: not read)
+    rows_done: int  # input rows of those shards (from the summary: the workers' pace records)
     output_rows: int  # output rows of those shards
 
 
@@ -147,13 +147,9 @@ def _nodes(snap: JobSnapshot, rates: dict[str, float | None]) -> list[NodeThroug
     if snap.node_tallies is not None:  # from the summary: the workers' own counts (no done marker read)
         done = defaultdict(int, {t.node_id: t.shards_done for t in snap.node_tallies if t.shards_done})
         out = defaultdict(int, {t.node_id: t.output_rows for t in snap.node_tallies})
+        rows = defaultdict(int, {t.node_id: t.rows_done for t in snap.node_tallies})
     names = sorted(set(running) | set(done))
-    return [
-        NodeThroughput(
-            n, running[n], round(speed[n], 3), done[n], None if snap.node_tallies is not None else rows[n], out[n]
-        )
-        for n in names
-    ]
+    return [NodeThroughput(n, running[n], round(speed[n], 3), done[n], rows[n], out[n]) for n in names]
 
 
 def _stragglers(live: list[ShardStatus], rates: dict[str, float | None], heartbeat_secs: float | None):

@@ -118,13 +118,15 @@ def _agree(fast, oracle) -> None:
             assert (mine.owner_node, mine.output_rows, mine.generation, mine.quarantined) == (None, None, None, None)
     nodes = {n.node_id: n for n in summarize(fast).nodes}
     truth = {n.node_id: n for n in summarize(oracle).nodes}
-    assert {n: (v.running, v.shards_done, v.output_rows) for n, v in nodes.items()} == {
-        n: (v.running, v.shards_done, v.output_rows) for n, v in truth.items()
+    assert {n: (v.running, v.shards_done, v.output_rows, v.rows_done) for n, v in nodes.items()} == {
+        n: (v.running, v.shards_done, v.output_rows, v.rows_done) for n, v in truth.items()
     }
     document = snapshot_json(fast)
     assert document["source"] == "summary" and document["summary"]["seq"]
-    assert document["quarantined_rows"] is None and document["first_shard_secs"] is None
-    assert all(n["rows_done"] is None for n in document["nodes"])
+    # the workers' pace records count quarantined rows and know their first claim
+    assert document["quarantined_rows"] == oracle.quarantined_rows
+    if oracle.first_shard_secs is not None:  # first claim (pace) vs first attempt id: the same moment
+        assert abs(document["first_shard_secs"] - oracle.first_shard_secs) <= 1.0
     json.dumps(document)  # every field is JSON data
 
 
@@ -254,7 +256,7 @@ def test_status_json_of_a_finished_job_through_the_command(tmp_path):
         oracle.rows_total,
         oracle.output_rows,
     )
-    assert data["quarantined_rows"] is None and data["first_shard_secs"] is None and data["eta_secs"] == 0.0
+    assert data["quarantined_rows"] == oracle.quarantined_rows and data["eta_secs"] == 0.0
     assert len(data["shards"]) == shards and all(s["state"] == "done" for s in data["shards"])
     assert all(s["owner_node"] is None and s["output_rows"] is None for s in data["shards"])
     by_node = {n.node_id: (n.shards_done, n.output_rows) for n in summarize(oracle).nodes}
