@@ -28,12 +28,12 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from data_juicer_elastic.coordination.crashpoints import FaultPlan, install  # noqa: E402
 from data_juicer_elastic.jobdir.worker_loop import run_worker  # noqa: E402
 from data_juicer_elastic.sharedfs import (
     fault_seam,  # noqa: E402
 )
 from data_juicer_elastic.sharedfs.identity import WorkerIdentity  # noqa: E402
+from tests.faults.crashpoints import FaultPlan, install  # noqa: E402
 from tests.faults.fakes import fsio_runner, prepare  # noqa: E402
 
 

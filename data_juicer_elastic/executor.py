@@ -32,7 +32,6 @@ from loguru import logger
 
 from data_juicer_elastic import DATA_JUICER_REQUIREMENT
 from data_juicer_elastic.console import JobDisplay
-from data_juicer_elastic.coordination import crashpoints
 from data_juicer_elastic.coordination.slots import CUDA_ENV, SlotPool, slot_argv, slot_cpus, slot_devices, slot_env
 from data_juicer_elastic.coordination.stragglers import ClaimGate
 from data_juicer_elastic.errors import ConfigError
@@ -81,7 +80,6 @@ def run_local_worker(
     """
     from data_juicer_elastic.execution.shard_runner import default_cache_env
 
-    crashpoints.install_from_env()  # test-only fault plans; nothing is installed when unset
     job = resolve_user_path(job_dir)
     layout = JobLayout(job)
     # The plan holds what a worker needs to start (the recipe, its code, Ray's settings); the

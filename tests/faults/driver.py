@@ -7,8 +7,8 @@ fault seam, with the fast fake runner instead of Ray.
     python -m tests.faults.driver prepare JOB INPUT --shards N [--plan-only]
     python -m tests.faults.driver run JOB INPUT OUTPUT --run-id ID [--layout parts]   (elected prepare/finalize)
 
-Like ``dj-elastic``: installs the fault plan / crash point named by the environment
-(``coordination.crashpoints``), prints one ``error: ...`` line and exits 2 on an
+Like ``dj-elastic``: runs with the fault plan / crash point named by the environment (installed
+at start by ``plan_hook/sitecustomize.py``, see ``crashpoints``), prints one ``error: ...`` line and exits 2 on an
 ElasticError or a terminally failed shard, prints the summary as JSON on success.
 """
 
@@ -20,7 +20,6 @@ import sys
 from dataclasses import asdict
 from types import SimpleNamespace
 
-from data_juicer_elastic.coordination import crashpoints
 from data_juicer_elastic.coordination.run_records import Outcome
 from data_juicer_elastic.errors import EXIT_ERROR, ElasticError
 from data_juicer_elastic.job_run import JobRun
@@ -71,7 +70,6 @@ def main(argv: list[str] | None = None) -> int:
     r.add_argument("--ttl", type=float, default=60.0)
     r.add_argument("--layout", choices=["file", "parts"], default="file")
     args = parser.parse_args(argv)
-    crashpoints.install_from_env()
     try:
         if args.command == "prepare":
             if args.plan_only:

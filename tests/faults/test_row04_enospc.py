@@ -10,7 +10,6 @@ import json
 
 import pytest
 
-from data_juicer_elastic.coordination.crashpoints import FaultRule, injected
 from data_juicer_elastic.jobdir.layout import JobLayout
 from data_juicer_elastic.jobdir.leases import read_lease
 from data_juicer_elastic.jobdir.worker_loop import run_worker
@@ -18,6 +17,7 @@ from data_juicer_elastic.shards.merge import merge_job
 from data_juicer_elastic.sharedfs.identity import WorkerIdentity
 
 from .conftest import run_driver
+from .crashpoints import FaultRule, injected
 from .fakes import LEASE, fsio_runner, merged_ids, prepare
 
 FIRST = "part-00000-of-00004"

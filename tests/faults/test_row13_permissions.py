@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import pytest
 
-from data_juicer_elastic.coordination.crashpoints import FaultRule, injected
 from data_juicer_elastic.errors import JobDirError
 from data_juicer_elastic.jobdir.layout import JobLayout
 from data_juicer_elastic.jobdir.leases import read_lease
@@ -17,6 +16,7 @@ from data_juicer_elastic.jobdir.worker_loop import run_worker
 from data_juicer_elastic.sharedfs.identity import WorkerIdentity
 
 from .conftest import run_driver
+from .crashpoints import FaultRule, injected
 from .fakes import LEASE, fsio_runner, prepare
 
 FIRST = "part-00000-of-00004"

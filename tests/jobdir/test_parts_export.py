@@ -12,7 +12,6 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from data_juicer_elastic.coordination.crashpoints import FaultRule, injected
 from data_juicer_elastic.errors import ConfigError, IntegrityError, OutputExistsError
 from data_juicer_elastic.finalize import finalize
 from data_juicer_elastic.jobdir.export_path import PARTS_INDEX
@@ -25,6 +24,7 @@ from data_juicer_elastic.shards.parts import publish_parts
 from data_juicer_elastic.shards.prepare import prepare_job
 from data_juicer_elastic.shards.verify import verify_job
 
+from ..faults.crashpoints import FaultRule, injected
 from ..rayfree import rayfree_runner
 from .conftest import copy_runner, identity, make_rows, request, write_rows
 
