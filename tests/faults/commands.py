@@ -16,6 +16,7 @@ from pathlib import Path
 import yaml
 
 from data_juicer_elastic.jobdir.worker_loop import run_worker
+from data_juicer_elastic.jobdir.worker_settings import WorkerSettings
 from data_juicer_elastic.sharedfs.identity import WorkerIdentity
 
 from .conftest import REPO
@@ -86,7 +87,9 @@ def release_reason(job: Path, shard: str, gen: int = 1) -> str | None:
 def finished_job(tmp: Path, rows: int = 40, shards: int = 4) -> Path:
     """A prepared job whose shards were all run (fake runner: each row copied, tagged)."""
     job = prepare(tmp, rows=rows, shards=shards)
-    run_worker(job, WorkerIdentity.current(), fsio_runner(), max_retries=0, wait_for_completion=False, **LEASE)
+    run_worker(
+        job, WorkerIdentity.current(), fsio_runner(), WorkerSettings(max_retries=0, wait_for_completion=False, **LEASE)
+    )
     return job
 
 

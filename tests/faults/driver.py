@@ -24,6 +24,7 @@ from data_juicer_elastic.coordination.run_records import Outcome
 from data_juicer_elastic.errors import EXIT_ERROR, ElasticError
 from data_juicer_elastic.job_run import JobRun
 from data_juicer_elastic.jobdir.worker_loop import run_worker
+from data_juicer_elastic.jobdir.worker_settings import WorkerSettings
 from data_juicer_elastic.settings import ElasticSettings
 from data_juicer_elastic.shards.merge import merge_job
 from data_juicer_elastic.shards.parts import publish_parts
@@ -96,12 +97,14 @@ def main(argv: list[str] | None = None) -> int:
             args.job,
             WorkerIdentity.current(),
             fsio_runner(args.sleep, fail),
-            ttl_secs=args.ttl,
-            heartbeat_secs=args.heartbeat or args.ttl / 4,
-            max_retries=args.retries,
-            poll_interval_secs=args.poll,
-            wait_for_completion=not args.no_wait,
-            max_shards=args.max_shards,
+            WorkerSettings(
+                ttl_secs=args.ttl,
+                heartbeat_secs=args.heartbeat or args.ttl / 4,
+                max_retries=args.retries,
+                poll_interval_secs=args.poll,
+                wait_for_completion=not args.no_wait,
+                max_shards=args.max_shards,
+            ),
             sleep=pause,
             run_scan=_slow_scanner(args.scan_sleep),  # a planned job is scanned first, by every worker
         )
@@ -159,10 +162,19 @@ class FakeJobRun(JobRun):
     def run_shards(self, stop, max_done):
         s = self.settings
         return run_worker(
-            self.layout.root, self.identity, fsio_runner(), ttl_secs=s.lease_ttl_secs, heartbeat_secs=s.heartbeat_secs,
-            max_retries=s.max_retries, poll_interval_secs=s.poll_interval_secs, stop_event=stop, max_done=max_done,
+            self.layout.root,
+            self.identity,
+            fsio_runner(),
+            WorkerSettings(
+                ttl_secs=s.lease_ttl_secs,
+                heartbeat_secs=s.heartbeat_secs,
+                max_retries=s.max_retries,
+                poll_interval_secs=s.poll_interval_secs,
+                max_done=max_done,
+            ),
+            stop_event=stop,
             run_scan=ShardScanner(processes=0),
-        )  # fmt: skip
+        )
 
     def report(self, outcome):
         self.outcome = outcome

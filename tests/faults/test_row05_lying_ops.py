@@ -11,6 +11,7 @@ import pytest
 
 from data_juicer_elastic.jobdir.layout import JobLayout
 from data_juicer_elastic.jobdir.worker_loop import run_worker
+from data_juicer_elastic.jobdir.worker_settings import WorkerSettings
 from data_juicer_elastic.shards.merge import merge_job
 from data_juicer_elastic.sharedfs import fsio
 from data_juicer_elastic.sharedfs.identity import WorkerIdentity
@@ -22,7 +23,7 @@ FIRST = "part-00000-of-00004"
 
 
 def _run(job):
-    return run_worker(job, WorkerIdentity.current("n"), fsio_runner(), max_retries=1, **LEASE)
+    return run_worker(job, WorkerIdentity.current("n"), fsio_runner(), WorkerSettings(max_retries=1, **LEASE))
 
 
 @pytest.mark.parametrize(

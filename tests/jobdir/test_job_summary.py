@@ -27,6 +27,7 @@ from data_juicer_elastic.jobdir.pace import PaceWriter
 from data_juicer_elastic.jobdir.result_records import ShardResult
 from data_juicer_elastic.jobdir.summary_keeper import SILENT_INTERVALS, SummaryKeeper
 from data_juicer_elastic.jobdir.worker_loop import run_worker
+from data_juicer_elastic.jobdir.worker_settings import WorkerSettings
 from data_juicer_elastic.shards.prepare import prepare_job
 from data_juicer_elastic.sharedfs import fault_seam, fsio
 
@@ -275,11 +276,8 @@ def test_workers_keep_the_summary_and_finish_the_job(tmp_path):
                 job,
                 identity(f"w{k}"),
                 slow_copy,
-                ttl_secs=2.0,
-                heartbeat_secs=0.4,
-                max_retries=1,
-                poll_interval_secs=0.05,
-            )  # fmt: skip
+                WorkerSettings(ttl_secs=2.0, heartbeat_secs=0.4, max_retries=1, poll_interval_secs=0.05),
+            )
         )
 
     threads = [threading.Thread(target=work, args=(k,)) for k in range(3)]
