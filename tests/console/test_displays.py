@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 from loguru import logger
 
 from data_juicer_elastic.console import quiet, summary, terminal
-from data_juicer_elastic.console.displays import JobDisplay, Meter, StepDisplay, meter_line
+from data_juicer_elastic.console.displays import RATE_WINDOW_SECS, JobDisplay, Meter, StepDisplay, meter_line
 from data_juicer_elastic.jobdir import leases, progress
 from data_juicer_elastic.jobdir.layout import JobLayout
 from tests.jobdir.conftest import FakeClock, identity
@@ -196,7 +196,7 @@ def test_process_start_is_before_now():
 @given(
     idle=st.floats(min_value=0.0, max_value=600.0),
     first=st.integers(min_value=1, max_value=10_000),
-    gap=st.floats(min_value=1.0, max_value=120.0),
+    gap=st.floats(min_value=2.0, max_value=RATE_WINDOW_SECS),  # past the 1 s minimum, within the window
     more=st.integers(min_value=1, max_value=10_000),
 )
 def test_a_rate_from_the_first_move_on_never_counts_the_wait_before_it(idle, first, gap, more):

@@ -64,6 +64,15 @@ def _held_by(job: Path, pid: int) -> list[str]:
     return held
 
 
+def done_by_victim(job: Path, pid: int, shard: str) -> str | None:
+    """The victim's node id, if it claimed ``shard`` (so its result could be told from a survivor's)."""
+    for path in (job / "claims" / shard).glob("gen-*.json"):
+        claim = json.loads(path.read_bytes())
+        if claim["pid"] == pid:
+            return claim["node_id"]
+    return None
+
+
 def _finish(procs) -> list[dict]:
     out = []
     for proc in procs:
@@ -102,8 +111,15 @@ def test_the_writer_sigkilled_while_holding_a_shard(tmp_path):
     assert final["seq"].split(".")[0] != str(generation)
     done = done_shards(job)
     assert len(done) == 30
-    for shard in held:  # the dead holder's shard was run again by a survivor
-        assert done[shard]["generation"] >= 2
+    died_holding = [  # the victim's claims that no release record ends: it died holding them
+        path.parent.name
+        for path in (job / "claims").glob("*/gen-*.json")
+        if json.loads(path.read_bytes())["pid"] == pid
+        and not (job / "releases" / path.parent.name / path.name).exists()
+    ]
+    assert died_holding, f"the writer was killed holding {held}, yet every claim of it was released"
+    for shard in died_holding:  # taken over and run again by a survivor
+        assert done[shard]["generation"] >= 2 and done[shard]["node_id"] != done_by_victim(job, pid, shard)
     _merged_exactly_once(tmp_path, job, 60)
 
 
