@@ -325,6 +325,10 @@ def test_a_summary_directory_planted_as_a_link_out_of_the_job_is_refused(tmp_pat
     outside.mkdir()
     layout.summary_dir.symlink_to(outside)
     with pytest.raises(JobDirError, match="leads outside the job directory"):
-        run_worker(job, identity("w"), copy_runner(), ttl_secs=2.0, heartbeat_secs=0.4, max_retries=1,
-                   poll_interval_secs=0.05)  # fmt: skip
+        run_worker(
+            job,
+            identity("w"),
+            copy_runner(),
+            WorkerSettings(ttl_secs=2.0, heartbeat_secs=0.4, max_retries=1, poll_interval_secs=0.05),
+        )
     assert list(outside.iterdir()) == []
