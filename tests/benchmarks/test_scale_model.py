@@ -13,6 +13,7 @@ import pytest
 from data_juicer_elastic.jobdir import worker_loop
 from data_juicer_elastic.jobdir.layout import JobLayout
 from data_juicer_elastic.jobdir.manifest import load_manifest
+from data_juicer_elastic.jobdir.worker_settings import WorkerSettings
 from data_juicer_elastic.shards.prepare import prepare_job
 from data_juicer_elastic.sharedfs import fault_seam
 from tests.jobdir.conftest import copy_runner, identity, make_rows, request, write_rows
@@ -99,12 +100,14 @@ def _traced_worker_ops(tmp_path: Path, *, claim_ahead: bool) -> int:
             job,
             identity(),
             copy_runner(),
-            ttl_secs=1000.0,
-            heartbeat_secs=100.0,  # only the first beat (part of run_start)
-            max_retries=3,
-            poll_interval_secs=0.01,
+            WorkerSettings(
+                ttl_secs=1000.0,
+                heartbeat_secs=100.0,  # only the first beat (part of run_start)
+                max_retries=3,
+                poll_interval_secs=0.01,
+                claim_ahead=claim_ahead,
+            ),
             claim_gate=gate,
-            claim_ahead=claim_ahead,
         )
     finally:
         fault_seam.set_fault_hook(None)

@@ -27,6 +27,7 @@ from data_juicer_elastic.jobdir.pace import PaceWriter
 from data_juicer_elastic.jobdir.result_records import ShardResult
 from data_juicer_elastic.jobdir.summary_keeper import SILENT_INTERVALS, SummaryKeeper
 from data_juicer_elastic.jobdir.worker_loop import run_worker
+from data_juicer_elastic.jobdir.worker_settings import WorkerSettings
 from data_juicer_elastic.shards.prepare import prepare_job
 from data_juicer_elastic.sharedfs import fault_seam, fsio
 
@@ -300,11 +301,8 @@ def test_workers_keep_the_summary_and_finish_the_job(tmp_path):
                 job,
                 identity(f"w{k}"),
                 slow_copy,
-                ttl_secs=2.0,
-                heartbeat_secs=0.4,
-                max_retries=1,
-                poll_interval_secs=0.05,
-            )  # fmt: skip
+                WorkerSettings(ttl_secs=2.0, heartbeat_secs=0.4, max_retries=1, poll_interval_secs=0.05),
+            )
         )
 
     threads = [threading.Thread(target=work, args=(k,)) for k in range(3)]
@@ -327,6 +325,10 @@ def test_a_summary_directory_planted_as_a_link_out_of_the_job_is_refused(tmp_pat
     outside.mkdir()
     layout.summary_dir.symlink_to(outside)
     with pytest.raises(JobDirError, match="leads outside the job directory"):
-        run_worker(job, identity("w"), copy_runner(), ttl_secs=2.0, heartbeat_secs=0.4, max_retries=1,
-                   poll_interval_secs=0.05)  # fmt: skip
+        run_worker(
+            job,
+            identity("w"),
+            copy_runner(),
+            WorkerSettings(ttl_secs=2.0, heartbeat_secs=0.4, max_retries=1, poll_interval_secs=0.05),
+        )
     assert list(outside.iterdir()) == []

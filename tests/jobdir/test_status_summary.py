@@ -23,6 +23,7 @@ from data_juicer_elastic.jobdir.manifest import load_manifest
 from data_juicer_elastic.jobdir.result_records import ShardResult
 from data_juicer_elastic.jobdir.shard_state import ShardState
 from data_juicer_elastic.jobdir.worker_loop import run_worker
+from data_juicer_elastic.jobdir.worker_settings import WorkerSettings
 from data_juicer_elastic.shards.prepare import prepare_job
 from data_juicer_elastic.sharedfs import fault_seam, fsio
 from data_juicer_elastic.status.job_status import snapshot, snapshot_json
@@ -65,12 +66,10 @@ def _run_workers(job: Path, runner: HeldRunner) -> tuple[list[threading.Thread],
                 job,
                 identity(f"node-{k}"),
                 runner,
-                ttl_secs=4.0,
-                heartbeat_secs=0.5,
-                max_retries=1,
-                poll_interval_secs=0.05,
-                claim_ahead=False,
-            )  # fmt: skip
+                WorkerSettings(
+                    ttl_secs=4.0, heartbeat_secs=0.5, max_retries=1, poll_interval_secs=0.05, claim_ahead=False
+                ),
+            )
         )
 
     threads = [threading.Thread(target=work, args=(k,), daemon=True) for k in range(WORKERS)]
