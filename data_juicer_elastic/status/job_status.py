@@ -218,7 +218,7 @@ class _Reader:
             if markers.last_error is not None:
                 base.update(last_error=markers.last_error)
             return ShardStatus(state=decide_state(markers, held=held), **base)
-        age = _heartbeat_age(self.layout, view)
+        age = leases.heartbeat_age(self.layout, shard, view.generation)
         record = progress.read_attempt_progress(self.layout, shard, claim.attempt_id)[0] if claim else None
         base.update(heartbeat_age_secs=age, progress=record)
         if self.observer is not None:
@@ -274,13 +274,3 @@ def _read_quietly(path: Path) -> bytes | None:
         return fsio.read_record(path)
     except (OSError, JobDirError):
         return None  # read_done reads it again by itself and reports the error
-
-
-def _heartbeat_age(layout: JobLayout, view: leases.LeaseView) -> float | None:
-    """Seconds since the heartbeat (or, before the first one, the claim) was written, by mtime."""
-    for path in (layout.heartbeat(view.shard_id, view.generation), layout.claim(view.shard_id, view.generation)):
-        try:
-            return max(0.0, time.time() - fsio.stat(path).st_mtime)
-        except OSError:
-            continue
-    return None
