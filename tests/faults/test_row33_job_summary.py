@@ -73,6 +73,13 @@ def done_by_victim(job: Path, pid: int, shard: str) -> str | None:
     return None
 
 
+def _kill_all(procs) -> None:
+    """Whatever a failed test left running (each worker in its own process group)."""
+    for proc in procs:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+
+
 def _finish(procs) -> list[dict]:
     out = []
     for proc in procs:
@@ -101,9 +108,7 @@ def test_the_writer_sigkilled_while_holding_a_shard(tmp_path):
         survivors = [p for p in procs if p is not victim]
         summaries = _finish(survivors)
     finally:
-        for proc in procs:
-            if proc.poll() is None:
-                os.killpg(proc.pid, signal.SIGKILL)
+        _kill_all(procs)
     assert all(s["complete"] for s in summaries)
     new_generation, new_pid = _writer(job)
     assert new_generation > generation and new_pid != pid  # the lease was taken over
@@ -162,9 +167,7 @@ def test_a_torn_deleted_or_old_summary_never_takes_a_live_claim(tmp_path):
         summaries = _finish(procs)
     finally:
         stop.set()
-        for proc in procs:
-            if proc.poll() is None:
-                os.killpg(proc.pid, signal.SIGKILL)
+        _kill_all(procs)
     assert len(attacks) >= 5 and all(s["complete"] for s in summaries)
     done = done_shards(job)
     assert len(done) == 40
@@ -206,9 +209,7 @@ def test_two_writers_at_once_the_frozen_one_is_fenced(tmp_path):
         summaries = _finish(procs)
     finally:
         stop.set()
-        for proc in procs:
-            if proc.poll() is None:
-                os.killpg(proc.pid, signal.SIGKILL)
+        _kill_all(procs)
     watcher.join(timeout=5)
     generations = [int(s.split(".")[0]) for s in seen]
     first_new = next(i for i, g in enumerate(generations) if g > generation)
