@@ -7,7 +7,7 @@ takeover and release records and rules of a shard, ``jobdir.leases``) and, every
 (``jobdir.job_summary``).  A round costs O(workers + live claims) metadata operations,
 whatever the number of shards:
 
-* one listing of ``paces/`` and a read of each pace record that has not said it stopped;
+* one listing of ``paces/`` and a read of each pace record that has not said it stopped
   (records are read :data:`READ_THREADS` at a time: each is a round trip to the server);
 * one listing of ``done/`` and one of ``failed/`` (names only: the done set and the
   terminal failures);
