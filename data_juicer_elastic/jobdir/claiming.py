@@ -6,7 +6,8 @@ job summary (``jobdir.job_summary``) when there is a fresh one:
 
 * With the summary, shards it shows done or failed are skipped, and so are shards it shows
   held by another process's live claim, all without a filesystem operation; only shards it
-  shows free, or stale candidates, are probed.  An idle worker in the tail (every shard done
+  shows free, or stale candidates, are probed, and after :data:`MAX_TAKEN_PER_SUMMARY` of
+  those turned out taken the worker waits for the next summary.  An idle worker in the tail (every shard done
   or held) then reads nothing but the summary's sequence record.  A stale candidate is taken
   over when the lease read now shows the very heartbeat value the summary's writer watched
   for a TTL (``leases.takeover_reason``).  Without a fresh summary, the rules below apply alone.
@@ -63,6 +64,10 @@ from data_juicer_elastic.sharedfs import fsio
 from data_juicer_elastic.sharedfs.identity import pid_alive
 
 MAX_JUMPS: Final = 4  # random jumps per claim before walking sequentially through the rest
+# With a summary: shards it showed free that turned out taken (by a claim newer than the summary)
+# before a worker stops looking until the next summary, so a thousand workers waking on the same
+# summary do not all probe every free shard.
+MAX_TAKEN_PER_SUMMARY: Final = 3
 LIST_AFTER_SURPRISES: Final = 16  # unknown done markers read since the last listing that trigger one
 
 
@@ -227,7 +232,7 @@ class Claimer:
         if view is not None:
             self._learn_summary(view)
         listed = view is None and cursor.wants_listing() and self._list_done()
-        finished = True
+        finished, taken = True, 0
         for i in cursor.walk():
             entry = self.manifest.shards[i]
             vouched = None
@@ -240,6 +245,10 @@ class Claimer:
                     continue  # failed for good (until `dj-elastic retry`): as TERMINAL, without reading it
                 vouched = view.stale_token(shard)
             outcome = self._probe(entry, vouched)
+            if view is not None and outcome == BUSY:
+                taken += 1
+                if taken >= MAX_TAKEN_PER_SUMMARY:
+                    return None, False  # the summary is behind here: look again at the next one
             if isinstance(outcome, Claim):
                 cursor.claimed(i)
                 return (entry, outcome), False

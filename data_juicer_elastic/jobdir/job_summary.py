@@ -25,6 +25,7 @@ reader that finds the summary missing, corrupt or not advancing for
 from __future__ import annotations
 
 import base64
+import json
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -88,6 +89,10 @@ class JobSummary(ChecksummedRecord):
     live: list[LiveClaim]
     nodes: list[NodePace]
     checksum: str | None = None
+
+    def encode(self) -> bytes:
+        # compact (one line): every worker reads it every few seconds; indentation would be a third of it
+        return json.dumps(self.to_dict(), separators=(",", ":"), ensure_ascii=False, allow_nan=False).encode() + b"\n"
 
 
 @dataclass(frozen=True)

@@ -12,10 +12,11 @@ whatever the number of shards (``job_status`` reads the rest):
 * the workers' pace records (``jobdir.pace``: one listing, one read each) for the per-node
   counts of accepted results, rows and quarantined rows, fresher than the summary's copy.
 
-Records are read a few at a time (each is a round trip to the server).  Never one read per done
-shard: their owner, output rows and attempts are not known here (None).  A shard neither done, failed nor live in the summary is PENDING
-without a read, so a claim made after the summary was written shows as pending until the
-next summary (one summary interval, a few seconds).
+Records are read a few at a time (each is a round trip to the server).  Never one read per
+done shard: their owner, output rows and attempts are not known here (None).  A shard neither
+done, failed nor live in the summary is PENDING without a read, so a claim made after the
+summary was written shows as pending until the next summary (one summary interval, a few
+seconds).
 """
 
 from __future__ import annotations

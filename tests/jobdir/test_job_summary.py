@@ -336,3 +336,21 @@ def test_a_summary_directory_planted_as_a_link_out_of_the_job_is_refused(tmp_pat
             WorkerSettings(ttl_secs=2.0, heartbeat_secs=0.4, max_retries=1, poll_interval_secs=0.05),
         )
     assert list(outside.iterdir()) == []
+
+
+def test_a_worker_stops_probing_when_the_summary_is_behind(tmp_path, clock, monkeypatch):
+    """Shards the summary shows free were claimed since: a worker gives up after a few of them and
+    waits for the next summary, instead of every woken worker probing every one."""
+    job, layout, manifest, _ = _job(tmp_path, 10, done=2)
+    keeper = _keeper(layout, manifest, clock)
+    keeper.tick()
+    claimer = _claimer(layout, manifest, clock)
+    seen_advancing(claimer.summary, keeper)
+    late = identity("late", pid=51_000, hostname="host-late", boot_id="boot-late")
+    for entry in manifest.shards[2:]:  # claimed after the summary, by a process without a pace record yet
+        leases.publish_claim(layout, leases.read_lease(layout, entry.shard_id), late, "l-1", leases.FIRST)
+    probed = []
+    original = claimer._probe
+    monkeypatch.setattr(claimer, "_probe", lambda entry, vouched=None: probed.append(entry) or original(entry, vouched))
+    assert claimer.claim_next() == (None, False)
+    assert len(probed) == claiming.MAX_TAKEN_PER_SUMMARY < 8
