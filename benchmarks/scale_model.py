@@ -108,6 +108,7 @@ class Params:
     claim_ahead: bool = True
     gate: bool = True
     status_threads: int = 8  # status reads records with a few threads (as it reads done markers now)
+    tries_per_summary: int = 3  # shards found taken before a worker waits for the next summary (0: no limit)
     writer_dies_at: float | None = None  # the summary writer's node dies at this share of the ideal
     bucket_s: float = 10.0
     seed: int = 0
@@ -140,6 +141,7 @@ class Result:
     status_ops: float
     status_s: float
     status_serial_s: float
+    summary_reads_per_s: float
     ops_by_kind: dict[str, float]
 
     @property
@@ -185,6 +187,7 @@ class Sim:
         self.writer_cycle_max = 0.0
         self.writer_dead = False
         self.fallback_claims = 0
+        self.summary_reads = 0  # reads of summary.json (each moves the whole summary: see the docs)
         self.summary_age_max = 0.0
         # workers
         self.alive = [True] * W
@@ -343,6 +346,7 @@ class Sim:
         ops = o["seq_read"]
         if self.seen_seq[w] != self.summary_seq:
             ops += o["summary_read"]
+            self.summary_reads += 1
             self.seen_seq[w] = self.summary_seq
             self.known_taken[w].clear()
         if self.summary_seq == 0:
@@ -425,6 +429,9 @@ class Sim:
         self.known_taken[w].add(i)
         self.count(o["claim_lost"] - o["claim_publish"], "claim", self.now, self.now)
         self.claim_ops_now[c] += o["claim_lost"] - o["claim_publish"]
+        if self.p.tries_per_summary and len(self.known_taken[w]) >= self.p.tries_per_summary:
+            self.no_claim(c)  # taken ones only: wait for the next summary
+            return
         self.try_pick(c, 0)
 
     def claimed(self, c: int, i: int) -> None:
@@ -606,6 +613,7 @@ class Sim:
             status_ops=st_ops,
             status_s=st_s,
             status_serial_s=st_ops * p.latency_s,
+            summary_reads_per_s=self.summary_reads / mk,
             ops_by_kind=dict(self.ops_by_kind),
         )
 
@@ -767,6 +775,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--no-claim-ahead", action="store_true")
     ap.add_argument("--no-gate", action="store_true")
     ap.add_argument("--status-threads", type=int, default=8)
+    ap.add_argument("--tries", type=int, default=3, help="lost claims per summary before waiting (0: no limit)")
     ap.add_argument("--writer-dies-at", type=float, help="the summary writer dies at this share of the ideal")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--ops-from", type=Path, help="bench_scale.py JSON: check the op table against it")
@@ -799,11 +808,12 @@ def main(argv: list[str] | None = None) -> int:
                 workers=w, shards=s, latency_s=a.latency_ms / 1000, nas_ops_per_s=a.nas_ops, shard_secs=a.shard_secs,
                 speed_sigma=a.speed_sigma, fail_fraction=a.fail_fraction, ttl_s=a.ttl, poll_s=a.poll,
                 summary_s=a.summary_interval, claim_ahead=not a.no_claim_ahead, gate=not a.no_gate,
-                status_threads=a.status_threads, writer_dies_at=a.writer_dies_at, seed=a.seed, ops=ops,
+                status_threads=a.status_threads, writer_dies_at=a.writer_dies_at, tries_per_summary=a.tries,
+                seed=a.seed, ops=ops,
             )  # fmt: skip
             r = simulate(p)
             print(row(r), flush=True)
-            notes.append(f"W={w} S={s}: {targets(r)}")
+            notes.append(f"W={w} S={s}: {targets(r)}; summary.json read {r.summary_reads_per_s:.0f} times/s")
             if a.breakdown:
                 parts = ", ".join(f"{k} {v / r.total_ops:.0%}" for k, v in sorted(r.ops_by_kind.items()))
                 print(f"  ops by kind: {parts}", file=sys.stderr)
