@@ -37,6 +37,7 @@ Sections (numbers are JSON on stdout's last line and in ``--out``; a table is pr
 from __future__ import annotations
 
 import argparse
+import importlib
 import itertools
 import json
 import os
@@ -71,6 +72,7 @@ from data_juicer_elastic.status.run_status import status_once  # noqa: E402
 
 WEIGHT = {"makedirs": 3, "write": 0}
 CLAIM_PATH = ("claim", "gate")
+IDLE_THREAD = ("claim", "gate", "run")
 
 
 # -- counting ------------------------------------------------------------------------------------------
@@ -188,9 +190,14 @@ def install() -> None:
     def thread_start(self, *a, **kw):
         parent = threading.current_thread()
         self.bench_owner = getattr(parent, "bench_owner", parent.name)
-        self.bench_activity = "heartbeat" if self.name.startswith("heartbeat") else (
-            "ahead" if "ahead" in self.name else getattr(parent, "bench_activity", self.name)
-        )  # fmt: skip
+        if self.name.startswith("heartbeat"):
+            self.bench_activity = "heartbeat"
+        elif "ahead" in self.name:
+            self.bench_activity = "ahead"
+        elif "summary" in self.name:  # the job summary's keeper thread (one per worker process)
+            self.bench_activity = "keeper"
+        else:
+            self.bench_activity = getattr(parent, "bench_activity", self.name)
         return start(self, *a, **kw)
 
     thread_start.bench_wrapped = True
@@ -199,7 +206,38 @@ def install() -> None:
     _wrap(shard_attempt.ShardWorker, "claim_next", "claim", after=_claimed)
     _wrap(stragglers.ClaimGate, "__call__", "gate", after=lambda r: COUNTS.event("gate_calls"))
     _wrap(leases.Heartbeater, "beat", "heartbeat", after=lambda r: COUNTS.event("beats"))
-    _wrap(worker_loop, "job_outcome", "exit")
+    # what run_worker calls as it leaves: the job's outcome (from the summary, where there is one)
+    _wrap(worker_loop, "leaving_outcome" if hasattr(worker_loop, "leaving_outcome") else "job_outcome", "exit")
+    keeper = _summary_keeper()
+    if keeper is not None:
+        _wrap_tick(keeper)
+
+
+def _summary_keeper():
+    """The job summary's keeper class, where the code has one (None: the walk, no summary)."""
+    try:
+        return importlib.import_module("data_juicer_elastic.jobdir.summary_keeper").SummaryKeeper
+    except ImportError:
+        return None
+
+
+def _wrap_tick(keeper_cls) -> None:
+    """A keeper round counts as "keeper", and as a writer's round or another process's look."""
+    original = keeper_cls.tick
+    _PATCHED.append((keeper_cls, "tick", original))
+
+    def tick(self, *args, **kwargs):
+        tl = COUNTS.mine()
+        before = sum(tl.ops.values())
+        with activity("keeper"):
+            try:
+                return original(self, *args, **kwargs)
+            finally:
+                kind = "writer" if self.writing else "other"
+                COUNTS.event(f"{kind}_ticks")
+                COUNTS.event(f"{kind}_tick_ops", sum(tl.ops.values()) - before)
+
+    keeper_cls.tick = tick
 
 
 def uninstall() -> None:
@@ -321,9 +359,21 @@ def run_claims(job: Path, workers: int, *, claim_ahead: bool, poll: float, ttl: 
         "heartbeat_ops_per_beat": round(acts.get("heartbeat", 0) / max(beats, 1), 2),
         "exit_ops_per_worker": round(acts.get("exit", 0) / workers, 2),
         "all_ops_per_shard": round(sum(acts.values()) / shards, 2),
+        **keeper_stats(),
         "ops_by_activity": acts,
         "shards_by_worker_max_min": [max(s.done for s in summaries.values()), min(s.done for s in summaries.values())],
     }
+
+
+def keeper_stats() -> dict:
+    """The job summary's rounds since the last reset: the writer's (ops per round) and the other
+    processes' (each keeper looks whether the writer is alive and flushes its pace record)."""
+    out = {}
+    for kind in ("writer", "other"):
+        ticks = COUNTS.events_total(f"{kind}_ticks")
+        out[f"{kind}_rounds"] = ticks
+        out[f"{kind}_round_ops"] = round(COUNTS.events_total(f"{kind}_tick_ops") / ticks, 2) if ticks else None
+    return out
 
 
 # -- section: idle (K live claims held by stalled holders) ---------------------------------------------
@@ -383,10 +433,14 @@ def run_idle(job: Path, held: int, *, finishers: int, polls: int, poll: float, t
     marks = [0]
     idle_ident = identity(0, "i")
 
+    per_poll_all: list[int] = []
+
     def counted_sleep(secs: float) -> None:
         now = COUNTS.total(CLAIM_PATH, owners={"i0"})
         per_poll.append(now - marks[0])
         marks[0] = now
+        everything = COUNTS.total(IDLE_THREAD, owners={"i0"})  # the worker's own thread: + its pace record
+        per_poll_all.append(everything - sum(per_poll_all))
         if len(per_poll) >= polls:
             stop.set()
         stop.wait(secs)
@@ -405,6 +459,7 @@ def run_idle(job: Path, held: int, *, finishers: int, polls: int, poll: float, t
     out["idle_poll_ops_mean"] = round(statistics.fmean(later), 2)
     out["idle_poll_ops_max"] = max(later)
     out["idle_polls"] = len(per_poll)
+    out["idle_poll_all_ops_median"] = statistics.median(per_poll_all[1:] or per_poll_all)
     out["stopped_exit_ops"] = COUNTS.total({"exit"}, owners={"i0"})
 
     # 2. the claim gate of a node with done shards, in the tail: ops per evaluation
@@ -461,6 +516,7 @@ def run_idle(job: Path, held: int, *, finishers: int, polls: int, poll: float, t
     beats = COUNTS.events_total("beats")
     out["holder_beats"] = beats
     out["heartbeat_ops_per_beat"] = round(COUNTS.total({"heartbeat"}) / max(beats, 1), 2)
+    out.update(keeper_stats())
     fault_seam.set_fault_hook(None)
 
     release.set()
@@ -533,21 +589,23 @@ def _measure(args: argparse.Namespace) -> dict:
 
 def table(r: dict) -> str:
     lines = ["| claims: W x S | claim-ahead | claims/s | claim-path ops/claim | gate ops/claim | run ops/shard "
-             "| heartbeat ops/beat | exit ops/worker |", "|---|---|---:|---:|---:|---:|---:|---:|"]  # fmt: skip
+             "| heartbeat ops/beat | exit ops/worker | writer round ops |",
+             "|---|---|---:|---:|---:|---:|---:|---:|---:|"]  # fmt: skip
     for c in r["claims"]:
         lines.append(
             f"| {c['workers']} x {c['shards']} | {'on' if c['claim_ahead'] else 'off'} | {c['claims_per_s']} "
             f"| {c['claim_path_ops_per_claim']} | {c['gate_ops_per_claim']} | {c['run_ops_per_shard']} "
-            f"| {c['heartbeat_ops_per_beat']} | {c['exit_ops_per_worker']} |"
+            f"| {c['heartbeat_ops_per_beat']} | {c['exit_ops_per_worker']} | {c.get('writer_round_ops')} |"
         )
     lines += ["", "| live claims held | done | idle poll ops: first / median / mean / max | gate ops/eval "
-              "(first, median) | stopped exit ops | wait_settled ops/poll | heartbeat ops/beat |",
-              "|---:|---:|---|---|---:|---:|---:|"]  # fmt: skip
+              "(first, median) | stopped exit ops | wait_settled ops/poll | heartbeat ops/beat | writer round ops |",
+              "|---:|---:|---|---|---:|---:|---:|---:|"]  # fmt: skip
     for i in r["idle"]:
         lines.append(
             f"| {i['held']} | {i['done']} | {i['idle_first_poll_ops']} / {i['idle_poll_ops_median']} / "
             f"{i['idle_poll_ops_mean']} / {i['idle_poll_ops_max']} | {i['gate_ops_first']}, {i['gate_ops_median']} "
-            f"| {i['stopped_exit_ops']} | {i['settle_ops_per_poll']} | {i['heartbeat_ops_per_beat']} |"
+            f"| {i['stopped_exit_ops']} | {i['settle_ops_per_poll']} | {i['heartbeat_ops_per_beat']} "
+            f"| {i.get('writer_round_ops')} |"
         )
     lines += ["", "| status: shards | done | running | ops (text) | s (text) | ops (json) | s (json) |",
               "|---:|---:|---:|---:|---:|---:|---:|"]  # fmt: skip

@@ -70,6 +70,7 @@ OPS: dict[str, float] = {
     "writer_per_worker": 1,  # read of each live worker's pace record
     "writer_per_claim": 1,  # read of each live claim's heartbeat
     "writer_writes": 6,  # summary.json + summary.seq (atomic writes)
+    "writer_fence": 1,  # before each round: is there a newer generation of the writer's lease?
     "status_base": 2,  # summary.json + the manifest
     "status_per_node": 1,  # each pace record
     "status_per_running": 1,  # each running attempt's progress
@@ -108,6 +109,7 @@ class Params:
     claim_ahead: bool = True
     gate: bool = True
     status_threads: int = 8  # status reads records with a few threads (as it reads done markers now)
+    keeper_phase: bool = True  # keepers look at random phases (False: all at once, for hand-computed cases)
     tries_per_summary: int = 3  # shards found taken before a worker waits for the next summary (0: no limit)
     writer_dies_at: float | None = None  # the summary writer's node dies at this share of the ideal
     bucket_s: float = 10.0
@@ -179,15 +181,16 @@ class Sim:
         self.holder: dict[int, int] = {}  # shard -> worker
         # the summary
         self.summary_seq = 0
-        self.summary_taken_at = -math.inf  # when the published summary's reads began
         self.summary_published_at = 0.0
-        self.summary_free = 0  # free shards it shows
-        self.summary_stale: set[int] = set()
-        self.summary_done = 0
+        # every summary written: (published at, seq, its reads began at, free shards, done, stale candidates)
+        self.snaps: list[tuple[float, int, float, int, int, set[int]]] = []
+        self.snap_times: list[float] = []
+        # each worker process's keeper looks at the summary once per interval, at its own phase
+        self.phase = [rng.uniform(0, p.summary_s) if p.keeper_phase else 0.0 for _ in range(W)]
         self.writer_cycle_max = 0.0
         self.writer_dead = False
         self.fallback_claims = 0
-        self.summary_reads = 0  # reads of summary.json (each moves the whole summary: see the docs)
+        self.n_alive = 0  # worker processes that joined and live (each runs a keeper)
         self.summary_age_max = 0.0
         # workers
         self.alive = [True] * W
@@ -233,13 +236,16 @@ class Sim:
         return hi
 
     # -- NAS ------------------------------------------------------------------------------------------
-    def background(self) -> float:
+    def background(self) -> tuple[float, float]:
+        """Open-loop ops/s: (heartbeats of the live claims and the writer's lease, the keepers' looks:
+        every worker process reads summary.seq, and the summary when it changed, once per interval)."""
         o, h = self.o, self.p.heartbeat_s
-        beats = (self.holders + 1) * (o["heartbeat"] + o["progress_flush"] / 2) / h  # + the writer lease
-        return beats
+        beats = (self.holders + 1) * (o["heartbeat"] + o["progress_flush"] / 2) / h
+        looks = self.n_alive * (o["seq_read"] + o["summary_read"]) / self.p.summary_s
+        return beats, looks
 
     def rate(self) -> float:
-        free = max(self.p.nas_ops_per_s - self.background(), 0.05 * self.p.nas_ops_per_s)
+        free = max(self.p.nas_ops_per_s - sum(self.background()), 0.05 * self.p.nas_ops_per_s)
         n = len(self.active)
         return min(1.0 / self.p.latency_s, free / n) if n else 1.0 / self.p.latency_s
 
@@ -249,7 +255,9 @@ class Sim:
             return
         if self.active:
             self.V += self.rate() * dt
-        self.count(self.background() * dt, "heartbeat", self.now, t)
+        beats, looks = self.background()
+        self.count(beats * dt, "heartbeat", self.now, t)
+        self.count(looks * dt, "keeper", self.now, t)
         self.now = t
 
     def count(self, ops: float, kind: str, a: float, z: float) -> None:
@@ -300,7 +308,7 @@ class Sim:
         taken_at = self.now
         # what the reads see: taken when they start (a claim made during the cycle shows next time)
         snap = (taken_at, len(self.free), self.n_done, self.stale_now(taken_at))
-        self.burst(self.WRITER, ops + o["writer_writes"], "writer", ("published", snap))
+        self.burst(self.WRITER, ops + o["writer_writes"] + o["writer_fence"], "writer", ("published", snap))
 
     def stale_now(self, t: float) -> set[int]:
         """Dead holders' claims whose heartbeat the writer has seen unchanged for a TTL: it reads
@@ -312,20 +320,26 @@ class Sim:
         self.summary_age_max = max(self.summary_age_max, self.now - self.summary_published_at)
         self.writer_cycle_max = max(self.writer_cycle_max, self.now - taken_at)
         self.summary_seq += 1
-        self.summary_taken_at, self.summary_published_at = taken_at, self.now
-        self.summary_free, self.summary_done, self.summary_stale = free, done, stale
+        self.summary_published_at = self.now
+        self.snaps.append((self.now, self.summary_seq, taken_at, free, done, stale))
+        self.snap_times.append(self.now)
         nxt = max(self.now, taken_at + self.p.summary_s)
         if self.n_done < self.p.shards:
             self.at(nxt, "writer", self.WRITER)
 
     # -- a claim (client w: the worker; client W + w: its claim-ahead helper) ------------------------
-    def pick(self, w: int) -> int | None:
+    def view(self, w: int) -> tuple | None:
+        """The summary worker ``w`` has: the last one written before its keeper's latest look."""
+        k = bisect.bisect_right(self.snap_times, self.now - self.phase[w]) - 1
+        return self.snaps[k] if k >= 0 else None
+
+    def pick(self, w: int, v: tuple) -> int | None:
         """A shard the summary shows free, at random: one still free, one claimed since the summary
         was taken (the worker will find it taken), or a stale candidate."""
-        i0 = bisect.bisect_left(self.claim_log, (self.summary_taken_at, -1))
+        i0 = bisect.bisect_left(self.claim_log, (v[2], -1))
         since = len(self.claim_log) - i0
         known = self.known_taken[w]
-        stale = [i for i in self.summary_stale if i not in known and self.state[i] == HELD]
+        stale = [i for i in v[5] if i not in known and self.state[i] == HELD]
         for _ in range(8):
             n = len(self.free) + since + len(stale)
             if n == 0:
@@ -343,23 +357,23 @@ class Sim:
         w, o = c % self.p.workers, self.o
         self.claim_started[c] = self.now
         self.claim_ops_now[c] = 0.0
-        ops = o["seq_read"]
-        if self.seen_seq[w] != self.summary_seq:
-            ops += o["summary_read"]
-            self.summary_reads += 1
-            self.seen_seq[w] = self.summary_seq
-            self.known_taken[w].clear()
-        if self.summary_seq == 0:
+        ops = o["seq_read"]  # the summary itself: read by the keeper when it changed (background)
+        v = self.view(w)
+        if v is None:
             self.burst(c, ops, "claim", ("none",))  # no summary yet: wait for the first one
             return
+        if self.seen_seq[w] != v[1]:
+            self.seen_seq[w] = v[1]
+            self.known_taken[w].clear()
         if self.walking():
             self.walk_claim(c, ops)
             return
         self.try_pick(c, ops)
 
     def walking(self) -> bool:
-        """The summary has not advanced for a TTL: the workers walk the shards as without one."""
-        return self.now - self.summary_published_at >= self.p.ttl_s
+        """The summary has not advanced for max(3 intervals, TTL / 2): the workers walk the shards as
+        without one (they no longer trust it)."""
+        return self.now - self.summary_published_at >= max(3 * self.p.summary_s, self.p.ttl_s / 2)
 
     def walk_claim(self, c: int, ops: float) -> None:
         w, o = c % self.p.workers, self.o
@@ -377,23 +391,24 @@ class Sim:
             self.walk_claim(c, ops)
             return
         w, o, ahead = c % self.p.workers, self.o, c >= self.p.workers
-        i = self.pick(w) if self.summary_free + len(self.summary_stale) > 0 else None
-        if i is None or not self.gate_allows(w, ahead):
+        v = self.view(w)
+        i = self.pick(w, v) if v is not None and v[3] + len(v[5]) > 0 else None
+        if i is None or not self.gate_allows(w, ahead, v=v):
             if ops:
                 self.burst(c, ops, "claim", ("none",))
             else:
                 self.no_claim(c)
             return
-        if i in self.summary_stale:
+        if i in v[5]:
             ops += o["takeover_probe"]
         self.burst(c, ops + o["claim_probe"] + o["claim_publish"], "claim", ("publish", i))
 
-    def gate_allows(self, w: int, ahead: bool, walking: bool = False) -> bool:
+    def gate_allows(self, w: int, ahead: bool, walking: bool = False, v: tuple | None = None) -> bool:
         """should_claim from the summary's paces: in the tail, decline a shard the other running
         nodes will finish sooner (pending <= what they can do before this node finishes one)."""
         if not self.p.gate:
             return True
-        pending = len(self.free) if walking else self.summary_free + len(self.summary_stale)
+        pending = len(self.free) if walking or v is None else v[3] + len(v[5])
         mine = self.secs[w] * (0.8 if ahead else 1.0)  # claimed ahead: the running shard's tail first
         if pending > mine * self.pace_sum:  # more than the others could take even without the floors
             return True
@@ -409,7 +424,8 @@ class Sim:
 
     def publish(self, c: int, i: int) -> None:
         w, o = c % self.p.workers, self.o
-        stale_taken = self.state[i] == HELD and i in self.last_beat and i in self.summary_stale
+        v = self.view(w)
+        stale_taken = self.state[i] == HELD and i in self.last_beat and v is not None and i in v[5]
         if self.state[i] == PENDING or stale_taken:
             if stale_taken:
                 self.takeovers += 1
@@ -451,7 +467,8 @@ class Sim:
             if self.waiting.pop(w, None) is not None:
                 self.finish(w)
             return
-        if self.summary_done >= self.p.shards and self.summary_seq > 0:
+        v = self.view(w)
+        if v is not None and v[4] >= self.p.shards:
             self.burst(w, self.o["stopped_exit"], "exit", ("exit",))
             return
         self.at(self.now + self.backoff[w], "poll", w)
@@ -467,7 +484,8 @@ class Sim:
 
     def finish(self, w: int) -> None:
         """The shard ended (and the helper's claim, if any, is done): its records, then the next one."""
-        self.burst(w, self.o["run"] + self.o["pace_write"], "run", ("finished", self.running[w]))
+        # the pace record's "finished" goes out with the next claim's write (or the idle flush)
+        self.burst(w, self.o["run"], "run", ("finished", self.running[w]))
 
     # -- the loop -------------------------------------------------------------------------------------
     def on_burst_done(self, c: int) -> None:
@@ -507,17 +525,21 @@ class Sim:
                 self.start_claim(w)
         elif mode == "exit":
             self.alive[w] = False
+            self.n_alive -= 1
 
     def on_event(self, kind: str, w: int, arg: int) -> None:
         W = self.p.workers
         if kind == "writer":
             self.writer_cycle()
             return
-        if kind == "writer_dies":  # its cycles stop; a worker takes the writer lease a TTL after its last beat
+        if kind == "writer_dies":  # its rounds stop
             self.writer_dead = True
             self.active.pop(self.WRITER, None)
             self.burst_of.pop(self.WRITER, None)
-            self.at(self.now + self.p.ttl_s + self.rng.uniform(0, self.p.heartbeat_s), "writer_new", self.WRITER)
+            # the keepers look at the writer's lease once the summary is silent for 3 intervals, and take
+            # it over when its heartbeat has been unchanged for a TTL on their clock
+            silent = 3 * self.p.summary_s + self.rng.uniform(0, self.p.summary_s)
+            self.at(self.now + silent + self.p.ttl_s, "writer_new", self.WRITER)
             return
         if kind == "writer_new":
             self.writer_dead = False
@@ -525,10 +547,12 @@ class Sim:
             return
         if kind == "join":
             self.joined[w] = True
+            self.n_alive += 1
             self.start_claim(w)
             return
         if kind == "die":
             self.alive[w] = False
+            self.n_alive -= self.joined[w]
             if w in self.running:
                 self.pace_sum -= 1.0 / self.secs[w]
             for i in (self.running.pop(w, None), self.ahead.pop(w, None)):
@@ -540,7 +564,8 @@ class Sim:
                 self.burst_of.pop(c, None)
             return
         if kind == "poll":
-            if self.seen_seq[w] != self.summary_seq or self.walking():
+            v = self.view(w)
+            if (v is not None and self.seen_seq[w] != v[1]) or self.walking():
                 self.start_claim(w)
             else:
                 self.burst(w, self.o["seq_read"], "idle", ("none",))
@@ -613,7 +638,7 @@ class Sim:
             status_ops=st_ops,
             status_s=st_s,
             status_serial_s=st_ops * p.latency_s,
-            summary_reads_per_s=self.summary_reads / mk,
+            summary_reads_per_s=self.ops_by_kind.get("keeper", 0.0) / (o["seq_read"] + o["summary_read"]) / mk,
             ops_by_kind=dict(self.ops_by_kind),
         )
 

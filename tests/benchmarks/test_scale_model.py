@@ -53,6 +53,7 @@ def _one_worker(shards: int) -> sm.Result:
             start_spread_s=0.0,
             claim_ahead=False,
             gate=False,
+            keeper_phase=False,
         )  # fmt: skip
     )
 
@@ -60,23 +61,23 @@ def _one_worker(shards: int) -> sm.Result:
 def test_hand_computed_single_worker():
     r = _one_worker(4)
     o = sm.OPS
-    # it joins before the first summary: reads summary.seq and summary.json (none yet), polls 2 s later;
-    # then each claim finds a new summary (one every 5 s, a shard takes 10 s): seq, summary, probe,
-    # publication, pace record
-    claim = o["seq_read"] + o["summary_read"] + o["claim_probe"] + o["claim_publish"] + o["pace_write"]
+    # it joins before the first summary: reads summary.seq (nothing yet) and polls 2 s later; then
+    # each claim: seq, probe, publication, pace record (its keeper read the summary meanwhile)
+    claim = o["seq_read"] + o["claim_probe"] + o["claim_publish"] + o["pace_write"]
     assert r.claims == 4 and r.lost_races == 0 and r.done_shards == 4
     assert r.claim_ops_mean == pytest.approx(claim)
-    assert r.ops_by_kind["claim"] == pytest.approx(o["seq_read"] + o["summary_read"] + 4 * claim)
-    # each shard: the first heartbeat, then its records and the pace record when it ends
-    assert r.ops_by_kind["run"] == pytest.approx(4 * (o["heartbeat"] + o["run"] + o["pace_write"]))
-    first_look = 0.001 * (o["seq_read"] + o["summary_read"])  # 1 ms per op; the poll is 2 s after it
-    assert r.makespan_s == pytest.approx(
-        first_look + 2.0 + 4 * 10.0 + 0.001 * 4 * (claim + o["heartbeat"] + o["run"] + 3)
-    )
+    assert r.ops_by_kind["claim"] == pytest.approx(o["seq_read"] + 4 * claim)
+    # each shard: the first heartbeat, then its records (its pace goes out with the next claim's write)
+    assert r.ops_by_kind["run"] == pytest.approx(4 * (o["heartbeat"] + o["run"]))
+    first_look = 0.001 * o["seq_read"]  # 1 ms per op; the poll is 2 s after it
+    assert r.makespan_s == pytest.approx(first_look + 2.0 + 4 * 10.0 + 0.001 * 4 * (claim + o["heartbeat"] + o["run"]))
     # the writer: lists, the worker's pace record, the live claim's heartbeat (one, while it runs), writes
-    per_cycle = o["writer_lists"] + o["writer_per_worker"] + o["writer_writes"]
+    per_cycle = o["writer_lists"] + o["writer_per_worker"] + o["writer_writes"] + o["writer_fence"]
     cycles = r.ops_by_kind["writer"] // per_cycle
     assert 8 <= cycles <= 10 and r.ops_by_kind["writer"] <= cycles * (per_cycle + o["writer_per_claim"])
+    # the keeper looks at the summary once per interval: summary.seq and the summary (it changed)
+    looks = (o["seq_read"] + o["summary_read"]) * r.makespan_s / 5.0
+    assert r.ops_by_kind["keeper"] == pytest.approx(looks, rel=1e-3)
 
 
 def test_a_dead_holders_shard_is_taken_over_and_the_job_finishes():
