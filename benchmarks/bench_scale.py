@@ -196,8 +196,9 @@ def install() -> None:
             self.bench_activity = "ahead"
         elif "summary" in self.name:  # the job summary's keeper thread (one per worker process)
             self.bench_activity = "keeper"
-        else:
-            self.bench_activity = getattr(parent, "bench_activity", self.name)
+        else:  # a helper thread (status's readers, say) counts for what its starter is doing now
+            stack = getattr(COUNTS.local, "stack", None)
+            self.bench_activity = stack[-1] if stack else getattr(parent, "bench_activity", self.name)
         return start(self, *a, **kw)
 
     thread_start.bench_wrapped = True
@@ -552,37 +553,52 @@ def measure(args: argparse.Namespace) -> dict:
         logger.enable("data_juicer_elastic")
 
 
+def _built(base: Path, shards: int, reuse: bool) -> Path:
+    job = base / "job"
+    if reuse and (job / "manifest.json").exists() and len(load_manifest(job).shards) == shards:
+        return job
+    shutil.rmtree(base, ignore_errors=True)
+    return build_job(base, shards)
+
+
 def _measure(args: argparse.Namespace) -> dict:
     work = args.workdir
-    shutil.rmtree(work, ignore_errors=True)
-    work.mkdir(parents=True)
+    if not args.reuse:
+        shutil.rmtree(work, ignore_errors=True)
+    work.mkdir(parents=True, exist_ok=True)
+    sections = set(args.sections.split(","))
     result: dict = {"load_before": round(os.getloadavg()[0], 2), "args": {
         k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()}}  # fmt: skip
-    t = time.perf_counter()
-    built = build_job(work / "built", args.shards)
-    result["build_s"] = round(time.perf_counter() - t, 1)
-    result["claims"] = []
-    result["protocol"] = "walk"
-    for ahead in (True, False):
-        if ahead and args.no_ahead_only:
-            continue
-        job = copy_job(built, work / f"claims-{'ahead' if ahead else 'plain'}")
-        row = run_claims(job, args.workers, claim_ahead=ahead, poll=args.poll, ttl=args.ttl, hb=args.ttl / 4)
-        if any(name.startswith("summary") for name in os.listdir(job)):  # the job summary's files
-            result["protocol"] = "summary"
-        result["claims"].append(row)
-        print(json.dumps(row), flush=True)
-    result["status"] = [run_status(work / "claims-plain", args.ttl)]
-    idle_built = build_job(work / "idle-built", args.idle_shards)
-    result["idle"] = []
-    for held in args.held:
-        job = copy_job(idle_built, work / f"idle-{held}")
-        row = run_idle(job, held, finishers=args.finishers, polls=args.polls, poll=args.idle_poll,
-                       ttl=args.idle_ttl, hb=args.idle_ttl / 4)  # fmt: skip
-        result["idle"].append(row)
-        result["status"].append({k: row[k] for k in ("shards", "done", "held", "status_ops", "status_s",
-                                                      "status_json_ops", "status_json_s")})  # fmt: skip
-        print(json.dumps(row), flush=True)
+    result.update(claims=[], idle=[], status=[], protocol="walk")
+    if _summary_keeper() is not None:
+        result["protocol"] = "summary"  # the code keeps a job summary (the claims runs confirm it wrote one)
+    if "claims" in sections:
+        t = time.perf_counter()
+        built = _built(work / "built", args.shards, args.reuse)
+        result["build_s"] = round(time.perf_counter() - t, 1)
+        for ahead in (True, False):
+            if ahead and args.no_ahead_only:
+                continue
+            job = copy_job(built, work / f"claims-{'ahead' if ahead else 'plain'}")
+            row = run_claims(job, args.workers, claim_ahead=ahead, poll=args.poll, ttl=args.ttl, hb=args.ttl / 4)
+            row["summary_written"] = any(name.startswith("summary") for name in os.listdir(job))
+            result["claims"].append(row)
+            print(json.dumps(row), flush=True)
+    if "claims" in sections or "status" in sections:
+        finished = work / "claims-plain"
+        if (finished / "manifest.json").exists():
+            result["status"].append(run_status(finished, args.ttl))
+            print(json.dumps(result["status"][-1]), flush=True)
+    if "idle" in sections:
+        idle_built = _built(work / "idle-built", args.idle_shards, args.reuse)
+        for held in args.held:
+            job = copy_job(idle_built, work / f"idle-{held}")
+            row = run_idle(job, held, finishers=args.finishers, polls=args.polls, poll=args.idle_poll,
+                           ttl=args.idle_ttl, hb=args.idle_ttl / 4)  # fmt: skip
+            result["idle"].append(row)
+            result["status"].append({k: row[k] for k in ("shards", "done", "held", "status_ops", "status_s",
+                                                          "status_json_ops", "status_json_s")})  # fmt: skip
+            print(json.dumps(row), flush=True)
     result["load_after"] = round(os.getloadavg()[0], 2)
     return result
 
@@ -626,12 +642,14 @@ def parser() -> argparse.ArgumentParser:
     ap.add_argument("--poll", type=float, default=0.5, help="poll interval of the claims runs (and the gate's)")
     ap.add_argument("--ttl", type=float, default=120.0, help="lease TTL of the claims runs (heartbeat TTL/4)")
     ap.add_argument("--no-ahead-only", action="store_true", help="claims run with claim-ahead off only")
-    ap.add_argument("--held", type=int, nargs="+", default=[10, 100, 1000], help="live claims in the idle runs")
+    ap.add_argument("--held", type=int, nargs="+", default=[10, 100, 300], help="live claims in the idle runs")
     ap.add_argument("--idle-shards", type=int, default=2000, help="shards of the idle runs' job")
     ap.add_argument("--finishers", type=int, default=4)
     ap.add_argument("--polls", type=int, default=24, help="idle polls measured per run")
     ap.add_argument("--idle-poll", type=float, default=0.5)
-    ap.add_argument("--idle-ttl", type=float, default=8.0, help="TTL of the idle runs (heartbeat TTL/4)")
+    ap.add_argument("--idle-ttl", type=float, default=20.0, help="TTL of the idle runs (heartbeat TTL/4)")
+    ap.add_argument("--sections", default="claims,idle", help="claims, idle, status (the finished claims job)")
+    ap.add_argument("--reuse", action="store_true", help="keep the work dir and reuse the jobs built there")
     return ap
 
 
