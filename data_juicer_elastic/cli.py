@@ -36,14 +36,22 @@ DESCRIPTION = "dj-elastic: the lower-level steps of an elastic sharded job."
 
 
 def _cmd_prepare(args: argparse.Namespace) -> int:
+    from data_juicer_elastic.integration.config_block import require_elastic
+    from data_juicer_elastic.integration.driver_files import note_job_dir
     from data_juicer_elastic.preparation import early_request, prepare_overlapped, prepare_request
 
     def parse():
-        return prepare_request(*_load_recipe(args, setup=False))
+        cfg, settings = _load_recipe(args, setup=False)
+        require_elastic(cfg, args.config, "dj-elastic prepare")
+        note_job_dir(settings.job_dir)
+        return prepare_request(cfg, settings)
 
     # Planning starts while Data-Juicer loads (seconds): see prepare_overlapped.
     overrides = {"dataset_path": args.dataset_path, **given_settings(args)}
-    prepare_overlapped(early_request(args.config, overrides), parse, scan=args.scan)  # says what it did
+    early = early_request(args.config, overrides)
+    if early is not None:
+        note_job_dir(early.job_dir)  # before the early pass creates it: a refusal removes it again
+    prepare_overlapped(early, parse, scan=args.scan)  # says what it did
     return EXIT_OK
 
 
@@ -90,14 +98,12 @@ def _cmd_report(args: argparse.Namespace) -> int:
 
 def _cmd_run(args: argparse.Namespace) -> int:
     from data_juicer_elastic.executor import ElasticShardedExecutor
+    from data_juicer_elastic.integration.config_block import require_elastic
+    from data_juicer_elastic.integration.driver_files import driving
 
-    cfg, _ = _load_recipe(args)
-    if cfg.get("executor_type", None) != "elastic_sharded":
-        raise ConfigError(
-            f"executor_type is {cfg.get('executor_type', None)!r}",
-            where=args.config,
-            hint="dj-elastic run needs executor_type: elastic_sharded (use dj-process for the other executors)",
-        )
+    with driving():  # Data-Juicer's work dir goes under the job directory, as under dj-process
+        cfg, _ = _load_recipe(args)
+    require_elastic(cfg, args.config, "dj-elastic run")
     executor = ElasticShardedExecutor(cfg)
     result = executor.run()
     if result is None:
@@ -367,8 +373,10 @@ def main(argv: Sequence[str] | None = None) -> int:
 def _fail(err: ElasticError) -> None:
     """The one error line, the last one (log sinks closed first: what they report comes before)."""
     from data_juicer_elastic.console.log_files import close_log_sinks
+    from data_juicer_elastic.integration.driver_files import remove_refused_job_dirs
 
     close_log_sinks()
+    remove_refused_job_dirs()  # a job dir this refused command created, nothing run in it
     print(f"error: {err}", file=sys.stderr)
 
 

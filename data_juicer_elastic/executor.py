@@ -48,13 +48,13 @@ from data_juicer_elastic.shards.merge import MergeResult
 from data_juicer_elastic.shards.scan import ShardScanner
 from data_juicer_elastic.sharedfs.identity import WorkerIdentity
 
-try:  # Data-Juicer's base class, so ExecutorFactory users get a real executor
-    from data_juicer.core.executor.base import ExecutorBase
+try:  # Data-Juicer's base class (exported by data_juicer.core.executor), so ExecutorFactory users get a real executor
+    from data_juicer.core.executor import ExecutorBase
 except ImportError as exc:  # pragma: no cover - only when Data-Juicer moved it
     from data_juicer_elastic.errors import IntegrationError
 
     raise IntegrationError(
-        "data_juicer.core.executor.base.ExecutorBase is missing",
+        "data_juicer.core.executor.ExecutorBase is missing",
         where="py-data-juicer",
         hint=f"install {DATA_JUICER_REQUIREMENT}",
     ) from exc
@@ -155,7 +155,8 @@ def run_local_worker(
             )
         shard_rows = {entry.shard_id: entry.rows for entry in manifest.shards} if scanned else None
         planned = {entry.shard_id: entry.bytes for entry in manifest.shards}
-        with runner, JobDisplay(job, shard_rows, planned_bytes=planned) as display:  # a live line, else lines
+        waiting = lambda: "starting Ray" if runner.starting else ""  # noqa: E731 - the live line names the wait
+        with runner, JobDisplay(job, shard_rows, planned_bytes=planned, waiting=waiting) as display:  # a live line
             summary = run_worker(
                 job,
                 identity,

@@ -19,7 +19,7 @@ import threading
 from data_juicer_elastic.console import StepDisplay, say
 from data_juicer_elastic.console.summary import shown_path
 from data_juicer_elastic.coordination import crashpoints
-from data_juicer_elastic.coordination.settle import shard_failed_error
+from data_juicer_elastic.coordination.settle import shard_failed_error, terminal_failures
 from data_juicer_elastic.errors import ElasticError, IntegrityError, MergeBusyError, storage_errors
 from data_juicer_elastic.jobdir.attempts import requeue_hint
 from data_juicer_elastic.jobdir.export_path import check_export_path, merge_places
@@ -29,7 +29,6 @@ from data_juicer_elastic.shards import steps
 from data_juicer_elastic.shards.merge import MergeResult, merge_job
 from data_juicer_elastic.shards.parts import publish_parts
 from data_juicer_elastic.shards.stream_merge import follow_merge, partial_path, read_progress
-from data_juicer_elastic.status.job_status import snapshot
 
 
 def _import_quietly(name: str) -> None:
@@ -62,9 +61,11 @@ def finalize(
     threading.Thread(target=_import_quietly, args=("pandas",), name="dj-elastic-import", daemon=True).start()
     job = resolve_user_path(job_dir)
     export = check_export_path(job, export_path, layout=layout)  # before any work: not in the job dir, ...
-    snap = snapshot(job)
-    if snap.terminal_failures:
-        raise shard_failed_error(snap.terminal_failures, job)
+    # Terminal failures from the failed/ listing, each read by name (O(failed), not a read of every
+    # shard's records: the merge below validates every done marker anyway, and names a missing one).
+    failed = terminal_failures(JobLayout(job))
+    if failed:
+        raise shard_failed_error(failed, job)
     try:  # before merging: a bad summary stops finalize before any output
         overall = compute_overall(job)
     except IntegrityError as exc:  # an accepted output is gone or altered: say how to requeue its shard

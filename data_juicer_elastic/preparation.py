@@ -161,6 +161,8 @@ def early_request(config: str, overrides: dict[str, Any]) -> PrepareRequest | No
 
         with open(config, encoding="utf-8") as handle:
             recipe = yaml.safe_load(handle)
+        if recipe.get("executor_type") != "elastic_sharded":
+            return None  # the parse refuses it, or says what it is; nothing is planned meanwhile
         block = dict(recipe.get("elastic") or {})
         block.update({k: v for k, v in overrides.items() if k != "dataset_path" and v is not None})
         settings = ElasticSettings.from_mapping(block)

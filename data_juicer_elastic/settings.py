@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import ast
 import dataclasses
+import difflib
 import inspect
 import re
 import typing
@@ -122,10 +123,12 @@ class ElasticSettings:
         """Build from a recipe's ``elastic`` mapping; unknown keys are an error."""
         unknown = sorted(set(values) - set(cls.field_names()))
         if unknown:
+            guesses = [f"{name} -> {guess}" for name in unknown if (guess := closest_key(name))]
             raise ConfigError(
                 f"unknown key(s) {', '.join(unknown)}",
                 where="elastic",
-                hint=f"valid keys: {', '.join(cls.field_names())}",
+                hint=(f"did you mean {', '.join(guesses)}? " if guesses else "")
+                + f"valid keys: {', '.join(cls.field_names())}",
             )
         if "job_dir" not in values or values["job_dir"] in (None, ""):
             raise ConfigError(
@@ -138,6 +141,12 @@ class ElasticSettings:
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
+
+
+def closest_key(name: str) -> str | None:
+    """The ``elastic:`` key a mistyped ``name`` most likely means (``num_shard`` -> ``num_shards``), or None."""
+    found = difflib.get_close_matches(name, ElasticSettings.field_names(), n=1, cutoff=0.6)
+    return found[0] if found else None
 
 
 @cache

@@ -34,6 +34,10 @@ LAYERS: list[set[str]] = [
 # Packages that must never import Ray, Data-Juicer or torch, not even inside a function.
 ENGINE_FREE = {"sharedfs", "rows", "jobdir", "shards", "coordination", "status", "stats", "report", "console"}
 ENGINES = ("ray", "data_juicer", "torch")
+# Every package below ``execution`` (these and compat, batching, quarantine, settings, errors) imports
+# no engine when it is imported: compat reaches engines, and batching and quarantine run inside
+# Data-Juicer's operators, only inside the functions that need them.
+BELOW_EXECUTION = set().union(*LAYERS[: next(i for i, layer in enumerate(LAYERS) if "execution" in layer)])
 
 
 def modules() -> list[Path]:
@@ -92,6 +96,53 @@ def test_the_protocol_the_data_path_and_status_never_import_an_engine():
             if module.split(".")[0] in ENGINES:
                 wrong.append(f"{path.relative_to(PACKAGE.parent)}:{line}: imports {module}")
     assert not wrong, "\n".join(wrong)
+
+
+def module_level_imports(path: Path) -> list[tuple[int, str]]:
+    """(line, absolute module) of the imports that run when the file is imported: every import
+    outside a function body (class bodies and ``if``/``try`` blocks run), but ``if TYPE_CHECKING:``."""
+    found: list[tuple[int, str]] = []
+
+    def visit(node: ast.AST) -> None:
+        for child in ast.iter_child_nodes(node):
+            if isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)):
+                continue
+            if isinstance(child, ast.If) and ast.unparse(child.test) in ("TYPE_CHECKING", "typing.TYPE_CHECKING"):
+                visit(ast.Module(body=child.orelse, type_ignores=[]))
+                continue
+            if isinstance(child, ast.Import):
+                found.extend((child.lineno, alias.name) for alias in child.names)
+            elif isinstance(child, ast.ImportFrom) and child.module and child.level == 0:
+                found.append((child.lineno, child.module))
+            visit(child)
+
+    visit(ast.parse(path.read_text(), str(path)))
+    return found
+
+
+def test_packages_below_execution_import_no_engine_when_imported():
+    assert {"batching", "quarantine", "compat"} <= BELOW_EXECUTION and "execution" not in BELOW_EXECUTION
+    wrong = []
+    for path in modules():
+        if unit(path) not in BELOW_EXECUTION:
+            continue
+        for line, module in module_level_imports(path):
+            if module.split(".")[0] in ENGINES:
+                wrong.append(f"{path.relative_to(PACKAGE.parent)}:{line}: imports {module} at module level")
+    assert not wrong, "\n".join(wrong)
+
+
+def test_the_module_level_import_check_sees_what_runs_at_import(tmp_path):
+    sample = tmp_path / "sample.py"
+    sample.write_text(
+        "import ray\n"
+        "from typing import TYPE_CHECKING\n"
+        "if TYPE_CHECKING:\n    import torch\n"
+        "try:\n    from data_juicer.ops import base_op\nexcept ImportError:\n    pass\n"
+        "class C:\n    import ray.data\n"
+        "def f():\n    import data_juicer\n"
+    )
+    assert module_level_imports(sample) == [(1, "ray"), (2, "typing"), (6, "data_juicer.ops"), (10, "ray.data")]
 
 
 def test_module_names_are_unique_across_the_package():

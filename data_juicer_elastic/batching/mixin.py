@@ -44,6 +44,7 @@ from typing import Any, ClassVar, Final
 
 from data_juicer_elastic.batching.engine import PARTITION_COLUMN, Aggregate, MicroBatcher
 from data_juicer_elastic.batching.policy import BatchPolicy, PolicyConfig
+from data_juicer_elastic.compat import dj_stage_identities
 from data_juicer_elastic.compat.dj_op_attributes import op_name, supports_adaptive_batching
 from data_juicer_elastic.errors import ConfigError
 
@@ -163,7 +164,9 @@ def adaptive_requested(cls: type, requested: bool | None) -> bool:
 
 
 def check_operator(op: Any) -> None:
-    """Refuse configurations the mixin cannot serve (ConfigError naming the operator)."""
+    """Refuse configurations the mixin cannot serve (ConfigError naming the operator), and a Data-Juicer
+    without the stage identity functions its profiles are keyed by (IntegrationError naming the function)."""
+    dj_stage_identities.check_identity_functions()
     name = op_name(op)
     hint = f"remove adaptive_batching from {name} or set it to false"
     dj_ops = sys.modules.get("data_juicer.ops.base_op")

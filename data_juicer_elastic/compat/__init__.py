@@ -62,6 +62,8 @@ MODULES: Final = (
     "dj_file_listing",
     "dj_resource_utils",
     "dj_stage_identities",
+    "dj_op_fusion",
+    "dj_ray_executor",
     "dj_config_module",
     "dj_tool_main",
     "dj_executor_factory",

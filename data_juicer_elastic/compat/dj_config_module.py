@@ -3,7 +3,8 @@
 
 Targets in ``data_juicer.config.config``:
 
-* ``build_base_parser`` (wrapped): the parser it returns gets the plugin's options;
+* ``build_base_parser`` (wrapped): the parser it returns gets the plugin's options (also called,
+  :func:`base_parser`, for Data-Juicer's defaults and by ``doctor``);
 * ``init_setup_from_cfg`` (wrapped): for an elastic cfg it runs without ``RAY_JOB`` in the
   environment (``data_juicer.utils.constant.RAY_JOB_ENV_VAR``: the CPU-count probe would start
   Ray in the driver) and with the module global ``setup_logger`` replaced for the call (the
@@ -142,6 +143,14 @@ def wrap_display_config(log_only: Callable[[Any], Callable[[str], None] | None])
         return display_config
 
     return make
+
+
+def base_parser() -> Any:
+    """The parser Data-Juicer's ``init_configs`` parses with (the plugin's options included)."""
+    build = getattr(import_target(MODULE, where=f"{MODULE}.build_base_parser"), "build_base_parser", None)
+    if not callable(build):
+        raise dj_moved(f"{MODULE}.build_base_parser is missing", where=f"{MODULE}.build_base_parser")
+    return build()
 
 
 def resolve_attempt(cfg: Any) -> Any:

@@ -18,7 +18,6 @@ names below are the ones Data-Juicer reads.
 
 from __future__ import annotations
 
-import hashlib
 from collections.abc import Mapping
 from typing import Any, Final
 
@@ -37,11 +36,6 @@ def op_name(op: Any) -> str:
     """The registered name of an operator (instance or class), else its class name."""
     fallback = op.__name__ if isinstance(op, type) else type(op).__name__
     return getattr(op, NAME, None) or fallback
-
-
-def init_kwargs_digest(op: Any) -> str:
-    """sha256 of the operator's constructor arguments (when Data-Juicer's fingerprint is unavailable)."""
-    return hashlib.sha256(repr(sorted((getattr(op, INIT_KWARGS, {}) or {}).items())).encode()).hexdigest()
 
 
 def rebase_op(op: Any, item: Any, per_attempt: Mapping[str, Any]) -> None:

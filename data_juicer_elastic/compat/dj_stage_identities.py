@@ -1,25 +1,60 @@
-"""py-data-juicer 1.6.1: where ``RayExecutor`` keeps a run's stage identities on its cfg.
+"""py-data-juicer 1.6.1: how Data-Juicer computes a run's stage identities and where ``RayExecutor``
+keeps them.
 
-Target: the private cfg field ``_resolved_stage_identities``, which
-``data_juicer.core.executor.ray_executor.RayExecutor.run`` reads (and, under
-``elastic_juicer_adaptive_batching``, sets itself from ``assign_stage_identities``).
+Targets:
+
+* ``data_juicer.core.elasticjuicer.stage_identity.assign_stage_identities`` (the identity
+  manifest of a prepared operator list) and ``operator_fingerprint`` (one operator's);
+* the private cfg field ``_resolved_stage_identities``, which
+  ``data_juicer.core.executor.ray_executor.RayExecutor.run`` reads (and, under
+  ``elastic_juicer_adaptive_batching``, sets itself from ``assign_stage_identities``).
 
 Why.  A shard run must use the stage identities this package computed and checked against
-the job's (``execution.shard_runner``): they are stamped on the cfg before the run and,
-where RayExecutor recomputes them, compared after.
+the job's (``execution.shard_runner``): they are computed with Data-Juicer's own functions,
+stamped on the cfg before the run and, where RayExecutor recomputes them, compared after.
+Adaptive batching keys its shared size profiles by them (``batching.runtime``).  There is
+no fallback: identities computed any other way would not match the job's or the profiles'
+keys, so a Data-Juicer without these functions is refused, naming the missing one.
 """
 
 from __future__ import annotations
 
 import copy
 import inspect
+from collections.abc import Callable, Sequence
 from typing import Any, Final
 
-from data_juicer_elastic.compat import dj_moved
+from data_juicer_elastic.compat import dj_moved, import_target
 
+IDENTITY_MODULE: Final = "data_juicer.core.elasticjuicer.stage_identity"
+FUNCTIONS: Final = ("assign_stage_identities", "operator_fingerprint")
 MODULE: Final = "data_juicer.core.executor.ray_executor"
 FIELD: Final = "_resolved_stage_identities"
 TARGET: Final = f"{MODULE}.RayExecutor cfg.{FIELD}"
+
+
+def _function(name: str) -> Callable[..., Any]:
+    where = f"{IDENTITY_MODULE}.{name}"
+    found = getattr(import_target(IDENTITY_MODULE, where=where), name, None)
+    if not callable(found):
+        raise dj_moved(f"{where} is missing: Data-Juicer's stage identities cannot be computed", where=where)
+    return found
+
+
+def check_identity_functions() -> None:
+    """IntegrationError naming the first of :data:`FUNCTIONS` this Data-Juicer lacks."""
+    for name in FUNCTIONS:
+        _function(name)
+
+
+def identity_manifest(ops: Sequence[Any]) -> dict[str, Any]:
+    """Data-Juicer's identity manifest (schema_version, pipeline_fingerprint, stages) of ``ops``."""
+    return _function("assign_stage_identities")(ops)
+
+
+def op_fingerprint(op: Any) -> str:
+    """Data-Juicer's fingerprint of one operator (class, name, constructor arguments but ``work_dir``)."""
+    return _function("operator_fingerprint")(op)
 
 
 def stamp(cfg: Any, manifest: Any) -> None:
@@ -33,10 +68,11 @@ def stamped(cfg: Any) -> Any:
 
 
 def self_check() -> str:
+    check_identity_functions()
     try:
         from data_juicer.core.executor.ray_executor import RayExecutor
     except ImportError as exc:
         raise dj_moved(f"cannot import {MODULE}: {exc}", where=TARGET) from exc
     if FIELD not in inspect.getsource(RayExecutor):
         raise dj_moved(f"{MODULE}.RayExecutor no longer uses cfg.{FIELD}", where=TARGET)
-    return f"{TARGET}: used by RayExecutor"
+    return f"{IDENTITY_MODULE}.{{{', '.join(FUNCTIONS)}}} found; {TARGET}: used by RayExecutor"

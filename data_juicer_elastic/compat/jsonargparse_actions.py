@@ -1,18 +1,22 @@
-"""jsonargparse (argparse underneath): the actions of a built parser, and the converter
-jsonargparse makes for a ``type`` given with ``choices``.
+"""jsonargparse (argparse underneath): the actions of a built parser, the converter
+jsonargparse makes for a ``type`` given with ``choices``, and the message of a parse error.
 
 Targets: ``ArgumentParser._actions`` (argparse's list of a parser's actions; Data-Juicer's
 ``build_base_parser`` returns a finished parser, so its ``--executor_type`` action is changed
-in place), and the ``<lambda>`` jsonargparse wraps such a ``type`` in, whose closure cell
-``typehint`` holds the type it converts to.
+in place), the ``<lambda>`` jsonargparse wraps such a ``type`` in, whose closure cell
+``typehint`` holds the type it converts to, and ``ArgumentParser.error(message, ex)`` (every
+parse error passes it: it prints the message and exits with 2), replaced on one parser object.
 
 Why.  ``--executor_type`` must accept ``elastic_sharded`` (``integration.patches``) and
 ``dj-elastic doctor`` checks that it does; ``--help`` would print that lambda's repr
-(``<function <locals>.<lambda> at 0x...>``) as the type: it is named after its type instead.
+(``<function <locals>.<lambda> at 0x...>``) as the type: it is named after its type instead;
+an unknown ``elastic.*`` key (``Option 'elastic.num_shard' is not accepted``) gets a
+"did you mean" added to jsonargparse's own message.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any, Final
 
 from data_juicer_elastic.errors import IntegrationError
@@ -43,6 +47,20 @@ def name_converter(action: Any) -> None:
     action.type = NamedType(convert, getattr(typehint, "__name__", None) or str(typehint))
 
 
+def amend_errors(parser: Any, amend: Callable[[str], str]) -> None:
+    """Parse errors of this ``parser`` object show ``amend(message)``; jsonargparse still prints
+    and exits (status 2) as it does.  Idempotent."""
+    original = getattr(parser, "error", None)
+    if not callable(original) or getattr(original, "_dj_elastic_amend", None) is amend:
+        return
+
+    def error(message: str, *args: Any, **kwargs: Any) -> Any:
+        return original(amend(message) if isinstance(message, str) else message, *args, **kwargs)
+
+    error._dj_elastic_amend = amend  # type: ignore[attr-defined]
+    parser.error = error
+
+
 class NamedType:
     """A converter that converts exactly as the one it wraps and shows as the type it converts to."""
 
@@ -69,4 +87,14 @@ def self_check() -> str:
     name_converter(action)
     if not isinstance(action.type, NamedType) or str(action.type) != "str":
         raise IntegrationError(f"{TARGET}: the choices converter no longer closes over typehint", where=TARGET)
-    return f"{TARGET} and the choices converter's typehint found"
+    amend_errors(parser, lambda message: f"{message} [amended]")
+    parser.exit_on_error = False  # raise the error instead of printing it and exiting
+    try:
+        parser.parse_args(["--kind", "c"])
+    except Exception as exc:  # noqa: BLE001 - jsonargparse's ArgumentError
+        amended = "[amended]" in str(exc)
+    else:
+        amended = False
+    if not amended:
+        raise IntegrationError(f"{TARGET}: parse errors no longer pass ArgumentParser.error(message)", where=TARGET)
+    return f"{TARGET}, the choices converter's typehint and ArgumentParser.error found"

@@ -45,10 +45,13 @@ def live(terminal_flag: bool | None) -> bool:
 
 class Meter:
     """Units per second over the last ``window`` seconds; the average since the start when
-    nothing moved in the window (progress arrives in steps: blocks, shards)."""
+    nothing moved in the window (progress arrives in steps: blocks, shards).
 
-    def __init__(self, clock: Clock, window: float = RATE_WINDOW_SECS):
-        self.clock, self.window = clock, window
+    ``from_first_move``: the start is the first sample whose value moved, so a rate is known only
+    once it moved twice; the time before (Ray starting, the first block read) is no part of it."""
+
+    def __init__(self, clock: Clock, window: float = RATE_WINDOW_SECS, *, from_first_move: bool = False):
+        self.clock, self.window, self.waits_for_move = clock, window, from_first_move
         self.start = clock()
         self.first: float | None = None
         self.samples: deque[tuple[float, float]] = deque()
@@ -57,6 +60,9 @@ class Meter:
         now = self.clock()
         if self.first is None:
             self.first = value
+        elif self.waits_for_move and value != self.first:
+            self.samples.clear()  # the first move: the rate counts from here
+            self.start, self.first, self.waits_for_move = now, value, False
         self.samples.append((now, value))
         while len(self.samples) > 2 and now - self.samples[1][0] >= self.window:
             self.samples.popleft()
@@ -84,12 +90,17 @@ def amount(value: float | None, unit: str) -> str:
     return f"{value} B"  # pragma: no cover
 
 
+# Rate and time left shown unknown ("?"): tqdm's own average since the start would count the start-up as work.
+_NO_RATE: Final = "{l_bar}{bar}| {n_fmt}/{total_fmt} [{elapsed}<?, ?{unit}/s{postfix}]"
+
+
 def meter_line(desc: str, done: float, total: float | None, elapsed: float, rate: float | None, unit: str,
                note: str, width: int) -> str:  # fmt: skip
     scale = unit == "B"
     return tqdm.format_meter(
         done, total, elapsed, ncols=width, prefix=desc, unit=unit if scale else f" {unit}", unit_scale=scale,
         unit_divisor=1024 if scale else 1000, rate=rate, postfix=note or None,
+        bar_format=_NO_RATE if rate is None and total and done < total else None,
     )  # fmt: skip
 
 
@@ -188,7 +199,8 @@ class JobDisplay:
 
     def __init__(self, job_dir: str | os.PathLike, shard_rows: dict[str, int] | None, *, terminal: bool | None = None,
                  log_every: float = LOG_EVERY_SECS, clock: Clock = time.monotonic, stream: Any = None,
-                 tick: float = TICK_SECS, planned_bytes: dict[str, int] | None = None):  # fmt: skip
+                 tick: float = TICK_SECS, planned_bytes: dict[str, int] | None = None,
+                 waiting: Callable[[], str] | None = None):  # fmt: skip
         self.job_dir = Path(job_dir)
         # None while the job is being scanned (rows not known yet): the line shows the scans then,
         # by the plan's bytes per shard (``planned_bytes``), until the manifest appears
@@ -201,7 +213,8 @@ class JobDisplay:
         self.failed: set[str] = set()
         self.shown_rows = 0
         self.started = self.last_log = self.last_listing = clock()
-        self.meter = Meter(clock)
+        self.meter = Meter(clock, from_first_move=True)
+        self.waiting = waiting or str  # what this worker waits for while no shard runs here ("starting Ray")
         self.lock = threading.Lock()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -229,7 +242,7 @@ class JobDisplay:
             if rows is None:
                 return
             self.scanning, self.shard_rows, self.total = None, rows, sum(rows.values())
-            self.meter = Meter(self.clock)  # rows/s from here: the scans' time is not the shards'
+            self.meter = Meter(self.clock, from_first_move=True)  # rows/s from here: the scans' time is not the shards'
             quiet.say(f"scanned {shown_path(self.job_dir)}: {self.total:,} rows in {len(rows)} shards")
         for name, target in (("done", self.done), ("failed", self.failed)):
             try:
@@ -262,6 +275,10 @@ class JobDisplay:
         # Never backwards: a failed attempt's rows leave the count, but the line should not jump back.
         self.shown_rows = max(self.shown_rows, min(rows, self.total))
         self.meter.add(self.shown_rows)
+        if not self.done and not self.shown_rows:  # nothing countable yet: say what it waits for
+            stage = f"first shard: {stage}" if stage else self.waiting() or "waiting for the first shard"
+        elif not running:
+            stage = self.waiting()
         return {
             "rows": self.shown_rows,
             "rate": self.meter.rate(),

@@ -46,6 +46,9 @@ VERBOSE_FORMAT: Final = (
 _DROPPED: Final = (
     ("data_juicer.config.config", re.compile(r"No config file found in work directory")),
     ("data_juicer.config.config", re.compile(r"Number of processes `np` is set as")),
+    # advice to size each operator's Ray tasks (`num_cpus`) for every operator of every shard; the shards run
+    # as they do without it (Data-Juicer sizes them itself), so the log files keep it, the console does not
+    ("data_juicer.utils.process_utils", re.compile(r"Neither the required memory nor cpu of Op\[")),
     # a shard's key path Data-Juicer would split on spaces is given to it shell-quoted (execution.shard_runner)
     (
         "data_juicer.config.config",
@@ -56,7 +59,7 @@ _DROPPED: Final = (
 _FOLDED: Final = (
     (
         "data_juicer.utils.process_utils",
-        re.compile(r"Neither the required memory nor cpu of Op\[.*\] is specified"),
+        re.compile(r"Neither the required cuda memory nor gpu of Op\[.*\] is specified"),
         "repeated for every operator and shard; shown once, all of them are in the log",
     ),
 )
@@ -69,6 +72,9 @@ _RAY_NOISE: Final = (
     "Progress bars disabled",  # we turned them off: the live line shows progress
     # Ray started on a helper thread while the job is scanned: the worker handles SIGTERM itself
     "SIGTERM handler is not set because current thread is not the main thread",
+    # a runtime whose CPUs the warm operator actors hold between shards (ray_num_cpus: 1); a shard that
+    # really waits for CPUs makes no progress, and stall_timeout_secs restarts the runtime
+    "currently does not have any available CPUs",
 )
 
 _sink_id: int | None = None
@@ -189,6 +195,15 @@ def _remove_stderr_handlers() -> tuple[Any, int]:
     if stream is None or terminal._is_log_stream(stream):
         stream = terminal.console_stream() if stream is None else terminal.sys.__stderr__
     return stream, level
+
+
+def quiet_from_start(elastic: bool) -> None:
+    """In the driver of an elastic run (``elastic``), quiet from the entry point on: Data-Juicer logs
+    its plugin discovery (an INFO line in its own format) before its set-up calls ``setup_logger``,
+    which the plugin's console replaces.  Data-Juicer's ``setup_logger`` removes every handler, so a
+    run that turns out not to be elastic gets Data-Juicer's console from then on, as without it."""
+    if elastic and not verbose():
+        install_console()
 
 
 def mark_quiet_workers() -> None:

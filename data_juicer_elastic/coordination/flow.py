@@ -26,8 +26,9 @@ from data_juicer_elastic.coordination.settle import (
     wait_settled,
 )
 from data_juicer_elastic.errors import ElasticError, InputChangedError, InputError
+from data_juicer_elastic.jobdir.job_summary import reader_for
 from data_juicer_elastic.jobdir.manifest import load_manifest, load_plan
-from data_juicer_elastic.jobdir.outcome import job_outcome
+from data_juicer_elastic.jobdir.outcome import leaving_outcome
 from data_juicer_elastic.jobdir.plan_records import JobPlan
 from data_juicer_elastic.jobdir.records import Manifest
 from data_juicer_elastic.jobdir.shard_attempt import WorkerSummary
@@ -89,8 +90,9 @@ def run_coordinated(
         logger.info("reached elastic.max_shards; leaving the rest of the run to the other instances")
         return None
     manifest = load_manifest(c.layout.root)  # composed by the scans before any shard ran
-    # Done is terminal: a worker that saw every shard done need not read every marker again.
-    complete = summary.complete or job_outcome(c.layout, manifest)[0]
+    # Done is terminal: a worker that saw every shard done need not read every marker again, and
+    # one that did not asks the job summary (every shard only when there is no fresh summary).
+    complete = summary.complete or leaving_outcome(c.layout, manifest, frozenset(), reader_for(c.layout, manifest))[0]
     if not complete:
         wait_settled(
             c,

@@ -5,7 +5,8 @@
   when it finds a terminally failed shard, so every instance stops claiming and
   exits 2 with the same message at once instead of waiting.
 * :func:`wait_settled` is what an instance that may not claim any more (strict
-  mode's share is complete) does until the job is complete or has failed.  A
+  mode's share is complete) does until the job is complete or has failed, reading
+  the job summary while there is a fresh one, else every shard.  A
   shard that stays unclaimed for ``wait_timeout_secs`` means a node that should
   have taken it never came: the run fails with a message naming who took part.
 """
@@ -23,9 +24,9 @@ from loguru import logger
 from data_juicer_elastic.coordination.elections import RunCoordinator, raise_outcome
 from data_juicer_elastic.coordination.run_records import WORK
 from data_juicer_elastic.errors import ElasticError, ParticipationError, ShardFailedError
-from data_juicer_elastic.jobdir import heartbeats
+from data_juicer_elastic.jobdir import heartbeats, job_summary
 from data_juicer_elastic.jobdir.layout import JobLayout
-from data_juicer_elastic.jobdir.outcome import job_outcome
+from data_juicer_elastic.jobdir.outcome import leaving_outcome
 from data_juicer_elastic.jobdir.records import Manifest
 from data_juicer_elastic.jobdir.shard_state import (
     Markers,
@@ -138,18 +139,24 @@ def wait_settled(
     identity = WorkerIdentity.current()
     unclaimed_since: float | None = None
     logger.info("waiting for the other instances to finish the remaining shards")
+    reader = job_summary.reader_for(layout, manifest, ttl_secs=ttl_secs, clock=clock)
     while True:
         coordinator.raise_if_aborted()
-        complete, terminal = job_outcome(layout, manifest)
+        view = reader.view()
+        # the job summary when there is a fresh one (O(terminal failures) reads), else every shard
+        complete, terminal = leaving_outcome(layout, manifest, frozenset(), reader if view is not None else None)
         if terminal:
             raise_outcome(coordinator.abort(WORK, shard_failed_error(terminal, layout.root)))
         if complete:
             return
-        unclaimed = [
-            entry.shard_id
-            for entry in manifest.shards
-            if observe_state(layout, entry.shard_id, observer, identity) in (ShardState.PENDING, ShardState.STALE)
-        ]
+        if view is not None:
+            unclaimed = view.unclaimed()
+        else:
+            unclaimed = [
+                entry.shard_id
+                for entry in manifest.shards
+                if observe_state(layout, entry.shard_id, observer, identity) in (ShardState.PENDING, ShardState.STALE)
+            ]
         now = clock()
         if not unclaimed:
             unclaimed_since = None

@@ -14,6 +14,10 @@ node declines while those capacities add up to at least ``P``: the others would
 finish every pending shard before it could finish one.  Equal speeds never
 decline; a 4x slower node leaves the last few shards to fast ones.
 
+The inputs come from the job summary (``jobdir.job_summary``: each node's pace from the
+workers' pace records, the live claims, the pending count) when there is a fresh one, without
+a read of the gate's own; else from listings and the leases of live claims (:func:`observe`).
+
 Safety: only workers holding a live claim count, so once the others stop
 (finished, capped, dead) the gate opens and no shard is left unclaimed; a node
 with no accepted attempt yet always claims.  A node's first attempt includes its
@@ -34,7 +38,7 @@ from typing import Final
 
 from loguru import logger
 
-from data_juicer_elastic.jobdir import attempts, leases
+from data_juicer_elastic.jobdir import attempts, job_summary, leases
 from data_juicer_elastic.jobdir.layout import JobLayout
 from data_juicer_elastic.jobdir.records import Manifest
 from data_juicer_elastic.jobdir.result_records import AttemptRecord
@@ -193,6 +197,9 @@ class ClaimGate:
         if self._last is not None and self.clock() - self._last[0] < self._interval:
             return self._last[1]
         started = self.clock()
+        view = job_summary.current_view(self.layout, self.manifest)
+        if view is not None:  # the summary has every node's pace and the live claims: no reads of our own
+            return self._answer(self._from_summary(view), started)
         listings = _list_and_sample(self.layout, self.manifest, self._done_spans, MAX_NEW_SPANS, None)
         valid_for = self._cannot_decline_for(listings)
         if valid_for is not None:
@@ -211,6 +218,27 @@ class ClaimGate:
                 f"sooner than this node's {mine:.1f}s per shard"
             )
         return self._answer(allowed, started)
+
+    def _from_summary(self, view: job_summary.SummaryView) -> bool:
+        """:func:`should_claim` with the summary's node paces, live claims and pending count."""
+        nodes = view.summary.nodes
+        secs = {n.node_id: n.secs_per_shard for n in nodes if n.secs_per_shard is not None}
+        first = {n.node_id: n.first_secs for n in nodes if n.first_secs is not None}
+        mine = self._mine(secs, first)
+        others = [
+            secs[claim.node_id]
+            for claim in view.summary.live
+            if not claim.stale and (claim.node_id, claim.pid) != (self.node_id, self.pid) and claim.node_id in secs
+        ]
+        counts = view.counts()
+        pending = counts["pending"] + counts["stale"]
+        allowed = should_claim(mine, others, pending)
+        if not allowed and not self._declined:
+            logger.info(
+                f"not claiming: {len(others)} running worker(s) finish the {pending} pending shard(s) "
+                f"sooner than this node's {mine:.1f}s per shard"
+            )
+        return allowed
 
     def _mine(self, secs: dict[str, float], first: dict[str, float]) -> float | None:
         mine = secs.get(self.node_id)

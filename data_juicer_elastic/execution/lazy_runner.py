@@ -69,6 +69,11 @@ class LazyShardRunner:
     def runtime(self) -> WarmRayRuntime:
         return self._runtime
 
+    @property
+    def starting(self) -> bool:
+        """A start of the runtime is under way (early, or before a claim)."""
+        return self._starting.locked() and not self._runtime.started
+
     def __enter__(self) -> LazyShardRunner:
         return self
 

@@ -42,7 +42,7 @@ from typing import Any, Final
 from loguru import logger
 
 from data_juicer_elastic import DATA_JUICER_REQUIREMENT
-from data_juicer_elastic.compat import dj_stage_identities, ray_concat
+from data_juicer_elastic.compat import dj_ray_executor, dj_stage_identities, ray_concat
 from data_juicer_elastic.errors import ElasticError, IntegrationError, ShardExecutionError
 from data_juicer_elastic.execution._attempt_log import attempt_log
 from data_juicer_elastic.execution._dj_config import RAY_JOB_ENV, ShardConfigs, check_recipe, ray_job_env
@@ -227,8 +227,6 @@ class ShardRunner:
         # elastic_juicer_adaptive_batching, checked below).
         dj_stage_identities.stamp(cfg, self._manifest)
 
-        from data_juicer.core.executor.ray_executor import RayExecutor
-
         t0 = time.monotonic()
         # The shard as this package reads it (row schema, row numbers), read once and checked
         # against its scan before Data-Juicer sees a row, then materialized for RayExecutor.
@@ -236,7 +234,7 @@ class ShardRunner:
         batching = _start_batching(task, cfg, self._manifest)
         try:
             with shard_source(shard_key(task.attempt_dir), lambda: materialized(tables)):
-                result = RayExecutor(cfg).run(skip_export=True)
+                result = dj_ray_executor.run_unexported(cfg)
         finally:
             _finish_batching(batching, task)
         _check_stamped(cfg, ids, where)

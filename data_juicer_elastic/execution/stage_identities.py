@@ -1,8 +1,9 @@
 """Stage identities of a shard recipe, exactly as Data-Juicer's RayExecutor computes them.
 
 ``RayExecutor.run`` (1.6.1) loads the ops from the parsed config with
-``load_ops(cfg.process, ...)``, fuses them when ``op_fusion`` is on, and then
-calls ``assign_stage_identities(ops)``.  :func:`manifest_from_cfg` repeats those
+``load_ops(cfg.process, ...)``, fuses them when ``op_fusion`` is on
+(``compat.dj_op_fusion``), and then calls ``assign_stage_identities(ops)``
+(``compat.dj_stage_identities``).  :func:`manifest_from_cfg` repeats those
 steps on a config parsed for ``executor_type: ray``; the op arguments therefore
 carry Data-Juicer's defaults and the Ray-mode attribute injection (no
 ``num_proc``), which is what makes the identities equal to a Ray run's and
@@ -20,7 +21,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, Final
 
-from data_juicer_elastic.compat import dj_moved
+from data_juicer_elastic.compat import dj_op_fusion, dj_stage_identities
 from data_juicer_elastic.compat.dj_resource_utils import no_ray_start
 from data_juicer_elastic.errors import StageIdentityMismatch
 from data_juicer_elastic.execution._dj_config import load_dj_config, ray_job_env
@@ -53,22 +54,20 @@ def stage_identity_manifest(recipe: Mapping[str, Any]) -> dict[str, Any]:
 
 def manifest_from_cfg(cfg: Any) -> dict[str, Any]:
     """The steps of ``RayExecutor.run`` between parsing and processing that fix identities."""
-    try:
-        from data_juicer.core.elasticjuicer.stage_identity import assign_stage_identities
-        from data_juicer.ops import load_ops
-        from data_juicer.ops.op_fusion import fuse_operators
-    except ImportError as exc:  # pragma: no cover - Data-Juicer moved a name
-        raise dj_moved(f"Data-Juicer's stage identity code is missing: {exc}") from exc
+    # Looked up at each call: while a shard runs, warm_ops has swapped data_juicer.ops.load_ops.
+    from data_juicer.ops import load_ops
+
+    dj_stage_identities.check_identity_functions()  # a Data-Juicer without them: refused before any op is built
     # OPEnvManager (min_common_dep_num_to_combine) only sets runtime envs, which
     # are not part of an operator's fingerprint, so it is not built here.
     ops = load_ops(cfg.process)
     if cfg.get("op_fusion", False):
-        ops = fuse_operators(
+        ops = dj_op_fusion.fused(
             ops,
             mapper_fusion=cfg.get("mapper_fusion", True),
             mapper_fusion_vram_limit=cfg.get("mapper_fusion_vram_limit", 0.9),
         )
-    return assign_stage_identities(ops)
+    return dj_stage_identities.identity_manifest(ops)
 
 
 def stage_ids(manifest: Mapping[str, Any]) -> list[str]:

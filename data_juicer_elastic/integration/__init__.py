@@ -5,6 +5,8 @@
 * ``dispatch``: the ``dj-process`` / ``dj-analyze`` mains: ``executor_type: elastic_sharded``
   to our executor, one-line errors with exit code 2;
 * ``config_block``: the recipe's ``elastic:`` block in Data-Juicer's parser, and back out;
+* ``driver_files``: Data-Juicer's work dir of an elastic run under the job directory, and a
+  refused run's job directory removed again;
 * ``recipe`` (the shard recipe each shard runs) and ``recipe_check`` (recipes that cannot
   run shard by shard, refused);
 * ``doctor`` and ``mount_cache``: the checks behind ``dj-elastic doctor``.
@@ -17,6 +19,7 @@ __all__ = [
     "config_block",
     "dispatch",
     "doctor",
+    "driver_files",
     "entrypoint",
     "mount_cache",
     "patches",

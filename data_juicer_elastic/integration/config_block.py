@@ -18,13 +18,14 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import re
 import threading
 import typing
 import weakref
 from typing import Any, Final
 
 from data_juicer_elastic.errors import ConfigError
-from data_juicer_elastic.settings import ElasticSettings, field_help
+from data_juicer_elastic.settings import ElasticSettings, closest_key, field_help
 
 EXECUTOR_TYPE: Final = "elastic_sharded"
 BLOCK: Final = "elastic"
@@ -35,6 +36,19 @@ def is_elastic(cfg: Any) -> bool:
     getter = getattr(cfg, "get", None)
     value = getter("executor_type", None) if callable(getter) else getattr(cfg, "executor_type", None)
     return value == EXECUTOR_TYPE
+
+
+def require_elastic(cfg: Any, config: str, command: str) -> None:
+    """ConfigError unless the parsed recipe asks for elastic_sharded (``dj-elastic prepare`` and
+    ``run`` plan and run only such jobs; without it, ``dj-process`` runs Data-Juicer's own executor)."""
+    if not is_elastic(cfg):
+        executor = cfg.get("executor_type", None) if callable(getattr(cfg, "get", None)) else None
+        raise ConfigError(
+            f"the recipe's executor_type is {executor!r}, not {EXECUTOR_TYPE}",
+            where=config,
+            hint=f"add `executor_type: {EXECUTOR_TYPE}` to the recipe ({command} handles {EXECUTOR_TYPE} jobs only; "
+            "dj-process runs the other executors)",
+        )
 
 
 def add_elastic_arguments(parser) -> None:
@@ -54,6 +68,39 @@ def add_elastic_arguments(parser) -> None:
         else:
             default = field.default
         group.add_argument(f"--{BLOCK}.{field.name}", type=hint, default=default, help=docs.get(field.name, ""))
+
+
+_ELASTIC_NAME: Final = re.compile(rf"\b{BLOCK}\.([A-Za-z_][A-Za-z0-9_]*)")
+
+
+def hint_unknown_keys(message: str) -> str:
+    """A parse error of Data-Juicer's parser, with "did you mean" for each unknown ``elastic.*``
+    key it names (``Option 'elastic.num_shard' is not accepted``, ``unrecognized arguments:
+    --elastic.numshards 4``)."""
+    known = set(ElasticSettings.field_names())
+    guesses = {}
+    for name in _ELASTIC_NAME.findall(message):
+        if name not in known and name not in guesses and (guess := closest_key(name)):
+            guesses[name] = guess
+    if not guesses:
+        return message
+    meant = ", ".join(f"{BLOCK}.{guess}" for guess in guesses.values())
+    return f"{message}: did you mean {meant}? (`dj-process --help` lists every {BLOCK}.* key)"
+
+
+def given_block(cfg: Any) -> list[str]:
+    """The ``elastic.*`` keys a parsed cfg sets to other than their defaults (``job_dir`` set at all):
+    a recipe that has an ``elastic:`` block, or ``--elastic.*`` options."""
+    block = cfg.get(BLOCK, None) if callable(getattr(cfg, "get", None)) else getattr(cfg, BLOCK, None)
+    if block is None:
+        return []
+    values = block.as_dict() if hasattr(block, "as_dict") else dict(block)
+    defaults = {f.name: f.default for f in dataclasses.fields(ElasticSettings)}
+    return [
+        f"{BLOCK}.{name}"
+        for name, value in values.items()
+        if name in defaults and value is not None and (defaults[name] is dataclasses.MISSING or value != defaults[name])
+    ]
 
 
 def settings_from_cfg(cfg: Any) -> ElasticSettings:

@@ -27,6 +27,7 @@ then rejects ``elastic_sharded``.  Use the ``dj-process`` command.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import os
 import sys
@@ -37,8 +38,8 @@ from typing import Any, NoReturn
 
 from data_juicer_elastic.compat import dj_tool_main
 from data_juicer_elastic.errors import DispatchAbort, DispatchToElastic, ElasticError, Places, storage_error
-from data_juicer_elastic.integration import patches
-from data_juicer_elastic.integration.config_block import EXECUTOR_TYPE, is_elastic
+from data_juicer_elastic.integration import driver_files, patches
+from data_juicer_elastic.integration.config_block import EXECUTOR_TYPE, given_block, is_elastic
 
 PROGS = {patches.PROCESS_MAIN: "dj-process", patches.ANALYZE_MAIN: "dj-analyze"}
 
@@ -74,13 +75,16 @@ def run_tool(module: ModuleType, original, args, kwargs, *, prog: str, dispatch:
                 raise DispatchAbort(storage_error(exc, "Data-Juicer's work dir", "run it again", places)) from None
             if dispatch and is_elastic(cfg):
                 raise DispatchToElastic(EXECUTOR_TYPE, cfg)
+            if dispatch:
+                warn_ignored_block(cfg, sys.argv[1:])
             return cfg
 
         return init_configs
 
     try:
-        with dj_tool_main.init_configs_replaced(module, carrying):
-            return original(*args, **kwargs)
+        with driver_files.driving() if dispatch else contextlib.nullcontext():
+            with dj_tool_main.init_configs_replaced(module, carrying):
+                return original(*args, **kwargs)
     except DispatchToElastic as carried:
         cfg = carried.cfg
     except DispatchAbort as carried:
@@ -93,6 +97,26 @@ def run_tool(module: ModuleType, original, args, kwargs, *, prog: str, dispatch:
     except OSError as exc:  # a filesystem that refused a write no step turned into its own error
         fail(prog, storage_error(exc, "", "run it again", places=job_places(cfg)))
     return None
+
+
+def warn_ignored_block(cfg: Any, argv: Sequence[str]) -> None:
+    """One warning when a recipe sets ``elastic.*`` but not ``executor_type: elastic_sharded``:
+    Data-Juicer's own executor runs it and the block does nothing, which nothing else says.
+    Not when the command line or the environment chose the executor (a deliberate comparison)."""
+    given = given_block(cfg)
+    chosen = os.environ.get("DJ_PROCESS_EXECUTOR_TYPE") or any(
+        arg == "--executor_type" or arg.startswith("--executor_type=") for arg in argv
+    )
+    if not given or chosen:
+        return
+    from loguru import logger
+
+    executor = cfg.get("executor_type", None) if callable(getattr(cfg, "get", None)) else None
+    logger.warning(
+        f"the recipe sets {', '.join(given[:3])}{', ...' if len(given) > 3 else ''} but its executor_type is "
+        f"{executor!r}: Data-Juicer's {executor} executor runs it and ignores the elastic: block (no shards, no "
+        f"job directory). To run it sharded, add `executor_type: {EXECUTOR_TYPE}` to the recipe."
+    )
 
 
 def job_places(cfg: Any) -> Places:
@@ -133,9 +157,17 @@ def fail(prog: str, err: ElasticError) -> NoReturn:
     from data_juicer_elastic.console.log_files import close_log_sinks
 
     close_log_sinks()
+    driver_files.remove_refused_job_dirs()  # a job dir this refused run created, nothing run in it
     sys.stdout.flush()
     print(f"{prog}: error: {type(err).__name__}: {err}", file=sys.stderr, flush=True)
     sys.exit(err.exit_code)
+
+
+def driving_elastic() -> bool:
+    """This process is ``dj-process`` and its command line asks for elastic_sharded (cheap look)."""
+    return os.path.basename(sys.argv[0] if sys.argv else "") == PROGS[patches.PROCESS_MAIN] and requests_elastic(
+        sys.argv[1:]
+    )
 
 
 def requests_elastic(argv: Sequence[str], *, load: Callable[[str], Any] | None = None) -> bool:

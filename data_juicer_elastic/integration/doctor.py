@@ -108,9 +108,9 @@ def _patch_checks() -> list[Check]:
 
 def _parser_check() -> Check:
     try:
-        from data_juicer.config.config import build_base_parser
+        from data_juicer_elastic.compat.dj_config_module import base_parser
 
-        parser = build_base_parser()
+        parser = base_parser()
     except Exception as exc:
         return Check("parser accepts elastic_sharded", False, repr(exc))
     from data_juicer_elastic.compat import jsonargparse_actions

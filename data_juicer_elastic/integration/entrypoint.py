@@ -6,8 +6,10 @@ executed, so nothing here imports Data-Juicer's config or core: the patches are
 applied by :mod:`~data_juicer_elastic.compat.importlib_deferred` once each target module has finished.
 """
 
-from data_juicer_elastic.console.quiet import quiet_ray_worker
+from data_juicer_elastic.console.quiet import quiet_from_start, quiet_ray_worker
 from data_juicer_elastic.integration import patches
+from data_juicer_elastic.integration.dispatch import driving_elastic
 
 patches.install()
 quiet_ray_worker()  # a no-op but in the Ray workers of a quiet elastic job
+quiet_from_start(driving_elastic())  # dj-process of an elastic recipe: Data-Juicer's first lines filtered too

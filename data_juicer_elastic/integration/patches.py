@@ -41,7 +41,6 @@ A missing or changed target never breaks Data-Juicer: it is recorded in
 from __future__ import annotations
 
 import functools
-import importlib
 import threading
 from dataclasses import dataclass
 from importlib import metadata
@@ -64,10 +63,12 @@ from data_juicer_elastic.compat import (
 )
 from data_juicer_elastic.compat import importlib_deferred as deferred
 from data_juicer_elastic.errors import IntegrationError
+from data_juicer_elastic.integration import driver_files
 from data_juicer_elastic.integration.config_block import (
     EXECUTOR_TYPE,
     add_elastic_arguments,
     alias_parsed,
+    hint_unknown_keys,
     is_elastic,
     remember_parsed,
     settings_from_cfg,
@@ -225,6 +226,7 @@ def extend_parser(parser) -> None:
             action.help = f"{action.help} With data-juicer-elastic: {EXECUTOR_TYPE!r} (see the elastic.* options)."
     for each in jsonargparse_actions.actions(parser):
         jsonargparse_actions.name_converter(each)
+    jsonargparse_actions.amend_errors(parser, hint_unknown_keys)  # elastic.num_shard: did you mean num_shards?
     if not jsonargparse_actions.dests_starting(parser, "elastic."):
         add_elastic_arguments(parser)
 
@@ -241,6 +243,9 @@ def _prepare_elastic_setup(cfg) -> bool:
     settings = settings_from_cfg(cfg)
     check_output_paths(cfg, settings.job_dir, settings.export_layout)  # before Data-Juicer creates its work dir
     remember_parsed(cfg)
+    if driver_files.is_driving():
+        driver_files.note_job_dir(settings.job_dir)  # before anything is written: a refusal removes what we made
+        driver_files.place_work_dir(cfg, settings.job_dir)  # Data-Juicer's work dir: under the job's logs
     if cfg.get("elastic_juicer_adaptive_batching", False):
         # Data-Juicer allows adaptive batching only for Ray executors.  The
         # driver runs no operator; the shard recipe (built from the kept
@@ -300,15 +305,14 @@ def check_adaptive_batching(cfg) -> None:
 
 def _patch_ops(module: ModuleType) -> None:
     """``adaptive_batching: true`` applies AdaptiveBatchingMixin; the demo operators get registered."""
-    from data_juicer_elastic.batching import optin
+    from data_juicer_elastic.batching import demo, optin
     from data_juicer_elastic.quarantine import collector
 
     dj_op_metaclass.install(module, optin.resolve)
     dj_op_error_hooks.install(module, collector.wrap_hook)  # quarantine under elastic_sharded; else unchanged
     mark(OP_ERROR_HOOKS, "applied")
     dj_free_models.install(module)  # no silent multi-GB torch install for operators that load no model
-    # Registers at import; a Ray worker that unpickles a demo operator may be importing it right now.
-    importlib.import_module("data_juicer_elastic.batching.demo")
+    demo.register()
     mark(OP_METACLASS, "applied")
 
 

@@ -269,9 +269,9 @@ def _same(a: Any, b: Any) -> bool:
 
 @cache
 def _parser_defaults() -> dict[str, Any]:
-    from data_juicer.config.config import build_base_parser
+    from data_juicer_elastic.compat.dj_config_module import base_parser
 
-    return dict(build_base_parser().get_defaults().items())
+    return dict(base_parser().get_defaults().items())
 
 
 def _operator_names(*processes: Any) -> set[str]:

@@ -12,6 +12,9 @@ pending), ``heartbeats`` (staleness on the observer's clock; the renew thread),
 ``attempts`` (attempt dirs, first-wins publication, result validation), ``failures``
 (failure records, retry and death budgets, terminal failure), ``liveness`` / ``progress``
 (is a running attempt alive; its live progress record), ``outcome`` (is the job finished).
+The job summary: ``job_summary`` (the summary and its sequence record, read instead of every
+shard), ``pace`` (each worker process's pace record: what it holds, how fast it finishes),
+``summary_keeper`` (the writer's lease and one round of composing the summary).
 The worker: ``claiming`` / ``claim_ahead`` (finding the next shard), ``shard_attempt``
 (running one claimed shard, every way out recorded), ``worker_loop`` (the loop),
 ``worker_signals`` (SIGTERM/SIGINT), ``scan_loop`` (the scan phase: claiming and running the
@@ -30,12 +33,14 @@ __all__ = [
     "export_path",
     "failures",
     "heartbeats",
+    "job_summary",
     "layout",
     "lease_records",
     "leases",
     "liveness",
     "manifest",
     "outcome",
+    "pace",
     "plan_records",
     "progress",
     "published_file",
@@ -50,6 +55,7 @@ __all__ = [
     "scans",
     "shard_attempt",
     "shard_state",
+    "summary_keeper",
     "tasks",
     "worker_loop",
     "worker_signals",

@@ -38,7 +38,11 @@ Lease rules (exact, as without claim-ahead):
 Which shard: the helper runs only the claim path, so the claim gate (straggler avoidance)
 and ``before_claim`` apply as they do to any claim.  Thread safety: the helper is the only
 user of the Claimer while it claims; the worker loop waits for that (:meth:`wait_claimed`)
-before it touches the Claimer again (``learn_done``, ``revisit``).  No Ray here: the read is
+before it touches the Claimer again (``learn_done``, ``revisit``), which is after the current
+shard is published: publishing never waits for the helper's claim.  When the current shard's
+run ends the helper is told to claim at once (:meth:`run_ended`), so its claim overlaps the
+publication; with the job summary a helper that finds nothing claimable returns without
+touching a shard.  No Ray here: the read is
 the caller's ``read_ahead``.
 """
 
@@ -133,8 +137,10 @@ class ClaimAhead:
         ttl_secs: float,
         clock: Callable[[], float],
         read_ahead: Callable[[ShardSource], object] | None = None,
+        on_release: Callable[[Claim, ReleaseReason], object] | None = None,
     ):
         self.layout, self.manifest, self.claim_next = layout, manifest, claim_next
+        self.on_release = on_release  # a shard handed back: e.g. the pace record stops listing it
         self.heartbeat_secs, self.ttl_secs, self.clock = heartbeat_secs, ttl_secs, clock
         self.read_ahead = read_ahead
         self.unrun = 0  # shards claimed ahead and released without running
@@ -157,6 +163,12 @@ class ClaimAhead:
         cycle.thread = threading.Thread(target=self._work, args=(cycle,), name="dj-elastic-claim-ahead", daemon=True)
         cycle.thread.start()
         return True
+
+    def run_ended(self) -> None:
+        """The current shard's run ended: a helper still waiting for the tail claims now (no wait)."""
+        cycle = self._cycle
+        if cycle is not None:
+            cycle.go.set()
 
     def wait_claimed(self, timeout: float | None = None) -> bool:
         """Wait until the helper no longer uses the Claimer (its claim is made, or none was).
@@ -291,5 +303,10 @@ class ClaimAhead:
             leases.release_claim(self.layout, ahead.claim, reason)
         except OSError as exc:  # the claim then goes stale after a TTL; nothing else is lost
             logger.warning(f"{ahead.claim.shard_id}: could not release the shard claimed ahead: {exc}")
+        if self.on_release is not None:
+            try:
+                self.on_release(ahead.claim, reason)
+            except Exception as exc:  # noqa: BLE001 - a hint's bookkeeping must not keep a claim
+                logger.warning(f"{ahead.claim.shard_id}: {exc}")
         with self._lock:
             self.unrun += 1

@@ -1,10 +1,16 @@
 """Finding a shard to claim without touching every shard on every claim.
 
-A worker used to walk the manifest from shard 0 before every claim, so a claim cost
-O(shards not yet done) metadata operations and every worker started at the same
-shard.  Here a worker keeps a :class:`ClaimCursor`, its own view of the manifest:
+A claim must not cost O(shards) metadata operations, and W workers must not all race for the
+same shard.  A worker keeps a :class:`ClaimCursor`, its own view of the manifest, and reads the
+job summary (``jobdir.job_summary``) when there is a fresh one:
 
-* It walks the manifest forward (wrapping), continuing after the shard it claimed
+* With the summary, shards it shows done or failed are skipped, and so are shards it shows
+  held by another process's live claim, all without a filesystem operation; only shards it
+  shows free, or stale candidates, are probed.  An idle worker in the tail (every shard done
+  or held) then reads nothing but the summary's sequence record.  A stale candidate is taken
+  over when the lease read now shows the very heartbeat value the summary's writer watched
+  for a TTL (``leases.takeover_reason``).  Without a fresh summary, the rules below apply alone.
+* The cursor walks the manifest forward (wrapping), continuing after the shard it claimed
   last.  Worker processes (``dj-elastic worker``, ``dj-process``: ``random_start``)
   joining a job in which shards were already claimed start at a random shard: a
   replacement started after each kill of its predecessor then does not go for the first
@@ -34,7 +40,7 @@ shard.  Here a worker keeps a :class:`ClaimCursor`, its own view of the manifest
 A claim is published only once the worker can run the shard at once (``before_claim``:
 its Ray runtime is up), so a worker killed while starting holds no claim.
 
-Correctness stays where it was: claims are ``link()``-published generations
+Correctness does not depend on the cursor or the summary: claims are ``link()``-published generations
 (exactly one winner, fencing by generation), takeover needs a release, a failure
 record, a dead local pid or a TTL of unchanged heartbeat on the observer's own
 clock, and the merged output is in manifest order whatever the claim order.
@@ -182,6 +188,7 @@ class Claimer:
         rng=None,
         before_claim=None,
         random_start=False,
+        summary_reader=None,
     ):
         self.layout, self.manifest, self.identity, self.observer = layout, manifest, identity, observer
         self.max_retries, self.max_holder_deaths, self.claim_gate = max_retries, max_holder_deaths, claim_gate
@@ -197,6 +204,11 @@ class Claimer:
         self.known_done: set[str] = set()  # done, from a parsed marker or a done/ listing (job_outcome skips them)
         self._held: dict[str, int | None] = {}  # shard seen held by a live claim -> its local pid (None: remote)
         self.pending: Claim | None = None  # published and not yet handed to the caller
+        # the job summary (jobdir.job_summary.SummaryReader), when there is one: done shards, shards held by
+        # live claims and stale candidates come from it, so a claim or an idle poll touches no shard it
+        # does not have to
+        self.summary = summary_reader
+        self._summary_seen: str | None = None  # the sequence whose done set was learned
 
     def _claimed_before(self) -> bool:
         """Whether any shard of the job was ever claimed (one listing of claims/)."""
@@ -211,11 +223,23 @@ class Claimer:
     def claim_next(self) -> tuple[tuple[ShardEntry, Claim] | None, bool]:
         """(entry, claim) for a shard we won, else (None, every shard is finished)."""
         cursor = self.cursor
-        listed = cursor.wants_listing() and self._list_done()
+        view = self.summary.view() if self.summary is not None else None
+        if view is not None:
+            self._learn_summary(view)
+        listed = view is None and cursor.wants_listing() and self._list_done()
         finished = True
         for i in cursor.walk():
             entry = self.manifest.shards[i]
-            outcome = self._probe(entry)
+            vouched = None
+            if view is not None:
+                shard = entry.shard_id
+                if view.held_by_other(shard, self.identity.pid, self.identity.node_id):
+                    finished = False  # someone else's live claim: no probe until the summary says otherwise
+                    continue
+                if shard in view.failed:
+                    continue  # failed for good (until `dj-elastic retry`): as TERMINAL, without reading it
+                vouched = view.stale_token(shard)
+            outcome = self._probe(entry, vouched)
             if isinstance(outcome, Claim):
                 cursor.claimed(i)
                 return (entry, outcome), False
@@ -226,6 +250,16 @@ class Claimer:
             if outcome in (BUSY, DECLINED):
                 finished = False
         return None, finished
+
+    def _learn_summary(self, view) -> None:
+        """Retire the shards a new summary shows done (a done/ listing's names, as :meth:`_list_done`)."""
+        if view.summary.seq == self._summary_seen:
+            return
+        self._summary_seen = view.summary.seq
+        shards = self.manifest.shards
+        for i in view.done_indices():
+            if not self.cursor.is_retired(i):
+                self.learn_done(shards[i].shard_id)
 
     def _list_done(self) -> bool:
         for shard in attempts.list_done(self.layout):
@@ -244,11 +278,11 @@ class Claimer:
         age = self.observer.unchanged_for(shard)
         return age is not None and age < self.observer.ttl_secs
 
-    def _probe(self, entry: ShardEntry) -> Claim | str:
+    def _probe(self, entry: ShardEntry, vouched: str | None = None) -> Claim | str:
         shard = entry.shard_id
         markers = read_markers(self.layout, shard, failed=False)
         settled = decide_state(markers) is not ShardState.PENDING
-        if not settled and self._not_due(shard):
+        if not settled and vouched is None and self._not_due(shard):
             return BUSY  # held, not done, and not stale yet: its lease need not be read (8 ops saved)
         was_held = self._held.pop(shard, False) is not False
         if settled:
@@ -261,9 +295,9 @@ class Claimer:
         if failures.publish_terminal_if_exhausted(self.layout, shard, self.max_retries, None, self.max_holder_deaths):
             return TERMINAL
         view = leases.read_lease(self.layout, shard)
-        reason = leases.takeover_reason(view, self.identity, self.observer)
+        reason = leases.takeover_reason(view, self.identity, self.observer, vouched)
         if reason is not None and self.before_claim is not None and self.before_claim():
-            return self._probe(entry)  # ready now (it took a while): look at the shard afresh
+            return self._probe(entry, vouched)  # ready now (it took a while): look at the shard afresh
         if reason is None:
             local = view.claim is not None and self.identity.same_kernel_namespace(
                 view.claim.hostname, view.claim.boot_id, view.claim.pid_namespace

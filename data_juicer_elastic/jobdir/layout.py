@@ -95,6 +95,10 @@ def parse_gen_name(name: str) -> int | None:
 
 
 SCANS: Final = "scans"  # the scan tasks' namespace (JobLayout.scans)
+SUMMARY: Final = "summary"  # the job summary's namespace (JobLayout.summary_lease): its writer's lease
+# The summary writer's lease is the lease of the one task of the ``summary/`` namespace: the same
+# claim, heartbeat, takeover and release records as a shard's (jobdir.summary_keeper).
+SUMMARY_WRITER_TASK: Final = "part-00000-of-00001"
 
 
 class JobLayout:
@@ -108,7 +112,7 @@ class JobLayout:
 
     def __init__(self, root: str | Path, tasks: str | None = None):
         self.root = Path(root)
-        if tasks not in (None, SCANS):
+        if tasks not in (None, SCANS, SUMMARY):
             raise ValueError(f"unknown task namespace {tasks!r}")
         self.tasks = tasks
         self.tasks_root = self.root / tasks if tasks else self.root
@@ -120,6 +124,35 @@ class JobLayout:
     def scans(self) -> JobLayout:
         """The scan tasks' layout (claims, heartbeats, attempts, done markers of scans)."""
         return JobLayout(self.root, SCANS)
+
+    @property
+    def summary_lease(self) -> JobLayout:
+        """The summary writer's lease (task :data:`SUMMARY_WRITER_TASK` under ``summary/``)."""
+        return JobLayout(self.root, SUMMARY)
+
+    # -- the job summary (jobdir.job_summary, jobdir.pace) --------------------------------
+    @property
+    def summary_dir(self) -> Path:
+        return self.root / SUMMARY
+
+    @property
+    def summary(self) -> Path:
+        """The compacted job summary (a hint: done set, live claims, stale candidates, pace)."""
+        return self.summary_dir / "summary.json"
+
+    @property
+    def summary_seq(self) -> Path:
+        """A small record naming the summary's current sequence: read first, so an unchanged
+        summary is not read again."""
+        return self.summary_dir / "summary.seq"
+
+    @property
+    def paces_dir(self) -> Path:
+        return self.summary_dir / "paces"
+
+    def pace(self, worker_key: str) -> Path:
+        """One worker process's pace record: the claims it holds, how fast it finishes shards."""
+        return self.paces_dir / f"{validate_attempt_id(worker_key)}.json"
 
     # -- top level -----------------------------------------------------------------
     @property

@@ -22,6 +22,7 @@
 
 from __future__ import annotations
 
+import json
 import threading
 import time
 from collections.abc import Callable, Hashable
@@ -69,9 +70,7 @@ class LeaseView:
     @property
     def heartbeat_token(self) -> tuple[object, ...]:
         """The value an observer watches for change."""
-        if self.heartbeat is not None:
-            return ("seq", self.heartbeat.attempt_id, self.heartbeat.seq)
-        return ("none", self.heartbeat_error)
+        return heartbeat_token(self.heartbeat, self.heartbeat_error)
 
     @property
     def watch_key(self) -> str:
@@ -81,6 +80,22 @@ class LeaseView:
     def watch_token(self) -> Hashable:
         """What a staleness observer (``jobdir.heartbeats``) watches: the generation and its heartbeat."""
         return (self.generation, self.heartbeat_token)
+
+    @property
+    def token_text(self) -> str:
+        """:attr:`watch_token` as text, as the job summary records the value its writer watched."""
+        return token_text(self.generation, self.heartbeat, self.heartbeat_error)
+
+
+def heartbeat_token(heartbeat: Heartbeat | None, error: str | None) -> tuple[object, ...]:
+    if heartbeat is not None:
+        return ("seq", heartbeat.attempt_id, heartbeat.seq)
+    return ("none", error)
+
+
+def token_text(generation: int, heartbeat: Heartbeat | None, error: str | None) -> str:
+    """The watched value of a generation's heartbeat as text (equal exactly when the tokens are)."""
+    return json.dumps([generation, *heartbeat_token(heartbeat, error)], separators=(",", ":"))
 
 
 def latest_generation(layout: JobLayout, shard_id: str) -> int:
@@ -115,10 +130,16 @@ def read_lease(layout: JobLayout, shard_id: str) -> LeaseView:
         claim, claim_error = None, f"claim file names {claim.shard_id} gen {claim.generation}"
     release, _ = _read(Release, layout.release(shard_id, generation))
     failure, _ = _read(Failure, layout.failure(shard_id, generation))
-    heartbeat, hb_error = _read(Heartbeat, layout.heartbeat(shard_id, generation))
-    if heartbeat is not None and heartbeat.generation != generation:
-        heartbeat, hb_error = None, "heartbeat of another generation"
+    heartbeat, hb_error = read_heartbeat(layout, shard_id, generation)
     return LeaseView(shard_id, generation, claim, claim_error, release, failure, heartbeat, hb_error)
+
+
+def read_heartbeat(layout: JobLayout, shard_id: str, generation: int) -> tuple[Heartbeat | None, str | None]:
+    """(heartbeat, error) of one generation: what the summary writer reads of each live claim."""
+    heartbeat, error = _read(Heartbeat, layout.heartbeat(shard_id, generation))
+    if heartbeat is not None and heartbeat.generation != generation:
+        return None, "heartbeat of another generation"
+    return heartbeat, error
 
 
 def holder_dead_here(view: LeaseView, identity: WorkerIdentity) -> bool:
@@ -131,15 +152,20 @@ def holder_dead_here(view: LeaseView, identity: WorkerIdentity) -> bool:
     return not pid_alive(claim.pid)
 
 
-def takeover_reason(view: LeaseView, identity: WorkerIdentity, observer: StalenessObserver) -> TakeoverReason | None:
+def takeover_reason(
+    view: LeaseView, identity: WorkerIdentity, observer: StalenessObserver, vouched_stale: str | None = None
+) -> TakeoverReason | None:
     """Why the latest generation may be claimed over, or None while it is held.
 
     Always feeds the observer (even when another reason applies) so its memory of
-    each value is as old as possible.
+    each value is as old as possible.  ``vouched_stale``: the heartbeat value the job
+    summary's writer watched stay unchanged for a TTL on its own clock
+    (``jobdir.job_summary``); the lease is stale for us too when we read that very value
+    again now (it has not changed since, so it has been unchanged for longer still).
     """
     if view.generation == 0:
         return FIRST
-    stale = observer.is_stale(view)
+    stale = observer.is_stale(view) or (vouched_stale is not None and vouched_stale == view.token_text)
     if view.release is not None:
         if view.release.reason == RELEASE_FINISHED and not stale:
             # The done marker exists, even if a lagging cache (NFS negative lookups, up to
@@ -200,9 +226,15 @@ def newer_generation_exists(layout: JobLayout, claim: Claim) -> bool:
     return fsio.exists(layout.claim(claim.shard_id, claim.generation + 1))
 
 
-def write_heartbeat(layout: JobLayout, claim: Claim, seq: int) -> None:
+def write_heartbeat(layout: JobLayout, claim: Claim, seq: int, *, make_dir: bool = True) -> None:
+    """Rewrite the generation's heartbeat.  ``make_dir=False`` once its directory exists: a
+    renewal is then one write (the directory is still checked not to lead out of the job
+    directory, with ``lstat``s the client answers from its cache)."""
     path = layout.heartbeat(claim.shard_id, claim.generation)
-    confine.ensure_dir(layout, path.parent)
+    if make_dir:
+        confine.ensure_dir(layout, path.parent)
+    else:
+        confine.check_inside(layout, path.parent)
     # Durable=False: a heartbeat lost in a crash only makes the claim look older, which is safe.
     fsio.atomic_write(
         path, Heartbeat(claim.shard_id, claim.generation, claim.attempt_id, seq, time.time()).encode(), durable=False
@@ -246,6 +278,7 @@ class Heartbeater:
         # liveness' own stall callbacks (the runner's restart) run
         self.liveness, self.on_stall = liveness, on_stall
         self._renewer = RenewThread(heartbeat_secs, self._renew, f"heartbeat-{claim.shard_id}")
+        self._dir_ready = False  # the heartbeat directory exists: renewals need no makedirs
 
     def _lose(self, reason: str) -> None:
         if not self.lost.is_set():
@@ -265,7 +298,11 @@ class Heartbeater:
                 self._lose("a newer generation was claimed")
                 return False
             self.seq += 1
-            write_heartbeat(self.layout, self.claim, self.seq)
+            try:
+                write_heartbeat(self.layout, self.claim, self.seq, make_dir=not self._dir_ready)
+            except FileNotFoundError:  # its directory was removed (retry archives a shard's records)
+                write_heartbeat(self.layout, self.claim, self.seq, make_dir=True)
+            self._dir_ready = True
         except OSError as exc:
             logger.warning(f"{self.claim.shard_id}: heartbeat failed: {exc}")
             self.check()

@@ -1,10 +1,23 @@
-"""Whether a job is finished, from its job directory: every shard done, and which failed for good."""
+"""Whether a job is finished, from its job directory: every shard done, and which failed for good.
+
+:func:`job_outcome` reads every shard it does not know done; :func:`leaving_outcome` answers from
+the job summary when there is a fresh one (an instance that stops, is aborted or reached its limit
+reads O(terminal failures), not O(shards)).
+"""
 
 from __future__ import annotations
 
+from data_juicer_elastic.jobdir.job_summary import SummaryReader
 from data_juicer_elastic.jobdir.layout import JobLayout
 from data_juicer_elastic.jobdir.records import Manifest
-from data_juicer_elastic.jobdir.shard_state import Markers, ShardState, TerminalInfo, decide_state, read_markers
+from data_juicer_elastic.jobdir.shard_state import (
+    Markers,
+    ShardState,
+    TerminalInfo,
+    decide_state,
+    read_failed_marker,
+    read_markers,
+)
 
 
 def job_outcome(
@@ -28,3 +41,23 @@ def job_outcome(
         if markers.terminal_info is not None:
             terminal.append(markers.terminal_info)
     return complete, terminal
+
+
+def leaving_outcome(
+    layout: JobLayout, manifest: Manifest, known_done: set[str] | frozenset[str], reader: SummaryReader | None
+) -> tuple[bool, list[TerminalInfo]]:
+    """:func:`job_outcome` from the summary when ``reader`` has a fresh one: complete when it shows
+    every shard done (a ``done/`` listing, trusted as a worker's own listing is), and the terminal
+    failures it names, each read by name.  A summary a few seconds old may say "not complete" for
+    a job that just completed: callers then wait (settle), which reads the summary again."""
+    view = reader.view() if reader is not None else None
+    if view is None:
+        return job_outcome(layout, manifest, known_done)
+    if view.all_done:
+        return True, []
+    terminal = []
+    for shard in sorted(view.failed):
+        info = read_failed_marker(layout, Markers(shard)).terminal_info
+        if info is not None:
+            terminal.append(info)
+    return False, terminal

@@ -22,6 +22,7 @@ from data_juicer_elastic.jobdir.claim_ahead import RELEASE_SIGNAL, RELEASE_UNRUN
 from data_juicer_elastic.jobdir.layout import JobLayout
 from data_juicer_elastic.jobdir.lease_records import Claim
 from data_juicer_elastic.jobdir.manifest import check_shard_file
+from data_juicer_elastic.jobdir.pace import PaceWriter
 from data_juicer_elastic.jobdir.reasons import AttemptExit, FailureReason, ReleaseReason, StopReason
 from data_juicer_elastic.jobdir.records import Manifest, ShardEntry
 from data_juicer_elastic.jobdir.shard_state import TerminalInfo
@@ -33,6 +34,9 @@ RunShard = Callable[[ShardTask], ShardOutput]
 # Claim ahead once the running shard is expected to be this far through: the next shard is then
 # held for about a fifth of a shard's time, not a whole one, while another node may be idle.
 TAIL_FRACTION: Final = 0.8
+# The live progress record is rewritten every other heartbeat: a renewal stays one write, and a
+# display is at most two heartbeats behind.
+PROGRESS_EVERY_BEATS: Final = 2
 
 
 @dataclass
@@ -67,6 +71,7 @@ class ShardWorker:
         self.max_holder_deaths: int | None = claim.get("max_holder_deaths")
         self.claimer = claiming.Claimer(layout, manifest, identity, observer, max_retries=max_retries, **claim)
         self.ahead: ClaimAhead | None = None  # claim-ahead (jobdir.claim_ahead), when on
+        self.pace: PaceWriter | None = None  # this process's pace record (jobdir.pace), with the job summary
         self.may_claim_ahead: Callable[[], bool] = lambda: False
 
     @property
@@ -80,7 +85,20 @@ class ShardWorker:
 
     def claim_next(self) -> tuple[tuple[ShardEntry, Claim] | None, bool]:
         """(entry, claim) for a claimable shard we won, else (None, all shards finished)."""
-        return self.claimer.claim_next()
+        found, finished = self.claimer.claim_next()
+        if found is not None and self.pace is not None:  # the summary's writer learns of it from our record
+            claim = found[1]
+            self.pace.holding(claim.shard_id, claim.generation, claim.attempt_id)
+            self.pace.flush()
+        return found, finished
+
+    def let_go(self, claim: Claim, reason: ReleaseReason) -> None:
+        """Our pace record no longer lists the claim; written at once unless the shard is finished
+        (its done marker tells the summary; the next claim's write carries the change)."""
+        if self.pace is not None:
+            self.pace.let_go(claim.shard_id, claim.generation)
+            if reason is not ReleaseReason.FINISHED:
+                self.pace.flush()
 
     def in_tail(self, tracker: progress.ProgressTracker) -> bool:
         """The running shard is expected to be in its last part (``TAIL_FRACTION``): by the time
@@ -117,6 +135,7 @@ class ShardWorker:
         ``ahead``: the shard was claimed ahead; its input file was checked then (not hashed
         again if unchanged).  While it runs, the next shard is claimed ahead (when on)."""
         self.summary.claimed += 1
+        began = self.clock()
         tracker = progress.ProgressTracker(self.layout, claim, entry.rows)
         if self.on_attempt is not None:
             self.on_attempt(tracker)  # e.g. a terminal progress bar for this shard
@@ -130,7 +149,7 @@ class ShardWorker:
             heartbeat_secs=self.heartbeat,
             ttl_secs=self.ttl,
             clock=self.clock,
-            on_beat=tracker.flush,
+            on_beat=_every(PROGRESS_EVERY_BEATS, tracker.flush),
             liveness=alive,
             on_stall=lambda reason: self._give_up(claim, reason),
         )
@@ -163,7 +182,7 @@ class ShardWorker:
                 output = self.run_shard(task) if entry.rows else empty_output(task)
                 self.secs_per_row = (self.clock() - started) / max(entry.rows, 1)
             if self.ahead is not None:
-                self.ahead.wait_claimed()  # the helper is done with the Claimer before we use it
+                self.ahead.run_ended()  # the next claim overlaps this shard's publication
             tracker.set_stage(progress.Stage.PUBLISHING)
             self._fence(heartbeater, claim)
             outcome = attempts.publish_done(
@@ -212,6 +231,12 @@ class ShardWorker:
         finally:
             heartbeater.stop()
             tracker.finish()
+        # Publishing never waits for the claim-ahead helper; the Claimer is ours again once its claim is made
+        # (with the summary it gives up at once when nothing is claimable).
+        if self.ahead is not None:
+            self.ahead.wait_claimed()
+        if outcome.accepted and self.pace is not None:
+            self.pace.finished(self.clock() - began, outcome.result.rows)
         if outcome.accepted or outcome.winner is not None:
             self.claimer.learn_done(entry.shard_id)
         if outcome.accepted:
@@ -283,6 +308,19 @@ class ShardWorker:
             leases.release_claim(self.layout, claim, reason)
         except OSError as exc:  # the claim then goes stale after a TTL; nothing else is lost
             logger.warning(f"{claim.shard_id}: could not write release record: {exc}")
+        self.let_go(claim, reason)
+
+
+def _every(n: int, call: Callable[[], object]) -> Callable[[], None]:
+    """``call`` on every ``n``-th invocation, the first included."""
+    count = [0]
+
+    def maybe() -> None:
+        if count[0] % n == 0:
+            call()
+        count[0] += 1
+
+    return maybe
 
 
 def empty_output(task: ShardTask) -> ShardOutput:

@@ -22,12 +22,15 @@ from data_juicer_elastic.errors import ConfigError, WorkerInterrupted, storage_e
 from data_juicer_elastic.jobdir import confine, progress
 from data_juicer_elastic.jobdir.claim_ahead import RELEASE_SIGNAL, RELEASE_UNRUN, ClaimAhead
 from data_juicer_elastic.jobdir.heartbeats import StalenessObserver
+from data_juicer_elastic.jobdir.job_summary import IdleBackoff, SummaryReader, register_reader
 from data_juicer_elastic.jobdir.layout import JobLayout
 from data_juicer_elastic.jobdir.manifest import check_shard_files, is_planned, load_manifest
-from data_juicer_elastic.jobdir.outcome import job_outcome
+from data_juicer_elastic.jobdir.outcome import leaving_outcome
+from data_juicer_elastic.jobdir.pace import PaceWriter
 from data_juicer_elastic.jobdir.reasons import ReleaseReason, StopReason
 from data_juicer_elastic.jobdir.scan_loop import RunScan, scan_job
 from data_juicer_elastic.jobdir.shard_attempt import RunShard, ShardWorker, WorkerSummary
+from data_juicer_elastic.jobdir.summary_keeper import SummaryKeeper
 from data_juicer_elastic.jobdir.worker_signals import SignalGuard, honour
 from data_juicer_elastic.rows.shard_source import ShardSource
 from data_juicer_elastic.settings import check_values
@@ -60,6 +63,7 @@ def run_worker(
     claim_ahead: bool = True,
     read_ahead: Callable[[ShardSource], object] | None = None,
     run_scan: RunScan | None = None,
+    job_summary: bool = True,
 ) -> WorkerSummary:
     """Process shards of ``job_dir`` until the job is finished (or a limit is reached).
 
@@ -81,6 +85,10 @@ def run_worker(
     ``run_scan``: a job that is planned but not yet scanned is scanned first, this worker taking
     its share of the scans with ``run_scan(task)`` (``jobdir.scan_loop``; the barrier: no shard
     runs before every shard is scanned and the manifest composed).
+    ``job_summary``: keep and read the job summary (``jobdir.job_summary``): this process's pace
+    record, its turn as the summary's writer, and claims, idle polls and the outcome at the end
+    read from the summary instead of the shards.  Its keeper runs in a thread with the default
+    clock, and from this loop (between claims) with a caller's clock.
     """
     check_values(  # the settings' own rules: a caller may pass plain values
         {
@@ -125,6 +133,9 @@ def run_worker(
     confine.check_layout(layout)  # and one whose directories lead elsewhere
     check_shard_files(layout.root, manifest)
     observer = StalenessObserver(ttl_secs, clock)
+    reader = SummaryReader(layout, manifest, ttl_secs=ttl_secs, clock=clock) if job_summary else None
+    if reader is not None:
+        register_reader(reader)
     worker = ShardWorker(
         layout,
         manifest,
@@ -141,8 +152,19 @@ def run_worker(
         max_holder_deaths=max_holder_deaths,
         before_claim=before_claim,
         random_start=random_start,
+        summary_reader=reader,
     )
     worker.on_attempt, worker.stall_secs = on_attempt, stall_timeout_secs
+    keeper = None
+    if reader is not None:
+        worker.pace = PaceWriter(layout, identity)
+        keeper = SummaryKeeper(
+            layout, manifest, identity, worker.pace, reader, ttl_secs=ttl_secs, heartbeat_secs=heartbeat_secs,
+            clock=clock,
+        )  # fmt: skip
+        if clock is time.monotonic:
+            keeper.start()
+    idle = IdleBackoff(poll_interval_secs, reader)
     if claim_ahead:
 
         def may_claim_ahead() -> bool:
@@ -162,6 +184,7 @@ def run_worker(
             ttl_secs=ttl_secs,
             clock=clock,
             read_ahead=read_ahead,
+            on_release=worker.let_go,
         )
         worker.may_claim_ahead = may_claim_ahead
 
@@ -177,12 +200,15 @@ def run_worker(
                 if max_done is not None and summary.done >= max_done:
                     summary.stop_reason = StopReason.MAX_DONE
                     break
+                if keeper is not None and clock is not time.monotonic:
+                    keeper.tick_if_due()
                 # A shard claimed ahead while the last one ran comes first (its claim, check and
                 # read are done); else claim one now.
                 claimed, finished = worker.take_ahead(), False
                 if claimed is None:
                     claimed, finished = worker.claim_next()
                 if claimed is not None:
+                    idle.reset()
                     worker.run(*claimed)
                     worker.pending = None
                     continue
@@ -192,7 +218,9 @@ def run_worker(
                 if not wait_for_completion:
                     summary.stop_reason = StopReason.NO_WORK
                     break
-                sleep(poll_interval_secs)
+                if worker.pace is not None:
+                    worker.pace.flush()  # what we finished last is in the summary while we wait
+                sleep(idle.next_wait())
         except OSError as exc:
             # The job directory refused a write the loop cannot do without (claim, failure
             # record): stop with one clear error naming the path instead of a traceback.
@@ -213,5 +241,9 @@ def run_worker(
             if worker.ahead is not None:
                 worker.ahead.close(RELEASE_UNRUN, why=f"worker stopping: {summary.stop_reason or 'error'}")
                 summary.unrun = worker.ahead.unrun
-    summary.complete, summary.terminal_failures = job_outcome(layout, manifest, worker.claimer.known_done)
+            if keeper is not None:
+                keeper.stop()  # a last round, and the writer's lease released for the next writer
+    summary.complete, summary.terminal_failures = leaving_outcome(
+        layout, manifest, worker.claimer.known_done, None if summary.stop_reason == StopReason.FINISHED else reader
+    )
     return summary

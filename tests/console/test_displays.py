@@ -6,10 +6,12 @@ import io
 import json
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 from loguru import logger
 
 from data_juicer_elastic.console import quiet, summary, terminal
-from data_juicer_elastic.console.displays import JobDisplay, Meter, StepDisplay
+from data_juicer_elastic.console.displays import JobDisplay, Meter, StepDisplay, meter_line
 from data_juicer_elastic.jobdir import leases, progress
 from data_juicer_elastic.jobdir.layout import JobLayout
 from tests.jobdir.conftest import FakeClock, identity
@@ -184,3 +186,63 @@ def test_process_start_is_before_now():
     import time
 
     assert summary.process_started() <= time.monotonic()
+
+
+@given(
+    idle=st.floats(min_value=0.0, max_value=600.0),
+    first=st.integers(min_value=1, max_value=10_000),
+    gap=st.floats(min_value=1.0, max_value=120.0),
+    more=st.integers(min_value=1, max_value=10_000),
+)
+def test_a_rate_from_the_first_move_on_never_counts_the_wait_before_it(idle, first, gap, more):
+    """Ray starting, the first block read: however long nothing moved, the rate is the rows
+    after the first move over the time after it, and unknown until rows moved twice."""
+    clock = FakeClock(0.0)
+    meter = Meter(clock, from_first_move=True)
+    meter.add(0)
+    clock.advance(idle)
+    meter.add(0)
+    assert meter.rate() is None
+    meter.add(first)  # the first block: how long it took is unknown
+    clock.advance(gap / 2)
+    meter.add(first)
+    assert meter.rate() is None, "one move: no rate yet"
+    clock.advance(gap / 2)
+    meter.add(first + more)
+    assert meter.rate() == pytest.approx(more / gap)
+
+
+def test_without_a_rate_the_line_shows_no_rate_and_no_time_left():
+    """tqdm would compute both from the average since the start (start-up counted as work)."""
+    line = meter_line("", 50, 400, 12.0, None, "rows", "shards 0/8 done | part-00000 processing", 120)
+    assert "50/400 [00:12<?, ? rows/s, shards 0/8 done | part-00000 processing]" in line, line
+    known = meter_line("", 50, 400, 12.0, 25.0, "rows", "shards 0/8 done", 120)
+    assert "50/400 [00:12<00:14, 25.00 rows/s, shards 0/8 done]" in known, known
+    done = meter_line("", 400, 400, 20.0, None, "rows", "", 120)
+    assert "400/400" in done and "<00:00" in done
+
+
+def test_the_live_line_names_what_it_waits_for_until_rows_are_counted(tmp_path):
+    shards = {"part-00000-of-00002": 50, "part-00001-of-00002": 50}
+    layout = _job(tmp_path, shards)
+    clock = FakeClock(0.0)
+    ray_starting = [True]
+    display = JobDisplay(tmp_path, shards, terminal=False, clock=clock,
+                         waiting=lambda: "starting Ray" if ray_starting[0] else "")  # fmt: skip
+    display.refresh_listing()
+    assert display.numbers()["stage"] == "starting Ray"
+    ray_starting[0] = False
+    assert display.numbers()["stage"] == "waiting for the first shard"
+    claim = leases.publish_claim(layout, leases.read_lease(layout, "part-00000-of-00002"), identity(), "a1", "none")
+    tracker = progress.ProgressTracker(layout, claim, 50)
+    display.attach(tracker)
+    assert display.numbers()["stage"] == "first shard: part-00000 starting"
+    tracker.set_stage(progress.Stage.PROCESSING)
+    tracker.update(rows_read=10)
+    clock.advance(30.0)
+    numbers = display.numbers()
+    assert numbers["stage"] == "part-00000 processing" and numbers["rate"] is None, "one move: no rate, no ETA"
+    assert "ETA" not in display.plain_line(numbers)
+    clock.advance(5.0)
+    tracker.update(rows_read=20)
+    assert display.numbers()["rate"] == pytest.approx(2.0), "10 rows in the 5 s after the first move"

@@ -60,11 +60,15 @@ def test_repeated_warnings_fold_into_one_line_and_known_noise_is_dropped():
         no = {"INFO": 20, "WARNING": 30, "ERROR": 40}[level]
         return {"extra": {}, "level": type("L", (), {"no": no})(), "name": name, "message": message}
 
-    neither = "Neither the required memory nor cpu of Op[{}] is specified. We recommend specifying `num_cpus`."
+    neither = "Neither the required cuda memory nor gpu of Op[{}] is specified. Set the `num_gpus` to 1 now."
     first = record("data_juicer.utils.process_utils", neither.format("a_mapper"))
     assert rule(first) and "shown once" in first["extra"]["folded"]
     assert not rule(record("data_juicer.utils.process_utils", neither.format("b_filter")))
     assert not rule(record("data_juicer.config.config", "No config file found in work directory: /x"))
+    # the demo's one warning: advice about num_cpus for every operator of every shard, in the log files only
+    cpus = "Neither the required memory nor cpu of Op[a_mapper] is specified. We recommend specifying the `num_cpus`"
+    assert not rule(record("data_juicer.utils.process_utils", cpus))
+    assert rule(record("data_juicer.utils.process_utils", cpus, level="ERROR"))
     assert rule(record("data_juicer.config.config", "something else"))
     assert rule(record("data_juicer.utils.process_utils", neither.format("c"), level="ERROR")), "never an error"
     assert not rule(record("data_juicer.core", "Initializing Ray ...", level="INFO"))

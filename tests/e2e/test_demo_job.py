@@ -6,6 +6,7 @@ from __future__ import annotations
 import collections
 import json
 import os
+import re
 from pathlib import Path
 
 import pytest
@@ -158,6 +159,34 @@ def test_on_a_terminal_progress_is_one_live_line_above_which_the_plugin_lines_sc
     assert not any("/400 [" in line for line in lines), "the live line never scrolls"
     assert len(lines) <= 15 and "╒" not in drawn, lines
     assert any(" done in " in line and "400 rows in" in line and "8 shards" in line for line in lines), lines
+
+
+def test_the_demo_console_shows_only_the_plugin_lines_and_names_each_wait(bundled_demo):
+    """No Data-Juicer line (its plugin discovery, its num_cpus advice) between the plugin's own; while
+    nothing is countable the live line says what it waits for, and it shows no ETA before a rate."""
+    _, drawn = bundled_demo
+    lines = scrolled_lines(drawn)
+    plugin = ("planned ", "scanned ", "merged ", "done in ", "output ", "stats ", "report ", "logs ")
+    shown = [re.sub(r"\x1b\[[0-9;]*m", "", line).strip() for line in lines]  # without colours
+    for text in filter(None, shown):
+        assert re.match(r"\d\d:\d\d:\d\d ", text) and text[9:].strip().startswith(plugin), shown
+    assert "Discovered" not in drawn and "num_cpus" not in drawn and "INFO" not in drawn
+    states = [state for state in redraws(drawn) if "/400 [" in state]
+    waiting = [state for state in states if " 0/400 [" in state]
+    assert waiting and all(state.split("|")[-1].strip() for state in waiting), waiting
+    assert all("<?, ? rows/s" in state for state in waiting), "no rate and no ETA before rows are counted"
+
+
+def test_data_juicer_work_files_go_under_the_job_directory(bundled_demo):
+    """Beside the export: the export and its documented side files only (the demo's job dir is there
+    too); Data-Juicer's timestamped work dir is in the node's log folder of the job."""
+    tmp, _ = bundled_demo
+    demo = tmp / "outputs" / "demo"
+    side = {"merged.jsonl.progress.json", "merged_stats.jsonl", "merged_overall_stats.csv", "merged_overall_stats.json"}
+    names = {p.name for p in demo.iterdir()} - {"analysis"}  # dj-analyze of the demo (another test) writes there
+    assert names == {"merged.jsonl", "job"} | side, names
+    (work,) = (demo / "job" / "logs").glob("*/data-juicer/*")
+    assert (work / "cli.yaml").is_file() and list((work / "logs").glob("export_merged.jsonl_time_*"))
 
 
 def test_overall_stats_match_dj_analyze_on_the_merged_output(bundled_demo):

@@ -154,7 +154,9 @@ def test_learning_that_everything_is_done_takes_one_listing(tmp_path, monkeypatc
         result = ShardResult(entry.shard_id, "other-2", 1, "peer", entry.rows, 1, "0" * 64, "x", entry.rows, "0", 1.0)
         fsio.write_new(layout.done(entry.shard_id), result.encode(), durable=False)
     counter = _claim_ops(job, monkeypatch, claims=0)
-    assert counter.calls == 1 and counter.trace == [("listdir", str(layout.done_dir))]
+    # one look for a job summary (there is none: no writer ran yet), then one listing of done/
+    assert counter.calls == 1
+    assert counter.trace == [("read", str(layout.summary_seq)), ("listdir", str(layout.done_dir))]
 
 
 def test_a_held_shard_is_reread_only_when_it_could_be_stale_then_taken_over(tmp_path, clock):

@@ -1,0 +1,44 @@
+"""py-data-juicer 1.6.1: ``RayExecutor.run(skip_export=True)``, which processes without exporting.
+
+Target: ``data_juicer.core.executor.ray_executor.RayExecutor.run(load_data_np=None,
+skip_export=False, skip_return=False)``, which returns the processed ``RayDataset`` unless
+``skip_return``.
+
+Why.  A shard runs through Data-Juicer's own ``RayExecutor`` (``execution.shard_runner``), but
+its rows are written by this package (in input order, losslessly, with the row stats beside
+them), so Data-Juicer's exporter must not write them and the dataset must come back.
+"""
+
+from __future__ import annotations
+
+import inspect
+from typing import Any, Final
+
+from data_juicer_elastic.compat import dj_moved, import_target
+
+MODULE: Final = "data_juicer.core.executor.ray_executor"
+TARGET: Final = f"{MODULE}.RayExecutor.run"
+# keyword -> the default it must have (so that leaving it out keeps the dataset coming back)
+KEYWORDS: Final = {"skip_export": False, "skip_return": False}
+
+
+def _executor_class() -> Any:
+    executor = getattr(import_target(MODULE, where=TARGET), "RayExecutor", None)
+    run = getattr(executor, "run", None)
+    if not callable(run):
+        raise dj_moved(f"{TARGET} is missing", where=TARGET)
+    parameters = inspect.signature(run).parameters
+    for name, default in KEYWORDS.items():
+        if name not in parameters or parameters[name].default is not default:
+            raise dj_moved(f"{TARGET} no longer takes {name}={default}: {tuple(parameters)}", where=TARGET)
+    return executor
+
+
+def run_unexported(cfg: Any) -> Any:
+    """``RayExecutor(cfg).run(skip_export=True)``: the processed dataset, nothing exported."""
+    return _executor_class()(cfg).run(skip_export=True)
+
+
+def self_check() -> str:
+    _executor_class()
+    return f"{TARGET}({', '.join(f'{k}={v}' for k, v in KEYWORDS.items())}) found"

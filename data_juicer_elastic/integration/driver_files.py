@@ -1,0 +1,126 @@
+"""What the driver of an elastic run writes outside the shards: Data-Juicer's work dir, and
+what a refused run leaves behind (nothing it created).
+
+* **Data-Juicer's work dir.**  Data-Juicer's set-up makes a timestamped work dir (its log
+  files, ``cli.yaml``, a copy of the recipe, the event log) under ``work_dir``, by default
+  ``dirname(export_path)``: beside the export, a new folder on every run.  For the driver of
+  an elastic run (``dj-process``, ``dj-elastic run``) without a ``work_dir`` of the recipe's
+  own, it goes under the node's log folder of the job instead,
+  ``<job_dir>/logs/<node>/data-juicer/<Data-Juicer's job id>/``, next to the instance logs.
+  The job directory is checked first (a foreign directory, or links leading out of it, are
+  refused before anything is written there).  ``dj-analyze`` keeps Data-Juicer's default:
+  its analysis goes to its work dir.
+* **A refused run.**  A run refused with one error (a bad setting, a recipe or an input the
+  plugin refuses) before any shard could run must not leave a job directory behind that the
+  next run would have to be told about.  When this process found no job directory at the
+  start, created it, no manifest was published (no shard may have run), and no other
+  instance joined the run, the job directory is removed (renamed aside first, so a partly
+  removed one never looks like a job).  A job directory that existed before is never removed.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import threading
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any, Final
+
+DJ_WORK_DIR: Final = "data-juicer"  # under <job_dir>/logs/<node>/; Data-Juicer appends its job id
+
+_local = threading.local()
+_lock = threading.Lock()
+_absent: dict[Path, bool] = {}  # job dir -> it did not exist when this process first looked
+
+
+@contextlib.contextmanager
+def driving() -> Iterator[None]:
+    """Data-Juicer's config parse inside this block is the driver's of an elastic run."""
+    before = getattr(_local, "driving", False)
+    _local.driving = True
+    try:
+        yield
+    finally:
+        _local.driving = before
+
+
+def is_driving() -> bool:
+    return getattr(_local, "driving", False)
+
+
+def job_dir_path(job_dir: str | os.PathLike) -> Path:
+    from data_juicer_elastic.preparation import resolve_user_path
+
+    return resolve_user_path(job_dir)
+
+
+def note_job_dir(job_dir: str | os.PathLike) -> None:
+    """Remember whether the job directory exists now; the first look for a path counts."""
+    path = job_dir_path(job_dir)
+    with _lock:
+        _absent.setdefault(path, not os.path.lexists(path))
+
+
+def place_work_dir(cfg: Any, job_dir: str) -> None:
+    """For the driver, Data-Juicer's work dir under the job's node log folder (module docstring),
+    unless the recipe names its own ``work_dir``.  JobDirError / UnsafePathError first for a job
+    directory that is not ours."""
+    if not is_driving() or cfg.get("work_dir", None):
+        return
+    from data_juicer_elastic.jobdir import confine
+    from data_juicer_elastic.jobdir.layout import JobLayout
+    from data_juicer_elastic.sharedfs.identity import WorkerIdentity
+
+    layout = JobLayout(job_dir_path(job_dir))
+    if os.path.isdir(layout.root):
+        planned = os.path.exists(layout.plan) or os.path.exists(layout.manifest)
+        (confine.check_layout if planned else confine.check_ours)(layout)
+    elif os.path.lexists(layout.root):
+        raise confine.not_a_directory(layout.root)
+    work_dir = layout.node_log_dir(WorkerIdentity.current().node_id) / DJ_WORK_DIR
+    cfg.work_dir = str(confine.check_inside(layout, work_dir))
+
+
+def remove_refused_job_dirs() -> list[Path]:
+    """After a refusal: remove each job directory this process created in which nothing ran and
+    no other instance took part (module docstring); the ones removed."""
+    with _lock:
+        candidates = [path for path, absent in _absent.items() if absent]
+    return [path for path in candidates if _remove_if_unused(path)]
+
+
+def _remove_if_unused(root: Path) -> bool:
+    from data_juicer_elastic.jobdir.layout import JobLayout
+
+    layout = JobLayout(root)
+    if not os.path.isdir(root) or os.path.islink(root) or os.path.exists(layout.manifest):
+        return False
+    if _participants(layout) > 1:
+        return False  # another instance joined: it reads this run's outcome there
+    aside = root.with_name(f".{root.name}.refused-{uuid.uuid4().hex[:8]}")
+    try:
+        os.rename(root, aside)
+    except OSError:
+        return False
+    shutil.rmtree(aside, ignore_errors=True)
+    return True
+
+
+def _participants(layout: Any) -> int:
+    """Instances that joined any run of the job (their records under ``coordination/<run>/``)."""
+    from data_juicer_elastic.errors import JobDirError
+
+    try:
+        runs = os.listdir(layout.coordination_dir)
+    except OSError:
+        return 0
+    count = 0
+    for run in runs:
+        try:
+            count += sum(name.endswith(".json") for name in os.listdir(layout.participants_dir(run)))
+        except (OSError, JobDirError):  # not a run's folder
+            continue
+    return count

@@ -1,0 +1,303 @@
+"""The compacted job summary: ``summary/summary.json`` and ``summary/summary.seq``.
+
+At a thousand workers, every worker listing ``done/`` and reading every held shard's
+records on every poll is more metadata traffic than a NAS serves.  So one worker
+process at a time (``jobdir.summary_keeper``, elected with a lease) rewrites a summary
+of the whole job every few seconds, and everyone else reads that one file:
+
+* the done set (a bitmap in manifest order) and the terminally failed shards;
+* the live claims (from the workers' pace records, ``jobdir.pace``), each with the
+  heartbeat value its writer watched and for how long it saw it unchanged on its own
+  clock; those unchanged for a TTL are *stale candidates*;
+* each node's pace (shards done, time per shard) for the claim gate and ``status``.
+
+``summary.seq`` is written after ``summary.json`` and names its sequence; a reader
+reads it first and reads the summary only when it changed (one small read per poll).
+
+**The summary is a hint, never the authority.**  A claim is still a ``link()`` of the
+next generation; a taker re-reads the lease and uses the summary's staleness only when
+it reads the very heartbeat value the writer watched (``leases.takeover_reason``); a
+done marker is still published with ``link()`` and merge validates every one.  A
+reader that finds the summary missing, corrupt or not advancing for
+:func:`fresh_for` falls back to walking the job directory as if there were none.
+"""
+
+from __future__ import annotations
+
+import base64
+import threading
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import ClassVar
+
+from data_juicer_elastic.errors import JobDirError
+from data_juicer_elastic.jobdir.layout import JobLayout
+from data_juicer_elastic.jobdir.records import ChecksummedRecord, Manifest, Record
+from data_juicer_elastic.sharedfs import fsio
+
+MIN_INTERVAL_SECS = 0.25
+
+
+def default_interval(ttl_secs: float) -> float:
+    """How often the writer rewrites the summary: 5 s, or an eighth of a short TTL."""
+    return max(MIN_INTERVAL_SECS, min(5.0, ttl_secs / 8))
+
+
+def fresh_for(ttl_secs: float, interval_secs: float) -> float:
+    """How long a reader trusts a summary whose sequence stopped changing (its writer may be gone)."""
+    return max(3 * interval_secs, ttl_secs / 2)
+
+
+@dataclass(frozen=True)
+class LiveClaim:
+    shard_id: str
+    generation: int
+    attempt_id: str
+    node_id: str
+    pid: int
+    token: str  # the heartbeat value the writer watched (leases.token_text)
+    unchanged_secs: float  # for how long the writer saw it unchanged, on its own clock
+    stale: bool  # unchanged for a TTL, or the holder's pid is gone on the writer's host
+
+
+@dataclass(frozen=True)
+class NodePace:
+    node_id: str
+    workers: int  # worker processes of the node that have not left
+    running: int  # live claims of the node
+    done: int  # accepted results of the node
+    secs_per_shard: float | None  # mean over attempts after each process's first (else the firsts')
+    first_secs: float | None  # when the node has exactly one accepted attempt: its duration
+    rows_out: int
+
+
+@dataclass(frozen=True)
+class JobSummary(ChecksummedRecord):
+    KIND: ClassVar[str] = "summary"
+    job_id: str
+    num_shards: int
+    seq: str  # "<writer lease generation>.<round>": changes with every write, whoever writes
+    writer: str  # the writing process's pace key
+    written_at: float  # the writer's wall clock (display only)
+    ttl_secs: float
+    interval_secs: float
+    done: str  # base64 of the done bitmap, bit i = shard i of the manifest
+    done_count: int
+    failed: list[str]  # terminally failed shards (failed/ markers)
+    live: list[LiveClaim]
+    nodes: list[NodePace]
+    checksum: str | None = None
+
+
+@dataclass(frozen=True)
+class SummarySeq(Record):
+    KIND: ClassVar[str] = "summary-seq"
+    job_id: str
+    seq: str
+
+
+def encode_bitmap(indices: Iterator[int] | list[int], n: int) -> str:
+    bits = bytearray((n + 7) // 8)
+    for i in indices:
+        bits[i >> 3] |= 1 << (i & 7)
+    return base64.b64encode(bytes(bits)).decode("ascii")
+
+
+def decode_bitmap(text: str, n: int) -> bytes:
+    bits = base64.b64decode(text.encode("ascii"), validate=True)
+    if len(bits) != (n + 7) // 8:
+        raise ValueError(f"done bitmap of {len(bits)} bytes for {n} shards")
+    return bits
+
+
+def write_summary(layout: JobLayout, summary: JobSummary) -> None:
+    """The summary, then its sequence record (a reader that sees the new seq finds the new summary)."""
+    fsio.atomic_write(layout.summary, summary.encode(), durable=False)
+    fsio.atomic_write(layout.summary_seq, SummarySeq(summary.job_id, summary.seq).encode(), durable=False)
+
+
+def read_seq(layout: JobLayout) -> SummarySeq | None:
+    try:
+        data = fsio.read_record(layout.summary_seq)
+        return None if data is None else SummarySeq.parse(data, layout.summary_seq)
+    except (OSError, JobDirError):
+        return None
+
+
+def read_summary(layout: JobLayout, manifest: Manifest) -> JobSummary | None:
+    """The summary when it exists, is intact (checksum) and describes this job; else None."""
+    try:
+        data = fsio.read_record(layout.summary)
+        if data is None:
+            return None
+        summary = JobSummary.parse_checked(data, layout.summary)
+        decode_bitmap(summary.done, summary.num_shards)
+    except (OSError, JobDirError, ValueError):
+        return None
+    if summary.job_id != manifest.job_id or summary.num_shards != manifest.num_shards:
+        return None
+    return summary
+
+
+class SummaryView:
+    """One summary, indexed for the questions workers ask."""
+
+    def __init__(self, summary: JobSummary, manifest: Manifest):
+        self.summary = summary
+        self.manifest = manifest
+        self._bits = decode_bitmap(summary.done, summary.num_shards)
+        self.failed = frozenset(summary.failed)
+        self.live = {claim.shard_id: claim for claim in summary.live}
+
+    def is_done(self, index: int) -> bool:
+        return bool(self._bits[index >> 3] & (1 << (index & 7)))
+
+    def done_indices(self) -> Iterator[int]:
+        for byte_index, byte in enumerate(self._bits):
+            while byte:
+                low = byte & -byte
+                yield byte_index * 8 + low.bit_length() - 1
+                byte ^= low
+
+    def done_ids(self) -> set[str]:
+        shards = self.manifest.shards
+        return {shards[i].shard_id for i in self.done_indices()}
+
+    @property
+    def all_done(self) -> bool:
+        return self.summary.done_count == self.summary.num_shards
+
+    def held_by_other(self, shard_id: str, pid: int, node_id: str) -> bool:
+        """A live claim of another process that its writer did not find stale: not worth a probe."""
+        claim = self.live.get(shard_id)
+        return claim is not None and not claim.stale and (claim.node_id, claim.pid) != (node_id, pid)
+
+    def stale_token(self, shard_id: str) -> str | None:
+        claim = self.live.get(shard_id)
+        return claim.token if claim is not None and claim.stale else None
+
+    def unclaimed(self) -> list[str]:
+        """Shards neither done, failed nor held by a live claim (pending, or a stale candidate)."""
+        out = []
+        for i, entry in enumerate(self.manifest.shards):
+            shard = entry.shard_id
+            if self.is_done(i) or shard in self.failed:
+                continue
+            claim = self.live.get(shard)
+            if claim is None or claim.stale:
+                out.append(shard)
+        return out
+
+    def counts(self) -> dict[str, int]:
+        done = self.summary.done_count
+        failed = len(self.failed)
+        stale = sum(1 for c in self.summary.live if c.stale)
+        running = len(self.summary.live) - stale
+        return {
+            "done": done,
+            "failed": failed,
+            "running": running,
+            "stale": stale,
+            "pending": max(0, self.summary.num_shards - done - failed - running - stale),
+        }
+
+
+class SummaryReader:
+    """A worker's cached view of the summary: one small read per ``min_interval`` at most, the
+    summary itself only when its sequence changed; None while there is no trustworthy one."""
+
+    def __init__(
+        self,
+        layout: JobLayout,
+        manifest: Manifest,
+        *,
+        ttl_secs: float,
+        interval_secs: float | None = None,
+        min_interval: float = 0.5,
+        clock: Callable[[], float] = time.monotonic,
+    ):
+        self.layout, self.manifest, self.clock = layout, manifest, clock
+        self.interval_secs = interval_secs if interval_secs is not None else default_interval(ttl_secs)
+        self.fresh_secs = fresh_for(ttl_secs, self.interval_secs)
+        self.min_interval = min_interval
+        self._checked_at: float | None = None
+        self._seq: str | None = None
+        self._changed_at = 0.0
+        self._view: SummaryView | None = None
+        self.reads = 0  # summaries read (tests and benchmarks)
+        self._lock = threading.Lock()  # the worker loop, the claim-ahead helper and the keeper share it
+
+    def view(self, *, refresh: bool = False) -> SummaryView | None:
+        with self._lock:
+            now = self.clock()
+            if refresh or self._checked_at is None or now - self._checked_at >= self.min_interval:
+                self._checked_at = now
+                self._refresh(now)
+        return self.current()
+
+    def current(self) -> SummaryView | None:
+        """The last view read, while it is fresh (no read)."""
+        if self._view is None or self.clock() - self._changed_at >= self.fresh_secs:
+            return None
+        return self._view
+
+    def unchanged_for(self) -> float | None:
+        """Seconds since the sequence last changed (None: never seen): the keeper's cue."""
+        return None if self._seq is None else self.clock() - self._changed_at
+
+    def _refresh(self, now: float) -> None:
+        seq = read_seq(self.layout)
+        if seq is None or seq.job_id != self.manifest.job_id or seq.seq == self._seq:
+            return
+        summary = read_summary(self.layout, self.manifest)
+        self.reads += 1
+        if summary is None:
+            return
+        self._seq, self._changed_at = seq.seq, now
+        self._view = SummaryView(summary, self.manifest)
+
+
+# This process's reader of each job it works on: the worker loop registers it, and whatever else in
+# the process asks about the job (the claim gate, settle, the outcome at the end) reads through it.
+_readers: dict[tuple[str, str], SummaryReader] = {}
+
+
+def register_reader(reader: SummaryReader) -> None:
+    _readers[(str(reader.layout.root), reader.manifest.job_id)] = reader
+
+
+def reader_for(
+    layout: JobLayout, manifest: Manifest, *, ttl_secs: float | None = None, clock: Callable[[], float] = time.monotonic
+) -> SummaryReader | None:
+    """This process's reader of the job; with ``ttl_secs`` one is made (and kept) when there is none."""
+    reader = _readers.get((str(layout.root), manifest.job_id))
+    if reader is None and ttl_secs is not None:
+        reader = SummaryReader(layout, manifest, ttl_secs=ttl_secs, clock=clock)
+        register_reader(reader)
+    return reader
+
+
+def current_view(layout: JobLayout, manifest: Manifest) -> SummaryView | None:
+    """A fresh summary of the job as this process reads it; None without one (walk instead)."""
+    reader = reader_for(layout, manifest)
+    return None if reader is None else reader.view()
+
+
+class IdleBackoff:
+    """How long an idle worker waits before it looks again: the poll interval, doubling up to the
+    summary's interval while there is a summary (looking more often finds nothing newer)."""
+
+    def __init__(self, poll_secs: float, reader: SummaryReader | None):
+        self.poll_secs, self.reader = poll_secs, reader
+        self._wait = poll_secs
+
+    def reset(self) -> None:
+        self._wait = self.poll_secs
+
+    def next_wait(self) -> float:
+        fresh = self.reader is not None and self.reader.current() is not None
+        cap = max(self.poll_secs, self.reader.interval_secs) if fresh else self.poll_secs
+        wait = min(self._wait, cap)
+        self._wait = min(cap, self._wait * 2)
+        return wait

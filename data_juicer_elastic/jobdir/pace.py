@@ -1,0 +1,163 @@
+"""One worker process's pace record: ``summary/paces/<worker>.json``.
+
+Each worker process rewrites its own record (``atomic_write``, not durable: a record lost
+in a crash only makes the summary lag) when what it holds changes: after it claims, and
+when it goes idle or leaves after finishing a shard.  The record says
+
+* which claims it holds (shard, generation, attempt), so the summary writer
+  (``jobdir.summary_keeper``) reads one heartbeat per live claim instead of walking
+  ``claims/``;
+* how fast it finishes shards, on its own clock (count, the first attempt's duration, which
+  includes its runtime's start, and the sum over the others), so the claim gate compares
+  nodes from the summary instead of reading every live claim's lease and attempt;
+* whether it left (``stopped``): the writer then stops reading it.
+
+A pace record is a hint.  Nothing decides a claim, a takeover or a result from it: a
+missing or stale record only makes the summary show a held shard as free (a claimer then
+probes it and finds the claim) or a node's pace as unknown (the gate then says yes).
+"""
+
+from __future__ import annotations
+
+import secrets
+import threading
+import time
+from dataclasses import dataclass, field, replace
+from typing import ClassVar
+
+from loguru import logger
+
+from data_juicer_elastic.errors import JobDirError
+from data_juicer_elastic.jobdir import confine
+from data_juicer_elastic.jobdir.layout import JobLayout, safe_name
+from data_juicer_elastic.jobdir.records import Record
+from data_juicer_elastic.sharedfs import fsio
+from data_juicer_elastic.sharedfs.identity import WorkerIdentity
+
+
+@dataclass(frozen=True)
+class HeldClaim:
+    shard_id: str
+    generation: int
+    attempt_id: str
+
+
+@dataclass(frozen=True)
+class PaceRecord(Record):
+    KIND: ClassVar[str] = "pace"
+    worker: str  # this record's key (node, pid and a random part: unique per process)
+    node_id: str
+    hostname: str
+    boot_id: str
+    pid_namespace: str
+    pid: int
+    seq: int  # +1 per write
+    updated_at: float  # writer's wall clock (display only)
+    held: list[HeldClaim] = field(default_factory=list)
+    done: int = 0  # this process's accepted results
+    first_secs: float | None = None  # its first accepted attempt's duration (its runtime's start included)
+    warm_secs: float = 0.0  # the sum of the other accepted attempts' durations
+    rows_out: int = 0
+    stopped: bool = False  # the process left; it holds nothing
+
+    @property
+    def warm_count(self) -> int:
+        return max(self.done - 1, 0)
+
+
+def worker_key(identity: WorkerIdentity) -> str:
+    """A key for this process's record: readable, and unique even where pids repeat (containers)."""
+    return f"{safe_name(identity.node_id)[:60]}-{identity.pid}-{secrets.token_hex(4)}"
+
+
+def read_pace(layout: JobLayout, name: str) -> PaceRecord | None:
+    """The record behind a ``paces/`` listing name; None when it is gone, foreign or corrupt."""
+    if not name.endswith(".json") or name.startswith("."):
+        return None
+    try:
+        path = layout.pace(name[: -len(".json")])
+        data = fsio.read_record(path)
+        return None if data is None else PaceRecord.parse(data, path)
+    except (OSError, JobDirError):
+        return None
+
+
+class PaceWriter:
+    """This process's pace record: updated in memory, written when it changed (thread-safe:
+    the claim-ahead helper claims too)."""
+
+    def __init__(self, layout: JobLayout, identity: WorkerIdentity):
+        self.layout = layout
+        self._lock = threading.Lock()
+        self._write_lock = threading.Lock()  # writes in seq order: an older record never lands last
+        self._record = PaceRecord(
+            worker=worker_key(identity),
+            node_id=identity.node_id,
+            hostname=identity.hostname,
+            boot_id=identity.boot_id,
+            pid_namespace=identity.pid_namespace,
+            pid=identity.pid,
+            seq=0,
+            updated_at=time.time(),
+        )
+        self._dirty = True
+        self._dir_ready = False
+
+    @property
+    def key(self) -> str:
+        return self._record.worker
+
+    @property
+    def record(self) -> PaceRecord:
+        with self._lock:
+            return self._record
+
+    def holding(self, shard_id: str, generation: int, attempt_id: str) -> None:
+        self._change(lambda r: replace(r, held=[*r.held, HeldClaim(shard_id, generation, attempt_id)]))
+
+    def let_go(self, shard_id: str, generation: int) -> None:
+        self._change(
+            lambda r: replace(r, held=[h for h in r.held if (h.shard_id, h.generation) != (shard_id, generation)])
+        )
+
+    def finished(self, secs: float, rows: int) -> None:
+        """One accepted result of this process, ``secs`` on its own clock."""
+
+        def add(r: PaceRecord) -> PaceRecord:
+            if r.done == 0:
+                return replace(r, done=1, first_secs=secs, rows_out=r.rows_out + rows)
+            return replace(r, done=r.done + 1, warm_secs=r.warm_secs + secs, rows_out=r.rows_out + rows)
+
+        self._change(add)
+
+    def _change(self, change) -> None:
+        with self._lock:
+            self._record = change(self._record)
+            self._dirty = True
+
+    def flush(self, *, stopped: bool = False) -> bool:
+        """Write the record if it changed; errors are logged (a pace record is a hint)."""
+        with self._write_lock:
+            return self._flush(stopped)
+
+    def _flush(self, stopped: bool) -> bool:
+        with self._lock:
+            if stopped:
+                self._record = replace(self._record, held=[], stopped=True)
+                self._dirty = True
+            if not self._dirty:
+                return False
+            self._record = replace(self._record, seq=self._record.seq + 1, updated_at=time.time())
+            record, self._dirty = self._record, False
+        try:
+            path = self.layout.pace(record.worker)
+            if not self._dir_ready:
+                confine.ensure_dir(self.layout, path.parent)
+                self._dir_ready = True
+            fsio.atomic_write(path, record.encode(), durable=False)
+        except (OSError, JobDirError) as exc:
+            logger.warning(f"could not write this worker's pace record: {exc}")
+            with self._lock:
+                self._dirty = True
+            return False
+        return True

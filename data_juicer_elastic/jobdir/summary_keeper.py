@@ -1,0 +1,301 @@
+"""Who writes the job summary, and how one round of it is composed.
+
+Every worker process runs a :class:`SummaryKeeper` thread.  One of them at a time holds
+the writer's lease (the lease of the one task under ``summary/``: the claim, heartbeat,
+takeover and release records and rules of a shard, ``jobdir.leases``) and, every
+``interval_secs``, composes the summary (:func:`compose_summary`) and writes it
+(``jobdir.job_summary``).  A round costs O(workers + live claims) metadata operations,
+whatever the number of shards:
+
+* one listing of ``paces/`` and a read of each pace record that has not said it stopped;
+* one listing of ``done/`` and one of ``failed/`` (names only: the done set and the
+  terminal failures);
+* one read of the heartbeat of each live claim the pace records name.  The writer
+  watches each heartbeat value on its own clock (``heartbeats.StalenessObserver``) and
+  lists a claim as a stale candidate once its value has not changed for a TTL (or its
+  holder's pid is gone on the writer's host).
+
+The others do nothing but notice when the summary stops advancing: only then do they
+read the writer's lease, and take it over by the shard rules (released, or stale on
+their own clock: a new writer is in place about a TTL after the old one died; the
+workers walk the job directory meanwhile).  A writer that loses its lease, or finds a
+newer generation, stops writing before its next round.  When its process leaves, it
+writes a last round and releases the lease, so the next writer need not wait a TTL.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+from typing import Final
+
+from loguru import logger
+
+from data_juicer_elastic.errors import JobDirError
+from data_juicer_elastic.jobdir import attempts, leases
+from data_juicer_elastic.jobdir.heartbeats import Sighting, StalenessObserver
+from data_juicer_elastic.jobdir.job_summary import (
+    JobSummary,
+    LiveClaim,
+    NodePace,
+    SummaryReader,
+    encode_bitmap,
+    write_summary,
+)
+from data_juicer_elastic.jobdir.layout import SUMMARY_WRITER_TASK, JobLayout
+from data_juicer_elastic.jobdir.lease_records import Claim
+from data_juicer_elastic.jobdir.pace import PaceRecord, PaceWriter, read_pace
+from data_juicer_elastic.jobdir.reasons import ReleaseReason
+from data_juicer_elastic.jobdir.records import Manifest
+from data_juicer_elastic.sharedfs import fsio
+from data_juicer_elastic.sharedfs.identity import WorkerIdentity, pid_alive
+
+# The summary is missing or has not advanced for this many intervals: look at the writer's lease.
+SILENT_INTERVALS: Final = 3
+
+
+class PaceCache:
+    """The writer's copy of the pace records: a record that said it stopped is not read again."""
+
+    def __init__(self, layout: JobLayout):
+        self.layout = layout
+        self.records: dict[str, PaceRecord] = {}
+
+    def refresh(self) -> dict[str, PaceRecord]:
+        names = [n for n in fsio.list_names(self.layout.paces_dir) if n.endswith(".json") and not n.startswith(".")]
+        records: dict[str, PaceRecord] = {}
+        for name in names:
+            known = self.records.get(name)
+            record = known if known is not None and known.stopped else read_pace(self.layout, name)
+            if record is not None:
+                records[name] = record
+        self.records = records
+        return records
+
+
+def compose_summary(
+    layout: JobLayout,
+    manifest: Manifest,
+    paces: dict[str, PaceRecord],
+    observer: StalenessObserver,
+    identity: WorkerIdentity,
+    *,
+    seq: str,
+    writer: str,
+    interval_secs: float,
+) -> JobSummary:
+    """One round: the done set and terminal failures from two listings, the live claims and
+    the nodes' pace from the pace records, one heartbeat read per live claim."""
+    index = {entry.shard_id: i for i, entry in enumerate(manifest.shards)}
+    done = {shard for shard in attempts.list_done(layout) if shard in index}
+    failed = sorted(
+        name[: -len(".json")]
+        for name in fsio.list_names(layout.failed_dir)
+        if name.endswith(".json") and name[: -len(".json")] in index and name[: -len(".json")] not in done
+    )
+    newest: dict[str, tuple[PaceRecord, int, str]] = {}  # shard -> (holder's record, generation, attempt)
+    for record in paces.values():
+        for held in record.held if not record.stopped else ():
+            known = newest.get(held.shard_id)
+            if held.shard_id in index and held.shard_id not in done and (known is None or known[1] < held.generation):
+                newest[held.shard_id] = (record, held.generation, held.attempt_id)
+    for shard in done:
+        observer.forget(shard)
+    live = [_watch(layout, observer, identity, shard, *held) for shard, held in sorted(newest.items())]
+    return JobSummary(
+        job_id=manifest.job_id,
+        num_shards=manifest.num_shards,
+        seq=seq,
+        writer=writer,
+        written_at=time.time(),
+        ttl_secs=observer.ttl_secs,
+        interval_secs=interval_secs,
+        done=encode_bitmap([index[s] for s in done], manifest.num_shards),
+        done_count=len(done),
+        failed=failed,
+        live=live,
+        nodes=_node_paces(paces, live),
+    )
+
+
+def _watch(layout, observer, identity, shard: str, record: PaceRecord, generation: int, attempt: str) -> LiveClaim:
+    heartbeat, error = leases.read_heartbeat(layout, shard, generation)
+    token = leases.token_text(generation, heartbeat, error)
+    unchanged = observer.observe(Sighting(shard, token))
+    dead = (
+        record.pid != identity.pid
+        and identity.same_kernel_namespace(record.hostname, record.boot_id, record.pid_namespace)
+        and not pid_alive(record.pid)
+    )
+    return LiveClaim(
+        shard_id=shard,
+        generation=generation,
+        attempt_id=attempt,
+        node_id=record.node_id,
+        pid=record.pid,
+        token=token,
+        unchanged_secs=round(unchanged, 3),
+        stale=dead or unchanged >= observer.ttl_secs,
+    )
+
+
+def _node_paces(paces: dict[str, PaceRecord], live: list[LiveClaim]) -> list[NodePace]:
+    by_node: dict[str, list[PaceRecord]] = {}
+    for record in paces.values():
+        by_node.setdefault(record.node_id, []).append(record)
+    running: dict[str, int] = {}
+    for claim in live:
+        if not claim.stale:
+            running[claim.node_id] = running.get(claim.node_id, 0) + 1
+    nodes = []
+    for node, records in sorted(by_node.items()):
+        done = sum(r.done for r in records)
+        warm_count = sum(r.warm_count for r in records)
+        firsts = [r.first_secs for r in records if r.first_secs is not None]
+        if warm_count:
+            secs = sum(r.warm_secs for r in records) / warm_count
+        else:
+            secs = sum(firsts) / len(firsts) if firsts else None
+        nodes.append(
+            NodePace(
+                node_id=node,
+                workers=sum(1 for r in records if not r.stopped),
+                running=running.get(node, 0),
+                done=done,
+                secs_per_shard=secs,
+                first_secs=secs if done == 1 else None,
+                rows_out=sum(r.rows_out for r in records),
+            )
+        )
+    return nodes
+
+
+class SummaryKeeper:
+    """This process's part in keeping the summary: write it while holding the writer's lease,
+    else watch for a silent writer (see the module doc)."""
+
+    def __init__(
+        self,
+        layout: JobLayout,
+        manifest: Manifest,
+        identity: WorkerIdentity,
+        pace: PaceWriter,
+        reader: SummaryReader,
+        *,
+        ttl_secs: float,
+        heartbeat_secs: float,
+        clock: Callable[[], float] = time.monotonic,
+    ):
+        self.layout, self.manifest, self.identity, self.pace, self.reader = layout, manifest, identity, pace, reader
+        self.lease_layout = layout.summary_lease
+        self.ttl_secs, self.heartbeat_secs, self.clock = ttl_secs, heartbeat_secs, clock
+        self.interval_secs = reader.interval_secs
+        self.lease_observer = StalenessObserver(ttl_secs, clock)  # the writer's lease, watched by a would-be taker
+        self.claims_observer = StalenessObserver(ttl_secs, clock)  # the live claims, watched while writing
+        self.paces = PaceCache(layout)
+        self.claim: Claim | None = None
+        self.heartbeater: leases.Heartbeater | None = None
+        self.rounds = 0
+        self._last_tick: float | None = None
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    @property
+    def writing(self) -> bool:
+        return self.claim is not None
+
+    # -- one step (the thread calls it every interval; tests call it directly) -------------------------
+    def tick(self) -> None:
+        self.pace.flush()
+        if self.claim is None and not self._acquire():
+            return
+        if not self._still_ours():
+            return
+        self.rounds += 1
+        summary = compose_summary(
+            self.layout,
+            self.manifest,
+            self.paces.refresh(),
+            self.claims_observer,
+            self.identity,
+            seq=f"{self.claim.generation}.{self.rounds}",
+            writer=self.pace.key,
+            interval_secs=self.interval_secs,
+        )
+        write_summary(self.layout, summary)
+
+    def tick_if_due(self) -> None:
+        """A round when an interval has passed on this keeper's clock (a worker loop driving the
+        keeper itself, with a caller's clock, instead of the thread)."""
+        now = self.clock()
+        if self._last_tick is None or now - self._last_tick >= self.interval_secs:
+            self._last_tick = now
+            self._safe_tick()
+
+    def _writer_silent(self) -> bool:
+        unchanged = self.reader.unchanged_for()
+        return unchanged is None or unchanged >= SILENT_INTERVALS * self.interval_secs
+
+    def _acquire(self) -> bool:
+        self.reader.view()  # learn whether the summary advances (cached: at most one small read)
+        if not self._writer_silent():
+            return False
+        view = leases.read_lease(self.lease_layout, SUMMARY_WRITER_TASK)
+        reason = leases.takeover_reason(view, self.identity, self.lease_observer)
+        if reason is None:
+            return False
+        claim = leases.publish_claim(self.lease_layout, view, self.identity, self.identity.new_attempt_id(), reason)
+        if claim is None:
+            return False  # another process became the writer first
+        logger.info(f"writing the job summary (writer lease gen {claim.generation}, {reason})")
+        self.claim, self.rounds = claim, 0
+        self.claims_observer = StalenessObserver(self.ttl_secs, self.clock)  # a new writer watches for a TTL first
+        self.heartbeater = leases.Heartbeater(
+            self.lease_layout, claim, heartbeat_secs=self.heartbeat_secs, ttl_secs=self.ttl_secs, clock=self.clock
+        ).start()
+        return True
+
+    def _still_ours(self) -> bool:
+        """Self-fencing before each round: a lost lease or a newer writer ends our writing."""
+        if self.heartbeater.check() and not leases.newer_generation_exists(self.lease_layout, self.claim):
+            return True
+        logger.info("no longer the job summary's writer (its lease was taken over)")
+        self.heartbeater.stop()
+        self.claim = self.heartbeater = None
+        return False
+
+    # -- the thread ----------------------------------------------------------------------------------
+    def start(self) -> SummaryKeeper:
+        self._thread = threading.Thread(target=self._run, name="dj-elastic-summary", daemon=True)
+        self._thread.start()
+        return self
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.interval_secs):
+            self._safe_tick()
+
+    def _safe_tick(self) -> None:
+        try:
+            self.tick()
+        except (OSError, JobDirError) as exc:  # the summary is a hint: a failed round is retried next time
+            logger.warning(f"job summary: {exc}")
+
+    def stop(self) -> None:
+        """Leave: a last round (when writing) and a released lease, so the next writer starts at once."""
+        self._stop.set()
+        if self._thread is not None and self._thread is not threading.current_thread():
+            self._thread.join(timeout=max(5.0, 2 * self.interval_secs))
+        self.pace.flush(stopped=True)
+        if self.claim is None:
+            return
+        self._safe_tick()
+        claim, self.claim = self.claim, None
+        if claim is None:  # the last round found the lease taken over
+            return
+        if self.heartbeater is not None:
+            self.heartbeater.stop()
+        try:
+            leases.release_claim(self.lease_layout, claim, ReleaseReason.LEFT)
+        except OSError as exc:  # it then goes stale after a TTL
+            logger.warning(f"could not release the job summary's writer lease: {exc}")

@@ -1,0 +1,294 @@
+"""The job summary: what its writer composes, what claimers, idle workers and the gate read from
+it, the writer's lease, and a summary that is missing, torn, old or not advancing.
+
+Oracles: the job directory's own records (done markers, leases) and the walk without a summary."""
+
+from __future__ import annotations
+
+import random
+import time
+from pathlib import Path
+
+import pytest
+
+from data_juicer_elastic.coordination.stragglers import ClaimGate
+from data_juicer_elastic.jobdir import claiming, leases
+from data_juicer_elastic.jobdir.heartbeats import StalenessObserver
+from data_juicer_elastic.jobdir.job_summary import (
+    SummaryReader,
+    SummaryView,
+    fresh_for,
+    read_summary,
+    register_reader,
+)
+from data_juicer_elastic.jobdir.layout import SUMMARY_WRITER_TASK, JobLayout
+from data_juicer_elastic.jobdir.manifest import load_manifest
+from data_juicer_elastic.jobdir.pace import PaceWriter
+from data_juicer_elastic.jobdir.result_records import ShardResult
+from data_juicer_elastic.jobdir.summary_keeper import SILENT_INTERVALS, SummaryKeeper
+from data_juicer_elastic.jobdir.worker_loop import run_worker
+from data_juicer_elastic.shards.prepare import prepare_job
+from data_juicer_elastic.sharedfs import fault_seam, fsio
+
+from .conftest import copy_runner, identity, make_rows, request, write_rows
+
+TTL, BEAT = 8.0, 2.0
+WEIGHT = {"makedirs": 3, "write": 0}
+
+
+class Ops:
+    def __init__(self):
+        self.count, self.trace = 0, []
+
+    def __call__(self, op: str, path: Path) -> None:
+        self.count += WEIGHT.get(op, 1)
+        self.trace.append((op, str(path)))
+
+
+def counted(call):
+    ops = Ops()
+    fault_seam.set_fault_hook(ops)
+    try:
+        result = call()
+    finally:
+        fault_seam.set_fault_hook(None)
+    return result, ops
+
+
+def _job(tmp_path: Path, shards: int, *, done: int = 0, held: int = 0, name: str = "job"):
+    """One row per shard; the first ``done`` shards done by 'other-1', the next ``held`` held by live peers
+    on other hosts, each with a heartbeat and a pace record; the rest never claimed."""
+    job = tmp_path / name
+    prepare_job(request(job, write_rows(tmp_path / f"{name}.jsonl", make_rows(shards)), shards))
+    layout, manifest = JobLayout(job), load_manifest(job)
+    fsio.makedirs(layout.done_dir)
+    for entry in manifest.shards[:done]:
+        result = ShardResult(entry.shard_id, "other-1", 1, "peer", entry.rows, 1, "0" * 64, "x", entry.rows, "0", 1.0)
+        fsio.write_new(layout.done(entry.shard_id), result.encode(), durable=False)
+    peers = []
+    for k, entry in enumerate(manifest.shards[done : done + held]):
+        peer = identity(f"peer-{k}", pid=50_000 + k, hostname=f"host-{k}", boot_id=f"boot-{k}")
+        claim = leases.publish_claim(layout, leases.read_lease(layout, entry.shard_id), peer, f"p-{k}", leases.FIRST)
+        leases.write_heartbeat(layout, claim, 1)
+        pace = PaceWriter(layout, peer)
+        pace.holding(claim.shard_id, claim.generation, claim.attempt_id)
+        pace.flush()
+        peers.append((peer, claim))
+    return job, layout, manifest, peers
+
+
+def _keeper(layout, manifest, clock, node="writer", pid=40_000):
+    me = identity(node, pid=pid, hostname=f"host-{node}", boot_id=f"boot-{node}")  # only staleness frees its lease
+    reader = SummaryReader(layout, manifest, ttl_secs=TTL, clock=clock, min_interval=0.0)
+    return SummaryKeeper(layout, manifest, me, PaceWriter(layout, me), reader, ttl_secs=TTL, heartbeat_secs=BEAT,
+                         clock=clock)  # fmt: skip
+
+
+def advance(clock, secs, *writers):
+    """Move the clock; the writers renew their lease as their heartbeat thread would have meanwhile."""
+    clock.advance(secs)
+    for keeper in writers:
+        if keeper.heartbeater is not None:
+            keeper.heartbeater.beat()
+
+
+def _claimer(layout, manifest, clock, *, summary=True, node="idle", pid=30_000):
+    reader = SummaryReader(layout, manifest, ttl_secs=TTL, clock=clock, min_interval=0.0) if summary else None
+    return claiming.Claimer(
+        layout, manifest, identity(node, pid=pid), StalenessObserver(TTL, clock), max_retries=3,
+        rng=random.Random(3), summary_reader=reader,
+    )  # fmt: skip
+
+
+def test_the_summary_matches_the_job_directory(tmp_path, clock):
+    job, layout, manifest, peers = _job(tmp_path, 30, done=12, held=5)
+    fsio.makedirs(layout.failed_dir)
+    fsio.write_new(layout.failed(manifest.shards[20].shard_id), b"{}", durable=False)
+    keeper = _keeper(layout, manifest, clock)
+    keeper.tick()
+    summary = read_summary(layout, manifest)
+    view = SummaryView(summary, manifest)
+    on_disk = {e.shard_id for e in manifest.shards if layout.done(e.shard_id).exists()}
+    assert view.done_ids() == on_disk and summary.done_count == 12
+    assert view.failed == {manifest.shards[20].shard_id}
+    assert {c.shard_id: c.generation for c in summary.live} == {c.shard_id: c.generation for _, c in peers}
+    assert not any(c.stale for c in summary.live)  # a new writer watches for a TTL before calling anything stale
+    assert view.counts() == {"done": 12, "failed": 1, "running": 5, "stale": 0, "pending": 12}
+    assert {n.node_id for n in summary.nodes} == {p.node_id for p, _ in peers} | {"writer"}
+
+
+@pytest.mark.parametrize("held", [10, 200])
+def test_an_idle_poll_reads_the_summary_only_whatever_is_held(tmp_path, clock, held):
+    """The tail: every shard done or held by someone else.  With the summary an idle poll reads its
+    sequence (and the summary when it changed), never a shard; the walk reads every held shard."""
+    job, layout, manifest, _ = _job(tmp_path, 300, done=300 - held, held=held)
+    _keeper(layout, manifest, clock).tick()
+    claimer = _claimer(layout, manifest, clock)
+    (got, finished), first = counted(claimer.claim_next)
+    assert got is None and not finished
+    assert first.count <= 2 + 1  # seq, summary; the done/ listing is never taken with a summary
+    (got, finished), poll = counted(claimer.claim_next)
+    assert got is None and not finished and poll.trace == [("read", str(layout.summary_seq))]
+    walker = _claimer(layout, manifest, clock, summary=False, node="walker")
+    counted(walker.claim_next)
+    _, walk = counted(walker.claim_next)
+    assert walk.count >= held  # what the summary saves: at least a look per held shard per poll
+
+
+def test_a_stale_candidate_is_taken_over_only_while_its_heartbeat_is_the_one_the_writer_saw(tmp_path, clock):
+    job, layout, manifest, peers = _job(tmp_path, 4, done=3, held=1)
+    (_peer, claim), keeper = peers[0], _keeper(layout, manifest, clock)
+    keeper.tick()
+    advance(clock, TTL + 0.1, keeper)
+    keeper.tick()
+    summary = read_summary(layout, manifest)
+    assert [c.stale for c in summary.live] == [True]
+    # the holder renews just before the taker reads: its token changed, no takeover
+    leases.write_heartbeat(layout, claim, 2)
+    taker = _claimer(layout, manifest, clock, node="taker")
+    got, finished = taker.claim_next()
+    assert got is None and not finished
+    # the holder is gone for good: the next round watches the new value for a TTL, then vouches
+    keeper.tick()
+    advance(clock, TTL + 0.1, keeper)
+    keeper.tick()
+    fresh_taker = _claimer(layout, manifest, clock, node="fresh")  # its own observer never saw the lease
+    got, _ = fresh_taker.claim_next()
+    assert got is not None and got[1].generation == 2 and got[1].takeover_reason == leases.STALE
+    assert leases.read_lease(layout, claim.shard_id).generation == 2
+
+
+def test_a_torn_or_absent_summary_means_the_walk(tmp_path, clock):
+    job, layout, manifest, _ = _job(tmp_path, 10, done=4)
+    keeper = _keeper(layout, manifest, clock)
+    keeper.tick()
+    layout.summary.write_bytes(b'{"format": "dj-elastic/summary", "version": 1, "done": "AAA')  # torn
+    seq = layout.summary_seq.read_bytes().replace(b'"1.1"', b'"1.2"')
+    layout.summary_seq.write_bytes(seq)
+    claimer = _claimer(layout, manifest, clock)
+    got, _ = claimer.claim_next()
+    assert claimer.summary.view() is None
+    assert got is not None and got[0].shard_id == manifest.shards[4].shard_id  # found by the walk
+
+
+def test_an_old_summary_is_trusted_only_for_a_while(tmp_path, clock):
+    """A summary put back from the past shows a free shard as held: claimers skip it while the summary
+    is fresh, then (it stops advancing) walk, and claim it: delayed, never lost."""
+    job, layout, manifest, peers = _job(tmp_path, 3, done=2, held=1)
+    keeper = _keeper(layout, manifest, clock)
+    keeper.tick()
+    old_summary, old_seq = layout.summary.read_bytes(), layout.summary_seq.read_bytes()
+    leases.release_claim(layout, peers[0][1], leases.ReleaseReason.SIGNAL)  # the holder gave it back
+    layout.summary.write_bytes(old_summary)
+    layout.summary_seq.write_bytes(old_seq.replace(b'"1.1"', b'"9.9"'))
+    claimer = _claimer(layout, manifest, clock)
+    assert claimer.claim_next() == (None, False)
+    reader = claimer.summary
+    assert fresh_for(TTL, reader.interval_secs) <= TTL  # never longer than one TTL
+    clock.advance(reader.fresh_secs)
+    got, _ = claimer.claim_next()
+    assert got is not None and got[1].takeover_reason == leases.RELEASED
+
+
+def test_a_silent_writer_is_replaced_and_a_writer_that_lost_its_lease_stops(tmp_path, clock):
+    job, layout, manifest, _ = _job(tmp_path, 6, done=2)
+    a, b = _keeper(layout, manifest, clock, "a", 41_000), _keeper(layout, manifest, clock, "b", 42_000)
+    a.tick()
+    b.tick()
+    assert a.writing and not b.writing and read_summary(layout, manifest).seq == "1.1"
+    a.heartbeater.stop()  # a freezes: no heartbeat, no rounds
+    clock.advance(SILENT_INTERVALS * b.interval_secs)
+    b.tick()  # silent: b starts watching the writer's lease (a TTL on its own clock)
+    assert not b.writing
+    clock.advance(TTL)
+    b.tick()
+    assert b.writing and read_summary(layout, manifest).seq == "2.1"
+    lease = leases.read_lease(layout.summary_lease, SUMMARY_WRITER_TASK)
+    assert lease.generation == 2 and lease.claim.takeover_reason == leases.STALE
+    a.tick()  # a wakes up: its lease is overdue and a newer generation exists; it writes nothing
+    assert not a.writing and read_summary(layout, manifest).seq == "2.1"
+    # two writers at once: c takes the lease over while b still writes; b stops at its next round
+    c = _keeper(layout, manifest, clock, "c", 43_000)
+    view = leases.read_lease(layout.summary_lease, SUMMARY_WRITER_TASK)
+    c.claim = leases.publish_claim(layout.summary_lease, view, c.identity, "c-1", leases.STALE)
+    c.heartbeater = leases.Heartbeater(layout.summary_lease, c.claim, heartbeat_secs=BEAT, ttl_secs=TTL, clock=clock)
+    c.heartbeater.beat()
+    b.tick()
+    assert not b.writing
+    c.tick()
+    assert read_summary(layout, manifest).seq == "3.1"
+
+
+def test_a_leaving_writer_releases_its_lease_and_the_next_writes_at_once(tmp_path, clock):
+    job, layout, manifest, _ = _job(tmp_path, 4, done=1)
+    a, b = _keeper(layout, manifest, clock, "a", 41_000), _keeper(layout, manifest, clock, "b", 42_000)
+    a.tick()
+    b.tick()  # b reads the summary all along
+    a.stop()
+    assert leases.read_lease(layout.summary_lease, SUMMARY_WRITER_TASK).release.reason == "left"
+    b.tick()  # a's last round: the summary still advanced
+    assert not b.writing
+    clock.advance(SILENT_INTERVALS * b.interval_secs)
+    b.tick()  # silent now, and the lease released: no TTL to wait
+    assert b.writing and read_summary(layout, manifest).seq == "2.1"
+
+
+def test_the_gate_answers_from_the_summary_without_reading_the_job(tmp_path, clock):
+    job, layout, manifest, peers = _job(tmp_path, 40, done=30, held=4)
+    keeper = _keeper(layout, manifest, clock)
+    for peer, _ in peers:  # fast peers: 1 s per shard, two results each
+        pace = PaceWriter(layout, peer)
+        pace.finished(1.0, 1)
+        pace.finished(1.0, 1)
+        pace.flush()
+    me = identity("slow", pid=777)
+    slow = PaceWriter(layout, me)
+    slow.finished(20.0, 1)
+    slow.finished(20.0, 1)
+    slow.flush()
+    keeper.tick()
+    reader = SummaryReader(layout, manifest, ttl_secs=TTL, clock=clock, min_interval=0.0)
+    register_reader(reader)
+    reader.view()
+    gate = ClaimGate(layout, manifest, "slow", 777, min_interval=0.0, clock=clock)
+    allowed, ops = counted(gate)
+    # 4 peers finish ~19 shards each in one of our shard times: the 6 pending shards are theirs
+    assert allowed is False
+    assert all(path == str(layout.summary_seq) for _, path in ops.trace), ops.trace
+
+
+def test_workers_keep_the_summary_and_finish_the_job(tmp_path):
+    """Three real worker loops (threads, real clock): one writes the summary, all read it; the job
+    completes and the last summary agrees with the done markers."""
+    import threading
+
+    job, layout, manifest, _ = _job(tmp_path, 24)
+    results, copy = [], copy_runner()
+
+    def slow_copy(task):  # a second or so in all: the keepers get a few rounds in
+        time.sleep(0.1)
+        return copy(task)
+
+    def work(k):
+        results.append(
+            run_worker(
+                job,
+                identity(f"w{k}"),
+                slow_copy,
+                ttl_secs=2.0,
+                heartbeat_secs=0.4,
+                max_retries=1,
+                poll_interval_secs=0.05,
+            )  # fmt: skip
+        )
+
+    threads = [threading.Thread(target=work, args=(k,)) for k in range(3)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=120)
+    assert len(results) == 3 and all(r.complete for r in results)
+    assert sum(r.done for r in results) == 24
+    summary = read_summary(layout, manifest)
+    assert summary is not None and summary.done_count == 24
+    assert sum(n.done for n in summary.nodes) == 24
