@@ -284,9 +284,14 @@ def identity(k: int, kind: str = "w") -> WorkerIdentity:
     )  # fmt: skip
 
 
+SHARD_SLEEP = [0.0]  # seconds each claims-run shard takes on top of copying its row (--shard-sleep)
+
+
 def copy_rows(task) -> ShardOutput:
     with activity("shard"):
         data = b"".join(line + b"\n" for line in iter_source_lines(task.source))
+    if SHARD_SLEEP[0]:
+        time.sleep(SHARD_SLEEP[0])
     task.output_path.write_bytes(data)
     return ShardOutput(task.output_path, data.count(b"\n"))
 
@@ -562,6 +567,7 @@ def _built(base: Path, shards: int, reuse: bool) -> Path:
 
 
 def _measure(args: argparse.Namespace) -> dict:
+    SHARD_SLEEP[0] = args.shard_sleep
     work = args.workdir
     if not args.reuse:
         shutil.rmtree(work, ignore_errors=True)
@@ -641,6 +647,8 @@ def parser() -> argparse.ArgumentParser:
     ap.add_argument("--shards", type=int, default=20_000)
     ap.add_argument("--poll", type=float, default=0.5, help="poll interval of the claims runs (and the gate's)")
     ap.add_argument("--ttl", type=float, default=120.0, help="lease TTL of the claims runs (heartbeat TTL/4)")
+    ap.add_argument("--shard-sleep", type=float, default=0.0, help="seconds a claims-run shard takes (a small job's "
+                    "claims then span several summary rounds)")  # fmt: skip
     ap.add_argument("--no-ahead-only", action="store_true", help="claims run with claim-ahead off only")
     ap.add_argument("--held", type=int, nargs="+", default=[10, 100, 300], help="live claims in the idle runs")
     ap.add_argument("--idle-shards", type=int, default=2000, help="shards of the idle runs' job")

@@ -48,6 +48,7 @@ import heapq
 import json
 import math
 import random
+import statistics
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -64,7 +65,8 @@ OPS: dict[str, float] = {
     "takeover_probe": 4,  # re-read of a stale candidate's lease (claim, release, failure, heartbeat)
     "takeover_record": 12,  # failure record of the dead holder's generation
     "run": 41,  # per shard: attempt record, input check, fence, publish_done, close, release, progress
-    "heartbeat": 4,  # probe of gen+1 (1) + atomic write (3), no makedirs
+    "heartbeat": 4,  # a renewal: probe of gen+1 (1) + atomic write (3), no makedirs
+    "first_beat": 7,  # a claim's first beat also makes the heartbeat's directory (makedirs: 3)
     "progress_flush": 3,  # every other heartbeat
     "writer_lists": 3,  # listdir paces/, done/, failed/
     "writer_per_worker": 1,  # read of each live worker's pace record
@@ -480,7 +482,7 @@ class Sim:
         self.running[w] = i
         self.backoff[w] = self.p.poll_s
         # the first beat (run start's attempt records are in "run", charged when it ends), then the shard
-        self.burst(w, self.o["heartbeat"], "run", ("running", i, self.work[i] / self.speed[w]))
+        self.burst(w, self.o["first_beat"], "run", ("running", i, self.work[i] / self.speed[w]))
 
     def finish(self, w: int) -> None:
         """The shard ended (and the helper's claim, if any, is done): its records, then the next one."""
@@ -649,7 +651,8 @@ def simulate(p: Params) -> Result:
 
 # -- the op table vs bench_scale.py's measurements ----------------------------------------------------
 def measured_ops(bench: dict) -> dict[str, float]:
-    """The op table's entries that ``bench_scale.py`` measured (JSON of either protocol)."""
+    """The op table's entries that ``bench_scale.py`` measured (JSON of either protocol); the
+    entries that grow with the live claims are slopes between the first and the last idle run."""
     claims = {c["claim_ahead"]: c for c in bench["claims"]}
     plain = claims.get(False) or next(iter(claims.values()))
     idle = sorted(bench["idle"], key=lambda r: r["held"])
@@ -657,42 +660,57 @@ def measured_ops(bench: dict) -> dict[str, float]:
         "claim_path": plain["claim_path_ops_per_claim"],
         "claim_path_ahead": (claims.get(True) or plain)["claim_path_ops_per_claim"],
         "run": plain["run_ops_per_shard"],
-        "heartbeat": plain["heartbeat_ops_per_beat"],
-        "heartbeat_with_flush": idle[-1]["heartbeat_ops_per_beat"] if idle else None,
+        "first_beat": plain["heartbeat_ops_per_beat"],  # a claim's first beat: the runs are shorter than H
+        "renewal": idle[-1]["heartbeat_ops_per_beat"] if idle else None,  # the holders' renewals (+ flushes)
     }
-    if len(idle) >= 2:  # slopes over the number of live claims
+    if len(idle) >= 2:
         a, b = idle[0], idle[-1]
         dk = b["held"] - a["held"]
-        out["idle_poll_per_claim"] = (b["idle_poll_ops_median"] - a["idle_poll_ops_median"]) / dk
-        out["idle_poll_base"] = a["idle_poll_ops_median"] - out["idle_poll_per_claim"] * a["held"]
+        out["idle_poll_per_claim"] = (b["idle_poll_ops_mean"] - a["idle_poll_ops_mean"]) / dk
+        # what a poll costs besides the live claims (the protocol's cost per claim taken off), over the runs:
+        # on the summary it is the seq (and the summary when it changed) when the keeper did not just look
+        per_claim = expectations(bench.get("protocol", "walk"))["idle_poll_per_claim"]
+        out["idle_poll_base"] = statistics.fmean(r["idle_poll_ops_mean"] - per_claim * r["held"] for r in idle)
         out["gate_per_claim"] = (b["gate_ops_median"] - a["gate_ops_median"]) / dk
         out["status_per_running"] = (b["status_ops"] - a["status_ops"]) / dk
         out["stopped_exit_per_claim"] = (b["stopped_exit_ops"] - a["stopped_exit_ops"]) / dk
+        if a.get("writer_round_ops") is not None and b.get("writer_round_ops") is not None:
+            # each holder is a worker process (one pace record) with one live claim (one heartbeat)
+            out["writer_round_per_holder"] = (b["writer_round_ops"] - a["writer_round_ops"]) / dk
+            out["keeper_look"] = b["other_round_ops"]
     return out
+
+
+# Where the code on the summary protocol does not (yet) do what the model charges: the check
+# reports these as differences, and the model keeps the specified cost (see docs/scale.md).
+GAPS: dict[str, str] = {
+    "status_per_running": "`dj-elastic status` still reads every shard's records, not the summary",
+}
 
 
 def expectations(protocol: str, o: dict[str, float] | None = None) -> dict[str, float]:
     """What the op table says bench_scale.py measures: on the summary protocol the specification
-    above (a claim that finds the summary unchanged), on the walk (the code without a summary,
-    and the fallback) ``WALK_OPS``."""
+    above, on the walk (the code without a summary, and the fallback) ``WALK_OPS``."""
     o = {**OPS, **WALK_OPS, **(o or {})}
     if protocol == "summary":
         return {
             "claim_path": o["seq_read"] + o["claim_probe"] + o["claim_publish"] + o["pace_write"],
             "run": o["run"],
-            "heartbeat": o["heartbeat"],
-            "heartbeat_with_flush": o["heartbeat"] + o["progress_flush"],
+            "first_beat": o["first_beat"],
+            "renewal": o["heartbeat"] + o["progress_flush"] / 2,  # the progress flush every other beat
             "idle_poll_per_claim": 0.0,
             "idle_poll_base": o["seq_read"],
             "gate_per_claim": o["gate"],
             "status_per_running": o["status_per_running"],
             "stopped_exit_per_claim": 0.0,
+            "writer_round_per_holder": o["writer_per_worker"] + o["writer_per_claim"],
+            "keeper_look": o["seq_read"] + o["summary_read"],
         }
     return {
         "claim_path": o["walk_claim"],
         "run": o["run"],
-        "heartbeat": o["walk_heartbeat"],
-        "heartbeat_with_flush": o["walk_heartbeat"] + o["progress_flush"],
+        "first_beat": o["walk_heartbeat"],
+        "renewal": o["walk_heartbeat"] + o["progress_flush"],  # the progress flush every beat
         "idle_poll_per_claim": o["walk_idle_per_claim"],
         "idle_poll_base": 0.0,
         "gate_per_claim": o["walk_gate_per_claim"],
@@ -715,21 +733,20 @@ def check_ops(bench: dict, tolerance: float = 0.25) -> list[tuple[str, float, fl
 
 def ops_from_bench(bench: dict) -> dict[str, float]:
     """The op table with what bench_scale.py measured put in: the summary protocol's entries from
-    a run on the summary, the walk's (the fallback) from a run without it."""
+    a run on the summary (but the GAPS, which keep the specified cost), the walk's (the fallback)
+    from a run without it."""
     m, ops = measured_ops(bench), {**OPS, **WALK_OPS}
     ops["run"] = m["run"]
-    flush = max(0.0, (m.get("heartbeat_with_flush") or m["heartbeat"]) - m["heartbeat"])
-    ops["progress_flush"] = flush or ops["progress_flush"]
     if bench.get("protocol") == "summary":
-        ops["claim_probe"] = max(
-            0.0, m["claim_path_ahead"] - ops["seq_read"] - ops["pace_write"] - ops["claim_publish"]
-        )
-        ops["heartbeat"] = m["heartbeat"]
+        rest = ops["seq_read"] + ops["pace_write"] + ops["claim_publish"]
+        ops["claim_probe"] = max(0.0, m["claim_path_ahead"] - rest)
+        ops["first_beat"] = m["first_beat"]
+        if m.get("renewal") is not None:
+            ops["progress_flush"] = max(0.0, 2 * (m["renewal"] - ops["heartbeat"]))
         ops["gate"] = max(0.0, m.get("gate_per_claim", 0.0))
-        ops["status_per_running"] = m.get("status_per_running", ops["status_per_running"])
         return ops
     ops["walk_claim"] = m["claim_path_ahead"]
-    ops["walk_heartbeat"] = m["heartbeat"]
+    ops["walk_heartbeat"] = m["first_beat"]
     for key in ("idle_poll_per_claim", "gate_per_claim", "status_per_running", "stopped_exit_per_claim"):
         if key in m:
             ops["walk_" + key.replace("idle_poll", "idle")] = m[key]
@@ -812,8 +829,9 @@ def main(argv: list[str] | None = None) -> int:
         bench = json.loads(a.ops_from.read_text())
         print(f"op table vs {a.ops_from} (protocol {bench.get('protocol', '?')}):")
         for name, want, got, ok in check_ops(bench):
+            gap = f" ({GAPS[name]})" if not ok and name in GAPS and bench.get("protocol") == "summary" else ""
             print(f"  {name:24} model {want:8.3g}  measured {got if got is None else round(got, 2)!s:>8}  "
-                  f"{'agrees' if ok else 'DIFFERS'}")  # fmt: skip
+                  f"{'agrees' if ok else 'DIFFERS'}{gap}")  # fmt: skip
         if a.use_measured:
             ops = ops_from_bench(bench)
             print(f"simulating with the measured ops: {ops}")

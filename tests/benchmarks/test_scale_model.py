@@ -20,13 +20,17 @@ _spec.loader.exec_module(sm)
 def test_op_table_matches_the_benchmarks_counts(small_scale_bench):
     """Every entry of the table the model simulates with, for the protocol the code runs (the
     summary, or the walk it falls back to), is what bench_scale.py counted on the real worker
-    loop: claims, a shard's records, heartbeats with and without the progress flush, and how the
-    idle poll, the gate, status and a stopped worker's exit grow with the live claims."""
+    loop: claims, a shard's records, first beats and renewals with the progress flush, how the
+    idle poll, the gate, status and a stopped worker's exit grow with the live claims, and (on the
+    summary) the writer's round and the other keepers' look.  Where the code does not do what the
+    model charges yet (``sm.GAPS``), the check must say so: a gap closed fails here until the
+    model's list is updated."""
     bench = small_scale_bench["result"]
     rows = sm.check_ops(bench)
-    assert len(rows) == len(sm.expectations(bench["protocol"])) == 9
-    wrong = [(name, model, measured) for name, model, measured, ok in rows if not ok]
-    assert not wrong, f"protocol {bench['protocol']}: model vs measured differ: {wrong}"
+    assert len(rows) == len(sm.expectations(bench["protocol"])) == (11 if bench["protocol"] == "summary" else 9)
+    wrong = {name: (model, measured) for name, model, measured, ok in rows if not ok}
+    gaps = set(sm.GAPS) if bench["protocol"] == "summary" else set()
+    assert set(wrong) == gaps, f"protocol {bench['protocol']}: model vs measured: {wrong}"
 
 
 def test_the_measured_table_drives_the_model(small_scale_bench):
@@ -34,8 +38,8 @@ def test_the_measured_table_drives_the_model(small_scale_bench):
     ops = sm.ops_from_bench(bench)
     measured = sm.measured_ops(bench)
     assert ops["run"] == measured["run"]
-    key = "heartbeat" if bench["protocol"] == "summary" else "walk_heartbeat"
-    assert ops[key] == measured["heartbeat"]
+    key = "first_beat" if bench["protocol"] == "summary" else "walk_heartbeat"
+    assert ops[key] == measured["first_beat"]
     r = sm.simulate(sm.Params(workers=3, shards=30, shard_secs=5.0, fail_fraction=0.0, ttl_s=8.0, poll_s=0.5, ops=ops))
     assert r.done_shards == 30
 
@@ -68,9 +72,9 @@ def test_hand_computed_single_worker():
     assert r.claim_ops_mean == pytest.approx(claim)
     assert r.ops_by_kind["claim"] == pytest.approx(o["seq_read"] + 4 * claim)
     # each shard: the first heartbeat, then its records (its pace goes out with the next claim's write)
-    assert r.ops_by_kind["run"] == pytest.approx(4 * (o["heartbeat"] + o["run"]))
+    assert r.ops_by_kind["run"] == pytest.approx(4 * (o["first_beat"] + o["run"]))
     first_look = 0.001 * o["seq_read"]  # 1 ms per op; the poll is 2 s after it
-    assert r.makespan_s == pytest.approx(first_look + 2.0 + 4 * 10.0 + 0.001 * 4 * (claim + o["heartbeat"] + o["run"]))
+    assert r.makespan_s == pytest.approx(first_look + 2.0 + 4 * 10.0 + 0.001 * 4 * (claim + o["first_beat"] + o["run"]))
     # the writer: lists, the worker's pace record, the live claim's heartbeat (one, while it runs), writes
     per_cycle = o["writer_lists"] + o["writer_per_worker"] + o["writer_writes"] + o["writer_fence"]
     cycles = r.ops_by_kind["writer"] // per_cycle
