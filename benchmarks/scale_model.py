@@ -661,7 +661,8 @@ def measured_ops(bench: dict) -> dict[str, float]:
         "claim_path_ahead": (claims.get(True) or plain)["claim_path_ops_per_claim"],
         "run": plain["run_ops_per_shard"],
         "first_beat": plain["heartbeat_ops_per_beat"],  # a claim's first beat: the runs are shorter than H
-        "renewal": idle[-1]["heartbeat_ops_per_beat"] if idle else None,  # the holders' renewals (+ flushes)
+        # the holders' renewals (with their flushes): the median over the idle runs
+        "renewal": statistics.median(r["heartbeat_ops_per_beat"] for r in idle) if idle else None,
     }
     if len(idle) >= 2:
         a, b = idle[0], idle[-1]
