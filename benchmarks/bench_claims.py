@@ -46,6 +46,10 @@ def worker(job: Path, k: int, go: Path, out: Path, poll: float, gate_on: bool) -
     from data_juicer_elastic.sharedfs import fault_seam
     from data_juicer_elastic.sharedfs.identity import WorkerIdentity
 
+    try:
+        from data_juicer_elastic.jobdir.worker_settings import WorkerSettings as settings_type
+    except ImportError:
+        settings_type = None
     logger.remove()
     counts = {"claim": 0, "gate": 0, "total": 0, "claims": 0, "calls": 0, "listings": 0, "listed": 0}
     inside, in_gate = [False], [False]
@@ -98,10 +102,11 @@ def worker(job: Path, k: int, go: Path, out: Path, poll: float, gate_on: bool) -
         time.sleep(0.005)
     fault_seam.set_fault_hook(hook)
     started = time.time()
-    summary = worker_loop.run_worker(
-        job, identity, run, ttl_secs=60.0, heartbeat_secs=10.0, max_retries=2, poll_interval_secs=poll,
-        claim_gate=gate,
-    )  # fmt: skip
+    values = dict(ttl_secs=60.0, heartbeat_secs=10.0, max_retries=2, poll_interval_secs=poll)
+    if settings_type is None:  # a baseline revision whose run_worker takes these as keywords
+        summary = worker_loop.run_worker(job, identity, run, claim_gate=gate, **values)
+    else:
+        summary = worker_loop.run_worker(job, identity, run, settings_type(**values), claim_gate=gate)
     fault_seam.set_fault_hook(None)
     counts.update(started=started, ended=time.time(), done=summary.done, complete=summary.complete)
     out.write_text(json.dumps(counts))

@@ -75,11 +75,16 @@ def parse_request(recipe: Path):
 def finish(job: Path) -> None:
     """Accepted results for every shard without Ray (tests/rayfree.py: the real reader and writer)."""
     from data_juicer_elastic.jobdir.worker_loop import run_worker
+    from data_juicer_elastic.jobdir.worker_settings import WorkerSettings
     from data_juicer_elastic.sharedfs.identity import WorkerIdentity
     from tests.rayfree import rayfree_runner
 
-    run_worker(job, WorkerIdentity.current("bench"), rayfree_runner(job), ttl_secs=600, heartbeat_secs=60,
-               max_retries=0, poll_interval_secs=1)  # fmt: skip
+    run_worker(
+        job,
+        WorkerIdentity.current("bench"),
+        rayfree_runner(job),
+        WorkerSettings(ttl_secs=600, heartbeat_secs=60, max_retries=0, poll_interval_secs=1),
+    )
 
 
 def remove_outputs(export: Path) -> None:

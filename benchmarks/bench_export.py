@@ -45,6 +45,7 @@ from data_juicer_elastic.job_run import StreamFollower  # noqa: E402
 from data_juicer_elastic.jobdir.result_records import AttemptRecord  # noqa: E402
 from data_juicer_elastic.jobdir.tasks import ShardOutput  # noqa: E402
 from data_juicer_elastic.jobdir.worker_loop import run_worker  # noqa: E402
+from data_juicer_elastic.jobdir.worker_settings import WorkerSettings  # noqa: E402
 from data_juicer_elastic.settings import ElasticSettings  # noqa: E402
 from data_juicer_elastic.shards.merge import merge_job  # noqa: E402
 from data_juicer_elastic.shards.parts import publish_parts  # noqa: E402
@@ -92,10 +93,7 @@ def build(data: Path, job: Path, shards: int, seconds: float = 0.0, during=None)
         job,
         WorkerIdentity.current("bench"),
         runner(seconds),
-        ttl_secs=600,
-        heartbeat_secs=60,
-        max_retries=0,
-        poll_interval_secs=0.2,
+        WorkerSettings(ttl_secs=600, heartbeat_secs=60, max_retries=0, poll_interval_secs=0.2),
     )
     assert summary.complete, summary
 

@@ -28,12 +28,13 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from data_juicer_elastic.coordination.crashpoints import FaultPlan, install  # noqa: E402
 from data_juicer_elastic.jobdir.worker_loop import run_worker  # noqa: E402
+from data_juicer_elastic.jobdir.worker_settings import WorkerSettings  # noqa: E402
 from data_juicer_elastic.sharedfs import (
     fault_seam,  # noqa: E402
 )
 from data_juicer_elastic.sharedfs.identity import WorkerIdentity  # noqa: E402
+from tests.faults.crashpoints import FaultPlan, install  # noqa: E402
 from tests.faults.fakes import fsio_runner, prepare  # noqa: E402
 
 
@@ -52,9 +53,11 @@ def run_job(root: Path, shards: int) -> float:
     job = prepare(root, rows=shards * 5, shards=shards)
     t0 = time.perf_counter()
     summary = run_worker(
-        job, WorkerIdentity.current("bench"), fsio_runner(), ttl_secs=60, heartbeat_secs=10,
-        max_retries=0, poll_interval_secs=0.05,
-    )  # fmt: skip
+        job,
+        WorkerIdentity.current("bench"),
+        fsio_runner(),
+        WorkerSettings(ttl_secs=60, heartbeat_secs=10, max_retries=0, poll_interval_secs=0.05),
+    )
     elapsed = time.perf_counter() - t0
     assert summary.complete
     return elapsed

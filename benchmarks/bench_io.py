@@ -41,6 +41,7 @@ sys.path.insert(0, str(REPO))
 
 from data_juicer_elastic.jobdir.tasks import ShardOutput  # noqa: E402
 from data_juicer_elastic.jobdir.worker_loop import run_worker  # noqa: E402
+from data_juicer_elastic.jobdir.worker_settings import WorkerSettings  # noqa: E402
 from data_juicer_elastic.rows.shard_source import iter_source_lines  # noqa: E402
 from data_juicer_elastic.shards.merge import merge_job  # noqa: E402
 from data_juicer_elastic.shards.prepare import PrepareRequest, prepare_job  # noqa: E402
@@ -151,7 +152,10 @@ def identity_outputs(job: Path) -> None:
         return ShardOutput(out, sum(1 for _ in open(out, "rb")))
 
     run_worker(
-        job, WorkerIdentity.current("bench"), copy, ttl_secs=600, heartbeat_secs=60, max_retries=0, poll_interval_secs=1
+        job,
+        WorkerIdentity.current("bench"),
+        copy,
+        WorkerSettings(ttl_secs=600, heartbeat_secs=60, max_retries=0, poll_interval_secs=1),
     )
 
 

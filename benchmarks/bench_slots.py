@@ -45,6 +45,7 @@ from data_juicer_elastic.sharedfs.identity import WorkerIdentity
 from data_juicer_elastic.jobdir.layout import JobLayout
 from data_juicer_elastic.jobdir.manifest import load_manifest
 from data_juicer_elastic.jobdir.worker_loop import run_worker
+from data_juicer_elastic.jobdir.worker_settings import WorkerSettings
 
 job, slots, cpus = Path(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3])
 manifest = load_manifest(job)
@@ -56,8 +57,9 @@ with WarmRayRuntime("local", cpus, runtime_env=shard_runtime_env(manifest.recipe
             runner = ShardRunner(
                 manifest.recipe, list(manifest.stage_identities), cache, row_schema=manifest.row_schema
             )
-            run_worker(job, WorkerIdentity.current(f"threads-slot{k}"), runner, ttl_secs=60, heartbeat_secs=5,
-                       max_retries=0, poll_interval_secs=0.5, wait_for_completion=False)
+            settings = WorkerSettings(ttl_secs=60, heartbeat_secs=5, max_retries=0, poll_interval_secs=0.5,
+                                      wait_for_completion=False)
+            run_worker(job, WorkerIdentity.current(f"threads-slot{k}"), runner, settings)
         except BaseException as exc:
             errors.append(repr(exc))
     threads = [threading.Thread(target=slot, args=(k,)) for k in range(slots)]

@@ -1,11 +1,14 @@
 """How fast is ``dj-elastic status`` on a job of 10,000 shards?
 
 Builds a synthetic job directory with the real jobdir record writers (prepare,
-claims, heartbeats, attempts, results, failures, progress): a mix of done,
-running (one of them a straggler), stale-looking, failed, retried and pending
-shards on several nodes.  Then times ``dj-elastic status`` and
-``dj-elastic status --json`` as subprocesses, against a baseline measured in
-the same run: ``dj-elastic --version`` (interpreter + CLI start, no job read).
+claims, heartbeats, attempts, results, failures, progress, the workers' pace
+records and one round of the job summary): a mix of done, running (one of them a
+straggler), stale-looking, failed, retried and pending shards on several nodes.
+Then times ``dj-elastic status`` and ``dj-elastic status --json`` as subprocesses
+twice: read with the job summary (the default) and from the job directory
+(``--all``, which reads every done marker), against a baseline measured in the
+same run: ``dj-elastic --version`` (interpreter + CLI start, no job read).  It also
+counts the metadata operations of one snapshot of each kind (the fault seam).
 
     python benchmarks/bench_status.py [--shards 10000] [--repeat 3] [--job-dir DIR]
 
@@ -28,9 +31,14 @@ from dataclasses import replace
 from pathlib import Path
 
 from data_juicer_elastic.jobdir import attempts, failures, leases, progress
+from data_juicer_elastic.jobdir.heartbeats import StalenessObserver
+from data_juicer_elastic.jobdir.job_summary import write_summary
 from data_juicer_elastic.jobdir.layout import JobLayout
 from data_juicer_elastic.jobdir.manifest import load_manifest
+from data_juicer_elastic.jobdir.pace import PaceWriter
+from data_juicer_elastic.jobdir.summary_keeper import PaceCache, compose_summary
 from data_juicer_elastic.shards.prepare import PrepareRequest, prepare_job
+from data_juicer_elastic.sharedfs import fault_seam
 from data_juicer_elastic.sharedfs.identity import WorkerIdentity
 
 REPO = Path(__file__).resolve().parents[1]
@@ -70,11 +78,46 @@ def _no_fsync() -> Iterator[None]:
 
 
 def build_job(
-    root: Path, shards: int = 10_000, rows_per_shard: int = ROWS_PER_SHARD, pending_fraction: float = PENDING_FRACTION
+    root: Path,
+    shards: int = 10_000,
+    rows_per_shard: int = ROWS_PER_SHARD,
+    pending_fraction: float = PENDING_FRACTION,
+    summary: bool = False,
 ) -> dict[str, list[str]]:
-    """Create the synthetic job in ``root``; returns shard ids by intended role."""
+    """Create the synthetic job in ``root``; returns shard ids by intended role.  ``summary``: also
+    each node's pace record and one round of the job summary, as the workers would have left them."""
     with _no_fsync():
-        return _build(root, shards, rows_per_shard, pending_fraction)
+        roles = _build(root, shards, rows_per_shard, pending_fraction)
+        if summary:
+            _summarize(JobLayout(root), roles)
+        return roles
+
+
+def _summarize(layout: JobLayout, roles: dict[str, list[str]]) -> None:
+    """A pace record per node (its accepted results, the claims it holds) and one summary round."""
+    manifest = load_manifest(layout.root)
+    paces: dict[str, PaceWriter] = {}
+
+    def pace(node: str) -> PaceWriter:
+        if node not in paces:
+            paces[node] = PaceWriter(layout, _identity(int(node.rsplit("-", 1)[1])))
+        return paces[node]
+
+    for shard in roles["done"]:
+        result, _ = attempts.read_done(layout, shard)
+        pace(result.node_id).finished(20.0, result.rows)
+    for shard in roles["running"]:
+        claim = leases.read_lease(layout, shard).claim
+        pace(claim.node_id).holding(shard, claim.generation, claim.attempt_id)
+    for writer in paces.values():
+        writer.flush()
+    me = _identity(0)
+    observer = StalenessObserver(SETTINGS["lease_ttl_secs"], _Clock())
+    summary = compose_summary(
+        layout, manifest, PaceCache(layout).refresh(), observer, me, seq="1.1", writer="bench", interval_secs=5.0
+    )
+    assert summary.done_count == len(roles["done"]) and len(summary.live) == len(roles["running"])
+    write_summary(layout, summary)
 
 
 def _build(root: Path, shards: int, rows_per_shard: int, pending_fraction: float) -> dict[str, list[str]]:
@@ -182,6 +225,19 @@ def _time(cmd: list[str], repeat: int, checkout: Path = REPO) -> tuple[float, in
     return statistics.median(times), proc.returncode, proc.stdout
 
 
+def count_ops(job: Path, *, use_summary: bool) -> int:
+    """Metadata operations of one status snapshot (every thread's), through the fault seam."""
+    from data_juicer_elastic.status.job_status import snapshot
+
+    ops = []
+    fault_seam.set_fault_hook(lambda op, path: ops.append(op))
+    try:
+        snapshot(job, exact=False, use_summary=use_summary)
+    finally:
+        fault_seam.set_fault_hook(None)
+    return len(ops)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--shards", type=int, default=10_000)
@@ -193,20 +249,33 @@ def main(argv: list[str] | None = None) -> int:
         job = Path(args.job_dir or Path(tmp) / "job")
         t0 = time.perf_counter()
         if not (job / "manifest.json").exists():
-            build_job(job, args.shards)
+            build_job(job, args.shards, summary=True)
         print(f"synthetic job: {args.shards} shards built in {time.perf_counter() - t0:.1f}s at {job}")
         print(f"load average: {os.getloadavg()[0]:.2f}")
         exe = [sys.executable, "-m", "data_juicer_elastic.cli"]
+        status = [*exe, "status", "--job-dir", str(job)]
         base, _, _ = _time([*exe, "--version"], args.repeat)
-        text, rc_text, _ = _time([*exe, "status", "--job-dir", str(job)], args.repeat)
-        js, rc_json, out = _time([*exe, "status", "--job-dir", str(job), "--json"], args.repeat)
-        counts = json.loads(out)["counts"] if out.strip() else {}
+        text, rc_text, _ = _time(status, args.repeat)
+        js, rc_json, out = _time([*status, "--json"], args.repeat)
+        walk_text, rc_walk_text, _ = _time([*status, "--all"], args.repeat)
+        walk_js, rc_walk_json, walk_out = _time([*status, "--json", "--all"], args.repeat)
+        data = json.loads(out) if out.strip() else {}
+        walked = json.loads(walk_out) if walk_out.strip() else {}
         if args.compare:
             other, rc_other, _ = _time([*exe, "status", "--job-dir", str(job)], args.repeat, Path(args.compare))
-        print(f"counts: {counts}")
+        print(f"counts: {data.get('counts')} (source: {data.get('source')})")
+        print(f"counts: {walked.get('counts')} (source: {walked.get('source')}, --all)")
+        ops, walk_ops = count_ops(job, use_summary=True), count_ops(job, use_summary=False)
+        print(f"metadata operations of one snapshot: {ops} from the summary, {walk_ops} from the job directory")
         print(f"baseline `dj-elastic --version`: {base:.3f}s")
-        print(f"`dj-elastic status`:             {text:.3f}s (exit {rc_text}), {text / base:.2f}x baseline")
-        print(f"`dj-elastic status --json`:      {js:.3f}s (exit {rc_json}), {js / base:.2f}x baseline")
+        for name, secs, rc in (
+            ("`dj-elastic status`", text, rc_text),
+            ("`dj-elastic status --json`", js, rc_json),
+            ("`dj-elastic status --all`", walk_text, rc_walk_text),
+            ("`dj-elastic status --json --all`", walk_js, rc_walk_json),
+        ):
+            print(f"{name + ':':<36} {secs:.3f}s (exit {rc}), {secs / base:.2f}x baseline")
+        print(f"from the summary vs the job directory (--json): {walk_js / js:.1f}x faster")
         if args.compare:
             print(f"`status` of {args.compare}: {other:.3f}s (exit {rc_other}); this one is {other / text:.1f}x faster")
     return 0

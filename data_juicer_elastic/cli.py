@@ -292,7 +292,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     job_dir(p)
     p.add_argument("--json", action="store_true", help="machine-readable output (versioned schema, docs/status.md)")
-    p.add_argument("--all", action="store_true", help="list every shard")
+    p.add_argument("--all", action="store_true", help="list every shard, with what its records say (reads them all)")
     p.add_argument(
         "--watch",
         nargs="?",

@@ -6,6 +6,8 @@ and its help text (the field's docstring unless the command words it for its own
 An option left out is None in the parsed arguments, so "not given" is never confused
 with a value: :func:`given_settings` collects the ones given, for the recipe's or the
 job's values to be overridden with, and :class:`ElasticSettings` judges them.
+:func:`setting_args` goes the other way: the options that give a command (a slot's
+``dj-elastic worker``) a settings object's values.
 
 A switch follows its field's default: one that is off can be turned on (``--x``), one
 that is on can be turned off too (``--x`` / ``--no-x``).
@@ -77,7 +79,7 @@ def add_setting_options(
     hints, docs = typing.get_type_hints(ElasticSettings), field_help()
     defaults = {f.name: f.default for f in dataclasses.fields(ElasticSettings)}
     for name, text in options.items():
-        flag = (flags or {}).get(name, "--" + name.replace("_", "-"))
+        flag = _flag(name, flags)
         if text is None:
             default = defaults[name]
             known = "" if default is None or default is dataclasses.MISSING else f", else {default}"
@@ -92,6 +94,29 @@ def add_setting_options(
             parser.add_argument(flag, dest=name, type=None if hint is str else hint, help=text)
 
 
+def setting_args(
+    settings: ElasticSettings, options: Mapping[str, str | None], flags: Mapping[str, str] | None = None
+) -> list[str]:
+    """The options that give a command whose parser :func:`add_setting_options` built with these
+    ``options`` and ``flags`` the values of ``settings``: :func:`given_settings` of its parsed
+    arguments holds each of them.  A value no option states is left out, so the command takes it
+    from where it takes an option not given (``dj-elastic worker``: the job's settings): None, and
+    off for a switch that is off by default (it has only ``--x``)."""
+    hints = typing.get_type_hints(ElasticSettings)
+    defaults = {f.name: f.default for f in dataclasses.fields(ElasticSettings)}
+    argv: list[str] = []
+    for name in options:
+        flag, value = _flag(name, flags), getattr(settings, name)
+        if value is None:
+            continue
+        if _inner_type(hints[name]) is bool:
+            if value or defaults[name]:
+                argv.append(flag if value else "--no-" + flag.removeprefix("--"))
+        else:
+            argv += [flag, repr(value) if isinstance(value, float) else str(value)]
+    return argv
+
+
 def given_settings(args: argparse.Namespace) -> dict[str, Any]:
     """The ``elastic.*`` values given as options (every settings field the command has and was set)."""
     found = {}
@@ -100,6 +125,10 @@ def given_settings(args: argparse.Namespace) -> dict[str, Any]:
         if value is not None:
             found[name] = value
     return found
+
+
+def _flag(name: str, flags: Mapping[str, str] | None) -> str:
+    return (flags or {}).get(name, "--" + name.replace("_", "-"))
 
 
 def _inner_type(hint: Any) -> Any:

@@ -31,8 +31,8 @@ from typing import Any
 from loguru import logger
 
 from data_juicer_elastic import DATA_JUICER_REQUIREMENT
+from data_juicer_elastic.cli_options import WORKER_OPTIONS, setting_args
 from data_juicer_elastic.console import JobDisplay
-from data_juicer_elastic.coordination import crashpoints
 from data_juicer_elastic.coordination.slots import CUDA_ENV, SlotPool, slot_argv, slot_cpus, slot_devices, slot_env
 from data_juicer_elastic.coordination.stragglers import ClaimGate
 from data_juicer_elastic.errors import ConfigError
@@ -42,6 +42,7 @@ from data_juicer_elastic.jobdir.layout import JobLayout
 from data_juicer_elastic.jobdir.manifest import load_job, load_manifest
 from data_juicer_elastic.jobdir.records import Manifest
 from data_juicer_elastic.jobdir.worker_loop import WorkerSummary, run_worker
+from data_juicer_elastic.jobdir.worker_settings import WorkerSettings
 from data_juicer_elastic.preparation import resolve_user_path
 from data_juicer_elastic.settings import ElasticSettings
 from data_juicer_elastic.shards.merge import MergeResult
@@ -81,7 +82,6 @@ def run_local_worker(
     """
     from data_juicer_elastic.execution.shard_runner import default_cache_env
 
-    crashpoints.install_from_env()  # test-only fault plans; nothing is installed when unset
     job = resolve_user_path(job_dir)
     layout = JobLayout(job)
     # The plan holds what a worker needs to start (the recipe, its code, Ray's settings); the
@@ -131,21 +131,9 @@ def run_local_worker(
         )
     logger.info(f"worker {identity.node_id} (pid {identity.pid}) joining job {job} with {slots} slot(s)")
     with SlotPool() as pool:
-        argv = slot_argv(
-            job,
-            ray_address=settings.ray_address,
-            ray_num_cpus=cpus,
-            lease_ttl_secs=settings.lease_ttl_secs,
-            heartbeat_secs=settings.heartbeat_secs,
-            max_retries=settings.max_retries,
-            poll_interval_secs=settings.poll_interval_secs,
-            max_done=max_done,
-            max_holder_deaths=settings.max_holder_deaths,
-            stall_timeout_secs=settings.stall_timeout_secs,
-            allow_version_mismatch=settings.allow_version_mismatch,
-            claim_ahead=settings.claim_ahead,
-            max_error_rows=settings.max_error_rows,
-        )
+        # Each slot is given this instance's settings (its own share of the CPUs, the heartbeat it uses).
+        slot = settings.replace(ray_num_cpus=cpus, heartbeat_interval_secs=settings.heartbeat_secs)
+        argv = slot_argv(job, setting_args(slot, WORKER_OPTIONS), max_done)
         name = log_name or identity.new_attempt_id()
         if slots > 1:
             confine.ensure_dir(layout, layout.node_log_dir(identity.node_id))
@@ -161,21 +149,16 @@ def run_local_worker(
                 job,
                 identity,
                 runner,
-                ttl_secs=settings.lease_ttl_secs,
-                heartbeat_secs=settings.heartbeat_secs,
-                max_retries=settings.max_retries,
-                poll_interval_secs=settings.poll_interval_secs,
-                max_shards=settings.max_shards,
-                wait_for_completion=wait_for_completion,
+                WorkerSettings.from_elastic(
+                    settings,
+                    max_done=max_done,
+                    wait_for_completion=wait_for_completion,
+                    random_start=True,  # fresh workers (replacements after kills) spread over the pending shards
+                ),
                 stop_event=stop_event,
-                max_done=max_done,
                 claim_gate=gate,
                 on_attempt=display.attach,  # this process's running shards count in the display
-                max_holder_deaths=settings.max_holder_deaths,
                 before_claim=runner.ready,  # code checked and Ray up before a claim is held
-                stall_timeout_secs=settings.stall_timeout_secs,
-                random_start=True,  # fresh workers (replacements after kills) spread over the pending shards
-                claim_ahead=settings.claim_ahead,  # the next shard's claim and read overlap this one's run
                 read_ahead=runner.read_ahead,
                 run_scan=ShardScanner(),  # a planned job is scanned first, this worker taking its share
             )

@@ -18,7 +18,6 @@ import threading
 
 from data_juicer_elastic.console import StepDisplay, say
 from data_juicer_elastic.console.summary import shown_path
-from data_juicer_elastic.coordination import crashpoints
 from data_juicer_elastic.coordination.settle import shard_failed_error, terminal_failures
 from data_juicer_elastic.errors import ElasticError, IntegrityError, MergeBusyError, storage_errors
 from data_juicer_elastic.jobdir.attempts import requeue_hint
@@ -56,7 +55,6 @@ def finalize(
     """
     from data_juicer_elastic.stats import compute_overall, write_overall_stats
 
-    crashpoints.install_from_env()
     # pandas formats overall.csv exactly as dj-analyze does; its ~1 s of imports overlap the merge.
     threading.Thread(target=_import_quietly, args=("pandas",), name="dj-elastic-import", daemon=True).start()
     job = resolve_user_path(job_dir)

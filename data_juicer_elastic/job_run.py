@@ -25,7 +25,6 @@ from typing import Any
 from loguru import logger
 
 from data_juicer_elastic.console.log_files import LogFile
-from data_juicer_elastic.coordination import crashpoints
 from data_juicer_elastic.coordination.elections import RunCoordinator
 from data_juicer_elastic.coordination.flow import Phases, Timing, run_coordinated
 from data_juicer_elastic.coordination.run_id import resolve_run_id
@@ -57,7 +56,6 @@ class JobRun:
         self.cfg = cfg
         self.settings = settings
         self.layout = JobLayout(resolve_user_path(settings.job_dir))
-        crashpoints.install_from_env()  # test-only fault plans; nothing is installed when unset
         self.run_id = resolve_run_id(settings.run_id)
         self.identity = WorkerIdentity.current()
         self.strict = strict_policy(settings)

@@ -16,7 +16,6 @@ from typing import Any
 from data_juicer_elastic import __version__
 from data_juicer_elastic.console import StepDisplay, say
 from data_juicer_elastic.console.summary import shown_path
-from data_juicer_elastic.coordination import crashpoints
 from data_juicer_elastic.errors import ConfigError, PrepareCancelled
 from data_juicer_elastic.report.svg import fmt_bytes
 from data_juicer_elastic.settings import ElasticSettings
@@ -77,8 +76,6 @@ def prepare_from_cfg(cfg: Any, settings: ElasticSettings) -> PlanOutcome:
 def _prepare(
     request: PrepareRequest, complete=None, cancel: threading.Event | None = None, scan: bool = False
 ) -> PlanOutcome | PrepareOutcome:
-    crashpoints.install_from_env()  # test-only fault plans (a full disk while planning); none when unset
-
     def report(step: str, done: int, total: int | None) -> None:
         if cancel is not None and cancel.is_set():
             raise PrepareCancelled()  # the recipe was refused while the input pass ran: stop it

@@ -4,7 +4,7 @@ The same dataclass backs the recipe block (added to Data-Juicer's parser by
 ``integration.config_block``), the ``dj-elastic`` options (``cli_options``) and the
 values stored in a job's manifest, so a setting has one name, one help text
 (:func:`field_help`) and one validity rule (:func:`check_values`, which code taking
-some of the values as plain arguments, ``jobdir.worker_loop``, applies too).
+some of the values as plain arguments, ``jobdir.worker_settings``, applies too).
 """
 
 from __future__ import annotations

@@ -18,7 +18,7 @@ ROOT = Path(__file__).resolve().parents[1]
 PACKAGE = ROOT / "data_juicer_elastic"
 DOCS = sorted((ROOT / "docs").glob("*.md")) + [ROOT / "README.md", ROOT / "benchmarks" / "README.md"]
 NAME = re.compile(r"`([a-z_]+(?:\.[A-Za-z_][A-Za-z_0-9]*)+)(?=[`(\s\[])")
-FILE_SUFFIXES = (".json", ".jsonl", ".py", ".log", ".csv", ".md", ".yaml", ".gz", ".zst")
+FILE_SUFFIXES = (".json", ".jsonl", ".py", ".log", ".csv", ".md", ".yaml", ".gz", ".zst", ".seq")
 
 
 def short_names() -> dict[str, str]:

@@ -75,6 +75,7 @@ _RAY_NOISE: Final = (
     # a runtime whose CPUs the warm operator actors hold between shards (ray_num_cpus: 1); a shard that
     # really waits for CPUs makes no progress, and stall_timeout_secs restarts the runtime
     "currently does not have any available CPUs",
+    "Cluster resources are not enough to run any task",  # the same, said by Ray Data's resource manager
 )
 
 _sink_id: int | None = None

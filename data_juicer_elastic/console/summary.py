@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from data_juicer_elastic.console.quiet import say
+from data_juicer_elastic.status.job_times import format_wall
 
 
 def shown_path(path: str | os.PathLike) -> str:
@@ -23,13 +24,13 @@ def shown_path(path: str | os.PathLike) -> str:
 def summary_lines(job_dir: str | os.PathLike, result: Any, elapsed_secs: float, log_path: str | None) -> list[str]:
     """``result``: a ``MergeResult``.  Reads the manifest and the failure records once."""
     from data_juicer_elastic.jobdir.manifest import load_manifest
-    from data_juicer_elastic.status.job_status import snapshot
+    from data_juicer_elastic.status.job_status import failure_records
 
     manifest = load_manifest(Path(job_dir))
-    retries = sum(s.failures for s in snapshot(job_dir, exact=False).shards)
+    retries = failure_records(job_dir)  # no read per shard that never failed
     errors = getattr(result, "quarantined", None)  # <export>_errors.jsonl: rows operators failed on
     lines = [
-        f"done in {_duration(elapsed_secs)}: {manifest.total_rows:,} rows in, {result.rows:,} rows out, "
+        f"done in {format_wall(elapsed_secs)}: {manifest.total_rows:,} rows in, {result.rows:,} rows out, "
         + (f"{errors.rows:,} rows quarantined, " if errors is not None else "")
         + f"{result.shards} shards, {retries} retr{'y' if retries == 1 else 'ies'}"
         + ("" if result.written else " (the output was already there, unchanged)"),
@@ -69,8 +70,14 @@ def _parts_lines(export: Path, parts: int) -> list[str]:
 
 
 def print_summary(job_dir: str | os.PathLike, result: Any, log_path: str | None = None) -> None:
-    """The summary of a command that ran since this process started."""
-    for line in summary_lines(job_dir, result, time.monotonic() - process_started(), log_path):
+    """The summary of a run: its wall time is the run's (``status.job_times``, as ``status`` and the
+    report show it); a command without a run (a merge alone) counts from this process's start."""
+    from data_juicer_elastic.jobdir.layout import JobLayout
+    from data_juicer_elastic.status.job_times import latest_run
+
+    run = latest_run(JobLayout(Path(job_dir)))
+    elapsed = run.wall_secs() if run is not None else time.monotonic() - process_started()
+    for line in summary_lines(job_dir, result, elapsed, log_path):
         say(line)
 
 
@@ -86,11 +93,3 @@ def process_started() -> float:
     except (OSError, ValueError, IndexError):
         age = 0.0
     return time.monotonic() - max(age, 0.0)
-
-
-def _duration(secs: float) -> str:
-    if secs < 60:
-        return f"{secs:.1f}s"
-    minutes, secs = divmod(int(secs), 60)
-    hours, minutes = divmod(minutes, 60)
-    return f"{hours}h{minutes:02d}m{secs:02d}s" if hours else f"{minutes}m{secs:02d}s"

@@ -4,14 +4,13 @@ Modules: ``run_id`` (which submission), ``run_records`` (coordination records an
 phase, outcome and exit codes), ``elections`` (leaders, their heartbeats through
 ``jobdir.heartbeats``, the run's one outcome), ``settle`` (abort watcher, strict-mode
 waiting), ``flow`` (the whole sequence, steps passed in), ``slots`` (one worker process
-per slot, GPU subsets), ``stragglers`` (claim gate), ``crashpoints`` (test-only fault
-plans and named crash points).  The read-only view of runs is ``status.run_status``.
+per slot, GPU subsets), ``stragglers`` (claim gate).  The read-only view of runs is
+``status.run_status``.
 Import from the modules; nothing is re-exported here.
 """
 
 # The package's modules (nothing is re-exported: import from the module you need).
 __all__ = [
-    "crashpoints",
     "elections",
     "flow",
     "run_id",

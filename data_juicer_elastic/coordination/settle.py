@@ -52,10 +52,17 @@ def shard_failed_error(terminal: list[TerminalInfo], job_dir: Path) -> ShardFail
     )
 
 
-def terminal_failures(layout: JobLayout) -> list[TerminalInfo]:
-    """Terminally failed shards, found through the ``failed/`` listing (a hint) and read by name."""
+def terminal_failures(layout: JobLayout, *, from_summary: bool = False) -> list[TerminalInfo]:
+    """Terminally failed shards, found through the ``failed/`` listing (a hint) or, with
+    ``from_summary`` while this process has a fresh job summary, through the summary (a poll
+    that may lag a summary interval), and read by name."""
+    view = job_summary.view_of(layout) if from_summary else None
+    if view is not None:
+        names = [f"{shard}.json" for shard in sorted(view.failed)]
+    else:
+        names = fsio.list_names(layout.failed_dir)
     found = []
-    for name in fsio.list_names(layout.failed_dir):
+    for name in names:
         if name.startswith(".") or not name.endswith(".json"):
             continue
         shard_id = name[: -len(".json")]
@@ -80,7 +87,7 @@ class AbortWatcher:
         """One look; True when the run is aborted (and the stop event is set)."""
         outcome = self.c.outcome()
         if outcome is None:
-            failed = terminal_failures(self.c.layout)
+            failed = terminal_failures(self.c.layout, from_summary=True)  # every poll of every instance
             if failed:
                 outcome = self.c.abort(WORK, shard_failed_error(failed, self.c.layout.root))
         if outcome is not None and not outcome.ok:

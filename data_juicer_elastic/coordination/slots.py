@@ -119,36 +119,13 @@ class SlotPool:
         self.wait()
 
 
-def slot_argv(
-    job_dir: Path,
-    *,
-    ray_address: str,
-    ray_num_cpus: int | None,
-    lease_ttl_secs: float,
-    heartbeat_secs: float,
-    max_retries: int,
-    poll_interval_secs: float,
-    max_done: int | None,
-    max_holder_deaths: int,
-    stall_timeout_secs: float,
-    allow_version_mismatch: bool = False,
-    claim_ahead: bool = True,
-    max_error_rows: float | None = None,
-) -> list[str]:
-    # --slots 1: a slot is one worker, whatever slots_per_node the job recorded at prepare.
+def slot_argv(job_dir: Path, setting_options: Sequence[str], max_done: int | None = None) -> list[str]:
+    """A slot process's ``dj-elastic worker`` command line: it exits when nothing is left to claim
+    (``--no-wait``), is one slot whatever ``slots_per_node`` the job recorded (``--slots 1``), takes
+    the instance's settings as ``setting_options`` (``cli_options.setting_args`` over the worker's
+    options, so every setting a worker has reaches it) and strict mode's share ``max_done``."""
     argv = [sys.executable, "-m", "data_juicer_elastic.cli", "worker", "--job-dir", str(job_dir), "--no-wait"]
-    argv += ["--slots", "1"]
-    argv += ["--ray-address", ray_address, "--lease-ttl-secs", repr(float(lease_ttl_secs))]
-    argv += ["--heartbeat-interval-secs", repr(float(heartbeat_secs))]
-    argv += ["--max-retries", str(max_retries), "--poll-interval-secs", repr(float(poll_interval_secs))]
-    argv += ["--max-holder-deaths", str(max_holder_deaths), "--stall-timeout-secs", repr(float(stall_timeout_secs))]
-    if allow_version_mismatch:
-        argv += ["--allow-version-mismatch"]
-    argv += ["--claim-ahead" if claim_ahead else "--no-claim-ahead"]
-    if max_error_rows is not None:
-        argv += ["--max-error-rows", repr(float(max_error_rows))]
-    if ray_num_cpus is not None:
-        argv += ["--ray-num-cpus", str(ray_num_cpus)]
+    argv += ["--slots", "1", *setting_options]
     if max_done is not None:
         argv += ["--max-done", str(max_done)]
     return argv

@@ -17,6 +17,7 @@ shard), ``pace`` (each worker process's pace record: what it holds, how fast it 
 ``summary_keeper`` (the writer's lease and one round of composing the summary).
 The worker: ``claiming`` / ``claim_ahead`` (finding the next shard), ``shard_attempt``
 (running one claimed shard, every way out recorded), ``worker_loop`` (the loop),
+``worker_settings`` (the loop's lease, timing and limit values as one object),
 ``worker_signals`` (SIGTERM/SIGINT), ``scan_loop`` (the scan phase: claiming and running the
 shards' scans, then the barrier).  Tools: ``retry``, ``export_path``, ``recipe_diff``,
 ``row_stats``, ``row_errors`` (the quarantine file), ``published_file``, ``tasks``.
@@ -58,5 +59,6 @@ __all__ = [
     "summary_keeper",
     "tasks",
     "worker_loop",
+    "worker_settings",
     "worker_signals",
 ]

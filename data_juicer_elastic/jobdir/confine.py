@@ -46,6 +46,7 @@ OUR_NAMES: Final = frozenset(
         "logs",
         "batch-profiles",
         "stats",
+        "summary",
     }
 )
 # Hidden names are ours too: staging directories, temp files beside records, NFS

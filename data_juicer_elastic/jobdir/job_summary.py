@@ -225,6 +225,7 @@ class SummaryReader:
         self._seq: str | None = None
         self._changed_at = 0.0
         self._view: SummaryView | None = None
+        self._advancing = False
         self.reads = 0  # summaries read (tests and benchmarks)
         self._lock = threading.Lock()  # the worker loop, the claim-ahead helper and the keeper share it
 
@@ -237,8 +238,10 @@ class SummaryReader:
         return self.current()
 
     def current(self) -> SummaryView | None:
-        """The last view read, while it is fresh (no read)."""
-        if self._view is None or self.clock() - self._changed_at >= self.fresh_secs:
+        """The last view read, while it is trusted and fresh (no read).  A summary is trusted only
+        once its sequence was seen to change: one left by a writer that is gone (a finished or
+        killed run, before ``retry`` requeued shards) is never taken for the job as it is now."""
+        if self._view is None or not self._advancing or self.clock() - self._changed_at >= self.fresh_secs:
             return None
         return self._view
 
@@ -254,6 +257,7 @@ class SummaryReader:
         self.reads += 1
         if summary is None:
             return
+        self._advancing = self._seq is not None  # a change seen, not only a first sight
         self._seq, self._changed_at = seq.seq, now
         self._view = SummaryView(summary, self.manifest)
 
@@ -276,6 +280,15 @@ def reader_for(
         reader = SummaryReader(layout, manifest, ttl_secs=ttl_secs, clock=clock)
         register_reader(reader)
     return reader
+
+
+def view_of(layout: JobLayout) -> SummaryView | None:
+    """A fresh summary of the job in ``layout`` as this process reads it (its manifest need not be
+    at hand); None without one."""
+    for (root, _), reader in list(_readers.items()):
+        if root == str(layout.root):
+            return reader.view()
+    return None
 
 
 def current_view(layout: JobLayout, manifest: Manifest) -> SummaryView | None:

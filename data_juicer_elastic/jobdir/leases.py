@@ -142,6 +142,20 @@ def read_heartbeat(layout: JobLayout, shard_id: str, generation: int) -> tuple[H
     return heartbeat, error
 
 
+def heartbeat_age(layout: JobLayout, shard_id: str, generation: int, now: float | None = None) -> float | None:
+    """Seconds since the generation's heartbeat was written (before its first one: since the claim
+    was), by the files' mtimes: the one display rule of ``status`` and the report.  mtimes come
+    through caches and from the server's clock, so no takeover is ever decided by this
+    (``heartbeats.StalenessObserver`` decides)."""
+    now = time.time() if now is None else now
+    for path in (layout.heartbeat(shard_id, generation), layout.claim(shard_id, generation)):
+        try:
+            return max(0.0, now - fsio.stat(path).st_mtime)
+        except OSError:
+            continue
+    return None
+
+
 def holder_dead_here(view: LeaseView, identity: WorkerIdentity) -> bool:
     """The claim was made in our kernel and pid namespace and its pid is gone: dead for sure."""
     claim = view.claim

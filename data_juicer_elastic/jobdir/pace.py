@@ -59,6 +59,9 @@ class PaceRecord(Record):
     warm_secs: float = 0.0  # the sum of the other accepted attempts' durations
     rows_out: int = 0
     stopped: bool = False  # the process left; it holds nothing
+    rows_in: int = 0  # input rows of its accepted results
+    quarantined: int = 0  # rows its accepted results set aside (jobdir.row_errors)
+    first_claimed_at: float | None = None  # wall clock of its first claim (display only)
 
     @property
     def warm_count(self) -> int:
@@ -113,20 +116,30 @@ class PaceWriter:
             return self._record
 
     def holding(self, shard_id: str, generation: int, attempt_id: str) -> None:
-        self._change(lambda r: replace(r, held=[*r.held, HeldClaim(shard_id, generation, attempt_id)]))
+        now = time.time()
+        self._change(
+            lambda r: replace(
+                r,
+                held=[*r.held, HeldClaim(shard_id, generation, attempt_id)],
+                first_claimed_at=r.first_claimed_at if r.first_claimed_at is not None else now,
+            )
+        )
 
     def let_go(self, shard_id: str, generation: int) -> None:
         self._change(
             lambda r: replace(r, held=[h for h in r.held if (h.shard_id, h.generation) != (shard_id, generation)])
         )
 
-    def finished(self, secs: float, rows: int) -> None:
+    def finished(self, secs: float, rows: int, rows_in: int = 0, quarantined: int = 0) -> None:
         """One accepted result of this process, ``secs`` on its own clock."""
 
         def add(r: PaceRecord) -> PaceRecord:
+            counts = dict(
+                rows_out=r.rows_out + rows, rows_in=r.rows_in + rows_in, quarantined=r.quarantined + quarantined
+            )
             if r.done == 0:
-                return replace(r, done=1, first_secs=secs, rows_out=r.rows_out + rows)
-            return replace(r, done=r.done + 1, warm_secs=r.warm_secs + secs, rows_out=r.rows_out + rows)
+                return replace(r, done=1, first_secs=secs, **counts)
+            return replace(r, done=r.done + 1, warm_secs=r.warm_secs + secs, **counts)
 
         self._change(add)
 

@@ -236,7 +236,8 @@ class ShardWorker:
         if self.ahead is not None:
             self.ahead.wait_claimed()
         if outcome.accepted and self.pace is not None:
-            self.pace.finished(self.clock() - began, outcome.result.rows)
+            quarantined = outcome.result.errors.rows if outcome.result.errors is not None else 0
+            self.pace.finished(self.clock() - began, outcome.result.rows, entry.rows, quarantined)
         if outcome.accepted or outcome.winner is not None:
             self.claimer.learn_done(entry.shard_id)
         if outcome.accepted:

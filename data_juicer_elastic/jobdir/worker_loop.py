@@ -18,7 +18,7 @@ from pathlib import Path
 
 from loguru import logger
 
-from data_juicer_elastic.errors import ConfigError, WorkerInterrupted, storage_error
+from data_juicer_elastic.errors import WorkerInterrupted, storage_error
 from data_juicer_elastic.jobdir import confine, progress
 from data_juicer_elastic.jobdir.claim_ahead import RELEASE_SIGNAL, RELEASE_UNRUN, ClaimAhead
 from data_juicer_elastic.jobdir.heartbeats import StalenessObserver
@@ -31,9 +31,9 @@ from data_juicer_elastic.jobdir.reasons import ReleaseReason, StopReason
 from data_juicer_elastic.jobdir.scan_loop import RunScan, scan_job
 from data_juicer_elastic.jobdir.shard_attempt import RunShard, ShardWorker, WorkerSummary
 from data_juicer_elastic.jobdir.summary_keeper import SummaryKeeper
+from data_juicer_elastic.jobdir.worker_settings import WorkerSettings
 from data_juicer_elastic.jobdir.worker_signals import SignalGuard, honour
 from data_juicer_elastic.rows.shard_source import ShardSource
-from data_juicer_elastic.settings import check_values
 from data_juicer_elastic.sharedfs import fsio
 from data_juicer_elastic.sharedfs.identity import WorkerIdentity
 
@@ -42,31 +42,22 @@ def run_worker(
     job_dir: str | Path,
     identity: WorkerIdentity,
     run_shard: RunShard,
+    settings: WorkerSettings,
     *,
-    ttl_secs: float,
-    heartbeat_secs: float,
-    max_retries: int,
-    poll_interval_secs: float,
-    max_shards: int | None = None,
-    wait_for_completion: bool = True,
     stop_event: threading.Event | None = None,
     clock: Callable[[], float] = time.monotonic,
     sleep: Callable[[float], None] | None = None,
-    max_done: int | None = None,
     claim_gate: Callable[[], bool] | None = None,
     claim_rng: random.Random | None = None,
     on_attempt: Callable[[progress.ProgressTracker], None] | None = None,
-    max_holder_deaths: int | None = None,
     before_claim: Callable[[], bool] | None = None,
-    stall_timeout_secs: float | None = None,
-    random_start: bool = False,
-    claim_ahead: bool = True,
     read_ahead: Callable[[ShardSource], object] | None = None,
     run_scan: RunScan | None = None,
-    job_summary: bool = True,
 ) -> WorkerSummary:
     """Process shards of ``job_dir`` until the job is finished (or a limit is reached).
 
+    ``settings``: the lease, timing and limit values (:class:`WorkerSettings`, checked when built),
+    named below by their field names.
     ``max_done`` stops the worker once this many of its results were accepted (strict
     mode's share): unlike ``max_shards`` a failed attempt does not use it up.
     ``claim_gate()`` may decline claiming a pending shard for now (straggler
@@ -90,17 +81,11 @@ def run_worker(
     read from the summary instead of the shards.  Its keeper runs in a thread with the default
     clock, and from this loop (between claims) with a caller's clock.
     """
-    check_values(  # the settings' own rules: a caller may pass plain values
-        {
-            "lease_ttl_secs": ttl_secs,
-            "heartbeat_interval_secs": heartbeat_secs,
-            "max_retries": max_retries,
-            "poll_interval_secs": poll_interval_secs,
-            "max_shards": max_shards,
-        }
-    )
-    if max_done is not None and max_done < 1:
-        raise ConfigError(f"invalid value {max_done!r}: must be >= 1 or null", where="max_done")
+    ttl_secs, heartbeat_secs = settings.ttl_secs, settings.heartbeat_secs
+    max_retries, poll_interval_secs = settings.max_retries, settings.poll_interval_secs
+    max_shards, max_done, max_holder_deaths = settings.max_shards, settings.max_done, settings.max_holder_deaths
+    stall_timeout_secs, wait_for_completion = settings.stall_timeout_secs, settings.wait_for_completion
+    claim_ahead, random_start, job_summary = settings.claim_ahead, settings.random_start, settings.job_summary
     layout = JobLayout(Path(os.path.abspath(job_dir)))
     summary = WorkerSummary()
     if sleep is None:

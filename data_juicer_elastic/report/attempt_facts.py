@@ -175,7 +175,7 @@ def _attempt_fact(layout, entry, record, ordinal, accepted, accepted_at, view, f
         return AttemptFact(ended_at=end, end_estimated=True, outcome=AttemptOutcome.DONE, detail="done", **base)
     claim = view.claim if view is not None else None
     if claim is not None and claim.attempt_id == record.attempt_id and is_held(view):
-        age = _mtime_age(layout.heartbeat(record.shard_id, record.generation), now)
+        age = leases.heartbeat_age(layout, record.shard_id, record.generation, now)
         points, stage = _live_progress(layout, record)
         return AttemptFact(
             progress=points,
@@ -210,13 +210,6 @@ def _live_progress(layout: JobLayout, record: AttemptRecord) -> tuple[tuple[tupl
     points.append((progress.started_at + progress.elapsed_secs, progress.rows_read))
     stage = progress.stage + (f" ({progress.operator})" if progress.operator else "")
     return tuple(sorted(points)), stage
-
-
-def _mtime_age(path: Path, now: float) -> float | None:
-    try:
-        return max(0.0, now - fsio.stat(path).st_mtime)
-    except OSError:
-        return None
 
 
 def _last_heartbeat(layout: JobLayout, record: AttemptRecord) -> float | None:

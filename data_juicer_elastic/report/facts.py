@@ -39,6 +39,7 @@ from data_juicer_elastic.report.attempt_facts import (
     shard_attempts,
 )
 from data_juicer_elastic.sharedfs import fsio
+from data_juicer_elastic.status.job_times import RunTimes, latest_run
 
 MAX_TRACE_FILES: Final = 400  # size-trace files read at most (attempts with the most OOMs first)
 
@@ -81,6 +82,7 @@ class JobFacts:
     runs: list[dict[str, Any]]
     merge: MergeRecord | None
     warnings: list[str] = field(default_factory=list)
+    run: RunTimes | None = None  # the latest run's wall time (status.job_times: the console and status say the same)
 
     @property
     def counts(self) -> dict[ShardState, int]:
@@ -119,6 +121,7 @@ def gather(job_dir: str | Path, now: float | None = None) -> JobFacts:
         runs=_runs(layout, warnings),
         merge=_merge_record(layout, warnings),
         warnings=list(warnings),
+        run=latest_run(layout),
     )
     if warnings.dropped:
         facts.warnings.append(f"... and {warnings.dropped} more unreadable records")

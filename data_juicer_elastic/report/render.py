@@ -17,6 +17,7 @@ from data_juicer_elastic.report import svg as s
 from data_juicer_elastic.report.attempt_facts import AttemptOutcome
 from data_juicer_elastic.report.facts import JobFacts
 from data_juicer_elastic.report.timeline import timeline_svg, utc_stamp
+from data_juicer_elastic.status.job_times import format_wall
 from data_juicer_elastic.status.scan_phase import scanned_phase
 
 MAX_TABLE_ROWS: Final = 200
@@ -133,8 +134,13 @@ def _summary(facts: JobFacts, win: series.Window | None) -> str:
         ),
         _card("nodes", f"{nodes:,}"),
     ]
-    if win is not None:
+    if facts.run is not None:  # the run's own wall time, as the closing summary and `status` give it
+        ended = facts.run.ended_at is not None
+        wall = facts.run.wall_secs(facts.taken_at)
+        cards.append(_card("wall time" if ended else "wall time so far", format_wall(wall)))
+    elif win is not None:
         cards.append(_card("wall time" if state == "complete" else "wall time so far", s.fmt_duration(win.span)))
+    if win is not None:
         cards.append(_card("mean input rows/s", f"{rows_done / win.span:,.1f}"))
     cards += _scan_cards(facts)
     return '<div class="cards">' + "".join(cards) + "</div>"

@@ -148,7 +148,7 @@ def merge_job(job_dir: str | Path, output_path: str | Path, overwrite: bool = Fa
             merged.append(copy_shard(layout, entry, result, out.append))
             done_bytes += result.bytes
             steps.report("merge", done_bytes, total_bytes)
-            fault_seam.fault_point("merge", tmp)  # named crash point (coordination.crashpoints)
+            fault_seam.fault_point("merge", tmp)  # named crash point (tests/faults/crashpoints.py)
         out.finish()  # fsync + checked close before anything is published
     except BaseException:
         out.abort()

@@ -19,7 +19,7 @@ and ``merge.json`` is written as by :func:`merge.merge_job`; so is the row stats
 quarantine file (``<export>_errors.jsonl``, :mod:`row_errors`) is not streamed: it is written
 whole just before the output is published.
 
-Crash and resume (the ``merge`` and ``finalize`` crash points of :mod:`coordination.crashpoints`
+Crash and resume (the ``merge`` and ``finalize`` crash points of ``tests/faults/crashpoints.py``
 stop a follower there): bytes past the final ones may be a torn shard; a new follower truncates
 them, re-hashes each prefix against its recorded sha256 (starting over when one does not match, or
 when a shard it names was run again since) and continues with shard ``shards_final``.  A prefix

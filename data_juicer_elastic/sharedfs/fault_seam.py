@@ -3,9 +3,9 @@
 ``sharedfs.fsio`` and ``sharedfs.checked_writer`` call :func:`fault_point` before each
 operation (a test may fail it, or kill the process there) and :func:`fault_done` after a
 mutating one succeeded (a test may report a failure for an operation that happened, as a
-retransmitted NFS call can).  ``coordination.crashpoints`` builds the hooks from fault
-plans and named crash points.  Unused, each call costs one global load and an ``is None``
-test (measured in ``benchmarks/bench_fault_seam.py``).  Never set in production.
+retransmitted NFS call can).  The test harness (``tests/faults/crashpoints.py``) builds the
+hooks from fault plans and named crash points; the package installs none.  Unused, each call
+costs one global load and an ``is None`` test (measured in ``benchmarks/bench_fault_seam.py``).
 """
 
 from __future__ import annotations

@@ -8,11 +8,18 @@ Two ways to find each shard's state (``exact``):
 * ``exact=True`` (library callers that act on the result: finalize, settle) opens
   every shard's done / failed / lease records by name, as the leases design asks
   (directory listings are cached on NFS for up to a minute).
-* ``exact=False`` (``dj-elastic status``) lists ``done/``, ``failed/``,
-  ``claims/`` and ``failures/`` once and reads only what the listings say
-  exists: a never-claimed shard costs no file operation, a done one one read.
-  A listing up to a minute old can show a just-finished shard as running: fine
-  for a display, and 10,000 shards cost a few thousand reads instead of ~100,000.
+* ``exact=False`` (``dj-elastic status``), when the job has a summary
+  (``jobdir.job_summary``) and ``use_summary``: the summary, one listing each of
+  ``done/``, ``failed/`` and ``failures/``, the records of the summary's live
+  claims and of the failed shards, the pace records (``status/summary_mode.py``):
+  O(live claims + workers) operations, none per done shard, whose details are
+  then None.
+* ``exact=False`` without a summary (or ``use_summary=False``: ``status --all``)
+  lists ``done/``, ``failed/``, ``claims/`` and ``failures/`` once and reads only
+  what the listings say exists: a never-claimed shard costs no file operation, a
+  done one one read.  A listing up to a minute old can show a just-finished shard
+  as running: fine for a display, and 10,000 shards cost a few thousand reads
+  instead of ~100,000.
 
 Throughput, ETA, per-node rates and stragglers are computed from the snapshot in
 ``status/throughput.py``; the JSON schema is documented in ``docs/status.md``.
@@ -24,12 +31,14 @@ import json
 import os
 import time
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, Final
 
 from data_juicer_elastic.errors import JobDirError
 from data_juicer_elastic.jobdir import attempts, failures, leases, progress
 from data_juicer_elastic.jobdir.heartbeats import StalenessObserver, looks_stale
+from data_juicer_elastic.jobdir.job_summary import JobSummary, read_summary
 from data_juicer_elastic.jobdir.layout import LOG_FILE, JobLayout, validate_attempt_id
 from data_juicer_elastic.jobdir.manifest import load_manifest
 from data_juicer_elastic.jobdir.records import FORMAT_PREFIX, VERSION
@@ -45,7 +54,8 @@ from data_juicer_elastic.jobdir.shard_state import (
 from data_juicer_elastic.sharedfs import fsio
 from data_juicer_elastic.sharedfs.identity import WorkerIdentity
 from data_juicer_elastic.status.scan_phase import scanned_phase, shard_names
-from data_juicer_elastic.status.snapshot_types import JobSnapshot, JsonDict, ShardStatus
+from data_juicer_elastic.status.snapshot_types import FROM_SUMMARY, JobSnapshot, JsonDict, ShardStatus, SummaryNote
+from data_juicer_elastic.status.summary_mode import node_tallies, vouched_stale
 from data_juicer_elastic.status.throughput import summarize
 
 READ_THREADS: Final = 8
@@ -59,6 +69,8 @@ def snapshot_json(snap: JobSnapshot) -> JsonDict:
             "version": VERSION,
             "job_dir": str(snap.job_dir),
             "job_id": snap.job_id,
+            "source": snap.source,
+            "summary": snap.summary.to_json() if snap.summary is not None else None,
             "taken_at": snap.taken_at,
             "complete": snap.complete,
             "counts": {state.value: n for state, n in snap.counts.items()},
@@ -81,6 +93,7 @@ def snapshot(
     observer: StalenessObserver | None = None,
     *,
     exact: bool = True,
+    use_summary: bool = True,
 ) -> JobSnapshot:
     """Per-shard state of ``job_dir``.
 
@@ -88,28 +101,45 @@ def snapshot(
     RUNNING vs STALE follows the takeover rule.  Without one, ``ttl_secs`` enables a
     *hint*: a claim whose heartbeat file is older than the TTL by its mtime shows as
     STALE.  mtimes come from the server through caches and clocks drift, so this hint
-    is for display only; workers never act on it.  ``exact``: see the module doc.
+    is for display only; workers never act on it.  ``exact``, ``use_summary``: see the module doc.
     """
     layout = JobLayout(Path(os.path.abspath(job_dir)))
     manifest = load_manifest(layout.root)
-    reader = _Reader(layout, manifest, WorkerIdentity.current(), ttl_secs, observer, exact)
+    summary = read_summary(layout, manifest) if not exact and use_summary else None
+    reader = _Reader(layout, manifest, WorkerIdentity.current(), ttl_secs, observer, exact, summary)
     shards = [reader.shard(entry) for entry in manifest.shards]
     heartbeat = manifest.settings.get("heartbeat_interval_secs") or (
         float(manifest.settings.get("lease_ttl_secs") or 0) / 4 or None
     )
-    return JobSnapshot(layout.root, manifest.job_id, shards, time.time(), heartbeat, scanned_phase(manifest))
+    snap = JobSnapshot(layout.root, manifest.job_id, shards, time.time(), heartbeat, scanned_phase(manifest))
+    if summary is None:
+        return snap
+    note = SummaryNote(summary.seq, summary.written_at, len(reader.live))
+    return replace(snap, source=FROM_SUMMARY, summary=note, node_tallies=node_tallies(layout))
+
+
+def failure_records(job_dir: str | Path) -> int:
+    """Failure records of the job's shards (failed executions and holder deaths): one listing of
+    ``failures/`` and the records of each shard it names, none of the shards that never failed."""
+    layout = JobLayout(Path(os.path.abspath(job_dir)))
+    return sum(len(failures.list_failures(layout, shard)) for shard in sorted(shard_names(layout.failures_dir, "")))
 
 
 class _Reader:
-    def __init__(self, layout, manifest, identity, ttl_secs, observer, exact):
+    def __init__(self, layout, manifest, identity, ttl_secs, observer, exact, summary: JobSummary | None):
         self.layout, self.identity, self.ttl_secs, self.observer = layout, identity, ttl_secs, observer
-        self.exact = exact
+        self.exact, self.summary = exact, summary
         self.attempts_root = str(layout.attempts_dir)
+        self.live: dict = {}
         if not exact:
             self.done = shard_names(layout.done_dir, ".json")
             self.failed = shard_names(layout.failed_dir, ".json")
-            self.claimed = shard_names(layout.claims_dir, "")
             self.with_failures = shard_names(layout.failures_dir, "")
+        if summary is not None:  # the summary's live claims stand for claims/; no done marker is read
+            self.live = {c.shard_id: c for c in summary.live if c.shard_id not in self.done}
+            self.claimed = set(self.live)
+        elif not exact:
+            self.claimed = shard_names(layout.claims_dir, "")
             self.done_bytes = _read_all(layout.done_dir, sorted(self.done), ".json")
         # Adaptive batching summaries cost a read per shard: only where batching can have run.
         recipe = json.dumps(manifest.recipe)
@@ -132,7 +162,13 @@ class _Reader:
             heartbeat_age_secs=None,
         )
         markers = Markers(shard)
-        if self.exact or shard in self.done:
+        if self.summary is not None:
+            # not read from the summary: what a done marker or the claims/ listing would say
+            unread = None if shard in self.with_failures else 0
+            base.update(generation=None, attempts=None, failures=unread)
+            if shard in self.done:  # trusted as the summary's writer trusts it
+                return ShardStatus(state=ShardState.DONE, **{**base, "quarantined": None})
+        if self.exact or (self.summary is None and shard in self.done):
             data = None if self.exact else self.done_bytes.get(shard)
             markers = read_markers(self.layout, shard, done_data=data, failed=False)
             state = decide_state(markers)
@@ -182,14 +218,14 @@ class _Reader:
             if markers.last_error is not None:
                 base.update(last_error=markers.last_error)
             return ShardStatus(state=decide_state(markers, held=held), **base)
-        age = _heartbeat_age(self.layout, view)
+        age = leases.heartbeat_age(self.layout, shard, view.generation)
         record = progress.read_attempt_progress(self.layout, shard, claim.attempt_id)[0] if claim else None
         base.update(heartbeat_age_secs=age, progress=record)
         if self.observer is not None:
             stale = self.observer.is_stale(view)
         else:
             stale = looks_stale(age, self.ttl_secs)  # display hint only
-        stale = stale or leases.holder_dead_here(view, self.identity)
+        stale = stale or leases.holder_dead_here(view, self.identity) or vouched_stale(self.live.get(shard), view)
         return ShardStatus(state=decide_state(markers, held=True, stale=stale), **base)
 
     def _failures(self, shard: str) -> list:
@@ -238,13 +274,3 @@ def _read_quietly(path: Path) -> bytes | None:
         return fsio.read_record(path)
     except (OSError, JobDirError):
         return None  # read_done reads it again by itself and reports the error
-
-
-def _heartbeat_age(layout: JobLayout, view: leases.LeaseView) -> float | None:
-    """Seconds since the heartbeat (or, before the first one, the claim) was written, by mtime."""
-    for path in (layout.heartbeat(view.shard_id, view.generation), layout.claim(view.shard_id, view.generation)):
-        try:
-            return max(0.0, time.time() - fsio.stat(path).st_mtime)
-        except OSError:
-            continue
-    return None

@@ -32,6 +32,7 @@ from data_juicer_elastic.jobdir.manifest import load_job, load_plan
 from data_juicer_elastic.jobdir.records import FORMAT_PREFIX, VERSION
 from data_juicer_elastic.sharedfs import fsio
 from data_juicer_elastic.status.job_status import snapshot, snapshot_json
+from data_juicer_elastic.status.job_times import RunTimes, format_wall
 from data_juicer_elastic.status.scan_phase import read_scan_phase, scan_text
 from data_juicer_elastic.status.status_text import render_text
 
@@ -79,6 +80,9 @@ def _run(layout: JobLayout, key: str) -> dict[str, Any]:
     if error:
         info["errors"].append(error)
     info["outcome"] = None
+    if run is not None:  # the run's wall time, by the one rule the closing summary and the report use
+        times = RunTimes(run.run_id, run.created_at, outcome.decided_at if outcome else None, None)
+        info["ended_at"], info["wall_secs"] = times.ended_at, round(times.wall_secs(), 3)
     if outcome is not None:
         info["outcome"] = {
             "status": outcome.status,
@@ -127,6 +131,9 @@ def render_runs(found: list[dict[str, Any]], limit: int | None = 3) -> str:
             state = f"finalized by {outcome['by']}"
         else:
             state = f"FAILED in {outcome['phase']} ({outcome['by']}): {outcome['error']}"
+        took = run.get("wall_secs")
+        if took is not None:
+            state += f" after {format_wall(took)}" if outcome is not None else f", {format_wall(took)} so far"
         lines.append(f"  run {run['run_id']} [{run['source']}] {state}")
         lines.append(
             f"    prepare leader: {run['prepare_leader'] or '-'}; finalize leader: {run['finalize_leader'] or '-'}"
@@ -156,7 +163,8 @@ def status_once(
         raise not_a_directory(layout.root) from None
     if scanning:
         return _scanning(layout, as_json=as_json, compact=compact)
-    snap = snapshot(job_dir, ttl_secs=ttl_secs, observer=observer, exact=False)
+    # --all lists every shard with its details: the done markers are read (the job directory's way)
+    snap = snapshot(job_dir, ttl_secs=ttl_secs, observer=observer, exact=False, use_summary=not show_all)
     coordination = runs(job_dir)
     if as_json:
         data = {**snapshot_json(snap), "coordination": coordination}

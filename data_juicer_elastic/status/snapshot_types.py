@@ -2,6 +2,11 @@
 
 Plain data shared by ``job_status`` (which fills it), ``throughput`` (numbers from it) and
 ``status_text`` (its table); it imports none of them, so they import it without a cycle.
+
+A snapshot comes from one of two sources (:attr:`JobSnapshot.source`): the job directory
+(every record the listings name is read) or the job summary (``jobdir.job_summary``: done
+shards are known from a listing and nothing of them is read).  A field that the source did
+not read is None; ``docs/status.md`` lists which.
 """
 
 from __future__ import annotations
@@ -10,25 +15,28 @@ import json
 from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Final
 
 from data_juicer_elastic.jobdir import progress
 from data_juicer_elastic.jobdir.shard_state import ShardState, TerminalInfo
 from data_juicer_elastic.sharedfs.identity import attempt_started_at
 from data_juicer_elastic.status.scan_phase import ScanPhase
 
+FROM_JOB_DIR: Final = "job directory"  # JobSnapshot.source: the listings and the records they name
+FROM_SUMMARY: Final = "summary"  # the job summary, the listings of done/ and failed/, the live claims' records
+
 
 @dataclass(frozen=True)
 class ShardStatus:
     shard_id: str
     state: ShardState
-    generation: int  # latest claim generation (0: never claimed) == attempts started
+    generation: int | None  # latest claim generation (0: never claimed) == attempts started; None: not read
     owner_node: str | None  # holder of the latest claim, or the node whose result was accepted
     owner_host: str | None
     owner_pid: int | None
     attempt_id: str | None
-    attempts: int  # attempts started (claim generations)
-    failures: int  # failure records: failed executions and holder deaths (failures.split_failures)
+    attempts: int | None  # attempts started (claim generations); None: not read
+    failures: int | None  # failure records (failures.split_failures); None: at least one, not read
     last_error: str | None
     input_rows: int
     output_rows: int | None  # rows of the accepted output (DONE only)
@@ -36,7 +44,7 @@ class ShardStatus:
     batching: dict[str, Any] | None = None  # adaptive batching summary of the shown attempt (attempt.json)
     progress: progress.ProgressRecord | None = None  # live progress of the running attempt
     log_path: str | None = None  # process.log of the shown attempt (the last failed one for FAILED)
-    quarantined: int = 0  # rows operators failed on, set aside (DONE only; jobdir.row_errors)
+    quarantined: int | None = 0  # rows operators failed on, set aside (DONE only; jobdir.row_errors); None: not read
     errors_path: str | None = None  # the accepted attempt's errors.jsonl, relative to the job dir
 
     def to_json(self) -> dict[str, Any]:
@@ -86,6 +94,30 @@ class JsonDict(dict):
 
 
 @dataclass(frozen=True)
+class SummaryNote:
+    """The job summary a snapshot was read with: which one, and when its writer wrote it."""
+
+    seq: str
+    written_at: float  # the writer's wall clock
+    live_claims: int  # live claims it lists (each one's lease was read)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"seq": self.seq, "written_at": self.written_at, "live_claims": self.live_claims}
+
+
+@dataclass(frozen=True)
+class NodeTally:
+    """A node's accepted results as its worker processes count them (their pace records)."""
+
+    node_id: str
+    shards_done: int
+    output_rows: int
+    rows_done: int = 0  # input rows of those results
+    quarantined: int = 0
+    first_claimed_at: float | None = None  # wall clock of the node's first claim
+
+
+@dataclass(frozen=True)
 class JobSnapshot:
     job_dir: Path
     job_id: str
@@ -94,10 +126,22 @@ class JobSnapshot:
     heartbeat_secs: float | None = None  # the job's heartbeat interval (manifest settings), for lateness
     scan: ScanPhase | None = None  # the scan phase (None: the job was split by a whole-input prepare)
 
+    source: str = FROM_JOB_DIR
+    summary: SummaryNote | None = None  # the job summary the snapshot was read with (FROM_SUMMARY)
+    node_tallies: list[NodeTally] | None = None  # accepted results per node (FROM_SUMMARY: pace records)
+
+    @property
+    def from_summary(self) -> bool:
+        return self.source == FROM_SUMMARY
+
     @property
     def first_shard_secs(self) -> float | None:
-        """From the submission (the plan) to the first shard running (the earliest attempt seen)."""
-        starts = [t for s in self.shards if (t := attempt_started_at(s.attempt_id)) is not None]
+        """From the submission (the plan) to the first shard running (the earliest attempt seen;
+        None from the summary, which reads no done shard's attempt)."""
+        if self.from_summary:
+            starts = [t.first_claimed_at for t in self.node_tallies or () if t.first_claimed_at is not None]
+        else:
+            starts = [t for s in self.shards if (t := attempt_started_at(s.attempt_id)) is not None]
         if self.scan is None or not starts:
             return None
         return max(0.0, min(starts) - self.scan.planned_at)
@@ -125,8 +169,12 @@ class JobSnapshot:
 
     @property
     def output_rows(self) -> int:
+        if self.node_tallies is not None:
+            return sum(t.output_rows for t in self.node_tallies)
         return sum(s.output_rows or 0 for s in self.shards)
 
     @property
-    def quarantined_rows(self) -> int:
-        return sum(s.quarantined for s in self.shards)
+    def quarantined_rows(self) -> int | None:
+        if self.from_summary:  # the workers' pace records count them (no done marker is read)
+            return None if self.node_tallies is None else sum(t.quarantined for t in self.node_tallies)
+        return sum(s.quarantined or 0 for s in self.shards)

@@ -37,6 +37,12 @@ def render_text(snap: JobSnapshot, show_all: bool = False) -> str:
         + f", {snap.output_rows} output rows"
         + (f", {snap.quarantined_rows} quarantined" if snap.quarantined_rows else ""),
     ]
+    if snap.summary is not None:
+        age = max(0.0, snap.taken_at - snap.summary.written_at)
+        since = "" if snap.complete else " (claims since then show as pending until the next)"
+        lines.append(
+            f"from the job summary written {duration(age)} ago{since}; done shards' details not read (--all reads them)"
+        )
     if snap.scan is not None:
         first = snap.first_shard_secs
         lines.append(
@@ -67,10 +73,11 @@ def render_text(snap: JobSnapshot, show_all: bool = False) -> str:
         )
     if summary.nodes:
         width = max(8, *(len(n.node_id) for n in summary.nodes))
-        lines.append(f"nodes:\n  {'node':<{width}}  running  rows/s now  shards done  rows done")
+        lines.append(f"nodes:\n  {'node':<{width}}  running  rows/s now  shards done  rows done  output rows")
         for n in summary.nodes:
             row = f"  {n.node_id:<{width}}  {n.running:>7}  {n.rows_per_sec:>10.1f}"
-            lines.append(row + f"  {n.shards_done:>11}  {n.rows_done:>9}")
+            rows_done = "-" if n.rows_done is None else n.rows_done
+            lines.append(row + f"  {n.shards_done:>11}  {rows_done:>9}  {n.output_rows:>11}")
     if summary.stragglers:
         lines.append("stragglers:")
         for s in summary.stragglers:
@@ -100,12 +107,12 @@ def _worth_listing(s: ShardStatus) -> bool:
     """Without --all: everything but done shards and never-tried pending ones."""
     if s.state is ShardState.DONE:
         return bool(s.quarantined)
-    return not (s.state is ShardState.PENDING and s.failures == 0 and s.generation == 0)
+    return not (s.state is ShardState.PENDING and s.failures == 0 and not s.generation)
 
 
 def _shard_line(s: ShardStatus) -> str:
     owner = f" node={s.owner_node}" if s.owner_node else ""
-    extra = f" gen={s.generation}{owner} attempts={s.attempts} failures={s.failures}"
+    extra = f" gen={_known(s.generation)}{owner} attempts={_known(s.attempts)} failures={_known(s.failures, '>0')}"
     if s.progress is not None and s.state in (ShardState.RUNNING, ShardState.STALE):
         p = s.progress
         r = rate(s)
@@ -121,3 +128,8 @@ def _shard_line(s: ShardStatus) -> str:
     if s.last_error and s.state is not ShardState.DONE:
         extra += f" last_error={last_line(s.last_error)!r}"
     return f"  {s.shard_id} {s.state.value:<7}{extra}"
+
+
+def _known(value: int | None, unread: str = "?") -> str:
+    """A count, or what is known of one the snapshot did not read (status from the job summary)."""
+    return unread if value is None else str(value)

@@ -39,7 +39,8 @@ class NodeThroughput:
     running: int  # attempts running on the node now
     rows_per_sec: float  # sum of the rates of its running attempts
     shards_done: int  # accepted results published by the node
-    rows_done: int  # input rows of those shards
+    rows_done: int  # input rows of those shards (from the summary: the workers' pace records)
+    output_rows: int  # output rows of those shards
 
 
 # Why a running shard is called a straggler: far below the median rate, or its heartbeat late.
@@ -111,7 +112,7 @@ def summarize(snap: JobSnapshot) -> Summary:
         rows_in_progress=in_progress,
         rows_per_sec=job_rate,
         eta_secs=eta,
-        retried=sum(1 for s in snap.shards if s.failures and s.state is not ShardState.FAILED),
+        retried=sum(1 for s in snap.shards if has_failed(s) and s.state is not ShardState.FAILED),
         nodes=_nodes(snap, rates),
         stragglers=_stragglers(live, rates, snap.heartbeat_secs),
         failed=[
@@ -122,11 +123,17 @@ def summarize(snap: JobSnapshot) -> Summary:
     )
 
 
+def has_failed(shard: ShardStatus) -> bool:
+    """The shard has at least one failure record (``failures`` None: some, not counted)."""
+    return shard.failures is None or shard.failures > 0
+
+
 def _nodes(snap: JobSnapshot, rates: dict[str, float | None]) -> list[NodeThroughput]:
     running: dict[str, int] = defaultdict(int)
     speed: dict[str, float] = defaultdict(float)
     done: dict[str, int] = defaultdict(int)
     rows: dict[str, int] = defaultdict(int)
+    out: dict[str, int] = defaultdict(int)
     for s in snap.shards:
         if s.owner_node is None:
             continue
@@ -136,8 +143,13 @@ def _nodes(snap: JobSnapshot, rates: dict[str, float | None]) -> list[NodeThroug
         elif s.state is ShardState.DONE:
             done[s.owner_node] += 1
             rows[s.owner_node] += s.input_rows
+            out[s.owner_node] += s.output_rows or 0
+    if snap.node_tallies is not None:  # from the summary: the workers' own counts (no done marker read)
+        done = defaultdict(int, {t.node_id: t.shards_done for t in snap.node_tallies if t.shards_done})
+        out = defaultdict(int, {t.node_id: t.output_rows for t in snap.node_tallies})
+        rows = defaultdict(int, {t.node_id: t.rows_done for t in snap.node_tallies})
     names = sorted(set(running) | set(done))
-    return [NodeThroughput(n, running[n], round(speed[n], 3), done[n], rows[n]) for n in names]
+    return [NodeThroughput(n, running[n], round(speed[n], 3), done[n], rows[n], out[n]) for n in names]
 
 
 def _stragglers(live: list[ShardStatus], rates: dict[str, float | None], heartbeat_secs: float | None):

@@ -125,7 +125,8 @@ def test_elastic_sharded_actor_mode_and_profile_reuse(data, reference, tmp_path)
     assert stage["seeded_from"] == ["profile"] and stage["first_rows"] < 32
     assert summaries[1]["ooms"] < summaries[0]["ooms"]
 
-    status = run(["dj-elastic", "status", "--job-dir", str(job), "--json"], cwd=tmp_path)
+    # --all: each done shard's records are read (from the job summary alone its batching is not known)
+    status = run(["dj-elastic", "status", "--job-dir", str(job), "--json", "--all"], cwd=tmp_path)
     assert status.returncode == 0, status.stderr
     shards = json.loads(status.stdout)["shards"]
     assert [s["batching"]["ooms"] for s in shards] == [s["ooms"] for s in by_shard]

@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 from loguru import logger
 
 from data_juicer_elastic.console import quiet, summary, terminal
-from data_juicer_elastic.console.displays import JobDisplay, Meter, StepDisplay, meter_line
+from data_juicer_elastic.console.displays import RATE_WINDOW_SECS, JobDisplay, Meter, StepDisplay, meter_line
 from data_juicer_elastic.jobdir import leases, progress
 from data_juicer_elastic.jobdir.layout import JobLayout
 from tests.jobdir.conftest import FakeClock, identity
@@ -164,14 +164,19 @@ def test_job_display_live_line_on_a_terminal(tmp_path):
 
 def test_summary_names_rows_shards_retries_and_where_things_are(tmp_path, monkeypatch):
     from data_juicer_elastic.jobdir.worker_loop import run_worker
+    from data_juicer_elastic.jobdir.worker_settings import WorkerSettings
     from data_juicer_elastic.shards.merge import merge_job
     from data_juicer_elastic.shards.prepare import prepare_job
     from tests.jobdir.conftest import copy_runner, make_rows, request, write_rows
 
     data = write_rows(tmp_path / "in.jsonl", make_rows(30))
     prepare_job(request(tmp_path / "job", data, 3))
-    run_worker(tmp_path / "job", identity(), copy_runner(lambda r: r if r["id"] % 3 else None), ttl_secs=60,
-               heartbeat_secs=10, max_retries=0, poll_interval_secs=0.1)  # fmt: skip
+    run_worker(
+        tmp_path / "job",
+        identity(),
+        copy_runner(lambda r: r if r["id"] % 3 else None),
+        WorkerSettings(ttl_secs=60, heartbeat_secs=10, max_retries=0, poll_interval_secs=0.1),
+    )
     result = merge_job(tmp_path / "job", tmp_path / "out" / "merged.jsonl")
     monkeypatch.chdir(tmp_path)
     text = summary.summary_lines(tmp_path / "job", result, 75.0, str(tmp_path / "job" / "logs" / "node-a"))
@@ -191,7 +196,7 @@ def test_process_start_is_before_now():
 @given(
     idle=st.floats(min_value=0.0, max_value=600.0),
     first=st.integers(min_value=1, max_value=10_000),
-    gap=st.floats(min_value=1.0, max_value=120.0),
+    gap=st.floats(min_value=2.0, max_value=RATE_WINDOW_SECS),  # past the 1 s minimum, within the window
     more=st.integers(min_value=1, max_value=10_000),
 )
 def test_a_rate_from_the_first_move_on_never_counts_the_wait_before_it(idle, first, gap, more):

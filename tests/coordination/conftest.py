@@ -12,6 +12,7 @@ from data_juicer_elastic.coordination.flow import Phases, Timing
 from data_juicer_elastic.coordination.run_id import RunId
 from data_juicer_elastic.jobdir.layout import JobLayout
 from data_juicer_elastic.jobdir.worker_loop import run_worker
+from data_juicer_elastic.jobdir.worker_settings import WorkerSettings
 from data_juicer_elastic.shards.merge import merge_job
 from data_juicer_elastic.shards.prepare import prepare_job
 
@@ -57,12 +58,14 @@ class Recorder:
                 self.job,
                 identity(node),
                 self.run_shard,
-                ttl_secs=FAST.ttl_secs,
-                heartbeat_secs=0.5,
-                max_retries=max_retries,
-                poll_interval_secs=FAST.poll_secs,
+                WorkerSettings(
+                    ttl_secs=FAST.ttl_secs,
+                    heartbeat_secs=0.5,
+                    max_retries=max_retries,
+                    poll_interval_secs=FAST.poll_secs,
+                    max_done=max_done,
+                ),
                 stop_event=stop,
-                max_done=max_done,
             )
 
         def finalize():

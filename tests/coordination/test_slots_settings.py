@@ -1,11 +1,20 @@
 from __future__ import annotations
 
-import pytest
+import sys
 
+import pytest
+from hypothesis import given
+from hypothesis import settings as examples
+from hypothesis import strategies as st
+
+from data_juicer_elastic.cli import _settings_from_job, build_parser
+from data_juicer_elastic.cli_options import WORKER_OPTIONS, setting_args
 from data_juicer_elastic.coordination.slots import slot_argv, slot_cpus, slot_devices, slot_env
 from data_juicer_elastic.errors import ConfigError, JobDirError
 from data_juicer_elastic.jobdir.layout import JobLayout
+from data_juicer_elastic.jobdir.worker_settings import WorkerSettings
 from data_juicer_elastic.settings import ElasticSettings, check_values
+from data_juicer_elastic.shards.prepare import PrepareRequest, plan_job
 
 
 def test_each_slot_gets_its_own_devices():
@@ -34,35 +43,9 @@ def test_slot_cpus_divides_the_node_unless_set():
     assert slot_cpus(3, 4, 16) == 3
 
 
-def test_slot_processes_keep_the_node_identity(tmp_path):
+def test_slot_processes_keep_the_node_identity():
     env = slot_env("node-7", "2,3", {"PATH": "/bin"})
     assert env == {"PATH": "/bin", "DJ_ELASTIC_NODE_ID": "node-7", "CUDA_VISIBLE_DEVICES": "2,3"}
-    argv = slot_argv(
-        tmp_path,
-        ray_address="local",
-        ray_num_cpus=2,
-        lease_ttl_secs=30,
-        heartbeat_secs=5,
-        max_retries=1,
-        poll_interval_secs=1,
-        max_done=3,
-        max_holder_deaths=4,
-        stall_timeout_secs=90,
-        allow_version_mismatch=True,
-    )
-    assert argv[1:4] == ["-m", "data_juicer_elastic.cli", "worker"] and "--no-wait" in argv
-    assert argv[argv.index("--max-done") + 1] == "3" and argv[argv.index("--ray-num-cpus") + 1] == "2"
-    assert argv[argv.index("--slots") + 1] == "1", "a slot never starts slots of its own"
-    # the slot's own command line parses, and carries the instance's budgets and stall rule
-    from data_juicer_elastic.cli import build_parser
-
-    args = build_parser().parse_args(argv[3:])
-    assert (args.max_holder_deaths, args.stall_timeout_secs, args.allow_version_mismatch) == (4, 90.0, True)
-    assert args.claim_ahead is True
-    off = slot_argv(tmp_path, ray_address="local", ray_num_cpus=None, lease_ttl_secs=30, heartbeat_secs=5,
-                    max_retries=1, poll_interval_secs=1, max_done=None, max_holder_deaths=4,
-                    stall_timeout_secs=90, claim_ahead=False)  # fmt: skip
-    assert build_parser().parse_args(off[3:]).claim_ahead is False, "a slot follows the instance's claim_ahead"
 
 
 @pytest.mark.parametrize(
@@ -126,3 +109,66 @@ def test_check_values_judges_the_values_given_and_relations_only_when_both_are_g
     with pytest.raises(ConfigError) as bad:
         check_values({"heartbeat_interval_secs": 0})
     assert bad.value.where == "elastic.heartbeat_interval_secs"
+
+
+# -- a slot's command line carries the instance's settings -------------------------------------------
+
+_POSITIVE = st.floats(min_value=0.001, max_value=1e6, allow_nan=False, allow_infinity=False)
+# The job's recorded settings differ from every value a slot is given, except where an option cannot
+# state the value (max_shards None, allow_version_mismatch off): then the slot takes the job's.
+_RECORDED = {
+    "lease_ttl_secs": 987.0, "heartbeat_interval_secs": 99.0, "max_retries": 7, "poll_interval_secs": 3.5,
+    "max_holder_deaths": 77, "stall_timeout_secs": 4321.0, "claim_ahead": False, "max_error_rows": 0.5,
+    "ray_address": "auto", "ray_num_cpus": 99,
+}  # fmt: skip
+
+
+@st.composite
+def _worker_values(draw) -> dict:
+    ttl = draw(_POSITIVE)
+    return {
+        "max_shards": draw(st.none() | st.integers(1, 10**6)),
+        "ray_address": draw(st.sampled_from(["local", "10.0.0.7:6379", "ray://head-1:10001"])),
+        "lease_ttl_secs": ttl,
+        "heartbeat_interval_secs": draw(st.none() | st.floats(0.01, 0.49).map(lambda f: f * ttl)),
+        "max_retries": draw(st.integers(0, 50)),
+        "poll_interval_secs": draw(_POSITIVE),
+        "max_holder_deaths": draw(st.integers(0, 50)),
+        "stall_timeout_secs": draw(_POSITIVE),
+        "allow_version_mismatch": draw(st.booleans()),
+        "claim_ahead": draw(st.booleans()),
+        "max_error_rows": draw(st.integers(1, 10**6) | st.floats(0, 1, exclude_max=True)),
+    }
+
+
+@pytest.fixture(scope="module")
+def recorded_job(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("slots")
+    data = tmp / "input.jsonl"
+    data.write_text("".join(f'{{"id": {i}}}\n' for i in range(4)))
+    request = PrepareRequest(job_dir=tmp / "job", dataset_path=data, num_shards=2, recipe={"process": []},
+                             stage_identities=[], settings=_RECORDED)  # fmt: skip
+    plan_job(request)
+    return tmp / "job"
+
+
+@examples(max_examples=50, deadline=None)
+@given(values=_worker_values(), cpus=st.integers(1, 64), max_done=st.none() | st.integers(1, 100))
+def test_every_setting_reaches_a_slot_through_its_command_line(recorded_job, values, cpus, max_done):
+    """settings -> the slot's argv -> the ``dj-elastic worker`` parser -> the slot's settings, as
+    ``dj-elastic worker`` reads them (the job's recorded settings, overridden by its options)."""
+    assert set(values) | {"ray_num_cpus"} == set(WORKER_OPTIONS), "every option of a worker is drawn"
+    instance = ElasticSettings.from_mapping({"job_dir": str(recorded_job), **values})
+    slot = instance.replace(ray_num_cpus=cpus, heartbeat_interval_secs=instance.heartbeat_secs)
+    argv = slot_argv(recorded_job, setting_args(slot, WORKER_OPTIONS), max_done)
+    assert argv[:4] == [sys.executable, "-m", "data_juicer_elastic.cli", "worker"]
+    args = build_parser().parse_args(argv[3:])
+    assert (args.slots, args.no_wait, args.max_done) == (1, True, max_done), "one slot, no waiting, its share"
+    got = _settings_from_job(args.job_dir, args)
+    assert {name: getattr(got, name) for name in WORKER_OPTIONS} == {
+        name: getattr(slot, name) for name in WORKER_OPTIONS
+    }
+    as_run = dict(max_done=args.max_done, wait_for_completion=not args.no_wait, random_start=True)
+    assert WorkerSettings.from_elastic(got, **as_run) == WorkerSettings.from_elastic(
+        instance, max_done=max_done, wait_for_completion=False, random_start=True
+    )

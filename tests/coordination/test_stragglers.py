@@ -8,6 +8,7 @@ from data_juicer_elastic.coordination.stragglers import ClaimGate, observe, shou
 from data_juicer_elastic.jobdir.layout import JobLayout
 from data_juicer_elastic.jobdir.manifest import load_manifest
 from data_juicer_elastic.jobdir.worker_loop import run_worker
+from data_juicer_elastic.jobdir.worker_settings import WorkerSettings
 from data_juicer_elastic.shards.prepare import prepare_job
 from data_juicer_elastic.sharedfs import fault_seam
 
@@ -39,7 +40,12 @@ def test_the_gate_counts_only_live_claims_of_other_workers(tmp_path):
         time.sleep(0.05)
         return copy_runner()(task)
 
-    run_worker(job, identity("slow"), slow, ttl_secs=60, heartbeat_secs=10, max_retries=0, poll_interval_secs=0.1)
+    run_worker(
+        job,
+        identity("slow"),
+        slow,
+        WorkerSettings(ttl_secs=60, heartbeat_secs=10, max_retries=0, poll_interval_secs=0.1),
+    )
     pace = observe(JobLayout(job), load_manifest(job))
     assert pace.pending == 0 and pace.running == [] and pace.secs_by_node["slow"] > 0.04
     gate = ClaimGate(JobLayout(job), load_manifest(job), "slow", 1, min_interval=0)

@@ -217,3 +217,32 @@ def test_overall_stats_match_dj_analyze_on_the_merged_output(bundled_demo):
         lo, hi = values[int(np.floor(h))], values[int(np.ceil(h))]
         error = abs(ours.loc[label, "text_len"] - expected.loc[label, "text_len"])
         assert error <= body["quantile_relative_accuracy"] * max(abs(lo), abs(hi)), (label, error)
+
+
+def _secs(text: str) -> float:
+    """``23.2s``, ``4m05s``, ``1h02m03s`` (status.job_times.format_wall) in seconds."""
+    match = re.fullmatch(r"(?:(\d+)h)?(?:(\d+)m)?([\d.]+)s", text)
+    assert match, text
+    hours, minutes, secs = match.groups()
+    return int(hours or 0) * 3600 + int(minutes or 0) * 60 + float(secs)
+
+
+def test_the_console_status_and_report_give_the_run_the_same_wall_time(bundled_demo, tmp_path):
+    """One rule (the run's record to its outcome): the closing summary, `status --json` and the
+    report agree to the second, whatever the process did before (imports, a shell's earlier work)."""
+    tmp, console = bundled_demo
+    job = tmp / "outputs" / "demo" / "job"
+    said = re.search(r" done in (\S+):", re.sub(r"\x1b\[[0-9;?]*[A-Za-z]", "", console))
+    assert said, console[-2000:]
+    proc = run(["dj-elastic", "status", "--job-dir", str(job), "--json"], cwd=tmp)
+    status_secs = json.loads(proc.stdout)["coordination"][0]["wall_secs"]
+    report = tmp_path / "report.html"
+    assert_ok(run(["dj-elastic", "report", "--job-dir", str(job), "--output", str(report)], cwd=tmp))
+    card = re.search(r'<div class="card"><b class="">([^<]+)</b>wall time</div>', report.read_text())
+    assert card, "the report has a wall time card"
+    console_secs, report_secs = _secs(said.group(1)), _secs(card.group(1))
+    assert abs(console_secs - status_secs) <= 1.0 and abs(report_secs - status_secs) <= 1.0, (
+        said.group(1),
+        status_secs,
+        card.group(1),
+    )

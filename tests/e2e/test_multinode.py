@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from ..faults.crashpoints import hooked_pythonpath
 from .conftest import DEMO_PROCESS, OPS_DIR, REPO, assert_ok, elastic_recipe, run
 
 pytestmark = [pytest.mark.e2e, pytest.mark.ray]
@@ -148,7 +149,7 @@ def test_a_late_instance_claims_what_is_left_or_reports_the_finished_run(tmp_pat
 def test_a_resubmission_finishes_a_job_whose_finalize_coordinator_was_killed(tmp_path, demo_input, one_node_output):
     recipe = _recipe(tmp_path, demo_input, "killed")
     # SIGKILL itself with the merged output complete (streamed: the partial), before publishing it
-    crash = {"DJ_ELASTIC_TEST_CRASH_AT": "finalize"}
+    crash = {"DJ_ELASTIC_TEST_CRASH_AT": "finalize", "PYTHONPATH": hooked_pythonpath(os.environ.get("PYTHONPATH"))}
     first = _start(recipe, ["node-a", "node-b"], "sub-1", env=crash)
     codes = sorted(i.wait() for i in first)
     assert codes == [-signal.SIGKILL, 2], [i.output[-2000:] for i in first]

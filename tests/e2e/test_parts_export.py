@@ -13,6 +13,7 @@ import pytest
 
 from data_juicer_elastic.jobdir.export_path import PARTS_INDEX
 from data_juicer_elastic.jobdir.worker_loop import run_worker
+from data_juicer_elastic.jobdir.worker_settings import WorkerSettings
 from data_juicer_elastic.shards.parts import publish_parts
 from data_juicer_elastic.shards.prepare import PrepareRequest, prepare_job
 from data_juicer_elastic.sharedfs.identity import WorkerIdentity
@@ -88,8 +89,12 @@ def many_parts(tmp_path_factory) -> tuple[Path, list[dict]]:
     prepare_job(
         PrepareRequest(job_dir=job, dataset_path=data, num_shards=32, recipe={"process": []}, stage_identities=[])
     )
-    run_worker(job, WorkerIdentity.current(), rayfree_runner(job), ttl_secs=60, heartbeat_secs=10,
-               max_retries=0, poll_interval_secs=0.2)  # fmt: skip
+    run_worker(
+        job,
+        WorkerIdentity.current(),
+        rayfree_runner(job),
+        WorkerSettings(ttl_secs=60, heartbeat_secs=10, max_retries=0, poll_interval_secs=0.2),
+    )
     export = tmp / "parts"
     publish_parts(job, export)
     assert len(list(export.glob("*.stats"))) == 32

@@ -105,7 +105,11 @@ def test_status_while_running_shows_failed_retried_running_and_rates(live_job):
     assert data["counts"] == {"pending": 0, "running": 1, "stale": 0, "done": 1, "failed": 1}
     assert data["rows_total"] == 30 and data["rows_done"] == ROWS_PER_SHARD and data["retried"] == 1
     shards = {s["shard_id"]: s for s in data["shards"]}
-    assert shards[FLAKY]["state"] == "done" and shards[FLAKY]["failures"] == 1 and shards[FLAKY]["attempts"] == 2
+    flaky = shards[FLAKY]
+    if data["source"] == "summary":  # a done shard's records are not read: failures some, attempts unknown
+        assert flaky["state"] == "done" and flaky["failures"] is None and flaky["attempts"] is None
+    else:
+        assert flaky["state"] == "done" and flaky["failures"] == 1 and flaky["attempts"] == 2
 
     (failed,) = data["failed"]
     assert failed["shard_id"] == FAIL and failed["failures"] == 2

@@ -22,6 +22,7 @@ from hypothesis import strategies as st
 from data_juicer_elastic.execution.shard_runner import ShardRunner
 from data_juicer_elastic.execution.stage_identities import compute_stage_identities
 from data_juicer_elastic.jobdir.worker_loop import run_worker
+from data_juicer_elastic.jobdir.worker_settings import WorkerSettings
 from data_juicer_elastic.shards.merge import merge_job
 from data_juicer_elastic.shards.prepare import PrepareRequest, prepare_job
 from data_juicer_elastic.sharedfs.identity import WorkerIdentity
@@ -75,10 +76,7 @@ def merged_bytes(data: Path, root: Path, shards: int, cache_dir: Path, job_recip
         job,
         WorkerIdentity.current(node_id="invariance"),
         runner,
-        ttl_secs=120,
-        heartbeat_secs=30,
-        max_retries=0,
-        poll_interval_secs=0.5,
+        WorkerSettings(ttl_secs=120, heartbeat_secs=30, max_retries=0, poll_interval_secs=0.5),
     )
     assert summary.complete
     output = root / f"merged-{shards}.jsonl"

@@ -16,18 +16,21 @@ from pathlib import Path
 import yaml
 
 from data_juicer_elastic.jobdir.worker_loop import run_worker
+from data_juicer_elastic.jobdir.worker_settings import WorkerSettings
 from data_juicer_elastic.sharedfs.identity import WorkerIdentity
 
 from .conftest import REPO
+from .crashpoints import hooked_pythonpath
 from .fakes import LEASE, fsio_runner, prepare, write_input
 
 SHARD0 = "part-00000-of-00004"
 
 
 def env(extra: dict | None = None) -> dict:
-    """The test's environment with this checkout first on the path (subprocesses, Ray workers)."""
+    """The test's environment with this checkout first on the path (subprocesses, Ray workers),
+    behind the hook that installs a fault plan ``extra`` names (:func:`faults`)."""
     base = {k: v for k, v in os.environ.items() if not k.startswith(("DJ_ELASTIC_TEST_", "RAY_", "DJ_PROCESS_"))}
-    base["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO), os.environ.get("PYTHONPATH", "")) if p)
+    base["PYTHONPATH"] = hooked_pythonpath(os.environ.get("PYTHONPATH"))
     base.update(extra or {})
     return base
 
@@ -61,7 +64,7 @@ def dj_process(recipe: Path, extra_env: dict | None = None, timeout: float = 300
 
 
 def faults(*rules: dict) -> dict:
-    """The environment that installs a fault plan in the command (coordination.crashpoints)."""
+    """The environment that installs a fault plan in the command (``crashpoints``, through :func:`env`)."""
     return {"DJ_ELASTIC_TEST_FAULTS": json.dumps(list(rules))}
 
 
@@ -84,7 +87,9 @@ def release_reason(job: Path, shard: str, gen: int = 1) -> str | None:
 def finished_job(tmp: Path, rows: int = 40, shards: int = 4) -> Path:
     """A prepared job whose shards were all run (fake runner: each row copied, tagged)."""
     job = prepare(tmp, rows=rows, shards=shards)
-    run_worker(job, WorkerIdentity.current(), fsio_runner(), max_retries=0, wait_for_completion=False, **LEASE)
+    run_worker(
+        job, WorkerIdentity.current(), fsio_runner(), WorkerSettings(max_retries=0, wait_for_completion=False, **LEASE)
+    )
     return job
 
 

@@ -8,6 +8,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+from .crashpoints import hooked_pythonpath
+
 REPO = Path(__file__).resolve().parents[2]
 
 
@@ -17,7 +19,7 @@ def driver_cmd(*args: str) -> list[str]:
 
 def driver_env(node: str | None = None, crash: str | None = None, faults: list[dict] | None = None) -> dict:
     env = {k: v for k, v in os.environ.items() if not k.startswith("DJ_ELASTIC_TEST_")}
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO), os.environ.get("PYTHONPATH", "")) if p)
+    env["PYTHONPATH"] = hooked_pythonpath(os.environ.get("PYTHONPATH"))  # installs the plan below at start
     if node:
         env["DJ_ELASTIC_NODE_ID"] = node
     if crash:

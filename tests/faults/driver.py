@@ -7,8 +7,8 @@ fault seam, with the fast fake runner instead of Ray.
     python -m tests.faults.driver prepare JOB INPUT --shards N [--plan-only]
     python -m tests.faults.driver run JOB INPUT OUTPUT --run-id ID [--layout parts]   (elected prepare/finalize)
 
-Like ``dj-elastic``: installs the fault plan / crash point named by the environment
-(``coordination.crashpoints``), prints one ``error: ...`` line and exits 2 on an
+Like ``dj-elastic``: runs with the fault plan / crash point named by the environment (installed
+at start by ``plan_hook/sitecustomize.py``, see ``crashpoints``), prints one ``error: ...`` line and exits 2 on an
 ElasticError or a terminally failed shard, prints the summary as JSON on success.
 """
 
@@ -20,11 +20,11 @@ import sys
 from dataclasses import asdict
 from types import SimpleNamespace
 
-from data_juicer_elastic.coordination import crashpoints
 from data_juicer_elastic.coordination.run_records import Outcome
 from data_juicer_elastic.errors import EXIT_ERROR, ElasticError
 from data_juicer_elastic.job_run import JobRun
 from data_juicer_elastic.jobdir.worker_loop import run_worker
+from data_juicer_elastic.jobdir.worker_settings import WorkerSettings
 from data_juicer_elastic.settings import ElasticSettings
 from data_juicer_elastic.shards.merge import merge_job
 from data_juicer_elastic.shards.parts import publish_parts
@@ -71,7 +71,6 @@ def main(argv: list[str] | None = None) -> int:
     r.add_argument("--ttl", type=float, default=60.0)
     r.add_argument("--layout", choices=["file", "parts"], default="file")
     args = parser.parse_args(argv)
-    crashpoints.install_from_env()
     try:
         if args.command == "prepare":
             if args.plan_only:
@@ -98,12 +97,14 @@ def main(argv: list[str] | None = None) -> int:
             args.job,
             WorkerIdentity.current(),
             fsio_runner(args.sleep, fail),
-            ttl_secs=args.ttl,
-            heartbeat_secs=args.heartbeat or args.ttl / 4,
-            max_retries=args.retries,
-            poll_interval_secs=args.poll,
-            wait_for_completion=not args.no_wait,
-            max_shards=args.max_shards,
+            WorkerSettings(
+                ttl_secs=args.ttl,
+                heartbeat_secs=args.heartbeat or args.ttl / 4,
+                max_retries=args.retries,
+                poll_interval_secs=args.poll,
+                wait_for_completion=not args.no_wait,
+                max_shards=args.max_shards,
+            ),
             sleep=pause,
             run_scan=_slow_scanner(args.scan_sleep),  # a planned job is scanned first, by every worker
         )
@@ -161,10 +162,19 @@ class FakeJobRun(JobRun):
     def run_shards(self, stop, max_done):
         s = self.settings
         return run_worker(
-            self.layout.root, self.identity, fsio_runner(), ttl_secs=s.lease_ttl_secs, heartbeat_secs=s.heartbeat_secs,
-            max_retries=s.max_retries, poll_interval_secs=s.poll_interval_secs, stop_event=stop, max_done=max_done,
+            self.layout.root,
+            self.identity,
+            fsio_runner(),
+            WorkerSettings(
+                ttl_secs=s.lease_ttl_secs,
+                heartbeat_secs=s.heartbeat_secs,
+                max_retries=s.max_retries,
+                poll_interval_secs=s.poll_interval_secs,
+                max_done=max_done,
+            ),
+            stop_event=stop,
             run_scan=ShardScanner(processes=0),
-        )  # fmt: skip
+        )
 
     def report(self, outcome):
         self.outcome = outcome

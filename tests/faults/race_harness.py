@@ -41,6 +41,7 @@ WORKER = textwrap.dedent(
     from data_juicer_elastic.jobdir.lease_records import Claim
     from data_juicer_elastic.jobdir.tasks import ShardOutput
     from data_juicer_elastic.jobdir.worker_loop import run_worker
+    from data_juicer_elastic.jobdir.worker_settings import WorkerSettings
     from data_juicer_elastic.rows.shard_source import iter_source_lines
 
     job, history, node, remote, ttl, heartbeat, max_retries, work_secs = sys.argv[1:9]
@@ -79,8 +80,9 @@ WORKER = textwrap.dedent(
 
     attempts.publish_done = logged_publish  # the worker loop calls it through the module
     log("start", node=node, remote=remote == "1")
-    summary = run_worker(job, me, process, ttl_secs=float(ttl), heartbeat_secs=float(heartbeat),
-                         max_retries=int(max_retries), poll_interval_secs=0.05)
+    settings = WorkerSettings(ttl_secs=float(ttl), heartbeat_secs=float(heartbeat),
+                              max_retries=int(max_retries), poll_interval_secs=0.05)
+    summary = run_worker(job, me, process, settings)
     log("exit", done=summary.done, discarded=summary.discarded, lost=summary.lost, failed=summary.failed,
         complete=summary.complete, stop_reason=summary.stop_reason)
     """

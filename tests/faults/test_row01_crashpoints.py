@@ -166,10 +166,11 @@ def test_the_ray_runners_own_output_write_reaches_the_seam(tmp_path, op):
     are seam points too, so `write`/`fsync` crash points and faults reach the real runner."""
     import pyarrow as pa
 
-    from data_juicer_elastic.coordination.crashpoints import FaultRule, injected
     from data_juicer_elastic.execution.row_writer import ExportLayout, write_shard
     from data_juicer_elastic.execution.shard_reader import InputRows
     from data_juicer_elastic.rows.shard_source import ShardSource, SourceSpan
+
+    from .crashpoints import FaultRule, injected
 
     output = tmp_path / "attempt" / "output.jsonl"
     output.parent.mkdir()

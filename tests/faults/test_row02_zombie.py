@@ -20,6 +20,7 @@ from data_juicer_elastic.jobdir.layout import JobLayout
 from data_juicer_elastic.jobdir.leases import publish_claim, read_lease, release_claim
 from data_juicer_elastic.jobdir.manifest import load_manifest
 from data_juicer_elastic.jobdir.worker_loop import run_worker
+from data_juicer_elastic.jobdir.worker_settings import WorkerSettings
 from data_juicer_elastic.sharedfs.identity import WorkerIdentity
 
 from .conftest import run_driver, start_driver
@@ -88,7 +89,7 @@ def test_a_zombie_past_its_fence_loses_the_publication_race(tmp_path):
 
     # the zombie's claim is released (as after a takeover): a rescuer runs the shard
     release_claim(layout, zombie_claim, "abandoned")
-    summary = run_worker(job, WorkerIdentity.current("rescuer"), fsio_runner(), max_retries=1, **LEASE)
+    summary = run_worker(job, WorkerIdentity.current("rescuer"), fsio_runner(), WorkerSettings(max_retries=1, **LEASE))
     assert summary.complete
     accepted = (job / "done" / f"{FIRST}.json").read_bytes()
 

@@ -16,6 +16,7 @@ from data_juicer_elastic.jobdir.layout import JobLayout
 from data_juicer_elastic.jobdir.lease_records import Heartbeat
 from data_juicer_elastic.jobdir.leases import StalenessObserver, publish_claim, read_lease, takeover_reason
 from data_juicer_elastic.jobdir.worker_loop import run_worker
+from data_juicer_elastic.jobdir.worker_settings import WorkerSettings
 from data_juicer_elastic.shards.merge import merge_job
 from data_juicer_elastic.sharedfs.identity import WorkerIdentity
 
@@ -38,7 +39,7 @@ class Clock:
 
 def _finished_job(tmp_path):
     job = prepare(tmp_path)
-    assert run_worker(job, WorkerIdentity.current("n"), fsio_runner(), max_retries=0, **LEASE).complete
+    assert run_worker(job, WorkerIdentity.current("n"), fsio_runner(), WorkerSettings(max_retries=0, **LEASE)).complete
     reference = merge_job(job, tmp_path / "reference.jsonl").output_path.read_bytes()
     return job, reference
 
@@ -83,7 +84,7 @@ def test_every_single_byte_flip_or_truncation_of_a_done_marker_is_refused_or_har
         out.unlink()
     assert refused > len(variants) // 2, "most damage must be detected"
     marker.write_bytes(original[:-3])
-    summary = run_worker(job, WorkerIdentity.current("n"), fsio_runner(), max_retries=0, **LEASE)
+    summary = run_worker(job, WorkerIdentity.current("n"), fsio_runner(), WorkerSettings(max_retries=0, **LEASE))
     assert summary.claimed == 0, "a malformed marker is never replaced by a re-run"
     # A worker's first claim pass lists done/ and trusts the names it finds without parsing them
     # (the claim path's O(1) skip, Claimer._list_done), so it reports the job complete; merge,
@@ -108,16 +109,19 @@ def test_corrupt_claim_is_not_taken_over_before_the_ttl_and_does_not_crash_worke
 
     clock = Clock()
     first = run_worker(
-        job, WorkerIdentity.current("n"), fsio_runner(), max_retries=1, wait_for_completion=False,
-        clock=clock, **LEASE,
-    )  # fmt: skip
+        job,
+        WorkerIdentity.current("n"),
+        fsio_runner(),
+        WorkerSettings(max_retries=1, wait_for_completion=False, **LEASE),
+        clock=clock,
+    )
     assert first.done == 3 and not first.complete, "held (corrupt) claim: not taken at once"
     observer = StalenessObserver(LEASE["ttl_secs"], clock)
     me = WorkerIdentity.current("n")
     assert takeover_reason(read_lease(layout, SHARD), me, observer) is None
     clock.sleep(LEASE["ttl_secs"] + 1)
     assert takeover_reason(read_lease(layout, SHARD), me, observer) == "stale"
-    second = run_worker(job, me, fsio_runner(), max_retries=1, clock=clock, sleep=clock.sleep, **LEASE)
+    second = run_worker(job, me, fsio_runner(), WorkerSettings(max_retries=1, **LEASE), clock=clock, sleep=clock.sleep)
     assert second.complete and read_lease(layout, SHARD).generation == 2
     assert claim.generation == 1
 

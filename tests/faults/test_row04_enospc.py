@@ -10,14 +10,15 @@ import json
 
 import pytest
 
-from data_juicer_elastic.coordination.crashpoints import FaultRule, injected
 from data_juicer_elastic.jobdir.layout import JobLayout
 from data_juicer_elastic.jobdir.leases import read_lease
 from data_juicer_elastic.jobdir.worker_loop import run_worker
+from data_juicer_elastic.jobdir.worker_settings import WorkerSettings
 from data_juicer_elastic.shards.merge import merge_job
 from data_juicer_elastic.sharedfs.identity import WorkerIdentity
 
 from .conftest import run_driver
+from .crashpoints import FaultRule, injected
 from .fakes import LEASE, fsio_runner, merged_ids, prepare
 
 FIRST = "part-00000-of-00004"
@@ -39,7 +40,7 @@ def test_full_disk_is_a_failed_attempt_naming_the_path_and_no_done_marker(tmp_pa
     job = prepare(tmp_path)
     rule = FaultRule(op, errno, path=[f"attempts/{FIRST}/", path], times=None)  # every attempt of the first shard
     with injected(rule) as plan:
-        summary = run_worker(job, WorkerIdentity.current("n"), fsio_runner(), max_retries=1, **LEASE)
+        summary = run_worker(job, WorkerIdentity.current("n"), fsio_runner(), WorkerSettings(max_retries=1, **LEASE))
     assert plan.injected, "the fault was reached"
     layout = JobLayout(job)
     assert not layout.done(FIRST).exists()
@@ -56,7 +57,7 @@ def test_full_disk_is_a_failed_attempt_naming_the_path_and_no_done_marker(tmp_pa
 def test_a_transient_full_disk_is_retried_and_the_job_completes(tmp_path):
     job = prepare(tmp_path)
     with injected(FaultRule("close", "ENOSPC", path="output.jsonl", times=1)):
-        summary = run_worker(job, WorkerIdentity.current("n"), fsio_runner(), max_retries=1, **LEASE)
+        summary = run_worker(job, WorkerIdentity.current("n"), fsio_runner(), WorkerSettings(max_retries=1, **LEASE))
     assert summary.complete and summary.failed == 1 and summary.done == 4
     result = merge_job(job, tmp_path / "out.jsonl")
     assert merged_ids(result.output_path) == list(range(40))

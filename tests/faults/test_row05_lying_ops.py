@@ -9,20 +9,21 @@ from __future__ import annotations
 
 import pytest
 
-from data_juicer_elastic.coordination.crashpoints import FaultRule, injected
 from data_juicer_elastic.jobdir.layout import JobLayout
 from data_juicer_elastic.jobdir.worker_loop import run_worker
+from data_juicer_elastic.jobdir.worker_settings import WorkerSettings
 from data_juicer_elastic.shards.merge import merge_job
 from data_juicer_elastic.sharedfs import fsio
 from data_juicer_elastic.sharedfs.identity import WorkerIdentity
 
+from .crashpoints import FaultRule, injected
 from .fakes import LEASE, done_shards, fsio_runner, merged_ids, prepare
 
 FIRST = "part-00000-of-00004"
 
 
 def _run(job):
-    return run_worker(job, WorkerIdentity.current("n"), fsio_runner(), max_retries=1, **LEASE)
+    return run_worker(job, WorkerIdentity.current("n"), fsio_runner(), WorkerSettings(max_retries=1, **LEASE))
 
 
 @pytest.mark.parametrize(

@@ -9,14 +9,15 @@ from __future__ import annotations
 
 import pytest
 
-from data_juicer_elastic.coordination.crashpoints import FaultRule, injected
 from data_juicer_elastic.errors import JobDirError
 from data_juicer_elastic.jobdir.layout import JobLayout
 from data_juicer_elastic.jobdir.leases import read_lease
 from data_juicer_elastic.jobdir.worker_loop import run_worker
+from data_juicer_elastic.jobdir.worker_settings import WorkerSettings
 from data_juicer_elastic.sharedfs.identity import WorkerIdentity
 
 from .conftest import run_driver
+from .crashpoints import FaultRule, injected
 from .fakes import LEASE, fsio_runner, prepare
 
 FIRST = "part-00000-of-00004"
@@ -31,7 +32,7 @@ def test_permission_error_releases_without_spending_the_budget_and_stops(tmp_pat
     job = prepare(tmp_path)
     with injected(FaultRule(op, errno, path=path, times=None)) as plan:
         with pytest.raises(JobDirError) as info:
-            run_worker(job, WorkerIdentity.current("n"), fsio_runner(), max_retries=3, **LEASE)
+            run_worker(job, WorkerIdentity.current("n"), fsio_runner(), WorkerSettings(max_retries=3, **LEASE))
     assert len(plan.injected) == 1, "one try, no retry storm"
     assert "storage error" in str(info.value) and info.value.where and path.strip("/") in info.value.where
     layout = JobLayout(job)

@@ -64,6 +64,22 @@ def _held_by(job: Path, pid: int) -> list[str]:
     return held
 
 
+def done_by_victim(job: Path, pid: int, shard: str) -> str | None:
+    """The victim's node id, if it claimed ``shard`` (so its result could be told from a survivor's)."""
+    for path in (job / "claims" / shard).glob("gen-*.json"):
+        claim = json.loads(path.read_bytes())
+        if claim["pid"] == pid:
+            return claim["node_id"]
+    return None
+
+
+def _kill_all(procs) -> None:
+    """Whatever a failed test left running (each worker in its own process group)."""
+    for proc in procs:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+
+
 def _finish(procs) -> list[dict]:
     out = []
     for proc in procs:
@@ -92,9 +108,7 @@ def test_the_writer_sigkilled_while_holding_a_shard(tmp_path):
         survivors = [p for p in procs if p is not victim]
         summaries = _finish(survivors)
     finally:
-        for proc in procs:
-            if proc.poll() is None:
-                os.killpg(proc.pid, signal.SIGKILL)
+        _kill_all(procs)
     assert all(s["complete"] for s in summaries)
     new_generation, new_pid = _writer(job)
     assert new_generation > generation and new_pid != pid  # the lease was taken over
@@ -102,8 +116,15 @@ def test_the_writer_sigkilled_while_holding_a_shard(tmp_path):
     assert final["seq"].split(".")[0] != str(generation)
     done = done_shards(job)
     assert len(done) == 30
-    for shard in held:  # the dead holder's shard was run again by a survivor
-        assert done[shard]["generation"] >= 2
+    died_holding = [  # the victim's claims that no release record ends: it died holding them
+        path.parent.name
+        for path in (job / "claims").glob("*/gen-*.json")
+        if json.loads(path.read_bytes())["pid"] == pid
+        and not (job / "releases" / path.parent.name / path.name).exists()
+    ]
+    assert died_holding, f"the writer was killed holding {held}, yet every claim of it was released"
+    for shard in died_holding:  # taken over and run again by a survivor
+        assert done[shard]["generation"] >= 2 and done[shard]["node_id"] != done_by_victim(job, pid, shard)
     _merged_exactly_once(tmp_path, job, 60)
 
 
@@ -146,9 +167,7 @@ def test_a_torn_deleted_or_old_summary_never_takes_a_live_claim(tmp_path):
         summaries = _finish(procs)
     finally:
         stop.set()
-        for proc in procs:
-            if proc.poll() is None:
-                os.killpg(proc.pid, signal.SIGKILL)
+        _kill_all(procs)
     assert len(attacks) >= 5 and all(s["complete"] for s in summaries)
     done = done_shards(job)
     assert len(done) == 40
@@ -190,9 +209,7 @@ def test_two_writers_at_once_the_frozen_one_is_fenced(tmp_path):
         summaries = _finish(procs)
     finally:
         stop.set()
-        for proc in procs:
-            if proc.poll() is None:
-                os.killpg(proc.pid, signal.SIGKILL)
+        _kill_all(procs)
     watcher.join(timeout=5)
     generations = [int(s.split(".")[0]) for s in seen]
     first_new = next(i for i, g in enumerate(generations) if g > generation)

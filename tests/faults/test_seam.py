@@ -4,13 +4,15 @@ rules fire exactly as configured, and injected errors look like the real calls'.
 from __future__ import annotations
 
 import errno
+from pathlib import Path
 
 import pytest
 
-from data_juicer_elastic.coordination import crashpoints
-from data_juicer_elastic.coordination.crashpoints import CRASH_POINTS, FaultPlan, FaultRule, injected
 from data_juicer_elastic.errors import ConfigError
 from data_juicer_elastic.sharedfs import fault_seam, fsio
+
+from . import crashpoints
+from .crashpoints import CRASH_POINTS, FaultPlan, FaultRule, injected
 
 
 def test_nothing_is_installed_when_the_environment_names_no_plan(monkeypatch):
@@ -70,6 +72,15 @@ def test_every_named_crash_point_is_reachable_by_an_operation_the_code_performs(
     assert {point.op for point in CRASH_POINTS.values()} <= performed
     assert set(CRASH_POINTS) >= {"claim", "write", "fsync", "done", "merge", "finalize"}
     assert FaultPlan(crash="done@3").crash_hit == 3
+
+
+def test_the_claim_point_is_a_shard_runs_claim_not_a_scans_or_the_summary_writers():
+    """All three use the lease protocol; a test killing a worker at ``claim`` means the first."""
+    claim = CRASH_POINTS["claim"]
+    gen = "part-00000-of-00001/gen-000001.json"
+    assert claim.matches("after", "link", Path(f"/job/claims/{gen}"))
+    assert not claim.matches("after", "link", Path(f"/job/scans/claims/{gen}"))
+    assert not claim.matches("after", "link", Path(f"/job/summary/claims/{gen}"))
 
 
 def test_fsync_of_an_existing_file_names_it_and_a_lying_create_leaves_nothing(tmp_path):

@@ -200,6 +200,7 @@ def test_dj_elastic_refuses_an_unprepared_job_before_loading_data_juicer(tmp_pat
 def finished_job(tmp_path):
     """A prepared job with an accepted result for every shard, made without Ray."""
     from data_juicer_elastic.jobdir.worker_loop import run_worker
+    from data_juicer_elastic.jobdir.worker_settings import WorkerSettings
     from data_juicer_elastic.shards.prepare import PrepareRequest, prepare_job
     from data_juicer_elastic.sharedfs.identity import WorkerIdentity
     from tests.rayfree import rayfree_runner
@@ -208,8 +209,12 @@ def finished_job(tmp_path):
     data.write_text("".join(json.dumps({"id": i, "text": f"row {i}"}) + "\n" for i in range(40)))
     job = tmp_path / "job"
     prepare_job(PrepareRequest(job_dir=job, dataset_path=data, num_shards=4, recipe={}, stage_identities=[]))
-    run_worker(job, WorkerIdentity.current("n"), rayfree_runner(job), ttl_secs=60, heartbeat_secs=10,
-               max_retries=0, poll_interval_secs=0.1)  # fmt: skip
+    run_worker(
+        job,
+        WorkerIdentity.current("n"),
+        rayfree_runner(job),
+        WorkerSettings(ttl_secs=60, heartbeat_secs=10, max_retries=0, poll_interval_secs=0.1),
+    )
     return job
 
 

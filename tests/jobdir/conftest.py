@@ -57,6 +57,7 @@ from data_juicer_elastic.jobdir import leases, progress
 from data_juicer_elastic.sharedfs.identity import WorkerIdentity
 from data_juicer_elastic.jobdir.layout import JobLayout
 from data_juicer_elastic.jobdir.worker_loop import run_worker
+from data_juicer_elastic.jobdir.worker_settings import WorkerSettings
 
 layout = JobLayout(sys.argv[1])
 
@@ -65,8 +66,8 @@ def run(task):
     os.kill(os.getpid(), signal.SIGTERM)
     time.sleep(30)
 
-run_worker(sys.argv[1], WorkerIdentity.current("victim"), run, ttl_secs=60, heartbeat_secs=10,
-           max_retries=1, poll_interval_secs=1)
+settings = WorkerSettings(ttl_secs=60, heartbeat_secs=10, max_retries=1, poll_interval_secs=1)
+run_worker(sys.argv[1], WorkerIdentity.current("victim"), run, settings)
 """
 
 

@@ -19,6 +19,7 @@ from data_juicer_elastic.jobdir.claim_ahead import RELEASE_UNRUN, ClaimAhead
 from data_juicer_elastic.jobdir.layout import JobLayout
 from data_juicer_elastic.jobdir.manifest import load_manifest
 from data_juicer_elastic.jobdir.worker_loop import run_worker
+from data_juicer_elastic.jobdir.worker_settings import WorkerSettings
 
 from .conftest import FakeClock, copy_runner, identity, run_victim
 
@@ -85,7 +86,7 @@ def test_one_shard_is_claimed_ahead_while_each_runs_and_then_run(job):
             wait_for(lambda: generation(layout, S[i + 1]) == 1, what=f"{S[i + 1]} claimed ahead")
         seen.append((task.shard_id, live_claims(layout)))
 
-    summary = run_worker(job, identity("solo"), runner(on_run), max_retries=1, **LEASE)
+    summary = run_worker(job, identity("solo"), runner(on_run), WorkerSettings(max_retries=1, **LEASE))
     assert summary.complete and (summary.claimed, summary.done, summary.unrun) == (4, 4, 0)
     for i, (shard, live) in enumerate(seen):
         assert shard == S[i] and live == S[i : i + 2], "at most one shard ahead of the running one"
@@ -114,7 +115,7 @@ def test_nothing_is_claimed_ahead_before_the_current_shard_is_in_its_tail(job):
             free_before_the_tail.append(generation(layout, S[2]))
             wait_for(lambda: generation(layout, S[2]) == 1, what=f"{S[2]} claimed ahead once in the tail")
 
-    summary = run_worker(job, identity("solo"), runner(on_run, read_all=False), max_retries=1, **LEASE)
+    summary = run_worker(job, identity("solo"), runner(on_run, read_all=False), WorkerSettings(max_retries=1, **LEASE))
     assert summary.complete and (summary.claimed, summary.done, summary.unrun) == (4, 4, 0)
     assert free_before_the_tail == [0, 0], "claimed ahead before the current shard's tail"
 
@@ -139,8 +140,12 @@ def test_the_shard_claimed_ahead_is_renewed_however_long_the_current_one_runs(jo
             checks.append(leases.takeover_reason(view, other, observer))
             observer_clock.advance(0.9)
 
-    summary = run_worker(job, identity(), runner(on_run), max_retries=1, ttl_secs=1.0, heartbeat_secs=0.05,
-                         poll_interval_secs=0.1)  # fmt: skip
+    summary = run_worker(
+        job,
+        identity(),
+        runner(on_run),
+        WorkerSettings(max_retries=1, ttl_secs=1.0, heartbeat_secs=0.05, poll_interval_secs=0.1),
+    )
     assert checks == [None] * 9, "the shard claimed ahead never looked free to another worker"
     assert summary.complete and summary.lost == 0 and summary.unrun == 0
     assert generation(layout, S[1]) == 1 and len(attempts_of(job, S[1])) == 1
@@ -154,13 +159,18 @@ def test_stop_event_releases_the_shard_claimed_ahead_at_once_uncounted(job):
         wait_for(lambda: generation(layout, S[1]) == 1, what="the shard claimed ahead")
         stop.set()
 
-    summary = run_worker(job, identity(), runner(on_run), max_retries=1, stop_event=stop, **LEASE)
+    summary = run_worker(job, identity(), runner(on_run), WorkerSettings(max_retries=1, **LEASE), stop_event=stop)
     assert (summary.stop_reason, summary.claimed, summary.done, summary.unrun) == ("stopped", 1, 1, 1)
     assert released(layout, S[1]) == RELEASE_UNRUN
     assert attempts_of(job, S[1]) == [] and not (job / "failures").exists()
     # Another worker takes it at once: its observer's clock never moves, so no TTL could pass.
-    other = run_worker(job, identity("other"), copy_runner(), max_retries=1, clock=FakeClock(),
-                       wait_for_completion=False, claim_ahead=False, **LEASE)  # fmt: skip
+    other = run_worker(
+        job,
+        identity("other"),
+        copy_runner(),
+        WorkerSettings(max_retries=1, wait_for_completion=False, claim_ahead=False, **LEASE),
+        clock=FakeClock(),
+    )
     assert other.complete and other.claimed == 3
     assert leases.read_lease(layout, S[1]).claim.takeover_reason == leases.RELEASED
 
@@ -169,7 +179,7 @@ def test_stop_event_releases_the_shard_claimed_ahead_at_once_uncounted(job):
                                                    ("max_done", 2, 2)])  # fmt: skip
 def test_limits_never_claim_a_shard_ahead_that_they_would_hand_back(job, limit, value, claimed):
     layout = JobLayout(job)
-    summary = run_worker(job, identity(), copy_runner(), max_retries=1, **{limit: value}, **LEASE)
+    summary = run_worker(job, identity(), copy_runner(), WorkerSettings(max_retries=1, **{limit: value}, **LEASE))
     assert (summary.claimed, summary.unrun, summary.stop_reason) == (claimed, 0, limit)
     assert [generation(layout, s) for s in S] == [1] * claimed + [0] * (4 - claimed)
 
@@ -184,7 +194,7 @@ def test_a_failing_shard_hands_the_one_ahead_back_and_is_retried_first(job):
             wait_for(lambda: generation(layout, S[1]) == 1, what="the shard claimed ahead")
             raise ValueError("poison")
 
-    summary = run_worker(job, identity(), runner(on_run), max_retries=1, **LEASE)
+    summary = run_worker(job, identity(), runner(on_run), WorkerSettings(max_retries=1, **LEASE))
     assert released(layout, S[1]) == RELEASE_UNRUN
     assert runs[:2] == [S[0], S[0]], "the failed shard is retried first"
     assert summary.complete and (summary.claimed, summary.failed, summary.done, summary.unrun) == (5, 1, 4, 1)
@@ -202,7 +212,9 @@ def test_losing_the_current_lease_hands_the_one_ahead_back(job):
             view = leases.read_lease(layout, S[0])  # another worker takes the running shard over
             leases.publish_claim(layout, view, identity("other", boot_id="x"), "other-1", leases.STALE)
 
-    summary = run_worker(job, identity(), runner(on_run), max_retries=1, wait_for_completion=False, **LEASE)
+    summary = run_worker(
+        job, identity(), runner(on_run), WorkerSettings(max_retries=1, wait_for_completion=False, **LEASE)
+    )
     assert summary.lost == 1 and released(layout, S[1]) == RELEASE_UNRUN and summary.unrun == 1
     assert summary.done == 3 and len(attempts_of(job, S[1])) == 1  # then claimed again and run
 
@@ -216,7 +228,9 @@ def test_a_shard_ahead_whose_lease_was_lost_is_not_run(job):
             view = leases.read_lease(layout, S[1])
             leases.publish_claim(layout, view, identity("other", boot_id="x"), "other-1", leases.STALE)
 
-    summary = run_worker(job, identity(), runner(on_run), max_retries=1, wait_for_completion=False, **LEASE)
+    summary = run_worker(
+        job, identity(), runner(on_run), WorkerSettings(max_retries=1, wait_for_completion=False, **LEASE)
+    )
     assert summary.unrun == 1 and summary.claimed == 3 and summary.lost == 0
     assert attempts_of(job, S[1]) == [] and generation(layout, S[1]) == 2
 
@@ -224,8 +238,12 @@ def test_a_shard_ahead_whose_lease_was_lost_is_not_run(job):
 def test_off_claims_nothing_ahead(job):
     layout = JobLayout(job)
     seen = []
-    summary = run_worker(job, identity(), runner(lambda task: seen.append(live_claims(layout))), max_retries=1,
-                         claim_ahead=False, **LEASE)  # fmt: skip
+    summary = run_worker(
+        job,
+        identity(),
+        runner(lambda task: seen.append(live_claims(layout))),
+        WorkerSettings(max_retries=1, claim_ahead=False, **LEASE),
+    )
     assert summary.complete and seen == [[s] for s in S]
 
 
@@ -244,7 +262,7 @@ def test_read_ahead_gets_the_checked_file_and_a_change_after_it_is_still_caught(
             wait_for(lambda: reads, what="the read ahead")
             shard1.write_bytes(shard1.read_bytes() + b'{"id": -1}\n')  # changed after its check
 
-    summary = run_worker(job, identity(), runner(on_run), max_retries=0, read_ahead=read_ahead, **LEASE)
+    summary = run_worker(job, identity(), runner(on_run), WorkerSettings(max_retries=0, **LEASE), read_ahead=read_ahead)
     # S[1] failed its own check before anything was claimed ahead; S[3] was read while S[2] ran
     assert reads == [layout.shard(s, ".jsonl") for s in (S[1], S[3])]
     # what was read reaches the shard's run; S[1], changed after its read, was checked again and failed
@@ -286,8 +304,13 @@ def test_sigterm_releases_the_running_shard_and_the_one_ahead(job, tmp_path):
     layout = JobLayout(job)
     assert (released(layout, S[0]), released(layout, S[1])) == ("signal", "signal")
     assert attempts_of(job, S[1]) == []
-    summary = run_worker(job, identity("next"), copy_runner(), max_retries=1, clock=FakeClock(),
-                         wait_for_completion=False, **LEASE)  # fmt: skip
+    summary = run_worker(
+        job,
+        identity("next"),
+        copy_runner(),
+        WorkerSettings(max_retries=1, wait_for_completion=False, **LEASE),
+        clock=FakeClock(),
+    )
     assert summary.complete, "both taken over at once, without a TTL"
 
 
@@ -301,7 +324,7 @@ def test_sigint_releases_the_one_ahead_too(job):
 
     try:
         with pytest.raises(KeyboardInterrupt):
-            run_worker(job, identity(), runner(on_run), max_retries=1, **LEASE)
+            run_worker(job, identity(), runner(on_run), WorkerSettings(max_retries=1, **LEASE))
     finally:
         signal.signal(signal.SIGINT, previous)
     assert (released(layout, S[0]), released(layout, S[1])) == ("signal", "signal")

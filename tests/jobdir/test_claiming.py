@@ -16,6 +16,7 @@ from data_juicer_elastic.jobdir.layout import JobLayout
 from data_juicer_elastic.jobdir.manifest import load_manifest
 from data_juicer_elastic.jobdir.result_records import ShardResult
 from data_juicer_elastic.jobdir.worker_loop import run_worker
+from data_juicer_elastic.jobdir.worker_settings import WorkerSettings
 from data_juicer_elastic.shards.prepare import prepare_job
 from data_juicer_elastic.sharedfs import fault_seam, fsio
 
@@ -121,10 +122,20 @@ def _count_claims(job: Path, counter: _ClaimOps, claims: int) -> _ClaimOps:
     fault_seam.set_fault_hook(counter)
     try:
         run_worker(
-            job, identity(), copy_runner(), ttl_secs=60.0, heartbeat_secs=10.0, max_retries=1,
-            poll_interval_secs=0.01, max_shards=claims or None, wait_for_completion=False, claim_gate=gate,
+            job,
+            identity(),
+            copy_runner(),
+            WorkerSettings(
+                ttl_secs=60.0,
+                heartbeat_secs=10.0,
+                max_retries=1,
+                poll_interval_secs=0.01,
+                max_shards=claims or None,
+                wait_for_completion=False,
+            ),
+            claim_gate=gate,
             claim_rng=random.Random(7),
-        )  # fmt: skip
+        )
     finally:
         fault_seam.set_fault_hook(None)
     assert counter.claims == claims
@@ -181,9 +192,14 @@ def test_a_held_shard_is_reread_only_when_it_could_be_stale_then_taken_over(tmp_
     fault_seam.set_fault_hook(hook)
     try:
         summary = run_worker(
-            job, identity("rescuer"), slow_runner, ttl_secs=60.0, heartbeat_secs=10.0, max_retries=3,
-            poll_interval_secs=1.0, clock=clock, sleep=clock.advance, claim_rng=random.Random(0),
-        )  # fmt: skip
+            job,
+            identity("rescuer"),
+            slow_runner,
+            WorkerSettings(ttl_secs=60.0, heartbeat_secs=10.0, max_retries=3, poll_interval_secs=1.0),
+            clock=clock,
+            sleep=clock.advance,
+            claim_rng=random.Random(0),
+        )
     finally:
         fault_seam.set_fault_hook(None)
     assert summary.complete and summary.claimed == 8
@@ -215,12 +231,9 @@ def test_concurrent_cursors_claim_each_shard_once_and_spread_out(tmp_path, worke
                 job,
                 identity(f"w{k}", boot_id=f"boot-{k}"),
                 run,
-                ttl_secs=60.0,
-                heartbeat_secs=10.0,
-                max_retries=1,
-                poll_interval_secs=0.01,
+                WorkerSettings(ttl_secs=60.0, heartbeat_secs=10.0, max_retries=1, poll_interval_secs=0.01),
                 claim_rng=random.Random(k),
-            )  # fmt: skip
+            )
         )
 
     threads = [threading.Thread(target=work, args=(k,)) for k in range(workers)]

@@ -23,10 +23,11 @@ from data_juicer_elastic.jobdir.job_summary import (
 )
 from data_juicer_elastic.jobdir.layout import SUMMARY_WRITER_TASK, JobLayout
 from data_juicer_elastic.jobdir.manifest import load_manifest
-from data_juicer_elastic.jobdir.pace import PaceWriter
+from data_juicer_elastic.jobdir.pace import PaceWriter, read_pace
 from data_juicer_elastic.jobdir.result_records import ShardResult
 from data_juicer_elastic.jobdir.summary_keeper import SILENT_INTERVALS, SummaryKeeper
 from data_juicer_elastic.jobdir.worker_loop import run_worker
+from data_juicer_elastic.jobdir.worker_settings import WorkerSettings
 from data_juicer_elastic.shards.prepare import prepare_job
 from data_juicer_elastic.sharedfs import fault_seam, fsio
 
@@ -92,6 +93,13 @@ def advance(clock, secs, *writers):
             keeper.heartbeater.beat()
 
 
+def seen_advancing(reader, keeper):
+    """The reader sees the summary change (one it only saw once could be a dead writer's)."""
+    reader.view()
+    keeper.tick()
+    assert reader.view() is not None
+
+
 def _claimer(layout, manifest, clock, *, summary=True, node="idle", pid=30_000):
     reader = SummaryReader(layout, manifest, ttl_secs=TTL, clock=clock, min_interval=0.0) if summary else None
     return claiming.Claimer(
@@ -122,8 +130,10 @@ def test_an_idle_poll_reads_the_summary_only_whatever_is_held(tmp_path, clock, h
     """The tail: every shard done or held by someone else.  With the summary an idle poll reads its
     sequence (and the summary when it changed), never a shard; the walk reads every held shard."""
     job, layout, manifest, _ = _job(tmp_path, 300, done=300 - held, held=held)
-    _keeper(layout, manifest, clock).tick()
+    keeper = _keeper(layout, manifest, clock)
+    keeper.tick()
     claimer = _claimer(layout, manifest, clock)
+    seen_advancing(claimer.summary, keeper)
     (got, finished), first = counted(claimer.claim_next)
     assert got is None and not finished
     assert first.count <= 2 + 1  # seq, summary; the done/ listing is never taken with a summary
@@ -139,23 +149,37 @@ def test_a_stale_candidate_is_taken_over_only_while_its_heartbeat_is_the_one_the
     job, layout, manifest, peers = _job(tmp_path, 4, done=3, held=1)
     (_peer, claim), keeper = peers[0], _keeper(layout, manifest, clock)
     keeper.tick()
+    taker = _claimer(layout, manifest, clock, node="taker")
+    taker.summary.view()  # the taker reads the summary all along
     advance(clock, TTL + 0.1, keeper)
     keeper.tick()
     summary = read_summary(layout, manifest)
     assert [c.stale for c in summary.live] == [True]
     # the holder renews just before the taker reads: its token changed, no takeover
     leases.write_heartbeat(layout, claim, 2)
-    taker = _claimer(layout, manifest, clock, node="taker")
     got, finished = taker.claim_next()
     assert got is None and not finished
     # the holder is gone for good: the next round watches the new value for a TTL, then vouches
     keeper.tick()
+    fresh_taker = _claimer(layout, manifest, clock, node="fresh")  # its own observer never saw the lease
+    fresh_taker.summary.view()
     advance(clock, TTL + 0.1, keeper)
     keeper.tick()
-    fresh_taker = _claimer(layout, manifest, clock, node="fresh")  # its own observer never saw the lease
     got, _ = fresh_taker.claim_next()
     assert got is not None and got[1].generation == 2 and got[1].takeover_reason == leases.STALE
     assert leases.read_lease(layout, claim.shard_id).generation == 2
+
+
+def test_a_summary_never_seen_to_advance_is_not_trusted(tmp_path, clock):
+    """A summary left by a writer that is gone (a finished or killed run) shows a shard held by a
+    live-looking claim: a new reader walks instead, and finds the shard released."""
+    job, layout, manifest, peers = _job(tmp_path, 3, done=2, held=1)
+    _keeper(layout, manifest, clock).tick()
+    leases.release_claim(layout, peers[0][1], leases.ReleaseReason.SIGNAL)
+    claimer = _claimer(layout, manifest, clock)
+    got, _ = claimer.claim_next()
+    assert claimer.summary.view() is None
+    assert got is not None and got[1].takeover_reason == leases.RELEASED
 
 
 def test_a_torn_or_absent_summary_means_the_walk(tmp_path, clock):
@@ -178,10 +202,12 @@ def test_an_old_summary_is_trusted_only_for_a_while(tmp_path, clock):
     keeper = _keeper(layout, manifest, clock)
     keeper.tick()
     old_summary, old_seq = layout.summary.read_bytes(), layout.summary_seq.read_bytes()
+    claimer = _claimer(layout, manifest, clock)
+    seen_advancing(claimer.summary, keeper)
+    assert claimer.claim_next() == (None, False)  # held, says the summary (truly, this time)
     leases.release_claim(layout, peers[0][1], leases.ReleaseReason.SIGNAL)  # the holder gave it back
     layout.summary.write_bytes(old_summary)
     layout.summary_seq.write_bytes(old_seq.replace(b'"1.1"', b'"9.9"'))
-    claimer = _claimer(layout, manifest, clock)
     assert claimer.claim_next() == (None, False)
     reader = claimer.summary
     assert fresh_for(TTL, reader.interval_secs) <= TTL  # never longer than one TTL
@@ -249,7 +275,7 @@ def test_the_gate_answers_from_the_summary_without_reading_the_job(tmp_path, clo
     keeper.tick()
     reader = SummaryReader(layout, manifest, ttl_secs=TTL, clock=clock, min_interval=0.0)
     register_reader(reader)
-    reader.view()
+    seen_advancing(reader, keeper)
     gate = ClaimGate(layout, manifest, "slow", 777, min_interval=0.0, clock=clock)
     allowed, ops = counted(gate)
     # 4 peers finish ~19 shards each in one of our shard times: the 6 pending shards are theirs
@@ -275,11 +301,8 @@ def test_workers_keep_the_summary_and_finish_the_job(tmp_path):
                 job,
                 identity(f"w{k}"),
                 slow_copy,
-                ttl_secs=2.0,
-                heartbeat_secs=0.4,
-                max_retries=1,
-                poll_interval_secs=0.05,
-            )  # fmt: skip
+                WorkerSettings(ttl_secs=2.0, heartbeat_secs=0.4, max_retries=1, poll_interval_secs=0.05),
+            )
         )
 
     threads = [threading.Thread(target=work, args=(k,)) for k in range(3)]
@@ -291,4 +314,25 @@ def test_workers_keep_the_summary_and_finish_the_job(tmp_path):
     assert sum(r.done for r in results) == 24
     summary = read_summary(layout, manifest)
     assert summary is not None and summary.done_count == 24
-    assert sum(n.done for n in summary.nodes) == 24
+    # the summary's node paces are as of its last round (its writer may leave before the others);
+    # the pace records themselves count every accepted result once
+    assert sum(n.done for n in summary.nodes) <= 24
+    paces = [read_pace(layout, p.name) for p in layout.paces_dir.glob("*.json")]
+    assert sum(p.done for p in paces) == 24 and all(p.stopped for p in paces)
+
+
+def test_a_summary_directory_planted_as_a_link_out_of_the_job_is_refused(tmp_path):
+    from data_juicer_elastic.errors import JobDirError
+
+    job, layout, manifest, _ = _job(tmp_path, 4)
+    outside = tmp_path / "elsewhere"
+    outside.mkdir()
+    layout.summary_dir.symlink_to(outside)
+    with pytest.raises(JobDirError, match="leads outside the job directory"):
+        run_worker(
+            job,
+            identity("w"),
+            copy_runner(),
+            WorkerSettings(ttl_secs=2.0, heartbeat_secs=0.4, max_retries=1, poll_interval_secs=0.05),
+        )
+    assert list(outside.iterdir()) == []

@@ -15,6 +15,7 @@ from data_juicer_elastic.jobdir.layout import JobLayout
 from data_juicer_elastic.jobdir.lease_records import Failure
 from data_juicer_elastic.jobdir.manifest import load_manifest
 from data_juicer_elastic.jobdir.worker_loop import run_worker
+from data_juicer_elastic.jobdir.worker_settings import WorkerSettings
 
 from .conftest import copy_runner, identity
 
@@ -87,9 +88,19 @@ def _stalling_runner(proceed: threading.Event):
 def test_a_stalled_attempt_is_given_up_as_a_death_and_the_shard_runs_again(job):
     proceed = threading.Event()
     stalled = run_worker(
-        job, identity("stuck"), _stalling_runner(proceed), ttl_secs=3.0, heartbeat_secs=0.1, max_retries=0,
-        poll_interval_secs=0.05, max_shards=1, stall_timeout_secs=0.3, max_holder_deaths=5,
-    )  # fmt: skip
+        job,
+        identity("stuck"),
+        _stalling_runner(proceed),
+        WorkerSettings(
+            ttl_secs=3.0,
+            heartbeat_secs=0.1,
+            max_retries=0,
+            poll_interval_secs=0.05,
+            max_shards=1,
+            stall_timeout_secs=0.3,
+            max_holder_deaths=5,
+        ),
+    )
     assert stalled.lost == 1 and stalled.failed == 0
     layout = JobLayout(job)
     (failure,) = failures.list_failures(layout, SHARD)
@@ -97,9 +108,19 @@ def test_a_stalled_attempt_is_given_up_as_a_death_and_the_shard_runs_again(job):
     assert leases.read_lease(layout, SHARD).release.reason == "stalled", "released at once, not left to expire"
     # max_retries=0 does not apply to a death: the next worker takes the shard at once and finishes the job
     summary = run_worker(
-        job, identity("next"), copy_runner(), ttl_secs=60.0, heartbeat_secs=10.0, max_retries=0,
-        poll_interval_secs=0.05, wait_for_completion=False, stall_timeout_secs=30.0, max_holder_deaths=5,
-    )  # fmt: skip
+        job,
+        identity("next"),
+        copy_runner(),
+        WorkerSettings(
+            ttl_secs=60.0,
+            heartbeat_secs=10.0,
+            max_retries=0,
+            poll_interval_secs=0.05,
+            wait_for_completion=False,
+            stall_timeout_secs=30.0,
+            max_holder_deaths=5,
+        ),
+    )
     assert summary.complete and summary.done == 4
 
 
@@ -139,9 +160,14 @@ def test_before_claim_runs_before_any_claim_is_held(job):
         return len(seen) == 1  # the first call "took time": the shard is looked at afresh
 
     summary = run_worker(
-        job, identity(), copy_runner(), ttl_secs=60.0, heartbeat_secs=10.0, max_retries=0,
-        poll_interval_secs=0.05, wait_for_completion=False, before_claim=ready,
-    )  # fmt: skip
+        job,
+        identity(),
+        copy_runner(),
+        WorkerSettings(
+            ttl_secs=60.0, heartbeat_secs=10.0, max_retries=0, poll_interval_secs=0.05, wait_for_completion=False
+        ),
+        before_claim=ready,
+    )
     assert summary.complete and summary.done == 4
     assert seen[0] == [] and len(seen) >= 4, "readiness is checked before each claim, the first before any"
 

@@ -12,6 +12,7 @@ from data_juicer_elastic.jobdir.result_records import MergeRecord
 from data_juicer_elastic.jobdir.retry import retry_shards
 from data_juicer_elastic.jobdir.shard_state import ShardState, observe_state
 from data_juicer_elastic.jobdir.worker_loop import run_worker
+from data_juicer_elastic.jobdir.worker_settings import WorkerSettings
 from data_juicer_elastic.shards.merge import merge_job
 from data_juicer_elastic.shards.verify import verify_job
 from data_juicer_elastic.sharedfs.identity import WorkerIdentity
@@ -30,7 +31,7 @@ def _fail_bad(task):
 
 
 def _complete(job, node="n1", **kw):
-    return run_worker(job, identity(node), copy_runner(**kw), max_retries=1, **LEASE)
+    return run_worker(job, identity(node), copy_runner(**kw), WorkerSettings(max_retries=1, **LEASE))
 
 
 def _output_of(job, shard):
@@ -67,7 +68,7 @@ def test_merge_refuses_a_different_existing_output_unless_overwrite(job, tmp_pat
 
 
 def test_merge_requires_every_shard_and_names_missing_and_failed(job, tmp_path):
-    run_worker(job, identity(), _fail_bad, max_retries=0, max_shards=3, **LEASE)
+    run_worker(job, identity(), _fail_bad, WorkerSettings(max_retries=0, max_shards=3, **LEASE))
     with pytest.raises(JobDirError) as info:
         merge_job(job, tmp_path / "out.jsonl")
     assert f"1 failed ({BAD})" in info.value.message and "part-00003-of-00004" in info.value.message
@@ -108,7 +109,7 @@ def test_status_counts_rows_and_json_schema(job):
     layout = JobLayout(job)
     snap = snapshot(job)
     assert snap.counts[ShardState.PENDING] == 4 and snap.rows_done == 0 and snap.rows_total == 40
-    run_worker(job, identity("w"), _fail_bad, max_retries=0, max_shards=3, **LEASE)
+    run_worker(job, identity("w"), _fail_bad, WorkerSettings(max_retries=0, max_shards=3, **LEASE))
     running = "part-00003-of-00004"
     c = leases.publish_claim(layout, leases.read_lease(layout, running), identity("peer", boot_id="x"), "p", "none")
     leases.write_heartbeat(layout, c, 1)
@@ -138,7 +139,7 @@ def test_status_with_an_observer_reports_stale_only_after_ttl(job, clock):
 
 
 def test_retry_gives_a_fresh_budget_and_archives_history(job, tmp_path):
-    summary = run_worker(job, identity(), _fail_bad, max_retries=1, **LEASE)
+    summary = run_worker(job, identity(), _fail_bad, WorkerSettings(max_retries=1, **LEASE))
     assert summary.terminal_failures and (job / "failed" / f"{BAD}.json").exists()
     assert retry_shards(job, all_failed=True) == [BAD]
     assert not (job / "failed" / f"{BAD}.json").exists()
@@ -146,13 +147,15 @@ def test_retry_gives_a_fresh_budget_and_archives_history(job, tmp_path):
     archived = list((job / "history" / BAD).rglob("*.json"))
     assert len(archived) == 3  # two failures + the failed marker
     assert snapshot(job).shards[2].state is ShardState.PENDING
-    summary = run_worker(job, identity(), copy_runner(), max_retries=1, wait_for_completion=False, **LEASE)
+    summary = run_worker(
+        job, identity(), copy_runner(), WorkerSettings(max_retries=1, wait_for_completion=False, **LEASE)
+    )
     assert summary.complete and summary.claimed == 1
     verify_job(job)
 
 
 def test_retry_refuses_unknown_not_failed_and_bad_arguments(job):
-    run_worker(job, identity(), _fail_bad, max_retries=0, max_shards=3, **LEASE)
+    run_worker(job, identity(), _fail_bad, WorkerSettings(max_retries=0, max_shards=3, **LEASE))
     with pytest.raises(JobDirError, match="not failed"):
         retry_shards(job, ["part-00003-of-00004"])
     with pytest.raises(JobDirError, match="is done"):
@@ -170,8 +173,8 @@ def test_retry_refuses_unknown_not_failed_and_bad_arguments(job):
 
 
 def test_verify_counts_distinct_nodes(job):
-    run_worker(job, identity("node-a"), copy_runner(), max_retries=1, max_shards=2, **LEASE)
-    run_worker(job, identity("node-b"), copy_runner(), max_retries=1, **LEASE)
+    run_worker(job, identity("node-a"), copy_runner(), WorkerSettings(max_retries=1, max_shards=2, **LEASE))
+    run_worker(job, identity("node-b"), copy_runner(), WorkerSettings(max_retries=1, **LEASE))
     result = verify_job(job, expect_nodes=2)
     assert result.nodes == ["node-a", "node-b"] and result.output_rows == 40
     with pytest.raises(JobDirError, match=r"2 node\(s\) \(node-a, node-b\), expected at least 3"):
@@ -181,7 +184,7 @@ def test_verify_counts_distinct_nodes(job):
 def test_render_text_and_terminal_info_attributes(job):
     from data_juicer_elastic.status.status_text import render_text
 
-    summary = run_worker(job, identity("w"), _fail_bad, max_retries=0, **LEASE)
+    summary = run_worker(job, identity("w"), _fail_bad, WorkerSettings(max_retries=0, **LEASE))
     assert summary.terminal_failures[0].shard_id == BAD and summary.terminal_failures[0].last_error == "poison row"
     snap = snapshot(job)
     assert snap.terminal_failures[0].shard_id == BAD
@@ -221,7 +224,9 @@ def test_settles_view_of_each_shard_is_the_status_snapshots(job, clock):
     """``observe_state`` (what settle waits on) and the status snapshot read a shard the same
     way: done, terminally failed, running, stale after the TTL on the observer's clock, pending."""
     layout = JobLayout(job)
-    run_worker(job, identity("w"), _fail_bad, max_retries=0, max_shards=3, **LEASE)  # 0, 1 done; BAD failed
+    run_worker(
+        job, identity("w"), _fail_bad, WorkerSettings(max_retries=0, max_shards=3, **LEASE)
+    )  # 0, 1 done; BAD failed
     manifest = load_manifest(job)
     for shard in ("part-00003-of-00004",):
         c = leases.publish_claim(layout, leases.read_lease(layout, shard), identity("peer", boot_id="x"), "p", "none")

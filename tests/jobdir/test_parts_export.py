@@ -12,19 +12,20 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from data_juicer_elastic.coordination.crashpoints import FaultRule, injected
 from data_juicer_elastic.errors import ConfigError, IntegrityError, OutputExistsError
 from data_juicer_elastic.finalize import finalize
 from data_juicer_elastic.jobdir.export_path import PARTS_INDEX
 from data_juicer_elastic.jobdir.result_records import MergeRecord, PartsIndex, ShardResult
 from data_juicer_elastic.jobdir.row_stats import export_stats_path
 from data_juicer_elastic.jobdir.worker_loop import run_worker
+from data_juicer_elastic.jobdir.worker_settings import WorkerSettings
 from data_juicer_elastic.shards import export_check, parts
 from data_juicer_elastic.shards.merge import merge_job
 from data_juicer_elastic.shards.parts import publish_parts
 from data_juicer_elastic.shards.prepare import prepare_job
 from data_juicer_elastic.shards.verify import verify_job
 
+from ..faults.crashpoints import FaultRule, injected
 from ..rayfree import rayfree_runner
 from .conftest import copy_runner, identity, make_rows, request, write_rows
 
@@ -38,7 +39,7 @@ def finished(tmp: Path, shards: int = 4, rows: int = 40, stats: bool = True) -> 
     data = [{**row, STATS: {"len": len(row["text"])}} if stats else row for row in make_rows(rows)]
     job = tmp / "job"
     prepare_job(request(job, write_rows(tmp / "in.jsonl", data), shards))
-    assert run_worker(job, identity(), rayfree_runner(job), **LEASE).complete
+    assert run_worker(job, identity(), rayfree_runner(job), WorkerSettings(**LEASE)).complete
     return job
 
 
@@ -221,7 +222,7 @@ def test_a_shard_run_again_makes_the_export_stale_for_verify(tmp_path):
     output = job / results(job)[1].output
     output.write_text("")  # lost: retry requeues it, a worker runs it again (another attempt)
     retry_shards(job, shard_ids=[results(job)[1].shard_id])
-    assert run_worker(job, identity(), rayfree_runner(job), **LEASE).complete
+    assert run_worker(job, identity(), rayfree_runner(job), WorkerSettings(**LEASE)).complete
     with pytest.raises(IntegrityError) as info:
         verify_job(job)
     assert "part-00001-of-00004.jsonl is not shard part-00001-of-00004's accepted output" in str(info.value)
@@ -237,7 +238,7 @@ def test_the_parts_in_index_order_are_the_file_layouts_output(tmp_path_factory, 
     job = tmp / "job"
     prepare_job(request(job, write_rows(tmp / "in.jsonl", make_rows(rows)), shards))
     runner = copy_runner(lambda row: None if drop and row["id"] % (drop + 1) == 0 else row)
-    assert run_worker(job, identity(), runner, **LEASE).complete
+    assert run_worker(job, identity(), runner, WorkerSettings(**LEASE)).complete
     export, merged = tmp / "parts", tmp / "merged.jsonl"
     publish_parts(job, export)
     merge_job(job, merged)

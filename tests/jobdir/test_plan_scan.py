@@ -22,6 +22,7 @@ from data_juicer_elastic.jobdir import scans
 from data_juicer_elastic.jobdir.layout import JobLayout
 from data_juicer_elastic.jobdir.manifest import load_manifest, load_plan, locate_shard
 from data_juicer_elastic.jobdir.worker_loop import run_worker
+from data_juicer_elastic.jobdir.worker_settings import WorkerSettings
 from data_juicer_elastic.rows.jsonl import NormaliseOptions, RowNormaliser
 from data_juicer_elastic.rows.shard_source import iter_content, iter_source_lines
 from data_juicer_elastic.shards import plan as planner
@@ -232,7 +233,7 @@ def test_shards_a_compressed_file_leaves_empty_are_done_without_running_anything
         ran.append(task.shard_id)
         return copy_runner()(task)
 
-    summary = run_worker(tmp_path / "job", identity(), runner, max_retries=0, **LEASE)
+    summary = run_worker(tmp_path / "job", identity(), runner, WorkerSettings(max_retries=0, **LEASE))
     assert summary.complete and ran == [e.shard_id for e in manifest.shards if e.rows]
     merge_job(tmp_path / "job", tmp_path / "out.jsonl")
     assert [json.loads(line) for line in (tmp_path / "out.jsonl").read_text().splitlines()] == rows

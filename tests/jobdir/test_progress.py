@@ -13,6 +13,7 @@ from data_juicer_elastic.jobdir import leases, progress
 from data_juicer_elastic.jobdir.layout import JobLayout
 from data_juicer_elastic.jobdir.tasks import ShardOutput
 from data_juicer_elastic.jobdir.worker_loop import run_worker
+from data_juicer_elastic.jobdir.worker_settings import WorkerSettings
 from data_juicer_elastic.rows.shard_source import iter_source_lines
 from data_juicer_elastic.shards.prepare import prepare_job
 from data_juicer_elastic.sharedfs import fault_seam
@@ -121,7 +122,7 @@ def test_worker_loop_writes_progress_on_the_heartbeat_and_at_the_end(tmp_path):
         return ShardOutput(out, 8)
 
     summary = run_worker(
-        job, identity(), runner, ttl_secs=2.0, heartbeat_secs=0.2, max_retries=0, poll_interval_secs=0.1
+        job, identity(), runner, WorkerSettings(ttl_secs=2.0, heartbeat_secs=0.2, max_retries=0, poll_interval_secs=0.1)
     )
     assert summary.done == 1 and seen[0] is not None and progress.current() is None
     (attempt,) = (job / "attempts" / SHARD).iterdir()

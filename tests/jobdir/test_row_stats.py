@@ -13,6 +13,7 @@ from data_juicer_elastic.execution.row_writer import ExportLayout
 from data_juicer_elastic.jobdir.result_records import ShardResult
 from data_juicer_elastic.jobdir.row_stats import export_stats_path
 from data_juicer_elastic.jobdir.worker_loop import run_worker
+from data_juicer_elastic.jobdir.worker_settings import WorkerSettings
 from data_juicer_elastic.shards.merge import merge_job
 from data_juicer_elastic.shards.prepare import prepare_job
 from data_juicer_elastic.shards.verify import verify_job
@@ -34,7 +35,7 @@ def finished(tmp_path: Path, layout: ExportLayout = ExportLayout()) -> Path:
     data = write_rows(tmp_path / "in.jsonl", rows())
     job = tmp_path / "job"
     prepare_job(request(job, data, 4))
-    assert run_worker(job, identity(), rayfree_runner(job, layout), **LEASE).complete
+    assert run_worker(job, identity(), rayfree_runner(job, layout), WorkerSettings(**LEASE)).complete
     return job
 
 

@@ -26,6 +26,7 @@ from data_juicer_elastic.jobdir.retry import retry_shards
 from data_juicer_elastic.jobdir.shard_state import ShardState
 from data_juicer_elastic.jobdir.tasks import ShardOutput, ShardTask
 from data_juicer_elastic.jobdir.worker_loop import run_worker
+from data_juicer_elastic.jobdir.worker_settings import WorkerSettings
 from data_juicer_elastic.rows.shard_source import iter_source_lines
 from data_juicer_elastic.shards.merge import merge_job
 from data_juicer_elastic.shards.prepare import prepare_job
@@ -218,9 +219,15 @@ class Protocol(RuleBasedStateMachine):
             return ShardOutput(task.output_path, len(rows))
 
         summary = run_worker(
-            self.layout.root, drainer, run, ttl_secs=TTL, heartbeat_secs=HEARTBEAT, max_retries=MAX_RETRIES,
-            poll_interval_secs=HEARTBEAT, clock=self.clock, sleep=self.clock.advance,
-        )  # fmt: skip
+            self.layout.root,
+            drainer,
+            run,
+            WorkerSettings(
+                ttl_secs=TTL, heartbeat_secs=HEARTBEAT, max_retries=MAX_RETRIES, poll_interval_secs=HEARTBEAT
+            ),
+            clock=self.clock,
+            sleep=self.clock.advance,
+        )
         assert summary.stop_reason == "finished"
         for shard in self.manifest.shard_ids:
             result, error = attempts.read_done(self.layout, shard)

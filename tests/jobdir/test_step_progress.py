@@ -4,6 +4,7 @@ data_juicer_elastic.console, tested in tests/console)."""
 from __future__ import annotations
 
 from data_juicer_elastic.jobdir.worker_loop import run_worker
+from data_juicer_elastic.jobdir.worker_settings import WorkerSettings
 from data_juicer_elastic.shards import steps
 from data_juicer_elastic.shards.merge import merge_job
 from data_juicer_elastic.shards.prepare import prepare_job
@@ -16,8 +17,12 @@ def test_scans_and_merge_report_until_done_equals_total(tmp_path):
     reports: list[tuple[str, int, int | None]] = []
     with steps.reporting(lambda *r: reports.append(r)):
         prepare_job(request(tmp_path / "job", data, 4))
-        run_worker(tmp_path / "job", identity(), copy_runner(), ttl_secs=60, heartbeat_secs=10,
-                   max_retries=0, poll_interval_secs=0.1)  # fmt: skip
+        run_worker(
+            tmp_path / "job",
+            identity(),
+            copy_runner(),
+            WorkerSettings(ttl_secs=60, heartbeat_secs=10, max_retries=0, poll_interval_secs=0.1),
+        )
         merge_job(tmp_path / "job", tmp_path / "out.jsonl")
     size = data.stat().st_size
     by_step: dict[str, list[tuple[int, int | None]]] = {}

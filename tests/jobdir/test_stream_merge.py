@@ -13,6 +13,7 @@ import pytest
 
 from data_juicer_elastic.errors import JobDirError, MergeBusyError
 from data_juicer_elastic.jobdir.worker_loop import run_worker
+from data_juicer_elastic.jobdir.worker_settings import WorkerSettings
 from data_juicer_elastic.shards.merge import merge_job
 from data_juicer_elastic.shards.stream_merge import (
     follow_merge,
@@ -34,7 +35,7 @@ def _run_one(job, shard_index: int) -> None:
         assert task.shard_id.startswith(f"part-{shard_index:05d}"), task.shard_id
         return copy_runner()(task)
 
-    run_worker(job, identity(), runner, max_shards=1, wait_for_completion=False, **LEASE)
+    run_worker(job, identity(), runner, WorkerSettings(max_shards=1, wait_for_completion=False, **LEASE))
 
 
 def _consumer_view(output):
@@ -112,7 +113,7 @@ def test_a_crash_mid_shard_resumes_from_the_final_prefix(job, tmp_path):
 
 def test_a_corrupt_prefix_is_rebuilt_not_trusted(job, tmp_path):
     output = tmp_path / "merged.jsonl"
-    run_worker(job, identity(), copy_runner(), **LEASE)
+    run_worker(job, identity(), copy_runner(), WorkerSettings(**LEASE))
     stop = threading.Event()
     follow_merge(job, output, poll_secs=0.05, stop=stop, publish=False)
     data = bytearray(partial_path(output).read_bytes())
@@ -162,7 +163,7 @@ def test_cli_merge_follow_publishes_progress_while_workers_run(job, tmp_path):
         while (read_progress(output) is None) and time.monotonic() < deadline and proc.poll() is None:
             time.sleep(0.1)
         assert read_progress(output).shards_final >= 1 and not output.exists()
-        run_worker(job, identity(), copy_runner(), **LEASE)
+        run_worker(job, identity(), copy_runner(), WorkerSettings(**LEASE))
         out, err = proc.communicate(timeout=60)
     finally:
         if proc.poll() is None:
@@ -180,5 +181,5 @@ def test_progress_record_is_versioned_and_parsed_defensively(job, tmp_path):
     with pytest.raises(JobDirError, match="version 99"):
         read_progress(output)
     fsio.remove(progress_path(output))
-    run_worker(job, identity(), copy_runner(), **LEASE)
+    run_worker(job, identity(), copy_runner(), WorkerSettings(**LEASE))
     assert follow_merge(job, output, wait=False).rows == 40

@@ -18,6 +18,7 @@ from data_juicer_elastic.jobdir.result_records import ShardResult
 from data_juicer_elastic.jobdir.retry import retry_shards
 from data_juicer_elastic.jobdir.row_stats import export_stats_path
 from data_juicer_elastic.jobdir.worker_loop import run_worker
+from data_juicer_elastic.jobdir.worker_settings import WorkerSettings
 from data_juicer_elastic.shards import partial_files, stream_merge
 from data_juicer_elastic.shards.merge import merge_job
 from data_juicer_elastic.shards.prepare import prepare_job
@@ -46,7 +47,7 @@ def _with_row_stats(tmp_path):
     rows = [{**row, "__dj__stats__": {"len": len(row["text"])}} for row in make_rows(40)]
     job = tmp_path / "stats-job"
     prepare_job(request(job, write_rows(tmp_path / "stats-in.jsonl", rows), 4))
-    assert run_worker(job, identity(), rayfree_runner(job), **LEASE).complete
+    assert run_worker(job, identity(), rayfree_runner(job), WorkerSettings(**LEASE)).complete
     return job
 
 
@@ -94,13 +95,13 @@ def test_a_prefix_edited_after_its_record_is_read_again_and_rebuilt(tmp_path, ed
 
 def test_a_shard_run_again_after_it_was_appended_is_not_trusted(job, tmp_path):
     output = tmp_path / "merged.jsonl"
-    run_worker(job, identity(), copy_runner(), **LEASE)
+    run_worker(job, identity(), copy_runner(), WorkerSettings(**LEASE))
     follow_merge(job, output, wait=False, publish=False)
     appended = read_progress(output).shards[1].attempt_id
     result = ShardResult.parse((job / "done" / "part-00001-of-00004.json").read_bytes(), "done")
     (job / result.output).write_text("")  # lost; requeued and run again by another attempt
     retry_shards(job, shard_ids=["part-00001-of-00004"])
-    run_worker(job, identity(), copy_runner(lambda row: {**row, "again": True}), **LEASE)
+    run_worker(job, identity(), copy_runner(lambda row: {**row, "again": True}), WorkerSettings(**LEASE))
     merged = finalize(job, output, stream=True)
     assert merged.rows == 40 and output.read_bytes() == _plain(job, tmp_path)
     assert b'"again": true' in output.read_bytes() and read_progress(output).shards[1].attempt_id != appended
@@ -124,7 +125,7 @@ HOLDER = textwrap.dedent(
 
 def test_a_follower_that_waited_for_the_lock_never_writes_into_the_published_file(job, tmp_path):
     output = tmp_path / "merged.jsonl"
-    run_worker(job, identity(), copy_runner(), **LEASE)
+    run_worker(job, identity(), copy_runner(), WorkerSettings(**LEASE))
     go = tmp_path / "go"
     holder = subprocess.Popen(
         [sys.executable, "-c", HOLDER, str(partial_path(output)), str(output), str(go)],
@@ -152,7 +153,7 @@ def test_a_failed_job_leaves_a_resumable_partial_and_nothing_at_the_export_path(
             raise ValueError("poison row")
         return copy_runner()(task)
 
-    run_worker(job, identity(), fail_third, **LEASE)
+    run_worker(job, identity(), fail_third, WorkerSettings(**LEASE))
     with pytest.raises(ElasticError) as info:
         follow_merge(job, output, wait=True, poll_secs=0.05, publish=False)
     assert "part-00002-of-00004" in str(info.value)
@@ -168,7 +169,7 @@ def test_a_follow_stopped_mid_job_with_torn_tails_resumes_to_the_plain_merge_and
     job = tmp_path / "job"
     prepare_job(request(job, write_rows(tmp_path / "in.jsonl", rows), 4))
     runner = rayfree_runner(job)
-    run_worker(job, identity(), runner, max_shards=2, wait_for_completion=False, **LEASE)
+    run_worker(job, identity(), runner, WorkerSettings(max_shards=2, wait_for_completion=False, **LEASE))
     output = tmp_path / "merged.jsonl"
     stop = threading.Event()
     follow_merge(job, output, poll_secs=0.05, stop=stop, publish=False, on_progress=lambda p: stop.set())
@@ -176,7 +177,7 @@ def test_a_follow_stopped_mid_job_with_torn_tails_resumes_to_the_plain_merge_and
     for path in (partial_path(output), stats_partial_path(output)):  # a crash while appending the next shard
         with open(path, "ab") as torn:
             torn.write(b'{"half": "a ro')
-    assert run_worker(job, identity(), runner, **LEASE).complete
+    assert run_worker(job, identity(), runner, WorkerSettings(**LEASE)).complete
     finalize(job, output, stream=True)
     assert output.read_bytes() == _plain(job, tmp_path)
     assert export_stats_path(output).read_bytes() == export_stats_path(tmp_path / "plain-reference.jsonl").read_bytes()

@@ -16,6 +16,7 @@ from data_juicer_elastic.jobdir.lease_records import Failure
 from data_juicer_elastic.jobdir.manifest import load_manifest
 from data_juicer_elastic.jobdir.result_records import AttemptRecord
 from data_juicer_elastic.jobdir.worker_loop import run_worker
+from data_juicer_elastic.jobdir.worker_settings import WorkerSettings
 from data_juicer_elastic.shards.merge import merge_job
 
 from .conftest import copy_runner, identity, run_victim
@@ -28,7 +29,7 @@ def _input_rows(job: Path) -> list[dict]:
 
 
 def test_one_worker_completes_the_job(job, tmp_path):
-    summary = run_worker(job, identity("solo"), copy_runner(), max_retries=1, **LEASE)
+    summary = run_worker(job, identity("solo"), copy_runner(), WorkerSettings(max_retries=1, **LEASE))
     assert (summary.claimed, summary.done, summary.failed, summary.complete) == (4, 4, 0, True)
     assert summary.stop_reason == "finished" and summary.terminal_failures == []
     merge_job(job, tmp_path / "out.jsonl")
@@ -48,7 +49,7 @@ def test_always_failing_shard_spends_its_budget_then_is_terminal(job):
             raise RuntimeError("Traceback (most recent call last):\n  ...\nValueError: row 23 is poison")
         return copy_runner()(task)
 
-    summary = run_worker(job, identity(), run, max_retries=2, **LEASE)
+    summary = run_worker(job, identity(), run, WorkerSettings(max_retries=2, **LEASE))
     assert summary.done == 3 and summary.failed == 3 and summary.claimed == 6
     assert not summary.complete and summary.terminal_failures == [(bad, "ValueError: row 23 is poison")]
     assert len(list((job / "failures" / bad).iterdir())) == 3
@@ -64,7 +65,7 @@ def test_transient_failure_is_retried(job):
             raise OSError("flaky network")
         return copy_runner()(task)
 
-    summary = run_worker(job, identity(), run, max_retries=1, **LEASE)
+    summary = run_worker(job, identity(), run, WorkerSettings(max_retries=1, **LEASE))
     assert summary.complete and summary.failed == 1 and summary.done == 4
     failure = Failure.parse((job / "failures" / "part-00000-of-00004" / "gen-000001.json").read_bytes(), "f")
     assert failure.error == "flaky network" and failure.error_type == "OSError"
@@ -74,7 +75,7 @@ def test_max_shards_counts_claims(job):
     def fail(task):
         raise ValueError("no")
 
-    summary = run_worker(job, identity(), fail, max_retries=5, max_shards=2, **LEASE)
+    summary = run_worker(job, identity(), fail, WorkerSettings(max_retries=5, max_shards=2, **LEASE))
     assert summary.claimed == 2 and summary.stop_reason == "max_shards"
 
 
@@ -90,7 +91,9 @@ def test_waits_for_a_stale_claim_then_takes_it_over(job, clock):
         sleeps.append(secs)
         clock.advance(secs)
 
-    summary = run_worker(job, identity("rescuer"), copy_runner(), max_retries=3, clock=clock, sleep=sleep, **LEASE)
+    summary = run_worker(
+        job, identity("rescuer"), copy_runner(), WorkerSettings(max_retries=3, **LEASE), clock=clock, sleep=sleep
+    )
     assert summary.complete and summary.claimed == 4
     assert sum(sleeps) >= LEASE["ttl_secs"], "no takeover before a full TTL on our clock"
     view = leases.read_lease(layout, held)
@@ -104,7 +107,9 @@ def test_without_waiting_a_held_shard_ends_the_worker(job):
     held = "part-00003-of-00004"
     c = leases.publish_claim(layout, leases.read_lease(layout, held), identity("peer", boot_id="x"), "p1", "none")
     leases.write_heartbeat(layout, c, 1)
-    summary = run_worker(job, identity(), copy_runner(), max_retries=1, wait_for_completion=False, **LEASE)
+    summary = run_worker(
+        job, identity(), copy_runner(), WorkerSettings(max_retries=1, wait_for_completion=False, **LEASE)
+    )
     assert summary.done == 3 and summary.stop_reason == "no_work" and not summary.complete
 
 
@@ -118,7 +123,7 @@ def test_lost_lease_abandons_without_publishing(job):
             leases.publish_claim(layout, view, identity("other", boot_id="x"), "other-1", leases.STALE)
         return copy_runner()(task)
 
-    summary = run_worker(job, identity(), run, max_retries=1, wait_for_completion=False, **LEASE)
+    summary = run_worker(job, identity(), run, WorkerSettings(max_retries=1, wait_for_completion=False, **LEASE))
     assert summary.lost == 1 and summary.done == 3
     assert not layout.done("part-00000-of-00004").exists()
     (attempt,) = (job / "attempts" / "part-00000-of-00004").iterdir()
@@ -145,7 +150,7 @@ def test_result_published_by_another_attempt_meanwhile_is_discarded(job):
             )
         return out
 
-    summary = run_worker(job, identity(), run, max_retries=1, **LEASE)
+    summary = run_worker(job, identity(), run, WorkerSettings(max_retries=1, **LEASE))
     assert summary.discarded == 1 and summary.done == 3 and summary.complete
     assert attempts.read_done(layout, "part-00001-of-00004")[0].attempt_id == "zombie-1"
 
@@ -153,7 +158,7 @@ def test_result_published_by_another_attempt_meanwhile_is_discarded(job):
 def test_corrupt_input_shard_is_a_failed_attempt(job):
     shard = job / "shards" / "part-00001-of-00004.jsonl"
     shard.write_bytes(shard.read_bytes().replace(b"row", b"wor", 1))
-    summary = run_worker(job, identity(), copy_runner(), max_retries=1, **LEASE)
+    summary = run_worker(job, identity(), copy_runner(), WorkerSettings(max_retries=1, **LEASE))
     assert summary.terminal_failures[0][0] == "part-00001-of-00004"
     assert "input shard is corrupt" in summary.terminal_failures[0][1]
 
@@ -164,7 +169,7 @@ def test_corrupt_manifest_is_refused_before_claiming(job):
     del obj["shards"][0]["sha256"]
     manifest.write_text(json.dumps(obj))
     with pytest.raises(JobDirError, match="sha256"):
-        run_worker(job, identity(), copy_runner(), max_retries=1, **LEASE)
+        run_worker(job, identity(), copy_runner(), WorkerSettings(max_retries=1, **LEASE))
     assert not list((job / "claims").iterdir())
 
 
@@ -175,7 +180,7 @@ def test_stop_event_stops_between_shards(job):
         stop.set()
         return copy_runner()(task)
 
-    summary = run_worker(job, identity(), run, max_retries=1, stop_event=stop, **LEASE)
+    summary = run_worker(job, identity(), run, WorkerSettings(max_retries=1, **LEASE), stop_event=stop)
     assert summary.claimed == 1 and summary.done == 1 and summary.stop_reason == "stopped"
 
 
@@ -197,7 +202,7 @@ def test_sigint_while_running_releases_then_raises_keyboard_interrupt(job, pytho
         raise AssertionError("not reached")
 
     with pytest.raises(KeyboardInterrupt):
-        run_worker(job, identity(), run, max_retries=1, **LEASE)
+        run_worker(job, identity(), run, WorkerSettings(max_retries=1, **LEASE))
     assert signal.getsignal(signal.SIGINT) is before
     layout = JobLayout(job)
     view = leases.read_lease(layout, "part-00000-of-00004")
@@ -210,15 +215,19 @@ def test_sigterm_while_running_releases_and_dies_by_the_signal(job, tmp_path):
     view = leases.read_lease(JobLayout(job), "part-00000-of-00004")
     assert view.release is not None and view.release.reason == "signal"
     # released: the next worker takes it at once, no TTL wait
-    summary = run_worker(job, identity("next"), copy_runner(), max_retries=1, wait_for_completion=False, **LEASE)
+    summary = run_worker(
+        job, identity("next"), copy_runner(), WorkerSettings(max_retries=1, wait_for_completion=False, **LEASE)
+    )
     assert summary.complete
 
 
 def _worker_process(job):
     summary = run_worker(
-        job, identity(f"node-{os.getpid()}"), copy_runner(), ttl_secs=30, heartbeat_secs=5,
-        max_retries=1, poll_interval_secs=0.05,
-    )  # fmt: skip
+        job,
+        identity(f"node-{os.getpid()}"),
+        copy_runner(),
+        WorkerSettings(ttl_secs=30, heartbeat_secs=5, max_retries=1, poll_interval_secs=0.05),
+    )
     return summary.done
 
 
@@ -252,7 +261,7 @@ def test_storage_errors_are_failed_attempts_naming_the_path(job, op, name_part):
 
     fault_seam.set_fault_hook(hook)
     try:
-        summary = run_worker(job, identity(), copy_runner(), max_retries=0, **LEASE)
+        summary = run_worker(job, identity(), copy_runner(), WorkerSettings(max_retries=0, **LEASE))
     finally:
         fault_seam.set_fault_hook(None)
     layout = JobLayout(job)
@@ -265,14 +274,15 @@ def test_storage_errors_are_failed_attempts_naming_the_path(job, op, name_part):
 
 @pytest.mark.parametrize(
     "bad",
-    [dict(ttl_secs=10, heartbeat_secs=5), dict(ttl_secs=0), dict(max_retries=-1), dict(poll_interval_secs=0)],
-)
+    [dict(ttl_secs=10, heartbeat_secs=5), dict(ttl_secs=0), dict(max_retries=-1), dict(poll_interval_secs=0),
+     dict(max_done=0), dict(max_shards=0), dict(max_holder_deaths=-1), dict(stall_timeout_secs=0)],
+)  # fmt: skip
 def test_bad_lease_settings_are_config_errors(job, bad):
     from data_juicer_elastic.errors import ConfigError
 
     kwargs = {**LEASE, "max_retries": 1, **bad}
     with pytest.raises(ConfigError):
-        run_worker(job, identity(), copy_runner(), **kwargs)
+        run_worker(job, identity(), copy_runner(), WorkerSettings(**kwargs))
 
 
 def test_worker_fault_releases_the_claim_without_spending_the_budget(job):
@@ -282,11 +292,11 @@ def test_worker_fault_releases_the_claim_without_spending_the_budget(job):
         raise StageIdentityMismatch("stage 0 differs", where=f"shard {task.shard_id}")
 
     with pytest.raises(StageIdentityMismatch):
-        run_worker(job, identity("wrong-code"), run, max_retries=0, **LEASE)
+        run_worker(job, identity("wrong-code"), run, WorkerSettings(max_retries=0, **LEASE))
     shard = "part-00000-of-00004"
     assert not (job / "failures" / shard).exists() or not list((job / "failures" / shard).iterdir())
     assert not (job / "failed" / f"{shard}.json").exists()
     assert (job / "releases" / shard / "gen-000001.json").exists()
     # A correctly set-up worker takes the shard over at once and finishes the job.
-    summary = run_worker(job, identity("right-code"), copy_runner(), max_retries=0, **LEASE)
+    summary = run_worker(job, identity("right-code"), copy_runner(), WorkerSettings(max_retries=0, **LEASE))
     assert summary.complete and summary.done == 4

@@ -18,6 +18,7 @@ from data_juicer_elastic.jobdir.manifest import load_manifest
 from data_juicer_elastic.jobdir.row_errors import WORKER_DIR, export_errors_path, read_errors
 from data_juicer_elastic.jobdir.tasks import ShardOutput, ShardTask
 from data_juicer_elastic.jobdir.worker_loop import run_worker
+from data_juicer_elastic.jobdir.worker_settings import WorkerSettings
 from data_juicer_elastic.quarantine.errors_file import allowed_errors, check_limit, fold_errors
 from data_juicer_elastic.rows.shard_source import iter_source_lines
 from data_juicer_elastic.settings import ElasticSettings
@@ -62,7 +63,7 @@ def quarantining_runner(bad: set[int]):
 
 
 def work(job: Path, runner) -> None:
-    run_worker(job, WorkerIdentity.current(), runner, max_retries=0, **LEASE, wait_for_completion=False)
+    run_worker(job, WorkerIdentity.current(), runner, WorkerSettings(max_retries=0, **LEASE, wait_for_completion=False))
 
 
 def input_lines(tmp_path: Path) -> list[bytes]:

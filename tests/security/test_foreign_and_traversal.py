@@ -17,6 +17,7 @@ from data_juicer_elastic.jobdir.layout import JobLayout, safe_name
 from data_juicer_elastic.jobdir.result_records import ShardResult
 from data_juicer_elastic.jobdir.retry import retry_shards
 from data_juicer_elastic.jobdir.worker_loop import run_worker
+from data_juicer_elastic.jobdir.worker_settings import WorkerSettings
 from data_juicer_elastic.shards.merge import merge_job
 from data_juicer_elastic.shards.prepare import prepare_job
 from tests.jobdir.conftest import copy_runner, identity, make_rows, request, write_rows
@@ -62,8 +63,14 @@ def test_cli_refuses_a_newer_or_foreign_job_dir_with_one_line_and_exit_2(job, tm
 def test_worker_refuses_a_newer_job_dir_before_claiming(job):
     _rewrite_manifest(job, version=2)
     with pytest.raises(JobDirError, match="version 2"):
-        run_worker(job, identity(), copy_runner(), ttl_secs=60, heartbeat_secs=10, max_retries=0,
-                   poll_interval_secs=1, wait_for_completion=False)  # fmt: skip
+        run_worker(
+            job,
+            identity(),
+            copy_runner(),
+            WorkerSettings(
+                ttl_secs=60, heartbeat_secs=10, max_retries=0, poll_interval_secs=1, wait_for_completion=False
+            ),
+        )
     assert not list((job / "claims").iterdir())
 
 
@@ -134,8 +141,12 @@ def test_node_ids_become_one_safe_component(job, node):
 
 @pytest.mark.parametrize("output", ["../../../outside.jsonl", "/etc/hostname", "attempts/../../x", ""])
 def test_a_done_marker_pointing_out_of_the_job_dir_fails_the_merge_naming_the_shard(job, tmp_path, output):
-    run_worker(job, identity(), copy_runner(), ttl_secs=60, heartbeat_secs=10, max_retries=0,
-               poll_interval_secs=1, wait_for_completion=False)  # fmt: skip
+    run_worker(
+        job,
+        identity(),
+        copy_runner(),
+        WorkerSettings(ttl_secs=60, heartbeat_secs=10, max_retries=0, poll_interval_secs=1, wait_for_completion=False),
+    )
     layout = JobLayout(job)
     result, _ = attempts.read_done(layout, SHARD)
     forged = layout.done(SHARD)
@@ -166,8 +177,12 @@ def test_dj_process_refuses_a_foreign_job_dir_with_exit_2(tmp_path):
 def test_a_done_marker_naming_another_attempts_output_fails_the_merge(job, tmp_path):
     """A marker must name an output inside its own shard's attempt directory: otherwise one
     shard's accepted rows could be merged twice (as long as the record's numbers match them)."""
-    run_worker(job, identity(), copy_runner(), ttl_secs=60, heartbeat_secs=10, max_retries=0,
-               poll_interval_secs=1, wait_for_completion=False)  # fmt: skip
+    run_worker(
+        job,
+        identity(),
+        copy_runner(),
+        WorkerSettings(ttl_secs=60, heartbeat_secs=10, max_retries=0, poll_interval_secs=1, wait_for_completion=False),
+    )
     layout = JobLayout(job)
     first, _ = attempts.read_done(layout, SHARD)
     other = "part-00001-of-00004"

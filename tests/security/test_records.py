@@ -24,6 +24,7 @@ from data_juicer_elastic.jobdir.outcome import job_outcome
 from data_juicer_elastic.jobdir.records import Manifest
 from data_juicer_elastic.jobdir.result_records import AttemptRecord, MergeRecord, ShardResult, TerminalFailure
 from data_juicer_elastic.jobdir.worker_loop import run_worker
+from data_juicer_elastic.jobdir.worker_settings import WorkerSettings
 from data_juicer_elastic.shards.merge import merge_job
 from data_juicer_elastic.sharedfs import fsio
 from data_juicer_elastic.status.job_status import snapshot
@@ -116,7 +117,7 @@ def _directory(path):
 def test_a_bad_claim_is_corrupt_and_taken_over_after_ttl_not_a_crash(job, clock, plant):
     layout = JobLayout(job)
     plant(layout.claim(SHARD, 1))
-    first = run_worker(job, identity(), copy_runner(), wait_for_completion=False, clock=clock, **LEASE)
+    first = run_worker(job, identity(), copy_runner(), WorkerSettings(wait_for_completion=False, **LEASE), clock=clock)
     assert first.done == 3 and not first.complete, "the other shards are done; the bad claim is held for a TTL"
     view = leases.read_lease(layout, SHARD)
     assert view.claim is None and view.claim_error
@@ -126,7 +127,7 @@ def test_a_bad_claim_is_corrupt_and_taken_over_after_ttl_not_a_crash(job, clock,
         waited.append(secs)
         clock.advance(secs)
 
-    again = run_worker(job, identity(), copy_runner(), clock=clock, sleep=sleep, **LEASE)
+    again = run_worker(job, identity(), copy_runner(), WorkerSettings(**LEASE), clock=clock, sleep=sleep)
     assert again.complete and sum(waited) >= LEASE["ttl_secs"]
 
 
@@ -134,7 +135,7 @@ def test_a_bad_claim_is_corrupt_and_taken_over_after_ttl_not_a_crash(job, clock,
 def test_a_bad_done_marker_never_counts_and_merge_names_the_shard(job, tmp_path, plant):
     layout = JobLayout(job)
     plant(layout.done(SHARD))
-    summary = run_worker(job, identity(), copy_runner(), wait_for_completion=False, **LEASE)
+    summary = run_worker(job, identity(), copy_runner(), WorkerSettings(wait_for_completion=False, **LEASE))
     assert summary.done == 3 and not (job / "attempts" / SHARD).exists(), "never run, never replaced"
     # Workers may trust a listed marker name (claiming.py); whoever opens it reports it:
     complete, terminal = job_outcome(layout, load_manifest(job))

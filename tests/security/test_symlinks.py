@@ -16,6 +16,7 @@ from data_juicer_elastic.jobdir import attempts, confine, failures
 from data_juicer_elastic.jobdir.layout import JobLayout
 from data_juicer_elastic.jobdir.retry import retry_shards
 from data_juicer_elastic.jobdir.worker_loop import run_worker
+from data_juicer_elastic.jobdir.worker_settings import WorkerSettings
 from data_juicer_elastic.shards.merge import merge_job
 from tests.jobdir.conftest import copy_runner, identity
 
@@ -52,7 +53,7 @@ def _assert_untouched(outside: Path) -> None:
 def test_worker_refuses_links_out_of_the_job_dir(job, outside, link):
     _plant(job / link, outside)
     with pytest.raises(UnsafePathError) as info:
-        run_worker(job, identity(), copy_runner(), wait_for_completion=False, **LEASE)
+        run_worker(job, identity(), copy_runner(), WorkerSettings(wait_for_completion=False, **LEASE))
     assert "outside the job directory" in info.value.message and link.split("/")[0] in str(info.value)
     _assert_untouched(outside)
 
@@ -65,7 +66,7 @@ def test_failure_and_release_records_refuse_links(job, outside, link):
         raise ValueError("shard fails")
 
     with pytest.raises(UnsafePathError):
-        run_worker(job, identity(), boom, wait_for_completion=False, **LEASE)
+        run_worker(job, identity(), boom, WorkerSettings(wait_for_completion=False, **LEASE))
     _assert_untouched(outside)
 
 
@@ -75,7 +76,7 @@ def test_retry_refuses_a_linked_history_dir(job, outside):
     def boom(task):
         raise ValueError("shard fails")
 
-    run_worker(job, identity(), boom, wait_for_completion=False, max_shards=1, **{**LEASE})
+    run_worker(job, identity(), boom, WorkerSettings(wait_for_completion=False, max_shards=1, **{**LEASE}))
     assert failures.read_terminal(layout, SHARD)[0] is not None
     _plant(job / "history" / SHARD, outside)
     with pytest.raises(UnsafePathError):
@@ -85,7 +86,7 @@ def test_retry_refuses_a_linked_history_dir(job, outside):
 
 
 def test_merge_refuses_an_accepted_output_read_through_a_link(job, tmp_path, outside):
-    run_worker(job, identity(), copy_runner(), wait_for_completion=False, **LEASE)
+    run_worker(job, identity(), copy_runner(), WorkerSettings(wait_for_completion=False, **LEASE))
     layout = JobLayout(job)
     result, _ = attempts.read_done(layout, SHARD)
     attempt_dir = layout.attempt_dir(SHARD, result.attempt_id)
@@ -103,7 +104,7 @@ def test_a_linked_job_dir_itself_and_links_within_it_are_fine(job, tmp_path):
     alias.symlink_to(job, target_is_directory=True)  # e.g. a mount alias
     (job / "claims").rename(job / "claims-real")
     (job / "claims").symlink_to(job / "claims-real", target_is_directory=True)  # stays inside
-    summary = run_worker(alias, identity(), copy_runner(), wait_for_completion=False, **LEASE)
+    summary = run_worker(alias, identity(), copy_runner(), WorkerSettings(wait_for_completion=False, **LEASE))
     assert summary.complete
 
 
@@ -121,7 +122,7 @@ def test_check_inside_names_the_planted_link(job, outside):
 def test_finalize_refuses_linked_merge_and_stats_destinations(job, tmp_path, outside):
     from data_juicer_elastic.stats import compute_overall, write_overall_stats
 
-    run_worker(job, identity(), copy_runner(), wait_for_completion=False, **LEASE)
+    run_worker(job, identity(), copy_runner(), WorkerSettings(wait_for_completion=False, **LEASE))
     overall = compute_overall(job)
     _plant(job / "stats", outside)
     with pytest.raises(UnsafePathError):

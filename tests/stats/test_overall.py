@@ -13,6 +13,7 @@ import pytest
 
 from data_juicer_elastic.jobdir.result_records import ShardResult
 from data_juicer_elastic.jobdir.worker_loop import run_worker
+from data_juicer_elastic.jobdir.worker_settings import WorkerSettings
 from data_juicer_elastic.shards.merge import merge_job
 from data_juicer_elastic.shards.prepare import prepare_job
 from data_juicer_elastic.stats import compute_overall, write_overall_stats
@@ -35,7 +36,7 @@ def finished_job(tmp_path: Path) -> Path:
     data = write_rows(tmp_path / "data" / "input.jsonl", rows)
     job = tmp_path / "job"
     prepare_job(request(job, data, 5))
-    summary = run_worker(job, identity(), rayfree_runner(job), **LEASE)
+    summary = run_worker(job, identity(), rayfree_runner(job), WorkerSettings(**LEASE))
     assert summary.complete
     return job
 

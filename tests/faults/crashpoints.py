@@ -1,8 +1,12 @@
 """Fault injection for tests of real processes: failing file operations and named crash points.
 
-Never set in production.  Both act through the two hooks of ``sharedfs.fsio``
-(``fault_point`` before an operation, ``fault_done`` after it succeeded); with
-neither variable set nothing is installed and the hooks stay ``None``.
+Test code only: the package holds the seam (``sharedfs.fault_seam``, two hooks, ``None``
+unless a test sets them), this module builds the hooks (``fault_point`` before an operation,
+``fault_done`` after it succeeded).  In-process a test uses :func:`injected`; a process a test
+starts gets the plan its environment names from ``plan_hook/sitecustomize.py``, which the
+test helpers put first on its ``PYTHONPATH`` (:func:`hooked_pythonpath`) and which calls
+:func:`install_from_env` when the interpreter starts.  With neither variable set nothing is
+installed and the hooks stay ``None``.
 
 ``DJ_ELASTIC_TEST_CRASH_AT=<point>[@N]`` makes the process SIGKILL itself at the
 N-th (default first) time it reaches a named point:
@@ -55,6 +59,8 @@ from data_juicer_elastic.sharedfs import fault_seam
 
 CRASH_ENV: Final = "DJ_ELASTIC_TEST_CRASH_AT"
 FAULTS_ENV: Final = "DJ_ELASTIC_TEST_FAULTS"
+HOOK_DIR: Final = Path(__file__).resolve().parent / "plan_hook"  # its sitecustomize installs the plan
+REPO: Final = Path(__file__).resolve().parents[2]  # the hook imports this module from here
 FAULT_ERRNOS: Final = ("ENOSPC", "EDQUOT", "EIO", "ESTALE", "EACCES", "EPERM", "EROFS", "ETIMEDOUT", "EXDEV")
 _UNNAMED_OPS: Final = frozenset({"write", "fsync", "close"})  # the real os.* call names no file
 
@@ -67,25 +73,27 @@ class CrashPoint:
     op: str
     text: str  # substring of the operation's path
     suffix: bool = False  # the path must end with ``text``
-    not_in: str | None = None  # ... and must not hold this (a shard run's records, not a scan's)
+    not_in: tuple[str, ...] = ()  # ... and must hold none of these (a shard run's records, not a scan's
+    # or the summary writer's lease: both use the same protocol, under scans/ and summary/)
 
     def matches(self, phase: Phase, op: str, path: Path) -> bool:
         if (phase, op) != (self.phase, self.op):
             return False
-        if self.not_in is not None and self.not_in in str(path):
+        if any(text in str(path) for text in self.not_in):
             return False
         return str(path).endswith(self.text) if self.suffix else self.text in str(path)
 
 
+_NOT_A_SHARD_RUN: Final = ("/scans/", "/summary/")
 CRASH_POINTS: Final = {
     "prepare": CrashPoint("after", "link", "/recipe.json", suffix=True),  # the recipe, before the plan
     "scan-claim": CrashPoint("after", "link", "/scans/claims/"),
     "scanned": CrashPoint("after", "link", "/scans/done/"),
-    "claim": CrashPoint("after", "link", "/claims/", not_in="/scans/"),
+    "claim": CrashPoint("after", "link", "/claims/", not_in=_NOT_A_SHARD_RUN),
     "write": CrashPoint("before", "write", "output.jsonl"),
     "fsync": CrashPoint("before", "fsync", "output.jsonl"),
-    "done": CrashPoint("before", "link", "/done/", not_in="/scans/"),
-    "published": CrashPoint("after", "link", "/done/", not_in="/scans/"),
+    "done": CrashPoint("before", "link", "/done/", not_in=_NOT_A_SHARD_RUN),
+    "published": CrashPoint("after", "link", "/done/", not_in=_NOT_A_SHARD_RUN),
     "merge": CrashPoint("before", "merge", ""),
     "finalize": CrashPoint("before", "finalize", ""),
 }
@@ -189,6 +197,13 @@ def parse_rules(text: str) -> list[FaultRule]:
         return [FaultRule(**item) for item in items]
     except (ValueError, TypeError) as exc:
         raise ConfigError(f"bad fault plan: {exc}", where=FAULTS_ENV, hint="a JSON list of rule objects") from None
+
+
+def hooked_pythonpath(pythonpath: str | None = None) -> str:
+    """``pythonpath`` with the plan hook first and this checkout next: a process started with it
+    installs the fault plan of its environment at start and runs this checkout's code."""
+    first = [str(HOOK_DIR), str(REPO)]
+    return os.pathsep.join([*first, *(p for p in (pythonpath or "").split(os.pathsep) if p and p not in first)])
 
 
 _installed: FaultPlan | None = None
