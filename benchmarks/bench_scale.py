@@ -296,6 +296,16 @@ def copy_rows(task) -> ShardOutput:
     return ShardOutput(task.output_path, data.count(b"\n"))
 
 
+def run_worker(job: Path, ident: WorkerIdentity, run_shard, settings: dict, **kwargs):
+    """``worker_loop.run_worker`` with these settings: as one ``WorkerSettings`` where the code
+    has it (``jobdir.worker_settings``), else as keyword arguments."""
+    try:
+        worker_settings = importlib.import_module("data_juicer_elastic.jobdir.worker_settings").WorkerSettings
+    except ImportError:
+        return worker_loop.run_worker(job, ident, run_shard, **settings, **kwargs)
+    return worker_loop.run_worker(job, ident, run_shard, worker_settings(**settings), **kwargs)
+
+
 def _gate(job: Path, ident: WorkerIdentity, poll: float) -> stragglers.ClaimGate:
     return stragglers.ClaimGate(JobLayout(job), load_manifest(job), ident.node_id, ident.pid, min_interval=poll)
 
@@ -325,9 +335,9 @@ def run_claims(job: Path, workers: int, *, claim_ahead: bool, poll: float, ttl: 
         gate = _gate(job, ident, poll)
         go.wait()
         try:
-            summaries[ident.node_id] = worker_loop.run_worker(
-                job, ident, copy_rows, ttl_secs=ttl, heartbeat_secs=hb, max_retries=2, poll_interval_secs=poll,
-                claim_gate=gate, claim_ahead=claim_ahead,
+            summaries[ident.node_id] = run_worker(
+                job, ident, copy_rows, dict(ttl_secs=ttl, heartbeat_secs=hb, max_retries=2, poll_interval_secs=poll,
+                claim_ahead=claim_ahead), claim_gate=gate,
             )  # fmt: skip
         except BaseException as exc:  # noqa: BLE001 - reported by the driver
             errors.append(exc)
@@ -408,9 +418,9 @@ def run_idle(job: Path, held: int, *, finishers: int, polls: int, poll: float, t
 
     def holder(k: int) -> None:
         try:
-            worker_loop.run_worker(
-                job, identity(k, "h"), hold, ttl_secs=ttl, heartbeat_secs=hb, max_retries=2, poll_interval_secs=poll,
-                max_shards=1, claim_ahead=False, wait_for_completion=False,
+            run_worker(
+                job, identity(k, "h"), hold, dict(ttl_secs=ttl, heartbeat_secs=hb, max_retries=2,
+                poll_interval_secs=poll, max_shards=1, claim_ahead=False, wait_for_completion=False),
             )  # fmt: skip
         except BaseException as exc:  # noqa: BLE001
             errors.append(exc)
@@ -421,9 +431,9 @@ def run_idle(job: Path, held: int, *, finishers: int, polls: int, poll: float, t
             raise RuntimeError(f"holders did not all start: {errors}")
 
     def finisher(k: int) -> None:
-        worker_loop.run_worker(
-            job, identity(k, "f"), copy_rows, ttl_secs=ttl, heartbeat_secs=hb, max_retries=2, poll_interval_secs=poll,
-            claim_ahead=False, wait_for_completion=False,
+        run_worker(
+            job, identity(k, "f"), copy_rows, dict(ttl_secs=ttl, heartbeat_secs=hb, max_retries=2,
+            poll_interval_secs=poll, claim_ahead=False, wait_for_completion=False),
         )  # fmt: skip
 
     for t in [_worker_thread(f"f{k}", finisher, k) for k in range(finishers)]:
@@ -452,8 +462,8 @@ def run_idle(job: Path, held: int, *, finishers: int, polls: int, poll: float, t
         stop.wait(secs)
 
     def idle() -> None:
-        summary = worker_loop.run_worker(
-            job, idle_ident, copy_rows, ttl_secs=ttl, heartbeat_secs=hb, max_retries=2, poll_interval_secs=poll,
+        summary = run_worker(
+            job, idle_ident, copy_rows, dict(ttl_secs=ttl, heartbeat_secs=hb, max_retries=2, poll_interval_secs=poll),
             claim_gate=_gate(job, idle_ident, poll), stop_event=stop, sleep=counted_sleep,
         )  # fmt: skip
         out["idle_claimed"] = summary.claimed

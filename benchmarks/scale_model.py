@@ -110,7 +110,7 @@ class Params:
     start_spread_s: float = 30.0  # workers join uniformly over this window
     claim_ahead: bool = True
     gate: bool = True
-    status_threads: int = 8  # status reads records with a few threads (as it reads done markers now)
+    status_threads: int = 8  # the second status time: if status read its records with this many threads
     keeper_phase: bool = True  # keepers look at random phases (False: all at once, for hand-computed cases)
     tries_per_summary: int = 3  # shards found taken before a worker waits for the next summary (0: no limit)
     writer_dies_at: float | None = None  # the summary writer's node dies at this share of the ideal
@@ -682,10 +682,11 @@ def measured_ops(bench: dict) -> dict[str, float]:
     return out
 
 
-# Where the code on the summary protocol does not (yet) do what the model charges: the check
-# reports these as differences, and the model keeps the specified cost (see docs/scale.md).
+# Where the code on the summary protocol does not do what the specification says: the check
+# reports these as differences; the model charges the specified cost, or with --use-measured
+# the measured one (see docs/scale.md).
 GAPS: dict[str, str] = {
-    "status_per_running": "`dj-elastic status` still reads every shard's records, not the summary",
+    "status_per_running": "`dj-elastic status` reads each live claim's lease and progress, not its progress only",
 }
 
 
@@ -745,6 +746,7 @@ def ops_from_bench(bench: dict) -> dict[str, float]:
         if m.get("renewal") is not None:
             ops["progress_flush"] = max(0.0, 2 * (m["renewal"] - ops["heartbeat"]))
         ops["gate"] = max(0.0, m.get("gate_per_claim", 0.0))
+        ops["status_per_running"] = m.get("status_per_running", ops["status_per_running"])
         return ops
     ops["walk_claim"] = m["claim_path_ahead"]
     ops["walk_heartbeat"] = m["first_beat"]
@@ -774,7 +776,7 @@ def _fmt_n(x: float) -> str:
 
 HEADER = (
     "| W | S | peak ops/s (10 s) / mean | claim p50 / p99 | ops per claim | makespan / ideal (/ no-failure ideal) "
-    "| lost races | takeovers | writer cycle max | status (8 threads / serial) |"
+    "| lost races | takeovers | writer cycle max | status: ops, serial (8 threads) |"
 )
 
 
@@ -787,7 +789,7 @@ def row(r: Result) -> str:
         f"| {more}{_fmt_s(r.makespan_s)} / {_fmt_s(r.bound_s)} = {more}{r.ratio:.3f} "
         f"({more}{r.makespan_s / r.ideal_s:.3f}) "
         f"| {r.lost_races} | {r.takeovers}/{r.deaths} | {_fmt_s(r.writer_cycle_max_s)} "
-        f"| {_fmt_n(r.status_ops)} ops: {_fmt_s(r.status_s)} / {_fmt_s(r.status_serial_s)} |"
+        f"| {_fmt_n(r.status_ops)}: {_fmt_s(r.status_serial_s)} ({_fmt_s(r.status_s)}) |"
     )
 
 
@@ -798,7 +800,7 @@ def targets(r: Result) -> str:
         ("peak <= C", r.peak_ops_per_s <= p.nas_ops_per_s),
         ("claim p99 < 2 s", r.claim_latency_p99_s < 2.0),
         (f"makespan <= {bound:.2f}x", r.ratio <= bound and r.done_shards == p.shards),
-        ("status < 2 s", r.status_s < 2.0),
+        ("status < 2 s", r.status_serial_s < 2.0),  # status reads one record after another
     ]
     return ", ".join(f"{name}: {'met' if ok else 'MISSED'}" for name, ok in checks)
 
