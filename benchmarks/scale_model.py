@@ -687,6 +687,7 @@ def measured_ops(bench: dict) -> dict[str, float]:
 # the measured one (see docs/scale.md).
 GAPS: dict[str, str] = {
     "status_per_running": "`dj-elastic status` reads each live claim's lease and progress, not its progress only",
+    "idle_poll_base": "a worker walks until it has seen the summary advance: its first polls read every live claim",
 }
 
 

