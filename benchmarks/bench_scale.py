@@ -14,7 +14,8 @@ per activity:
   gate       inside ``ClaimGate.__call__``
   heartbeat  inside ``Heartbeater.beat`` (the first beat runs in the worker's thread, the rest in
              the renewal thread), with the progress flush it triggers
-  exit       ``job_outcome`` at the end of ``run_worker``
+  exit       the job's outcome at the end of ``run_worker`` (``leaving_outcome`` from the summary
+             where the code has one, else ``job_outcome``)
   shard      the fake ``run_shard`` (reading the shard's input)
   run        everything else in a worker's thread (attempt records, publication, release)
   ahead      everything else in the claim-ahead helper (the next shard's input check)
@@ -23,15 +24,30 @@ Sections (numbers are JSON on stdout's last line and in ``--out``; a table is pr
 
   claims     W workers x S shards, claim-ahead on (as the executor runs it) and off:
              ops per claim (claim path, gate included), per shard run, per heartbeat, per exit
-  idle       K live claims held by stalled holders (one worker each, heartbeating and
-             updating progress), every other shard done: ops per idle poll of a worker that
+  idle       K live claims (10, 100, 300) held by stalled holders (one worker each, TTL 20 s,
+             heartbeating and updating progress), every other shard of a 2,000-shard job done
+             by 4 finishers: ops per idle poll of a worker that
              finds nothing to claim, ClaimGate ops per evaluation (a node with done shards, the
              tail: no shard is never-claimed), ``dj-elastic status`` ops (the snapshot the CLI
              prints, ``status_once``, in-process), a stopped worker's exit, ``wait_settled``
              ops per poll, and the holders' ops per heartbeat
   status     ``dj-elastic status`` of the finished claims job (S done, 0 running)
 
-    python benchmarks/bench_scale.py --out /tmp/dje-scale.json    # ~4 min on 2 cores
+With the job summary (``jobdir.summary_keeper``) each worker's keeper thread counts as
+"keeper", and its rounds are counted as the writer's or another process's look.  A thread
+started while a worker does something (status's reader pool) counts for that activity.
+One limit of threads: the job summary's reader is registered per process and job
+(``job_summary.register_reader``), so the gate, ``wait_settled`` and the exit of every worker
+thread read through the last registered one, whose cached view (0.5 s) they share; in a real
+deployment each process has its own, and those counts can be up to one ``summary/summary.seq``
+read higher per call.
+
+    python benchmarks/bench_scale.py --out /tmp/dje-scale.json    # 15-25 min on 2 shared cores
+    python benchmarks/bench_scale.py --reuse --sections status,idle   # the idle runs alone, ~8 min
+
+Most of the time is building the 20,000-shard job (1-1.5 min), 128 workers each loading its
+manifest (1-2.5 min per claims run), the claims themselves (2-4 min each) and the idle runs'
+hundreds of holder threads; a smaller ``--shards`` / ``--held`` is quicker.
 """
 
 from __future__ import annotations
