@@ -7,7 +7,8 @@ takeover and release records and rules of a shard, ``jobdir.leases``) and, every
 (``jobdir.job_summary``).  A round costs O(workers + live claims) metadata operations,
 whatever the number of shards:
 
-* one listing of ``paces/`` and a read of each pace record that has not said it stopped;
+* one listing of ``paces/`` and a read of each pace record that has not said it stopped
+  (records are read :data:`READ_THREADS` at a time: each is a round trip to the server);
 * one listing of ``done/`` and one of ``failed/`` (names only: the done set and the
   terminal failures);
 * one read of the heartbeat of each live claim the pace records name.  The writer
@@ -28,6 +29,7 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from typing import Final
 
 from loguru import logger
@@ -55,6 +57,9 @@ from data_juicer_elastic.sharedfs.identity import WorkerIdentity, pid_alive
 SILENT_INTERVALS: Final = 3
 
 
+READ_THREADS: Final = 8  # records a round reads at a time: each is a round trip to the server
+
+
 class PaceCache:
     """The writer's copy of the pace records: a record that said it stopped is not read again."""
 
@@ -64,14 +69,13 @@ class PaceCache:
 
     def refresh(self) -> dict[str, PaceRecord]:
         names = [n for n in fsio.list_names(self.layout.paces_dir) if n.endswith(".json") and not n.startswith(".")]
-        records: dict[str, PaceRecord] = {}
-        for name in names:
-            known = self.records.get(name)
-            record = known if known is not None and known.stopped else read_pace(self.layout, name)
-            if record is not None:
-                records[name] = record
-        self.records = records
-        return records
+        known = {name: self.records[name] for name in names if name in self.records and self.records[name].stopped}
+        unread = [name for name in names if name not in known]
+        with ThreadPoolExecutor(max_workers=READ_THREADS) as pool:
+            fresh = dict(zip(unread, pool.map(lambda name: read_pace(self.layout, name), unread), strict=True))
+        records = {name: known.get(name) or fresh.get(name) for name in names}
+        self.records = {name: record for name, record in records.items() if record is not None}
+        return self.records
 
 
 def compose_summary(
@@ -102,7 +106,10 @@ def compose_summary(
                 newest[held.shard_id] = (record, held.generation, held.attempt_id)
     for shard in done:
         observer.forget(shard)
-    live = [_watch(layout, observer, identity, shard, *held) for shard, held in sorted(newest.items())]
+    held = sorted(newest.items())
+    with ThreadPoolExecutor(max_workers=READ_THREADS) as pool:  # the reads overlap; the observer judges in order
+        beats = list(pool.map(lambda item: leases.read_heartbeat(layout, item[0], item[1][1]), held))
+    live = [_watch(observer, identity, shard, *h, beat) for (shard, h), beat in zip(held, beats, strict=True)]
     return JobSummary(
         job_id=manifest.job_id,
         num_shards=manifest.num_shards,
@@ -119,8 +126,8 @@ def compose_summary(
     )
 
 
-def _watch(layout, observer, identity, shard: str, record: PaceRecord, generation: int, attempt: str) -> LiveClaim:
-    heartbeat, error = leases.read_heartbeat(layout, shard, generation)
+def _watch(observer, identity, shard: str, record: PaceRecord, generation: int, attempt: str, beat) -> LiveClaim:
+    heartbeat, error = beat
     token = leases.token_text(generation, heartbeat, error)
     unchanged = observer.observe(Sighting(shard, token))
     dead = (

@@ -131,6 +131,7 @@ class _Reader:
         self.exact, self.summary = exact, summary
         self.attempts_root = str(layout.attempts_dir)
         self.live: dict = {}
+        self.live_progress: dict = {}
         if not exact:
             self.done = shard_names(layout.done_dir, ".json")
             self.failed = shard_names(layout.failed_dir, ".json")
@@ -138,6 +139,10 @@ class _Reader:
         if summary is not None:  # the summary's live claims stand for claims/; no done marker is read
             self.live = {c.shard_id: c for c in summary.live if c.shard_id not in self.done}
             self.claimed = set(self.live)
+            # their progress records are all that is read of them, a few at a time (one round trip each)
+            self.live_progress = _read_progress(
+                layout, [c for c in self.live.values() if c.shard_id not in self.failed]
+            )
         elif not exact:
             self.claimed = shard_names(layout.claims_dir, "")
             self.done_bytes = _read_all(layout.done_dir, sorted(self.done), ".json")
@@ -168,6 +173,8 @@ class _Reader:
             base.update(generation=None, attempts=None, failures=unread)
             if shard in self.done:  # trusted as the summary's writer trusts it
                 return ShardStatus(state=ShardState.DONE, **{**base, "quarantined": None})
+            if shard in self.live_progress:  # a live claim as the summary's writer saw it last
+                return self._live(shard, self.live[shard], base)
         if self.exact or (self.summary is None and shard in self.done):
             data = None if self.exact else self.done_bytes.get(shard)
             markers = read_markers(self.layout, shard, done_data=data, failed=False)
@@ -228,6 +235,26 @@ class _Reader:
         stale = stale or leases.holder_dead_here(view, self.identity) or vouched_stale(self.live.get(shard), view)
         return ShardStatus(state=decide_state(markers, held=True, stale=stale), **base)
 
+    def _live(self, shard: str, claim, base: dict[str, Any]) -> ShardStatus:
+        """A running shard from the summary: its claim (generation, attempt, holder) and the writer's
+        judgement (stale, and for how long its heartbeat was unchanged), plus its progress record.
+        Up to one summary interval old: a claim released since still shows running until the next."""
+        failures = self._failures(shard)
+        base.update(
+            generation=claim.generation,
+            attempts=claim.generation,
+            owner_node=claim.node_id,
+            owner_pid=claim.pid,
+            attempt_id=claim.attempt_id,
+            failures=len(failures),
+            last_error=failures[-1].error if failures else None,
+            batching=self._batching(shard, claim.attempt_id),
+            log_path=self._log(shard, claim.attempt_id),
+            heartbeat_age_secs=claim.unchanged_secs,
+            progress=self.live_progress[shard],
+        )
+        return ShardStatus(state=decide_state(Markers(shard), held=True, stale=claim.stale), **base)
+
     def _failures(self, shard: str) -> list:
         if not self.exact and shard not in self.with_failures:
             return []
@@ -257,6 +284,16 @@ class _Reader:
         except JobDirError:  # "unknown" holder of a corrupt claim
             return None
         return f"{self.attempts_root}/{shard}/{attempt_id}/{LOG_FILE}"
+
+
+def _read_progress(layout: JobLayout, claims: list) -> dict[str, progress.ProgressRecord | None]:
+    """``{shard: progress record or None}`` of live claims, read with a few threads."""
+
+    def read(claim) -> progress.ProgressRecord | None:
+        return progress.read_attempt_progress(layout, claim.shard_id, claim.attempt_id)[0]
+
+    with ThreadPoolExecutor(max_workers=READ_THREADS) as pool:
+        return dict(zip([c.shard_id for c in claims], pool.map(read, claims), strict=True))
 
 
 def _read_all(directory: Path, shards: list[str], suffix: str) -> dict[str, bytes]:

@@ -6,13 +6,14 @@ whatever the number of shards (``job_status`` reads the rest):
 * the summary, and one listing each of ``done/``, ``failed/`` and ``failures/``: names only,
   trusted as the summary's writer trusts them (a shard finished after the summary was
   written is done all the same);
-* the lease, heartbeat mtime and progress record of each shard the summary lists as a live
-  claim and the listings do not settle; the records of each terminally failed shard;
+* the progress record of each shard the summary lists as a live claim and the listings do not
+  settle (its claim, holder and staleness are the summary's: as its writer saw them, up to one
+  summary interval ago); the records of each terminally failed shard;
 * the workers' pace records (``jobdir.pace``: one listing, one read each) for the per-node
-  counts of accepted results and output rows, fresher than the summary's copy of them.
+  counts of accepted results, rows and quarantined rows, fresher than the summary's copy.
 
-Never one read per done shard: their owner, output rows, attempts and quarantined rows are
-not known here (None).  A shard neither done, failed nor live in the summary is PENDING
+Records are read a few at a time (each is a round trip to the server).  Never one read per done
+shard: their owner, output rows and attempts are not known here (None).  A shard neither done, failed nor live in the summary is PENDING
 without a read, so a claim made after the summary was written shows as pending until the
 next summary (one summary interval, a few seconds).
 """
@@ -20,6 +21,7 @@ next summary (one summary interval, a few seconds).
 from __future__ import annotations
 
 from collections import defaultdict
+from concurrent.futures import ThreadPoolExecutor
 
 from data_juicer_elastic.jobdir.job_summary import LiveClaim
 from data_juicer_elastic.jobdir.layout import JobLayout
@@ -28,16 +30,19 @@ from data_juicer_elastic.jobdir.pace import read_pace
 from data_juicer_elastic.sharedfs import fsio
 from data_juicer_elastic.status.snapshot_types import NodeTally
 
+READ_THREADS = 8
+
 
 def node_tallies(layout: JobLayout) -> list[NodeTally]:
     """Accepted results, input and output rows, quarantined rows and the first claim per node,
     summed over its worker processes' pace records (one listing of ``paces/``, one read per
     record; a missing or corrupt record counts nothing)."""
     records: dict[str, list] = defaultdict(list)
-    for name in fsio.list_names(layout.paces_dir):
-        record = read_pace(layout, name)
-        if record is not None:
-            records[record.node_id].append(record)
+    with ThreadPoolExecutor(max_workers=READ_THREADS) as pool:  # one round trip each: a few at a time
+        found = pool.map(lambda name: read_pace(layout, name), fsio.list_names(layout.paces_dir))
+        for record in found:
+            if record is not None:
+                records[record.node_id].append(record)
     tallies = []
     for node, found in sorted(records.items()):
         firsts = [r.first_claimed_at for r in found if r.first_claimed_at is not None]
