@@ -181,17 +181,9 @@ class _Reader:
             state = decide_state(markers)
             if state is ShardState.DONE:
                 result = markers.result
-                failures = self._failures(shard)
                 base.update(
-                    generation=result.generation,
-                    attempts=result.generation,
-                    owner_node=result.node_id,
-                    attempt_id=result.attempt_id,
+                    **self._holder(shard, result.generation, result.node_id, result.attempt_id),
                     output_rows=result.rows,
-                    failures=len(failures),
-                    last_error=failures[-1].error if failures else None,
-                    batching=self._batching(shard, result.attempt_id),
-                    log_path=self._log(shard, result.attempt_id),
                     quarantined=result.errors.rows if result.errors is not None else 0,
                     errors_path=result.errors.path if result.errors is not None else None,
                 )
@@ -239,21 +231,27 @@ class _Reader:
         """A running shard from the summary: its claim (generation, attempt, holder) and the writer's
         judgement (stale, and for how long its heartbeat was unchanged), plus its progress record.
         Up to one summary interval old: a claim released since still shows running until the next."""
-        failures = self._failures(shard)
         base.update(
-            generation=claim.generation,
-            attempts=claim.generation,
-            owner_node=claim.node_id,
+            **self._holder(shard, claim.generation, claim.node_id, claim.attempt_id),
             owner_pid=claim.pid,
-            attempt_id=claim.attempt_id,
-            failures=len(failures),
-            last_error=failures[-1].error if failures else None,
-            batching=self._batching(shard, claim.attempt_id),
-            log_path=self._log(shard, claim.attempt_id),
             heartbeat_age_secs=claim.unchanged_secs,
             progress=self.live_progress[shard],
         )
         return ShardStatus(state=decide_state(Markers(shard), held=True, stale=claim.stale), **base)
+
+    def _holder(self, shard: str, generation: int, node: str, attempt_id: str) -> dict[str, Any]:
+        """What a shard's status says of the attempt that holds or published it."""
+        failures = self._failures(shard)
+        return dict(
+            generation=generation,
+            attempts=generation,
+            owner_node=node,
+            attempt_id=attempt_id,
+            failures=len(failures),
+            last_error=failures[-1].error if failures else None,
+            batching=self._batching(shard, attempt_id),
+            log_path=self._log(shard, attempt_id),
+        )
 
     def _failures(self, shard: str) -> list:
         if not self.exact and shard not in self.with_failures:
