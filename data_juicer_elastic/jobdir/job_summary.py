@@ -231,13 +231,12 @@ class SummaryReader:
         self._changed_at = 0.0
         self._view: SummaryView | None = None
         self._advancing = False
-        self.reads = 0  # summaries read (tests and benchmarks)
         self._lock = threading.Lock()  # the worker loop, the claim-ahead helper and the keeper share it
 
-    def view(self, *, refresh: bool = False) -> SummaryView | None:
+    def view(self) -> SummaryView | None:
         with self._lock:
             now = self.clock()
-            if refresh or self._checked_at is None or now - self._checked_at >= self.min_interval:
+            if self._checked_at is None or now - self._checked_at >= self.min_interval:
                 self._checked_at = now
                 self._refresh(now)
         return self.current()
@@ -259,7 +258,6 @@ class SummaryReader:
         if seq is None or seq.job_id != self.manifest.job_id or seq.seq == self._seq:
             return
         summary = read_summary(self.layout, self.manifest)
-        self.reads += 1
         if summary is None:
             return
         self._advancing = self._seq is not None  # a change seen, not only a first sight
@@ -269,18 +267,20 @@ class SummaryReader:
 
 # This process's reader of each job it works on: the worker loop registers it, and whatever else in
 # the process asks about the job (the claim gate, settle, the outcome at the end) reads through it.
-_readers: dict[tuple[str, str], SummaryReader] = {}
+_readers: dict[str, SummaryReader] = {}  # by job directory
 
 
 def register_reader(reader: SummaryReader) -> None:
-    _readers[(str(reader.layout.root), reader.manifest.job_id)] = reader
+    _readers[str(reader.layout.root)] = reader
 
 
 def reader_for(
     layout: JobLayout, manifest: Manifest, *, ttl_secs: float | None = None, clock: Callable[[], float] = time.monotonic
 ) -> SummaryReader | None:
     """This process's reader of the job; with ``ttl_secs`` one is made (and kept) when there is none."""
-    reader = _readers.get((str(layout.root), manifest.job_id))
+    reader = _readers.get(str(layout.root))
+    if reader is not None and reader.manifest.job_id != manifest.job_id:
+        reader = None  # another job in the same directory: this reader's summaries are not its
     if reader is None and ttl_secs is not None:
         reader = SummaryReader(layout, manifest, ttl_secs=ttl_secs, clock=clock)
         register_reader(reader)
@@ -290,10 +290,8 @@ def reader_for(
 def view_of(layout: JobLayout) -> SummaryView | None:
     """A fresh summary of the job in ``layout`` as this process reads it (its manifest need not be
     at hand); None without one."""
-    for (root, _), reader in list(_readers.items()):
-        if root == str(layout.root):
-            return reader.view()
-    return None
+    reader = _readers.get(str(layout.root))
+    return None if reader is None else reader.view()
 
 
 def current_view(layout: JobLayout, manifest: Manifest) -> SummaryView | None:

@@ -110,11 +110,6 @@ class PaceWriter:
     def key(self) -> str:
         return self._record.worker
 
-    @property
-    def record(self) -> PaceRecord:
-        with self._lock:
-            return self._record
-
     def holding(self, shard_id: str, generation: int, attempt_id: str) -> None:
         now = time.time()
         self._change(

@@ -8,7 +8,7 @@ takeover and release records and rules of a shard, ``jobdir.leases``) and, every
 whatever the number of shards:
 
 * one listing of ``paces/`` and a read of each pace record that has not said it stopped
-  (records are read :data:`READ_THREADS` at a time: each is a round trip to the server);
+  (records are read a few at a time, ``fsio.read_many``: each is a round trip to the server);
 * one listing of ``done/`` and one of ``failed/`` (names only: the done set and the
   terminal failures);
 * one read of the heartbeat of each live claim the pace records name.  The writer
@@ -29,7 +29,6 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
 from typing import Final
 
 from loguru import logger
@@ -57,9 +56,6 @@ from data_juicer_elastic.sharedfs.identity import WorkerIdentity, pid_alive
 SILENT_INTERVALS: Final = 3
 
 
-READ_THREADS: Final = 8  # records a round reads at a time: each is a round trip to the server
-
-
 class PaceCache:
     """The writer's copy of the pace records: a record that said it stopped is not read again."""
 
@@ -71,8 +67,7 @@ class PaceCache:
         names = [n for n in fsio.list_names(self.layout.paces_dir) if n.endswith(".json") and not n.startswith(".")]
         known = {name: self.records[name] for name in names if name in self.records and self.records[name].stopped}
         unread = [name for name in names if name not in known]
-        with ThreadPoolExecutor(max_workers=READ_THREADS) as pool:
-            fresh = dict(zip(unread, pool.map(lambda name: read_pace(self.layout, name), unread), strict=True))
+        fresh = dict(zip(unread, fsio.read_many(lambda name: read_pace(self.layout, name), unread), strict=True))
         records = {name: known.get(name) or fresh.get(name) for name in names}
         self.records = {name: record for name, record in records.items() if record is not None}
         return self.records
@@ -88,10 +83,12 @@ def compose_summary(
     seq: str,
     writer: str,
     interval_secs: float,
+    index: dict[str, int] | None = None,
 ) -> JobSummary:
     """One round: the done set and terminal failures from two listings, the live claims and
-    the nodes' pace from the pace records, one heartbeat read per live claim."""
-    index = {entry.shard_id: i for i, entry in enumerate(manifest.shards)}
+    the nodes' pace from the pace records, one heartbeat read per live claim.  ``index``: each
+    shard's place in the manifest (a keeper builds it once, not every round)."""
+    index = index if index is not None else {entry.shard_id: i for i, entry in enumerate(manifest.shards)}
     done = {shard for shard in attempts.list_done(layout) if shard in index}
     failed = sorted(
         name[: -len(".json")]
@@ -107,8 +104,7 @@ def compose_summary(
     for shard in done:
         observer.forget(shard)
     held = sorted(newest.items())
-    with ThreadPoolExecutor(max_workers=READ_THREADS) as pool:  # the reads overlap; the observer judges in order
-        beats = list(pool.map(lambda item: leases.read_heartbeat(layout, item[0], item[1][1]), held))
+    beats = fsio.read_many(lambda item: leases.read_heartbeat(layout, item[0], item[1][1]), held)  # judged in order
     live = [_watch(observer, identity, shard, *h, beat) for (shard, h), beat in zip(held, beats, strict=True)]
     return JobSummary(
         job_id=manifest.job_id,
@@ -201,6 +197,7 @@ class SummaryKeeper:
         self.lease_observer = StalenessObserver(ttl_secs, clock)  # the writer's lease, watched by a would-be taker
         self.claims_observer = StalenessObserver(ttl_secs, clock)  # the live claims, watched while writing
         self.paces = PaceCache(layout)
+        self.index = {entry.shard_id: i for i, entry in enumerate(manifest.shards)}
         self.claim: Claim | None = None
         self.heartbeater: leases.Heartbeater | None = None
         self.rounds = 0
@@ -229,6 +226,7 @@ class SummaryKeeper:
             seq=f"{self.claim.generation}.{self.rounds}",
             writer=self.pace.key,
             interval_secs=self.interval_secs,
+            index=self.index,
         )
         write_summary(self.layout, summary)
 

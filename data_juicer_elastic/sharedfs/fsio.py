@@ -24,9 +24,10 @@ import hashlib
 import os
 import secrets
 import shutil
-from collections.abc import Iterator
+from collections.abc import Callable, Iterable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import BinaryIO, Final
+from typing import BinaryIO, Final, TypeVar
 
 from data_juicer_elastic.errors import JobDirError
 from data_juicer_elastic.sharedfs.checked_writer import CHUNK, CheckedWriter
@@ -36,6 +37,8 @@ MAX_RECORD_BYTES: Final = 4 * 1024 * 1024
 _LINK_ATTEMPTS: Final = 4
 _READ_ATTEMPTS: Final = 3
 _AMBIGUOUS_ERRNOS: Final = frozenset({errno.EIO, errno.ESTALE, errno.ETIMEDOUT})
+READ_THREADS: Final = 8  # reads in flight at once (read_many)
+_Item, _Read = TypeVar("_Item"), TypeVar("_Read")
 
 
 # -- directories ----------------------------------------------------------------------------
@@ -141,6 +144,16 @@ def _read_at_most(handle: BinaryIO, limit: int) -> bytes:
         parts.append(part)
         size += len(part)
     return parts[0] if len(parts) == 1 else b"".join(parts)
+
+
+def read_many(read: Callable[[_Item], _Read], items: Iterable[_Item]) -> list[_Read]:
+    """``[read(item) for item in items]``, :data:`READ_THREADS` at a time: on NFS each open is a
+    round trip to the server, and threads overlap them (reads release the GIL)."""
+    items = list(items)
+    if len(items) <= 1:
+        return [read(item) for item in items]
+    with ThreadPoolExecutor(max_workers=READ_THREADS) as pool:
+        return list(pool.map(read, items))
 
 
 def exists(path: Path) -> bool:

@@ -30,10 +30,9 @@ from __future__ import annotations
 import json
 import os
 import time
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 from pathlib import Path
-from typing import Any, Final
+from typing import Any
 
 from data_juicer_elastic.errors import JobDirError
 from data_juicer_elastic.jobdir import attempts, failures, leases, progress
@@ -57,8 +56,6 @@ from data_juicer_elastic.status.scan_phase import scanned_phase, shard_names
 from data_juicer_elastic.status.snapshot_types import FROM_SUMMARY, JobSnapshot, JsonDict, ShardStatus, SummaryNote
 from data_juicer_elastic.status.summary_mode import node_tallies, vouched_stale
 from data_juicer_elastic.status.throughput import summarize
-
-READ_THREADS: Final = 8
 
 
 def snapshot_json(snap: JobSnapshot) -> JsonDict:
@@ -290,18 +287,14 @@ def _read_progress(layout: JobLayout, claims: list) -> dict[str, progress.Progre
     def read(claim) -> progress.ProgressRecord | None:
         return progress.read_attempt_progress(layout, claim.shard_id, claim.attempt_id)[0]
 
-    with ThreadPoolExecutor(max_workers=READ_THREADS) as pool:
-        return dict(zip([c.shard_id for c in claims], pool.map(read, claims), strict=True))
+    return dict(zip([c.shard_id for c in claims], fsio.read_many(read, claims), strict=True))
 
 
 def _read_all(directory: Path, shards: list[str], suffix: str) -> dict[str, bytes]:
-    """``{shard: bytes}`` of ``directory/<shard><suffix>``, read with a few threads: on NFS each
-    open is a round trip to the server, and threads overlap them (reads release the GIL).
-    Unreadable files are left out (the caller's own read then reports them)."""
-    paths = [Path(f"{directory}/{shard}{suffix}") for shard in shards]
-    with ThreadPoolExecutor(max_workers=READ_THREADS) as pool:
-        found = pool.map(_read_quietly, paths, chunksize=256)
-        return {shard: data for shard, data in zip(shards, found, strict=True) if data is not None}
+    """``{shard: bytes}`` of ``directory/<shard><suffix>`` (``fsio.read_many``).  Unreadable files
+    are left out (the caller's own read then reports them)."""
+    found = fsio.read_many(_read_quietly, [Path(f"{directory}/{shard}{suffix}") for shard in shards])
+    return {shard: data for shard, data in zip(shards, found, strict=True) if data is not None}
 
 
 def _read_quietly(path: Path) -> bytes | None:

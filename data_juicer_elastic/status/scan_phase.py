@@ -10,10 +10,9 @@ begin with their start time) measured from the plan's creation (the submission).
 
 from __future__ import annotations
 
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Final
+from typing import Any
 
 from data_juicer_elastic.errors import JobDirError
 from data_juicer_elastic.jobdir.attempts import read_done
@@ -21,8 +20,6 @@ from data_juicer_elastic.jobdir.layout import JobLayout, parse_shard_id
 from data_juicer_elastic.jobdir.plan_records import JobPlan, ScanResult
 from data_juicer_elastic.jobdir.records import Manifest
 from data_juicer_elastic.sharedfs import fsio
-
-READ_THREADS: Final = 8
 
 
 @dataclass(frozen=True)
@@ -81,8 +78,7 @@ def read_scan_phase(layout: JobLayout, plan: JobPlan) -> ScanPhase:
     done = sorted(shard_names(scans.done_dir, ".json") & ids)
     claimed = shard_names(scans.claims_dir, "") & ids
     failed = shard_names(scans.failed_dir, ".json") & ids
-    with ThreadPoolExecutor(max_workers=READ_THREADS) as pool:
-        results = [r for r in pool.map(lambda shard: read_done(scans, shard)[0], done, chunksize=256) if r]
+    results = [r for r in fsio.read_many(lambda shard: read_done(scans, shard)[0], done) if r]
     results = [r for r in results if isinstance(r, ScanResult)]
     compressed = [i.size for i in plan.inputs if i.codec != "none"]
     return ScanPhase(

@@ -22,7 +22,6 @@ seconds).
 from __future__ import annotations
 
 from collections import defaultdict
-from concurrent.futures import ThreadPoolExecutor
 
 from data_juicer_elastic.jobdir.job_summary import LiveClaim
 from data_juicer_elastic.jobdir.layout import JobLayout
@@ -31,19 +30,15 @@ from data_juicer_elastic.jobdir.pace import read_pace
 from data_juicer_elastic.sharedfs import fsio
 from data_juicer_elastic.status.snapshot_types import NodeTally
 
-READ_THREADS = 8
-
 
 def node_tallies(layout: JobLayout) -> list[NodeTally]:
     """Accepted results, input and output rows, quarantined rows and the first claim per node,
     summed over its worker processes' pace records (one listing of ``paces/``, one read per
     record; a missing or corrupt record counts nothing)."""
     records: dict[str, list] = defaultdict(list)
-    with ThreadPoolExecutor(max_workers=READ_THREADS) as pool:  # one round trip each: a few at a time
-        found = pool.map(lambda name: read_pace(layout, name), fsio.list_names(layout.paces_dir))
-        for record in found:
-            if record is not None:
-                records[record.node_id].append(record)
+    for record in fsio.read_many(lambda name: read_pace(layout, name), fsio.list_names(layout.paces_dir)):
+        if record is not None:
+            records[record.node_id].append(record)
     tallies = []
     for node, found in sorted(records.items()):
         firsts = [r.first_claimed_at for r in found if r.first_claimed_at is not None]
