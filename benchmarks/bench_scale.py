@@ -513,12 +513,7 @@ def run_idle(job: Path, held: int, *, finishers: int, polls: int, poll: float, t
     out["gate_ops"] = gate_ops
 
     # 3. dj-elastic status (text and JSON) in-process, counted
-    for as_json in (False, True):
-        COUNTS.reset()
-        with activity("status"):
-            _, secs = _timed(lambda j=as_json: status_once(job, as_json=j, show_all=False, ttl_secs=ttl))
-        key = "status_json" if as_json else "status"
-        out[f"{key}_ops"], out[f"{key}_s"] = COUNTS.total({"status"}), round(secs, 3)
+    out.update(count_status(job, ttl))
 
     # 4. wait_settled (an instance that stopped claiming waits for the others): ops per poll
     COUNTS.reset()
@@ -560,15 +555,22 @@ def run_idle(job: Path, held: int, *, finishers: int, polls: int, poll: float, t
     return out
 
 
-def run_status(job: Path, ttl: float) -> dict:
-    fault_seam.set_fault_hook(COUNTS.hook)
-    out = {"shards": len(load_manifest(job).shards), "done": len(os.listdir(JobLayout(job).done_dir)), "held": 0}
+def count_status(job: Path, ttl: float) -> dict:
+    """Ops and seconds of ``dj-elastic status`` (text, then JSON) in-process (the fault hook is set)."""
+    out = {}
     for as_json in (False, True):
         COUNTS.reset()
         with activity("status"):
             _, secs = _timed(lambda j=as_json: status_once(job, as_json=j, show_all=False, ttl_secs=ttl))
         key = "status_json" if as_json else "status"
         out[f"{key}_ops"], out[f"{key}_s"] = COUNTS.total({"status"}), round(secs, 3)
+    return out
+
+
+def run_status(job: Path, ttl: float) -> dict:
+    fault_seam.set_fault_hook(COUNTS.hook)
+    out = {"shards": len(load_manifest(job).shards), "done": len(os.listdir(JobLayout(job).done_dir)), "held": 0}
+    out.update(count_status(job, ttl))
     fault_seam.set_fault_hook(None)
     return out
 
