@@ -159,11 +159,17 @@ def heartbeat_age(layout: JobLayout, shard_id: str, generation: int, now: float 
 def holder_dead_here(view: LeaseView, identity: WorkerIdentity) -> bool:
     """The claim was made in our kernel and pid namespace and its pid is gone: dead for sure."""
     claim = view.claim
-    if claim is None or claim.pid == identity.pid:
+    return claim is not None and process_gone_here(identity, claim)
+
+
+def process_gone_here(identity: WorkerIdentity, process) -> bool:
+    """``process`` (a record with hostname, boot_id, pid_namespace and pid: a claim, a pace
+    record) ran in our kernel and pid namespace, is not us, and its pid is gone."""
+    if process.pid == identity.pid:
         return False
-    if not identity.same_kernel_namespace(claim.hostname, claim.boot_id, claim.pid_namespace):
+    if not identity.same_kernel_namespace(process.hostname, process.boot_id, process.pid_namespace):
         return False
-    return not pid_alive(claim.pid)
+    return not pid_alive(process.pid)
 
 
 def takeover_reason(

@@ -50,7 +50,7 @@ from data_juicer_elastic.jobdir.pace import PaceRecord, PaceWriter, read_pace
 from data_juicer_elastic.jobdir.reasons import ReleaseReason
 from data_juicer_elastic.jobdir.records import Manifest
 from data_juicer_elastic.sharedfs import fsio
-from data_juicer_elastic.sharedfs.identity import WorkerIdentity, pid_alive
+from data_juicer_elastic.sharedfs.identity import WorkerIdentity
 
 # The summary is missing or has not advanced for this many intervals: look at the writer's lease.
 SILENT_INTERVALS: Final = 3
@@ -126,11 +126,7 @@ def _watch(observer, identity, shard: str, record: PaceRecord, generation: int, 
     heartbeat, error = beat
     token = leases.token_text(generation, heartbeat, error)
     unchanged = observer.observe(Sighting(shard, token))
-    dead = (
-        record.pid != identity.pid
-        and identity.same_kernel_namespace(record.hostname, record.boot_id, record.pid_namespace)
-        and not pid_alive(record.pid)
-    )
+    dead = leases.process_gone_here(identity, record)
     return LiveClaim(
         shard_id=shard,
         generation=generation,
