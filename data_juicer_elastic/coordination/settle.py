@@ -26,15 +26,13 @@ from data_juicer_elastic.coordination.run_records import WORK
 from data_juicer_elastic.errors import ElasticError, ParticipationError, ShardFailedError
 from data_juicer_elastic.jobdir import heartbeats, job_summary
 from data_juicer_elastic.jobdir.layout import JobLayout
-from data_juicer_elastic.jobdir.outcome import leaving_outcome
+from data_juicer_elastic.jobdir.outcome import leaving_outcome, terminal_infos
 from data_juicer_elastic.jobdir.records import Manifest
 from data_juicer_elastic.jobdir.shard_state import (
-    Markers,
     ShardState,
     TerminalInfo,
     decide_state,
     observe_state,
-    read_failed_marker,
     read_markers,
 )
 from data_juicer_elastic.sharedfs import fsio
@@ -58,21 +56,9 @@ def terminal_failures(layout: JobLayout, *, from_summary: bool = False) -> list[
     that may lag a summary interval), and read by name."""
     view = job_summary.view_of(layout) if from_summary else None
     if view is not None:
-        names = [f"{shard}.json" for shard in sorted(view.failed)]
-    else:
-        names = fsio.list_names(layout.failed_dir)
-    found = []
-    for name in names:
-        if name.startswith(".") or not name.endswith(".json"):
-            continue
-        shard_id = name[: -len(".json")]
-        try:
-            markers = read_failed_marker(layout, Markers(shard_id))
-        except ElasticError:  # a foreign file name in failed/
-            continue
-        if decide_state(markers) is ShardState.FAILED:
-            found.append(markers.terminal_info)
-    return found
+        return terminal_infos(layout, sorted(view.failed))
+    names = fsio.list_names(layout.failed_dir)
+    return terminal_infos(layout, [n[: -len(".json")] for n in names if not n.startswith(".") and n.endswith(".json")])
 
 
 class AbortWatcher:

@@ -7,6 +7,9 @@ reads O(terminal failures), not O(shards)).
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
+from data_juicer_elastic.errors import ElasticError
 from data_juicer_elastic.jobdir.job_summary import SummaryReader
 from data_juicer_elastic.jobdir.layout import JobLayout
 from data_juicer_elastic.jobdir.records import Manifest
@@ -55,9 +58,18 @@ def leaving_outcome(
         return job_outcome(layout, manifest, known_done)
     if view.all_done:
         return True, []
-    terminal = []
-    for shard in sorted(view.failed):
-        info = read_failed_marker(layout, Markers(shard)).terminal_info
-        if info is not None:
-            terminal.append(info)
-    return False, terminal
+    return False, terminal_infos(layout, sorted(view.failed))
+
+
+def terminal_infos(layout: JobLayout, shard_ids: Iterable[str]) -> list[TerminalInfo]:
+    """The terminal failures among ``shard_ids`` (names from ``failed/`` or the summary: hints),
+    each failed marker read by name; a name that is no shard id is skipped."""
+    found = []
+    for shard in shard_ids:
+        try:
+            markers = read_failed_marker(layout, Markers(shard))
+        except ElasticError:  # a foreign file name in failed/
+            continue
+        if decide_state(markers) is ShardState.FAILED:
+            found.append(markers.terminal_info)
+    return found
