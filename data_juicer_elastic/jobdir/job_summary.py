@@ -116,6 +116,13 @@ def decode_bitmap(text: str, n: int) -> bytes:
     return bits
 
 
+def seq_order(seq: str) -> tuple[int, int] | None:
+    """``(writer generation, round)`` of a sequence, to order rounds of different writers; None for
+    a sequence of another form."""
+    generation, _, rest = seq.partition(".")
+    return (int(generation), int(rest)) if generation.isdigit() and rest.isdigit() else None
+
+
 def write_summary(layout: JobLayout, summary: JobSummary) -> None:
     """The summary, then its sequence record (a reader that sees the new seq finds the new summary)."""
     fsio.atomic_write(layout.summary, summary.encode(), durable=False)
@@ -231,6 +238,7 @@ class SummaryReader:
         self._changed_at = 0.0
         self._view: SummaryView | None = None
         self._advancing = False
+        self._newest: tuple[int, int] | None = None  # the newest (generation, round) read
         self._lock = threading.Lock()  # the worker loop, the claim-ahead helper and the keeper share it
 
     def view(self) -> SummaryView | None:
@@ -257,9 +265,16 @@ class SummaryReader:
         seq = read_seq(self.layout)
         if seq is None or seq.job_id != self.manifest.job_id or seq.seq == self._seq:
             return
+        order = seq_order(seq.seq)
+        if order is not None and self._newest is not None and order < self._newest:
+            # A writer whose lease was taken over, stalled between its fencing check and its write:
+            # its late round is older than one already read.
+            return
         summary = read_summary(self.layout, self.manifest)
         if summary is None:
             return
+        if order is not None:
+            self._newest = max(order, self._newest or order)
         self._advancing = self._seq is not None  # a change seen, not only a first sight
         self._seq, self._changed_at = seq.seq, now
         self._view = SummaryView(summary, self.manifest)

@@ -19,8 +19,10 @@ whatever the number of shards:
 The others do nothing but notice when the summary stops advancing: only then do they
 read the writer's lease, and take it over by the shard rules (released, or stale on
 their own clock: a new writer is in place about a TTL after the old one died; the
-workers walk the job directory meanwhile).  A writer that loses its lease, or finds a
-newer generation, stops writing before its next round.  When its process leaves, it
+workers walk the job directory meanwhile).  A writer checks its lease before each round and
+again before writing it, and one that lost it, or finds a newer generation, writes nothing
+more; a round it was writing when it stalled may land late, and readers drop it
+(``job_summary.seq_order``).  When its process leaves, it
 writes a last round and releases the lease, so the next writer need not wait a TTL.
 """
 
@@ -224,7 +226,8 @@ class SummaryKeeper:
             interval_secs=self.interval_secs,
             index=self.index,
         )
-        write_summary(self.layout, summary)
+        if self._still_ours():  # again: the round may have taken a while (a writer cannot be fenced
+            write_summary(self.layout, summary)  # while it writes; readers drop an older generation's round)
 
     def tick_if_due(self) -> None:
         """A round when an interval has passed on this keeper's clock (a worker loop driving the

@@ -354,3 +354,25 @@ def test_a_worker_stops_probing_when_the_summary_is_behind(tmp_path, clock, monk
     monkeypatch.setattr(claimer, "_probe", lambda entry, vouched=None: probed.append(entry) or original(entry, vouched))
     assert claimer.claim_next() == (None, False)
     assert len(probed) == claiming.MAX_TAKEN_PER_SUMMARY < 8
+
+
+def test_a_reader_never_goes_back_to_an_older_writers_round(tmp_path, clock):
+    """A writer taken over while it was writing may land one late round: readers that read the newer
+    generation's keep it."""
+    from dataclasses import replace
+
+    from data_juicer_elastic.jobdir.job_summary import write_summary
+
+    job, layout, manifest, _ = _job(tmp_path, 4, done=1)
+    _keeper(layout, manifest, clock).tick()
+    first = read_summary(layout, manifest)
+    reader = SummaryReader(layout, manifest, ttl_secs=TTL, clock=clock, min_interval=0.0)
+    reader.view()
+    for seq in ("2.1", "2.2"):  # generation 2 took the writer's lease over and wrote two rounds
+        write_summary(layout, replace(first, seq=seq))
+        reader.view()
+    assert reader.view().summary.seq == "2.2"
+    write_summary(layout, replace(first, seq="1.3"))  # the old writer's late round
+    assert reader.view().summary.seq == "2.2"
+    write_summary(layout, replace(first, seq="2.3"))
+    assert reader.view().summary.seq == "2.3"
