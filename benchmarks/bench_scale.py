@@ -11,6 +11,12 @@ a worker starts, its heartbeater's and its claim-ahead helper's, count for that 
 per activity:
 
   claim      inside ``claim_next`` (the worker's thread or its claim-ahead helper), gate excluded
+  race       on the summary, a probe of a shard shown free that another worker took or finished
+             since the summary's round (the claimer moves on to the next shard)
+  walk       the same as claim, for a claim made while the worker had no summary it trusted yet (the walk
+             it falls back to: a worker's first claims, before it has seen the summary advance);
+             counted apart so how many claims come before the first round, a matter of timing on
+             a loaded machine, does not change the claim path's cost on the summary
   gate       inside ``ClaimGate.__call__``
   heartbeat  inside ``Heartbeater.beat`` (the first beat runs in the worker's thread, the rest in
              the renewal thread), with the progress flush it triggers
@@ -76,7 +82,7 @@ if str(REPO) not in sys.path:
 from data_juicer_elastic.coordination import settle, stragglers  # noqa: E402
 from data_juicer_elastic.coordination.elections import RunCoordinator  # noqa: E402
 from data_juicer_elastic.coordination.run_id import RunId  # noqa: E402
-from data_juicer_elastic.jobdir import leases, progress, shard_attempt, worker_loop  # noqa: E402
+from data_juicer_elastic.jobdir import claiming, leases, progress, shard_attempt, worker_loop  # noqa: E402
 from data_juicer_elastic.jobdir.layout import JobLayout  # noqa: E402
 from data_juicer_elastic.jobdir.manifest import load_manifest  # noqa: E402
 from data_juicer_elastic.jobdir.tasks import ShardOutput  # noqa: E402
@@ -87,8 +93,8 @@ from data_juicer_elastic.sharedfs.identity import WorkerIdentity  # noqa: E402
 from data_juicer_elastic.status.run_status import status_once  # noqa: E402
 
 WEIGHT = {"makedirs": 3, "write": 0}
-CLAIM_PATH = ("claim", "gate")
-IDLE_THREAD = ("claim", "gate", "run")
+IDLE_POLL = ("claim", "race", "walk", "gate")  # an idle worker's polls, walking ones included (GAPS in the model)
+IDLE_THREAD = (*IDLE_POLL, "run")
 
 
 # -- counting ------------------------------------------------------------------------------------------
@@ -220,6 +226,8 @@ def install() -> None:
     thread_start.bench_wrapped = True
     _PATCHED.append((threading.Thread, "start", start))
     threading.Thread.start = thread_start
+    if _summary_keeper() is not None:
+        _split_walking_claims()  # inside the activity "claim" that _wrap marks
     _wrap(shard_attempt.ShardWorker, "claim_next", "claim", after=_claimed)
     _wrap(stragglers.ClaimGate, "__call__", "gate", after=lambda r: COUNTS.event("gate_calls"))
     _wrap(leases.Heartbeater, "beat", "heartbeat", after=lambda r: COUNTS.event("beats"))
@@ -228,6 +236,58 @@ def install() -> None:
     keeper = _summary_keeper()
     if keeper is not None:
         _wrap_tick(keeper)
+
+
+def _split_walking_claims() -> None:
+    """A claim made without a trusted summary (its claimer never looked at one) moves its ops, the
+    pace record written after it included, from "claim" to "walk" and counts as a walking claim.
+    On the summary, a probe of a shard the summary showed free that another worker had taken or
+    finished since (the summary is a round behind) moves its ops to "race": the model charges
+    those races apart, and how many there are depends on how fast shards go by a round."""
+    learn, claim_next = claiming.Claimer._learn_summary, shard_attempt.ShardWorker.claim_next
+    probe = claiming.Claimer._probe
+    _PATCHED.append((claiming.Claimer, "_learn_summary", learn))
+    _PATCHED.append((claiming.Claimer, "_probe", probe))
+    _PATCHED.append((shard_attempt.ShardWorker, "claim_next", claim_next))
+
+    def learning(self, view):
+        COUNTS.mine().on_summary = True
+        return learn(self, view)
+
+    def probing(self, entry, vouched=None):
+        tl = COUNTS.mine()
+        if getattr(tl, "probing", False) or not getattr(tl, "on_summary", False):
+            return probe(self, entry, vouched)
+        key = (getattr(threading.current_thread(), "bench_owner", threading.current_thread().name), "claim")
+        before, tl.probing = tl.ops[key], True
+        try:
+            outcome = probe(self, entry, vouched)
+        finally:
+            tl.probing = False
+        if outcome in (claiming.BUSY, claiming.SURPRISE):
+            moved = tl.ops[key] - before
+            tl.ops[key] -= moved
+            tl.ops[(key[0], "race")] += moved
+            COUNTS.event("races")
+        return outcome
+
+    def claiming_next(self):
+        tl = COUNTS.mine()
+        tl.on_summary = False
+        key = (getattr(threading.current_thread(), "bench_owner", threading.current_thread().name), "claim")
+        before = tl.ops[key]
+        got, finished = claim_next(self)
+        if not tl.on_summary:
+            moved = tl.ops[key] - before
+            tl.ops[key] -= moved
+            tl.ops[(key[0], "walk")] += moved
+            if got is not None:
+                COUNTS.event("walking_claims")
+        return got, finished
+
+    claiming.Claimer._learn_summary = learning
+    claiming.Claimer._probe = probing
+    shard_attempt.ShardWorker.claim_next = claiming_next
 
 
 def _summary_keeper():
@@ -373,6 +433,7 @@ def run_claims(job: Path, workers: int, *, claim_ahead: bool, poll: float, ttl: 
     done = sum(s.done for s in summaries.values())
     assert done == shards and all(s.complete for s in summaries.values()), (done, shards)
     claims = COUNTS.events_total("claims")
+    walking = COUNTS.events_total("walking_claims")
     acts = COUNTS.by_activity()
     beats = COUNTS.events_total("beats")
     return {
@@ -384,7 +445,14 @@ def run_claims(job: Path, workers: int, *, claim_ahead: bool, poll: float, ttl: 
         "claim_next_calls": COUNTS.events_total("claim_calls"),
         "gate_calls": COUNTS.events_total("gate_calls"),
         "claims_per_s": round(claims / wall, 1),
-        "claim_path_ops_per_claim": round(sum(acts.get(a, 0) for a in CLAIM_PATH) / claims, 2),
+        # on the summary: the claims made with one (the walking ones apart, below); the gate over all
+        "claim_path_ops_per_claim": round(
+            acts.get("claim", 0) / max(claims - walking, 1) + acts.get("gate", 0) / claims, 2
+        ),
+        "walking_claims": walking,
+        "races": COUNTS.events_total("races"),
+        "race_ops_per_race": round(acts.get("race", 0) / max(COUNTS.events_total("races"), 1), 2),
+        "walking_claim_ops_per_claim": round(acts.get("walk", 0) / walking, 2) if walking else None,
         "gate_ops_per_claim": round(acts.get("gate", 0) / claims, 2),
         "run_ops_per_shard": round((acts.get("run", 0) + acts.get("ahead", 0)) / shards, 2),
         "shard_ops_per_shard": round(acts.get("shard", 0) / shards, 2),
@@ -469,7 +537,7 @@ def run_idle(job: Path, held: int, *, finishers: int, polls: int, poll: float, t
     per_poll_all: list[int] = []
 
     def counted_sleep(secs: float) -> None:
-        now = COUNTS.total(CLAIM_PATH, owners={"i0"})
+        now = COUNTS.total(IDLE_POLL, owners={"i0"})
         per_poll.append(now - marks[0])
         marks[0] = now
         everything = COUNTS.total(IDLE_THREAD, owners={"i0"})  # the worker's own thread: + its pace record

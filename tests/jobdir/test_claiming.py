@@ -4,6 +4,7 @@ claim costs on a real job directory, counted through fsio's hook (not timed)."""
 from __future__ import annotations
 
 import random
+import threading
 import time
 from pathlib import Path
 
@@ -64,20 +65,25 @@ def test_retiring_during_a_walk_ends_it_early_and_claimed_moves_the_start():
 
 # -- counted metadata operations on a real job directory ------------------------------------------------
 class _ClaimOps:
-    """Counts fsio operations made inside Claimer.claim_next, and the claims it returns."""
+    """Counts fsio operations made inside Claimer.claim_next, and the claims it returns.
+
+    Only the calling thread's operations count: the claim-ahead helper, the heartbeat and the
+    publication run on other threads at the same time, and how much of their work falls inside a
+    claim would otherwise depend on the machine's load."""
 
     def __init__(self, monkeypatch):
         self.ops = self.calls = self.claims = 0
-        self.inside = False
+        self.inside: set[int] = set()
         self.trace: list[tuple[str, str]] = []
         original = claiming.Claimer.claim_next
 
         def counted(claimer):
-            self.inside = True
+            me = threading.get_ident()
+            self.inside.add(me)
             try:
                 got, finished = original(claimer)
             finally:
-                self.inside = False
+                self.inside.discard(me)
             self.calls += 1
             self.claims += got is not None
             return got, finished
@@ -85,7 +91,7 @@ class _ClaimOps:
         monkeypatch.setattr(claiming.Claimer, "claim_next", counted)
 
     def __call__(self, op: str, path: Path) -> None:
-        if self.inside:
+        if threading.get_ident() in self.inside:
             self.ops += WEIGHT.get(op, 1)
             self.trace.append((op, str(path)))
 
