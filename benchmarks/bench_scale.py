@@ -90,7 +90,7 @@ from data_juicer_elastic.rows.shard_source import iter_source_lines  # noqa: E40
 from data_juicer_elastic.shards.prepare import PrepareRequest, prepare_job  # noqa: E402
 from data_juicer_elastic.sharedfs import fault_seam  # noqa: E402
 from data_juicer_elastic.sharedfs.identity import WorkerIdentity  # noqa: E402
-from data_juicer_elastic.status.run_status import status_once  # noqa: E402
+from data_juicer_elastic.status.job_view import status_once  # noqa: E402
 
 WEIGHT = {"makedirs": 3, "write": 0}
 IDLE_POLL = ("claim", "race", "walk", "gate")  # an idle worker's polls, walking ones included (GAPS in the model)

@@ -77,7 +77,7 @@ def _cmd_worker(args: argparse.Namespace) -> int:
 
 
 def _cmd_status(args: argparse.Namespace) -> int:
-    from data_juicer_elastic.status.run_status import status_once, watch
+    from data_juicer_elastic.status.job_view import status_once, watch
 
     job = Path(args.job_dir).resolve()
     if args.watch is not None:

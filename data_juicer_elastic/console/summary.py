@@ -73,10 +73,10 @@ def print_summary(job_dir: str | os.PathLike, result: Any, log_path: str | None 
     """The summary of a run: its wall time is the run's (``status.job_times``, as ``status`` and the
     report show it); a command without a run (a merge alone) counts from this process's start."""
     from data_juicer_elastic.jobdir.layout import JobLayout
-    from data_juicer_elastic.status.job_times import latest_run
+    from data_juicer_elastic.status.job_times import job_times
 
-    run = latest_run(JobLayout(Path(job_dir)))
-    elapsed = run.wall_secs() if run is not None else time.monotonic() - process_started()
+    times = job_times(JobLayout(Path(job_dir)))
+    elapsed = times.wall_secs() if times is not None else time.monotonic() - process_started()
     for line in summary_lines(job_dir, result, elapsed, log_path):
         say(line)
 

@@ -62,6 +62,7 @@ class PaceRecord(Record):
     rows_in: int = 0  # input rows of its accepted results
     quarantined: int = 0  # rows its accepted results set aside (jobdir.row_errors)
     first_claimed_at: float | None = None  # wall clock of its first claim (display only)
+    last_done_at: float | None = None  # wall clock of its latest accepted result (display only)
 
     @property
     def warm_count(self) -> int:
@@ -83,6 +84,13 @@ def read_pace(layout: JobLayout, name: str) -> PaceRecord | None:
         return None if data is None else PaceRecord.parse(data, path)
     except (OSError, JobDirError):
         return None
+
+
+def read_paces(layout: JobLayout) -> list[PaceRecord]:
+    """Every readable pace record of the job: one listing of ``paces/``, the records read a few at
+    a time (``fsio.read_many``)."""
+    found = fsio.read_many(lambda name: read_pace(layout, name), fsio.list_names(layout.paces_dir))
+    return [record for record in found if record is not None]
 
 
 class PaceWriter:
@@ -128,9 +136,14 @@ class PaceWriter:
     def finished(self, secs: float, rows: int, rows_in: int = 0, quarantined: int = 0) -> None:
         """One accepted result of this process, ``secs`` on its own clock."""
 
+        now = time.time()
+
         def add(r: PaceRecord) -> PaceRecord:
             counts = dict(
-                rows_out=r.rows_out + rows, rows_in=r.rows_in + rows_in, quarantined=r.quarantined + quarantined
+                rows_out=r.rows_out + rows,
+                rows_in=r.rows_in + rows_in,
+                quarantined=r.quarantined + quarantined,
+                last_done_at=now,
             )
             if r.done == 0:
                 return replace(r, done=1, first_secs=secs, **counts)

@@ -39,7 +39,8 @@ from data_juicer_elastic.report.attempt_facts import (
     shard_attempts,
 )
 from data_juicer_elastic.sharedfs import fsio
-from data_juicer_elastic.status.job_times import RunTimes, latest_run
+from data_juicer_elastic.status.job_times import JobTimes, job_times
+from data_juicer_elastic.status.scan_phase import scanned_phase
 
 MAX_TRACE_FILES: Final = 400  # size-trace files read at most (attempts with the most OOMs first)
 
@@ -82,7 +83,7 @@ class JobFacts:
     runs: list[dict[str, Any]]
     merge: MergeRecord | None
     warnings: list[str] = field(default_factory=list)
-    run: RunTimes | None = None  # the latest run's wall time (status.job_times: the console and status say the same)
+    times: JobTimes | None = None  # the latest run's times (status.job_times: the console and status say the same)
 
     @property
     def counts(self) -> dict[ShardState, int]:
@@ -121,11 +122,17 @@ def gather(job_dir: str | Path, now: float | None = None) -> JobFacts:
         runs=_runs(layout, warnings),
         merge=_merge_record(layout, warnings),
         warnings=list(warnings),
-        run=latest_run(layout),
+        times=_times(layout, manifest, all_attempts),
     )
     if warnings.dropped:
         facts.warnings.append(f"... and {warnings.dropped} more unreadable records")
     return facts
+
+
+def _times(layout: JobLayout, manifest: Manifest, found: list[AttemptFact]) -> JobTimes | None:
+    phase = scanned_phase(manifest)
+    starts = [a.started_at for a in found]
+    return job_times(layout, planned_at=phase.planned_at if phase else None, attempt_starts=starts)
 
 
 def _record_names(directory: Path) -> set[str]:

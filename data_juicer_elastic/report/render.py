@@ -134,10 +134,10 @@ def _summary(facts: JobFacts, win: series.Window | None) -> str:
         ),
         _card("nodes", f"{nodes:,}"),
     ]
-    if facts.run is not None:  # the run's own wall time, as the closing summary and `status` give it
-        ended = facts.run.ended_at is not None
-        wall = facts.run.wall_secs(facts.taken_at)
-        cards.append(_card("wall time" if ended else "wall time so far", format_wall(wall)))
+    times = facts.times
+    if times is not None:  # the run's own times, as the closing summary and `status` give them
+        ended = times.finalized_at is not None
+        cards.append(_card("wall time" if ended else "wall time so far", format_wall(times.wall_secs(facts.taken_at))))
     elif win is not None:
         cards.append(_card("wall time" if state == "complete" else "wall time so far", s.fmt_duration(win.span)))
     if win is not None:
@@ -147,20 +147,18 @@ def _summary(facts: JobFacts, win: series.Window | None) -> str:
 
 
 def _scan_cards(facts: JobFacts) -> list[str]:
-    """The scan phase (every shard read and checked before the first one runs) and the time from
-    the submission (the plan) to the first shard running."""
+    """The scan phase (every shard read and checked before the first one runs), and from the
+    submission to the first shard running and to the last one done (``status.job_times``)."""
     phase = scanned_phase(facts.manifest)
-    if phase is None:
-        return []
-    cards = [
-        _card(
-            "scan (every shard checked)",
-            f"{s.fmt_bytes(phase.bytes_per_sec or 0)}/s in {s.fmt_duration(phase.secs or 0)}",
-        )
-    ]
-    if facts.attempts:
-        first = min(a.started_at for a in facts.attempts) - phase.planned_at
-        cards.append(_card("first shard running after submission", s.fmt_duration(max(first, 0.0))))
+    cards = []
+    if phase is not None:
+        rate = f"{s.fmt_bytes(phase.bytes_per_sec or 0)}/s in {s.fmt_duration(phase.secs or 0)}"
+        cards.append(_card("scan (every shard checked)", rate))
+    times = facts.times
+    if times is not None and (first := times.first_shard_secs()) is not None:
+        cards.append(_card("first shard running after submission", format_wall(first)))
+    if times is not None and (last := times.last_shard_secs()) is not None:
+        cards.append(_card("last shard done after submission", format_wall(last)))
     return cards
 
 

@@ -40,6 +40,7 @@ from data_juicer_elastic.jobdir.heartbeats import StalenessObserver, looks_stale
 from data_juicer_elastic.jobdir.job_summary import JobSummary, read_summary
 from data_juicer_elastic.jobdir.layout import LOG_FILE, JobLayout, validate_attempt_id
 from data_juicer_elastic.jobdir.manifest import load_manifest
+from data_juicer_elastic.jobdir.pace import PaceRecord, read_paces
 from data_juicer_elastic.jobdir.records import FORMAT_PREFIX, VERSION
 from data_juicer_elastic.jobdir.result_records import AttemptRecord
 from data_juicer_elastic.jobdir.shard_state import (
@@ -55,11 +56,12 @@ from data_juicer_elastic.sharedfs.identity import WorkerIdentity
 from data_juicer_elastic.status.scan_phase import scanned_phase, shard_names
 from data_juicer_elastic.status.snapshot_types import FROM_SUMMARY, JobSnapshot, JsonDict, ShardStatus, SummaryNote
 from data_juicer_elastic.status.summary_mode import node_tallies, vouched_stale
-from data_juicer_elastic.status.throughput import summarize
+from data_juicer_elastic.status.throughput import Summary, summarize
 
 
-def snapshot_json(snap: JobSnapshot) -> JsonDict:
-    """``dj-elastic status --json``: the snapshot, its counts and the numbers of ``status.throughput``."""
+def snapshot_json(snap: JobSnapshot, numbers: Summary | None = None) -> JsonDict:
+    """The snapshot, its counts and the numbers of ``status.throughput`` (``numbers``, when the
+    caller computed them): ``dj-elastic status --json`` less the times and runs (``job_view``)."""
     return JsonDict(
         {
             "format": FORMAT_PREFIX + "status",
@@ -75,9 +77,8 @@ def snapshot_json(snap: JobSnapshot) -> JsonDict:
             "rows_total": snap.rows_total,
             "output_rows": snap.output_rows,
             "scan": snap.scan.to_json() if snap.scan is not None else None,
-            "first_shard_secs": snap.first_shard_secs,
             "quarantined_rows": snap.quarantined_rows,
-            **summarize(snap).to_json(),
+            **(numbers or summarize(snap)).to_json(),
             "terminal_failures": [{"shard_id": s, "error": e} for s, e in snap.terminal_failures],
             "shards": [s.to_json() for s in snap.shards],
         }
@@ -91,6 +92,7 @@ def snapshot(
     *,
     exact: bool = True,
     use_summary: bool = True,
+    paces: list[PaceRecord] | None = None,
 ) -> JobSnapshot:
     """Per-shard state of ``job_dir``.
 
@@ -98,7 +100,8 @@ def snapshot(
     RUNNING vs STALE follows the takeover rule.  Without one, ``ttl_secs`` enables a
     *hint*: a claim whose heartbeat file is older than the TTL by its mtime shows as
     STALE.  mtimes come from the server through caches and clocks drift, so this hint
-    is for display only; workers never act on it.  ``exact``, ``use_summary``: see the module doc.
+    is for display only; workers never act on it.  ``exact``, ``use_summary``: see the module doc;
+    ``paces``: the pace records, when the caller read them already (a summary's node tallies).
     """
     layout = JobLayout(Path(os.path.abspath(job_dir)))
     manifest = load_manifest(layout.root)
@@ -112,7 +115,8 @@ def snapshot(
     if summary is None:
         return snap
     note = SummaryNote(summary.seq, summary.written_at, len(reader.live))
-    return replace(snap, source=FROM_SUMMARY, summary=note, node_tallies=node_tallies(layout))
+    tallies = node_tallies(read_paces(layout) if paces is None else paces)
+    return replace(snap, source=FROM_SUMMARY, summary=note, node_tallies=tallies)
 
 
 def failure_records(job_dir: str | Path) -> int:

@@ -1,49 +1,84 @@
-"""How long a job's run took: the one duration the console, ``status`` and the report show.
+"""When a job's run was submitted, had its first shard running, its last shard done, and ended:
+the one set of times the console, ``status`` and the report show.
 
-A run starts when its first instance records it (``coordination/<run>/run.json``,
-``created_at``) and ends when its outcome is decided (``outcome.json``, ``decided_at``:
-finalized or aborted).  Its wall time is the difference, or "so far" while it runs.  Every
-surface reads it here, so the closing summary, ``dj-elastic status`` and the HTML report say
-the same, to the second, for the same run; the time a shell spent before ``dj-process``
-started, or the interpreter's imports, are not in it.  Both times are wall clocks of the nodes
-that wrote them (display only; nothing is decided from them).  Reads: one listing of
-``coordination/`` and two small records per run.
+* **submitted**: the run's record (``coordination/<run>/run.json``, ``created_at``: its first
+  instance joined); for a job run without one (``dj-elastic prepare`` then ``worker``), the
+  plan's creation.
+* **first shard running** and **last shard done**: the earliest first claim and the latest
+  accepted result over the worker processes of this run, from their pace records
+  (``jobdir.pace``: one listing and one small read per process, never one per shard).  A record
+  last written before the submission belongs to an earlier run and is left out.  Without pace
+  records (``job_summary: false``) the caller may pass the attempts' start times it read.
+* **finalized**: the run's outcome (``outcome.json``, ``decided_at``: finalized or aborted).
+
+The wall time is submitted to finalized, or "so far" while the run goes on; the time a shell
+spent before ``dj-process`` started, or the interpreter's imports, are not in it.  All are the
+wall clocks of the nodes that wrote them: display only, nothing is decided from them.
 """
 
 from __future__ import annotations
 
 import time
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 from data_juicer_elastic.coordination.run_records import Outcome, RunRecord
 from data_juicer_elastic.errors import JobDirError
 from data_juicer_elastic.jobdir.layout import JobLayout
+from data_juicer_elastic.jobdir.pace import PaceRecord, read_paces
 from data_juicer_elastic.sharedfs import fsio
 
 
 @dataclass(frozen=True)
-class RunTimes:
-    run_id: str
-    started_at: float  # the run's record: its first instance joined
-    ended_at: float | None  # its outcome was decided (None while it runs)
-    ok: bool | None  # finalized (True), aborted (False), running (None)
+class JobTimes:
+    run_id: str | None  # None: no run record (the plan's time stands for the submission)
+    submitted_at: float
+    first_running_at: float | None
+    last_done_at: float | None
+    finalized_at: float | None  # the outcome was decided (finalized or aborted); None while it runs
+    ok: bool | None  # finalized (True), aborted (False), running or no run (None)
+
+    @property
+    def ended_at(self) -> float | None:
+        return self.finalized_at
 
     def wall_secs(self, now: float | None = None) -> float:
-        end = self.ended_at if self.ended_at is not None else (time.time() if now is None else now)
-        return max(0.0, end - self.started_at)
+        return wall_secs(self.submitted_at, self.finalized_at, now)
+
+    def first_shard_secs(self) -> float | None:
+        """From the submission to the first shard running."""
+        return None if self.first_running_at is None else max(0.0, self.first_running_at - self.submitted_at)
+
+    def last_shard_secs(self) -> float | None:
+        """From the submission to the last accepted result."""
+        return None if self.last_done_at is None else max(0.0, self.last_done_at - self.submitted_at)
 
     def to_json(self, now: float | None = None) -> dict:
         return {
             "run_id": self.run_id,
-            "started_at": self.started_at,
-            "ended_at": self.ended_at,
+            "submitted_at": self.submitted_at,
+            "first_shard_running_at": self.first_running_at,
+            "last_shard_done_at": self.last_done_at,
+            "finalized_at": self.finalized_at,
             "ok": self.ok,
             "wall_secs": round(self.wall_secs(now), 3),
+            "first_shard_secs": _round(self.first_shard_secs()),
+            "last_shard_secs": _round(self.last_shard_secs()),
         }
 
 
+def wall_secs(started_at: float, ended_at: float | None, now: float | None = None) -> float:
+    """A run's wall time: from its record to its outcome, or to ``now`` while it runs."""
+    end = ended_at if ended_at is not None else (time.time() if now is None else now)
+    return max(0.0, end - started_at)
+
+
+def _round(secs: float | None) -> float | None:
+    return None if secs is None else round(secs, 3)
+
+
 def format_wall(secs: float) -> str:
-    """A wall time as every surface writes it: ``23.2s``, ``4m05s``, ``1h02m03s``."""
+    """A duration as every surface writes it: ``23.2s``, ``4m05s``, ``1h02m03s``."""
     if secs < 60:
         return f"{secs:.1f}s"
     minutes, secs = divmod(int(secs), 60)
@@ -51,28 +86,53 @@ def format_wall(secs: float) -> str:
     return f"{hours}h{minutes:02d}m{secs:02d}s" if hours else f"{minutes}m{secs:02d}s"
 
 
-def latest_run(layout: JobLayout) -> RunTimes | None:
-    """The newest run of the job (by its record's time), or None for a job run without one
-    (``dj-elastic worker`` and ``merge`` alone)."""
-    newest: RunTimes | None = None
+def job_times(
+    layout: JobLayout,
+    *,
+    planned_at: float | None = None,
+    paces: list[PaceRecord] | None = None,
+    attempt_starts: Iterable[float] = (),
+) -> JobTimes | None:
+    """The times of the job's newest run (``paces``: the pace records when the caller read them
+    already); None when there is neither a run record nor a ``planned_at``."""
+    run = _latest_run(layout)
+    if run is None and planned_at is None:
+        return None
+    submitted = run[0].created_at if run is not None else planned_at
+    mine = [p for p in (read_paces(layout) if paces is None else paces) if p.updated_at >= submitted]
+    firsts = [p.first_claimed_at for p in mine if p.first_claimed_at is not None]
+    if not mine:
+        firsts = [t for t in attempt_starts if t >= submitted]
+    lasts = [p.last_done_at for p in mine if p.last_done_at is not None]
+    outcome = run[1] if run is not None else None
+    return JobTimes(
+        run_id=run[0].run_id if run is not None else None,
+        submitted_at=submitted,
+        first_running_at=min(firsts) if firsts else None,
+        last_done_at=max(lasts) if lasts else None,
+        finalized_at=outcome.decided_at if outcome is not None else None,
+        ok=outcome.ok if outcome is not None else None,
+    )
+
+
+def _latest_run(layout: JobLayout) -> tuple[RunRecord, Outcome | None] | None:
+    """The newest run's record (by its time) and its outcome: one listing of ``coordination/``
+    and the run records, then one outcome."""
+    newest: tuple[RunRecord, str] | None = None
     for key in fsio.list_names(layout.coordination_dir):
         try:
             record = _read(RunRecord, layout.run_record(key))
         except JobDirError:
             continue  # not a run directory (temp files, foreign names), or a corrupt record
-        if record is None or (newest is not None and record.created_at <= newest.started_at):
-            continue
-        try:
-            outcome = _read(Outcome, layout.outcome(key))
-        except JobDirError:
-            outcome = None
-        newest = RunTimes(
-            record.run_id,
-            record.created_at,
-            outcome.decided_at if outcome is not None else None,
-            outcome.ok if outcome is not None else None,
-        )
-    return newest
+        if record is not None and (newest is None or record.created_at > newest[0].created_at):
+            newest = (record, key)
+    if newest is None:
+        return None
+    try:
+        outcome = _read(Outcome, layout.outcome(newest[1]))
+    except JobDirError:
+        outcome = None
+    return newest[0], outcome
 
 
 def _read(cls, path):

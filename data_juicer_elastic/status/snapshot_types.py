@@ -19,7 +19,6 @@ from typing import Any, Final
 
 from data_juicer_elastic.jobdir import progress
 from data_juicer_elastic.jobdir.shard_state import ShardState, TerminalInfo
-from data_juicer_elastic.sharedfs.identity import attempt_started_at
 from data_juicer_elastic.status.scan_phase import ScanPhase
 
 FROM_JOB_DIR: Final = "job directory"  # JobSnapshot.source: the listings and the records they name
@@ -114,7 +113,6 @@ class NodeTally:
     output_rows: int
     rows_done: int = 0  # input rows of those results
     quarantined: int = 0
-    first_claimed_at: float | None = None  # wall clock of the node's first claim
 
 
 @dataclass(frozen=True)
@@ -133,18 +131,6 @@ class JobSnapshot:
     @property
     def from_summary(self) -> bool:
         return self.source == FROM_SUMMARY
-
-    @property
-    def first_shard_secs(self) -> float | None:
-        """From the submission (the plan) to the first shard running (the earliest attempt seen;
-        None from the summary, which reads no done shard's attempt)."""
-        if self.from_summary:
-            starts = [t.first_claimed_at for t in self.node_tallies or () if t.first_claimed_at is not None]
-        else:
-            starts = [t for s in self.shards if (t := attempt_started_at(s.attempt_id)) is not None]
-        if self.scan is None or not starts:
-            return None
-        return max(0.0, min(starts) - self.scan.planned_at)
 
     @property
     def counts(self) -> dict[ShardState, int]:

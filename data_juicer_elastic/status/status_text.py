@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import time
 from typing import Final
 
 from data_juicer_elastic.jobdir.shard_state import ShardState
+from data_juicer_elastic.status.job_times import JobTimes, format_wall
 from data_juicer_elastic.status.scan_phase import scan_text
 from data_juicer_elastic.status.snapshot_types import JobSnapshot, ShardStatus
-from data_juicer_elastic.status.throughput import last_line, rate, summarize
+from data_juicer_elastic.status.throughput import Summary, last_line, rate, summarize
 
 MAX_LISTED: Final = 40  # shards listed without --all (the rest are counted)
 
@@ -26,8 +28,27 @@ def duration(secs: float | None) -> str:
     return f"{minutes}m {seconds:02d}s" if minutes else f"{seconds}s"
 
 
-def render_text(snap: JobSnapshot, show_all: bool = False) -> str:
-    summary = summarize(snap)
+def times_text(times: JobTimes, now: float) -> str:
+    """``submitted 2026-12-01 20:06:56 UTC; first shard running after 6.1s, last done after 17.2s,
+    finalized after 17.9s`` (durations as the closing summary and the report write them)."""
+    parts = [f"submitted {time.strftime('%Y-%m-%d %H:%M:%S UTC', time.gmtime(times.submitted_at))}"]
+    first, last = times.first_shard_secs(), times.last_shard_secs()
+    steps = [f"first shard running after {format_wall(first)}"] if first is not None else []
+    steps += [f"last shard done after {format_wall(last)}"] if last is not None else []
+    if times.finalized_at is not None:
+        verb = "finalized" if times.ok else "aborted"
+        steps.append(f"{verb} after {format_wall(times.wall_secs())}")
+    else:
+        steps.append(f"{format_wall(times.wall_secs(now))} so far")
+    return "; ".join([parts[0], ", ".join(steps)])
+
+
+def render_text(
+    snap: JobSnapshot, show_all: bool = False, *, times: JobTimes | None = None, summary: Summary | None = None
+) -> str:
+    """``dj-elastic status``'s text (``times``: the job's, ``job_times``; ``summary``: the numbers
+    of ``throughput``, computed here when not given)."""
+    summary = summary or summarize(snap)
     counts = ", ".join(f"{state.value} {n}" for state, n in snap.counts.items())
     lines = [
         f"job {snap.job_dir} ({snap.job_id})",
@@ -44,11 +65,9 @@ def render_text(snap: JobSnapshot, show_all: bool = False) -> str:
             f"from the job summary written {duration(age)} ago{since}; done shards' details not read (--all reads them)"
         )
     if snap.scan is not None:
-        first = snap.first_shard_secs
-        lines.append(
-            scan_text(snap.scan)
-            + (f"; first shard running {duration(first)} after submission" if first is not None else "")
-        )
+        lines.append(scan_text(snap.scan))
+    if times is not None:
+        lines.append(times_text(times, snap.taken_at))
     if snap.complete:
         lines.append("complete")
     else:

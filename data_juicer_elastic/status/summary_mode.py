@@ -24,24 +24,20 @@ from __future__ import annotations
 from collections import defaultdict
 
 from data_juicer_elastic.jobdir.job_summary import LiveClaim
-from data_juicer_elastic.jobdir.layout import JobLayout
 from data_juicer_elastic.jobdir.leases import LeaseView
-from data_juicer_elastic.jobdir.pace import read_pace
-from data_juicer_elastic.sharedfs import fsio
+from data_juicer_elastic.jobdir.pace import PaceRecord
 from data_juicer_elastic.status.snapshot_types import NodeTally
 
 
-def node_tallies(layout: JobLayout) -> list[NodeTally]:
-    """Accepted results, input and output rows, quarantined rows and the first claim per node,
-    summed over its worker processes' pace records (one listing of ``paces/``, one read per
-    record; a missing or corrupt record counts nothing)."""
+def node_tallies(paces: list[PaceRecord]) -> list[NodeTally]:
+    """Accepted results, input and output rows, and quarantined rows per node,
+    summed over its worker processes' pace records (``jobdir.pace.read_paces``; a missing or
+    corrupt record counts nothing)."""
     records: dict[str, list] = defaultdict(list)
-    for record in fsio.read_many(lambda name: read_pace(layout, name), fsio.list_names(layout.paces_dir)):
-        if record is not None:
-            records[record.node_id].append(record)
+    for record in paces:
+        records[record.node_id].append(record)
     tallies = []
     for node, found in sorted(records.items()):
-        firsts = [r.first_claimed_at for r in found if r.first_claimed_at is not None]
         tallies.append(
             NodeTally(
                 node,
@@ -49,7 +45,6 @@ def node_tallies(layout: JobLayout) -> list[NodeTally]:
                 sum(r.rows_out for r in found),
                 sum(r.rows_in for r in found),
                 sum(r.quarantined for r in found),
-                min(firsts) if firsts else None,
             )
         )
     return tallies

@@ -227,22 +227,50 @@ def _secs(text: str) -> float:
     return int(hours or 0) * 3600 + int(minutes or 0) * 60 + float(secs)
 
 
-def test_the_console_status_and_report_give_the_run_the_same_wall_time(bundled_demo, tmp_path):
-    """One rule (the run's record to its outcome): the closing summary, `status --json` and the
-    report agree to the second, whatever the process did before (imports, a shell's earlier work)."""
+def test_the_console_status_and_report_give_the_run_the_same_times(bundled_demo, tmp_path):
+    """One rule (status.job_times): the closing summary, `status` (text and --json) and the report
+    give the run the same wall time, and status and the report the same time to the first shard
+    running and to the last one done, to the second, whatever the process did before (imports, a
+    shell's earlier work).  Each is checked against the job's own records: the run's record, its
+    outcome and the attempts' start and end."""
     tmp, console = bundled_demo
     job = tmp / "outputs" / "demo" / "job"
     said = re.search(r" done in (\S+):", re.sub(r"\x1b\[[0-9;?]*[A-Za-z]", "", console))
     assert said, console[-2000:]
     proc = run(["dj-elastic", "status", "--job-dir", str(job), "--json"], cwd=tmp)
-    status_secs = json.loads(proc.stdout)["coordination"][0]["wall_secs"]
+    document = json.loads(proc.stdout)
+    times = document["times"]
+    assert times["wall_secs"] == document["coordination"][0]["wall_secs"]
+    assert document["first_shard_secs"] == times["first_shard_secs"]
+    text = run(["dj-elastic", "status", "--job-dir", str(job)], cwd=tmp).stdout
+    line = re.search(r"first shard running after (\S+), last shard done after (\S+), finalized after (\S+)", text)
+    assert line, text
     report = tmp_path / "report.html"
     assert_ok(run(["dj-elastic", "report", "--job-dir", str(job), "--output", str(report)], cwd=tmp))
-    card = re.search(r'<div class="card"><b class="">([^<]+)</b>wall time</div>', report.read_text())
-    assert card, "the report has a wall time card"
-    console_secs, report_secs = _secs(said.group(1)), _secs(card.group(1))
-    assert abs(console_secs - status_secs) <= 1.0 and abs(report_secs - status_secs) <= 1.0, (
-        said.group(1),
-        status_secs,
-        card.group(1),
+    html = report.read_text()
+
+    def card(label: str) -> float:
+        found = re.search(rf'<div class="card"><b class="">([^<]+)</b>{label}</div>', html)
+        assert found, f"the report has a {label!r} card"
+        return _secs(found.group(1))
+
+    surfaces = {
+        "wall": (_secs(said.group(1)), _secs(line.group(3)), card("wall time"), times["wall_secs"]),
+        "first": (_secs(line.group(1)), card("first shard running after submission"), times["first_shard_secs"]),
+        "last": (_secs(line.group(2)), card("last shard done after submission"), times["last_shard_secs"]),
+    }
+    for name, values in surfaces.items():
+        assert max(values) - min(values) <= 1.0, (name, values)
+    # the oracle: the job's own records (the run's record and outcome, the attempts' start and end)
+    (run_dir,) = [p for p in (job / "coordination").iterdir() if (p / "run.json").is_file()]
+    submitted = json.loads((run_dir / "run.json").read_text())["created_at"]
+    decided = json.loads((run_dir / "outcome.json").read_text())["decided_at"]
+    assert abs(times["wall_secs"] - (decided - submitted)) <= 0.01
+    attempts = [json.loads(p.read_text()) for p in (job / "attempts").glob("*/*/attempt.json")]
+    first = min(a["started_at"] for a in attempts) - submitted
+    last = max(a["ended_at"] for a in attempts) - submitted
+    assert abs(times["first_shard_secs"] - first) <= 1.0 and abs(times["last_shard_secs"] - last) <= 1.0, (
+        times,
+        first,
+        last,
     )

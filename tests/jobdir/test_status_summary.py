@@ -26,7 +26,9 @@ from data_juicer_elastic.jobdir.worker_loop import run_worker
 from data_juicer_elastic.jobdir.worker_settings import WorkerSettings
 from data_juicer_elastic.shards.prepare import prepare_job
 from data_juicer_elastic.sharedfs import fault_seam, fsio
+from data_juicer_elastic.sharedfs.identity import attempt_started_at
 from data_juicer_elastic.status.job_status import snapshot, snapshot_json
+from data_juicer_elastic.status.job_view import read_view
 from data_juicer_elastic.status.snapshot_types import FROM_JOB_DIR, FROM_SUMMARY
 from data_juicer_elastic.status.throughput import summarize
 
@@ -124,9 +126,12 @@ def _agree(fast, oracle) -> None:
     assert document["source"] == "summary" and document["summary"]["seq"]
     # the workers' pace records count quarantined rows and know their first claim
     assert document["quarantined_rows"] == oracle.quarantined_rows
-    if oracle.first_shard_secs is not None:  # first claim (pace) vs first attempt id: the same moment
-        assert abs(document["first_shard_secs"] - oracle.first_shard_secs) <= 1.0
     json.dumps(document)  # every field is JSON data
+    starts = [t for s in oracle.shards if (t := attempt_started_at(s.attempt_id)) is not None]
+    times = read_view(oracle.job_dir).times
+    if starts:  # first claim (pace records) vs the earliest attempt id: the same moment
+        assert abs(times.first_running_at - min(starts)) <= 1.0
+        assert times.submitted_at == oracle.scan.planned_at  # no run record: the plan's time
 
 
 @pytest.mark.parametrize("shards, free", [(12, 4), (20, 9)])
