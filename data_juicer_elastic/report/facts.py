@@ -1,11 +1,11 @@
 """Read a job directory into the facts a report shows.  Read-only: it never writes to the job.
 
-What is read, and why it stays cheap on a 10,000-shard job on NFS: the manifest,
-one listing each of ``attempts/``, ``done/`` and ``failed/``, and per attempted
-shard one listing plus one ``attempt.json`` per attempt.  Lease, failure and
-heartbeat records are read only for shards with an attempt that never recorded
-its end (running, or its worker died), and size traces only for attempts whose
-``attempt.json`` says they used adaptive batching (or that are still running).
+What is read: the job as ``dj-elastic status --all`` reads it (``status.job_view``: shard
+states, the job's times, its runs), one listing of ``attempts/`` and per attempted shard one
+listing plus one ``attempt.json`` per attempt.  Lease, failure and heartbeat records are read
+again only for shards with an attempt that never recorded its end (running, or its worker
+died), and size traces only for attempts whose ``attempt.json`` says they used adaptive
+batching (or that are still running).
 
 Clocks: start and end times are each worker's wall clock.  They are only
 informational (never compared for correctness), and the report says so.
@@ -19,41 +19,18 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final
 
-from data_juicer_elastic.errors import JobDirError
 from data_juicer_elastic.jobdir.layout import JobLayout
 from data_juicer_elastic.jobdir.manifest import load_manifest
 from data_juicer_elastic.jobdir.records import Manifest
 from data_juicer_elastic.jobdir.result_records import MergeRecord
-from data_juicer_elastic.jobdir.shard_state import (
-    Markers,
-    ShardState,
-    decide_state,
-    read_failed_marker,
-    read_markers,
-)
-from data_juicer_elastic.report.attempt_facts import (
-    AttemptFact,
-    AttemptOutcome,
-    Warnings,
-    read_or_warn,
-    shard_attempts,
-)
+from data_juicer_elastic.jobdir.shard_state import ShardState
+from data_juicer_elastic.report.attempt_facts import AttemptFact, AttemptOutcome, Warnings, read_or_warn, shard_attempts
 from data_juicer_elastic.sharedfs import fsio
-from data_juicer_elastic.status.job_times import JobTimes, job_times
-from data_juicer_elastic.status.scan_phase import scanned_phase
+from data_juicer_elastic.status.job_times import JobTimes
+from data_juicer_elastic.status.job_view import JobView, read_view
+from data_juicer_elastic.status.snapshot_types import ShardStatus
 
 MAX_TRACE_FILES: Final = 400  # size-trace files read at most (attempts with the most OOMs first)
-
-
-@dataclass(frozen=True)
-class ShardFact:
-    shard_id: str
-    index: int
-    rows: int
-    bytes: int
-    state: ShardState
-    attempts: int
-    last_error: str | None
 
 
 @dataclass(frozen=True)
@@ -76,87 +53,61 @@ class JobFacts:
     job_dir: Path
     taken_at: float
     manifest: Manifest
-    shards: list[ShardFact]
+    view: JobView  # the job as `dj-elastic status --all` reads it: shard states, times and runs
     attempts: list[AttemptFact]
     traces: list[TraceFact]
     traces_skipped: int
-    runs: list[dict[str, Any]]
     merge: MergeRecord | None
     warnings: list[str] = field(default_factory=list)
-    times: JobTimes | None = None  # the latest run's times (status.job_times: the console and status say the same)
+
+    @property
+    def shards(self) -> list[ShardStatus]:
+        return self.view.snapshot.shards
 
     @property
     def counts(self) -> dict[ShardState, int]:
-        found = {state: 0 for state in ShardState}
-        for shard in self.shards:
-            found[shard.state] += 1
-        return found
+        return self.view.snapshot.counts
+
+    @property
+    def times(self) -> JobTimes | None:
+        return self.view.times
+
+    @property
+    def runs(self) -> list[dict[str, Any]]:
+        return self.view.runs
 
 
 def gather(job_dir: str | Path, now: float | None = None) -> JobFacts:
-    """Everything the report shows about ``job_dir``; JobDirError when it is not a prepared job."""
+    """Everything the report shows about ``job_dir``; JobDirError when it is not a prepared job.
+    Shard states, the job's times and its runs are ``status --all``'s (``status.job_view``), so
+    the report and ``status`` agree; the attempts are read here."""
     layout = JobLayout(Path(os.path.abspath(job_dir)))
     manifest = load_manifest(layout.root)
     now = time.time() if now is None else now
     warnings = Warnings()
     ttl = manifest.settings.get("lease_ttl_secs")
-    done_ids = _record_names(layout.done_dir)
-    failed_ids = _record_names(layout.failed_dir)
+    view = read_view(layout.root, use_summary=False, ttl_secs=float(ttl) if ttl else None, now=now)
+    done_ids = {s.shard_id for s in view.snapshot.shards if s.state is ShardState.DONE}
     attempted = set(fsio.list_names(layout.attempts_dir))
-    shards: list[ShardFact] = []
     all_attempts: list[AttemptFact] = []
     for entry in manifest.shards:
         attempted_here, done_here = entry.shard_id in attempted, entry.shard_id in done_ids
-        found = shard_attempts(layout, entry, attempted_here, done_here, now, ttl, warnings)
-        all_attempts += found
-        shards.append(_shard_fact(layout, entry, found, done_ids, failed_ids, warnings))
+        all_attempts += shard_attempts(layout, entry, attempted_here, done_here, now, ttl, warnings)
     traces, skipped = _traces(layout, all_attempts, warnings)
     facts = JobFacts(
         job_dir=layout.root,
         taken_at=now,
         manifest=manifest,
-        shards=shards,
+        view=view,
         attempts=all_attempts,
         traces=traces,
         traces_skipped=skipped,
-        runs=_runs(layout, warnings),
         merge=_merge_record(layout, warnings),
         warnings=list(warnings),
-        times=_times(layout, manifest, all_attempts),
     )
     if warnings.dropped:
         facts.warnings.append(f"... and {warnings.dropped} more unreadable records")
     return facts
-
-
-def _times(layout: JobLayout, manifest: Manifest, found: list[AttemptFact]) -> JobTimes | None:
-    phase = scanned_phase(manifest)
-    starts = [a.started_at for a in found]
-    return job_times(layout, planned_at=phase.planned_at if phase else None, attempt_starts=starts)
-
-
-def _record_names(directory: Path) -> set[str]:
-    return {name[: -len(".json")] for name in fsio.list_names(directory) if name.endswith(".json")}
-
-
-def _shard_fact(layout, entry, found, done_ids, failed_ids, warnings) -> ShardFact:
-    shard = entry.shard_id
-    errors = [a.error for a in found if a.outcome in (AttemptOutcome.FAILED, AttemptOutcome.LOST) and a.error]
-    last_error = errors[-1] if errors else None
-    accepted = any(a.outcome is AttemptOutcome.DONE for a in found)
-    if shard in done_ids and accepted:
-        markers = Markers(shard, known_done=True)
-    elif shard in done_ids:  # a marker we could not tie to an attempt: read it to tell done from corrupt
-        markers = read_markers(layout, shard, failed=False)
-    elif shard in failed_ids:
-        markers = read_failed_marker(layout, Markers(shard))
-    else:
-        markers = Markers(shard)
-    running = [a for a in found if a.outcome is AttemptOutcome.RUNNING]
-    state = decide_state(markers, held=bool(running), stale=bool(running) and running[-1].stale)
-    if markers.last_error is not None:
-        last_error = markers.last_error
-    return ShardFact(shard, entry.index, entry.rows, entry.bytes, state, len(found), last_error)
 
 
 def _traces(layout: JobLayout, found: list[AttemptFact], warnings: Warnings) -> tuple[list[TraceFact], int]:
@@ -201,16 +152,6 @@ def _traces(layout: JobLayout, found: list[AttemptFact], warnings: Warnings) -> 
                 )
             )
     return traces, skipped
-
-
-def _runs(layout: JobLayout, warnings: Warnings) -> list[dict[str, Any]]:
-    from data_juicer_elastic.status.run_status import runs  # read-only view of coordination/<run>/
-
-    try:
-        return runs(layout.root)
-    except (OSError, JobDirError) as exc:
-        warnings.add(f"coordination records: {exc}")
-        return []
 
 
 def _merge_record(layout: JobLayout, warnings: Warnings) -> MergeRecord | None:

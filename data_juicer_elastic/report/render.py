@@ -101,7 +101,7 @@ def _card(label: str, value: str, cls: str = "") -> str:
 def _summary(facts: JobFacts, win: series.Window | None) -> str:
     counts = facts.counts
     total = len(facts.shards)
-    rows_done = sum(sh.rows for sh in facts.shards if sh.state is ShardState.DONE)
+    rows_done = facts.view.snapshot.rows_done
     if counts[ShardState.DONE] == total:
         state, cls = "complete", "ok"
     elif counts[ShardState.FAILED]:
@@ -111,7 +111,7 @@ def _summary(facts: JobFacts, win: series.Window | None) -> str:
     else:
         state, cls = "incomplete", ""
     attempts = facts.attempts
-    retried = sum(1 for sh in facts.shards if sh.attempts > 1)
+    retried = facts.view.throughput.retried  # as status counts them: shards with a failure record
     nodes = len({a.node_id for a in attempts})
     accepted = [a for a in attempts if a.outcome is AttemptOutcome.DONE and a.quarantined]
     quarantined, shards_q = sum(a.quarantined or 0 for a in accepted), len(accepted)
@@ -208,8 +208,9 @@ def _attention(facts: JobFacts) -> list[str]:
     for attempt in facts.attempts:
         by_shard.setdefault(attempt.shard_id, []).append(attempt)
     order = {ShardState.FAILED: 0, ShardState.STALE: 1, ShardState.RUNNING: 2}
-    picked = [sh for sh in facts.shards if sh.state in order or sh.attempts > 1]
-    picked.sort(key=lambda sh: (order.get(sh.state, 3), sh.index))
+    index = {shard.shard_id: i for i, shard in enumerate(facts.shards)}
+    picked = [sh for sh in facts.shards if sh.state in order or (sh.attempts or 0) > 1]
+    picked.sort(key=lambda sh: (order.get(sh.state, 3), index[sh.shard_id]))
     if not picked:
         return out + ["<p>None: every shard that ran succeeded on its first attempt.</p>"]
     rows = []

@@ -93,6 +93,7 @@ def snapshot(
     exact: bool = True,
     use_summary: bool = True,
     paces: list[PaceRecord] | None = None,
+    now: float | None = None,
 ) -> JobSnapshot:
     """Per-shard state of ``job_dir``.
 
@@ -101,17 +102,19 @@ def snapshot(
     *hint*: a claim whose heartbeat file is older than the TTL by its mtime shows as
     STALE.  mtimes come from the server through caches and clocks drift, so this hint
     is for display only; workers never act on it.  ``exact``, ``use_summary``: see the module doc;
-    ``paces``: the pace records, when the caller read them already (a summary's node tallies).
+    ``paces``: the pace records, when the caller read them already (a summary's node tallies);
+    ``now``: the reader's wall clock the heartbeats' ages count to (default: now).
     """
     layout = JobLayout(Path(os.path.abspath(job_dir)))
     manifest = load_manifest(layout.root)
     summary = read_summary(layout, manifest) if not exact and use_summary else None
-    reader = _Reader(layout, manifest, WorkerIdentity.current(), ttl_secs, observer, exact, summary)
+    now = time.time() if now is None else now
+    reader = _Reader(layout, manifest, WorkerIdentity.current(), ttl_secs, observer, exact, summary, now)
     shards = [reader.shard(entry) for entry in manifest.shards]
     heartbeat = manifest.settings.get("heartbeat_interval_secs") or (
         float(manifest.settings.get("lease_ttl_secs") or 0) / 4 or None
     )
-    snap = JobSnapshot(layout.root, manifest.job_id, shards, time.time(), heartbeat, scanned_phase(manifest))
+    snap = JobSnapshot(layout.root, manifest.job_id, shards, now, heartbeat, scanned_phase(manifest))
     if summary is None:
         return snap
     note = SummaryNote(summary.seq, summary.written_at, len(reader.live))
@@ -127,8 +130,8 @@ def failure_records(job_dir: str | Path) -> int:
 
 
 class _Reader:
-    def __init__(self, layout, manifest, identity, ttl_secs, observer, exact, summary: JobSummary | None):
-        self.layout, self.identity, self.ttl_secs, self.observer = layout, identity, ttl_secs, observer
+    def __init__(self, layout, manifest, identity, ttl_secs, observer, exact, summary: JobSummary | None, now: float):
+        self.layout, self.identity, self.ttl_secs, self.observer, self.now = layout, identity, ttl_secs, observer, now
         self.exact, self.summary = exact, summary
         self.attempts_root = str(layout.attempts_dir)
         self.live: dict = {}
@@ -218,7 +221,7 @@ class _Reader:
             if markers.last_error is not None:
                 base.update(last_error=markers.last_error)
             return ShardStatus(state=decide_state(markers, held=held), **base)
-        age = leases.heartbeat_age(self.layout, shard, view.generation)
+        age = leases.heartbeat_age(self.layout, shard, view.generation, self.now)
         record = progress.read_attempt_progress(self.layout, shard, claim.attempt_id)[0] if claim else None
         base.update(heartbeat_age_secs=age, progress=record)
         if self.observer is not None:

@@ -52,11 +52,13 @@ def read_view(
     use_summary: bool = True,
     ttl_secs: float | None = None,
     observer: StalenessObserver | None = None,
+    now: float | None = None,
 ) -> JobView:
-    """The job as ``dj-elastic status`` shows it (``use_summary=False``: ``--all``, every record)."""
+    """The job as ``dj-elastic status`` shows it (``use_summary=False``: ``--all``, every record;
+    ``now``: the wall clock heartbeat ages count to)."""
     layout = JobLayout(Path(os.path.abspath(job_dir)))
     paces = read_paces(layout)
-    snap = snapshot(layout.root, ttl_secs, observer, exact=False, use_summary=use_summary, paces=paces)
+    snap = snapshot(layout.root, ttl_secs, observer, exact=False, use_summary=use_summary, paces=paces, now=now)
     starts = (t for s in snap.shards if (t := attempt_started_at(s.attempt_id)) is not None)
     planned = snap.scan.planned_at if snap.scan is not None else None
     times = job_times(layout, planned_at=planned, paces=paces, attempt_starts=starts)

@@ -47,6 +47,39 @@ def test_facts_of_a_job_with_retries_failures_and_a_running_shard(small_job):
     assert facts.warnings == []
 
 
+def test_the_report_and_status_show_the_same_job(small_job, tmp_path):
+    """One read model: the report's cards give the shard counts, rows done and retried shards
+    `dj-elastic status --all --json` gives, on a job with retries, a terminal failure and a
+    running shard; and both agree with the job's records (done markers, failure records)."""
+    import json
+    import re
+
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])}
+    status = subprocess.run(
+        ["dj-elastic", "status", "--job-dir", str(small_job), "--all", "--json"],
+        capture_output=True, text=True, timeout=120, env=env,
+    )  # fmt: skip
+    document = json.loads(status.stdout)
+    report = tmp_path / "r.html"
+    made = subprocess.run(
+        ["dj-elastic", "report", "--job-dir", str(small_job), "--output", str(report)],
+        capture_output=True, text=True, timeout=120, env=env,
+    )  # fmt: skip
+    assert made.returncode == 0, made.stderr
+    cards = dict(
+        (label, value)
+        for value, label in re.findall(r'<div class="card"><b[^>]*>([^<]+)</b>([^<]+)</div>', report.read_text())
+    )
+    counts = document["counts"]
+    assert cards["shards done"] == f"{counts['done']} / {sum(counts.values())}"
+    assert cards["running / stale"] == f"{counts['running']} / {counts['stale']}"
+    assert cards["input rows done"].split(" / ")[0] == f"{document['rows_done']:,}"
+    assert cards["shards retried"] == str(document["retried"])
+    layout = JobLayout(small_job)  # the oracle: the records themselves
+    assert counts["done"] == len(list(layout.done_dir.glob("*.json"))) == 6
+    assert document["retried"] == len([d for d in layout.failures_dir.iterdir() if d.name != "part-00007-of-00008"])
+
+
 def test_an_attempt_whose_worker_died_is_lost_and_ends_at_its_last_heartbeat(tmp_path):
     job = build_job(tmp_path, num_shards=2, nodes=1, failed=0, retried=0, running=0, pending=(1,))
     layout = JobLayout(job)
