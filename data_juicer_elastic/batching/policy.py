@@ -208,7 +208,7 @@ class BatchPolicy:
             self._backoff = min(self._backoff * 2, self.config.max_reprobe_backoff)
             self._reprobing = None
         if rows <= self.config.min_rows:
-            return self._at_floor(cost)
+            return self._at_floor()
         frag_test = self._frag_pending
         self._frag_pending = False
         if frag_test:
@@ -234,7 +234,7 @@ class BatchPolicy:
         self._shrunk = True
         return OomDecision(Action.RETRY)
 
-    def _at_floor(self, cost: float) -> OomDecision:
+    def _at_floor(self) -> OomDecision:
         # One row cannot be split; its failure says nothing about larger budgets (it may be a
         # transient neighbour or one poison row), so the budget and failing size stay as they are.
         if self._floor_waits < self.config.floor_retries:

@@ -109,8 +109,7 @@ def read_context(work_dir: str | None) -> BatchingContext | None:
     if key not in _contexts:
         context = None
         try:
-            data = fsio.read_record(path)
-            context = BatchingContext.parse(data, path) if data is not None else None
+            context = BatchingContext.read(path)
         except (OSError, JobDirError) as exc:
             logger.warning(f"adaptive batching: ignoring {path}: {exc}; no shared profiles for this attempt")
         _remember(_contexts, key, context)
@@ -286,8 +285,7 @@ def summarize_attempt(directory: Path) -> dict[str, Any] | None:
             continue
         path = directory / name
         try:
-            data = fsio.read_record(path)
-            trace = BatchTrace.parse(data, path) if data is not None else None
+            trace = BatchTrace.read(path)
         except (OSError, JobDirError) as exc:
             logger.warning(f"ignoring batching trace: {exc}")
             continue

@@ -53,13 +53,6 @@ from data_juicer_elastic.sharedfs.identity import WorkerIdentity, pid_alive
 MAX_MESSAGE_CHARS: Final = 4000
 
 
-def _read(cls, path):
-    data = fsio.read_record(path)
-    if data is None:
-        return None
-    return cls.parse(data, path)
-
-
 def error_from_outcome(outcome: Outcome) -> ElasticError:
     """The error a failed outcome describes, as the same class when it is one of ours."""
     cls = getattr(errors, outcome.error_type or "", None)
@@ -102,7 +95,7 @@ class RunCoordinator:
         confine.ensure_dir(self.layout, self.layout.participants_dir(self.key))
         record = RunRecord(self.run.value, self.run.source, time.time(), self.instance_id)
         if not fsio.publish_bytes(self.layout.run_record(self.key), record.encode()):
-            existing = _read(RunRecord, self.layout.run_record(self.key))
+            existing = RunRecord.read(self.layout.run_record(self.key))
             if existing is not None and existing.run_id != self.run.value:  # a hash collision, or tampering
                 raise JobDirError(
                     f"coordination directory {self.dir.name} belongs to run {existing.run_id!r}, "
@@ -131,7 +124,7 @@ class RunCoordinator:
             if name.startswith(".") or not name.endswith(".json"):
                 continue
             try:
-                record = _read(Participant, directory / name)
+                record = Participant.read(directory / name)
             except JobDirError as exc:
                 logger.warning(f"ignoring corrupt participant record: {exc}")
                 continue
@@ -153,7 +146,7 @@ class RunCoordinator:
         return leader.instance.instance_id == self.instance_id, leader
 
     def leader(self, phase: RunPhase) -> Leader | None:
-        return _read(Leader, self.layout.leader(self.key, phase))
+        return Leader.read(self.layout.leader(self.key, phase))
 
     def heartbeat(self, phase: RunPhase) -> PhaseHeartbeater:
         return PhaseHeartbeater(self, phase)
@@ -166,10 +159,10 @@ class RunCoordinator:
         return self.prepare_result() or result
 
     def prepare_result(self) -> PrepareResult | None:
-        return _read(PrepareResult, self.layout.prepare_result(self.key))
+        return PrepareResult.read(self.layout.prepare_result(self.key))
 
     def outcome(self) -> Outcome | None:
-        return _read(Outcome, self.layout.outcome(self.key))
+        return Outcome.read(self.layout.outcome(self.key))
 
     def publish_outcome(self, outcome: Outcome) -> Outcome:
         """Publish the run's ending unless one exists; the outcome in effect either way."""
@@ -256,7 +249,7 @@ class LeaderWatch:
             if not pid_alive(who.pid):
                 return "exited"
         try:
-            beat = _read(PhaseHeartbeat, c.layout.phase_heartbeat(c.key, self.phase))
+            beat = PhaseHeartbeat.read(c.layout.phase_heartbeat(c.key, self.phase))
             token = (beat.instance_id, beat.seq) if beat is not None else None
         except JobDirError as exc:  # torn or foreign: counts as "no change", like a lease heartbeat
             token = ("error", str(exc))

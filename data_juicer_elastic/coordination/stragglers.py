@@ -163,8 +163,7 @@ def _span(layout: JobLayout, shard_id: str, attempt_id: str, node_id: str) -> tu
 
 def _attempt(layout: JobLayout, shard_id: str, attempt_id: str) -> AttemptRecord | None:
     try:
-        data = fsio.read_record(layout.attempt_record(shard_id, attempt_id))
-        return AttemptRecord.parse(data, attempt_id) if data is not None else None
+        return AttemptRecord.read(layout.attempt_record(shard_id, attempt_id))
     except Exception:  # noqa: BLE001 - informational: a missing or odd record only weakens the estimate
         return None
 

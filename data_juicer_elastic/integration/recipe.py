@@ -116,7 +116,7 @@ def build_shard_recipe(cfg: Any) -> dict:
             continue
         if parsed is None and key == "ds_cache_dir":
             continue
-        if key in ALWAYS or key not in defaults or _differs(value, defaults[key]):
+        if key in ALWAYS or key not in defaults or not _same(value, defaults[key]):
             _set_nested(recipe, key, value)
     for key in PATH_KEYS:
         if recipe.get(key):
@@ -254,10 +254,6 @@ def _set_nested(recipe: dict, key: str, value: Any) -> None:
     if hasattr(value, "as_dict"):
         value = value.as_dict()
     node[leaf] = value
-
-
-def _differs(value: Any, default: Any) -> bool:
-    return not _same(value, default)
 
 
 def _same(a: Any, b: Any) -> bool:

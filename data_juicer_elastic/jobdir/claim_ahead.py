@@ -6,34 +6,20 @@ expected to be 80% through by the worker's last time per row; or N's run has end
 the worker's own claim path (``claiming.Claimer.claim_next``: the same cursor, claim gate
 and ``link()``-published generation as any claim), starts a plain heartbeat for it at once,
 then checks its input file against the manifest (size + sha256, ``manifest.check_shard_file``)
-and hands it to ``read_ahead(source)`` (the Ray runner
-parses it into Arrow tables).  What that returns goes to the shard's run as
-``ShardTask.read_ahead``; it is held by the shard claimed ahead, and dropped with it when that
-is released.  When shard N is published, the worker loop :meth:`takes <ClaimAhead.take>` the
-held shard instead of claiming: its claim, its file check and its read are then already done,
-off the shard boundary.
+and hands it to ``read_ahead(source)`` (the Ray runner parses it into Arrow tables).  What that
+returns goes to the shard's run as ``ShardTask.read_ahead``; it is held by the shard claimed
+ahead, and dropped with it when that is released.  When shard N is published, the worker
+loop :meth:`takes <ClaimAhead.take>` the held shard instead of claiming: its claim, its file
+check and its read are then already done, off the shard boundary.
 
-Lease rules (exact, as without claim-ahead):
-
-* At most one shard is held ahead per worker slot: one helper cycle at a time, one claim
-  per cycle, started only while a shard runs and taken (or released) before the next starts.
-* Claimed only in the current shard's tail, not when it starts: a worker that claimed ahead at
-  the start of an hour-long shard would keep that second shard from an idle node for the
-  hour (with as many nodes as shards, half the nodes would wait).  In the tail, the shard is
-  held only for about the time the tail lasts.
-* Its lease is renewed from the moment it is claimed, by its own ``leases.Heartbeater``
-  (no liveness rule: nothing runs yet), however long the current shard takes.  When it is
-  taken the heartbeat stops and the run's own heartbeater (with liveness) starts; a lease
-  lost meanwhile (a newer generation) means the shard is not run.
-* It is released at once (``leases.release_claim``, reason ``signal`` on SIGTERM/SIGINT,
-  else :data:`RELEASE_UNRUN`) on every way out that does not run it: stop event, a limit
-  reached, the current shard failing, losing its lease, stalling or hitting a worker fault,
-  any error.  A release racing the helper's claim is never lost: the helper looks at the
-  cancellation under the same lock as it stores its claim, and releases it itself.
-* A shard released unrun was never an attempt: no attempt directory, no failure record, no
-  retry or holder-death budget spent, not counted in ``WorkerSummary.claimed`` (``max_shards``
-  counts attempts); ``WorkerSummary.unrun`` counts them.  Another worker may claim it at
-  once (a released generation is free, ``leases.takeover_reason``).
+Lease rules (exact, as without claim-ahead): docs/failure-semantics.md, "The shard claimed
+ahead" (at most one held per slot, renewed by its own ``leases.Heartbeater`` until taken,
+released at once, as :data:`RELEASE_UNRUN` or ``signal``, on every way out that does not run
+it, never an attempt).  Why only in the tail: a worker that claimed ahead at the start of an
+hour-long shard would keep that second shard from an idle node for the hour (with as many
+nodes as shards, half the nodes would wait).  A release racing the helper's claim is never
+lost: the helper looks at the cancellation under the same lock as it stores its claim, and
+releases it itself.  ``WorkerSummary.unrun`` counts the shards released unrun.
 
 Which shard: the helper runs only the claim path, so the claim gate (straggler avoidance)
 and ``before_claim`` apply as they do to any claim.  Thread safety: the helper is the only
@@ -42,8 +28,7 @@ before it touches the Claimer again (``learn_done``, ``revisit``), which is afte
 shard is published: publishing never waits for the helper's claim.  When the current shard's
 run ends the helper is told to claim at once (:meth:`run_ended`), so its claim overlaps the
 publication; with the job summary a helper that finds nothing claimable returns without
-touching a shard.  No Ray here: the read is
-the caller's ``read_ahead``.
+touching a shard.  No Ray here: the read is the caller's ``read_ahead``.
 """
 
 from __future__ import annotations

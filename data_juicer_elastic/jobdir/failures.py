@@ -13,7 +13,6 @@ from dataclasses import dataclass
 
 from loguru import logger
 
-from data_juicer_elastic.errors import JobDirError
 from data_juicer_elastic.jobdir import confine
 from data_juicer_elastic.jobdir.attempts import MAX_ERROR_CHARS
 from data_juicer_elastic.jobdir.layout import JobLayout, parse_gen_name
@@ -81,25 +80,16 @@ def list_failures(layout: JobLayout, shard_id: str) -> list[Failure]:
     for name in fsio.list_names(directory):
         if parse_gen_name(name) is None:
             continue
-        try:
-            data = fsio.read_record(directory / name)
-            if data is None:
-                continue
-            out.append(Failure.parse(data, directory / name))
-        except JobDirError as exc:
-            logger.warning(f"ignoring corrupt failure record: {exc}")
+        failure, error = Failure.read_or_error(directory / name)
+        if error is not None:
+            logger.warning(f"ignoring corrupt failure record: {error}")
+        elif failure is not None:
+            out.append(failure)
     return sorted(out, key=lambda f: f.generation)
 
 
 def read_terminal(layout: JobLayout, shard_id: str) -> tuple[TerminalFailure | None, str | None]:
-    path = layout.failed(shard_id)
-    try:
-        data = fsio.read_record(path)
-        if data is None:
-            return None, None
-        return TerminalFailure.parse(data, path), None
-    except JobDirError as exc:
-        return None, str(exc)
+    return TerminalFailure.read_or_error(layout.failed(shard_id))
 
 
 def publish_terminal_if_exhausted(

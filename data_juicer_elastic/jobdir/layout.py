@@ -270,13 +270,6 @@ class JobLayout:
     def attempt_record(self, shard_id: str, attempt_id: str) -> Path:
         return self.attempt_dir(shard_id, attempt_id) / "attempt.json"
 
-    def attempt_result(self, shard_id: str, attempt_id: str) -> Path:
-        return self.attempt_dir(shard_id, attempt_id) / "result.json"
-
-    def attempt_output(self, shard_id: str, attempt_id: str) -> Path:
-        """Where a shard runner is expected to put its canonical output."""
-        return self.attempt_dir(shard_id, attempt_id) / "output.jsonl"
-
     def attempt_copy(self, shard_id: str, attempt_id: str, suffix: str = ".jsonl") -> Path:
         """A scan attempt's copy of its shard (``copy_shards``), linked to :meth:`shard` once the
         manifest is composed (``jobdir.scans``)."""

@@ -30,7 +30,6 @@ from dataclasses import dataclass
 
 from loguru import logger
 
-from data_juicer_elastic.errors import JobDirError
 from data_juicer_elastic.jobdir import confine
 from data_juicer_elastic.jobdir.heartbeats import Clock, RenewThread, StalenessObserver
 from data_juicer_elastic.jobdir.layout import JobLayout, parse_gen_name
@@ -108,35 +107,22 @@ def latest_generation(layout: JobLayout, shard_id: str) -> int:
     return generation
 
 
-def _read(cls, path):
-    """(record, error): a malformed record is an error string, never a record.  Oversized
-    records and directories in a record's place are malformed too: one bad file must
-    not stop every worker of the job."""
-    try:
-        data = fsio.read_record(path)
-        if data is None:
-            return None, None
-        return cls.parse(data, path), None
-    except JobDirError as exc:
-        return None, str(exc)
-
-
 def read_lease(layout: JobLayout, shard_id: str) -> LeaseView:
     generation = latest_generation(layout, shard_id)
     if generation == 0:
         return LeaseView(shard_id, 0, None, None, None, None, None, None)
-    claim, claim_error = _read(Claim, layout.claim(shard_id, generation))
+    claim, claim_error = Claim.read_or_error(layout.claim(shard_id, generation))
     if claim is not None and (claim.shard_id, claim.generation) != (shard_id, generation):
         claim, claim_error = None, f"claim file names {claim.shard_id} gen {claim.generation}"
-    release, _ = _read(Release, layout.release(shard_id, generation))
-    failure, _ = _read(Failure, layout.failure(shard_id, generation))
+    release, _ = Release.read_or_error(layout.release(shard_id, generation))
+    failure, _ = Failure.read_or_error(layout.failure(shard_id, generation))
     heartbeat, hb_error = read_heartbeat(layout, shard_id, generation)
     return LeaseView(shard_id, generation, claim, claim_error, release, failure, heartbeat, hb_error)
 
 
 def read_heartbeat(layout: JobLayout, shard_id: str, generation: int) -> tuple[Heartbeat | None, str | None]:
     """(heartbeat, error) of one generation: what the summary writer reads of each live claim."""
-    heartbeat, error = _read(Heartbeat, layout.heartbeat(shard_id, generation))
+    heartbeat, error = Heartbeat.read_or_error(layout.heartbeat(shard_id, generation))
     if heartbeat is not None and heartbeat.generation != generation:
         return None, "heartbeat of another generation"
     return heartbeat, error
@@ -237,7 +223,7 @@ def release_claim(layout: JobLayout, claim: Claim, reason: ReleaseReason) -> boo
     confine.ensure_dir(layout, path.parent)
     if fsio.publish_bytes(path, record.encode()):
         return True
-    existing, _ = _read(Release, path)  # released before (e.g. by the signal path): still ours
+    existing, _ = Release.read_or_error(path)  # released before (e.g. by the signal path): still ours
     return existing is not None and existing.attempt_id == claim.attempt_id
 
 

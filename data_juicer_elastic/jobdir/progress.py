@@ -85,12 +85,11 @@ def read_attempt_progress(
     """(record, None); (None, None) when there is none yet; (None, error) when it is unreadable."""
     try:
         path = layout.attempt_progress(shard_id, attempt_id)  # refuses an attempt id that leaves the job dir
-        data = fsio.read_record(path)
-        if data is None:
-            return None, None
-        record = ProgressRecord.parse(data, path)
+        record = ProgressRecord.read(path)
     except (OSError, JobDirError) as exc:
         return None, str(exc)
+    if record is None:
+        return None, None
     if (record.shard_id, record.attempt_id) != (shard_id, attempt_id):  # a copied or misplaced file
         return None, f"{path}: progress record names {record.shard_id} attempt {record.attempt_id}"
     return record, None

@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any, ClassVar, Final, TypeVar, Union
 
 from data_juicer_elastic.errors import ConfigError, JobDirError
+from data_juicer_elastic.sharedfs import fsio
 
 FORMAT_PREFIX: Final = "dj-elastic/"
 VERSION: Final = 1
@@ -102,6 +103,21 @@ class Record:
         if version < 1:
             raise JobDirError(f"corrupt {cls.KIND} record: bad version {version!r}", where=where)
         return _build(cls, obj, where, cls.KIND)
+
+    @classmethod
+    def read(cls: type[R], path: Path) -> R | None:
+        """The record at ``path``; None when there is none; JobDirError when it is malformed."""
+        data = fsio.read_record(path)
+        return None if data is None else cls.parse(data, path)
+
+    @classmethod
+    def read_or_error(cls: type[R], path: Path) -> tuple[R | None, str | None]:
+        """(record, None); (None, None) when there is none; (None, error) when it is malformed
+        (oversized, a directory in its place, not JSON): one bad file must not stop every worker."""
+        try:
+            return cls.read(path), None  # type: ignore[attr-defined]
+        except JobDirError as exc:
+            return None, str(exc)
 
 
 class ChecksummedRecord(Record):

@@ -68,17 +68,7 @@ def export_errors_path(export: Path) -> Path:
 
 def encode_line(error: QuarantineRecord, row: bytes) -> bytes:
     """One line of the file: the fields, then ``row`` (a JSON object's bytes, kept as they are)."""
-    head = orjson.dumps(
-        {
-            "row_number": error.row_number,
-            "shard": error.shard,
-            "shard_row": error.shard_row,
-            "op": error.op,
-            "op_index": error.op_index,
-            "error_type": error.error_type,
-            "error": error.error,
-        }
-    )
+    head = orjson.dumps(error)  # its fields in declaration order: the file's keys, in their order
     return head[:-1] + b',"' + ROW_KEY.encode() + b'":' + row + b"}\n"
 
 

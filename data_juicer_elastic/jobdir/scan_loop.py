@@ -116,7 +116,7 @@ def settle_scans(layout: JobLayout, plan: JobPlan) -> Manifest:
             hint="fix the cause (see the scan attempts' logs), then prepare a new job_dir",
         )
     results = scans.read_scans(layout, plan)
-    refused = scans.refusal_error(layout, plan, results)
+    refused = scans.refusal_error(plan, results)
     if refused is not None:
         raise refused
     manifest = scans.publish_manifest(layout, plan, results)

@@ -104,7 +104,7 @@ def _check_against_plan(plan: JobPlan, entry: PlannedShard, result: ScanResult, 
         raise JobDirError(f"scan record of {entry.shard_id} names no copy, but the job copies shards", where=where)
 
 
-def refusal_error(layout: JobLayout, plan: JobPlan, results: dict[str, ScanResult]) -> ElasticError | None:
+def refusal_error(plan: JobPlan, results: dict[str, ScanResult]) -> ElasticError | None:
     """The job's input error: the first refusal in input order, as one error naming ``file:line``."""
     rows_before: dict[int, int] = {}  # rows of each input file in the spans before this one
     for entry in plan.shards:

@@ -103,8 +103,7 @@ class Warnings(list):
 
 def read_or_warn(cls, path: Path, warnings: Warnings):
     try:
-        data = fsio.read_record(path)
-        return cls.parse(data, path) if data is not None else None
+        return cls.read(path)
     except (OSError, JobDirError) as exc:
         warnings.add(str(exc))
         return None
@@ -214,8 +213,7 @@ def _live_progress(layout: JobLayout, record: AttemptRecord) -> tuple[tuple[tupl
 
 def _last_heartbeat(layout: JobLayout, record: AttemptRecord) -> float | None:
     try:
-        data = fsio.read_record(layout.heartbeat(record.shard_id, record.generation))
-        beat = Heartbeat.parse(data, "heartbeat") if data is not None else None
+        beat = Heartbeat.read(layout.heartbeat(record.shard_id, record.generation))
     except (OSError, JobDirError):
         return None
     return beat.written_at if beat is not None and beat.attempt_id == record.attempt_id else None

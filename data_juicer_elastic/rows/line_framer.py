@@ -9,7 +9,7 @@ them the same way everywhere, and cheaply, because prepare runs it over gigabyte
 * a line that spans chunks is joined once, into a block of its own;
 * what follows the last newline (a last line without its newline) is the framer's
   :attr:`LineFramer.tail`, for the caller to judge (prepare adds the newline, the readers
-  of shards refuse it: :func:`whole_line_blocks`).
+  of shards refuse it).
 
 With a ``limit``, a carried line that grows past it is reported as soon as that is known,
 so memory stays about ``limit`` + a chunk however long the line.  The framer knows byte
@@ -20,8 +20,6 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator
 from typing import NamedTuple, NoReturn
-
-from data_juicer_elastic.errors import InputError
 
 
 class LineBlock(NamedTuple):
@@ -103,12 +101,3 @@ def first_too_long(lines: list[bytes], limit: int, chunk_bytes: int) -> int | No
     if limit >= chunk_bytes or max(map(len, lines)) <= limit:
         return None
     return next(i for i, line in enumerate(lines) if len(line) > limit)
-
-
-def whole_line_blocks(chunks: Iterable[bytes], where: str) -> Iterator[LineBlock]:
-    """The blocks of a stream that must end with a newline (a shard); InputError naming
-    ``where`` when its last line has none (a truncated file)."""
-    framer = LineFramer()
-    yield from framer.blocks(chunks)
-    if framer.tail is not None:
-        raise InputError("the last line has no newline (truncated?)", where=where)

@@ -46,10 +46,9 @@ def verify_export(
 ) -> ExportSummary | None:
     """The export merge.json records, checked; None when nothing was merged yet.  ``hashed``:
     (rows, bytes, sha256) of each accepted file the caller re-hashed already, by file identity."""
-    data = fsio.read_record(layout.merge_record)
-    if data is None:
+    record = MergeRecord.read(layout.merge_record)
+    if record is None:
         return None
-    record = MergeRecord.parse(data, layout.merge_record)
     if record.job_id != manifest.job_id:
         raise IntegrityError(
             f"merge.json belongs to another job ({record.job_id}, this job is {manifest.job_id})",

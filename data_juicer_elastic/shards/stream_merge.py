@@ -109,9 +109,7 @@ def stats_partial_path(output: Path) -> Path:
 
 def read_progress(output: str | Path) -> MergeProgress | None:
     """The progress record beside ``output``, None when there is none (JobDirError when corrupt)."""
-    path = progress_path(Path(os.path.abspath(output)))
-    data = fsio.read_record(path)
-    return None if data is None else MergeProgress.parse(data, path)
+    return MergeProgress.read(progress_path(Path(os.path.abspath(output))))
 
 
 @storage_errors(then="run the merge again", places=merge_places)  # ENOSPC, EROFS...: one line naming path and place

@@ -114,7 +114,7 @@ def scan_locally(job: Path, processes: int = 0):
             )  # fmt: skip
     finally:
         scanner.close()
-    refused = scans.refusal_error(layout, plan, results)
+    refused = scans.refusal_error(plan, results)
     if refused is not None:
         raise refused
     return scans.publish_manifest(layout, plan, results)
