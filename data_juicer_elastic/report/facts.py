@@ -1,6 +1,6 @@
 """Read a job directory into the facts a report shows.  Read-only: it never writes to the job.
 
-What is read: the job as ``dj-elastic status --all`` reads it (``status.job_view``: shard
+What is read: the job as ``dj-elastic status`` reads it (``status.job_view``: shard
 states, the job's times, its runs), one listing of ``attempts/`` and per attempted shard one
 listing plus one ``attempt.json`` per attempt.  Lease, failure and heartbeat records are read
 again only for shards with an attempt that never recorded its end (running, or its worker
@@ -53,7 +53,7 @@ class JobFacts:
     job_dir: Path
     taken_at: float
     manifest: Manifest
-    view: JobView  # the job as `dj-elastic status --all` reads it: shard states, times and runs
+    view: JobView  # the job as `dj-elastic status` reads it: shard states, times and runs
     attempts: list[AttemptFact]
     traces: list[TraceFact]
     traces_skipped: int
@@ -79,14 +79,15 @@ class JobFacts:
 
 def gather(job_dir: str | Path, now: float | None = None) -> JobFacts:
     """Everything the report shows about ``job_dir``; JobDirError when it is not a prepared job.
-    Shard states, the job's times and its runs are ``status --all``'s (``status.job_view``), so
-    the report and ``status`` agree; the attempts are read here."""
+    Shard states, the job's times and its runs are ``status``'s (``status.job_view``), so the
+    report and ``status`` agree; the attempts are read here."""
     layout = JobLayout(Path(os.path.abspath(job_dir)))
     manifest = load_manifest(layout.root)
     now = time.time() if now is None else now
     warnings = Warnings()
     ttl = manifest.settings.get("lease_ttl_secs")
-    view = read_view(layout.root, use_summary=False, ttl_secs=float(ttl) if ttl else None, now=now)
+    # as `dj-elastic status` reads it: from the job summary where there is one (no read per done shard)
+    view = read_view(layout.root, ttl_secs=float(ttl) if ttl else None, now=now)
     done_ids = {s.shard_id for s in view.snapshot.shards if s.state is ShardState.DONE}
     attempted = set(fsio.list_names(layout.attempts_dir))
     all_attempts: list[AttemptFact] = []

@@ -209,7 +209,7 @@ def _attention(facts: JobFacts) -> list[str]:
         by_shard.setdefault(attempt.shard_id, []).append(attempt)
     order = {ShardState.FAILED: 0, ShardState.STALE: 1, ShardState.RUNNING: 2}
     index = {shard.shard_id: i for i, shard in enumerate(facts.shards)}
-    picked = [sh for sh in facts.shards if sh.state in order or (sh.attempts or 0) > 1]
+    picked = [sh for sh in facts.shards if sh.state in order or len(by_shard.get(sh.shard_id, ())) > 1]
     picked.sort(key=lambda sh: (order.get(sh.state, 3), index[sh.shard_id]))
     if not picked:
         return out + ["<p>None: every shard that ran succeeded on its first attempt.</p>"]
@@ -217,7 +217,9 @@ def _attention(facts: JobFacts) -> list[str]:
     for shard in picked[:MAX_TABLE_ROWS]:
         mine = by_shard.get(shard.shard_id, [])
         trail = " → ".join(f"{palette.category(a)}@{a.node_id}" for a in mine)
-        rows.append((shard.shard_id, shard.state.value, shard.attempts, trail, (shard.last_error or "")[-300:]))
+        # a done shard's failures are not read from the summary: its attempts' errors are
+        error = shard.last_error or next((a.error for a in reversed(mine) if a.error), "")
+        rows.append((shard.shard_id, shard.state.value, len(mine), trail, error[-300:]))
     out.append(_table(("shard", "state", "attempts", "attempts (outcome@node)", "last error"), rows, {2}, "attention"))
     if len(picked) > MAX_TABLE_ROWS:
         out.append(f'<p class="note">... and {len(picked) - MAX_TABLE_ROWS:,} more (see dj-elastic status --all).</p>')

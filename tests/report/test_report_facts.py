@@ -49,14 +49,14 @@ def test_facts_of_a_job_with_retries_failures_and_a_running_shard(small_job):
 
 def test_the_report_and_status_show_the_same_job(small_job, tmp_path):
     """One read model: the report's cards give the shard counts, rows done and retried shards
-    `dj-elastic status --all --json` gives, on a job with retries, a terminal failure and a
+    `dj-elastic status --json` gives, on a job with retries, a terminal failure and a
     running shard; and both agree with the job's records (done markers, failure records)."""
     import json
     import re
 
     env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])}
     status = subprocess.run(
-        ["dj-elastic", "status", "--job-dir", str(small_job), "--all", "--json"],
+        ["dj-elastic", "status", "--job-dir", str(small_job), "--json"],
         capture_output=True, text=True, timeout=120, env=env,
     )  # fmt: skip
     document = json.loads(status.stdout)
