@@ -3,7 +3,8 @@
 * :mod:`.terminal`: the console stream and the one live line kept below other output;
 * :mod:`.quiet`: the console filter (``-v`` / ``DJ_ELASTIC_VERBOSE=1`` shows everything),
   :func:`say` for the plugin's own lines;
-* :mod:`.displays`: progress of prepare/merge steps and of the whole job;
+* :mod:`.displays`: progress of the whole job (the live line), and the meter both displays use;
+* :mod:`.step_display`: progress of prepare and merge steps;
 * :mod:`.summary`: the lines a finished run ends with;
 * :mod:`.log_files`: log files that fail quietly and once (a full disk costs their lines, not the run).
 
@@ -19,7 +20,7 @@ _NAMES = {
     "LOG_EVERY_SECS": "displays",
     "JobDisplay": "displays",
     "LogFile": "log_files",
-    "StepDisplay": "displays",
+    "StepDisplay": "step_display",
     "VERBOSE_ENV": "quiet",
     "guard_file_sinks": "log_files",
     "install_console": "quiet",

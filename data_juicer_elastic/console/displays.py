@@ -25,6 +25,7 @@ from tqdm import tqdm
 
 from data_juicer_elastic.console import quiet, terminal
 from data_juicer_elastic.console.summary import shown_path
+from data_juicer_elastic.jobdir.job_summary import view_of
 from data_juicer_elastic.jobdir.layout import JobLayout
 from data_juicer_elastic.jobdir.manifest import load_manifest
 from data_juicer_elastic.jobdir.progress import ProgressTracker, Stage
@@ -104,86 +105,6 @@ def meter_line(desc: str, done: float, total: float | None, elapsed: float, rate
     )  # fmt: skip
 
 
-class _Step:
-    """One step of a StepDisplay."""
-
-    def __init__(self, name: str, unit: str, line, log_every: float, clock: Clock):
-        self.name, self.unit, self.line, self.log_every, self.clock = name, unit, line, log_every, clock
-        self.done, self.total = 0, None
-        self.started = self.last_log = clock()
-        self.meter = Meter(clock)
-        self.logged = False  # a periodic line was printed: the step was long enough to report its end
-
-    def set(self, done: int, total: int | None) -> None:
-        self.done, self.total = done, total
-        self.meter.add(done)
-        now = self.clock()
-        if self.line is not None:
-            width = terminal.line_width(self.line.stream)
-            rate = self.meter.rate()
-            self.line.update(meter_line(self.name, done, total, now - self.started, rate, self.unit, "", width))
-        if now - self.last_log >= self.log_every:
-            self.last_log = now
-            self._log("progress", periodic=True)
-
-    def close(self) -> None:
-        self._log("finished", periodic=False)
-
-    def _log(self, what: str, periodic: bool) -> None:
-        secs = max(self.clock() - self.started, 1e-9)
-        total = f"/{amount(self.total, self.unit)}" if self.total else ""
-        pct = f" ({100 * self.done / self.total:.0f}%)" if self.total else ""
-        rate = f", {amount(self.done / secs, self.unit)}/s" if self.done else ""
-        text = f"{self.name}: {what} {amount(self.done, self.unit)}{total}{pct} in {secs:.0f}s{rate}"
-        if self.line is not None:
-            quiet.log_only(text)  # the live line shows it
-        elif periodic or self.logged:
-            self.logged = True
-            quiet.say(text)
-        else:
-            from loguru import logger
-
-            logger.info(text)  # a short step: log files (and -v) only
-
-
-class StepDisplay:
-    """A ``shards.steps`` callback: one line per step name, the previous closed when a new one starts."""
-
-    def __init__(self, unit: str = "B", *, terminal: bool | None = None, log_every: float = LOG_EVERY_SECS,
-                 clock: Clock = time.monotonic, stream: Any = None):  # fmt: skip
-        self.unit, self.log_every, self.clock, self.stream = unit, log_every, clock, stream
-        self.live = live(terminal)
-        self.step: _Step | None = None
-        self._line_cm = None
-        self._line = None
-
-    def __call__(self, step: str, done: int, total: int | None) -> None:
-        if self.step is None or self.step.name != step:
-            self._close_step()
-            if self.live and self._line is None:
-                self._line_cm = _line_context(self.stream)
-                self._line = self._line_cm.__enter__()
-            self.step = _Step(step, self.unit, self._line, self.log_every, self.clock)
-        self.step.set(done, total)
-
-    def _close_step(self) -> None:
-        if self.step is not None:
-            self.step.close()
-            self.step = None
-
-    def close(self) -> None:
-        self._close_step()
-        if self._line_cm is not None:
-            self._line_cm.__exit__(None, None, None)
-            self._line_cm = self._line = None
-
-    def __enter__(self) -> StepDisplay:
-        return self
-
-    def __exit__(self, *exc_info: object) -> None:
-        self.close()
-
-
 def _line_context(stream: Any):
     return terminal.live_line(stream)
 
@@ -191,10 +112,11 @@ def _line_context(stream: Any):
 class JobDisplay:
     """The job's progress from this worker: rows done/total, rows/s, shards, ETA.
 
-    Rows done = input rows of the shards in ``done/`` (a listing every ``LISTING_SECS``:
-    cheap, and informational only, so it does not go through ``fsio``'s fault points)
-    plus the rows this process's running attempts have read (``attach`` is the worker
-    loop's ``on_attempt`` hook).  Other nodes' running shards count once they are done.
+    Rows done = input rows of the shards done (every ``LISTING_SECS``: from the job summary
+    this process's worker reads, else a listing of ``done/``; informational only, so it does
+    not go through ``fsio``'s fault points) plus the rows this process's running attempts
+    have read (``attach`` is the worker loop's ``on_attempt`` hook).  Other nodes' running
+    shards count once they are done.
     """
 
     def __init__(self, job_dir: str | os.PathLike, shard_rows: dict[str, int] | None, *, terminal: bool | None = None,
@@ -212,6 +134,7 @@ class JobDisplay:
         self.done: set[str] = set()
         self.failed: set[str] = set()
         self.shown_rows = 0
+        self.grace = 2 * LISTING_SECS  # how long a finished attempt's rows count before its result shows
         self.started = self.last_log = self.last_listing = clock()
         self.meter = Meter(clock, from_first_move=True)
         self.waiting = waiting or str  # what this worker waits for while no shard runs here ("starting Ray")
@@ -244,6 +167,14 @@ class JobDisplay:
             self.scanning, self.shard_rows, self.total = None, rows, sum(rows.values())
             self.meter = Meter(self.clock, from_first_move=True)  # rows/s from here: the scans' time is not the shards'
             quiet.say(f"scanned {shown_path(self.job_dir)}: {self.total:,} rows in {len(rows)} shards")
+        # From the job summary this process's worker reads (no read of its own), else listings: at
+        # 1,000 nodes a listing of done/ every 2 s each would be 100,000 names a node per tick.
+        view = view_of(JobLayout(self.job_dir))
+        if view is not None:
+            self.done.update(s for s in view.done_ids() if s in self.shard_rows)
+            self.failed.update(s for s in view.failed if s in self.shard_rows)
+            self.grace = 2 * max(LISTING_SECS, view.summary.interval_secs)  # a result shows a round later
+            return
         for name, target in (("done", self.done), ("failed", self.failed)):
             try:
                 names = os.listdir(self.job_dir / name)
@@ -264,7 +195,7 @@ class JobDisplay:
                 if shard in self.done or shard in self.failed:
                     del self.trackers[shard]
                     continue
-                if finished_at[0] is not None and now - finished_at[0] > 2 * LISTING_SECS:
+                if finished_at[0] is not None and now - finished_at[0] > self.grace:
                     del self.trackers[shard]  # ended without a result: a failed attempt, retried later
                     continue
                 record = tracker.current

@@ -11,7 +11,8 @@ from hypothesis import strategies as st
 from loguru import logger
 
 from data_juicer_elastic.console import quiet, summary, terminal
-from data_juicer_elastic.console.displays import RATE_WINDOW_SECS, JobDisplay, Meter, StepDisplay, meter_line
+from data_juicer_elastic.console.displays import RATE_WINDOW_SECS, JobDisplay, Meter, meter_line
+from data_juicer_elastic.console.step_display import StepDisplay
 from data_juicer_elastic.jobdir import leases, progress
 from data_juicer_elastic.jobdir.layout import JobLayout
 from tests.jobdir.conftest import FakeClock, identity
