@@ -240,6 +240,12 @@ def test_the_console_status_and_report_give_the_run_the_same_times(bundled_demo,
     proc = run(["dj-elastic", "status", "--job-dir", str(job), "--json"], cwd=tmp)
     document = json.loads(proc.stdout)
     times = document["times"]
+    # the job summary as dj-process keeps it: its writer's last round (written as it left) saw
+    # every shard done and no live claim, and status read the job with it
+    written = json.loads((job / "summary" / "summary.json").read_text())
+    assert (written["done_count"], written["live"], written["failed"]) == (8, [], [])
+    assert len(list((job / "done").glob("*.json"))) == 8
+    assert document["source"] == "summary" and document["summary"]["seq"] == written["seq"]
     assert times["wall_secs"] == document["coordination"][0]["wall_secs"]
     assert document["first_shard_secs"] == times["first_shard_secs"]
     text = run(["dj-elastic", "status", "--job-dir", str(job)], cwd=tmp).stdout
