@@ -174,6 +174,9 @@ class JobDisplay:
             self.done.update(s for s in view.done_ids() if s in self.shard_rows)
             self.failed.update(s for s in view.failed if s in self.shard_rows)
             self.grace = 2 * max(LISTING_SECS, view.summary.interval_secs)  # a result shows a round later
+            with self.lock:  # this process's own results show at once: one look at each one's marker
+                ended = [s for s, (_, at) in self.trackers.items() if at[0] is not None and s not in self.done]
+            self.done.update(s for s in ended if os.path.exists(self.job_dir / "done" / f"{s}.json"))
             return
         for name, target in (("done", self.done), ("failed", self.failed)):
             try:

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from data_juicer_elastic.coordination.stragglers import ClaimGate
-from data_juicer_elastic.jobdir import claiming, leases
+from data_juicer_elastic.jobdir import claiming, leases, progress
 from data_juicer_elastic.jobdir.heartbeats import StalenessObserver
 from data_juicer_elastic.jobdir.job_summary import (
     SummaryReader,
@@ -411,7 +411,16 @@ def test_the_live_line_counts_done_and_failed_shards_from_the_summary_without_a_
     fsio.write_new(layout.done(manifest.shards[12].shard_id), result.encode(), durable=False)
     refresh()
     assert len(display.done) == 5, "the summary's round is not written yet: the line waits for it"
+    mine = manifest.shards[13].shard_id  # this process's own attempt: its result shows at once
+    claim = leases.publish_claim(layout, leases.read_lease(layout, mine), identity("me", pid=31_000), "m-1", "none")
+    tracker = progress.ProgressTracker(layout, claim, 1)
+    display.attach(tracker)
+    tracker.finish()
+    result = ShardResult(mine, "me", 1, "m-1", 1, 1, "0" * 64, "x", 1, "0", 1.0)
+    fsio.write_new(layout.done(mine), result.encode(), durable=False)
+    refresh()
+    assert display.done == on_disk | {mine}, "its own result before the summary's next round"
     keeper.tick()
     refresh()
-    assert display.done == on_disk | {manifest.shards[12].shard_id}
-    assert display.numbers()["shards_done"] == 6 and display.grace >= 2 * keeper.interval_secs
+    assert display.done == on_disk | {manifest.shards[12].shard_id, mine}
+    assert display.numbers()["shards_done"] == 7 and display.grace >= 2 * keeper.interval_secs
