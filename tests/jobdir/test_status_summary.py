@@ -210,15 +210,15 @@ def _done_by_a_peer(layout: JobLayout, entries) -> None:
 
 
 def test_what_status_reads_does_not_grow_with_the_done_shards(tmp_path, clock):
-    """200 done, then 2,000 done (5 running, the rest pending): the same operations, none in done/
+    """100 done, then 1,000 done (5 running, the rest pending): the same operations, none in done/
     but its listing; without the summary, a read per done shard."""
     held = 5
-    job, layout, manifest, _ = _job(tmp_path, 2_000 + held + 20, done=200, held=held)
+    job, layout, manifest, _ = _job(tmp_path, 1_000 + held + 20, done=100, held=held)
     keeper = _keeper(layout, manifest, clock)
     measured = []
-    for done in (200, 2_000):
-        if done > 200:
-            _done_by_a_peer(layout, manifest.shards[held + 200 : held + done])  # after the held ones
+    for done in (100, 1_000):
+        if done > 100:
+            _done_by_a_peer(layout, manifest.shards[held + 100 : held + done])  # after the held ones
         keeper.tick()
         snap, trace, in_done = _status_ops(layout)
         assert snap.source == FROM_SUMMARY
