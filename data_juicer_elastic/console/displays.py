@@ -30,6 +30,7 @@ from data_juicer_elastic.jobdir.layout import JobLayout
 from data_juicer_elastic.jobdir.manifest import load_manifest
 from data_juicer_elastic.jobdir.progress import ProgressTracker, Stage
 from data_juicer_elastic.status.scan_phase import shard_names
+from data_juicer_elastic.status.throughput import eta_secs
 
 LOG_EVERY_SECS: Final = 30.0
 TICK_SECS: Final = 0.5  # live line redraws
@@ -237,8 +238,8 @@ class JobDisplay:
         pct = f" ({100 * n['rows'] / self.total:.0f}%)" if self.total else ""
         rate = n["rate"]
         speed = f", {rate:,.1f} rows/s" if rate else ""
-        left = self.total - n["rows"]
-        eta = f", ETA {tqdm.format_interval(left / rate)}" if rate and left > 0 else ""
+        left = eta_secs(self.total - n["rows"], rate)
+        eta = f", ETA {tqdm.format_interval(left)}" if left else ""
         return (
             f"progress: {n['rows']:,}/{self.total:,} rows{pct}{speed}{eta}; {self.shards_note(n)}; "
             f"elapsed {tqdm.format_interval(n['elapsed'])}"

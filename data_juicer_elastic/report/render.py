@@ -142,6 +142,11 @@ def _summary(facts: JobFacts, win: series.Window | None) -> str:
         cards.append(_card("wall time" if state == "complete" else "wall time so far", s.fmt_duration(win.span)))
     if win is not None:
         cards.append(_card("mean input rows/s", f"{rows_done / win.span:,.1f}"))
+    numbers = facts.view.throughput
+    if state != "complete" and numbers.rows_per_sec:  # as `status` gives them: the running attempts' rates
+        cards.append(_card("input rows/s now", f"{numbers.rows_per_sec:,.1f}"))
+        eta = numbers.eta_secs
+        cards.append(_card("time left (ETA)", format_wall(eta) if eta is not None else "unknown"))
     cards += _scan_cards(facts)
     return '<div class="cards">' + "".join(cards) + "</div>"
 

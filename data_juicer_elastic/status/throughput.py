@@ -96,6 +96,14 @@ def rate(shard: ShardStatus) -> float | None:
     return min(record.rows_read, shard.input_rows) / record.elapsed_secs
 
 
+def eta_secs(rows_left: float, rows_per_sec: float | None) -> float | None:
+    """The one ETA rule (``status``, the report and the console's plain line): the rows left at the
+    rate now; None until a rate is known."""
+    if rows_left <= 0:
+        return 0.0
+    return rows_left / rows_per_sec if rows_per_sec else None
+
+
 def summarize(snap: JobSnapshot) -> Summary:
     live = [s for s in snap.shards if s.state in _LIVE]
     running = [s for s in snap.shards if s.state is ShardState.RUNNING]
@@ -107,7 +115,7 @@ def summarize(snap: JobSnapshot) -> Summary:
     if remaining == 0 and not any(s.state in (ShardState.PENDING, *_LIVE) for s in snap.shards):
         eta = 0.0 if snap.complete else None
     else:
-        eta = remaining / job_rate if job_rate > 0 else None
+        eta = eta_secs(remaining, job_rate)
     return Summary(
         rows_in_progress=in_progress,
         rows_per_sec=job_rate,

@@ -75,6 +75,7 @@ def test_the_report_and_status_show_the_same_job(small_job, tmp_path):
     assert cards["running / stale"] == f"{counts['running']} / {counts['stale']}"
     assert cards["input rows done"].split(" / ")[0] == f"{document['rows_done']:,}"
     assert cards["shards retried"] == str(document["retried"])
+    assert document["rows_per_sec"] == 0 and "input rows/s now" not in cards  # no progress record: no rate
     layout = JobLayout(small_job)  # the oracle: the records themselves
     assert counts["done"] == len(list(layout.done_dir.glob("*.json"))) == 6
     assert document["retried"] == len([d for d in layout.failures_dir.iterdir() if d.name != "part-00007-of-00008"])
@@ -249,3 +250,14 @@ def test_running_attempts_count_in_throughput_through_their_live_progress(tmp_pa
     assert rates == pytest.approx([10.0, 20.0, 15.0, 15.0])
     html = write_report(job, tmp_path / "r.html", now=t0 + 5.0).output.read_text()
     assert f"progress: 60 of {running.input_rows} input rows read, processing (MapBatches(process_batched))" in html
+    # the rate and time left now, as `status --json` gives them (one estimator): 60 rows in 4 s, and
+    # the input rows neither done nor read yet at that rate
+    from data_juicer_elastic.status.job_times import format_wall
+    from data_juicer_elastic.status.job_view import read_view, view_json
+
+    document = view_json(read_view(job))
+    left = document["rows_total"] - document["rows_done"] - document["rows_in_progress"]
+    assert document["rows_in_progress"] == 60 and left > 0
+    assert (document["rows_per_sec"], document["eta_secs"]) == (15.0, round(left / 15.0, 1))
+    assert '<b class="">15.0</b>input rows/s now' in html
+    assert f'<b class="">{format_wall(left / 15.0)}</b>time left (ETA)' in html
