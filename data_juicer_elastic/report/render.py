@@ -157,7 +157,7 @@ def _scan_cards(facts: JobFacts) -> list[str]:
     phase = scanned_phase(facts.manifest)
     cards = []
     if phase is not None:
-        rate = f"{s.fmt_bytes(phase.bytes_per_sec or 0)}/s in {s.fmt_duration(phase.secs or 0)}"
+        rate = f"{(phase.bytes_per_sec or 0) / 1e6:,.1f} MB/s in {format_wall(phase.secs or 0)}"  # as status says
         cards.append(_card("scan (every shard checked)", rate))
     times = facts.times
     if times is not None and (first := times.first_shard_secs()) is not None:
