@@ -21,8 +21,9 @@ from __future__ import annotations
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass
+from typing import NamedTuple
 
-from data_juicer_elastic.coordination.run_records import Outcome, RunRecord
+from data_juicer_elastic.coordination.run_records import OK, Outcome, RunRecord
 from data_juicer_elastic.errors import JobDirError
 from data_juicer_elastic.jobdir.layout import JobLayout
 from data_juicer_elastic.jobdir.pace import PaceRecord, read_paces
@@ -37,10 +38,6 @@ class JobTimes:
     last_done_at: float | None
     finalized_at: float | None  # the outcome was decided (finalized or aborted); None while it runs
     ok: bool | None  # finalized (True), aborted (False), running or no run (None)
-
-    @property
-    def ended_at(self) -> float | None:
-        return self.finalized_at
 
     def wall_secs(self, now: float | None = None) -> float:
         return wall_secs(self.submitted_at, self.finalized_at, now)
@@ -92,52 +89,62 @@ def job_times(
     planned_at: float | None = None,
     paces: list[PaceRecord] | None = None,
     attempt_starts: Iterable[float] = (),
+    runs: list[dict] | None = None,
 ) -> JobTimes | None:
-    """The times of the job's newest run (``paces``: the pace records when the caller read them
-    already); None when there is neither a run record nor a ``planned_at``."""
-    run = _latest_run(layout)
+    """The times of the job's newest run; None when there is neither a run record nor a
+    ``planned_at``.  ``paces``, ``runs`` (``run_status.runs``): what the caller read already."""
+    run = _newest(runs) if runs is not None else _latest_run(layout)
     if run is None and planned_at is None:
         return None
-    submitted = run[0].created_at if run is not None else planned_at
+    submitted = run.created_at if run is not None else planned_at
     mine = [p for p in (read_paces(layout) if paces is None else paces) if p.updated_at >= submitted]
     firsts = [p.first_claimed_at for p in mine if p.first_claimed_at is not None]
     if not mine:
         firsts = [t for t in attempt_starts if t >= submitted]
     lasts = [p.last_done_at for p in mine if p.last_done_at is not None]
-    outcome = run[1] if run is not None else None
     return JobTimes(
-        run_id=run[0].run_id if run is not None else None,
+        run_id=run.run_id if run is not None else None,
         submitted_at=submitted,
         first_running_at=min(firsts) if firsts else None,
         last_done_at=max(lasts) if lasts else None,
-        finalized_at=outcome.decided_at if outcome is not None else None,
-        ok=outcome.ok if outcome is not None else None,
+        finalized_at=run.decided_at if run is not None else None,
+        ok=run.ok if run is not None else None,
     )
 
 
-def _latest_run(layout: JobLayout) -> tuple[RunRecord, Outcome | None] | None:
+class _Run(NamedTuple):
+    run_id: str
+    created_at: float
+    decided_at: float | None
+    ok: bool | None
+
+
+def _newest(runs: list[dict]) -> _Run | None:
+    """The newest run of ``run_status.runs`` (newest first) that has a readable record."""
+    for run in runs:
+        if run["run_id"] is not None and run["created_at"] is not None:
+            outcome = run["outcome"]
+            return _Run(run["run_id"], run["created_at"], run["ended_at"], outcome and outcome["status"] == OK)
+    return None
+
+
+def _latest_run(layout: JobLayout) -> _Run | None:
     """The newest run's record (by its time) and its outcome: one listing of ``coordination/``
     and the run records, then one outcome."""
     newest: tuple[RunRecord, str] | None = None
     for key in fsio.list_names(layout.coordination_dir):
         try:
-            record = _read(RunRecord, layout.run_record(key))
-        except JobDirError:
+            record = RunRecord.read(layout.run_record(key))
+        except (OSError, JobDirError):
             continue  # not a run directory (temp files, foreign names), or a corrupt record
         if record is not None and (newest is None or record.created_at > newest[0].created_at):
             newest = (record, key)
     if newest is None:
         return None
+    record, key = newest
     try:
-        outcome = _read(Outcome, layout.outcome(newest[1]))
-    except JobDirError:
+        outcome = Outcome.read(layout.outcome(key))
+    except (OSError, JobDirError):
         outcome = None
-    return newest[0], outcome
-
-
-def _read(cls, path):
-    try:
-        data = fsio.read_record(path)
-    except OSError as exc:
-        raise JobDirError(str(exc), where=str(path)) from exc
-    return None if data is None else cls.parse(data, path)
+    decided, ok = (outcome.decided_at, outcome.ok) if outcome is not None else (None, None)
+    return _Run(record.run_id, record.created_at, decided, ok)

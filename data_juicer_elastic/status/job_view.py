@@ -61,8 +61,9 @@ def read_view(
     snap = snapshot(layout.root, ttl_secs, observer, exact=False, use_summary=use_summary, paces=paces, now=now)
     starts = (t for s in snap.shards if (t := attempt_started_at(s.attempt_id)) is not None)
     planned = snap.scan.planned_at if snap.scan is not None else None
-    times = job_times(layout, planned_at=planned, paces=paces, attempt_starts=starts)
-    return JobView(snap, summarize(snap), times, runs(layout.root))
+    found = runs(layout.root)
+    times = job_times(layout, planned_at=planned, paces=paces, attempt_starts=starts, runs=found)
+    return JobView(snap, summarize(snap), times, found)
 
 
 def view_json(view: JobView) -> JsonDict:

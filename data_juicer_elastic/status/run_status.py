@@ -26,14 +26,6 @@ from data_juicer_elastic.sharedfs import fsio
 from data_juicer_elastic.status.job_times import format_wall, wall_secs
 
 
-def _read(cls, path: Path) -> tuple[Any, str | None]:
-    try:
-        data = fsio.read_record(path)
-        return (cls.parse(data, path) if data is not None else None), None
-    except JobDirError as exc:
-        return None, str(exc)
-
-
 def runs(job_dir: str | Path) -> list[dict[str, Any]]:
     """Every run of the job, newest first, as plain JSON data."""
     layout = JobLayout(Path(os.path.abspath(job_dir)))
@@ -48,7 +40,7 @@ def runs(job_dir: str | Path) -> list[dict[str, Any]]:
 
 
 def _run(layout: JobLayout, key: str) -> dict[str, Any]:
-    run, run_error = _read(RunRecord, layout.run_record(key))
+    run, run_error = RunRecord.read_or_error(layout.run_record(key))
     info: dict[str, Any] = {
         "run_key": key,
         "run_id": run.run_id if run else None,
@@ -57,15 +49,15 @@ def _run(layout: JobLayout, key: str) -> dict[str, Any]:
         "errors": [run_error] if run_error else [],
     }
     for phase in (PREPARE, FINALIZE):
-        leader, error = _read(Leader, layout.leader(key, phase))
+        leader, error = Leader.read_or_error(layout.leader(key, phase))
         info[f"{phase}_leader"] = leader.instance.describe() if leader else None
         if error:
             info["errors"].append(error)
-    prepared, error = _read(PrepareResult, layout.prepare_result(key))
+    prepared, error = PrepareResult.read_or_error(layout.prepare_result(key))
     info["prepared"] = prepared is not None
     if error:
         info["errors"].append(error)
-    outcome, error = _read(Outcome, layout.outcome(key))
+    outcome, error = Outcome.read_or_error(layout.outcome(key))
     if error:
         info["errors"].append(error)
     info["outcome"] = None
@@ -85,7 +77,7 @@ def _run(layout: JobLayout, key: str) -> dict[str, Any]:
     for name in fsio.list_names(directory):
         if name.startswith(".") or not name.endswith(".json"):
             continue
-        record, error = _read(Participant, directory / name)
+        record, error = Participant.read_or_error(directory / name)
         if record is None:
             if error:
                 info["errors"].append(error)
