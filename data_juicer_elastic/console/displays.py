@@ -125,6 +125,7 @@ class JobDisplay:
                  tick: float = TICK_SECS, planned_bytes: dict[str, int] | None = None,
                  waiting: Callable[[], str] | None = None):  # fmt: skip
         self.job_dir = Path(job_dir)
+        self.layout = JobLayout(self.job_dir)
         # None while the job is being scanned (rows not known yet): the line shows the scans then,
         # by the plan's bytes per shard (``planned_bytes``), until the manifest appears
         self.scanning = ScanCount(self.job_dir, planned_bytes or {}, clock) if shard_rows is None else None
@@ -170,14 +171,14 @@ class JobDisplay:
             quiet.say(f"scanned {shown_path(self.job_dir)}: {self.total:,} rows in {len(rows)} shards")
         # From the job summary this process's worker reads (no read of its own), else listings: at
         # 1,000 nodes a listing of done/ every 2 s each would be 100,000 names a node per tick.
-        view = view_of(JobLayout(self.job_dir))
+        view = view_of(self.layout)
         if view is not None:
             self.done.update(s for s in view.done_ids() if s in self.shard_rows)
             self.failed.update(s for s in view.failed if s in self.shard_rows)
             self.grace = 2 * max(LISTING_SECS, view.summary.interval_secs)  # a result shows a round later
             with self.lock:  # this process's own results show at once: one look at each one's marker
                 ended = [s for s, (_, at) in self.trackers.items() if at[0] is not None and s not in self.done]
-            self.done.update(s for s in ended if os.path.exists(self.job_dir / "done" / f"{s}.json"))
+            self.done.update(s for s in ended if os.path.exists(self.layout.done(s)))
             return
         for name, target in (("done", self.done), ("failed", self.failed)):
             try:
