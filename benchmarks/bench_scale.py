@@ -238,6 +238,23 @@ def install() -> None:
         _wrap_tick(keeper)
 
 
+def _claim_key() -> tuple[str, str]:
+    thread = threading.current_thread()
+    return getattr(thread, "bench_owner", thread.name), "claim"
+
+
+def _claim_ops(tl) -> int:
+    return tl.ops[_claim_key()]
+
+
+def _move_claim_ops(tl, before: int, activity: str) -> None:
+    """What this thread counted as "claim" since ``before`` counts as ``activity`` instead."""
+    key = _claim_key()
+    moved = tl.ops[key] - before
+    tl.ops[key] -= moved
+    tl.ops[(key[0], activity)] += moved
+
+
 def _split_walking_claims() -> None:
     """A claim made without a trusted summary (its claimer never looked at one) moves its ops, the
     pace record written after it included, from "claim" to "walk" and counts as a walking claim.
@@ -258,29 +275,23 @@ def _split_walking_claims() -> None:
         tl = COUNTS.mine()
         if getattr(tl, "probing", False) or not getattr(tl, "on_summary", False):
             return probe(self, entry, vouched)
-        key = (getattr(threading.current_thread(), "bench_owner", threading.current_thread().name), "claim")
-        before, tl.probing = tl.ops[key], True
+        before, tl.probing = _claim_ops(tl), True
         try:
             outcome = probe(self, entry, vouched)
         finally:
             tl.probing = False
         if outcome in (claiming.BUSY, claiming.SURPRISE):
-            moved = tl.ops[key] - before
-            tl.ops[key] -= moved
-            tl.ops[(key[0], "race")] += moved
+            _move_claim_ops(tl, before, "race")
             COUNTS.event("races")
         return outcome
 
     def claiming_next(self):
         tl = COUNTS.mine()
         tl.on_summary = False
-        key = (getattr(threading.current_thread(), "bench_owner", threading.current_thread().name), "claim")
-        before = tl.ops[key]
+        before = _claim_ops(tl)
         got, finished = claim_next(self)
         if not tl.on_summary:
-            moved = tl.ops[key] - before
-            tl.ops[key] -= moved
-            tl.ops[(key[0], "walk")] += moved
+            _move_claim_ops(tl, before, "walk")
             if got is not None:
                 COUNTS.event("walking_claims")
         return got, finished
