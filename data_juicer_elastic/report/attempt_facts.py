@@ -1,8 +1,10 @@
 """The report's facts about attempts: how each attempt of a shard started and ended.
 
-Read from the shard's ``attempt.json`` records; lease, failure and heartbeat records only
-for an attempt that never recorded its end (running, or its worker died).  Whether a
-running attempt looks stale is the display hint of ``jobdir.heartbeats.looks_stale``.
+Read from the shard's ``attempt.json`` records.  The attempt that holds a shard's claim is
+``status``'s: its state (running or stale), heartbeat age and progress record come from the
+job view, so the report and ``dj-elastic status`` judge a running attempt alike.  Failure and
+heartbeat records are read only for an attempt that ended without recording its end (its
+worker died), to say how and when it ended.
 """
 
 from __future__ import annotations
@@ -13,17 +15,17 @@ from pathlib import Path
 from typing import Any, Final
 
 from data_juicer_elastic.errors import JobDirError
-from data_juicer_elastic.jobdir import attempts, leases
+from data_juicer_elastic.jobdir import attempts
 from data_juicer_elastic.jobdir.failures import list_failures
-from data_juicer_elastic.jobdir.heartbeats import looks_stale
 from data_juicer_elastic.jobdir.layout import JobLayout
-from data_juicer_elastic.jobdir.lease_records import Failure, Heartbeat
-from data_juicer_elastic.jobdir.progress import read_attempt_progress
+from data_juicer_elastic.jobdir.lease_records import Heartbeat
+from data_juicer_elastic.jobdir.progress import ProgressRecord
 from data_juicer_elastic.jobdir.reasons import AttemptExit, FailureReason
 from data_juicer_elastic.jobdir.records import ShardEntry
 from data_juicer_elastic.jobdir.result_records import AttemptRecord
-from data_juicer_elastic.jobdir.shard_state import is_held
+from data_juicer_elastic.jobdir.shard_state import ShardState
 from data_juicer_elastic.sharedfs import fsio
+from data_juicer_elastic.status.snapshot_types import ShardStatus
 
 MAX_WARNINGS: Final = 50
 
@@ -69,8 +71,8 @@ class AttemptFact:
     error: str | None
     batching: dict[str, Any] | None
     quarantined: int | None = None  # rows operators failed on, set aside (attempt.json; quarantine)
-    heartbeat_age_secs: float | None = None  # running attempts: seconds since the heartbeat file changed
-    stale: bool = False  # running, but its heartbeat is older than the lease TTL (display hint, as status)
+    heartbeat_age_secs: float | None = None  # running attempts: status's heartbeat age
+    stale: bool = False  # running, but status shows the shard stale
     # running attempts: (writer's wall time, input rows read so far) from the live progress record, oldest first
     progress: tuple[tuple[float, int], ...] = ()
     stage: str | None = None  # running attempts: the progress record's stage (and operator)
@@ -110,8 +112,9 @@ def read_or_warn(cls, path: Path, warnings: Warnings):
 
 
 def shard_attempts(
-    layout: JobLayout, entry: ShardEntry, attempted: bool, done: bool, now: float, ttl, warnings: Warnings
+    layout: JobLayout, entry: ShardEntry, status: ShardStatus, attempted: bool, warnings: Warnings
 ) -> list[AttemptFact]:
+    """The attempts of one shard, oldest first; ``status`` is the shard as ``dj-elastic status`` read it."""
     shard = entry.shard_id
     records: list[AttemptRecord] = []
     if attempted:
@@ -129,39 +132,57 @@ def shard_attempts(
     records.sort(key=lambda r: (r.generation, r.started_at))
     accepted = next((r.attempt_id for r in records if r.exit_reason == AttemptExit.DONE), None)
     accepted_at: float | None = None
-    if done and accepted is None:  # published, but the attempt's end was never recorded (worker died right after)
+    if status.state is ShardState.DONE and accepted is None:  # published, its end never recorded (worker died)
         result, error = attempts.read_done(layout, shard)
         if error:
             warnings.add(error)
         if result is not None:
             accepted, accepted_at = result.attempt_id, result.published_at
-    unended = [r for r in records if r.ended_at is None and r.attempt_id != accepted]
-    view = leases.read_lease(layout, shard) if unended else None
-    failed = {f.attempt_id: f for f in list_failures(layout, shard)} if unended else {}
+    running = status.attempt_id if status.state in (ShardState.RUNNING, ShardState.STALE) else None
+    lost = any(r.ended_at is None and r.attempt_id not in (accepted, running) for r in records)
+    failed = {f.attempt_id: f for f in list_failures(layout, shard)} if lost else {}
     out = []
     for ordinal, record in enumerate(records, start=1):
-        out.append(_attempt_fact(layout, entry, record, ordinal, accepted, accepted_at, view, failed, now, ttl))
+        base = dict(
+            shard_id=record.shard_id,
+            shard_index=entry.index,
+            attempt_id=record.attempt_id,
+            generation=record.generation,
+            ordinal=ordinal,
+            node_id=record.node_id,
+            hostname=record.hostname,
+            pid=record.pid,
+            started_at=record.started_at,
+            input_rows=entry.rows,
+            input_bytes=entry.bytes,
+            output_rows=record.rows,
+            error=record.error,
+            batching=record.batching,
+            quarantined=record.quarantined,
+        )
+        if record.ended_at is None and record.attempt_id == running:
+            out.append(_running(status, base))
+        else:
+            out.append(_ended(layout, record, accepted, accepted_at, failed, base))
     return out
 
 
-def _attempt_fact(layout, entry, record, ordinal, accepted, accepted_at, view, failures, now, ttl) -> AttemptFact:
-    base = dict(
-        shard_id=record.shard_id,
-        shard_index=entry.index,
-        attempt_id=record.attempt_id,
-        generation=record.generation,
-        ordinal=ordinal,
-        node_id=record.node_id,
-        hostname=record.hostname,
-        pid=record.pid,
-        started_at=record.started_at,
-        input_rows=entry.rows,
-        input_bytes=entry.bytes,
-        output_rows=record.rows,
-        error=record.error,
-        batching=record.batching,
-        quarantined=record.quarantined,
+def _running(status: ShardStatus, base: dict[str, Any]) -> AttemptFact:
+    points, stage = _live_progress(status.progress)
+    return AttemptFact(
+        progress=points,
+        stage=stage,
+        ended_at=None,
+        end_estimated=False,
+        outcome=AttemptOutcome.RUNNING,
+        detail="running",
+        heartbeat_age_secs=status.heartbeat_age_secs,
+        stale=status.state is ShardState.STALE,
+        **base,
     )
+
+
+def _ended(layout, record, accepted, accepted_at, failures, base: dict[str, Any]) -> AttemptFact:
     if record.ended_at is not None:
         outcome = _EXIT_OUTCOMES.get(record.exit_reason or "", AttemptOutcome.LOST)
         if outcome is AttemptOutcome.DONE and record.attempt_id != accepted:
@@ -172,22 +193,8 @@ def _attempt_fact(layout, entry, record, ordinal, accepted, accepted_at, view, f
     if record.attempt_id == accepted:
         end = accepted_at if accepted_at is not None else record.started_at
         return AttemptFact(ended_at=end, end_estimated=True, outcome=AttemptOutcome.DONE, detail="done", **base)
-    claim = view.claim if view is not None else None
-    if claim is not None and claim.attempt_id == record.attempt_id and is_held(view):
-        age = leases.heartbeat_age(layout, record.shard_id, record.generation, now)
-        points, stage = _live_progress(layout, record)
-        return AttemptFact(
-            progress=points,
-            stage=stage,
-            ended_at=None,
-            end_estimated=False,
-            outcome=AttemptOutcome.RUNNING,
-            detail="running",
-            heartbeat_age_secs=age,
-            stale=looks_stale(age, ttl),
-            **base,
-        )
-    failure: Failure | None = failures.get(record.attempt_id)
+    # ended without a record (its worker died): the failure record says how, the last heartbeat when
+    failure = failures.get(record.attempt_id)
     heartbeat = _last_heartbeat(layout, record)
     end = heartbeat if heartbeat is not None else (failure.failed_at if failure else record.started_at)
     if failure is not None:
@@ -199,10 +206,8 @@ def _attempt_fact(layout, entry, record, ordinal, accepted, accepted_at, view, f
     return AttemptFact(ended_at=max(end, record.started_at), end_estimated=True, outcome=outcome, detail=detail, **base)
 
 
-def _live_progress(layout: JobLayout, record: AttemptRecord) -> tuple[tuple[tuple[float, int], ...], str | None]:
-    """(time, rows read) points of a running attempt's progress record, and its stage; informational, so an
-    unreadable record only means no live throughput for it."""
-    progress, _ = read_attempt_progress(layout, record.shard_id, record.attempt_id)
+def _live_progress(progress: ProgressRecord | None) -> tuple[tuple[tuple[float, int], ...], str | None]:
+    """(time, rows read) points of a running attempt's progress record, and its stage."""
     if progress is None:
         return (), None
     points = [(progress.started_at + float(s[0]), int(s[1])) for s in progress.samples if len(s) >= 2]

@@ -1,11 +1,11 @@
 """Read a job directory into the facts a report shows.  Read-only: it never writes to the job.
 
 What is read: the job as ``dj-elastic status`` reads it (``status.job_view``: shard
-states, the job's times, its runs), one listing of ``attempts/`` and per attempted shard one
-listing plus one ``attempt.json`` per attempt.  Lease, failure and heartbeat records are read
-again only for shards with an attempt that never recorded its end (running, or its worker
-died), and size traces only for attempts whose ``attempt.json`` says they used adaptive
-batching (or that are still running).
+states, running attempts with their heartbeat ages and progress, the job's times, its runs),
+one listing of ``attempts/`` and per attempted shard one listing plus one ``attempt.json``
+per attempt.  Failure and heartbeat records are read only for shards with an attempt whose
+worker died before recording its end, and size traces only for attempts whose
+``attempt.json`` says they used adaptive batching (or that are still running).
 
 Clocks: start and end times are each worker's wall clock.  They are only
 informational (never compared for correctness), and the report says so.
@@ -88,12 +88,10 @@ def gather(job_dir: str | Path, now: float | None = None) -> JobFacts:
     ttl = manifest.settings.get("lease_ttl_secs")
     # as `dj-elastic status` reads it: from the job summary where there is one (no read per done shard)
     view = read_view(layout.root, ttl_secs=float(ttl) if ttl else None, now=now)
-    done_ids = {s.shard_id for s in view.snapshot.shards if s.state is ShardState.DONE}
     attempted = set(fsio.list_names(layout.attempts_dir))
     all_attempts: list[AttemptFact] = []
-    for entry in manifest.shards:
-        attempted_here, done_here = entry.shard_id in attempted, entry.shard_id in done_ids
-        all_attempts += shard_attempts(layout, entry, attempted_here, done_here, now, ttl, warnings)
+    for entry, status in zip(manifest.shards, view.snapshot.shards, strict=True):
+        all_attempts += shard_attempts(layout, entry, status, entry.shard_id in attempted, warnings)
     traces, skipped = _traces(layout, all_attempts, warnings)
     facts = JobFacts(
         job_dir=layout.root,

@@ -81,6 +81,31 @@ def test_the_report_and_status_show_the_same_job(small_job, tmp_path):
     assert document["retried"] == len([d for d in layout.failures_dir.iterdir() if d.name != "part-00007-of-00008"])
 
 
+def test_a_running_attempt_is_judged_as_status_judges_it(tmp_path):
+    """The holder of a claim made on this machine by a process that is gone is stale for `status`
+    at once (its heartbeat file is fresh, so an age rule alone would call it running); the report
+    shows that attempt as status shows its shard: stale, with status's heartbeat age."""
+    import dataclasses
+
+    from data_juicer_elastic.sharedfs.identity import WorkerIdentity
+    from data_juicer_elastic.status.job_view import read_view
+
+    job = build_job(tmp_path, num_shards=2, nodes=1, failed=0, retried=0, running=0, pending=(1,))
+    layout = JobLayout(job)
+    shard = "part-00001-of-00002"
+    gone = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    holder = dataclasses.replace(WorkerIdentity.current(), pid=int(gone.stdout))
+    claim = leases.publish_claim(layout, leases.read_lease(layout, shard), holder, holder.new_attempt_id(), "none")
+    attempts.open_attempt(layout, claim, holder)
+    leases.write_heartbeat(layout, claim, 1)
+    now = time.time() + 1.0
+    status = read_view(job, ttl_secs=120.0, now=now).snapshot.shards[1]
+    attempt = next(a for a in gather(job, now=now).attempts if a.attempt_id == claim.attempt_id)
+    assert status.state is ShardState.STALE and status.attempt_id == claim.attempt_id
+    assert attempt.outcome is AttemptOutcome.RUNNING and attempt.stale
+    assert attempt.heartbeat_age_secs == status.heartbeat_age_secs < 60
+
+
 def test_an_attempt_whose_worker_died_is_lost_and_ends_at_its_last_heartbeat(tmp_path):
     job = build_job(tmp_path, num_shards=2, nodes=1, failed=0, retried=0, running=0, pending=(1,))
     layout = JobLayout(job)
