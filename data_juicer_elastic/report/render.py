@@ -18,6 +18,7 @@ from data_juicer_elastic.report.attempt_facts import AttemptOutcome
 from data_juicer_elastic.report.facts import JobFacts
 from data_juicer_elastic.report.timeline import timeline_svg, utc_stamp
 from data_juicer_elastic.status.job_times import format_wall
+from data_juicer_elastic.status.run_status import run_state
 from data_juicer_elastic.status.scan_phase import scanned_phase
 
 MAX_TABLE_ROWS: Final = 200
@@ -336,13 +337,7 @@ def _runs(facts: JobFacts) -> list[str]:
         return []
     rows = []
     for run in facts.runs[:MAX_TABLE_ROWS]:
-        outcome = run.get("outcome")
-        if outcome is None:
-            state = "in progress" if run.get("prepared") else "preparing"
-        elif outcome.get("status") == "ok":
-            state = f"finalized by {outcome.get('by')}"
-        else:
-            state = f"failed in {outcome.get('phase')}: {outcome.get('error')}"
+        state = run_state(run)
         nodes = sorted({p["node_id"] for p in run.get("participants", [])})
         rows.append((run.get("run_id"), run.get("source"), state, len(run.get("participants", [])), ", ".join(nodes)))
     return [

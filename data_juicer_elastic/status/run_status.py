@@ -40,26 +40,27 @@ def runs(job_dir: str | Path) -> list[dict[str, Any]]:
 
 
 def _run(layout: JobLayout, key: str) -> dict[str, Any]:
-    run, run_error = RunRecord.read_or_error(layout.run_record(key))
+    errors: list[str] = []
+
+    def read(record_type, path):
+        record, error = record_type.read_or_error(path)
+        if error:
+            errors.append(error)
+        return record
+
+    run = read(RunRecord, layout.run_record(key))
     info: dict[str, Any] = {
         "run_key": key,
         "run_id": run.run_id if run else None,
         "source": run.source if run else None,
         "created_at": run.created_at if run else None,
-        "errors": [run_error] if run_error else [],
+        "errors": errors,
     }
     for phase in (PREPARE, FINALIZE):
-        leader, error = Leader.read_or_error(layout.leader(key, phase))
+        leader = read(Leader, layout.leader(key, phase))
         info[f"{phase}_leader"] = leader.instance.describe() if leader else None
-        if error:
-            info["errors"].append(error)
-    prepared, error = PrepareResult.read_or_error(layout.prepare_result(key))
-    info["prepared"] = prepared is not None
-    if error:
-        info["errors"].append(error)
-    outcome, error = Outcome.read_or_error(layout.outcome(key))
-    if error:
-        info["errors"].append(error)
+    info["prepared"] = read(PrepareResult, layout.prepare_result(key)) is not None
+    outcome = read(Outcome, layout.outcome(key))
     info["outcome"] = None
     if run is not None:  # the run's wall time, by the one rule the closing summary and the report use
         ended = outcome.decided_at if outcome else None
@@ -77,26 +78,33 @@ def _run(layout: JobLayout, key: str) -> dict[str, Any]:
     for name in fsio.list_names(directory):
         if name.startswith(".") or not name.endswith(".json"):
             continue
-        record, error = Participant.read_or_error(directory / name)
-        if record is None:
-            if error:
-                info["errors"].append(error)
-            continue
-        participants.append(
-            {
-                "instance_id": record.instance.instance_id,
-                "node_id": record.instance.node_id,
-                "host": record.instance.hostname,
-                "pid": record.instance.pid,
-                "slots": record.slots,
-                "joined_at": record.joined_at,
-                "left_at": record.left_at,
-                "exit_reason": record.exit_reason,
-                "shards_done": record.shards_done,
-            }
-        )
+        record = read(Participant, directory / name)
+        if record is not None:
+            participants.append(
+                {
+                    "instance_id": record.instance.instance_id,
+                    "node_id": record.instance.node_id,
+                    "host": record.instance.hostname,
+                    "pid": record.instance.pid,
+                    "slots": record.slots,
+                    "joined_at": record.joined_at,
+                    "left_at": record.left_at,
+                    "exit_reason": record.exit_reason,
+                    "shards_done": record.shards_done,
+                }
+            )
     info["participants"] = sorted(participants, key=lambda p: p["joined_at"])
     return info
+
+
+def run_state(run: dict[str, Any]) -> str:
+    """How a run stands, as ``status`` and the report say it."""
+    outcome = run.get("outcome")
+    if outcome is None:
+        return "in progress" if run.get("prepared") else "preparing"
+    if outcome.get("status") == "ok":
+        return f"finalized by {outcome.get('by')}"
+    return f"FAILED in {outcome.get('phase')} ({outcome.get('by')}): {outcome.get('error')}"
 
 
 def render_runs(found: list[dict[str, Any]], limit: int | None = 3) -> str:
@@ -105,13 +113,7 @@ def render_runs(found: list[dict[str, Any]], limit: int | None = 3) -> str:
     shown = found if limit is None else found[:limit]
     lines = [f"coordination: {len(found)} run(s)" + (f", newest {len(shown)} shown" if len(shown) < len(found) else "")]
     for run in shown:
-        outcome = run["outcome"]
-        if outcome is None:
-            state = "in progress" if run["prepared"] else "preparing"
-        elif outcome["status"] == "ok":
-            state = f"finalized by {outcome['by']}"
-        else:
-            state = f"FAILED in {outcome['phase']} ({outcome['by']}): {outcome['error']}"
+        outcome, state = run["outcome"], run_state(run)
         took = run.get("wall_secs")
         if took is not None:
             state += f" after {format_wall(took)}" if outcome is not None else f", {format_wall(took)} so far"

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import json
 from collections import Counter
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any, Final
 
@@ -47,42 +47,17 @@ class ShardStatus:
     errors_path: str | None = None  # the accepted attempt's errors.jsonl, relative to the job dir
 
     def to_json(self) -> dict[str, Any]:
-        return {
-            "shard_id": self.shard_id,
-            "state": self.state.value,
-            "generation": self.generation,
-            "owner_node": self.owner_node,
-            "owner_host": self.owner_host,
-            "owner_pid": self.owner_pid,
-            "attempt_id": self.attempt_id,
-            "attempts": self.attempts,
-            "failures": self.failures,
-            "last_error": self.last_error,
-            "input_rows": self.input_rows,
-            "output_rows": self.output_rows,
-            "heartbeat_age_secs": self.heartbeat_age_secs,
-            "batching": self.batching,
-            "progress": _progress_json(self.progress),
-            "log_path": self.log_path,
-            "quarantined": self.quarantined,
-            "errors_path": self.errors_path,
-        }
+        fields_ = {f.name: getattr(self, f.name) for f in fields(self)}
+        return {**fields_, "state": self.state.value, "progress": _progress_json(self.progress)}
+
+
+_PROGRESS_KEYS: Final = (
+    "stage", "operator", "rows_read", "rows_written", "rows_total", "elapsed_secs", "updated_at", "seq", "source"
+)  # fmt: skip
 
 
 def _progress_json(record: progress.ProgressRecord | None) -> dict[str, Any] | None:
-    if record is None:
-        return None
-    return {
-        "stage": record.stage,
-        "operator": record.operator,
-        "rows_read": record.rows_read,
-        "rows_written": record.rows_written,
-        "rows_total": record.rows_total,
-        "elapsed_secs": record.elapsed_secs,
-        "updated_at": record.updated_at,
-        "seq": record.seq,
-        "source": record.source,
-    }
+    return None if record is None else {key: getattr(record, key) for key in _PROGRESS_KEYS}
 
 
 class JsonDict(dict):

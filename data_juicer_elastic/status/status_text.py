@@ -14,20 +14,6 @@ from data_juicer_elastic.status.throughput import Summary, last_line, rate, summ
 MAX_LISTED: Final = 40  # shards listed without --all (the rest are counted)
 
 
-def duration(secs: float | None) -> str:
-    if secs is None:
-        return "unknown"
-    secs = int(round(secs))
-    days, rest = divmod(secs, 86400)
-    hours, rest = divmod(rest, 3600)
-    minutes, seconds = divmod(rest, 60)
-    if days:
-        return f"{days}d {hours}h"
-    if hours:
-        return f"{hours}h {minutes:02d}m"
-    return f"{minutes}m {seconds:02d}s" if minutes else f"{seconds}s"
-
-
 def times_text(times: JobTimes, now: float) -> str:
     """``submitted 2026-12-01 20:06:56 UTC; first shard running after 6.1s, last done after 17.2s,
     finalized after 17.9s`` (durations as the closing summary and the report write them)."""
@@ -61,9 +47,8 @@ def render_text(
     if snap.summary is not None:
         age = max(0.0, snap.taken_at - snap.summary.written_at)
         since = "" if snap.complete else " (claims since then show as pending until the next)"
-        lines.append(
-            f"from the job summary written {duration(age)} ago{since}; done shards' details not read (--all reads them)"
-        )
+        written = f"from the job summary written {format_wall(age)} ago{since}"
+        lines.append(f"{written}; done shards' details not read (--all reads them)")
     if snap.scan is not None:
         lines.append(scan_text(snap.scan))
     if times is not None:
@@ -73,7 +58,7 @@ def render_text(
     else:
         eta = "unknown (no running attempt reports rows)"
         if summary.eta_secs is not None:
-            eta = duration(summary.eta_secs)
+            eta = format_wall(summary.eta_secs)
         lines.append(f"throughput: {summary.rows_per_sec:.1f} rows/s now; ETA {eta}")
         lines.append("FAILED shards need `dj-elastic retry`" if snap.terminal_failures else "incomplete")
     batched = [s.batching for s in snap.shards if s.batching]
@@ -136,7 +121,7 @@ def _shard_line(s: ShardStatus) -> str:
         p = s.progress
         r = rate(s)
         extra += f" stage={p.stage} read={p.rows_read}/{s.input_rows} written={p.rows_written}"
-        extra += f" elapsed={duration(p.elapsed_secs)}" + (f" {r:.1f} rows/s" if r is not None else "")
+        extra += f" elapsed={format_wall(p.elapsed_secs)}" + (f" {r:.1f} rows/s" if r is not None else "")
     if s.heartbeat_age_secs is not None and s.state in (ShardState.RUNNING, ShardState.STALE):
         extra += f" heartbeat={s.heartbeat_age_secs:.0f}s ago"
     if s.state is ShardState.DONE and s.output_rows is not None:

@@ -137,6 +137,6 @@ def test_report_of_the_failed_job_in_chromium(scenario):
     assert "1 shard(s) FAILED" in text
     assert f"{FAILED_SHARD}\tfailed\t2" in text and "refusing row 110" in text
     assert f"{RETRIED_SHARD}\tdone\t2" in text
-    assert "report-e2e" in text and "failed in work" in text  # the run's outcome (coordination records)
+    assert "report-e2e" in text and "FAILED in work (" in text  # the run's outcome, as status says it
     for fact in ("recipe hash", "content sha256", "stage identity", "data_juicer", "report_scenario_mapper"):
         assert fact in text, fact
