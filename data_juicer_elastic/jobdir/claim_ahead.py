@@ -183,7 +183,7 @@ class ClaimAhead:
             self._forget(cycle)
             return None
         ahead.heartbeater.stop()  # the run starts its own heartbeater (with liveness) at once
-        if not ahead.heartbeater.check() or leases.newer_generation_exists(self.layout, ahead.claim):
+        if not ahead.heartbeater.held():
             logger.warning(f"{ahead.claim.shard_id}: the lease of the shard claimed ahead was lost; not running it")
             self.release(RELEASE_UNRUN, why="its lease was lost")
             self._forget(cycle)

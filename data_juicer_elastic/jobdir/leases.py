@@ -336,6 +336,10 @@ class Heartbeater:
             self._lose(f"no renewal for more than {self.grace_secs:g}s")
         return not self.lost.is_set()
 
+    def held(self) -> bool:
+        """:meth:`check`, and no newer generation exists (someone took over after us)."""
+        return self.check() and not newer_generation_exists(self.layout, self.claim)
+
     def _renew(self) -> bool:
         self.beat()
         return self.check()

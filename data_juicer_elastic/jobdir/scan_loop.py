@@ -19,7 +19,6 @@ import random
 import threading
 import time
 from collections.abc import Callable
-from typing import NamedTuple
 
 from loguru import logger
 
@@ -39,14 +38,6 @@ from data_juicer_elastic.sharedfs import fsio
 from data_juicer_elastic.sharedfs.identity import WorkerIdentity
 
 RunScan = Callable[[ScanTask], ScanOutput]
-
-
-class ScanLease(NamedTuple):
-    """How a scan's claim is renewed: the same timing as a shard run's."""
-
-    heartbeat_secs: float
-    ttl_secs: float
-    clock: Callable[[], float]
 
 
 def scan_job(
@@ -70,10 +61,12 @@ def scan_job(
     if fsio.exists(layout.manifest):
         return load_manifest(layout.root)
     plan = load_plan(layout.root)
-    budgets = {"max_retries": max_retries, "max_holder_deaths": max_holder_deaths}
-    claimer = Claimer(layout.scans, plan, identity, StalenessObserver(ttl_secs, clock), rng=rng, random_start=True,
-                      **budgets)  # fmt: skip
-    scanner = Scanner(layout, plan, identity, run_scan, claimer, ScanLease(heartbeat_secs, ttl_secs, clock), **budgets)
+    observer = StalenessObserver(ttl_secs, clock)
+    claimer = Claimer(
+        layout.scans, plan, identity, observer, max_retries=max_retries, max_holder_deaths=max_holder_deaths,
+        rng=rng, random_start=True,
+    )  # fmt: skip
+    scanner = Scanner(layout, plan, identity, run_scan, claimer, heartbeat_secs, ttl_secs, clock)
     if sleep is None:
         sleep = stop_event.wait if stop_event is not None else time.sleep
     try:
@@ -127,23 +120,18 @@ def settle_scans(layout: JobLayout, plan: JobPlan) -> Manifest:
 class Scanner:
     """Runs one claimed scan at a time; every way out leaves a result, a failure or a release."""
 
-    def __init__(self, layout, plan, identity, run_scan, claimer, lease, *, max_retries, max_holder_deaths):
+    def __init__(self, layout, plan, identity, run_scan, claimer, heartbeat_secs, ttl_secs, clock):
         self.layout: JobLayout = layout
         self.plan: JobPlan = plan
         self.identity: WorkerIdentity = identity
         self.run_scan: RunScan = run_scan
         self.claimer: Claimer = claimer
-        self.lease: ScanLease = lease
-        self.max_retries: int = max_retries
-        self.max_holder_deaths: int | None = max_holder_deaths
+        self.lease = {"heartbeat_secs": heartbeat_secs, "ttl_secs": ttl_secs, "clock": clock}  # as a shard run's
         self.options = normalise_options(plan, max_line_bytes=plan.max_line_bytes)
 
     def scan(self, entry: PlannedShard, claim: Claim) -> None:
         scans_layout = self.layout.scans
-        lease = self.lease
-        heartbeater = leases.Heartbeater(
-            scans_layout, claim, heartbeat_secs=lease.heartbeat_secs, ttl_secs=lease.ttl_secs, clock=lease.clock
-        )
+        heartbeater = leases.Heartbeater(scans_layout, claim, **self.lease)
         heartbeater.start()
         attempt: attempts.Attempt | None = None
         exit_reason, error = AttemptExit.LOST, None
@@ -163,7 +151,7 @@ class Scanner:
             )
             started = time.time()
             output = self.run_scan(task)
-            if not heartbeater.check() or leases.newer_generation_exists(scans_layout, claim):
+            if not heartbeater.held():
                 raise LeaseLostError(heartbeater.lost_reason or "lease lost", where=f"scan of {entry.shard_id}")
             accepted, _ = scans.publish_scan(self.layout, claim, attempt.dir, output, self.identity, started)
             exit_reason = AttemptExit.DONE if accepted else AttemptExit.DISCARDED
@@ -179,11 +167,9 @@ class Scanner:
             exit_reason, error = AttemptExit.FAILED, attempts.error_text(exc)
             logger.error(f"scan of {entry.shard_id}: attempt {claim.attempt_id} failed: {type(exc).__name__}: {error}")
             try:
-                failures.record_failure(
-                    self.layout.scans, claim, shard_id=claim.shard_id, generation=claim.generation, error=error,
-                    error_type=type(exc).__name__, exit_reason=FailureReason.ERROR, max_retries=self.max_retries,
-                    reporter=self.identity, max_holder_deaths=self.max_holder_deaths,
-                )  # fmt: skip
+                self.claimer.fail(
+                    claim, claim.shard_id, claim.generation, error, type(exc).__name__, FailureReason.ERROR
+                )
             finally:
                 self.release(claim, ReleaseReason.FAILED)
             return

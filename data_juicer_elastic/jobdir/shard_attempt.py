@@ -9,6 +9,7 @@ release, so no shard waits a TTL for nothing.
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Callable
 from contextlib import nullcontext
 from dataclasses import dataclass, field
@@ -17,7 +18,7 @@ from typing import Final
 from loguru import logger
 
 from data_juicer_elastic.errors import LeaseLostError, WorkerInterrupted, is_worker_fault, storage_error
-from data_juicer_elastic.jobdir import attempts, claiming, failures, leases, liveness, progress
+from data_juicer_elastic.jobdir import attempts, claiming, leases, liveness, progress
 from data_juicer_elastic.jobdir.claim_ahead import RELEASE_SIGNAL, RELEASE_UNRUN, AheadShard, ClaimAhead
 from data_juicer_elastic.jobdir.layout import JobLayout
 from data_juicer_elastic.jobdir.lease_records import Claim
@@ -68,20 +69,10 @@ class ShardWorker:
         self.on_attempt: Callable[[progress.ProgressTracker], None] | None = None
         self.stall_secs: float | None = None
         self.secs_per_row: float | None = None  # of this worker's last finished shard: when the next one's tail starts
-        self.max_holder_deaths: int | None = claim.get("max_holder_deaths")
         self.claimer = claiming.Claimer(layout, manifest, identity, observer, max_retries=max_retries, **claim)
         self.ahead: ClaimAhead | None = None  # claim-ahead (jobdir.claim_ahead), when on
         self.pace: PaceWriter | None = None  # this process's pace record (jobdir.pace), with the job summary
         self.may_claim_ahead: Callable[[], bool] = lambda: False
-
-    @property
-    def pending(self) -> Claim | None:
-        """Claimed and not yet handed back (a signal must release it)."""
-        return self.claimer.pending
-
-    @pending.setter
-    def pending(self, claim: Claim | None) -> None:
-        self.claimer.pending = claim
 
     def claim_next(self) -> tuple[tuple[ShardEntry, Claim] | None, bool]:
         """(entry, claim) for a claimable shard we won, else (None, all shards finished)."""
@@ -119,7 +110,7 @@ class ShardWorker:
         return None if ahead is None else (ahead.entry, ahead.claim, ahead)
 
     def _hold(self, claim: Claim) -> None:
-        self.pending = claim
+        self.claimer.pending = claim
 
     def _drop_ahead(self, why: str, reason: ReleaseReason = RELEASE_UNRUN, wait_secs: float | None = None) -> None:
         """The current shard did not finish: hand the shard claimed ahead back at once (another
@@ -214,7 +205,7 @@ class ShardWorker:
                 if isinstance(exc, OSError):
                     raise storage_error(exc, claim.shard_id, places=(("job directory", self.layout.root),)) from exc
                 raise
-            if not heartbeater.check() or leases.newer_generation_exists(self.layout, claim):
+            if not heartbeater.held():
                 # Failing after losing the lease is not evidence against the shard.
                 self._abandon(attempt, claim, attempts.error_text(exc))
                 return
@@ -270,17 +261,9 @@ class ShardWorker:
         self.summary.failed += 1
         logger.error(f"{claim.shard_id}: attempt {claim.attempt_id} failed: {type(exc).__name__}: {message}")
         try:
-            outcome = failures.record_failure(
-                self.layout,
-                claim,
-                shard_id=claim.shard_id,
-                generation=claim.generation,
-                error=message,
-                error_type=type(exc).__name__,
-                exit_reason=FailureReason.ERROR,
-                max_retries=self.max_retries,
-                reporter=self.identity,
-                max_holder_deaths=self.max_holder_deaths,
+            error_type = type(exc).__name__
+            outcome = self.claimer.fail(
+                claim, claim.shard_id, claim.generation, message, error_type, FailureReason.ERROR
             )
         finally:  # even if the job dir refuses the failure record, give the claim back
             _close(attempt, AttemptExit.FAILED, error=message)
@@ -296,11 +279,7 @@ class ShardWorker:
         # before the runtime watch restarts (execs) this process: a claim in flight is released too
         self._drop_ahead(f"{claim.shard_id} stalled", wait_secs=self.heartbeat)
         try:
-            failures.record_failure(
-                self.layout, claim, shard_id=claim.shard_id, generation=claim.generation, error=reason,
-                error_type="ShardStalled", exit_reason=FailureReason.STALLED, max_retries=self.max_retries,
-                reporter=self.identity, max_holder_deaths=self.max_holder_deaths,
-            )  # fmt: skip
+            self.claimer.fail(claim, claim.shard_id, claim.generation, reason, "ShardStalled", FailureReason.STALLED)
         finally:
             self.release(claim, ReleaseReason.STALLED)
 
@@ -312,16 +291,10 @@ class ShardWorker:
         self.let_go(claim, reason)
 
 
-def _every(n: int, call: Callable[[], object]) -> Callable[[], None]:
+def _every(n: int, call: Callable[[], object]) -> Callable[[], object]:
     """``call`` on every ``n``-th invocation, the first included."""
-    count = [0]
-
-    def maybe() -> None:
-        if count[0] % n == 0:
-            call()
-        count[0] += 1
-
-    return maybe
+    counter = itertools.count()
+    return lambda: call() if next(counter) % n == 0 else None
 
 
 def empty_output(task: ShardTask) -> ShardOutput:

@@ -195,7 +195,7 @@ def run_worker(
                 if claimed is not None:
                     idle.reset()
                     worker.run(*claimed)
-                    worker.pending = None
+                    worker.claimer.pending = None
                     continue
                 if finished:
                     summary.stop_reason = StopReason.FINISHED
@@ -213,8 +213,8 @@ def run_worker(
         except WorkerInterrupted as interrupt:
             # The guard stays installed meanwhile: a second SIGTERM (a scheduler's repeat, a
             # process group's) is absorbed instead of killing the worker before it released.
-            if worker.pending is not None:  # signalled between claiming and running: give it back
-                worker.release(worker.pending, ReleaseReason.SIGNAL)
+            if worker.claimer.pending is not None:  # signalled between claiming and running: give it back
+                worker.release(worker.claimer.pending, ReleaseReason.SIGNAL)
             if worker.ahead is not None:  # and the shard claimed ahead (a claim in flight: once made)
                 worker.ahead.close(RELEASE_SIGNAL, why="signal", wait_secs=heartbeat_secs)
             logger.warning(f"worker stopping on signal {interrupt.signum}")
