@@ -7,17 +7,14 @@
   exists, or when it is stale.  A release with reason "finished" (the shard was
   published) frees it only once stale: until then a lagging cache may be hiding the
   done marker, and taking over would run a finished shard again.
-* Stale is judged by ``jobdir.heartbeats.StalenessObserver`` (the observer's own monotonic
-  clock; a fresh observer waits a full TTL before its first takeover): the watched value
-  of a lease is its generation and heartbeat seq (:attr:`LeaseView.watch_token`).
-* One shortcut is safe: a claim made in *our* kernel and pid namespace (same
-  hostname, boot id and pid namespace) whose pid no longer exists is dead now.
-* The holder renews its heartbeat every H seconds; if it cannot renew for
-  TTL - 2H (or sees a newer generation) it considers the lease lost and must
-  abandon the attempt without publishing (self-fencing).
-* A renewal means progress: with a ``liveness`` (``jobdir.liveness``) the holder stops
-  renewing, and gives the shard up at once, when its attempt has shown no sign of
-  life for the stall timeout.
+* Stale is judged by ``jobdir.heartbeats.StalenessObserver`` on the observer's own clock,
+  watching a lease's generation and heartbeat seq (:attr:`LeaseView.watch_token`).
+* One shortcut is safe: a claim made in *our* kernel and pid namespace (same hostname, boot
+  id and pid namespace) whose pid no longer exists is dead now.
+* The holder renews its heartbeat every H seconds; if it cannot renew for TTL - 2H (or sees
+  a newer generation) it must abandon the attempt without publishing (self-fencing).  With a
+  ``jobdir.liveness`` it stops renewing, and gives the shard up, when its attempt has shown
+  no sign of life for the stall timeout.
 """
 
 from __future__ import annotations
@@ -38,14 +35,6 @@ from data_juicer_elastic.jobdir.liveness import Liveness
 from data_juicer_elastic.jobdir.reasons import ReleaseReason, TakeoverReason
 from data_juicer_elastic.sharedfs import fsio
 from data_juicer_elastic.sharedfs.identity import WorkerIdentity, pid_alive
-
-# Short names of the takeover reasons and of the release after publication (callers and tests use them).
-FIRST = TakeoverReason.FIRST
-RELEASED = TakeoverReason.RELEASED
-FAILED = TakeoverReason.FAILED
-STALE = TakeoverReason.STALE
-HOLDER_DEAD = TakeoverReason.HOLDER_DEAD
-RELEASE_FINISHED = ReleaseReason.FINISHED
 
 
 @dataclass(frozen=True)
@@ -68,7 +57,6 @@ class LeaseView:
 
     @property
     def heartbeat_token(self) -> tuple[object, ...]:
-        """The value an observer watches for change."""
         return heartbeat_token(self.heartbeat, self.heartbeat_error)
 
     @property
@@ -77,7 +65,7 @@ class LeaseView:
 
     @property
     def watch_token(self) -> Hashable:
-        """What a staleness observer (``jobdir.heartbeats``) watches: the generation and its heartbeat."""
+        """What a staleness observer watches: the generation and its heartbeat."""
         return (self.generation, self.heartbeat_token)
 
     @property
@@ -163,28 +151,27 @@ def takeover_reason(
 ) -> TakeoverReason | None:
     """Why the latest generation may be claimed over, or None while it is held.
 
-    Always feeds the observer (even when another reason applies) so its memory of
-    each value is as old as possible.  ``vouched_stale``: the heartbeat value the job
-    summary's writer watched stay unchanged for a TTL on its own clock
-    (``jobdir.job_summary``); the lease is stale for us too when we read that very value
-    again now (it has not changed since, so it has been unchanged for longer still).
+    Always feeds the observer (even when another reason applies) so its memory of each value is
+    as old as possible.  ``vouched_stale``: the heartbeat value the job summary's writer watched
+    stay unchanged for a TTL on its own clock; the lease is stale for us too when we read that
+    very value again now (it has been unchanged for longer still).
     """
     if view.generation == 0:
-        return FIRST
+        return TakeoverReason.FIRST
     stale = observer.is_stale(view) or (vouched_stale is not None and vouched_stale == view.token_text)
     if view.release is not None:
-        if view.release.reason == RELEASE_FINISHED and not stale:
+        if view.release.reason == ReleaseReason.FINISHED and not stale:
             # The done marker exists, even if a lagging cache (NFS negative lookups, up to
             # acdirmax) does not show it to us yet: taking over now would re-run a finished
             # shard.  After a TTL unchanged on our clock (TTL >= 3x cache time) the marker is
             # visible; if it really is gone, the shard is run again then.
             return None
-        return RELEASED
+        return TakeoverReason.RELEASED
     if view.failure is not None:
-        return FAILED
+        return TakeoverReason.FAILED
     if holder_dead_here(view, identity):
-        return HOLDER_DEAD
-    return STALE if stale else None
+        return TakeoverReason.HOLDER_DEAD
+    return TakeoverReason.STALE if stale else None
 
 
 def publish_claim(
@@ -233,9 +220,8 @@ def newer_generation_exists(layout: JobLayout, claim: Claim) -> bool:
 
 
 def write_heartbeat(layout: JobLayout, claim: Claim, seq: int, *, make_dir: bool = True) -> None:
-    """Rewrite the generation's heartbeat.  ``make_dir=False`` once its directory exists: a
-    renewal is then one write (the directory is still checked not to lead out of the job
-    directory, with ``lstat``s the client answers from its cache)."""
+    """Rewrite the generation's heartbeat.  ``make_dir=False`` once its directory exists: a renewal
+    is then one write (the directory is still checked with ``lstat``s the client answers from cache)."""
     path = layout.heartbeat(claim.shard_id, claim.generation)
     if make_dir:
         confine.ensure_dir(layout, path.parent)
@@ -248,13 +234,10 @@ def write_heartbeat(layout: JobLayout, claim: Claim, seq: int, *, make_dir: bool
 
 
 class Heartbeater:
-    """Renews one claim's heartbeat from a daemon thread; sets ``lost`` when fenced.
-
-    ``lost`` is set when renewal has failed for ``ttl - 2*heartbeat`` seconds (by
-    then observers may be about to take over) or when a newer generation exists.
-    :meth:`check` recomputes the deadline from the clock too, so a thread stuck
-    in a hung NFS call cannot hide an expired lease.
-    """
+    """Renews one claim's heartbeat from a daemon thread; sets ``lost`` when renewal has failed for
+    ``ttl - 2*heartbeat`` seconds (observers may be about to take over) or a newer generation
+    exists.  :meth:`check` recomputes the deadline from the clock too, so a thread stuck in a hung
+    NFS call cannot hide an expired lease."""
 
     def __init__(
         self,

@@ -19,7 +19,8 @@ from loguru import logger
 
 from data_juicer_elastic.errors import LeaseLostError, WorkerInterrupted, is_worker_fault, storage_error
 from data_juicer_elastic.jobdir import attempts, claiming, leases, liveness, progress
-from data_juicer_elastic.jobdir.claim_ahead import RELEASE_SIGNAL, RELEASE_UNRUN, AheadShard, ClaimAhead
+from data_juicer_elastic.jobdir.claim_ahead import AheadShard, ClaimAhead
+from data_juicer_elastic.jobdir.heartbeats import StalenessObserver
 from data_juicer_elastic.jobdir.layout import JobLayout
 from data_juicer_elastic.jobdir.lease_records import Claim
 from data_juicer_elastic.jobdir.manifest import check_shard_file
@@ -28,6 +29,7 @@ from data_juicer_elastic.jobdir.reasons import AttemptExit, FailureReason, Relea
 from data_juicer_elastic.jobdir.records import Manifest, ShardEntry
 from data_juicer_elastic.jobdir.shard_state import TerminalInfo
 from data_juicer_elastic.jobdir.tasks import ShardOutput, ShardTask
+from data_juicer_elastic.jobdir.worker_settings import WorkerSettings
 from data_juicer_elastic.sharedfs import fsio
 from data_juicer_elastic.sharedfs.identity import WorkerIdentity
 
@@ -56,20 +58,20 @@ class WorkerSummary:
 class ShardWorker:
     """One worker's claimer, and the run of each shard it claims (every way out leaves a record)."""
 
-    def __init__(
-        self, layout, manifest, identity, run_shard, observer, summary, ttl, heartbeat, max_retries, clock, **claim
-    ):
+    def __init__(self, layout, manifest, identity, run_shard, summary, settings: WorkerSettings, clock, **claim):
         self.layout: JobLayout = layout
         self.manifest: Manifest = manifest
         self.identity: WorkerIdentity = identity
         self.run_shard: RunShard = run_shard
-        self.observer: leases.StalenessObserver = observer
         self.summary: WorkerSummary = summary
-        self.ttl, self.heartbeat, self.max_retries, self.clock = ttl, heartbeat, max_retries, clock
+        self.ttl, self.heartbeat, self.clock = settings.ttl_secs, settings.heartbeat_secs, clock
         self.on_attempt: Callable[[progress.ProgressTracker], None] | None = None
-        self.stall_secs: float | None = None
+        self.stall_secs = settings.stall_timeout_secs
         self.secs_per_row: float | None = None  # of this worker's last finished shard: when the next one's tail starts
-        self.claimer = claiming.Claimer(layout, manifest, identity, observer, max_retries=max_retries, **claim)
+        self.claimer = claiming.Claimer(
+            layout, manifest, identity, StalenessObserver(settings.ttl_secs, clock), max_retries=settings.max_retries,
+            max_holder_deaths=settings.max_holder_deaths, random_start=settings.random_start, **claim,
+        )  # fmt: skip
         self.ahead: ClaimAhead | None = None  # claim-ahead (jobdir.claim_ahead), when on
         self.pace: PaceWriter | None = None  # this process's pace record (jobdir.pace), with the job summary
         self.may_claim_ahead: Callable[[], bool] = lambda: False
@@ -112,7 +114,9 @@ class ShardWorker:
     def _hold(self, claim: Claim) -> None:
         self.claimer.pending = claim
 
-    def _drop_ahead(self, why: str, reason: ReleaseReason = RELEASE_UNRUN, wait_secs: float | None = None) -> None:
+    def _drop_ahead(
+        self, why: str, reason: ReleaseReason = ReleaseReason.UNRUN, wait_secs: float | None = None
+    ) -> None:
         """The current shard did not finish: hand the shard claimed ahead back at once (another
         worker may take it; this one retries its own shard first, as before).  Waits
         ``wait_secs`` (None: until done) for a claim in flight, so the Claimer is free again."""
@@ -215,7 +219,7 @@ class ShardWorker:
             # SIGTERM/SIGINT (WorkerInterrupted, KeyboardInterrupt) or SystemExit: hand the
             # shard back at once so another worker need not wait a TTL.
             signalled = isinstance(exc, WorkerInterrupted | KeyboardInterrupt)
-            self._drop_ahead("interrupted", RELEASE_SIGNAL if signalled else RELEASE_UNRUN, wait_secs=0.0)
+            self._drop_ahead("interrupted", ReleaseReason.SIGNAL if signalled else ReleaseReason.UNRUN, wait_secs=0.0)
             _close(attempt, AttemptExit.SIGNAL, error="interrupted")
             self.release(claim, ReleaseReason.SIGNAL)
             raise
