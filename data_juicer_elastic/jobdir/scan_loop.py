@@ -1,16 +1,12 @@
 """The scan phase of a worker: claim shards' scans until every shard is scanned, then the barrier.
 
-Scans are tasks like shard runs, claimed under ``scans/`` through the same protocol
-(``jobdir.claiming.Claimer`` over the plan, ``leases.Heartbeater``, generation fencing,
-takeover of dead or stalled holders, retry and holder-death budgets in ``jobdir.failures``),
-so every participant of a job reads its share of the input and no node reads it all.  A scan's
-result is published first-wins (``jobdir.scans.publish_scan``).
-
-The barrier: :func:`scan_job` returns only once the manifest exists.  When nothing is left to
-claim and every shard is scanned, this instance composes and publishes it
-(``jobdir.scans.publish_manifest``; any instance may, all compose the same bytes).  A refused
-input raises the job's one input error (exit 2) on every instance, before any shard runs; a
-scan whose budget is spent raises a ShardFailedError.
+Scans are claimed under ``scans/`` through the same protocol as shard runs (``jobdir.claiming``,
+``leases.Heartbeater``, generation fencing, takeover, the budgets of ``jobdir.failures``), so
+every participant reads its share of the input and no node reads it all.  The barrier:
+:func:`scan_job` returns only once the manifest exists; when every shard is scanned this instance
+composes and publishes it (``jobdir.scans.publish_manifest``: all compose the same bytes).  A
+refused input raises the job's one input error (exit 2) on every instance before any shard runs;
+a scan whose budget is spent raises a ShardFailedError.
 """
 
 from __future__ import annotations
@@ -138,17 +134,11 @@ class Scanner:
         try:
             attempt = attempts.open_attempt(scans_layout, claim, self.identity)
             self.claimer.pending = None  # from here every way out leaves a record of this attempt
-            copy = None
+            codec, copy = self.plan.shard_codec, None
             if self.plan.copy_shards:
-                copy = scans_layout.attempt_copy(entry.shard_id, claim.attempt_id, SHARD_SUFFIX[self.plan.shard_codec])
-            task = ScanTask(
-                entry.shard_id,
-                source_spans(self.plan.inputs, entry.spans),
-                self.options,
-                attempt.dir,
-                copy,
-                self.plan.shard_codec,
-            )
+                copy = scans_layout.attempt_copy(entry.shard_id, claim.attempt_id, SHARD_SUFFIX[codec])
+            spans = source_spans(self.plan.inputs, entry.spans)
+            task = ScanTask(entry.shard_id, spans, self.options, attempt.dir, copy, codec)
             started = time.time()
             output = self.run_scan(task)
             if not heartbeater.held():
