@@ -37,7 +37,6 @@ MAX_ERROR_CHARS = 2000
 _SHARD_NAME = re.compile(r"^part-\d{5}-of-\d{5}\.json$")
 
 
-# -- attempt directory ----------------------------------------------------------------------------
 @dataclass
 class Attempt:
     layout: JobLayout
@@ -94,7 +93,6 @@ def error_text(exc: BaseException) -> str:
     return text[-MAX_ERROR_CHARS:]
 
 
-# -- results ----------------------------------------------------------------------------------------
 @dataclass(frozen=True)
 class PublishOutcome:
     accepted: bool  # True: our result is the shard's accepted result

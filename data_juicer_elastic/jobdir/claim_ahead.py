@@ -109,7 +109,6 @@ class ClaimAhead:
         self._cycle: _Cycle | None = None
         self._closed = False
 
-    # -- the worker loop's side (main thread) -----------------------------------------------------------
     def start(self, in_tail: Callable[[], bool] | None = None) -> bool:
         """Claim the next shard on a helper thread (no-op while one is held or being claimed), once
         ``in_tail()`` is true or the current shard's run ended (None: at once)."""
@@ -199,8 +198,19 @@ class ClaimAhead:
         if cycle is not None and cycle.thread is not None and wait_secs is None:
             cycle.thread.join()  # its read-ahead too: nothing of this worker runs on after it
 
-    # -- the helper thread ------------------------------------------------------------------------------
     def _work(self, cycle: _Cycle) -> None:
+        try:
+            ahead = self._claim(cycle)
+        except BaseException as exc:  # noqa: BLE001 - handed to the worker loop by take()
+            cycle.error, ahead = exc, None
+        finally:  # only now: a worker about to exit waits for this (release(wait_secs=...))
+            cycle.claimed.set()
+        if ahead is not None:
+            claim = ahead.claim
+            logger.info(f"claimed {claim.shard_id} ahead (gen {claim.generation}) while the current shard runs")
+            self._check_and_read(ahead)
+
+    def _claim(self, cycle: _Cycle) -> AheadShard | None:
         while cycle.in_tail is not None and not cycle.go.wait(TAIL_POLL_SECS):
             try:
                 if cycle.in_tail():
@@ -208,17 +218,10 @@ class ClaimAhead:
             except Exception:  # noqa: BLE001 - a progress reading must not end the helper: claim at the end
                 cycle.in_tail = lambda: False
         if cycle.cancelled is not None:  # given up while waiting: nothing was claimed
-            cycle.claimed.set()
-            return
-        try:
-            found, _ = self.claim_next()
-        except BaseException as exc:  # noqa: BLE001 - handed to the worker loop by take()
-            cycle.error = exc
-            cycle.claimed.set()
-            return
+            return None
+        found, _ = self.claim_next()
         if found is None:
-            cycle.claimed.set()
-            return
+            return None
         entry, claim = found
         heartbeater = leases.Heartbeater(
             self.layout, claim, heartbeat_secs=self.heartbeat_secs, ttl_secs=self.ttl_secs, clock=self.clock
@@ -229,16 +232,11 @@ class ClaimAhead:
             if cancelled is None:
                 heartbeater.start()  # renewed from the moment it is claimed
                 cycle.held = ahead
-        if cancelled is not None:  # the worker gave the cycle up while we were claiming
-            logger.info(f"{claim.shard_id}: handing back the shard claimed ahead ({cancelled})")
-            try:
-                self._hand_back(ahead, cancelled, started=False)
-            finally:  # only now: a worker about to exit waits for this (release(wait_secs=...))
-                cycle.claimed.set()
-            return
-        cycle.claimed.set()
-        logger.info(f"claimed {claim.shard_id} ahead (gen {claim.generation}) while the current shard runs")
-        self._check_and_read(ahead)
+                return ahead
+        # the worker gave the cycle up while we were claiming
+        logger.info(f"{claim.shard_id}: handing back the shard claimed ahead ({cancelled})")
+        self._hand_back(ahead, cancelled, started=False)
+        return None
 
     def _check_and_read(self, ahead: AheadShard) -> None:
         """Check the input file and read it ahead; any error is left to the run, which checks and

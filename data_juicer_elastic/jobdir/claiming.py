@@ -93,9 +93,6 @@ class ClaimCursor:
     def wants_listing(self) -> bool:
         return not self.listed or self.surprises >= LIST_AFTER_SURPRISES
 
-    def listing_taken(self) -> None:
-        self.listed, self.surprises = True, 0
-
     def walk(self) -> Iterator[int]:
         """Indices to probe for one claim, each unretired shard at most once.  After a probe the caller
         may call :meth:`jump` (someone else works here) or :meth:`claimed` (stop)."""
@@ -147,7 +144,6 @@ class ClaimCursor:
         return root
 
 
-# -- the claim path over a job directory ----------------------------------------------------------------
 # Probe outcomes (what one shard turned out to be).
 RETIRED: Final = "retired"  # done (or a corrupt done marker): never again
 SURPRISE: Final = "surprise"  # done, and we had not known: retired, and we are in someone's wake
@@ -245,7 +241,7 @@ class Claimer:
         for shard in attempts.list_done(self.layout):
             if shard in self.index:
                 self.learn_done(shard)
-        self.cursor.listing_taken()
+        self.cursor.listed, self.cursor.surprises = True, 0
         return True
 
     def _not_due(self, shard: str) -> bool:

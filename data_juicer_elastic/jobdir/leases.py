@@ -56,17 +56,13 @@ class LeaseView:
         return self.release is not None or self.failure is not None
 
     @property
-    def heartbeat_token(self) -> tuple[object, ...]:
-        return heartbeat_token(self.heartbeat, self.heartbeat_error)
-
-    @property
     def watch_key(self) -> str:
         return self.shard_id
 
     @property
     def watch_token(self) -> Hashable:
         """What a staleness observer watches: the generation and its heartbeat."""
-        return (self.generation, self.heartbeat_token)
+        return (self.generation, heartbeat_token(self.heartbeat, self.heartbeat_error))
 
     @property
     def token_text(self) -> str:
@@ -117,10 +113,9 @@ def read_heartbeat(layout: JobLayout, shard_id: str, generation: int) -> tuple[H
 
 
 def heartbeat_age(layout: JobLayout, shard_id: str, generation: int, now: float | None = None) -> float | None:
-    """Seconds since the generation's heartbeat was written (before its first one: since the claim
-    was), by the files' mtimes: the one display rule of ``status`` and the report.  mtimes come
-    through caches and from the server's clock, so no takeover is ever decided by this
-    (``heartbeats.StalenessObserver`` decides)."""
+    """Seconds since the generation's heartbeat (before its first one: its claim) was written, by
+    the files' mtimes: the display rule of ``status`` and the report, never of a takeover (mtimes
+    come through caches and from the server's clock)."""
     now = time.time() if now is None else now
     for path in (layout.heartbeat(shard_id, generation), layout.claim(shard_id, generation)):
         try:
@@ -132,8 +127,7 @@ def heartbeat_age(layout: JobLayout, shard_id: str, generation: int, now: float 
 
 def holder_dead_here(view: LeaseView, identity: WorkerIdentity) -> bool:
     """The claim was made in our kernel and pid namespace and its pid is gone: dead for sure."""
-    claim = view.claim
-    return claim is not None and process_gone_here(identity, claim)
+    return view.claim is not None and process_gone_here(identity, view.claim)
 
 
 def process_gone_here(identity: WorkerIdentity, process) -> bool:
@@ -333,9 +327,3 @@ class Heartbeater:
 
     def stop(self) -> None:
         self._renewer.stop()
-
-    def __enter__(self) -> Heartbeater:
-        return self.start()
-
-    def __exit__(self, *exc_info: object) -> None:
-        self.stop()

@@ -64,7 +64,8 @@ class ShardWorker:
         self.identity: WorkerIdentity = identity
         self.run_shard: RunShard = run_shard
         self.summary: WorkerSummary = summary
-        self.ttl, self.heartbeat, self.clock = settings.ttl_secs, settings.heartbeat_secs, clock
+        self.clock, self.heartbeat = clock, settings.heartbeat_secs
+        self.lease = {"heartbeat_secs": settings.heartbeat_secs, "ttl_secs": settings.ttl_secs, "clock": clock}
         self.on_attempt: Callable[[progress.ProgressTracker], None] | None = None
         self.stall_secs = settings.stall_timeout_secs
         self.secs_per_row: float | None = None  # of this worker's last finished shard: when the next one's tail starts
@@ -108,11 +109,8 @@ class ShardWorker:
         if self.ahead is None:
             return None
         # pending from the hand-over on: a signal releases it as any claimed-but-not-run shard
-        ahead = self.ahead.take(hand_over=self._hold)
+        ahead = self.ahead.take(hand_over=lambda claim: setattr(self.claimer, "pending", claim))
         return None if ahead is None else (ahead.entry, ahead.claim, ahead)
-
-    def _hold(self, claim: Claim) -> None:
-        self.claimer.pending = claim
 
     def _drop_ahead(
         self, why: str, reason: ReleaseReason = ReleaseReason.UNRUN, wait_secs: float | None = None
@@ -123,7 +121,6 @@ class ShardWorker:
         if self.ahead is not None:
             self.ahead.release(reason, why=why, wait_secs=wait_secs)
 
-    # -- running -------------------------------------------------------------------------------------
     def run(self, entry: ShardEntry, claim: Claim, ahead: AheadShard | None = None) -> None:
         """Run one claimed shard; every way out leaves a result, a failure or a release.
 
@@ -141,9 +138,7 @@ class ShardWorker:
         heartbeater = leases.Heartbeater(
             self.layout,
             claim,
-            heartbeat_secs=self.heartbeat,
-            ttl_secs=self.ttl,
-            clock=self.clock,
+            **self.lease,
             on_beat=_every(PROGRESS_EVERY_BEATS, tracker.flush),
             liveness=alive,
             on_stall=lambda reason: self._give_up(claim, reason),
@@ -261,11 +256,10 @@ class ShardWorker:
             )
 
     def _fail(self, attempt: attempts.Attempt | None, claim: Claim, exc: Exception) -> None:
-        message = attempts.error_text(exc)
+        message, error_type = attempts.error_text(exc), type(exc).__name__
         self.summary.failed += 1
-        logger.error(f"{claim.shard_id}: attempt {claim.attempt_id} failed: {type(exc).__name__}: {message}")
+        logger.error(f"{claim.shard_id}: attempt {claim.attempt_id} failed: {error_type}: {message}")
         try:
-            error_type = type(exc).__name__
             outcome = self.claimer.fail(
                 claim, claim.shard_id, claim.generation, message, error_type, FailureReason.ERROR
             )

@@ -105,11 +105,10 @@ def run_worker(
         before_claim=before_claim, summary_reader=reader,
     )  # fmt: skip
     worker.on_attempt = on_attempt
-    lease = {"ttl_secs": ttl_secs, "heartbeat_secs": heartbeat_secs, "clock": clock}  # as the shard runs' leases
     keeper = None
     if reader is not None:
         worker.pace = PaceWriter(layout, identity)
-        keeper = SummaryKeeper(layout, manifest, identity, worker.pace, reader, **lease)
+        keeper = SummaryKeeper(layout, manifest, identity, worker.pace, reader, **worker.lease)
         if clock is time.monotonic:
             keeper.start()
     idle = IdleBackoff(settings.poll_interval_secs, reader)
@@ -127,7 +126,7 @@ def run_worker(
 
     if settings.claim_ahead:
         worker.ahead = ClaimAhead(
-            layout, manifest, worker.claim_next, read_ahead=read_ahead, on_release=worker.let_go, **lease
+            layout, manifest, worker.claim_next, read_ahead=read_ahead, on_release=worker.let_go, **worker.lease
         )
         worker.may_claim_ahead = lambda: limit_reached(running=1) is None  # claimed counts the running one
 

@@ -135,9 +135,9 @@ def test_the_shard_claimed_ahead_is_renewed_however_long_the_current_one_runs(jo
         wait_for(lambda: generation(layout, S[1]) == 1, what="the shard claimed ahead")
         last = None
         for _ in range(9):
-            wait_for(lambda last=last: leases.read_lease(layout, S[1]).heartbeat_token != last, what="a renewal")
+            wait_for(lambda last=last: leases.read_lease(layout, S[1]).watch_token != last, what="a renewal")
             view = leases.read_lease(layout, S[1])
-            last = view.heartbeat_token
+            last = view.watch_token
             checks.append(leases.takeover_reason(view, other, observer))
             observer_clock.advance(0.9)
 

@@ -232,8 +232,10 @@ def test_heartbeater_self_fences_after_ttl_minus_two_heartbeats(job, clock):
 def test_heartbeater_thread_keeps_the_seq_moving(job):
     layout = JobLayout(job)
     c = claim(layout, identity("a"))
-    with leases.Heartbeater(layout, c, heartbeat_secs=0.02, ttl_secs=1.0):
-        time.sleep(0.5)
+    heartbeater = leases.Heartbeater(layout, c, heartbeat_secs=0.02, ttl_secs=1.0)
+    heartbeater.start()
+    time.sleep(0.5)
+    heartbeater.stop()
     seq = leases.read_lease(layout, SHARD).heartbeat.seq
     assert seq >= 3
     with pytest.raises(ValueError):
