@@ -120,10 +120,6 @@ class ClaimCursor:
     def claimed(self, index: int) -> None:
         self.position = (index + 1) % self.n
 
-    def revisit(self, index: int) -> None:
-        """Start the next walk at ``index`` (our own failed or released shard: retry it first)."""
-        self.position = index
-
     def _next_unvisited(self, index: int, visited: set[int]) -> int:
         # Only called while an unvisited, unretired index exists, so this terminates.
         while True:

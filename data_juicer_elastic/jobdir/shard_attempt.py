@@ -266,7 +266,7 @@ class ShardWorker:
         finally:  # even if the job dir refuses the failure record, give the claim back
             _close(attempt, AttemptExit.FAILED, error=message)
             self.release(claim, ReleaseReason.FAILED)
-            self.claimer.cursor.revisit(self.claimer.index[claim.shard_id])  # retry it first, as before
+            self.claimer.cursor.position = self.claimer.index[claim.shard_id]  # the next walk retries it first
         if outcome.terminal is not None:
             logger.error(f"{claim.shard_id}: retry budget spent ({outcome.failures} failures)")
 
