@@ -62,9 +62,11 @@ def open_attempt(layout: JobLayout, claim: Claim, identity: WorkerIdentity) -> A
     return Attempt(layout, claim, directory, record)
 
 
-def close_attempt(attempt: Attempt, exit_reason: AttemptExit, **end: int | str | None) -> None:
-    """Rewrite attempt.json with the end (``end``: its ``rows``, ``error``, ``quarantined``).
-    Informational only, so a write error is logged."""
+def close_attempt(attempt: Attempt | None, exit_reason: AttemptExit, **end: int | str | None) -> None:
+    """Rewrite attempt.json with the end (``end``: its ``rows``, ``error``, ``quarantined``); None:
+    the attempt was never opened.  Informational only, so a write error is logged."""
+    if attempt is None:
+        return
     batching = read_batching_summary(attempt.layout, attempt.claim.shard_id, attempt.claim.attempt_id)
     attempt.record = replace(attempt.record, ended_at=time.time(), exit_reason=exit_reason, batching=batching, **end)
     try:

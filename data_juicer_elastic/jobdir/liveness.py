@@ -54,7 +54,6 @@ class Liveness:
             self._armed = False
 
     def quiet_for(self) -> float:
-        """Seconds since the last sign of life."""
         return max(0.0, self.clock() - self._last)
 
     def is_stalled(self) -> bool:

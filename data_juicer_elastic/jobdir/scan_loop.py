@@ -169,8 +169,7 @@ class Scanner:
             raise
         finally:
             heartbeater.stop()
-            if attempt is not None:
-                attempts.close_attempt(attempt, exit_reason, error=error)
+            attempts.close_attempt(attempt, exit_reason, error=error)
         self.release(claim, ReleaseReason.FINISHED)
 
     def release(self, claim: Claim, reason: ReleaseReason) -> None:

@@ -45,24 +45,17 @@ def publish_scan(
 ) -> tuple[bool, ScanResult]:
     """Publish a scan's result for its shard; (accepted, the result that stands)."""
     scans = layout.scans
+    found = {name: value for name, value in vars(output).items() if name not in ("span_rows", "copy_path")}
     result = ScanResult(
         shard_id=claim.shard_id,
         attempt_id=claim.attempt_id,
         generation=claim.generation,
         node_id=identity.node_id,
-        rows=output.rows,
-        bytes=output.bytes,
-        sha256=output.sha256,
         span_rows=list(output.span_rows),
-        schema=output.schema,
-        normalise=output.normalise,
-        longest_line=output.longest_line,
         started_at=started,
         finished_at=time.time(),
-        refusal=output.refusal,
         copy=None if output.copy_path is None else layout.relative(output.copy_path),
-        stored_bytes=output.stored_bytes,
-        stored_sha256=output.stored_sha256,
+        **found,  # what the scan found: its fields of the same names
     )
     staged = attempt_dir / "result.json"
     fsio.write_new(staged, result.encode())

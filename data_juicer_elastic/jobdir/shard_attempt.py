@@ -199,7 +199,7 @@ class ShardWorker:
                 # This worker's set-up is wrong (different code, no Ray): the shard is
                 # not to blame, so hand it back without spending its retry budget.
                 logger.error(f"{claim.shard_id}: releasing the claim; this worker cannot run shards: {exc}")
-                _close(attempt, AttemptExit.WORKER_FAULT, error=attempts.error_text(exc))
+                attempts.close_attempt(attempt, AttemptExit.WORKER_FAULT, error=attempts.error_text(exc))
                 self.release(claim, ReleaseReason.WORKER_FAULT)
                 if isinstance(exc, OSError):
                     raise storage_error(exc, claim.shard_id, places=(("job directory", self.layout.root),)) from exc
@@ -215,7 +215,7 @@ class ShardWorker:
             # shard back at once so another worker need not wait a TTL.
             signalled = isinstance(exc, WorkerInterrupted | KeyboardInterrupt)
             self._drop_ahead("interrupted", ReleaseReason.SIGNAL if signalled else ReleaseReason.UNRUN, wait_secs=0.0)
-            _close(attempt, AttemptExit.SIGNAL, error="interrupted")
+            attempts.close_attempt(attempt, AttemptExit.SIGNAL, error="interrupted")
             self.release(claim, ReleaseReason.SIGNAL)
             raise
         finally:
@@ -237,13 +237,15 @@ class ShardWorker:
             self.summary.discarded += 1
         errors = outcome.result.errors
         exit_reason = AttemptExit.DONE if outcome.accepted else AttemptExit.DISCARDED
-        _close(attempt, exit_reason, rows=outcome.result.rows, quarantined=errors.rows if errors else None)
+        attempts.close_attempt(
+            attempt, exit_reason, rows=outcome.result.rows, quarantined=errors.rows if errors else None
+        )
         self.release(claim, ReleaseReason.FINISHED)
 
     def _abandon(self, attempt: attempts.Attempt | None, claim: Claim, reason: str) -> None:
         self.summary.lost += 1
         logger.warning(f"{claim.shard_id}: abandoning attempt {claim.attempt_id}: {reason}")
-        _close(attempt, AttemptExit.LOST, error=reason)
+        attempts.close_attempt(attempt, AttemptExit.LOST, error=reason)
         self.release(claim, ReleaseReason.ABANDONED)
 
     def _fence(self, heartbeater: leases.Heartbeater, claim: Claim) -> None:
@@ -264,7 +266,7 @@ class ShardWorker:
                 claim, claim.shard_id, claim.generation, message, error_type, FailureReason.ERROR
             )
         finally:  # even if the job dir refuses the failure record, give the claim back
-            _close(attempt, AttemptExit.FAILED, error=message)
+            attempts.close_attempt(attempt, AttemptExit.FAILED, error=message)
             self.release(claim, ReleaseReason.FAILED)
             self.claimer.cursor.position = self.claimer.index[claim.shard_id]  # the next walk retries it first
         if outcome.terminal is not None:
@@ -300,8 +302,3 @@ def empty_output(task: ShardTask) -> ShardOutput:
     nothing to run, an empty file to publish."""
     fsio.write_new(task.output_path, b"")
     return ShardOutput(task.output_path, 0)
-
-
-def _close(attempt: attempts.Attempt | None, exit_reason: AttemptExit, **fields) -> None:
-    if attempt is not None:
-        attempts.close_attempt(attempt, exit_reason, **fields)

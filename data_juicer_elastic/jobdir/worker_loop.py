@@ -55,15 +55,11 @@ def run_worker(
 ) -> WorkerSummary:
     """Process shards of ``job_dir`` until the job is finished (or a limit of ``settings`` is reached).
 
-    ``claim_gate()`` may decline claiming a pending shard for now (straggler avoidance); taking
-    over a stale or dead claim is never declined.  ``claim_rng`` picks where this worker jumps and
-    (``random_start``) starts (``claiming``); tests pass a seeded one.  ``on_attempt(tracker)`` is
-    called as each attempt starts with its live progress tracker (``jobdir.progress``).
-    ``before_claim()`` readies the runner before each claim (``claiming``).  ``read_ahead(source)``
-    reads a shard claimed ahead (``jobdir.claim_ahead``).  ``run_scan``: a job that is planned but
-    not yet scanned is scanned first, this worker taking its share with ``run_scan(task)``
-    (``jobdir.scan_loop``; no shard runs before the manifest is composed).  With ``job_summary``
-    the summary's keeper runs in a thread with the default clock, else from this loop.
+    ``claim_gate()`` may decline a pending shard for now (straggler avoidance; never a takeover).
+    ``claim_rng``, ``before_claim()``: see ``claiming``; ``read_ahead(source)``: ``claim_ahead``.
+    ``on_attempt(tracker)`` gets each attempt's live progress tracker as it starts.  ``run_scan``: a
+    planned job not yet scanned is scanned first, this worker taking its share (``scan_loop``).  The
+    job summary's keeper runs in a thread with the default clock, else from this loop.
     """
     ttl_secs, heartbeat_secs = settings.ttl_secs, settings.heartbeat_secs
     max_shards, max_done = settings.max_shards, settings.max_done
