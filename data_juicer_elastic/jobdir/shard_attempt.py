@@ -95,10 +95,9 @@ class ShardWorker:
                 self.pace.flush()
 
     def in_tail(self, tracker: progress.ProgressTracker) -> bool:
-        """The running shard is expected to be in its last part (``TAIL_FRACTION``): by the time
-        per row of this worker's last shard; for its first, once its output rows reach that part
-        of its input (a filter may keep them from it: then the next is claimed when it ends).
-        Ray Data's rows read say nothing here: the runner reads a shard whole before processing."""
+        """The running shard is expected to be in its last part (``TAIL_FRACTION``), by the time per
+        row of this worker's last shard; for its first, once its output rows reach that part of its
+        input (Ray Data's rows read say nothing: the runner reads a shard whole before processing)."""
         record = tracker.current
         if self.secs_per_row is None:
             return record.rows_written >= TAIL_FRACTION * record.rows_total
@@ -115,17 +114,14 @@ class ShardWorker:
     def _drop_ahead(
         self, why: str, reason: ReleaseReason = ReleaseReason.UNRUN, wait_secs: float | None = None
     ) -> None:
-        """The current shard did not finish: hand the shard claimed ahead back at once (another
-        worker may take it; this one retries its own shard first, as before).  Waits
-        ``wait_secs`` (None: until done) for a claim in flight, so the Claimer is free again."""
+        """The current shard did not finish: hand the shard claimed ahead back at once (this worker
+        retries its own first).  Waits ``wait_secs`` (None: until done) for a claim in flight."""
         if self.ahead is not None:
             self.ahead.release(reason, why=why, wait_secs=wait_secs)
 
     def run(self, entry: ShardEntry, claim: Claim, ahead: AheadShard | None = None) -> None:
-        """Run one claimed shard; every way out leaves a result, a failure or a release.
-
-        ``ahead``: the shard was claimed ahead; its input file was checked then (not hashed
-        again if unchanged).  While it runs, the next shard is claimed ahead (when on)."""
+        """Run one claimed shard; every way out leaves a result, a failure or a release.  ``ahead``:
+        it was claimed ahead and its input file checked then.  Meanwhile the next is claimed ahead."""
         self.summary.claimed += 1
         began = self.clock()
         tracker = progress.ProgressTracker(self.layout, claim, entry.rows)
