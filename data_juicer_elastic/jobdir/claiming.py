@@ -9,13 +9,11 @@ summary (``jobdir.job_summary``) when there is a fresh one:
   summary (an idle worker in the tail reads nothing but its sequence record).  A stale candidate
   is taken over when the lease read now shows the very heartbeat value the summary's writer
   watched for a TTL (``leases.takeover_reason``).  Without a fresh summary, the rules below apply alone.
-* The cursor walks the manifest forward (wrapping) from after its last claim.  A worker starts at
-  the first shard (one worker claims in manifest order: the prefix a streaming merge publishes
-  early grows); with ``random_start`` one joining a job already under way starts at a random
-  shard, so replacements after a run of kills do not pile onto one shard.  Running into another
-  worker's work (a live claim, a done marker it did not know) makes it jump to a random place, at
-  most :data:`MAX_JUMPS` times per claim, then walk on until it has seen every shard not done
-  (which decides "nothing to claim" and "everything is done").
+* The cursor walks the manifest forward (wrapping) from after its last claim, starting at the
+  first shard, or with ``random_start`` in a job already under way at a random one (why:
+  docs/failure-semantics.md).  Running into another worker's work (a live claim, a done marker it
+  did not know) makes it jump to a random place, at most :data:`MAX_JUMPS` times per claim, then
+  walk on until it has seen every shard not done (which decides "nothing to claim" and "done").
 * Done shards are skipped without I/O: a done marker is immutable (``retry`` archives one only
   when its result no longer validates), so a listed name is trusted (merge validates every marker
   it uses).  They are learnt from its own results, markers it reads, and one listing of ``done/``
