@@ -37,7 +37,6 @@ MAX_ERROR_CHARS = 2000
 _SHARD_NAME = re.compile(r"^part-\d{5}-of-\d{5}\.json$")
 
 
-# -- attempt directory ----------------------------------------------------------------------------
 @dataclass
 class Attempt:
     layout: JobLayout
@@ -63,25 +62,13 @@ def open_attempt(layout: JobLayout, claim: Claim, identity: WorkerIdentity) -> A
     return Attempt(layout, claim, directory, record)
 
 
-def close_attempt(
-    attempt: Attempt,
-    exit_reason: AttemptExit,
-    *,
-    rows: int | None = None,
-    error: str | None = None,
-    quarantined: int | None = None,
-) -> None:
-    """Rewrite attempt.json with the end.  Informational only, so a write error is logged."""
+def close_attempt(attempt: Attempt | None, exit_reason: AttemptExit, **end: int | str | None) -> None:
+    """Rewrite attempt.json with the end (``end``: its ``rows``, ``error``, ``quarantined``); None:
+    the attempt was never opened.  Informational only, so a write error is logged."""
+    if attempt is None:
+        return
     batching = read_batching_summary(attempt.layout, attempt.claim.shard_id, attempt.claim.attempt_id)
-    attempt.record = replace(
-        attempt.record,
-        ended_at=time.time(),
-        exit_reason=exit_reason,
-        rows=rows,
-        error=error,
-        batching=batching,
-        quarantined=quarantined,
-    )
+    attempt.record = replace(attempt.record, ended_at=time.time(), exit_reason=exit_reason, batching=batching, **end)
     try:
         fsio.atomic_write(attempt.dir / "attempt.json", attempt.record.encode())
     except OSError as exc:
@@ -108,7 +95,6 @@ def error_text(exc: BaseException) -> str:
     return text[-MAX_ERROR_CHARS:]
 
 
-# -- results ----------------------------------------------------------------------------------------
 @dataclass(frozen=True)
 class PublishOutcome:
     accepted: bool  # True: our result is the shard's accepted result
@@ -120,9 +106,7 @@ def read_done(
     layout: JobLayout, shard_id: str, data: bytes | None = None
 ) -> tuple[ShardResult | ScanResult | None, str | None]:
     """(accepted result, None), (None, None) when not done, (None, error) when the marker is corrupt.
-
-    ``data``: the marker's bytes when the caller read them already (status reads many in parallel).
-    """
+    ``data``: the marker's bytes when the caller read them already (status reads many in parallel)."""
     path = layout.done(shard_id)
     try:  # oversized, a directory, or not JSON: all "corrupt", never "done" and never a crash
         if data is None:
@@ -139,13 +123,10 @@ def read_done(
 
 
 def list_done(layout: JobLayout) -> list[str]:
-    """Shard ids with a done marker, from ONE listing of ``done/`` (not one open per shard).
-
-    A hint: the listing may be cached (NFS) and so miss recent markers, and a listed
-    marker is not parsed here.  Markers are removed only by ``retry`` of an invalid result (workers
-    that listed it before then miss the requeue; later ones run it), so a listed name may be
-    trusted to mean "do not claim"; whoever reports on a shard opens its marker.
-    """
+    """Shard ids with a done marker, from ONE listing of ``done/`` (not one open per shard).  A hint:
+    the listing may be cached (NFS) and miss recent markers, and a listed marker is not parsed.
+    Markers are removed only by ``retry`` of an invalid result, so a listed name may be trusted to
+    mean "do not claim"; whoever reports on a shard opens its marker."""
     names = fsio.list_names(layout.done_dir)
     return [name[: -len(".json")] for name in names if name.endswith(".json") and _SHARD_NAME.match(name)]
 
@@ -165,11 +146,8 @@ def publish_done(
     errors_path: str | Path | None = None,
 ) -> PublishOutcome:
     """Validate and fsync our output, write result.json, then link it to done/<shard>.json.
-
-    IntegrityError when the output is missing, outside the attempt directory, not
-    JSONL, or disagrees with what the runner declared: that is a failed attempt.
-    Losing the race to another attempt is not an error: ``accepted`` is False.
-    """
+    IntegrityError (a failed attempt) when the output is missing, outside the attempt directory, not
+    JSONL, or disagrees with what the runner declared; losing the race is not an error."""
     shard = claim.shard_id
     attempt_dir = layout.attempt_dir(shard, claim.attempt_id)
     output = Path(output_path)
@@ -243,11 +221,8 @@ def _inside(attempt_dir: Path, value: str | Path, what: str, shard: str) -> Path
 def _stats_pointer(
     layout: JobLayout, attempt_dir: Path, stats_path: str | Path | None, shard: str
 ) -> tuple[str | None, str | None]:
-    """(path relative to the job, sha256) of the runner's stats summary, made durable first.
-
-    The summary is advisory (finalize recomputes a missing or mismatching one from the
-    output), so a summary outside the attempt directory or unreadable is left out, not fatal.
-    """
+    """(path relative to the job, sha256) of the runner's stats summary, made durable first.  It is
+    advisory (finalize recomputes a missing one), so one outside the attempt directory is left out."""
     if stats_path is None:
         return None, None
     path = Path(stats_path)
@@ -269,11 +244,9 @@ def validate_result(
     *,
     check_row_stats: bool = True,
 ) -> Path:
-    """Re-check an accepted result against its output file (and its row stats file, unless
-    ``check_row_stats`` is off: merge checks that one as it copies it); IntegrityError naming the shard.
-
-    ``sink`` receives the output in blocks of whole, validated lines (merge copies in the same read).
-    """
+    """Re-check an accepted result against its output file (and its side files, unless
+    ``check_row_stats`` is off: merge checks each as it copies it); IntegrityError naming the shard.
+    ``sink`` receives the output in blocks of whole, validated lines (merge copies in the same read)."""
     if result.shard_id != entry.shard_id or result.input_sha256 != entry.sha256 or result.input_rows != entry.rows:
         raise IntegrityError(
             f"done marker belongs to different input (input sha256 {result.input_sha256}, expected {entry.sha256})",
@@ -285,7 +258,7 @@ def validate_result(
     output = check_published_file(
         layout, entry, result, what="output", relative=result.output, expected=expected, requeue=requeue, sink=sink
     )
-    if check_row_stats:  # and the other side files: merge checks each as it copies it
+    if check_row_stats:
         check_row_stats_file(layout, entry, result)
         check_row_errors_file(layout, entry, result, requeue)
     return output
@@ -298,17 +271,9 @@ def check_row_stats_file(
     record = result.row_stats
     if record is None:
         return 0
-    requeue = requeue_hint(layout, [entry.shard_id])
-    expected = (result.rows, record.bytes, record.sha256)
+    hint, expected = requeue_hint(layout, [entry.shard_id]), (result.rows, record.bytes, record.sha256)
     check_published_file(
-        layout,
-        entry,
-        result,
-        what="row stats file",
-        relative=record.path,
-        expected=expected,
-        requeue=requeue,
-        sink=sink,
+        layout, entry, result, what="row stats file", relative=record.path, expected=expected, requeue=hint, sink=sink
     )
     return result.rows
 

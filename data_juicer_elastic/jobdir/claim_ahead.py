@@ -1,34 +1,21 @@
 """Claim-ahead: hold the next shard (and read it) while the current one runs.
 
-What.  While a worker slot runs shard N, :class:`ClaimAhead` claims shard N+1 on a helper
-thread once N is in its tail (the worker loop's gate, ``shard_attempt.TAIL_FRACTION``: N is
-expected to be 80% through by the worker's last time per row; or N's run has ended), through
-the worker's own claim path (``claiming.Claimer.claim_next``: the same cursor, claim gate
-and ``link()``-published generation as any claim), starts a plain heartbeat for it at once,
-then checks its input file against the manifest (size + sha256, ``manifest.check_shard_file``)
-and hands it to ``read_ahead(source)`` (the Ray runner parses it into Arrow tables).  What that
-returns goes to the shard's run as ``ShardTask.read_ahead``; it is held by the shard claimed
-ahead, and dropped with it when that is released.  When shard N is published, the worker
-loop :meth:`takes <ClaimAhead.take>` the held shard instead of claiming: its claim, its file
-check and its read are then already done, off the shard boundary.
+While a worker slot runs shard N, :class:`ClaimAhead` claims shard N+1 on a helper thread once
+N is in its tail (``shard_attempt.TAIL_FRACTION``) or N's run has ended, through the worker's
+own claim path (``claiming.Claimer.claim_next``: the same cursor, claim gate, ``before_claim``
+and ``link()``-published generation as any claim).  It starts a plain heartbeat for it at once,
+checks its input file against the manifest (``manifest.check_shard_file``) and hands it to
+``read_ahead(source)``, whose result goes to the shard's run as ``ShardTask.read_ahead``.  Once N
+is published the worker loop :meth:`takes <ClaimAhead.take>` the held shard instead of claiming.
 
-Lease rules (exact, as without claim-ahead): docs/failure-semantics.md, "The shard claimed
-ahead" (at most one held per slot, renewed by its own ``leases.Heartbeater`` until taken,
-released at once, as :data:`RELEASE_UNRUN` or ``signal``, on every way out that does not run
-it, never an attempt).  Why only in the tail: a worker that claimed ahead at the start of an
-hour-long shard would keep that second shard from an idle node for the hour (with as many
-nodes as shards, half the nodes would wait).  A release racing the helper's claim is never
-lost: the helper looks at the cancellation under the same lock as it stores its claim, and
-releases it itself.  ``WorkerSummary.unrun`` counts the shards released unrun.
-
-Which shard: the helper runs only the claim path, so the claim gate (straggler avoidance)
-and ``before_claim`` apply as they do to any claim.  Thread safety: the helper is the only
-user of the Claimer while it claims; the worker loop waits for that (:meth:`wait_claimed`)
-before it touches the Claimer again (``learn_done``, ``revisit``), which is after the current
-shard is published: publishing never waits for the helper's claim.  When the current shard's
-run ends the helper is told to claim at once (:meth:`run_ended`), so its claim overlaps the
-publication; with the job summary a helper that finds nothing claimable returns without
-touching a shard.  No Ray here: the read is the caller's ``read_ahead``.
+Lease rules: docs/failure-semantics.md, "The shard claimed ahead" (at most one held per slot,
+released at once, as ``unrun`` or ``signal``, on every way out that does not run it, never an
+attempt).  Why only in the tail: a shard claimed at the start of an hour-long shard would be
+kept from an idle node for the hour.  A release racing the helper's claim is never lost: the
+helper looks at the cancellation under the same lock as it stores its claim, and releases it
+itself.  Thread safety: the helper is the only user of the Claimer while it claims; the worker
+loop waits for that (:meth:`ClaimAhead.wait_claimed`) before it touches the Claimer again, after
+the current shard is published, so publishing never waits for the helper's claim.
 """
 
 from __future__ import annotations
@@ -51,20 +38,13 @@ from data_juicer_elastic.jobdir.records import Manifest, ShardEntry
 from data_juicer_elastic.rows.shard_source import ShardSource
 
 TAIL_POLL_SECS: Final = 0.2  # how often the helper looks whether the current shard reached its tail
-# release reasons of a shard claimed ahead and handed back without running it (a signal: as any claimed one)
-RELEASE_UNRUN, RELEASE_SIGNAL = ReleaseReason.UNRUN, ReleaseReason.SIGNAL
-ClaimNext = Callable[[], tuple[tuple[ShardEntry, Claim] | None, bool]]
 FileStamp = tuple[int, int, int, int]  # st_dev, st_ino, st_size, st_mtime_ns
-
-
-def file_stamp(path: Path) -> FileStamp:
-    st = os.stat(path)
-    return st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns
 
 
 def source_stamps(source: ShardSource) -> tuple[FileStamp, ...]:
     """The stamps of every file a shard's content is read from (its copy, or its inputs)."""
-    return tuple(file_stamp(Path(path)) for path in source.files)
+    stats = [os.stat(path) for path in source.files]
+    return tuple((st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns) for st in stats)
 
 
 @dataclass
@@ -92,10 +72,6 @@ class AheadShard:
             return False
 
 
-def _never() -> bool:
-    return False
-
-
 class _Cycle:
     """One helper run: wait for the current shard's tail, claim at most one shard, then check and read it."""
 
@@ -116,7 +92,7 @@ class ClaimAhead:
         self,
         layout: JobLayout,
         manifest: Manifest,
-        claim_next: ClaimNext,
+        claim_next: Callable[[], tuple[tuple[ShardEntry, Claim] | None, bool]],
         *,
         heartbeat_secs: float,
         ttl_secs: float,
@@ -129,18 +105,13 @@ class ClaimAhead:
         self.heartbeat_secs, self.ttl_secs, self.clock = heartbeat_secs, ttl_secs, clock
         self.read_ahead = read_ahead
         self.unrun = 0  # shards claimed ahead and released without running
-        self.taken = 0  # shards claimed ahead and then run
         self._lock = threading.Lock()
         self._cycle: _Cycle | None = None
         self._closed = False
 
-    # -- the worker loop's side (main thread) -----------------------------------------------------------
     def start(self, in_tail: Callable[[], bool] | None = None) -> bool:
-        """Claim the next shard on a helper thread (no-op while one is held or being claimed).
-
-        ``in_tail()``: polled by the helper, which claims once it is true (the current shard is
-        in its tail) or once :meth:`wait_claimed` is called (the current shard's run ended).
-        None: claim at once."""
+        """Claim the next shard on a helper thread (no-op while one is held or being claimed), once
+        ``in_tail()`` is true or the current shard's run ended (None: at once)."""
         with self._lock:
             if self._closed or self._cycle is not None:
                 return False
@@ -155,21 +126,19 @@ class ClaimAhead:
         if cycle is not None:
             cycle.go.set()
 
-    def wait_claimed(self, timeout: float | None = None) -> bool:
-        """Wait until the helper no longer uses the Claimer (its claim is made, or none was).
-        A helper still waiting for the tail claims now: the current shard's run has ended."""
+    def wait_claimed(self) -> None:
+        """Wait until the helper no longer uses the Claimer (its claim is made, or none was);
+        one still waiting for the tail claims now."""
         cycle = self._cycle
         if cycle is not None:
             cycle.go.set()
-        return cycle is None or cycle.claimed.wait(timeout)
+            cycle.claimed.wait()
 
     def take(self, hand_over: Callable[[Claim], object] = lambda claim: None) -> AheadShard | None:
-        """The held shard, to be run now (None when none was claimed, or its lease was lost).
-
-        Waits for the helper to finish its check and read (the run would do both anyway), and
-        re-raises an error of its claim (as if the worker loop had claimed itself).  The shard
-        stays this object's until ``hand_over(claim)`` has returned (the caller records it as its
-        own pending claim there): a signal at any moment finds it here, or there, and releases it."""
+        """The held shard, to be run now (None when none was claimed, or its lease was lost), once
+        the helper's check and read are done; re-raises an error of its claim.  The shard stays
+        this object's until ``hand_over(claim)`` has returned (the caller records it as its pending
+        claim there): a signal at any moment finds it here, or there, and releases it."""
         cycle = self._cycle
         if cycle is None:
             return None
@@ -183,14 +152,13 @@ class ClaimAhead:
             self._forget(cycle)
             return None
         ahead.heartbeater.stop()  # the run starts its own heartbeater (with liveness) at once
-        if not ahead.heartbeater.check() or leases.newer_generation_exists(self.layout, ahead.claim):
+        if not ahead.heartbeater.held():
             logger.warning(f"{ahead.claim.shard_id}: the lease of the shard claimed ahead was lost; not running it")
-            self.release(RELEASE_UNRUN, why="its lease was lost")
+            self.release(ReleaseReason.UNRUN, why="its lease was lost")
             self._forget(cycle)
             return None
         hand_over(ahead.claim)
         self._forget(cycle)
-        self.taken += 1
         return ahead
 
     def _forget(self, cycle: _Cycle) -> None:
@@ -200,7 +168,9 @@ class ClaimAhead:
             if self._cycle is cycle:
                 self._cycle = None
 
-    def release(self, reason: ReleaseReason = RELEASE_UNRUN, *, why: str = "", wait_secs: float | None = 0.0) -> None:
+    def release(
+        self, reason: ReleaseReason = ReleaseReason.UNRUN, *, why: str = "", wait_secs: float | None = 0.0
+    ) -> None:
         """Hand the held shard back now (any thread; idempotent).  A claim the helper is still
         making is released by the helper itself.  ``wait_secs``: then wait this long for the
         helper to finish claiming and handing that claim back (a process about to exit), None:
@@ -209,7 +179,7 @@ class ClaimAhead:
             cycle = self._cycle
             if cycle is None:
                 return
-            if cycle.cancelled is None or reason is RELEASE_SIGNAL:  # a signal while handing back: say so
+            if cycle.cancelled is None or reason is ReleaseReason.SIGNAL:  # a signal while handing back: say so
                 cycle.cancelled = reason
             ahead, cycle.held = cycle.held, None
         cycle.go.set()  # a helper waiting for the tail stops waiting (and claims nothing)
@@ -219,7 +189,7 @@ class ClaimAhead:
         if wait_secs != 0.0:
             cycle.claimed.wait(wait_secs)
 
-    def close(self, reason: ReleaseReason = RELEASE_UNRUN, *, why: str = "", wait_secs: float | None = None) -> None:
+    def close(self, reason: ReleaseReason, *, why: str = "", wait_secs: float | None = None) -> None:
         """Release whatever is held and claim nothing more (the worker is leaving)."""
         with self._lock:
             self._closed = True
@@ -228,26 +198,30 @@ class ClaimAhead:
         if cycle is not None and cycle.thread is not None and wait_secs is None:
             cycle.thread.join()  # its read-ahead too: nothing of this worker runs on after it
 
-    # -- the helper thread ------------------------------------------------------------------------------
     def _work(self, cycle: _Cycle) -> None:
+        try:
+            ahead = self._claim(cycle)
+        except BaseException as exc:  # noqa: BLE001 - handed to the worker loop by take()
+            cycle.error, ahead = exc, None
+        finally:  # only now: a worker about to exit waits for this (release(wait_secs=...))
+            cycle.claimed.set()
+        if ahead is not None:
+            claim = ahead.claim
+            logger.info(f"claimed {claim.shard_id} ahead (gen {claim.generation}) while the current shard runs")
+            self._check_and_read(ahead)
+
+    def _claim(self, cycle: _Cycle) -> AheadShard | None:
         while cycle.in_tail is not None and not cycle.go.wait(TAIL_POLL_SECS):
             try:
                 if cycle.in_tail():
                     break
             except Exception:  # noqa: BLE001 - a progress reading must not end the helper: claim at the end
-                cycle.in_tail = _never
+                cycle.in_tail = lambda: False
         if cycle.cancelled is not None:  # given up while waiting: nothing was claimed
-            cycle.claimed.set()
-            return
-        try:
-            found, _ = self.claim_next()
-        except BaseException as exc:  # noqa: BLE001 - handed to the worker loop by take()
-            cycle.error = exc
-            cycle.claimed.set()
-            return
+            return None
+        found, _ = self.claim_next()
         if found is None:
-            cycle.claimed.set()
-            return
+            return None
         entry, claim = found
         heartbeater = leases.Heartbeater(
             self.layout, claim, heartbeat_secs=self.heartbeat_secs, ttl_secs=self.ttl_secs, clock=self.clock
@@ -258,16 +232,11 @@ class ClaimAhead:
             if cancelled is None:
                 heartbeater.start()  # renewed from the moment it is claimed
                 cycle.held = ahead
-        if cancelled is not None:  # the worker gave the cycle up while we were claiming
-            logger.info(f"{claim.shard_id}: handing back the shard claimed ahead ({cancelled})")
-            try:
-                self._hand_back(ahead, cancelled, started=False)
-            finally:  # only now: a worker about to exit waits for this (release(wait_secs=...))
-                cycle.claimed.set()
-            return
-        cycle.claimed.set()
-        logger.info(f"claimed {claim.shard_id} ahead (gen {claim.generation}) while the current shard runs")
-        self._check_and_read(ahead)
+                return ahead
+        # the worker gave the cycle up while we were claiming
+        logger.info(f"{claim.shard_id}: handing back the shard claimed ahead ({cancelled})")
+        self._hand_back(ahead, cancelled, started=False)
+        return None
 
     def _check_and_read(self, ahead: AheadShard) -> None:
         """Check the input file and read it ahead; any error is left to the run, which checks and

@@ -1,50 +1,32 @@
-"""Finding a shard to claim without touching every shard on every claim.
+"""Finding a shard to claim without O(shards) work per claim, and without W workers racing for one.
 
-A claim must not cost O(shards) metadata operations, and W workers must not all race for the
-same shard.  A worker keeps a :class:`ClaimCursor`, its own view of the manifest, and reads the
-job summary (``jobdir.job_summary``) when there is a fresh one:
+A worker keeps a :class:`ClaimCursor` (its own view of the manifest, no I/O) and reads the job
+summary (``jobdir.job_summary``) when there is a fresh one:
 
-* With the summary, shards it shows done or failed are skipped, and so are shards it shows
-  held by another process's live claim, all without a filesystem operation; only shards it
-  shows free, or stale candidates, are probed, and after :data:`MAX_TAKEN_PER_SUMMARY` of
-  those turned out taken the worker waits for the next summary.  An idle worker in the tail (every shard done
-  or held) then reads nothing but the summary's sequence record.  A stale candidate is taken
-  over when the lease read now shows the very heartbeat value the summary's writer watched
-  for a TTL (``leases.takeover_reason``).  Without a fresh summary, the rules below apply alone.
-* The cursor walks the manifest forward (wrapping), continuing after the shard it claimed
-  last.  Worker processes (``dj-elastic worker``, ``dj-process``: ``random_start``)
-  joining a job in which shards were already claimed start at a random shard: a
-  replacement started after each kill of its predecessor then does not go for the first
-  pending shard, where a run of kills would pile onto one shard.  Otherwise a worker
-  starts at the first shard, and one worker claims in manifest order (the finished prefix grows, which a
-  streaming merge can publish early).  When it runs into another worker's work it
-  jumps to a random place (below), so W workers spread over the manifest after one
-  collision each instead of racing for the same shard on every claim.
-* Shards known to be DONE are skipped without any filesystem operation: a done
-  marker is immutable (``retry`` archives one only when its result no longer validates).  The worker learns them from
-  its own results, from the markers it happens to read, and from one listing of
-  ``done/`` when it starts and whenever it has run into :data:`LIST_AFTER_SURPRISES`
-  markers it did not know (at most one listing per claim, usually far fewer).  A
-  listed name is trusted to mean "done" (only ``retry`` removes one): skipping it
-  needs no content, and merge validates every marker it uses.
-* Running into someone else's work (a live claim, or a done marker it did not know)
-  means it is in another worker's wake: it jumps to a random place, at most
-  :data:`MAX_JUMPS` times per claim, and then walks on sequentially until it has
-  seen every shard that is not done (which is also how "nothing to claim" and
-  "everything is done" are decided).
-* A shard seen held by a live claim costs only a look at its done marker (is it
-  finished?) until the staleness observer could call it stale (a TTL after its value
-  last changed); its lease is read again then, or at once when the holder was on
-  this host and its pid is gone.  Releases by other workers are
-  therefore noticed within a TTL; a worker retries its own failed shard first.
+* With the summary, shards it shows done, failed or held by another process's live claim are
+  skipped without a filesystem operation; only free shards and stale candidates are probed, and
+  after :data:`MAX_TAKEN_PER_SUMMARY` of those turned out taken the worker waits for the next
+  summary (an idle worker in the tail reads nothing but its sequence record).  A stale candidate
+  is taken over when the lease read now shows the very heartbeat value the summary's writer
+  watched for a TTL (``leases.takeover_reason``).  Without a fresh summary, the rules below apply alone.
+* The cursor walks the manifest forward (wrapping) from after its last claim, starting at the
+  first shard, or with ``random_start`` in a job already under way at a random one (why:
+  docs/failure-semantics.md).  Running into another worker's work (a live claim, a done marker it
+  did not know) makes it jump to a random place, at most :data:`MAX_JUMPS` times per claim, then
+  walk on until it has seen every shard not done (which decides "nothing to claim" and "done").
+* Done shards are skipped without I/O: a done marker is immutable (``retry`` archives one only
+  when its result no longer validates), so a listed name is trusted (merge validates every marker
+  it uses).  They are learnt from its own results, markers it reads, and one listing of ``done/``
+  at start and after :data:`LIST_AFTER_SURPRISES` unknown markers (at most one per claim).
+* A shard seen held by a live claim costs only a look at its done marker until the observer could
+  call it stale (a TTL after its value last changed), or at once when its holder was on this host
+  and its pid is gone; so releases by others are noticed within a TTL.
 
-A claim is published only once the worker can run the shard at once (``before_claim``:
-its Ray runtime is up), so a worker killed while starting holds no claim.
-
-Correctness does not depend on the cursor or the summary: claims are ``link()``-published generations
-(exactly one winner, fencing by generation), takeover needs a release, a failure
-record, a dead local pid or a TTL of unchanged heartbeat on the observer's own
-clock, and the merged output is in manifest order whatever the claim order.
+A claim is published only once the worker can run the shard at once (``before_claim``: its
+runtime is up), so a worker killed while starting holds no claim.  Correctness does not depend
+on the cursor or the summary: claims are ``link()``-published generations (exactly one winner,
+fencing by generation), takeover needs a release, a failure record, a dead local pid or a TTL of
+unchanged heartbeat on the observer's own clock, and the merged output is in manifest order.
 """
 
 from __future__ import annotations
@@ -89,7 +71,6 @@ class ClaimCursor:
         self._visited: set[int] | None = None
         self._jump = False
 
-    # -- knowledge ---------------------------------------------------------------------------------
     def is_retired(self, index: int) -> bool:
         return self._find(index) != index
 
@@ -110,16 +91,9 @@ class ClaimCursor:
     def wants_listing(self) -> bool:
         return not self.listed or self.surprises >= LIST_AFTER_SURPRISES
 
-    def listing_taken(self) -> None:
-        self.listed, self.surprises = True, 0
-
-    # -- walking -------------------------------------------------------------------------------------
     def walk(self) -> Iterator[int]:
-        """Indices to probe for one claim, each shard that is not retired at most once.
-
-        After a probe the caller may call :meth:`jump` (someone else works here) or
-        :meth:`claimed` (stop).  The walk ends once every remaining shard was seen.
-        """
+        """Indices to probe for one claim, each unretired shard at most once.  After a probe the caller
+        may call :meth:`jump` (someone else works here) or :meth:`claimed` (stop)."""
         visited: set[int] = set()
         self._visited = visited
         jumps = 0
@@ -144,10 +118,6 @@ class ClaimCursor:
     def claimed(self, index: int) -> None:
         self.position = (index + 1) % self.n
 
-    def revisit(self, index: int) -> None:
-        """Start the next walk at ``index`` (our own failed or released shard: retry it first)."""
-        self.position = index
-
     def _next_unvisited(self, index: int, visited: set[int]) -> int:
         # Only called while an unvisited, unretired index exists, so this terminates.
         while True:
@@ -168,7 +138,6 @@ class ClaimCursor:
         return root
 
 
-# -- the claim path over a job directory ----------------------------------------------------------------
 # Probe outcomes (what one shard turned out to be).
 RETIRED: Final = "retired"  # done (or a corrupt done marker): never again
 SURPRISE: Final = "surprise"  # done, and we had not known: retired, and we are in someone's wake
@@ -201,23 +170,15 @@ class Claimer:
         # that took time, so the lease read before it may be out of date.  Never holds a claim meanwhile.
         self.before_claim = before_claim
         rng = rng or random.Random()
-        # Only a worker joining a job that others already work on starts at random: the first one
-        # claims in manifest order (the finished prefix a streaming merge publishes early grows).
-        start = rng.randrange(manifest.num_shards) if random_start and self._claimed_before() else 0
+        claimed_before = random_start and fsio.list_names(self.layout.claims_dir)  # one listing of claims/
+        start = rng.randrange(manifest.num_shards) if claimed_before else 0
         self.cursor = ClaimCursor(manifest.num_shards, rng, start=start)
         self.index = {entry.shard_id: i for i, entry in enumerate(manifest.shards)}
         self.known_done: set[str] = set()  # done, from a parsed marker or a done/ listing (job_outcome skips them)
         self._held: dict[str, int | None] = {}  # shard seen held by a live claim -> its local pid (None: remote)
         self.pending: Claim | None = None  # published and not yet handed to the caller
-        # the job summary (jobdir.job_summary.SummaryReader), when there is one: done shards, shards held by
-        # live claims and stale candidates come from it, so a claim or an idle poll touches no shard it
-        # does not have to
-        self.summary = summary_reader
+        self.summary = summary_reader  # jobdir.job_summary.SummaryReader, when there is one
         self._summary_seen: str | None = None  # the sequence whose done set was learned
-
-    def _claimed_before(self) -> bool:
-        """Whether any shard of the job was ever claimed (one listing of claims/)."""
-        return bool(fsio.list_names(self.layout.claims_dir))
 
     def learn_done(self, shard_id: str, *, corrupt: bool = False) -> None:
         if not corrupt:  # a corrupt marker is never replaced either: retired, but not done
@@ -274,7 +235,7 @@ class Claimer:
         for shard in attempts.list_done(self.layout):
             if shard in self.index:
                 self.learn_done(shard)
-        self.cursor.listing_taken()
+        self.cursor.listed, self.cursor.surprises = True, 0
         return True
 
     def _not_due(self, shard: str) -> bool:
@@ -337,17 +298,24 @@ class Claimer:
         # forever, but killed or preempted workers must not fail a good shard after 3 deaths.
         holder = view.claim
         what = f"{holder.node_id} ({holder.hostname} pid {holder.pid})" if holder else "unknown holder"
-        stale = reason == TakeoverReason.STALE
+        if reason == TakeoverReason.STALE:
+            error = f"lease expired: {what} stopped renewing its claim (killed, lost or hung)"
+            return self.fail(holder, view.shard_id, view.generation, error, "LeaseExpired", FailureReason.LEASE_EXPIRED)
+        error = f"holder {what} died on this host without releasing its claim"
+        return self.fail(holder, view.shard_id, view.generation, error, "LeaseExpired", FailureReason.HOLDER_DEAD)
+
+    def fail(
+        self, holder: Claim | None, shard_id: str, generation: int, error: str, error_type: str, reason: FailureReason
+    ) -> failures.FailureOutcome:
+        """Record a generation's failure against the shard's budgets (``failures.record_failure``)."""
         return failures.record_failure(
             self.layout,
             holder,
-            shard_id=view.shard_id,
-            generation=view.generation,
-            error=f"lease expired: {what} stopped renewing its claim (killed, lost or hung)"
-            if stale
-            else f"holder {what} died on this host without releasing its claim",
-            error_type="LeaseExpired",
-            exit_reason=FailureReason.LEASE_EXPIRED if stale else FailureReason.HOLDER_DEAD,
+            shard_id=shard_id,
+            generation=generation,
+            error=error,
+            error_type=error_type,
+            exit_reason=reason,
             max_retries=self.max_retries,
             reporter=self.identity,
             max_holder_deaths=self.max_holder_deaths,

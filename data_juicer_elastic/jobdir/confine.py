@@ -1,17 +1,12 @@
 """Keep every write inside the job directory, and refuse directories that are not ours.
 
-``layout`` makes sure no identifier (shard id, attempt id, node id, a path in a
-record) can spell its way out of the job directory.  This module covers what a
-name check cannot see: a symlink *planted* in the job directory (``attempts`` or
-``done/`` or ``claims/<shard>`` pointing elsewhere) would make ``makedirs`` and every
-write below it land outside.  So every directory the plugin creates or writes into is
-checked first, component by component (one ``lstat`` each), and refused unless its
-real path lies inside the job directory's real path.  The job directory itself may be
-a symlink (a mount alias); links *inside* it may point only inside it.
-
-What this cannot stop: someone who can write to the job directory swapping a
-directory for a symlink between our check and our write.  Whoever can do that can
-already forge results; see docs/job-dir-security.md.
+``layout`` makes sure no identifier can spell its way out of the job directory; this module
+covers a symlink *planted* in it (``done/`` or ``claims/<shard>`` pointing elsewhere), which would
+make every write below it land outside.  Every directory the plugin creates or writes into is
+checked first, one ``lstat`` per component, and refused unless its real path lies inside the job
+directory's real path (which may itself be a symlink, a mount alias).  Not stopped: a directory
+swapped for a symlink between our check and our write; whoever can do that can already forge
+results (docs/job-dir-security.md).
 """
 
 from __future__ import annotations
@@ -26,28 +21,8 @@ from data_juicer_elastic.sharedfs import fsio
 
 # Every name the plugin itself puts at the top of a job directory (docs/architecture.md).
 OUR_NAMES: Final = frozenset(
-    {
-        "manifest.json",
-        "plan.json",
-        "scans",
-        "recipe.json",
-        "merge.json",
-        "shards",
-        "claims",
-        "heartbeats",
-        "releases",
-        "failures",
-        "attempts",
-        "done",
-        "failed",
-        "history",
-        "cache",
-        "coordination",
-        "logs",
-        "batch-profiles",
-        "stats",
-        "summary",
-    }
+    "manifest.json plan.json scans recipe.json merge.json shards claims heartbeats releases failures attempts "
+    "done failed history cache coordination logs batch-profiles stats summary".split()
 )
 # Hidden names are ours too: staging directories, temp files beside records, NFS
 # ``.nfsXXXX`` leftovers.  Lost+found appears at the top of a fresh filesystem.
@@ -56,13 +31,9 @@ _IGNORED_NAMES: Final = frozenset({"lost+found"})
 
 
 def check_inside(layout: JobLayout, path: str | Path) -> Path:
-    """``path`` if it (lexically and after resolving links) lies in the job directory.
-
-    UnsafePathError otherwise, naming the link that leads out.  Names that do not
-    exist yet resolve lexically, so this may be asked before creating them.  Cheap in
-    the usual case: one ``lstat`` per component below the root; links are resolved only
-    when there are some.
-    """
+    """``path`` if it (lexically and after resolving links) lies in the job directory, else
+    UnsafePathError naming the link that leads out.  Names that do not exist yet resolve
+    lexically; links are resolved only when there are some."""
     path = Path(path)
     root = layout.root
     text, prefix = str(path), str(root).rstrip(os.sep) + os.sep
@@ -106,11 +77,8 @@ def check_layout(layout: JobLayout) -> None:
 
 
 def check_ours(layout: JobLayout) -> None:
-    """Refuse a job directory that holds anything but a dj-elastic job (or nothing).
-
-    Called before the first write into a job directory without a manifest: pointing
-    ``job_dir`` at a home or dataset directory by mistake must not litter it.
-    """
+    """Refuse a job directory that holds anything but a dj-elastic job (or nothing), before the first
+    write into one without a manifest: a ``job_dir`` pointed at a home directory must not litter it."""
     foreign = [
         name
         for name in fsio.list_names(layout.root)

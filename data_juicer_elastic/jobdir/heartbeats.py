@@ -1,15 +1,10 @@
-"""Heartbeats on shared storage: the one staleness rule and the one renew thread.
+"""Heartbeats on shared storage: the one staleness rule and the one renew thread, used by shard
+leases (``jobdir.leases``) and phase leaders (``coordination.elections``).
 
-Used alike by shard leases (``jobdir.leases``: claims) and by phase leaders
-(``coordination.elections``: prepare / finalize coordinators).
-
-* **Stale** is judged only on the *observer's own monotonic clock*: the observer
-  remembers when it first saw each value of a watched heartbeat (its token: the
-  record's sequence number, or what made it unreadable) and calls it stale once that
-  value has not changed for ``ttl_secs``.  File mtimes and other nodes' clocks are never
-  compared with ours, so a fresh observer waits a full TTL before calling anything stale.
-* **Renewal** runs in a daemon thread: once at start, then every interval until stopped
-  or until the renew step says the heartbeat is not ours any more.
+**Stale** is judged only on the *observer's own monotonic clock*: the observer remembers when it
+first saw each value of a watched heartbeat (the record's sequence number, or what made it
+unreadable) and calls it stale once that value has not changed for ``ttl_secs``.  File mtimes and
+other nodes' clocks are never compared with ours, so a fresh observer waits a full TTL first.
 """
 
 from __future__ import annotations
@@ -59,9 +54,8 @@ class StalenessObserver:
         return max(0.0, now - previous[1])
 
     def unchanged_for(self, key: str) -> float | None:
-        """For how long (our clock) the last value seen for ``key`` has been unchanged, as of
-        now; None when never observed.  Lets a claimer skip re-reading a held shard that
-        could not be stale yet."""
+        """For how long (our clock) the last value seen for ``key`` has been unchanged; None when
+        never observed.  Lets a claimer skip re-reading a held shard that could not be stale yet."""
         previous = self._seen.get(key)
         return None if previous is None else max(0.0, self.clock() - previous[1])
 

@@ -7,17 +7,14 @@
   exists, or when it is stale.  A release with reason "finished" (the shard was
   published) frees it only once stale: until then a lagging cache may be hiding the
   done marker, and taking over would run a finished shard again.
-* Stale is judged by ``jobdir.heartbeats.StalenessObserver`` (the observer's own monotonic
-  clock; a fresh observer waits a full TTL before its first takeover): the watched value
-  of a lease is its generation and heartbeat seq (:attr:`LeaseView.watch_token`).
-* One shortcut is safe: a claim made in *our* kernel and pid namespace (same
-  hostname, boot id and pid namespace) whose pid no longer exists is dead now.
-* The holder renews its heartbeat every H seconds; if it cannot renew for
-  TTL - 2H (or sees a newer generation) it considers the lease lost and must
-  abandon the attempt without publishing (self-fencing).
-* A renewal means progress: with a ``liveness`` (``jobdir.liveness``) the holder stops
-  renewing, and gives the shard up at once, when its attempt has shown no sign of
-  life for the stall timeout.
+* Stale is judged by ``jobdir.heartbeats.StalenessObserver`` on the observer's own clock,
+  watching a lease's generation and heartbeat seq (:attr:`LeaseView.watch_token`).
+* One shortcut is safe: a claim made in *our* kernel and pid namespace (same hostname, boot
+  id and pid namespace) whose pid no longer exists is dead now.
+* The holder renews its heartbeat every H seconds; if it cannot renew for TTL - 2H (or sees
+  a newer generation) it must abandon the attempt without publishing (self-fencing).  With a
+  ``jobdir.liveness`` it stops renewing, and gives the shard up, when its attempt has shown
+  no sign of life for the stall timeout.
 """
 
 from __future__ import annotations
@@ -39,14 +36,6 @@ from data_juicer_elastic.jobdir.reasons import ReleaseReason, TakeoverReason
 from data_juicer_elastic.sharedfs import fsio
 from data_juicer_elastic.sharedfs.identity import WorkerIdentity, pid_alive
 
-# Short names of the takeover reasons and of the release after publication (callers and tests use them).
-FIRST = TakeoverReason.FIRST
-RELEASED = TakeoverReason.RELEASED
-FAILED = TakeoverReason.FAILED
-STALE = TakeoverReason.STALE
-HOLDER_DEAD = TakeoverReason.HOLDER_DEAD
-RELEASE_FINISHED = ReleaseReason.FINISHED
-
 
 @dataclass(frozen=True)
 class LeaseView:
@@ -67,18 +56,13 @@ class LeaseView:
         return self.release is not None or self.failure is not None
 
     @property
-    def heartbeat_token(self) -> tuple[object, ...]:
-        """The value an observer watches for change."""
-        return heartbeat_token(self.heartbeat, self.heartbeat_error)
-
-    @property
     def watch_key(self) -> str:
         return self.shard_id
 
     @property
     def watch_token(self) -> Hashable:
-        """What a staleness observer (``jobdir.heartbeats``) watches: the generation and its heartbeat."""
-        return (self.generation, self.heartbeat_token)
+        """What a staleness observer watches: the generation and its heartbeat."""
+        return (self.generation, heartbeat_token(self.heartbeat, self.heartbeat_error))
 
     @property
     def token_text(self) -> str:
@@ -129,10 +113,9 @@ def read_heartbeat(layout: JobLayout, shard_id: str, generation: int) -> tuple[H
 
 
 def heartbeat_age(layout: JobLayout, shard_id: str, generation: int, now: float | None = None) -> float | None:
-    """Seconds since the generation's heartbeat was written (before its first one: since the claim
-    was), by the files' mtimes: the one display rule of ``status`` and the report.  mtimes come
-    through caches and from the server's clock, so no takeover is ever decided by this
-    (``heartbeats.StalenessObserver`` decides)."""
+    """Seconds since the generation's heartbeat (before its first one: its claim) was written, by
+    the files' mtimes: the display rule of ``status`` and the report, never of a takeover (mtimes
+    come through caches and from the server's clock)."""
     now = time.time() if now is None else now
     for path in (layout.heartbeat(shard_id, generation), layout.claim(shard_id, generation)):
         try:
@@ -144,8 +127,7 @@ def heartbeat_age(layout: JobLayout, shard_id: str, generation: int, now: float 
 
 def holder_dead_here(view: LeaseView, identity: WorkerIdentity) -> bool:
     """The claim was made in our kernel and pid namespace and its pid is gone: dead for sure."""
-    claim = view.claim
-    return claim is not None and process_gone_here(identity, claim)
+    return view.claim is not None and process_gone_here(identity, view.claim)
 
 
 def process_gone_here(identity: WorkerIdentity, process) -> bool:
@@ -163,28 +145,27 @@ def takeover_reason(
 ) -> TakeoverReason | None:
     """Why the latest generation may be claimed over, or None while it is held.
 
-    Always feeds the observer (even when another reason applies) so its memory of
-    each value is as old as possible.  ``vouched_stale``: the heartbeat value the job
-    summary's writer watched stay unchanged for a TTL on its own clock
-    (``jobdir.job_summary``); the lease is stale for us too when we read that very value
-    again now (it has not changed since, so it has been unchanged for longer still).
+    Always feeds the observer (even when another reason applies) so its memory of each value is
+    as old as possible.  ``vouched_stale``: the heartbeat value the job summary's writer watched
+    stay unchanged for a TTL on its own clock; the lease is stale for us too when we read that
+    very value again now (it has been unchanged for longer still).
     """
     if view.generation == 0:
-        return FIRST
+        return TakeoverReason.FIRST
     stale = observer.is_stale(view) or (vouched_stale is not None and vouched_stale == view.token_text)
     if view.release is not None:
-        if view.release.reason == RELEASE_FINISHED and not stale:
+        if view.release.reason == ReleaseReason.FINISHED and not stale:
             # The done marker exists, even if a lagging cache (NFS negative lookups, up to
             # acdirmax) does not show it to us yet: taking over now would re-run a finished
             # shard.  After a TTL unchanged on our clock (TTL >= 3x cache time) the marker is
             # visible; if it really is gone, the shard is run again then.
             return None
-        return RELEASED
+        return TakeoverReason.RELEASED
     if view.failure is not None:
-        return FAILED
+        return TakeoverReason.FAILED
     if holder_dead_here(view, identity):
-        return HOLDER_DEAD
-    return STALE if stale else None
+        return TakeoverReason.HOLDER_DEAD
+    return TakeoverReason.STALE if stale else None
 
 
 def publish_claim(
@@ -233,9 +214,8 @@ def newer_generation_exists(layout: JobLayout, claim: Claim) -> bool:
 
 
 def write_heartbeat(layout: JobLayout, claim: Claim, seq: int, *, make_dir: bool = True) -> None:
-    """Rewrite the generation's heartbeat.  ``make_dir=False`` once its directory exists: a
-    renewal is then one write (the directory is still checked not to lead out of the job
-    directory, with ``lstat``s the client answers from its cache)."""
+    """Rewrite the generation's heartbeat.  ``make_dir=False`` once its directory exists: a renewal
+    is then one write (the directory is still checked with ``lstat``s the client answers from cache)."""
     path = layout.heartbeat(claim.shard_id, claim.generation)
     if make_dir:
         confine.ensure_dir(layout, path.parent)
@@ -248,13 +228,10 @@ def write_heartbeat(layout: JobLayout, claim: Claim, seq: int, *, make_dir: bool
 
 
 class Heartbeater:
-    """Renews one claim's heartbeat from a daemon thread; sets ``lost`` when fenced.
-
-    ``lost`` is set when renewal has failed for ``ttl - 2*heartbeat`` seconds (by
-    then observers may be about to take over) or when a newer generation exists.
-    :meth:`check` recomputes the deadline from the clock too, so a thread stuck
-    in a hung NFS call cannot hide an expired lease.
-    """
+    """Renews one claim's heartbeat from a daemon thread; sets ``lost`` when renewal has failed for
+    ``ttl - 2*heartbeat`` seconds (observers may be about to take over) or a newer generation
+    exists.  :meth:`check` recomputes the deadline from the clock too, so a thread stuck in a hung
+    NFS call cannot hide an expired lease."""
 
     def __init__(
         self,
@@ -336,6 +313,10 @@ class Heartbeater:
             self._lose(f"no renewal for more than {self.grace_secs:g}s")
         return not self.lost.is_set()
 
+    def held(self) -> bool:
+        """:meth:`check`, and no newer generation exists (someone took over after us)."""
+        return self.check() and not newer_generation_exists(self.layout, self.claim)
+
     def _renew(self) -> bool:
         self.beat()
         return self.check()
@@ -346,9 +327,3 @@ class Heartbeater:
 
     def stop(self) -> None:
         self._renewer.stop()
-
-    def __enter__(self) -> Heartbeater:
-        return self.start()
-
-    def __exit__(self, *exc_info: object) -> None:
-        self.stop()

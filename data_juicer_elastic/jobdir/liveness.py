@@ -1,27 +1,17 @@
 """Is a running attempt alive?  A heartbeat must mean progress, not just a living process.
 
-A worker whose main process is alive renews its lease from a thread, whatever its
-runtime does: with the Ray processes frozen (SIGSTOP, a hung raylet) a shard stayed
-``running`` with a fresh heartbeat for ever while other workers sat idle.  So the
-holder renews only while the attempt shows *signs of life*:
+A worker renews its lease from a thread whatever its runtime does: with the Ray processes
+frozen (SIGSTOP, a hung raylet) a shard would stay ``running`` with a fresh heartbeat for ever.
+So the holder renews only while the attempt shows *signs of life*: its live progress changed
+(``jobdir.progress``), or its runtime answered a probe (``execution.runtime_watch`` sends one
+when the progress has been quiet for a quarter of the timeout: a long block is not a stall).
+When neither happened for ``stall_timeout_secs`` (holder's monotonic clock, checked at every
+heartbeat), the heartbeat thread gives the shard up (a ``stalled`` failure record, a holder
+death, and a release), stops renewing, and calls the ``when_stalled`` callbacks (the Ray runner
+restarts the worker with a fresh runtime); the attempt can no longer publish (self-fencing).
 
-* its live progress changed (``jobdir.progress``: a stage, the Ray Data operator, rows
-  read or written; the runner reports these as Ray Data counts blocks), or
-* its runtime answered a probe (the runner, ``execution.runtime_watch``, sends one
-  when the progress has been quiet for a quarter of the timeout: a long block on a
-  healthy runtime is not a stall).
-
-When neither happened for ``stall_timeout_secs`` (on the holder's monotonic clock,
-checked at every heartbeat), the heartbeat thread gives the shard up: a failure record
-``stalled`` (a holder death, ``reasons.DEATH_REASONS``) and a release, so another
-worker takes it at once, then it stops renewing and calls the runner's
-``when_stalled`` callbacks (the Ray runner kills its runtime and restarts the worker
-process with a fresh one, ``execution.runtime_watch``).  The attempt can no longer publish: its lease is lost
-(self-fencing, ``worker_loop``).
-
-The rule applies only while the runner runs (``armed``): publishing a large output is
-the worker's own work, not a runtime's.  What it does not catch: an operator stuck
-for ever on a healthy runtime (it answers probes), see docs/failure-semantics.md.
+The rule applies only while the runner runs (``armed``): publishing is the worker's own work.
+It does not catch an operator stuck on a healthy runtime (docs/failure-semantics.md).
 """
 
 from __future__ import annotations
@@ -64,7 +54,6 @@ class Liveness:
             self._armed = False
 
     def quiet_for(self) -> float:
-        """Seconds since the last sign of life."""
         return max(0.0, self.clock() - self._last)
 
     def is_stalled(self) -> bool:

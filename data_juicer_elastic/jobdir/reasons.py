@@ -1,7 +1,7 @@
 """The reason codes written in the job directory's records: every allowed value, once.
 
 Each is a ``StrEnum`` whose values are the exact strings the records carry, so a record
-encodes byte for byte as before and a member compares equal to its string.  Parsing a
+encodes the same bytes as with plain strings and a member compares equal to its string.  Parsing a
 record (``jobdir.records``) turns a known value into its member and keeps an unknown one
 as the plain string a newer writer of the same version wrote (never a parse error).
 """

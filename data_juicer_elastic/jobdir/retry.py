@@ -1,20 +1,13 @@
-"""Requeue shards with a fresh retry budget: terminally failed ones, and done ones whose
-accepted result is gone or corrupt.
+"""Requeue shards with a fresh retry budget: terminally failed ones, and done ones whose accepted
+result is gone or corrupt (or, with ``quarantined``, set rows aside: ``jobdir.row_errors``).
 
-The failure records, the failed marker and (for a done shard) the done marker are
-*moved* (never deleted) to ``history/<shard>/<stamp>/``, so the evidence survives and
-the shard's failure count restarts at zero.  Failure records move first and the marker
-last: a crash in between leaves a shard that is still failed (or done), and running
-retry again finishes the job.
-
-A done marker is otherwise never removed (claimers trust it for good, ``claiming``).
-Requeueing one is allowed only when its result does not validate (the output was
-deleted or altered, or the marker itself is corrupt), or with ``quarantined``, when its
-result set rows aside (``jobdir.row_errors``): the shard then runs again *whole*, after a
-fix, so its new result replaces the old one entirely (every row once, in input order; the
-old result stays in its attempt directory and the marker in ``history/``).
-A worker that read the marker before the retry may still count the shard as done
-and leave; a worker started afterwards runs it.
+The failure records, the failed marker and (for a done shard) the done marker are *moved* (never
+deleted) to ``history/<shard>/<stamp>/``, so the evidence survives and the failure count restarts
+at zero.  Failure records move first and the marker last: a crash in between leaves a shard still
+failed (or done), and running retry again finishes the job.  A done marker is otherwise never
+removed (claimers trust it for good, ``claiming``); a requeued done shard runs again *whole*, so
+its new result replaces the old one entirely.  A worker that read the marker before the retry may
+still count the shard as done and leave; a worker started afterwards runs it.
 """
 
 from __future__ import annotations
@@ -51,19 +44,13 @@ def retry_shards(
         )
     layout = JobLayout(Path(os.path.abspath(job_dir)))
     manifest = load_manifest(layout.root)
-    known = set(manifest.shard_ids)
     if quarantined:
         targets = _quarantined(layout, manifest)
-        for shard in targets:
-            _archive(layout, shard, done=True)
-        if targets:
-            logger.info(f"requeued {len(targets)} shard(s) with quarantined rows: {', '.join(targets)}")
-        return targets
-    if all_failed:
+    elif all_failed:
         targets = [s for s in manifest.shard_ids if fsio.exists(layout.failed(s))]
     else:
-        targets = []
-        for shard in dict.fromkeys(shard_ids or []):
+        targets, known = list(dict.fromkeys(shard_ids or [])), set(manifest.shard_ids)
+        for shard in targets:
             validate_shard_id(shard)
             if shard not in known:
                 raise JobDirError(
@@ -71,37 +58,37 @@ def retry_shards(
                     where=str(layout.root),
                     hint=f"ids run from {manifest.shard_ids[0]} to {manifest.shard_ids[-1]}",
                 )
-            targets.append(shard)
-    done = set()
-    for shard in targets:  # check all before moving anything
-        if fsio.exists(layout.done(shard)):
-            _check_invalid(layout, manifest, shard)
-            done.add(shard)
-        elif not fsio.exists(layout.failed(shard)):
-            raise JobDirError(
-                f"shard {shard} is not failed",
-                where=str(layout.root),
-                hint="retry requeues shards in state failed, or done shards whose output is missing or corrupt "
-                "(dj-elastic verify names them)",
-            )
+    # check all before moving anything
+    done = set(targets) if quarantined else {s for s in targets if _done_and_invalid(layout, manifest, s)}
     for shard in targets:
         _archive(layout, shard, done=shard in done)
     if targets:
-        logger.info(f"requeued {len(targets)} shard(s): {', '.join(targets)}")
+        what = " with quarantined rows" if quarantined else ""
+        logger.info(f"requeued {len(targets)} shard(s){what}: {', '.join(targets)}")
     return targets
 
 
-def _check_invalid(layout: JobLayout, manifest: Manifest, shard: str) -> None:
-    """A done shard may be requeued only when its accepted result does not validate."""
+def _done_and_invalid(layout: JobLayout, manifest: Manifest, shard: str) -> bool:
+    """False for a failed shard, True for a done one whose accepted result does not validate (the
+    only done shard that may be requeued); JobDirError for any other."""
+    if not fsio.exists(layout.done(shard)):
+        if fsio.exists(layout.failed(shard)):
+            return False
+        raise JobDirError(
+            f"shard {shard} is not failed",
+            where=str(layout.root),
+            hint="retry requeues shards in state failed, or done shards whose output is missing or corrupt "
+            "(dj-elastic verify names them)",
+        )
     result, error = attempts.read_done(layout, shard)
     if result is None:
         logger.warning(f"{shard}: requeueing a corrupt done marker: {error}")
-        return
+        return True
     try:
         attempts.validate_result(layout, manifest.shard(shard), result)
     except IntegrityError as exc:
         logger.warning(f"{shard}: requeueing a done shard whose result is invalid: {exc}")
-        return
+        return True
     raise JobDirError(
         f"shard {shard} is done and its output is valid; nothing to retry",
         where=str(layout.root),

@@ -1,16 +1,12 @@
 """The scan phase of a worker: claim shards' scans until every shard is scanned, then the barrier.
 
-Scans are tasks like shard runs, claimed under ``scans/`` through the same protocol
-(``jobdir.claiming.Claimer`` over the plan, ``leases.Heartbeater``, generation fencing,
-takeover of dead or stalled holders, retry and holder-death budgets in ``jobdir.failures``),
-so every participant of a job reads its share of the input and no node reads it all.  A scan's
-result is published first-wins (``jobdir.scans.publish_scan``).
-
-The barrier: :func:`scan_job` returns only once the manifest exists.  When nothing is left to
-claim and every shard is scanned, this instance composes and publishes it
-(``jobdir.scans.publish_manifest``; any instance may, all compose the same bytes).  A refused
-input raises the job's one input error (exit 2) on every instance, before any shard runs; a
-scan whose budget is spent raises a ShardFailedError.
+Scans are claimed under ``scans/`` through the same protocol as shard runs (``jobdir.claiming``,
+``leases.Heartbeater``, generation fencing, takeover, the budgets of ``jobdir.failures``), so
+every participant reads its share of the input and no node reads it all.  The barrier:
+:func:`scan_job` returns only once the manifest exists; when every shard is scanned this instance
+composes and publishes it (``jobdir.scans.publish_manifest``: all compose the same bytes).  A
+refused input raises the job's one input error (exit 2) on every instance before any shard runs;
+a scan whose budget is spent raises a ShardFailedError.
 """
 
 from __future__ import annotations
@@ -19,7 +15,6 @@ import random
 import threading
 import time
 from collections.abc import Callable
-from typing import NamedTuple
 
 from loguru import logger
 
@@ -39,14 +34,6 @@ from data_juicer_elastic.sharedfs import fsio
 from data_juicer_elastic.sharedfs.identity import WorkerIdentity
 
 RunScan = Callable[[ScanTask], ScanOutput]
-
-
-class ScanLease(NamedTuple):
-    """How a scan's claim is renewed: the same timing as a shard run's."""
-
-    heartbeat_secs: float
-    ttl_secs: float
-    clock: Callable[[], float]
 
 
 def scan_job(
@@ -70,10 +57,12 @@ def scan_job(
     if fsio.exists(layout.manifest):
         return load_manifest(layout.root)
     plan = load_plan(layout.root)
-    budgets = {"max_retries": max_retries, "max_holder_deaths": max_holder_deaths}
-    claimer = Claimer(layout.scans, plan, identity, StalenessObserver(ttl_secs, clock), rng=rng, random_start=True,
-                      **budgets)  # fmt: skip
-    scanner = Scanner(layout, plan, identity, run_scan, claimer, ScanLease(heartbeat_secs, ttl_secs, clock), **budgets)
+    observer = StalenessObserver(ttl_secs, clock)
+    claimer = Claimer(
+        layout.scans, plan, identity, observer, max_retries=max_retries, max_holder_deaths=max_holder_deaths,
+        rng=rng, random_start=True,
+    )  # fmt: skip
+    scanner = Scanner(layout, plan, identity, run_scan, claimer, heartbeat_secs, ttl_secs, clock)
     if sleep is None:
         sleep = stop_event.wait if stop_event is not None else time.sleep
     try:
@@ -127,43 +116,32 @@ def settle_scans(layout: JobLayout, plan: JobPlan) -> Manifest:
 class Scanner:
     """Runs one claimed scan at a time; every way out leaves a result, a failure or a release."""
 
-    def __init__(self, layout, plan, identity, run_scan, claimer, lease, *, max_retries, max_holder_deaths):
+    def __init__(self, layout, plan, identity, run_scan, claimer, heartbeat_secs, ttl_secs, clock):
         self.layout: JobLayout = layout
         self.plan: JobPlan = plan
         self.identity: WorkerIdentity = identity
         self.run_scan: RunScan = run_scan
         self.claimer: Claimer = claimer
-        self.lease: ScanLease = lease
-        self.max_retries: int = max_retries
-        self.max_holder_deaths: int | None = max_holder_deaths
+        self.lease = {"heartbeat_secs": heartbeat_secs, "ttl_secs": ttl_secs, "clock": clock}  # as a shard run's
         self.options = normalise_options(plan, max_line_bytes=plan.max_line_bytes)
 
     def scan(self, entry: PlannedShard, claim: Claim) -> None:
         scans_layout = self.layout.scans
-        lease = self.lease
-        heartbeater = leases.Heartbeater(
-            scans_layout, claim, heartbeat_secs=lease.heartbeat_secs, ttl_secs=lease.ttl_secs, clock=lease.clock
-        )
+        heartbeater = leases.Heartbeater(scans_layout, claim, **self.lease)
         heartbeater.start()
         attempt: attempts.Attempt | None = None
         exit_reason, error = AttemptExit.LOST, None
         try:
             attempt = attempts.open_attempt(scans_layout, claim, self.identity)
             self.claimer.pending = None  # from here every way out leaves a record of this attempt
-            copy = None
+            codec, copy = self.plan.shard_codec, None
             if self.plan.copy_shards:
-                copy = scans_layout.attempt_copy(entry.shard_id, claim.attempt_id, SHARD_SUFFIX[self.plan.shard_codec])
-            task = ScanTask(
-                entry.shard_id,
-                source_spans(self.plan.inputs, entry.spans),
-                self.options,
-                attempt.dir,
-                copy,
-                self.plan.shard_codec,
-            )
+                copy = scans_layout.attempt_copy(entry.shard_id, claim.attempt_id, SHARD_SUFFIX[codec])
+            spans = source_spans(self.plan.inputs, entry.spans)
+            task = ScanTask(entry.shard_id, spans, self.options, attempt.dir, copy, codec)
             started = time.time()
             output = self.run_scan(task)
-            if not heartbeater.check() or leases.newer_generation_exists(scans_layout, claim):
+            if not heartbeater.held():
                 raise LeaseLostError(heartbeater.lost_reason or "lease lost", where=f"scan of {entry.shard_id}")
             accepted, _ = scans.publish_scan(self.layout, claim, attempt.dir, output, self.identity, started)
             exit_reason = AttemptExit.DONE if accepted else AttemptExit.DISCARDED
@@ -179,11 +157,9 @@ class Scanner:
             exit_reason, error = AttemptExit.FAILED, attempts.error_text(exc)
             logger.error(f"scan of {entry.shard_id}: attempt {claim.attempt_id} failed: {type(exc).__name__}: {error}")
             try:
-                failures.record_failure(
-                    self.layout.scans, claim, shard_id=claim.shard_id, generation=claim.generation, error=error,
-                    error_type=type(exc).__name__, exit_reason=FailureReason.ERROR, max_retries=self.max_retries,
-                    reporter=self.identity, max_holder_deaths=self.max_holder_deaths,
-                )  # fmt: skip
+                self.claimer.fail(
+                    claim, claim.shard_id, claim.generation, error, type(exc).__name__, FailureReason.ERROR
+                )
             finally:
                 self.release(claim, ReleaseReason.FAILED)
             return
@@ -193,8 +169,7 @@ class Scanner:
             raise
         finally:
             heartbeater.stop()
-            if attempt is not None:
-                attempts.close_attempt(attempt, exit_reason, error=error)
+            attempts.close_attempt(attempt, exit_reason, error=error)
         self.release(claim, ReleaseReason.FINISHED)
 
     def release(self, claim: Claim, reason: ReleaseReason) -> None:

@@ -1,25 +1,21 @@
 """Scan results: published per shard, and composed with the plan into the manifest.
 
-Each shard's scan (``shards.scan``, claimed through the lease protocol under ``scans/``:
-``jobdir.scan_loop``) publishes a :class:`ScanResult` at ``scans/done/<shard>.json`` by
-``link()``: the first scan of a shard wins, a zombie's is discarded.  When every shard is
-scanned, any instance composes the manifest (:func:`compose_manifest`): the plan's fields,
-each shard's rows, bytes, sha256 and spans' rows, the job's row schema as the join of the
-scans' schemas in shard order.  It is a function of the plan and the accepted scans only, so
-every instance composes the same bytes (whichever node scanned what), and ``link()`` publishes
-one of them.  Its presence is the barrier: no shard runs before the whole input is known good.
-
-A scan that refused its input (a malformed row, a changed file) is still a result: the job is
-refused (:func:`refusal_error`) with the first refusal in input order, its line number made
-absolute from the rows of every span of the same file before it, on every instance alike.
+Each shard's scan (claimed under ``scans/``: ``jobdir.scan_loop``) publishes a :class:`ScanResult`
+at ``scans/done/<shard>.json`` by ``link()`` (first wins).  When every shard is scanned, any
+instance composes the manifest (:func:`compose_manifest`) from the plan and the accepted scans
+only, so every instance composes the same bytes and ``link()`` publishes one of them; its
+presence is the barrier: no shard runs before the whole input is known good.  A scan that refused
+its input is still a result: the job is refused (:func:`refusal_error`) with the first refusal in
+input order, its line number made absolute, on every instance alike.
 """
 
 from __future__ import annotations
 
+import copy
 import hashlib
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Final
 
 from loguru import logger
 
@@ -37,30 +33,29 @@ from data_juicer_elastic.rows.row_schema import RowSchema, operator_view_notes
 from data_juicer_elastic.sharedfs import fsio
 from data_juicer_elastic.sharedfs.identity import WorkerIdentity
 
+# The manifest's fields that are the plan's, as they are.
+_FROM_PLAN: Final = (
+    "job_id created_at dataset_path dataset_kind num_shards recipe_hash recipe stage_identities media_keys index_key "
+    "versions ray settings request_fingerprint shard_codec copy_shards code".split()
+)
+
 
 def publish_scan(
     layout: JobLayout, claim: Claim, attempt_dir: Path, output: ScanOutput, identity: WorkerIdentity, started: float
 ) -> tuple[bool, ScanResult]:
     """Publish a scan's result for its shard; (accepted, the result that stands)."""
     scans = layout.scans
+    found = {name: value for name, value in vars(output).items() if name not in ("span_rows", "copy_path")}
     result = ScanResult(
         shard_id=claim.shard_id,
         attempt_id=claim.attempt_id,
         generation=claim.generation,
         node_id=identity.node_id,
-        rows=output.rows,
-        bytes=output.bytes,
-        sha256=output.sha256,
         span_rows=list(output.span_rows),
-        schema=output.schema,
-        normalise=output.normalise,
-        longest_line=output.longest_line,
         started_at=started,
         finished_at=time.time(),
-        refusal=output.refusal,
         copy=None if output.copy_path is None else layout.relative(output.copy_path),
-        stored_bytes=output.stored_bytes,
-        stored_sha256=output.stored_sha256,
+        **found,  # what the scan found: its fields of the same names
     )
     staged = attempt_dir / "result.json"
     fsio.write_new(staged, result.encode())
@@ -133,20 +128,8 @@ def compose_manifest(plan: JobPlan, results: dict[str, ScanResult]) -> Manifest:
         ]
         for span in spans:
             input_rows[span.input] += span.rows or 0
-        entries.append(
-            ShardEntry(
-                planned.shard_id,
-                planned.index,
-                first,
-                result.rows,
-                result.bytes,
-                result.sha256,
-                stored_bytes=result.stored_bytes,
-                stored_sha256=result.stored_sha256,
-                spans=spans,
-                normalise=result.normalise,
-            )
-        )
+        content = (result.rows, result.bytes, result.sha256, result.stored_bytes, result.stored_sha256)
+        entries.append(ShardEntry(planned.shard_id, planned.index, first, *content, spans, result.normalise))
         first += result.rows
     if first == 0:
         raise InputError(
@@ -157,36 +140,21 @@ def compose_manifest(plan: JobPlan, results: dict[str, ScanResult]) -> Manifest:
         for i, rows in zip(plan.inputs, input_rows, strict=True)
     ]
     digests = canonical_json([[e.bytes, e.sha256] for e in entries])
+    scan = ScanSummary(
+        planned_at=plan.created_at,
+        started_at=min(r.started_at for r in results.values()),
+        finished_at=max(r.finished_at for r in results.values()),
+        bytes_read_to_plan=plan.planned_bytes_read,
+    )
     return Manifest(
-        job_id=plan.job_id,
-        created_at=plan.created_at,
-        dataset_path=plan.dataset_path,
-        dataset_kind=plan.dataset_kind,
+        **{name: copy.copy(getattr(plan, name)) for name in _FROM_PLAN},  # shallow copies, as the plan's own
         inputs=inputs,
-        num_shards=plan.num_shards,
         total_rows=first,
         total_bytes=sum(e.bytes for e in entries),
         content_sha256=hashlib.sha256(digests).hexdigest(),
-        recipe_hash=plan.recipe_hash,
-        recipe=plan.recipe,
-        stage_identities=list(plan.stage_identities),
-        media_keys=dict(plan.media_keys),
-        index_key=plan.index_key,
-        versions=dict(plan.versions),
-        ray=dict(plan.ray),
-        settings=dict(plan.settings),
         shards=entries,
-        request_fingerprint=plan.request_fingerprint,
-        shard_codec=plan.shard_codec,
-        copy_shards=plan.copy_shards,
         row_schema=schema.to_json(),
-        code=plan.code,
-        scan=ScanSummary(
-            planned_at=plan.created_at,
-            started_at=min(r.started_at for r in results.values()),
-            finished_at=max(r.finished_at for r in results.values()),
-            bytes_read_to_plan=plan.planned_bytes_read,
-        ),
+        scan=scan,
     )
 
 

@@ -9,6 +9,7 @@ release, so no shard waits a TTL for nothing.
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Callable
 from contextlib import nullcontext
 from dataclasses import dataclass, field
@@ -17,8 +18,9 @@ from typing import Final
 from loguru import logger
 
 from data_juicer_elastic.errors import LeaseLostError, WorkerInterrupted, is_worker_fault, storage_error
-from data_juicer_elastic.jobdir import attempts, claiming, failures, leases, liveness, progress
-from data_juicer_elastic.jobdir.claim_ahead import RELEASE_SIGNAL, RELEASE_UNRUN, AheadShard, ClaimAhead
+from data_juicer_elastic.jobdir import attempts, claiming, leases, liveness, progress
+from data_juicer_elastic.jobdir.claim_ahead import AheadShard, ClaimAhead
+from data_juicer_elastic.jobdir.heartbeats import StalenessObserver
 from data_juicer_elastic.jobdir.layout import JobLayout
 from data_juicer_elastic.jobdir.lease_records import Claim
 from data_juicer_elastic.jobdir.manifest import check_shard_file
@@ -27,6 +29,7 @@ from data_juicer_elastic.jobdir.reasons import AttemptExit, FailureReason, Relea
 from data_juicer_elastic.jobdir.records import Manifest, ShardEntry
 from data_juicer_elastic.jobdir.shard_state import TerminalInfo
 from data_juicer_elastic.jobdir.tasks import ShardOutput, ShardTask
+from data_juicer_elastic.jobdir.worker_settings import WorkerSettings
 from data_juicer_elastic.sharedfs import fsio
 from data_juicer_elastic.sharedfs.identity import WorkerIdentity
 
@@ -55,33 +58,24 @@ class WorkerSummary:
 class ShardWorker:
     """One worker's claimer, and the run of each shard it claims (every way out leaves a record)."""
 
-    def __init__(
-        self, layout, manifest, identity, run_shard, observer, summary, ttl, heartbeat, max_retries, clock, **claim
-    ):
+    def __init__(self, layout, manifest, identity, run_shard, summary, settings: WorkerSettings, clock, **claim):
         self.layout: JobLayout = layout
         self.manifest: Manifest = manifest
         self.identity: WorkerIdentity = identity
         self.run_shard: RunShard = run_shard
-        self.observer: leases.StalenessObserver = observer
         self.summary: WorkerSummary = summary
-        self.ttl, self.heartbeat, self.max_retries, self.clock = ttl, heartbeat, max_retries, clock
+        self.clock, self.heartbeat = clock, settings.heartbeat_secs
+        self.lease = {"heartbeat_secs": settings.heartbeat_secs, "ttl_secs": settings.ttl_secs, "clock": clock}
         self.on_attempt: Callable[[progress.ProgressTracker], None] | None = None
-        self.stall_secs: float | None = None
+        self.stall_secs = settings.stall_timeout_secs
         self.secs_per_row: float | None = None  # of this worker's last finished shard: when the next one's tail starts
-        self.max_holder_deaths: int | None = claim.get("max_holder_deaths")
-        self.claimer = claiming.Claimer(layout, manifest, identity, observer, max_retries=max_retries, **claim)
+        self.claimer = claiming.Claimer(
+            layout, manifest, identity, StalenessObserver(settings.ttl_secs, clock), max_retries=settings.max_retries,
+            max_holder_deaths=settings.max_holder_deaths, random_start=settings.random_start, **claim,
+        )  # fmt: skip
         self.ahead: ClaimAhead | None = None  # claim-ahead (jobdir.claim_ahead), when on
         self.pace: PaceWriter | None = None  # this process's pace record (jobdir.pace), with the job summary
         self.may_claim_ahead: Callable[[], bool] = lambda: False
-
-    @property
-    def pending(self) -> Claim | None:
-        """Claimed and not yet handed back (a signal must release it)."""
-        return self.claimer.pending
-
-    @pending.setter
-    def pending(self, claim: Claim | None) -> None:
-        self.claimer.pending = claim
 
     def claim_next(self) -> tuple[tuple[ShardEntry, Claim] | None, bool]:
         """(entry, claim) for a claimable shard we won, else (None, all shards finished)."""
@@ -101,10 +95,9 @@ class ShardWorker:
                 self.pace.flush()
 
     def in_tail(self, tracker: progress.ProgressTracker) -> bool:
-        """The running shard is expected to be in its last part (``TAIL_FRACTION``): by the time
-        per row of this worker's last shard; for its first, once its output rows reach that part
-        of its input (a filter may keep them from it: then the next is claimed when it ends).
-        Ray Data's rows read say nothing here: the runner reads a shard whole before processing."""
+        """The running shard is expected to be in its last part (``TAIL_FRACTION``), by the time per
+        row of this worker's last shard; for its first, once its output rows reach that part of its
+        input (Ray Data's rows read say nothing: the runner reads a shard whole before processing)."""
         record = tracker.current
         if self.secs_per_row is None:
             return record.rows_written >= TAIL_FRACTION * record.rows_total
@@ -115,25 +108,20 @@ class ShardWorker:
         if self.ahead is None:
             return None
         # pending from the hand-over on: a signal releases it as any claimed-but-not-run shard
-        ahead = self.ahead.take(hand_over=self._hold)
+        ahead = self.ahead.take(hand_over=lambda claim: setattr(self.claimer, "pending", claim))
         return None if ahead is None else (ahead.entry, ahead.claim, ahead)
 
-    def _hold(self, claim: Claim) -> None:
-        self.pending = claim
-
-    def _drop_ahead(self, why: str, reason: ReleaseReason = RELEASE_UNRUN, wait_secs: float | None = None) -> None:
-        """The current shard did not finish: hand the shard claimed ahead back at once (another
-        worker may take it; this one retries its own shard first, as before).  Waits
-        ``wait_secs`` (None: until done) for a claim in flight, so the Claimer is free again."""
+    def _drop_ahead(
+        self, why: str, reason: ReleaseReason = ReleaseReason.UNRUN, wait_secs: float | None = None
+    ) -> None:
+        """The current shard did not finish: hand the shard claimed ahead back at once (this worker
+        retries its own first).  Waits ``wait_secs`` (None: until done) for a claim in flight."""
         if self.ahead is not None:
             self.ahead.release(reason, why=why, wait_secs=wait_secs)
 
-    # -- running -------------------------------------------------------------------------------------
     def run(self, entry: ShardEntry, claim: Claim, ahead: AheadShard | None = None) -> None:
-        """Run one claimed shard; every way out leaves a result, a failure or a release.
-
-        ``ahead``: the shard was claimed ahead; its input file was checked then (not hashed
-        again if unchanged).  While it runs, the next shard is claimed ahead (when on)."""
+        """Run one claimed shard; every way out leaves a result, a failure or a release.  ``ahead``:
+        it was claimed ahead and its input file checked then.  Meanwhile the next is claimed ahead."""
         self.summary.claimed += 1
         began = self.clock()
         tracker = progress.ProgressTracker(self.layout, claim, entry.rows)
@@ -146,9 +134,7 @@ class ShardWorker:
         heartbeater = leases.Heartbeater(
             self.layout,
             claim,
-            heartbeat_secs=self.heartbeat,
-            ttl_secs=self.ttl,
-            clock=self.clock,
+            **self.lease,
             on_beat=_every(PROGRESS_EVERY_BEATS, tracker.flush),
             liveness=alive,
             on_stall=lambda reason: self._give_up(claim, reason),
@@ -209,12 +195,12 @@ class ShardWorker:
                 # This worker's set-up is wrong (different code, no Ray): the shard is
                 # not to blame, so hand it back without spending its retry budget.
                 logger.error(f"{claim.shard_id}: releasing the claim; this worker cannot run shards: {exc}")
-                _close(attempt, AttemptExit.WORKER_FAULT, error=attempts.error_text(exc))
+                attempts.close_attempt(attempt, AttemptExit.WORKER_FAULT, error=attempts.error_text(exc))
                 self.release(claim, ReleaseReason.WORKER_FAULT)
                 if isinstance(exc, OSError):
                     raise storage_error(exc, claim.shard_id, places=(("job directory", self.layout.root),)) from exc
                 raise
-            if not heartbeater.check() or leases.newer_generation_exists(self.layout, claim):
+            if not heartbeater.held():
                 # Failing after losing the lease is not evidence against the shard.
                 self._abandon(attempt, claim, attempts.error_text(exc))
                 return
@@ -224,8 +210,8 @@ class ShardWorker:
             # SIGTERM/SIGINT (WorkerInterrupted, KeyboardInterrupt) or SystemExit: hand the
             # shard back at once so another worker need not wait a TTL.
             signalled = isinstance(exc, WorkerInterrupted | KeyboardInterrupt)
-            self._drop_ahead("interrupted", RELEASE_SIGNAL if signalled else RELEASE_UNRUN, wait_secs=0.0)
-            _close(attempt, AttemptExit.SIGNAL, error="interrupted")
+            self._drop_ahead("interrupted", ReleaseReason.SIGNAL if signalled else ReleaseReason.UNRUN, wait_secs=0.0)
+            attempts.close_attempt(attempt, AttemptExit.SIGNAL, error="interrupted")
             self.release(claim, ReleaseReason.SIGNAL)
             raise
         finally:
@@ -247,13 +233,15 @@ class ShardWorker:
             self.summary.discarded += 1
         errors = outcome.result.errors
         exit_reason = AttemptExit.DONE if outcome.accepted else AttemptExit.DISCARDED
-        _close(attempt, exit_reason, rows=outcome.result.rows, quarantined=errors.rows if errors else None)
+        attempts.close_attempt(
+            attempt, exit_reason, rows=outcome.result.rows, quarantined=errors.rows if errors else None
+        )
         self.release(claim, ReleaseReason.FINISHED)
 
     def _abandon(self, attempt: attempts.Attempt | None, claim: Claim, reason: str) -> None:
         self.summary.lost += 1
         logger.warning(f"{claim.shard_id}: abandoning attempt {claim.attempt_id}: {reason}")
-        _close(attempt, AttemptExit.LOST, error=reason)
+        attempts.close_attempt(attempt, AttemptExit.LOST, error=reason)
         self.release(claim, ReleaseReason.ABANDONED)
 
     def _fence(self, heartbeater: leases.Heartbeater, claim: Claim) -> None:
@@ -266,26 +254,17 @@ class ShardWorker:
             )
 
     def _fail(self, attempt: attempts.Attempt | None, claim: Claim, exc: Exception) -> None:
-        message = attempts.error_text(exc)
+        message, error_type = attempts.error_text(exc), type(exc).__name__
         self.summary.failed += 1
-        logger.error(f"{claim.shard_id}: attempt {claim.attempt_id} failed: {type(exc).__name__}: {message}")
+        logger.error(f"{claim.shard_id}: attempt {claim.attempt_id} failed: {error_type}: {message}")
         try:
-            outcome = failures.record_failure(
-                self.layout,
-                claim,
-                shard_id=claim.shard_id,
-                generation=claim.generation,
-                error=message,
-                error_type=type(exc).__name__,
-                exit_reason=FailureReason.ERROR,
-                max_retries=self.max_retries,
-                reporter=self.identity,
-                max_holder_deaths=self.max_holder_deaths,
+            outcome = self.claimer.fail(
+                claim, claim.shard_id, claim.generation, message, error_type, FailureReason.ERROR
             )
         finally:  # even if the job dir refuses the failure record, give the claim back
-            _close(attempt, AttemptExit.FAILED, error=message)
+            attempts.close_attempt(attempt, AttemptExit.FAILED, error=message)
             self.release(claim, ReleaseReason.FAILED)
-            self.claimer.cursor.revisit(self.claimer.index[claim.shard_id])  # retry it first, as before
+            self.claimer.cursor.position = self.claimer.index[claim.shard_id]  # the next walk retries it first
         if outcome.terminal is not None:
             logger.error(f"{claim.shard_id}: retry budget spent ({outcome.failures} failures)")
 
@@ -296,11 +275,7 @@ class ShardWorker:
         # before the runtime watch restarts (execs) this process: a claim in flight is released too
         self._drop_ahead(f"{claim.shard_id} stalled", wait_secs=self.heartbeat)
         try:
-            failures.record_failure(
-                self.layout, claim, shard_id=claim.shard_id, generation=claim.generation, error=reason,
-                error_type="ShardStalled", exit_reason=FailureReason.STALLED, max_retries=self.max_retries,
-                reporter=self.identity, max_holder_deaths=self.max_holder_deaths,
-            )  # fmt: skip
+            self.claimer.fail(claim, claim.shard_id, claim.generation, reason, "ShardStalled", FailureReason.STALLED)
         finally:
             self.release(claim, ReleaseReason.STALLED)
 
@@ -312,16 +287,10 @@ class ShardWorker:
         self.let_go(claim, reason)
 
 
-def _every(n: int, call: Callable[[], object]) -> Callable[[], None]:
+def _every(n: int, call: Callable[[], object]) -> Callable[[], object]:
     """``call`` on every ``n``-th invocation, the first included."""
-    count = [0]
-
-    def maybe() -> None:
-        if count[0] % n == 0:
-            call()
-        count[0] += 1
-
-    return maybe
+    counter = itertools.count()
+    return lambda: call() if next(counter) % n == 0 else None
 
 
 def empty_output(task: ShardTask) -> ShardOutput:
@@ -329,8 +298,3 @@ def empty_output(task: ShardTask) -> ShardOutput:
     nothing to run, an empty file to publish."""
     fsio.write_new(task.output_path, b"")
     return ShardOutput(task.output_path, 0)
-
-
-def _close(attempt: attempts.Attempt | None, exit_reason: AttemptExit, **fields) -> None:
-    if attempt is not None:
-        attempts.close_attempt(attempt, exit_reason, **fields)

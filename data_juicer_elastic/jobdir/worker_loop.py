@@ -20,8 +20,7 @@ from loguru import logger
 
 from data_juicer_elastic.errors import WorkerInterrupted, storage_error
 from data_juicer_elastic.jobdir import confine, progress
-from data_juicer_elastic.jobdir.claim_ahead import RELEASE_SIGNAL, RELEASE_UNRUN, ClaimAhead
-from data_juicer_elastic.jobdir.heartbeats import StalenessObserver
+from data_juicer_elastic.jobdir.claim_ahead import ClaimAhead
 from data_juicer_elastic.jobdir.job_summary import IdleBackoff, SummaryReader, register_reader
 from data_juicer_elastic.jobdir.layout import JobLayout
 from data_juicer_elastic.jobdir.manifest import check_shard_files, is_planned, load_manifest
@@ -54,38 +53,16 @@ def run_worker(
     read_ahead: Callable[[ShardSource], object] | None = None,
     run_scan: RunScan | None = None,
 ) -> WorkerSummary:
-    """Process shards of ``job_dir`` until the job is finished (or a limit is reached).
+    """Process shards of ``job_dir`` until the job is finished (or a limit of ``settings`` is reached).
 
-    ``settings``: the lease, timing and limit values (:class:`WorkerSettings`, checked when built),
-    named below by their field names.
-    ``max_done`` stops the worker once this many of its results were accepted (strict
-    mode's share): unlike ``max_shards`` a failed attempt does not use it up.
-    ``claim_gate()`` may decline claiming a pending shard for now (straggler
-    avoidance); taking over a stale or dead claim is never declined.
-    ``claim_rng`` picks where this worker jumps (and, with ``random_start``, where it starts
-    looking, else at the first shard; ``claiming``); tests pass a seeded one.
-    ``on_attempt(tracker)`` is called as each attempt starts with its live progress
-    tracker (``jobdir.progress``), e.g. to drive a terminal progress bar.
-    ``max_holder_deaths``: deaths of a shard's holders (killed, lease expired, stalled) that
-    fail it, apart from ``max_retries`` (None: never).  ``before_claim()`` readies the runner
-    before each claim (``claiming``).  ``stall_timeout_secs``: give a shard up when its attempt
-    shows no sign of life for this long (``jobdir.liveness``; None: a heartbeat means alive).
-    ``claim_ahead``: in a shard's tail, claim the next one (at most one) and check its input,
-    with ``read_ahead(source)`` reading it (``jobdir.claim_ahead``); it is released unrun at once on
-    every way out that does not run it.
-    ``run_scan``: a job that is planned but not yet scanned is scanned first, this worker taking
-    its share of the scans with ``run_scan(task)`` (``jobdir.scan_loop``; the barrier: no shard
-    runs before every shard is scanned and the manifest composed).
-    ``job_summary``: keep and read the job summary (``jobdir.job_summary``): this process's pace
-    record, its turn as the summary's writer, and claims, idle polls and the outcome at the end
-    read from the summary instead of the shards.  Its keeper runs in a thread with the default
-    clock, and from this loop (between claims) with a caller's clock.
+    ``claim_gate()`` may decline a pending shard for now (straggler avoidance; never a takeover).
+    ``claim_rng``, ``before_claim()``: see ``claiming``; ``read_ahead(source)``: ``claim_ahead``.
+    ``on_attempt(tracker)`` gets each attempt's live progress tracker as it starts.  ``run_scan``: a
+    planned job not yet scanned is scanned first, this worker taking its share (``scan_loop``).  The
+    job summary's keeper runs in a thread with the default clock, else from this loop.
     """
     ttl_secs, heartbeat_secs = settings.ttl_secs, settings.heartbeat_secs
-    max_retries, poll_interval_secs = settings.max_retries, settings.poll_interval_secs
-    max_shards, max_done, max_holder_deaths = settings.max_shards, settings.max_done, settings.max_holder_deaths
-    stall_timeout_secs, wait_for_completion = settings.stall_timeout_secs, settings.wait_for_completion
-    claim_ahead, random_start, job_summary = settings.claim_ahead, settings.random_start, settings.job_summary
+    max_shards, max_done = settings.max_shards, settings.max_done
     layout = JobLayout(Path(os.path.abspath(job_dir)))
     summary = WorkerSummary()
     if sleep is None:
@@ -97,16 +74,15 @@ def run_worker(
             try:
                 scanned = scan_job(
                     layout, identity, run_scan, ttl_secs=ttl_secs, heartbeat_secs=heartbeat_secs,
-                    max_retries=max_retries, poll_interval_secs=poll_interval_secs,
-                    max_holder_deaths=max_holder_deaths, stop_event=stop_event, clock=clock, sleep=sleep,
-                    rng=claim_rng, wait=wait_for_completion,
+                    max_retries=settings.max_retries, poll_interval_secs=settings.poll_interval_secs,
+                    max_holder_deaths=settings.max_holder_deaths, stop_event=stop_event, clock=clock, sleep=sleep,
+                    rng=claim_rng, wait=settings.wait_for_completion,
                 )  # fmt: skip
             except OSError as exc:
                 raise storage_error(exc, layout.root) from exc
             except WorkerInterrupted as interrupt:
-                guard.restore()
                 logger.warning(f"worker stopping on signal {interrupt.signum} (scanning)")
-                honour(interrupt.signum, guard.previous.get(interrupt.signum))
+                honour(guard, interrupt.signum)
                 summary.stop_reason = StopReason.INTERRUPTED
                 return summary
         if scanned is None:  # stopped, or nothing to scan here and no waiting, before the input was known
@@ -117,73 +93,44 @@ def run_worker(
     manifest = scanned if scanned is not None else load_manifest(layout.root)
     confine.check_layout(layout)  # and one whose directories lead elsewhere
     check_shard_files(layout.root, manifest)
-    observer = StalenessObserver(ttl_secs, clock)
-    reader = SummaryReader(layout, manifest, ttl_secs=ttl_secs, clock=clock) if job_summary else None
+    reader = SummaryReader(layout, manifest, ttl_secs=ttl_secs, clock=clock) if settings.job_summary else None
     if reader is not None:
         register_reader(reader)
     worker = ShardWorker(
-        layout,
-        manifest,
-        identity,
-        run_shard,
-        observer,
-        summary,
-        ttl_secs,
-        heartbeat_secs,
-        max_retries,
-        clock,
-        claim_gate=claim_gate,
-        rng=claim_rng,
-        max_holder_deaths=max_holder_deaths,
-        before_claim=before_claim,
-        random_start=random_start,
-        summary_reader=reader,
-    )
-    worker.on_attempt, worker.stall_secs = on_attempt, stall_timeout_secs
+        layout, manifest, identity, run_shard, summary, settings, clock, claim_gate=claim_gate, rng=claim_rng,
+        before_claim=before_claim, summary_reader=reader,
+    )  # fmt: skip
+    worker.on_attempt = on_attempt
     keeper = None
     if reader is not None:
         worker.pace = PaceWriter(layout, identity)
-        keeper = SummaryKeeper(
-            layout, manifest, identity, worker.pace, reader, ttl_secs=ttl_secs, heartbeat_secs=heartbeat_secs,
-            clock=clock,
-        )  # fmt: skip
+        keeper = SummaryKeeper(layout, manifest, identity, worker.pace, reader, **worker.lease)
         if clock is time.monotonic:
             keeper.start()
-    idle = IdleBackoff(poll_interval_secs, reader)
-    if claim_ahead:
+    idle = IdleBackoff(settings.poll_interval_secs, reader)
 
-        def may_claim_ahead() -> bool:
-            """Only a shard that the limits would let this worker run next (``claimed`` counts the
-            running one): none is claimed ahead to be handed back by a limit."""
-            if stop_event is not None and stop_event.is_set():
-                return False
-            if max_shards is not None and summary.claimed >= max_shards:
-                return False
-            return max_done is None or summary.done + 1 < max_done
+    def limit_reached(running: int = 0) -> StopReason | None:
+        """Why the loop must stop now; ``running``: count that many more shards done (a shard
+        claimed ahead only when the limits would let this worker run it next)."""
+        if stop_event is not None and stop_event.is_set():
+            return StopReason.STOPPED
+        if max_shards is not None and summary.claimed >= max_shards:
+            return StopReason.MAX_SHARDS
+        if max_done is not None and summary.done + running >= max_done:
+            return StopReason.MAX_DONE
+        return None
 
+    if settings.claim_ahead:
         worker.ahead = ClaimAhead(
-            layout,
-            manifest,
-            worker.claim_next,
-            heartbeat_secs=heartbeat_secs,
-            ttl_secs=ttl_secs,
-            clock=clock,
-            read_ahead=read_ahead,
-            on_release=worker.let_go,
+            layout, manifest, worker.claim_next, read_ahead=read_ahead, on_release=worker.let_go, **worker.lease
         )
-        worker.may_claim_ahead = may_claim_ahead
+        worker.may_claim_ahead = lambda: limit_reached(running=1) is None  # claimed counts the running one
 
     with SignalGuard() as guard:
         try:
             while True:
-                if stop_event is not None and stop_event.is_set():
-                    summary.stop_reason = StopReason.STOPPED
-                    break
-                if max_shards is not None and summary.claimed >= max_shards:
-                    summary.stop_reason = StopReason.MAX_SHARDS
-                    break
-                if max_done is not None and summary.done >= max_done:
-                    summary.stop_reason = StopReason.MAX_DONE
+                if (reason := limit_reached()) is not None:
+                    summary.stop_reason = reason
                     break
                 if keeper is not None and clock is not time.monotonic:
                     keeper.tick_if_due()
@@ -195,12 +142,12 @@ def run_worker(
                 if claimed is not None:
                     idle.reset()
                     worker.run(*claimed)
-                    worker.pending = None
+                    worker.claimer.pending = None
                     continue
                 if finished:
                     summary.stop_reason = StopReason.FINISHED
                     break
-                if not wait_for_completion:
+                if not settings.wait_for_completion:
                     summary.stop_reason = StopReason.NO_WORK
                     break
                 if worker.pace is not None:
@@ -213,18 +160,17 @@ def run_worker(
         except WorkerInterrupted as interrupt:
             # The guard stays installed meanwhile: a second SIGTERM (a scheduler's repeat, a
             # process group's) is absorbed instead of killing the worker before it released.
-            if worker.pending is not None:  # signalled between claiming and running: give it back
-                worker.release(worker.pending, ReleaseReason.SIGNAL)
+            if worker.claimer.pending is not None:  # signalled between claiming and running: give it back
+                worker.release(worker.claimer.pending, ReleaseReason.SIGNAL)
             if worker.ahead is not None:  # and the shard claimed ahead (a claim in flight: once made)
-                worker.ahead.close(RELEASE_SIGNAL, why="signal", wait_secs=heartbeat_secs)
+                worker.ahead.close(ReleaseReason.SIGNAL, why="signal", wait_secs=heartbeat_secs)
             logger.warning(f"worker stopping on signal {interrupt.signum}")
-            guard.restore()
-            honour(interrupt.signum, guard.previous.get(interrupt.signum))
+            honour(guard, interrupt.signum)
             summary.stop_reason = StopReason.INTERRUPTED  # the previous handler chose not to exit
         finally:
             # Every other way out (a stop, a limit, an error): nothing stays claimed ahead.
             if worker.ahead is not None:
-                worker.ahead.close(RELEASE_UNRUN, why=f"worker stopping: {summary.stop_reason or 'error'}")
+                worker.ahead.close(ReleaseReason.UNRUN, why=f"worker stopping: {summary.stop_reason or 'error'}")
                 summary.unrun = worker.ahead.unrun
             if keeper is not None:
                 keeper.stop()  # a last round, and the writer's lease released for the next writer

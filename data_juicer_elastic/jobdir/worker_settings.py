@@ -1,10 +1,8 @@
 """The lease, timing and limit values of one worker loop (``worker_loop.run_worker``), as one object.
 
-The loop's collaborators (the runner, the claim gate, the clock, callbacks) stay its separate
-arguments; these are plain values, checked by the settings' own rules (``settings.check_values``)
-when the object is built.  :meth:`WorkerSettings.from_elastic` takes them from a job's
-:class:`ElasticSettings`; a slot worker process gets the same ones through its command line
-(``cli_options.setting_args`` over the worker's options, ``coordination.slots.slot_argv``).
+Plain values, checked by the settings' own rules (``settings.check_values``) when built; the
+loop's collaborators (runner, claim gate, clock, callbacks) stay its separate arguments.  A slot
+worker process gets the same values through its command line (``coordination.slots.slot_argv``).
 """
 
 from __future__ import annotations
@@ -20,33 +18,22 @@ from data_juicer_elastic.settings import ElasticSettings, check_values
 class WorkerSettings:
     """What one worker loop holds to: its leases, its pace, its limits."""
 
-    ttl_secs: float
-    """A claim whose heartbeat has not changed for this long is taken over (``elastic.lease_ttl_secs``)."""
-    heartbeat_secs: float
-    """How often the held claims' heartbeats are renewed (``ElasticSettings.heartbeat_secs``)."""
-    max_retries: int
-    """Retries after a shard's first failed attempt; then it is terminally failed."""
-    poll_interval_secs: float
-    """How often an idle worker looks again for claimable shards (the summary may make it wait longer)."""
-    max_shards: int | None = None
-    """Stop after claiming this many shards (None: no limit)."""
+    ttl_secs: float  # a claim whose heartbeat has not changed for this long is taken over
+    heartbeat_secs: float  # how often the held claims' heartbeats are renewed
+    max_retries: int  # retries after a shard's first failed attempt; then it is terminally failed
+    poll_interval_secs: float  # how often an idle worker looks again (the summary may make it wait longer)
+    max_shards: int | None = None  # stop after claiming this many shards (None: no limit)
+    # stop once this many of this worker's results were accepted (strict mode's share): unlike
+    # max_shards a failed attempt does not use it up (None: no limit)
     max_done: int | None = None
-    """Stop once this many of this worker's results were accepted (strict mode's share): unlike
-    ``max_shards`` a failed attempt does not use it up (None: no limit)."""
-    max_holder_deaths: int | None = None
-    """Deaths of a shard's holders (killed, lease expired, stalled) that fail it, apart from
-    ``max_retries`` (None: never)."""
-    stall_timeout_secs: float | None = None
-    """Give a shard up when its attempt shows no sign of life for this long (``jobdir.liveness``;
-    None: a heartbeat means alive)."""
-    wait_for_completion: bool = True
-    """With nothing claimable, wait for the shards others hold (else stop: ``no-work``)."""
-    claim_ahead: bool = True
-    """In a shard's tail, claim the next one (at most one) and check its input (``jobdir.claim_ahead``)."""
-    random_start: bool = False
-    """Start looking for a shard at a random one (fresh workers spread out), else at the first."""
-    job_summary: bool = True
-    """Keep and read the job summary (``jobdir.job_summary``) instead of reading every shard."""
+    # deaths of a shard's holders (killed, lease expired, stalled) that fail it, apart from max_retries
+    max_holder_deaths: int | None = None  # None: never
+    # give a shard up when its attempt shows no sign of life for this long (jobdir.liveness)
+    stall_timeout_secs: float | None = None  # None: a heartbeat means alive
+    wait_for_completion: bool = True  # with nothing claimable, wait for the shards others hold (else no-work)
+    claim_ahead: bool = True  # in a shard's tail, claim the next one and check its input (jobdir.claim_ahead)
+    random_start: bool = False  # start looking at a random shard (fresh workers spread out), else at the first
+    job_summary: bool = True  # keep and read the job summary (jobdir.job_summary) instead of every shard
 
     def __post_init__(self) -> None:
         values: dict[str, Any] = {

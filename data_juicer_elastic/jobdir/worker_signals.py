@@ -50,8 +50,10 @@ def is_guard_handler(handler: object) -> bool:
     return getattr(handler, "__func__", None) is SignalGuard._handler
 
 
-def honour(signum: int, previous: object) -> None:
-    """Do what the signal would have done without us."""
+def honour(guard: SignalGuard, signum: int) -> None:
+    """Restore the previous handlers and do what the signal would have done without us."""
+    guard.restore()
+    previous = guard.previous.get(signum)
     if callable(previous):
         previous(signum, None)  # e.g. default_int_handler raises KeyboardInterrupt
         return

@@ -7,6 +7,7 @@ import time
 from data_juicer_elastic.coordination.stragglers import ClaimGate, observe, should_claim
 from data_juicer_elastic.jobdir.layout import JobLayout
 from data_juicer_elastic.jobdir.manifest import load_manifest
+from data_juicer_elastic.jobdir.reasons import TakeoverReason
 from data_juicer_elastic.jobdir.worker_loop import run_worker
 from data_juicer_elastic.jobdir.worker_settings import WorkerSettings
 from data_juicer_elastic.shards.prepare import prepare_job
@@ -75,7 +76,7 @@ def _tail_job(tmp_path, pending: int):
         fsio.write_new(layout.done(entry.shard_id), result.encode())
     fast = identity("fast", boot_id="elsewhere")
     for entry in manifest.shards[6:9]:
-        claim = leases.publish_claim(layout, leases.read_lease(layout, entry.shard_id), fast, "f", leases.FIRST)
+        claim = leases.publish_claim(layout, leases.read_lease(layout, entry.shard_id), fast, "f", TakeoverReason.FIRST)
         leases.write_heartbeat(layout, claim, 1)
     return layout, manifest
 

@@ -10,6 +10,7 @@ from data_juicer_elastic.errors import IntegrityError
 from data_juicer_elastic.jobdir import attempts, failures, leases
 from data_juicer_elastic.jobdir.layout import JobLayout
 from data_juicer_elastic.jobdir.manifest import load_manifest
+from data_juicer_elastic.jobdir.reasons import TakeoverReason
 from data_juicer_elastic.sharedfs import fsio
 
 from .conftest import identity
@@ -17,7 +18,7 @@ from .conftest import identity
 SHARD = "part-00001-of-00004"
 
 
-def _claim(layout, who, reason=leases.FIRST):
+def _claim(layout, who, reason=TakeoverReason.FIRST):
     view = leases.read_lease(layout, SHARD)
     return leases.publish_claim(layout, view, who, who.new_attempt_id(), reason)
 
@@ -39,7 +40,7 @@ def test_first_publication_wins_and_a_zombie_is_discarded(job):
     layout = JobLayout(job)
     zombie = _claim(layout, identity("zombie"))
     leases.release_claim(layout, zombie, "finished")  # stands in for "went stale"
-    taker = _claim(layout, identity("taker"), leases.RELEASED)
+    taker = _claim(layout, identity("taker"), TakeoverReason.RELEASED)
     zombie_out, taker_out = _output(layout, zombie, text="zombie"), _output(layout, taker, text="taker")
     first = _publish(layout, taker, taker_out, declared_rows=3)
     assert first.accepted and first.winner.attempt_id == taker.attempt_id
@@ -104,7 +105,7 @@ def test_retry_budget_ends_in_a_terminal_failure(job):
     layout = JobLayout(job)
     me = identity("me")
     for generation in (1, 2, 3):
-        c = _claim(layout, me, leases.FAILED if generation > 1 else leases.FIRST)
+        c = _claim(layout, me, TakeoverReason.FAILED if generation > 1 else TakeoverReason.FIRST)
         outcome = failures.record_failure(
             layout,
             c,

@@ -15,9 +15,10 @@ from pathlib import Path
 import pytest
 
 from data_juicer_elastic.jobdir import leases, progress
-from data_juicer_elastic.jobdir.claim_ahead import RELEASE_UNRUN, ClaimAhead
+from data_juicer_elastic.jobdir.claim_ahead import ClaimAhead
 from data_juicer_elastic.jobdir.layout import JobLayout
 from data_juicer_elastic.jobdir.manifest import load_manifest
+from data_juicer_elastic.jobdir.reasons import ReleaseReason, TakeoverReason
 from data_juicer_elastic.jobdir.worker_loop import run_worker
 from data_juicer_elastic.jobdir.worker_settings import WorkerSettings
 
@@ -92,7 +93,7 @@ def test_one_shard_is_claimed_ahead_while_each_runs_and_then_run(job):
         assert shard == S[i] and live == S[i : i + 2], "at most one shard ahead of the running one"
     for shard in S:  # each shard: one claim, one attempt, released as finished
         assert generation(layout, shard) == 1 and len(attempts_of(job, shard)) == 1
-        assert released(layout, shard) == leases.RELEASE_FINISHED
+        assert released(layout, shard) == ReleaseReason.FINISHED
 
 
 def test_nothing_is_claimed_ahead_before_the_current_shard_is_in_its_tail(job):
@@ -134,9 +135,9 @@ def test_the_shard_claimed_ahead_is_renewed_however_long_the_current_one_runs(jo
         wait_for(lambda: generation(layout, S[1]) == 1, what="the shard claimed ahead")
         last = None
         for _ in range(9):
-            wait_for(lambda last=last: leases.read_lease(layout, S[1]).heartbeat_token != last, what="a renewal")
+            wait_for(lambda last=last: leases.read_lease(layout, S[1]).watch_token != last, what="a renewal")
             view = leases.read_lease(layout, S[1])
-            last = view.heartbeat_token
+            last = view.watch_token
             checks.append(leases.takeover_reason(view, other, observer))
             observer_clock.advance(0.9)
 
@@ -161,7 +162,7 @@ def test_stop_event_releases_the_shard_claimed_ahead_at_once_uncounted(job):
 
     summary = run_worker(job, identity(), runner(on_run), WorkerSettings(max_retries=1, **LEASE), stop_event=stop)
     assert (summary.stop_reason, summary.claimed, summary.done, summary.unrun) == ("stopped", 1, 1, 1)
-    assert released(layout, S[1]) == RELEASE_UNRUN
+    assert released(layout, S[1]) == ReleaseReason.UNRUN
     assert attempts_of(job, S[1]) == [] and not (job / "failures").exists()
     # Another worker takes it at once: its observer's clock never moves, so no TTL could pass.
     other = run_worker(
@@ -172,7 +173,7 @@ def test_stop_event_releases_the_shard_claimed_ahead_at_once_uncounted(job):
         clock=FakeClock(),
     )
     assert other.complete and other.claimed == 3
-    assert leases.read_lease(layout, S[1]).claim.takeover_reason == leases.RELEASED
+    assert leases.read_lease(layout, S[1]).claim.takeover_reason == TakeoverReason.RELEASED
 
 
 @pytest.mark.parametrize("limit, value, claimed", [("max_shards", 1, 1), ("max_shards", 2, 2), ("max_done", 1, 1),
@@ -195,7 +196,7 @@ def test_a_failing_shard_hands_the_one_ahead_back_and_is_retried_first(job):
             raise ValueError("poison")
 
     summary = run_worker(job, identity(), runner(on_run), WorkerSettings(max_retries=1, **LEASE))
-    assert released(layout, S[1]) == RELEASE_UNRUN
+    assert released(layout, S[1]) == ReleaseReason.UNRUN
     assert runs[:2] == [S[0], S[0]], "the failed shard is retried first"
     assert summary.complete and (summary.claimed, summary.failed, summary.done, summary.unrun) == (5, 1, 4, 1)
     # the handed-back claim spent nothing: no failure record, one attempt (generation 2)
@@ -210,12 +211,12 @@ def test_losing_the_current_lease_hands_the_one_ahead_back(job):
         if task.shard_id == S[0]:
             wait_for(lambda: generation(layout, S[1]) == 1, what="the shard claimed ahead")
             view = leases.read_lease(layout, S[0])  # another worker takes the running shard over
-            leases.publish_claim(layout, view, identity("other", boot_id="x"), "other-1", leases.STALE)
+            leases.publish_claim(layout, view, identity("other", boot_id="x"), "other-1", TakeoverReason.STALE)
 
     summary = run_worker(
         job, identity(), runner(on_run), WorkerSettings(max_retries=1, wait_for_completion=False, **LEASE)
     )
-    assert summary.lost == 1 and released(layout, S[1]) == RELEASE_UNRUN and summary.unrun == 1
+    assert summary.lost == 1 and released(layout, S[1]) == ReleaseReason.UNRUN and summary.unrun == 1
     assert summary.done == 3 and len(attempts_of(job, S[1])) == 1  # then claimed again and run
 
 
@@ -226,7 +227,7 @@ def test_a_shard_ahead_whose_lease_was_lost_is_not_run(job):
         if task.shard_id == S[0]:
             wait_for(lambda: generation(layout, S[1]) == 1, what="the shard claimed ahead")
             view = leases.read_lease(layout, S[1])
-            leases.publish_claim(layout, view, identity("other", boot_id="x"), "other-1", leases.STALE)
+            leases.publish_claim(layout, view, identity("other", boot_id="x"), "other-1", TakeoverReason.STALE)
 
     summary = run_worker(
         job, identity(), runner(on_run), WorkerSettings(max_retries=1, wait_for_completion=False, **LEASE)
@@ -279,7 +280,9 @@ def test_a_release_racing_the_helpers_claim_is_released_by_the_helper(job):
 
     def claim_next():
         go.wait(10)
-        claim = leases.publish_claim(layout, leases.read_lease(layout, S[2]), me, me.new_attempt_id(), leases.FIRST)
+        claim = leases.publish_claim(
+            layout, leases.read_lease(layout, S[2]), me, me.new_attempt_id(), TakeoverReason.FIRST
+        )
         return (manifest.shard(S[2]), claim), False
 
     ahead = ClaimAhead(layout, manifest, claim_next, heartbeat_secs=0.05, ttl_secs=1.0, clock=time.monotonic)
@@ -287,7 +290,7 @@ def test_a_release_racing_the_helpers_claim_is_released_by_the_helper(job):
     ahead.release(why="stopping")  # while the helper is still claiming
     go.set()
     assert ahead.take() is None
-    assert released(layout, S[2]) == RELEASE_UNRUN and ahead.unrun == 1
+    assert released(layout, S[2]) == ReleaseReason.UNRUN and ahead.unrun == 1
     assert not layout.heartbeat(S[2], 1).exists(), "never renewed once given up"
 
 

@@ -15,6 +15,7 @@ from data_juicer_elastic.jobdir import claiming, leases
 from data_juicer_elastic.jobdir.claiming import MAX_JUMPS, ClaimCursor
 from data_juicer_elastic.jobdir.layout import JobLayout
 from data_juicer_elastic.jobdir.manifest import load_manifest
+from data_juicer_elastic.jobdir.reasons import TakeoverReason
 from data_juicer_elastic.jobdir.result_records import ShardResult
 from data_juicer_elastic.jobdir.worker_loop import run_worker
 from data_juicer_elastic.jobdir.worker_settings import WorkerSettings
@@ -111,7 +112,9 @@ def _mid_job(tmp_path: Path, shards: int) -> Path:
         fsio.write_new(layout.done(entry.shard_id), result.encode(), durable=False)
     peer = identity("peer", boot_id="elsewhere")
     for entry in manifest.shards[half + 1 : half + 4]:
-        claim = leases.publish_claim(layout, leases.read_lease(layout, entry.shard_id), peer, "p-1", leases.FIRST)
+        claim = leases.publish_claim(
+            layout, leases.read_lease(layout, entry.shard_id), peer, "p-1", TakeoverReason.FIRST
+        )
         leases.write_heartbeat(layout, claim, 1)
     return job
 
@@ -186,7 +189,7 @@ def test_a_held_shard_is_reread_only_when_it_could_be_stale_then_taken_over(tmp_
     held = "part-00002-of-00008"
     ghost = identity("ghost", boot_id="elsewhere")
     leases.write_heartbeat(
-        layout, leases.publish_claim(layout, leases.read_lease(layout, held), ghost, "g-1", leases.FIRST), 1
+        layout, leases.publish_claim(layout, leases.read_lease(layout, held), ghost, "g-1", TakeoverReason.FIRST), 1
     )
     lease_reads: list[float] = []
 
@@ -213,7 +216,7 @@ def test_a_held_shard_is_reread_only_when_it_could_be_stale_then_taken_over(tmp_
         fault_seam.set_fault_hook(None)
     assert summary.complete and summary.claimed == 8
     view = leases.read_lease(layout, held)
-    assert view.generation == 2 and view.claim.takeover_reason == leases.STALE
+    assert view.generation == 2 and view.claim.takeover_reason == TakeoverReason.STALE
     # First sight, then nothing until a TTL had passed on our clock, then the takeover
     # (the takeover's own read of the new generation is the last one).
     assert len(lease_reads) <= 3, lease_reads

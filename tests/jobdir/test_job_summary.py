@@ -24,6 +24,7 @@ from data_juicer_elastic.jobdir.job_summary import (
 from data_juicer_elastic.jobdir.layout import SUMMARY_WRITER_TASK, JobLayout
 from data_juicer_elastic.jobdir.manifest import load_manifest
 from data_juicer_elastic.jobdir.pace import PaceWriter, read_pace
+from data_juicer_elastic.jobdir.reasons import TakeoverReason
 from data_juicer_elastic.jobdir.result_records import ShardResult
 from data_juicer_elastic.jobdir.summary_keeper import SILENT_INTERVALS, SummaryKeeper
 from data_juicer_elastic.jobdir.worker_loop import run_worker
@@ -69,7 +70,9 @@ def _job(tmp_path: Path, shards: int, *, done: int = 0, held: int = 0, name: str
     peers = []
     for k, entry in enumerate(manifest.shards[done : done + held]):
         peer = identity(f"peer-{k}", pid=50_000 + k, hostname=f"host-{k}", boot_id=f"boot-{k}")
-        claim = leases.publish_claim(layout, leases.read_lease(layout, entry.shard_id), peer, f"p-{k}", leases.FIRST)
+        claim = leases.publish_claim(
+            layout, leases.read_lease(layout, entry.shard_id), peer, f"p-{k}", TakeoverReason.FIRST
+        )
         leases.write_heartbeat(layout, claim, 1)
         pace = PaceWriter(layout, peer)
         pace.holding(claim.shard_id, claim.generation, claim.attempt_id)
@@ -166,7 +169,7 @@ def test_a_stale_candidate_is_taken_over_only_while_its_heartbeat_is_the_one_the
     advance(clock, TTL + 0.1, keeper)
     keeper.tick()
     got, _ = fresh_taker.claim_next()
-    assert got is not None and got[1].generation == 2 and got[1].takeover_reason == leases.STALE
+    assert got is not None and got[1].generation == 2 and got[1].takeover_reason == TakeoverReason.STALE
     assert leases.read_lease(layout, claim.shard_id).generation == 2
 
 
@@ -179,7 +182,7 @@ def test_a_summary_never_seen_to_advance_is_not_trusted(tmp_path, clock):
     claimer = _claimer(layout, manifest, clock)
     got, _ = claimer.claim_next()
     assert claimer.summary.view() is None
-    assert got is not None and got[1].takeover_reason == leases.RELEASED
+    assert got is not None and got[1].takeover_reason == TakeoverReason.RELEASED
 
 
 def test_a_torn_or_absent_summary_means_the_walk(tmp_path, clock):
@@ -213,7 +216,7 @@ def test_an_old_summary_is_trusted_only_for_a_while(tmp_path, clock):
     assert fresh_for(TTL, reader.interval_secs) <= TTL  # never longer than one TTL
     clock.advance(reader.fresh_secs)
     got, _ = claimer.claim_next()
-    assert got is not None and got[1].takeover_reason == leases.RELEASED
+    assert got is not None and got[1].takeover_reason == TakeoverReason.RELEASED
 
 
 def test_a_silent_writer_is_replaced_and_a_writer_that_lost_its_lease_stops(tmp_path, clock):
@@ -230,13 +233,13 @@ def test_a_silent_writer_is_replaced_and_a_writer_that_lost_its_lease_stops(tmp_
     b.tick()
     assert b.writing and read_summary(layout, manifest).seq == "2.1"
     lease = leases.read_lease(layout.summary_lease, SUMMARY_WRITER_TASK)
-    assert lease.generation == 2 and lease.claim.takeover_reason == leases.STALE
+    assert lease.generation == 2 and lease.claim.takeover_reason == TakeoverReason.STALE
     a.tick()  # a wakes up: its lease is overdue and a newer generation exists; it writes nothing
     assert not a.writing and read_summary(layout, manifest).seq == "2.1"
     # two writers at once: c takes the lease over while b still writes; b stops at its next round
     c = _keeper(layout, manifest, clock, "c", 43_000)
     view = leases.read_lease(layout.summary_lease, SUMMARY_WRITER_TASK)
-    c.claim = leases.publish_claim(layout.summary_lease, view, c.identity, "c-1", leases.STALE)
+    c.claim = leases.publish_claim(layout.summary_lease, view, c.identity, "c-1", TakeoverReason.STALE)
     c.heartbeater = leases.Heartbeater(layout.summary_lease, c.claim, heartbeat_secs=BEAT, ttl_secs=TTL, clock=clock)
     c.heartbeater.beat()
     b.tick()
@@ -348,7 +351,7 @@ def test_a_worker_stops_probing_when_the_summary_is_behind(tmp_path, clock, monk
     seen_advancing(claimer.summary, keeper)
     late = identity("late", pid=51_000, hostname="host-late", boot_id="boot-late")
     for entry in manifest.shards[2:]:  # claimed after the summary, by a process without a pace record yet
-        leases.publish_claim(layout, leases.read_lease(layout, entry.shard_id), late, "l-1", leases.FIRST)
+        leases.publish_claim(layout, leases.read_lease(layout, entry.shard_id), late, "l-1", TakeoverReason.FIRST)
     probed = []
     original = claimer._probe
     monkeypatch.setattr(claimer, "_probe", lambda entry, vouched=None: probed.append(entry) or original(entry, vouched))

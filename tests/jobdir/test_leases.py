@@ -10,6 +10,7 @@ import pytest
 from data_juicer_elastic.jobdir import leases
 from data_juicer_elastic.jobdir.layout import JobLayout, shard_id
 from data_juicer_elastic.jobdir.lease_records import Claim, Failure
+from data_juicer_elastic.jobdir.reasons import TakeoverReason
 from data_juicer_elastic.sharedfs import fault_seam, fsio
 
 from .conftest import FakeClock, identity
@@ -20,7 +21,7 @@ TTL = 60.0
 
 def claim(layout, who, reason=None):
     view = leases.read_lease(layout, SHARD)
-    return leases.publish_claim(layout, view, who, who.new_attempt_id(), reason or leases.FIRST)
+    return leases.publish_claim(layout, view, who, who.new_attempt_id(), reason or TakeoverReason.FIRST)
 
 
 def test_first_claim_wins_and_a_second_for_the_same_generation_loses(job):
@@ -28,8 +29,8 @@ def test_first_claim_wins_and_a_second_for_the_same_generation_loses(job):
     a, b = identity("a"), identity("b")
     view = leases.read_lease(layout, SHARD)
     assert view.generation == 0
-    won = leases.publish_claim(layout, view, a, a.new_attempt_id(), leases.FIRST)
-    lost = leases.publish_claim(layout, view, b, b.new_attempt_id(), leases.FIRST)
+    won = leases.publish_claim(layout, view, a, a.new_attempt_id(), TakeoverReason.FIRST)
+    lost = leases.publish_claim(layout, view, b, b.new_attempt_id(), TakeoverReason.FIRST)
     assert won is not None and won.generation == 1 and lost is None
     after = leases.read_lease(layout, SHARD)
     assert after.generation == 1 and after.claim == won
@@ -50,8 +51,8 @@ def test_held_claim_is_not_claimable_until_ttl_on_the_observers_clock(job, clock
     clock.advance(TTL - 1)
     assert leases.takeover_reason(view(), me, observer) is None
     clock.advance(1)
-    assert leases.takeover_reason(view(), me, observer) == leases.STALE
-    taken = leases.publish_claim(layout, view(), me, me.new_attempt_id(), leases.STALE)
+    assert leases.takeover_reason(view(), me, observer) == TakeoverReason.STALE
+    taken = leases.publish_claim(layout, view(), me, me.new_attempt_id(), TakeoverReason.STALE)
     assert taken.generation == 2 and taken.takeover_of == 1 and taken.takeover_reason == "stale"
 
 
@@ -81,7 +82,7 @@ def test_claim_without_heartbeat_or_with_corrupt_claim_goes_stale_after_ttl(job,
     assert view.claim is None and view.claim_error
     assert leases.takeover_reason(view, identity("me"), observer) is None
     clock.advance(TTL)
-    assert leases.takeover_reason(leases.read_lease(layout, SHARD), identity("me"), observer) == leases.STALE
+    assert leases.takeover_reason(leases.read_lease(layout, SHARD), identity("me"), observer) == TakeoverReason.STALE
 
 
 def test_release_and_failure_records_make_a_generation_claimable_at_once(job, clock):
@@ -90,13 +91,13 @@ def test_release_and_failure_records_make_a_generation_claimable_at_once(job, cl
     observer = leases.StalenessObserver(TTL, clock)
     c1 = claim(layout, identity("a"))
     leases.release_claim(layout, c1, "signal")
-    assert leases.takeover_reason(leases.read_lease(layout, SHARD), me, observer) == leases.RELEASED
-    c2 = claim(layout, me, leases.RELEASED)
+    assert leases.takeover_reason(leases.read_lease(layout, SHARD), me, observer) == TakeoverReason.RELEASED
+    c2 = claim(layout, me, TakeoverReason.RELEASED)
     assert c2.generation == 2
     failure = Failure(SHARD, 2, c2.attempt_id, "me", "h", 1, "boom", "E", "error", 0.0)
     layout.failure_dir(SHARD).mkdir(parents=True)
     assert fsio.publish_bytes(layout.failure(SHARD, 2), failure.encode())
-    assert leases.takeover_reason(leases.read_lease(layout, SHARD), me, observer) == leases.FAILED
+    assert leases.takeover_reason(leases.read_lease(layout, SHARD), me, observer) == TakeoverReason.FAILED
     assert leases.release_claim(layout, c1, "signal"), "releasing twice is harmless"
 
 
@@ -114,7 +115,7 @@ def test_dead_pid_on_this_host_is_stale_immediately(job, clock):
     dead = identity("me", pid=_dead_pid())
     claim(layout, dead)
     observer = leases.StalenessObserver(TTL, clock)
-    assert leases.takeover_reason(leases.read_lease(layout, SHARD), me, observer) == leases.HOLDER_DEAD
+    assert leases.takeover_reason(leases.read_lease(layout, SHARD), me, observer) == TakeoverReason.HOLDER_DEAD
 
 
 def test_dead_pid_in_another_kernel_or_namespace_waits_for_ttl(job, clock):
@@ -146,7 +147,7 @@ def test_latest_generation_probes_past_a_stale_listing(job, monkeypatch):
     layout = JobLayout(job)
     claim(layout, identity("a"))
     leases.release_claim(layout, leases.read_lease(layout, SHARD).claim, "finished")
-    claim(layout, identity("b"), leases.RELEASED)
+    claim(layout, identity("b"), TakeoverReason.RELEASED)
     monkeypatch.setattr(fsio, "list_names", lambda path: ["gen-000001.json"])  # cached, outdated listing
     assert leases.latest_generation(layout, SHARD) == 2
 
@@ -204,7 +205,7 @@ def test_heartbeater_renews_and_loses_on_newer_generation(job, clock):
     assert hb.beat() and hb.beat()
     assert leases.read_lease(layout, SHARD).heartbeat.seq == 2
     leases.release_claim(layout, c, "signal")
-    claim(layout, identity("b"), leases.RELEASED)
+    claim(layout, identity("b"), TakeoverReason.RELEASED)
     assert not hb.beat() and hb.lost.is_set() and "newer generation" in hb.lost_reason
 
 
@@ -231,8 +232,10 @@ def test_heartbeater_self_fences_after_ttl_minus_two_heartbeats(job, clock):
 def test_heartbeater_thread_keeps_the_seq_moving(job):
     layout = JobLayout(job)
     c = claim(layout, identity("a"))
-    with leases.Heartbeater(layout, c, heartbeat_secs=0.02, ttl_secs=1.0):
-        time.sleep(0.5)
+    heartbeater = leases.Heartbeater(layout, c, heartbeat_secs=0.02, ttl_secs=1.0)
+    heartbeater.start()
+    time.sleep(0.5)
+    heartbeater.stop()
     seq = leases.read_lease(layout, SHARD).heartbeat.seq
     assert seq >= 3
     with pytest.raises(ValueError):

@@ -14,6 +14,7 @@ from data_juicer_elastic.jobdir import claiming, failures, leases, liveness, pro
 from data_juicer_elastic.jobdir.layout import JobLayout
 from data_juicer_elastic.jobdir.lease_records import Failure
 from data_juicer_elastic.jobdir.manifest import load_manifest
+from data_juicer_elastic.jobdir.reasons import TakeoverReason
 from data_juicer_elastic.jobdir.worker_loop import run_worker
 from data_juicer_elastic.jobdir.worker_settings import WorkerSettings
 
@@ -44,7 +45,9 @@ def test_renewal_stops_exactly_when_the_quiet_period_exceeds_the_timeout(job, cl
     rng = random.Random(seed)
     layout = JobLayout(job)
     me = identity("me")
-    claim = leases.publish_claim(layout, leases.read_lease(layout, SHARD), me, me.new_attempt_id(), leases.FIRST)
+    claim = leases.publish_claim(
+        layout, leases.read_lease(layout, SHARD), me, me.new_attempt_id(), TakeoverReason.FIRST
+    )
     stall, given_up, restarted = 8.0, [], []
     alive = liveness.Liveness(stall, clock)
     alive.when_stalled(lambda: restarted.append(clock.now))

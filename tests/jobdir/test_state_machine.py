@@ -21,6 +21,7 @@ from data_juicer_elastic.errors import JobDirError
 from data_juicer_elastic.jobdir import attempts, failures, leases
 from data_juicer_elastic.jobdir.layout import JobLayout
 from data_juicer_elastic.jobdir.manifest import load_manifest
+from data_juicer_elastic.jobdir.reasons import TakeoverReason
 from data_juicer_elastic.jobdir.result_records import MergeRecord
 from data_juicer_elastic.jobdir.retry import retry_shards
 from data_juicer_elastic.jobdir.shard_state import ShardState
@@ -91,7 +92,7 @@ class Protocol(RuleBasedStateMachine):
         reason = leases.takeover_reason(view, self.workers[w], self.observers[w])
         if reason is None:
             return False
-        if reason == leases.STALE:
+        if reason == TakeoverReason.STALE:
             outcome = failures.record_failure(
                 self.layout, view.claim, shard_id=shard, generation=view.generation, error="stale",
                 error_type="LeaseExpired", exit_reason="lease-expired", max_retries=MAX_RETRIES,

@@ -14,6 +14,7 @@ from data_juicer_elastic.jobdir import attempts, leases
 from data_juicer_elastic.jobdir.layout import JobLayout
 from data_juicer_elastic.jobdir.lease_records import Failure
 from data_juicer_elastic.jobdir.manifest import load_manifest
+from data_juicer_elastic.jobdir.reasons import TakeoverReason
 from data_juicer_elastic.jobdir.result_records import AttemptRecord
 from data_juicer_elastic.jobdir.worker_loop import run_worker
 from data_juicer_elastic.jobdir.worker_settings import WorkerSettings
@@ -83,7 +84,7 @@ def test_waits_for_a_stale_claim_then_takes_it_over(job, clock):
     layout = JobLayout(job)
     ghost = identity("ghost", boot_id="elsewhere")
     held = "part-00000-of-00004"
-    c = leases.publish_claim(layout, leases.read_lease(layout, held), ghost, "ghost-attempt", leases.FIRST)
+    c = leases.publish_claim(layout, leases.read_lease(layout, held), ghost, "ghost-attempt", TakeoverReason.FIRST)
     leases.write_heartbeat(layout, c, 1)
     sleeps = []
 
@@ -97,7 +98,7 @@ def test_waits_for_a_stale_claim_then_takes_it_over(job, clock):
     assert summary.complete and summary.claimed == 4
     assert sum(sleeps) >= LEASE["ttl_secs"], "no takeover before a full TTL on our clock"
     view = leases.read_lease(layout, held)
-    assert view.generation == 2 and view.claim.takeover_reason == leases.STALE
+    assert view.generation == 2 and view.claim.takeover_reason == TakeoverReason.STALE
     failure = Failure.parse(layout.failure(held, 1).read_bytes(), "f")
     assert failure.exit_reason == "lease-expired" and failure.attempt_id == "ghost-attempt"
 
@@ -120,7 +121,7 @@ def test_lost_lease_abandons_without_publishing(job):
         if task.shard_id == "part-00000-of-00004":
             # Another worker takes over while we run (we looked stale to it).
             view = leases.read_lease(layout, task.shard_id)
-            leases.publish_claim(layout, view, identity("other", boot_id="x"), "other-1", leases.STALE)
+            leases.publish_claim(layout, view, identity("other", boot_id="x"), "other-1", TakeoverReason.STALE)
         return copy_runner()(task)
 
     summary = run_worker(job, identity(), run, WorkerSettings(max_retries=1, wait_for_completion=False, **LEASE))
