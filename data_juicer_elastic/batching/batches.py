@@ -95,19 +95,9 @@ def merge(outputs: list[Any], *, where: str) -> Any:
     if not all(isinstance(o, Mapping) for o in outputs):
         kinds = sorted({type(o).__name__ for o in outputs})
         raise BatchContractError(f"micro-batch outputs mix types {kinds}", where=where)
-    keys = list(outputs[0].keys())
-    merged: dict[str, Any] = {}
-    for key in keys:
-        values: list[Any] = []
-        for output in outputs:
-            values.extend(output[key])
-        merged[key] = values
-    return merged
+    return {key: [value for output in outputs for value in output[key]] for key in outputs[0]}
 
 
 def empty_like(batch: Any, extra: Sequence[str] = ()) -> dict[str, list]:
     """A zero-row dict batch with ``batch``'s columns (what Data-Juicer returns for a skipped batch)."""
-    out: dict[str, list] = {name: [] for name in columns(batch)}
-    for name in extra:
-        out.setdefault(name, [])
-    return out
+    return {name: [] for name in [*columns(batch), *extra]}

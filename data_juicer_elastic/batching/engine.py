@@ -1,31 +1,17 @@
 """The lossless micro-batch loop: slice, call, retry the same offset smaller on OOM, merge in order.
 
-:class:`MicroBatcher` wraps any ``fn(dict_of_lists) -> batch`` (an operator's
-``process_batched``); the mixin and the benchmark use the same loop.  Per slice:
-
-* the operator gets an isolated copy (:func:`.batches.take_slice`), so a call
-  that mutated its input and then failed cannot affect the retry;
-* a classified OOM (:func:`.oom.classify_oom`) asks the policy what to do; the
-  exception's frames are cleared and the exception dropped *before* ``cleanup``
-  runs, because tensors stay alive while a traceback references them;
-* after each success the output is checked: same row count as the slice, the
-  order columns unchanged, the same columns as the first slice; a violation
-  raises :class:`BatchContractError`, never skipped;
-* any other error: raised, or with ``skip_errors`` (the operator's
-  ``skip_op_error``) only *that slice* is dropped and logged; the slices that
-  succeeded are kept.  Given ``quarantine`` (under ``elastic_sharded``:
-  :func:`quarantine.collector.engine_quarantine`), the failed slice is bisected
-  instead: its good rows are kept, its failing rows set aside and recorded;
-* an OOM at the smallest size after the policy's waits raises
-  :class:`MicroBatchOOMError`, whatever ``skip_errors`` says;
-* with ``sort_by_cost`` (and row costs) an outer batch that needs more than one
-  slice is cut in descending cost order and the output is put back in input
-  order: a model that pads each micro-batch to its longest row then pads rows
-  to similar lengths, and the cost of a slice predicts its memory (contiguous
-  slices of long-tailed rows mix one long row with many short ones).  The
-  contract already asks for results independent of the slicing, which for
-  every slicing down to single rows means row by row, so order within a slice
-  cannot matter either.
+:class:`MicroBatcher` wraps any ``fn(dict_of_lists) -> batch`` (an operator's ``process_batched``).
+Per slice: the operator gets an isolated copy (:func:`.batches.take_slice`: a call that mutated
+its input and failed cannot affect the retry); a classified OOM (:func:`.oom.classify_oom`) asks
+the policy what to do, and the exception's frames are cleared *before* ``cleanup`` runs (tensors
+live while a traceback references them); each output must keep the slice's row count, the order
+columns and the first slice's columns (else :class:`BatchContractError`); any other error is
+raised, or with ``skip_errors`` (``skip_op_error``) only that slice is dropped, or bisected by
+``quarantine`` to keep its good rows; an OOM at the smallest size after the policy's waits raises
+:class:`MicroBatchOOMError` whatever ``skip_errors`` says.  With ``sort_by_cost`` an outer batch of
+several slices is cut in descending cost order and put back in input order: a model that pads to
+its longest row then pads similar rows together, and the contract (results independent of the
+slicing, down to single rows) makes order within a slice irrelevant.
 """
 
 from __future__ import annotations
@@ -178,10 +164,9 @@ class MicroBatcher:
                             outputs += [part for _, part in found.parts]
                             delivered += [positions for positions, _ in found.parts]
                             stats.skipped_rows += len(found.failures)
-                            offset += rows
-                            break
-                        logger.opt(exception=exc).error(f"{where}: skipping this micro-batch (skip_op_error)")
-                        stats.skipped_rows += rows
+                        else:
+                            logger.opt(exception=exc).error(f"{where}: skipping this micro-batch (skip_op_error)")
+                            stats.skipped_rows += rows
                         offset += rows
                         break
                     slice_ooms += 1
