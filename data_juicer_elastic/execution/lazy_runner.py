@@ -1,12 +1,10 @@
 """A ShardRunner that starts its warm Ray runtime when the worker is about to claim.
 
-A worker that finds nothing to claim (a finished job, a late node) then costs no
-Ray start; one that finds work starts the runtime *before* it claims (``ready``, the
-worker loop's ``before_claim``), so a worker killed or failing while Ray starts holds
-no claim.  Before each start the operator code is checked against the job's record
-(``code_fingerprint``): a worker running other code never claims.  The runtime is
-started with the recipe's runtime env (custom operator modules, model caches) and
-reused for every later shard, until a stalled shard restarts the worker (``runtime_watch``).
+A worker that finds nothing to claim costs no Ray start; one that finds work starts the runtime
+*before* it claims (``ready``, the worker loop's ``before_claim``), after checking the operator
+code against the job's (``code_fingerprint``), so a worker that fails while Ray starts, or runs
+other code, holds no claim.  The runtime is started with the recipe's runtime env and reused for
+every later shard, until a stalled shard restarts the worker (``runtime_watch``).
 """
 
 from __future__ import annotations
@@ -18,7 +16,7 @@ from typing import Any
 
 from loguru import logger
 
-from data_juicer_elastic.execution.ray_runtime import DEFAULT_CONNECT_TIMEOUT_SECS, LOCAL, WarmRayRuntime
+from data_juicer_elastic.execution.ray_runtime import LOCAL, WarmRayRuntime
 from data_juicer_elastic.execution.runtime_watch import RuntimeWatch
 from data_juicer_elastic.execution.shard_runner import ShardRunner, shard_runtime_env
 from data_juicer_elastic.jobdir import progress
@@ -30,11 +28,9 @@ from data_juicer_elastic.settings import DEFAULT_MAX_ERROR_ROWS
 class LazyShardRunner:
     """Context manager and ``run_shard`` callable; closing stops the runtime it started.
 
-    ``code``: the job's code fingerprint (``Manifest.code``), checked before each runtime
-    start; None skips the check (a job prepared before fingerprints existed).
-    ``restart_process()``: how to start the worker afresh after its runtime froze
-    (``runtime_watch``; default: exec its own command line).
-    """
+    ``code``: the job's code fingerprint (``Manifest.code``), checked before each runtime start
+    (None skips the check).  ``restart_process()``: how to start the worker afresh after its
+    runtime froze (``runtime_watch``)."""
 
     def __init__(
         self,
@@ -45,7 +41,6 @@ class LazyShardRunner:
         row_schema: list[Any] | None | Callable[[], list[Any] | None],
         ray_address: str = LOCAL,
         ray_num_cpus: int | None = None,
-        connect_timeout_secs: float = DEFAULT_CONNECT_TIMEOUT_SECS,
         code: dict[str, Any] | None = None,
         allow_version_mismatch: bool = False,
         restart_process: Callable[[], object] | None = None,
@@ -59,10 +54,7 @@ class LazyShardRunner:
             recipe, expected_stage_identities, cache_dir, row_schema=row_schema, max_error_rows=max_error_rows
         )
         self._runtime = WarmRayRuntime(
-            ray_address,
-            ray_num_cpus,
-            runtime_env=shard_runtime_env(recipe, Path(cache_dir)),
-            connect_timeout_secs=connect_timeout_secs,
+            ray_address, ray_num_cpus, runtime_env=shard_runtime_env(recipe, Path(cache_dir))
         )
 
     @property
@@ -71,7 +63,6 @@ class LazyShardRunner:
 
     @property
     def starting(self) -> bool:
-        """A start of the runtime is under way (early, or before a claim)."""
         return self._starting.locked() and not self._runtime.started
 
     def __enter__(self) -> LazyShardRunner:
@@ -81,10 +72,9 @@ class LazyShardRunner:
         self.close()
 
     def ready(self) -> bool:
-        """Check the code and start the runtime if it is not running; True when it had to
-        (that took seconds: the caller looks at its shard again).  Raises ElasticError
-        (CodeMismatchError, RayConnectionError) rather than claiming or hanging.  Waits for a
-        start already under way (:meth:`start_early`)."""
+        """Check the code and start the runtime unless running (waiting for a start under way);
+        True when it had to: that took seconds, the caller looks at its shard again.  Raises
+        ElasticError (CodeMismatchError, RayConnectionError) rather than claiming or hanging."""
         with self._starting:
             if self._runtime.started:
                 return False
@@ -115,7 +105,6 @@ class LazyShardRunner:
         threading.Thread(target=start, name="dj-elastic-ray-start", daemon=True).start()
 
     def read_ahead(self, source: ShardSource) -> Any:
-        """Parse the next shard while the current one runs (``ShardRunner.read_ahead``)."""
         return self._runner.read_ahead(source)
 
     def __call__(self, task: ShardTask) -> ShardOutput:
