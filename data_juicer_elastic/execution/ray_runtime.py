@@ -110,11 +110,7 @@ class WarmRayRuntime:
             return
         if self.address == LOCAL:
             self._init(
-                ray,
-                address=LOCAL,
-                include_dashboard=False,
-                num_cpus=self.num_cpus,
-                _system_config=_LOCAL_SYSTEM_CONFIG,
+                ray, address=LOCAL, include_dashboard=False, num_cpus=self.num_cpus, _system_config=_LOCAL_SYSTEM_CONFIG
             )
         else:
             if self.num_cpus is not None:
