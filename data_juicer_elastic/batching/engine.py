@@ -22,7 +22,7 @@ import time
 import traceback
 from collections import Counter
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import KW_ONLY, dataclass, field
 from itertools import accumulate
 from typing import Any, Final, Literal
 
@@ -88,37 +88,24 @@ def prefix_cost_fn(costs: Sequence[float] | None, offset: int, aggregate: Aggreg
     return lambda n: n * running[n]
 
 
+@dataclass(eq=False)
 class MicroBatcher:
     """Run ``fn`` over an outer batch in policy-sized micro-batches (see the module docstring)."""
 
-    def __init__(
-        self,
-        fn: Callable[[dict[str, Any]], Any],
-        policy: BatchPolicy,
-        *,
-        label: str = "op",
-        row_costs: Callable[[Any], Sequence[float] | None] | None = None,
-        aggregate: Aggregate = "sum",
-        skip_errors: bool = False,
-        order_columns: Sequence[str] = (PARTITION_COLUMN,),
-        cleanup: Callable[[], None] = release_memory,
-        sleep: Callable[[float], None] = time.sleep,
-        stats: BatchStats | None = None,
-        sort_by_cost: bool = False,
-        quarantine: Callable[[Any, int, int, int, BaseException], Any] | None = None,
-    ):
-        self.fn = fn
-        self.policy = policy
-        self.label = label
-        self.row_costs = row_costs
-        self.aggregate = aggregate
-        self.skip_errors = skip_errors
-        self.order_columns = tuple(order_columns)
-        self.cleanup = cleanup
-        self.sleep = sleep
-        self.stats = stats if stats is not None else BatchStats()
-        self.sort_by_cost = sort_by_cost
-        self.quarantine = quarantine  # (batch, start, stop, total, error) -> quarantine.bisect_rows.Isolation
+    fn: Callable[[dict[str, Any]], Any]
+    policy: BatchPolicy
+    _: KW_ONLY
+    label: str = "op"
+    row_costs: Callable[[Any], Sequence[float] | None] | None = None
+    aggregate: Aggregate = "sum"
+    skip_errors: bool = False
+    order_columns: Sequence[str] = (PARTITION_COLUMN,)
+    cleanup: Callable[[], None] = release_memory
+    sleep: Callable[[float], None] = time.sleep
+    stats: BatchStats = field(default_factory=BatchStats)
+    sort_by_cost: bool = False
+    # (batch, start, stop, total, error) -> quarantine.bisect_rows.Isolation
+    quarantine: Callable[[Any, int, int, int, BaseException], Any] | None = None
 
     def __call__(self, batch: Any) -> Any:
         total = batches.batch_rows(batch, where=self.label)

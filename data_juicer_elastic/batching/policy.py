@@ -34,6 +34,8 @@ from dataclasses import dataclass
 from typing import Any, Final
 
 INF: Final = math.inf
+# What BatchPolicy.state() reports after the budget, in this order.
+_STATE: Final = "safe failing max_rows successes ooms drift_ooms floor_waits reprobes max_slice_ooms".split()
 
 
 class Action(enum.StrEnum):
@@ -262,15 +264,4 @@ class BatchPolicy:
 
     def state(self) -> dict[str, Any]:
         """Plain numbers for telemetry and profiles (JSON-safe: no infinities)."""
-        return {
-            "budget": self._budget_or_none(),
-            "safe": self.safe,
-            "failing": self.failing,
-            "max_rows": self.max_rows,
-            "successes": self.successes,
-            "ooms": self.ooms,
-            "drift_ooms": self.drift_ooms,
-            "floor_waits": self.floor_waits,
-            "reprobes": self.reprobes,
-            "max_slice_ooms": self.max_slice_ooms,
-        }
+        return {"budget": self._budget_or_none(), **{name: getattr(self, name) for name in _STATE}}

@@ -127,13 +127,11 @@ class WarmRayRuntime:
 
     def close(self) -> None:
         """Disconnect; stops the runtime only when this object started it."""
-        if not self._owned:
-            self.gcs_address = None
-            return
-        import ray
-
         try:
-            ray.shutdown()
+            if self._owned:
+                import ray
+
+                ray.shutdown()
         except Exception as exc:  # noqa: BLE001 - shutting down must not mask the caller's error
             logger.warning(f"ray.shutdown() failed: {exc!r}")
         finally:
@@ -242,14 +240,14 @@ def _probe_in_child(address: str, timeout: float, shown: str) -> str:
             where=f"ray_address={shown}",
             hint="is this a Ray GCS address, and does RAY_AUTH_MODE / the auth token match the cluster's?",
         ) from None
-    for line in out.splitlines():
-        if line.startswith("DJ_ELASTIC_TOPOLOGY=") and proc.returncode == 0:
+    lines = out.splitlines() if proc.returncode == 0 else []
+    for line in lines:
+        if line.startswith("DJ_ELASTIC_TOPOLOGY="):
             nodes, local = line.split("=", 1)[1].split(",")
             check_topology(shown, int(nodes), local == "1")
-    for line in reversed(out.splitlines()):
-        if line.startswith("DJ_ELASTIC_GCS="):
-            if proc.returncode == 0:
-                return address if address.startswith("ray://") else line.split("=", 1)[1]
+    gcs = [line.split("=", 1)[1] for line in lines if line.startswith("DJ_ELASTIC_GCS=")]
+    if gcs:
+        return address if address.startswith("ray://") else gcs[-1]
     raise RayConnectionError(
         f"could not connect to Ray: {last_line(err) or f'probe exited with {proc.returncode}'}",
         where=f"ray_address={shown}",
