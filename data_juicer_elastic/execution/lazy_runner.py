@@ -53,17 +53,13 @@ class LazyShardRunner:
         self._runner = ShardRunner(
             recipe, expected_stage_identities, cache_dir, row_schema=row_schema, max_error_rows=max_error_rows
         )
-        self._runtime = WarmRayRuntime(
+        self.runtime = WarmRayRuntime(
             ray_address, ray_num_cpus, runtime_env=shard_runtime_env(recipe, Path(cache_dir))
         )
 
     @property
-    def runtime(self) -> WarmRayRuntime:
-        return self._runtime
-
-    @property
     def starting(self) -> bool:
-        return self._starting.locked() and not self._runtime.started
+        return self._starting.locked() and not self.runtime.started
 
     def __enter__(self) -> LazyShardRunner:
         return self
@@ -76,14 +72,14 @@ class LazyShardRunner:
         True when it had to: that took seconds, the caller looks at its shard again.  Raises
         ElasticError (CodeMismatchError, RayConnectionError) rather than claiming or hanging."""
         with self._starting:
-            if self._runtime.started:
+            if self.runtime.started:
                 return False
             if self._code is not None:
                 from data_juicer_elastic.execution.code_fingerprint import check_code, code_fingerprint
 
                 here = code_fingerprint(self._recipe, where="the job's custom_operator_paths")
                 check_code(self._code, here, allow_version_mismatch=self._allow_versions)
-            self._runtime.start()
+            self.runtime.start()
             return True
 
     def start_early(self) -> None:
@@ -111,7 +107,7 @@ class LazyShardRunner:
         self.ready()  # idempotent; the worker loop normally did it before claiming
         tracker = progress.current()  # the worker loop's live progress of this attempt, with its stall rule
         alive = tracker.liveness if tracker is not None else None
-        with RuntimeWatch(self._runtime, alive, self._restart_process):
+        with RuntimeWatch(self.runtime, alive, self._restart_process):
             return self._runner(task)
 
     def close(self) -> None:
@@ -120,6 +116,6 @@ class LazyShardRunner:
         finally:
             try:
                 with self._starting:  # a start under way (start_early) ends first: ray.init is not interruptible
-                    self._runtime.close()
+                    self.runtime.close()
             finally:
                 self._closed.set()
