@@ -112,7 +112,6 @@ class BatchPolicy:
         # (outcome, rows, cost, budget before): the last few events, for telemetry
         self.trace: deque[tuple[str, int, float, float | None]] = deque(maxlen=self.config.trace_len)
 
-    # -- planning ------------------------------------------------------------------------------
     @property
     def slice_oom_budget(self) -> int:
         """The most OOMs one slice can see before FAIL: fragmentation test + gentle shrink +
@@ -147,7 +146,6 @@ class BatchPolicy:
                 hi = mid - 1
         return lo
 
-    # -- observations --------------------------------------------------------------------------
     def on_success(self, rows: int, cost: float, *, budget_bound: bool) -> None:
         """A micro-batch of ``rows`` rows and ``cost`` succeeded.  ``budget_bound``: the budget
         (not the end of the outer batch) ended it, so it is evidence about the budget."""
@@ -248,7 +246,6 @@ class BatchPolicy:
     def _budget_or_none(self) -> float | None:
         return None if self.budget == INF else self.budget
 
-    # -- profiles ------------------------------------------------------------------------------
     def seed(self, *, safe: float | None, failing: float | None) -> None:
         """Start from what another process learned (before any observation of this one)."""
         if self.successes or self.ooms:

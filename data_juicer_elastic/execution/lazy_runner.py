@@ -53,9 +53,7 @@ class LazyShardRunner:
         self._runner = ShardRunner(
             recipe, expected_stage_identities, cache_dir, row_schema=row_schema, max_error_rows=max_error_rows
         )
-        self.runtime = WarmRayRuntime(
-            ray_address, ray_num_cpus, runtime_env=shard_runtime_env(recipe, Path(cache_dir))
-        )
+        self.runtime = WarmRayRuntime(ray_address, ray_num_cpus, runtime_env=shard_runtime_env(recipe, Path(cache_dir)))
 
     @property
     def starting(self) -> bool:

@@ -23,7 +23,7 @@ from loguru import logger
 
 from data_juicer_elastic.compat import ray_map_batches
 
-PER_ATTEMPT_KWARGS: Final = ("work_dir",)
+PER_ATTEMPT_KWARGS: Final = ("work_dir",)  # Data-Juicer's update_op_attr puts the config's work_dir into every op
 
 
 class _OpActor:

@@ -24,10 +24,9 @@ from loguru import logger
 
 from data_juicer_elastic.compat import dj_load_ops
 from data_juicer_elastic.compat.dj_op_attributes import rebase_op
-from data_juicer_elastic.execution.warm_actors import WarmActors
+from data_juicer_elastic.execution.warm_actors import PER_ATTEMPT_KWARGS, WarmActors
 
 ENV_SWITCH: Final = "DJ_ELASTIC_WARM_OPERATORS"
-PER_ATTEMPT_ARGS: Final = ("work_dir",)  # Data-Juicer's update_op_attr puts the config's work_dir into every op
 _LOCK = threading.Lock()  # one shard run at a time patches a process's modules
 
 
@@ -40,7 +39,7 @@ def op_key(process_list: Any) -> str:
     stripped = []
     for item in process_list or []:
         (name, args), *_ = dict(item).items()
-        args = {k: v for k, v in (args or {}).items() if k not in PER_ATTEMPT_ARGS}
+        args = {k: v for k, v in (args or {}).items() if k not in PER_ATTEMPT_KWARGS}
         stripped.append({name: args})
     return json.dumps(stripped, sort_keys=True, default=repr)
 
@@ -49,7 +48,7 @@ def rebase(ops: list[Any], process_list: Any) -> None:
     """Give cached operators this attempt's per-attempt arguments, as building them anew would."""
     for op, item in zip(ops, process_list, strict=True):
         (_, args), *_ = dict(item).items()
-        rebase_op(op, item, {name: args[name] for name in PER_ATTEMPT_ARGS if args and name in args})
+        rebase_op(op, item, {name: args[name] for name in PER_ATTEMPT_KWARGS if args and name in args})
 
 
 class WarmOperators:
