@@ -1,12 +1,10 @@
 """``elastic_oom_demo_mapper``: a CPU-safe stand-in for a GPU model that runs out of memory.
 
-:func:`register` defines the class and registers it with Data-Juicer's operators (the plugin's
-patches call it when Data-Juicer imports them; ``demo.ElasticOomDemoMapper``, which unpickling in a
-Ray worker asks for, does too), so importing this module loads no engine.  A call "allocates" the
-characters of its batch (``memory_model: sum``) or rows x the longest text (``padded``) and raises
-an OOM (torch's ``OutOfMemoryError`` when torch is installed) above ``capacity``, after editing its
-input in place as careless model code does: a retry that reused the failed input would append
-``suffix`` twice.  See ``recipes/adaptive_batching.yaml``.
+:func:`register` defines and registers it (from the plugin's patches, or when a Ray worker
+unpickles ``demo.ElasticOomDemoMapper``), so importing this module loads no engine.  A call needs
+its batch's characters (``sum``) or rows x the longest text (``padded``) and raises an OOM above
+``capacity``, after editing its input in place as careless model code does (a retry that reused
+the failed input would append ``suffix`` twice).  See ``recipes/adaptive_batching.yaml``.
 """
 
 from __future__ import annotations

@@ -1,15 +1,10 @@
 """``AdaptiveBatchingMixin``: lossless OOM-adaptive micro-batching for a batched Data-Juicer Mapper.
 
-Mix it in first (``class MyMapper(AdaptiveBatchingMixin, Mapper)``, ``docs/adaptive-batching.md``),
-or opt a registered Mapper in from a recipe with ``adaptive_batching: true`` (:mod:`.optin`);
-``adaptive_batching: false`` turns it off.  Data-Juicer's Mapper calls ``process_batched`` through
-a ``skip_op_error`` handler as ``self.process``; the mixin replaces ``self.process`` with the
-micro-batch loop (:class:`.engine.MicroBatcher`), which calls ``process_batched`` directly, so an
-unrecoverable OOM is never swallowed by ``skip_op_error``.  ``batch_size`` stays the outer batch
-and the ceiling of every micro-batch; CPU/GPU reservations are untouched.  Controller state lives
-per process, keyed by stage and accelerator (it survives Ray tasks and shards in a warm worker),
-seeded from and saved to the job's batch profiles under ``elastic_sharded`` (:mod:`.runtime`).
-
+Mix it in first (``docs/adaptive-batching.md``) or opt in from a recipe (:mod:`.optin`).  It
+replaces ``self.process`` (``process_batched`` under Data-Juicer's ``skip_op_error`` handler) with
+the micro-batch loop (:class:`.engine.MicroBatcher`), which calls ``process_batched`` directly, so
+an unrecoverable OOM is never swallowed by ``skip_op_error``.  ``batch_size`` stays the outer batch
+and the ceiling; resources are untouched.  Controller state lives per process (:mod:`.runtime`).
 The operator's contract (checked per slice where it can be): row count and order preserved, the
 same output columns for every slice, a result independent of the slicing, safe to retry.
 """

@@ -1,17 +1,12 @@
 """Recipe opt-in: ``adaptive_batching: true`` on a registered Mapper applies :class:`AdaptiveBatchingMixin`.
 
-Data-Juicer 1.6.1 accepts ``adaptive_batching`` but acts on it only under its own
-``elastic_juicer_adaptive_batching`` switch, in Ray actor mode, for CUDA operators; with this plugin
-it works under every executor and mode.  Constructing an operator class whose ``adaptive_batching``
-resolves true (the recipe value, else the class flag) gives an ``Adaptive<Class>`` =
-``(AdaptiveBatchingMixin, Class)`` instance, the subclass created once per class, through a hook
-on Data-Juicer's operator metaclass (``compat.dj_op_metaclass``), so every path that builds
-operators gets the same class.  The operator's own tuning (:data:`.mixin.HOOKS`) is copied into it
-(the mixin's defaults would win in the MRO), and it is reachable by name from this module (PEP 562
-``__getattr__``), so pickles send it by reference and it is rebuilt identically in workers.
-:func:`check_config` refuses what cannot work: both switches at once (a second wrapping),
-``op_fusion``, non-Mappers, non-batched Mappers, multi-GPU actors.  ``DJ_ELASTIC_ADAPTIVE_BATCHING=off``
-turns the opt-in off, leaving ``adaptive_batching`` to Data-Juicer's own controller.
+Data-Juicer 1.6.1 acts on ``adaptive_batching`` only under its own ``elastic_juicer_adaptive_batching``
+switch (Ray actor mode, CUDA); here it works under every executor.  A hook on Data-Juicer's operator
+metaclass (``compat.dj_op_metaclass``) makes constructing an opted-in class give an
+``Adaptive<Class>`` = ``(AdaptiveBatchingMixin, Class)`` instance, created once per class, with the
+operator's own tuning (:data:`.mixin.HOOKS`) copied in, and reachable by name (PEP 562), so pickles
+send it by reference.  :func:`check_config` refuses what cannot work.
+``DJ_ELASTIC_ADAPTIVE_BATCHING=off`` leaves ``adaptive_batching`` to Data-Juicer's own controller.
 """
 
 from __future__ import annotations

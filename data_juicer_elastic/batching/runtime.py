@@ -1,15 +1,11 @@
 """Per-process controller state for the mixin, the attempt context, telemetry files and profiles.
 
-How a Ray worker learns its job directory and attempt: the warm Ray runtime outlives attempts (no
-per-attempt ``runtime_env``), and operator arguments are hashed into stage identities, except
-``work_dir``, which Data-Juicer hands every operator (to actors as a constructor argument, to tasks
-inside the pickled operator).  So the ShardRunner writes a small context record
-(:class:`BatchingContext`: job dir, shard, attempt, stage identities) into that directory, inside
-the attempt, and the mixin reads it on first use; without one, micro-batching works the same,
-without shared profiles or telemetry.  Policies (per stage x accelerator x cost model x ceiling)
-and statistics (per attempt too) live per process in bounded LRUs; each process rewrites its size
-trace ``attempts/<shard>/<attempt>/batching/<stage>-<host>-<pid>.json`` after every outer batch;
-learned bounds go to ``batch-profiles/<key>.json`` (:mod:`.profiles`).
+A Ray worker learns its job and attempt from a context record (:class:`BatchingContext`) the
+ShardRunner writes into the config's ``work_dir``: the one per-run argument Data-Juicer hands every
+operator that stage identities leave out (the warm runtime outlives attempts, so its
+``runtime_env`` cannot carry them).  Without one, micro-batching works the same, without shared
+profiles or telemetry.  Policies and statistics live per process in bounded LRUs; each process
+rewrites ``attempts/<shard>/<attempt>/batching/<stage>-<host>-<pid>.json`` after every outer batch.
 """
 
 from __future__ import annotations

@@ -1,18 +1,13 @@
 """Give Data-Juicer's Ray loader the shard as this package read it, for the length of one shard run.
 
-While :func:`shard_source` is active, ``RayDataset.read`` (py-data-juicer 1.6.1, the one call its
-Ray load strategy makes for a local JSONL path) answers the attempt's shard path with a
-materialized Ray dataset built by ``shard_reader`` (the job's row schema, the row-number column);
-everything after the read is Data-Juicer's own.  Why: lossless, shard-independent types
-(``shard_reader``), and one read per shard: ``RayExecutor.run`` touches a lazy dataset three
-times before processing it, and the first ``limit(1)`` force-cancels the streaming read task,
-killing its Ray worker, so the next task waits seconds for a fresh one to import Data-Juicer.
-A materialized dataset answers ``columns()``, ``schema()`` and ``count()`` from block metadata;
-its cost is the shard's blocks held in the object store while it runs.
-
-The swap is reference-counted (shard runs in several threads share it; the last one out restores
-the original) and serves only registered paths: any other path read meanwhile is refused.  It
-goes through ``compat.dj_ray_dataset``, which names a moved ``RayDataset.read`` (IntegrationError).
+While :func:`shard_source` is active, ``RayDataset.read`` (py-data-juicer 1.6.1) answers the
+attempt's shard path with a materialized Ray dataset built by ``shard_reader``.  Why: lossless,
+shard-independent types, and one read per shard: ``RayExecutor.run`` touches a lazy dataset three
+times, and its first ``limit(1)`` force-cancels the streaming read task, killing its Ray worker (the
+next task waits seconds for a fresh one); a materialized dataset answers ``columns()``,
+``schema()`` and ``count()`` from block metadata, at the cost of the shard's blocks in the object
+store while it runs (so shards should stay a small fraction of it).  The swap (``compat.dj_ray_dataset``) is reference-counted across threads and serves only
+registered paths: any other path read meanwhile is refused.
 """
 
 from __future__ import annotations

@@ -1,14 +1,10 @@
 """Put back what Arrow changed and no operator did: each untouched value exactly as it was read.
 
-Arrow cannot hold every JSON distinction (an absent key reads as null, an integer in a column
-that also holds doubles reads as a double, object keys come back in schema order), and Ray
-re-types operators' values per batch with the same losses.  So the writer compares each output
-row with its input row (the row number in ``ROW_COLUMN``) value by value: a value *equivalent*
-to the input's under those conversions (:func:`equivalent`) is written as the input had it;
-anything else is an operator's and written as Arrow gives it.  Null and absent are one thing
-(batches follow shard boundaries): a key is written as null where the input row had it, left
-out where it lacked it, so a row's bytes never depend on which rows shared its batch.  What this
-cannot tell apart (an operator writing the very value Arrow would have) is in ``docs/lossless.md``.
+Arrow and Ray's per-batch re-typing lose JSON distinctions (absent vs null, an integer in a double
+column, key order).  The writer compares each output row with its input row (``ROW_COLUMN``):
+a value :func:`equivalent` to the input's is written as the input had it, anything else as the
+operator made it.  Null and absent are one thing (batches follow shard boundaries): a key is
+null where the input row had it, absent where it lacked it.  Limits: ``docs/lossless.md``.
 """
 
 from __future__ import annotations

@@ -1,17 +1,12 @@
 """A running attempt's live progress, from Ray Data's own execution metrics (``docs/status.md``).
 
-``RayExecutor`` runs a shard as a few Ray Data executions in this (the driver) process, each a
-``StreamingExecutor`` thread: *loading* (``schema()``/``columns()`` probes, the row count; the
-shard is read whole here, ``execution._shard_source``), *processing* (the recipe's operators)
-and *exporting* (a ``Write``).  A sampler thread reads their per-operator metrics twice a second:
-``rows_read`` is what the first operator produced during processing (every row when the shard
-was read while loading; a lower bound when Ray fuses the reader with operators), ``rows_written``
-what the last one produced, set to the exact output count once ``output.jsonl`` is written.  Ray
-counts a block's rows when its task finishes, so the numbers move in steps of one block.
-
-The sampler never raises into the run: unexpected Ray internals (private executor attributes of
-the pinned Ray 2.60, ``compat.ray_streaming_executor``) turn it off with one warning, and progress
-then shows the runner's own stages only (``source: "none"``).
+``RayExecutor`` runs a shard as a few Ray Data executions (``StreamingExecutor`` threads of this
+process): *loading*, *processing* (the operators), *exporting*.  A sampler thread reads their
+per-operator metrics twice a second: ``rows_read`` is what the first operator produced during
+processing (every row when the shard was read while loading; a lower bound when Ray fuses the
+reader with operators), ``rows_written`` what the last one produced; both move in steps of one
+block.  The sampler never raises into the run: unexpected Ray internals
+(``compat.ray_streaming_executor``) turn it off with one warning (``source: "none"``).
 """
 
 from __future__ import annotations

@@ -1,11 +1,9 @@
-"""One warm node-local Ray runtime per worker process, reused for every shard; Ray is imported only
-when it starts.
+"""One warm node-local Ray runtime per worker process, reused for every shard.
 
-``local`` starts a private runtime owned by this process (``ray.init("local")`` never attaches to
-another job's runtime, unlike ``ray.init()``, which follows ``RAY_ADDRESS`` and
-``/tmp/ray/ray_current_cluster``).  ``auto`` or an address attaches to a runtime someone else
-started, probed first in a child process that can be killed: an in-process ``ray.init`` against a
-dead or foreign address can hang for minutes and ignore SIGTERM.
+``local`` starts a private runtime (``ray.init("local")`` never attaches to another job's runtime,
+unlike ``ray.init()``).  ``auto`` or an address attaches to someone else's, probed first in a child
+process that can be killed: an in-process ``ray.init`` against a dead or foreign address can hang
+for minutes and ignore SIGTERM.  Ray is imported only when a runtime starts.
 """
 
 from __future__ import annotations

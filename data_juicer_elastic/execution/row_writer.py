@@ -1,14 +1,10 @@
 """Write a processed shard: every row once, in input order, each untouched value as it was read.
 
-RayExecutor runs with ``skip_export`` and the runner writes the materialized result here, block by
-block in order (``preserve_order``): Ray's JSON writer goes through pandas, which prints doubles
-with 10 significant digits, and nothing in Ray knows which values an operator changed.  Per row:
-values an operator left alone are put back as the input had them (:mod:`lossless`, by the row
-number in ``row_types.ROW_COLUMN``); the export layout is Data-Juicer's own (``__dj__stats__`` and
-``__dj__meta__`` go to a per-row stats file and leave the row unless ``keep_stats_in_res_ds``,
-hash columns unless ``keep_hashes_in_res_ds``); the row is encoded by orjson (shortest round-trip
-doubles, non-finite as ``null``), or the same way by Python's json for what orjson refuses (an
-integer beyond 64 bits), so a row's bytes depend only on the row, never on its shard.
+Not Ray's JSON writer: it goes through pandas (doubles with 10 significant digits), and nothing in
+Ray knows which values an operator changed.  Per row: untouched values are put back
+(:mod:`lossless`); Data-Juicer's export layout (stats and meta to a per-row stats file unless
+``keep_stats_in_res_ds``, hash columns dropped unless ``keep_hashes_in_res_ds``); orjson encoding,
+or Python's json the same way for what orjson refuses, so a row's bytes depend only on the row.
 """
 
 from __future__ import annotations

@@ -9,13 +9,10 @@ Per attempt, inside ``task.attempt_dir``::
     output.jsonl             the result, rows in input order, untouched values as read (row_writer)
     row-stats.jsonl          each output row's __dj__stats__ / __dj__meta__ (when the recipe makes them)
 
-The shard is read with the job's row schema (``shard_reader``, Data-Juicer's Ray loader answered
-by ``_shard_source``), parsed ahead by :meth:`ShardRunner.read_ahead` under claim-ahead; the
-operators are built once per process, actor-mode ones keep their actors, and any failed shard
-drops both (``warm_ops``); ``row_writer`` writes the result.  With ``skip_op_error`` (Data-Juicer's
-default) the failing rows are found by bisection and set aside (``quarantine``), folded into
-``errors.jsonl``, and the shard fails past ``elastic.max_error_rows``; without it the first
-exception fails the shard.
+The shard is read by ``shard_reader`` (served to Data-Juicer's loader by ``_shard_source``) and
+written by ``row_writer``; operators stay warm across shards (``warm_ops``) unless one fails.
+Rows an operator fails on under ``skip_op_error`` are set aside (``quarantine``), and the shard
+fails past ``elastic.max_error_rows``; without it the first exception fails the shard.
 """
 
 from __future__ import annotations

@@ -1,14 +1,10 @@
 """Long-lived Ray actors for Data-Juicer's actor-mode operators, fed shard after shard.
 
-For an actor-mode operator Data-Juicer 1.6.1 calls ``Dataset.map_batches(op.__class__, ...,
-compute=ActorPoolStrategy(...))``, and Ray Data builds a new actor pool, loading the model again,
-for every shard.  While :meth:`WarmActors.serving` is entered such a call becomes a task-mode
-``map_batches`` over the same batches whose tasks hand each batch to one of N long-lived
-``_OpActor`` actors (N = the pool's size; kept per process and key: class, constructor arguments
-without ``work_dir``, GPUs, runtime env) through a ``_Dispatcher``, and return its result; rows,
-batches and their order are the actor pool's (``preserve_order``).  The actors hold no CPU (the
-feeding task holds the operator's), so a one-CPU runtime cannot deadlock.  Each call carries the
-attempt's ``work_dir``, set on the actor's operator.  Rules and limits: ``docs/warm-operators.md``.
+While :meth:`WarmActors.serving` is entered, an actor-pool ``map_batches`` of an operator class
+(Ray Data would start a new pool, and load the model, per shard) becomes a task-mode
+``map_batches`` over the same batches whose tasks hand each batch to a free long-lived
+``_OpActor`` (through a ``_Dispatcher``) with the attempt's ``work_dir``.  The actors hold no CPU,
+so a one-CPU runtime cannot deadlock; outputs keep the pool's order.  See ``docs/warm-operators.md``.
 """
 
 from __future__ import annotations

@@ -1,14 +1,10 @@
 """Warm operators: build a recipe's operators once per worker process and reuse them for every shard.
 
-Each shard is a new ``RayExecutor`` run, so without this a heavy ``__init__`` (a model load) runs
-for every shard in the driver and in every actor of a per-shard actor pool.  While
-:meth:`WarmOperators.active` is entered, ``load_ops`` returns the instances built for the first
-shard (keyed by the operator configs without ``work_dir``, the one per-attempt value), re-based
-onto the attempt's ``work_dir``; ``calculate_ray_np`` plans them once (it reads the node's *free*
-GPU memory, which the warm actors now hold: a second plan could be smaller, fail, or size a second
-pool); actor-mode operators go to the warm actors (``warm_actors``).  Any failed shard drops it
-all (``drop``); so does a change of operator configs.  ``DJ_ELASTIC_WARM_OPERATORS=0`` turns it
-off; ``load_ops`` with an ``OPEnvManager`` is not cached.  See ``docs/warm-operators.md``.
+While :meth:`WarmOperators.active` is entered, ``load_ops`` returns the instances built for the
+first shard (keyed by the operator configs without ``work_dir``), re-based onto the attempt's
+``work_dir``; ``calculate_ray_np`` plans them once (it reads the node's *free* GPU memory, which
+the warm actors hold); actor-mode operators go to ``warm_actors``.  A failed shard or new operator
+configs drop it all; ``DJ_ELASTIC_WARM_OPERATORS=0`` turns it off.  See ``docs/warm-operators.md``.
 """
 
 from __future__ import annotations
