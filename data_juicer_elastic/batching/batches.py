@@ -1,10 +1,8 @@
 """Column batches as Data-Juicer hands them to a batched Mapper: length, isolated slices, ordered merge.
 
-A batch is a mapping of column name -> per-row sequence (a dict, Hugging Face's
-``LazyBatch``) or a ``pyarrow.Table`` (Ray Data's ``batch_format="pyarrow"``).
-Slices are always handed to the operator as a fresh ``dict`` of lists, the form
-Data-Juicer's own wrapper gives ``process_batched``: a failed call may have
-mutated its slice, and the retry must not see that.
+A batch is a mapping of column -> per-row sequence (a dict, ``LazyBatch``) or a ``pyarrow.Table``.
+Slices go to the operator as a fresh dict of lists, as Data-Juicer gives ``process_batched``: a
+failed call may have mutated its slice, and the retry must not see that.
 """
 
 from __future__ import annotations

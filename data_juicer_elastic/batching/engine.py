@@ -1,17 +1,14 @@
 """The lossless micro-batch loop: slice, call, retry the same offset smaller on OOM, merge in order.
 
-:class:`MicroBatcher` wraps any ``fn(dict_of_lists) -> batch`` (an operator's ``process_batched``).
-Per slice: the operator gets an isolated copy (:func:`.batches.take_slice`: a call that mutated
-its input and failed cannot affect the retry); a classified OOM (:func:`.oom.classify_oom`) asks
-the policy what to do, and the exception's frames are cleared *before* ``cleanup`` runs (tensors
-live while a traceback references them); each output must keep the slice's row count, the order
-columns and the first slice's columns (else :class:`BatchContractError`); any other error is
-raised, or with ``skip_errors`` (``skip_op_error``) only that slice is dropped, or bisected by
-``quarantine`` to keep its good rows; an OOM at the smallest size after the policy's waits raises
-:class:`MicroBatchOOMError` whatever ``skip_errors`` says.  With ``sort_by_cost`` an outer batch of
-several slices is cut in descending cost order and put back in input order: a model that pads to
-its longest row then pads similar rows together, and the contract (results independent of the
-slicing, down to single rows) makes order within a slice irrelevant.
+Per slice of an outer batch, :class:`MicroBatcher` hands ``fn`` (``process_batched``) an isolated
+copy (:func:`.batches.take_slice`: a call that mutated its input and failed cannot affect the
+retry).  A classified OOM asks the policy what to do; its frames are cleared *before* ``cleanup``
+(tensors live while a traceback references them); at the smallest size after the policy's waits it
+raises :class:`MicroBatchOOMError`, whatever ``skip_errors`` says.  Each output must keep the
+slice's rows, order columns and the first slice's columns (:class:`BatchContractError`).  Other
+errors are raised, or with ``skip_errors`` only that slice is dropped (or bisected by
+``quarantine``).  ``sort_by_cost`` cuts in descending cost order and restores input order: rows
+padded together then have similar lengths, and the contract makes order within a slice irrelevant.
 """
 
 from __future__ import annotations

@@ -1,10 +1,8 @@
-"""Route one attempt's driver-side logs (loguru and Ray Data's ``ray.data`` logger) into
-``attempt_dir/process.log``.
+"""Route one attempt's driver-side logs (loguru, Ray Data's ``ray.data``) into ``attempt_dir/process.log``.
 
 Data-Juicer configures loguru once per process, so each attempt adds its own sink and removes it
-when it ends: its lines go to its file and to no other attempt's.  Not captured: output printed
-inside Ray worker processes (Ray forwards it to the console and keeps it in the session's
-``logs/worker-*.err``); Ray batches forwarded lines, which can arrive after the attempt ended.
+when it ends.  Output printed inside Ray worker processes is not captured (Ray forwards it, in
+batches that can arrive after the attempt ended, and keeps it in ``logs/worker-*.err``).
 """
 
 from __future__ import annotations

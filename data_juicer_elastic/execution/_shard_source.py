@@ -6,8 +6,9 @@ shard-independent types, and one read per shard: ``RayExecutor.run`` touches a l
 times, and its first ``limit(1)`` force-cancels the streaming read task, killing its Ray worker (the
 next task waits seconds for a fresh one); a materialized dataset answers ``columns()``,
 ``schema()`` and ``count()`` from block metadata, at the cost of the shard's blocks in the object
-store while it runs (so shards should stay a small fraction of it).  The swap (``compat.dj_ray_dataset``) is reference-counted across threads and serves only
-registered paths: any other path read meanwhile is refused.
+store while it runs (so shards should stay a small fraction of it).  The swap
+(``compat.dj_ray_dataset``) is reference-counted across threads and serves only registered paths:
+any other path read meanwhile is refused.
 """
 
 from __future__ import annotations

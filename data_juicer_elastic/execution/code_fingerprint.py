@@ -1,13 +1,11 @@
 """The code each stage runs, fingerprinted, so one job's outputs come from one version of it.
 
-Stage identities hash an operator's class, name and arguments, not its code, so prepare records
-``code`` in the manifest: ``versions`` (Data-Juicer, data-juicer-elastic, Ray); per operator the
-sha256 of the source file of its class and each base class, keyed by module name (install
-locations differ between nodes), except modules the versions already name; per custom operator
-path one sha256 over what Python would import from it (:func:`importable_files`: editor locks,
-backups, ``__pycache__`` and data files are left out).  A worker computes the same before its
-first claim and before every restart of its Ray runtime, and refuses to claim on any difference
-(:class:`CodeMismatchError`, exit 2); ``allow_version_mismatch`` lets only the versions differ.
+Stage identities hash an operator's class, name and arguments, not its code.  So prepare records
+``code``: ``versions`` (Data-Juicer, data-juicer-elastic, Ray); per operator the sha256 of the
+source of its class and base classes by module name (except modules the versions name); per custom
+operator path one sha256 over what Python would import from it (:func:`importable_files`).  A
+worker refuses to claim on any difference (:class:`CodeMismatchError`, checked before its first
+claim and every runtime restart); ``allow_version_mismatch`` lets only the versions differ.
 """
 
 from __future__ import annotations

@@ -1,10 +1,9 @@
 """A ShardRunner that starts its warm Ray runtime when the worker is about to claim.
 
-A worker that finds nothing to claim costs no Ray start; one that finds work starts the runtime
-*before* it claims (``ready``, the worker loop's ``before_claim``), after checking the operator
-code against the job's (``code_fingerprint``), so a worker that fails while Ray starts, or runs
-other code, holds no claim.  The runtime is started with the recipe's runtime env and reused for
-every later shard, until a stalled shard restarts the worker (``runtime_watch``).
+A worker with nothing to claim costs no Ray start; one with work checks the operator code
+(``code_fingerprint``) and starts the runtime *before* it claims (``ready``), so a worker that
+fails while Ray starts, or runs other code, holds no claim.  The runtime (with the recipe's runtime
+env) serves every later shard until a stalled shard restarts the worker (``runtime_watch``).
 """
 
 from __future__ import annotations

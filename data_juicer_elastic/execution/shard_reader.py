@@ -1,11 +1,9 @@
 """Read one shard into Arrow with the job's row schema, and find its input rows again for the writer.
 
-The content comes from ``rows.shard_source``, checked against its scan while it is read.  Not Ray's
-JSON reader (what RayExecutor uses): it infers column types per block, so one value reaches
-operators as ``int64`` in one shard and ``double`` (or a timestamp) in another, and it fails on a
-line longer than its block.  Here every row is parsed exactly (jiter) and converted with the
-schema prepare decided for the whole input (``row_types.ArrowRows``), in blocks of about
-:data:`BLOCK_BYTES` (Ray's unit of parallelism for operators), lines read whole.
+Not Ray's JSON reader: it infers types per block (``int64`` in one shard, ``double`` or a timestamp
+in another) and fails on a line longer than its block.  Here each row (from ``rows.shard_source``,
+checked against its scan) is parsed exactly and converted with the schema decided for the whole
+input (``row_types.ArrowRows``), in blocks of about :data:`BLOCK_BYTES`.
 """
 
 from __future__ import annotations
