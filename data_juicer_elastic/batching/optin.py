@@ -17,7 +17,7 @@ import threading
 from typing import Any, Final
 
 from data_juicer_elastic.batching.mixin import HOOKS, AdaptiveBatchingMixin, adaptive_requested
-from data_juicer_elastic.compat.dj_op_attributes import is_batched_class, op_name, supports_adaptive_batching
+from data_juicer_elastic.compat.dj_op_attributes import is_batched_class, op_name
 from data_juicer_elastic.compat.dj_op_metaclass import MODULE as BASE_OP_MODULE
 from data_juicer_elastic.errors import ConfigError
 
@@ -87,8 +87,6 @@ def resolve(cls: type, requested: Any) -> type:
     """The class to instantiate for ``cls`` with the recipe's ``adaptive_batching`` value."""
     if issubclass(cls, AdaptiveBatchingMixin) or not enabled():
         return cls
-    if requested is None and not supports_adaptive_batching(cls):
-        return cls  # the common case: nothing asked for
     if not adaptive_requested(cls, requested if isinstance(requested, bool) else None):
         return cls
     _require_mapper(cls, op_name(cls))

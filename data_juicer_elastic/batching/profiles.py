@@ -11,8 +11,6 @@ from __future__ import annotations
 
 import hashlib
 import math
-import os
-import socket
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -89,10 +87,6 @@ def write_profile(layout: JobLayout, profile: BatchProfile) -> Path:
     confine.ensure_dir(layout, path.parent)
     fsio.atomic_write(path, profile.encode(), durable=False)  # advice: losing it on a crash costs one re-learn
     return path
-
-
-def writer_name() -> str:
-    return f"{socket.gethostname()}:{os.getpid()}"
 
 
 def _valid_bounds(profile: BatchProfile) -> bool:

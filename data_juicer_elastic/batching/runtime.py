@@ -192,7 +192,7 @@ class OpState:
                 successes=self.policy.successes,
                 ooms=self.policy.ooms,
                 updated_at=time.time(),
-                writer=profiles.writer_name(),
+                writer=f"{socket.gethostname()}:{os.getpid()}",
             ),
         )
         self._published, self._published_at, self._published_ooms = bounds, now, self.policy.ooms
