@@ -105,7 +105,6 @@ class ShardRunner:
         self.recipe = copy.deepcopy(check_recipe(recipe))
         self.max_error_rows = max_error_rows  # quarantined rows a shard may have (elastic.max_error_rows)
         self.expected_stage_identities = list(expected_stage_identities)
-        self.cache_dir = Path(cache_dir)
         self._row_schema = row_schema  # a callable: the job is not scanned yet when a worker starts
         self._rows: ArrowRows | None = None
         ray_concat.install()  # the driver concatenates blocks too (its Ray workers get the setup hook)
@@ -113,7 +112,7 @@ class ShardRunner:
         self._configs = ShardConfigs(self.recipe)  # parsed once per process, re-based per attempt
         self.warm = WarmOperators()  # operators and actor-mode actors kept across shards (warm_ops)
         self.reads_ahead_used = 0  # runs that used a read-ahead (tests, logs)
-        default_cache_env(self.cache_dir)
+        default_cache_env(Path(cache_dir))
 
     @property
     def rows(self) -> ArrowRows:
