@@ -34,29 +34,25 @@ def read_tables(source: ShardSource, rows: ArrowRows, block_bytes: int = BLOCK_B
     """The shard as Arrow tables of about ``block_bytes`` of input each, rows in order.  Its
     content is checked against its scan while it is read (``rows.shard_source``): a changed input
     is an InputChangedError, raised before the last table is built."""
+    tables: list[Any] = []
+    pending: list[dict[str, Any]] = []
+    size = first = 0
     try:
-        return _tables(source, rows, block_bytes)
+        for number, line in enumerate(iter_source_lines(source)):
+            pending.append(parse(line, f"{source.where} row {number + 1}"))
+            size += len(line) + 1
+            if size >= block_bytes:
+                tables.append(rows.table(pending, first))
+                first += len(pending)
+                pending, size = [], 0
+        if pending:
+            tables.append(rows.table(pending, first))
     except IntegrityError:
         # a row that does not parse: the input changed under us (the scan proved every row), and
         # reading it whole says so in the right words; else the original error stands
         for _ in iter_content(source):
             pass
         raise
-
-
-def _tables(source: ShardSource, rows: ArrowRows, block_bytes: int) -> list[Any]:
-    tables: list[Any] = []
-    pending: list[dict[str, Any]] = []
-    size = first = 0
-    for number, line in enumerate(iter_source_lines(source)):
-        pending.append(parse(line, f"{source.where} row {number + 1}"))
-        size += len(line) + 1
-        if size >= block_bytes:
-            tables.append(rows.table(pending, first))
-            first += len(pending)
-            pending, size = [], 0
-    if pending:
-        tables.append(rows.table(pending, first))
     return tables
 
 
