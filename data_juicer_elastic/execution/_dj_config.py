@@ -105,7 +105,6 @@ class ShardConfigs:
         self.parses = 0  # how many times Data-Juicer's parser ran (for tests and logs)
 
     def load(self, overrides: Mapping[str, Any], config_path: Path) -> Any:
-        """Data-Juicer's config for ``recipe | overrides`` (see :func:`load_dj_config`)."""
         if self._template is not None and self._rebase_ok and set(overrides) == set(self._template_overrides):
             write_recipe_file(self.recipe, overrides, config_path)
             cfg = self._rebase(dict(overrides), config_path)

@@ -23,8 +23,6 @@ PER_ATTEMPT_KWARGS: Final = ("work_dir",)  # Data-Juicer's update_op_attr puts t
 
 
 class _OpActor:
-    """One warm operator instance in its own Ray actor."""
-
     def __init__(self, op_class: type, args: tuple, kwargs: dict):
         self.op = op_class(*args, **kwargs)
 
