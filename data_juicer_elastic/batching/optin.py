@@ -60,12 +60,8 @@ def adaptive_class(cls: type) -> type:
 def _operator_hooks(cls: type) -> dict[str, Any]:
     """The mixin hooks ``cls`` (which has no mixin in its bases) defines, as raw class attributes
     (staticmethod/classmethod/property keep their kind)."""
-    found: dict[str, Any] = {}
-    for name in HOOKS:
-        owner = next((klass for klass in cls.__mro__ if name in vars(klass)), None)
-        if owner is not None:
-            found[name] = vars(owner)[name]
-    return found
+    owners = {name: next((klass for klass in cls.__mro__ if name in vars(klass)), None) for name in HOOKS}
+    return {name: vars(owner)[name] for name, owner in owners.items() if owner is not None}
 
 
 def __getattr__(name: str) -> Any:  # PEP 562: unpickling an Adaptive class in a fresh process

@@ -286,14 +286,11 @@ def _kill_node_processes() -> None:
     """SIGKILL every process of the local Ray node this process started (GCS, raylet, their workers)."""
     import psutil
 
-    roots = ray_global_node.node_process_ids()
     victims = []
-    for pid in roots:
-        try:
+    for pid in ray_global_node.node_process_ids():
+        with contextlib.suppress(psutil.Error):
             root = psutil.Process(pid)
             victims += [root, *root.children(recursive=True)]
-        except psutil.Error:
-            continue
     for proc in victims:
         with contextlib.suppress(psutil.Error):
             proc.kill()
