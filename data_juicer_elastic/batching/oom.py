@@ -29,8 +29,7 @@ class OomKind(enum.StrEnum):
 _MESSAGE_MARKERS: Final = (
     ("cublas_status_alloc_failed", OomKind.CUBLAS),
     ("cudnn_status_alloc_failed", OomKind.CUDNN),
-    ("defaultcpuallocator: can't allocate memory", OomKind.CPU_ALLOCATOR),
-    ("can't allocate memory", OomKind.CPU_ALLOCATOR),
+    ("can't allocate memory", OomKind.CPU_ALLOCATOR),  # "DefaultCPUAllocator: can't allocate memory"
     ("out of memory", OomKind.TORCH),  # "CUDA out of memory.", "CUDA error: out of memory", "HIP out of memory"
 )
 # Messages that are never an allocation failure, even if they also say "out of memory".
