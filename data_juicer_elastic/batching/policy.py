@@ -103,12 +103,7 @@ class BatchPolicy:
         self._frag_misses = 0  # ... and that failed again
         self.begin_slice()  # per slice state
         # counters (telemetry)
-        self.successes = 0
-        self.ooms = 0
-        self.drift_ooms = 0
-        self.floor_waits = 0
-        self.reprobes = 0
-        self.max_slice_ooms = 0
+        self.successes = self.ooms = self.drift_ooms = self.floor_waits = self.reprobes = self.max_slice_ooms = 0
         # (outcome, rows, cost, budget before): the last few events, for telemetry
         self.trace: deque[tuple[str, int, float, float | None]] = deque(maxlen=self.config.trace_len)
 
