@@ -14,19 +14,9 @@ Importing this package imports neither Ray, torch nor Data-Juicer.
 
 from __future__ import annotations
 
-from data_juicer_elastic.batching.engine import BatchStats, MicroBatcher
+from data_juicer_elastic.batching.engine import MicroBatcher
 from data_juicer_elastic.batching.mixin import AdaptiveBatchingMixin
-from data_juicer_elastic.batching.oom import OomKind, classify_oom
-from data_juicer_elastic.batching.policy import Action, BatchPolicy, OomDecision, PolicyConfig
+from data_juicer_elastic.batching.oom import classify_oom
+from data_juicer_elastic.batching.policy import BatchPolicy
 
-__all__ = [
-    "Action",
-    "AdaptiveBatchingMixin",
-    "BatchPolicy",
-    "BatchStats",
-    "MicroBatcher",
-    "OomDecision",
-    "OomKind",
-    "PolicyConfig",
-    "classify_oom",
-]
+__all__ = ["AdaptiveBatchingMixin", "BatchPolicy", "MicroBatcher", "classify_oom"]

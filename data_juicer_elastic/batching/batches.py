@@ -1,10 +1,8 @@
 """Column batches as Data-Juicer hands them to a batched Mapper: length, isolated slices, ordered merge.
 
-A batch is a mapping of column name -> per-row sequence (a dict, Hugging Face's
-``LazyBatch``) or a ``pyarrow.Table`` (Ray Data's ``batch_format="pyarrow"``).
-Slices are always handed to the operator as a fresh ``dict`` of lists, the form
-Data-Juicer's own wrapper gives ``process_batched``: a failed call may have
-mutated its slice, and the retry must not see that.
+A batch is a mapping of column -> per-row sequence (a dict, ``LazyBatch``) or a ``pyarrow.Table``.
+Slices go to the operator as a fresh dict of lists, as Data-Juicer gives ``process_batched``: a
+failed call may have mutated its slice, and the retry must not see that.
 """
 
 from __future__ import annotations
@@ -95,19 +93,9 @@ def merge(outputs: list[Any], *, where: str) -> Any:
     if not all(isinstance(o, Mapping) for o in outputs):
         kinds = sorted({type(o).__name__ for o in outputs})
         raise BatchContractError(f"micro-batch outputs mix types {kinds}", where=where)
-    keys = list(outputs[0].keys())
-    merged: dict[str, Any] = {}
-    for key in keys:
-        values: list[Any] = []
-        for output in outputs:
-            values.extend(output[key])
-        merged[key] = values
-    return merged
+    return {key: [value for output in outputs for value in output[key]] for key in outputs[0]}
 
 
 def empty_like(batch: Any, extra: Sequence[str] = ()) -> dict[str, list]:
     """A zero-row dict batch with ``batch``'s columns (what Data-Juicer returns for a skipped batch)."""
-    out: dict[str, list] = {name: [] for name in columns(batch)}
-    for name in extra:
-        out.setdefault(name, [])
-    return out
+    return {name: [] for name in [*columns(batch), *extra]}

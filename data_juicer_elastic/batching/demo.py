@@ -1,21 +1,10 @@
 """``elastic_oom_demo_mapper``: a CPU-safe stand-in for a GPU model that runs out of memory.
 
-Registered through the plugin: :func:`register` defines the class and registers it with
-Data-Juicer's operator registry (``integration.patches`` calls it when Data-Juicer imports its
-operators).  This module imports Data-Juicer only then: like every package below
-``execution``, ``batching`` loads no engine when it is imported.  ``demo.ElasticOomDemoMapper``
-(what unpickling an instance in a Ray worker asks for) registers it too.  Each call
-"allocates" memory from a simple model of a text model: the sum of the
-characters of the batch (``memory_model: sum``) or rows x the longest text
-(``memory_model: padded``).  A call that needs more than ``capacity`` raises an
-out-of-memory error: torch's ``OutOfMemoryError`` when torch is installed (the
-class a real CUDA OOM has), otherwise a RuntimeError with CUDA's message.  It
-edits its input in place *before* it fails, as careless model code does, so a
-retry that reused the failed input would append ``suffix`` twice.
-
-Without ``adaptive_batching: true`` a batch that does not fit fails the job;
-with it, the same rows come out, in order, exactly as from a run that never
-ran out of memory.  See ``recipes/adaptive_batching.yaml``.
+:func:`register` defines and registers it (from the plugin's patches, or when a Ray worker
+unpickles ``demo.ElasticOomDemoMapper``), so importing this module loads no engine.  A call needs
+its batch's characters (``sum``) or rows x the longest text (``padded``) and raises an OOM above
+``capacity``, after editing its input in place as careless model code does (a retry that reused
+the failed input would append ``suffix`` twice).  See ``recipes/adaptive_batching.yaml``.
 """
 
 from __future__ import annotations
@@ -43,8 +32,8 @@ def out_of_memory(message: str, use_torch: bool = True) -> Exception:
 
 def register() -> type:
     """The demo operator's class, defined and registered with Data-Juicer's ``OPERATORS`` on the first call."""
-    # Imported before the lock: a first import of Data-Juicer's operators runs the plugin's
-    # patches, which call register() themselves (then this call finds the class).
+    # Imported before the lock: a first import of Data-Juicer's operators runs the plugin's patches,
+    # which call register() themselves (then this call finds the class).
     from data_juicer.ops import base_op
 
     with _LOCK:

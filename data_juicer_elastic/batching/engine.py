@@ -1,31 +1,14 @@
 """The lossless micro-batch loop: slice, call, retry the same offset smaller on OOM, merge in order.
 
-:class:`MicroBatcher` wraps any ``fn(dict_of_lists) -> batch`` (an operator's
-``process_batched``); the mixin and the benchmark use the same loop.  Per slice:
-
-* the operator gets an isolated copy (:func:`.batches.take_slice`), so a call
-  that mutated its input and then failed cannot affect the retry;
-* a classified OOM (:func:`.oom.classify_oom`) asks the policy what to do; the
-  exception's frames are cleared and the exception dropped *before* ``cleanup``
-  runs, because tensors stay alive while a traceback references them;
-* after each success the output is checked: same row count as the slice, the
-  order columns unchanged, the same columns as the first slice; a violation
-  raises :class:`BatchContractError`, never skipped;
-* any other error: raised, or with ``skip_errors`` (the operator's
-  ``skip_op_error``) only *that slice* is dropped and logged; the slices that
-  succeeded are kept.  Given ``quarantine`` (under ``elastic_sharded``:
-  :func:`quarantine.collector.engine_quarantine`), the failed slice is bisected
-  instead: its good rows are kept, its failing rows set aside and recorded;
-* an OOM at the smallest size after the policy's waits raises
-  :class:`MicroBatchOOMError`, whatever ``skip_errors`` says;
-* with ``sort_by_cost`` (and row costs) an outer batch that needs more than one
-  slice is cut in descending cost order and the output is put back in input
-  order: a model that pads each micro-batch to its longest row then pads rows
-  to similar lengths, and the cost of a slice predicts its memory (contiguous
-  slices of long-tailed rows mix one long row with many short ones).  The
-  contract already asks for results independent of the slicing, which for
-  every slicing down to single rows means row by row, so order within a slice
-  cannot matter either.
+Per slice of an outer batch, :class:`MicroBatcher` hands ``fn`` (``process_batched``) an isolated
+copy (:func:`.batches.take_slice`: a call that mutated its input and failed cannot affect the
+retry).  A classified OOM asks the policy what to do; its frames are cleared *before* ``cleanup``
+(tensors live while a traceback references them); at the smallest size after the policy's waits it
+raises :class:`MicroBatchOOMError`, whatever ``skip_errors`` says.  Each output must keep the
+slice's rows, order columns and the first slice's columns (:class:`BatchContractError`).  Other
+errors are raised, or with ``skip_errors`` only that slice is dropped (or bisected by
+``quarantine``).  ``sort_by_cost`` cuts in descending cost order and restores input order: rows
+padded together then have similar lengths, and the contract makes order within a slice irrelevant.
 """
 
 from __future__ import annotations
@@ -36,7 +19,7 @@ import time
 import traceback
 from collections import Counter
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import KW_ONLY, dataclass, field
 from itertools import accumulate
 from typing import Any, Final, Literal
 
@@ -102,37 +85,24 @@ def prefix_cost_fn(costs: Sequence[float] | None, offset: int, aggregate: Aggreg
     return lambda n: n * running[n]
 
 
+@dataclass(eq=False)
 class MicroBatcher:
     """Run ``fn`` over an outer batch in policy-sized micro-batches (see the module docstring)."""
 
-    def __init__(
-        self,
-        fn: Callable[[dict[str, Any]], Any],
-        policy: BatchPolicy,
-        *,
-        label: str = "op",
-        row_costs: Callable[[Any], Sequence[float] | None] | None = None,
-        aggregate: Aggregate = "sum",
-        skip_errors: bool = False,
-        order_columns: Sequence[str] = (PARTITION_COLUMN,),
-        cleanup: Callable[[], None] = release_memory,
-        sleep: Callable[[float], None] = time.sleep,
-        stats: BatchStats | None = None,
-        sort_by_cost: bool = False,
-        quarantine: Callable[[Any, int, int, int, BaseException], Any] | None = None,
-    ):
-        self.fn = fn
-        self.policy = policy
-        self.label = label
-        self.row_costs = row_costs
-        self.aggregate = aggregate
-        self.skip_errors = skip_errors
-        self.order_columns = tuple(order_columns)
-        self.cleanup = cleanup
-        self.sleep = sleep
-        self.stats = stats if stats is not None else BatchStats()
-        self.sort_by_cost = sort_by_cost
-        self.quarantine = quarantine  # (batch, start, stop, total, error) -> quarantine.bisect_rows.Isolation
+    fn: Callable[[dict[str, Any]], Any]
+    policy: BatchPolicy
+    _: KW_ONLY
+    label: str = "op"
+    row_costs: Callable[[Any], Sequence[float] | None] | None = None
+    aggregate: Aggregate = "sum"
+    skip_errors: bool = False
+    order_columns: Sequence[str] = (PARTITION_COLUMN,)
+    cleanup: Callable[[], None] = release_memory
+    sleep: Callable[[float], None] = time.sleep
+    stats: BatchStats = field(default_factory=BatchStats)
+    sort_by_cost: bool = False
+    # (batch, start, stop, total, error) -> quarantine.bisect_rows.Isolation
+    quarantine: Callable[[Any, int, int, int, BaseException], Any] | None = None
 
     def __call__(self, batch: Any) -> Any:
         total = batches.batch_rows(batch, where=self.label)
@@ -178,10 +148,9 @@ class MicroBatcher:
                             outputs += [part for _, part in found.parts]
                             delivered += [positions for positions, _ in found.parts]
                             stats.skipped_rows += len(found.failures)
-                            offset += rows
-                            break
-                        logger.opt(exception=exc).error(f"{where}: skipping this micro-batch (skip_op_error)")
-                        stats.skipped_rows += rows
+                        else:
+                            logger.opt(exception=exc).error(f"{where}: skipping this micro-batch (skip_op_error)")
+                            stats.skipped_rows += rows
                         offset += rows
                         break
                     slice_ooms += 1

@@ -1,39 +1,12 @@
 """``AdaptiveBatchingMixin``: lossless OOM-adaptive micro-batching for a batched Data-Juicer Mapper.
 
-Use it in your own operator (class-level opt-in)::
-
-    from data_juicer.ops.base_op import OPERATORS, Mapper
-    from data_juicer_elastic.batching import AdaptiveBatchingMixin
-
-    @OPERATORS.register_module("my_embedding_mapper")
-    class MyEmbeddingMapper(AdaptiveBatchingMixin, Mapper):   # the mixin first
-        _batched_op = True
-        _accelerator = "cuda"
-
-        def process_batched(self, samples):
-            ...  # may raise torch.OutOfMemoryError; must keep row count and order
-
-or opt an existing registered Mapper in from a recipe with ``adaptive_batching:
-true`` (see :mod:`.optin`); ``adaptive_batching: false`` in a recipe turns the
-mixin off for that operator.
-
-Data-Juicer's Mapper wraps ``process_batched`` in a ``skip_op_error`` handler
-and calls that as ``self.process``.  The mixin replaces ``self.process`` with
-the micro-batch loop (:class:`.engine.MicroBatcher`), which calls
-``process_batched`` directly, so an OOM reaches the controller and an
-unrecoverable one can never be swallowed by ``skip_op_error``.  The operator's
-``batch_size`` stays the outer batch Data-Juicer/Ray hands in and the ceiling of
-every micro-batch; CPU/GPU reservations are untouched.
-
-Controller state lives per process (a Ray actor, a Ray task worker, a
-multiprocessing worker), keyed by the operator's stage and accelerator, so it
-survives across Ray tasks and shards in a warm worker.  Under
-``elastic_sharded`` it is also seeded from, and saved to, the job's shared
-batch profiles, and each attempt records a size-trace summary (:mod:`.runtime`).
-
-The operator's contract (checked per slice where it can be): row count and row
-order preserved, the same output columns for every slice, a result independent
-of the slicing, and safe to retry (a failed call leaves no external effect).
+Mix it in first (``docs/adaptive-batching.md``) or opt in from a recipe (:mod:`.optin`).  It
+replaces ``self.process`` (``process_batched`` under Data-Juicer's ``skip_op_error`` handler) with
+the micro-batch loop (:class:`.engine.MicroBatcher`), which calls ``process_batched`` directly, so
+an unrecoverable OOM is never swallowed by ``skip_op_error``.  ``batch_size`` stays the outer batch
+and the ceiling; resources are untouched.  Controller state lives per process (:mod:`.runtime`).
+The operator's contract (checked per slice where it can be): row count and order preserved, the
+same output columns for every slice, a result independent of the slicing, safe to retry.
 """
 
 from __future__ import annotations
@@ -49,9 +22,8 @@ from data_juicer_elastic.compat.dj_op_attributes import op_name, supports_adapti
 from data_juicer_elastic.errors import ConfigError
 
 COST_MODES: Final = ("auto", "rows", "text", "padded_text")
-# What an operator may define to tune the mixin: the recipe opt-in builds ``(AdaptiveBatchingMixin, Op)``,
-# where the mixin's own definitions would shadow the operator's, so :func:`.optin.adaptive_class` copies
-# these from the operator into the built class.
+# What an operator may define to tune the mixin: :func:`.optin.adaptive_class` copies these from the
+# operator into ``(AdaptiveBatchingMixin, Op)``, where the mixin's own definitions would shadow them.
 HOOKS: Final = (
     "adaptive_batching_cost",
     "adaptive_batching_policy",
@@ -67,14 +39,12 @@ class AdaptiveBatchingMixin:
 
     # Data-Juicer's class-level opt-in flag: this operator honours the contract above.
     _supports_adaptive_batching: ClassVar[bool] = True
-    # Cost of a micro-batch: "rows"; "text" = sum of the characters of text_key;
-    # "padded_text" = rows x the longest text (padding to the longest row);
-    # "auto" = "text" when the batch has a text_key column of strings, else "rows".  Padding is handled by
-    # sorting (below): a cost-sorted slice pads little, so its summed cost tracks its padded memory.
+    # Cost of a micro-batch: "rows"; "text" = sum of the characters of text_key; "padded_text" = rows x
+    # the longest text; "auto" = "text" when the batch has a text_key column of strings, else "rows".
+    # Sorting (below) handles padding: a cost-sorted slice pads little, so its summed cost tracks its memory.
     adaptive_batching_cost: ClassVar[str] = "auto"
     adaptive_batching_policy: ClassVar[PolicyConfig | None] = None
-    # Columns whose values must come back unchanged and in order (besides the
-    # Data-Juicer partition tag and the operator's index_key).
+    # Columns that must come back unchanged and in order (besides the partition tag and index_key).
     adaptive_batching_order_columns: ClassVar[tuple[str, ...]] = ()
     # With a cost model, cut an outer batch in descending cost order and restore the order afterwards
     # (see :mod:`.engine`): rows padded together then have similar lengths.
@@ -88,7 +58,6 @@ class AdaptiveBatchingMixin:
             # Mapper.__init__ set self.process to process_batched under the skip_op_error wrapper.
             self.process = self._adaptive_process
 
-    # -- costs -----------------------------------------------------------------------------------------
     def adaptive_cost_mode(self, batch: Any) -> tuple[str, Aggregate]:
         mode = self.adaptive_batching_cost
         if mode == "auto":
@@ -105,7 +74,6 @@ class AdaptiveBatchingMixin:
         texts = column(batch, getattr(self, "text_key", "text")) or []
         return [float(len(t)) + 1.0 if isinstance(t, str) else 1.0 for t in texts]
 
-    # -- the wrapped process ---------------------------------------------------------------------------
     def _adaptive_process(self, samples: Any, *args: Any, **kwargs: Any) -> Any:
         from data_juicer_elastic.batching import runtime
 
@@ -130,9 +98,8 @@ class AdaptiveBatchingMixin:
         return engine_quarantine(self, fn, fatal=lambda exc: classify_oom(exc) is not None)
 
     def adaptive_batcher(self, samples: Any, fn: Any, policy: BatchPolicy, **engine: Any) -> MicroBatcher:
-        """The micro-batch loop this operator runs over ``samples``: its cost model, order columns, error
-        policy and sorting (``engine`` adds or overrides :class:`.engine.MicroBatcher` arguments: the
-        process-wide state above, or a benchmark's virtual clock)."""
+        """The micro-batch loop this operator runs over ``samples`` (``engine`` adds or overrides
+        :class:`.engine.MicroBatcher` arguments: the process-wide state, or a benchmark's clock)."""
         mode, aggregate = self.adaptive_cost_mode(samples)
         order = [PARTITION_COLUMN, *self.adaptive_batching_order_columns]
         index_key = getattr(self, "index_key", None)
@@ -158,9 +125,7 @@ class AdaptiveBatchingMixin:
 
 def adaptive_requested(cls: type, requested: bool | None) -> bool:
     """The recipe's ``adaptive_batching`` wins; unset, the class flag decides."""
-    if requested is not None:
-        return bool(requested)
-    return supports_adaptive_batching(cls)
+    return bool(requested) if requested is not None else supports_adaptive_batching(cls)
 
 
 def check_operator(op: Any) -> None:

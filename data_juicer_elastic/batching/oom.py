@@ -1,18 +1,10 @@
 """Which exceptions a smaller micro-batch can fix: one narrow function, :func:`classify_oom`.
 
-Retrying a smaller slice helps only when *this process* failed to allocate
-memory for *this call*.  It does not help, and must not be attempted, after
-
-* a sticky CUDA error (illegal memory access, device-side assert): the CUDA
-  context is unusable, so every later call fails too;
-* an NCCL / ``torch.distributed`` error: a collective failed, not an allocation;
-* Ray's host-memory ``OutOfMemoryError``: Ray's memory monitor killed a worker
-  because the *node* ran out of RAM; a smaller slice in another worker changes
-  nothing, and Ray retries the task itself.
-
-torch is never imported here: an exception raised by torch means torch is
-already in ``sys.modules``; without torch only the message and ``MemoryError``
-checks apply.
+Only a failure of *this process* to allocate memory for *this call*.  Never retried: a sticky
+CUDA error (illegal memory access, device-side assert: the context is unusable), an NCCL /
+``torch.distributed`` error (a collective failed), Ray's host-memory ``OutOfMemoryError`` (the
+*node* ran out of RAM; Ray retries the task itself).  torch is never imported here: an exception
+raised by torch means it is in ``sys.modules``; without it only the message and ``MemoryError`` count.
 """
 
 from __future__ import annotations
@@ -37,8 +29,7 @@ class OomKind(enum.StrEnum):
 _MESSAGE_MARKERS: Final = (
     ("cublas_status_alloc_failed", OomKind.CUBLAS),
     ("cudnn_status_alloc_failed", OomKind.CUDNN),
-    ("defaultcpuallocator: can't allocate memory", OomKind.CPU_ALLOCATOR),
-    ("can't allocate memory", OomKind.CPU_ALLOCATOR),
+    ("can't allocate memory", OomKind.CPU_ALLOCATOR),  # "DefaultCPUAllocator: can't allocate memory"
     ("out of memory", OomKind.TORCH),  # "CUDA out of memory.", "CUDA error: out of memory", "HIP out of memory"
 )
 # Messages that are never an allocation failure, even if they also say "out of memory".

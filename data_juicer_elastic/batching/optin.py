@@ -1,35 +1,12 @@
 """Recipe opt-in: ``adaptive_batching: true`` on a registered Mapper applies :class:`AdaptiveBatchingMixin`.
 
-Data-Juicer 1.6.1 already accepts ``adaptive_batching`` as a base-operator
-argument (and ``_supports_adaptive_batching`` as a class flag) but acts on it
-only under its own ``elastic_juicer_adaptive_batching`` switch, in Ray actor
-mode, for CUDA operators.  With this plugin the same per-operator switch works
-under every executor (default, ray, elastic_sharded; Ray task and actor modes):
-
-* constructing an operator class whose ``adaptive_batching`` resolves true (the
-  recipe value, else the class flag) gives an instance of
-  ``Adaptive<Class>`` = ``(AdaptiveBatchingMixin, Class)``, a subclass created
-  once per class.  The hook is on Data-Juicer's operator metaclass (installed by
-  ``compat.dj_op_metaclass``), so every
-  path that builds operators (``load_ops``, Ray actors built from
-  ``op.__class__``, tests) gets the same class; the recipe's ``batch_size``,
-  ``num_cpus``/``num_gpus`` and execution mode are untouched;
-* what the operator class itself says about micro-batching (its
-  ``adaptive_batching_cost``, ``adaptive_row_costs``, ``adaptive_batching_policy``
-  ...: :data:`.mixin.HOOKS`) is copied into the built class, since the mixin
-  comes first in its MRO and its defaults would otherwise win;
-* the subclass is reachable by name from this module (PEP 562 ``__getattr__``),
-  so pickle/cloudpickle/dill send it to Ray workers and multiprocessing workers
-  by reference, and it is rebuilt identically there;
-* :func:`check_config` (called while Data-Juicer sets up any parsed config)
-  refuses what cannot work: conflicting switches (Data-Juicer's
-  ``elastic_juicer_adaptive_batching`` would wrap the same operator a second
-  time), ``op_fusion`` (a fused operator hides the Mapper), Filters and other
-  non-Mappers, non-batched Mappers, multi-GPU actors.
-
-``DJ_ELASTIC_ADAPTIVE_BATCHING=off`` in the environment turns the plugin's
-opt-in off entirely, leaving ``adaptive_batching`` to Data-Juicer's own
-controller.
+Data-Juicer 1.6.1 acts on ``adaptive_batching`` only under its own ``elastic_juicer_adaptive_batching``
+switch (Ray actor mode, CUDA); here it works under every executor.  A hook on Data-Juicer's operator
+metaclass (``compat.dj_op_metaclass``) makes constructing an opted-in class give an
+``Adaptive<Class>`` = ``(AdaptiveBatchingMixin, Class)`` instance, created once per class, with the
+operator's own tuning (:data:`.mixin.HOOKS`) copied in, and reachable by name (PEP 562), so pickles
+send it by reference.  :func:`check_config` refuses what cannot work.
+``DJ_ELASTIC_ADAPTIVE_BATCHING=off`` leaves ``adaptive_batching`` to Data-Juicer's own controller.
 """
 
 from __future__ import annotations
@@ -40,7 +17,7 @@ import threading
 from typing import Any, Final
 
 from data_juicer_elastic.batching.mixin import HOOKS, AdaptiveBatchingMixin, adaptive_requested
-from data_juicer_elastic.compat.dj_op_attributes import is_batched_class, op_name, supports_adaptive_batching
+from data_juicer_elastic.compat.dj_op_attributes import is_batched_class, op_name
 from data_juicer_elastic.compat.dj_op_metaclass import MODULE as BASE_OP_MODULE
 from data_juicer_elastic.errors import ConfigError
 
@@ -62,7 +39,8 @@ def adaptive_class(cls: type) -> type:
     with _lock:
         found = _classes.get(cls)
         if found is None:
-            name = class_name(cls)
+            # Adaptive<Name>_<hex of module:qualname>: an identifier that names its base class
+            name = f"{_PREFIX}{cls.__name__}_{f'{cls.__module__}:{cls.__qualname__}'.encode().hex()}"
             found = type(cls)(
                 name,
                 (AdaptiveBatchingMixin, cls),
@@ -71,7 +49,7 @@ def adaptive_class(cls: type) -> type:
                     "__qualname__": name,
                     "__doc__": f"{cls.__qualname__} with adaptive micro-batching (data-juicer-elastic).",
                     "_adaptive_base": cls,
-                    **operator_hooks(cls),
+                    **_operator_hooks(cls),
                 },
             )
             _classes[cls] = found
@@ -79,23 +57,11 @@ def adaptive_class(cls: type) -> type:
     return found
 
 
-def operator_hooks(cls: type) -> dict[str, Any]:
-    """The mixin hooks ``cls`` defines itself (its cost model, row costs, policy), as raw class attributes.
-
-    In ``(AdaptiveBatchingMixin, cls)`` the mixin comes first in the MRO, so its defaults would win over
-    the operator's; putting the operator's own definitions into the built class restores them.  ``cls``
-    has no mixin in its bases here, so whatever its MRO defines is the operator's."""
-    found: dict[str, Any] = {}
-    for name in HOOKS:
-        owner = next((klass for klass in cls.__mro__ if name in vars(klass)), None)
-        if owner is not None:
-            found[name] = vars(owner)[name]  # raw: staticmethod/classmethod/property keep their kind
-    return found
-
-
-def class_name(cls: type) -> str:
-    """``Adaptive<Name>_<hex of module:qualname>``: an identifier that names its base class."""
-    return f"{_PREFIX}{cls.__name__}_{f'{cls.__module__}:{cls.__qualname__}'.encode().hex()}"
+def _operator_hooks(cls: type) -> dict[str, Any]:
+    """The mixin hooks ``cls`` (which has no mixin in its bases) defines, as raw class attributes
+    (staticmethod/classmethod/property keep their kind)."""
+    owners = {name: next((klass for klass in cls.__mro__ if name in vars(klass)), None) for name in HOOKS}
+    return {name: vars(owner)[name] for name, owner in owners.items() if owner is not None}
 
 
 def __getattr__(name: str) -> Any:  # PEP 562: unpickling an Adaptive class in a fresh process
@@ -117,15 +83,12 @@ def resolve(cls: type, requested: Any) -> type:
     """The class to instantiate for ``cls`` with the recipe's ``adaptive_batching`` value."""
     if issubclass(cls, AdaptiveBatchingMixin) or not enabled():
         return cls
-    if requested is None and not supports_adaptive_batching(cls):
-        return cls  # the common case: nothing asked for
     if not adaptive_requested(cls, requested if isinstance(requested, bool) else None):
         return cls
     _require_mapper(cls, op_name(cls))
     return adaptive_class(cls)
 
 
-# -- config checks -------------------------------------------------------------------------------------
 def check_config(cfg: Any) -> None:
     """Refuse recipes whose opted-in operators cannot be micro-batched (ConfigError naming the op)."""
     if not enabled():

@@ -1,42 +1,26 @@
-"""The micro-batch size policy: pure, clock-injected, bounded state.
+"""The micro-batch size policy: pure (no Ray, torch or GPU import), clock-injected, bounded state.
 
-No Ray, torch or GPU import: the policy sees only numbers.  A micro-batch has a
-row count and a *cost* (whatever the caller's cost model says: rows, characters,
-padded tokens); the policy keeps a cost **budget** and the caller takes the
-longest prefix of the remaining rows whose cost fits (:meth:`BatchPolicy.choose_rows`).
-With the ``rows`` cost model the budget is simply a row count.
+A micro-batch has a row count and a *cost* (the caller's cost model: rows, characters, padded
+tokens); the policy keeps a cost **budget** and the caller takes the longest prefix of the
+remaining rows that fits (:meth:`BatchPolicy.choose_rows`).  The rules:
 
-The policy, in words:
-
-* Start at the operator's ``batch_size`` (the ceiling, never exceeded) or at a
-  known-safe budget seeded from a shared profile.
-* An OOM at cost ``c`` makes ``c`` a *known failing size*: no later slice is
-  planned at or above it until it expires (below).  The retry of the same rows
-  uses the largest cost that has succeeded (when it is at least ``c/2``) or ``c/2``,
-  and strictly fewer rows; every further OOM of the same slice at least halves
-  the rows, so a slice reaches one row after at most ``1 + ceil(log2(batch_size))``
-  shrinking OOMs.
-* *Drift*: an OOM at a cost that had already succeeded means memory changed
-  (fragmentation, a transient neighbour, a capacity drop).  When such OOMs have
-  been cured by cleanup before (or it is the first one), the same slice is
-  retried once, at the same size, after cleanup; if that fails too it was not
-  fragmentation, and the policy shrinks and forgets its proven sizes.
-* Growth is cautious: only after ``successes_before_growth`` successes whose
-  size the budget limited, and only toward the known failing size (closing half
-  the gap, never reaching it); without a known failing size by ``growth``.
-* A known failing size expires (re-probe) after ``reprobe_successes`` successes or
-  ``reprobe_secs`` on the injected clock, whichever comes first.  The re-probe
-  goes just above the old failing size (a failure then costs a small call); if
-  it fails, the old failing size is restored (not approached again) and both
-  intervals double (up to ``max_reprobe_backoff``x).
-* At one row nothing smaller exists: wait ``floor_backoff_secs * i`` (i = 1..
-  ``floor_retries``) and retry the same row, then give up (:attr:`Action.FAIL`).
-
-The retry budget follows from the policy instead of being tuned beside it:
-:attr:`BatchPolicy.slice_oom_budget` is the most OOMs one slice can see before
-``FAIL``, so a caller's per-slice guard can never cut a slice short of the floor
-(a shrink factor such as x0.9 with a fixed 16-retry cap can, and then drops
-the batch).
+* Start at the operator's ``batch_size`` (the ceiling, never exceeded) or at a known-safe budget
+  seeded from a shared profile.
+* An OOM at cost ``c`` makes ``c`` a *known failing size* (nothing planned at or above it until it
+  expires).  The retry of the same rows uses the largest cost that succeeded (when >= ``c/2``) or
+  ``c/2``, and strictly fewer rows; every further OOM of the slice at least halves the rows, so a
+  slice reaches one row after at most ``1 + ceil(log2(batch_size))`` shrinking OOMs.
+* *Drift*: an OOM at a cost that had succeeded means memory changed.  When such OOMs have been
+  cured by cleanup before (or it is the first), the same slice is retried once at the same size
+  after cleanup; if that fails too, the policy shrinks and forgets its proven sizes.
+* Growth only after ``successes_before_growth`` budget-limited successes, closing half the gap to
+  the known failing size (never reaching it), else by ``growth``.
+* A known failing size expires (re-probe) after ``reprobe_successes`` successes or ``reprobe_secs``;
+  the re-probe goes just above it, and if it fails the old size is restored and both intervals
+  double (up to ``max_reprobe_backoff``x).
+* At one row: wait ``floor_backoff_secs * i`` (i = 1..``floor_retries``), retry, then
+  :attr:`Action.FAIL`.  :attr:`BatchPolicy.slice_oom_budget` is the most OOMs one slice can see
+  before ``FAIL``, so a caller's per-slice guard never cuts a slice short of the floor.
 """
 
 from __future__ import annotations
@@ -50,6 +34,8 @@ from dataclasses import dataclass
 from typing import Any, Final
 
 INF: Final = math.inf
+# What BatchPolicy.state() reports after the budget, in this order.
+_STATE: Final = "safe failing max_rows successes ooms drift_ooms floor_waits reprobes max_slice_ooms".split()
 
 
 class Action(enum.StrEnum):
@@ -115,23 +101,12 @@ class BatchPolicy:
         self._streak = 0
         self._frag_hits = 0  # same-size retries after cleanup that succeeded ...
         self._frag_misses = 0  # ... and that failed again
-        # per slice
-        self._slice_ooms = 0
-        self._shrunk = False
-        self._row_cap = max_rows
-        self._floor_waits = 0
-        self._frag_pending = False
+        self.begin_slice()  # per slice state
         # counters (telemetry)
-        self.successes = 0
-        self.ooms = 0
-        self.drift_ooms = 0
-        self.floor_waits = 0
-        self.reprobes = 0
-        self.max_slice_ooms = 0
+        self.successes = self.ooms = self.drift_ooms = self.floor_waits = self.reprobes = self.max_slice_ooms = 0
         # (outcome, rows, cost, budget before): the last few events, for telemetry
         self.trace: deque[tuple[str, int, float, float | None]] = deque(maxlen=self.config.trace_len)
 
-    # -- planning ------------------------------------------------------------------------------
     @property
     def slice_oom_budget(self) -> int:
         """The most OOMs one slice can see before FAIL: fragmentation test + gentle shrink +
@@ -166,7 +141,6 @@ class BatchPolicy:
                 hi = mid - 1
         return lo
 
-    # -- observations --------------------------------------------------------------------------
     def on_success(self, rows: int, cost: float, *, budget_bound: bool) -> None:
         """A micro-batch of ``rows`` rows and ``cost`` succeeded.  ``budget_bound``: the budget
         (not the end of the outer batch) ended it, so it is evidence about the budget."""
@@ -267,7 +241,6 @@ class BatchPolicy:
     def _budget_or_none(self) -> float | None:
         return None if self.budget == INF else self.budget
 
-    # -- profiles ------------------------------------------------------------------------------
     def seed(self, *, safe: float | None, failing: float | None) -> None:
         """Start from what another process learned (before any observation of this one)."""
         if self.successes or self.ooms:
@@ -283,15 +256,4 @@ class BatchPolicy:
 
     def state(self) -> dict[str, Any]:
         """Plain numbers for telemetry and profiles (JSON-safe: no infinities)."""
-        return {
-            "budget": self._budget_or_none(),
-            "safe": self.safe,
-            "failing": self.failing,
-            "max_rows": self.max_rows,
-            "successes": self.successes,
-            "ooms": self.ooms,
-            "drift_ooms": self.drift_ooms,
-            "floor_waits": self.floor_waits,
-            "reprobes": self.reprobes,
-            "max_slice_ooms": self.max_slice_ooms,
-        }
+        return {"budget": self._budget_or_none(), **{name: getattr(self, name) for name in _STATE}}

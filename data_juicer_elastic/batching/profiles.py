@@ -1,19 +1,16 @@
 """Shared batch profiles: what one process learned, so the next shard on any node starts at a safe size.
 
-One file per (stage identity x accelerator model x cost model x ceiling) in
-``<job_dir>/batch-profiles/<key>.json`` (:meth:`JobLayout.batch_profile`), written
-atomically (:func:`sharedfs.fsio.atomic_write`).  A profile is advice, never
-authority: a profile that is corrupt, from another format version, for another
-cost model or ceiling, or older than ``max_age_secs`` is ignored (logged once),
-and a seeded controller still shrinks on the first OOM as usual.  Concurrent
-writers are last-writer-wins; each writes only after its own evidence changed.
+One file per (stage identity x accelerator model x cost model x ceiling),
+``<job_dir>/batch-profiles/<key>.json``, written atomically.  A profile is advice, never authority:
+one that is corrupt, of another format or configuration, or older than a day is ignored (logged
+once), and a seeded controller still shrinks on the first OOM.  Writers are last-writer-wins; each
+writes only after its own evidence changed.
 """
 
 from __future__ import annotations
 
 import hashlib
-import os
-import socket
+import math
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -27,7 +24,7 @@ from data_juicer_elastic.jobdir.layout import JobLayout
 from data_juicer_elastic.jobdir.records import Record
 from data_juicer_elastic.sharedfs import fsio
 
-DEFAULT_MAX_AGE_SECS: Final = 24 * 3600.0
+MAX_AGE_SECS: Final = 24 * 3600.0
 _warned: set[str] = set()
 
 
@@ -52,14 +49,7 @@ def profile_key(stage_key: str, accelerator: str, cost_model: str, max_rows: int
 
 
 def read_profile(
-    layout: JobLayout,
-    stage_key: str,
-    accelerator: str,
-    cost_model: str,
-    max_rows: int,
-    *,
-    max_age_secs: float = DEFAULT_MAX_AGE_SECS,
-    now: float | None = None,
+    layout: JobLayout, stage_key: str, accelerator: str, cost_model: str, max_rows: int
 ) -> BatchProfile | None:
     """The usable profile, or None (missing, corrupt, stale or for another configuration)."""
     path = layout.batch_profile(profile_key(stage_key, accelerator, cost_model, max_rows))
@@ -75,16 +65,12 @@ def read_profile(
     except JobDirError as exc:
         _warn_once(path, f"ignoring batch profile: {exc}")
         return None
-    now = time.time() if now is None else now
+    now = time.time()
     problem = None
-    if (profile.stage_key, profile.accelerator, profile.cost_model, profile.max_rows) != (
-        stage_key,
-        accelerator,
-        cost_model,
-        max_rows,
-    ):
+    wanted = (stage_key, accelerator, cost_model, max_rows)
+    if (profile.stage_key, profile.accelerator, profile.cost_model, profile.max_rows) != wanted:
         problem = "it belongs to another stage or configuration"
-    elif abs(now - profile.updated_at) > max_age_secs:
+    elif abs(now - profile.updated_at) > MAX_AGE_SECS:
         problem = f"it is stale (written {now - profile.updated_at:.0f}s ago)"
     elif not _valid_bounds(profile):
         problem = f"its bounds are not usable (safe={profile.safe}, failing={profile.failing})"
@@ -103,19 +89,13 @@ def write_profile(layout: JobLayout, profile: BatchProfile) -> Path:
     return path
 
 
-def writer_name() -> str:
-    return f"{socket.gethostname()}:{os.getpid()}"
-
-
 def _valid_bounds(profile: BatchProfile) -> bool:
-    def ok(value: float | None) -> bool:
-        return value is None or (value > 0 and value == value and value != float("inf"))
-
-    if not (ok(profile.safe) and ok(profile.failing)) or profile.max_rows < 1:
+    safe, failing = profile.safe, profile.failing
+    if any(v is not None and not (0 < v < math.inf) for v in (safe, failing)) or profile.max_rows < 1:
         return False
-    if profile.safe is None and profile.failing is None:
+    if safe is None and failing is None:
         return False
-    return profile.safe is None or profile.failing is None or profile.safe < profile.failing
+    return safe is None or failing is None or safe < failing
 
 
 def _warn_once(path: Path, message: str) -> None:

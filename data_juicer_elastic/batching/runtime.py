@@ -1,28 +1,11 @@
 """Per-process controller state for the mixin, the attempt context, telemetry files and profiles.
 
-How a Ray worker learns its job directory and attempt
------------------------------------------------------
-The warm node-local Ray runtime is started once per worker process, so its
-``runtime_env`` cannot carry per-attempt values, and operator arguments are
-hashed into stage identities (a per-attempt argument would make every attempt a
-different pipeline).  Data-Juicer already hands every operator one per-run
-argument that is excluded from fingerprints: ``work_dir`` (the config's
-work_dir, which the ShardRunner sets inside the attempt directory).  It travels
-to Ray actors as a constructor argument and to Ray tasks inside the pickled
-operator.  So the ShardRunner writes a small versioned context record
-(:class:`BatchingContext`: job dir, shard, attempt, the stage identities) into
-that directory before running the attempt, and the mixin reads it on first use.
-No context (the default and ray executors): micro-batching works the same,
-without shared profiles or attempt telemetry.
-
-What lives where
-----------------
-* policies: per process, keyed by stage x accelerator x cost model x ceiling; they
-  outlive Ray tasks and attempts in a warm worker (bounded LRU);
-* statistics: per process, attempt and stage (bounded LRU);
-* ``attempts/<shard>/<attempt>/batching/<stage>-<host>-<pid>.json``: this process's
-  size trace for the attempt, rewritten after every outer batch;
-* ``batch-profiles/<key>.json``: the learned bounds (:mod:`.profiles`).
+A Ray worker learns its job and attempt from a context record (:class:`BatchingContext`) the
+ShardRunner writes into the config's ``work_dir``: the one per-run argument Data-Juicer hands every
+operator that stage identities leave out (the warm runtime outlives attempts, so its
+``runtime_env`` cannot carry them).  Without one, micro-batching works the same, without shared
+profiles or telemetry.  Policies and statistics live per process in bounded LRUs; each process
+rewrites ``attempts/<shard>/<attempt>/batching/<stage>-<host>-<pid>.json`` after every outer batch.
 """
 
 from __future__ import annotations
@@ -116,7 +99,6 @@ def read_context(work_dir: str | None) -> BatchingContext | None:
     return _contexts[key]
 
 
-# -- per-process state -----------------------------------------------------------------------------
 class OpState:
     """One operator's policy and this attempt's statistics in this process."""
 
@@ -129,14 +111,12 @@ class OpState:
         self.max_rows = int(op.batch_size)
         self.label = f"{self.stage_key} [{self.accelerator}]"
         key = (self.stage_key, self.accelerator, mode, self.max_rows)
-        entry = _policies.get(key)
-        self.seeded_from: str | None = None
-        if entry is None:
+        policy = _policies.get(key)
+        if policy is None:
             policy = BatchPolicy(self.max_rows, getattr(op, "adaptive_batching_policy", None))
             self.seeded_from = self._seed(policy)
             _remember(_policies, key, policy)
         else:
-            policy = entry
             _policies.move_to_end(key)
             self.seeded_from = "process" if policy.successes or policy.ooms else None
         self.policy: BatchPolicy = policy
@@ -212,7 +192,7 @@ class OpState:
                 successes=self.policy.successes,
                 ooms=self.policy.ooms,
                 updated_at=time.time(),
-                writer=profiles.writer_name(),
+                writer=f"{socket.gethostname()}:{os.getpid()}",
             ),
         )
         self._published, self._published_at, self._published_ooms = bounds, now, self.policy.ooms
@@ -273,7 +253,7 @@ def accelerator_model(op: Any) -> str:
         return "cuda-unknown"
 
 
-# -- attempt summary (read by the ShardRunner, shown by dj-elastic status) -------------------------
+# The attempt summary (read by the ShardRunner, shown by dj-elastic status)
 _SUMMED: Final = ("ooms", "retries", "floor_waits", "skipped_rows", "terminal_ooms", "slices", "rows_in", "rows_out")
 
 

@@ -1,21 +1,15 @@
 """Running one claimed shard: a warm node-local Ray runtime, Data-Juicer's RayExecutor per shard.
 
-* the runtime: ``ray_runtime`` (one warm Ray per worker process), ``lazy_runner`` (started
-  when the worker is about to claim), ``runtime_watch`` (the Ray half of the stall rule);
-* one shard: ``shard_runner`` (RayExecutor on the shard, the runner the worker loop calls),
-  ``stage_identities`` (the recipe's stage ids, as RayExecutor computes them),
-  ``code_fingerprint`` (one version of the operators' code per job), ``progress_source``
-  (live progress from Ray Data's metrics);
-* rows in and out, losslessly: ``shard_reader`` (the shard read with the job's row schema),
-  ``row_types`` (that schema in Arrow), ``row_writer`` (every row once, in order) and
-  ``lossless`` (untouched values exactly as read);
-* warm operators: ``warm_ops`` (operators built once per process), ``warm_actors``
-  (long-lived actors for actor-mode operators).
+* the runtime: ``ray_runtime`` (one per worker process), ``lazy_runner`` (started before a
+  claim), ``runtime_watch`` (the Ray half of the stall rule);
+* one shard: ``shard_runner`` (the runner the worker loop calls), ``stage_identities``,
+  ``code_fingerprint`` (one version of the operators' code per job), ``progress_source``;
+* rows in and out, losslessly: ``shard_reader``, ``row_types`` (the row schema in Arrow),
+  ``row_writer`` and ``lossless`` (untouched values exactly as read);
+* warm operators: ``warm_ops`` and ``warm_actors`` (for actor-mode operators).
 
-Private helpers: ``_dj_config`` (the shard recipe through Data-Juicer's parser),
-``_shard_source`` (the shard handed to Data-Juicer's loader), ``_attempt_log``.  Every
-Data-Juicer or Ray internal they need is reached through ``compat``.  Importing this
-package is cheap and imports neither Ray nor Data-Juicer.
+Private: ``_dj_config`` (Data-Juicer's parser), ``_shard_source`` (its loader), ``_attempt_log``.
+Data-Juicer and Ray internals are reached through ``compat``; importing this imports neither.
 """
 
 # The package's modules (nothing is re-exported: import from the module you need).

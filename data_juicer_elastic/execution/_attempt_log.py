@@ -1,18 +1,8 @@
-"""Route one attempt's driver-side logs into ``attempt_dir/process.log``.
+"""Route one attempt's driver-side logs (loguru, Ray Data's ``ray.data``) into ``attempt_dir/process.log``.
 
-Data-Juicer logs through the process-wide loguru logger, configured once per
-process (``setup_logger`` is a no-op the second time), so a per-run log file
-would keep receiving every later shard.  Instead each attempt adds its own sink
-and removes it when the attempt ends: lines logged while the attempt runs go to
-that attempt's file, and to no other attempt's.
-
-Also captured: Ray Data's driver-side ``ray.data`` stdlib logger (execution
-plans, progress, dataset errors).  Not captured: output printed inside Ray
-worker processes (for example Data-Juicer's per-sample error lines under
-``skip_op_error: true``); Ray forwards it to this process's console and keeps
-it in the Ray session's ``logs/worker-*.err`` files.  Routing it by attempt
-is not reliable: Ray batches forwarded lines, and they can arrive after the
-attempt ended.
+Data-Juicer configures loguru once per process, so each attempt adds its own sink and removes it
+when it ends.  Output printed inside Ray worker processes is not captured (Ray forwards it, in
+batches that can arrive after the attempt ended, and keeps it in ``logs/worker-*.err``).
 """
 
 from __future__ import annotations
@@ -28,7 +18,6 @@ from loguru import logger
 from data_juicer_elastic.console.log_files import LogFile
 
 _FORMAT: Final = "{time:YYYY-MM-DD HH:mm:ss.SSS} | {level: <8} | {name}:{line} - {message}"
-_RAY_DATA_LOGGER: Final = "ray.data"
 
 
 @contextlib.contextmanager
@@ -49,7 +38,7 @@ def attempt_log(path: Path, level: str = "INFO") -> Iterator[None]:
     handler = logging.StreamHandler(stream)
     handler.setLevel(logging.INFO)
     handler.setFormatter(logging.Formatter("%(asctime)s | %(levelname)-8s | %(name)s - %(message)s"))
-    ray_data = logging.getLogger(_RAY_DATA_LOGGER)
+    ray_data = logging.getLogger("ray.data")
     ray_data.addHandler(handler)
     try:
         yield

@@ -1,15 +1,10 @@
 """A shard recipe -> Data-Juicer's own config object, through Data-Juicer's parser.
 
-The recipe is written to a YAML file and parsed by ``init_configs`` exactly as
-``dj-process --config`` would, so defaults, op-argument merging and the
-per-executor attribute injection (``num_proc`` only outside Ray) are Data-Juicer's.
-``load_configs_only=True`` keeps ``init_configs`` away from the process-wide
-loguru setup (the caller routes logs per attempt), the config backup and the
-config table.
-
-:class:`ShardConfigs` parses the recipe once per worker process and re-bases
-that namespace onto each later attempt's paths (see its docstring): parsing
-costs 0.2-1.2 s per attempt on a 2-CPU node, most of it jsonargparse.
+The recipe is written to a YAML file and parsed by ``init_configs`` as ``dj-process --config``
+would, so defaults, op-argument merging and the per-executor attribute injection are
+Data-Juicer's.  ``load_configs_only=True`` skips its process-wide loguru setup (logs are routed
+per attempt), the config backup and the config table.  :class:`ShardConfigs` parses once per
+worker process and re-bases that namespace per attempt: a parse costs 0.2-1.2 s on a 2-CPU node.
 """
 
 from __future__ import annotations
@@ -29,6 +24,7 @@ from loguru import logger
 from data_juicer_elastic.compat import dj_config_module
 from data_juicer_elastic.compat.dj_config_module import RAY_JOB_ENV
 from data_juicer_elastic.errors import RecipeError
+from data_juicer_elastic.status.throughput import last_line
 
 _DERIVED_DIRS: Final = ("event_log_dir", "checkpoint_dir", "partition_dir")
 
@@ -56,42 +52,31 @@ def check_recipe(recipe: Any) -> dict[str, Any]:
 def load_dj_config(
     recipe: Mapping[str, Any], overrides: Mapping[str, Any], config_path: Path, *, where: str | None = None
 ) -> Any:
-    """Write ``recipe | overrides`` to ``config_path`` and parse it with ``init_configs``.
-
-    Call inside :func:`ray_job_env`.  Returns Data-Juicer's ``Namespace``.
-    """
+    """Write ``recipe | overrides`` to ``config_path``, parse it with ``init_configs`` (inside
+    :func:`ray_job_env`) and return Data-Juicer's ``Namespace``."""
     from data_juicer.config import init_configs
 
     data = write_recipe_file(recipe, overrides, config_path)
     custom_paths = data.get("custom_operator_paths") or None
+    where = where or str(config_path)
     if custom_paths:
-        # Register custom operators BEFORE the parse.  Data-Juicer's parser gives
-        # an operator its full set of default arguments only when the operator is
-        # registered while the parser is built; a first parse in a fresh process
-        # would otherwise give it fewer init kwargs than every later parse, and
-        # its stage identity (a hash of those kwargs) would depend on how many
-        # recipes this process had parsed before.  Data-Juicer also refuses a
-        # second import of the same module, so parse without the paths and put
-        # the value back afterwards.
-        dj_config_module.register_custom_operators(custom_paths, where=where or str(config_path))
-
+        # Register custom operators BEFORE the parse.  Data-Juicer's parser gives an operator its
+        # full set of default arguments only when it is registered while the parser is built; a
+        # first parse in a fresh process would otherwise give it fewer init kwargs than every later
+        # one, and its stage identity (a hash of those kwargs) would depend on how many recipes this
+        # process had parsed.  Data-Juicer also refuses a second import of the same module, so
+        # parse without the paths and put the value back afterwards.
+        dj_config_module.register_custom_operators(custom_paths, where=where)
     captured = io.StringIO()
+    hint = "the recipe must be a valid Data-Juicer config for executor_type ray"
     try:
         with contextlib.redirect_stderr(captured):
             cfg = init_configs(args=["--config", str(config_path)], load_configs_only=True)
-    except SystemExit:
-        # jsonargparse reports a rejected option on stderr and exits.
-        raise RecipeError(
-            f"Data-Juicer rejected the shard recipe: {_last_line(captured.getvalue()) or 'parser exited'}",
-            where=where or str(config_path),
-            hint="the recipe must be a valid Data-Juicer config for executor_type ray",
-        ) from None
+    except SystemExit:  # jsonargparse reports a rejected option on stderr and exits
+        reason = last_line(captured.getvalue()) or "parser exited"
+        raise RecipeError(f"Data-Juicer rejected the shard recipe: {reason}", where=where, hint=hint) from None
     except (ValueError, TypeError, KeyError, RuntimeError, NotImplementedError, ImportError) as exc:
-        raise RecipeError(
-            f"Data-Juicer could not set up the shard recipe: {exc}",
-            where=where or str(config_path),
-            hint="the recipe must be a valid Data-Juicer config for executor_type ray",
-        ) from exc
+        raise RecipeError(f"Data-Juicer could not set up the shard recipe: {exc}", where=where, hint=hint) from exc
     finally:
         if captured.getvalue():
             sys.stderr.write(captured.getvalue())
@@ -103,33 +88,23 @@ def load_dj_config(
 class ShardConfigs:
     """Data-Juicer configs for one shard recipe: parsed once, re-based for every later attempt.
 
-    The first :meth:`load` runs :func:`load_dj_config` (Data-Juicer's parser) and
-    keeps the result as a template.  A later attempt gets a deep copy whose
-    per-attempt fields are reset to the attempt's raw values and resolved by
-    Data-Juicer's own ``resolve_job_id`` / ``resolve_job_directories``, exactly
-    as ``init_setup_from_cfg`` does; operators get the new ``work_dir`` (which
-    carries the adaptive-batching attempt context, batching.runtime).  The
-    attempt's ``recipe.yaml`` is still written: it is what ``cfg.config`` names.
-
-    Guard: if any string in the re-based config still holds one of the
-    template attempt's paths (a field a newer Data-Juicer derives that this
-    class does not know), the attempt is parsed afresh, and so is every later
-    one, with one warning.  tests/execution/test_dj_config.py compares re-based
-    configs with fresh parses field by field.
+    A later attempt gets a deep copy of the first parse whose per-attempt fields are reset and
+    resolved by Data-Juicer's own ``resolve_job_id`` / ``resolve_job_directories``, as
+    ``init_setup_from_cfg`` does; operators get the new ``work_dir`` (it carries the
+    adaptive-batching attempt context).  The attempt's ``recipe.yaml`` is still written (``cfg.config``
+    names it).  Guard: if any string of the re-based config still holds a path of the template's
+    attempt (a field a newer Data-Juicer derives), this and every later attempt is parsed afresh.
     """
 
-    def __init__(self, recipe: Mapping[str, Any], *, where: str | None = None):
+    def __init__(self, recipe: Mapping[str, Any]):
         self.recipe = check_recipe(recipe)
-        self.where = where
         self._template: Any = None
         self._template_overrides: dict[str, Any] = {}
         self._template_config_path = ""
         self._rebase_ok = True
         self.parses = 0  # how many times Data-Juicer's parser ran (for tests and logs)
 
-    def load(self, overrides: Mapping[str, Any], config_path: Path, *, where: str | None = None) -> Any:
-        """Data-Juicer's config for ``recipe | overrides`` (see :func:`load_dj_config`)."""
-        where = where or self.where
+    def load(self, overrides: Mapping[str, Any], config_path: Path) -> Any:
         if self._template is not None and self._rebase_ok and set(overrides) == set(self._template_overrides):
             write_recipe_file(self.recipe, overrides, config_path)
             cfg = self._rebase(dict(overrides), config_path)
@@ -142,7 +117,7 @@ class ShardConfigs:
                 "parsing the recipe for every attempt from now on (slower, same result)"
             )
         self.parses += 1
-        cfg = load_dj_config(self.recipe, overrides, config_path, where=where)
+        cfg = load_dj_config(self.recipe, overrides, config_path)
         if self._template is None:
             self._template = copy.deepcopy(cfg)
             self._template_overrides = dict(overrides)
@@ -217,10 +192,8 @@ def _strings(value: Any, name: str = "cfg") -> Iterator[tuple[str, str]]:
 
 @contextlib.contextmanager
 def ray_job_env() -> Iterator[None]:
-    """``RAY_JOB=1`` while Data-Juicer parses and loads ops, then the previous value.
-
-    init_configs sets it to "1" for executor_type ray, and Data-Juicer reads it (is_ray_mode)
-    while loading ops."""
+    """``RAY_JOB=1`` (as init_configs sets it for executor_type ray; Data-Juicer's is_ray_mode reads
+    it while loading ops) while Data-Juicer parses and loads ops, then the previous value."""
     previous = os.environ.get(RAY_JOB_ENV)
     os.environ[RAY_JOB_ENV] = "1"
     try:
@@ -230,8 +203,3 @@ def ray_job_env() -> Iterator[None]:
             os.environ.pop(RAY_JOB_ENV, None)
         else:
             os.environ[RAY_JOB_ENV] = previous
-
-
-def _last_line(text: str) -> str:
-    lines = [line.strip() for line in text.splitlines() if line.strip()]
-    return lines[-1] if lines else ""

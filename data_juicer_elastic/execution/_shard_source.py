@@ -1,27 +1,14 @@
 """Give Data-Juicer's Ray loader the shard as this package read it, for the length of one shard run.
 
-What.  While :func:`shard_source` is active, ``RayDataset.read`` (py-data-juicer 1.6.1,
-the one call its Ray load strategy makes for a local JSONL path) returns, for the
-attempt's shard path, a materialized Ray dataset built by ``shard_reader`` with the
-job's row schema and the row-number column, instead of Ray's JSON reader.  Everything
-after the read (the media-path pass, the operators, the materialize) is Data-Juicer's own.
-
-Why.  (1) Lossless, shard-independent types: see ``shard_reader`` and ``row_types``.
-(2) One read per shard: ``RayExecutor.run`` touches a lazy dataset three times before
-processing it (``columns()`` in ``RayDataset.__init__`` runs ``read -> limit(1)``,
-``count()`` reads everything, then processing reads it again), and the first of those
-force-cancels the still-streaming read task, which kills its Ray worker (raylet: "The
-worker exits because the task ReadJSONStream has received a force ray.cancel request");
-the next task then waits seconds for a fresh worker to import Data-Juicer.  A
-materialized dataset answers ``columns()``, ``schema()`` and ``count()`` from block
-metadata.  The cost: a shard's input blocks stay in the object store while it runs,
-which is why shards should stay a small fraction of the node's object store.
-
-Scope: only while a shard runs in this worker process (reference-counted, so shard runs
-in several threads share one patch and the last one out restores the original), and
-only for the paths registered; any other path read meanwhile is refused loudly.
-Data-Juicer's files are not modified.  The swap itself is ``compat.dj_ray_dataset``: if
-py-data-juicer moves ``RayDataset.read`` the shard fails with an IntegrationError naming it.
+While :func:`shard_source` is active, ``RayDataset.read`` (py-data-juicer 1.6.1) answers the
+attempt's shard path with a materialized Ray dataset built by ``shard_reader``.  Why: lossless,
+shard-independent types, and one read per shard: ``RayExecutor.run`` touches a lazy dataset three
+times, and its first ``limit(1)`` force-cancels the streaming read task, killing its Ray worker (the
+next task waits seconds for a fresh one); a materialized dataset answers ``columns()``,
+``schema()`` and ``count()`` from block metadata, at the cost of the shard's blocks in the object
+store while it runs (so shards should stay a small fraction of it).  The swap
+(``compat.dj_ray_dataset``) is reference-counted across threads and serves only registered paths:
+any other path read meanwhile is refused.
 """
 
 from __future__ import annotations
@@ -65,10 +52,8 @@ def shard_source(path: str | os.PathLike, build: Callable[[], Any]) -> Iterator[
 
 
 def shard_key(attempt_dir: str | os.PathLike) -> Path:
-    """The ``dataset_path`` Data-Juicer is given for a shard: only a key (:func:`shard_source`
-    answers Data-Juicer's read of it with the shard as this package read it), inside the
-    attempt.  An empty file is placed there: Data-Juicer's config treats a path that does not
-    exist as a remote dataset."""
+    """The ``dataset_path`` Data-Juicer is given for a shard: only a key for :func:`shard_source`, an
+    empty file (Data-Juicer's config treats a path that does not exist as a remote dataset)."""
     key = Path(attempt_dir) / "input.jsonl"
     if not key.exists():
         key.touch()

@@ -1,23 +1,11 @@
 """The code each stage runs, fingerprinted, so one job's outputs come from one version of it.
 
-Stage identities (``stage_identities``) hash an operator's class, name and arguments, not
-its code: a custom operator's file edited after 2 of 4 shards gave a merged output with
-rows of both versions.  Prepare records ``code`` in the manifest:
-
-* ``versions``: Data-Juicer, data-juicer-elastic and Ray, as installed;
-* ``operators``: per operator of the recipe, the sha256 of the source file of its class and
-  of each base class, keyed by module name (install locations differ between nodes),
-  except modules whose code the versions already name: Data-Juicer's generic operator base
-  (``data_juicer.ops.base_op``) and this plugin;
-* ``custom_operator_paths``: per path as the recipe names it, one sha256 over what Python
-  would import from it (relative name and bytes of each module file, :func:`importable_files`):
-  an editor's lock file (Emacs's dangling ``.#ops.py`` link), backups (``ops.py~``), swap
-  files, ``__pycache__`` and data files are not code Python imports, and are left out.
-
-A worker computes the same on its node before its first claim, and again before every
-restart of its Ray runtime (Ray packs the custom operator paths when a runtime starts), and
-refuses to claim when anything differs (:class:`CodeMismatchError`, exit 2, naming what).
-``allow_version_mismatch`` lets the versions differ, never the operator code.
+Stage identities hash an operator's class, name and arguments, not its code.  So prepare records
+``code``: ``versions`` (Data-Juicer, data-juicer-elastic, Ray); per operator the sha256 of the
+source of its class and base classes by module name (except modules the versions name); per custom
+operator path one sha256 over what Python would import from it (:func:`importable_files`).  A
+worker refuses to claim on any difference (:class:`CodeMismatchError`, checked before its first
+claim and every runtime restart); ``allow_version_mismatch`` lets only the versions differ.
 """
 
 from __future__ import annotations
@@ -114,15 +102,10 @@ _LOADER_SUFFIXES: Final = (
 
 def importable_files(root: str) -> list[tuple[str, str]]:
     """(relative name, path) of every file Python would import as a module from the package
-    directory ``root`` and the packages below it, sorted by name.
-
-    The import system's own choice for each name (its FileFinder): a module is
-    ``<identifier><loader suffix>``, a package a directory named like an identifier with an
-    ``__init__`` module (it wins over a module file of its name), a namespace package one
-    without (a module file of its name wins over it); of several files for one module, the
-    first loader's (``m.py`` over a stale ``m.pyc``).  Links are followed as the import system
-    follows them; a dangling one (Emacs's ``.#m.py`` lock) or any other name Python cannot
-    import is left out."""
+    directory ``root`` and the packages below it, sorted, as the import system's FileFinder chooses:
+    a package (a directory with an ``__init__`` module) wins over a module file of its name, which
+    wins over a namespace package; ``m.py`` wins over a stale ``m.pyc``; links are followed, and a
+    dangling one (Emacs's ``.#m.py`` lock) or a name Python cannot import is left out."""
     found: list[tuple[str, str]] = []
     seen: set[str] = set()  # real paths of the directories walked: a link loop is walked once
 
@@ -152,12 +135,12 @@ def _listing(directory: str) -> tuple[dict[str, str], dict[str, str]]:
     modules: dict[str, tuple[int, str]] = {}
     packages: dict[str, str] = {}
     for entry in entries:
-        if _is_dir(entry):
+        if _entry_is(entry.is_dir):  # follows a link, as the import system does
             if entry.name.isidentifier() and entry.name != "__pycache__":
                 packages[entry.name] = entry.path
             continue
         rank = _module_rank(entry.name)
-        if rank is not None and _is_file(entry):
+        if rank is not None and _entry_is(entry.is_file):  # False for a dangling link
             stem = entry.name[: -len(_LOADER_SUFFIXES[rank])]
             if stem not in modules or rank < modules[stem][0]:
                 modules[stem] = (rank, entry.path)
@@ -172,16 +155,9 @@ def _module_rank(name: str) -> int | None:
     return None
 
 
-def _is_dir(entry: os.DirEntry) -> bool:
+def _entry_is(check: Any) -> bool:
     try:
-        return entry.is_dir()  # follows a link, as the import system does
-    except OSError:
-        return False
-
-
-def _is_file(entry: os.DirEntry) -> bool:
-    try:
-        return entry.is_file()  # False for a dangling link
+        return check()
     except OSError:
         return False
 
@@ -193,11 +169,8 @@ def _feed(digest: Any, path: str, name: str) -> None:
 
 
 def _operator_names(recipe: Mapping[str, Any]) -> list[str]:
-    names = []
-    for step in recipe.get("process") or []:
-        if isinstance(step, Mapping):
-            names += [str(name) for name in step if str(name) not in names]
-    return names
+    steps = [step for step in recipe.get("process") or [] if isinstance(step, Mapping)]
+    return list(dict.fromkeys(str(name) for step in steps for name in step))
 
 
 def _class_files(cls: type) -> dict[str, str]:

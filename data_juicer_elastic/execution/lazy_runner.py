@@ -1,12 +1,9 @@
 """A ShardRunner that starts its warm Ray runtime when the worker is about to claim.
 
-A worker that finds nothing to claim (a finished job, a late node) then costs no
-Ray start; one that finds work starts the runtime *before* it claims (``ready``, the
-worker loop's ``before_claim``), so a worker killed or failing while Ray starts holds
-no claim.  Before each start the operator code is checked against the job's record
-(``code_fingerprint``): a worker running other code never claims.  The runtime is
-started with the recipe's runtime env (custom operator modules, model caches) and
-reused for every later shard, until a stalled shard restarts the worker (``runtime_watch``).
+A worker with nothing to claim costs no Ray start; one with work checks the operator code
+(``code_fingerprint``) and starts the runtime *before* it claims (``ready``), so a worker that
+fails while Ray starts, or runs other code, holds no claim.  The runtime (with the recipe's runtime
+env) serves every later shard until a stalled shard restarts the worker (``runtime_watch``).
 """
 
 from __future__ import annotations
@@ -18,7 +15,7 @@ from typing import Any
 
 from loguru import logger
 
-from data_juicer_elastic.execution.ray_runtime import DEFAULT_CONNECT_TIMEOUT_SECS, LOCAL, WarmRayRuntime
+from data_juicer_elastic.execution.ray_runtime import LOCAL, WarmRayRuntime
 from data_juicer_elastic.execution.runtime_watch import RuntimeWatch
 from data_juicer_elastic.execution.shard_runner import ShardRunner, shard_runtime_env
 from data_juicer_elastic.jobdir import progress
@@ -30,11 +27,9 @@ from data_juicer_elastic.settings import DEFAULT_MAX_ERROR_ROWS
 class LazyShardRunner:
     """Context manager and ``run_shard`` callable; closing stops the runtime it started.
 
-    ``code``: the job's code fingerprint (``Manifest.code``), checked before each runtime
-    start; None skips the check (a job prepared before fingerprints existed).
-    ``restart_process()``: how to start the worker afresh after its runtime froze
-    (``runtime_watch``; default: exec its own command line).
-    """
+    ``code``: the job's code fingerprint (``Manifest.code``), checked before each runtime start
+    (None skips the check).  ``restart_process()``: how to start the worker afresh after its
+    runtime froze (``runtime_watch``)."""
 
     def __init__(
         self,
@@ -45,7 +40,6 @@ class LazyShardRunner:
         row_schema: list[Any] | None | Callable[[], list[Any] | None],
         ray_address: str = LOCAL,
         ray_num_cpus: int | None = None,
-        connect_timeout_secs: float = DEFAULT_CONNECT_TIMEOUT_SECS,
         code: dict[str, Any] | None = None,
         allow_version_mismatch: bool = False,
         restart_process: Callable[[], object] | None = None,
@@ -58,21 +52,11 @@ class LazyShardRunner:
         self._runner = ShardRunner(
             recipe, expected_stage_identities, cache_dir, row_schema=row_schema, max_error_rows=max_error_rows
         )
-        self._runtime = WarmRayRuntime(
-            ray_address,
-            ray_num_cpus,
-            runtime_env=shard_runtime_env(recipe, Path(cache_dir)),
-            connect_timeout_secs=connect_timeout_secs,
-        )
-
-    @property
-    def runtime(self) -> WarmRayRuntime:
-        return self._runtime
+        self.runtime = WarmRayRuntime(ray_address, ray_num_cpus, runtime_env=shard_runtime_env(recipe, Path(cache_dir)))
 
     @property
     def starting(self) -> bool:
-        """A start of the runtime is under way (early, or before a claim)."""
-        return self._starting.locked() and not self._runtime.started
+        return self._starting.locked() and not self.runtime.started
 
     def __enter__(self) -> LazyShardRunner:
         return self
@@ -81,19 +65,18 @@ class LazyShardRunner:
         self.close()
 
     def ready(self) -> bool:
-        """Check the code and start the runtime if it is not running; True when it had to
-        (that took seconds: the caller looks at its shard again).  Raises ElasticError
-        (CodeMismatchError, RayConnectionError) rather than claiming or hanging.  Waits for a
-        start already under way (:meth:`start_early`)."""
+        """Check the code and start the runtime unless running (waiting for a start under way);
+        True when it had to: that took seconds, the caller looks at its shard again.  Raises
+        ElasticError (CodeMismatchError, RayConnectionError) rather than claiming or hanging."""
         with self._starting:
-            if self._runtime.started:
+            if self.runtime.started:
                 return False
             if self._code is not None:
                 from data_juicer_elastic.execution.code_fingerprint import check_code, code_fingerprint
 
                 here = code_fingerprint(self._recipe, where="the job's custom_operator_paths")
                 check_code(self._code, here, allow_version_mismatch=self._allow_versions)
-            self._runtime.start()
+            self.runtime.start()
             return True
 
     def start_early(self) -> None:
@@ -115,14 +98,13 @@ class LazyShardRunner:
         threading.Thread(target=start, name="dj-elastic-ray-start", daemon=True).start()
 
     def read_ahead(self, source: ShardSource) -> Any:
-        """Parse the next shard while the current one runs (``ShardRunner.read_ahead``)."""
         return self._runner.read_ahead(source)
 
     def __call__(self, task: ShardTask) -> ShardOutput:
         self.ready()  # idempotent; the worker loop normally did it before claiming
         tracker = progress.current()  # the worker loop's live progress of this attempt, with its stall rule
         alive = tracker.liveness if tracker is not None else None
-        with RuntimeWatch(self._runtime, alive, self._restart_process):
+        with RuntimeWatch(self.runtime, alive, self._restart_process):
             return self._runner(task)
 
     def close(self) -> None:
@@ -131,6 +113,6 @@ class LazyShardRunner:
         finally:
             try:
                 with self._starting:  # a start under way (start_early) ends first: ray.init is not interruptible
-                    self._runtime.close()
+                    self.runtime.close()
             finally:
                 self._closed.set()

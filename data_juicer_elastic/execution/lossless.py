@@ -1,31 +1,10 @@
 """Put back what Arrow changed and no operator did: each untouched value exactly as it was read.
 
-Between the shard file and the writer a row passes through Arrow, which cannot hold every
-JSON distinction: an absent key reads as null (a struct has every field of the schema), an
-integer in a column that also holds doubles reads as a double, and object keys come back
-in schema order.  Operators then return Python values that Ray re-types per batch, with
-the same losses.  None of this is an operator's doing, and none of it may reach the
-output ("every value no operator changed is exactly the input's").
-
-So the writer compares each output row with the input row it came from (the row number
-carried in ``ROW_COLUMN``), value by value: a value *equivalent* to the input's under
-those conversions is written as the input had it (same JSON type, same digits, same keys
-present or absent, same key order); anything else is what an operator made and is
-written as Arrow gives it.  Equivalent means: equal strings; a boolean, or the double
-pyarrow made of it in a list that starts with a double; an integer equal to the double it
-became, or the same integer; a double bit for bit (``-0.0`` stays ``-0.0``); arrays element
-by element; objects key by key, where a key the input lacked may be null (Arrow filled it
-in) and nothing else.
-
-A key that comes out null or not at all is one thing (Arrow fills a key some rows of a batch
-lack with null, and batches follow the shard boundaries): written as null where the input
-row had the key, left out where it lacked it (:func:`restore_fields`), at every level, so a
-row's bytes never depend on which rows shared its batch.
-
-What cannot be told apart, by construction: an operator that writes the very value Arrow
-would have (``193.0`` for ``193``) is taken to have left it alone; one that deletes a key
-its row had, or nulls it, gives null; one that writes null into a key its row lacked gives
-no key.  ``docs/lossless.md`` lists this with the other limits.
+Arrow and Ray's per-batch re-typing lose JSON distinctions (absent vs null, an integer in a double
+column, key order).  The writer compares each output row with its input row (``ROW_COLUMN``):
+a value :func:`equivalent` to the input's is written as the input had it, anything else as the
+operator made it.  Null and absent are one thing (batches follow shard boundaries): a key is
+null where the input row had it, absent where it lacked it.  Limits: ``docs/lossless.md``.
 """
 
 from __future__ import annotations
@@ -77,8 +56,7 @@ def _as_float(value: int) -> float | None:
 
 
 def restore(value: Any, out: Any, depth: int = 1) -> Any:
-    """What to write for the input ``value`` (``depth`` levels below its row) that came out as
-    ``out``: the input's value when they are equivalent, else the operator's (:func:`created`)."""
+    """What to write for the input ``value`` (``depth`` levels below its row) that came out as ``out``."""
     if equivalent(out, value):
         return value
     if depth >= MAX_TYPED_DEPTH:
@@ -91,15 +69,9 @@ def restore(value: Any, out: Any, depth: int = 1) -> Any:
 
 
 def restore_fields(value: dict[str, Any], out: dict[str, Any], depth: int = 1) -> dict[str, Any]:
-    """An object (a row, or an object inside one) with the input's keys in the input's order,
-    each restored, then the keys operators added, by name.
-
-    Arrow cannot hold an absent key: a key an operator gave, or left, only some rows of a batch
-    is null in the others, a key it gave no row of a batch is no column there, and a batch's
-    keys come in the order of the first row having each.  Which rows share a batch depends on
-    the shard boundaries, so null and absent are one thing to the writer, and the input row
-    decides how it is written: a key the input row had is written (null, when an operator
-    deleted or nulled it), a null under a key it lacked is not; added keys go by name.
+    """An object (a row, or an object inside one) with the input's keys in the input's order, each
+    restored (null when an operator deleted or nulled it), then the keys operators added, by name
+    (Arrow orders a batch's keys by the first row having each), a null under them dropped.
     Data-Juicer's own columns (``__dj__``: stats, meta, hashes) are written as it makes them."""
     result: dict[str, Any] = {}
     for key, sub in value.items():
@@ -117,9 +89,8 @@ def restore_fields(value: dict[str, Any], out: dict[str, Any], depth: int = 1) -
 
 
 def created(out: Any, depth: int = 1) -> Any:
-    """A value an operator made (no input value to compare with) as the same bytes in any batch:
-    as by :func:`restore_fields`, a null under an object's key is dropped (Arrow fills a key some
-    objects of a batch lack with null) and the keys go by name (Arrow orders them by the batch)."""
+    """A value an operator made as the same bytes in any batch: as by :func:`restore_fields`, a
+    null under an object's key is dropped and the keys go by name."""
     if depth >= MAX_TYPED_DEPTH:
         return out
     if out.__class__ is dict:

@@ -1,33 +1,12 @@
-"""Where a running attempt's live progress comes from: Ray Data's own execution metrics.
+"""A running attempt's live progress, from Ray Data's own execution metrics (``docs/status.md``).
 
-Data-Juicer's ``RayExecutor`` runs a shard as a few Ray Data executions, all in
-this (the driver) process, each with a ``StreamingExecutor`` thread:
-
-1. *loading* -- ``schema()`` / ``columns()`` probes (``limit=1``) and the input
-   row count (``AggregateNumRows``);
-2. *processing* -- ``materialize()`` of the recipe's operators (Ray usually fuses
-   them into one or two physical operators) over the shard, which the runner has
-   Ray read whole during *loading* (``execution._shard_source``);
-3. *exporting* -- the ``Write`` of the processed rows into part files.
-
-Each ``StreamingExecutor`` (a thread of this process) holds its topology with
-per-operator runtime metrics that Ray itself counts as task outputs arrive; a
-sampler thread reads them twice a second (see ``docs/status.md``):
-
-* ``rows_read``: rows produced by the first operator after the input buffer (the
-  reader) during *processing*; when that execution has no reader (the shard was
-  read whole while loading, ``execution._shard_source``), every row: ``rows_total``.
-  When Ray fuses the reader with the first recipe operators, this counts rows
-  after them: a lower bound.
-* ``rows_written``: rows produced by the last operator during *processing*
-  (rows that made it through the whole recipe); set to the exact output row
-  count once ``output.jsonl`` is written.
-* Ray counts a block's rows when a task finishes producing that block, so the
-  numbers move in steps of one block (Ray's target block size), not per row.
-
-The sampler never raises into the run: unexpected Ray internals (it reads
-private executor attributes of the pinned Ray 2.60, ``compat.ray_streaming_executor``) turn it off with one
-warning, and progress then shows the runner's own stages only (``source: "none"``).
+``RayExecutor`` runs a shard as a few Ray Data executions (``StreamingExecutor`` threads of this
+process): *loading*, *processing* (the operators), *exporting*.  A sampler thread reads their
+per-operator metrics twice a second: ``rows_read`` is what the first operator produced during
+processing (every row when the shard was read while loading; a lower bound when Ray fuses the
+reader with operators), ``rows_written`` what the last one produced; both move in steps of one
+block.  The sampler never raises into the run: unexpected Ray internals
+(``compat.ray_streaming_executor``) turn it off with one warning (``source: "none"``).
 """
 
 from __future__ import annotations
@@ -63,15 +42,12 @@ def classify(operator_names: list[str]) -> Stage:
 
 @contextlib.contextmanager
 def ray_data_progress(tracker: ProgressTracker | None, interval_secs: float = SAMPLE_SECS) -> Iterator[None]:
-    """Sample the Ray Data executions this process runs inside the block into ``tracker``.
+    """Sample the Ray Data executions this process runs inside the block into ``tracker`` (if any).
 
-    A daemon thread looks for Ray Data's executor threads (a ``StreamingExecutor``
-    is a ``threading.Thread``) every ``interval_secs`` and reads their metrics.
-    Nothing is registered with Ray: a callback class in the DataContext would be
-    pickled into every read task and imported by every Ray worker.  A worker
-    process runs one attempt at a time, so every executor seen here is this
-    attempt's.  No-op when ``tracker`` is None.
-    """
+    A daemon thread finds Ray Data's executor threads and reads their metrics; nothing is
+    registered with Ray (a DataContext callback class would be pickled into every read task and
+    imported by every Ray worker).  A worker process runs one attempt at a time, so every
+    executor seen here is this attempt's."""
     if tracker is None:
         yield
         return
@@ -143,10 +119,7 @@ class _Sampler(threading.Thread):
 
 
 def note_stage(tracker: ProgressTracker | None, stage: Stage, *, rows_written: int | None = None) -> None:
-    """A stage of the runner's own (after Ray Data): canonicalizing, and the exact output rows.
-
-    Ray's export has finished by then, so the whole shard was read: rows_read = rows_total.
-    """
+    """A stage of the runner's own (after Ray Data, so the whole shard was read), and the exact output rows."""
     if tracker is not None:
         tracker.set_stage(stage)
         if rows_written is not None:

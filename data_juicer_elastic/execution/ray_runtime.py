@@ -1,18 +1,15 @@
 """One warm node-local Ray runtime per worker process, reused for every shard.
 
-``local`` starts a private runtime owned by this process (``ray.init("local")``
-never attaches to another job's runtime on the node, unlike ``ray.init()`` with
-no address, which follows ``RAY_ADDRESS`` and ``/tmp/ray/ray_current_cluster``).
-``auto`` or an explicit address attaches to a runtime someone else started; the
-connection is probed first in a child process that can be killed, because an
-in-process ``ray.init`` against a dead or foreign address can hang for minutes
-and ignore SIGTERM.
-
-Ray is imported only when a runtime is started.
+``local`` starts a private runtime (``ray.init("local")`` never attaches to another job's runtime,
+unlike ``ray.init()``).  ``auto`` or an address attaches to someone else's, probed first in a child
+process that can be killed: an in-process ``ray.init`` against a dead or foreign address can hang
+for minutes and ignore SIGTERM.  Ray is imported only when a runtime starts.
 """
 
 from __future__ import annotations
 
+import contextlib
+import functools
 import os
 import signal
 import socket
@@ -27,6 +24,7 @@ from loguru import logger
 from data_juicer_elastic.compat import ray_global_node, ray_services, ray_sigterm_handler
 from data_juicer_elastic.errors import ConfigError, RayConnectionError
 from data_juicer_elastic.jobdir.worker_signals import is_guard_handler
+from data_juicer_elastic.status.throughput import last_line
 
 LOCAL: Final = "local"
 AUTO: Final = "auto"
@@ -55,11 +53,9 @@ ray.shutdown()
 class WarmRayRuntime:
     """Context manager owning (``local``) or attaching to (``auto``/address) Ray.
 
-    ``runtime_env`` is the job-level runtime env (env vars, ``py_modules`` of
-    custom operators).  It matters: Data-Juicer's ``initialize_ray`` passes its
-    own ``runtime_env`` to ``ray.init``, which Ray ignores once this process is
-    connected, so the warm runtime must be started with it.
-    """
+    ``runtime_env``: the job-level runtime env (env vars, custom operators' ``py_modules``).  The
+    warm runtime must be started with it: Ray ignores the ``runtime_env`` Data-Juicer's
+    ``initialize_ray`` passes once this process is connected."""
 
     def __init__(
         self,
@@ -68,7 +64,6 @@ class WarmRayRuntime:
         *,
         runtime_env: dict[str, Any] | None = None,
         connect_timeout_secs: float = DEFAULT_CONNECT_TIMEOUT_SECS,
-        namespace: str | None = None,
     ):
         if not isinstance(address, str) or not address.strip():
             raise ConfigError(f"invalid Ray address {address!r}", where="elastic.ray_address", hint="use 'local'")
@@ -80,12 +75,11 @@ class WarmRayRuntime:
         self.num_cpus = num_cpus
         self.runtime_env = runtime_env
         self.connect_timeout_secs = float(connect_timeout_secs)
-        self.namespace = namespace or f"dj-elastic-{os.getpid()}-{uuid.uuid4().hex[:8]}"
+        self.namespace = f"dj-elastic-{os.getpid()}-{uuid.uuid4().hex[:8]}"
         self.gcs_address: str | None = None
         self.start_secs: float | None = None
         self._owned = False  # True when this object called ray.init and must call ray.shutdown
 
-    # -- context manager -------------------------------------------------
     def __enter__(self) -> WarmRayRuntime:
         self.start()
         return self
@@ -114,11 +108,7 @@ class WarmRayRuntime:
             return
         if self.address == LOCAL:
             self._init(
-                ray,
-                address=LOCAL,
-                include_dashboard=False,
-                num_cpus=self.num_cpus,
-                _system_config=_LOCAL_SYSTEM_CONFIG,
+                ray, address=LOCAL, include_dashboard=False, num_cpus=self.num_cpus, _system_config=_LOCAL_SYSTEM_CONFIG
             )
         else:
             if self.num_cpus is not None:
@@ -135,13 +125,11 @@ class WarmRayRuntime:
 
     def close(self) -> None:
         """Disconnect; stops the runtime only when this object started it."""
-        if not self._owned:
-            self.gcs_address = None
-            return
-        import ray
-
         try:
-            ray.shutdown()
+            if self._owned:
+                import ray
+
+                ray.shutdown()
         except Exception as exc:  # noqa: BLE001 - shutting down must not mask the caller's error
             logger.warning(f"ray.shutdown() failed: {exc!r}")
         finally:
@@ -173,7 +161,6 @@ class WarmRayRuntime:
         if self._owned and self.address == LOCAL:
             _kill_node_processes()
 
-    # -- internals ---------------------------------------------------------
     def _init(self, ray: Any, **kwargs: Any) -> None:
         # ray.init installs a SIGTERM handler (sys.exit) in the main thread, here and again
         # whenever Data-Juicer's RayExecutor calls it for a shard: the worker loop's own
@@ -183,7 +170,7 @@ class WarmRayRuntime:
             ray.init(namespace=self.namespace, runtime_env=self.runtime_env, log_to_driver=True, **kwargs)
         except Exception as exc:
             raise RayConnectionError(
-                f"could not start or connect to Ray: {_one_line(exc)}",
+                f"could not start or connect to Ray: {last_line(str(exc)) or exc.__class__.__name__}",
                 where=f"ray_address={self.address}",
                 hint="check `ray status` on this node, or use ray_address 'local'",
             ) from exc
@@ -243,22 +230,24 @@ def _probe_in_child(address: str, timeout: float, shown: str) -> str:
     try:
         out, err = proc.communicate(timeout=timeout)
     except subprocess.TimeoutExpired:
-        _kill_group(proc)
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        proc.communicate()
         raise RayConnectionError(
             f"connecting to Ray timed out after {timeout:.0f}s",
             where=f"ray_address={shown}",
             hint="is this a Ray GCS address, and does RAY_AUTH_MODE / the auth token match the cluster's?",
         ) from None
-    for line in out.splitlines():
-        if line.startswith("DJ_ELASTIC_TOPOLOGY=") and proc.returncode == 0:
+    lines = out.splitlines() if proc.returncode == 0 else []
+    for line in lines:
+        if line.startswith("DJ_ELASTIC_TOPOLOGY="):
             nodes, local = line.split("=", 1)[1].split(",")
             check_topology(shown, int(nodes), local == "1")
-    for line in reversed(out.splitlines()):
-        if line.startswith("DJ_ELASTIC_GCS="):
-            if proc.returncode == 0:
-                return address if address.startswith("ray://") else line.split("=", 1)[1]
+    gcs = [line.split("=", 1)[1] for line in lines if line.startswith("DJ_ELASTIC_GCS=")]
+    if gcs:
+        return address if address.startswith("ray://") else gcs[-1]
     raise RayConnectionError(
-        f"could not connect to Ray: {_last_line(err) or f'probe exited with {proc.returncode}'}",
+        f"could not connect to Ray: {last_line(err) or f'probe exited with {proc.returncode}'}",
         where=f"ray_address={shown}",
         hint="check `ray status` on this node, or use ray_address 'local'",
     )
@@ -282,55 +271,28 @@ def check_topology(shown: str, nodes: int, includes_this_node: bool) -> None:
     )
 
 
-_PING = None
+@functools.cache
+def _ping_task() -> Any:
+    import ray
 
+    @ray.remote(num_cpus=0, max_retries=0)
+    def dj_elastic_ping() -> int:
+        return os.getpid()
 
-def _ping_task():
-    global _PING
-    if _PING is None:
-        import ray
-
-        @ray.remote(num_cpus=0, max_retries=0)
-        def dj_elastic_ping() -> int:
-            return os.getpid()
-
-        _PING = dj_elastic_ping
-    return _PING
+    return dj_elastic_ping
 
 
 def _kill_node_processes() -> None:
     """SIGKILL every process of the local Ray node this process started (GCS, raylet, their workers)."""
     import psutil
 
-    roots = ray_global_node.node_process_ids()
     victims = []
-    for pid in roots:
-        try:
+    for pid in ray_global_node.node_process_ids():
+        with contextlib.suppress(psutil.Error):
             root = psutil.Process(pid)
             victims += [root, *root.children(recursive=True)]
-        except psutil.Error:
-            continue
     for proc in victims:
-        try:
+        with contextlib.suppress(psutil.Error):
             proc.kill()
-        except psutil.Error:
-            pass
     psutil.wait_procs(victims, timeout=10)
     logger.warning(f"killed the {len(victims)} process(es) of the unresponsive Ray runtime")
-
-
-def _kill_group(proc: subprocess.Popen) -> None:
-    try:
-        os.killpg(proc.pid, signal.SIGKILL)
-    except (ProcessLookupError, PermissionError):
-        pass
-    proc.communicate()
-
-
-def _last_line(text: str) -> str:
-    lines = [line.strip() for line in (text or "").splitlines() if line.strip()]
-    return lines[-1] if lines else ""
-
-
-def _one_line(exc: BaseException) -> str:
-    return _last_line(str(exc)) or exc.__class__.__name__

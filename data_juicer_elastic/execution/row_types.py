@@ -1,16 +1,11 @@
 """How the job's row schema is held in Arrow: one Arrow schema for every shard of a job.
 
-``rows.row_schema`` decides each key's JSON type over the whole input; here each type
-becomes the Arrow type Data-Juicer's operators see (what its default executor gives them
-for the same column): strings stay strings (never timestamps), ``int`` is int64,
-``float`` is float64 (integers in such a column become doubles, as in Data-Juicer's
-default executor), objects are structs with every key the input ever had (absent keys
-read as null), arrays are lists.  A column whose type holds ``json`` anywhere (mixed
-kinds, which no Arrow type holds) carries the rows' own Python values (Ray's pickled
-object column), as Data-Juicer's default executor does with its ``Json`` feature.
-
-What Arrow cannot keep (absent vs null, an integer in a double column, key order) is put
-back by the writer (:mod:`execution.lossless`) for every value no operator changed.
+Each JSON type ``rows.row_schema`` decided over the whole input becomes the Arrow type
+Data-Juicer's default executor gives operators for the column: strings stay strings (never
+timestamps), ``int`` is int64, ``float`` float64 (integers in it become doubles), objects are
+structs with every key the input ever had, arrays are lists; a column whose type holds ``json``
+(mixed kinds) carries the rows' own Python values (Ray's object column), as Data-Juicer's ``Json``
+feature does.  What Arrow loses is put back by the writer (:mod:`execution.lossless`).
 """
 
 from __future__ import annotations

@@ -1,22 +1,10 @@
 """Write a processed shard: every row once, in input order, each untouched value as it was read.
 
-The runner asks RayExecutor not to export (``run(skip_export=True)``) and writes the
-materialized result itself, block by block in order (the runner sets Ray Data's
-``preserve_order``), because Ray's JSON writer goes through pandas, which prints doubles
-with 10 significant digits (``1e-12`` became ``0.0``), and nothing in Ray knows which of
-a row's values an operator changed.  Per row:
-
-1. the row number (``row_types.ROW_COLUMN``) names the input row it came from; every
-   value an operator left alone is put back exactly as the input had it
-   (:mod:`lossless`); rows an operator made from nothing are written as they are;
-2. the export layout is Data-Juicer's own (``core/exporter.py``): ``__dj__stats__`` and
-   ``__dj__meta__`` go to a per-row stats file (``<export>_stats.jsonl`` once merged), and
-   leave the row unless ``keep_stats_in_res_ds``; hash columns leave it unless
-   ``keep_hashes_in_res_ds``;
-3. the row is encoded compactly by orjson (UTF-8, keys in order, doubles in their shortest
-   round-trip form, non-finite doubles as ``null``); a row orjson refuses (an integer
-   beyond 64 bits) is encoded by Python's json module the same way, so a row's bytes
-   depend only on the row, never on its shard.
+Not Ray's JSON writer: it goes through pandas (doubles with 10 significant digits), and nothing in
+Ray knows which values an operator changed.  Per row: untouched values are put back
+(:mod:`lossless`); Data-Juicer's export layout (stats and meta to a per-row stats file unless
+``keep_stats_in_res_ds``, hash columns dropped unless ``keep_hashes_in_res_ds``); orjson encoding,
+or Python's json the same way for what orjson refuses, so a row's bytes depend only on the row.
 """
 
 from __future__ import annotations
@@ -57,7 +45,6 @@ class WrittenFile:
 class ShardWrite:
     output: WrittenFile
     row_stats: WrittenFile | None  # None when the result has neither stats nor meta columns
-    restored_rows: int  # rows compared with their input row (the others had no row number)
 
 
 @dataclass(frozen=True)
@@ -144,7 +131,6 @@ def write_shard(
         drop += [c for c in HASH_FIELDS if c in columns]
     out = _HashedFile(output_path)
     stats = _HashedFile(row_stats_path) if stats_columns else None
-    restored = 0
     try:
         fault_seam.fault_point("write", out.tmp)  # fault injection / named crash point (a no-op unless a test sets one)
         for batch in batches:
@@ -155,14 +141,13 @@ def write_shard(
                     del row[name]
                 if number is not None:
                     row = restore_fields(inputs.get(number), row)
-                    restored += 1
                 out.write(encode_row(row))
                 if stats is not None:
                     stats.write(encode_row(stats_row))
                 if on_row is not None:
                     on_row(stats_row)
         written = out.finish()
-        return ShardWrite(written, stats.finish() if stats is not None else None, restored)
+        return ShardWrite(written, stats.finish() if stats is not None else None)
     except BaseException:
         out.abort()
         if stats is not None:

@@ -1,28 +1,20 @@
 """The Ray runner's half of the stall rule (``jobdir.liveness``): probe the runtime while a
-shard's progress is quiet, and restart the runtime when the shard was given up.
+shard's progress is quiet, and restart the worker when the shard was given up.
 
-Ray Data counts rows when a task finishes a block, so a long block on a healthy runtime
-shows no progress for a while.  Once the attempt has been quiet for a quarter of the
-stall timeout, a probe thread asks the runtime to run a zero-CPU task
-(``WarmRayRuntime.ping``, at most one in flight, again every quarter of the timeout while
-it stays quiet); an answer is a sign of life.  Probing only when quiet keeps a healthy
-shard free of extra Ray tasks: with a lone CPU a probe may need a worker process of its
-own, which Ray starts, and later stops, each time.
-
-A frozen runtime (its processes stopped, a hung raylet) answers nothing and makes no
-progress, so the heartbeat thread gives the shard up after the timeout (failure record and
-release first) and then calls :meth:`RuntimeWatch.restart`: the runtime's processes are
-killed and the worker *process* is started afresh in place (``os.execv`` of its own
-command line), with a new runtime.  Why not a new runtime in the same process: the shard's
-Ray Data executor threads and the main thread are blocked in calls into the dead runtime;
-after ``ray.shutdown()`` they carry on into Ray's C++ core worker, which then aborts the
-whole process ("Check failed ... PeekObjectRefStream"), or waits 60 s for the dead GCS and
-terminates it.  An exec replaces all of that at once; the shard is already given up, and the
-restarted worker claims again (its code is checked, its runtime started, before the claim).
+Ray Data counts rows per finished block, so a healthy runtime can show no progress for a while:
+once the attempt was quiet for a quarter of the stall timeout, a zero-CPU task
+(``WarmRayRuntime.ping``, one at a time) is a sign of life.  Only when quiet: with one CPU a probe
+may need a worker process Ray starts and stops each time.  A frozen runtime answers nothing, the
+heartbeat thread gives the shard up (failure record and release first), and
+:meth:`RuntimeWatch.restart` kills the runtime and exec's the worker afresh.  Not a new runtime in
+the same process: threads blocked in calls into the dead runtime carry on, after ``ray.shutdown()``,
+into Ray's C++ core worker, which aborts the process ("Check failed ... PeekObjectRefStream") or
+waits 60 s for the dead GCS and terminates it.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
 import threading
@@ -43,10 +35,7 @@ MAX_RESTARTS: Final = 5  # then the worker stops (exit 2): a node whose runtime 
 
 class RuntimeWatch:
     """Context manager around one attempt of the Ray runner; a no-op without a liveness.
-
-    ``restart_process()`` replaces this process after the frozen runtime was killed
-    (default :func:`restart_worker_process`; the executor passes one that stops its slot
-    processes first)."""
+    ``restart_process()`` replaces this process after the frozen runtime was killed."""
 
     def __init__(
         self, runtime: WarmRayRuntime, liveness: Liveness | None, restart_process: Callable[[], object] | None = None
@@ -114,8 +103,6 @@ def restart_worker_process(before: Callable[[], object] | None = None) -> None:
     argv = list(sys.orig_argv)
     logger.error(f"restarting this worker ({count}/{MAX_RESTARTS}) with a fresh Ray runtime: {' '.join(argv)}")
     for stream in (sys.stdout, sys.stderr):
-        try:
+        with contextlib.suppress(OSError, ValueError):
             stream.flush()
-        except (OSError, ValueError):
-            pass
     os.execv(sys.executable, argv)

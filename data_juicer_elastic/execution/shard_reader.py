@@ -1,23 +1,14 @@
 """Read one shard into Arrow with the job's row schema, and find its input rows again for the writer.
 
-The shard's content comes from ``rows.shard_source`` (its spans of the input files, or its copy),
-checked against its scan while it is read, rows normalised where the scan said they must be.
-
-Why not Ray's JSON reader (what Data-Juicer's RayExecutor uses): it infers column types
-from the rows of each block, so the same value reaches operators as a different type in
-different shards (``int64`` here, ``double`` there, a timestamp where a string looked like
-a date), and it fails on a line longer than its block (``straddling object``).  Here every
-row is parsed exactly (jiter: big integers, every double bit for bit) and converted with
-the schema prepare decided for the whole input (``row_types.ArrowRows``).  Lines are read
-whole, so any row prepare accepted (up to ``max_line_bytes``) is read.
-
-Blocks: about :data:`BLOCK_BYTES` of rows each (Ray's unit of parallelism for operators;
-Ray's own reader cut similar blocks), every block a table of the same schema.
+Not Ray's JSON reader: it infers types per block (``int64`` in one shard, ``double`` or a timestamp
+in another) and fails on a line longer than its block.  Here each row (from ``rows.shard_source``,
+checked against its scan) is parsed exactly and converted with the schema decided for the whole
+input (``row_types.ArrowRows``), in blocks of about :data:`BLOCK_BYTES`.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Generator
 from typing import Any, Final
 
 import jiter
@@ -43,55 +34,45 @@ def read_tables(source: ShardSource, rows: ArrowRows, block_bytes: int = BLOCK_B
     """The shard as Arrow tables of about ``block_bytes`` of input each, rows in order.  Its
     content is checked against its scan while it is read (``rows.shard_source``): a changed input
     is an InputChangedError, raised before the last table is built."""
+    tables: list[Any] = []
+    pending: list[dict[str, Any]] = []
+    size = first = 0
     try:
-        return _tables(source, rows, block_bytes)
+        for number, line in enumerate(iter_source_lines(source)):
+            pending.append(parse(line, f"{source.where} row {number + 1}"))
+            size += len(line) + 1
+            if size >= block_bytes:
+                tables.append(rows.table(pending, first))
+                first += len(pending)
+                pending, size = [], 0
+        if pending:
+            tables.append(rows.table(pending, first))
     except IntegrityError:
         # a row that does not parse: the input changed under us (the scan proved every row), and
         # reading it whole says so in the right words; else the original error stands
         for _ in iter_content(source):
             pass
         raise
-
-
-def _tables(source: ShardSource, rows: ArrowRows, block_bytes: int) -> list[Any]:
-    tables: list[Any] = []
-    pending: list[dict[str, Any]] = []
-    size = first = 0
-    for number, line in enumerate(iter_source_lines(source)):
-        pending.append(parse(line, f"{source.where} row {number + 1}"))
-        size += len(line) + 1
-        if size >= block_bytes:
-            tables.append(rows.table(pending, first))
-            first += len(pending)
-            pending, size = [], 0
-    if pending:
-        tables.append(rows.table(pending, first))
     return tables
 
 
 class InputRows:
     """The shard's input rows by row number, for the writer: a forward cursor over the file.
 
-    Output rows come in input order (filters drop rows, mappers that split a row repeat its
-    number), so one sequential pass parses only the rows that are asked for; asking for an
-    earlier row than the last one starts the pass again (never happens with Data-Juicer's
-    operators, but stays correct).
-    """
+    Output rows come in input order, so one pass parses only the rows asked for; asking for an
+    earlier row than the last starts the pass again (never so with Data-Juicer's operators)."""
 
     def __init__(self, source: ShardSource):
         self.source = source
-        self._lines: Iterator[bytes] | None = None
+        self._lines: Generator[bytes, None, None] | None = None
         self._next = 0  # number of the row the cursor reads next
         self._last: tuple[int, dict[str, Any]] | None = None
-        self.rewinds = 0
 
     def get(self, number: int) -> dict[str, Any]:
         """The input row ``number`` (0-based), parsed; a fresh object the caller may keep."""
         if self._last is not None and self._last[0] == number:
             return self._last[1]
         if self._lines is None or number < self._next:
-            if self._lines is not None:
-                self.rewinds += 1
             self._lines, self._next = iter_source_lines(self.source), 0
         line = b""
         while self._next <= number:
@@ -109,9 +90,7 @@ class InputRows:
 
     def close(self) -> None:
         if self._lines is not None:
-            close = getattr(self._lines, "close", None)
-            if close is not None:
-                close()
+            self._lines.close()
             self._lines = None
 
     def finish(self) -> None:

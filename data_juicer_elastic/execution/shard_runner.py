@@ -9,20 +9,10 @@ Per attempt, inside ``task.attempt_dir``::
     output.jsonl             the result, rows in input order, untouched values as read (row_writer)
     row-stats.jsonl          each output row's __dj__stats__ / __dj__meta__ (when the recipe makes them)
 
-The shard is read with the job's row schema (``shard_reader``, hooked in as Data-Juicer's
-Ray loader by ``_shard_source``); Data-Juicer's own RayExecutor runs the operators; the
-result is written by ``row_writer`` instead of Ray's JSON writer.  The operators are built once
-per process and actor-mode operators keep their actors across shards; any failed shard drops
-both (``warm_ops``, docs/warm-operators.md).  With claim-ahead (``jobdir.claim_ahead``) the next
-shard is parsed into its Arrow tables by :meth:`ShardRunner.read_ahead` while the current one
-runs; its run then builds its dataset from those tables (the same ``read_tables`` output).
-
-Operator errors: with ``skip_op_error`` (Data-Juicer's default, which drops every row of a
-failing batch) the failing rows are found by bisection and set aside with why, the others
-processed (``quarantine``); the runner folds them into ``errors.jsonl`` beside the output
-and fails the shard when there are more than ``max_error_rows`` (``elastic.max_error_rows``).
-With ``skip_op_error: false`` the first exception fails the Ray task, RayExecutor raises,
-and so does this runner.
+The shard is read by ``shard_reader`` (served to Data-Juicer's loader by ``_shard_source``) and
+written by ``row_writer``; operators stay warm across shards (``warm_ops``) unless one fails.
+Rows an operator fails on under ``skip_op_error`` are set aside (``quarantine``), and the shard
+fails past ``elastic.max_error_rows``; without it the first exception fails the shard.
 """
 
 from __future__ import annotations
@@ -52,7 +42,6 @@ from data_juicer_elastic.execution.row_types import ArrowRows
 from data_juicer_elastic.execution.row_writer import ExportLayout, write_shard
 from data_juicer_elastic.execution.shard_reader import InputRows, read_tables
 from data_juicer_elastic.execution.stage_identities import (
-    identity_record,
     manifest_from_cfg,
     stage_ids,
     verify_stage_identities,
@@ -81,20 +70,16 @@ _CACHE_VARS: Final = (("HF_HOME", "huggingface"), ("XDG_CACHE_HOME", "xdg"))
 
 
 def default_cache_env(cache_dir: Path) -> dict[str, str]:
-    """Point HF_HOME / XDG_CACHE_HOME into ``cache_dir`` unless the user set them; the values in effect."""
+    """Point HF_HOME / XDG_CACHE_HOME into ``cache_dir`` unless set; returns the values in effect."""
     for var, sub in _CACHE_VARS:
         os.environ.setdefault(var, str(Path(cache_dir) / sub))
     return {var: os.environ[var] for var, _ in _CACHE_VARS}
 
 
 def shard_runtime_env(recipe: Mapping[str, Any], cache_dir: Path) -> dict[str, Any]:
-    """The Ray job runtime_env a plain ``dj-process`` run of ``recipe`` would give its workers.
-
-    Data-Juicer's initialize_ray passes ``RAY_JOB`` and the special-token
-    variables, and the custom operator paths as ``py_modules``; model caches are
-    added so Ray workers download into the job's shared cache, and every worker
-    installs this package's fixes of Ray's block concatenation (compat.ray_concat).
-    """
+    """The Ray runtime_env a ``dj-process`` run of ``recipe`` gives its workers (``RAY_JOB``, the
+    special-token variables, custom operator paths as ``py_modules``), plus the job's shared model
+    caches and this package's fixes of Ray's block concatenation (compat.ray_concat)."""
     env_vars = {RAY_JOB_ENV: "1", **default_cache_env(cache_dir)}
     env_vars.update({k: v for k, v in os.environ.items() if k.startswith(_SPECIAL_TOKEN_PREFIX)})
     runtime_env: dict[str, Any] = {"env_vars": env_vars, "worker_process_setup_hook": ray_concat.SETUP_HOOK}
@@ -105,12 +90,8 @@ def shard_runtime_env(recipe: Mapping[str, Any], cache_dir: Path) -> dict[str, A
 
 
 class ShardRunner:
-    """``run_shard`` for the worker loop: ``runner(task) -> ShardOutput``.
-
-    Needs a connected Ray runtime in this process (``WarmRayRuntime``, or use
-    ``LazyShardRunner``).  ``row_schema`` is the job's (the manifest's ``row_schema``):
-    every shard of a job is read with it.
-    """
+    """``run_shard`` for the worker loop: ``runner(task) -> ShardOutput``, on the Ray runtime this
+    process is connected to.  ``row_schema``: the job's (the manifest's), or how to read it."""
 
     def __init__(
         self,
@@ -124,33 +105,28 @@ class ShardRunner:
         self.recipe = copy.deepcopy(check_recipe(recipe))
         self.max_error_rows = max_error_rows  # quarantined rows a shard may have (elastic.max_error_rows)
         self.expected_stage_identities = list(expected_stage_identities)
-        self.cache_dir = Path(cache_dir)
-        # the job's row schema, or how to read it once the job is scanned (a worker starts before that)
-        self._row_schema = row_schema
+        self._row_schema = row_schema  # a callable: the job is not scanned yet when a worker starts
         self._rows: ArrowRows | None = None
         ray_concat.install()  # the driver concatenates blocks too (its Ray workers get the setup hook)
         self._manifest: dict[str, Any] | None = None  # identities are per recipe and process, not per shard
         self._configs = ShardConfigs(self.recipe)  # parsed once per process, re-based per attempt
         self.warm = WarmOperators()  # operators and actor-mode actors kept across shards (warm_ops)
         self.reads_ahead_used = 0  # runs that used a read-ahead (tests, logs)
-        default_cache_env(self.cache_dir)
+        default_cache_env(Path(cache_dir))
 
     @property
     def rows(self) -> ArrowRows:
-        """How rows become Arrow tables: the job's row schema (read on first use)."""
         if self._rows is None:
             schema = self._row_schema() if callable(self._row_schema) else self._row_schema
             self._rows = ArrowRows.from_manifest(schema, where="manifest.json row_schema")
         return self._rows
 
     def read_ahead(self, source: ShardSource) -> list[Any]:
-        """The shard parsed into its Arrow tables now: the worker loop's claim-ahead thread calls it
-        while the current shard runs and hands the result to the shard's run (``ShardTask.read_ahead``).
-        Plain CPU work in this process (no Ray call, no progress report), the same ``read_tables``."""
+        """The shard parsed into its Arrow tables now (plain CPU work, no Ray call): the claim-ahead
+        thread calls it while the current shard runs and hands it to the run (``ShardTask.read_ahead``)."""
         return read_tables(source, self.rows)
 
     def _tables(self, task: ShardTask) -> list[Any]:
-        """The shard's tables: those read ahead while the previous shard ran, else read now."""
         if task.read_ahead is not None:
             self.reads_ahead_used += 1
             logger.info(f"shard {task.shard_id}: using the rows read ahead")
@@ -170,12 +146,11 @@ class ShardRunner:
             )
             try:
                 return self._run(task, attempt_dir, where)
-            except ElasticError as exc:
-                self.warm.drop(f"{where} failed")  # a failed shard never leaves its operators to the next
-                logger.error(f"{where}: attempt {task.attempt_id} failed: {exc}")
-                raise
             except BaseException as exc:
-                self.warm.drop(f"{where} failed")
+                self.warm.drop(f"{where} failed")  # a failed shard never leaves its operators to the next
+                if isinstance(exc, ElasticError):
+                    logger.error(f"{where}: attempt {task.attempt_id} failed: {exc}")
+                    raise
                 if not isinstance(exc, Exception):
                     raise  # a signal or exit: the worker loop releases the claim
                 logger.opt(exception=exc).error(f"{where}: attempt {task.attempt_id} failed")
@@ -211,8 +186,7 @@ class ShardRunner:
         with self.warm.active():  # load_ops returns this process's warm operators (warm_ops)
             return self._run_warm(task, attempt_dir, where, cfg)
 
-    def close(self) -> None:
-        """Free the warm operators and actors (before the Ray runtime stops)."""
+    def close(self) -> None:  # before the Ray runtime stops: the warm actors live in it
         self.warm.drop()
 
     def _run_warm(self, task: ShardTask, attempt_dir: Path, where: str, cfg: Any) -> ShardOutput:
@@ -220,9 +194,7 @@ class ShardRunner:
             self._manifest = manifest_from_cfg(cfg)
         ids = stage_ids(self._manifest)
         verify_stage_identities(self.expected_stage_identities, ids, where=where)
-        write_identity_record(
-            attempt_dir / IDENTITIES_FILE, identity_record(self._manifest, self.expected_stage_identities)
-        )
+        write_identity_record(attempt_dir / IDENTITIES_FILE, self._manifest, self.expected_stage_identities)
         # Where RayExecutor keeps them (it recomputes them only under
         # elastic_juicer_adaptive_batching, checked below).
         dj_stage_identities.stamp(cfg, self._manifest)
@@ -279,13 +251,9 @@ class ShardRunner:
 
 
 def _start_batching(task: ShardTask, cfg: Any, manifest: Mapping[str, Any]) -> JobLayout | None:
-    """Tell adaptive-batching operators in Ray workers which job and attempt they serve.
-
-    Operators receive the config's work_dir as their own (it is excluded from
-    stage identities, and reaches actors and tasks alike), so the context goes
-    there; see batching.runtime.  Returns the job layout, or None when the
-    attempt directory is not inside a job directory (no profiles, no telemetry).
-    """
+    """Tell adaptive-batching operators in Ray workers which job and attempt they serve, through the
+    config's work_dir (every operator's own, see batching.runtime).  Returns the job layout, or None
+    when the attempt directory is not inside a job directory (no profiles, no telemetry)."""
     from data_juicer_elastic.batching.runtime import BatchingContext, StageRef, write_context
 
     attempt_dir = Path(task.attempt_dir)
@@ -363,12 +331,9 @@ _EXCEPTION_LINE: Final = re.compile(
 def last_meaningful_line(exc: BaseException, limit: int = 400) -> str:
     """The operator-level error line of a (Ray-wrapped) exception, e.g. ``ValueError: bad row``.
 
-    Ray wraps an operator's exception in RayTaskError/UserCodeException whose
-    own message is generic ("UDF failed to process a data block"); the
-    original error line is in the formatted chain, which Python prints root
-    cause first.  Prefer that first non-Ray exception line, then the last Ray
-    one, then the last line of the message.
-    """
+    Ray's RayTaskError/UserCodeException says only "UDF failed to process a data block"; the
+    original line is in the formatted chain, root cause first.  Prefer the first non-Ray exception
+    line, then the last Ray one, then the last line of the message."""
     text = "".join(traceback.format_exception(exc)) + "\n" + str(exc)
     own = wrapped = None
     for raw in text.splitlines():

@@ -1,15 +1,10 @@
 """Stage identities of a shard recipe, exactly as Data-Juicer's RayExecutor computes them.
 
-``RayExecutor.run`` (1.6.1) loads the ops from the parsed config with
-``load_ops(cfg.process, ...)``, fuses them when ``op_fusion`` is on
-(``compat.dj_op_fusion``), and then calls ``assign_stage_identities(ops)``
-(``compat.dj_stage_identities``).  :func:`manifest_from_cfg` repeats those
-steps on a config parsed for ``executor_type: ray``; the op arguments therefore
-carry Data-Juicer's defaults and the Ray-mode attribute injection (no
-``num_proc``), which is what makes the identities equal to a Ray run's and
-different from the default executor's.
-
-Nothing here starts or attaches to Ray.
+``RayExecutor.run`` (1.6.1) loads the ops with ``load_ops(cfg.process, ...)``, fuses them under
+``op_fusion`` (``compat.dj_op_fusion``) and calls ``assign_stage_identities(ops)``
+(``compat.dj_stage_identities``).  :func:`manifest_from_cfg` repeats those steps on a config
+parsed for ``executor_type: ray``, whose op arguments carry the Ray-mode attribute injection (no
+``num_proc``): what makes the identities a Ray run's, not the default executor's.  No Ray starts.
 """
 
 from __future__ import annotations
@@ -32,11 +27,6 @@ RECORD_VERSION: Final = 1
 
 def compute_stage_identities(recipe: Mapping[str, Any]) -> list[str]:
     """The ordered stage ids (``stage-0000-occ0-1a2b3c4d:op_name``) of ``recipe``'s ops."""
-    return stage_ids(stage_identity_manifest(recipe))
-
-
-def stage_identity_manifest(recipe: Mapping[str, Any]) -> dict[str, Any]:
-    """Data-Juicer's identity manifest (schema_version, pipeline_fingerprint, stages)."""
     with tempfile.TemporaryDirectory(prefix="dj-elastic-identity-") as tmp:
         root = Path(tmp)
         (root / "input.jsonl").touch()  # a real path keeps Data-Juicer from warning about it
@@ -49,11 +39,11 @@ def stage_identity_manifest(recipe: Mapping[str, Any]) -> dict[str, Any]:
         }
         with ray_job_env(), no_ray_start():
             cfg = load_dj_config(recipe, overrides, root / "recipe.yaml", where="shard recipe")
-            return manifest_from_cfg(cfg)
+            return stage_ids(manifest_from_cfg(cfg))
 
 
 def manifest_from_cfg(cfg: Any) -> dict[str, Any]:
-    """The steps of ``RayExecutor.run`` between parsing and processing that fix identities."""
+    """Data-Juicer's identity manifest (``stages`` ...), by the steps of ``RayExecutor.run`` that fix it."""
     # Looked up at each call: while a shard runs, warm_ops has swapped data_juicer.ops.load_ops.
     from data_juicer.ops import load_ops
 
@@ -94,11 +84,11 @@ def verify_stage_identities(expected: Sequence[str], actual: Sequence[str], *, w
     )
 
 
-def identity_record(manifest: Mapping[str, Any], expected: Sequence[str]) -> dict[str, Any]:
-    """What a shard attempt stamps into ``attempt_dir/stage_identities.json``."""
+def write_identity_record(path: Path, manifest: Mapping[str, Any], expected: Sequence[str]) -> None:
+    """Stamp the identities an attempt computed into ``attempt_dir/stage_identities.json``."""
     import data_juicer
 
-    return {
+    record = {
         "format": RECORD_FORMAT,
         "version": RECORD_VERSION,
         "data_juicer": getattr(data_juicer, "__version__", "unknown"),
@@ -106,9 +96,6 @@ def identity_record(manifest: Mapping[str, Any], expected: Sequence[str]) -> dic
         "expected_stage_ids": list(expected),
         "manifest": dict(manifest),
     }
-
-
-def write_identity_record(path: Path, record: Mapping[str, Any]) -> None:
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     tmp.write_text(json.dumps(record, indent=2, ensure_ascii=False, sort_keys=True) + "\n", encoding="utf-8")
     os.replace(tmp, path)

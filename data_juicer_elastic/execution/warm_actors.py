@@ -1,28 +1,10 @@
 """Long-lived Ray actors for Data-Juicer's actor-mode operators, fed shard after shard.
 
-What.  For an actor-mode operator (``use_ray_actor()``: ``accelerator: cuda`` on a GPU node,
-or ``ray_execution_mode: actor``) Data-Juicer 1.6.1's ``RayDataset._run_single_op`` calls
-``Dataset.map_batches(op.__class__, fn_constructor_args=..., compute=ActorPoolStrategy(...))``,
-and Ray Data builds a new actor pool for that one execution: every shard starts fresh actor
-processes, each importing Data-Juicer and constructing the operator (loading its model).
-While :meth:`WarmActors.serving` is entered, such a call is turned into
-
-* N long-lived ``_OpActor`` actors (N = the pool's size; built once per process and key: the
-  operator class, its constructor arguments without ``work_dir``, its GPUs and runtime env),
-  each holding one operator instance and the GPUs the pool's actors would have held;
-* a task-mode ``map_batches`` over the same batches (same ``batch_size`` and ``batch_format``)
-  whose tasks hand each batch to a free warm actor (``_Dispatcher``) and return its result.
-
-Rows, batches and their order are those of the actor pool: the operator is called on the
-same batches, and Ray Data orders task outputs like actor outputs (``preserve_order``).  A
-task holds the operator's CPUs while it waits for its actor; the actors hold none, so a small
-runtime (one CPU) cannot deadlock between a warm actor and the tasks feeding it.  Ray worker
-processes for tasks are pooled and reused across shards, unlike actor processes.
-
-Each call carries the attempt's ``work_dir`` (the only per-attempt operator argument), set on
-the actor's operator before the batch, so per-attempt files (adaptive batching's context and
-telemetry) land in the right attempt.  Not redirected: any other ``map_batches`` call, and
-wrapper actor classes that are not operators (Data-Juicer's own adaptive mapper actor).
+While :meth:`WarmActors.serving` is entered, an actor-pool ``map_batches`` of an operator class
+(Ray Data would start a new pool, and load the model, per shard) becomes a task-mode
+``map_batches`` over the same batches whose tasks hand each batch to a free long-lived
+``_OpActor`` (through a ``_Dispatcher``) with the attempt's ``work_dir``.  The actors hold no CPU,
+so a one-CPU runtime cannot deadlock; outputs keep the pool's order.  See ``docs/warm-operators.md``.
 """
 
 from __future__ import annotations
@@ -37,12 +19,10 @@ from loguru import logger
 
 from data_juicer_elastic.compat import ray_map_batches
 
-PER_ATTEMPT_KWARGS: Final = ("work_dir",)
+PER_ATTEMPT_KWARGS: Final = ("work_dir",)  # Data-Juicer's update_op_attr puts the config's work_dir into every op
 
 
 class _OpActor:
-    """One warm operator instance in its own Ray actor."""
-
     def __init__(self, op_class: type, args: tuple, kwargs: dict):
         self.op = op_class(*args, **kwargs)
 
@@ -80,16 +60,11 @@ def _feed(batch: Any, *, actors: list[Any], dispatcher: Any, work_dir: str | Non
         dispatcher.release.remote(index)
 
 
-class _Pool:
-    def __init__(self, actors: list[Any], dispatcher: Any):
-        self.actors, self.dispatcher = actors, dispatcher
-
-
 class WarmActors:
     """The warm actor pools of one worker process, by operator key; killed by ``drop``."""
 
     def __init__(self) -> None:
-        self._pools: dict[str, _Pool] = {}
+        self._pools: dict[str, tuple[list[Any], Any]] = {}  # key -> (actors, dispatcher)
         self.created = 0  # warm actors started in this process (tests, logs)
 
     def __bool__(self) -> bool:
@@ -101,12 +76,12 @@ class WarmActors:
         pools, self._pools = self._pools, {}
         if not ray.is_initialized():
             return  # the runtime is gone, and its actors with it
-        for pool in pools.values():
-            for handle in [*pool.actors, pool.dispatcher]:
+        for actors, dispatcher in pools.values():
+            for handle in [*actors, dispatcher]:
                 with contextlib.suppress(Exception):  # already dead: nothing to free
                     ray.kill(handle)
 
-    def pool(self, op_class: type, args: tuple, kwargs: dict, *, size: int, num_gpus: Any, runtime_env: Any) -> _Pool:
+    def pool(self, op_class: type, args: tuple, kwargs: dict, *, size: int, num_gpus: Any, runtime_env: Any) -> tuple:
         import ray
 
         steady = {k: v for k, v in kwargs.items() if k not in PER_ATTEMPT_KWARGS}
@@ -120,7 +95,7 @@ class WarmActors:
             remote = ray.remote(_OpActor).options(num_cpus=0, num_gpus=num_gpus or 0, runtime_env=runtime_env)
             actors = [remote.remote(op_class, tuple(args), dict(kwargs)) for _ in range(size)]
             dispatcher = ray.remote(_Dispatcher).options(num_cpus=0).remote(size)
-            pool = self._pools[key] = _Pool(actors, dispatcher)
+            pool = self._pools[key] = (actors, dispatcher)
             self.created += size
             logger.info(f"warm operators: started {size} warm actor(s) for {op_class.__name__}")
         return pool
@@ -162,12 +137,10 @@ def _redirect(warm: WarmActors, original: Any) -> Any:
         ctor_kwargs = dict(kwargs.pop("fn_constructor_kwargs", None) or {})
         kwargs.pop("fn_args", None), kwargs.pop("fn_kwargs", None)
         num_gpus = kwargs.pop("num_gpus", None)
-        pool = warm.pool(
+        actors, dispatcher = warm.pool(
             fn, ctor_args, ctor_kwargs, size=size, num_gpus=num_gpus, runtime_env=kwargs.get("runtime_env")
         )
-        udf = functools.partial(
-            _feed, actors=pool.actors, dispatcher=pool.dispatcher, work_dir=ctor_kwargs.get("work_dir")
-        )
+        udf = functools.partial(_feed, actors=actors, dispatcher=dispatcher, work_dir=ctor_kwargs.get("work_dir"))
         kwargs["compute"] = TaskPoolStrategy(size=size)
         return original(self, udf, **kwargs)
 

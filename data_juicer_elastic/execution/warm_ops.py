@@ -1,35 +1,10 @@
 """Warm operators: build a recipe's operators once per worker process and reuse them for every shard.
 
-What.  ``WarmOperators`` owns everything of a shard run that outlives the shard:
-
-* the operator instances Data-Juicer's ``load_ops`` builds in the driver (``RayExecutor.run``
-  and this package's stage-identity check each call it), kept per process and keyed by the
-  recipe's operator configs without ``work_dir``, the one per-attempt value Data-Juicer puts
-  into them (it is also left out of stage identities);
-* the resource plan Data-Juicer's ``calculate_ray_np`` gives those instances (``num_proc``,
-  ``num_cpus``, ``num_gpus``) on the first shard: it is not computed again for them, since it
-  reads the node's *free* (GPU) memory, which the warm actors now hold, and a smaller or failed
-  plan would size a second actor pool next to the first;
-* the long-lived Ray actors of actor-mode operators (``warm_actors``).
-
-While :meth:`WarmOperators.active` is entered (one shard run), ``load_ops`` in
-``data_juicer.ops`` and in ``data_juicer.core.executor.ray_executor`` returns the cached
-instances, re-based onto this attempt's ``work_dir`` (attribute, ``_init_kwargs`` and
-``_op_cfg``: what actors, tasks and adaptive batching read), and ``Dataset.map_batches``
-sends actor-mode operators to the warm actors.  On leaving, both are restored.
-
-Why.  Each shard is a new ``RayExecutor`` run: without this, a heavy ``__init__`` (a model
-load) runs in the driver for every shard and again in every actor of every per-shard actor
-pool.  Task-mode operators are pickled into Ray tasks from the driver's instance, so they
-are warm once that instance is; models loaded lazily through Data-Juicer's ``get_model``
-are cached per Ray worker process (``MODEL_ZOO``), which Ray reuses across shards.
-
-When it is rebuilt: after any failed shard (``drop``: the cache is emptied and the actors
-are killed, so a broken model, a dead actor or an operator left in a bad state never meets
-the next shard), when the operator configs change (a different recipe), and never otherwise.
-``DJ_ELASTIC_WARM_OPERATORS=0`` turns the whole mechanism off (each shard builds its own).
-Not cached: ``load_ops`` with an ``OPEnvManager`` (``min_common_dep_num_to_combine >= 0``),
-which rewrites the operators' runtime environments as it builds them.
+While :meth:`WarmOperators.active` is entered, ``load_ops`` returns the instances built for the
+first shard (keyed by the operator configs without ``work_dir``), re-based onto the attempt's
+``work_dir``; ``calculate_ray_np`` plans them once (it reads the node's *free* GPU memory, which
+the warm actors hold); actor-mode operators go to ``warm_actors``.  A failed shard or new operator
+configs drop it all; ``DJ_ELASTIC_WARM_OPERATORS=0`` turns it off.  See ``docs/warm-operators.md``.
 """
 
 from __future__ import annotations
@@ -45,10 +20,9 @@ from loguru import logger
 
 from data_juicer_elastic.compat import dj_load_ops
 from data_juicer_elastic.compat.dj_op_attributes import rebase_op
-from data_juicer_elastic.execution.warm_actors import WarmActors
+from data_juicer_elastic.execution.warm_actors import PER_ATTEMPT_KWARGS, WarmActors
 
 ENV_SWITCH: Final = "DJ_ELASTIC_WARM_OPERATORS"
-PER_ATTEMPT_ARGS: Final = ("work_dir",)  # Data-Juicer's update_op_attr puts the config's work_dir into every op
 _LOCK = threading.Lock()  # one shard run at a time patches a process's modules
 
 
@@ -61,7 +35,7 @@ def op_key(process_list: Any) -> str:
     stripped = []
     for item in process_list or []:
         (name, args), *_ = dict(item).items()
-        args = {k: v for k, v in (args or {}).items() if k not in PER_ATTEMPT_ARGS}
+        args = {k: v for k, v in (args or {}).items() if k not in PER_ATTEMPT_KWARGS}
         stripped.append({name: args})
     return json.dumps(stripped, sort_keys=True, default=repr)
 
@@ -70,7 +44,7 @@ def rebase(ops: list[Any], process_list: Any) -> None:
     """Give cached operators this attempt's per-attempt arguments, as building them anew would."""
     for op, item in zip(ops, process_list, strict=True):
         (_, args), *_ = dict(item).items()
-        rebase_op(op, item, {name: args[name] for name in PER_ATTEMPT_ARGS if args and name in args})
+        rebase_op(op, item, {name: args[name] for name in PER_ATTEMPT_KWARGS if args and name in args})
 
 
 class WarmOperators:
