@@ -146,7 +146,6 @@ class JobDisplay:
         self._line_cm = None
         self._line = None
 
-    # -- the worker loop's on_attempt hook --------------------------------------------------
     def attach(self, tracker: ProgressTracker) -> None:
         finished_at: list[float | None] = [None]
 
@@ -159,7 +158,6 @@ class JobDisplay:
             self.trackers[tracker.claim.shard_id] = (tracker, finished_at)
         tracker.listeners.append(follow)
 
-    # -- numbers ------------------------------------------------------------------------------
     def refresh_listing(self) -> None:
         self.last_listing = self.clock()
         if self.scanning is not None:
@@ -246,7 +244,6 @@ class JobDisplay:
             f"elapsed {tqdm.format_interval(n['elapsed'])}"
         )
 
-    # -- drawing --------------------------------------------------------------------------------
     def draw(self) -> None:
         n = self.numbers()
         now = self.clock()

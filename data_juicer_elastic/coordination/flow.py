@@ -16,7 +16,7 @@ from typing import Any
 
 from loguru import logger
 
-from data_juicer_elastic.coordination.elections import RunCoordinator, raise_outcome
+from data_juicer_elastic.coordination.elections import PhaseHeartbeater, RunCoordinator, raise_outcome
 from data_juicer_elastic.coordination.run_records import FINALIZE, PREPARE, WORK, Outcome, PrepareResult
 from data_juicer_elastic.coordination.settle import (
     AbortWatcher,
@@ -110,23 +110,16 @@ def run_coordinated(
 def _prepare(c: RunCoordinator, phases: Phases) -> JobPlan:
     won, leader = c.elect(PREPARE)
     if won:
-        with c.heartbeat(PREPARE):
+        with PhaseHeartbeater(c, PREPARE):
             try:
                 plan, created = phases.prepare()
             except Exception as exc:
                 _log_unexpected(exc, PREPARE)
                 raise_outcome(c.abort(PREPARE, exc))
-        c.publish_prepare_result(
-            PrepareResult(
-                c.run.value,
-                c.instance_id,
-                plan.job_id,
-                created,
-                plan.num_shards,
-                plan.recipe_hash,
-                time.time(),
-            )
+        result = PrepareResult(
+            c.run.value, c.instance_id, plan.job_id, created, plan.num_shards, plan.recipe_hash, time.time()
         )
+        c.publish_prepare_result(result)
         return plan
     result = c.await_phase(PREPARE, leader, c.prepare_result)
     plan = load_plan(c.layout.root)
@@ -141,7 +134,7 @@ def _finalize(c: RunCoordinator, phases: Phases, manifest: Manifest, strict: Str
     won, leader = c.elect(FINALIZE)
     if not won:
         return c.await_phase(FINALIZE, leader, c.outcome)
-    with c.heartbeat(FINALIZE):
+    with PhaseHeartbeater(c, FINALIZE):
         try:
             c.raise_if_aborted()
             details: dict[str, Any] = {}

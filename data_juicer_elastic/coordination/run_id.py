@@ -92,12 +92,5 @@ def kubernetes_job_uid(labels_file: Path = K8S_LABELS_FILE) -> str | None:
         text = Path(labels_file).read_text(encoding="utf-8")
     except OSError:
         return None
-    labels = {}
-    for line in text.splitlines():
-        match = _LABEL_LINE.match(line)
-        if match:
-            labels[match.group(1)] = match.group(2)
-    for name in _K8S_UID_LABELS:
-        if labels.get(name):
-            return labels[name]
-    return None
+    labels = dict(match.groups() for line in text.splitlines() if (match := _LABEL_LINE.match(line)))
+    return next((labels[name] for name in _K8S_UID_LABELS if labels.get(name)), None)
