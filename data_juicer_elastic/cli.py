@@ -390,7 +390,7 @@ def _console(verbose: bool) -> None:
     from data_juicer_elastic.console.quiet import mark_quiet_workers
 
     if verbose:
-        set_verbose(True)
+        set_verbose()
     mark_quiet_workers()
     install_console()
     deferred.when_imported("data_juicer", lambda _module: install_console())

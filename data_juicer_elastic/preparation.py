@@ -7,6 +7,7 @@ recipe parse.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import threading
 from collections.abc import Callable
@@ -57,7 +58,7 @@ def prepare_request(cfg: Any, settings: ElasticSettings) -> PrepareRequest:
         stage_identities=compute_stage_identities(recipe),
         media_keys=media_keys(cfg),
         index_key=index_key(cfg),
-        settings=settings.to_dict(),
+        settings=dataclasses.asdict(settings),
         versions={"data_juicer": data_juicer.__version__, "data_juicer_elastic": __version__},
         ray={"address": settings.ray_address, "num_cpus": settings.ray_num_cpus},
         max_line_bytes=settings.max_line_bytes,

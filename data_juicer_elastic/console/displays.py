@@ -1,18 +1,15 @@
-"""Progress of long steps and of the whole job: a live line on a terminal, periodic lines elsewhere.
+"""Progress of the whole job (:class:`JobDisplay`: rows done/total, rows/s, shards, ETA, what the
+current shard does) and the meter :class:`.step_display.StepDisplay` uses too.
 
-* :class:`StepDisplay` receives ``shards.steps`` reports (prepare passes, merge).
-* :class:`JobDisplay` shows the job as this worker sees it: rows done/total, rows/s,
-  shards done/running, ETA and what the current shard is doing.
-
-On a terminal, in quiet mode, each is one line redrawn in place (``terminal.live_line``),
-formatted by tqdm's ``format_meter``; a tqdm bar object itself is not used because the
-counts come from several sources (the job directory, this process's attempts) and the
-rate must be the job's, not one bar's.  Elsewhere (a scheduler's log file, or ``-v``),
-a plain line every ``log_every`` seconds: lines, not a scroll of bar redraws.
+On a terminal, in quiet mode, one line redrawn in place (``terminal.live_line``), formatted by
+tqdm's ``format_meter``; not a tqdm bar, because the counts come from several sources (the job
+directory, this process's attempts) and the rate must be the job's.  Elsewhere (a log file, or
+``-v``), a plain line every ``log_every`` seconds, not a scroll of bar redraws.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import threading
 import time
@@ -106,10 +103,6 @@ def meter_line(desc: str, done: float, total: float | None, elapsed: float, rate
     )  # fmt: skip
 
 
-def _line_context(stream: Any):
-    return terminal.live_line(stream)
-
-
 class JobDisplay:
     """The job's progress from this worker: rows done/total, rows/s, shards, ETA.
 
@@ -143,8 +136,8 @@ class JobDisplay:
         self.lock = threading.Lock()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
-        self._line_cm = None
-        self._line = None
+        self._line_cm = contextlib.ExitStack()
+        self._line: terminal.LiveLine | None = None
 
     def attach(self, tracker: ProgressTracker) -> None:
         finished_at: list[float | None] = [None]
@@ -276,8 +269,7 @@ class JobDisplay:
 
     def __enter__(self) -> JobDisplay:
         if self.live:
-            self._line_cm = _line_context(self.stream)
-            self._line = self._line_cm.__enter__()
+            self._line = self._line_cm.enter_context(terminal.live_line(self.stream))
         self.refresh_listing()
         self.meter.add(sum(self.shard_rows[s] for s in self.done))
         self._thread = threading.Thread(target=self._run, name="dj-elastic-progress", daemon=True)
@@ -291,9 +283,8 @@ class JobDisplay:
         if self._line is not None:  # the end state, before the line gives way to the summary
             self.last_listing = float("-inf")
             self._line.update(self._live_text(self.numbers()))
-        if self._line_cm is not None:
-            self._line_cm.__exit__(None, None, None)
-            self._line_cm = self._line = None
+        self._line_cm.close()
+        self._line = None
 
 
 class ScanCount:

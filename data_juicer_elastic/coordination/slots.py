@@ -12,6 +12,7 @@ children with the same node id, which exit when nothing is left to claim.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -60,12 +61,10 @@ def slot_cpus(ray_num_cpus: int | None, slots: int, cpu_count: int | None = None
 
 def _die_with_parent() -> None:  # pragma: no cover - runs in the child before exec
     # A slot must not outlive its instance (e.g. the instance was SIGKILLed by a scheduler).
-    try:
+    with contextlib.suppress(OSError, AttributeError):
         import ctypes
 
         ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
-    except (OSError, AttributeError):
-        pass
 
 
 @dataclass
