@@ -67,14 +67,12 @@ class RunCoordinator:
         ttl_secs: float,
         heartbeat_secs: float,
         poll_secs: float,
-        instance_id: str | None = None,
         clock: Clock = time.monotonic,
-        sleep: Callable[[float], None] = time.sleep,
     ):
         self.layout, self.run, self.identity = layout, run, identity
-        self.instance = Instance.of(identity, instance_id or identity.new_attempt_id())
+        self.instance = Instance.of(identity, identity.new_attempt_id())
         self.ttl_secs, self.heartbeat_secs, self.poll_secs = ttl_secs, heartbeat_secs, poll_secs
-        self.clock, self.sleep = clock, sleep
+        self.clock = clock
         self.key = run.key
         self.dir = layout.run_dir(self.key)
         self.joined_at: float | None = None
@@ -211,7 +209,7 @@ class RunCoordinator:
                         ),
                     )
                 )
-            self.sleep(self.poll_secs)
+            time.sleep(self.poll_secs)
 
 
 def raise_outcome(outcome: Outcome) -> NoReturn:
