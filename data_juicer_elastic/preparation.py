@@ -41,7 +41,7 @@ def prepare_request(cfg: Any, settings: ElasticSettings) -> PrepareRequest:
     """The shard recipe (checked) and everything prepare records, from a parsed cfg."""
     from data_juicer_elastic.execution.code_fingerprint import code_fingerprint
     from data_juicer_elastic.execution.stage_identities import compute_stage_identities
-    from data_juicer_elastic.integration.recipe import build_shard_recipe, index_key, media_keys
+    from data_juicer_elastic.integration.recipe import build_shard_recipe
     from data_juicer_elastic.integration.recipe_check import check_shard_safe
 
     if not getattr(cfg, "dataset_path", None):
@@ -50,22 +50,34 @@ def prepare_request(cfg: Any, settings: ElasticSettings) -> PrepareRequest:
     check_shard_safe(recipe)
     import data_juicer
 
-    return PrepareRequest(
-        job_dir=resolve_user_path(settings.job_dir),
-        dataset_path=resolve_user_path(cfg.dataset_path),
-        num_shards=settings.num_shards,
+    return _request(
+        settings,
+        cfg.dataset_path,
+        cfg,
         recipe=recipe,
         stage_identities=compute_stage_identities(recipe),
-        media_keys=media_keys(cfg),
-        index_key=index_key(cfg),
         settings=dataclasses.asdict(settings),
         versions={"data_juicer": data_juicer.__version__, "data_juicer_elastic": __version__},
         ray={"address": settings.ray_address, "num_cpus": settings.ray_num_cpus},
+        code=code_fingerprint(recipe),
+    )
+
+
+def _request(settings: ElasticSettings, dataset_path: Any, recipe: Any, **fields: Any) -> PrepareRequest:
+    """A request's input fields from ``settings`` and a recipe (a parsed cfg, or its YAML)."""
+    from data_juicer_elastic.integration.recipe import index_key, media_keys
+
+    return PrepareRequest(
+        job_dir=resolve_user_path(settings.job_dir),
+        dataset_path=resolve_user_path(dataset_path),
+        num_shards=settings.num_shards,
+        media_keys=media_keys(recipe),
+        index_key=index_key(recipe),
         max_line_bytes=settings.max_line_bytes,
         shard_codec=settings.shard_codec,
         copy_shards=settings.copy_shards,
         input_order=settings.input_order,
-        code=code_fingerprint(recipe),
+        **fields,
     )
 
 
@@ -83,21 +95,18 @@ def _prepare(
         display(step, done, total)
 
     with StepDisplay() as display, steps.reporting(report):  # a live line on a terminal, else log lines
-        if scan:
-            outcome = prepare_job(request, complete=complete)
-        else:
-            planned = plan_job(request, complete=complete)
-    if not scan:
-        plan = planned.plan
-        verb = "planned" if planned.created else "reusing the planned job"
+        outcome = (prepare_job if scan else plan_job)(request, complete=complete)
+    if scan:
+        manifest = outcome.manifest
+        verb = "prepared" if outcome.created else "reusing the prepared job"
+        say(f"{verb} {shown_path(request.job_dir)}: {manifest.total_rows:,} rows in {len(manifest.shards)} shards")
+    else:
+        plan = outcome.plan
+        verb = "planned" if outcome.created else "reusing the planned job"
         say(
             f"{verb} {shown_path(request.job_dir)}: {len(plan.shards)} shards over {len(plan.inputs):,} file(s), "
             f"{fmt_bytes(plan.total_bytes)} (the workers scan the data)"
         )
-        return planned
-    manifest = outcome.manifest
-    verb = "prepared" if outcome.created else "reusing the prepared job"
-    say(f"{verb} {shown_path(request.job_dir)}: {manifest.total_rows:,} rows in {len(manifest.shards)} shards")
     return outcome
 
 
@@ -165,20 +174,6 @@ def early_request(config: str, overrides: dict[str, Any]) -> PrepareRequest | No
         block.update({k: v for k, v in overrides.items() if k != "dataset_path" and v is not None})
         settings = ElasticSettings.from_mapping(block)
         dataset = overrides.get("dataset_path") or recipe["dataset_path"]
-        from data_juicer_elastic.integration.recipe import index_key, media_keys
-
-        return PrepareRequest(
-            job_dir=resolve_user_path(settings.job_dir),
-            dataset_path=resolve_user_path(dataset),
-            num_shards=settings.num_shards,
-            recipe={},
-            stage_identities=[],
-            media_keys=media_keys(recipe),
-            index_key=index_key(recipe),
-            max_line_bytes=settings.max_line_bytes,
-            shard_codec=settings.shard_codec,
-            copy_shards=settings.copy_shards,
-            input_order=settings.input_order,
-        )
+        return _request(settings, dataset, recipe, recipe={}, stage_identities=[])
     except Exception:  # anything unusual: no guess, the plain path
         return None
