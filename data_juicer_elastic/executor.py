@@ -65,12 +65,9 @@ def run_local_worker(
 ) -> WorkerSummary:
     """Claim and process shards until nothing is left, with ``slots`` shards at a time.
 
-    Slot 0 runs here with one warm Ray runtime, started when there is a shard to claim and
-    before claiming it (re-running a finished job, or a worker that finds nothing to do, costs
-    no Ray start; a worker killed while Ray starts holds no claim).  Slots 1..S-1 are child
-    worker processes (``coordination.slots``); the summary is slot 0's, whose loop also waits
-    for shards the others still run.
-    """
+    Slot 0 runs here with one warm Ray runtime, started when there is a shard to claim and before
+    claiming it (a worker with nothing to do costs no Ray start; one killed while Ray starts holds
+    no claim).  Slots 1..S-1 are child processes; the summary is slot 0's (it waits for theirs)."""
     from data_juicer_elastic.execution.shard_runner import default_cache_env
 
     job = resolve_user_path(job_dir)

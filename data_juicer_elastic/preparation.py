@@ -113,12 +113,11 @@ def _prepare(
 def prepare_overlapped(
     early: PrepareRequest | None, parse: Callable[[], PrepareRequest], scan: bool = False
 ) -> PlanOutcome | PrepareOutcome:
-    """``dj-elastic prepare``: the input pass starts at once on a thread from ``early`` (read from
-    the YAML without Data-Juicer), while ``parse`` (Data-Juicer's import and its parse of the
-    recipe: seconds of one core) runs here.  The pass publishes nothing before the parsed request
-    is there (``prepare_job(complete=...)``); if ``early`` guessed an input field wrong, the job
-    is prepared again from the parsed request; if the parse refuses the recipe, the pass stops at
-    its next progress report and the refusal is raised."""
+    """``dj-elastic prepare``: the input pass starts at once on a thread from ``early`` (the YAML read
+    without Data-Juicer) while ``parse`` (Data-Juicer's import and parse: seconds) runs here.  The
+    pass publishes nothing before the parsed request is there; if ``early`` guessed an input field
+    wrong, the job is prepared again; if the parse refuses the recipe, the pass stops at its next
+    progress report and the refusal is raised."""
     if early is None:
         return _prepare(parse(), scan=scan)
     parsed: dict[str, Any] = {}
@@ -156,11 +155,8 @@ def prepare_overlapped(
 
 
 def early_request(config: str, overrides: dict[str, Any]) -> PrepareRequest | None:
-    """The input fields of a recipe read as plain YAML (no Data-Juicer), or None when unsure.
-
-    Only a guess: ``prepare_overlapped`` compares it with what Data-Juicer's parser made of the
-    recipe and prepares again when they differ.  ``overrides``: ``dataset_path`` and ``elastic.*``
-    values from the command line."""
+    """The input fields of a recipe read as plain YAML (no Data-Juicer), or None when unsure; only a
+    guess, checked by ``prepare_overlapped``.  ``overrides``: the command line's ``dataset_path`` and ``elastic.*``."""
     if any(key.startswith("DJ_PROCESS_") for key in os.environ):
         return None  # Data-Juicer's parser reads those too
     try:

@@ -248,13 +248,9 @@ _RULES: Final[dict[str, _Rule]] = {
 
 
 def check_values(values: Mapping[str, Any]) -> None:
-    """ConfigError naming ``elastic.<key>`` for the first of ``values`` that breaks its rule.
-
-    Every ``elastic.*`` value is judged here, whoever holds it: the settings object (all of
-    them) and code that takes some of them as plain arguments (``jobdir.worker_loop``).  A
-    relation is checked when its values are all given (``heartbeat_interval_secs`` needs
-    ``lease_ttl_secs``; strict mode needs ``nodes``, ``num_shards`` and ``slots_per_node``).
-    """
+    """ConfigError naming ``elastic.<key>`` for the first of ``values`` that breaks its rule, whoever
+    holds them (the settings object, or code taking some as plain arguments).  A relation is checked
+    when its values are all given (``heartbeat_interval_secs`` needs ``lease_ttl_secs``)."""
     for name, (fits, words) in _RULES.items():
         if name in values and not fits(values[name], values):
             raise _invalid(name, values[name], words)

@@ -106,11 +106,9 @@ def meter_line(desc: str, done: float, total: float | None, elapsed: float, rate
 class JobDisplay:
     """The job's progress from this worker: rows done/total, rows/s, shards, ETA.
 
-    Rows done = input rows of the shards done (every ``LISTING_SECS``: from the job summary
-    this process's worker reads, else a listing of ``done/``; informational only, so it does
-    not go through ``fsio``'s fault points) plus the rows this process's running attempts
-    have read (``attach`` is the worker loop's ``on_attempt`` hook).  Other nodes' running
-    shards count once they are done.
+    Rows done = input rows of the shards done (every ``LISTING_SECS``: from the job summary, else a
+    listing of ``done/``, informational, so not through ``fsio``'s fault points) plus the rows this
+    process's running attempts have read (:meth:`attach`: the worker loop's ``on_attempt`` hook).
     """
 
     def __init__(self, job_dir: str | os.PathLike, shard_rows: dict[str, int] | None, *, terminal: bool | None = None,
@@ -217,12 +215,9 @@ class JobDisplay:
         }
 
     def shards_note(self, n: dict[str, Any]) -> str:
-        note = f"shards {n['shards_done']}/{len(self.shard_rows)} done"
-        if n["running"]:
-            note += f", {n['running']} running here"
-        if n["failed"]:
-            note += f", {n['failed']} failed"
-        return note
+        running = f", {n['running']} running here" if n["running"] else ""
+        failed = f", {n['failed']} failed" if n["failed"] else ""
+        return f"shards {n['shards_done']}/{len(self.shard_rows)} done{running}{failed}"
 
     def plain_line(self, n: dict[str, Any]) -> str:
         if "scanned" in n:
@@ -251,11 +246,10 @@ class JobDisplay:
         return f"scanning the input: {n['scanned']}/{n['shards']} shards{rate} (no shard runs before every scan)"
 
     def _live_text(self, n: dict[str, Any]) -> str:
+        width = terminal.line_width(self._line.stream)
         if "scanned" in n:
-            width = terminal.line_width(self._line.stream)
             return meter_line("", n["bytes"], n["total"], n["elapsed"], n["rate"], "B", self.scanning_note(n), width)
         note = self.shards_note(n) + (f" | {n['stage']}" if n["stage"] else "")
-        width = terminal.line_width(self._line.stream)
         return meter_line("", n["rows"], self.total, n["elapsed"], n["rate"], "rows", note, width)
 
     def _run(self) -> None:

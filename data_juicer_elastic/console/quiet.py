@@ -133,12 +133,9 @@ def _quiet_format(record: dict[str, Any]) -> str:
 
 
 def install_console() -> None:
-    """Route loguru's console output through :func:`terminal.write`, filtered unless verbose.
-
-    Replaces every loguru handler that writes to stderr (Data-Juicer's ``setup_logger``
-    and its package import each add one); the log file sinks stay.  Call again after
-    either has run: idempotent.
-    """
+    """Route loguru's console output through :func:`terminal.write`, filtered unless verbose: replaces
+    every loguru handler that writes to stderr (Data-Juicer's ``setup_logger`` and its package import
+    each add one; call again after either, idempotent); the log file sinks stay."""
     global _sink_id
     stream, level = _remove_stderr_handlers()
     terminal.set_console_stream(stream)
@@ -201,16 +198,11 @@ def mark_quiet_workers() -> None:
 
 
 def quiet_ray_worker() -> None:
-    """In a Ray worker of a quiet elastic job: Data-Juicer's INFO lines off its stderr.
-
-    Ray forwards every worker's output to the driver's console, and each worker that
-    imports Data-Juicer logs its plugin discovery: one line per Ray worker, dozens on a
-    big node.  Warnings and errors (an operator failing on a row) still go through.
-    Only where the driver asked for it: the Ray workers of built-in executors are untouched.
+    """In a Ray worker of a quiet elastic job (only where the driver asked for it): Data-Juicer's INFO
+    lines off its stderr.  Ray forwards every worker's output to the driver's console, and each worker
+    logs Data-Juicer's plugin discovery: dozens of lines on a big node.  Warnings and errors still go through.
     """
-    if os.environ.get(QUIET_WORKERS_ENV) != "1":
-        return
-    if not ray_worker_mode.is_ray_worker():
+    if os.environ.get(QUIET_WORKERS_ENV) != "1" or not ray_worker_mode.is_ray_worker():
         return
     stream, _ = _remove_stderr_handlers()
     logger.add(stream, level="INFO", filter=_worker_filter)

@@ -64,9 +64,8 @@ def line_width(stream: Any) -> int:
 def write(text: str) -> None:
     """Write ``text`` to the console, above the live line when one is shown."""
     with _lock:
-        line = _line
-        if line is not None:
-            line.write_above(text)
+        if _line is not None:
+            _line.write_above(text)
             return
         stream = console_stream()
     stream.write(text)

@@ -64,10 +64,8 @@ def run_coordinated(
     clock: Callable[[], float] = time.monotonic,
     sleep: Callable[[float], None] = time.sleep,
 ) -> Outcome | None:
-    """The run's ok outcome, or None when this instance left early at its ``max_shards``.
-
-    Raises the run's error (ElasticError, exit 2) when it was aborted.
-    """
+    """The run's ok outcome, or None when this instance left early at its ``max_shards``; raises the
+    run's error (ElasticError, exit 2) when it was aborted."""
     _prepare(c, phases)
     existing = c.outcome()
     if existing is not None:  # a late joiner: the run has ended already; redo nothing

@@ -32,10 +32,8 @@ _PR_SET_PDEATHSIG: Final = 1
 
 
 def slot_devices(visible: str | None, slots: int) -> list[str | None]:
-    """Each slot's ``CUDA_VISIBLE_DEVICES``: contiguous, near-equal subsets of the listed devices.
-
-    None for every slot when no devices are listed (CPU slots, or the variable unset).
-    """
+    """Each slot's ``CUDA_VISIBLE_DEVICES``: contiguous, near-equal subsets of the listed devices;
+    None for every slot when no devices are listed (CPU slots, or the variable unset)."""
     if slots < 1:
         raise ConfigError(f"invalid value {slots!r}: must be >= 1", where="elastic.slots_per_node")
     devices = [d.strip() for d in (visible or "").split(",") if d.strip()]
