@@ -72,7 +72,7 @@ class RunCoordinator:
         self.layout, self.run, self.identity = layout, run, identity
         self.instance = Instance.of(identity, identity.new_attempt_id())
         self.ttl_secs, self.heartbeat_secs, self.poll_secs = ttl_secs, heartbeat_secs, poll_secs
-        self.clock = clock
+        self.clock, self.sleep = clock, time.sleep  # tests replace sleep to drive the wait
         self.key = run.key
         self.dir = layout.run_dir(self.key)
         self.joined_at: float | None = None
@@ -209,7 +209,7 @@ class RunCoordinator:
                         ),
                     )
                 )
-            time.sleep(self.poll_secs)
+            self.sleep(self.poll_secs)
 
 
 def raise_outcome(outcome: Outcome) -> NoReturn:
