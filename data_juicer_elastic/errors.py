@@ -174,13 +174,9 @@ def place_of(path: object, places: Places) -> str | None:
         if not text or root is None:
             continue
         base = os.path.abspath(os.fspath(root))
-        if text == base or _below(text, base) or _below(base, text):
+        if os.path.commonpath([text, base]) in (text, base):  # the same, or one below the other
             return f"the {role} {base}"
     return None
-
-
-def _below(path: str, directory: str) -> bool:
-    return path.startswith(directory.rstrip(os.sep) + os.sep)
 
 
 class storage_errors:  # noqa: N801 - used like a function, as a decorator or a context manager
