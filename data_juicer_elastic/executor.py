@@ -133,17 +133,16 @@ def run_local_worker(
         shard_rows = {entry.shard_id: entry.rows for entry in manifest.shards} if scanned else None
         planned = {entry.shard_id: entry.bytes for entry in manifest.shards}
         waiting = lambda: "starting Ray" if runner.starting else ""  # noqa: E731 - the live line names the wait
+        # random_start: fresh workers (replacements after kills) spread over the pending shards
+        worker = WorkerSettings.from_elastic(
+            settings, max_done=max_done, wait_for_completion=wait_for_completion, random_start=True
+        )
         with runner, JobDisplay(job, shard_rows, planned_bytes=planned, waiting=waiting) as display:  # a live line
             summary = run_worker(
                 job,
                 identity,
                 runner,
-                WorkerSettings.from_elastic(
-                    settings,
-                    max_done=max_done,
-                    wait_for_completion=wait_for_completion,
-                    random_start=True,  # fresh workers (replacements after kills) spread over the pending shards
-                ),
+                worker,
                 stop_event=stop_event,
                 claim_gate=gate,
                 on_attempt=display.attach,  # this process's running shards count in the display

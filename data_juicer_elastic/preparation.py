@@ -63,20 +63,20 @@ def prepare_request(cfg: Any, settings: ElasticSettings) -> PrepareRequest:
     )
 
 
-def _request(settings: ElasticSettings, dataset_path: Any, source: Any, **fields: Any) -> PrepareRequest:
-    """A request's input fields from ``settings`` and the recipe's ``source`` (a parsed cfg, or its YAML)."""
+def _request(elastic: ElasticSettings, dataset_path: Any, source: Any, /, **fields: Any) -> PrepareRequest:
+    """A request's input fields from the ``elastic`` settings and the recipe (a parsed cfg, or its YAML)."""
     from data_juicer_elastic.integration.recipe import index_key, media_keys
 
     return PrepareRequest(
-        job_dir=resolve_user_path(settings.job_dir),
+        job_dir=resolve_user_path(elastic.job_dir),
         dataset_path=resolve_user_path(dataset_path),
-        num_shards=settings.num_shards,
+        num_shards=elastic.num_shards,
         media_keys=media_keys(source),
         index_key=index_key(source),
-        max_line_bytes=settings.max_line_bytes,
-        shard_codec=settings.shard_codec,
-        copy_shards=settings.copy_shards,
-        input_order=settings.input_order,
+        max_line_bytes=elastic.max_line_bytes,
+        shard_codec=elastic.shard_codec,
+        copy_shards=elastic.copy_shards,
+        input_order=elastic.input_order,
         **fields,
     )
 
