@@ -35,9 +35,7 @@ DEFAULT_MAX_ERROR_ROWS: Final = 0.01
 InputOrder = Literal["sorted", "data_juicer"]
 ExportLayoutName = Literal["file", "parts"]
 
-# "local" starts a private runtime owned by the worker; "auto" attaches to a
-# node-local head the user started; anything else must look like host:port or
-# a ray:// URL.
+# "local": a private runtime owned by the worker; "auto": a node-local head the user started; else host:port or ray://.
 _RAY_ADDRESS = re.compile(r"^(local|auto|ray://[\w.\-]+:\d+|[\w.\-]+:\d+)$")
 
 

@@ -43,11 +43,9 @@ def live(terminal_flag: bool | None) -> bool:
 
 
 class Meter:
-    """Units per second over the last ``window`` seconds; the average since the start when
-    nothing moved in the window (progress arrives in steps: blocks, shards).
-
-    ``from_first_move``: the start is the first sample whose value moved, so a rate is known only
-    once it moved twice; the time before (Ray starting, the first block read) is no part of it."""
+    """Units per second over the last ``window`` seconds; the average since the start when nothing
+    moved in the window (progress arrives in steps).  ``from_first_move``: the start is the first
+    sample that moved, so the time before (Ray starting, the first block read) is no part of it."""
 
     def __init__(self, clock: Clock, window: float = RATE_WINDOW_SECS, *, from_first_move: bool = False):
         self.clock, self.window, self.waits_for_move = clock, window, from_first_move

@@ -41,7 +41,6 @@ def report_broken(path: str | os.PathLike, what: str, exc: BaseException) -> Non
 
 class LogFile:
     """An append-only text file for a loguru sink or a ``logging.StreamHandler``; never raises.
-
     ``what`` names it in the one console line written when it fails (``"the instance log"``)."""
 
     def __init__(self, path: str | os.PathLike, what: str):
