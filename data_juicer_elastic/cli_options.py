@@ -88,18 +88,16 @@ def add_setting_options(
             parser.add_argument(flag, dest=name, type=None if hint is str else hint, help=text)
 
 
-def setting_args(
-    settings: ElasticSettings, options: Mapping[str, str | None], flags: Mapping[str, str] | None = None
-) -> list[str]:
+def setting_args(settings: ElasticSettings, options: Mapping[str, str | None]) -> list[str]:
     """The options that give a command whose parser :func:`add_setting_options` built (with these
-    ``options`` and ``flags``) the values of ``settings``.  A value no option states (None, and off
+    ``options``, no renamed flags) the values of ``settings``.  A value no option states (None, and off
     for a switch off by default) is left out: the command takes it from where it takes an option
     not given (``dj-elastic worker``: the job's settings)."""
     hints = typing.get_type_hints(ElasticSettings)
     defaults = {f.name: f.default for f in dataclasses.fields(ElasticSettings)}
     argv: list[str] = []
     for name in options:
-        flag, value = _flag(name, flags), getattr(settings, name)
+        flag, value = _flag(name, None), getattr(settings, name)
         if value is None:
             continue
         if _inner_type(hints[name]) is bool:
