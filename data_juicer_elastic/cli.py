@@ -27,9 +27,6 @@ from data_juicer_elastic.cli_options import (
 )
 from data_juicer_elastic.errors import EXIT_ERROR, EXIT_OK, ConfigError, ElasticError, storage_error
 
-# Plain text: argparse prints it as it is (the module docstring's reST markup would show).
-DESCRIPTION = "dj-elastic: the lower-level steps of an elastic sharded job."
-
 
 def _cmd_prepare(args: argparse.Namespace) -> int:
     from data_juicer_elastic.integration.config_block import require_elastic
@@ -221,7 +218,9 @@ def build_parser() -> argparse.ArgumentParser:
         help="show everything Data-Juicer and Ray log (also DJ_ELASTIC_VERBOSE=1); default: the plugin's own "
         "lines, warnings, errors and a live progress line",
     )
-    parser = argparse.ArgumentParser(prog="dj-elastic", description=DESCRIPTION, parents=[verbose])
+    # Plain text, not the module docstring: argparse prints it as it is (reST markup would show).
+    description = "dj-elastic: the lower-level steps of an elastic sharded job."
+    parser = argparse.ArgumentParser(prog="dj-elastic", description=description, parents=[verbose])
     parser.add_argument("--version", action="version", version=f"data-juicer-elastic {__version__}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     add_parser = functools.partial(sub.add_parser, parents=[verbose])
