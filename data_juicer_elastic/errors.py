@@ -32,17 +32,13 @@ class ElasticError(Exception):
         super().__init__(message, where, hint)
 
     def __reduce__(self):  # keep fields across pickling (Ray, multiprocessing)
-        return (_rebuild, (type(self), self.message, self.where, self.hint))
+        return functools.partial(type(self), where=self.where, hint=self.hint), (self.message,)
 
     def __str__(self) -> str:
         text = f"{self.where}: {self.message}" if self.where else self.message
         if self.hint:
             text += f" ({self.hint})"
         return text
-
-
-def _rebuild(cls, message, where, hint):
-    return cls(message, where=where, hint=hint)
 
 
 class ConfigError(ElasticError):
