@@ -87,15 +87,12 @@ class SlotPool:
             if proc.poll() is None:
                 proc.send_signal(signal.SIGTERM)
 
-    def wait(self) -> dict[int, int]:
-        codes = {}
+    def wait(self) -> None:
         for slot, proc in self.procs.items():
-            codes[slot] = proc.wait()
-            if codes[slot] != 0:
-                logger.warning(f"slot {slot} (pid {proc.pid}) exited with {codes[slot]}; see its log")
+            if (code := proc.wait()) != 0:
+                logger.warning(f"slot {slot} (pid {proc.pid}) exited with {code}; see its log")
         for log in self.logs.values():
             log.close()
-        return codes
 
     def __enter__(self) -> SlotPool:
         return self
