@@ -6,6 +6,8 @@ Data-Juicer's core.  Public names are loaded on first use.
 
 from __future__ import annotations
 
+import importlib
+
 __version__ = "0.1.0"
 
 # The Data-Juicer releases this plugin is built against (setup.cfg pins the same range; a test
@@ -13,15 +15,10 @@ __version__ = "0.1.0"
 DATA_JUICER_REQUIREMENT = "py-data-juicer>=1.6.1,<1.7"
 
 __all__ = ["__version__", "DATA_JUICER_REQUIREMENT", "ElasticShardedExecutor", "ElasticSettings"]
+_LAZY = {"ElasticShardedExecutor": "executor", "ElasticSettings": "settings"}  # name -> its module
 
 
 def __getattr__(name: str):
-    if name == "ElasticShardedExecutor":
-        from data_juicer_elastic.executor import ElasticShardedExecutor
-
-        return ElasticShardedExecutor
-    if name == "ElasticSettings":
-        from data_juicer_elastic.settings import ElasticSettings
-
-        return ElasticSettings
-    raise AttributeError(name)
+    if name not in _LAZY:
+        raise AttributeError(name)
+    return getattr(importlib.import_module(f"{__name__}.{_LAZY[name]}"), name)

@@ -1,13 +1,9 @@
 """``dj-elastic``: the lower-level steps of an elastic sharded job.
 
-Each subcommand is a thin wrapper over a library function, so it is testable
-without a shell.  Exit codes: 0 success, 1 ``status`` found the job
-incomplete, 2 an error or a terminal shard failure.  Expected failures print
-one line (what, where, what to do), never a traceback.
-
-The parser is the standard library's argparse: ``--help`` and ``status``
-must stay fast, and neither Ray nor Data-Juicer is imported unless the
-subcommand needs it.
+Each subcommand is a thin wrapper over a library function.  Exit codes: 0 success, 1 ``status``
+found the job incomplete, 2 an error or a terminal shard failure; an expected failure prints one
+line (what, where, what to do), never a traceback.  The parser is argparse, and neither Ray nor
+Data-Juicer is imported unless the subcommand needs it: ``--help`` and ``status`` stay fast.
 """
 
 from __future__ import annotations
@@ -30,9 +26,6 @@ from data_juicer_elastic.cli_options import (
     given_settings,
 )
 from data_juicer_elastic.errors import EXIT_ERROR, EXIT_OK, ConfigError, ElasticError, storage_error
-
-# Plain text: argparse prints it as it is (the module docstring's reST markup would show).
-DESCRIPTION = "dj-elastic: the lower-level steps of an elastic sharded job."
 
 
 def _cmd_prepare(args: argparse.Namespace) -> int:
@@ -129,39 +122,34 @@ def _cmd_retry(args: argparse.Namespace) -> int:
 def _cmd_merge(args: argparse.Namespace) -> int:
     from data_juicer_elastic.jobdir.export_path import check_export_path
 
+    job = Path(args.job_dir).resolve()
     layout = _settings_from_job(args.job_dir, args).export_layout  # --export-layout, else the job's setting
-    check_export_path(Path(args.job_dir).resolve(), args.output, "--output", layout)  # before anything is read
-    if args.follow:
-        if layout == "parts":
-            raise ConfigError(
-                "--follow streams one merged file; a parts export is published without a merge",
-                where="--follow",
-                hint="leave out --follow (publishing parts reads no output), or give --export-layout file",
-            )
-        from data_juicer_elastic.shards.stream_merge import follow_merge
-
-        def show(progress) -> None:
-            state = "complete" if progress.complete else "final so far"
-            print(
-                f"{progress.shards_final}/{progress.num_shards} shards, {progress.rows_final} rows, "
-                f"{progress.bytes_final} bytes {state}",
-                flush=True,
-            )
-
-        result = follow_merge(
-            Path(args.job_dir).resolve(),
-            args.output,  # its last component is never resolved: a link there is not followed
-            overwrite=args.overwrite,
-            wait=True,
-            poll_secs=args.poll_secs,
-            on_progress=show,
-        )
-        assert result is not None  # no stop event: returns only when published
-    else:
+    check_export_path(job, args.output, "--output", layout)  # before anything is read
+    if not args.follow:
         from data_juicer_elastic.finalize import finalize  # imports neither Data-Juicer nor Ray
 
         finalize(args.job_dir, args.output, overwrite=args.overwrite, layout=layout)  # says what it merged
         return EXIT_OK
+    if layout == "parts":
+        raise ConfigError(
+            "--follow streams one merged file; a parts export is published without a merge",
+            where="--follow",
+            hint="leave out --follow (publishing parts reads no output), or give --export-layout file",
+        )
+    from data_juicer_elastic.shards.stream_merge import follow_merge
+
+    def show(progress) -> None:
+        state = "complete" if progress.complete else "final so far"
+        print(
+            f"{progress.shards_final}/{progress.num_shards} shards, {progress.rows_final} rows, "
+            f"{progress.bytes_final} bytes {state}",
+            flush=True,
+        )
+
+    # Returns only when published (no stop event); OUTPUT's last component is never resolved: a link is not followed.
+    result = follow_merge(
+        job, args.output, overwrite=args.overwrite, wait=True, poll_secs=args.poll_secs, on_progress=show
+    )
     print(f"merged {result.rows} rows from {result.shards} shards into {result.output_path}")
     return EXIT_OK
 
@@ -191,11 +179,8 @@ def _cmd_doctor(args: argparse.Namespace) -> int:
 
 
 def _load_recipe(args: argparse.Namespace, setup: bool = True):
-    """Parse a recipe exactly as dj-process does (same parser, same validation).
-
-    ``setup=False``: without Data-Juicer's side effects (work dir, log files, config backup,
-    the configuration table), for commands that only prepare.
-    """
+    """Parse a recipe exactly as dj-process does (same parser, same validation); ``setup=False``:
+    without Data-Juicer's side effects (work dir, log files, config backup), for commands that only prepare."""
     from data_juicer.config import init_configs
 
     from data_juicer_elastic.integration.config_block import settings_from_cfg
@@ -233,7 +218,9 @@ def build_parser() -> argparse.ArgumentParser:
         help="show everything Data-Juicer and Ray log (also DJ_ELASTIC_VERBOSE=1); default: the plugin's own "
         "lines, warnings, errors and a live progress line",
     )
-    parser = argparse.ArgumentParser(prog="dj-elastic", description=DESCRIPTION, parents=[verbose])
+    # Plain text, not the module docstring: argparse prints it as it is (reST markup would show).
+    description = "dj-elastic: the lower-level steps of an elastic sharded job."
+    parser = argparse.ArgumentParser(prog="dj-elastic", description=description, parents=[verbose])
     parser.add_argument("--version", action="version", version=f"data-juicer-elastic {__version__}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     add_parser = functools.partial(sub.add_parser, parents=[verbose])
@@ -390,7 +377,7 @@ def _console(verbose: bool) -> None:
     from data_juicer_elastic.console.quiet import mark_quiet_workers
 
     if verbose:
-        set_verbose(True)
+        set_verbose()
     mark_quiet_workers()
     install_console()
     deferred.when_imported("data_juicer", lambda _module: install_console())

@@ -1,16 +1,10 @@
 """The ``dj-elastic`` options that set ``elastic.*`` values, generated from :class:`ElasticSettings`.
 
-Each such option is the field's own: ``--<field-name>`` (or the flag a command names),
-the field's type (an optional type takes its inner one; a ``Literal`` becomes choices),
-and its help text (the field's docstring unless the command words it for its own use).
-An option left out is None in the parsed arguments, so "not given" is never confused
-with a value: :func:`given_settings` collects the ones given, for the recipe's or the
-job's values to be overridden with, and :class:`ElasticSettings` judges them.
-:func:`setting_args` goes the other way: the options that give a command (a slot's
-``dj-elastic worker``) a settings object's values.
-
-A switch follows its field's default: one that is off can be turned on (``--x``), one
-that is on can be turned off too (``--x`` / ``--no-x``).
+Each option is its field's: ``--<field-name>`` (or the flag a command names), the field's type
+(an optional type takes its inner one; a ``Literal`` becomes choices; a switch that is on by
+default gets ``--no-x`` too) and its docstring as help, unless the command words its own.  An
+option left out is None, so "not given" is never confused with a value: :func:`given_settings`
+collects the given ones; :func:`setting_args` goes the other way (a slot's ``dj-elastic worker``).
 """
 
 from __future__ import annotations
@@ -94,19 +88,16 @@ def add_setting_options(
             parser.add_argument(flag, dest=name, type=None if hint is str else hint, help=text)
 
 
-def setting_args(
-    settings: ElasticSettings, options: Mapping[str, str | None], flags: Mapping[str, str] | None = None
-) -> list[str]:
-    """The options that give a command whose parser :func:`add_setting_options` built with these
-    ``options`` and ``flags`` the values of ``settings``: :func:`given_settings` of its parsed
-    arguments holds each of them.  A value no option states is left out, so the command takes it
-    from where it takes an option not given (``dj-elastic worker``: the job's settings): None, and
-    off for a switch that is off by default (it has only ``--x``)."""
+def setting_args(settings: ElasticSettings, options: Mapping[str, str | None]) -> list[str]:
+    """The options that give a command whose parser :func:`add_setting_options` built (with these
+    ``options``, no renamed flags) the values of ``settings``.  A value no option states (None, and off
+    for a switch off by default) is left out: the command takes it from where it takes an option
+    not given (``dj-elastic worker``: the job's settings)."""
     hints = typing.get_type_hints(ElasticSettings)
     defaults = {f.name: f.default for f in dataclasses.fields(ElasticSettings)}
     argv: list[str] = []
     for name in options:
-        flag, value = _flag(name, flags), getattr(settings, name)
+        flag, value = _flag(name, None), getattr(settings, name)
         if value is None:
             continue
         if _inner_type(hints[name]) is bool:
@@ -119,12 +110,8 @@ def setting_args(
 
 def given_settings(args: argparse.Namespace) -> dict[str, Any]:
     """The ``elastic.*`` values given as options (every settings field the command has and was set)."""
-    found = {}
-    for name in ElasticSettings.field_names():
-        value = getattr(args, name, None)
-        if value is not None:
-            found[name] = value
-    return found
+    values = {name: getattr(args, name, None) for name in ElasticSettings.field_names()}
+    return {name: value for name, value in values.items() if value is not None}
 
 
 def _flag(name: str, flags: Mapping[str, str] | None) -> str:

@@ -20,11 +20,8 @@ EXIT_ERROR: Final = 2  # bad input, bad recipe, terminal shard failure, runtime 
 
 
 class ElasticError(Exception):
-    """Base class of every error the plugin reports to users.
-
-    ``where`` names the place (``file:line``, a path, ``shard part-00003-of-00016``,
-    an operator); ``hint`` says what to try.  Both are optional but expected.
-    """
+    """Base class of every error the plugin reports to users: ``where`` names the place (``file:line``, a
+    path, ``shard part-00003-of-00016``, an operator), ``hint`` what to try (both optional but expected)."""
 
     exit_code: int = EXIT_ERROR
 
@@ -35,17 +32,13 @@ class ElasticError(Exception):
         super().__init__(message, where, hint)
 
     def __reduce__(self):  # keep fields across pickling (Ray, multiprocessing)
-        return (_rebuild, (type(self), self.message, self.where, self.hint))
+        return functools.partial(type(self), where=self.where, hint=self.hint), (self.message,)
 
     def __str__(self) -> str:
         text = f"{self.where}: {self.message}" if self.where else self.message
         if self.hint:
             text += f" ({self.hint})"
         return text
-
-
-def _rebuild(cls, message, where, hint):
-    return cls(message, where=where, hint=hint)
 
 
 class ConfigError(ElasticError):
@@ -120,28 +113,19 @@ class LeaseLostError(ElasticError):
     """This worker lost its claim (heartbeat could not be renewed, or a newer generation exists)."""
 
 
-class BatchingError(ElasticError):
-    """Adaptive micro-batching could not process an outer batch (see ``data_juicer_elastic.batching``)."""
-
-
-class BatchContractError(BatchingError):
+class BatchContractError(ElasticError):
     """An opted-in operator broke the micro-batch contract (row count, row order or columns per slice)."""
 
 
-class MicroBatchOOMError(BatchingError):
+class MicroBatchOOMError(ElasticError):
     """Out of memory at the smallest micro-batch after the bounded waits: nothing smaller exists.
-
-    Raised even with ``skip_op_error``: dropping the rows would lose data silently.
-    """
+    Raised even with ``skip_op_error``: dropping the rows would lose data silently."""
 
 
 def is_worker_fault(exc: BaseException) -> bool:
-    """True when an attempt failed because of *this worker*, not because of the shard.
-
-    Such a failure must not spend the shard's retry budget: the worker hands the
-    claim back at once and stops, so a correctly set-up worker can take it.  An
-    unsafe job directory (a planted symlink) is not the shard's fault either.
-    """
+    """True when an attempt failed because of *this worker*, not of the shard (an unsafe job directory
+    is not the shard's fault either): the worker hands the claim back at once and stops, without
+    spending the shard's retry budget, so a correctly set-up worker can take it."""
     if isinstance(exc, OSError) and exc.errno in PERMANENT_STORAGE_ERRNOS:
         return True  # no permission / read-only mount here: retrying the shard cannot help
     return isinstance(exc, (StageIdentityMismatch, IntegrationError, RayConnectionError, UnsafePathError))
@@ -186,30 +170,24 @@ def place_of(path: object, places: Places) -> str | None:
         if not text or root is None:
             continue
         base = os.path.abspath(os.fspath(root))
-        if text == base or _below(text, base) or _below(base, text):
+        if os.path.commonpath([text, base]) in (text, base):  # the same, or one below the other
             return f"the {role} {base}"
     return None
 
 
-def _below(path: str, directory: str) -> bool:
-    return path.startswith(directory.rstrip(os.sep) + os.sep)
+class storage_errors:  # noqa: N801 - used like a function, as a decorator or a context manager
+    """Turn an OSError escaping the block (or the decorated function) into :func:`storage_error`.
+    As a decorator, ``places`` may be a function of the call's arguments."""
 
-
-class _StorageErrors:
-    """See :func:`storage_errors`."""
-
-    def __init__(self, then: str, places: Places | Callable[..., Places]):
+    def __init__(self, then: str, places: Places | Callable[..., Places] = ()):
         self.then, self.places = then, places
-
-    def _error(self, exc: OSError, places: Places) -> JobDirError:
-        return storage_error(exc, "", self.then, places)
 
     def __enter__(self) -> None:
         return None
 
     def __exit__(self, kind: object, exc: BaseException | None, traceback: object) -> bool:
         if isinstance(exc, OSError):
-            raise self._error(exc, () if callable(self.places) else self.places) from exc
+            raise storage_error(exc, "", self.then, () if callable(self.places) else self.places) from exc
         return False
 
     def __call__(self, function: Callable[..., Any]) -> Callable[..., Any]:
@@ -219,15 +197,9 @@ class _StorageErrors:
                 return function(*args, **kwargs)
             except OSError as exc:
                 places = self.places(*args, **kwargs) if callable(self.places) else self.places
-                raise self._error(exc, places) from exc
+                raise storage_error(exc, "", self.then, places) from exc
 
         return guarded
-
-
-def storage_errors(then: str, places: Places | Callable[..., Places] = ()) -> _StorageErrors:
-    """Turn an OSError escaping the block (or the decorated function) into :func:`storage_error`.
-    As a decorator, ``places`` may be a function of the call's arguments."""
-    return _StorageErrors(then, places)
 
 
 # -- Signals: BaseExceptions that carry a decision through code that catches Exception. --------------
@@ -235,9 +207,8 @@ def storage_errors(then: str, places: Places | Callable[..., Places] = ()) -> _S
 
 
 class WorkerInterrupted(BaseException):
-    """Raised in the worker's main thread by its SIGTERM/SIGINT handler (``jobdir.worker_signals``).
-
-    A BaseException, so that a runner's ``except Exception`` does not swallow it."""
+    """Raised in the worker's main thread by its SIGTERM/SIGINT handler (``jobdir.worker_signals``);
+    a BaseException, so that a runner's ``except Exception`` does not swallow it."""
 
     def __init__(self, signum: int):
         super().__init__(f"interrupted by signal {signum}")
@@ -245,10 +216,8 @@ class WorkerInterrupted(BaseException):
 
 
 class DispatchToElastic(BaseException):  # noqa: N818 - control flow, not an error
-    """Carries an elastic cfg out of Data-Juicer's ``main`` (integration.dispatch).
-
-    A BaseException, not an Exception: loguru's ``@logger.catch`` around Data-Juicer's
-    ``main`` must not log it."""
+    """Carries an elastic cfg out of Data-Juicer's ``main`` (integration.dispatch); a BaseException:
+    loguru's ``@logger.catch`` around Data-Juicer's ``main`` must not log it."""
 
     def __init__(self, executor_type: str, cfg: object):
         super().__init__(executor_type)
@@ -287,7 +256,6 @@ class ScanRefused(Exception):  # noqa: N818 - a verdict, not a failure
 
 class PrepareCancelled(Exception):
     """The recipe was refused while the overlapped input pass ran (``preparation``): stop the pass.
-
     Not an ElasticError: it never reaches the user, the refusal itself is raised instead."""
 
 

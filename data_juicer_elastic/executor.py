@@ -1,22 +1,15 @@
 """ElasticShardedExecutor: what ``dj-process`` runs for ``executor_type: elastic_sharded``.
 
-The same command is started on every node (a scheduler's broadcast, ``srun``, an
-Indexed Job); every instance of one submission resolves the same run id
-(``coordination.run_id``) and then:
+The same command is started on every node; every instance of one submission resolves the same
+run id (``coordination.run_id``), then: one elected instance prepares, the others wait for it
+(``coordination.elections``); every instance claims and runs shards with one warm node-local Ray
+runtime per slot (:func:`run_local_worker`; extra slots are child processes,
+``coordination.slots``); each waits until every shard is done or one failed terminally
+(``coordination.settle``); one elected instance verifies and merges (``finalize``); every
+instance reports the run's one outcome (exit 0, or 2 with the same message).
 
-1. prepare: one elected instance validates and splits the input (``shards.prepare``);
-   the others wait for its published result (``coordination.elections``);
-2. work: claim shards with one warm node-local Ray runtime per slot
-   (:func:`run_local_worker`: ``jobdir.worker_loop`` + ``execution``; extra slots are
-   child processes, ``coordination.slots``), stopping at once when the run is aborted;
-3. settle: wait until every shard is done or one failed terminally
-   (``coordination.settle``; strict mode fails when work is left nobody may take);
-4. finalize: one elected instance verifies and merges (``finalize``, ``shards.merge``);
-5. every instance reads the run's one outcome and exits 0, or 2 with the same message.
-
-``job_run.JobRun`` holds one instance's run, its phases as methods, in the order
-``coordination.flow`` runs them.  This module loads Data-Juicer (its executor base class)
-and owns the node's worker; it composes those pieces and owns none of their logic.
+``job_run.JobRun`` holds one instance's run, its phases in the order ``coordination.flow``
+runs them.  This module loads Data-Juicer (its executor base class) and owns the node's worker.
 """
 
 from __future__ import annotations
@@ -25,7 +18,6 @@ import functools
 import os
 import subprocess
 import threading
-from collections.abc import Callable
 from typing import Any
 
 from loguru import logger
@@ -66,7 +58,6 @@ def run_local_worker(
     settings: ElasticSettings,
     *,
     wait_for_completion: bool = True,
-    node_id: str | None = None,
     slots: int | None = None,
     stop_event: threading.Event | None = None,
     max_done: int | None = None,
@@ -74,12 +65,9 @@ def run_local_worker(
 ) -> WorkerSummary:
     """Claim and process shards until nothing is left, with ``slots`` shards at a time.
 
-    Slot 0 runs here with one warm Ray runtime, started when there is a shard to claim and
-    before claiming it (re-running a finished job, or a worker that finds nothing to do, costs
-    no Ray start; a worker killed while Ray starts holds no claim).  Slots 1..S-1 are child
-    worker processes (``coordination.slots``); the summary is slot 0's, whose loop also waits
-    for shards the others still run.
-    """
+    Slot 0 runs here with one warm Ray runtime, started when there is a shard to claim and before
+    claiming it (a worker with nothing to do costs no Ray start; one killed while Ray starts holds
+    no claim).  Slots 1..S-1 are child processes; the summary is slot 0's (it waits for theirs)."""
     from data_juicer_elastic.execution.shard_runner import default_cache_env
 
     job = resolve_user_path(job_dir)
@@ -93,7 +81,7 @@ def run_local_worker(
     # Model caches default into the shared job dir (one download for every node); set
     # here, before slot processes are started, so they inherit the same values.
     default_cache_env(layout.cache_dir)
-    identity = WorkerIdentity.current(node_id=node_id)
+    identity = WorkerIdentity.current()
     slots = settings.slots_per_node if slots is None else slots
     devices = slot_devices(os.environ.get(CUDA_ENV), slots)
     cpus = slot_cpus(settings.ray_num_cpus, slots)
@@ -118,17 +106,18 @@ def run_local_worker(
         runner.start_early()  # Ray starts while the job is scanned: the first shard need not wait for it
     # Strict mode's equal shares already decide who runs what; elsewhere slow nodes leave the tail to fast ones.
     gate = None
-    if max_done is None:
-        gate = _lazy_gate(
+    if max_done is None:  # built when first asked, once the job is scanned (it reads the manifest)
+        build = functools.cache(
             lambda: ClaimGate(
                 layout,
-                scanned_manifest(),  # the gate is first asked once the job is scanned
+                scanned_manifest(),
                 identity.node_id,
                 identity.pid,
                 min_interval=settings.poll_interval_secs,
                 startup_secs=lambda: runner.runtime.start_secs,
             )
         )
+        gate = lambda: build()()  # noqa: E731
     logger.info(f"worker {identity.node_id} (pid {identity.pid}) joining job {job} with {slots} slot(s)")
     with SlotPool() as pool:
         # Each slot is given this instance's settings (its own share of the CPUs, the heartbeat it uses).
@@ -144,17 +133,16 @@ def run_local_worker(
         shard_rows = {entry.shard_id: entry.rows for entry in manifest.shards} if scanned else None
         planned = {entry.shard_id: entry.bytes for entry in manifest.shards}
         waiting = lambda: "starting Ray" if runner.starting else ""  # noqa: E731 - the live line names the wait
+        # random_start: fresh workers (replacements after kills) spread over the pending shards
+        worker = WorkerSettings.from_elastic(
+            settings, max_done=max_done, wait_for_completion=wait_for_completion, random_start=True
+        )
         with runner, JobDisplay(job, shard_rows, planned_bytes=planned, waiting=waiting) as display:  # a live line
             summary = run_worker(
                 job,
                 identity,
                 runner,
-                WorkerSettings.from_elastic(
-                    settings,
-                    max_done=max_done,
-                    wait_for_completion=wait_for_completion,
-                    random_start=True,  # fresh workers (replacements after kills) spread over the pending shards
-                ),
+                worker,
                 stop_event=stop_event,
                 claim_gate=gate,
                 on_attempt=display.attach,  # this process's running shards count in the display
@@ -166,18 +154,6 @@ def run_local_worker(
             pool.stop()  # the run was aborted: every slot gives its claim back now
     logger.info(f"worker {identity.node_id} finished: {summary}")
     return summary
-
-
-def _lazy_gate(build: Callable[[], ClaimGate]) -> Callable[[], bool]:
-    """The claim gate, built when it is first asked (after the scans: it reads the manifest)."""
-    gate: list[ClaimGate] = []
-
-    def ask() -> bool:
-        if not gate:
-            gate.append(build())
-        return gate[0]()
-
-    return ask
 
 
 def _stop_slots(pool: SlotPool, wait_secs: float = 30.0) -> None:

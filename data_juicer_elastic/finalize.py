@@ -1,12 +1,7 @@
 """Finalize a job: refuse on terminal failures, publish the export in order, write the overall stats.
 
-The export is one JSONL file (``export_layout: file``: the streaming merge's partial output
-finished, or a merge from scratch) or a directory of parts published without copying
-(``parts``: ``shards.parts``).
-
-Its own module, apart from ``executor`` (which subclasses Data-Juicer's executor base
-and so imports Data-Juicer): ``dj-elastic merge`` runs exactly this, and must not pay
-seconds of Data-Juicer and Ray imports for a file copy with validation.
+Apart from ``executor`` (which imports Data-Juicer): ``dj-elastic merge`` runs exactly this, and
+must not pay seconds of Data-Juicer and Ray imports for a file copy with validation.
 """
 
 from __future__ import annotations
@@ -48,10 +43,9 @@ def finalize(
     """Fail clearly on terminal shard failures, else publish every shard in manifest order and
     write the overall statistics (from the per-shard summaries, not from the export).
 
-    ``layout`` ``file``: with ``stream``, continue the streaming merge's partial output
-    (``shards.stream_merge``), waiting for another holder of it as long as it makes progress
-    (``lock_wait_secs`` without any), else merge from scratch.  ``parts``: link the accepted
-    outputs into the export directory (``shards.parts``; no output is read).
+    ``layout`` ``file``: one JSONL; with ``stream``, the streaming merge's partial output finished
+    (``_stream_tail``), else a merge from scratch.  ``parts``: the accepted outputs linked into the
+    export directory (``shards.parts``; no output is read).
     """
     from data_juicer_elastic.stats import compute_overall, write_overall_stats
 

@@ -1,16 +1,9 @@
 """One instance's run of an elastic job (what ``dj-process`` runs), one method per phase.
 
-:class:`JobRun` holds what every phase of one instance shares: the cfg and settings, the job
-layout, the run id, this instance's identity and coordinator, the strict-mode policy.  Its
-phase methods are what ``coordination.flow.run_coordinated`` calls (prepare -> work -> settle
--> finalize -> outcome, in the order and with the elections that module owns): :meth:`prepare`
-and :meth:`finalize` on the elected instances, :meth:`check_prepared` on the others,
-:meth:`work` on every instance (its shards through :meth:`run_shards`).  :meth:`run` wraps
-that flow in this instance's log file and its join/leave records; :meth:`report` turns the
-run's one outcome into the merge result.
-
-Importing this module loads neither Data-Juicer nor Ray: the fault driver
-(``tests/faults/driver.py``) subclasses :class:`JobRun` with a fake shard runner.
+:class:`JobRun` holds what every phase of one instance shares (cfg, settings, layout, run id,
+identity, coordinator, strict-mode policy); ``coordination.flow.run_coordinated`` calls its phase
+methods in order, with the elections.  Importing this module loads neither Data-Juicer nor Ray:
+the fault driver (``tests/faults/driver.py``) subclasses :class:`JobRun` with a fake shard runner.
 """
 
 from __future__ import annotations
@@ -39,7 +32,6 @@ from data_juicer_elastic.jobdir.export_path import export_target
 from data_juicer_elastic.jobdir.layout import JobLayout
 from data_juicer_elastic.jobdir.plan_records import JobPlan
 from data_juicer_elastic.jobdir.recipe_diff import recipe_differences
-from data_juicer_elastic.jobdir.records import Manifest
 from data_juicer_elastic.jobdir.worker_loop import WorkerSummary
 from data_juicer_elastic.preparation import prepare_from_cfg, resolve_user_path
 from data_juicer_elastic.settings import ElasticSettings, check_strict_shares
@@ -58,7 +50,10 @@ class JobRun:
         self.layout = JobLayout(resolve_user_path(settings.job_dir))
         self.run_id = resolve_run_id(settings.run_id)
         self.identity = WorkerIdentity.current()
-        self.strict = strict_policy(settings)
+        self.strict = None  # elastic mode; strict mode (require_all_nodes): its equal shares, checked
+        if settings.require_all_nodes:
+            share = check_strict_shares(settings.num_shards, settings.nodes, settings.slots_per_node)
+            self.strict = StrictPolicy(settings.nodes, share, settings.slots_per_node)
         self.coordinator = RunCoordinator(
             self.layout,
             self.run_id,
@@ -125,7 +120,20 @@ class JobRun:
 
     def check_prepared(self, plan: JobPlan) -> None:
         """Every other instance: refuse to work on a job planned from a different request."""
-        check_same_request(self.cfg, self.settings, plan)
+        cfg, settings, differences = self.cfg, self.settings, []
+        dataset = str(resolve_user_path(cfg.dataset_path)) if getattr(cfg, "dataset_path", None) else None
+        if dataset != plan.dataset_path:
+            differences.append(f"dataset_path is {dataset!r} here, {plan.dataset_path!r} in the job")
+        if settings.num_shards != plan.num_shards:
+            differences.append(f"num_shards is {settings.num_shards} here, {plan.num_shards} in the job")
+        recipe = build_shard_recipe(cfg)
+        differences += recipe_differences(plan, recipe, recipe_hash(recipe))  # names the changed keys
+        if differences:
+            raise JobDirError(
+                "this instance was started with a different job than the one prepared: " + "; ".join(differences),
+                where=str(self.layout.root),
+                hint="start the same command with the same recipe on every node",
+            )
 
     def work(self, stop: threading.Event, max_done: int | None) -> WorkerSummary:
         """Claim and run shards until none is left for this instance.  The streaming merge, when on,
@@ -173,33 +181,6 @@ class JobRun:
             f"{result.shards} shards into {result.output_path}"
         )
         return result
-
-
-def strict_policy(settings: ElasticSettings) -> StrictPolicy | None:
-    """Strict mode's equal shares (``require_all_nodes``), checked; None in elastic mode."""
-    if not settings.require_all_nodes:
-        return None
-    assert settings.nodes is not None  # validated by ElasticSettings
-    share = check_strict_shares(settings.num_shards, settings.nodes, settings.slots_per_node)
-    return StrictPolicy(settings.nodes, share, settings.slots_per_node)
-
-
-def check_same_request(cfg: Any, settings: ElasticSettings, manifest: JobPlan | Manifest) -> None:
-    """An instance that did not prepare must have been started with the job the leader prepared."""
-    differences = []
-    dataset = str(resolve_user_path(cfg.dataset_path)) if getattr(cfg, "dataset_path", None) else None
-    if dataset != manifest.dataset_path:
-        differences.append(f"dataset_path is {dataset!r} here, {manifest.dataset_path!r} in the job")
-    if settings.num_shards != manifest.num_shards:
-        differences.append(f"num_shards is {settings.num_shards} here, {manifest.num_shards} in the job")
-    recipe = build_shard_recipe(cfg)
-    differences += recipe_differences(manifest, recipe, recipe_hash(recipe))  # names the changed keys
-    if differences:
-        raise JobDirError(
-            "this instance was started with a different job than the one prepared: " + "; ".join(differences),
-            where=str(resolve_user_path(settings.job_dir)),
-            hint="start the same command with the same recipe on every node",
-        )
 
 
 @contextlib.contextmanager

@@ -7,6 +7,7 @@ recipe parse.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import threading
 from collections.abc import Callable
@@ -40,7 +41,7 @@ def prepare_request(cfg: Any, settings: ElasticSettings) -> PrepareRequest:
     """The shard recipe (checked) and everything prepare records, from a parsed cfg."""
     from data_juicer_elastic.execution.code_fingerprint import code_fingerprint
     from data_juicer_elastic.execution.stage_identities import compute_stage_identities
-    from data_juicer_elastic.integration.recipe import build_shard_recipe, index_key, media_keys
+    from data_juicer_elastic.integration.recipe import build_shard_recipe
     from data_juicer_elastic.integration.recipe_check import check_shard_safe
 
     if not getattr(cfg, "dataset_path", None):
@@ -49,22 +50,34 @@ def prepare_request(cfg: Any, settings: ElasticSettings) -> PrepareRequest:
     check_shard_safe(recipe)
     import data_juicer
 
-    return PrepareRequest(
-        job_dir=resolve_user_path(settings.job_dir),
-        dataset_path=resolve_user_path(cfg.dataset_path),
-        num_shards=settings.num_shards,
+    return _request(
+        settings,
+        cfg.dataset_path,
+        cfg,
         recipe=recipe,
         stage_identities=compute_stage_identities(recipe),
-        media_keys=media_keys(cfg),
-        index_key=index_key(cfg),
-        settings=settings.to_dict(),
+        settings=dataclasses.asdict(settings),
         versions={"data_juicer": data_juicer.__version__, "data_juicer_elastic": __version__},
         ray={"address": settings.ray_address, "num_cpus": settings.ray_num_cpus},
-        max_line_bytes=settings.max_line_bytes,
-        shard_codec=settings.shard_codec,
-        copy_shards=settings.copy_shards,
-        input_order=settings.input_order,
         code=code_fingerprint(recipe),
+    )
+
+
+def _request(elastic: ElasticSettings, dataset_path: Any, source: Any, /, **fields: Any) -> PrepareRequest:
+    """A request's input fields from the ``elastic`` settings and the recipe (a parsed cfg, or its YAML)."""
+    from data_juicer_elastic.integration.recipe import index_key, media_keys
+
+    return PrepareRequest(
+        job_dir=resolve_user_path(elastic.job_dir),
+        dataset_path=resolve_user_path(dataset_path),
+        num_shards=elastic.num_shards,
+        media_keys=media_keys(source),
+        index_key=index_key(source),
+        max_line_bytes=elastic.max_line_bytes,
+        shard_codec=elastic.shard_codec,
+        copy_shards=elastic.copy_shards,
+        input_order=elastic.input_order,
+        **fields,
     )
 
 
@@ -82,33 +95,29 @@ def _prepare(
         display(step, done, total)
 
     with StepDisplay() as display, steps.reporting(report):  # a live line on a terminal, else log lines
-        if scan:
-            outcome = prepare_job(request, complete=complete)
-        else:
-            planned = plan_job(request, complete=complete)
-    if not scan:
-        plan = planned.plan
-        verb = "planned" if planned.created else "reusing the planned job"
+        outcome = (prepare_job if scan else plan_job)(request, complete=complete)
+    if scan:
+        manifest = outcome.manifest
+        verb = "prepared" if outcome.created else "reusing the prepared job"
+        say(f"{verb} {shown_path(request.job_dir)}: {manifest.total_rows:,} rows in {len(manifest.shards)} shards")
+    else:
+        plan = outcome.plan
+        verb = "planned" if outcome.created else "reusing the planned job"
         say(
             f"{verb} {shown_path(request.job_dir)}: {len(plan.shards)} shards over {len(plan.inputs):,} file(s), "
             f"{fmt_bytes(plan.total_bytes)} (the workers scan the data)"
         )
-        return planned
-    manifest = outcome.manifest
-    verb = "prepared" if outcome.created else "reusing the prepared job"
-    say(f"{verb} {shown_path(request.job_dir)}: {manifest.total_rows:,} rows in {len(manifest.shards)} shards")
     return outcome
 
 
 def prepare_overlapped(
     early: PrepareRequest | None, parse: Callable[[], PrepareRequest], scan: bool = False
 ) -> PlanOutcome | PrepareOutcome:
-    """``dj-elastic prepare``: the input pass starts at once on a thread from ``early`` (read from
-    the YAML without Data-Juicer), while ``parse`` (Data-Juicer's import and its parse of the
-    recipe: seconds of one core) runs here.  The pass publishes nothing before the parsed request
-    is there (``prepare_job(complete=...)``); if ``early`` guessed an input field wrong, the job
-    is prepared again from the parsed request; if the parse refuses the recipe, the pass stops at
-    its next progress report and the refusal is raised."""
+    """``dj-elastic prepare``: the input pass starts at once on a thread from ``early`` (the YAML read
+    without Data-Juicer) while ``parse`` (Data-Juicer's import and parse: seconds) runs here.  The
+    pass publishes nothing before the parsed request is there; if ``early`` guessed an input field
+    wrong, the job is prepared again; if the parse refuses the recipe, the pass stops at its next
+    progress report and the refusal is raised."""
     if early is None:
         return _prepare(parse(), scan=scan)
     parsed: dict[str, Any] = {}
@@ -146,11 +155,8 @@ def prepare_overlapped(
 
 
 def early_request(config: str, overrides: dict[str, Any]) -> PrepareRequest | None:
-    """The input fields of a recipe read as plain YAML (no Data-Juicer), or None when unsure.
-
-    Only a guess: ``prepare_overlapped`` compares it with what Data-Juicer's parser made of the
-    recipe and prepares again when they differ.  ``overrides``: ``dataset_path`` and ``elastic.*``
-    values from the command line."""
+    """The input fields of a recipe read as plain YAML (no Data-Juicer), or None when unsure; only a
+    guess, checked by ``prepare_overlapped``.  ``overrides``: the command line's ``dataset_path`` and ``elastic.*``."""
     if any(key.startswith("DJ_PROCESS_") for key in os.environ):
         return None  # Data-Juicer's parser reads those too
     try:
@@ -164,20 +170,6 @@ def early_request(config: str, overrides: dict[str, Any]) -> PrepareRequest | No
         block.update({k: v for k, v in overrides.items() if k != "dataset_path" and v is not None})
         settings = ElasticSettings.from_mapping(block)
         dataset = overrides.get("dataset_path") or recipe["dataset_path"]
-        from data_juicer_elastic.integration.recipe import index_key, media_keys
-
-        return PrepareRequest(
-            job_dir=resolve_user_path(settings.job_dir),
-            dataset_path=resolve_user_path(dataset),
-            num_shards=settings.num_shards,
-            recipe={},
-            stage_identities=[],
-            media_keys=media_keys(recipe),
-            index_key=index_key(recipe),
-            max_line_bytes=settings.max_line_bytes,
-            shard_codec=settings.shard_codec,
-            copy_shards=settings.copy_shards,
-            input_order=settings.input_order,
-        )
+        return _request(settings, dataset, recipe, recipe={}, stage_identities=[])
     except Exception:  # anything unusual: no guess, the plain path
         return None

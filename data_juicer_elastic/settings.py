@@ -25,11 +25,7 @@ from data_juicer_elastic.rows.codecs import CODECS, Codec
 
 DEFAULT_LEASE_TTL_SECS: Final = 120.0
 DEFAULT_MAX_RETRIES: Final = 3
-DEFAULT_MAX_HOLDER_DEATHS: Final = 10
-DEFAULT_STALL_TIMEOUT_SECS: Final = 300.0
 DEFAULT_POLL_INTERVAL_SECS: Final = 2.0
-DEFAULT_RAY_ADDRESS: Final = "local"
-DEFAULT_WAIT_TIMEOUT_SECS: Final = 1800.0
 MAX_RUN_ID_CHARS: Final = 256
 DEFAULT_MAX_LINE_BYTES: Final = 64 * 1024 * 1024
 # Quarantined rows a shard may have: 1% of its input rows (rounded up).  Malformed rows are rare;
@@ -37,13 +33,9 @@ DEFAULT_MAX_LINE_BYTES: Final = 64 * 1024 * 1024
 # and setting most of a corpus aside would be a silent loss by another name.
 DEFAULT_MAX_ERROR_ROWS: Final = 0.01
 InputOrder = Literal["sorted", "data_juicer"]
-INPUT_ORDERS: Final[tuple[InputOrder, ...]] = typing.get_args(InputOrder)
 ExportLayoutName = Literal["file", "parts"]
-EXPORT_LAYOUTS: Final[tuple[ExportLayoutName, ...]] = typing.get_args(ExportLayoutName)
 
-# "local" starts a private runtime owned by the worker; "auto" attaches to a
-# node-local head the user started; anything else must look like host:port or
-# a ray:// URL.
+# "local": a private runtime owned by the worker; "auto": a node-local head the user started; else host:port or ray://.
 _RAY_ADDRESS = re.compile(r"^(local|auto|ray://[\w.\-]+:\d+|[\w.\-]+:\d+)$")
 
 
@@ -55,7 +47,7 @@ class ElasticSettings:
     """Shared job directory (NAS/NFS/CPFS) holding shards, claims, attempts and results."""
     num_shards: int = 8
     """Exact number of non-empty contiguous shards the input is split into."""
-    ray_address: str = DEFAULT_RAY_ADDRESS
+    ray_address: str = "local"
     """Node-local Ray: 'local' (a runtime owned by the worker), 'auto', or an address."""
     lease_ttl_secs: float = DEFAULT_LEASE_TTL_SECS
     """A claim whose heartbeat has not changed for this long is taken over."""
@@ -63,9 +55,9 @@ class ElasticSettings:
     """Heartbeat period; default lease_ttl_secs / 4."""
     max_retries: int = DEFAULT_MAX_RETRIES
     """Retries after the first failed attempt; then the shard is terminally failed."""
-    max_holder_deaths: int = DEFAULT_MAX_HOLDER_DEATHS
+    max_holder_deaths: int = 10
     """Deaths of a shard's holder (killed, preempted, lease expired, stalled) tolerated apart from max_retries."""
-    stall_timeout_secs: float = DEFAULT_STALL_TIMEOUT_SECS
+    stall_timeout_secs: float = 300.0
     """Give a running shard up and restart the runtime when it shows no progress and Ray no answer for this long."""
     allow_version_mismatch: bool = False
     """Let a worker whose Data-Juicer/plugin/Ray versions differ from the job's claim (operator code must match)."""
@@ -83,7 +75,7 @@ class ElasticSettings:
     """Expected number of nodes: informational in elastic mode, enforced with require_all_nodes."""
     require_all_nodes: bool = False
     """Strict mode: cap each node's share and fail unless `nodes` distinct nodes completed shards."""
-    wait_timeout_secs: float = DEFAULT_WAIT_TIMEOUT_SECS
+    wait_timeout_secs: float = 1800.0
     """Fail when a shard has had no claimant for this long while this instance may not claim it (strict mode)."""
     slots_per_node: int = 1
     """Shards one node processes at once, each in its own worker process and Ray runtime (e.g. one per GPU)."""
@@ -139,9 +131,6 @@ class ElasticSettings:
     def replace(self, **changes: Any) -> ElasticSettings:
         return dataclasses.replace(self, **changes)
 
-    def to_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
-
 
 def closest_key(name: str) -> str | None:
     """The ``elastic:`` key a mistyped ``name`` most likely means (``num_shard`` -> ``num_shards``), or None."""
@@ -172,12 +161,8 @@ def field_help() -> dict[str, str]:
 
 
 def check_strict_shares(num_shards: int, nodes: int, slots: int) -> int:
-    """Shards each slot may complete in strict mode; ConfigError unless the shares are equal.
-
-    With equal shares (``num_shards`` a multiple of ``nodes * slots``) every node must
-    take part for the job to finish; with unequal ones some nodes could take all the
-    work and a present node would be reported missing.
-    """
+    """Shards each slot may complete in strict mode; ConfigError unless the shares are equal (with
+    unequal ones some nodes could take all the work, and a present node would be reported missing)."""
     per_slot, rest = divmod(num_shards, nodes * slots)
     if per_slot < 1 or rest:
         raise ConfigError(
@@ -197,15 +182,12 @@ _Rule = tuple[Callable[[Any, Mapping[str, Any]], bool], str]
 
 def _integer(minimum: int, *, or_null: bool = False) -> _Rule:
     words = f"must be an integer >= {minimum}" + (" or null" if or_null else "")
-    return (lambda value, _: (or_null and value is None) or _int_at_least(value, minimum)), words
+    fits = lambda value: isinstance(value, int) and not isinstance(value, bool) and value >= minimum  # noqa: E731
+    return (lambda value, _: (or_null and value is None) or fits(value)), words
 
 
-def _positive_number() -> _Rule:
-    return (lambda value, _: _positive(value)), "must be a number > 0"
-
-
-def _switch() -> _Rule:
-    return (lambda value, _: isinstance(value, bool)), "must be true or false"
+_POSITIVE: Final[_Rule] = ((lambda value, _: _positive(value)), "must be a number > 0")
+_SWITCH: Final[_Rule] = ((lambda value, _: isinstance(value, bool)), "must be true or false")
 
 
 def _one_of(choices: tuple[str, ...]) -> _Rule:
@@ -230,27 +212,27 @@ _RULES: Final[dict[str, _Rule]] = {
         lambda value, _: isinstance(value, str) and bool(_RAY_ADDRESS.match(value)),
         "use 'local', 'auto', host:port or ray://host:port",
     ),
-    "lease_ttl_secs": _positive_number(),
+    "lease_ttl_secs": _POSITIVE,
     "heartbeat_interval_secs": (_heartbeat_fits, "must be > 0 and < lease_ttl_secs / 2"),
     "max_retries": _integer(0),
     "max_holder_deaths": _integer(0),
-    "stall_timeout_secs": _positive_number(),
-    "allow_version_mismatch": _switch(),
-    "poll_interval_secs": _positive_number(),
+    "stall_timeout_secs": _POSITIVE,
+    "allow_version_mismatch": _SWITCH,
+    "poll_interval_secs": _POSITIVE,
     "max_shards": _integer(1, or_null=True),
     "ray_num_cpus": _integer(1, or_null=True),
     "run_id": (_run_id_fits, f"must be a printable string of 1 to {MAX_RUN_ID_CHARS} characters"),
     "nodes": _integer(1, or_null=True),
-    "require_all_nodes": _switch(),
-    "wait_timeout_secs": _positive_number(),
+    "require_all_nodes": _SWITCH,
+    "wait_timeout_secs": _POSITIVE,
     "slots_per_node": _integer(1),
-    "copy_shards": _switch(),
+    "copy_shards": _SWITCH,
     "shard_codec": _one_of(CODECS),
     "max_line_bytes": _integer(1024),
-    "stream_merge": _switch(),
-    "export_layout": _one_of(EXPORT_LAYOUTS),
-    "claim_ahead": _switch(),
-    "input_order": _one_of(INPUT_ORDERS),
+    "stream_merge": _SWITCH,
+    "export_layout": _one_of(typing.get_args(ExportLayoutName)),
+    "claim_ahead": _SWITCH,
+    "input_order": _one_of(typing.get_args(InputOrder)),
     "max_error_rows": (
         lambda value, _: (
             isinstance(value, (int, float))
@@ -264,13 +246,9 @@ _RULES: Final[dict[str, _Rule]] = {
 
 
 def check_values(values: Mapping[str, Any]) -> None:
-    """ConfigError naming ``elastic.<key>`` for the first of ``values`` that breaks its rule.
-
-    Every ``elastic.*`` value is judged here, whoever holds it: the settings object (all of
-    them) and code that takes some of them as plain arguments (``jobdir.worker_loop``).  A
-    relation is checked when its values are all given (``heartbeat_interval_secs`` needs
-    ``lease_ttl_secs``; strict mode needs ``nodes``, ``num_shards`` and ``slots_per_node``).
-    """
+    """ConfigError naming ``elastic.<key>`` for the first of ``values`` that breaks its rule, whoever
+    holds them (the settings object, or code taking some as plain arguments).  A relation is checked
+    when its values are all given (``heartbeat_interval_secs`` needs ``lease_ttl_secs``)."""
     for name, (fits, words) in _RULES.items():
         if name in values and not fits(values[name], values):
             raise _invalid(name, values[name], words)
@@ -286,10 +264,6 @@ def _invalid(name: str, value: Any, rule: str) -> ConfigError:
         where=f"elastic.{name}",
         hint="fix the recipe's elastic: block or the matching command-line option",
     )
-
-
-def _int_at_least(value: Any, minimum: int) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool) and value >= minimum
 
 
 def _positive(value: Any) -> bool:

@@ -17,16 +17,12 @@ from __future__ import annotations
 import importlib
 
 _NAMES = {
-    "LOG_EVERY_SECS": "displays",
     "JobDisplay": "displays",
-    "LogFile": "log_files",
     "StepDisplay": "step_display",
-    "VERBOSE_ENV": "quiet",
     "guard_file_sinks": "log_files",
     "install_console": "quiet",
     "say": "quiet",
     "set_verbose": "quiet",
-    "verbose": "quiet",
 }
 __all__ = sorted(_NAMES)
 

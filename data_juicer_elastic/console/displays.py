@@ -1,18 +1,15 @@
-"""Progress of long steps and of the whole job: a live line on a terminal, periodic lines elsewhere.
+"""Progress of the whole job (:class:`JobDisplay`: rows done/total, rows/s, shards, ETA, what the
+current shard does) and the meter :class:`.step_display.StepDisplay` uses too.
 
-* :class:`StepDisplay` receives ``shards.steps`` reports (prepare passes, merge).
-* :class:`JobDisplay` shows the job as this worker sees it: rows done/total, rows/s,
-  shards done/running, ETA and what the current shard is doing.
-
-On a terminal, in quiet mode, each is one line redrawn in place (``terminal.live_line``),
-formatted by tqdm's ``format_meter``; a tqdm bar object itself is not used because the
-counts come from several sources (the job directory, this process's attempts) and the
-rate must be the job's, not one bar's.  Elsewhere (a scheduler's log file, or ``-v``),
-a plain line every ``log_every`` seconds: lines, not a scroll of bar redraws.
+On a terminal, in quiet mode, one line redrawn in place (``terminal.live_line``), formatted by
+tqdm's ``format_meter``; not a tqdm bar, because the counts come from several sources (the job
+directory, this process's attempts) and the rate must be the job's.  Elsewhere (a log file, or
+``-v``), a plain line every ``log_every`` seconds, not a scroll of bar redraws.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import threading
 import time
@@ -46,11 +43,9 @@ def live(terminal_flag: bool | None) -> bool:
 
 
 class Meter:
-    """Units per second over the last ``window`` seconds; the average since the start when
-    nothing moved in the window (progress arrives in steps: blocks, shards).
-
-    ``from_first_move``: the start is the first sample whose value moved, so a rate is known only
-    once it moved twice; the time before (Ray starting, the first block read) is no part of it."""
+    """Units per second over the last ``window`` seconds; the average since the start when nothing
+    moved in the window (progress arrives in steps).  ``from_first_move``: the start is the first
+    sample that moved, so the time before (Ray starting, the first block read) is no part of it."""
 
     def __init__(self, clock: Clock, window: float = RATE_WINDOW_SECS, *, from_first_move: bool = False):
         self.clock, self.window, self.waits_for_move = clock, window, from_first_move
@@ -106,18 +101,12 @@ def meter_line(desc: str, done: float, total: float | None, elapsed: float, rate
     )  # fmt: skip
 
 
-def _line_context(stream: Any):
-    return terminal.live_line(stream)
-
-
 class JobDisplay:
     """The job's progress from this worker: rows done/total, rows/s, shards, ETA.
 
-    Rows done = input rows of the shards done (every ``LISTING_SECS``: from the job summary
-    this process's worker reads, else a listing of ``done/``; informational only, so it does
-    not go through ``fsio``'s fault points) plus the rows this process's running attempts
-    have read (``attach`` is the worker loop's ``on_attempt`` hook).  Other nodes' running
-    shards count once they are done.
+    Rows done = input rows of the shards done (every ``LISTING_SECS``: from the job summary, else a
+    listing of ``done/``, informational, so not through ``fsio``'s fault points) plus the rows this
+    process's running attempts have read (:meth:`attach`: the worker loop's ``on_attempt`` hook).
     """
 
     def __init__(self, job_dir: str | os.PathLike, shard_rows: dict[str, int] | None, *, terminal: bool | None = None,
@@ -143,10 +132,9 @@ class JobDisplay:
         self.lock = threading.Lock()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
-        self._line_cm = None
-        self._line = None
+        self._line_cm = contextlib.ExitStack()
+        self._line: terminal.LiveLine | None = None
 
-    # -- the worker loop's on_attempt hook --------------------------------------------------
     def attach(self, tracker: ProgressTracker) -> None:
         finished_at: list[float | None] = [None]
 
@@ -159,7 +147,6 @@ class JobDisplay:
             self.trackers[tracker.claim.shard_id] = (tracker, finished_at)
         tracker.listeners.append(follow)
 
-    # -- numbers ------------------------------------------------------------------------------
     def refresh_listing(self) -> None:
         self.last_listing = self.clock()
         if self.scanning is not None:
@@ -226,12 +213,9 @@ class JobDisplay:
         }
 
     def shards_note(self, n: dict[str, Any]) -> str:
-        note = f"shards {n['shards_done']}/{len(self.shard_rows)} done"
-        if n["running"]:
-            note += f", {n['running']} running here"
-        if n["failed"]:
-            note += f", {n['failed']} failed"
-        return note
+        running = f", {n['running']} running here" if n["running"] else ""
+        failed = f", {n['failed']} failed" if n["failed"] else ""
+        return f"shards {n['shards_done']}/{len(self.shard_rows)} done{running}{failed}"
 
     def plain_line(self, n: dict[str, Any]) -> str:
         if "scanned" in n:
@@ -246,7 +230,6 @@ class JobDisplay:
             f"elapsed {tqdm.format_interval(n['elapsed'])}"
         )
 
-    # -- drawing --------------------------------------------------------------------------------
     def draw(self) -> None:
         n = self.numbers()
         now = self.clock()
@@ -261,11 +244,10 @@ class JobDisplay:
         return f"scanning the input: {n['scanned']}/{n['shards']} shards{rate} (no shard runs before every scan)"
 
     def _live_text(self, n: dict[str, Any]) -> str:
+        width = terminal.line_width(self._line.stream)
         if "scanned" in n:
-            width = terminal.line_width(self._line.stream)
             return meter_line("", n["bytes"], n["total"], n["elapsed"], n["rate"], "B", self.scanning_note(n), width)
         note = self.shards_note(n) + (f" | {n['stage']}" if n["stage"] else "")
-        width = terminal.line_width(self._line.stream)
         return meter_line("", n["rows"], self.total, n["elapsed"], n["rate"], "rows", note, width)
 
     def _run(self) -> None:
@@ -279,8 +261,7 @@ class JobDisplay:
 
     def __enter__(self) -> JobDisplay:
         if self.live:
-            self._line_cm = _line_context(self.stream)
-            self._line = self._line_cm.__enter__()
+            self._line = self._line_cm.enter_context(terminal.live_line(self.stream))
         self.refresh_listing()
         self.meter.add(sum(self.shard_rows[s] for s in self.done))
         self._thread = threading.Thread(target=self._run, name="dj-elastic-progress", daemon=True)
@@ -294,9 +275,8 @@ class JobDisplay:
         if self._line is not None:  # the end state, before the line gives way to the summary
             self.last_listing = float("-inf")
             self._line.update(self._live_text(self.numbers()))
-        if self._line_cm is not None:
-            self._line_cm.__exit__(None, None, None)
-            self._line_cm = self._line = None
+        self._line_cm.close()
+        self._line = None
 
 
 class ScanCount:

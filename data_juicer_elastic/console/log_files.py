@@ -1,29 +1,22 @@
 """Log files that never stop a run: a full or read-only filesystem under one costs its lines.
 
-A loguru sink (or a ``logging`` handler) whose file cannot be written makes the library print
-a traceback to stderr for every later record ("--- Logging error in Loguru Handler ---"), and
-the flush when the sink is removed raises out of the run's own ``finally``: on a full job
-directory ``dj-process`` would end with exit 1 and dozens of tracebacks instead of its one
-storage error.  So every log file a run writes fails quietly and once:
-
-* :class:`LogFile` is the file the plugin's own logs are written to (an instance's log in the
-  job directory, an attempt's ``process.log``): the first error closes it, one console line
-  says so, every later line is dropped;
-* :func:`guard_file_sinks` gives the file sinks Data-Juicer adds to loguru (its log files in
-  the export directory, its default work dir) the same behaviour (``compat.loguru_file_sinks``).
-
-The job itself goes on; what needs the filesystem (claims, outputs, the merge) reports its own
-storage error.  The console line is written to the terminal directly, not through the logger:
-a sink that logged from inside its own failed write would re-enter loguru's lock.
+A loguru sink whose file cannot be written prints a traceback for every later record, and its
+flush on removal raises out of the run's own ``finally``: a full job directory would end
+``dj-process`` with exit 1 and dozens of tracebacks instead of its one storage error.  So the
+plugin's own log files (:class:`LogFile`) and Data-Juicer's file sinks (:func:`guard_file_sinks`)
+fail quietly and once: one console line, later lines dropped; what needs the filesystem reports
+its own error.  That line is written to the terminal directly, not through the logger: a sink
+that logged from inside its own failed write would re-enter loguru's lock.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import threading
 import time
 from pathlib import Path
-from typing import IO, Any
+from typing import IO
 
 from data_juicer_elastic.console import terminal
 
@@ -39,18 +32,15 @@ def report_broken(path: str | os.PathLike, what: str, exc: BaseException) -> Non
             return
         _reported.add(key)
     reason = getattr(exc, "strerror", None) or str(exc) or type(exc).__name__
-    try:
+    with contextlib.suppress(OSError, ValueError):  # not even the console: nothing more to do
         terminal.write(
             f"{time.strftime('%H:%M:%S')} WARNING {what} {key} cannot be written ({reason}); "
             "its lines are dropped from now on\n"
         )
-    except (OSError, ValueError):  # not even the console: nothing more to do
-        pass
 
 
 class LogFile:
     """An append-only text file for a loguru sink or a ``logging.StreamHandler``; never raises.
-
     ``what`` names it in the one console line written when it fails (``"the instance log"``)."""
 
     def __init__(self, path: str | os.PathLike, what: str):
@@ -99,10 +89,8 @@ class LogFile:
         self.failed = exc
         stream, self._stream = self._stream, None
         if stream is not None:
-            try:
-                stream.close()  # flushes what is buffered: fails again, and the file is closed anyway
-            except OSError:
-                pass
+            with contextlib.suppress(OSError):  # the close flushes what is buffered: fails again, and closes
+                stream.close()
         report_broken(self.path, self.what, exc)
 
 
@@ -111,7 +99,7 @@ def guard_file_sinks() -> None:
     :class:`LogFile` does; call after Data-Juicer set its logger up (idempotent)."""
     from data_juicer_elastic.compat import loguru_file_sinks
 
-    loguru_file_sinks.tolerate_write_errors(_report_data_juicer_log)
+    loguru_file_sinks.tolerate_write_errors(lambda path, exc: report_broken(path, "Data-Juicer's log file", exc))
 
 
 def close_log_sinks() -> None:
@@ -121,12 +109,6 @@ def close_log_sinks() -> None:
 
     from data_juicer_elastic.compat import loguru_file_sinks
 
-    try:
+    with contextlib.suppress(OSError, ValueError):  # a sink outside this package's care
         logger.complete()
         loguru_file_sinks.remove_file_sinks()
-    except (OSError, ValueError):  # pragma: no cover - a sink outside this package's care
-        pass
-
-
-def _report_data_juicer_log(path: Any, exc: BaseException) -> None:
-    report_broken(path, "Data-Juicer's log file", exc)

@@ -1,25 +1,15 @@
 """What reaches the user's console, quiet by default; ``-v`` / ``DJ_ELASTIC_VERBOSE=1`` shows everything.
 
-Every line still goes to the log files (Data-Juicer's work-dir log, the job's
-``logs/<node>/<instance>.log``, each attempt's ``process.log``); only the console
-sink is filtered.  Quiet, the console shows:
-
-* the plugin's own user-facing lines (:func:`say`: what it is doing, where the
-  output and the report are, the final summary) and the live progress line;
-* every ERROR and CRITICAL, whoever logs it, and Data-Juicer's lazy loader saying it
-  installs a package;
-* warnings, except a few known ones the plugin itself causes and that say nothing
-  actionable (:data:`_DROPPED`); warnings every shard repeats are shown once
-  (:data:`_FOLDED`).
-
-Ray logs through the standard ``logging`` module to its own stderr handlers, and
-Ray Data draws its own progress: quiet, those handlers get a filter with the same
-rule (INFO dropped, warnings kept but for known noise) and Ray Data's progress
-output is turned off, since the plugin's live line replaces it.
+Every line still goes to the log files; only the console sink is filtered.  Quiet, it shows the
+plugin's own lines (:func:`say`) and the live line, every ERROR and CRITICAL, Data-Juicer's lazy
+loader installing a package, and warnings except known ones with nothing actionable
+(:data:`_DROPPED`; those every shard repeats, :data:`_FOLDED`, once).  Ray's ``logging`` console
+handlers get the same rule, and Ray Data's progress bars are off: the live line replaces them.
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import re
@@ -85,12 +75,9 @@ def verbose() -> bool:
     return os.environ.get(VERBOSE_ENV, "").strip().lower() in ("1", "true", "yes", "on")
 
 
-def set_verbose(on: bool) -> None:
-    """Also inherited by child processes (slots, Ray workers)."""
-    if on:
-        os.environ[VERBOSE_ENV] = "1"
-    else:
-        os.environ.pop(VERBOSE_ENV, None)
+def set_verbose() -> None:
+    """``-v``: inherited by child processes too (slots, Ray workers)."""
+    os.environ[VERBOSE_ENV] = "1"
 
 
 def say(message: str) -> None:
@@ -146,12 +133,9 @@ def _quiet_format(record: dict[str, Any]) -> str:
 
 
 def install_console() -> None:
-    """Route loguru's console output through :func:`terminal.write`, filtered unless verbose.
-
-    Replaces every loguru handler that writes to stderr (Data-Juicer's ``setup_logger``
-    and its package import each add one); the log file sinks stay.  Call again after
-    either has run: idempotent.
-    """
+    """Route loguru's console output through :func:`terminal.write`, filtered unless verbose: replaces
+    every loguru handler that writes to stderr (Data-Juicer's ``setup_logger`` and its package import
+    each add one; call again after either, idempotent); the log file sinks stay."""
     global _sink_id
     stream, level = _remove_stderr_handlers()
     terminal.set_console_stream(stream)
@@ -189,10 +173,8 @@ def _remove_stderr_handlers() -> tuple[Any, int]:
                 stream = target if target is not None else stream
                 level = min(level, handler.levelno if handler.levelno is not None else level)
     for handler_id in found:
-        try:
+        with contextlib.suppress(ValueError):  # removed meanwhile
             logger.remove(handler_id)
-        except ValueError:  # removed meanwhile
-            pass
     if stream is None or terminal._is_log_stream(stream):
         stream = terminal.console_stream() if stream is None else terminal.sys.__stderr__
     return stream, level
@@ -216,16 +198,11 @@ def mark_quiet_workers() -> None:
 
 
 def quiet_ray_worker() -> None:
-    """In a Ray worker of a quiet elastic job: Data-Juicer's INFO lines off its stderr.
-
-    Ray forwards every worker's output to the driver's console, and each worker that
-    imports Data-Juicer logs its plugin discovery: one line per Ray worker, dozens on a
-    big node.  Warnings and errors (an operator failing on a row) still go through.
-    Only where the driver asked for it: the Ray workers of built-in executors are untouched.
+    """In a Ray worker of a quiet elastic job (only where the driver asked for it): Data-Juicer's INFO
+    lines off its stderr.  Ray forwards every worker's output to the driver's console, and each worker
+    logs Data-Juicer's plugin discovery: dozens of lines on a big node.  Warnings and errors still go through.
     """
-    if os.environ.get(QUIET_WORKERS_ENV) != "1":
-        return
-    if not ray_worker_mode.is_ray_worker():
+    if os.environ.get(QUIET_WORKERS_ENV) != "1" or not ray_worker_mode.is_ray_worker():
         return
     stream, _ = _remove_stderr_handlers()
     logger.add(stream, level="INFO", filter=_worker_filter)

@@ -3,6 +3,7 @@ every ``LOG_EVERY_SECS`` and one when a long step ends."""
 
 from __future__ import annotations
 
+import contextlib
 import time
 from typing import Any
 
@@ -60,15 +61,14 @@ class StepDisplay:
         self.unit, self.log_every, self.clock, self.stream = unit, log_every, clock, stream
         self.live = live(terminal)
         self.step: _Step | None = None
-        self._line_cm = None
-        self._line = None
+        self._line_cm = contextlib.ExitStack()
+        self._line: terminal.LiveLine | None = None
 
     def __call__(self, step: str, done: int, total: int | None) -> None:
         if self.step is None or self.step.name != step:
             self._close_step()
             if self.live and self._line is None:
-                self._line_cm = terminal.live_line(self.stream)
-                self._line = self._line_cm.__enter__()
+                self._line = self._line_cm.enter_context(terminal.live_line(self.stream))
             self.step = _Step(step, self.unit, self._line, self.log_every, self.clock)
         self.step.set(done, total)
 
@@ -79,9 +79,8 @@ class StepDisplay:
 
     def close(self) -> None:
         self._close_step()
-        if self._line_cm is not None:
-            self._line_cm.__exit__(None, None, None)
-            self._line_cm = self._line = None
+        self._line_cm.close()
+        self._line = None
 
     def __enter__(self) -> StepDisplay:
         return self

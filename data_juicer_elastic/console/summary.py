@@ -40,8 +40,14 @@ def summary_lines(job_dir: str | os.PathLike, result: Any, elapsed_secs: float, 
             f"  errors  {shown_path(errors.path)} ({errors.rows:,} row{'s' if errors.rows != 1 else ''} operators "
             f"failed on, with why; after a fix: dj-elastic retry --job-dir {shown_path(job_dir)} --quarantined)"
         )
-    if getattr(result, "layout", "file") == "parts":
-        lines += _parts_lines(Path(result.output_path), result.shards)
+    if getattr(result, "layout", "file") == "parts":  # a directory of parts in name order, an index, the stats
+        from data_juicer_elastic.jobdir.export_path import PART_STATS_SUFFIX, PARTS_INDEX
+
+        export, shown = Path(result.output_path), shown_path(result.output_path) + os.sep
+        lines.append(f"  output  {shown} ({result.shards} parts, in input order by name; index {PARTS_INDEX})")
+        if any(export.glob(f"part-*{PART_STATS_SUFFIX}")):
+            overall = f"{export.name}_overall_stats.csv"
+            lines.append(f"  stats   {shown}part-*{PART_STATS_SUFFIX} (per row; overall: {overall} beside it)")
     else:
         from data_juicer_elastic.jobdir.row_stats import export_stats_path
 
@@ -54,18 +60,6 @@ def summary_lines(job_dir: str | os.PathLike, result: Any, elapsed_secs: float, 
     lines.append(f"  report  dj-elastic report --job-dir {shlex.quote(shown_path(job_dir))} --output report.html")
     if log_path:
         lines.append(f"  logs    {shown_path(log_path)}{os.sep}")
-    return lines
-
-
-def _parts_lines(export: Path, parts: int) -> list[str]:
-    """Where a parts export is: the directory (its parts in name order), the index, the stats."""
-    from data_juicer_elastic.jobdir.export_path import PART_STATS_SUFFIX, PARTS_INDEX
-
-    shown = shown_path(export) + os.sep
-    lines = [f"  output  {shown} ({parts} parts, in input order by name; index {PARTS_INDEX})"]
-    if any(export.glob(f"part-*{PART_STATS_SUFFIX}")):
-        overall = f"{export.name}_overall_stats.csv"
-        lines.append(f"  stats   {shown}part-*{PART_STATS_SUFFIX} (per row; overall: {overall} beside it)")
     return lines
 
 

@@ -1,18 +1,13 @@
 """The user's terminal: where console output goes, and one live status line kept below it.
 
-Data-Juicer's default executor replaces ``sys.stderr`` with a stream that feeds its
-logger and says ``isatty() == False``, and ``_dj_config`` briefly swaps it for a
-capture buffer; so the stream the console writes to is chosen once, when the console
-is installed: the ``sys.stderr`` of that moment, unless it is such a logger stream,
-then the interpreter's original ``sys.__stderr__``.
+The console stream is chosen once, when the console is installed (Data-Juicer swaps ``sys.stderr``
+for a stream feeding its logger that says ``isatty() == False``, or briefly for a capture buffer):
+that moment's ``sys.stderr``, unless it is such a logger stream, then ``sys.__stderr__``.
 
-The live line is drawn with ``\\r`` and "clear to end of line" (``ESC [K``).  While it
-is shown, everything else written to the terminal must pass through
-:meth:`LiveLine.write_above`, which clears it, writes, and draws it again below: log
-lines then scroll above one status line instead of tearing it.  Output we do not
-write ourselves (Ray's log handlers, Ray's forwarded worker output, ``print``) goes
-to ``sys.stderr``/``sys.stdout``, so those are guarded by a proxy while a line is
-shown and restored when it closes.
+The live line is drawn with ``\\r`` and ``ESC [K``; while it is shown, all other output goes
+through :meth:`LiveLine.write_above` (clear, write, redraw), so log lines scroll above it.
+Output we do not write (Ray's handlers, ``print``) goes to ``sys.stderr``/``sys.stdout``: those
+are guarded by a proxy while a line is shown.
 """
 
 from __future__ import annotations
@@ -69,9 +64,8 @@ def line_width(stream: Any) -> int:
 def write(text: str) -> None:
     """Write ``text`` to the console, above the live line when one is shown."""
     with _lock:
-        line = _line
-        if line is not None:
-            line.write_above(text)
+        if _line is not None:
+            _line.write_above(text)
             return
         stream = console_stream()
     stream.write(text)

@@ -9,7 +9,6 @@ per slot, GPU subsets), ``stragglers`` (claim gate).  The read-only view of runs
 Import from the modules; nothing is re-exported here.
 """
 
-# The package's modules (nothing is re-exported: import from the module you need).
 __all__ = [
     "elections",
     "flow",

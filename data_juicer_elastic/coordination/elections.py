@@ -1,23 +1,17 @@
 """Elections, phase results and the one final outcome of a run, on the shared filesystem.
 
-All "first wins" decisions use the job directory's exclusive ``link()`` publication
-(``sharedfs.fsio.publish_bytes``):
+Every "first wins" decision is an exclusive ``link()`` (``sharedfs.fsio.publish_bytes``):
+``<phase>.leader.json`` (the first instance to link it prepares or finalizes),
+``prepare.result.json`` (the job is prepared for this run) and ``outcome.json``: how the run
+ends, exactly once, ``ok`` (finalized, with the merge result) or ``failed`` (an abort).  Every
+instance reads this one record and exits with its code and message, so no two instances can
+report different endings.
 
-* ``<phase>.leader.json``: the first instance to link it prepares (or finalizes);
-* ``prepare.result.json``: the leader's "the job is prepared for this run";
-* ``outcome.json``: how the run ends, exactly once: ``ok`` (finalized, with the
-  merge result) or ``failed`` (an abort: prepare failure, terminal shard failure,
-  strict-mode timeout, finalize failure, a coordinator that died).  Every instance
-  reads this one record and exits with its code and message, so no two instances
-  can report different endings.
-
-A leader renews ``<phase>.heartbeat.json`` while it works (``jobdir.heartbeats.RenewThread``).
-A waiter decides the leader is gone with the rule shard leases use
-(``jobdir.heartbeats.StalenessObserver``): on its own monotonic clock, when the
-heartbeat has not changed for ``ttl_secs``, or at once when the leader's pid is gone
-in this very kernel and pid namespace.  It then publishes a
-failed outcome (CoordinatorLostError); a new submission (new run id) starts a
-fresh generation and finishes the job.
+A leader renews ``<phase>.heartbeat.json`` while it works.  A waiter judges it gone with the rule
+shard leases use (``jobdir.heartbeats.StalenessObserver``): on its own monotonic clock, when the
+heartbeat has not changed for ``ttl_secs``, or at once when the leader's pid is gone in this very
+kernel and pid namespace.  It then publishes a failed outcome (CoordinatorLostError); a new
+submission (new run id) starts a fresh generation and finishes the job.
 """
 
 from __future__ import annotations
@@ -73,14 +67,12 @@ class RunCoordinator:
         ttl_secs: float,
         heartbeat_secs: float,
         poll_secs: float,
-        instance_id: str | None = None,
         clock: Clock = time.monotonic,
-        sleep: Callable[[float], None] = time.sleep,
     ):
         self.layout, self.run, self.identity = layout, run, identity
-        self.instance = Instance.of(identity, instance_id or identity.new_attempt_id())
+        self.instance = Instance.of(identity, identity.new_attempt_id())
         self.ttl_secs, self.heartbeat_secs, self.poll_secs = ttl_secs, heartbeat_secs, poll_secs
-        self.clock, self.sleep = clock, sleep
+        self.clock, self.sleep = clock, time.sleep  # tests replace sleep to drive the wait
         self.key = run.key
         self.dir = layout.run_dir(self.key)
         self.joined_at: float | None = None
@@ -89,7 +81,6 @@ class RunCoordinator:
     def instance_id(self) -> str:
         return self.instance.instance_id
 
-    # -- joining -------------------------------------------------------------------------------
     def join(self, slots: int = 1) -> None:
         """Create the run directory, check it is ours, and register this instance."""
         confine.ensure_dir(self.layout, self.layout.participants_dir(self.key))
@@ -124,15 +115,11 @@ class RunCoordinator:
             if name.startswith(".") or not name.endswith(".json"):
                 continue
             try:
-                record = Participant.read(directory / name)
+                found.append(Participant.read(directory / name))
             except JobDirError as exc:
                 logger.warning(f"ignoring corrupt participant record: {exc}")
-                continue
-            if record is not None:
-                found.append(record)
-        return sorted(found, key=lambda p: p.joined_at)
+        return sorted((p for p in found if p is not None), key=lambda p: p.joined_at)
 
-    # -- elections ----------------------------------------------------------------------------------
     def elect(self, phase: RunPhase) -> tuple[bool, Leader]:
         """(we won, the leader): exactly one instance of the run wins each phase."""
         record = Leader(self.run.value, phase, self.instance, time.time())
@@ -148,10 +135,6 @@ class RunCoordinator:
     def leader(self, phase: RunPhase) -> Leader | None:
         return Leader.read(self.layout.leader(self.key, phase))
 
-    def heartbeat(self, phase: RunPhase) -> PhaseHeartbeater:
-        return PhaseHeartbeater(self, phase)
-
-    # -- results --------------------------------------------------------------------------------------
     def publish_prepare_result(self, result: PrepareResult) -> PrepareResult:
         path = self.layout.prepare_result(self.key)
         if fsio.publish_bytes(path, result.encode()):
@@ -204,7 +187,6 @@ class RunCoordinator:
         if outcome is not None and not outcome.ok:
             raise_outcome(outcome)
 
-    # -- waiting for another instance -----------------------------------------------------------------------
     def await_phase(self, phase: RunPhase, leader: Leader, done: Callable[[], Any]) -> Any:
         """Poll ``done()`` until it returns a value; raise the run's abort, or abort when the leader is gone."""
         watch = LeaderWatch(self, phase, leader)
@@ -213,9 +195,7 @@ class RunCoordinator:
             value = done()
             if value is not None:
                 return value
-            outcome = self.outcome()
-            if outcome is not None and not outcome.ok:
-                raise_outcome(outcome)
+            self.raise_if_aborted()
             lost = watch.lost_reason()
             if lost is not None:
                 raise_outcome(

@@ -16,7 +16,7 @@ from typing import Any
 
 from loguru import logger
 
-from data_juicer_elastic.coordination.elections import RunCoordinator, raise_outcome
+from data_juicer_elastic.coordination.elections import PhaseHeartbeater, RunCoordinator, raise_outcome
 from data_juicer_elastic.coordination.run_records import FINALIZE, PREPARE, WORK, Outcome, PrepareResult
 from data_juicer_elastic.coordination.settle import (
     AbortWatcher,
@@ -64,10 +64,8 @@ def run_coordinated(
     clock: Callable[[], float] = time.monotonic,
     sleep: Callable[[float], None] = time.sleep,
 ) -> Outcome | None:
-    """The run's ok outcome, or None when this instance left early at its ``max_shards``.
-
-    Raises the run's error (ElasticError, exit 2) when it was aborted.
-    """
+    """The run's ok outcome, or None when this instance left early at its ``max_shards``; raises the
+    run's error (ElasticError, exit 2) when it was aborted."""
     _prepare(c, phases)
     existing = c.outcome()
     if existing is not None:  # a late joiner: the run has ended already; redo nothing
@@ -110,23 +108,16 @@ def run_coordinated(
 def _prepare(c: RunCoordinator, phases: Phases) -> JobPlan:
     won, leader = c.elect(PREPARE)
     if won:
-        with c.heartbeat(PREPARE):
+        with PhaseHeartbeater(c, PREPARE):
             try:
                 plan, created = phases.prepare()
             except Exception as exc:
                 _log_unexpected(exc, PREPARE)
                 raise_outcome(c.abort(PREPARE, exc))
-        c.publish_prepare_result(
-            PrepareResult(
-                c.run.value,
-                c.instance_id,
-                plan.job_id,
-                created,
-                plan.num_shards,
-                plan.recipe_hash,
-                time.time(),
-            )
+        result = PrepareResult(
+            c.run.value, c.instance_id, plan.job_id, created, plan.num_shards, plan.recipe_hash, time.time()
         )
+        c.publish_prepare_result(result)
         return plan
     result = c.await_phase(PREPARE, leader, c.prepare_result)
     plan = load_plan(c.layout.root)
@@ -141,7 +132,7 @@ def _finalize(c: RunCoordinator, phases: Phases, manifest: Manifest, strict: Str
     won, leader = c.elect(FINALIZE)
     if not won:
         return c.await_phase(FINALIZE, leader, c.outcome)
-    with c.heartbeat(FINALIZE):
+    with PhaseHeartbeater(c, FINALIZE):
         try:
             c.raise_if_aborted()
             details: dict[str, Any] = {}

@@ -1,19 +1,13 @@
 """Which run (submission) an instance belongs to.
 
-Every instance of one submission must resolve the same run id without talking
-to the others, so it comes from what the scheduler gives every instance alike:
-
-1. ``elastic.run_id`` (recipe or ``--elastic.run_id``);
-2. ``DJ_ELASTIC_RUN_ID``;
-3. the scheduler's job id: ``PAI_JOB_ID``, ``DLC_JOB_ID``, ``JOB_ID``, Slurm's
-   ``SLURM_JOB_ID`` (+ ``SLURM_STEP_ID``: two ``srun`` steps of one allocation are
-   two runs), a Kubernetes Job's uid from the downward API;
-4. else a fresh id for this process: a lone node needs no configuration, and
-   instances started by hand without a shared id each run their own generation
-   (prepare and merge are idempotent, so that is safe, only not elected).
-
-A re-submission gets a new scheduler id and therefore a new coordination
-generation, which is how a job whose previous coordinator died is finished.
+Every instance of one submission must resolve the same run id without talking to the others, so
+it comes from what the scheduler gives every instance alike: ``elastic.run_id``; else
+``DJ_ELASTIC_RUN_ID``; else the scheduler's job id (``PAI_JOB_ID``, ``DLC_JOB_ID``, ``JOB_ID``,
+Slurm's ``SLURM_JOB_ID`` + ``SLURM_STEP_ID``: two ``srun`` steps of one allocation are two runs,
+a Kubernetes Job's uid from the downward API); else a fresh id for this process: a lone node needs
+no configuration, and instances started by hand each run their own generation (safe, since
+prepare and merge are idempotent; only not elected).  A re-submission gets a new scheduler id,
+hence a new coordination generation: that is how a job whose previous coordinator died is finished.
 """
 
 from __future__ import annotations
@@ -92,12 +86,5 @@ def kubernetes_job_uid(labels_file: Path = K8S_LABELS_FILE) -> str | None:
         text = Path(labels_file).read_text(encoding="utf-8")
     except OSError:
         return None
-    labels = {}
-    for line in text.splitlines():
-        match = _LABEL_LINE.match(line)
-        if match:
-            labels[match.group(1)] = match.group(2)
-    for name in _K8S_UID_LABELS:
-        if labels.get(name):
-            return labels[name]
-    return None
+    labels = dict(match.groups() for line in text.splitlines() if (match := _LABEL_LINE.match(line)))
+    return next((labels[name] for name in _K8S_UID_LABELS if labels.get(name)), None)

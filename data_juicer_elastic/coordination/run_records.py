@@ -114,11 +114,8 @@ class PrepareResult(Record):
 
 @dataclass(frozen=True)
 class Outcome(Record):
-    """``outcome.json``: how the run ended, once for every instance (first link wins).
-
-    ``status`` ``ok``: finalized (``details`` holds the merge result); ``failed``: aborted,
-    with the error every instance reports (same class name, message, where and hint).
-    """
+    """``outcome.json``: how the run ended, once for every instance (first link wins): ``ok``, finalized
+    (``details``: the merge result), or ``failed``, with the error every instance reports."""
 
     KIND: ClassVar[str] = "outcome"
     run_id: str

@@ -1,14 +1,11 @@
 """Between work and finalize: stop on an abort, and wait until every shard is settled.
 
-* :class:`AbortWatcher` (a thread beside the worker loop) sets the worker's stop
-  event when the run has a failed outcome, and publishes that outcome itself
-  when it finds a terminally failed shard, so every instance stops claiming and
-  exits 2 with the same message at once instead of waiting.
-* :func:`wait_settled` is what an instance that may not claim any more (strict
-  mode's share is complete) does until the job is complete or has failed, reading
-  the job summary while there is a fresh one, else every shard.  A
-  shard that stays unclaimed for ``wait_timeout_secs`` means a node that should
-  have taken it never came: the run fails with a message naming who took part.
+* :class:`AbortWatcher` (a thread beside the worker loop) stops the worker when the run has a
+  failed outcome, and publishes that outcome itself when it finds a terminally failed shard, so
+  every instance stops claiming and exits 2 with the same message at once.
+* :func:`wait_settled`: an instance that may not claim any more (strict mode's share is done)
+  waits until the job is complete or failed.  A shard unclaimed for ``wait_timeout_secs`` means
+  a node that should have taken it never came: the run fails naming who took part.
 """
 
 from __future__ import annotations
@@ -110,10 +107,6 @@ class StrictPolicy:
     share_per_slot: int
     slots: int
 
-    @property
-    def share_per_node(self) -> int:
-        return self.share_per_slot * self.slots
-
 
 def wait_settled(
     coordinator: RunCoordinator,
@@ -169,9 +162,9 @@ def _nobody_claims(
         missing = max(0, strict.nodes - len(joined))
         return ParticipationError(
             f"strict mode (require_all_nodes, nodes={strict.nodes}): {len(unclaimed)} shard(s) ({preview}) had no "
-            f"claimant for {timeout:g}s; each node may complete {strict.share_per_node} shard(s) and only "
-            f"{len(joined)} of {strict.nodes} node(s) joined run {coordinator.run.value} ({', '.join(joined)}); "
-            f"{missing} node(s) missing",
+            f"claimant for {timeout:g}s; each node may complete {strict.share_per_slot * strict.slots} shard(s) "
+            f"and only {len(joined)} of {strict.nodes} node(s) joined run {coordinator.run.value} "
+            f"({', '.join(joined)}); {missing} node(s) missing",
             where="elastic.require_all_nodes",
             hint=f"start all {strict.nodes} instances with the same run id, or use elastic mode "
             "(require_all_nodes: false) to let the live nodes finish",
@@ -184,19 +177,14 @@ def _nobody_claims(
     )
 
 
-def completion_nodes(layout: JobLayout, manifest: Manifest) -> dict[str, int]:
-    """Accepted shards per node id (from the done markers)."""
+def check_participation(layout: JobLayout, manifest: Manifest, strict: StrictPolicy) -> dict[str, int]:
+    """Strict mode's final check: at least ``nodes`` distinct node identities completed shards
+    (accepted shards per node id, from the done markers)."""
     by_node: dict[str, int] = {}
     for entry in manifest.shards:
         markers = read_markers(layout, entry.shard_id, failed=False)
         if decide_state(markers) is ShardState.DONE:
             by_node[markers.result.node_id] = by_node.get(markers.result.node_id, 0) + 1
-    return by_node
-
-
-def check_participation(layout: JobLayout, manifest: Manifest, strict: StrictPolicy) -> dict[str, int]:
-    """Strict mode's final check: at least ``nodes`` distinct node identities completed shards."""
-    by_node = completion_nodes(layout, manifest)
     if len(by_node) < strict.nodes:
         shown = ", ".join(f"{node}: {n}" for node, n in sorted(by_node.items()))
         raise ParticipationError(

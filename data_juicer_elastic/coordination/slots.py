@@ -1,23 +1,18 @@
 """Several claim slots on one node: one worker process (and one warm Ray runtime) per slot.
 
-Why processes and not threads over one shared runtime (measured in
-``benchmarks/bench_slots.py``, numbers in ``benchmarks/README.md``):
+Processes, not threads over one shared runtime (``benchmarks/bench_slots.py``): only a process
+per slot can give each slot its own GPUs (``CUDA_VISIBLE_DEVICES`` is read once per process);
+Data-Juicer's process-wide logger and Ray Data's process-global context would mix concurrent
+shards' ``process.log``; a crash or OOM takes down only its slot; a warm runtime per slot is
+started once per worker, not per shard.
 
-* GPUs: ``CUDA_VISIBLE_DEVICES`` is read once per process (by Ray when it starts,
-  by CUDA when it initialises), so only a process per slot can give each slot its
-  own devices;
-* isolation: Data-Juicer logs through one process-wide logger and Ray Data keeps
-  a process-global context, so concurrent shards in one process write into each
-  other's ``process.log``; a crash or OOM of one slot takes down only that slot;
-* cost: a warm runtime per slot is started once per worker, not per shard.
-
-The instance's own process runs slot 0 (no extra process for the common
-``slots_per_node: 1``); slots 1..S-1 are ``dj-elastic worker --no-wait``
+The instance's own process runs slot 0; slots 1..S-1 are ``dj-elastic worker --no-wait``
 children with the same node id, which exit when nothing is left to claim.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -37,10 +32,8 @@ _PR_SET_PDEATHSIG: Final = 1
 
 
 def slot_devices(visible: str | None, slots: int) -> list[str | None]:
-    """Each slot's ``CUDA_VISIBLE_DEVICES``: contiguous, near-equal subsets of the listed devices.
-
-    None for every slot when no devices are listed (CPU slots, or the variable unset).
-    """
+    """Each slot's ``CUDA_VISIBLE_DEVICES``: contiguous, near-equal subsets of the listed devices;
+    None for every slot when no devices are listed (CPU slots, or the variable unset)."""
     if slots < 1:
         raise ConfigError(f"invalid value {slots!r}: must be >= 1", where="elastic.slots_per_node")
     devices = [d.strip() for d in (visible or "").split(",") if d.strip()]
@@ -53,12 +46,8 @@ def slot_devices(visible: str | None, slots: int) -> list[str | None]:
             hint=f"use at most {len(devices)} slots, or list more devices",
         )
     base, extra = divmod(len(devices), slots)
-    out, start = [], 0
-    for k in range(slots):
-        size = base + (1 if k < extra else 0)
-        out.append(",".join(devices[start : start + size]))
-        start += size
-    return out
+    starts = [k * base + min(k, extra) for k in range(slots + 1)]  # the first `extra` slots get one more
+    return [",".join(devices[starts[k] : starts[k + 1]]) for k in range(slots)]
 
 
 def slot_cpus(ray_num_cpus: int | None, slots: int, cpu_count: int | None = None) -> int | None:
@@ -70,12 +59,10 @@ def slot_cpus(ray_num_cpus: int | None, slots: int, cpu_count: int | None = None
 
 def _die_with_parent() -> None:  # pragma: no cover - runs in the child before exec
     # A slot must not outlive its instance (e.g. the instance was SIGKILLed by a scheduler).
-    try:
+    with contextlib.suppress(OSError, AttributeError):
         import ctypes
 
         ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
-    except (OSError, AttributeError):
-        pass
 
 
 @dataclass
@@ -100,15 +87,12 @@ class SlotPool:
             if proc.poll() is None:
                 proc.send_signal(signal.SIGTERM)
 
-    def wait(self) -> dict[int, int]:
-        codes = {}
+    def wait(self) -> None:
         for slot, proc in self.procs.items():
-            codes[slot] = proc.wait()
-            if codes[slot] != 0:
-                logger.warning(f"slot {slot} (pid {proc.pid}) exited with {codes[slot]}; see its log")
+            if (code := proc.wait()) != 0:
+                logger.warning(f"slot {slot} (pid {proc.pid}) exited with {code}; see its log")
         for log in self.logs.values():
             log.close()
-        return codes
 
     def __enter__(self) -> SlotPool:
         return self

@@ -1,29 +1,21 @@
 """Straggler avoidance: a slow node does not take one of the last shards from faster ones.
 
-Dynamic claiming already gives fast nodes more shards; what it cannot avoid is the
-tail: a node 4x slower that claims one of the last shards finishes long after
-everyone else.  Before claiming, a worker asks :class:`ClaimGate`.  With
+Dynamic claiming gives fast nodes more shards, but not the tail: a node 4x slower that claims one
+of the last shards finishes long after everyone else.  Before claiming, a worker asks
+:class:`ClaimGate`.  With ``d_me`` this node's time per shard (mean of its accepted attempts),
+``d_j`` that of each worker j holding a live claim now and ``P`` the pending shards (the one to
+claim included): worker j, expected half-way through its shard, can finish
+``floor(d_me / d_j - 1/2)`` more shards in the time this node needs for one; the node declines
+while those add up to at least ``P``.  Equal speeds never decline.
 
-    d_me   this node's time per shard (mean of its accepted attempts)
-    d_j    the time per shard of each worker j that holds a live claim right now
-    P      pending shards (nobody holds them), the one to claim included
+The inputs come from a fresh job summary (``jobdir.job_summary``) when there is one, else from
+listings and the leases of live claims (:func:`observe`).
 
-worker j, expected to be half-way through its current shard, can finish
-``floor(d_me / d_j - 1/2)`` more shards in the time this node needs for one; the
-node declines while those capacities add up to at least ``P``: the others would
-finish every pending shard before it could finish one.  Equal speeds never
-decline; a 4x slower node leaves the last few shards to fast ones.
-
-The inputs come from the job summary (``jobdir.job_summary``: each node's pace from the
-workers' pace records, the live claims, the pending count) when there is a fresh one, without
-a read of the gate's own; else from listings and the leases of live claims (:func:`observe`).
-
-Safety: only workers holding a live claim count, so once the others stop
-(finished, capped, dead) the gate opens and no shard is left unclaimed; a node
-with no accepted attempt yet always claims.  A node's first attempt includes its
-Ray start: it is left out when the node has others, and for this node's own
-estimate the measured start time is subtracted.  Durations are one node's own
-clock (its attempts' start and end), never compared across nodes.
+Safety: only workers holding a live claim count, so once the others stop (finished, capped,
+dead) the gate opens and no shard is left unclaimed; a node with no accepted attempt yet always
+claims.  A node's first attempt includes its Ray start: it is left out when the node has others,
+and for this node's own estimate the measured start time is subtracted.  Durations are one
+node's own clock (its attempts' start and end), never compared across nodes.
 """
 
 from __future__ import annotations
@@ -119,14 +111,11 @@ def observe(
 ) -> JobPace:
     """One read of the job's pace in O(live claims + ``max_new_spans``) operations, not O(shards).
 
-    ``done_spans`` caches done shards across calls: DONE is terminal, so each done marker
-    and attempt record is read once, not on every call.  One listing of ``claims/`` and one
-    of ``done/`` replace a read per shard: a shard not in ``claims/`` was never claimed, so
-    it is pending; a listed done shard is done.  Listings may lag on NFS; a just-claimed
-    shard then counts as pending, which can only make the gate say yes (the safe answer).
-    At most ``max_new_spans`` done shards not seen before (a uniform sample) have their
-    durations read per call, so a worker joining a job with 50k done shards does not read
-    100k records before its first claim; the cache fills over later calls.
+    ``done_spans`` caches done shards across calls (DONE is terminal: each record is read once).
+    A shard not in the ``claims/`` listing was never claimed, so it is pending; a listing that lags
+    on NFS makes a just-claimed shard count as pending, which can only make the gate say yes (the
+    safe answer).  At most ``max_new_spans`` unseen done shards (a uniform sample) are read per
+    call, so a worker joining a job with 50k done shards does not read 100k records first.
     """
     done_spans = {} if done_spans is None else done_spans
     if listings is None:
@@ -156,16 +145,12 @@ def observe(
 
 
 def _span(layout: JobLayout, shard_id: str, attempt_id: str, node_id: str) -> tuple[str, float, float] | None:
-    record = _attempt(layout, shard_id, attempt_id)
-    ok = record is not None and record.ended_at is not None
-    return (node_id, record.started_at, record.ended_at) if ok else None
-
-
-def _attempt(layout: JobLayout, shard_id: str, attempt_id: str) -> AttemptRecord | None:
     try:
-        return AttemptRecord.read(layout.attempt_record(shard_id, attempt_id))
+        record = AttemptRecord.read(layout.attempt_record(shard_id, attempt_id))
     except Exception:  # noqa: BLE001 - informational: a missing or odd record only weakens the estimate
         return None
+    ok = record is not None and record.ended_at is not None
+    return (node_id, record.started_at, record.ended_at) if ok else None
 
 
 class ClaimGate:
@@ -198,39 +183,25 @@ class ClaimGate:
         started = self.clock()
         view = job_summary.current_view(self.layout, self.manifest)
         if view is not None:  # the summary has every node's pace and the live claims: no reads of our own
-            return self._answer(self._from_summary(view), started)
+            nodes, counts = view.summary.nodes, view.counts()
+            secs = {n.node_id: n.secs_per_shard for n in nodes if n.secs_per_shard is not None}
+            first = {n.node_id: n.first_secs for n in nodes if n.first_secs is not None}
+            live = [(claim.node_id, claim.pid) for claim in view.summary.live if not claim.stale]
+            return self._answer(self._decide(secs, first, live, counts["pending"] + counts["stale"]), started)
         listings = _list_and_sample(self.layout, self.manifest, self._done_spans, MAX_NEW_SPANS, None)
         valid_for = self._cannot_decline_for(listings)
         if valid_for is not None:
             return self._answer(True, started, valid_for)
         pace = observe(self.layout, self.manifest, self._done_spans, listings=listings)
-        mine = self._mine(pace.secs_by_node, pace.first_secs_by_node)
-        others = [
-            pace.secs_by_node[node]
-            for node, pid in pace.running
-            if (node, pid) != (self.node_id, self.pid) and node in pace.secs_by_node
-        ]
-        allowed = should_claim(mine, others, pace.pending)
-        if not allowed and not self._declined:
-            logger.info(
-                f"not claiming: {len(others)} running worker(s) finish the {pace.pending} pending shard(s) "
-                f"sooner than this node's {mine:.1f}s per shard"
-            )
+        allowed = self._decide(pace.secs_by_node, pace.first_secs_by_node, pace.running, pace.pending)
         return self._answer(allowed, started)
 
-    def _from_summary(self, view: job_summary.SummaryView) -> bool:
-        """:func:`should_claim` with the summary's node paces, live claims and pending count."""
-        nodes = view.summary.nodes
-        secs = {n.node_id: n.secs_per_shard for n in nodes if n.secs_per_shard is not None}
-        first = {n.node_id: n.first_secs for n in nodes if n.first_secs is not None}
+    def _decide(
+        self, secs: dict[str, float], first: dict[str, float], running: list[tuple[str, int]], pending: int
+    ) -> bool:
+        """:func:`should_claim` with each node's pace and the (node, pid) of the live claims."""
         mine = self._mine(secs, first)
-        others = [
-            secs[claim.node_id]
-            for claim in view.summary.live
-            if not claim.stale and (claim.node_id, claim.pid) != (self.node_id, self.pid) and claim.node_id in secs
-        ]
-        counts = view.counts()
-        pending = counts["pending"] + counts["stale"]
+        others = [secs[node] for node, pid in running if (node, pid) != (self.node_id, self.pid) and node in secs]
         allowed = should_claim(mine, others, pending)
         if not allowed and not self._declined:
             logger.info(
@@ -246,13 +217,11 @@ class ClaimGate:
         return mine
 
     def _cannot_decline_for(self, listings: _Listings) -> float | None:
-        """Seconds for which :func:`should_claim` must say yes, judged from the two listings
-        alone, or None when the leases must be read.  At least the never-claimed shards are
-        pending, and at most every claimed, not done shard is a running worker as fast as
-        the fastest node known; outside the tail this spares reading the lease of every
-        live claim (O(workers)) and, through the returned time, the listings themselves:
-        the margin cannot be used up before that many claims were made, and each of those
-        (at most all the claimed shards' workers plus this one) needs a shard time."""
+        """Seconds for which :func:`should_claim` must say yes, judged from the two listings alone,
+        or None when the leases must be read.  At least the never-claimed shards are pending, and at
+        most every claimed, not done shard is a running worker as fast as the fastest node known;
+        the margin cannot be used up before that many claims were made, each needing a shard time.
+        Outside the tail this spares reading every live claim's lease, and the listings too."""
         secs, first = _pace(self._done_spans)
         mine = self._mine(secs, first)
         speeds = [d for d in secs.values() if d > 0]
