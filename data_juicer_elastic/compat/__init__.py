@@ -1,21 +1,20 @@
 """Uses of Data-Juicer's and Ray's private internals (and of the few other libraries' and
 Python's we rely on), one module per target.
 
-Each module names what it reaches into (``MODULE`` / ``TARGET``), checks that the target
-still looks as it expects (``self_check()``, run by ``dj-elastic doctor``), and fails with
-one IntegrationError naming the target when an upgrade moved it.  Nothing else in the
-package touches an underscore name of Data-Juicer, Ray, ddsketch or jsonargparse, or
-assigns an attribute of their modules or classes: the plugin's fragility to an upgrade
-is this folder.
-
-Importing this package imports neither Ray nor Data-Juicer: the registry names the
-modules, :func:`self_checks` imports each one only when it runs.
+Each module names what it reaches into (``MODULE`` / ``TARGET``), checks that it still looks
+as expected (``self_check()``, run by ``dj-elastic doctor``), and fails with one
+IntegrationError naming the target when an upgrade moved it.  Nothing else in the package
+touches an underscore name of Data-Juicer, Ray, ddsketch or jsonargparse, or assigns an
+attribute of their modules or classes.  Importing this package imports neither Ray nor
+Data-Juicer: :func:`self_checks` imports each module only when it runs.
 """
 
 from __future__ import annotations
 
+import functools
 import importlib
-from typing import Final
+from collections.abc import Callable
+from typing import Any, Final
 
 from data_juicer_elastic import DATA_JUICER_REQUIREMENT
 from data_juicer_elastic.errors import IntegrationError
@@ -31,6 +30,7 @@ __all__ = [
     "is_installed",
     "ray_moved",
     "self_checks",
+    "wrap_function",
 ]
 
 # The Ray releases the Ray internals below are written against (setup.cfg pins the same range).
@@ -91,6 +91,20 @@ def self_checks() -> list[tuple[str, str | BaseException]]:
 def is_installed(function: object) -> bool:
     """True for a function the plugin installed (it carries :data:`ORIGINAL`)."""
     return getattr(function, ORIGINAL, None) is not None
+
+
+def wrap_function(owner: Any, name: str, make: Callable[[Any], Any], missing: str = "function not found") -> str:
+    """Replace ``owner.<name>`` with ``make(original)`` (given the original's name and docstring,
+    marked :data:`ORIGINAL`); :data:`APPLIED`, :data:`ALREADY`, or ``missing`` when not callable."""
+    original = getattr(owner, name, None)
+    if not callable(original):
+        return missing
+    if is_installed(original):
+        return ALREADY
+    wrapper = functools.wraps(original)(make(original))
+    setattr(wrapper, ORIGINAL, original)
+    setattr(owner, name, wrapper)
+    return APPLIED
 
 
 def dj_moved(message: str, *, where: str = "py-data-juicer", also: str = "") -> IntegrationError:

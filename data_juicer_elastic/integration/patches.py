@@ -60,6 +60,7 @@ from data_juicer_elastic.compat import (
     dj_op_metaclass,
     dj_tool_main,
     jsonargparse_actions,
+    wrap_function,
 )
 from data_juicer_elastic.compat import importlib_deferred as deferred
 from data_juicer_elastic.errors import IntegrationError
@@ -206,13 +207,14 @@ def _on_error(*targets: str):
 
 
 def _patch_config(module: ModuleType) -> None:
-    wrap_init_setup = dj_config_module.wrap_init_setup(_prepare_elastic_setup, _elastic_setup_logger, _alias_result)
+    hooks = dj_config_module
+    setup = functools.partial(hooks.wrap_init_setup, _prepare_elastic_setup, _elastic_setup_logger, _alias_result)
     for name, record, make in (
-        ("build_base_parser", BUILD_PARSER, dj_config_module.wrap_build_base_parser(extend_parser)),
-        ("init_setup_from_cfg", INIT_SETUP, wrap_init_setup),
-        ("display_config", DISPLAY_CONFIG, dj_config_module.wrap_display_config(_config_table_log)),
+        ("build_base_parser", BUILD_PARSER, functools.partial(hooks.wrap_build_base_parser, extend_parser)),
+        ("init_setup_from_cfg", INIT_SETUP, setup),
+        ("display_config", DISPLAY_CONFIG, functools.partial(hooks.wrap_display_config, _config_table_log)),
     ):
-        record_install(record, dj_config_module.wrap_function(module, name, make))
+        record_install(record, wrap_function(module, name, make))
 
 
 def extend_parser(parser) -> None:
