@@ -5,8 +5,7 @@ Data-Juicer's Ray load strategy makes for a local JSONL path.
 
 Why.  ``execution._shard_source`` hands Data-Juicer the shard as this package read it (a
 materialized Ray dataset with the job's row schema) instead of Ray's JSON reader; Data-Juicer
-offers no hook for it, so the classmethod is replaced on the class for the length of a shard
-run and put back after.
+offers no hook for it.
 """
 
 from __future__ import annotations

@@ -5,8 +5,7 @@ skip_export=False, skip_return=False)``, which returns the processed ``RayDatase
 ``skip_return``.
 
 Why.  A shard runs through Data-Juicer's own ``RayExecutor`` (``execution.shard_runner``), but
-its rows are written by this package (in input order, losslessly, with the row stats beside
-them), so Data-Juicer's exporter must not write them and the dataset must come back.
+this package writes its rows (in input order, losslessly, with the row stats beside them).
 """
 
 from __future__ import annotations

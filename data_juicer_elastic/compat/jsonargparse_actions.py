@@ -1,17 +1,15 @@
 """jsonargparse (argparse underneath): the actions of a built parser, the converter
 jsonargparse makes for a ``type`` given with ``choices``, and the message of a parse error.
 
-Targets: ``ArgumentParser._actions`` (argparse's list of a parser's actions; Data-Juicer's
-``build_base_parser`` returns a finished parser, so its ``--executor_type`` action is changed
-in place), the ``<lambda>`` jsonargparse wraps such a ``type`` in, whose closure cell
-``typehint`` holds the type it converts to, and ``ArgumentParser.error(message, ex)`` (every
-parse error passes it: it prints the message and exits with 2), replaced on one parser object.
+Targets: ``ArgumentParser._actions`` (Data-Juicer's ``build_base_parser`` returns a finished
+parser, so its ``--executor_type`` action is changed in place), the ``<lambda>`` jsonargparse
+wraps such a ``type`` in (its closure cell ``typehint`` holds the type), and
+``ArgumentParser.error(message, ex)`` (every parse error passes it; it prints and exits 2),
+replaced on one parser object.
 
-Why.  ``--executor_type`` must accept ``elastic_sharded`` (``integration.patches``) and
-``dj-elastic doctor`` checks that it does; ``--help`` would print that lambda's repr
-(``<function <locals>.<lambda> at 0x...>``) as the type: it is named after its type instead;
-an unknown ``elastic.*`` key (``Option 'elastic.num_shard' is not accepted``) gets a
-"did you mean" added to jsonargparse's own message.
+Why.  ``--executor_type`` must accept ``elastic_sharded`` (``integration.patches``); ``--help``
+would print that lambda's repr as the type, so it is named after its type instead; an unknown
+``elastic.*`` key gets a "did you mean" added to jsonargparse's own message.
 """
 
 from __future__ import annotations

@@ -1,31 +1,28 @@
 """Ray Data 2.60: concatenating blocks that Ray typed differently from the same column.
 
-Target module: ``ray.data._internal.arrow_ops.transform_pyarrow`` (functions
-``_backfill_missing_fields`` and ``unify_schemas``), used wherever Ray joins blocks
-(a map task building its output block, the driver iterating a dataset).
+Target: ``ray.data._internal.arrow_ops.transform_pyarrow`` (``_backfill_missing_fields`` and
+``unify_schemas``), used wherever Ray joins blocks (a map task building its output block, the
+driver iterating a dataset).
 
-Why.  Ray converts what an operator returns (Python values) into Arrow batch by batch, so
-one column can get different Arrow types in different blocks.  Two cases fail on every
-retry although every value is fine:
+Why.  Ray converts what an operator returns into Arrow batch by batch, so one column can get
+different Arrow types in different blocks.  Two cases fail on every retry although every value
+is fine:
 
-1. A nested key that is null in every row of one batch is typed ``null`` there and a
-   struct elsewhere; ``unify_schemas`` unifies the two, but ``_backfill_missing_fields``
-   then recurses into the ``null`` field as if it were a struct: ``TypeError:
-   'pyarrow.lib.DataType' object is not iterable``.  Any input whose nested objects gain a
-   key in one region of the rows hits it (``meta`` with an extra sub-object in 40 rows).
-2. A column mixing JSON types (carried as Python objects, ``row_types``) comes back
-   from an operator as ``int64`` in a batch of only integers and ``bool`` in a batch of
-   only booleans: ``Unable to merge: Field mix has incompatible types: int64 vs bool``
-   (or, where one block made a struct of it, Ray "unifies" the column to that struct and
-   the concatenation fails the same way).
+1. A nested key that is null in every row of one batch is typed ``null`` there and a struct
+   elsewhere; ``unify_schemas`` unifies the two, but ``_backfill_missing_fields`` then recurses
+   into the ``null`` field as if it were a struct: ``TypeError: 'pyarrow.lib.DataType' object is
+   not iterable`` (e.g. ``meta`` with an extra sub-object in 40 rows).
+2. A column mixing JSON types (Python objects, ``row_types``) comes back from an operator as
+   ``int64`` in a batch of only integers and ``bool`` in one of only booleans: ``Unable to merge:
+   Field mix has incompatible types: int64 vs bool`` (or Ray "unifies" it to a struct one block
+   made, and the concatenation fails the same way).
 
-Data-Juicer's default executor processes both inputs.  The fixes: (1) a ``null``-typed
-column is all nulls, so aligned to any struct type it is ``pa.nulls(len, that type)``;
-(2) before Ray unifies schemas, a column whose native types Arrow cannot unify even
-permissively is made a Python object column (Ray's own ``ArrowPythonObjectType``, which
-its concatenation already converts native blocks into).  Everything else goes to Ray's own
-functions.  Installed in every Ray worker of a shard runtime (``worker_process_setup_hook``,
-see ``execution.shard_runner.shard_runtime_env``) and in the driver.
+Data-Juicer's default executor processes both.  The fixes: (1) a ``null``-typed column is all
+nulls, so aligned to a struct type it is ``pa.nulls(len, that type)``; (2) before Ray unifies
+schemas, a column whose native types Arrow cannot unify even permissively becomes a Python
+object column (Ray's ``ArrowPythonObjectType``, which its concatenation already converts native
+blocks into).  Everything else goes to Ray's own functions.  Installed in every Ray worker of a
+shard runtime (``worker_process_setup_hook``, ``execution.shard_runner``) and in the driver.
 """
 
 from __future__ import annotations
@@ -61,7 +58,6 @@ def _targets() -> tuple[Any, dict[str, Any]]:
 
 
 def self_check() -> str:
-    """What ``dj-elastic doctor`` reports; IntegrationError when a target moved."""
     _targets()
     return f"{MODULE}: {', '.join(TARGETS)} found"
 

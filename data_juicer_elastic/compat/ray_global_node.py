@@ -1,10 +1,10 @@
 """Ray 2.60: the processes of the local Ray node this process started.
 
-Target: ``ray._private.worker._global_node`` (the ``Node`` that ``ray.init`` started in this
-process) and its ``all_processes`` (process type -> ``ProcessInfo`` with a ``process``).
+Target: ``ray._private.worker._global_node`` (the ``Node`` that ``ray.init`` started here) and
+its ``all_processes`` (process type -> ``ProcessInfo`` with a ``process``).
 
 Why.  An unresponsive node-local runtime must be killed for good (``execution.ray_runtime``):
-``ray.shutdown`` itself can hang on it.  Ray has no public handle on those processes.
+``ray.shutdown`` itself can hang on it, and Ray has no public handle on those processes.
 """
 
 from __future__ import annotations
