@@ -44,35 +44,16 @@ ALREADY: Final = "already installed"
 # Marks a function the plugin installed in place of a Data-Juicer one; its value is the original.
 ORIGINAL: Final = "__dj_elastic_original__"
 
-# Every compat module, by name (``data_juicer_elastic.compat.<name>``); each has a ``self_check``
-# and a test in tests/compat/test_<name>.py.
+# Every compat module, by name (``data_juicer_elastic.compat.<name>``), in ``dj-elastic doctor``'s
+# order; each has a ``self_check`` and a test in tests/compat/test_<name>.py.
 MODULES: Final = (
-    "ray_concat",
-    "ray_map_batches",
-    "ray_streaming_executor",
-    "ray_services",
-    "ray_global_node",
-    "ray_sigterm_handler",
-    "dj_ray_dataset",
-    "dj_load_ops",
-    "dj_op_attributes",
-    "dj_op_metaclass",
-    "dj_op_error_hooks",
-    "dj_free_models",
-    "dj_file_listing",
-    "dj_resource_utils",
-    "dj_stage_identities",
-    "dj_op_fusion",
-    "dj_ray_executor",
-    "dj_config_module",
-    "dj_tool_main",
-    "dj_executor_factory",
-    "jsonargparse_actions",
-    "ddsketch_store",
-    "importlib_deferred",
-    "loguru_handlers",
-    "loguru_file_sinks",
-    "ray_worker_mode",
+    ("ray_concat", "ray_map_batches", "ray_streaming_executor")
+    + ("ray_services", "ray_global_node", "ray_sigterm_handler")
+    + ("dj_ray_dataset", "dj_load_ops", "dj_op_attributes", "dj_op_metaclass", "dj_op_error_hooks", "dj_free_models")
+    + ("dj_file_listing", "dj_resource_utils", "dj_stage_identities", "dj_op_fusion", "dj_ray_executor")
+    + ("dj_config_module", "dj_tool_main", "dj_executor_factory")
+    + ("jsonargparse_actions", "ddsketch_store", "importlib_deferred", "loguru_handlers", "loguru_file_sinks")
+    + ("ray_worker_mode",)
 )
 
 

@@ -1,28 +1,22 @@
 """``dj-process`` / ``dj-analyze`` mains: dispatch ``elastic_sharded``, one-line errors.
 
-Data-Juicer's ``main`` parses the config itself (``init_configs()``, a module
-global of the tool module) and then picks an executor with a hard-coded
-``if/elif``.  The wrapper (installed by ``compat.dj_tool_main``) runs Data-Juicer's own ``main`` unchanged, with that
-global swapped for the duration of the call:
+Data-Juicer's ``main`` parses the config itself (``init_configs()``, a module global of the tool
+module) and then picks an executor with a hard-coded ``if/elif``.  The wrapper (installed by
+``compat.dj_tool_main``) runs Data-Juicer's own ``main`` unchanged, with that global swapped for
+the call: for a built-in executor type the parsed cfg goes back to Data-Juicer's code, which
+carries on as without the plugin; for ``elastic_sharded`` (``dj-process`` only) the cfg leaves
+``main`` as a ``BaseException`` (``errors.DispatchToElastic``), so it is parsed once and loguru's
+``@logger.catch`` (which catches ``Exception``) logs nothing, and then
+``ElasticShardedExecutor(cfg).run()`` runs.  An :class:`~data_juicer_elastic.errors.ElasticError`
+while parsing or running: one line on stderr, exit code 2, no traceback.
 
-* built-in executor types: the parsed cfg is returned to Data-Juicer's code,
-  which carries on exactly as without the plugin;
-* ``elastic_sharded`` (``dj-process`` only): the cfg leaves Data-Juicer's
-  ``main`` as a ``BaseException`` (``errors.DispatchToElastic``), so it is parsed once and
-  loguru's ``@logger.catch`` (which catches ``Exception``) logs nothing; then
-  ``ElasticShardedExecutor(cfg).run()`` runs;
-* an :class:`~data_juicer_elastic.errors.ElasticError` while parsing/validating
-  or running: one line on stderr, exit code 2, no traceback.
-
-``dj-analyze`` sends every executor type but ``ray``/``ray_partitioned`` to
-the local ``Analyzer``, which reads ``dataset_path``.  To analyse what an
-elastic job produced, point it at the merged output::
+``dj-analyze`` sends every executor type but ``ray``/``ray_partitioned`` to the local
+``Analyzer``, which reads ``dataset_path``; to analyse an elastic job's output, point it there::
 
     dj-analyze --config recipe.yaml --dataset_path <export_path> --export_path <analysis>/out.jsonl
 
-Not reachable: ``python -m data_juicer.tools.process_data`` and ``python
-tools/process_data.py`` run the tool as ``__main__``; Data-Juicer's own main
-then rejects ``elastic_sharded``.  Use the ``dj-process`` command.
+``python -m data_juicer.tools.process_data`` runs the tool as ``__main__``, which the wrapper
+does not reach: Data-Juicer's own main then rejects ``elastic_sharded``.  Use ``dj-process``.
 """
 
 from __future__ import annotations
@@ -39,7 +33,7 @@ from typing import Any, NoReturn
 from data_juicer_elastic.compat import dj_tool_main
 from data_juicer_elastic.errors import DispatchAbort, DispatchToElastic, ElasticError, Places, storage_error
 from data_juicer_elastic.integration import driver_files, patches
-from data_juicer_elastic.integration.config_block import EXECUTOR_TYPE, given_block, is_elastic
+from data_juicer_elastic.integration.config_block import EXECUTOR_TYPE, cfg_value, given_block, is_elastic
 
 PROGS = {patches.PROCESS_MAIN: "dj-process", patches.ANALYZE_MAIN: "dj-analyze"}
 
@@ -111,7 +105,7 @@ def warn_ignored_block(cfg: Any, argv: Sequence[str]) -> None:
         return
     from loguru import logger
 
-    executor = cfg.get("executor_type", None) if callable(getattr(cfg, "get", None)) else None
+    executor = cfg_value(cfg, "executor_type")
     logger.warning(
         f"the recipe sets {', '.join(given[:3])}{', ...' if len(given) > 3 else ''} but its executor_type is "
         f"{executor!r}: Data-Juicer's {executor} executor runs it and ignores the elastic: block (no shards, no "
@@ -171,11 +165,8 @@ def driving_elastic() -> bool:
 
 
 def requests_elastic(argv: Sequence[str], *, load: Callable[[str], Any] | None = None) -> bool:
-    """Cheap look at argv, env and the --config file for executor_type elastic_sharded.
-
-    Used only when a patch is missing (the parser may then reject the choice
-    before the plugin could explain why); the normal path parses once.
-    """
+    """Cheap look at argv, env and the --config file for executor_type elastic_sharded (where a
+    patch is missing the parser may reject the choice before the plugin could explain why)."""
     if os.environ.get("DJ_PROCESS_EXECUTOR_TYPE") == EXECUTOR_TYPE:
         return True
     argv = list(argv)
