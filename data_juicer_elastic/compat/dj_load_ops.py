@@ -12,12 +12,11 @@ a worker process runs; Data-Juicer builds and sizes them anew on every run and o
 from __future__ import annotations
 
 import contextlib
-import importlib
 import inspect
 from collections.abc import Callable, Iterator
 from typing import Any, Final
 
-from data_juicer_elastic.compat import dj_moved
+from data_juicer_elastic.compat import dj_moved, import_target
 
 LOAD_OPS_MODULES: Final = ("data_juicer.ops", "data_juicer.core.executor.ray_executor")
 PLANNER_MODULE: Final = "data_juicer.utils.process_utils"
@@ -25,10 +24,7 @@ PLANNER_MODULE: Final = "data_juicer.utils.process_utils"
 
 def target_module(name: str, attribute: str) -> Any:
     """Module ``name`` with a callable global ``attribute``, or IntegrationError."""
-    try:
-        module = importlib.import_module(name)
-    except ImportError as exc:
-        raise dj_moved(f"cannot import {name}: {exc}") from exc
+    module = import_target(name)
     if not callable(module.__dict__.get(attribute)):
         raise dj_moved(f"{name}.{attribute} is missing", also=", or set DJ_ELASTIC_WARM_OPERATORS=0")
     return module

@@ -13,12 +13,11 @@ Why.  Data-Juicer's ``main`` parses the config and then picks an executor with a
 from __future__ import annotations
 
 import contextlib
-import importlib
 from collections.abc import Callable, Iterator
 from types import ModuleType
 from typing import Any, Final
 
-from data_juicer_elastic.compat import dj_moved, wrap_function
+from data_juicer_elastic.compat import dj_moved, import_target, wrap_function
 
 PROCESS_MODULE: Final = "data_juicer.tools.process_data"
 ANALYZE_MODULE: Final = "data_juicer.tools.analyze_data"
@@ -61,11 +60,7 @@ def init_configs_replaced(module: ModuleType, make: Callable[[Any], Any]) -> Ite
 
 def self_check() -> str:
     for name in (PROCESS_MODULE, ANALYZE_MODULE):
-        try:
-            module = importlib.import_module(name)
-        except ImportError as exc:
-            raise dj_moved(f"cannot import {name}: {exc}", where=f"{name}.main") from exc
-        missing = _problem(module)
+        missing = _problem(import_target(name, where=f"{name}.main"))
         if missing is not None:
             raise dj_moved(f"{name}.main: {missing}", where=f"{name}.main")
     return f"{PROCESS_MODULE}.main and {ANALYZE_MODULE}.main with a module-level init_configs found"

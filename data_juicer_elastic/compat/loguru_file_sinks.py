@@ -14,6 +14,7 @@ are dropped, removing it raises nothing.  loguru has no public hook for a sink's
 
 from __future__ import annotations
 
+import contextlib
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
@@ -51,10 +52,8 @@ def tolerate_write_errors(on_error: OnError) -> int:
 def remove_file_sinks() -> None:
     """Remove (close, and compress as configured) every file sink of the global logger."""
     for handler_id in _file_sinks():
-        try:
+        with contextlib.suppress(ValueError):  # removed meanwhile
             logger.remove(handler_id)
-        except ValueError:  # removed meanwhile
-            pass
 
 
 def _wrap(sink: Any, on_error: OnError) -> None:
@@ -65,12 +64,10 @@ def _wrap(sink: Any, on_error: OnError) -> None:
     def fail(exc: OSError) -> None:
         nonlocal failed
         failed = True
-        try:
-            handle = getattr(sink, "_file", None)
+        handle = getattr(sink, "_file", None)
+        with contextlib.suppress(OSError, ValueError):
             if handle is not None:
                 handle.close()  # flushes (fails again) and closes the descriptor anyway
-        except (OSError, ValueError):
-            pass
         on_error(path, exc)
 
     def tolerant(call: Callable[..., None]) -> Callable[..., None]:

@@ -28,11 +28,10 @@ shard runtime (``worker_process_setup_hook``, ``execution.shard_runner``) and in
 from __future__ import annotations
 
 import functools
-import importlib
 import inspect
 from typing import Any, Final
 
-from data_juicer_elastic.compat import ray_moved
+from data_juicer_elastic.compat import import_target, ray_moved
 
 MODULE: Final = "ray.data._internal.arrow_ops.transform_pyarrow"
 TARGETS: Final = {
@@ -44,10 +43,7 @@ _MARK: Final = "__dj_elastic_fix__"
 
 
 def _targets() -> tuple[Any, dict[str, Any]]:
-    try:
-        module = importlib.import_module(MODULE)
-    except ImportError as exc:
-        raise ray_moved(f"cannot import {MODULE}: {exc}") from exc
+    module = import_target(MODULE, where="ray")
     found = {}
     for name, parameters in TARGETS.items():
         function = getattr(module, name, None)
@@ -108,9 +104,8 @@ def _conflicting_fields(schemas: list[Any]) -> set[str]:
     types: dict[str, list[Any]] = {}
     for schema in distinct:
         for f in schema:
-            seen = types.setdefault(f.name, [])
-            if f.type not in seen:
-                seen.append(f.type)
+            if f.type not in types.setdefault(f.name, []):
+                types[f.name].append(f.type)
     conflicting = set()
     for name, seen in types.items():
         if len(seen) < 2 or any(isinstance(t, pa.ExtensionType) for t in seen):

@@ -39,11 +39,7 @@ PROGS = {patches.PROCESS_MAIN: "dj-process", patches.ANALYZE_MAIN: "dj-analyze"}
 
 
 def patch_tool(module: ModuleType, *, record: str, dispatch: bool) -> None:
-    prog = PROGS.get(record, record)
-
-    def call(original, args, kwargs):
-        return run_tool(module, original, args, kwargs, prog=prog, dispatch=dispatch)
-
+    call = functools.partial(run_tool, module, prog=PROGS.get(record, record), dispatch=dispatch)
     patches.record_install(record, dj_tool_main.wrap_main(module, call))
 
 
