@@ -1,18 +1,15 @@
 """py-data-juicer 1.6.1: ``data_juicer.config.config``, the functions wrapped to accept
 ``executor_type: elastic_sharded`` and the ones called to re-base a parsed config.
 
-Targets in ``data_juicer.config.config``: ``build_base_parser`` (wrapped: the plugin's options
-added; also :func:`base_parser`), ``init_setup_from_cfg`` (wrapped: for an elastic cfg it runs
-without ``RAY_JOB``, ``data_juicer.utils.constant.RAY_JOB_ENV_VAR``, whose CPU-count probe would
-start Ray in the driver, and with the module global ``setup_logger`` replaced for the call),
-``display_config`` (wrapped: it prints the configuration table on stdout), ``resolve_job_id`` /
-``resolve_job_directories`` and the global ``global_cfg`` (to re-base a parsed shard config), and
-``load_custom_operators`` with the ``sys.modules`` entries it makes (named after each file or
-folder, marked ``__loaded_from__``): a recipe's custom operators load once per process.
+Targets there: ``build_base_parser``, ``init_setup_from_cfg`` (for an elastic cfg run without
+``RAY_JOB``, whose CPU-count probe would start Ray in the driver, and with the module global
+``setup_logger`` replaced) and ``display_config`` (it prints on stdout), wrapped;
+``resolve_job_id`` / ``resolve_job_directories`` and ``global_cfg``, to re-base a shard config;
+``load_custom_operators`` and the ``sys.modules`` entries it makes (named after each file or
+folder, marked ``__loaded_from__``), so custom operators load once per process.
 
 Why.  Data-Juicer has no executor plugin interface: these are where a parsed config can be
-accepted, checked and kept before its setup mutates it; ``integration.patches`` says what the
-plugin does at each point.
+accepted, checked and kept before its setup mutates it (``integration.patches``).
 """
 
 from __future__ import annotations

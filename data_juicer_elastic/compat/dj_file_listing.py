@@ -2,13 +2,11 @@
 that a parts export is read in the order of its parts.
 
 Target: ``data_juicer.format.formatter.find_files_with_suffix``, the name ``LocalFormatter.__init__``
-calls (imported by name from ``data_juicer.utils.file_utils``); the default executor
-(``dj-process``, ``dj-analyze``) loads a local directory through it.
+calls; the default executor (``dj-process``, ``dj-analyze``) loads a local directory through it.
 
-Why.  It lists with ``Path.rglob("*")``, in the filesystem's own order (hash order on ext4), which
-the dataset keeps; a parts export (``elastic.export_layout: parts``) holds its rows in input order
-by part name and would come out shuffled by part.  The replacement uses ``reorder(path, found)``
-when that gives an order (only for a directory holding a parts index, ``integration.patches``);
+Why.  It lists in the filesystem's own order (``Path.rglob``; hash order on ext4), which the
+dataset keeps, so a parts export would come out shuffled by part.  The replacement uses
+``reorder(path, found)`` when that gives an order (only for a directory holding a parts index);
 every other listing stays exactly as Data-Juicer makes it.
 """
 

@@ -1,16 +1,14 @@
 """py-data-juicer 1.6.1: ``free_models``, wrapped to keep Data-Juicer from installing torch when
 nothing needs it.
 
-Target: ``data_juicer.ops.base_op.free_models`` (the name the operators call) and the
-``MODEL_ZOO`` dict of the module that defines it (``data_juicer.utils.model_utils``).
+Target: ``data_juicer.ops.base_op.free_models`` and the ``MODEL_ZOO`` dict of its module
+(``data_juicer.utils.model_utils``).
 
-Why.  Every Mapper and Filter the default executor runs (``dj-process`` with ``executor_type:
-default``, ``dj-analyze``) ends with ``free_models()``, which calls ``torch.cuda.empty_cache()``
-through Data-Juicer's ``LazyLoader``: without torch installed, that one attribute access makes it
-``pip install torch`` (a CUDA build of several GB, one INFO line as the only sign) even for a
-text-length filter.  Without torch no model holds accelerator memory, so the replacement clears
-the model cache as the original does and skips torch; with torch installed, the original runs.
-Operators that really use torch still make Data-Juicer install it (the README says so).
+Why.  Every Mapper and Filter the default executor runs ends with ``free_models()``, whose
+``torch.cuda.empty_cache()`` goes through Data-Juicer's ``LazyLoader``: without torch, that access
+makes it ``pip install torch`` (several GB, one INFO line as the only sign), even for a
+text-length filter.  Without torch no model holds accelerator memory, so the replacement only
+clears the model cache, as the original does; with torch installed, the original runs.
 """
 
 from __future__ import annotations

@@ -1,17 +1,15 @@
 """py-data-juicer 1.6.1: the two operator-error hooks, wrapped so an elastic shard can quarantine failing rows.
 
 Targets: ``data_juicer.ops.base_op.catch_map_batches_exception(method, skip_op_error, op_name)``
-and ``catch_map_single_exception(method, return_sample, skip_op_error, op_name)``.  Every
-Mapper's and Filter's ``__init__`` builds its ``process`` (and a Filter's ``compute_stats``) by
-calling them with its own ``process_batched`` / ``process_single`` / ``compute_stats_*``; with
-``skip_op_error`` (the default) the built wrapper swallows an exception and returns an empty
-batch, dropping every row of it silently.
+and ``catch_map_single_exception(method, return_sample, skip_op_error, op_name)``, with which every
+Mapper's and Filter's ``__init__`` wraps its ``process_*`` / ``compute_stats_*`` methods.  With
+``skip_op_error`` (the default) that wrapper returns an empty batch for an exception, dropping
+every row of it silently.
 
-Why.  Under ``elastic_sharded`` the plugin keeps the good rows of such a batch and sets the
-failing ones aside (``quarantine``).  Each call still builds Data-Juicer's wrapper, and
-``wrap(built, call)`` decides what the operator gets (:class:`HookCall`: what was asked for).
-Every path that builds an operator goes through the hooks (``load_ops``, a Ray actor built from
-the class; a pickled operator carries what was built).  ``__init__`` looks them up as module
+Why.  Under ``elastic_sharded`` the good rows of such a batch are kept and the failing ones set
+aside (``quarantine``): each call still builds Data-Juicer's wrapper, and ``wrap(built, call)``
+decides what the operator gets.  Every path that builds an operator goes through the hooks (an
+operator pickled into Ray tasks carries what was built); ``__init__`` looks them up as module
 globals, so operators built before :func:`install` keep Data-Juicer's wrappers.
 """
 

@@ -1,15 +1,12 @@
-"""jsonargparse (argparse underneath): the actions of a built parser, the converter
-jsonargparse makes for a ``type`` given with ``choices``, and the message of a parse error.
+"""jsonargparse (argparse underneath): the actions of a built parser, the converter it makes for a
+``type`` given with ``choices``, and the message of a parse error.
 
-Targets: ``ArgumentParser._actions`` (Data-Juicer's ``build_base_parser`` returns a finished
-parser, so its ``--executor_type`` action is changed in place), the ``<lambda>`` jsonargparse
-wraps such a ``type`` in (its closure cell ``typehint`` holds the type), and
-``ArgumentParser.error(message, ex)`` (every parse error passes it; it prints and exits 2),
-replaced on one parser object.
+Targets: ``ArgumentParser._actions`` (``build_base_parser`` returns a finished parser, so its
+``--executor_type`` action is changed in place), the ``<lambda>`` such a ``type`` is wrapped in
+(closure cell ``typehint``), and ``ArgumentParser.error(message, ex)``, replaced on one parser.
 
-Why.  ``--executor_type`` must accept ``elastic_sharded`` (``integration.patches``); ``--help``
-would print that lambda's repr as the type, so it is named after its type instead; an unknown
-``elastic.*`` key gets a "did you mean" added to jsonargparse's own message.
+Why.  ``--executor_type`` must accept ``elastic_sharded``; ``--help`` would print that lambda's
+repr as the type; an unknown ``elastic.*`` key gets a "did you mean" added to the message.
 """
 
 from __future__ import annotations

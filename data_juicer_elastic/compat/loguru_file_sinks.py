@@ -1,15 +1,13 @@
 """loguru 0.7: the file sinks of the global logger, made to fail quietly and once.
 
-Target: ``loguru._file_sink.FileSink`` (the sink ``logger.add(<path>)`` creates), reached through
-each handler's ``_sink`` (see ``loguru_handlers``): its ``write(message)``, ``stop()``, ``_path``
-and ``_file``.
+Target: ``loguru._file_sink.FileSink`` (the sink ``logger.add(<path>)`` creates, found through
+``loguru_handlers``): its ``write(message)``, ``stop()``, ``_path`` and ``_file``.
 
-Why.  Data-Juicer's ``setup_logger`` adds file sinks in its work dir.  On a full or read-only
-filesystem each record then makes loguru print "--- Logging error in Loguru Handler ---" and a
-traceback to stderr, for the rest of the run.  :func:`tolerate_write_errors` wraps each such sink
-once: its first failing write closes the file and calls ``on_error(path, exc)``, later records
-are dropped, removing it raises nothing.  loguru has no public hook for a sink's errors
-(``catch=False`` would raise them into every logging call instead).
+Why.  On a full or read-only filesystem each record written to Data-Juicer's log files makes
+loguru print "--- Logging error in Loguru Handler ---" and a traceback to stderr, for the rest of
+the run.  A wrapped sink's first failing write closes the file and calls ``on_error(path, exc)``;
+later records are dropped.  loguru has no public hook for a sink's errors (``catch=False`` would
+raise them into every logging call instead).
 """
 
 from __future__ import annotations

@@ -1,22 +1,21 @@
 """``dj-process`` / ``dj-analyze`` mains: dispatch ``elastic_sharded``, one-line errors.
 
-Data-Juicer's ``main`` parses the config itself (``init_configs()``, a module global of the tool
-module) and then picks an executor with a hard-coded ``if/elif``.  The wrapper (installed by
-``compat.dj_tool_main``) runs Data-Juicer's own ``main`` unchanged, with that global swapped for
-the call: for a built-in executor type the parsed cfg goes back to Data-Juicer's code, which
-carries on as without the plugin; for ``elastic_sharded`` (``dj-process`` only) the cfg leaves
-``main`` as a ``BaseException`` (``errors.DispatchToElastic``), so it is parsed once and loguru's
-``@logger.catch`` (which catches ``Exception``) logs nothing, and then
-``ElasticShardedExecutor(cfg).run()`` runs.  An :class:`~data_juicer_elastic.errors.ElasticError`
-while parsing or running: one line on stderr, exit code 2, no traceback.
+Data-Juicer's ``main`` parses the config (``init_configs()``, a module global of the tool module)
+and then picks an executor with a hard-coded ``if/elif``.  The wrapper runs that ``main``
+unchanged, with the global swapped for the call: a built-in executor type's cfg goes back to
+Data-Juicer's code; an ``elastic_sharded`` cfg (``dj-process`` only) leaves ``main`` as a
+``BaseException`` (``errors.DispatchToElastic``: parsed once, and loguru's ``@logger.catch``
+logs nothing) and ``ElasticShardedExecutor(cfg).run()`` runs.  An
+:class:`~data_juicer_elastic.errors.ElasticError` while parsing or running: one line on stderr,
+exit code 2, no traceback.
 
 ``dj-analyze`` sends every executor type but ``ray``/``ray_partitioned`` to the local
 ``Analyzer``, which reads ``dataset_path``; to analyse an elastic job's output, point it there::
 
     dj-analyze --config recipe.yaml --dataset_path <export_path> --export_path <analysis>/out.jsonl
 
-``python -m data_juicer.tools.process_data`` runs the tool as ``__main__``, which the wrapper
-does not reach: Data-Juicer's own main then rejects ``elastic_sharded``.  Use ``dj-process``.
+``python -m data_juicer.tools.process_data`` runs the tool as ``__main__``, which the wrapper does
+not reach: Data-Juicer's own main then rejects ``elastic_sharded``.  Use ``dj-process``.
 """
 
 from __future__ import annotations

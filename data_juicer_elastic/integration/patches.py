@@ -1,24 +1,20 @@
 """The patches that let unmodified ``dj-process`` / ``dj-analyze`` run ``executor_type: elastic_sharded``.
 
-Targets in py-data-juicer 1.6.x (each one's mechanics are in its :mod:`data_juicer_elastic.compat`
-module): ``build_base_parser`` (``elastic_sharded`` as an ``--executor_type`` choice, the typed
-``--elastic.*`` options); ``init_setup_from_cfg`` (for elastic recipes: validate the ``elastic:``
-block, keep the cfg as parsed *before* Data-Juicer's setup mutates it, keep the driver from
-starting Ray; for every executor type: the adaptive-batching config checks); the ``main`` of
-``process_data`` (dispatch, :mod:`.dispatch`) and of ``analyze_data`` (the same error boundary);
-``ExecutorFactory.create_executor``; the operator error hooks (under ``elastic_sharded`` an
-operator error sets the failing rows aside, :mod:`data_juicer_elastic.quarantine.collector`).
-Not needed by elastic_sharded: ``display_config`` (an elastic job's configuration table goes to
-the log files unless ``-v``), ``find_files_with_suffix`` (the default executor reads a parts
-export in its parts' order), ``free_models`` (no torch install when no operator needs torch) and
-``OPMetaClass.__call__`` (``adaptive_batching: true``, :mod:`data_juicer_elastic.batching.optin`;
-the demo operators register).
+One record per target (:data:`RECORDS`; each target's mechanics are in its
+:mod:`data_juicer_elastic.compat` module): the parser accepts ``elastic_sharded`` and the typed
+``--elastic.*`` options; ``init_setup_from_cfg`` validates an elastic recipe's block, keeps the
+cfg as parsed *before* Data-Juicer's setup mutates it and keeps the driver from starting Ray (and
+runs the adaptive-batching checks for every executor); the tools' ``main`` dispatch
+(:mod:`.dispatch`); the executor factory builds ours; the operator error hooks set failing rows
+aside (:mod:`data_juicer_elastic.quarantine.collector`).  Not needed by elastic_sharded: the
+configuration table goes to the log files unless ``-v``, the default executor reads a parts
+export in its parts' order, ``free_models`` installs no torch no operator needs, and
+``adaptive_batching: true`` applies :mod:`data_juicer_elastic.batching.optin`.
 
 Each patch goes in when Data-Juicer imports its target's module (``compat.importlib_deferred``).
-A missing or changed target never breaks Data-Juicer: it is recorded in :data:`RECORDS`, the
-built-in executors keep working, and every use of ``elastic_sharded`` fails with one
-IntegrationError naming the internal (:func:`require_integration`).  ``dj-elastic doctor`` shows
-the same records.
+A missing or changed target never breaks Data-Juicer: it is recorded, the built-in executors keep
+working, and every use of ``elastic_sharded`` fails with one IntegrationError naming the internal
+(:func:`require_integration`).  ``dj-elastic doctor`` shows the same records.
 """
 
 from __future__ import annotations
