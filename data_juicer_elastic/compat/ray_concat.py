@@ -27,11 +27,10 @@ shard runtime (``worker_process_setup_hook``, ``execution.shard_runner``) and in
 
 from __future__ import annotations
 
-import functools
 import inspect
 from typing import Any, Final
 
-from data_juicer_elastic.compat import import_target, ray_moved
+from data_juicer_elastic.compat import import_target, ray_moved, wrap_function
 
 MODULE: Final = "ray.data._internal.arrow_ops.transform_pyarrow"
 TARGETS: Final = {
@@ -39,18 +38,16 @@ TARGETS: Final = {
     "unify_schemas": ("schemas", "promote_types"),
 }
 SETUP_HOOK: Final = f"{__name__}.install"
-_MARK: Final = "__dj_elastic_fix__"
 
 
-def _targets() -> tuple[Any, dict[str, Any]]:
+def _targets() -> Any:
+    """The target module, once each target takes the parameters the fixes rely on."""
     module = import_target(MODULE, where="ray")
-    found = {}
     for name, parameters in TARGETS.items():
         function = getattr(module, name, None)
         if function is None or tuple(inspect.signature(function).parameters) != parameters:
             raise ray_moved(f"{MODULE}.{name} is missing or changed its parameters (expected {', '.join(parameters)})")
-        found[name] = function
-    return module, found
+    return module
 
 
 def self_check() -> str:
@@ -60,37 +57,35 @@ def self_check() -> str:
 
 def install() -> None:
     """Patch the targets in this process (idempotent); the worker setup hook."""
-    module, found = _targets()
-    if getattr(found["unify_schemas"], _MARK, False):
-        return
+    module = _targets()
     import pyarrow as pa
 
-    backfill_original, unify_original = found["_backfill_missing_fields"], found["unify_schemas"]
+    def fix_backfill(original: Any) -> Any:
+        def backfill(column: Any, unified_struct_type: Any, block_length: int) -> Any:
+            if pa.types.is_null(column.type):
+                return pa.nulls(len(column), type=unified_struct_type)
+            return original(column=column, unified_struct_type=unified_struct_type, block_length=block_length)
 
-    @functools.wraps(backfill_original)
-    def backfill(column: Any, unified_struct_type: Any, block_length: int) -> Any:
-        if pa.types.is_null(column.type):
-            return pa.nulls(len(column), type=unified_struct_type)
-        return backfill_original(column=column, unified_struct_type=unified_struct_type, block_length=block_length)
+        return backfill
 
-    @functools.wraps(unify_original)
-    def unify(schemas: list[Any], *, promote_types: bool = False) -> Any:
-        conflicting = _conflicting_fields(schemas)
-        if conflicting:
-            from ray.data.extensions import ArrowPythonObjectType
+    def fix_unify(original: Any) -> Any:
+        def unify(schemas: list[Any], *, promote_types: bool = False) -> Any:
+            conflicting = _conflicting_fields(schemas)
+            if conflicting:
+                from ray.data.extensions import ArrowPythonObjectType
 
-            objects = ArrowPythonObjectType()
-            schemas = [
-                pa.schema([f.with_type(objects) if f.name in conflicting else f for f in s], metadata=s.metadata)
-                for s in schemas
-            ]
-        return unify_original(schemas, promote_types=promote_types)
+                objects = ArrowPythonObjectType()
+                schemas = [
+                    pa.schema([f.with_type(objects) if f.name in conflicting else f for f in s], metadata=s.metadata)
+                    for s in schemas
+                ]
+            return original(schemas, promote_types=promote_types)
 
-    for fixed in (backfill, unify):
-        setattr(fixed, _MARK, True)
+        return unify
+
     # Ray's own code looks these names up in the module at call time: it gets the fixed ones.
-    module._backfill_missing_fields = backfill
-    module.unify_schemas = unify
+    wrap_function(module, "_backfill_missing_fields", fix_backfill)
+    wrap_function(module, "unify_schemas", fix_unify)
 
 
 def _conflicting_fields(schemas: list[Any]) -> set[str]:
