@@ -7,8 +7,9 @@ Mapper's and Filter's ``__init__`` wraps its ``process_*`` / ``compute_stats_*``
 every row of it silently.
 
 Why.  Under ``elastic_sharded`` the good rows of such a batch are kept and the failing ones set
-aside (``quarantine``): each call still builds Data-Juicer's wrapper, and ``wrap(built, call)``
-decides what the operator gets.  Every path that builds an operator goes through the hooks (an
+aside (``quarantine``).  The hooks are Data-Juicer's own place for that decision, so they are
+wrapped rather than the operators: each call still builds Data-Juicer's wrapper, and
+``wrap(built, call)`` decides what the operator gets.  Every path that builds an operator goes through the hooks (an
 operator pickled into Ray tasks carries what was built); ``__init__`` looks them up as module
 globals, so operators built before :func:`install` keep Data-Juicer's wrappers.
 """

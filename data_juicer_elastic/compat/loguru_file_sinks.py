@@ -6,8 +6,8 @@ Target: ``loguru._file_sink.FileSink`` (the sink ``logger.add(<path>)`` creates,
 Why.  On a full or read-only filesystem each record written to Data-Juicer's log files makes
 loguru print "--- Logging error in Loguru Handler ---" and a traceback to stderr, for the rest of
 the run.  A wrapped sink's first failing write closes the file and calls ``on_error(path, exc)``;
-later records are dropped.  loguru has no public hook for a sink's errors (``catch=False`` would
-raise them into every logging call instead).
+later records are dropped, and removing it raises nothing.  loguru has no public hook for a sink's
+errors (``catch=False`` would raise them into every logging call instead).
 """
 
 from __future__ import annotations

@@ -43,16 +43,8 @@ from data_juicer_elastic.compat import (
 )
 from data_juicer_elastic.compat import importlib_deferred as deferred
 from data_juicer_elastic.errors import IntegrationError
-from data_juicer_elastic.integration import driver_files
-from data_juicer_elastic.integration.config_block import (
-    EXECUTOR_TYPE,
-    add_elastic_arguments,
-    alias_parsed,
-    hint_unknown_keys,
-    is_elastic,
-    remember_parsed,
-    settings_from_cfg,
-)
+from data_juicer_elastic.integration import config_block, driver_files
+from data_juicer_elastic.integration.config_block import EXECUTOR_TYPE
 from data_juicer_elastic.jobdir.export_path import PARTS_INDEX
 
 CONFIG_MODULE: Final = dj_config_module.MODULE
@@ -177,8 +169,8 @@ def _on_error(*targets: str):
 
 
 def _patch_config(module: ModuleType) -> None:
-    hooks = dj_config_module
-    setup = functools.partial(hooks.wrap_init_setup, _prepare_elastic_setup, _elastic_setup_logger, alias_parsed)
+    hooks, alias = dj_config_module, config_block.alias_parsed  # alias: the cfg kept for the one setup returns
+    setup = functools.partial(hooks.wrap_init_setup, _prepare_elastic_setup, _elastic_setup_logger, alias)
     for name, record, make in (
         ("build_base_parser", BUILD_PARSER, functools.partial(hooks.wrap_build_base_parser, extend_parser)),
         ("init_setup_from_cfg", INIT_SETUP, setup),
@@ -198,9 +190,10 @@ def extend_parser(parser) -> None:
             action.help = f"{action.help} With data-juicer-elastic: {EXECUTOR_TYPE!r} (see the elastic.* options)."
     for each in jsonargparse_actions.actions(parser):
         jsonargparse_actions.name_converter(each)
-    jsonargparse_actions.amend_errors(parser, hint_unknown_keys)  # elastic.num_shard: did you mean num_shards?
+    # elastic.num_shard: did you mean num_shards?
+    jsonargparse_actions.amend_errors(parser, config_block.hint_unknown_keys)
     if not jsonargparse_actions.dests_starting(parser, "elastic."):
-        add_elastic_arguments(parser)
+        config_block.add_elastic_arguments(parser)
 
 
 def _prepare_elastic_setup(cfg) -> bool:
@@ -213,15 +206,15 @@ def _prepare_elastic_setup(cfg) -> bool:
     from data_juicer_elastic.jobdir.export_path import check_recipe_paths
 
     check_config(cfg)  # every executor: the adaptive-batching opt-in works (and is refused) everywhere
-    if not is_elastic(cfg):
+    if not config_block.is_elastic(cfg):
         return False
     require_integration()
-    settings = settings_from_cfg(cfg)
+    settings = config_block.settings_from_cfg(cfg)
     # Where Data-Juicer's driver writes (the merged output, its logs and records): never inside
     # job_dir; checked before Data-Juicer creates its work dir.
     outputs = {key: cfg.get(key, None) for key in ("export_path", "work_dir", "event_log_dir", "checkpoint_dir")}
     check_recipe_paths(settings.job_dir, outputs, settings.export_layout)
-    remember_parsed(cfg)
+    config_block.remember_parsed(cfg)
     if driver_files.is_driving():
         driver_files.note_job_dir(settings.job_dir)  # before anything is written: a refusal removes what we made
         driver_files.place_work_dir(cfg, settings.job_dir)  # Data-Juicer's work dir: under the job's logs
@@ -238,7 +231,7 @@ def _config_table_log(cfg):
     of the recipe or input below it.  ``-v`` prints it as before."""
     from data_juicer_elastic.console import quiet
 
-    if not is_elastic(cfg) or quiet.verbose():
+    if not config_block.is_elastic(cfg) or quiet.verbose():
         return None
     return lambda table: quiet.log_only("Configuration table:\n" + table.rstrip("\n"))
 
