@@ -84,12 +84,11 @@ def self_check() -> str:
         raise IntegrationError(f"{TARGET}: the choices converter no longer closes over typehint", where=TARGET)
     amend_errors(parser, lambda message: f"{message} [amended]")
     parser.exit_on_error = False  # raise the error instead of printing it and exiting
+    amended = False
     try:
         parser.parse_args(["--kind", "c"])
     except Exception as exc:  # noqa: BLE001 - jsonargparse's ArgumentError
         amended = "[amended]" in str(exc)
-    else:
-        amended = False
     if not amended:
         raise IntegrationError(f"{TARGET}: parse errors no longer pass ArgumentParser.error(message)", where=TARGET)
     return f"{TARGET}, the choices converter's typehint and ArgumentParser.error found"

@@ -33,6 +33,7 @@ from data_juicer_elastic.compat import dj_tool_main
 from data_juicer_elastic.errors import DispatchAbort, DispatchToElastic, ElasticError, Places, storage_error
 from data_juicer_elastic.integration import driver_files, patches
 from data_juicer_elastic.integration.config_block import EXECUTOR_TYPE, cfg_value, given_block, is_elastic
+from data_juicer_elastic.jobdir.export_path import merge_places
 
 PROGS = {patches.PROCESS_MAIN: "dj-process", patches.ANALYZE_MAIN: "dj-analyze"}
 
@@ -111,7 +112,6 @@ def warn_ignored_block(cfg: Any, argv: Sequence[str]) -> None:
 def job_places(cfg: Any) -> Places:
     """The job directory and the export location of an elastic cfg (for a storage error's hint)."""
     from data_juicer_elastic.integration.config_block import settings_from_cfg
-    from data_juicer_elastic.jobdir.export_path import merge_places
 
     try:
         job_dir, export = settings_from_cfg(cfg).job_dir, cfg.get("export_path", None)
@@ -184,8 +184,6 @@ def recipe_places(argv: Sequence[str], *, load: Callable[[str], Any] | None = No
         data = (load or _recipe)(path)
         block = data.get("elastic") if isinstance(data, dict) else None
         if isinstance(block, dict) and block.get("job_dir") and data.get("export_path"):
-            from data_juicer_elastic.jobdir.export_path import merge_places
-
             return merge_places(str(block["job_dir"]), str(data["export_path"]))
     return ()
 
