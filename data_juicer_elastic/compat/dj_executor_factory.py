@@ -1,7 +1,5 @@
-"""py-data-juicer 1.6.1: ``ExecutorFactory.create_executor``, wrapped to build the elastic executor.
-
-Target: ``data_juicer.core.executor.factory.ExecutorFactory.create_executor`` (a static or
-class method taking the executor type first).
+"""py-data-juicer 1.6.1: ``data_juicer.core.executor.factory.ExecutorFactory.create_executor`` (a
+static or class method taking the executor type first), wrapped to build the elastic executor.
 
 Why.  Code that asks Data-Juicer's factory for an executor by type (``dj-analyze``, user scripts)
 must get ``ElasticShardedExecutor`` for ``elastic_sharded``; the factory is a fixed ``if/elif``.

@@ -1,8 +1,6 @@
-"""py-data-juicer 1.6.1: the file listing its local loader reads a dataset directory in, wrapped so
+"""py-data-juicer 1.6.1: ``data_juicer.format.formatter.find_files_with_suffix``, the listing its
+``LocalFormatter`` reads a dataset directory in (the default executor's local loader), wrapped so
 that a parts export is read in the order of its parts.
-
-Target: ``data_juicer.format.formatter.find_files_with_suffix``, the name ``LocalFormatter.__init__``
-calls; the default executor (``dj-process``, ``dj-analyze``) loads a local directory through it.
 
 Why.  It lists in the filesystem's own order (``Path.rglob``; hash order on ext4), which the
 dataset keeps, so a parts export would come out shuffled by part.  The replacement uses

@@ -1,8 +1,5 @@
-"""py-data-juicer 1.6.1: ``free_models``, wrapped to keep Data-Juicer from installing torch when
-nothing needs it.
-
-Target: ``data_juicer.ops.base_op.free_models`` and the ``MODEL_ZOO`` dict of its module
-(``data_juicer.utils.model_utils``).
+"""py-data-juicer 1.6.1: ``data_juicer.ops.base_op.free_models`` (and the ``MODEL_ZOO`` dict of its
+module), wrapped to keep Data-Juicer from installing torch when nothing needs it.
 
 Why.  Every Mapper and Filter the default executor runs ends with ``free_models()``, whose
 ``torch.cuda.empty_cache()`` goes through Data-Juicer's ``LazyLoader``: without torch, that access

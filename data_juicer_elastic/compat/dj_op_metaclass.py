@@ -1,8 +1,6 @@
-"""py-data-juicer 1.6.1: ``OPMetaClass.__call__``, wrapped so a recipe can opt an operator into
-adaptive batching.
-
-Target: ``data_juicer.ops.base_op.OPMetaClass.__call__``, the metaclass of every operator, which
-every path that builds one goes through (``load_ops``, a Ray actor built from ``op.__class__``).
+"""py-data-juicer 1.6.1: ``data_juicer.ops.base_op.OPMetaClass.__call__``, wrapped so a recipe can opt
+an operator into adaptive batching.  Every path that builds an operator goes through it
+(``load_ops``, a Ray actor built from ``op.__class__``).
 
 Why.  ``adaptive_batching: true`` must give the operator ``AdaptiveBatchingMixin`` however it is
 built (``batching.optin``); Data-Juicer has no construction hook, so the metaclass call is wrapped

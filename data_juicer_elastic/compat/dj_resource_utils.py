@@ -1,7 +1,6 @@
-"""py-data-juicer 1.6.1: ``resource_utils.check_and_initialize_ray``, kept off while a recipe is parsed.
-
-Target: ``data_juicer.utils.resource_utils.check_and_initialize_ray``, a module global that
-Data-Juicer's resource probes (``cpu_count`` in ``init_configs``) call when ``RAY_JOB=1``.
+"""py-data-juicer 1.6.1: ``data_juicer.utils.resource_utils.check_and_initialize_ray`` (a module
+global its resource probes, ``cpu_count`` in ``init_configs``, call when ``RAY_JOB=1``), kept off
+while a recipe is parsed.
 
 Why.  Those probes then call ``ray.init(cfg.ray_address)``, which attaches to any runtime found on
 the node; a worker parsing a shard recipe must not.  Only the CPU count changes (it clamps

@@ -1,7 +1,5 @@
-"""loguru 0.7: the file sinks of the global logger, made to fail quietly and once.
-
-Target: ``loguru._file_sink.FileSink`` (the sink ``logger.add(<path>)`` creates, found through
-``loguru_handlers``): its ``write(message)``, ``stop()``, ``_path`` and ``_file``.
+"""loguru 0.7: the file sinks of the global logger (``loguru._file_sink.FileSink``, found through
+``loguru_handlers``: its ``write``, ``stop``, ``_path`` and ``_file``), made to fail quietly and once.
 
 Why.  On a full or read-only filesystem each record written to Data-Juicer's log files makes
 loguru print "--- Logging error in Loguru Handler ---" and a traceback to stderr, for the rest of

@@ -1,8 +1,6 @@
-"""Ray Data 2.60: the live metrics of a running execution, read from its executor thread.
-
-Target: ``ray.data._internal.execution.streaming_executor.StreamingExecutor`` (a thread per
-execution), its private ``_topology`` (physical operator -> state) and each physical operator's
-``name``, ``has_completed()`` and ``metrics.rows_task_outputs_generated``.
+"""Ray Data 2.60: the live metrics of a running execution, read from its executor thread
+(``ray.data._internal.execution.streaming_executor.StreamingExecutor``): its private ``_topology``
+and each physical operator's ``name``, ``has_completed()`` and ``metrics.rows_task_outputs_generated``.
 
 Why.  A running attempt's live progress (``execution.progress_source``) is what Ray counts as task
 outputs arrive; Ray Data has no public API for it.  The sampler never raises into a run: when

@@ -1,6 +1,5 @@
-"""Ray 2.60: is this process a Ray worker (not the driver)?
-
-Target: ``ray._private.worker.global_worker.mode`` compared with ``ray._private.worker.WORKER_MODE``.
+"""Ray 2.60: is this process a Ray worker (not the driver)?  ``ray._private.worker.global_worker.mode``
+compared with ``ray._private.worker.WORKER_MODE``.
 
 Why.  Data-Juicer's INFO lines are silenced in the Ray workers of a quiet elastic job only
 (``console.quiet.quiet_ray_worker``), and Ray has no public "am I a worker" call.  Read from
