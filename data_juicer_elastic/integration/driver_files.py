@@ -48,15 +48,11 @@ def is_driving() -> bool:
     return getattr(_local, "driving", False)
 
 
-def _job_dir_path(job_dir: str | os.PathLike) -> Path:
-    from data_juicer_elastic.preparation import resolve_user_path
-
-    return resolve_user_path(job_dir)
-
-
 def note_job_dir(job_dir: str | os.PathLike) -> None:
     """Remember whether the job directory exists now; the first look for a path counts."""
-    path = _job_dir_path(job_dir)
+    from data_juicer_elastic.preparation import resolve_user_path
+
+    path = resolve_user_path(job_dir)
     with _lock:
         _absent.setdefault(path, not os.path.lexists(path))
 
@@ -69,9 +65,10 @@ def place_work_dir(cfg: Any, job_dir: str) -> None:
         return
     from data_juicer_elastic.jobdir import confine
     from data_juicer_elastic.jobdir.layout import JobLayout
+    from data_juicer_elastic.preparation import resolve_user_path
     from data_juicer_elastic.sharedfs.identity import WorkerIdentity
 
-    layout = JobLayout(_job_dir_path(job_dir))
+    layout = JobLayout(resolve_user_path(job_dir))
     if os.path.isdir(layout.root):
         planned = os.path.exists(layout.plan) or os.path.exists(layout.manifest)
         (confine.check_layout if planned else confine.check_ours)(layout)
