@@ -1,8 +1,6 @@
-"""ddsketch 3.x: the bins of a ``DenseStore``, read to encode a sketch as JSON.
-
-Target: ``ddsketch.store.DenseStore`` attributes ``bins``, ``offset``, ``min_key``, ``max_key``
-and ``count`` (``bins[key - offset]`` is the count of ``key``), and ``LogarithmicMapping.gamma`` /
-``min_possible``, which ``stats.sketch`` computes keys with in bulk.
+"""ddsketch 3.x: the bins of a ``ddsketch.store.DenseStore`` (``bins``, ``offset``, ``min_key``,
+``max_key``, ``count``: ``bins[key - offset]`` is the count of ``key``), read to encode a sketch as
+JSON, and ``LogarithmicMapping.gamma`` / ``min_possible``, which ``stats.sketch`` computes keys with.
 
 Why.  ``stats.sketch`` stores a column's quantile sketch in the shard summaries as plain JSON
 (first key and the run of counts) so that any process can merge it; ddsketch's own encoding is

@@ -1,8 +1,6 @@
-"""loguru 0.7: the handlers already added to the global logger, and the stream each writes to.
-
-Target: ``loguru.logger._core.handlers`` (handler id -> ``Handler``) and, on each handler,
-``_name`` (``"<stderr>"`` for the default one), ``_sink`` (the sink object; ``loguru_file_sinks``
-looks for file sinks there), ``_sink._stream`` (a stream sink's stream) and ``levelno``.
+"""loguru 0.7: the handlers already added to the global logger (``loguru.logger._core.handlers``)
+and, on each, ``_name`` (``"<stderr>"`` for the default one), ``_sink`` (where ``loguru_file_sinks``
+looks for file sinks), ``_sink._stream`` (the stream a stream sink writes to) and ``levelno``.
 
 Why.  Data-Juicer adds loguru handlers that write to stderr; the quiet console (``console.quiet``)
 must replace exactly those with its own filtered line, on the same stream and at their level.

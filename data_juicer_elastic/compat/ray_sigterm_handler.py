@@ -1,6 +1,4 @@
-"""Ray 2.60: the SIGTERM handler Ray installs whenever it connects or starts a node.
-
-Target: ``ray._private.utils.set_sigterm_handler``, which ``ray.init`` calls in the main thread
+"""Ray 2.60: ``ray._private.utils.set_sigterm_handler``, which ``ray.init`` calls in the main thread
 every time, also when the process is connected already (``sys.exit(signum)``), and which
 ``ray._private.node.Node`` calls for a node it starts (kill the node, ``sys.exit(1)``).
 

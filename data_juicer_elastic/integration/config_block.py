@@ -60,13 +60,11 @@ def add_elastic_arguments(parser) -> None:
         description=f"Used when executor_type is {EXECUTOR_TYPE}; ignored by the built-in executors.",
     )
     for field in dataclasses.fields(ElasticSettings):
-        hint = hints[field.name]
-        if field.default is dataclasses.MISSING:
+        hint, default = hints[field.name], field.default
+        if default is dataclasses.MISSING:
             # Required only for elastic_sharded: settings_from_cfg says so by name;
             # a parser-level "required" would break every built-in recipe.
             hint, default = hint | None, None
-        else:
-            default = field.default
         group.add_argument(f"--{BLOCK}.{field.name}", type=hint, default=default, help=docs.get(field.name, ""))
 
 

@@ -72,8 +72,7 @@ def _entry_point_check() -> Check:
 
 
 def _version_check() -> Check:
-    version = patches.dj_version()
-    supported = DATA_JUICER_REQUIREMENT
+    version, supported = patches.dj_version(), DATA_JUICER_REQUIREMENT
     if version is None:
         return Check("Data-Juicer version", False, f"py-data-juicer is not installed (need {supported})")
     match = re.match(r"(\d+)\.(\d+)(?:\.(\d+))?", version)
