@@ -183,10 +183,8 @@ def _ops(process: list) -> list[tuple[str, dict | None]]:
 
 
 def _flat_items(cfg: Any):
-    if hasattr(cfg, "items") and hasattr(cfg, "as_dict"):
-        yield from cfg.items()  # jsonargparse Namespace: flattened dotted keys
-    else:
-        yield from _flatten(dict(cfg))
+    # A jsonargparse Namespace gives its items with flattened dotted keys already.
+    return cfg.items() if hasattr(cfg, "items") and hasattr(cfg, "as_dict") else _flatten(dict(cfg))
 
 
 def _flatten(data: dict, prefix: str = ""):
