@@ -38,10 +38,8 @@ _finder: _DeferredFinder | None = None
 
 
 def when_imported(name: str, callback: Callback, on_error: ErrorHandler | None = None) -> str:
-    """Call ``callback(module)`` once ``name`` has finished executing.
-
-    Returns how it was arranged: ``"now"``, ``"in-flight"`` or ``"on-import"``.
-    """
+    """Call ``callback(module)`` once ``name`` has finished executing; how it was arranged:
+    ``"now"``, ``"in-flight"`` or ``"on-import"``."""
     with _lock:
         module = sys.modules.get(name)
         if module is not None and not _initializing(module):
@@ -150,12 +148,8 @@ class _DeferredFinder(MetaPathFinder):
 
 
 def _find_with_others(me, fullname, path, target):
-    for finder in list(sys.meta_path):
-        find_spec = getattr(finder, "find_spec", None)
-        spec = find_spec(fullname, path, target) if finder is not me and find_spec is not None else None
-        if spec is not None:
-            return spec
-    return None
+    finders = [f for f in sys.meta_path if f is not me and getattr(f, "find_spec", None) is not None]
+    return next((spec for f in finders if (spec := f.find_spec(fullname, path, target)) is not None), None)
 
 
 def _restore(loader, original) -> None:
