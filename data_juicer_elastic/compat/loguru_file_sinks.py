@@ -57,23 +57,20 @@ def _wrap(sink: Any, on_error: OnError) -> None:
     path = str(getattr(sink, "_path", "") or "<log file>")
     failed = False
 
-    def fail(exc: OSError) -> None:
-        nonlocal failed
-        failed = True
-        handle = getattr(sink, "_file", None)
-        with contextlib.suppress(OSError, ValueError):
-            if handle is not None:
-                handle.close()  # flushes (fails again) and closes the descriptor anyway
-        on_error(path, exc)
-
     def tolerant(call: Callable[..., None]) -> Callable[..., None]:
         def guarded(*args: Any) -> None:
+            nonlocal failed
             if failed:
                 return
             try:
                 call(*args)
             except OSError as exc:
-                fail(exc)
+                failed = True
+                handle = getattr(sink, "_file", None)
+                with contextlib.suppress(OSError, ValueError):
+                    if handle is not None:
+                        handle.close()  # flushes (fails again) and closes the descriptor anyway
+                on_error(path, exc)
 
         return guarded
 
