@@ -226,9 +226,9 @@ def _prepare_elastic_setup(cfg) -> bool:
 
 
 def _config_table_log(cfg):
-    """Quiet (the default), an elastic job's ~300-line configuration table goes to the log
-    files only: printed on the console, it buried the plugin's own lines and put any refusal
-    of the recipe or input below it.  ``-v`` prints it as before."""
+    """Quiet (the default), an elastic job's ~300-line configuration table goes to the log files
+    only: on the console it would bury the plugin's own lines and put any refusal of the recipe or
+    input below it.  ``-v`` prints it on the console."""
     from data_juicer_elastic.console import quiet
 
     if not config_block.is_elastic(cfg) or quiet.verbose():
