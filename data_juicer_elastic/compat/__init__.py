@@ -1,21 +1,20 @@
 """Uses of Data-Juicer's and Ray's private internals (and of the few other libraries' and
 Python's we rely on), one module per target.
 
-Each module names what it reaches into (``MODULE`` / ``TARGET``), checks that the target
-still looks as it expects (``self_check()``, run by ``dj-elastic doctor``), and fails with
-one IntegrationError naming the target when an upgrade moved it.  Nothing else in the
-package touches an underscore name of Data-Juicer, Ray, ddsketch or jsonargparse, or
-assigns an attribute of their modules or classes: the plugin's fragility to an upgrade
-is this folder.
-
-Importing this package imports neither Ray nor Data-Juicer: the registry names the
-modules, :func:`self_checks` imports each one only when it runs.
+Each module names what it reaches into (``MODULE`` / ``TARGET``), checks that it still looks
+as expected (``self_check()``, run by ``dj-elastic doctor``), and fails with one
+IntegrationError naming the target when an upgrade moved it.  Nothing else in the package
+touches an underscore name of Data-Juicer, Ray, ddsketch or jsonargparse, or assigns an
+attribute of their modules or classes.  Importing this package imports neither Ray nor
+Data-Juicer: :func:`self_checks` imports each module only when it runs.
 """
 
 from __future__ import annotations
 
+import functools
 import importlib
-from typing import Final
+from collections.abc import Callable
+from typing import Any, Final
 
 from data_juicer_elastic import DATA_JUICER_REQUIREMENT
 from data_juicer_elastic.errors import IntegrationError
@@ -31,6 +30,7 @@ __all__ = [
     "is_installed",
     "ray_moved",
     "self_checks",
+    "wrap_function",
 ]
 
 # The Ray releases the Ray internals below are written against (setup.cfg pins the same range).
@@ -44,35 +44,16 @@ ALREADY: Final = "already installed"
 # Marks a function the plugin installed in place of a Data-Juicer one; its value is the original.
 ORIGINAL: Final = "__dj_elastic_original__"
 
-# Every compat module, by name (``data_juicer_elastic.compat.<name>``); each has a ``self_check``
-# and a test in tests/compat/test_<name>.py.
+# Every compat module, by name (``data_juicer_elastic.compat.<name>``), in ``dj-elastic doctor``'s
+# order; each has a ``self_check`` and a test in tests/compat/test_<name>.py.
 MODULES: Final = (
-    "ray_concat",
-    "ray_map_batches",
-    "ray_streaming_executor",
-    "ray_services",
-    "ray_global_node",
-    "ray_sigterm_handler",
-    "dj_ray_dataset",
-    "dj_load_ops",
-    "dj_op_attributes",
-    "dj_op_metaclass",
-    "dj_op_error_hooks",
-    "dj_free_models",
-    "dj_file_listing",
-    "dj_resource_utils",
-    "dj_stage_identities",
-    "dj_op_fusion",
-    "dj_ray_executor",
-    "dj_config_module",
-    "dj_tool_main",
-    "dj_executor_factory",
-    "jsonargparse_actions",
-    "ddsketch_store",
-    "importlib_deferred",
-    "loguru_handlers",
-    "loguru_file_sinks",
-    "ray_worker_mode",
+    ("ray_concat", "ray_map_batches", "ray_streaming_executor")
+    + ("ray_services", "ray_global_node", "ray_sigterm_handler")
+    + ("dj_ray_dataset", "dj_load_ops", "dj_op_attributes", "dj_op_metaclass", "dj_op_error_hooks", "dj_free_models")
+    + ("dj_file_listing", "dj_resource_utils", "dj_stage_identities", "dj_op_fusion", "dj_ray_executor")
+    + ("dj_config_module", "dj_tool_main", "dj_executor_factory")
+    + ("jsonargparse_actions", "ddsketch_store", "importlib_deferred", "loguru_handlers", "loguru_file_sinks")
+    + ("ray_worker_mode",)
 )
 
 
@@ -91,6 +72,20 @@ def self_checks() -> list[tuple[str, str | BaseException]]:
 def is_installed(function: object) -> bool:
     """True for a function the plugin installed (it carries :data:`ORIGINAL`)."""
     return getattr(function, ORIGINAL, None) is not None
+
+
+def wrap_function(owner: Any, name: str, make: Callable[[Any], Any], missing: str = "function not found") -> str:
+    """Replace ``owner.<name>`` with ``make(original)`` (given the original's name and docstring,
+    marked :data:`ORIGINAL`); :data:`APPLIED`, :data:`ALREADY`, or ``missing`` when not callable."""
+    original = getattr(owner, name, None)
+    if not callable(original):
+        return missing
+    if is_installed(original):
+        return ALREADY
+    wrapper = functools.wraps(original)(make(original))
+    setattr(wrapper, ORIGINAL, original)
+    setattr(owner, name, wrapper)
+    return APPLIED
 
 
 def dj_moved(message: str, *, where: str = "py-data-juicer", also: str = "") -> IntegrationError:

@@ -1,14 +1,10 @@
-"""ddsketch 3.x: the bins of a ``DenseStore``, read to encode a sketch as JSON.
+"""ddsketch 3.x: the bins of a ``ddsketch.store.DenseStore`` (``bins``, ``offset``, ``min_key``,
+``max_key``, ``count``: ``bins[key - offset]`` is the count of ``key``), read to encode a sketch as
+JSON, and ``LogarithmicMapping.gamma`` / ``min_possible``, which ``stats.sketch`` computes keys with.
 
-Target: ``ddsketch.store.DenseStore`` attributes ``bins``, ``offset``, ``min_key``,
-``max_key`` and ``count`` (its layout: ``bins[key - offset]`` is the count of ``key``), and
-the ``LogarithmicMapping`` attributes ``gamma`` / ``min_possible`` that ``stats.sketch``
-computes keys with in bulk.
-
-Why.  ``stats.sketch`` stores a column's quantile sketch in the shard summaries as plain
-JSON (first key and the run of counts) so that any process can merge it; ddsketch's own
-encoding is protobuf, which the job directory's records are not.  Decoding uses the
-public ``add``.
+Why.  ``stats.sketch`` stores a column's quantile sketch in the shard summaries as plain JSON
+(first key and the run of counts) so that any process can merge it; ddsketch's own encoding is
+protobuf.  Decoding uses the public ``add``.
 """
 
 from __future__ import annotations
@@ -26,9 +22,7 @@ def encode_store(store: Any) -> list[Any]:
     """``[first key, [count of each key from the first to the last]]`` (``[0, []]`` when empty)."""
     if store.count == 0:
         return [0, []]
-    first = store.min_key
-    counts = [int(store.bins[key - store.offset]) for key in range(store.min_key, store.max_key + 1)]
-    return [first, counts]
+    return [store.min_key, [int(store.bins[key - store.offset]) for key in range(store.min_key, store.max_key + 1)]]
 
 
 def self_check() -> str:
@@ -38,8 +32,8 @@ def self_check() -> str:
     except ImportError as exc:
         raise IntegrationError(f"cannot import {MODULE}: {exc}", where=TARGET, hint=f"install {REQUIREMENT}") from exc
     store = DenseStore()
-    for key, weight in ((-3, 2), (5, 1)):
-        store.add(key, weight)
+    store.add(-3, 2)
+    store.add(5, 1)
     mapping = LogarithmicMapping(0.01)
     encoded = encode_store(store)
     if encoded != [-3, [2, 0, 0, 0, 0, 0, 0, 0, 1]] or not (mapping.gamma > 1 and mapping.min_possible > 0):

@@ -1,23 +1,15 @@
 """py-data-juicer 1.6.1: ``data_juicer.config.config``, the functions wrapped to accept
 ``executor_type: elastic_sharded`` and the ones called to re-base a parsed config.
 
-Targets in ``data_juicer.config.config``:
-
-* ``build_base_parser`` (wrapped): the parser it returns gets the plugin's options (also called,
-  :func:`base_parser`, for Data-Juicer's defaults and by ``doctor``);
-* ``init_setup_from_cfg`` (wrapped): for an elastic cfg it runs without ``RAY_JOB`` in the
-  environment (``data_juicer.utils.constant.RAY_JOB_ENV_VAR``: the CPU-count probe would start
-  Ray in the driver) and with the module global ``setup_logger`` replaced for the call (the
-  log file name, then the plugin's console);
-* ``display_config`` (wrapped): Data-Juicer prints the configuration table itself (stdout);
-* ``resolve_job_id`` / ``resolve_job_directories`` and the module global ``global_cfg``
-  (called / set by ``execution._dj_config`` to re-base a parsed shard config);
-* ``load_custom_operators`` and the ``sys.modules`` entries it makes (named after each file
-  or folder, marked ``__loaded_from__``): a recipe's custom operators load once per process.
+Targets there: ``build_base_parser``, ``init_setup_from_cfg`` (for an elastic cfg run without
+``RAY_JOB``, whose CPU-count probe would start Ray in the driver, and with the module global
+``setup_logger`` replaced) and ``display_config`` (it prints on stdout), wrapped;
+``resolve_job_id`` / ``resolve_job_directories`` and ``global_cfg``, to re-base a shard config;
+``load_custom_operators`` and the ``sys.modules`` entries it makes (named after each file or
+folder, marked ``__loaded_from__``), so custom operators load once per process.
 
 Why.  Data-Juicer has no executor plugin interface: these are where a parsed config can be
-accepted, checked and kept before Data-Juicer's setup mutates it.  What the plugin does at
-each point is passed in by ``integration.patches``.
+accepted, checked and kept before its setup mutates it (``integration.patches``).
 """
 
 from __future__ import annotations
@@ -29,10 +21,9 @@ import io
 import os
 import sys
 from collections.abc import Callable
-from types import ModuleType
 from typing import Any, Final
 
-from data_juicer_elastic.compat import ALREADY, APPLIED, ORIGINAL, dj_moved, import_target, is_installed
+from data_juicer_elastic.compat import dj_moved, import_target
 from data_juicer_elastic.errors import RecipeError
 
 MODULE: Final = "data_juicer.config.config"
@@ -41,68 +32,48 @@ CALLED: Final = ("resolve_job_id", "resolve_job_directories", "load_custom_opera
 RAY_JOB_ENV: Final = "RAY_JOB"  # data_juicer.utils.constant.RAY_JOB_ENV_VAR, not imported on purpose
 
 
-def wrap_function(module: ModuleType, name: str, make: Callable[[Any], Any]) -> str:
-    """Replace ``module.<name>`` with ``make(original)``; :data:`APPLIED`, :data:`ALREADY` or why not."""
-    original = getattr(module, name, None)
-    if not callable(original):
-        return "function not found"
-    if is_installed(original):
-        return ALREADY
-    wrapper = make(original)
-    setattr(wrapper, ORIGINAL, original)
-    setattr(module, name, wrapper)
-    return APPLIED
-
-
-def wrap_build_base_parser(extend: Callable[[Any], None]) -> Callable[[Any], Any]:
+def wrap_build_base_parser(extend: Callable[[Any], None], original: Any) -> Callable[..., Any]:
     """``build_base_parser`` that passes the parser it built to ``extend``."""
 
-    def make(original):
-        @functools.wraps(original)
-        def build_base_parser(*args, **kwargs):
-            parser = original(*args, **kwargs)
-            extend(parser)
-            return parser
+    def build_base_parser(*args, **kwargs):
+        parser = original(*args, **kwargs)
+        extend(parser)
+        return parser
 
-        return build_base_parser
-
-    return make
+    return build_base_parser
 
 
 def wrap_init_setup(
     prepare: Callable[[Any], bool],
     setup_logger: Callable[[Any], Any],
     finish: Callable[[Any, Any], None],
-) -> Callable[[Any], Any]:
+    original: Any,
+) -> Callable[..., Any]:
     """``init_setup_from_cfg`` that calls ``prepare(cfg)`` first; when it returns True (an elastic
     cfg), runs the original without ``RAY_JOB`` and with ``setup_logger(real setup_logger)``, then
     ``finish(result, cfg)``."""
 
-    def make(original):
-        @functools.wraps(original)
-        def init_setup_from_cfg(cfg, *args, **kwargs):
-            if not prepare(cfg):
-                return original(cfg, *args, **kwargs)
-            # RAY_JOB=1 in the driver's environment would make the CPU-count check
-            # start a Ray runtime here; the driver must not own one.
-            ray_job = os.environ.pop(RAY_JOB_ENV, None)
-            module = inspect.getmodule(original)
-            real_setup_logger = getattr(module, "setup_logger", None)
+    def init_setup_from_cfg(cfg, *args, **kwargs):
+        if not prepare(cfg):
+            return original(cfg, *args, **kwargs)
+        # RAY_JOB=1 in the driver's environment would make the CPU-count check
+        # start a Ray runtime here; the driver must not own one.
+        ray_job = os.environ.pop(RAY_JOB_ENV, None)
+        module = inspect.getmodule(original)
+        real_setup_logger = getattr(module, "setup_logger", None)
+        if callable(real_setup_logger):
+            module.setup_logger = setup_logger(real_setup_logger)
+        try:
+            result = original(cfg, *args, **kwargs)
+        finally:
+            if ray_job is not None:
+                os.environ[RAY_JOB_ENV] = ray_job
             if callable(real_setup_logger):
-                module.setup_logger = setup_logger(real_setup_logger)
-            try:
-                result = original(cfg, *args, **kwargs)
-            finally:
-                if ray_job is not None:
-                    os.environ[RAY_JOB_ENV] = ray_job
-                if callable(real_setup_logger):
-                    module.setup_logger = real_setup_logger
-            finish(result, cfg)
-            return result
+                module.setup_logger = real_setup_logger
+        finish(result, cfg)
+        return result
 
-        return init_setup_from_cfg
-
-    return make
+    return init_setup_from_cfg
 
 
 def log_file_fixed(real: Any, after: Callable[[], None]) -> Any:
@@ -124,25 +95,21 @@ def log_file_fixed(real: Any, after: Callable[[], None]) -> Any:
     return setup_logger
 
 
-def wrap_display_config(log_only: Callable[[Any], Callable[[str], None] | None]) -> Callable[[Any], Any]:
-    """``display_config`` whose table (Data-Juicer prints it on stdout) goes to ``log_only(cfg)``
-    (a function taking the table) instead of the console, when ``log_only(cfg)`` is not None."""
+def wrap_display_config(log_only: Callable[[Any], Callable[[str], None] | None], original: Any) -> Callable[..., Any]:
+    """``display_config`` whose table (printed on stdout) goes to ``log_only(cfg)`` (a function
+    taking the table) instead of the console, when ``log_only(cfg)`` is not None."""
 
-    def make(original):
-        @functools.wraps(original)
-        def display_config(cfg, *args, **kwargs):
-            log = log_only(cfg)
-            if log is None:
-                return original(cfg, *args, **kwargs)
-            table = io.StringIO()
-            with contextlib.redirect_stdout(table):
-                result = original(cfg, *args, **kwargs)
-            log(table.getvalue())
-            return result
+    def display_config(cfg, *args, **kwargs):
+        log = log_only(cfg)
+        if log is None:
+            return original(cfg, *args, **kwargs)
+        table = io.StringIO()
+        with contextlib.redirect_stdout(table):
+            result = original(cfg, *args, **kwargs)
+        log(table.getvalue())
+        return result
 
-        return display_config
-
-    return make
+    return display_config
 
 
 def base_parser() -> Any:
@@ -186,8 +153,7 @@ def register_custom_operators(paths: list[str], where: str) -> None:
 
 
 def call_dj_loader(paths: list[str]) -> None:
-    """Data-Juicer's own loader (it refuses a module it has loaded before: ask
-    :func:`unloaded_custom_operators` first)."""
+    """Data-Juicer's own loader (it refuses a module loaded before: see :func:`unloaded_custom_operators`)."""
     from data_juicer.config.config import load_custom_operators as dj_load_custom_operators
 
     dj_load_custom_operators(paths)

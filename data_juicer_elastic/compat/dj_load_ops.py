@@ -1,35 +1,30 @@
 """py-data-juicer 1.6.1: the module globals ``load_ops`` and ``calculate_ray_np``, swapped per shard run.
 
-Targets: ``data_juicer.ops.load_ops`` and ``data_juicer.core.executor.ray_executor.load_ops``
-(the name ``RayExecutor.run`` and the stage-identity check call), and
-``data_juicer.utils.process_utils.calculate_ray_np`` (imported by ``RayDataset.process`` on
-every call, so the module global is what it gets).
+Targets: ``data_juicer.ops.load_ops`` and ``data_juicer.core.executor.ray_executor.load_ops`` (the
+name ``RayExecutor.run`` and the stage-identity check call), and
+``data_juicer.utils.process_utils.calculate_ray_np`` (imported by ``RayDataset.process`` on every
+call, so the module global is what it gets).
 
-Why.  ``execution.warm_ops`` keeps a recipe's operators and their resource plan across the
-shards a worker process runs; Data-Juicer builds and sizes them anew on every run and offers
-no hook, so for one shard run these globals call the warm cache and are put back after.
+Why.  ``execution.warm_ops`` keeps a recipe's operators and their resource plan across the shards
+a worker process runs; Data-Juicer builds and sizes them anew on every run and offers no hook.
 """
 
 from __future__ import annotations
 
 import contextlib
-import importlib
 import inspect
 from collections.abc import Callable, Iterator
 from typing import Any, Final
 
-from data_juicer_elastic.compat import dj_moved
+from data_juicer_elastic.compat import dj_moved, import_target
 
 LOAD_OPS_MODULES: Final = ("data_juicer.ops", "data_juicer.core.executor.ray_executor")
-PLANNER: Final = ("data_juicer.utils.process_utils", "calculate_ray_np")
+PLANNER_MODULE: Final = "data_juicer.utils.process_utils"
 
 
 def target_module(name: str, attribute: str) -> Any:
     """Module ``name`` with a callable global ``attribute``, or IntegrationError."""
-    try:
-        module = importlib.import_module(name)
-    except ImportError as exc:
-        raise dj_moved(f"cannot import {name}: {exc}") from exc
+    module = import_target(name)
     if not callable(module.__dict__.get(attribute)):
         raise dj_moved(f"{name}.{attribute} is missing", also=", or set DJ_ELASTIC_WARM_OPERATORS=0")
     return module
@@ -39,10 +34,9 @@ def target_module(name: str, attribute: str) -> Any:
 def load_ops_replaced(load: Callable[..., Any], plan: Callable[..., Any]) -> Iterator[None]:
     """While entered, ``load_ops(process_list, op_env_manager=None)`` is ``load(original, process_list,
     op_env_manager)`` and ``calculate_ray_np(operators, ...)`` is ``plan(original, operators, ...)``."""
-    modules = [target_module(name, "load_ops") for name in LOAD_OPS_MODULES]
-    planner = target_module(*PLANNER)
-    saved = [(module, "load_ops", module.__dict__["load_ops"]) for module in modules]
-    saved.append((planner, PLANNER[1], planner.__dict__[PLANNER[1]]))
+    targets = [(target_module(name, "load_ops"), "load_ops") for name in LOAD_OPS_MODULES]
+    targets.append((target_module(PLANNER_MODULE, "calculate_ray_np"), "calculate_ray_np"))
+    saved = [(module, name, module.__dict__[name]) for module, name in targets]
     original_load, original_plan = saved[0][2], saved[-1][2]
 
     def load_ops(process_list, op_env_manager=None):
@@ -53,9 +47,8 @@ def load_ops_replaced(load: Callable[..., Any], plan: Callable[..., Any]) -> Ite
 
     load_ops.__wrapped__ = original_load
     calculate_ray_np.__wrapped__ = original_plan
-    for module, _, _ in saved[:-1]:
-        module.load_ops = load_ops
-    setattr(planner, PLANNER[1], calculate_ray_np)
+    for module, name, _ in saved:
+        setattr(module, name, calculate_ray_np if name == "calculate_ray_np" else load_ops)
     try:
         yield
     finally:
@@ -68,5 +61,5 @@ def self_check() -> str:
         parameters = tuple(inspect.signature(target_module(name, "load_ops").load_ops).parameters)
         if parameters[:2] != ("process_list", "op_env_manager"):
             raise dj_moved(f"{name}.load_ops no longer takes (process_list, op_env_manager): {parameters}")
-    target_module(*PLANNER)
-    return f"load_ops in {', '.join(LOAD_OPS_MODULES)} and {'.'.join(PLANNER)} found"
+    target_module(PLANNER_MODULE, "calculate_ray_np")
+    return f"load_ops in {', '.join(LOAD_OPS_MODULES)} and {PLANNER_MODULE}.calculate_ray_np found"

@@ -1,19 +1,13 @@
 """py-data-juicer 1.6.1: the private attributes of an operator (``data_juicer.ops.base_op.OP``).
 
-Targets, set by ``OP.__init__`` / the operator registry and read by Data-Juicer itself:
+Targets, set by ``OP.__init__`` / the registry and read by Data-Juicer itself: ``op._name``,
+``op._init_kwargs`` (what Ray actors are rebuilt from and ``operator_fingerprint`` hashes),
+``op._op_cfg`` (the recipe entry), and the class flags ``_batched_op`` and
+``_supports_adaptive_batching`` (which the plugin's own classes set too).
 
-* ``op._name``: the registered operator name;
-* ``op._init_kwargs``: the constructor arguments (what Ray actors are rebuilt from and what
-  ``operator_fingerprint`` hashes);
-* ``op._op_cfg``: the recipe entry the operator was built from;
-* class flags ``_batched_op`` (a batched Mapper) and ``_supports_adaptive_batching`` (the
-  class-level default of ``adaptive_batching``).
-
-Why.  Warm operators (``execution.warm_ops``) re-base a cached instance onto a new attempt's
-``work_dir`` exactly where building it anew would put it, and adaptive batching
-(``batching``) names, fingerprints and vets operators as Data-Juicer does.  The plugin's own
-classes set the two class flags in their bodies (``batching.mixin``, ``batching.demo``): the
-names below are the ones Data-Juicer reads.
+Why.  Warm operators (``execution.warm_ops``) re-base a cached instance onto a new attempt exactly
+where building it anew would, and adaptive batching names, fingerprints and vets operators as
+Data-Juicer does.
 """
 
 from __future__ import annotations

@@ -1,26 +1,22 @@
 """py-data-juicer 1.6.1: the two operator-error hooks, wrapped so an elastic shard can quarantine failing rows.
 
 Targets: ``data_juicer.ops.base_op.catch_map_batches_exception(method, skip_op_error, op_name)``
-and ``catch_map_single_exception(method, return_sample, skip_op_error, op_name)``.  Every
-Mapper's and Filter's ``__init__`` builds its ``process`` (and a Filter's ``compute_stats``) by
-calling them with the operator's own ``process_batched`` / ``process_single`` /
-``compute_stats_*`` method; with ``skip_op_error`` (Data-Juicer's default) the built wrapper
-swallows an exception and returns an empty batch, dropping every row of it silently.
+and ``catch_map_single_exception(method, return_sample, skip_op_error, op_name)``, with which every
+Mapper's and Filter's ``__init__`` wraps its ``process_*`` / ``compute_stats_*`` methods.  With
+``skip_op_error`` (the default) that wrapper returns an empty batch for an exception, dropping
+every row of it silently.
 
-Why.  Under ``elastic_sharded`` the plugin keeps the good rows of such a batch and sets the
-failing ones aside (``quarantine``).  The hooks are Data-Juicer's own place for that decision,
-so the plugin wraps them rather than the operators: each call still builds Data-Juicer's
-wrapper, and ``wrap(built, call)`` decides what the operator gets (:class:`HookCall` says what
-was asked for).  Every path that builds an operator goes through them (``load_ops`` in the
-driver, a Ray actor built from the class), and an operator pickled into Ray tasks carries what
-was built.  The methods are looked up as module globals when ``__init__`` runs, so operators
-built before :func:`install` keep Data-Juicer's wrappers.
+Why.  Under ``elastic_sharded`` the good rows of such a batch are kept and the failing ones set
+aside (``quarantine``).  The hooks are Data-Juicer's own place for that decision, so they are
+wrapped rather than the operators: each call still builds Data-Juicer's wrapper, and
+``wrap(built, call)`` decides what the operator gets.  Every path that builds an operator goes through the hooks (an
+operator pickled into Ray tasks carries what was built); ``__init__`` looks them up as module
+globals, so operators built before :func:`install` keep Data-Juicer's wrappers.
 """
 
 from __future__ import annotations
 
 import functools
-import importlib
 import inspect
 import sys
 from collections.abc import Callable
@@ -28,7 +24,7 @@ from dataclasses import dataclass
 from types import ModuleType
 from typing import Any, Final
 
-from data_juicer_elastic.compat import ORIGINAL, dj_moved, import_target, is_installed
+from data_juicer_elastic.compat import ALREADY, APPLIED, ORIGINAL, dj_moved, import_target, is_installed, wrap_function
 
 MODULE: Final = "data_juicer.ops.base_op"
 BATCHES: Final = "catch_map_batches_exception"
@@ -52,18 +48,13 @@ class HookCall:
     return_sample: bool = True  # single only: False for a Filter's keep decision
 
     @property
-    def op(self) -> Any:
-        """The operator the method is bound to (None for a plain function)."""
-        return getattr(self.method, "__self__", None)
-
-    @property
     def keep_decision(self) -> bool:
         """True when the method is a Filter's keep decision (``process_batched`` /
         ``process_single`` of a Filter): it returns booleans, one per row, not rows."""
-        base_op = sys.modules.get(MODULE)
-        filter_class = getattr(base_op, "Filter", None)
+        filter_class = getattr(sys.modules.get(MODULE), "Filter", None)
+        op = getattr(self.method, "__self__", None)
         name = getattr(self.method, "__name__", "")
-        return filter_class is not None and isinstance(self.op, filter_class) and name.startswith("process_")
+        return filter_class is not None and isinstance(op, filter_class) and name.startswith("process_")
 
 
 Wrap = Callable[[Callable[..., Any], HookCall], Callable[..., Any]]
@@ -73,18 +64,13 @@ def install(module: ModuleType, wrap: Wrap) -> None:
     """Replace both hooks of ``module`` (idempotent): each builds Data-Juicer's wrapper, then returns
     ``wrap(built, HookCall(...))``.  AttributeError naming the hook when one is missing."""
     for name in (BATCHES, SINGLE):
-        original = getattr(module, name, None)
-        if not callable(original):
+        if wrap_function(module, name, functools.partial(_hook, name, wrap=wrap)) not in (APPLIED, ALREADY):
             raise AttributeError(f"{MODULE}.{name} not found")
-        if is_installed(original):
-            continue
-        setattr(module, name, _hook(name, original, wrap))
 
 
 def _hook(name: str, original: Callable[..., Any], wrap: Wrap) -> Callable[..., Any]:
     signature = inspect.signature(original)
 
-    @functools.wraps(original)
     def hook(*args: Any, **kwargs: Any) -> Any:
         built = original(*args, **kwargs)
         bound = signature.bind(*args, **kwargs)
@@ -99,12 +85,10 @@ def _hook(name: str, original: Callable[..., Any], wrap: Wrap) -> Callable[..., 
         )
         return wrap(built, call)
 
-    setattr(hook, ORIGINAL, original)
     return hook
 
 
-def installed(module: ModuleType | None = None) -> bool:
-    module = module or importlib.import_module(MODULE)
+def installed(module: ModuleType) -> bool:
     return all(is_installed(getattr(module, name, None)) for name in (BATCHES, SINGLE))
 
 

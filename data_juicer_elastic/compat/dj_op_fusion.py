@@ -1,11 +1,9 @@
-"""py-data-juicer 1.6.1: ``fuse_operators``, the operator fusion ``RayExecutor.run`` applies.
+"""py-data-juicer 1.6.1: ``data_juicer.ops.op_fusion.fuse_operators(ops, probe_res=None,
+mapper_fusion=True, mapper_fusion_vram_limit=0.9)``, the operator fusion ``RayExecutor.run``
+applies (``data_juicer.ops`` does not export it).
 
-Target: ``data_juicer.ops.op_fusion.fuse_operators(ops, probe_res=None, mapper_fusion=True,
-mapper_fusion_vram_limit=0.9)`` (``data_juicer.ops`` does not export it).
-
-Why.  Stage identities are computed on the operator list exactly as ``RayExecutor.run``
-prepares it (``execution.stage_identities``): with ``op_fusion: true`` that list is the fused
-one, so the same function must fuse it.
+Why.  Stage identities are computed on the operator list as ``RayExecutor.run`` prepares it
+(``execution.stage_identities``): with ``op_fusion: true`` that is the fused one.
 """
 
 from __future__ import annotations

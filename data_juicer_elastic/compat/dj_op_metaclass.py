@@ -1,19 +1,15 @@
-"""py-data-juicer 1.6.1: ``OPMetaClass.__call__``, wrapped so a recipe can opt an operator into
-adaptive batching.
+"""py-data-juicer 1.6.1: ``data_juicer.ops.base_op.OPMetaClass.__call__``, wrapped so a recipe can opt
+an operator into adaptive batching.  Every path that builds an operator goes through it
+(``load_ops``, a Ray actor built from ``op.__class__``).
 
-Target: ``data_juicer.ops.base_op.OPMetaClass.__call__`` (the metaclass of every operator:
-each path that builds an operator, ``load_ops``, a Ray actor built from ``op.__class__``,
-a test, goes through it).
-
-Why.  ``adaptive_batching: true`` must give the operator ``AdaptiveBatchingMixin`` however it
-is built (``batching.optin``); Data-Juicer has no construction hook, so the metaclass call is
-wrapped once per process to instantiate the class ``resolve(cls, adaptive_batching)`` picks.
+Why.  ``adaptive_batching: true`` must give the operator ``AdaptiveBatchingMixin`` however it is
+built (``batching.optin``); Data-Juicer has no construction hook, so the metaclass call is wrapped
+once per process to instantiate the class ``resolve(cls, adaptive_batching)`` picks.
 """
 
 from __future__ import annotations
 
 import functools
-import importlib
 from collections.abc import Callable
 from types import ModuleType
 from typing import Any, Final
@@ -45,8 +41,8 @@ def install(module: ModuleType, resolve: Callable[[type, Any], type]) -> None:
     meta.__call__ = __call__
 
 
-def installed(module: ModuleType | None = None) -> bool:
-    return is_installed(_metaclass_call(module or importlib.import_module(MODULE))[1])
+def installed(module: ModuleType) -> bool:
+    return is_installed(_metaclass_call(module)[1])
 
 
 def self_check() -> str:

@@ -1,12 +1,9 @@
-"""py-data-juicer 1.6.1: ``RayDataset.read``, swapped while a shard runs.
-
-Target: ``data_juicer.core.data.ray_dataset.RayDataset.read``, a classmethod, the one call
-Data-Juicer's Ray load strategy makes for a local JSONL path.
+"""py-data-juicer 1.6.1: ``data_juicer.core.data.ray_dataset.RayDataset.read`` (a classmethod, the
+one call its Ray load strategy makes for a local JSONL path), swapped while a shard runs.
 
 Why.  ``execution._shard_source`` hands Data-Juicer the shard as this package read it (a
 materialized Ray dataset with the job's row schema) instead of Ray's JSON reader; Data-Juicer
-offers no hook for it, so the classmethod is replaced on the class for the length of a shard
-run and put back after.
+offers no hook for it.
 """
 
 from __future__ import annotations

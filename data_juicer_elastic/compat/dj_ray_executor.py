@@ -1,12 +1,9 @@
-"""py-data-juicer 1.6.1: ``RayExecutor.run(skip_export=True)``, which processes without exporting.
-
-Target: ``data_juicer.core.executor.ray_executor.RayExecutor.run(load_data_np=None,
-skip_export=False, skip_return=False)``, which returns the processed ``RayDataset`` unless
-``skip_return``.
+"""py-data-juicer 1.6.1: ``data_juicer.core.executor.ray_executor.RayExecutor.run(load_data_np=None,
+skip_export=False, skip_return=False)``, called with ``skip_export=True``: it processes without
+exporting and returns the processed ``RayDataset``.
 
 Why.  A shard runs through Data-Juicer's own ``RayExecutor`` (``execution.shard_runner``), but
-its rows are written by this package (in input order, losslessly, with the row stats beside
-them), so Data-Juicer's exporter must not write them and the dataset must come back.
+this package writes its rows (in input order, losslessly, with the row stats beside them).
 """
 
 from __future__ import annotations

@@ -1,11 +1,10 @@
-"""py-data-juicer 1.6.1: ``resource_utils.check_and_initialize_ray``, kept off while a recipe is parsed.
+"""py-data-juicer 1.6.1: ``data_juicer.utils.resource_utils.check_and_initialize_ray`` (a module
+global its resource probes, ``cpu_count`` in ``init_configs``, call when ``RAY_JOB=1``), kept off
+while a recipe is parsed.
 
-Target: ``data_juicer.utils.resource_utils.check_and_initialize_ray`` (a module global that
-Data-Juicer's resource probes, ``cpu_count`` in ``init_configs``, call when ``RAY_JOB=1``).
-
-Why.  With ``RAY_JOB=1`` those probes call ``ray.init(cfg.ray_address)``, which starts nothing
-but attaches to any runtime found on the node; a worker parsing a shard recipe must not.  Only
-the CPU count changes (it clamps ``np``), which never reaches a Ray operator's arguments.
+Why.  Those probes then call ``ray.init(cfg.ray_address)``, which attaches to any runtime found on
+the node; a worker parsing a shard recipe must not.  Only the CPU count changes (it clamps
+``np``), which never reaches a Ray operator's arguments.
 """
 
 from __future__ import annotations
@@ -39,15 +38,11 @@ def no_ray_start() -> Iterator[None]:
     resource_utils = _resource_utils()
     original = resource_utils.check_and_initialize_ray
     with _NO_RAY_LOCK:
-        resource_utils.check_and_initialize_ray = _never
+        resource_utils.check_and_initialize_ray = lambda cfg=None: False
         try:
             yield
         finally:
             resource_utils.check_and_initialize_ray = original
-
-
-def _never(cfg: Any = None) -> bool:
-    return False
 
 
 def self_check() -> str:

@@ -1,20 +1,14 @@
 """py-data-juicer 1.6.1: how Data-Juicer computes a run's stage identities and where ``RayExecutor``
 keeps them.
 
-Targets:
+Targets: ``data_juicer.core.elasticjuicer.stage_identity.assign_stage_identities`` and
+``operator_fingerprint``, and the private cfg field ``_resolved_stage_identities`` that
+``RayExecutor.run`` reads (and, under ``elastic_juicer_adaptive_batching``, sets itself).
 
-* ``data_juicer.core.elasticjuicer.stage_identity.assign_stage_identities`` (the identity
-  manifest of a prepared operator list) and ``operator_fingerprint`` (one operator's);
-* the private cfg field ``_resolved_stage_identities``, which
-  ``data_juicer.core.executor.ray_executor.RayExecutor.run`` reads (and, under
-  ``elastic_juicer_adaptive_batching``, sets itself from ``assign_stage_identities``).
-
-Why.  A shard run must use the stage identities this package computed and checked against
-the job's (``execution.shard_runner``): they are computed with Data-Juicer's own functions,
-stamped on the cfg before the run and, where RayExecutor recomputes them, compared after.
-Adaptive batching keys its shared size profiles by them (``batching.runtime``).  There is
-no fallback: identities computed any other way would not match the job's or the profiles'
-keys, so a Data-Juicer without these functions is refused, naming the missing one.
+Why.  A shard run must use the stage identities this package computed and checked against the
+job's (``execution.shard_runner``), and adaptive batching keys its size profiles by them.  There
+is no fallback: identities computed any other way would not match, so a Data-Juicer without
+these functions is refused, naming the missing one.
 """
 
 from __future__ import annotations

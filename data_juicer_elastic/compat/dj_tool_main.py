@@ -6,21 +6,18 @@ Targets: ``data_juicer.tools.process_data.main`` and ``data_juicer.tools.analyze
 ``main`` looks the name up in its module when it parses the config).
 
 Why.  Data-Juicer's ``main`` parses the config and then picks an executor with a hard-coded
-``if/elif``; the only way to send ``executor_type: elastic_sharded`` elsewhere without
-copying ``main`` is to see the parsed cfg on its way out of ``init_configs``
-(``integration.dispatch``).
+``if/elif``; the only way to send ``executor_type: elastic_sharded`` elsewhere without copying
+``main`` is to see the parsed cfg on its way out of ``init_configs`` (``integration.dispatch``).
 """
 
 from __future__ import annotations
 
 import contextlib
-import functools
-import importlib
 from collections.abc import Callable, Iterator
 from types import ModuleType
 from typing import Any, Final
 
-from data_juicer_elastic.compat import ALREADY, APPLIED, ORIGINAL, dj_moved, is_installed
+from data_juicer_elastic.compat import dj_moved, import_target, wrap_function
 
 PROCESS_MODULE: Final = "data_juicer.tools.process_data"
 ANALYZE_MODULE: Final = "data_juicer.tools.analyze_data"
@@ -36,23 +33,16 @@ def _problem(module: ModuleType) -> str | None:
 
 
 def wrap_main(module: ModuleType, call: Callable[[Any, tuple, dict], Any]) -> str:
-    """Make ``module.main(*args, **kwargs)`` run ``call(original main, args, kwargs)``.
+    """Make ``module.main(*args, **kwargs)`` run ``call(original main, args, kwargs)``:
+    :data:`APPLIED`, :data:`ALREADY`, or why the target is missing."""
 
-    Returns :data:`APPLIED`, :data:`ALREADY`, or why the target is missing."""
-    missing = _problem(module)
-    if missing is not None:
-        return missing
-    original = module.main
-    if is_installed(original):
-        return ALREADY
+    def make(original):
+        def main(*args, **kwargs):
+            return call(original, args, kwargs)
 
-    @functools.wraps(original)
-    def main(*args, **kwargs):
-        return call(original, args, kwargs)
+        return main
 
-    setattr(main, ORIGINAL, original)
-    module.main = main
-    return APPLIED
+    return _problem(module) or wrap_function(module, "main", make)
 
 
 @contextlib.contextmanager
@@ -70,11 +60,7 @@ def init_configs_replaced(module: ModuleType, make: Callable[[Any], Any]) -> Ite
 
 def self_check() -> str:
     for name in (PROCESS_MODULE, ANALYZE_MODULE):
-        try:
-            module = importlib.import_module(name)
-        except ImportError as exc:
-            raise dj_moved(f"cannot import {name}: {exc}", where=f"{name}.main") from exc
-        missing = _problem(module)
+        missing = _problem(import_target(name, where=f"{name}.main"))
         if missing is not None:
             raise dj_moved(f"{name}.main: {missing}", where=f"{name}.main")
     return f"{PROCESS_MODULE}.main and {ANALYZE_MODULE}.main with a module-level init_configs found"

@@ -1,25 +1,18 @@
 """Run a callback once a module has *finished* executing, however far its import is.
 
-Data-Juicer imports its operator plugins (our entry point) from
-``data_juicer.ops``, which ``data_juicer.config.config`` imports at its top:
-when the plugin runs, the modules it patches are either
+Data-Juicer imports its operator plugins (our entry point) from ``data_juicer.ops``, which
+``data_juicer.config.config`` imports at its top, so a module the plugin patches is either
+complete (in ``sys.modules``, not initialising: patch now), in flight (``__spec__._initializing``
+is true: importlib calls ``setattr(parent_package, child_name, module)`` right after the child
+finished, so the parent's ``__class__`` is switched to a ``ModuleType`` subclass whose
+``__setattr__`` notices that moment), or not imported yet (a meta-path finder finds the spec
+through the other finders and wraps that loader's ``exec_module``).
 
-* complete (in ``sys.modules``, not initialising): patch now;
-* in flight (in ``sys.modules``, ``__spec__._initializing`` is true): importlib
-  calls ``setattr(parent_package, child_name, module)`` right after the child
-  finished, so the parent's ``__class__`` is switched to a ``ModuleType``
-  subclass whose ``__setattr__`` notices that moment;
-* not imported yet: a meta-path finder finds the spec through the other
-  finders and wraps that loader's ``exec_module``.
+Callbacks run at most once per module name.  An exception in a callback never breaks the import
+that triggered it: it goes to ``on_error`` (the caller's record of the problem).
 
-Callbacks run at most once per module name.  An exception in a callback never
-breaks the import that triggered it: it goes to ``on_error`` (the caller's
-record of the problem), so Data-Juicer keeps working.
-
-Target: CPython's importlib, ``ModuleSpec._initializing`` (set while a module's body runs,
-3.11-3.13) and the ``setattr(parent, child, module)`` it does once a submodule finished.
-Not Data-Juicer's or Ray's, but as private: :func:`self_check` imports a probe module and
-checks both, so a Python upgrade that changes them fails ``dj-elastic doctor``.
+Target: CPython's importlib, ``ModuleSpec._initializing`` (3.11-3.13) and the ``setattr(parent,
+child, module)`` it does once a submodule finished; :func:`self_check` checks both on a probe.
 """
 
 from __future__ import annotations
@@ -45,10 +38,8 @@ _finder: _DeferredFinder | None = None
 
 
 def when_imported(name: str, callback: Callback, on_error: ErrorHandler | None = None) -> str:
-    """Call ``callback(module)`` once ``name`` has finished executing.
-
-    Returns how it was arranged: ``"now"``, ``"in-flight"`` or ``"on-import"``.
-    """
+    """Call ``callback(module)`` once ``name`` has finished executing; how it was arranged:
+    ``"now"``, ``"in-flight"`` or ``"on-import"``."""
     with _lock:
         module = sys.modules.get(name)
         if module is not None and not _initializing(module):
@@ -89,9 +80,6 @@ def _run(name: str, module: ModuleType, callbacks: list[tuple[Callback, ErrorHan
                 warnings.warn(f"data-juicer-elastic: deferred patch of {name} failed: {exc!r}", stacklevel=2)
 
 
-# --- in flight: watch the parent package's setattr ---------------------------------------------
-
-
 def _watch_parent(name: str) -> None:
     parent_name, _, _child = name.rpartition(".")
     parent = sys.modules.get(parent_name) if parent_name else None
@@ -120,9 +108,6 @@ def _watch_parent(name: str) -> None:
         # A parent that refuses __class__ assignment: fall back to the finder,
         # which still catches a later (re-)import of the child.
         _ensure_finder()
-
-
-# --- not imported yet: a meta-path finder that wraps the loader ---------------------------------
 
 
 class _DeferredFinder(MetaPathFinder):
@@ -157,21 +142,14 @@ class _DeferredFinder(MetaPathFinder):
             # only; isinstance checks, get_source and tracebacks are unchanged.
             loader.exec_module = exec_module
         except (AttributeError, TypeError):
-            _watch_parent_later(fullname)
+            with _lock:  # the parent is imported before the child, so it is in sys.modules now
+                _watch_parent(fullname)
         return spec
 
 
 def _find_with_others(me, fullname, path, target):
-    for finder in list(sys.meta_path):
-        if finder is me:
-            continue
-        find_spec = getattr(finder, "find_spec", None)
-        if find_spec is None:
-            continue
-        spec = find_spec(fullname, path, target)
-        if spec is not None:
-            return spec
-    return None
+    finders = [f for f in sys.meta_path if f is not me and getattr(f, "find_spec", None) is not None]
+    return next((spec for f in finders if (spec := f.find_spec(fullname, path, target)) is not None), None)
 
 
 def _restore(loader, original) -> None:
@@ -182,16 +160,9 @@ def _restore(loader, original) -> None:
         loader.exec_module = original
 
 
-def _watch_parent_later(fullname: str) -> None:
-    # The parent is imported before the child, so it is in sys.modules now.
-    with _lock:
-        _watch_parent(fullname)
-
-
 def _ensure_finder() -> None:
     global _finder
-    if _finder is None:
-        _finder = _DeferredFinder()
+    _finder = _finder or _DeferredFinder()
     if _finder not in sys.meta_path:
         sys.meta_path.insert(0, _finder)
 

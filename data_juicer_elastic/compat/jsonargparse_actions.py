@@ -1,17 +1,12 @@
-"""jsonargparse (argparse underneath): the actions of a built parser, the converter
-jsonargparse makes for a ``type`` given with ``choices``, and the message of a parse error.
+"""jsonargparse (argparse underneath): the actions of a built parser, the converter it makes for a
+``type`` given with ``choices``, and the message of a parse error.
 
-Targets: ``ArgumentParser._actions`` (argparse's list of a parser's actions; Data-Juicer's
-``build_base_parser`` returns a finished parser, so its ``--executor_type`` action is changed
-in place), the ``<lambda>`` jsonargparse wraps such a ``type`` in, whose closure cell
-``typehint`` holds the type it converts to, and ``ArgumentParser.error(message, ex)`` (every
-parse error passes it: it prints the message and exits with 2), replaced on one parser object.
+Targets: ``ArgumentParser._actions`` (``build_base_parser`` returns a finished parser, so its
+``--executor_type`` action is changed in place), the ``<lambda>`` such a ``type`` is wrapped in
+(closure cell ``typehint``), and ``ArgumentParser.error(message, ex)``, replaced on one parser.
 
-Why.  ``--executor_type`` must accept ``elastic_sharded`` (``integration.patches``) and
-``dj-elastic doctor`` checks that it does; ``--help`` would print that lambda's repr
-(``<function <locals>.<lambda> at 0x...>``) as the type: it is named after its type instead;
-an unknown ``elastic.*`` key (``Option 'elastic.num_shard' is not accepted``) gets a
-"did you mean" added to jsonargparse's own message.
+Why.  ``--executor_type`` must accept ``elastic_sharded``; ``--help`` would print that lambda's
+repr as the type; an unknown ``elastic.*`` key gets a "did you mean" added to the message.
 """
 
 from __future__ import annotations
@@ -89,12 +84,11 @@ def self_check() -> str:
         raise IntegrationError(f"{TARGET}: the choices converter no longer closes over typehint", where=TARGET)
     amend_errors(parser, lambda message: f"{message} [amended]")
     parser.exit_on_error = False  # raise the error instead of printing it and exiting
+    amended = False
     try:
         parser.parse_args(["--kind", "c"])
     except Exception as exc:  # noqa: BLE001 - jsonargparse's ArgumentError
         amended = "[amended]" in str(exc)
-    else:
-        amended = False
     if not amended:
         raise IntegrationError(f"{TARGET}: parse errors no longer pass ArgumentParser.error(message)", where=TARGET)
     return f"{TARGET}, the choices converter's typehint and ArgumentParser.error found"

@@ -1,20 +1,16 @@
-"""loguru 0.7: the file sinks of the global logger, made to fail quietly and once.
+"""loguru 0.7: the file sinks of the global logger (``loguru._file_sink.FileSink``, found through
+``loguru_handlers``: its ``write``, ``stop``, ``_path`` and ``_file``), made to fail quietly and once.
 
-Target: ``loguru._file_sink.FileSink`` (the sink ``logger.add(<path>)`` creates), reached
-through each handler's ``_sink`` (``loguru.logger._core.handlers``, see ``loguru_handlers``):
-its ``write(message)``, ``stop()``, ``_path`` and ``_file``.
-
-Why.  Data-Juicer's ``setup_logger`` adds file sinks in its work dir (by default the export
-path's folder).  On a full or read-only filesystem each record then makes loguru print
-"--- Logging error in Loguru Handler ---" and a traceback to stderr, for the rest of the run.
-:func:`tolerate_write_errors` wraps each such sink once: its first failing write closes the
-file and calls ``on_error(path, exc)``, later records are dropped, removing it raises nothing.
-loguru has no public hook for a sink's errors (``catch=False`` would raise them into every
-logging call instead).
+Why.  On a full or read-only filesystem each record written to Data-Juicer's log files makes
+loguru print "--- Logging error in Loguru Handler ---" and a traceback to stderr, for the rest of
+the run.  A wrapped sink's first failing write closes the file and calls ``on_error(path, exc)``;
+later records are dropped, and removing it raises nothing.  loguru has no public hook for a sink's
+errors (``catch=False`` would raise them into every logging call instead).
 """
 
 from __future__ import annotations
 
+import contextlib
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
@@ -31,41 +27,29 @@ _MARK: Final = "__dj_elastic_tolerant__"
 OnError = Callable[[str, OSError], None]
 
 
-def _file_sink_class() -> type | None:
-    try:
-        from loguru._file_sink import FileSink
-    except ImportError:  # pragma: no cover - loguru moved it: self_check says so
-        return None
-    return FileSink
-
-
 def _file_sinks() -> dict[int, Any]:
     """The file sinks of the global logger now, by handler id (none if loguru moved ``FileSink``
     or its handler table: ``self_check`` says so)."""
-    file_sink = _file_sink_class()
-    if file_sink is None:
+    try:
+        from loguru._file_sink import FileSink
+    except ImportError:  # pragma: no cover - loguru moved it
         return {}
-    return {view.handler_id: view.sink for view in handlers() if isinstance(view.sink, file_sink)}
+    return {view.handler_id: view.sink for view in handlers() if isinstance(view.sink, FileSink)}
 
 
 def tolerate_write_errors(on_error: OnError) -> int:
     """Wrap every file sink of the global logger not wrapped yet; how many were wrapped."""
-    wrapped = 0
-    for sink in _file_sinks().values():
-        if getattr(sink, _MARK, False):
-            continue
+    unwrapped = [sink for sink in _file_sinks().values() if not getattr(sink, _MARK, False)]
+    for sink in unwrapped:
         _wrap(sink, on_error)
-        wrapped += 1
-    return wrapped
+    return len(unwrapped)
 
 
 def remove_file_sinks() -> None:
     """Remove (close, and compress as configured) every file sink of the global logger."""
     for handler_id in _file_sinks():
-        try:
+        with contextlib.suppress(ValueError):  # removed meanwhile
             logger.remove(handler_id)
-        except ValueError:  # removed meanwhile
-            pass
 
 
 def _wrap(sink: Any, on_error: OnError) -> None:
@@ -73,34 +57,24 @@ def _wrap(sink: Any, on_error: OnError) -> None:
     path = str(getattr(sink, "_path", "") or "<log file>")
     failed = False
 
-    def fail(exc: OSError) -> None:
-        nonlocal failed
-        failed = True
-        try:
-            handle = getattr(sink, "_file", None)
-            if handle is not None:
-                handle.close()  # flushes (fails again) and closes the descriptor anyway
-        except (OSError, ValueError):
-            pass
-        on_error(path, exc)
+    def tolerant(call: Callable[..., None]) -> Callable[..., None]:
+        def guarded(*args: Any) -> None:
+            nonlocal failed
+            if failed:
+                return
+            try:
+                call(*args)
+            except OSError as exc:
+                failed = True
+                handle = getattr(sink, "_file", None)
+                with contextlib.suppress(OSError, ValueError):
+                    if handle is not None:
+                        handle.close()  # flushes (fails again) and closes the descriptor anyway
+                on_error(path, exc)
 
-    def tolerant_write(message: Any) -> None:
-        if failed:
-            return
-        try:
-            write(message)
-        except OSError as exc:
-            fail(exc)
+        return guarded
 
-    def tolerant_stop() -> None:
-        if failed:
-            return
-        try:
-            stop()
-        except OSError as exc:
-            fail(exc)
-
-    sink.write, sink.stop = tolerant_write, tolerant_stop
+    sink.write, sink.stop = tolerant(write), tolerant(stop)
     setattr(sink, _MARK, True)
 
 

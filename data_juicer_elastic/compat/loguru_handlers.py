@@ -1,13 +1,10 @@
-"""loguru 0.7: the handlers already added to the global logger, and the stream each writes to.
+"""loguru 0.7: the handlers already added to the global logger (``loguru.logger._core.handlers``)
+and, on each, ``_name`` (``"<stderr>"`` for the default one), ``_sink`` (where ``loguru_file_sinks``
+looks for file sinks), ``_sink._stream`` (the stream a stream sink writes to) and ``levelno``.
 
-Target: ``loguru.logger._core.handlers`` (handler id -> ``Handler``) and, on each handler,
-``_name`` (``"<stderr>"`` for the default one), ``_sink`` (the sink object: ``loguru_file_sinks``
-looks for file sinks there), ``_sink._stream`` (the stream of a stream sink) and ``levelno``.
-
-Why.  Data-Juicer adds loguru handlers that write to stderr (its own ``setup_logger``, and
-loguru's default one); the quiet console (``console.quiet``) must replace exactly those with
-its own filtered line, on the same stream and at their level.  loguru has no public way to
-list handlers.
+Why.  Data-Juicer adds loguru handlers that write to stderr; the quiet console (``console.quiet``)
+must replace exactly those with its own filtered line, on the same stream and at their level.
+loguru has no public way to list handlers.
 """
 
 from __future__ import annotations
@@ -39,13 +36,16 @@ def handlers() -> list[HandlerView]:
     """Every handler of the global logger now (an empty list if loguru changed its internals:
     the console then adds its line beside them instead of replacing them)."""
     table = getattr(getattr(logger, "_core", None), "handlers", None) or {}
-    return [_view(handler_id, handler) for handler_id, handler in list(table.items())]
-
-
-def _view(handler_id: int, handler: Any) -> HandlerView:
-    sink = getattr(handler, "_sink", None)
-    name, levelno = getattr(handler, "_name", None), getattr(handler, "levelno", None)
-    return HandlerView(handler_id, name, getattr(sink, "_stream", None), levelno, sink)
+    return [
+        HandlerView(
+            handler_id,
+            getattr(handler, "_name", None),
+            getattr(getattr(handler, "_sink", None), "_stream", None),
+            getattr(handler, "levelno", None),
+            getattr(handler, "_sink", None),
+        )
+        for handler_id, handler in list(table.items())
+    ]
 
 
 def self_check() -> str:

@@ -1,41 +1,36 @@
 """Ray Data 2.60: concatenating blocks that Ray typed differently from the same column.
 
-Target module: ``ray.data._internal.arrow_ops.transform_pyarrow`` (functions
-``_backfill_missing_fields`` and ``unify_schemas``), used wherever Ray joins blocks
-(a map task building its output block, the driver iterating a dataset).
+Target: ``ray.data._internal.arrow_ops.transform_pyarrow`` (``_backfill_missing_fields`` and
+``unify_schemas``), used wherever Ray joins blocks (a map task building its output block, the
+driver iterating a dataset).
 
-Why.  Ray converts what an operator returns (Python values) into Arrow batch by batch, so
-one column can get different Arrow types in different blocks.  Two cases fail on every
-retry although every value is fine:
+Why.  Ray converts what an operator returns into Arrow batch by batch, so one column can get
+different Arrow types in different blocks.  Two cases fail on every retry although every value
+is fine:
 
-1. A nested key that is null in every row of one batch is typed ``null`` there and a
-   struct elsewhere; ``unify_schemas`` unifies the two, but ``_backfill_missing_fields``
-   then recurses into the ``null`` field as if it were a struct: ``TypeError:
-   'pyarrow.lib.DataType' object is not iterable``.  Any input whose nested objects gain a
-   key in one region of the rows hits it (``meta`` with an extra sub-object in 40 rows).
-2. A column mixing JSON types (carried as Python objects, ``row_types``) comes back
-   from an operator as ``int64`` in a batch of only integers and ``bool`` in a batch of
-   only booleans: ``Unable to merge: Field mix has incompatible types: int64 vs bool``
-   (or, where one block made a struct of it, Ray "unifies" the column to that struct and
-   the concatenation fails the same way).
+1. A nested key that is null in every row of one batch is typed ``null`` there and a struct
+   elsewhere; ``unify_schemas`` unifies the two, but ``_backfill_missing_fields`` then recurses
+   into the ``null`` field as if it were a struct: ``TypeError: 'pyarrow.lib.DataType' object is
+   not iterable`` (e.g. ``meta`` with an extra sub-object in 40 rows).
+2. A column mixing JSON types (Python objects, ``row_types``) comes back from an operator as
+   ``int64`` in a batch of only integers and ``bool`` in one of only booleans: ``Unable to merge:
+   Field mix has incompatible types: int64 vs bool`` (or Ray "unifies" it to a struct one block
+   made, and the concatenation fails the same way).
 
-Data-Juicer's default executor processes both inputs.  The fixes: (1) a ``null``-typed
-column is all nulls, so aligned to any struct type it is ``pa.nulls(len, that type)``;
-(2) before Ray unifies schemas, a column whose native types Arrow cannot unify even
-permissively is made a Python object column (Ray's own ``ArrowPythonObjectType``, which
-its concatenation already converts native blocks into).  Everything else goes to Ray's own
-functions.  Installed in every Ray worker of a shard runtime (``worker_process_setup_hook``,
-see ``execution.shard_runner.shard_runtime_env``) and in the driver.
+Data-Juicer's default executor processes both.  The fixes: (1) a ``null``-typed column is all
+nulls, so aligned to a struct type it is ``pa.nulls(len, that type)``; (2) before Ray unifies
+schemas, a column whose native types Arrow cannot unify even permissively becomes a Python
+object column (Ray's ``ArrowPythonObjectType``, which its concatenation already converts native
+blocks into).  Everything else goes to Ray's own functions.  Installed in every Ray worker of a
+shard runtime (``worker_process_setup_hook``, ``execution.shard_runner``) and in the driver.
 """
 
 from __future__ import annotations
 
-import functools
-import importlib
 import inspect
 from typing import Any, Final
 
-from data_juicer_elastic.compat import ray_moved
+from data_juicer_elastic.compat import import_target, ray_moved, wrap_function
 
 MODULE: Final = "ray.data._internal.arrow_ops.transform_pyarrow"
 TARGETS: Final = {
@@ -43,62 +38,54 @@ TARGETS: Final = {
     "unify_schemas": ("schemas", "promote_types"),
 }
 SETUP_HOOK: Final = f"{__name__}.install"
-_MARK: Final = "__dj_elastic_fix__"
 
 
-def _targets() -> tuple[Any, dict[str, Any]]:
-    try:
-        module = importlib.import_module(MODULE)
-    except ImportError as exc:
-        raise ray_moved(f"cannot import {MODULE}: {exc}") from exc
-    found = {}
+def _targets() -> Any:
+    """The target module, once each target takes the parameters the fixes rely on."""
+    module = import_target(MODULE, where="ray")
     for name, parameters in TARGETS.items():
         function = getattr(module, name, None)
         if function is None or tuple(inspect.signature(function).parameters) != parameters:
             raise ray_moved(f"{MODULE}.{name} is missing or changed its parameters (expected {', '.join(parameters)})")
-        found[name] = function
-    return module, found
+    return module
 
 
 def self_check() -> str:
-    """What ``dj-elastic doctor`` reports; IntegrationError when a target moved."""
     _targets()
     return f"{MODULE}: {', '.join(TARGETS)} found"
 
 
 def install() -> None:
     """Patch the targets in this process (idempotent); the worker setup hook."""
-    module, found = _targets()
-    if getattr(found["unify_schemas"], _MARK, False):
-        return
+    module = _targets()
     import pyarrow as pa
 
-    backfill_original, unify_original = found["_backfill_missing_fields"], found["unify_schemas"]
+    def fix_backfill(original: Any) -> Any:
+        def backfill(column: Any, unified_struct_type: Any, block_length: int) -> Any:
+            if pa.types.is_null(column.type):
+                return pa.nulls(len(column), type=unified_struct_type)
+            return original(column=column, unified_struct_type=unified_struct_type, block_length=block_length)
 
-    @functools.wraps(backfill_original)
-    def backfill(column: Any, unified_struct_type: Any, block_length: int) -> Any:
-        if pa.types.is_null(column.type):
-            return pa.nulls(len(column), type=unified_struct_type)
-        return backfill_original(column=column, unified_struct_type=unified_struct_type, block_length=block_length)
+        return backfill
 
-    @functools.wraps(unify_original)
-    def unify(schemas: list[Any], *, promote_types: bool = False) -> Any:
-        conflicting = _conflicting_fields(schemas)
-        if conflicting:
-            from ray.data.extensions import ArrowPythonObjectType
+    def fix_unify(original: Any) -> Any:
+        def unify(schemas: list[Any], *, promote_types: bool = False) -> Any:
+            conflicting = _conflicting_fields(schemas)
+            if conflicting:
+                from ray.data.extensions import ArrowPythonObjectType
 
-            objects = ArrowPythonObjectType()
-            schemas = [
-                pa.schema([f.with_type(objects) if f.name in conflicting else f for f in s], metadata=s.metadata)
-                for s in schemas
-            ]
-        return unify_original(schemas, promote_types=promote_types)
+                objects = ArrowPythonObjectType()
+                schemas = [
+                    pa.schema([f.with_type(objects) if f.name in conflicting else f for f in s], metadata=s.metadata)
+                    for s in schemas
+                ]
+            return original(schemas, promote_types=promote_types)
 
-    for fixed in (backfill, unify):
-        setattr(fixed, _MARK, True)
+        return unify
+
     # Ray's own code looks these names up in the module at call time: it gets the fixed ones.
-    module._backfill_missing_fields = backfill
-    module.unify_schemas = unify
+    wrap_function(module, "_backfill_missing_fields", fix_backfill)
+    wrap_function(module, "unify_schemas", fix_unify)
 
 
 def _conflicting_fields(schemas: list[Any]) -> set[str]:
@@ -112,9 +99,8 @@ def _conflicting_fields(schemas: list[Any]) -> set[str]:
     types: dict[str, list[Any]] = {}
     for schema in distinct:
         for f in schema:
-            seen = types.setdefault(f.name, [])
-            if f.type not in seen:
-                seen.append(f.type)
+            if f.type not in types.setdefault(f.name, []):
+                types[f.name].append(f.type)
     conflicting = set()
     for name, seen in types.items():
         if len(seen) < 2 or any(isinstance(t, pa.ExtensionType) for t in seen):

@@ -1,10 +1,8 @@
-"""Ray 2.60: the processes of the local Ray node this process started.
-
-Target: ``ray._private.worker._global_node`` (the ``Node`` that ``ray.init`` started in this
-process) and its ``all_processes`` (process type -> ``ProcessInfo`` with a ``process``).
+"""Ray 2.60: the processes of the local Ray node this process started, read from
+``ray._private.worker._global_node.all_processes`` (process type -> ``ProcessInfo``).
 
 Why.  An unresponsive node-local runtime must be killed for good (``execution.ray_runtime``):
-``ray.shutdown`` itself can hang on it.  Ray has no public handle on those processes.
+``ray.shutdown`` itself can hang on it, and Ray has no public handle on those processes.
 """
 
 from __future__ import annotations

@@ -1,12 +1,9 @@
-"""Ray Data 2.60: ``Dataset.map_batches``, replaced while warm actors serve a shard.
+"""Ray Data 2.60: ``ray.data.Dataset.map_batches``, replaced while warm actors serve a shard (a plain
+function on the class taking ``fn_constructor_args``: how Data-Juicer 1.6.1's
+``RayDataset._run_single_op`` hands an actor-mode operator class to an ``ActorPoolStrategy``).
 
-Target: ``ray.data.Dataset.map_batches`` (a plain function on the class taking
-``fn_constructor_args``: how Data-Juicer 1.6.1's ``RayDataset._run_single_op`` hands an
-actor-mode operator class to an ``ActorPoolStrategy``).
-
-Why.  ``execution.warm_actors`` turns those calls into task-mode calls fed by long-lived
-actors; neither Ray nor Data-Juicer has a hook for it, so the method is swapped on the class
-for the length of one shard run and put back after.
+Why.  ``execution.warm_actors`` turns those calls into task-mode calls fed by long-lived actors;
+neither Ray nor Data-Juicer has a hook for it.
 """
 
 from __future__ import annotations

@@ -1,7 +1,5 @@
-"""Ray 2.60: what ``ray.init("auto")`` would connect to, asked without connecting.
-
-Target: ``ray._private.services`` (``canonicalize_bootstrap_address`` and the cached
-``find_gcs_addresses`` it reads).
+"""Ray 2.60: what ``ray.init("auto")`` would connect to, asked without connecting
+(``ray._private.services.canonicalize_bootstrap_address`` and the cached ``find_gcs_addresses``).
 
 Why.  ``ray_address: auto`` with no runtime on the node must fail fast with a clear error
 (``execution.ray_runtime``), not after ``ray.init`` has waited; Ray has no public call that

@@ -1,27 +1,23 @@
-"""Ray 2.60: the SIGTERM handler Ray installs whenever it connects or starts a node.
-
-Target: ``ray._private.utils.set_sigterm_handler``, which ``ray.init`` calls in the main thread
+"""Ray 2.60: ``ray._private.utils.set_sigterm_handler``, which ``ray.init`` calls in the main thread
 every time, also when the process is connected already (``sys.exit(signum)``), and which
 ``ray._private.node.Node`` calls for a node it starts (kill the node, ``sys.exit(1)``).
 
 Why.  A worker's SIGTERM must reach its own handler (``jobdir.worker_signals``): it releases
 the running shard and the one claimed ahead (reason ``signal``) and then dies by the signal
-(exit 143).  Data-Juicer's ``RayExecutor`` calls ``initialize_ray(force=True)``, so ``ray.init``,
-for every shard; with Ray's handler in place a SIGTERM'd worker would exit 15 and skip those
-releases.  :func:`keep_handlers` makes Ray leave a handler the plugin marks as its own and
-install its handler otherwise, as before; nothing else of Ray changes.
+(exit 143).  Data-Juicer's ``RayExecutor`` calls ``ray.init`` for every shard; with Ray's handler
+in place a SIGTERM'd worker would exit 15 and skip those releases.  :func:`keep_handlers` makes Ray
+leave a handler the plugin marks as its own, and install its own otherwise.
 """
 
 from __future__ import annotations
 
-import functools
 import signal
 from collections.abc import Callable
 from typing import Any, Final
 
 from loguru import logger
 
-from data_juicer_elastic.compat import ALREADY, APPLIED, ORIGINAL, import_target, is_installed, ray_moved
+from data_juicer_elastic.compat import ALREADY, APPLIED, import_target, ray_moved, wrap_function
 
 MODULE: Final = "ray._private.utils"
 TARGET: Final = f"{MODULE}.set_sigterm_handler"
@@ -36,24 +32,20 @@ def keep_handlers(keep: Callable[[Any], bool]) -> str:
     replaced either way)."""
     global _keep
     _keep = keep
-    utils = import_target(MODULE, where="ray")
-    original = getattr(utils, "set_sigterm_handler", None)
-    if not callable(original):
+
+    def make(original):
+        def set_sigterm_handler(sigterm_handler):
+            if _keep is not None and _keep(signal.getsignal(signal.SIGTERM)):
+                logger.debug("Ray's SIGTERM handler not installed: the worker's own is in force")
+                return None
+            return original(sigterm_handler)
+
+        return set_sigterm_handler
+
+    outcome = wrap_function(import_target(MODULE, where="ray"), "set_sigterm_handler", make)
+    if outcome not in (APPLIED, ALREADY):
         raise ray_moved(f"{TARGET} is missing", where=TARGET)
-    if is_installed(original):
-        return ALREADY
-
-    @functools.wraps(original)
-    def set_sigterm_handler(sigterm_handler):
-        current = signal.getsignal(signal.SIGTERM)
-        if _keep is not None and _keep(current):
-            logger.debug("Ray's SIGTERM handler not installed: the worker's own is in force")
-            return None
-        return original(sigterm_handler)
-
-    setattr(set_sigterm_handler, ORIGINAL, original)
-    utils.set_sigterm_handler = set_sigterm_handler
-    return APPLIED
+    return outcome
 
 
 def self_check() -> str:

@@ -1,12 +1,10 @@
-"""Ray Data 2.60: the live metrics of a running execution, read from its executor thread.
+"""Ray Data 2.60: the live metrics of a running execution, read from its executor thread
+(``ray.data._internal.execution.streaming_executor.StreamingExecutor``): its private ``_topology``
+and each physical operator's ``name``, ``has_completed()`` and ``metrics.rows_task_outputs_generated``.
 
-Target: ``ray.data._internal.execution.streaming_executor.StreamingExecutor`` (a thread per
-Ray Data execution), its private ``_topology`` (physical operator -> state) and each physical
-operator's ``name``, ``has_completed()`` and ``metrics.rows_task_outputs_generated``.
-
-Why.  A running attempt's live progress (``execution.progress_source``) is what Ray itself
-counts as task outputs arrive; Ray Data has no public API for the metrics of an execution in
-progress.  The sampler never raises into a run: when these move, it turns itself off.
+Why.  A running attempt's live progress (``execution.progress_source``) is what Ray counts as task
+outputs arrive; Ray Data has no public API for it.  The sampler never raises into a run: when
+these move, it turns itself off.
 """
 
 from __future__ import annotations

@@ -1,12 +1,10 @@
-"""Ray 2.60: is this process a Ray worker (not the driver)?
-
-Target: ``ray._private.worker.global_worker.mode`` compared with ``ray._private.worker.WORKER_MODE``.
+"""Ray 2.60: is this process a Ray worker (not the driver)?  ``ray._private.worker.global_worker.mode``
+compared with ``ray._private.worker.WORKER_MODE``.
 
 Why.  Data-Juicer's INFO lines are silenced in the Ray workers of a quiet elastic job only
-(``console.quiet.quiet_ray_worker``); the entry point runs in every process that imports
-Data-Juicer, driver and workers alike.  Ray has no public "am I a worker" call.  Read from
-``sys.modules`` only: a process that has not imported Ray is not a Ray worker, and this must
-not import it.
+(``console.quiet.quiet_ray_worker``), and Ray has no public "am I a worker" call.  Read from
+``sys.modules`` only: a process that has not imported Ray is not a Ray worker, and this must not
+import it.
 """
 
 from __future__ import annotations

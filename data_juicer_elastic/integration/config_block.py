@@ -1,17 +1,14 @@
 """The recipe's ``elastic:`` block inside Data-Juicer's parser, and back out of a parsed cfg.
 
-Every field of :class:`~data_juicer_elastic.settings.ElasticSettings` becomes a
-typed ``--elastic.<field>`` argument (type, default and help text from the
-dataclass), so ``dj-process --help`` lists them and jsonargparse checks types
-from YAML, the command line and ``DJ_PROCESS_ELASTIC__*`` variables.  The
-value rules live in one place, ``ElasticSettings``; :func:`settings_from_cfg`
-applies them.
+Every field of :class:`~data_juicer_elastic.settings.ElasticSettings` becomes a typed
+``--elastic.<field>`` argument (type, default and help from the dataclass), so ``dj-process
+--help`` lists them and jsonargparse checks types from YAML, the command line and
+``DJ_PROCESS_ELASTIC__*`` variables; the value rules live in ``ElasticSettings`` alone.
 
-Data-Juicer's setup mutates the parsed cfg (``np`` clamped to this node's CPU
-count, cache and work directories filled in, operator attributes injected).
-The shard recipe must not depend on the node that happened to prepare the job,
-so the integration keeps a copy of the cfg as parsed (YAML + CLI + env, typed,
-before setup) for each elastic cfg: :func:`remember_parsed` / :func:`parsed_cfg`.
+Data-Juicer's setup mutates the parsed cfg (``np`` clamped to this node's CPUs, cache and work
+directories filled in, operator attributes injected), and the shard recipe must not depend on the
+node that prepared the job, so a copy of each elastic cfg as parsed (YAML + CLI + env, typed,
+before setup) is kept: :func:`remember_parsed` / :func:`parsed_cfg`.
 """
 
 from __future__ import annotations
@@ -32,19 +29,22 @@ BLOCK: Final = "elastic"
 GROUP_TITLE: Final = "elastic_sharded executor (data-juicer-elastic)"
 
 
-def is_elastic(cfg: Any) -> bool:
+def cfg_value(cfg: Any, key: str, default: Any = None) -> Any:
+    """``cfg[key]`` of a parsed cfg (a jsonargparse Namespace or a dict) or of an object's attribute."""
     getter = getattr(cfg, "get", None)
-    value = getter("executor_type", None) if callable(getter) else getattr(cfg, "executor_type", None)
-    return value == EXECUTOR_TYPE
+    return getter(key, default) if callable(getter) else getattr(cfg, key, default)
+
+
+def is_elastic(cfg: Any) -> bool:
+    return cfg_value(cfg, "executor_type") == EXECUTOR_TYPE
 
 
 def require_elastic(cfg: Any, config: str, command: str) -> None:
     """ConfigError unless the parsed recipe asks for elastic_sharded (``dj-elastic prepare`` and
     ``run`` plan and run only such jobs; without it, ``dj-process`` runs Data-Juicer's own executor)."""
     if not is_elastic(cfg):
-        executor = cfg.get("executor_type", None) if callable(getattr(cfg, "get", None)) else None
         raise ConfigError(
-            f"the recipe's executor_type is {executor!r}, not {EXECUTOR_TYPE}",
+            f"the recipe's executor_type is {cfg_value(cfg, 'executor_type')!r}, not {EXECUTOR_TYPE}",
             where=config,
             hint=f"add `executor_type: {EXECUTOR_TYPE}` to the recipe ({command} handles {EXECUTOR_TYPE} jobs only; "
             "dj-process runs the other executors)",
@@ -60,13 +60,11 @@ def add_elastic_arguments(parser) -> None:
         description=f"Used when executor_type is {EXECUTOR_TYPE}; ignored by the built-in executors.",
     )
     for field in dataclasses.fields(ElasticSettings):
-        hint = hints[field.name]
-        if field.default is dataclasses.MISSING:
+        hint, default = hints[field.name], field.default
+        if default is dataclasses.MISSING:
             # Required only for elastic_sharded: settings_from_cfg says so by name;
             # a parser-level "required" would break every built-in recipe.
             hint, default = hint | None, None
-        else:
-            default = field.default
         group.add_argument(f"--{BLOCK}.{field.name}", type=hint, default=default, help=docs.get(field.name, ""))
 
 
@@ -91,10 +89,9 @@ def hint_unknown_keys(message: str) -> str:
 def given_block(cfg: Any) -> list[str]:
     """The ``elastic.*`` keys a parsed cfg sets to other than their defaults (``job_dir`` set at all):
     a recipe that has an ``elastic:`` block, or ``--elastic.*`` options."""
-    block = cfg.get(BLOCK, None) if callable(getattr(cfg, "get", None)) else getattr(cfg, BLOCK, None)
-    if block is None:
+    values = _block_values(cfg)
+    if values is None:
         return []
-    values = block.as_dict() if hasattr(block, "as_dict") else dict(block)
     defaults = {f.name: f.default for f in dataclasses.fields(ElasticSettings)}
     return [
         f"{BLOCK}.{name}"
@@ -103,25 +100,24 @@ def given_block(cfg: Any) -> list[str]:
     ]
 
 
-def settings_from_cfg(cfg: Any) -> ElasticSettings:
-    """The validated ``elastic:`` block of a parsed Data-Juicer cfg.
+def _block_values(cfg: Any) -> dict[str, Any] | None:
+    block = cfg_value(cfg, BLOCK)
+    return None if block is None else block.as_dict() if hasattr(block, "as_dict") else dict(block)
 
-    Raises ConfigError naming the field (``elastic.num_shards``...) for a bad
-    or missing value.
-    """
-    block = cfg.get(BLOCK, None) if callable(getattr(cfg, "get", None)) else getattr(cfg, BLOCK, None)
-    if block is None:
+
+def settings_from_cfg(cfg: Any) -> ElasticSettings:
+    """The validated ``elastic:`` block of a parsed cfg; ConfigError naming the field
+    (``elastic.num_shards``...) for a bad or missing value."""
+    values = _block_values(cfg)
+    if values is None:
         raise ConfigError(
             "the recipe has no elastic: block",
             where=BLOCK,
             hint="add `elastic: {job_dir: /shared/jobs/<name>}`; "
             "if it is there, the plugin's parser patch did not run (see `dj-elastic doctor`)",
         )
-    values = block.as_dict() if hasattr(block, "as_dict") else dict(block)
     return ElasticSettings.from_mapping(values)
 
-
-# --- the cfg as parsed, before Data-Juicer's setup ------------------------------------------------
 
 _parsed_lock = threading.RLock()  # weakref callbacks may run during GC inside the lock
 _parsed: dict[int, tuple[weakref.ref, Any]] = {}
@@ -155,7 +151,8 @@ def parsed_cfg(cfg: Any) -> Any | None:
 
 
 def alias_parsed(new: Any, old: Any) -> None:
-    """Make the copy kept for ``old`` findable from ``new`` too (a setup step returned a new object)."""
+    """Make the copy kept for ``old`` findable from ``new`` too (a setup step returned a new object;
+    for the same object, nothing changes)."""
     snapshot = parsed_cfg(old)
     if snapshot is not None:
         _store(new, snapshot)

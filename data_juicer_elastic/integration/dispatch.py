@@ -1,28 +1,21 @@
 """``dj-process`` / ``dj-analyze`` mains: dispatch ``elastic_sharded``, one-line errors.
 
-Data-Juicer's ``main`` parses the config itself (``init_configs()``, a module
-global of the tool module) and then picks an executor with a hard-coded
-``if/elif``.  The wrapper (installed by ``compat.dj_tool_main``) runs Data-Juicer's own ``main`` unchanged, with that
-global swapped for the duration of the call:
+Data-Juicer's ``main`` parses the config (``init_configs()``, a module global of the tool module)
+and then picks an executor with a hard-coded ``if/elif``.  The wrapper runs that ``main``
+unchanged, with the global swapped for the call: a built-in executor type's cfg goes back to
+Data-Juicer's code; an ``elastic_sharded`` cfg (``dj-process`` only) leaves ``main`` as a
+``BaseException`` (``errors.DispatchToElastic``: parsed once, and loguru's ``@logger.catch``
+logs nothing) and ``ElasticShardedExecutor(cfg).run()`` runs.  An
+:class:`~data_juicer_elastic.errors.ElasticError` while parsing or running: one line on stderr,
+exit code 2, no traceback.
 
-* built-in executor types: the parsed cfg is returned to Data-Juicer's code,
-  which carries on exactly as without the plugin;
-* ``elastic_sharded`` (``dj-process`` only): the cfg leaves Data-Juicer's
-  ``main`` as a ``BaseException`` (``errors.DispatchToElastic``), so it is parsed once and
-  loguru's ``@logger.catch`` (which catches ``Exception``) logs nothing; then
-  ``ElasticShardedExecutor(cfg).run()`` runs;
-* an :class:`~data_juicer_elastic.errors.ElasticError` while parsing/validating
-  or running: one line on stderr, exit code 2, no traceback.
-
-``dj-analyze`` sends every executor type but ``ray``/``ray_partitioned`` to
-the local ``Analyzer``, which reads ``dataset_path``.  To analyse what an
-elastic job produced, point it at the merged output::
+``dj-analyze`` sends every executor type but ``ray``/``ray_partitioned`` to the local
+``Analyzer``, which reads ``dataset_path``; to analyse an elastic job's output, point it there::
 
     dj-analyze --config recipe.yaml --dataset_path <export_path> --export_path <analysis>/out.jsonl
 
-Not reachable: ``python -m data_juicer.tools.process_data`` and ``python
-tools/process_data.py`` run the tool as ``__main__``; Data-Juicer's own main
-then rejects ``elastic_sharded``.  Use the ``dj-process`` command.
+``python -m data_juicer.tools.process_data`` runs the tool as ``__main__``, which the wrapper does
+not reach: Data-Juicer's own main then rejects ``elastic_sharded``.  Use ``dj-process``.
 """
 
 from __future__ import annotations
@@ -39,17 +32,14 @@ from typing import Any, NoReturn
 from data_juicer_elastic.compat import dj_tool_main
 from data_juicer_elastic.errors import DispatchAbort, DispatchToElastic, ElasticError, Places, storage_error
 from data_juicer_elastic.integration import driver_files, patches
-from data_juicer_elastic.integration.config_block import EXECUTOR_TYPE, given_block, is_elastic
+from data_juicer_elastic.integration.config_block import EXECUTOR_TYPE, cfg_value, given_block, is_elastic
+from data_juicer_elastic.jobdir.export_path import merge_places
 
 PROGS = {patches.PROCESS_MAIN: "dj-process", patches.ANALYZE_MAIN: "dj-analyze"}
 
 
 def patch_tool(module: ModuleType, *, record: str, dispatch: bool) -> None:
-    prog = PROGS.get(record, record)
-
-    def call(original, args, kwargs):
-        return run_tool(module, original, args, kwargs, prog=prog, dispatch=dispatch)
-
+    call = functools.partial(run_tool, module, prog=PROGS.get(record, record), dispatch=dispatch)
     patches.record_install(record, dj_tool_main.wrap_main(module, call))
 
 
@@ -111,7 +101,7 @@ def warn_ignored_block(cfg: Any, argv: Sequence[str]) -> None:
         return
     from loguru import logger
 
-    executor = cfg.get("executor_type", None) if callable(getattr(cfg, "get", None)) else None
+    executor = cfg_value(cfg, "executor_type")
     logger.warning(
         f"the recipe sets {', '.join(given[:3])}{', ...' if len(given) > 3 else ''} but its executor_type is "
         f"{executor!r}: Data-Juicer's {executor} executor runs it and ignores the elastic: block (no shards, no "
@@ -122,7 +112,6 @@ def warn_ignored_block(cfg: Any, argv: Sequence[str]) -> None:
 def job_places(cfg: Any) -> Places:
     """The job directory and the export location of an elastic cfg (for a storage error's hint)."""
     from data_juicer_elastic.integration.config_block import settings_from_cfg
-    from data_juicer_elastic.jobdir.export_path import merge_places
 
     try:
         job_dir, export = settings_from_cfg(cfg).job_dir, cfg.get("export_path", None)
@@ -171,11 +160,8 @@ def driving_elastic() -> bool:
 
 
 def requests_elastic(argv: Sequence[str], *, load: Callable[[str], Any] | None = None) -> bool:
-    """Cheap look at argv, env and the --config file for executor_type elastic_sharded.
-
-    Used only when a patch is missing (the parser may then reject the choice
-    before the plugin could explain why); the normal path parses once.
-    """
+    """Cheap look at argv, env and the --config file for executor_type elastic_sharded (where a
+    patch is missing the parser may reject the choice before the plugin could explain why)."""
     if os.environ.get("DJ_PROCESS_EXECUTOR_TYPE") == EXECUTOR_TYPE:
         return True
     argv = list(argv)
@@ -198,8 +184,6 @@ def recipe_places(argv: Sequence[str], *, load: Callable[[str], Any] | None = No
         data = (load or _recipe)(path)
         block = data.get("elastic") if isinstance(data, dict) else None
         if isinstance(block, dict) and block.get("job_dir") and data.get("export_path"):
-            from data_juicer_elastic.jobdir.export_path import merge_places
-
             return merge_places(str(block["job_dir"]), str(data["export_path"]))
     return ()
 

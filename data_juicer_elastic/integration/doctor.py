@@ -3,6 +3,7 @@ does a (shared) directory support what the job directory relies on."""
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import os
 import re
@@ -37,30 +38,19 @@ class Check:
 
 
 def integration_checks() -> list[Check]:
-    """Entry point installed and loaded, each patch applied, Data-Juicer version supported.
-
-    Imports Data-Juicer's config, tools and executor factory so that every
-    deferred patch has had its chance to run.
-    """
+    """Entry point installed and loaded, each patch applied, Data-Juicer version supported (after
+    importing Data-Juicer's config, tools and executor factory, so every deferred patch has run)."""
     checks = [_entry_point_check(), _version_check()]
     for module in (patches.CONFIG_MODULE, patches.PROCESS_MODULE, patches.ANALYZE_MODULE, patches.FACTORY_MODULE):
         try:
             __import__(module)
         except Exception as exc:  # report, do not crash doctor
             checks.append(Check(f"import {module}", False, repr(exc)))
-    checks.append(
-        Check(
-            "entry point loaded",
-            patches.installed(),
-            "patches installed by data_juicer.ops plugin discovery"
-            if patches.installed()
-            else "data_juicer.ops did not load the plugin (see its warnings)",
-        )
-    )
-    checks.extend(_patch_checks())
-    checks.append(_parser_check())
-    checks.extend(compat_checks())
-    return checks
+    if patches.installed():
+        checks.append(Check("entry point loaded", True, "patches installed by data_juicer.ops plugin discovery"))
+    else:
+        checks.append(Check("entry point loaded", False, "data_juicer.ops did not load the plugin (see its warnings)"))
+    return [*checks, *_patch_checks(), _parser_check(), *compat_checks()]
 
 
 def compat_checks() -> list[Check]:
@@ -77,16 +67,12 @@ def _entry_point_check() -> Check:
     found = [ep for ep in metadata.entry_points(group=ENTRY_POINT_GROUP) if ep.value == ENTRY_POINT_MODULE]
     if found:
         return Check("entry point installed", True, f"{ENTRY_POINT_GROUP}: {found[0].name} = {found[0].value}")
-    return Check(
-        "entry point installed",
-        False,
-        f"no {ENTRY_POINT_GROUP} entry point for {ENTRY_POINT_MODULE}; reinstall data-juicer-elastic",
-    )
+    detail = f"no {ENTRY_POINT_GROUP} entry point for {ENTRY_POINT_MODULE}; reinstall data-juicer-elastic"
+    return Check("entry point installed", False, detail)
 
 
 def _version_check() -> Check:
-    version = patches.dj_version()
-    supported = DATA_JUICER_REQUIREMENT
+    version, supported = patches.dj_version(), DATA_JUICER_REQUIREMENT
     if version is None:
         return Check("Data-Juicer version", False, f"py-data-juicer is not installed (need {supported})")
     match = re.match(r"(\d+)\.(\d+)(?:\.(\d+))?", version)
@@ -100,9 +86,8 @@ def _patch_checks() -> list[Check]:
     for record in patches.RECORDS.values():
         ok = record.state == "applied"
         detail = record.state + (f": {record.detail}" if record.detail else "")
-        if not record.required and not ok:
-            detail += " (optional)"
-        checks.append(Check(f"patch {record.target}", ok or not record.required, detail))
+        optional = " (optional)" if not record.required and not ok else ""
+        checks.append(Check(f"patch {record.target}", ok or not record.required, detail + optional))
     return checks
 
 
@@ -130,19 +115,12 @@ def filesystem_checks(path: str | os.PathLike) -> list[Check]:
         return [Check(f"directory {directory}", False, "does not exist or is not a directory")]
     token = f".dj-elastic-doctor-{os.getpid()}-{uuid.uuid4().hex[:8]}"
     first, link, renamed = directory / f"{token}.a", directory / f"{token}.b", directory / f"{token}.c"
-    checks = []
     try:
-        checks.append(_check_exclusive_create(first))
-        checks.append(_check_hard_link(first, link))
-        checks.append(_check_rename(first, renamed))
+        checks = [_check_exclusive_create(first), _check_hard_link(first, link), _check_rename(first, renamed)]
     finally:
         for leftover in (first, link, renamed):
-            try:
+            with contextlib.suppress(OSError):
                 leftover.unlink()
-            except FileNotFoundError:
-                pass
-            except OSError:
-                pass
     return checks
 
 
@@ -165,11 +143,8 @@ def lease_timing_check(job_dir: str | os.PathLike) -> Check:
     except (ElasticError, OSError):  # not prepared (or unreadable: the other commands say why)
         recorded = None
     if recorded is not None:
-        ttl, heartbeat, source = (
-            float(recorded.get("lease_ttl_secs") or ttl),
-            recorded.get("heartbeat_interval_secs"),
-            "the job's",
-        )
+        ttl = float(recorded.get("lease_ttl_secs") or ttl)
+        heartbeat, source = recorded.get("heartbeat_interval_secs"), "the job's"
     advice = advise(mount, ttl, float(heartbeat or ttl / 4), source)
     return Check(name, advice.ok is not False, advice.detail, warn=advice.ok is False)
 

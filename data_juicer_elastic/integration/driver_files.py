@@ -1,20 +1,17 @@
 """What the driver of an elastic run writes outside the shards: Data-Juicer's work dir, and
 what a refused run leaves behind (nothing it created).
 
-* **Data-Juicer's work dir.**  Data-Juicer's set-up makes a timestamped work dir (its log
-  files, ``cli.yaml``, a copy of the recipe, the event log) under ``work_dir``, by default
-  ``dirname(export_path)``: beside the export, a new folder on every run.  For the driver of
-  an elastic run (``dj-process``, ``dj-elastic run``) without a ``work_dir`` of the recipe's
-  own, it goes under the node's log folder of the job instead,
-  ``<job_dir>/logs/<node>/data-juicer/<Data-Juicer's job id>/``, next to the instance logs.
-  The job directory is checked first (a foreign directory, or links leading out of it, are
-  refused before anything is written there).  ``dj-analyze`` keeps Data-Juicer's default:
-  its analysis goes to its work dir.
-* **A refused run.**  A run refused with one error (a bad setting, a recipe or an input the
-  plugin refuses) before any shard could run must not leave a job directory behind that the
-  next run would have to be told about.  When this process found no job directory at the
-  start, created it, no manifest was published (no shard may have run), and no other
-  instance joined the run, the job directory is removed (renamed aside first, so a partly
+* **Data-Juicer's work dir** (its log files, ``cli.yaml``, a copy of the recipe, the event log),
+  by default a new timestamped folder under ``dirname(export_path)`` on every run.  For the
+  driver of an elastic run (``dj-process``, ``dj-elastic run``) without a ``work_dir`` of the
+  recipe's own, it goes under the node's log folder of the job instead,
+  ``<job_dir>/logs/<node>/data-juicer/<Data-Juicer's job id>/``.  The job directory is checked
+  first (a foreign directory, or links leading out of it, are refused before anything is written
+  there).  ``dj-analyze`` keeps Data-Juicer's default: its analysis goes to its work dir.
+* **A refused run** (one error before any shard could run) must not leave a job directory
+  behind that the next run would have to be told about.  When this process found no job
+  directory at the start, created it, no manifest was published (no shard may have run), and no
+  other instance joined the run, the job directory is removed (renamed aside first, so a partly
   removed one never looks like a job).  A job directory that existed before is never removed.
 """
 
@@ -51,15 +48,11 @@ def is_driving() -> bool:
     return getattr(_local, "driving", False)
 
 
-def job_dir_path(job_dir: str | os.PathLike) -> Path:
-    from data_juicer_elastic.preparation import resolve_user_path
-
-    return resolve_user_path(job_dir)
-
-
 def note_job_dir(job_dir: str | os.PathLike) -> None:
     """Remember whether the job directory exists now; the first look for a path counts."""
-    path = job_dir_path(job_dir)
+    from data_juicer_elastic.preparation import resolve_user_path
+
+    path = resolve_user_path(job_dir)
     with _lock:
         _absent.setdefault(path, not os.path.lexists(path))
 
@@ -72,9 +65,10 @@ def place_work_dir(cfg: Any, job_dir: str) -> None:
         return
     from data_juicer_elastic.jobdir import confine
     from data_juicer_elastic.jobdir.layout import JobLayout
+    from data_juicer_elastic.preparation import resolve_user_path
     from data_juicer_elastic.sharedfs.identity import WorkerIdentity
 
-    layout = JobLayout(job_dir_path(job_dir))
+    layout = JobLayout(resolve_user_path(job_dir))
     if os.path.isdir(layout.root):
         planned = os.path.exists(layout.plan) or os.path.exists(layout.manifest)
         (confine.check_layout if planned else confine.check_ours)(layout)
@@ -119,8 +113,6 @@ def _participants(layout: Any) -> int:
         return 0
     count = 0
     for run in runs:
-        try:
+        with contextlib.suppress(OSError, JobDirError):  # not a run's folder
             count += sum(name.endswith(".json") for name in os.listdir(layout.participants_dir(run)))
-        except (OSError, JobDirError):  # not a run's folder
-            continue
     return count

@@ -43,14 +43,9 @@ def mount_of(path: str | os.PathLike, mountinfo: str | None = None) -> Mount | N
         except OSError:
             return None
     target = os.path.realpath(path)
-    best: Mount | None = None
-    for line in mountinfo.splitlines():
-        mount = _parse(line)
-        if mount is None or not _contains(mount.mount_point, target):
-            continue
-        if best is None or len(mount.mount_point) >= len(best.mount_point):
-            best = mount  # a later line for the same point is the mount on top
-    return best
+    holding = [m for m in map(_parse, mountinfo.splitlines()) if m is not None and _contains(m.mount_point, target)]
+    # The longest mount point; of equal ones the last line's, the mount on top (max keeps the first).
+    return max(reversed(holding), key=lambda mount: len(mount.mount_point), default=None)
 
 
 def _parse(line: str) -> Mount | None:
@@ -59,12 +54,8 @@ def _parse(line: str) -> Mount | None:
     fields, tail = left.split(), right.split()
     if not sep or len(fields) < 6 or len(tail) < 2:
         return None
-    options: dict[str, str] = {}
-    for text in (fields[5], tail[2] if len(tail) > 2 else ""):
-        for item in text.split(","):
-            if item:
-                key, _, value = item.partition("=")
-                options[key] = value
+    items = f"{fields[5]},{tail[2] if len(tail) > 2 else ''}".split(",")
+    options = {key: value for key, _, value in (item.partition("=") for item in items if item)}
     return Mount(_unescape(fields[4]), tail[0], options)
 
 

@@ -1,40 +1,19 @@
 """The patches that let unmodified ``dj-process`` / ``dj-analyze`` run ``executor_type: elastic_sharded``.
 
-Targets (all in py-data-juicer 1.6.x):
+One record per target (:data:`RECORDS`; each target's mechanics are in its
+:mod:`data_juicer_elastic.compat` module): the parser accepts ``elastic_sharded`` and the typed
+``--elastic.*`` options; ``init_setup_from_cfg`` validates an elastic recipe's block, keeps the
+cfg as parsed *before* Data-Juicer's setup mutates it and keeps the driver from starting Ray (and
+runs the adaptive-batching checks for every executor); the tools' ``main`` dispatch
+(:mod:`.dispatch`); the executor factory builds ours; the operator error hooks set failing rows
+aside (:mod:`data_juicer_elastic.quarantine.collector`).  Not needed by elastic_sharded: the
+configuration table goes to the log files unless ``-v``, the default executor reads a parts
+export in its parts' order, ``free_models`` installs no torch no operator needs, and
+``adaptive_batching: true`` applies :mod:`data_juicer_elastic.batching.optin`.
 
-* ``data_juicer.config.config.build_base_parser``: accept ``elastic_sharded``
-  as an ``--executor_type`` choice and add the typed ``--elastic.*`` options.
-* ``data_juicer.config.config.init_setup_from_cfg``: for elastic recipes,
-  validate the ``elastic:`` block and keep the cfg as parsed *before*
-  Data-Juicer's setup mutates it, and keep the driver from starting Ray.
-* ``data_juicer.tools.process_data.main``: dispatch elastic recipes to
-  ``ElasticShardedExecutor`` (see :mod:`.dispatch`).
-* ``data_juicer.tools.analyze_data.main``: the same error boundary, no dispatch.
-* ``data_juicer.core.executor.factory.ExecutorFactory.create_executor``.
-* ``data_juicer.ops.base_op.free_models`` (not needed by elastic_sharded): no torch install
-  when no operator needs torch (:mod:`data_juicer_elastic.compat.dj_free_models`).
-* ``data_juicer.config.config.display_config`` (not needed by elastic_sharded): an elastic
-  job's configuration table goes to the log files unless ``-v``.
-* ``data_juicer.format.formatter.find_files_with_suffix`` (not needed by elastic_sharded): the
-  default executor reads a parts export (``elastic.export_layout: parts``) in the order of its
-  parts (:mod:`data_juicer_elastic.compat.dj_file_listing`); every other directory as before.
-* ``data_juicer.ops.base_op.OPMetaClass.__call__`` (not needed by elastic_sharded):
-  ``adaptive_batching: true`` gives the operator the AdaptiveBatchingMixin
-  (:mod:`data_juicer_elastic.batching.optin`), and the demo operators register;
-  ``init_setup_from_cfg`` also runs the adaptive-batching config checks for
-  every executor type.
-* ``data_juicer.ops.base_op.catch_map_batches_exception`` / ``catch_map_single_exception``
-  (recorded with the metaclass): under ``elastic_sharded`` an operator error sets the failing
-  rows aside instead of dropping the batch (:mod:`data_juicer_elastic.quarantine.collector`);
-  every other executor gets Data-Juicer's own wrappers.
-
-This module decides *when* each patch is installed (when Data-Juicer imports the target's
-module, ``compat.importlib_deferred``) and what the plugin does at each point; the patch
-mechanics, one module per target, are in :mod:`data_juicer_elastic.compat`.
-
-A missing or changed target never breaks Data-Juicer: it is recorded in
-:data:`RECORDS`, the built-in executors keep working, and every use of
-``elastic_sharded`` fails with one IntegrationError naming the internal
+Each patch goes in when Data-Juicer imports its target's module (``compat.importlib_deferred``).
+A missing or changed target never breaks Data-Juicer: it is recorded, the built-in executors keep
+working, and every use of ``elastic_sharded`` fails with one IntegrationError naming the internal
 (:func:`require_integration`).  ``dj-elastic doctor`` shows the same records.
 """
 
@@ -60,19 +39,12 @@ from data_juicer_elastic.compat import (
     dj_op_metaclass,
     dj_tool_main,
     jsonargparse_actions,
+    wrap_function,
 )
 from data_juicer_elastic.compat import importlib_deferred as deferred
 from data_juicer_elastic.errors import IntegrationError
-from data_juicer_elastic.integration import driver_files
-from data_juicer_elastic.integration.config_block import (
-    EXECUTOR_TYPE,
-    add_elastic_arguments,
-    alias_parsed,
-    hint_unknown_keys,
-    is_elastic,
-    remember_parsed,
-    settings_from_cfg,
-)
+from data_juicer_elastic.integration import config_block, driver_files
+from data_juicer_elastic.integration.config_block import EXECUTOR_TYPE
 from data_juicer_elastic.jobdir.export_path import PARTS_INDEX
 
 CONFIG_MODULE: Final = dj_config_module.MODULE
@@ -82,16 +54,13 @@ FACTORY_MODULE: Final = dj_executor_factory.MODULE
 
 BUILD_PARSER: Final = f"{CONFIG_MODULE}.build_base_parser"
 INIT_SETUP: Final = f"{CONFIG_MODULE}.init_setup_from_cfg"
-DISPLAY_CONFIG: Final = f"{CONFIG_MODULE}.display_config"  # quiet console; not needed by elastic_sharded
+DISPLAY_CONFIG: Final = f"{CONFIG_MODULE}.display_config"
 PROCESS_MAIN: Final = f"{PROCESS_MODULE}.main"
 ANALYZE_MAIN: Final = f"{ANALYZE_MODULE}.main"
 CREATE_EXECUTOR: Final = dj_executor_factory.TARGET
-BASE_OP_MODULE: Final = dj_op_metaclass.MODULE
-# adaptive_batching opt-in (batching.optin) and the plugin's demo operators; not needed by elastic_sharded.
 OP_METACLASS: Final = dj_op_metaclass.TARGET
-# quarantine (the operator error hooks): required, or an operator error would drop rows silently.
-OP_ERROR_HOOKS: Final = dj_op_error_hooks.TARGET
-FILE_LISTING: Final = dj_file_listing.TARGET  # a parts export read in its parts' order; not needed by elastic_sharded
+OP_ERROR_HOOKS: Final = dj_op_error_hooks.TARGET  # required: without it an operator error drops rows silently
+FILE_LISTING: Final = dj_file_listing.TARGET
 
 State = Literal["pending", "applied", "missing"]
 
@@ -135,15 +104,12 @@ def install() -> None:
     deferred.when_imported(PROCESS_MODULE, patch_process, _on_error(PROCESS_MAIN))
     deferred.when_imported(ANALYZE_MODULE, patch_analyze, _on_error(ANALYZE_MAIN))
     deferred.when_imported(FACTORY_MODULE, _patch_factory, _on_error(CREATE_EXECUTOR))
-    deferred.when_imported(BASE_OP_MODULE, _patch_ops, _on_error(OP_METACLASS, OP_ERROR_HOOKS))
+    deferred.when_imported(dj_op_metaclass.MODULE, _patch_ops, _on_error(OP_METACLASS, OP_ERROR_HOOKS))
     deferred.when_imported(dj_file_listing.MODULE, _patch_listing, _on_error(FILE_LISTING))
 
 
 def installed() -> bool:
     return _installed
-
-
-# --- records -------------------------------------------------------------------------------------
 
 
 def mark(target: str, state: State, detail: str = "") -> None:
@@ -202,17 +168,15 @@ def _on_error(*targets: str):
     return handler
 
 
-# --- data_juicer.config.config -------------------------------------------------------------------
-
-
 def _patch_config(module: ModuleType) -> None:
-    wrap_init_setup = dj_config_module.wrap_init_setup(_prepare_elastic_setup, _elastic_setup_logger, _alias_result)
+    hooks, alias = dj_config_module, config_block.alias_parsed  # alias: the cfg kept for the one setup returns
+    setup = functools.partial(hooks.wrap_init_setup, _prepare_elastic_setup, _elastic_setup_logger, alias)
     for name, record, make in (
-        ("build_base_parser", BUILD_PARSER, dj_config_module.wrap_build_base_parser(extend_parser)),
-        ("init_setup_from_cfg", INIT_SETUP, wrap_init_setup),
-        ("display_config", DISPLAY_CONFIG, dj_config_module.wrap_display_config(_config_table_log)),
+        ("build_base_parser", BUILD_PARSER, functools.partial(hooks.wrap_build_base_parser, extend_parser)),
+        ("init_setup_from_cfg", INIT_SETUP, setup),
+        ("display_config", DISPLAY_CONFIG, functools.partial(hooks.wrap_display_config, _config_table_log)),
     ):
-        record_install(record, dj_config_module.wrap_function(module, name, make))
+        record_install(record, wrap_function(module, name, make))
 
 
 def extend_parser(parser) -> None:
@@ -226,56 +190,48 @@ def extend_parser(parser) -> None:
             action.help = f"{action.help} With data-juicer-elastic: {EXECUTOR_TYPE!r} (see the elastic.* options)."
     for each in jsonargparse_actions.actions(parser):
         jsonargparse_actions.name_converter(each)
-    jsonargparse_actions.amend_errors(parser, hint_unknown_keys)  # elastic.num_shard: did you mean num_shards?
+    # elastic.num_shard: did you mean num_shards?
+    jsonargparse_actions.amend_errors(parser, config_block.hint_unknown_keys)
     if not jsonargparse_actions.dests_starting(parser, "elastic."):
-        add_elastic_arguments(parser)
+        config_block.add_elastic_arguments(parser)
 
 
 def _prepare_elastic_setup(cfg) -> bool:
-    """Before Data-Juicer's setup of any parsed cfg; True for an elastic one (see compat.dj_config_module)."""
-    check_adaptive_batching(cfg)  # every executor: the opt-in works (and is refused) everywhere
-    if not is_elastic(cfg):
+    """Before Data-Juicer's setup of any parsed cfg; True for an elastic one (see compat.dj_config_module).
+
+    Called once per init_configs, right after the final parse and before any side effect (work
+    dir, logger, config backup): the place to refuse a bad elastic block and to keep the cfg as
+    the user wrote it."""
+    from data_juicer_elastic.batching.optin import check_config
+    from data_juicer_elastic.jobdir.export_path import check_recipe_paths
+
+    check_config(cfg)  # every executor: the adaptive-batching opt-in works (and is refused) everywhere
+    if not config_block.is_elastic(cfg):
         return False
-    # Called once per init_configs, right after the final parse and before
-    # any side effect (work dir, logger, config backup): the place to refuse
-    # a bad elastic block and to keep the cfg as the user wrote it.
     require_integration()
-    settings = settings_from_cfg(cfg)
-    check_output_paths(cfg, settings.job_dir, settings.export_layout)  # before Data-Juicer creates its work dir
-    remember_parsed(cfg)
+    settings = config_block.settings_from_cfg(cfg)
+    # Where Data-Juicer's driver writes (the merged output, its logs and records): never inside
+    # job_dir; checked before Data-Juicer creates its work dir.
+    outputs = {key: cfg.get(key, None) for key in ("export_path", "work_dir", "event_log_dir", "checkpoint_dir")}
+    check_recipe_paths(settings.job_dir, outputs, settings.export_layout)
+    config_block.remember_parsed(cfg)
     if driver_files.is_driving():
         driver_files.note_job_dir(settings.job_dir)  # before anything is written: a refusal removes what we made
         driver_files.place_work_dir(cfg, settings.job_dir)  # Data-Juicer's work dir: under the job's logs
     if cfg.get("elastic_juicer_adaptive_batching", False):
-        # Data-Juicer allows adaptive batching only for Ray executors.  The
-        # driver runs no operator; the shard recipe (built from the kept
-        # copy) carries the flag to the Ray executor in each worker.
+        # Data-Juicer allows adaptive batching only for Ray executors.  The driver runs no
+        # operator; the shard recipe (built from the kept copy) carries the flag to the workers.
         cfg.elastic_juicer_adaptive_batching = False
     return True
 
 
-def _alias_result(result, cfg) -> None:
-    if result is not cfg:
-        alias_parsed(result, cfg)
-
-
-# Where Data-Juicer's driver writes (the merged output, its logs and records): never inside job_dir.
-OUTPUT_KEYS: Final = ("export_path", "work_dir", "event_log_dir", "checkpoint_dir")
-
-
-def check_output_paths(cfg, job_dir: str, layout: str = "file") -> None:
-    from data_juicer_elastic.jobdir.export_path import check_recipe_paths
-
-    check_recipe_paths(job_dir, {key: cfg.get(key, None) for key in OUTPUT_KEYS}, layout)
-
-
 def _config_table_log(cfg):
-    """Quiet (the default), an elastic job's ~300-line configuration table goes to the log
-    files only: printed on the console, it buried the plugin's own lines and put any refusal
-    of the recipe or input below it.  ``-v`` prints it as before."""
+    """Quiet (the default), an elastic job's ~300-line configuration table goes to the log files
+    only: on the console it would bury the plugin's own lines and put any refusal of the recipe or
+    input below it.  ``-v`` prints it on the console."""
     from data_juicer_elastic.console import quiet
 
-    if not is_elastic(cfg) or quiet.verbose():
+    if not config_block.is_elastic(cfg) or quiet.verbose():
         return None
     return lambda table: quiet.log_only("Configuration table:\n" + table.rstrip("\n"))
 
@@ -294,15 +250,6 @@ def _elastic_setup_logger(real):
     return dj_config_module.log_file_fixed(real, install_console)
 
 
-def check_adaptive_batching(cfg) -> None:
-    from data_juicer_elastic.batching.optin import check_config
-
-    check_config(cfg)
-
-
-# --- data_juicer.ops.base_op ---------------------------------------------------------------------
-
-
 def _patch_ops(module: ModuleType) -> None:
     """``adaptive_batching: true`` applies AdaptiveBatchingMixin; the demo operators get registered."""
     from data_juicer_elastic.batching import demo, optin
@@ -316,9 +263,6 @@ def _patch_ops(module: ModuleType) -> None:
     mark(OP_METACLASS, "applied")
 
 
-# --- data_juicer.format.formatter ----------------------------------------------------------------
-
-
 def _patch_listing(module: ModuleType) -> None:
     record_install(FILE_LISTING, dj_file_listing.install(module, parts_order))
 
@@ -330,9 +274,6 @@ def parts_order(path, found: dict[str, list[str]]) -> dict[str, list[str]] | Non
     if not directory.is_dir() or not (directory / PARTS_INDEX).is_file():
         return None
     return {suffix: sorted(files) for suffix, files in found.items()}
-
-
-# --- data_juicer.core.executor.factory -----------------------------------------------------------
 
 
 def _patch_factory(module: ModuleType) -> None:

@@ -1,32 +1,26 @@
 """The Data-Juicer recipe each shard runs, derived once from the user's parsed recipe.
 
-``build_shard_recipe(cfg)`` returns a JSON-serialisable dict that, written to
-YAML/JSON and passed with ``--config``, is a valid Data-Juicer 1.6.x config for
-``executor_type: ray``.  How it is derived:
+``build_shard_recipe(cfg)`` returns a JSON-serialisable dict that, written to YAML/JSON and
+passed with ``--config``, is a valid Data-Juicer 1.6.x config for ``executor_type: ray``:
 
-* Global settings come from the cfg *as parsed* (YAML + CLI + env, typed;
-  kept by the ``init_setup_from_cfg`` patch), not from the cfg after
-  Data-Juicer's setup, which clamps ``np`` to this node's CPUs and fills in
-  node- and run-specific paths (work dir, job id, HF cache).  A setting is
-  kept when the user changed it from the parser default, plus a few always
-  written out (:data:`ALWAYS`) so the recipe states what the shards use.
-* Dropped: whatever the worker sets per attempt or the job owns
-  (:data:`DROPPED`: dataset/export paths, work/log/checkpoint dirs, job id,
-  ``ray_address`` — the node-local runtime is ``elastic.ray_address`` — ...),
-  the ``elastic`` block, ray_partitioned's ``partition*`` settings and
-  per-operator namespaces; credentials never enter the job directory.
-* ``process`` comes from the final cfg (Data-Juicer's own merge of YAML op
-  args, CLI ``--<op>.<arg>`` overrides and defaults: every init argument is
-  explicit), minus the attributes Data-Juicer injected into each operator
-  (``work_dir``, ``num_proc`` injected only for non-Ray executors, the global
-  ``text_key``...) unless the user set them: each worker's Ray executor
-  injects its own, which keeps stage identities those of ``executor_type: ray``.
-* Relative ``custom_operator_paths`` / ``ds_cache_dir`` / ``temp_dir`` are made
-  absolute the way Data-Juicer resolves them (against the working directory
-  of the command); no other value depends on the working directory.
+* Global settings come from the cfg *as parsed* (YAML + CLI + env, typed; kept by the
+  ``init_setup_from_cfg`` patch), not from the cfg after Data-Juicer's setup, which clamps ``np``
+  to this node's CPUs and fills in node- and run-specific paths (work dir, job id, HF cache).  A
+  setting is kept when the user changed it from the parser default, plus those always written
+  out (:data:`ALWAYS`) so the recipe states what the shards use.
+* Dropped: whatever the worker sets per attempt or the job owns (:data:`DROPPED`), the
+  ``elastic`` block, ray_partitioned's ``partition*`` settings and per-operator namespaces;
+  credentials never enter the job directory.
+* ``process`` comes from the final cfg (Data-Juicer's own merge of YAML op args, CLI
+  ``--<op>.<arg>`` overrides and defaults), minus the attributes Data-Juicer injected into each
+  operator (``work_dir``, ``num_proc`` injected only for non-Ray executors, the global
+  ``text_key``...) unless the user set them: each worker's Ray executor injects its own, which
+  keeps stage identities those of ``executor_type: ray``.
+* Relative ``custom_operator_paths`` / ``ds_cache_dir`` / ``temp_dir`` are made absolute as
+  Data-Juicer resolves them (against the command's working directory); no other value depends on it.
 
-The result has sorted keys and plain JSON types; :func:`recipe_hash` is the
-sha256 of its canonical JSON.
+The result has sorted keys and plain JSON types; :func:`recipe_hash` is the sha256 of its
+canonical JSON.
 """
 
 from __future__ import annotations
@@ -37,50 +31,21 @@ from functools import cache
 from typing import Any, Final
 
 from data_juicer_elastic.errors import RecipeError
-from data_juicer_elastic.integration.config_block import BLOCK, parsed_cfg
+from data_juicer_elastic.integration.config_block import BLOCK, cfg_value, parsed_cfg
 from data_juicer_elastic.jobdir.records import canonical_json, manifest_recipe_hash
 from data_juicer_elastic.rows.jsonl import DEFAULT_MEDIA_KEYS
 
 SHARD_EXECUTOR_TYPE: Final = "ray"
 
-ALWAYS: Final = (
-    "np",
-    "text_keys",
-    "image_key",
-    "image_bytes_key",
-    "audio_key",
-    "video_key",
-    "skip_op_error",
-)
+ALWAYS: Final = ("np", "text_keys", "image_key", "image_bytes_key", "audio_key", "video_key", "skip_op_error")
 
 DROPPED: Final = frozenset(
-    {
-        BLOCK,
-        "config",
-        "executor_type",
-        "auto",
-        "auto_num",
-        "hpo_config",
-        "dataset_path",
-        "dataset",
-        "generated_dataset_config",
-        "export_path",
-        "export_shard_size",
-        "export_in_parallel",
-        "export_extra_args",
-        "export_aws_credentials",
-        "work_dir",
-        "job_id",
-        "resume",
-        "event_log_dir",
-        "checkpoint_dir",
-        "partition_dir",
-        "partition",
-        "partition_size",
-        "ray_address",
-        "backed_up_config_path",
-        "process",
-    }
+    (BLOCK, "config", "executor_type", "auto", "auto_num", "hpo_config", "process")  # the job's; process: below
+    + ("dataset_path", "dataset", "generated_dataset_config")  # the input: each shard is its own
+    + ("export_path", "export_shard_size", "export_in_parallel", "export_extra_args", "export_aws_credentials")
+    + ("work_dir", "job_id", "resume", "event_log_dir", "checkpoint_dir", "backed_up_config_path")  # per attempt
+    + ("partition_dir", "partition", "partition_size")  # ray_partitioned's
+    + ("ray_address",)  # the node-local runtime is elastic.ray_address
 )
 
 # Attributes init_setup_from_cfg writes into every operator (config.py, op_attrs).
@@ -102,11 +67,11 @@ PATH_KEYS: Final = ("custom_operator_paths", "ds_cache_dir", "temp_dir")
 def build_shard_recipe(cfg: Any) -> dict:
     """The shard recipe for a parsed elastic cfg (see the module docstring)."""
     parsed = parsed_cfg(cfg)
-    # A cfg that did not come through init_configs (built by hand): its own
-    # values stand in for the parsed ones; Data-Juicer's node-specific cache
-    # default is then indistinguishable from a user setting and is left out.
+    # A cfg that did not come through init_configs (built by hand): its own values stand in for
+    # the parsed ones; Data-Juicer's node-specific cache default is then indistinguishable from a
+    # user setting and is left out.
     source = parsed if parsed is not None else cfg
-    operator_names = _operator_names(_get(source, "process", None), _get(cfg, "process", None))
+    operator_names = _operator_names(cfg_value(source, "process", None), cfg_value(cfg, "process", None))
     defaults = _parser_defaults()
 
     recipe: dict[str, Any] = {}
@@ -151,17 +116,14 @@ def canonical(recipe: dict) -> dict:
 
 def media_keys(cfg: Any) -> dict[str, str]:
     """Recipe setting -> row field holding media paths: ``{"image_key": "images", ...}``."""
-    return {key: _get(cfg, key, default) for key, default in DEFAULT_MEDIA_KEYS.items()}
+    return {key: cfg_value(cfg, key, default) for key, default in DEFAULT_MEDIA_KEYS.items()}
 
 
 def index_key(cfg: Any) -> str | None:
-    """The ``index_key`` operators in the process list declare (None if none does).
-
-    Preparation fills it with the global input row index where missing; two
-    operators asking for different fields are refused.
-    """
+    """The ``index_key`` operators in the process list declare (None if none does); preparation
+    fills it with the global input row index where missing.  Two different fields are refused."""
     found: dict[str, str] = {}
-    for position, (name, args) in enumerate(_ops(_get(cfg, "process", None) or [])):
+    for position, (name, args) in enumerate(_ops(cfg_value(cfg, "process", None) or [])):
         value = (args or {}).get("index_key")
         if value is not None:
             found.setdefault(value, f"process[{position}] {name}")
@@ -174,24 +136,20 @@ def index_key(cfg: Any) -> str | None:
     return next(iter(found), None)
 
 
-# --- helpers -------------------------------------------------------------------------------------
-
-
 def _shard_process(cfg: Any, source: Any) -> list[dict]:
-    final = _get(cfg, "process", None)
+    final = cfg_value(cfg, "process", None)
     if not final:
         raise RecipeError(
             "the recipe has no process list",
             where="process",
             hint="list the Mapper/Filter operators explicitly under process:",
         )
-    raw_ops = list(_ops(_get(source, "process", None) or [])) if source is not cfg else []
+    raw_ops = list(_ops(cfg_value(source, "process", None) or [])) if source is not cfg else []
     shard_ops = []
     for position, (name, args) in enumerate(_ops(final)):
         args = dict(args or {})
-        user = {}
-        if position < len(raw_ops) and raw_ops[position][0] == name:
-            user = raw_ops[position][1] or {}
+        user_set = position < len(raw_ops) and raw_ops[position][0] == name
+        user = (raw_ops[position][1] or {}) if user_set else {}
         for key in ALWAYS_DROPPED_OP_ATTRS:
             args.pop(key, None)
         for key, global_key in INJECTED_OP_ATTRS.items():
@@ -202,7 +160,7 @@ def _shard_process(cfg: Any, source: Any) -> list[dict]:
 
 
 def _injected_value(cfg: Any, global_key: str) -> Any:
-    value = _get(cfg, global_key, None)
+    value = cfg_value(cfg, global_key, None)
     if global_key == "text_keys" and isinstance(value, list):
         return value[0] if value else None
     return value
@@ -224,18 +182,9 @@ def _ops(process: list) -> list[tuple[str, dict | None]]:
     return ops
 
 
-def _get(cfg: Any, key: str, default: Any) -> Any:
-    getter = getattr(cfg, "get", None)
-    if callable(getter):
-        return getter(key, default)
-    return getattr(cfg, key, default)
-
-
 def _flat_items(cfg: Any):
-    if hasattr(cfg, "items") and hasattr(cfg, "as_dict"):
-        yield from cfg.items()  # jsonargparse Namespace: flattened dotted keys
-    else:
-        yield from _flatten(dict(cfg))
+    # A jsonargparse Namespace gives its items with flattened dotted keys already.
+    return cfg.items() if hasattr(cfg, "items") and hasattr(cfg, "as_dict") else _flatten(dict(cfg))
 
 
 def _flatten(data: dict, prefix: str = ""):

@@ -33,11 +33,8 @@ _WHAT_TO_DO = (
 
 
 def check_shard_safe(recipe: dict) -> list[str]:
-    """Raise RecipeError naming the first unsafe operator or setting; return warnings.
-
-    Custom operators are resolved after loading ``custom_operator_paths`` (ones
-    already loaded in this process are not loaded again).
-    """
+    """Raise RecipeError naming the first unsafe operator or setting; return warnings.  Custom
+    operators are resolved after loading ``custom_operator_paths`` (once per process)."""
     process = recipe.get("process")
     if not isinstance(process, list) or not process:
         raise RecipeError(
@@ -72,13 +69,7 @@ def check_shard_safe(recipe: dict) -> list[str]:
             why = _WHY.get(kind, "only Mapper and Filter operators are per-sample")
             raise RecipeError(f"{kind or 'this operator type'} is not shard-safe: {why}", where=where, hint=_WHAT_TO_DO)
         args = args or {}
-        if args.get("stats_export_path"):
-            raise RecipeError(
-                "stats_export_path is set: every shard would write the same statistics file",
-                where=f"{where}.stats_export_path",
-                hint="remove it; the merged output keeps every row's stats and finalize writes overall statistics "
-                "(docs/analysis.md)",
-            )
+        _refuse_stats_export(args, f"{where}.stats_export_path")
         if args.get("save_dir"):
             message = (
                 f"{where}: save_dir {args['save_dir']!r} is shared by every shard; "
@@ -142,14 +133,18 @@ def operator_kind(op_class: type) -> str | None:
     return None
 
 
-def _check_globals(recipe: dict) -> None:
-    if recipe.get("stats_export_path"):
+def _refuse_stats_export(settings: dict, where: str) -> None:
+    if settings.get("stats_export_path"):
         raise RecipeError(
             "stats_export_path is set: every shard would write the same statistics file",
-            where="stats_export_path",
+            where=where,
             hint="remove it; the merged output keeps every row's stats and finalize writes overall statistics "
             "(docs/analysis.md)",
         )
+
+
+def _check_globals(recipe: dict) -> None:
+    _refuse_stats_export(recipe, "stats_export_path")
     for key in ("encrypt_before_export", "decrypt_after_reading"):
         if recipe.get(key):
             raise RecipeError(
@@ -173,11 +168,9 @@ def _check_globals(recipe: dict) -> None:
 
 def load_custom_operators(paths: list[str]) -> None:
     """Load custom operator files/packages with Data-Juicer's loader, skipping already loaded ones."""
-    todo = dj_config_module.unloaded_custom_operators(paths)
-    if not todo:
-        return
     try:
-        dj_config_module.call_dj_loader(todo)
+        if todo := dj_config_module.unloaded_custom_operators(paths):
+            dj_config_module.call_dj_loader(todo)
     except (RuntimeError, ValueError) as exc:
         raise RecipeError(
             f"cannot load custom operators: {exc}",
