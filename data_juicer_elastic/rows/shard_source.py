@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Final
 
 from data_juicer_elastic.errors import InputChangedError
-from data_juicer_elastic.rows.codecs import READ_BYTES, RawStats, iter_decoded
+from data_juicer_elastic.rows.codecs import READ_BYTES, iter_decoded
 from data_juicer_elastic.rows.jsonl import NormaliseOptions, RowNormaliser
 from data_juicer_elastic.rows.line_framer import LineFramer
 from data_juicer_elastic.rows.row_schema import RowSchema
@@ -121,7 +121,10 @@ def iter_content(source: ShardSource, block: int = READ_BYTES) -> Iterator[bytes
     """The shard's content in chunks, hashed on the way; InputChangedError at the end (before the
     last chunk is handed on) when bytes or sha256 differ from the scan's."""
     digest, size = hashlib.sha256(), 0
-    chunks = _copy_chunks(source, block) if source.copy is not None else _span_chunks(source, block)
+    if source.copy is not None:
+        chunks = iter_decoded(Path(source.copy), source.copy_codec, block)
+    else:
+        chunks = _span_chunks(source, block)
     pending = b""
     for chunk in chunks:
         if pending:
@@ -142,10 +145,6 @@ def iter_content(source: ShardSource, block: int = READ_BYTES) -> Iterator[bytes
         yield pending
 
 
-def _copy_chunks(source: ShardSource, block: int) -> Iterator[bytes]:
-    yield from iter_decoded(Path(source.copy), source.copy_codec, RawStats(), block)
-
-
 def _span_chunks(source: ShardSource, block: int) -> Iterator[bytes]:
     for span in source.spans:
         last = b""
@@ -161,7 +160,7 @@ def read_span(span: SourceSpan, block: int = READ_BYTES) -> Iterator[bytes]:
     """The span's bytes as stored (a plain file's byte range), or decoded (a compressed file, whole).
     A file shorter than planned ends the chunks early: its size check refuses it."""
     if span.codec != "none":
-        yield from iter_decoded(Path(span.path), span.codec, RawStats(), block)
+        yield from iter_decoded(Path(span.path), span.codec, block)
         return
     with fsio.open_read(Path(span.path)) as handle:
         handle.seek(span.offset)

@@ -1,21 +1,14 @@
 """Scan one shard: read its spans once, check every row, observe its row schema, hash, copy.
 
-This is the per-byte part of preparing a job, run as one claimable task per shard by every
-participant (``jobdir.scan_loop``), so a job's input is read in parallel by the whole fleet
-instead of by one preparing node.  Per span:
-
-* the file's size and mtime must still be what the plan listed (before and after the read);
-* every line is judged by the row policy (``rows.row_policy`` through ``rows.jsonl.RowNormaliser``,
-  the same judge prepare always used): the first bad line is a *refusal* naming its line within
-  the span; ``jobdir.scans`` turns it into ``file:line`` once the rows before it are known;
-* a line longer than ``max_line_bytes`` is refused as soon as that is known (memory stays
-  bounded by about one line and a read block);
-* the content (the decoded bytes; a newline after a file's last line that lacks one) is hashed
-  and, with ``copy_shards``, written to the attempt's copy; whether any row needs normalising
-  when read is recorded, so readers of clean shards (the common case) do no row work.
-
-A refusal is a scan result like any other (deterministic: the same bytes give the same
-verdict), so the job is refused on every instance, before any shard runs, with one error.
+The per-byte part of preparing a job, one claimable task per shard run by every participant
+(``jobdir.scan_loop``), so the fleet reads the input in parallel.  Per span: the file's size and
+mtime must still be the plan's (before and after the read); every line is judged by the row policy
+(``rows.jsonl.RowNormaliser``), the first bad one a *refusal* naming its line within the span
+(``jobdir.scans`` makes it ``file:line``); a line over ``max_line_bytes`` is refused as soon as
+that is known (memory stays about one line and a read block); the content (decoded bytes, a newline
+added after a file's last line that lacks one) is hashed and, with ``copy_shards``, copied; whether
+any row needs normalising when read is recorded, so readers of clean shards do no row work.  A
+refusal is deterministic, so the job is refused on every instance, before any shard runs.
 """
 
 from __future__ import annotations
@@ -40,50 +33,39 @@ from data_juicer_elastic.shards import steps
 SCANNING = "scanning shards"  # the step name progress reports use
 
 
-class _Progress:
-    def __init__(self, total: int | None):
-        self.done, self.total = 0, total
-
-    def add(self, size: int) -> None:
-        self.done += size
-        steps.report(SCANNING, self.done, self.total)
-
-
 class _Content:
-    """Where scanned content goes: a sha256 (and a copy, with ``copy_shards``)."""
+    """Where scanned content goes: a sha256, a copy (with ``copy_shards``), and the scanner's progress."""
 
-    def __init__(self, copy_path: Path | None, codec: str, progress: _Progress):
+    def __init__(self, copy_path: Path | None, codec: str, scanner: ShardScanner):
         self.digest = hashlib.sha256()
         self.bytes = 0
         self.copy = ShardFileWriter(copy_path, codec) if copy_path is not None else None
-        self.progress = progress
+        self.scanner = scanner
 
-    def add(self, data: bytes | memoryview, rows: int) -> None:
+    def add(self, data: bytes | memoryview) -> None:
         self.digest.update(data)
         self.bytes += len(data)
         if self.copy is not None:
-            self.copy.write(data, rows)
-        self.progress.add(len(data))
+            self.copy.write(data)
+        self.scanner.done += len(data)
+        steps.report(SCANNING, self.scanner.done, self.scanner.total)
 
 
 class ShardScanner:
-    """``run_scan`` for the scan loop: ``scanner(task) -> ScanOutput``.
-
-    A shard of :data:`~data_juicer_elastic.rows.row_checkers.MIN_PARALLEL_BYTES` or more has its
-    rows checked in helper processes (``rows.row_checkers``: one per core, started for the first
-    such shard and kept for the worker's later scans), so one worker scans with every core of its
-    node; a block a helper does not prove clean takes the serial path, which words the error.
-    """
+    """``run_scan`` for the scan loop: ``scanner(task) -> ScanOutput``.  A shard of
+    ``row_checkers.MIN_PARALLEL_BYTES`` or more has its rows checked in helper processes (one per
+    core, kept for the worker's later scans); a block a helper does not prove clean takes the serial
+    path, which words the error."""
 
     def __init__(self, processes: int | None = None, total_bytes: int | None = None):
         self.processes = processes  # None: one per usable core, for large shards
         self._checkers: RowCheckers | None = None
         self._options: NormaliseOptions | None = None
         # progress (shards.steps): content bytes this scanner has read, of ``total_bytes`` when known
-        self.progress = _Progress(total_bytes)
+        self.done, self.total = 0, total_bytes
 
     def __call__(self, task: ScanTask) -> ScanOutput:
-        content = _Content(task.copy_path, task.copy_codec, self.progress)
+        content = _Content(task.copy_path, task.copy_codec, self)
         schema = RowSchema()
         span_rows: list[int] = []
         identical, longest = True, 0
@@ -102,7 +84,7 @@ class ShardScanner:
                 content.copy.abort()
         stored: dict[str, Any] = {}
         if content.copy is not None and refusal is None:
-            _, stored_bytes, stored_sha = content.copy.finish()
+            stored_bytes, stored_sha = content.copy.finish()
             stored = {"copy_path": task.copy_path}
             if task.copy_codec != "none":
                 stored |= {"stored_bytes": stored_bytes, "stored_sha256": stored_sha}
@@ -168,9 +150,9 @@ class _SpanScan:
             if framer.tail is not None:
                 if not span.file_end:  # a cut the plan placed at a line end is no longer one
                     raise _changed(self.number, "a planned cut is no longer at the end of a line")
-                self.identical &= _judge(self.rows, [framer.tail])
+                self.identical &= self.rows.lines([framer.tail]) is None
                 self.longest = max(self.longest, len(framer.tail))
-                self.content.add(framer.tail + b"\n", 1)  # the content gives the file's last line its newline
+                self.content.add(framer.tail + b"\n")  # the content gives the file's last line its newline
         except InputError as exc:
             raise _refusal(self.number, _line_of(exc, span.path), exc) from None
         finally:
@@ -183,9 +165,9 @@ class _SpanScan:
         at = first_too_long(lines, self.limit, READ_BYTES)
         if at is not None:
             raise _refusal(self.number, self.rows.rows + at + 1, _too_long_error(self.limit))
-        self.identical &= _judge(self.rows, lines)
+        self.identical &= self.rows.lines(lines) is None  # None: every row kept byte for byte
         self.longest = max(self.longest, max(map(len, lines)))
-        self.content.add(block.view(), len(lines))
+        self.content.add(block.view())
 
     def _submit(self, block: LineBlock) -> None:
         self._settle(self.depth - 1)
@@ -206,16 +188,11 @@ class _SpanScan:
             self.rows.schema.merge(block_schema)
             self.rows.rows += count
             self.longest = max(self.longest, max(map(len, block.lines())))
-            self.content.add(block.view(), count)
+            self.content.add(block.view())
 
     def _too_long(self) -> NoReturn:
         self._settle(0)  # the long line is the next one after everything judged so far
         raise _refusal(self.number, self.rows.rows + 1, _too_long_error(self.limit))
-
-
-def _judge(rows: RowNormaliser, lines: list[bytes]) -> bool:
-    """True when every line is kept byte for byte (no normalising needed when read)."""
-    return rows.lines(lines) is None
 
 
 def _unchanged(number: int, span: SourceSpan, when: str) -> None:
