@@ -7,6 +7,7 @@ output is success, a different one is refused unless ``overwrite``.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import functools
 import hashlib
@@ -61,21 +62,16 @@ class MergeResult:
     layout: str = "file"  # "parts": output_path is a directory of parts and sha256 that of its index (shards.parts)
 
     def to_details(self) -> dict[str, Any]:
-        """What a run's outcome record keeps of the merge, for every instance to report
-        (``coordination.run_records.Outcome.details``); read back by :meth:`from_details`."""
-        return {
-            "output_path": str(self.output_path),
-            "rows": self.rows,
-            "bytes": self.bytes,
-            "sha256": self.sha256,
-            "shards": self.shards,
-            "written": self.written,
-            "layout": self.layout,
-        } | ({"quarantined": _errors_details(self.quarantined)} if self.quarantined is not None else {})
+        """What a run's outcome record keeps of the merge (``run_records.Outcome.details``), for every
+        instance to report; read back by :meth:`from_details` (the row stats are not kept)."""
+        fields = ("rows", "bytes", "sha256", "shards", "written", "layout")
+        details = {"output_path": str(self.output_path)} | {name: getattr(self, name) for name in fields}
+        if self.quarantined is not None:
+            details["quarantined"] = {**dataclasses.asdict(self.quarantined), "path": str(self.quarantined.path)}
+        return details
 
     @classmethod
     def from_details(cls, details: Mapping[str, Any]) -> MergeResult:
-        """The merge another instance recorded in the run's outcome (its row stats are not recorded)."""
         errors = details.get("quarantined")
         quarantined = MergedSideFile(**{**errors, "path": Path(errors["path"])}) if isinstance(errors, dict) else None
         return cls(
@@ -88,10 +84,6 @@ class MergeResult:
             quarantined=quarantined,
             layout=str(details.get("layout", "file")),
         )
-
-
-def _errors_details(errors: MergedSideFile) -> dict[str, Any]:
-    return {**dataclasses.asdict(errors), "path": str(errors.path)}
 
 
 def accepted_results(layout: JobLayout, manifest: Manifest) -> list[tuple[ShardEntry, ShardResult]]:
@@ -261,19 +253,16 @@ def remove_dead_merge_temps(
 
 
 class OutputAppender:
-    """Appends validated blocks to the merged output on a background thread, hashing them there.
-
-    Validation (the reader thread hashes each shard, this thread parses every line)
-    and the copy (this writer thread) overlap; see codecs.BackgroundIO.
-    """
+    """Appends validated blocks to the merged output on a background thread, hashing them there, so
+    validation (reader thread hashing, this thread parsing) and the copy overlap (codecs.BackgroundIO).
+    With ``sync_path``, writeback of what is written starts on a helper thread every SYNC_EVERY bytes,
+    so the final fsync before publication has little left to wait for."""
 
     def __init__(self, writer, digest=None, sync_path: Path | None = None):
         self.writer = writer
         self.digest = digest if digest is not None else hashlib.sha256()
         self.bytes = 0
         self._io = BackgroundIO()
-        # Writeback of what is already written starts on a helper thread every SYNC_EVERY
-        # bytes, so the final fsync before publication has little left to wait for.
         self._sync_path, self._syncer, self._unsynced = sync_path, Syncer() if sync_path else None, 0
 
     def _write(self, block: bytes) -> None:
@@ -309,15 +298,11 @@ class OutputAppender:
                 self._syncer = None
 
     def abort(self) -> None:
-        try:
+        with contextlib.suppress(BaseException):  # aborting already: the caller's error is the one to see
             self._io.drain()
-        except BaseException:
-            pass
         self._io.close()
-        try:
+        with contextlib.suppress(BaseException):
             self._close_syncer()
-        except BaseException:
-            pass
         self.writer.abort()
 
 
@@ -386,7 +371,7 @@ def publish_output(tmp: Path, output: Path, overwrite: bool) -> bool:
     if fsio.exists(output):
         if fsio.same_bytes(tmp, output):
             return False
-        refuse_if_different(tmp, output, overwrite)
+        refuse_if_different(tmp, output, overwrite)  # it is different: refused unless overwrite
         fsio.replace(tmp, output)
         return True
     # link(): two concurrent mergers cannot both think they created the file.
