@@ -1,19 +1,11 @@
 """Whole lines out of a byte stream read in chunks: the one place a line spanning chunks is joined.
 
-Every reader of JSONL (prepare's passes over the input, the shard reader, the output check)
-reads fixed-size chunks and works on *blocks* of whole lines.  :func:`frame_lines` cuts
-them the same way everywhere, and cheaply, because prepare runs it over gigabytes:
-
-* the whole lines inside one chunk are one block that *refers* to the chunk
-  (``raw[start:stop]``; nothing is copied: ``find`` / ``rfind`` locate the cut);
-* a line that spans chunks is joined once, into a block of its own;
-* what follows the last newline (a last line without its newline) is the framer's
-  :attr:`LineFramer.tail`, for the caller to judge (prepare adds the newline, the readers
-  of shards refuse it).
-
-With a ``limit``, a carried line that grows past it is reported as soon as that is known,
-so memory stays about ``limit`` + a chunk however long the line.  The framer knows byte
-offsets; line numbers are the caller's (it knows which lines it has accepted).
+Every JSONL reader (scans, the shard reader, the output check) works on *blocks* of whole lines,
+cut the same way and cheaply (scans run it over gigabytes): the whole lines inside one chunk are one
+block that *refers* to the chunk (nothing copied); a line spanning chunks is joined once, into a
+block of its own; what follows the last newline is :attr:`LineFramer.tail`, for the caller to judge.
+With a ``limit``, a carried line that grows past it is reported as soon as that is known, so memory
+stays about ``limit`` + a chunk.  The framer knows byte offsets; line numbers are the caller's.
 """
 
 from __future__ import annotations
@@ -33,8 +25,7 @@ class LineBlock(NamedTuple):
     offset: int
 
     def lines(self) -> list[bytes]:
-        """The block's lines without their newlines, split from ``raw`` in one pass (the block is
-        not copied first: the pieces before ``start`` and after ``stop`` are dropped instead)."""
+        """The block's lines without their newlines (``raw`` split whole: the pieces outside the block are dropped)."""
         lines = self.raw.split(b"\n")
         lines.pop()  # after the last newline: the next line's start, or empty
         if self.start:
@@ -42,7 +33,6 @@ class LineBlock(NamedTuple):
         return lines
 
     def view(self) -> bytes | memoryview:
-        """The block's bytes without a copy."""
         if self.start == 0 and self.stop == len(self.raw):
             return self.raw
         return memoryview(self.raw)[self.start : self.stop]

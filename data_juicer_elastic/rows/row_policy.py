@@ -164,11 +164,6 @@ def is_object(parser: simdjson.Parser, body: bytes) -> bool:
         return False
 
 
-def fast_row(body: bytes) -> dict[str, Any] | None:
-    """The row when the accelerator proves the reference accepts ``body``; None when the reference must decide."""
-    return FastJudge().row(body)
-
-
 def serialise_row(row: dict[str, Any]) -> bytes:
     try:
         return json.dumps(row, ensure_ascii=False, separators=(",", ":"), allow_nan=False).encode("utf-8")

@@ -1,28 +1,20 @@
 """The row schema: the JSON type of every key, decided once over the whole input at prepare.
 
-Why.  Arrow, and so Ray Data and Data-Juicer's Ray executor, types a JSON column from the
-rows it happens to see together: one shard's ``score`` column is ``int64`` where another
-shard's is ``double`` (one row held ``2.5``), a key absent from one shard is no column there
-and a ``null`` column elsewhere, a string that looks like a date becomes a timestamp, and
-column order follows the first row of each block.  The same input then gives different
-rows for different ``num_shards``.  Prepare already parses every row, so it observes every
-value's JSON type here and publishes the join of all of them in the manifest; every shard
-is read with that one schema (``execution.shard_reader``), so a value reaches operators the
-same way whichever shard holds it, and the writer can tell what Arrow changed from what
-an operator changed (``execution.lossless``).
+Why: Arrow (and so Ray Data and Data-Juicer's Ray executor) types a JSON column from the rows it
+sees together, so one shard's ``score`` is ``int64`` and another's ``double``, a key absent from a
+shard is no column there, and the same input gives different rows for different ``num_shards``.
+Prepare parses every row anyway, so it joins every value's JSON type here and publishes the result
+in the manifest; every shard is read with that one schema (``execution.shard_reader``), and the
+writer can tell what Arrow changed from what an operator changed (``execution.lossless``).
 
 The lattice (``join``): ``null`` joins anything; ``int`` (within int64) and ``float`` give
-``float``; an integer outside int64 is ``float`` (as Arrow's own JSON reader and so
-Data-Juicer's default executor type it; the writer still restores the exact integer);
-objects join field by field (keys in first-seen order), arrays element by element;
-anything else (a string with a number, a boolean with an integer, an object with an
-array) is ``json``: no Arrow type holds it, so its column carries Python objects.
-
-Encoded as plain JSON in the manifest: a leaf is its kind's name, an object
-``{"struct": [[key, type], ...]}``, an array ``{"list": type}``; the row is the top-level
-struct.  The order of observation decides field order only, never a type, so the result
-does not depend on how prepare's blocks were cut or spread over helper processes (joining
-block schemas in input order gives what observing every row in order gives).
+``float``; an integer outside int64 is ``float`` (as Arrow's JSON reader types it; the writer
+restores the exact integer); objects join field by field (keys in first-seen order), arrays
+element by element; anything else (a string with a number, a boolean with an integer, an object
+with an array) is ``json``: no Arrow type holds it, so its column carries Python objects.  Encoded
+in the manifest as: a leaf is its kind's name, an object ``{"struct": [[key, type], ...]}``, an
+array ``{"list": type}``.  Observation order decides field order only, never a type, so joining
+block schemas in input order gives what observing every row in order gives.
 """
 
 from __future__ import annotations
@@ -197,7 +189,7 @@ class RowSchema:
 
     def merge(self, other: RowSchema) -> None:
         """Join ``other`` (observed on rows that come after ours) into this schema."""
-        join(self._row, _copy(other._row))
+        join(self._row, _decode(_encode(other._row)))  # a copy: join updates its argument's nodes
 
     def to_json(self) -> list[list[Any]]:
         """``[[key, type], ...]`` in first-seen order (the manifest's ``row_schema``)."""
@@ -214,14 +206,6 @@ class RowSchema:
 
     def __repr__(self) -> str:
         return f"RowSchema({self.to_json()!r})"
-
-
-def _copy(t: Any) -> Any:
-    if isinstance(t, StructType):
-        return StructType({k: _copy(v) for k, v in t.fields.items()}, t.partial)
-    if isinstance(t, ListType):
-        return ListType(_copy(t.item))
-    return t
 
 
 def _encode(t: Any) -> Any:

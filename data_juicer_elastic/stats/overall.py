@@ -29,7 +29,7 @@ from data_juicer_elastic.jobdir import confine
 from data_juicer_elastic.jobdir.layout import JobLayout
 from data_juicer_elastic.jobdir.manifest import load_manifest
 from data_juicer_elastic.jobdir.result_records import ShardResult
-from data_juicer_elastic.rows.jsonl import parse_row
+from data_juicer_elastic.rows.row_policy import parse_row
 from data_juicer_elastic.shards.merge import accepted_results
 from data_juicer_elastic.sharedfs import fsio
 from data_juicer_elastic.stats.columns import ColumnKind, ColumnSummary
@@ -172,11 +172,8 @@ def column_facts(column: ColumnSummary, percentiles: Sequence[float]) -> dict[st
         facts["max"] = m.max
         return facts
     facts = {"count": column.categorical_count, "unique": None, "top": None, "freq": None}
-    if column.values:
-        top, freq = None, 0
-        for value, count in column.values.items():  # ties: the first seen (pandas leaves ties unordered)
-            if count > freq:
-                top, freq = value, count
+    if column.values:  # top: ties go to the first seen (pandas leaves ties unordered)
+        top, freq = max(column.values.items(), key=lambda item: item[1])
         facts.update(unique=len(column.values), top=top, freq=freq)
     return facts
 

@@ -1,32 +1,22 @@
 """Mergeable quantile sketch of one numeric column (DDSketch, relative-value accuracy).
 
-Why DDSketch (the ``ddsketch`` package, DataDog's reference implementation):
-
-* its guarantee is deterministic, not probabilistic: every value ``v`` is kept
-  in a logarithmic bin whose representative ``r`` satisfies
-  ``|r - v| <= ALPHA * |v|`` (zero is kept exactly);
-* merging is adding bin counts, so the sketch of any split of the rows, merged
-  in any order, is *identical* to the sketch of all rows: finalize gives the
-  same numbers however the job was sharded, and re-running it changes nothing
-  (a randomized sketch such as KLL gives different values on every merge).
-
-Quantiles follow pandas' default (linear interpolation, which ``describe`` and
-so ``dj-analyze``'s ``overall.csv`` use): for quantile ``q`` of ``n`` values,
-``h = q * (n - 1)`` and the answer interpolates between the sorted values at
-ranks ``floor(h)`` and ``ceil(h)``.  The sketch returns the representatives of
-those two ranks and interpolates the same way, so
+Why DDSketch (the ``ddsketch`` package): its guarantee is deterministic (every value ``v`` is kept
+in a logarithmic bin whose representative ``r`` has ``|r - v| <= ALPHA * |v|``; zero exactly), and
+merging adds bin counts, so the sketch of any split of the rows, merged in any order, is identical
+to the sketch of all rows: finalize gives the same numbers however the job was sharded (a
+randomized sketch such as KLL would not).  Quantiles follow pandas' default (what ``dj-analyze``'s
+``overall.csv`` uses): ``h = q * (n - 1)``, interpolating between the values at ranks ``floor(h)``
+and ``ceil(h)``; the sketch interpolates between those ranks' representatives, so
 
     |sketch quantile - pandas quantile| <= ALPHA * max(|x[floor(h)]|, |x[ceil(h)]|)
 
-(the result is then clamped into the exact [min, max], which only moves it
-closer).  Memory: one bin per factor ``(1+ALPHA)/(1-ALPHA)`` of value range, so
-about 350 bins for values between 10 and 10,000 at ALPHA = 1%.
+(then clamped into the exact [min, max], which only moves it closer).  Memory: one bin per factor
+``(1+ALPHA)/(1-ALPHA)`` of value range, about 350 bins for values from 10 to 10,000 at ALPHA = 1%.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable
 from typing import Any, Final
 
 import numpy as np
@@ -55,13 +45,9 @@ class QuantileSketch:
         return int(self._positive.count + self._negative.count + self._zero)
 
     def add_array(self, values: np.ndarray) -> None:
-        """Add a 1-d float array.
-
-        Keys are computed with numpy as ``ceil(log(v) / log(gamma))``, the logarithmic mapping's
-        own formula (its ``key()`` is the same per value in Python, ~1 us each); a value on a bin
-        boundary may land in the neighbouring bin through rounding, whose representative is then
-        also within ALPHA of it.  Bins are filled once per distinct key.
-        """
+        """Add a 1-d float array.  Keys are the mapping's own ``ceil(log(v) / log(gamma))`` in numpy (its
+        ``key()`` costs ~1 us a value); a value on a bin boundary may land in the neighbouring bin through
+        rounding, whose representative is then also within ALPHA of it."""
         if values.size == 0:
             return
         tiny = self._mapping.min_possible
@@ -105,8 +91,8 @@ class QuantileSketch:
             return lo_value
         return lo_value + (h - low) * (self.value_at_rank(high) - lo_value)
 
-    # -- encoding: bins as [first key, [counts...]] per store --------------------------------------
     def to_dict(self) -> dict[str, Any]:
+        """Each store's bins as ``[first key, [counts...]]``."""
         return {
             "alpha": self.alpha,
             "zero": int(self._zero),
@@ -133,13 +119,9 @@ def _decode_store(store: Any, data: Any) -> None:
     first = data[0]
     if isinstance(first, bool) or not isinstance(first, int):
         raise ValueError(f"bad sketch key {first!r}")
-    for offset, weight in enumerate(_counts(data[1])):
+    for offset, weight in enumerate(map(_count, data[1])):
         if weight:
             store.add(first + offset, weight)
-
-
-def _counts(values: Iterable[Any]) -> Iterable[int]:
-    return (_count(v) for v in values)
 
 
 def _count(value: Any) -> int:
