@@ -1,12 +1,12 @@
-"""Compressed inputs and shards: which codec a file uses, streaming decoded reads, shard writers,
-and the reader and writer threads that overlap I/O with parsing.
+"""Compressed inputs and shards: which codec a file uses, streaming decoded reads, shard writers, and the reader
+and writer threads that overlap I/O with parsing.
 
-Inputs may be ``.jsonl``, ``.jsonl.gz`` (any number of gzip members) or ``.jsonl.zst`` (any number
-of zstd frames).  Shards are written uncompressed or with ``shard_codec`` (``gzip`` level 1 with a
-zeroed header time, or ``zstd`` level 3, single-threaded): both deterministic, so the same input
-always gives byte-identical shards.  hashlib, zlib, zstandard and file reads release the GIL on
-large buffers, so a reader thread (:func:`prefetch`) reads and decompresses while the main thread
-parses rows; memory stays bounded by the queue depth times the block size.
+Inputs may be ``.jsonl``, ``.jsonl.gz`` (any number of gzip members) or ``.jsonl.zst`` (any number of zstd
+frames).  Shards are written uncompressed or with ``shard_codec`` (``gzip`` level 1 with a zeroed header time, or
+``zstd`` level 3, single-threaded): both deterministic, so the same input always gives byte-identical shards.
+hashlib, zlib, zstandard and file reads release the GIL on large buffers, so a reader thread (:func:`prefetch`)
+reads and decompresses while the main thread parses rows; memory stays bounded by the queue depth times the block
+size.
 """
 
 from __future__ import annotations
@@ -155,9 +155,9 @@ def prefetch(make: Callable[[], Iterator[_Item]], depth: int = _PREFETCH_DEPTH) 
 
 
 class BackgroundIO:
-    """One thread that runs hashing and writing in submission order, at most ``depth`` tasks behind,
-    while the caller keeps parsing.  The first failure is raised at the next ``submit``/``drain``,
-    and again at every later one."""
+    """One thread that runs hashing and writing in submission order, at most ``depth`` tasks behind, while the
+    caller keeps parsing.  The first failure is raised at the next ``submit``/``drain``, and again at every later
+    one."""
 
     def __init__(self, depth: int = _PREFETCH_DEPTH + 1):
         self._tasks: queue.Queue[Any] = queue.Queue(maxsize=depth)
@@ -194,8 +194,8 @@ class BackgroundIO:
 
 
 class Syncer:
-    """fsync on a helper thread, so the disk's writeback overlaps parsing and writing; :meth:`wait`
-    raises the first error, naming the file."""
+    """fsync on a helper thread, so the disk's writeback overlaps parsing and writing; :meth:`wait` raises the
+    first error, naming the file."""
 
     def __init__(self) -> None:
         self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="dj-elastic-fsync")

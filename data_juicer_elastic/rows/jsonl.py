@@ -1,12 +1,12 @@
 """Reading user JSONL: row normalisation in blocks, and shard-output validation.
 
 The row policy (and its accelerator) is :mod:`row_policy`; the table of malformed inputs is in
-``docs/input-format.md``.  Errors are InputError with ``where=file:line``.  Normalisation: relative
-media paths (values under ``media_keys``, each a list of strings or null) become absolute against
-``base_dir`` (absolute paths and URLs are kept); a missing ``index_key`` is appended as the last
-key with the global 0-based row index, the row's other bytes as written.  A row needing no change
-keeps its bytes (minus line ending and surrounding spaces/tabs); one whose media paths change is
-re-serialised compactly (``ensure_ascii=False``, keys in their original order).
+``docs/input-format.md``.  Errors are InputError with ``where=file:line``.  Normalisation: relative media paths
+(values under ``media_keys``, each a list of strings or null) become absolute against ``base_dir`` (absolute paths
+and URLs are kept); a missing ``index_key`` is appended as the last key with the global 0-based row index, the
+row's other bytes as written.  A row needing no change keeps its bytes (minus line ending and surrounding
+spaces/tabs); one whose media paths change is re-serialised compactly (``ensure_ascii=False``, keys in their
+original order).
 """
 
 from __future__ import annotations
@@ -55,10 +55,10 @@ class NormaliseOptions:
 class RowNormaliser:
     """Validates and normalises the rows of one input file, a list of lines at a time.
 
-    ``rows`` counts what has been accepted; ``first_index`` is the global index of the first row
-    (for ``index_key``); ``file_start``: the lines start at the beginning of their file (False for a
-    span that starts mid-file: error line numbers count from the span's first line, and a BOM on it
-    is not the file's).  Every accepted row's JSON types are joined into ``schema``.
+    ``rows`` counts what has been accepted; ``first_index`` is the global index of the first row (for
+    ``index_key``); ``file_start``: the lines start at the beginning of their file (False for a span that starts
+    mid-file: error line numbers count from the span's first line, and a BOM on it is not the file's).  Every
+    accepted row's JSON types are joined into ``schema``.
     """
 
     def __init__(
@@ -81,21 +81,20 @@ class RowNormaliser:
         self._judge = FastJudge()
 
     def lines(self, lines: list[bytes]) -> list[bytes] | None:
-        """Validate ``lines`` (no line endings); None when every one is kept byte for byte,
-        else the normalised lines.  InputError naming file:line on the first bad one."""
+        """Validate ``lines`` (no line endings); None when every one is kept byte for byte, else the normalised
+        lines.  InputError naming file:line on the first bad one."""
         if self.is_clean(lines):
             self.rows += len(lines)
             return None
         return self._lines_one_by_one(lines)
 
     def is_clean(self, lines: list[bytes], schema: RowSchema | None = None) -> bool:
-        """The hot loop: every line a bare ``{...}`` the accelerator proves, whose media paths
-        (if any) are already absolute and which has its index key.  False sends the block row
-        by row, which also words any error.  (Row at a time on purpose: parsing the block into
-        a list first, or one simdjson call over the joined block, measured slower: the rows'
-        objects then outlive the CPU cache.)  The rows' types are joined into ``schema``
-        (default: this normaliser's); a block found unclean half-way is observed again row by
-        row, which changes nothing (a join is idempotent and keeps first-seen key order)."""
+        """The hot loop: every line a bare ``{...}`` the accelerator proves, whose media paths (if any) are
+        already absolute and which has its index key.  False sends the block row by row, which also words any
+        error.  (Row at a time on purpose: parsing the block into a list first, or one simdjson call over the
+        joined block, measured slower: the rows' objects then outlive the CPU cache.)  The rows' types are joined
+        into ``schema`` (default: this normaliser's); a block found unclean half-way is observed again row by row,
+        which changes nothing (a join is idempotent and keeps first-seen key order)."""
         loads, finite, media, index_key = strict_loads, self._judge.finite, self.media_fields, self.index_key
         observe = (schema or self.schema).observe
         base = self.options.base_dir
@@ -221,12 +220,10 @@ def validate_jsonl_output(
 ) -> tuple[int, int, str]:
     """(rows, bytes, sha256) of a shard *output*, checking every line is a JSON object.
 
-    Output parsing is lenient where input parsing is strict (NaN, duplicate keys):
-    it exists to catch torn or truncated files, not to re-judge what the recipe wrote.
-    Raises ValueError with ``file:line`` on a bad line or missing final newline.
-    ``sink`` receives the file's bytes in order, in blocks of whole lines (bytes or
-    memoryviews), each after its lines were checked (merge copies while it validates:
-    one read per shard).
+    Output parsing is lenient where input parsing is strict (NaN, duplicate keys): it exists to catch torn or
+    truncated files, not to re-judge what the recipe wrote.  Raises ValueError with ``file:line`` on a bad line or
+    missing final newline.  ``sink`` receives the file's bytes in order, in blocks of whole lines (bytes or
+    memoryviews), each after its lines were checked (merge copies while it validates: one read per shard).
     """
     digest = hashlib.sha256()
     rows = size = 0

@@ -1,11 +1,11 @@
 """Whole lines out of a byte stream read in chunks: the one place a line spanning chunks is joined.
 
-Every JSONL reader (scans, the shard reader, the output check) works on *blocks* of whole lines,
-cut the same way and cheaply (scans run it over gigabytes): the whole lines inside one chunk are one
-block that *refers* to the chunk (nothing copied); a line spanning chunks is joined once, into a
-block of its own; what follows the last newline is :attr:`LineFramer.tail`, for the caller to judge.
-With a ``limit``, a carried line that grows past it is reported as soon as that is known, so memory
-stays about ``limit`` + a chunk.  The framer knows byte offsets; line numbers are the caller's.
+Every JSONL reader (scans, the shard reader, the output check) works on *blocks* of whole lines, cut the same way
+and cheaply (scans run it over gigabytes): the whole lines inside one chunk are one block that *refers* to the
+chunk (nothing copied); a line spanning chunks is joined once, into a block of its own; what follows the last
+newline is :attr:`LineFramer.tail`, for the caller to judge.  With a ``limit``, a carried line that grows past it
+is reported as soon as that is known, so memory stays about ``limit`` + a chunk.  The framer knows byte offsets;
+line numbers are the caller's.
 """
 
 from __future__ import annotations
@@ -15,9 +15,9 @@ from typing import NamedTuple, NoReturn
 
 
 class LineBlock(NamedTuple):
-    """``raw[start:stop]``: whole lines, each with its newline; ``offset``: where ``raw[start]``
-    is in the stream.  ``start`` is 0 or just past ``raw``'s first newline and ``stop`` is just
-    past its last one (what :meth:`lines` relies on)."""
+    """``raw[start:stop]``: whole lines, each with its newline; ``offset``: where ``raw[start]`` is in the stream.
+    ``start`` is 0 or just past ``raw``'s first newline and ``stop`` is just past its last one (what :meth:`lines`
+    relies on)."""
 
     raw: bytes
     start: int
@@ -39,9 +39,9 @@ class LineBlock(NamedTuple):
 
 
 class LineFramer:
-    """Frames one stream; ``too_long()`` (which must raise) is called when a line is known to be
-    longer than ``limit`` bytes without its newline (lines inside one chunk are not measured
-    here: the caller splits those anyway, see :func:`first_too_long`)."""
+    """Frames one stream; ``too_long()`` (which must raise) is called when a line is known to be longer than
+    ``limit`` bytes without its newline (lines inside one chunk are not measured here: the caller splits those
+    anyway, see :func:`first_too_long`)."""
 
     def __init__(self, limit: int | None = None, too_long: Callable[[], NoReturn] | None = None):
         self.limit = limit
@@ -85,9 +85,8 @@ class LineFramer:
 
 
 def first_too_long(lines: list[bytes], limit: int, chunk_bytes: int) -> int | None:
-    """Index of the first line longer than ``limit`` among lines framed from chunks of at most
-    ``chunk_bytes`` (none can be when the limit is at least a chunk: the framer catches such a
-    line while it is carried)."""
+    """Index of the first line longer than ``limit`` among lines framed from chunks of at most ``chunk_bytes``
+    (none can be when the limit is at least a chunk: the framer catches such a line while it is carried)."""
     if limit >= chunk_bytes or max(map(len, lines)) <= limit:
         return None
     return next(i for i, line in enumerate(lines) if len(line) > limit)

@@ -1,16 +1,15 @@
 """Prepare's row validation in helper processes, so it uses more than one core.
 
-Parsing rows is the one part of a scan that holds the GIL (reading, hashing and writing release
-it), so it moves to ``processes`` child interpreters.  A child answers one question per byte range:
-is every line proven clean by the fast path (:meth:`RowNormaliser.is_clean`)?  "Yes" comes with
-the range's row schema, which the parent joins in input order; "no", or a dead child, sends the
-range through the ordinary serial path, which words the exact ``file:line`` error or normalises.
-A child runs the same code, so it never decides differently.  Uncompressed files are read by the
-child itself (``pread`` from the page cache the parent just filled); decompressed ranges are sent
-along.  Children are plain ``python -m data_juicer_elastic.rows.row_checkers`` processes, not
-multiprocessing workers: those would re-import the parent's ``__main__`` (dj-process imports all of
-Data-Juicer), and forking a process that runs threads is unsafe.  (Merge's check is ~3x lighter,
-simdjson only: measured, helpers did not make it faster.)
+Parsing rows is the one part of a scan that holds the GIL (reading, hashing and writing release it), so it moves
+to ``processes`` child interpreters.  A child answers one question per byte range: is every line proven clean by
+the fast path (:meth:`RowNormaliser.is_clean`)?  "Yes" comes with the range's row schema, which the parent joins
+in input order; "no", or a dead child, sends the range through the ordinary serial path, which words the exact
+``file:line`` error or normalises.  A child runs the same code, so it never decides differently.  Uncompressed
+files are read by the child itself (``pread`` from the page cache the parent just filled); decompressed ranges are
+sent along.  Children are plain ``python -m data_juicer_elastic.rows.row_checkers`` processes, not multiprocessing
+workers: those would re-import the parent's ``__main__`` (dj-process imports all of Data-Juicer), and forking a
+process that runs threads is unsafe.  (Merge's check is ~3x lighter, simdjson only: measured, helpers did not make
+it faster.)
 """
 
 from __future__ import annotations
@@ -45,9 +44,9 @@ def pipeline_depth(processes: int) -> int:
 
 
 def default_processes(total_bytes: int) -> int:
-    """Helper processes worth starting for ``total_bytes`` of input rows: one per usable core
-    (taskset, cpusets).  Measured on 2 cores (1 GB, 16 shards): 0 helpers 3.1-3.2 s, 1 helper
-    2.8-3.0 s, 2 helpers 2.4-2.6 s, 3-4 helpers 2.5-3.0 s: the parent mostly waits on I/O and hashing."""
+    """Helper processes worth starting for ``total_bytes`` of input rows: one per usable core (taskset, cpusets).
+    Measured on 2 cores (1 GB, 16 shards): 0 helpers 3.1-3.2 s, 1 helper 2.8-3.0 s, 2 helpers 2.4-2.6 s, 3-4
+    helpers 2.5-3.0 s: the parent mostly waits on I/O and hashing."""
     if total_bytes < MIN_PARALLEL_BYTES:
         return 0
     try:
@@ -58,9 +57,9 @@ def default_processes(total_bytes: int) -> int:
 
 
 class RowCheckers:
-    """A pool of checker processes for ``options`` (NormaliseOptions); :meth:`check` returns a Future
-    of ``(rows, clean, schema)`` (the range's RowSchema, None unless clean).  Futures fail (never
-    hang) when a child dies or none could start; callers then take the serial path."""
+    """A pool of checker processes for ``options`` (NormaliseOptions); :meth:`check` returns a Future of ``(rows,
+    clean, schema)`` (the range's RowSchema, None unless clean).  Futures fail (never hang) when a child dies or
+    none could start; callers then take the serial path."""
 
     def __init__(self, processes: int, options):
         config = json.dumps(asdict(options)).encode()
@@ -94,8 +93,8 @@ class RowCheckers:
             thread.start()
 
     def check(self, path: str | None, offset: int, length: int, data: bytes | memoryview | None = None) -> Future:
-        """Whether ``length`` bytes of whole lines are clean: read by the child from ``path`` at
-        ``offset``, or given as ``data`` when ``path`` is None."""
+        """Whether ``length`` bytes of whole lines are clean: read by the child from ``path`` at ``offset``, or
+        given as ``data`` when ``path`` is None."""
         future: Future = Future()
         with self._lock:
             if not self._alive:

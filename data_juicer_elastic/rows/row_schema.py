@@ -1,20 +1,19 @@
 """The row schema: the JSON type of every key, decided once over the whole input at prepare.
 
-Why: Arrow (and so Ray Data and Data-Juicer's Ray executor) types a JSON column from the rows it
-sees together, so one shard's ``score`` is ``int64`` and another's ``double``, a key absent from a
-shard is no column there, and the same input gives different rows for different ``num_shards``.
-Prepare parses every row anyway, so it joins every value's JSON type here and publishes the result
-in the manifest; every shard is read with that one schema (``execution.shard_reader``), and the
-writer can tell what Arrow changed from what an operator changed (``execution.lossless``).
+Why: Arrow (and so Ray Data and Data-Juicer's Ray executor) types a JSON column from the rows it sees together, so
+one shard's ``score`` is ``int64`` and another's ``double``, a key absent from a shard is no column there, and the
+same input gives different rows for different ``num_shards``.  Prepare parses every row anyway, so it joins every
+value's JSON type here and publishes the result in the manifest; every shard is read with that one schema
+(``execution.shard_reader``), and the writer can tell what Arrow changed from what an operator changed
+(``execution.lossless``).
 
-The lattice (``join``): ``null`` joins anything; ``int`` (within int64) and ``float`` give
-``float``; an integer outside int64 is ``float`` (as Arrow's JSON reader types it; the writer
-restores the exact integer); objects join field by field (keys in first-seen order), arrays
-element by element; anything else (a string with a number, a boolean with an integer, an object
-with an array) is ``json``: no Arrow type holds it, so its column carries Python objects.  Encoded
-in the manifest as: a leaf is its kind's name, an object ``{"struct": [[key, type], ...]}``, an
-array ``{"list": type}``.  Observation order decides field order only, never a type, so joining
-block schemas in input order gives what observing every row in order gives.
+The lattice (``join``): ``null`` joins anything; ``int`` (within int64) and ``float`` give ``float``; an integer
+outside int64 is ``float`` (as Arrow's JSON reader types it; the writer restores the exact integer); objects join
+field by field (keys in first-seen order), arrays element by element; anything else (a string with a number, a
+boolean with an integer, an object with an array) is ``json``: no Arrow type holds it, so its column carries
+Python objects.  Encoded in the manifest as: a leaf is its kind's name, an object
+``{"struct": [[key, type], ...]}``, an array ``{"list": type}``.  Observation order decides field order only,
+never a type, so joining block schemas in input order gives what observing every row in order gives.
 """
 
 from __future__ import annotations
@@ -39,9 +38,9 @@ MAX_TYPED_DEPTH: Final = 64
 
 
 class StructType:
-    """An object type.  ``partial``: some object of it lacked one of its keys (Arrow, and so
-    operators under Ray, then see null there, where Data-Juicer's default executor shows
-    the object as it is; the writer restores the absence either way)."""
+    """An object type.  ``partial``: some object of it lacked one of its keys (Arrow, and so operators under Ray,
+    then see null there, where Data-Juicer's default executor shows the object as it is; the writer restores the
+    absence either way)."""
 
     __slots__ = ("fields", "partial")
 
@@ -104,8 +103,8 @@ def type_of(value: Any, depth: int = 0) -> Any:
 
 
 def _wide_int(value: int) -> str:
-    """An integer outside int64: a double holds it approximately (``float``) unless even the
-    exponent overflows (``json``: then only a Python object carries it)."""
+    """An integer outside int64: a double holds it approximately (``float``) unless even the exponent overflows
+    (``json``: then only a Python object carries it)."""
     try:
         float(value)
     except OverflowError:
@@ -123,8 +122,8 @@ def has_json(t: Any) -> bool:
 
 
 def _observe_fields(fields: dict[str, Any], obj: dict[str, Any], depth: int = 1) -> None:
-    """Join every value of ``obj`` (an object ``depth`` levels deep, a row is 1) into ``fields``
-    (the hot loop of prepare: a row per call)."""
+    """Join every value of ``obj`` (an object ``depth`` levels deep, a row is 1) into ``fields`` (the hot loop of
+    prepare: a row per call)."""
     get = fields.get
     for key, value in obj.items():
         known = get(key)
@@ -240,8 +239,8 @@ def _decode(data: Any) -> Any:
 
 
 def operator_view_notes(schema: RowSchema) -> list[str]:
-    """Where operators see this input differently than under Data-Juicer's default executor
-    (the written output keeps every untouched value either way; docs/lossless.md)."""
+    """Where operators see this input differently than under Data-Juicer's default executor (the written output
+    keeps every untouched value either way; docs/lossless.md)."""
     partial: list[str] = []
 
     def walk(t: Any, path: str) -> None:

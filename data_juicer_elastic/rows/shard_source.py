@@ -1,12 +1,12 @@
 """Reading one shard's rows from where they are: byte ranges of the input files, or a copy.
 
-A shard is a list of spans (byte ranges of input files; a compressed file is one span, decoded
-whole) or, with ``copy_shards``, a file in the job directory holding the same *content*: the spans'
-decoded bytes, a newline added after a span that ends its file without one.  Every read hashes that
-content and compares bytes and sha256 with the shard's scan at the end: an input changed after its
-scan is refused (InputChangedError naming the file and what changed), never run; :func:`check_source`
-compares sizes and mtimes with the plan first, so a visible change is refused before any read.
-Rows the scan found needing normalisation are normalised here with the same ``RowNormaliser``.
+A shard is a list of spans (byte ranges of input files; a compressed file is one span, decoded whole) or, with
+``copy_shards``, a file in the job directory holding the same *content*: the spans' decoded bytes, a newline added
+after a span that ends its file without one.  Every read hashes that content and compares bytes and sha256 with
+the shard's scan at the end: an input changed after its scan is refused (InputChangedError naming the file and
+what changed), never run; :func:`check_source` compares sizes and mtimes with the plan first, so a visible change
+is refused before any read.  Rows the scan found needing normalisation are normalised here with the same
+``RowNormaliser``.
 """
 
 from __future__ import annotations
@@ -111,8 +111,8 @@ def _changed(source: ShardSource, what: str, path: str) -> InputChangedError:
 
 
 def iter_content(source: ShardSource, block: int = READ_BYTES) -> Iterator[bytes]:
-    """The shard's content in chunks, hashed on the way; InputChangedError at the end (before the
-    last chunk is handed on) when bytes or sha256 differ from the scan's."""
+    """The shard's content in chunks, hashed on the way; InputChangedError at the end (before the last chunk is
+    handed on) when bytes or sha256 differ from the scan's."""
     digest, size = hashlib.sha256(), 0
     if source.copy is not None:
         chunks = iter_decoded(Path(source.copy), source.copy_codec, block)
@@ -150,8 +150,8 @@ def _span_chunks(source: ShardSource, block: int) -> Iterator[bytes]:
 
 
 def read_span(span: SourceSpan, block: int = READ_BYTES) -> Iterator[bytes]:
-    """The span's bytes as stored (a plain file's byte range), or decoded (a compressed file, whole).
-    A file shorter than planned ends the chunks early: its size check refuses it."""
+    """The span's bytes as stored (a plain file's byte range), or decoded (a compressed file, whole).  A file
+    shorter than planned ends the chunks early: its size check refuses it."""
     if span.codec != "none":
         yield from iter_decoded(Path(span.path), span.codec, block)
         return
@@ -167,8 +167,8 @@ def read_span(span: SourceSpan, block: int = READ_BYTES) -> Iterator[bytes]:
 
 
 def iter_source_lines(source: ShardSource) -> Iterator[bytes]:
-    """The shard's rows as lines without their newline, in order, normalised when the scan said so:
-    one ``RowNormaliser`` per span, switched after the span's rows (index keys count on)."""
+    """The shard's rows as lines without their newline, in order, normalised when the scan said so: one
+    ``RowNormaliser`` per span, switched after the span's rows (index keys count on)."""
     framer = LineFramer()
     spans, left, index, normaliser = iter(source.spans), 0, source.first_row, None
     for framed in framer.blocks(iter_content(source)):

@@ -1,12 +1,11 @@
 """The export a finished job published, checked in full (``dj-elastic verify``): either layout.
 
-``merge.json`` names the export, its layout and its hash.  A ``file`` export is re-hashed in one
-read, each shard's byte range against the accepted result's sha256 and the whole against the
-record: nothing missing, nothing extra, nothing stale (a shard requeued since the merge).  A
-``parts`` export: its index must be the one the record hashed and name exactly the accepted
-results in manifest order; the directory must hold exactly the index's names; every part, stats
-and quarantine file is re-hashed against the index (one that is the accepted file itself, the same
-inode, was re-hashed once already by the result check that ran first).
+``merge.json`` names the export, its layout and its hash.  A ``file`` export is re-hashed in one read, each
+shard's byte range against the accepted result's sha256 and the whole against the record: nothing missing, nothing
+extra, nothing stale (a shard requeued since the merge).  A ``parts`` export: its index must be the one the record
+hashed and name exactly the accepted results in manifest order; the directory must hold exactly the index's names;
+every part, stats and quarantine file is re-hashed against the index (one that is the accepted file itself, the
+same inode, was re-hashed once already by the result check that ran first).
 """
 
 from __future__ import annotations
@@ -44,8 +43,8 @@ def verify_export(
     results: list[tuple[ShardEntry, ShardResult]],
     hashed: dict[FileId, tuple[int, int, str]],
 ) -> ExportSummary | None:
-    """The export merge.json records, checked; None when nothing was merged yet.  ``hashed``:
-    (rows, bytes, sha256) of each accepted file the caller re-hashed already, by file identity."""
+    """The export merge.json records, checked; None when nothing was merged yet.  ``hashed``: (rows, bytes,
+    sha256) of each accepted file the caller re-hashed already, by file identity."""
     record = MergeRecord.read(layout.merge_record)
     if record is None:
         return None

@@ -1,8 +1,7 @@
 """Validated, ordered, idempotent merge of all accepted shard outputs.
 
-The merged bytes depend only on the accepted outputs in manifest order, so any
-node may merge, and merging twice gives the same file: an existing identical
-output is success, a different one is refused unless ``overwrite``.
+The merged bytes depend only on the accepted outputs in manifest order, so any node may merge, and merging twice
+gives the same file: an existing identical output is success, a different one is refused unless ``overwrite``.
 """
 
 from __future__ import annotations
@@ -62,8 +61,8 @@ class MergeResult:
     layout: str = "file"  # "parts": output_path is a directory of parts and sha256 that of its index (shards.parts)
 
     def to_details(self) -> dict[str, Any]:
-        """What a run's outcome record keeps of the merge (``run_records.Outcome.details``), for every
-        instance to report; read back by :meth:`from_details` (the row stats are not kept)."""
+        """What a run's outcome record keeps of the merge (``run_records.Outcome.details``), for every instance to
+        report; read back by :meth:`from_details` (the row stats are not kept)."""
         fields = ("rows", "bytes", "sha256", "shards", "written", "layout")
         details = {"output_path": str(self.output_path)} | {name: getattr(self, name) for name in fields}
         if self.quarantined is not None:
@@ -163,10 +162,10 @@ def publish_merged(
     tag: str,
     keep_stats: bool = False,
 ) -> tuple[bool, MergedSideFile | None, MergedSideFile | None]:
-    """Publish the merged output (complete and fsynced at ``tmp``) and its side files, the row stats
-    (``stats``) and the quarantine file (staged here: errors_merge), or none: every target is checked
-    before any is published.  (written, row stats, quarantine file).  The staged side files are removed
-    afterwards, whatever happened; the row stats not when ``keep_stats`` (their owner removes them)."""
+    """Publish the merged output (complete and fsynced at ``tmp``) and its side files, the row stats (``stats``)
+    and the quarantine file (staged here: errors_merge), or none: every target is checked before any is published.
+    (written, row stats, quarantine file).  The staged side files are removed afterwards, whatever happened; the
+    row stats not when ``keep_stats`` (their owner removes them)."""
     from data_juicer_elastic.quarantine import errors_merge  # <export>_errors.jsonl (it uses this module's writer)
 
     errors = None
@@ -185,8 +184,8 @@ def publish_merged(
 def stage_row_stats(
     layout: JobLayout, results: list[tuple[ShardEntry, ShardResult]], output: Path, tag: str
 ) -> StagedFile | None:
-    """``<export>_stats.jsonl`` from the accepted row stats files in manifest order (validated as
-    they are copied), under a temp name; None when the recipe makes no per-row stats."""
+    """``<export>_stats.jsonl`` from the accepted row stats files in manifest order (validated as they are
+    copied), under a temp name; None when the recipe makes no per-row stats."""
     if all(result.row_stats is None for _, result in results):
         return None
     missing = [entry.shard_id for entry, result in results if result.row_stats is None and result.rows]
@@ -202,8 +201,8 @@ def stage_row_stats(
 
 
 def stage_concat(path: Path, tag: str, size_hint: int, copies: Iterable[Callable[[Sink], int]]) -> StagedFile:
-    """``path``'s file under a temp name beside it, complete and fsynced: each of ``copies`` appends its
-    part to the sink it is given, validated as it is copied, and returns its rows (in merge order)."""
+    """``path``'s file under a temp name beside it, complete and fsynced: each of ``copies`` appends its part to
+    the sink it is given, validated as it is copied, and returns its rows (in merge order)."""
     remove_dead_merge_temps(path, tag)
     tmp = merge_temp_path(path, tag)
     out = OutputAppender(checked_writer.BufferedCheckedWriter(tmp, size_hint=size_hint), sync_path=tmp)
@@ -219,8 +218,8 @@ def stage_concat(path: Path, tag: str, size_hint: int, copies: Iterable[Callable
 
 
 def merge_temp_path(output: Path, tag: str, kind: str = "tmp") -> Path:
-    """``.<export>.<kind>-<kernel tag>-<pid>-<random>`` beside the export: same filesystem for the
-    final link or rename, and named so that a later merge on this host can tell a dead merger's file."""
+    """``.<export>.<kind>-<kernel tag>-<pid>-<random>`` beside the export: same filesystem for the final link or
+    rename, and named so that a later merge on this host can tell a dead merger's file."""
     return output.with_name(f".{output.name}.{kind}-{tag}-{os.getpid()}-{secrets.token_hex(4)}")
 
 
@@ -228,9 +227,9 @@ def remove_dead_merge_temps(
     output: Path, tag: str, kinds: tuple[str, ...] = ("tmp",), remove: Callable[[Path], None] = fsio.remove
 ) -> None:
     """Remove the temps (:func:`merge_temp_path`, of ``kinds``) of merges into ``output`` killed on this host
-    (SIGKILL, OOM, power loss skips every cleanup): each holds up to a whole merged output, and nothing else
-    will ever remove it.  Only names tagged with this kernel namespace whose pid is gone: another host's merge,
-    or a live one here, is never touched (``tag``: identity.kernel_tag; ``remove``: a parts export's remove_tree)."""
+    (SIGKILL, OOM, power loss skips every cleanup): each holds up to a whole merged output, and nothing else will
+    ever remove it.  Only names tagged with this kernel namespace whose pid is gone: another host's merge, or a
+    live one here, is never touched (``tag``: identity.kernel_tag; ``remove``: a parts export's remove_tree)."""
     if not tag:
         return
     prefixes = tuple(f".{output.name}.{kind}-{tag}-" for kind in kinds)
@@ -253,10 +252,10 @@ def remove_dead_merge_temps(
 
 
 class OutputAppender:
-    """Appends validated blocks to the merged output on a background thread, hashing them there, so
-    validation (reader thread hashing, this thread parsing) and the copy overlap (codecs.BackgroundIO).
-    With ``sync_path``, writeback of what is written starts on a helper thread every SYNC_EVERY bytes,
-    so the final fsync before publication has little left to wait for."""
+    """Appends validated blocks to the merged output on a background thread, hashing them there, so validation
+    (reader thread hashing, this thread parsing) and the copy overlap (codecs.BackgroundIO).  With ``sync_path``,
+    writeback of what is written starts on a helper thread every SYNC_EVERY bytes, so the final fsync before
+    publication has little left to wait for."""
 
     def __init__(self, writer, digest=None, sync_path: Path | None = None):
         self.writer = writer

@@ -1,10 +1,10 @@
 """The streaming merge's files beside the export: ``<export>.partial`` and the row stats' partial.
 
-:class:`PartialLock` keeps one writer per partial output, across processes (a POSIX lock, dropped
-by the kernel when its holder dies) and threads (an in-process lock: POSIX locks do not exclude
-threads of one process); the row stats' partial is written only by the holder of the output's
-lock.  :class:`PartialStream` is one such file as its writer holds it: descriptor, final bytes and
-their sha256.  Every file is opened with ``O_NOFOLLOW``: a link at a partial's name is refused.
+:class:`PartialLock` keeps one writer per partial output, across processes (a POSIX lock, dropped by the kernel
+when its holder dies) and threads (an in-process lock: POSIX locks do not exclude threads of one process); the row
+stats' partial is written only by the holder of the output's lock.  :class:`PartialStream` is one such file as its
+writer holds it: descriptor, final bytes and their sha256.  Every file is opened with ``O_NOFOLLOW``: a link at a
+partial's name is refused.
 """
 
 from __future__ import annotations
@@ -177,9 +177,9 @@ class PartialStream:
 
 
 def resume_stream(path: Path, fd: int, final: int, sha: str, mtime_ns: int | None, trust: bool) -> PartialStream | None:
-    """The stream a progress record describes (``final`` bytes hashing to ``sha``), None when the file
-    does not hold them.  ``trust``: no read when the file still has exactly that size and the recorded
-    mtime (its writer validated and hashed every byte as it appended it)."""
+    """The stream a progress record describes (``final`` bytes hashing to ``sha``), None when the file does not
+    hold them.  ``trust``: no read when the file still has exactly that size and the recorded mtime (its writer
+    validated and hashed every byte as it appended it)."""
     info = os.fstat(fd)
     if info.st_size < final:
         return None

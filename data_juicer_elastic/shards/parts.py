@@ -7,14 +7,13 @@ With ``elastic.export_layout: parts`` the export path names a directory::
     ...
     <export>/_index.dj-elastic           the parts in input order: rows, bytes, sha256 of each; totals
 
-Every output was validated when its attempt published it (``jobdir.attempts.publish_done``), so
-publication reads no byte of any output: it checks each file's place and size, hard-links it into a
-staging directory beside the export (a copy, hashed against the marker, only across filesystems:
-EXDEV), writes the index there last, and renames the staging directory into place: the export path
-shows nothing or a complete export.  Idempotent: this job's export already there (index, and every
-part of the right size) is left as it is (``written`` False); anything else is refused unless
-``overwrite``, and ``jobdir.export_path.check_parts_target`` refuses links, files and foreign
-directories first, so ``overwrite`` only ever replaces an earlier parts export.  A part and the
+Every output was validated when its attempt published it (``jobdir.attempts.publish_done``), so publication reads
+no byte of any output: it checks each file's place and size, hard-links it into a staging directory beside the
+export (a copy, hashed against the marker, only across filesystems: EXDEV), writes the index there last, and
+renames the staging directory into place: the export path shows nothing or a complete export.  Idempotent: this
+job's export already there (index, and every part of the right size) is left as it is (``written`` False);
+anything else is refused unless ``overwrite``, and ``jobdir.export_path.check_parts_target`` refuses links, files
+and foreign directories first, so ``overwrite`` only ever replaces an earlier parts export.  A part and the
 accepted output are one file: editing either edits both (``dj-elastic verify`` re-hashes them).
 """
 
@@ -107,8 +106,8 @@ def publish_parts(job_dir: str | Path, export_dir: str | Path, overwrite: bool =
 
 
 def plan_part(layout: JobLayout, entry: ShardEntry, result: ShardResult) -> PlannedPart:
-    """The part of one accepted result, after the checks that read no data: each file where its
-    marker says, inside its attempt's directory, with the size its marker records."""
+    """The part of one accepted result, after the checks that read no data: each file where its marker says,
+    inside its attempt's directory, with the size its marker records."""
     record, quarantined = result.row_stats, result.errors
     part = ExportPart(
         name=part_name(entry.shard_id),
@@ -173,8 +172,8 @@ def expected_names(parts: list[ExportPart]) -> list[str]:
 
 
 def name_difference(names: set[str], parts: list[ExportPart]) -> tuple[list[str], list[str]]:
-    """(missing, extra): the names the export of ``parts`` holds that ``names`` lacks, in index
-    order, and those in ``names`` that are not the export's, sorted."""
+    """(missing, extra): the names the export of ``parts`` holds that ``names`` lacks, in index order, and those
+    in ``names`` that are not the export's, sorted."""
     wanted = expected_names(parts)
     return [name for name in wanted if name not in names], sorted(names - set(wanted))
 
@@ -185,9 +184,9 @@ def read_index_bytes(target: Path) -> bytes | None:
 
 
 def compare_existing(target: Path, index: bytes, planned: list[PlannedPart]) -> str | None:
-    """None: nothing (or an empty directory) is at ``target``; :data:`IDENTICAL`: this export is
-    there already; else how what is there differs, naming the part.  Reads the index and one
-    listing, and stats each part: no part is read."""
+    """None: nothing (or an empty directory) is at ``target``; :data:`IDENTICAL`: this export is there already;
+    else how what is there differs, naming the part.  Reads the index and one listing, and stats each part: no
+    part is read."""
     names = set(os.listdir(target)) if os.path.lexists(target) else set()
     if not names:
         return None

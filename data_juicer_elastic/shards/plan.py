@@ -1,13 +1,13 @@
 """Plan a job's shards without passing over its data: the inputs listed, the cuts placed at line ends.
 
-The inputs, in order, form one byte stream cut into ``num_shards`` contiguous shards balanced by
-stored bytes, each a list of spans (``ShardSpan``: a byte range of one input file).  Only the bytes
-around the cuts are read, so planning is O(files + shards): a cut in a plain file goes to the end
-of the line holding its target byte (at most ``max_line_bytes`` read, past which the scan refuses
-the line anyway and the cut goes to the file's end); a compressed file is never cut (the nearer
-end of the file).  When the plain files hold at most :data:`EXACT_BYTES_PER_CUT` per cut, they are
-read whole and cut by the row rule of a full split (every shard non-empty).  The rules, and why
-the output does not depend on them, are in docs/input-format.md and docs/lossless.md.
+The inputs, in order, form one byte stream cut into ``num_shards`` contiguous shards balanced by stored bytes,
+each a list of spans (``ShardSpan``: a byte range of one input file).  Only the bytes around the cuts are read, so
+planning is O(files + shards): a cut in a plain file goes to the end of the line holding its target byte (at most
+``max_line_bytes`` read, past which the scan refuses the line anyway and the cut goes to the file's end); a
+compressed file is never cut (the nearer end of the file).  When the plain files hold at most
+:data:`EXACT_BYTES_PER_CUT` per cut, they are read whole and cut by the row rule of a full split (every shard
+non-empty).  The rules, and why the output does not depend on them, are in docs/input-format.md and
+docs/lossless.md.
 """
 
 from __future__ import annotations
@@ -109,8 +109,8 @@ def _near_cuts(units: list[_Unit], total: int, n: int, max_line_bytes: int) -> t
 
 
 def _line_end_after(unit: _Unit, target: int, max_line_bytes: int) -> tuple[int, int]:
-    """(stream offset just past the newline that ends the line holding byte ``target``, bytes read).
-    The file's end when there is none within ``max_line_bytes`` (that line is refused by its scan)."""
+    """(stream offset just past the newline that ends the line holding byte ``target``, bytes read).  The file's
+    end when there is none within ``max_line_bytes`` (that line is refused by its scan)."""
     local = target - unit.start  # 0 < local < size: target is inside the file, past its first byte
     spent = 0
     with fsio.open_read(unit.path) as handle:
@@ -130,8 +130,8 @@ def _line_end_after(unit: _Unit, target: int, max_line_bytes: int) -> tuple[int,
 
 # -- small inputs: every line end known ---------------------------------------------------------------
 def _exact_cuts(units: list[_Unit], total: int, n: int) -> tuple[list[int], int] | None:
-    """The cuts by the row rule, or None when compressed files make the pieces too few to
-    give every shard one (then the cuts go near their targets, some shards left empty)."""
+    """The cuts by the row rule, or None when compressed files make the pieces too few to give every shard one
+    (then the cuts go near their targets, some shards left empty)."""
     ends, read, compressed = [], 0, 0
     for unit in units:
         if unit.compressed:
@@ -166,9 +166,9 @@ def _exact_cuts(units: list[_Unit], total: int, n: int) -> tuple[list[int], int]
 
 
 def _row_rule(ends: list[int], total: int, n: int) -> list[int]:
-    """The cuts of the full-split rule over pieces ending at ``ends``: shard ``k`` ends at the piece
-    end nearest its target ``total*(k+1)/n`` (ties: before the piece that straddles it), never
-    empty, and early enough that every later shard still gets a piece.  Exact integer arithmetic."""
+    """The cuts of the full-split rule over pieces ending at ``ends``: shard ``k`` ends at the piece end nearest
+    its target ``total*(k+1)/n`` (ties: before the piece that straddles it), never empty, and early enough that
+    every later shard still gets a piece.  Exact integer arithmetic."""
     cuts: list[int] = []
     k = taken = cum = 0
     for seen, end in enumerate(ends):
@@ -188,8 +188,8 @@ def _row_rule(ends: list[int], total: int, n: int) -> list[int]:
 
 # -- the inputs ----------------------------------------------------------------------------------------
 def discover_inputs(dataset: Path, order: InputOrder = "sorted") -> list[InputItem]:
-    """One file, or every ``*.jsonl``/``*.jsonl.gz``/``*.jsonl.zst`` below a directory, sorted by relative
-    POSIX path (the same on every filesystem), or in Data-Juicer's order (``"data_juicer"``)."""
+    """One file, or every ``*.jsonl``/``*.jsonl.gz``/``*.jsonl.zst`` below a directory, sorted by relative POSIX
+    path (the same on every filesystem), or in Data-Juicer's order (``"data_juicer"``)."""
     if dataset.is_file():
         # A single file is JSONL whatever its name; only a .gz/.zst ending chooses a decoder.
         codec = input_codec(dataset.name) or {".gz": "gzip", ".zst": "zstd"}.get(dataset.suffix, "none")
@@ -219,9 +219,9 @@ def discover_inputs(dataset: Path, order: InputOrder = "sorted") -> list[InputIt
 
 
 def data_juicer_order(dataset: Path, found: list[InputItem]) -> list[InputItem]:
-    """``found`` in the order of Data-Juicer 1.6.1's default executor: ``Path.rglob("*")`` (the
-    filesystem's own order, which can differ between copies of the same files), grouped by suffix
-    (groups in order of their first file; ``utils/file_utils.find_files_with_suffix``)."""
+    """``found`` in the order of Data-Juicer 1.6.1's default executor: ``Path.rglob("*")`` (the filesystem's own
+    order, which can differ between copies of the same files), grouped by suffix (groups in order of their first
+    file; ``utils/file_utils.find_files_with_suffix``)."""
     by_path = {item.path: item for item in found}
     groups: dict[str, list[InputItem]] = {}
     for path in dataset.rglob("*"):

@@ -1,11 +1,11 @@
 """Prepare a job: plan its shards and publish the plan; the data is read by the scans.
 
-Preparing is the serial part of a job, so it is O(files + shards), never O(bytes): it checks the
-request, lists the inputs (sizes, mtimes), places the cuts at line ends (``shards.plan``), then
-publishes ``recipe.json`` and, last, ``plan.json`` with ``link()`` (first wins): its presence means
-"planned".  Preparing again with the same request is a no-op; with a different one, an error naming
-what changed.  Reading the data is one claimable scan per shard, done by every participant
-(``jobdir.scan_loop``); :func:`prepare_job` also scans every shard here (``dj-elastic prepare --scan``).
+Preparing is the serial part of a job, so it is O(files + shards), never O(bytes): it checks the request, lists
+the inputs (sizes, mtimes), places the cuts at line ends (``shards.plan``), then publishes ``recipe.json`` and,
+last, ``plan.json`` with ``link()`` (first wins): its presence means "planned".  Preparing again with the same
+request is a no-op; with a different one, an error naming what changed.  Reading the data is one claimable scan
+per shard, done by every participant (``jobdir.scan_loop``); :func:`prepare_job` also scans every shard here
+(``dj-elastic prepare --scan``).
 """
 
 from __future__ import annotations
@@ -92,10 +92,10 @@ class PrepareOutcome:
 def plan_job(request: PrepareRequest, *, complete: Callable[[], PrepareRequest] | None = None) -> PlanOutcome:
     """Plan ``request.job_dir`` (idempotent for an identical request) and publish the plan.
 
-    ``complete``: ``request`` is an early one whose input fields (:func:`input_fields`) are known but
-    whose recipe may not be yet (parsing it imports Data-Juicer, seconds): planning starts at once, and
-    ``complete()`` gives the whole request before anything is published or compared.  RequestChanged
-    (nothing published) when its input fields differ; the caller plans again with it.
+    ``complete``: ``request`` is an early one whose input fields (:func:`input_fields`) are known but whose recipe
+    may not be yet (parsing it imports Data-Juicer, seconds): planning starts at once, and ``complete()`` gives
+    the whole request before anything is published or compared.  RequestChanged (nothing published) when its input
+    fields differ; the caller plans again with it.
     """
     dataset, kind = _check_request(request)
     inputs = discover_inputs(dataset, request.input_order)

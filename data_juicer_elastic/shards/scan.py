@@ -1,14 +1,13 @@
 """Scan one shard: read its spans once, check every row, observe its row schema, hash, copy.
 
 The per-byte part of preparing a job, one claimable task per shard run by every participant
-(``jobdir.scan_loop``), so the fleet reads the input in parallel.  Per span: the file's size and
-mtime must still be the plan's (before and after the read); every line is judged by the row policy
-(``rows.jsonl.RowNormaliser``), the first bad one a *refusal* naming its line within the span
-(``jobdir.scans`` makes it ``file:line``); a line over ``max_line_bytes`` is refused as soon as
-that is known (memory stays about one line and a read block); the content (decoded bytes, a newline
-added after a file's last line that lacks one) is hashed and, with ``copy_shards``, copied; whether
-any row needs normalising when read is recorded, so readers of clean shards do no row work.  A
-refusal is deterministic, so the job is refused on every instance, before any shard runs.
+(``jobdir.scan_loop``), so the fleet reads the input in parallel.  Per span: the file's size and mtime must still
+be the plan's (before and after the read); every line is judged by the row policy (``rows.jsonl.RowNormaliser``),
+the first bad one a *refusal* naming its line within the span (``jobdir.scans`` makes it ``file:line``); a line
+over ``max_line_bytes`` is refused as soon as that is known (memory stays about one line and a read block); the
+content (decoded bytes, a newline added after a file's last line that lacks one) is hashed and, with
+``copy_shards``, copied; whether any row needs normalising when read is recorded, so readers of clean shards do no
+row work.  A refusal is deterministic, so the job is refused on every instance, before any shard runs.
 """
 
 from __future__ import annotations
@@ -53,9 +52,9 @@ class _Content:
 
 class ShardScanner:
     """``run_scan`` for the scan loop: ``scanner(task) -> ScanOutput``.  A shard of
-    ``row_checkers.MIN_PARALLEL_BYTES`` or more has its rows checked in helper processes (one per
-    core, kept for the worker's later scans); a block a helper does not prove clean takes the serial
-    path, which words the error."""
+    ``row_checkers.MIN_PARALLEL_BYTES`` or more has its rows checked in helper processes (one per core, kept for
+    the worker's later scans); a block a helper does not prove clean takes the serial path, which words the error.
+    """
 
     def __init__(self, processes: int | None = None, total_bytes: int | None = None):
         self.processes = processes  # None: one per usable core, for large shards
@@ -122,8 +121,8 @@ def run_scan(task: ScanTask) -> ScanOutput:
 
 
 class _SpanScan:
-    """One span: judged block by block, in helper processes when there are some (their
-    verdicts taken in order, a few blocks behind the reader), else here."""
+    """One span: judged block by block, in helper processes when there are some (their verdicts taken in order, a
+    few blocks behind the reader), else here."""
 
     def __init__(self, number, span, task, schema, content, checkers):
         self.number, self.span, self.content, self.checkers = number, span, content, checkers

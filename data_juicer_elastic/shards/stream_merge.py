@@ -1,22 +1,21 @@
 """Streaming ordered merge: publish the finished prefix of the merged output while shards complete.
 
-A follower (``dj-elastic merge --follow``, or every instance of a run with ``export_layout: file``
-and ``elastic.stream_merge`` on) appends each accepted shard output, validated as :mod:`merge`
-does, to ``<export>.partial`` once every shard before it is merged (its row stats to
-``<stem>_stats.jsonl.partial``), fsyncs, then replaces ``<export>.progress.json``: readers may read
-``bytes_final`` bytes of the partial, which never change (the consumer contract is in
-docs/input-format.md).  When complete, the partial is linked to the export path (the same inode)
-and merge.json written as by :func:`merge.merge_job`; the quarantine file is written whole then.
+A follower (``dj-elastic merge --follow``, or every instance of a run with ``export_layout: file`` and
+``elastic.stream_merge`` on) appends each accepted shard output, validated as :mod:`merge` does, to
+``<export>.partial`` once every shard before it is merged (its row stats to ``<stem>_stats.jsonl.partial``),
+fsyncs, then replaces ``<export>.progress.json``: readers may read ``bytes_final`` bytes of the partial, which
+never change (the consumer contract is in docs/input-format.md).  When complete, the partial is linked to the
+export path (the same inode) and merge.json written as by :func:`merge.merge_job`; the quarantine file is written
+whole then.
 
-Crash and resume: bytes past the final ones may be a torn shard; a new follower truncates them,
-re-hashes the prefixes against the record (starting over when one does not match, or a shard it
-names ran again) and continues.  A prefix holding every shard, in files whose size and mtime are
-still those recorded, is not read again: each shard was validated and hashed as it was appended
-and fsynced before the record said so (``dj-elastic verify`` re-hashes the export; an edit that
-restores size and mtime is caught only there).  The row stats are published from their partial
-only when it holds exactly the accepted stats files' bytes, else written whole.  One writer per
-partial (``partial_files.PartialLock``); a follower that does not publish finds a completed record
-and returns at once.
+Crash and resume: bytes past the final ones may be a torn shard; a new follower truncates them, re-hashes the
+prefixes against the record (starting over when one does not match, or a shard it names ran again) and continues.
+A prefix holding every shard, in files whose size and mtime are still those recorded, is not read again: each
+shard was validated and hashed as it was appended and fsynced before the record said so (``dj-elastic verify``
+re-hashes the export; an edit that restores size and mtime is caught only there).  The row stats are published
+from their partial only when it holds exactly the accepted stats files' bytes, else written whole.  One writer per
+partial (``partial_files.PartialLock``); a follower that does not publish finds a completed record and returns at
+once.
 """
 
 from __future__ import annotations
@@ -109,11 +108,10 @@ def follow_merge(
     publish: bool = True,
     on_progress: Callable[[MergeProgress], None] | None = None,
 ) -> MergeResult | None:
-    """Merge shards in manifest order as they complete, publishing the final prefix as it grows.
-    ``wait=False`` fails like :func:`merge.merge_job` on a missing shard; ``wait=True`` polls every
-    ``poll_secs`` until all are merged or ``stop`` is set (then None, the partial resumable).  A
-    terminally failed shard ends it with the job's error.  ``publish=False`` stops after the last
-    shard (the run's elected finalize publishes)."""
+    """Merge shards in manifest order as they complete, publishing the final prefix as it grows.  ``wait=False``
+    fails like :func:`merge.merge_job` on a missing shard; ``wait=True`` polls every ``poll_secs`` until all are
+    merged or ``stop`` is set (then None, the partial resumable).  A terminally failed shard ends it with the
+    job's error.  ``publish=False`` stops after the last shard (the run's elected finalize publishes)."""
     layout = JobLayout(Path(os.path.abspath(job_dir)))
     manifest = load_manifest(layout.root)
     confine.check_layout(layout)  # merge.json and stats/ are written into it, as by merge_job
@@ -216,8 +214,8 @@ def _append(layout: JobLayout, run: _Run, entry: ShardEntry, result: ShardResult
 
 
 def _streamed_row_stats(run: _Run, results: list, output: Path) -> StagedFile | None:
-    """The row stats' partial as the file to publish, when it holds exactly the accepted row stats
-    files (each validated as it was appended); None: write them whole instead."""
+    """The row stats' partial as the file to publish, when it holds exactly the accepted row stats files (each
+    validated as it was appended); None: write them whole instead."""
     with_stats = [r.row_stats for _, r in results if r.row_stats is not None]
     missing = [r for _, r in results if r.row_stats is None and r.rows]
     if run.stats is None or not with_stats or missing or run.stats.bytes != sum(s.bytes for s in with_stats):

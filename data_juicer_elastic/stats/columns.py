@@ -1,18 +1,17 @@
 """One mergeable summary per stats column, and the row collector that fills them.
 
-Which columns, and how, follows Data-Juicer 1.6.1's ``OverallAnalysis`` (what
-``dj-analyze`` writes to ``overall.csv``):
+Which columns, and how, follows Data-Juicer 1.6.1's ``OverallAnalysis`` (what ``dj-analyze`` writes to
+``overall.csv``):
 
-* every key of a row's ``__dj__stats__`` object, then every key of its
-  ``__dj__meta__`` object that starts with ``__dj__`` (tags);
+* every key of a row's ``__dj__stats__`` object, then every key of its ``__dj__meta__`` object that starts with
+  ``__dj__`` (tags);
 * a missing key or ``null`` is a missing value (pandas NaN: not counted);
 * numbers -> count, mean, std, min, quantiles, max (exact moments + a sketch);
-* strings, or booleans -> count, unique, top, freq (exact value counts, while a
-  column has at most MAX_DISTINCT distinct values; past that only count is kept);
+* strings, or booleans -> count, unique, top, freq (exact value counts, while a column has at most MAX_DISTINCT
+  distinct values; past that only count is kept);
 * lists are flattened first, as ``explode()`` does (an empty list is one missing value);
-* objects, lists of lists/objects, and columns mixing kinds (numbers with
-  strings, lists with scalars) are skipped, with the reason recorded
-  (``dj-analyze`` skips the first two too, and cannot load the last).
+* objects, lists of lists/objects, and columns mixing kinds (numbers with strings, lists with scalars) are
+  skipped, with the reason recorded (``dj-analyze`` skips the first two too, and cannot load the last).
 """
 
 from __future__ import annotations
@@ -140,9 +139,9 @@ _FAST_TYPES: Final = {ColumnKind.NUMERIC: _NUMBER_TYPES, ColumnKind.CATEGORICAL:
 class _Pending:
     """Values of one column not yet folded into its summary (cheap per-row appends).
 
-    ``fast`` holds the exact Python types a single value may have to skip the kind/shape checks
-    (set once the column is known to be scalar of that kind): the per-row cost of a summary is
-    mostly these checks, and a stat column almost never changes type.
+    ``fast`` holds the exact Python types a single value may have to skip the kind/shape checks (set once the
+    column is known to be scalar of that kind): the per-row cost of a summary is mostly these checks, and a stat
+    column almost never changes type.
     """
 
     __slots__ = ("numbers", "categories", "fast")

@@ -1,14 +1,12 @@
 """Finalize's overall statistics: the per-shard summaries merged in shard order.
 
-Nothing here reads the merged file.  Each accepted result points at its
-summary (``ShardResult.stats``); a summary that is missing, altered (sha256),
-or describes other rows than the accepted output is recomputed from that one
+Nothing here reads the merged file.  Each accepted result points at its summary (``ShardResult.stats``); a summary
+that is missing, altered (sha256), or describes other rows than the accepted output is recomputed from that one
 shard's output instead, and the JSON names those shards.
 
-Written to ``<job_dir>/stats/overall.{json,csv}`` and next to the export path
-as ``<stem>_overall_stats.{json,csv}``.  The CSV has the shape of
-``dj-analyze``'s ``overall.csv`` (one column per stat; rows count, mean, std,
-min, percentiles, max for numbers; count, unique, top, freq for strings).
+Written to ``<job_dir>/stats/overall.{json,csv}`` and next to the export path as
+``<stem>_overall_stats.{json,csv}``.  The CSV has the shape of ``dj-analyze``'s ``overall.csv`` (one column per
+stat; rows count, mean, std, min, percentiles, max for numbers; count, unique, top, freq for strings).
 """
 
 from __future__ import annotations
@@ -203,8 +201,8 @@ def overall_record(
 
 
 def overall_csv(merged: StatsSummary, percentiles: Sequence[float]) -> str:
-    """The table dj-analyze writes, built the way OverallAnalysis builds it (a describe() Series
-    per column, ``DataFrame(...).T``), so labels, row order and number formatting are pandas' own."""
+    """The table dj-analyze writes, built the way OverallAnalysis builds it (a describe() Series per column,
+    ``DataFrame(...).T``), so labels, row order and number formatting are pandas' own."""
     import pandas as pd
 
     series = []

@@ -1,12 +1,12 @@
 """Mergeable quantile sketch of one numeric column (DDSketch, relative-value accuracy).
 
-Why DDSketch (the ``ddsketch`` package): its guarantee is deterministic (every value ``v`` is kept
-in a logarithmic bin whose representative ``r`` has ``|r - v| <= ALPHA * |v|``; zero exactly), and
-merging adds bin counts, so the sketch of any split of the rows, merged in any order, is identical
-to the sketch of all rows: finalize gives the same numbers however the job was sharded (a
-randomized sketch such as KLL would not).  Quantiles follow pandas' default (what ``dj-analyze``'s
-``overall.csv`` uses): ``h = q * (n - 1)``, interpolating between the values at ranks ``floor(h)``
-and ``ceil(h)``; the sketch interpolates between those ranks' representatives, so
+Why DDSketch (the ``ddsketch`` package): its guarantee is deterministic (every value ``v`` is kept in a
+logarithmic bin whose representative ``r`` has ``|r - v| <= ALPHA * |v|``; zero exactly), and merging adds bin
+counts, so the sketch of any split of the rows, merged in any order, is identical to the sketch of all rows:
+finalize gives the same numbers however the job was sharded (a randomized sketch such as KLL would not).
+Quantiles follow pandas' default (what ``dj-analyze``'s ``overall.csv`` uses): ``h = q * (n - 1)``, interpolating
+between the values at ranks ``floor(h)`` and ``ceil(h)``; the sketch interpolates between those ranks'
+representatives, so
 
     |sketch quantile - pandas quantile| <= ALPHA * max(|x[floor(h)]|, |x[ceil(h)]|)
 
@@ -29,8 +29,8 @@ ALPHA: Final = 0.01  # relative accuracy of every quantile value (see the module
 
 
 class QuantileSketch:
-    """DDSketch's pieces (logarithmic mapping, dense bin stores) with an integer-rank query,
-    numpy bulk adds and a JSON encoding."""
+    """DDSketch's pieces (logarithmic mapping, dense bin stores) with an integer-rank query, numpy bulk adds and a
+    JSON encoding."""
 
     def __init__(self, alpha: float = ALPHA):
         self.alpha = alpha
