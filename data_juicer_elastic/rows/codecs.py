@@ -17,7 +17,6 @@ import queue
 import threading
 import zlib
 from collections.abc import Callable, Iterator
-from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, Final, Literal, TypeVar, get_args
 
@@ -191,28 +190,6 @@ class BackgroundIO:
     def close(self) -> None:
         self._tasks.put(None)
         self._thread.join()
-
-
-class Syncer:
-    """fsync on a helper thread, so the disk's writeback overlaps parsing and writing; :meth:`wait` raises the
-    first error, naming the file."""
-
-    def __init__(self) -> None:
-        self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="dj-elastic-fsync")
-        self._futures: list[Future[None]] = []
-
-    def fsync(self, path: Path) -> None:
-        self._futures.append(self._pool.submit(fsio.fsync_file, path))
-
-    def wait(self) -> None:
-        try:
-            for future in self._futures:
-                future.result()
-        finally:
-            self._futures.clear()
-
-    def close(self) -> None:
-        self._pool.shutdown(wait=True)
 
 
 # -- shard writers ----------------------------------------------------------------------------

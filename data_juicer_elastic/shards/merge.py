@@ -15,6 +15,7 @@ import secrets
 import stat
 import time
 from collections.abc import Callable, Iterable, Mapping
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
@@ -30,7 +31,7 @@ from data_juicer_elastic.jobdir.records import Manifest, ShardEntry
 from data_juicer_elastic.jobdir.result_records import MergedShard, MergeRecord, ShardResult
 from data_juicer_elastic.jobdir.row_stats import MergedSideFile, export_stats_path
 from data_juicer_elastic.jobdir.shard_state import ShardState, decide_state, read_markers
-from data_juicer_elastic.rows.codecs import BackgroundIO, Syncer
+from data_juicer_elastic.rows.codecs import BackgroundIO
 from data_juicer_elastic.shards import steps
 from data_juicer_elastic.sharedfs import checked_writer, fault_seam, fsio
 from data_juicer_elastic.sharedfs.identity import kernel_tag, pid_alive
@@ -262,16 +263,22 @@ class OutputAppender:
         self.digest = digest if digest is not None else hashlib.sha256()
         self.bytes = 0
         self._io = BackgroundIO()
-        self._sync_path, self._syncer, self._unsynced = sync_path, Syncer() if sync_path else None, 0
+        self._sync_path, self._unsynced, self._synced = sync_path, 0, None  # _synced: the early fsync in flight
+        self._fsync = ThreadPoolExecutor(1, thread_name_prefix="dj-elastic-fsync") if sync_path else None
 
     def _write(self, block: bytes) -> None:
         self.digest.update(block)
         self.writer.write(block)
         self._unsynced += len(block)
-        if self._syncer is not None and self._unsynced >= SYNC_EVERY:
-            self._syncer.wait()  # at most one early fsync in flight
-            self._syncer.fsync(self._sync_path)
+        if self._fsync is not None and self._unsynced >= SYNC_EVERY:
+            self._wait_sync()  # at most one early fsync in flight
+            self._synced = self._fsync.submit(fsio.fsync_file, self._sync_path)
             self._unsynced = 0
+
+    def _wait_sync(self) -> None:
+        synced, self._synced = self._synced, None
+        if synced is not None:
+            synced.result()  # raises the fsync's error, naming the file
 
     def append(self, block: bytes) -> None:
         self.bytes += len(block)
@@ -289,12 +296,12 @@ class OutputAppender:
         self.writer.finish()
 
     def _close_syncer(self) -> None:
-        if self._syncer is not None:
+        if self._fsync is not None:
             try:
-                self._syncer.wait()
+                self._wait_sync()
             finally:
-                self._syncer.close()
-                self._syncer = None
+                self._fsync.shutdown(wait=True)
+                self._fsync = None
 
     def abort(self) -> None:
         with contextlib.suppress(BaseException):  # aborting already: the caller's error is the one to see
@@ -365,20 +372,15 @@ def publish_output(tmp: Path, output: Path, overwrite: bool) -> bool:
                 where=str(output),
                 hint="remove the link, or set overwrite to replace the link itself (its target is left alone)",
             )
-        fsio.replace(tmp, output)
-        return True
-    if fsio.exists(output):
+    elif fsio.exists(output):
         if fsio.same_bytes(tmp, output):
             return False
         refuse_if_different(tmp, output, overwrite)  # it is different: refused unless overwrite
-        fsio.replace(tmp, output)
+    elif fsio.publish_exclusive(tmp, output):  # link(): two concurrent mergers cannot both think they created it
         return True
-    # link(): two concurrent mergers cannot both think they created the file.
-    if fsio.publish_exclusive(tmp, output):
-        return True
-    if overwrite:
-        fsio.replace(tmp, output)
-        return True
-    raise OutputExistsError(
-        "a different file appeared at the export path while merging", where=str(output), hint="choose another path"
-    )
+    elif not overwrite:
+        raise OutputExistsError(
+            "a different file appeared at the export path while merging", where=str(output), hint="choose another path"
+        )
+    fsio.replace(tmp, output)
+    return True
