@@ -26,20 +26,13 @@ from data_juicer_elastic.sharedfs import checked_writer, fsio
 Codec = Literal["none", "gzip", "zstd"]
 CODECS: Final[tuple[Codec, ...]] = get_args(Codec)
 SHARD_SUFFIX: Final[dict[str, str]] = {"none": ".jsonl", "gzip": ".jsonl.gz", "zstd": ".jsonl.zst"}
-INPUT_SUFFIXES: Final[tuple[tuple[str, Codec], ...]] = (
-    (".jsonl", "none"),
-    (".jsonl.gz", "gzip"),
-    (".jsonl.zst", "zstd"),
-)
 READ_BYTES: Final = 8 * 1024 * 1024
-_GZIP_LEVEL: Final = 1
-_ZSTD_LEVEL: Final = 3
 _PREFETCH_DEPTH: Final = 3
 
 
 def input_codec(name: str) -> Codec | None:
     """The codec of an input file name, None when it is not a JSONL input."""
-    return next((codec for suffix, codec in INPUT_SUFFIXES if name.endswith(suffix)), None)
+    return next((codec for codec, suffix in SHARD_SUFFIX.items() if name.endswith(suffix)), None)
 
 
 class _CountingFile:
@@ -92,15 +85,13 @@ def _decompress(raw: _CountingFile, codec: Codec, block: int) -> Iterator[bytes]
     if codec == "gzip":
         # GzipFile reads every member and checks each CRC and length; bounded reads keep
         # a small, highly compressed file from expanding into memory at once.
-        with gzip.GzipFile(fileobj=raw, mode="rb") as stream:  # type: ignore[arg-type]
-            while data := stream.read(block):
-                yield data
-        return
-    # Arrow's zstd stream reads every frame, bounds each read, and - unlike python-zstandard's
-    # stream reader - reports a truncated last frame instead of ending quietly.
-    import pyarrow
+        stream = gzip.GzipFile(fileobj=raw, mode="rb")  # type: ignore[arg-type]
+    else:
+        # Arrow's zstd stream reads every frame, bounds each read, and - unlike python-zstandard's
+        # stream reader - reports a truncated last frame instead of ending quietly.
+        import pyarrow
 
-    stream = pyarrow.CompressedInputStream(pyarrow.PythonFile(raw, mode="r"), "zstd")
+        stream = pyarrow.CompressedInputStream(pyarrow.PythonFile(raw, mode="r"), "zstd")
     with stream:
         while data := stream.read(block):
             yield data
@@ -231,7 +222,7 @@ def _compressor(codec: Codec) -> Any:
         return None
     if codec == "gzip":
         # wbits 31: a gzip wrapper whose header carries no name and mtime 0 (deterministic).
-        return zlib.compressobj(_GZIP_LEVEL, zlib.DEFLATED, 31)
+        return zlib.compressobj(1, zlib.DEFLATED, 31)
     import zstandard
 
-    return zstandard.ZstdCompressor(level=_ZSTD_LEVEL, threads=0, write_content_size=False).compressobj()
+    return zstandard.ZstdCompressor(level=3, threads=0, write_content_size=False).compressobj()

@@ -201,18 +201,11 @@ def _unchanged(number: int, span: SourceSpan, when: str) -> None:
 
 
 def _changed(number: int, what: str) -> ScanRefused:
-    return ScanRefused(
-        ScanRefusal(
-            span=number,
-            line=None,
-            message=f"input changed since the job was planned ({what})",
-            hint="stop whatever writes the input and prepare a new job_dir",
-            error_type=InputChangedError.__name__,
-        )
-    )
+    hint = "stop whatever writes the input and prepare a new job_dir"
+    return _refusal(number, None, InputChangedError(f"input changed since the job was planned ({what})", hint=hint))
 
 
-def _refusal(number: int, line: int | None, exc: InputError) -> ScanRefused:
+def _refusal(number: int, line: int | None, exc: InputError | InputChangedError) -> ScanRefused:
     return ScanRefused(ScanRefusal(number, line, exc.message, exc.hint, type(exc).__name__))
 
 
