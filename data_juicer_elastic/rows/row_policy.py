@@ -1,20 +1,11 @@
 """The row policy for user JSONL: one JSON object per line, judged the same by every parser.
 
-:func:`reference_row` (the standard library's ``json`` with strict hooks) *is* the policy (the table in
-``docs/input-format.md``).  :class:`FastJudge` is the accelerator: it accepts only what it can prove the reference
-accepts, and leaves everything else to it.  Two C-speed parsers split the proof between them, each covering what
-the other gets wrong:
-
-* jiter (pydantic's parser) builds the row and refuses duplicate keys at any depth, NaN/Infinity, lone surrogates,
-  invalid UTF-8, integers past Python's 4300-digit limit and nesting past its recursion limit (checked at import
-  to be below :data:`MAX_DEPTH`); but it reads a double overflow (``1e400``) as ``inf``, which the reference
-  refuses;
-* simdjson validates the same bytes without building anything (~4 GB/s) and refuses every double overflow (and
-  integers beyond 64 bits, which the reference accepts: those rows simply take the reference path, which keeps
-  them exact).
-
-A row both accept is a row the reference accepts; the tests hold the three to one table and compare them on
-arbitrary token soups.
+:func:`reference_row` (``json`` with strict hooks) *is* the policy (the table in ``docs/input-format.md``).
+:class:`FastJudge` accepts only what it can prove the reference accepts, with two C-speed parsers each covering
+what the other gets wrong: jiter builds the row and refuses duplicate keys, NaN/Infinity, lone surrogates,
+invalid UTF-8, huge integers and deep nesting, but reads ``1e400`` as ``inf``; simdjson refuses every double
+overflow (and integers beyond 64 bits, which then take the exact reference path).  A row both accept is a row the
+reference accepts.
 """
 
 from __future__ import annotations

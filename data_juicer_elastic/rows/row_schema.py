@@ -1,19 +1,11 @@
 """The row schema: the JSON type of every key, decided once over the whole input at prepare.
 
-Why: Arrow (and so Ray Data and Data-Juicer's Ray executor) types a JSON column from the rows it sees together, so
-one shard's ``score`` is ``int64`` and another's ``double``, a key absent from a shard is no column there, and the
-same input gives different rows for different ``num_shards``.  Prepare parses every row anyway, so it joins every
-value's JSON type here and publishes the result in the manifest; every shard is read with that one schema
-(``execution.shard_reader``), and the writer can tell what Arrow changed from what an operator changed
-(``execution.lossless``).
-
-The lattice (``join``): ``null`` joins anything; ``int`` (within int64) and ``float`` give ``float``; an integer
-outside int64 is ``float`` (as Arrow's JSON reader types it; the writer restores the exact integer); objects join
-field by field (keys in first-seen order), arrays element by element; anything else (a string with a number, a
-boolean with an integer, an object with an array) is ``json``: no Arrow type holds it, so its column carries
-Python objects.  Encoded in the manifest as: a leaf is its kind's name, an object
-``{"struct": [[key, type], ...]}``, an array ``{"list": type}``.  Observation order decides field order only,
-never a type, so joining block schemas in input order gives what observing every row in order gives.
+Why: Arrow (and so Ray Data) types a JSON column from the rows it sees together, so the same input would give
+different types for different ``num_shards``.  The scans join every value's JSON type here (the lattice: ``null``
+joins anything, ``int`` with ``float`` is ``float``, objects key by key, arrays element by element, anything else
+``json``), the manifest publishes the join, and every shard is read with it (``execution.shard_reader``).  Encoded
+as: a leaf is its kind's name, an object ``{"struct": [[key, type], ...]}``, an array ``{"list": type}``.
+Observation order decides field order only, never a type.  The rules are in docs/lossless.md.
 """
 
 from __future__ import annotations
@@ -29,7 +21,6 @@ INT: Final = "int"
 FLOAT: Final = "float"
 STRING: Final = "string"
 JSON: Final = "json"
-LEAVES: Final = frozenset({NULL, BOOL, INT, FLOAT, STRING, JSON})
 # Values nested deeper than this are typed ``json`` (their column carries Python objects):
 # it bounds this module's recursion (the row policy allows 512 levels) and Arrow's.
 MAX_TYPED_DEPTH: Final = 64
@@ -218,7 +209,8 @@ def _encode(t: Any) -> Any:
     return t
 
 
-_LEAF: Final = {name: name for name in LEAVES}  # the module's own string objects: types compare with `is`
+# the module's own string objects: types compare with `is`
+_LEAF: Final = {name: name for name in (NULL, BOOL, INT, FLOAT, STRING, JSON)}
 
 
 def _decode(data: Any) -> Any:

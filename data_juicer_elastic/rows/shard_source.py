@@ -1,12 +1,10 @@
 """Reading one shard's rows from where they are: byte ranges of the input files, or a copy.
 
-A shard is a list of spans (byte ranges of input files; a compressed file is one span, decoded whole) or, with
-``copy_shards``, a file in the job directory holding the same *content*: the spans' decoded bytes, a newline added
-after a span that ends its file without one.  Every read hashes that content and compares bytes and sha256 with
-the shard's scan at the end: an input changed after its scan is refused (InputChangedError naming the file and
-what changed), never run; :func:`check_source` compares sizes and mtimes with the plan first, so a visible change
-is refused before any read.  Rows the scan found needing normalisation are normalised here with the same
-``RowNormaliser``.
+A shard is a list of spans (byte ranges of input files; a compressed file is one span) or, with ``copy_shards``,
+a file holding the same *content* (the decoded bytes, a newline added after a file's last line that lacks one).
+Every read hashes the content and compares it with the scan's at the end, and :func:`check_source` compares sizes
+and mtimes before: a changed input is refused (InputChangedError), never run (docs/input-format.md).  Rows the
+scan found needing normalisation are normalised here with the same ``RowNormaliser``.
 """
 
 from __future__ import annotations

@@ -1,20 +1,11 @@
 """A job's result as a parts export: one part file per shard in a directory, published without copying.
 
-With ``elastic.export_layout: parts`` the export path names a directory::
-
-    <export>/part-00000-of-00032.jsonl   shard 0's accepted output (a hard link to it)
-    <export>/part-00000-of-00032.stats   its per-row stats, JSONL (when the recipe makes them)
-    ...
-    <export>/_index.dj-elastic           the parts in input order: rows, bytes, sha256 of each; totals
-
-Every output was validated when its attempt published it (``jobdir.attempts.publish_done``), so publication reads
-no byte of any output: it checks each file's place and size, hard-links it into a staging directory beside the
-export (a copy, hashed against the marker, only across filesystems: EXDEV), writes the index there last, and
-renames the staging directory into place: the export path shows nothing or a complete export.  Idempotent: this
-job's export already there (index, and every part of the right size) is left as it is (``written`` False);
-anything else is refused unless ``overwrite``, and ``jobdir.export_path.check_parts_target`` refuses links, files
-and foreign directories first, so ``overwrite`` only ever replaces an earlier parts export.  A part and the
-accepted output are one file: editing either edits both (``dj-elastic verify`` re-hashes them).
+Every output was validated when its attempt published it, so publication reads no byte of any output: each file
+(a part is the accepted output itself, hard-linked; copied and hashed only across filesystems) goes into a staging
+directory beside the export, the index ``_index.dj-elastic`` last, and the directory is renamed into place: the
+export path shows nothing or a complete export.  Idempotent: this job's export already there is left as it is;
+anything else is refused unless ``overwrite`` (and ``jobdir.export_path.check_parts_target`` refuses links, files
+and foreign directories first).  The layout and the steps are in docs/output-layouts.md.
 """
 
 from __future__ import annotations

@@ -1,13 +1,10 @@
 """Scan one shard: read its spans once, check every row, observe its row schema, hash, copy.
 
 The per-byte part of preparing a job, one claimable task per shard run by every participant
-(``jobdir.scan_loop``), so the fleet reads the input in parallel.  Per span: the file's size and mtime must still
-be the plan's (before and after the read); every line is judged by the row policy (``rows.jsonl.RowNormaliser``),
-the first bad one a *refusal* naming its line within the span (``jobdir.scans`` makes it ``file:line``); a line
-over ``max_line_bytes`` is refused as soon as that is known (memory stays about one line and a read block); the
-content (decoded bytes, a newline added after a file's last line that lacks one) is hashed and, with
-``copy_shards``, copied; whether any row needs normalising when read is recorded, so readers of clean shards do no
-row work.  A refusal is deterministic, so the job is refused on every instance, before any shard runs.
+(``jobdir.scan_loop``).  Each span's file must keep the plan's size and mtime; every line is judged by the row
+policy (``rows.jsonl.RowNormaliser``), the first bad one a deterministic *refusal* naming its line in the span
+(``jobdir.scans`` words it ``file:line``), so the job is refused on every instance before any shard runs; the
+content is hashed and, with ``copy_shards``, copied.  The steps are in docs/input-format.md ("Scan").
 """
 
 from __future__ import annotations

@@ -1,21 +1,12 @@
 """Streaming ordered merge: publish the finished prefix of the merged output while shards complete.
 
-A follower (``dj-elastic merge --follow``, or every instance of a run with ``export_layout: file`` and
-``elastic.stream_merge`` on) appends each accepted shard output, validated as :mod:`merge` does, to
-``<export>.partial`` once every shard before it is merged (its row stats to ``<stem>_stats.jsonl.partial``),
-fsyncs, then replaces ``<export>.progress.json``: readers may read ``bytes_final`` bytes of the partial, which
-never change (the consumer contract is in docs/input-format.md).  When complete, the partial is linked to the
-export path (the same inode) and merge.json written as by :func:`merge.merge_job`; the quarantine file is written
-whole then.
-
-Crash and resume: bytes past the final ones may be a torn shard; a new follower truncates them, re-hashes the
-prefixes against the record (starting over when one does not match, or a shard it names ran again) and continues.
-A prefix holding every shard, in files whose size and mtime are still those recorded, is not read again: each
-shard was validated and hashed as it was appended and fsynced before the record said so (``dj-elastic verify``
-re-hashes the export; an edit that restores size and mtime is caught only there).  The row stats are published
-from their partial only when it holds exactly the accepted stats files' bytes, else written whole.  One writer per
-partial (``partial_files.PartialLock``); a follower that does not publish finds a completed record and returns at
-once.
+A follower appends each accepted shard output (validated as :mod:`merge` does) to ``<export>.partial`` once
+every shard before it is merged, its row stats to ``<stem>_stats.jsonl.partial``, fsyncs, then replaces
+``<export>.progress.json``: its ``bytes_final`` bytes are final.  On resume, bytes past them (a torn shard) are
+truncated and the prefix re-hashed against the record, unless it holds every shard and the file keeps its
+recorded size and mtime (each shard was validated and hashed as it was appended; ``dj-elastic verify`` re-hashes
+the export).  One writer per partial (``partial_files.PartialLock``).  The consumer contract and the crash and
+resume rules are in docs/input-format.md ("Streaming ordered merge").
 """
 
 from __future__ import annotations
@@ -263,11 +254,8 @@ def _resume(layout: JobLayout, manifest: Manifest, output: Path, partial: Path, 
 
 def _still_accepted(layout: JobLayout, shards: list[MergedShard]) -> bool:
     """Whether each merged shard is still its shard's accepted result (not requeued and run again)."""
-    for shard in shards:
-        result = read_markers(layout, shard.shard_id).result
-        if result is None or (result.attempt_id, result.sha256) != (shard.attempt_id, shard.sha256):
-            return False
-    return True
+    results = ((read_markers(layout, shard.shard_id).result, shard) for shard in shards)
+    return all(r is not None and (r.attempt_id, r.sha256) == (s.attempt_id, s.sha256) for r, s in results)
 
 
 def _publish_progress(run: _Run, manifest: Manifest, *, complete: bool, on_progress) -> None:

@@ -1,17 +1,10 @@
 """One mergeable summary per stats column, and the row collector that fills them.
 
-Which columns, and how, follows Data-Juicer 1.6.1's ``OverallAnalysis`` (what ``dj-analyze`` writes to
-``overall.csv``):
-
-* every key of a row's ``__dj__stats__`` object, then every key of its ``__dj__meta__`` object that starts with
-  ``__dj__`` (tags);
-* a missing key or ``null`` is a missing value (pandas NaN: not counted);
-* numbers -> count, mean, std, min, quantiles, max (exact moments + a sketch);
-* strings, or booleans -> count, unique, top, freq (exact value counts, while a column has at most MAX_DISTINCT
-  distinct values; past that only count is kept);
-* lists are flattened first, as ``explode()`` does (an empty list is one missing value);
-* objects, lists of lists/objects, and columns mixing kinds (numbers with strings, lists with scalars) are
-  skipped, with the reason recorded (``dj-analyze`` skips the first two too, and cannot load the last).
+Columns and their treatment follow Data-Juicer 1.6.1's ``OverallAnalysis`` (``dj-analyze``'s
+``overall.csv``): every key of ``__dj__stats__``, then the ``__dj__``-prefixed keys of ``__dj__meta__``; null
+or missing is not counted; numbers get exact moments and a sketch, strings and booleans exact value counts (up
+to MAX_DISTINCT distinct values), lists are flattened first; objects, nested lists and mixed kinds are skipped
+with the reason.  The table is in docs/analysis.md.
 """
 
 from __future__ import annotations

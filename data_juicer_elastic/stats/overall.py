@@ -1,12 +1,8 @@
-"""Finalize's overall statistics: the per-shard summaries merged in shard order.
+"""Finalize's overall statistics: the per-shard summaries merged in shard order, never the merged file.
 
-Nothing here reads the merged file.  Each accepted result points at its summary (``ShardResult.stats``); a summary
-that is missing, altered (sha256), or describes other rows than the accepted output is recomputed from that one
-shard's output instead, and the JSON names those shards.
-
-Written to ``<job_dir>/stats/overall.{json,csv}`` and next to the export path as
-``<stem>_overall_stats.{json,csv}``.  The CSV has the shape of ``dj-analyze``'s ``overall.csv`` (one column per
-stat; rows count, mean, std, min, percentiles, max for numbers; count, unique, top, freq for strings).
+A summary that is missing, altered (sha256), or about other rows than the accepted output is recomputed from that
+shard's output, and the JSON names those shards.  Written to ``<job_dir>/stats/overall.{json,csv}`` and beside
+the export as ``<stem>_overall_stats.{json,csv}``; the CSV has the shape of ``dj-analyze``'s ``overall.csv``.
 """
 
 from __future__ import annotations

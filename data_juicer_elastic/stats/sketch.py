@@ -1,17 +1,9 @@
-"""Mergeable quantile sketch of one numeric column (DDSketch, relative-value accuracy).
+"""Mergeable quantile sketch of one numeric column (DDSketch, relative-value accuracy ALPHA).
 
-Why DDSketch (the ``ddsketch`` package): its guarantee is deterministic (every value ``v`` is kept in a
-logarithmic bin whose representative ``r`` has ``|r - v| <= ALPHA * |v|``; zero exactly), and merging adds bin
-counts, so the sketch of any split of the rows, merged in any order, is identical to the sketch of all rows:
-finalize gives the same numbers however the job was sharded (a randomized sketch such as KLL would not).
-Quantiles follow pandas' default (what ``dj-analyze``'s ``overall.csv`` uses): ``h = q * (n - 1)``, interpolating
-between the values at ranks ``floor(h)`` and ``ceil(h)``; the sketch interpolates between those ranks'
-representatives, so
-
-    |sketch quantile - pandas quantile| <= ALPHA * max(|x[floor(h)]|, |x[ceil(h)]|)
-
-(then clamped into the exact [min, max], which only moves it closer).  Memory: one bin per factor
-``(1+ALPHA)/(1-ALPHA)`` of value range, about 350 bins for values from 10 to 10,000 at ALPHA = 1%.
+DDSketch because its bound is deterministic (every value within ALPHA of its bin's representative) and merging
+adds bin counts, so the sketch of any split of the rows is identical to that of all rows: finalize gives the same
+numbers however the job was sharded.  Quantiles interpolate between the representatives of ranks ``floor(h)`` and
+``ceil(h)``, ``h = q * (n - 1)``, as pandas does; the bound this gives is in docs/analysis.md.
 """
 
 from __future__ import annotations
