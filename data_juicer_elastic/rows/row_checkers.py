@@ -167,12 +167,6 @@ class RowCheckers:
                 child.wait()
             child.stdout.close()
 
-    def __enter__(self) -> RowCheckers:
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.close()
-
 
 def _write_all(stream, data: bytes | memoryview) -> None:
     """An unbuffered pipe may take part of a large write; hand it the rest until it took all."""

@@ -19,7 +19,7 @@ import numpy as np
 
 from data_juicer_elastic.jobdir.row_stats import META_FIELD, STATS_FIELD
 from data_juicer_elastic.stats.moments import Moments
-from data_juicer_elastic.stats.sketch import ALPHA, QuantileSketch
+from data_juicer_elastic.stats.sketch import QuantileSketch
 
 TAG_PREFIX: Final = "__dj__"  # Data-Juicer's DEFAULT_PREFIX: only such meta keys are analysed
 MAX_DISTINCT: Final = 10_000  # exact value counts per categorical column, beyond which unique/top/freq are unknown
@@ -148,8 +148,7 @@ class _Pending:
 class StatsCollector:
     """Feed it every output row (``add_row``); ``columns()`` gives the summaries in first-seen order."""
 
-    def __init__(self, alpha: float = ALPHA):
-        self.alpha = alpha
+    def __init__(self) -> None:
         self.rows = 0
         self._columns: dict[tuple[str, str], ColumnSummary] = {}
         self._pending: dict[tuple[str, str], _Pending] = {}
@@ -181,7 +180,7 @@ class StatsCollector:
             return
         column = self._columns.get(key)
         if column is None:
-            column = self._columns[key] = ColumnSummary(source, name, sketch=QuantileSketch(self.alpha))
+            column = self._columns[key] = ColumnSummary(source, name)
             pending = self._pending[key] = _Pending()
         if value is None or column.kind is ColumnKind.SKIPPED:
             return
