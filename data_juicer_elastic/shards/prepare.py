@@ -270,17 +270,15 @@ def _check_existing(
     layout: JobLayout, request: PrepareRequest, dataset: Path, rhash: str, inputs: list[InputItem]
 ) -> JobPlan:
     plan = load_plan(layout.root)
-    differences = []
-    for name, old, new in (
+    compared = (
         ("dataset_path", plan.dataset_path, str(dataset)),
         ("num_shards", plan.num_shards, request.num_shards),
         ("media_keys", plan.media_keys, _media_keys(request)),
         ("index_key", plan.index_key, request.index_key),
         ("shard_codec", plan.shard_codec, request.shard_codec),
         ("copy_shards", plan.copy_shards, request.copy_shards),
-    ):
-        if old != new:
-            differences.append(f"{name} was {old!r}, now {new!r}")
+    )
+    differences = [f"{name} was {old!r}, now {new!r}" for name, old, new in compared if old != new]
     differences += recipe_differences(plan, request.recipe, rhash, request.stage_identities, request.versions)
     old_order, new_order = [f.relpath for f in plan.inputs], [i.relpath for i in inputs]
     if old_order != new_order and sorted(old_order) == sorted(new_order):
