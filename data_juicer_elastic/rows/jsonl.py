@@ -122,7 +122,7 @@ class RowNormaliser:
         for i, line in enumerate(lines):
             obj = judge(line) if line[-1:] == b"}" and line[:1] == b"{" else None
             if obj is None:
-                new = self._row(line, None, self.rows + i)  # judged alone, fully
+                new = self._row(line, self.rows + i)  # judged alone, fully
             elif needs_rows:
                 new = self._normalise(line, obj, self.rows + i)
             else:
@@ -135,22 +135,18 @@ class RowNormaliser:
         self.rows += len(lines)
         return out
 
-    def _row(self, line: bytes, obj: dict[str, Any] | None, row_in_file: int) -> bytes:
-        """The slow path of one line: strip, judge by the reference if needed, normalise."""
-        body = line
+    def _row(self, line: bytes, row_in_file: int) -> bytes:
+        """The slow path of one line: strip, judge (by the reference if need be), normalise."""
+        body = _strip(line, first=self.file_start and row_in_file == 0)
+        where = f"{self.display}:{row_in_file + 1}"
+        if not body:
+            raise InputError("blank line", where=where, hint="remove empty lines; every line must be one JSON object")
+        obj = self._judge.row(body)
         if obj is None:
-            body = _strip(line, first=self.file_start and row_in_file == 0)
-            where = f"{self.display}:{row_in_file + 1}"
-            if not body:
-                raise InputError(
-                    "blank line", where=where, hint="remove empty lines; every line must be one JSON object"
-                )
-            obj = self._judge.row(body)
-            if obj is None:
-                try:
-                    obj = reference_row(body)
-                except (RowError, ValueError) as exc:
-                    raise InputError(str(exc), where=where) from None
+            try:
+                obj = reference_row(body)
+            except (RowError, ValueError) as exc:
+                raise InputError(str(exc), where=where) from None
         return self._normalise(body, obj, row_in_file)
 
     def _normalise(self, body: bytes, obj: dict[str, Any], row_in_file: int) -> bytes:

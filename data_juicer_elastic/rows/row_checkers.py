@@ -14,6 +14,7 @@ it faster.)
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import queue
@@ -85,9 +86,8 @@ class RowCheckers:
                 self._failure = exc
                 break
             self._children.append(child)
-            thread = threading.Thread(target=self._serve, args=(child, config), name=f"dj-elastic-check-{i}")
-            thread.daemon = True
-            self._threads.append(thread)
+            name = f"dj-elastic-check-{i}"
+            self._threads.append(threading.Thread(target=self._serve, args=(child, config), name=name, daemon=True))
         self._alive = len(self._threads)
         for thread in self._threads:
             thread.start()
@@ -156,10 +156,8 @@ class RowCheckers:
         for thread in self._threads:
             thread.join(timeout=10)
         for child in self._children:
-            try:
+            with contextlib.suppress(OSError):
                 child.stdin.close()
-            except OSError:
-                pass
             try:
                 child.wait(timeout=10)
             except subprocess.TimeoutExpired:
