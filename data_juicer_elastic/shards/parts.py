@@ -85,7 +85,12 @@ def publish_parts(job_dir: str | Path, export_dir: str | Path, overwrite: bool =
     written = found != IDENTICAL
     if written:
         if found is not None and not overwrite:
-            raise _different(target, found)
+            raise OutputExistsError(
+                f"a different parts export is at the export path: {found}",
+                where=str(target),
+                hint="set overwrite (elastic.overwrite_output / --overwrite) to replace it, or choose another "
+                "directory; `dj-elastic verify` checks an export fully",
+            )
         _stage_and_publish(layout, target, data, planned, replace=found is not None)
     merged = [MergedShard(p.shard_id, p.attempt_id, p.rows, p.bytes, p.sha256) for p in (e.part for e in planned)]
     sha = hashlib.sha256(data).hexdigest()
@@ -213,15 +218,6 @@ def _index_difference(target: Path, data: bytes, parts: list[ExportPart]) -> str
     if len(found.parts) != len(parts):
         return f"it has {len(found.parts)} parts, this job {len(parts)}"
     return "its index differs from this job's"
-
-
-def _different(target: Path, how: str) -> OutputExistsError:
-    return OutputExistsError(
-        f"a different parts export is at the export path: {how}",
-        where=str(target),
-        hint="set overwrite (elastic.overwrite_output / --overwrite) to replace it, or choose another directory; "
-        "`dj-elastic verify` checks an export fully",
-    )
 
 
 def _stage_and_publish(

@@ -81,10 +81,6 @@ class ColumnSummary:
             self.kind = kind
         return True
 
-    def add_numeric(self, values: np.ndarray) -> None:
-        self.moments = self.moments.merge(Moments.of(values))
-        self.sketch.add_array(values)
-
     def add_categories(self, counts: Iterable[tuple[Any, int]]) -> None:
         for value, count in counts:
             self.categorical_count += count
@@ -231,7 +227,8 @@ class StatsCollector:
                 column.skip("holds numbers beyond the float range, which pandas cannot describe either")
                 pending.categories, pending.fast = {}, ()
                 return
-            column.add_numeric(values)
+            column.moments = column.moments.merge(Moments.of(values))
+            column.sketch.add_array(values)
         if pending.categories:
             column.add_categories(pending.categories.items())
             pending.categories = {}

@@ -151,10 +151,6 @@ def percentile_label(q: float) -> str:
     return f"{text}%"
 
 
-def _clamp(value: float | None, low: float, high: float) -> float | None:
-    return None if value is None else min(max(value, low), high)
-
-
 def column_facts(column: ColumnSummary, percentiles: Sequence[float]) -> dict[str, Any]:
     """describe()'s numbers for one column, as a dict in describe's order."""
     if column.kind is ColumnKind.NUMERIC:
@@ -162,7 +158,8 @@ def column_facts(column: ColumnSummary, percentiles: Sequence[float]) -> dict[st
         facts: dict[str, Any] = {"count": m.count, "mean": m.mean, "std": m.std, "min": m.min}
         for q in percentiles:
             # the exact quantile lies within [min, max]: clamping only moves the estimate closer
-            facts[percentile_label(q)] = _clamp(column.sketch.quantile(q), m.min, m.max)
+            value = column.sketch.quantile(q)
+            facts[percentile_label(q)] = None if value is None else min(max(value, m.min), m.max)
         facts["max"] = m.max
         return facts
     facts = {"count": column.categorical_count, "unique": None, "top": None, "freq": None}
