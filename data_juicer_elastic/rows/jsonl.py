@@ -1,16 +1,12 @@
 """Reading user JSONL: row normalisation in blocks, and shard-output validation.
 
-The validation policy (and its jiter + simdjson accelerator) lives in :mod:`row_policy`; the table
-of every malformed-input class is in ``docs/input-format.md``.  Errors are InputError with
-``where=file:line``.
-
-Normalisation: media paths (values under ``media_keys``, each a list of strings or
-null) that are relative become absolute against ``base_dir``; absolute paths and
-URLs are kept.  A missing ``index_key`` is appended as the last key with the global
-0-based row index, leaving the row's other bytes as written.  A row that needs no
-change keeps its original bytes (minus line ending and surrounding spaces/tabs); a
-row whose media paths change is re-serialised compactly (``ensure_ascii=False``,
-keys in their original order).
+The row policy (and its accelerator) is :mod:`row_policy`; the table of malformed inputs is in
+``docs/input-format.md``.  Errors are InputError with ``where=file:line``.  Normalisation: relative media paths
+(values under ``media_keys``, each a list of strings or null) become absolute against ``base_dir`` (absolute paths
+and URLs are kept); a missing ``index_key`` is appended as the last key with the global 0-based row index, the
+row's other bytes as written.  A row needing no change keeps its bytes (minus line ending and surrounding
+spaces/tabs); one whose media paths change is re-serialised compactly (``ensure_ascii=False``, keys in their
+original order).
 """
 
 from __future__ import annotations
@@ -30,13 +26,10 @@ import simdjson
 from data_juicer_elastic.errors import InputError, RowError
 from data_juicer_elastic.rows.codecs import READ_BYTES, prefetch
 from data_juicer_elastic.rows.line_framer import LineFramer
-from data_juicer_elastic.rows.row_policy import (  # noqa: F401 - MAX_DEPTH, fast_row, parse_row: re-exported
+from data_juicer_elastic.rows.row_policy import (
     DEPTH_BOUNDED_BY_JITER,
-    MAX_DEPTH,
     FastJudge,
-    fast_row,
     is_object,
-    parse_row,  # stats.overall reads merged rows with it
     reference_row,
     serialise_row,
     strict_loads,
@@ -51,10 +44,6 @@ _BOM: Final = b"\xef\xbb\xbf"
 _URL: Final = re.compile(r"^[A-Za-z][A-Za-z0-9+.\-]*://")
 
 
-def is_url(value: str) -> bool:
-    return bool(_URL.match(value))
-
-
 @dataclass
 class NormaliseOptions:
     base_dir: str  # absolute directory relative media paths are resolved against
@@ -66,11 +55,10 @@ class NormaliseOptions:
 class RowNormaliser:
     """Validates and normalises the rows of one input file, a list of lines at a time.
 
-    ``lineno`` and ``rows`` count what has been accepted; ``first_index`` is the
-    global index of the first row (for ``index_key``); ``file_start``: the lines start at the
-    beginning of their file (False for a shard's span that starts mid-file: line numbers in
-    errors then count from the span's first line, and a BOM on it is not the file's).  Every accepted row's JSON types
-    are joined into ``schema`` (the job's row schema, shared by every input file).
+    ``rows`` counts what has been accepted; ``first_index`` is the global index of the first row (for
+    ``index_key``); ``file_start``: the lines start at the beginning of their file (False for a span that starts
+    mid-file: error line numbers count from the span's first line, and a BOM on it is not the file's).  Every
+    accepted row's JSON types are joined into ``schema``.
     """
 
     def __init__(
@@ -82,7 +70,7 @@ class RowNormaliser:
         file_start: bool = True,
     ):
         self.display = display
-        self.file_start = file_start  # the first line is the file's first (a BOM there is accepted)
+        self.file_start = file_start
         self.options = options
         self.media_fields = [k for k in dict.fromkeys(options.media_keys.values()) if k]
         self.index_key = options.index_key
@@ -93,21 +81,20 @@ class RowNormaliser:
         self._judge = FastJudge()
 
     def lines(self, lines: list[bytes]) -> list[bytes] | None:
-        """Validate ``lines`` (no line endings); None when every one is kept byte for byte,
-        else the normalised lines.  InputError naming file:line on the first bad one."""
+        """Validate ``lines`` (no line endings); None when every one is kept byte for byte, else the normalised
+        lines.  InputError naming file:line on the first bad one."""
         if self.is_clean(lines):
             self.rows += len(lines)
             return None
         return self._lines_one_by_one(lines)
 
     def is_clean(self, lines: list[bytes], schema: RowSchema | None = None) -> bool:
-        """The hot loop: every line a bare ``{...}`` the accelerator proves, whose media paths
-        (if any) are already absolute and which has its index key.  False sends the block row
-        by row, which also words any error.  (Row at a time on purpose: parsing the block into
-        a list first, or one simdjson call over the joined block, measured slower: the rows'
-        objects then outlive the CPU cache.)  The rows' types are joined into ``schema``
-        (default: this normaliser's); a block found unclean half-way is observed again row by
-        row, which changes nothing (a join is idempotent and keeps first-seen key order)."""
+        """The hot loop: every line a bare ``{...}`` the accelerator proves, whose media paths (if any) are
+        already absolute and which has its index key.  False sends the block row by row, which also words any
+        error.  (Row at a time on purpose: parsing the block into a list first, or one simdjson call over the
+        joined block, measured slower: the rows' objects then outlive the CPU cache.)  The rows' types are joined
+        into ``schema`` (default: this normaliser's); a block found unclean half-way is observed again row by row,
+        which changes nothing (a join is idempotent and keeps first-seen key order)."""
         loads, finite, media, index_key = strict_loads, self._judge.finite, self.media_fields, self.index_key
         observe = (schema or self.schema).observe
         base = self.options.base_dir
@@ -135,9 +122,12 @@ class RowNormaliser:
         for i, line in enumerate(lines):
             obj = judge(line) if line[-1:] == b"}" and line[:1] == b"{" else None
             if obj is None:
-                new = self._row(line, None, self.rows + i)  # judged alone, fully
+                new = self._row(line, self.rows + i)  # judged alone, fully
+            elif needs_rows:
+                new = self._normalise(line, obj, self.rows + i)
             else:
-                new = self._normalise(line, obj, self.rows + i) if needs_rows else self._observed(line, obj)
+                self.schema.observe(obj)
+                new = line
             if new is not line and out is None:
                 out = lines[:i]
             if out is not None:
@@ -145,27 +135,19 @@ class RowNormaliser:
         self.rows += len(lines)
         return out
 
-    def _row(self, line: bytes, obj: dict[str, Any] | None, row_in_file: int) -> bytes:
-        """The slow path of one line: strip, judge by the reference if needed, normalise."""
-        body = line
+    def _row(self, line: bytes, row_in_file: int) -> bytes:
+        """The slow path of one line: strip, judge (by the reference if need be), normalise."""
+        body = _strip(line, first=self.file_start and row_in_file == 0)
+        where = f"{self.display}:{row_in_file + 1}"
+        if not body:
+            raise InputError("blank line", where=where, hint="remove empty lines; every line must be one JSON object")
+        obj = self._judge.row(body)
         if obj is None:
-            body = _strip(line, first=self.file_start and row_in_file == 0)
-            where = f"{self.display}:{row_in_file + 1}"
-            if not body:
-                raise InputError(
-                    "blank line", where=where, hint="remove empty lines; every line must be one JSON object"
-                )
-            obj = self._judge.row(body)
-            if obj is None:
-                try:
-                    obj = reference_row(body)
-                except (RowError, ValueError) as exc:
-                    raise InputError(str(exc), where=where) from None
+            try:
+                obj = reference_row(body)
+            except (RowError, ValueError) as exc:
+                raise InputError(str(exc), where=where) from None
         return self._normalise(body, obj, row_in_file)
-
-    def _observed(self, body: bytes, obj: dict[str, Any]) -> bytes:
-        self.schema.observe(obj)
-        return body
 
     def _normalise(self, body: bytes, obj: dict[str, Any], row_in_file: int) -> bytes:
         """The row as it goes into its shard (its types joined into the schema)."""
@@ -214,7 +196,7 @@ def _media_changes(row: dict[str, Any], media_fields: list[str], base_dir: str, 
 def _absolute(value: str, base_dir: str) -> str:
     # Empty strings are left alone: there is no sensible absolute form, and the
     # operator that reads them reports the problem with its own context.
-    if not value or os.path.isabs(value) or is_url(value):
+    if not value or os.path.isabs(value) or _URL.match(value):
         return value
     # Plain join, no normpath: collapsing ".." through a symlinked directory would
     # change which file is meant.
@@ -234,12 +216,10 @@ def validate_jsonl_output(
 ) -> tuple[int, int, str]:
     """(rows, bytes, sha256) of a shard *output*, checking every line is a JSON object.
 
-    Output parsing is lenient where input parsing is strict (NaN, duplicate keys):
-    it exists to catch torn or truncated files, not to re-judge what the recipe wrote.
-    Raises ValueError with ``file:line`` on a bad line or missing final newline.
-    ``sink`` receives the file's bytes in order, in blocks of whole lines (bytes or
-    memoryviews), each after its lines were checked (merge copies while it validates:
-    one read per shard).
+    Output parsing is lenient where input parsing is strict (NaN, duplicate keys): it exists to catch torn or
+    truncated files, not to re-judge what the recipe wrote.  Raises ValueError with ``file:line`` on a bad line or
+    missing final newline.  ``sink`` receives the file's bytes in order, in blocks of whole lines (bytes or
+    memoryviews), each after its lines were checked (merge copies while it validates: one read per shard).
     """
     digest = hashlib.sha256()
     rows = size = 0

@@ -1,19 +1,11 @@
 """Whole lines out of a byte stream read in chunks: the one place a line spanning chunks is joined.
 
-Every reader of JSONL (prepare's passes over the input, the shard reader, the output check)
-reads fixed-size chunks and works on *blocks* of whole lines.  :func:`frame_lines` cuts
-them the same way everywhere, and cheaply, because prepare runs it over gigabytes:
-
-* the whole lines inside one chunk are one block that *refers* to the chunk
-  (``raw[start:stop]``; nothing is copied: ``find`` / ``rfind`` locate the cut);
-* a line that spans chunks is joined once, into a block of its own;
-* what follows the last newline (a last line without its newline) is the framer's
-  :attr:`LineFramer.tail`, for the caller to judge (prepare adds the newline, the readers
-  of shards refuse it).
-
-With a ``limit``, a carried line that grows past it is reported as soon as that is known,
-so memory stays about ``limit`` + a chunk however long the line.  The framer knows byte
-offsets; line numbers are the caller's (it knows which lines it has accepted).
+Every JSONL reader (scans, the shard reader, the output check) works on *blocks* of whole lines, cut the same way
+and cheaply (scans run it over gigabytes): the whole lines inside one chunk are one block that *refers* to the
+chunk (nothing copied); a line spanning chunks is joined once, into a block of its own; what follows the last
+newline is :attr:`LineFramer.tail`, for the caller to judge.  With a ``limit``, a carried line that grows past it
+is reported as soon as that is known, so memory stays about ``limit`` + a chunk.  The framer knows byte offsets;
+line numbers are the caller's.
 """
 
 from __future__ import annotations
@@ -23,9 +15,9 @@ from typing import NamedTuple, NoReturn
 
 
 class LineBlock(NamedTuple):
-    """``raw[start:stop]``: whole lines, each with its newline; ``offset``: where ``raw[start]``
-    is in the stream.  ``start`` is 0 or just past ``raw``'s first newline and ``stop`` is just
-    past its last one (what :meth:`lines` relies on)."""
+    """``raw[start:stop]``: whole lines, each with its newline; ``offset``: where ``raw[start]`` is in the stream.
+    ``start`` is 0 or just past ``raw``'s first newline and ``stop`` is just past its last one (what :meth:`lines`
+    relies on)."""
 
     raw: bytes
     start: int
@@ -33,8 +25,7 @@ class LineBlock(NamedTuple):
     offset: int
 
     def lines(self) -> list[bytes]:
-        """The block's lines without their newlines, split from ``raw`` in one pass (the block is
-        not copied first: the pieces before ``start`` and after ``stop`` are dropped instead)."""
+        """The block's lines without their newlines (``raw`` split whole: the pieces outside the block are dropped)."""
         lines = self.raw.split(b"\n")
         lines.pop()  # after the last newline: the next line's start, or empty
         if self.start:
@@ -42,16 +33,15 @@ class LineBlock(NamedTuple):
         return lines
 
     def view(self) -> bytes | memoryview:
-        """The block's bytes without a copy."""
         if self.start == 0 and self.stop == len(self.raw):
             return self.raw
         return memoryview(self.raw)[self.start : self.stop]
 
 
 class LineFramer:
-    """Frames one stream; ``too_long()`` (which must raise) is called when a line is known to be
-    longer than ``limit`` bytes without its newline (lines inside one chunk are not measured
-    here: the caller splits those anyway, see :func:`first_too_long`)."""
+    """Frames one stream; ``too_long()`` (which must raise) is called when a line is known to be longer than
+    ``limit`` bytes without its newline (lines inside one chunk are not measured here: the caller splits those
+    anyway, see :func:`first_too_long`)."""
 
     def __init__(self, limit: int | None = None, too_long: Callable[[], NoReturn] | None = None):
         self.limit = limit
@@ -95,9 +85,8 @@ class LineFramer:
 
 
 def first_too_long(lines: list[bytes], limit: int, chunk_bytes: int) -> int | None:
-    """Index of the first line longer than ``limit`` among lines framed from chunks of at most
-    ``chunk_bytes`` (none can be when the limit is at least a chunk: the framer catches such a
-    line while it is carried)."""
+    """Index of the first line longer than ``limit`` among lines framed from chunks of at most ``chunk_bytes``
+    (none can be when the limit is at least a chunk: the framer catches such a line while it is carried)."""
     if limit >= chunk_bytes or max(map(len, lines)) <= limit:
         return None
     return next(i for i, line in enumerate(lines) if len(line) > limit)

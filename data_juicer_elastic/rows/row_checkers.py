@@ -1,29 +1,20 @@
 """Prepare's row validation in helper processes, so it uses more than one core.
 
-Parsing every row is the one part of prepare that holds Python's GIL (jiter and simdjson
-build or walk the rows in C, but under the GIL), while reading, hashing and writing
-release it.  On one core the parse is the critical path; here it moves to ``processes``
-child interpreters, and the parent keeps only the I/O and the hashes.  (Merge's check is
-~3x lighter, simdjson validation only: measured, helpers did not make it faster.)
-
-A child answers one question per byte range: *is every line of it proven clean by the
-fast path?* ("clean" = what :meth:`RowNormaliser.is_clean` accepts).  "Yes" (with the
-range's row schema, which the parent joins into the job's in input order) lets the
-parent take the range as it is;
-"no" (or a child that died) makes the parent run the ordinary serial path on that range,
-which is what words the exact ``file:line`` error or normalises the rows.  A child never
-decides anything the serial path would decide differently: it runs the same code.
-
-Uncompressed files are read by the child itself (``pread`` of the same range, from the
-page cache the parent just filled), so only 29-byte requests cross the pipe; other byte
-ranges (decompressed input) are sent along.  The children are plain
-``python -m data_juicer_elastic.rows.row_checkers`` processes, not multiprocessing
-workers: those would re-import the parent's ``__main__`` (dj-process imports all of
-Data-Juicer) and forking a process that runs threads is unsafe.
+Parsing rows is the one part of a scan that holds the GIL (reading, hashing and writing release it), so it moves
+to ``processes`` child interpreters.  A child answers one question per byte range: is every line proven clean by
+the fast path (:meth:`RowNormaliser.is_clean`)?  "Yes" comes with the range's row schema, which the parent joins
+in input order; "no", or a dead child, sends the range through the ordinary serial path, which words the exact
+``file:line`` error or normalises.  A child runs the same code, so it never decides differently.  Uncompressed
+files are read by the child itself (``pread`` from the page cache the parent just filled); decompressed ranges are
+sent along.  Children are plain ``python -m data_juicer_elastic.rows.row_checkers`` processes, not multiprocessing
+workers: those would re-import the parent's ``__main__`` (dj-process imports all of Data-Juicer), and forking a
+process that runs threads is unsafe.  (Merge's check is ~3x lighter, simdjson only: measured, helpers did not make
+it faster.)
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import queue
@@ -54,31 +45,22 @@ def pipeline_depth(processes: int) -> int:
 
 
 def default_processes(total_bytes: int) -> int:
-    """Helper processes worth starting for ``total_bytes`` of input rows: one per core.
-
-    Measured on 2 cores (1 GB, 16 shards): 0 helpers 3.1-3.2 s, 1 helper 2.8-3.0 s,
-    2 helpers 2.4-2.6 s, 3-4 helpers 2.5-3.0 s: the parent's threads mostly wait on I/O
-    and on hashing, which release the GIL, so a helper per core pays.
-    """
+    """Helper processes worth starting for ``total_bytes`` of input rows: one per usable core (taskset, cpusets).
+    Measured on 2 cores (1 GB, 16 shards): 0 helpers 3.1-3.2 s, 1 helper 2.8-3.0 s, 2 helpers 2.4-2.6 s, 3-4
+    helpers 2.5-3.0 s: the parent mostly waits on I/O and hashing."""
     if total_bytes < MIN_PARALLEL_BYTES:
         return 0
-    return max(1, min(MAX_PROCESSES, usable_cores()))
-
-
-def usable_cores() -> int:
-    """The cores this process may run on (taskset, cpusets), not all the machine has."""
     try:
-        return len(os.sched_getaffinity(0))
+        cores = len(os.sched_getaffinity(0))
     except (AttributeError, OSError):  # not Linux
-        return os.cpu_count() or 1
+        cores = os.cpu_count() or 1
+    return max(1, min(MAX_PROCESSES, cores))
 
 
 class RowCheckers:
-    """A pool of checker processes for prepare's ``options`` (NormaliseOptions); :meth:`check`
-    returns a Future of ``(rows, clean, schema)`` (``schema``: the range's RowSchema, None unless
-    clean).  Futures fail (never hang) when a child dies or
-    none could start; callers then take the serial path.
-    """
+    """A pool of checker processes for ``options`` (NormaliseOptions); :meth:`check` returns a Future of ``(rows,
+    clean, schema)`` (the range's RowSchema, None unless clean).  Futures fail (never hang) when a child dies or
+    none could start; callers then take the serial path."""
 
     def __init__(self, processes: int, options):
         config = json.dumps(asdict(options)).encode()
@@ -104,16 +86,15 @@ class RowCheckers:
                 self._failure = exc
                 break
             self._children.append(child)
-            thread = threading.Thread(target=self._serve, args=(child, config), name=f"dj-elastic-check-{i}")
-            thread.daemon = True
-            self._threads.append(thread)
+            name = f"dj-elastic-check-{i}"
+            self._threads.append(threading.Thread(target=self._serve, args=(child, config), name=name, daemon=True))
         self._alive = len(self._threads)
         for thread in self._threads:
             thread.start()
 
     def check(self, path: str | None, offset: int, length: int, data: bytes | memoryview | None = None) -> Future:
-        """Whether ``length`` bytes of whole lines are clean: read by the child from ``path`` at
-        ``offset``, or given as ``data`` when ``path`` is None."""
+        """Whether ``length`` bytes of whole lines are clean: read by the child from ``path`` at ``offset``, or
+        given as ``data`` when ``path`` is None."""
         future: Future = Future()
         with self._lock:
             if not self._alive:
@@ -175,22 +156,14 @@ class RowCheckers:
         for thread in self._threads:
             thread.join(timeout=10)
         for child in self._children:
-            try:
+            with contextlib.suppress(OSError):
                 child.stdin.close()
-            except OSError:
-                pass
             try:
                 child.wait(timeout=10)
             except subprocess.TimeoutExpired:
                 child.kill()
                 child.wait()
             child.stdout.close()
-
-    def __enter__(self) -> RowCheckers:
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.close()
 
 
 def _write_all(stream, data: bytes | memoryview) -> None:
@@ -225,10 +198,6 @@ def _serve_requests() -> None:
     options = NormaliseOptions(**json.loads(_read_exact(stdin, size)))
     normaliser = RowNormaliser("", options, 0)
     limit = options.max_line_bytes
-
-    def clean(lines: list[bytes], schema: RowSchema) -> bool:
-        return max(map(len, lines)) <= limit and normaliser.is_clean(lines, schema)
-
     files: dict[bytes, int] = {}
     while True:
         try:
@@ -249,7 +218,8 @@ def _serve_requests() -> None:
             data = _read_exact(stdin, length)
         lines = data.split(b"\n")
         schema = RowSchema()
-        verdict = len(data) == length and lines.pop() == b"" and bool(lines) and clean(lines, schema)
+        verdict = len(data) == length and lines.pop() == b"" and bool(lines) and max(map(len, lines)) <= limit
+        verdict = verdict and normaliser.is_clean(lines, schema)
         encoded = json.dumps(schema.to_json(), separators=(",", ":")).encode() if verdict else b""
         stdout.write(_REPLY.pack(seq, len(lines), 1 if verdict else 0, len(encoded)) + encoded)
         stdout.flush()

@@ -1,20 +1,11 @@
 """The row policy for user JSONL: one JSON object per line, judged the same by every parser.
 
-:func:`reference_row` (the standard library's ``json`` with strict hooks) *is* the policy
-(the table in ``docs/input-format.md``).  :class:`FastJudge` is the accelerator: it accepts
-only what it can prove the reference accepts, and leaves everything else to it.  Two
-C-speed parsers split the proof between them, each covering what the other gets wrong:
-
-* jiter (pydantic's parser) builds the row and refuses duplicate keys at any depth,
-  NaN/Infinity, lone surrogates, invalid UTF-8, integers past Python's 4300-digit limit
-  and nesting past its recursion limit (checked at import to be below :data:`MAX_DEPTH`);
-  but it reads a double overflow (``1e400``) as ``inf``, which the reference refuses;
-* simdjson validates the same bytes without building anything (~4 GB/s) and refuses
-  every double overflow (and integers beyond 64 bits, which the reference accepts:
-  those rows simply take the reference path, which keeps them exact).
-
-A row both accept is a row the reference accepts; the tests hold the three to one table
-and compare them on arbitrary token soups.
+:func:`reference_row` (``json`` with strict hooks) *is* the policy (the table in ``docs/input-format.md``).
+:class:`FastJudge` accepts only what it can prove the reference accepts, with two C-speed parsers each covering
+what the other gets wrong: jiter builds the row and refuses duplicate keys, NaN/Infinity, lone surrogates,
+invalid UTF-8, huge integers and deep nesting, but reads ``1e400`` as ``inf``; simdjson refuses every double
+overflow (and integers beyond 64 bits, which then take the exact reference path).  A row both accept is a row the
+reference accepts.
 """
 
 from __future__ import annotations
@@ -108,9 +99,8 @@ def _depth(value: Any) -> int:
 
 # -- the accelerator --------------------------------------------------------------------------
 def _probe_jiter_bounds_depth() -> bool:
-    """Whether jiter refuses nesting deeper than MAX_DEPTH (arrays and objects), as it did
-    when this was written (its recursion limit is ~200); if a release raises it, depth is
-    checked row by row instead."""
+    """Whether jiter refuses nesting deeper than MAX_DEPTH (arrays and objects), as it did when this was written
+    (its recursion limit is ~200); if a release raises it, depth is checked row by row instead."""
     for open_, close in ((b"[", b"]"), (b'{"a":', b"}")):
         try:
             jiter.from_json(b'{"a":' + open_ * MAX_DEPTH + close * MAX_DEPTH + b"}")
@@ -162,11 +152,6 @@ def is_object(parser: simdjson.Parser, body: bytes) -> bool:
         return type(parser.parse(body)) is _SimdObject
     except Exception:  # noqa: BLE001 - any refusal (ValueError, RuntimeError, ...) means "not proven"
         return False
-
-
-def fast_row(body: bytes) -> dict[str, Any] | None:
-    """The row when the accelerator proves the reference accepts ``body``; None when the reference must decide."""
-    return FastJudge().row(body)
 
 
 def serialise_row(row: dict[str, Any]) -> bytes:

@@ -1,28 +1,11 @@
 """The row schema: the JSON type of every key, decided once over the whole input at prepare.
 
-Why.  Arrow, and so Ray Data and Data-Juicer's Ray executor, types a JSON column from the
-rows it happens to see together: one shard's ``score`` column is ``int64`` where another
-shard's is ``double`` (one row held ``2.5``), a key absent from one shard is no column there
-and a ``null`` column elsewhere, a string that looks like a date becomes a timestamp, and
-column order follows the first row of each block.  The same input then gives different
-rows for different ``num_shards``.  Prepare already parses every row, so it observes every
-value's JSON type here and publishes the join of all of them in the manifest; every shard
-is read with that one schema (``execution.shard_reader``), so a value reaches operators the
-same way whichever shard holds it, and the writer can tell what Arrow changed from what
-an operator changed (``execution.lossless``).
-
-The lattice (``join``): ``null`` joins anything; ``int`` (within int64) and ``float`` give
-``float``; an integer outside int64 is ``float`` (as Arrow's own JSON reader and so
-Data-Juicer's default executor type it; the writer still restores the exact integer);
-objects join field by field (keys in first-seen order), arrays element by element;
-anything else (a string with a number, a boolean with an integer, an object with an
-array) is ``json``: no Arrow type holds it, so its column carries Python objects.
-
-Encoded as plain JSON in the manifest: a leaf is its kind's name, an object
-``{"struct": [[key, type], ...]}``, an array ``{"list": type}``; the row is the top-level
-struct.  The order of observation decides field order only, never a type, so the result
-does not depend on how prepare's blocks were cut or spread over helper processes (joining
-block schemas in input order gives what observing every row in order gives).
+Why: Arrow (and so Ray Data) types a JSON column from the rows it sees together, so the same input would give
+different types for different ``num_shards``.  The scans join every value's JSON type here (the lattice: ``null``
+joins anything, ``int`` with ``float`` is ``float``, objects key by key, arrays element by element, anything else
+``json``), the manifest publishes the join, and every shard is read with it (``execution.shard_reader``).  Encoded
+as: a leaf is its kind's name, an object ``{"struct": [[key, type], ...]}``, an array ``{"list": type}``.
+Observation order decides field order only, never a type.  The rules are in docs/lossless.md.
 """
 
 from __future__ import annotations
@@ -38,7 +21,6 @@ INT: Final = "int"
 FLOAT: Final = "float"
 STRING: Final = "string"
 JSON: Final = "json"
-LEAVES: Final = frozenset({NULL, BOOL, INT, FLOAT, STRING, JSON})
 # Values nested deeper than this are typed ``json`` (their column carries Python objects):
 # it bounds this module's recursion (the row policy allows 512 levels) and Arrow's.
 MAX_TYPED_DEPTH: Final = 64
@@ -47,9 +29,9 @@ MAX_TYPED_DEPTH: Final = 64
 
 
 class StructType:
-    """An object type.  ``partial``: some object of it lacked one of its keys (Arrow, and so
-    operators under Ray, then see null there, where Data-Juicer's default executor shows
-    the object as it is; the writer restores the absence either way)."""
+    """An object type.  ``partial``: some object of it lacked one of its keys (Arrow, and so operators under Ray,
+    then see null there, where Data-Juicer's default executor shows the object as it is; the writer restores the
+    absence either way)."""
 
     __slots__ = ("fields", "partial")
 
@@ -112,8 +94,8 @@ def type_of(value: Any, depth: int = 0) -> Any:
 
 
 def _wide_int(value: int) -> str:
-    """An integer outside int64: a double holds it approximately (``float``) unless even the
-    exponent overflows (``json``: then only a Python object carries it)."""
+    """An integer outside int64: a double holds it approximately (``float``) unless even the exponent overflows
+    (``json``: then only a Python object carries it)."""
     try:
         float(value)
     except OverflowError:
@@ -131,8 +113,8 @@ def has_json(t: Any) -> bool:
 
 
 def _observe_fields(fields: dict[str, Any], obj: dict[str, Any], depth: int = 1) -> None:
-    """Join every value of ``obj`` (an object ``depth`` levels deep, a row is 1) into ``fields``
-    (the hot loop of prepare: a row per call)."""
+    """Join every value of ``obj`` (an object ``depth`` levels deep, a row is 1) into ``fields`` (the hot loop of
+    prepare: a row per call)."""
     get = fields.get
     for key, value in obj.items():
         known = get(key)
@@ -197,7 +179,7 @@ class RowSchema:
 
     def merge(self, other: RowSchema) -> None:
         """Join ``other`` (observed on rows that come after ours) into this schema."""
-        join(self._row, _copy(other._row))
+        join(self._row, _decode(_encode(other._row)))  # a copy: join updates its argument's nodes
 
     def to_json(self) -> list[list[Any]]:
         """``[[key, type], ...]`` in first-seen order (the manifest's ``row_schema``)."""
@@ -216,14 +198,6 @@ class RowSchema:
         return f"RowSchema({self.to_json()!r})"
 
 
-def _copy(t: Any) -> Any:
-    if isinstance(t, StructType):
-        return StructType({k: _copy(v) for k, v in t.fields.items()}, t.partial)
-    if isinstance(t, ListType):
-        return ListType(_copy(t.item))
-    return t
-
-
 def _encode(t: Any) -> Any:
     if isinstance(t, StructType):
         body: dict[str, Any] = {"struct": [[k, _encode(v)] for k, v in t.fields.items()]}
@@ -235,7 +209,8 @@ def _encode(t: Any) -> Any:
     return t
 
 
-_LEAF: Final = {name: name for name in LEAVES}  # the module's own string objects: types compare with `is`
+# the module's own string objects: types compare with `is`
+_LEAF: Final = {name: name for name in (NULL, BOOL, INT, FLOAT, STRING, JSON)}
 
 
 def _decode(data: Any) -> Any:
@@ -256,8 +231,8 @@ def _decode(data: Any) -> Any:
 
 
 def operator_view_notes(schema: RowSchema) -> list[str]:
-    """Where operators see this input differently than under Data-Juicer's default executor
-    (the written output keeps every untouched value either way; docs/lossless.md)."""
+    """Where operators see this input differently than under Data-Juicer's default executor (the written output
+    keeps every untouched value either way; docs/lossless.md)."""
     partial: list[str] = []
 
     def walk(t: Any, path: str) -> None:

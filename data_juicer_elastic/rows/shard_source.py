@@ -1,17 +1,10 @@
 """Reading one shard's rows from where they are: byte ranges of the input files, or a copy.
 
-A shard is a list of spans (byte ranges of input files; a compressed file is one span,
-decoded whole) or, with ``copy_shards``, a file in the job directory holding the same
-*content*: the spans' decoded bytes, a newline added after a span that ends its file without
-one.  Every read of a shard hashes that content as it goes and compares bytes and sha256
-with the shard's scan at the end: an input changed after its scan is refused
-(InputChangedError naming the file and what changed), never run.  Before reading, the files'
-sizes and mtimes are compared with the plan (:func:`check_source`), so a changed file is
-refused before anything is read when its metadata shows the change.
-
-Rows that the scan found needing normalisation (relative media paths, a missing index key,
-CRLF, a BOM, blanks around a row: ``rows.jsonl``) are normalised here, with the same
-``RowNormaliser`` prepare used, so a row reaches operators exactly as the job defines it.
+A shard is a list of spans (byte ranges of input files; a compressed file is one span) or, with ``copy_shards``,
+a file holding the same *content* (the decoded bytes, a newline added after a file's last line that lacks one).
+Every read hashes the content and compares it with the scan's at the end, and :func:`check_source` compares sizes
+and mtimes before: a changed input is refused (InputChangedError), never run (docs/input-format.md).  Rows the
+scan found needing normalisation are normalised here with the same ``RowNormaliser``.
 """
 
 from __future__ import annotations
@@ -23,7 +16,7 @@ from pathlib import Path
 from typing import Final
 
 from data_juicer_elastic.errors import InputChangedError
-from data_juicer_elastic.rows.codecs import READ_BYTES, RawStats, iter_decoded
+from data_juicer_elastic.rows.codecs import READ_BYTES, iter_decoded
 from data_juicer_elastic.rows.jsonl import NormaliseOptions, RowNormaliser
 from data_juicer_elastic.rows.line_framer import LineFramer
 from data_juicer_elastic.rows.row_schema import RowSchema
@@ -79,8 +72,7 @@ class ShardSource:
 
 
 def check_source(source: ShardSource) -> None:
-    """Refuse a shard whose input files changed since the plan, by their size and mtime (cheap:
-    one stat per file); the content hash checked while reading catches the rest."""
+    """Refuse a shard whose input files changed since the plan, by size and mtime (one stat per file)."""
     if source.copy is not None:
         return
     for span in source.spans:
@@ -91,8 +83,7 @@ GONE: Final = "gone"  # what span_change says of a file that no longer exists
 
 
 def span_change(span: SourceSpan) -> str | None:
-    """How the span's file differs from the plan by size and mtime (one stat): :data:`GONE`,
-    ``"size A -> B, mtime_ns C -> D"``, or None when it looks unchanged."""
+    """How the span's file differs from the plan: :data:`GONE`, ``"size A -> B, mtime_ns C -> D"``, or None."""
     try:
         now = fsio.stat(Path(span.path))
     except FileNotFoundError:
@@ -118,10 +109,13 @@ def _changed(source: ShardSource, what: str, path: str) -> InputChangedError:
 
 
 def iter_content(source: ShardSource, block: int = READ_BYTES) -> Iterator[bytes]:
-    """The shard's content in chunks, hashed on the way; InputChangedError at the end (before the
-    last chunk is handed on) when bytes or sha256 differ from the scan's."""
+    """The shard's content in chunks, hashed on the way; InputChangedError at the end (before the last chunk is
+    handed on) when bytes or sha256 differ from the scan's."""
     digest, size = hashlib.sha256(), 0
-    chunks = _copy_chunks(source, block) if source.copy is not None else _span_chunks(source, block)
+    if source.copy is not None:
+        chunks = iter_decoded(Path(source.copy), source.copy_codec, block)
+    else:
+        chunks = _span_chunks(source, block)
     pending = b""
     for chunk in chunks:
         if pending:
@@ -142,10 +136,6 @@ def iter_content(source: ShardSource, block: int = READ_BYTES) -> Iterator[bytes
         yield pending
 
 
-def _copy_chunks(source: ShardSource, block: int) -> Iterator[bytes]:
-    yield from iter_decoded(Path(source.copy), source.copy_codec, RawStats(), block)
-
-
 def _span_chunks(source: ShardSource, block: int) -> Iterator[bytes]:
     for span in source.spans:
         last = b""
@@ -158,10 +148,10 @@ def _span_chunks(source: ShardSource, block: int) -> Iterator[bytes]:
 
 
 def read_span(span: SourceSpan, block: int = READ_BYTES) -> Iterator[bytes]:
-    """The span's bytes as stored (a plain file's byte range), or decoded (a compressed file, whole).
-    A file shorter than planned ends the chunks early: its size check refuses it."""
+    """The span's bytes as stored (a plain file's byte range), or decoded (a compressed file, whole).  A file
+    shorter than planned ends the chunks early: its size check refuses it."""
     if span.codec != "none":
-        yield from iter_decoded(Path(span.path), span.codec, RawStats(), block)
+        yield from iter_decoded(Path(span.path), span.codec, block)
         return
     with fsio.open_read(Path(span.path)) as handle:
         handle.seek(span.offset)
@@ -175,45 +165,27 @@ def read_span(span: SourceSpan, block: int = READ_BYTES) -> Iterator[bytes]:
 
 
 def iter_source_lines(source: ShardSource) -> Iterator[bytes]:
-    """The shard's rows as lines without their newline, in order, normalised when the scan said so."""
+    """The shard's rows as lines without their newline, in order, normalised when the scan said so: one
+    ``RowNormaliser`` per span, switched after the span's rows (index keys count on)."""
     framer = LineFramer()
-    spans = _NormalisingSpans(source) if source.options is not None else None
+    spans, left, index, normaliser = iter(source.spans), 0, source.first_row, None
     for framed in framer.blocks(iter_content(source)):
         lines = framed.lines()
-        yield from (lines if spans is None else spans.normalise(lines))
-    if framer.tail is not None:  # only a changed input can leave one: the hash check has run by now
-        raise _changed(source, "its last line lost its newline", source.display)
-
-
-class _NormalisingSpans:
-    """One ``RowNormaliser`` per span, switched after the span's rows (index keys count on)."""
-
-    def __init__(self, source: ShardSource):
-        assert source.options is not None
-        self.source, self.options = source, source.options
-        self.span = -1
-        self.left = 0
-        self.next_index = source.first_row
-        self.normaliser: RowNormaliser | None = None
-
-    def _advance(self) -> None:
-        if self.span + 1 >= len(self.source.spans):  # more rows than scanned: only a changed input
-            raise _changed(self.source, "it holds more rows than its scan found", self.source.display)
-        self.span += 1
-        span = self.source.spans[self.span]
-        self.normaliser = RowNormaliser(
-            span.path, self.options, self.next_index, RowSchema(), file_start=span.file_start
-        )
-        self.left = span.rows
-        self.next_index += span.rows
-
-    def normalise(self, lines: list[bytes]) -> list[bytes]:
+        if source.options is None:
+            yield from lines
+            continue
         out: list[bytes] = []
         while lines:
-            while self.left == 0:
-                self._advance()
-            take, lines = lines[: self.left], lines[self.left :]
-            self.left -= len(take)
-            normalised = self.normaliser.lines(take)
+            while left == 0:
+                span = next(spans, None)
+                if span is None:  # more rows than scanned: only a changed input
+                    raise _changed(source, "it holds more rows than its scan found", source.display)
+                normaliser = RowNormaliser(span.path, source.options, index, RowSchema(), file_start=span.file_start)
+                left, index = span.rows, index + span.rows
+            take, lines = lines[:left], lines[left:]
+            left -= len(take)
+            normalised = normaliser.lines(take)
             out.extend(take if normalised is None else normalised)
-        return out
+        yield from out
+    if framer.tail is not None:  # only a changed input can leave one: the hash check has run by now
+        raise _changed(source, "its last line lost its newline", source.display)

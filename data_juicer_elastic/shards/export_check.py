@@ -1,12 +1,11 @@
 """The export a finished job published, checked in full (``dj-elastic verify``): either layout.
 
-``merge.json`` names the export, its layout and its hash.  A ``file`` export is re-hashed in one
-read, each shard's byte range against the accepted result's sha256 and the whole against the
-record: nothing missing, nothing extra, nothing stale (a shard requeued since the merge).  A
-``parts`` export: its index must be the one the record hashed and name exactly the accepted
-results in manifest order; the directory must hold exactly the index's names; every part, stats
-and quarantine file is re-hashed against the index (one that is the accepted file itself, the same
-inode, was re-hashed once already by the result check that ran first).
+``merge.json`` names the export, its layout and its hash.  A ``file`` export is re-hashed in one read, each
+shard's byte range against the accepted result's sha256 and the whole against the record: nothing missing, nothing
+extra, nothing stale (a shard requeued since the merge).  A ``parts`` export: its index must be the one the record
+hashed and name exactly the accepted results in manifest order; the directory must hold exactly the index's names;
+every part, stats and quarantine file is re-hashed against the index (one that is the accepted file itself, the
+same inode, was re-hashed once already by the result check that ran first).
 """
 
 from __future__ import annotations
@@ -23,7 +22,7 @@ from data_juicer_elastic.jobdir.layout import JobLayout
 from data_juicer_elastic.jobdir.records import Manifest, ShardEntry
 from data_juicer_elastic.jobdir.result_records import MergeRecord, PartsIndex, ShardResult
 from data_juicer_elastic.rows.jsonl import validate_jsonl_output
-from data_juicer_elastic.shards.parts import expected_names, name_difference, read_index_bytes
+from data_juicer_elastic.shards.parts import expected_names, name_difference, part_files, read_index_bytes
 from data_juicer_elastic.sharedfs import fsio
 
 FileId = tuple[int, int]  # (st_dev, st_ino)
@@ -44,8 +43,8 @@ def verify_export(
     results: list[tuple[ShardEntry, ShardResult]],
     hashed: dict[FileId, tuple[int, int, str]],
 ) -> ExportSummary | None:
-    """The export merge.json records, checked; None when nothing was merged yet.  ``hashed``:
-    (rows, bytes, sha256) of each accepted file the caller re-hashed already, by file identity."""
+    """The export merge.json records, checked; None when nothing was merged yet.  ``hashed``: (rows, bytes,
+    sha256) of each accepted file the caller re-hashed already, by file identity."""
     record = MergeRecord.read(layout.merge_record)
     if record is None:
         return None
@@ -148,15 +147,8 @@ def _verify_parts(
         raise IntegrityError(f"{missing[0]} is missing from the export", where=where, hint=hint)
     if extra:
         raise IntegrityError(f"{extra[0]} is in the export but not in its index", where=where, hint=hint)
-    for part in index.parts:
-        _check_part(export / part.name, (part.rows, part.bytes, part.sha256), hashed, hint)
-        if part.stats_name is not None:
-            assert part.stats_bytes is not None and part.stats_sha256 is not None
-            _check_part(export / part.stats_name, (part.rows, part.stats_bytes, part.stats_sha256), hashed, hint)
-        if part.errors_name is not None:
-            assert part.errors_rows is not None and part.errors_bytes is not None and part.errors_sha256 is not None
-            expected = (part.errors_rows, part.errors_bytes, part.errors_sha256)
-            _check_part(export / part.errors_name, expected, hashed, hint)
+    for name, expected in (file for part in index.parts for file in part_files(part)):
+        _check_part(export / name, expected, hashed, hint)
     if (index.rows, index.bytes) != (sum(p.rows for p in index.parts), sum(p.bytes for p in index.parts)):
         raise IntegrityError("the index's totals do not add up", where=index_path, hint=hint)
     return ExportSummary(export, "parts", index.rows, index.bytes, len(expected_names(index.parts)))

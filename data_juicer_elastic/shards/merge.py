@@ -1,12 +1,12 @@
 """Validated, ordered, idempotent merge of all accepted shard outputs.
 
-The merged bytes depend only on the accepted outputs in manifest order, so any
-node may merge, and merging twice gives the same file: an existing identical
-output is success, a different one is refused unless ``overwrite``.
+The merged bytes depend only on the accepted outputs in manifest order, so any node may merge, and merging twice
+gives the same file: an existing identical output is success, a different one is refused unless ``overwrite``.
 """
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import functools
 import hashlib
@@ -15,6 +15,7 @@ import secrets
 import stat
 import time
 from collections.abc import Callable, Iterable, Mapping
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
@@ -30,7 +31,7 @@ from data_juicer_elastic.jobdir.records import Manifest, ShardEntry
 from data_juicer_elastic.jobdir.result_records import MergedShard, MergeRecord, ShardResult
 from data_juicer_elastic.jobdir.row_stats import MergedSideFile, export_stats_path
 from data_juicer_elastic.jobdir.shard_state import ShardState, decide_state, read_markers
-from data_juicer_elastic.rows.codecs import BackgroundIO, Syncer
+from data_juicer_elastic.rows.codecs import BackgroundIO
 from data_juicer_elastic.shards import steps
 from data_juicer_elastic.sharedfs import checked_writer, fault_seam, fsio
 from data_juicer_elastic.sharedfs.identity import kernel_tag, pid_alive
@@ -61,21 +62,16 @@ class MergeResult:
     layout: str = "file"  # "parts": output_path is a directory of parts and sha256 that of its index (shards.parts)
 
     def to_details(self) -> dict[str, Any]:
-        """What a run's outcome record keeps of the merge, for every instance to report
-        (``coordination.run_records.Outcome.details``); read back by :meth:`from_details`."""
-        return {
-            "output_path": str(self.output_path),
-            "rows": self.rows,
-            "bytes": self.bytes,
-            "sha256": self.sha256,
-            "shards": self.shards,
-            "written": self.written,
-            "layout": self.layout,
-        } | ({"quarantined": _errors_details(self.quarantined)} if self.quarantined is not None else {})
+        """What a run's outcome record keeps of the merge (``run_records.Outcome.details``), for every instance to
+        report; read back by :meth:`from_details` (the row stats are not kept)."""
+        fields = ("rows", "bytes", "sha256", "shards", "written", "layout")
+        details = {"output_path": str(self.output_path)} | {name: getattr(self, name) for name in fields}
+        if self.quarantined is not None:
+            details["quarantined"] = {**dataclasses.asdict(self.quarantined), "path": str(self.quarantined.path)}
+        return details
 
     @classmethod
     def from_details(cls, details: Mapping[str, Any]) -> MergeResult:
-        """The merge another instance recorded in the run's outcome (its row stats are not recorded)."""
         errors = details.get("quarantined")
         quarantined = MergedSideFile(**{**errors, "path": Path(errors["path"])}) if isinstance(errors, dict) else None
         return cls(
@@ -88,10 +84,6 @@ class MergeResult:
             quarantined=quarantined,
             layout=str(details.get("layout", "file")),
         )
-
-
-def _errors_details(errors: MergedSideFile) -> dict[str, Any]:
-    return {**dataclasses.asdict(errors), "path": str(errors.path)}
 
 
 def accepted_results(layout: JobLayout, manifest: Manifest) -> list[tuple[ShardEntry, ShardResult]]:
@@ -171,10 +163,10 @@ def publish_merged(
     tag: str,
     keep_stats: bool = False,
 ) -> tuple[bool, MergedSideFile | None, MergedSideFile | None]:
-    """Publish the merged output (complete and fsynced at ``tmp``) and its side files, the row stats
-    (``stats``) and the quarantine file (staged here: errors_merge), or none: every target is checked
-    before any is published.  (written, row stats, quarantine file).  The staged side files are removed
-    afterwards, whatever happened; the row stats not when ``keep_stats`` (their owner removes them)."""
+    """Publish the merged output (complete and fsynced at ``tmp``) and its side files, the row stats (``stats``)
+    and the quarantine file (staged here: errors_merge), or none: every target is checked before any is published.
+    (written, row stats, quarantine file).  The staged side files are removed afterwards, whatever happened; the
+    row stats not when ``keep_stats`` (their owner removes them)."""
     from data_juicer_elastic.quarantine import errors_merge  # <export>_errors.jsonl (it uses this module's writer)
 
     errors = None
@@ -193,8 +185,8 @@ def publish_merged(
 def stage_row_stats(
     layout: JobLayout, results: list[tuple[ShardEntry, ShardResult]], output: Path, tag: str
 ) -> StagedFile | None:
-    """``<export>_stats.jsonl`` from the accepted row stats files in manifest order (validated as
-    they are copied), under a temp name; None when the recipe makes no per-row stats."""
+    """``<export>_stats.jsonl`` from the accepted row stats files in manifest order (validated as they are
+    copied), under a temp name; None when the recipe makes no per-row stats."""
     if all(result.row_stats is None for _, result in results):
         return None
     missing = [entry.shard_id for entry, result in results if result.row_stats is None and result.rows]
@@ -210,8 +202,8 @@ def stage_row_stats(
 
 
 def stage_concat(path: Path, tag: str, size_hint: int, copies: Iterable[Callable[[Sink], int]]) -> StagedFile:
-    """``path``'s file under a temp name beside it, complete and fsynced: each of ``copies`` appends its
-    part to the sink it is given, validated as it is copied, and returns its rows (in merge order)."""
+    """``path``'s file under a temp name beside it, complete and fsynced: each of ``copies`` appends its part to
+    the sink it is given, validated as it is copied, and returns its rows (in merge order)."""
     remove_dead_merge_temps(path, tag)
     tmp = merge_temp_path(path, tag)
     out = OutputAppender(checked_writer.BufferedCheckedWriter(tmp, size_hint=size_hint), sync_path=tmp)
@@ -227,8 +219,8 @@ def stage_concat(path: Path, tag: str, size_hint: int, copies: Iterable[Callable
 
 
 def merge_temp_path(output: Path, tag: str, kind: str = "tmp") -> Path:
-    """``.<export>.<kind>-<kernel tag>-<pid>-<random>`` beside the export: same filesystem for the
-    final link or rename, and named so that a later merge on this host can tell a dead merger's file."""
+    """``.<export>.<kind>-<kernel tag>-<pid>-<random>`` beside the export: same filesystem for the final link or
+    rename, and named so that a later merge on this host can tell a dead merger's file."""
     return output.with_name(f".{output.name}.{kind}-{tag}-{os.getpid()}-{secrets.token_hex(4)}")
 
 
@@ -236,9 +228,9 @@ def remove_dead_merge_temps(
     output: Path, tag: str, kinds: tuple[str, ...] = ("tmp",), remove: Callable[[Path], None] = fsio.remove
 ) -> None:
     """Remove the temps (:func:`merge_temp_path`, of ``kinds``) of merges into ``output`` killed on this host
-    (SIGKILL, OOM, power loss skips every cleanup): each holds up to a whole merged output, and nothing else
-    will ever remove it.  Only names tagged with this kernel namespace whose pid is gone: another host's merge,
-    or a live one here, is never touched (``tag``: identity.kernel_tag; ``remove``: a parts export's remove_tree)."""
+    (SIGKILL, OOM, power loss skips every cleanup): each holds up to a whole merged output, and nothing else will
+    ever remove it.  Only names tagged with this kernel namespace whose pid is gone: another host's merge, or a
+    live one here, is never touched (``tag``: identity.kernel_tag; ``remove``: a parts export's remove_tree)."""
     if not tag:
         return
     prefixes = tuple(f".{output.name}.{kind}-{tag}-" for kind in kinds)
@@ -261,29 +253,32 @@ def remove_dead_merge_temps(
 
 
 class OutputAppender:
-    """Appends validated blocks to the merged output on a background thread, hashing them there.
-
-    Validation (the reader thread hashes each shard, this thread parses every line)
-    and the copy (this writer thread) overlap; see codecs.BackgroundIO.
-    """
+    """Appends validated blocks to the merged output on a background thread, hashing them there, so validation
+    (reader thread hashing, this thread parsing) and the copy overlap (codecs.BackgroundIO).  With ``sync_path``,
+    writeback of what is written starts on a helper thread every SYNC_EVERY bytes, so the final fsync before
+    publication has little left to wait for."""
 
     def __init__(self, writer, digest=None, sync_path: Path | None = None):
         self.writer = writer
         self.digest = digest if digest is not None else hashlib.sha256()
         self.bytes = 0
         self._io = BackgroundIO()
-        # Writeback of what is already written starts on a helper thread every SYNC_EVERY
-        # bytes, so the final fsync before publication has little left to wait for.
-        self._sync_path, self._syncer, self._unsynced = sync_path, Syncer() if sync_path else None, 0
+        self._sync_path, self._unsynced, self._synced = sync_path, 0, None  # _synced: the early fsync in flight
+        self._fsync = ThreadPoolExecutor(1, thread_name_prefix="dj-elastic-fsync") if sync_path else None
 
     def _write(self, block: bytes) -> None:
         self.digest.update(block)
         self.writer.write(block)
         self._unsynced += len(block)
-        if self._syncer is not None and self._unsynced >= SYNC_EVERY:
-            self._syncer.wait()  # at most one early fsync in flight
-            self._syncer.fsync(self._sync_path)
+        if self._fsync is not None and self._unsynced >= SYNC_EVERY:
+            self._wait_sync()  # at most one early fsync in flight
+            self._synced = self._fsync.submit(fsio.fsync_file, self._sync_path)
             self._unsynced = 0
+
+    def _wait_sync(self) -> None:
+        synced, self._synced = self._synced, None
+        if synced is not None:
+            synced.result()  # raises the fsync's error, naming the file
 
     def append(self, block: bytes) -> None:
         self.bytes += len(block)
@@ -301,23 +296,19 @@ class OutputAppender:
         self.writer.finish()
 
     def _close_syncer(self) -> None:
-        if self._syncer is not None:
+        if self._fsync is not None:
             try:
-                self._syncer.wait()
+                self._wait_sync()
             finally:
-                self._syncer.close()
-                self._syncer = None
+                self._fsync.shutdown(wait=True)
+                self._fsync = None
 
     def abort(self) -> None:
-        try:
+        with contextlib.suppress(BaseException):  # aborting already: the caller's error is the one to see
             self._io.drain()
-        except BaseException:
-            pass
         self._io.close()
-        try:
+        with contextlib.suppress(BaseException):
             self._close_syncer()
-        except BaseException:
-            pass
         self.writer.abort()
 
 
@@ -381,20 +372,15 @@ def publish_output(tmp: Path, output: Path, overwrite: bool) -> bool:
                 where=str(output),
                 hint="remove the link, or set overwrite to replace the link itself (its target is left alone)",
             )
-        fsio.replace(tmp, output)
-        return True
-    if fsio.exists(output):
+    elif fsio.exists(output):
         if fsio.same_bytes(tmp, output):
             return False
-        refuse_if_different(tmp, output, overwrite)
-        fsio.replace(tmp, output)
+        refuse_if_different(tmp, output, overwrite)  # it is different: refused unless overwrite
+    elif fsio.publish_exclusive(tmp, output):  # link(): two concurrent mergers cannot both think they created it
         return True
-    # link(): two concurrent mergers cannot both think they created the file.
-    if fsio.publish_exclusive(tmp, output):
-        return True
-    if overwrite:
-        fsio.replace(tmp, output)
-        return True
-    raise OutputExistsError(
-        "a different file appeared at the export path while merging", where=str(output), hint="choose another path"
-    )
+    elif not overwrite:
+        raise OutputExistsError(
+            "a different file appeared at the export path while merging", where=str(output), hint="choose another path"
+        )
+    fsio.replace(tmp, output)
+    return True

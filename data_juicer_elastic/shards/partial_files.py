@@ -1,12 +1,10 @@
 """The streaming merge's files beside the export: ``<export>.partial`` and the row stats' partial.
 
-:class:`PartialLock` keeps one writer per partial output, across processes (a POSIX lock on the
-file, released by the kernel when its holder dies) and threads (an in-process lock: POSIX locks
-do not exclude threads of one process); the row stats' partial is written only by the holder of
-the output's lock.  :class:`PartialStream` is one such file as a follower holds it: its open
-descriptor, how many bytes of it are final and their sha256 (the digest object, to go on
-appending), resumed by :func:`resume_stream` from what a progress record says.  Every file is
-opened with ``O_NOFOLLOW``: a link at a partial's name is refused, never written through.
+:class:`PartialLock` keeps one writer per partial output, across processes (a POSIX lock, dropped by the kernel
+when its holder dies) and threads (an in-process lock: POSIX locks do not exclude threads of one process); the row
+stats' partial is written only by the holder of the output's lock.  :class:`PartialStream` is one such file as its
+writer holds it: descriptor, final bytes and their sha256.  Every file is opened with ``O_NOFOLLOW``: a link at a
+partial's name is refused.
 """
 
 from __future__ import annotations
@@ -31,7 +29,7 @@ _process_locks_guard = threading.Lock()
 
 
 def open_partial(path: Path) -> int:
-    """A read-write descriptor of the partial file (created when absent); never through a link."""
+    """A read-write descriptor of the partial file (created when absent)."""
     fault_seam.fault_point("open", path)
     try:  # O_NOFOLLOW: a symlink at a .partial name is refused (ELOOP), never written through
         return os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o644)
@@ -105,7 +103,7 @@ class PartialLock:
 
 
 class AppendWriter:
-    """Appends to a locked partial file; errors name it (the fault seam sees every call)."""
+    """Appends to a locked partial file; errors name it."""
 
     def __init__(self, path: Path, fd: int):
         self.path, self.fd = path, fd
@@ -179,9 +177,9 @@ class PartialStream:
 
 
 def resume_stream(path: Path, fd: int, final: int, sha: str, mtime_ns: int | None, trust: bool) -> PartialStream | None:
-    """The stream a progress record describes (``final`` bytes hashing to ``sha``), or None when the
-    file does not hold them.  ``trust``: skip the read when the file still has exactly that size and
-    the mtime the record noted (its writer validated and hashed every byte as it appended it)."""
+    """The stream a progress record describes (``final`` bytes hashing to ``sha``), None when the file does not
+    hold them.  ``trust``: no read when the file still has exactly that size and the recorded mtime (its writer
+    validated and hashed every byte as it appended it)."""
     info = os.fstat(fd)
     if info.st_size < final:
         return None

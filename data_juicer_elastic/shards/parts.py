@@ -1,25 +1,11 @@
 """A job's result as a parts export: one part file per shard in a directory, published without copying.
 
-With ``elastic.export_layout: parts`` the export path names a directory::
-
-    <export>/part-00000-of-00032.jsonl   shard 0's accepted output (a hard link to it)
-    <export>/part-00000-of-00032.stats   its per-row stats, JSONL (when the recipe makes them)
-    ...
-    <export>/_index.dj-elastic           the parts in input order: rows, bytes, sha256 of each; totals
-
-Every output was validated (rows, bytes, sha256) when its attempt published it
-(``jobdir.attempts.publish_done``), so publication reads no byte of any output: it opens each
-done marker, checks where each file is and its size, hard-links it (the attempt's file stays
-where ``verify`` and ``retry`` look for it; a copy, hashed against the marker, only where the
-export is on another filesystem: EXDEV) into a staging directory beside the export, writes the
-index there last, and renames the staging directory into place.  The export path shows nothing
-or a complete export, never a part of one.
-
-Idempotent: an export already there with this job's index and every part of the right size is
-left as it is (``written`` False).  Anything else there is refused unless ``overwrite``;
-``jobdir.export_path.check_parts_target`` refuses links, files and directories holding other
-names first, so ``overwrite`` only ever replaces an earlier parts export.  A part and the
-accepted output are one file: editing either edits both (``dj-elastic verify`` re-hashes them).
+Every output was validated when its attempt published it, so publication reads no byte of any output: each file
+(a part is the accepted output itself, hard-linked; copied and hashed only across filesystems) goes into a staging
+directory beside the export, the index ``_index.dj-elastic`` last, and the directory is renamed into place: the
+export path shows nothing or a complete export.  Idempotent: this job's export already there is left as it is;
+anything else is refused unless ``overwrite`` (and ``jobdir.export_path.check_parts_target`` refuses links, files
+and foreign directories first).  The layout and the steps are in docs/output-layouts.md.
 """
 
 from __future__ import annotations
@@ -65,13 +51,22 @@ IDENTICAL: Final = "identical"
 
 
 @dataclass(frozen=True)
+class PartFile:
+    """One accepted file of a part: where it is, its name in the export, and its record."""
+
+    src: Path
+    name: str
+    what: str  # "output", "row stats file" or "quarantine file"
+    relative: str  # as its done marker names it
+    expected: tuple[int, int, str]  # rows, bytes, sha256
+
+
+@dataclass(frozen=True)
 class PlannedPart:
-    """One part to publish: its index entry and the accepted files it is made of."""
+    """One part to publish: its index entry and the accepted files it is made of (its output first)."""
 
     part: ExportPart
-    output: Path
-    stats: Path | None
-    errors: Path | None  # the shard's quarantined rows (jobdir.row_errors), linked beside its part
+    files: list[PartFile]
     entry: ShardEntry
     result: ShardResult
 
@@ -90,7 +85,12 @@ def publish_parts(job_dir: str | Path, export_dir: str | Path, overwrite: bool =
     written = found != IDENTICAL
     if written:
         if found is not None and not overwrite:
-            raise _different(target, found)
+            raise OutputExistsError(
+                f"a different parts export is at the export path: {found}",
+                where=str(target),
+                hint="set overwrite (elastic.overwrite_output / --overwrite) to replace it, or choose another "
+                "directory; `dj-elastic verify` checks an export fully",
+            )
         _stage_and_publish(layout, target, data, planned, replace=found is not None)
     merged = [MergedShard(p.shard_id, p.attempt_id, p.rows, p.bytes, p.sha256) for p in (e.part for e in planned)]
     sha = hashlib.sha256(data).hexdigest()
@@ -102,21 +102,9 @@ def publish_parts(job_dir: str | Path, export_dir: str | Path, overwrite: bool =
 
 
 def plan_part(layout: JobLayout, entry: ShardEntry, result: ShardResult) -> PlannedPart:
-    """The part of one accepted result, after the checks that read no data: each file where its
-    marker says, inside its attempt's directory, with the size its marker records."""
-    requeue = attempts.requeue_hint(layout, [entry.shard_id])
-    output = locate_published_file(layout, entry, result, what="output", relative=result.output, requeue=requeue)
-    _check_size(entry, output, result.bytes, "output", requeue)
-    stats, record = None, result.row_stats
-    if record is not None:
-        what = "row stats file"
-        stats = locate_published_file(layout, entry, result, what=what, relative=record.path, requeue=requeue)
-        _check_size(entry, stats, record.bytes, "row stats file", requeue)
-    errors, quarantined = None, result.errors
-    if quarantined is not None:
-        what = "quarantine file"
-        errors = locate_published_file(layout, entry, result, what=what, relative=quarantined.path, requeue=requeue)
-        _check_size(entry, errors, quarantined.bytes, what, requeue)
+    """The part of one accepted result, after the checks that read no data: each file where its marker says,
+    inside its attempt's directory, with the size its marker records."""
+    record, quarantined = result.row_stats, result.errors
     part = ExportPart(
         name=part_name(entry.shard_id),
         shard_id=entry.shard_id,
@@ -132,7 +120,15 @@ def plan_part(layout: JobLayout, entry: ShardEntry, result: ShardResult) -> Plan
         errors_bytes=None if quarantined is None else quarantined.bytes,
         errors_sha256=None if quarantined is None else quarantined.sha256,
     )
-    return PlannedPart(part, output, stats, errors, entry, result)
+    sides = [("row stats file", record), ("quarantine file", quarantined)]
+    sources = [("output", result.output), *((what, side.path) for what, side in sides if side is not None)]
+    requeue = attempts.requeue_hint(layout, [entry.shard_id])
+    files = []
+    for (what, relative), (name, expected) in zip(sources, part_files(part), strict=True):
+        src = locate_published_file(layout, entry, result, what=what, relative=relative, requeue=requeue)
+        _check_size(entry, src, expected[1], what, requeue)
+        files.append(PartFile(src, name, what, relative, expected))
+    return PlannedPart(part, files, entry, result)
 
 
 def _check_size(entry: ShardEntry, path: Path, expected: int, what: str, requeue: str) -> None:
@@ -156,21 +152,24 @@ def parts_index(manifest: Manifest, parts: list[ExportPart]) -> PartsIndex:
     )
 
 
+def part_files(part: ExportPart) -> list[tuple[str, tuple[int, int, str]]]:
+    """``(name, (rows, bytes, sha256))`` of each file of ``part`` in the export, its output first."""
+    files = [(part.name, (part.rows, part.bytes, part.sha256))]
+    if part.stats_name is not None:
+        files.append((part.stats_name, (part.rows, part.stats_bytes, part.stats_sha256)))
+    if part.errors_name is not None:
+        files.append((part.errors_name, (part.errors_rows, part.errors_bytes, part.errors_sha256)))
+    return files
+
+
 def expected_names(parts: list[ExportPart]) -> list[str]:
     """Every name the export directory holds, in index order (the index last)."""
-    names = []
-    for part in parts:
-        names.append(part.name)
-        if part.stats_name is not None:
-            names.append(part.stats_name)
-        if part.errors_name is not None:
-            names.append(part.errors_name)
-    return [*names, PARTS_INDEX]
+    return [*(name for part in parts for name, _ in part_files(part)), PARTS_INDEX]
 
 
 def name_difference(names: set[str], parts: list[ExportPart]) -> tuple[list[str], list[str]]:
-    """(missing, extra): the names the export of ``parts`` holds that ``names`` lacks, in index
-    order, and those in ``names`` that are not the export's, sorted."""
+    """(missing, extra): the names the export of ``parts`` holds that ``names`` lacks, in index order, and those
+    in ``names`` that are not the export's, sorted."""
     wanted = expected_names(parts)
     return [name for name in wanted if name not in names], sorted(names - set(wanted))
 
@@ -181,9 +180,9 @@ def read_index_bytes(target: Path) -> bytes | None:
 
 
 def compare_existing(target: Path, index: bytes, planned: list[PlannedPart]) -> str | None:
-    """None: nothing (or an empty directory) is at ``target``; :data:`IDENTICAL`: this export is
-    there already; else how what is there differs, naming the part.  Reads the index and one
-    listing, and stats each part: no part is read."""
+    """None: nothing (or an empty directory) is at ``target``; :data:`IDENTICAL`: this export is there already;
+    else how what is there differs, naming the part.  Reads the index and one listing, and stats each part: no
+    part is read."""
     names = set(os.listdir(target)) if os.path.lexists(target) else set()
     if not names:
         return None
@@ -200,18 +199,10 @@ def compare_existing(target: Path, index: bytes, planned: list[PlannedPart]) -> 
         return f"{missing[0]} is missing" + (f" (and {len(missing) - 1} more)" if len(missing) > 1 else "")
     if extra:
         return f"it holds {extra[0]}, which is not part of this export"
-    for each in planned:
-        part = each.part
-        for name, size in (
-            (part.name, part.bytes),
-            (part.stats_name, part.stats_bytes),
-            (part.errors_name, part.errors_bytes),
-        ):
-            if name is None:
-                continue
-            found = os.lstat(target / name)
-            if not stat.S_ISREG(found.st_mode) or found.st_size != size:
-                return f"{name} is not the file the index names ({found.st_size} bytes, the index says {size})"
+    for file in (file for each in planned for file in each.files):
+        found, size = os.lstat(target / file.name), file.expected[1]
+        if not stat.S_ISREG(found.st_mode) or found.st_size != size:
+            return f"{file.name} is not the file the index names ({found.st_size} bytes, the index says {size})"
     return IDENTICAL
 
 
@@ -227,15 +218,6 @@ def _index_difference(target: Path, data: bytes, parts: list[ExportPart]) -> str
     if len(found.parts) != len(parts):
         return f"it has {len(found.parts)} parts, this job {len(parts)}"
     return "its index differs from this job's"
-
-
-def _different(target: Path, how: str) -> OutputExistsError:
-    return OutputExistsError(
-        f"a different parts export is at the export path: {how}",
-        where=str(target),
-        hint="set overwrite (elastic.overwrite_output / --overwrite) to replace it, or choose another directory; "
-        "`dj-elastic verify` checks an export fully",
-    )
 
 
 def _stage_and_publish(
@@ -265,39 +247,27 @@ def _stage_and_publish(
 
 
 def _place(layout: JobLayout, each: PlannedPart, staging: Path) -> int:
-    """Link (or, across filesystems, copy) one part and its stats into staging; 1 when copied."""
+    """Link (or, across filesystems, copy) one part and its side files into staging; 1 when copied."""
     copied = 0
-    result = each.result
-    files = [(each.output, each.part.name, "output", result.output, (result.rows, result.bytes, result.sha256))]
-    if each.stats is not None and result.row_stats is not None and each.part.stats_name is not None:
-        stats = result.row_stats
-        expected = (result.rows, stats.bytes, stats.sha256)
-        files.append((each.stats, each.part.stats_name, "row stats file", stats.path, expected))
-    quarantined = result.errors
-    if each.errors is not None and quarantined is not None and each.part.errors_name is not None:
-        expected = (quarantined.rows, quarantined.bytes, quarantined.sha256)
-        files.append((each.errors, each.part.errors_name, "quarantine file", quarantined.path, expected))
-    for src, name, what, relative, expected in files:
+    for file in each.files:
         try:
-            fsio.link_private(src, staging / name)
+            fsio.link_private(file.src, staging / file.name)
         except OSError as exc:
             if exc.errno != errno.EXDEV:
                 raise
-            _copy_validated(layout, each, staging / name, what=what, relative=relative, expected=expected)
+            _copy_validated(layout, each, file, staging / file.name)
             copied = 1
     return copied
 
 
-def _copy_validated(
-    layout: JobLayout, each: PlannedPart, dst: Path, *, what: str, relative: str, expected: tuple[int, int, str]
-) -> None:
+def _copy_validated(layout: JobLayout, each: PlannedPart, file: PartFile, dst: Path) -> None:
     """A copy of an accepted file, validated against its done marker in the same read (EXDEV only)."""
-    writer = checked_writer.BufferedCheckedWriter(dst, size_hint=expected[1])
+    writer = checked_writer.BufferedCheckedWriter(dst, size_hint=file.expected[1])
     try:
         requeue = attempts.requeue_hint(layout, [each.entry.shard_id])
         check_published_file(
-            layout, each.entry, each.result, what=what, relative=relative, expected=expected, requeue=requeue,
-            sink=writer.write,
+            layout, each.entry, each.result, what=file.what, relative=file.relative, expected=file.expected,
+            requeue=requeue, sink=writer.write,
         )  # fmt: skip
         writer.finish()
     except BaseException:

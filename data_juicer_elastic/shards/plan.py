@@ -1,24 +1,13 @@
 """Plan a job's shards without passing over its data: the inputs listed, the cuts placed at line ends.
 
-The inputs, in order, form one byte stream; it is cut into ``num_shards`` contiguous shards
-balanced by stored bytes, each shard a list of spans (``ShardSpan``: a byte range of one input
-file).  The planner reads only around the cuts, so the serial part of preparing a job is
-O(files + shards), not O(bytes):
-
-* **cut near a target**: the cut after shard ``k`` aims at byte ``T = total*(k+1)/n``.  Inside a
-  plain (uncompressed) file it goes to the end of the line holding byte ``T`` (one short read
-  from ``T - 1`` to the next newline: a few KiB; at most ``max_line_bytes``, beyond which the
-  scan refuses the line anyway and the cut goes to the file's end); inside a compressed file
-  (``.gz``, ``.zst``) to the nearer end of the file: a compressed file is never cut, it is read
-  whole by one scan and one run (one serial unit, however large).  A unit larger than a whole
-  share can leave a shard empty (no spans, no rows): it is scanned and "run" at no cost.
-* **small inputs are cut exactly**: when the plain files hold at most :data:`EXACT_BYTES_PER_CUT`
-  per cut, the planner reads them whole (no more than the reads around the cuts would cost at
-  worst) and applies the row rule of a full split: every cut at the line end nearest its
-  target, every shard non-empty, and ``num_shards`` larger than the lines is refused (exit 2).
-
-Which node scans which shard does not matter, and neither does the plan itself for the output:
-the merged output is the same bytes for any ``num_shards`` (docs/lossless.md).
+The inputs, in order, form one byte stream cut into ``num_shards`` contiguous shards balanced by stored bytes,
+each a list of spans (``ShardSpan``: a byte range of one input file).  Only the bytes around the cuts are read, so
+planning is O(files + shards): a cut in a plain file goes to the end of the line holding its target byte (at most
+``max_line_bytes`` read, past which the scan refuses the line anyway and the cut goes to the file's end); a
+compressed file is never cut (the nearer end of the file).  When the plain files hold at most
+:data:`EXACT_BYTES_PER_CUT` per cut, they are read whole and cut by the row rule of a full split (every shard
+non-empty).  The rules, and why the output does not depend on them, are in docs/input-format.md and
+docs/lossless.md.
 """
 
 from __future__ import annotations
@@ -63,14 +52,10 @@ class _Unit:
         return self.start + self.size
 
 
-@dataclass(frozen=True)
-class ShardCuts:
-    shards: list[PlannedShard]
-    bytes_read: int  # what the planner read to place the cuts
-
-
-def plan_shards(inputs: list[InputItem], sizes: list[int], n: int, max_line_bytes: int) -> ShardCuts:
-    """``n`` shards over ``inputs`` (stored ``sizes``, as listed when planning)."""
+def plan_shards(
+    inputs: list[InputItem], sizes: list[int], n: int, max_line_bytes: int
+) -> tuple[list[PlannedShard], int]:
+    """``n`` shards over ``inputs`` (stored ``sizes``, as listed), and the bytes read to place the cuts."""
     units, start = [], 0
     for index, (item, size) in enumerate(zip(inputs, sizes, strict=True)):
         if size > 0:
@@ -92,7 +77,7 @@ def plan_shards(inputs: list[InputItem], sizes: list[int], n: int, max_line_byte
     for k in range(n):
         spans = _spans(units, bounds[k], bounds[k + 1])
         shards.append(PlannedShard(shard_id(k, n), k, spans, sum(s.length for s in spans)))
-    return ShardCuts(shards, read)
+    return shards, read
 
 
 def _spans(units: list[_Unit], lo: int, hi: int) -> list[ShardSpan]:
@@ -124,8 +109,8 @@ def _near_cuts(units: list[_Unit], total: int, n: int, max_line_bytes: int) -> t
 
 
 def _line_end_after(unit: _Unit, target: int, max_line_bytes: int) -> tuple[int, int]:
-    """(stream offset just past the newline that ends the line holding byte ``target``, bytes read).
-    The file's end when there is none within ``max_line_bytes`` (that line is refused by its scan)."""
+    """(stream offset just past the newline that ends the line holding byte ``target``, bytes read).  The file's
+    end when there is none within ``max_line_bytes`` (that line is refused by its scan)."""
     local = target - unit.start  # 0 < local < size: target is inside the file, past its first byte
     spent = 0
     with fsio.open_read(unit.path) as handle:
@@ -145,8 +130,8 @@ def _line_end_after(unit: _Unit, target: int, max_line_bytes: int) -> tuple[int,
 
 # -- small inputs: every line end known ---------------------------------------------------------------
 def _exact_cuts(units: list[_Unit], total: int, n: int) -> tuple[list[int], int] | None:
-    """The cuts by the row rule, or None when compressed files make the pieces too few to
-    give every shard one (then the cuts go near their targets, some shards left empty)."""
+    """The cuts by the row rule, or None when compressed files make the pieces too few to give every shard one
+    (then the cuts go near their targets, some shards left empty)."""
     ends, read, compressed = [], 0, 0
     for unit in units:
         if unit.compressed:
@@ -181,9 +166,9 @@ def _exact_cuts(units: list[_Unit], total: int, n: int) -> tuple[list[int], int]
 
 
 def _row_rule(ends: list[int], total: int, n: int) -> list[int]:
-    """The cuts of the full-split rule over pieces ending at ``ends``: shard ``k`` ends at the piece
-    end nearest its target ``total*(k+1)/n`` (ties: before the piece that straddles it), never
-    empty, and early enough that every later shard still gets a piece.  Exact integer arithmetic."""
+    """The cuts of the full-split rule over pieces ending at ``ends``: shard ``k`` ends at the piece end nearest
+    its target ``total*(k+1)/n`` (ties: before the piece that straddles it), never empty, and early enough that
+    every later shard still gets a piece.  Exact integer arithmetic."""
     cuts: list[int] = []
     k = taken = cum = 0
     for seen, end in enumerate(ends):
@@ -203,9 +188,8 @@ def _row_rule(ends: list[int], total: int, n: int) -> list[int]:
 
 # -- the inputs ----------------------------------------------------------------------------------------
 def discover_inputs(dataset: Path, order: InputOrder = "sorted") -> list[InputItem]:
-    """One file, or every ``*.jsonl``/``*.jsonl.gz``/``*.jsonl.zst`` below a directory, sorted by
-    relative POSIX path (``order="sorted"``: the same order on every filesystem), or in the
-    order Data-Juicer's default executor reads them (``"data_juicer"``, :func:`data_juicer_order`)."""
+    """One file, or every ``*.jsonl``/``*.jsonl.gz``/``*.jsonl.zst`` below a directory, sorted by relative POSIX
+    path (the same on every filesystem), or in Data-Juicer's order (``"data_juicer"``)."""
     if dataset.is_file():
         # A single file is JSONL whatever its name; only a .gz/.zst ending chooses a decoder.
         codec = input_codec(dataset.name) or {".gz": "gzip", ".zst": "zstd"}.get(dataset.suffix, "none")
@@ -235,11 +219,9 @@ def discover_inputs(dataset: Path, order: InputOrder = "sorted") -> list[InputIt
 
 
 def data_juicer_order(dataset: Path, found: list[InputItem]) -> list[InputItem]:
-    """``found`` in the order of Data-Juicer 1.6.1's default executor: its loader lists the
-    directory with ``Path.rglob("*")`` (the filesystem's own order), groups the files by
-    suffix (``.jsonl``, ``.jsonl.gz``, ...; groups in order of their first file) and reads
-    group after group (``utils/file_utils.find_files_with_suffix``, ``format/formatter.py``).
-    That order can differ between filesystems and copies of the same files."""
+    """``found`` in the order of Data-Juicer 1.6.1's default executor: ``Path.rglob("*")`` (the filesystem's own
+    order, which can differ between copies of the same files), grouped by suffix (groups in order of their first
+    file; ``utils/file_utils.find_files_with_suffix``)."""
     by_path = {item.path: item for item in found}
     groups: dict[str, list[InputItem]] = {}
     for path in dataset.rglob("*"):

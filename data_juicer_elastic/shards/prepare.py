@@ -1,16 +1,11 @@
 """Prepare a job: plan its shards and publish the plan; the data is read by the scans.
 
-Preparing is the serial part of a job, so it does O(files + shards) work, never O(bytes):
-it checks the request, lists the inputs (sizes, mtimes), places the shard cuts at line ends
-(``shards.plan``: a few KiB read per cut), then publishes ``recipe.json`` and, last,
-``plan.json`` with ``link()`` (first wins).  Its presence means "planned".  Preparing again
-with the same request is a no-op; with a different one, an error naming what changed.
-
-Reading the data (checking every row, the row schema, hashing, and with ``copy_shards``
-copying) is one claimable scan per shard, done by every participant (``jobdir.scan_loop``);
-the manifest is composed once every shard is scanned.  :func:`prepare_job` does the whole of
-it on this node (plan, then scan every shard here): for ``dj-elastic prepare --scan``, and
-wherever a prepared manifest is wanted at once.
+Preparing is the serial part of a job, so it is O(files + shards), never O(bytes): it checks the request, lists
+the inputs (sizes, mtimes), places the cuts at line ends (``shards.plan``), then publishes ``recipe.json`` and,
+last, ``plan.json`` with ``link()`` (first wins): its presence means "planned".  Preparing again with the same
+request is a no-op; with a different one, an error naming what changed.  Reading the data is one claimable scan
+per shard, done by every participant (``jobdir.scan_loop``); :func:`prepare_job` also scans every shard here
+(``dj-elastic prepare --scan``).
 """
 
 from __future__ import annotations
@@ -97,11 +92,10 @@ class PrepareOutcome:
 def plan_job(request: PrepareRequest, *, complete: Callable[[], PrepareRequest] | None = None) -> PlanOutcome:
     """Plan ``request.job_dir`` (idempotent for an identical request) and publish the plan.
 
-    ``complete``: ``request`` is an early one whose input fields (:func:`input_fields`) are
-    known but whose recipe may not be yet (parsing it imports Data-Juicer, seconds): planning
-    starts at once, and ``complete()`` is called for the whole request before anything is
-    published or an existing job is compared.  RequestChanged (nothing published) when its
-    input fields differ; the caller plans again with it.
+    ``complete``: ``request`` is an early one whose input fields (:func:`input_fields`) are known but whose recipe
+    may not be yet (parsing it imports Data-Juicer, seconds): planning starts at once, and ``complete()`` gives
+    the whole request before anything is published or compared.  RequestChanged (nothing published) when its input
+    fields differ; the caller plans again with it.
     """
     dataset, kind = _check_request(request)
     inputs = discover_inputs(dataset, request.input_order)
@@ -114,7 +108,7 @@ def plan_job(request: PrepareRequest, *, complete: Callable[[], PrepareRequest] 
         return PlanOutcome(_check_existing(layout, request, dataset, rhash, inputs), created=False)
     confine.check_ours(layout)  # never litter a directory that is not a job (or planted links)
     stats = [fsio.stat(item.path) for item in inputs]
-    cuts = plan_shards(inputs, [st.st_size for st in stats], request.num_shards, request.max_line_bytes)
+    shards, bytes_read = plan_shards(inputs, [st.st_size for st in stats], request.num_shards, request.max_line_bytes)
     request = _completed(request, complete)
     rhash = manifest_recipe_hash(request.recipe)
     planned = [
@@ -123,7 +117,12 @@ def plan_job(request: PrepareRequest, *, complete: Callable[[], PrepareRequest] 
     ]
     for directory in (layout.cache_dir, layout.claims_dir, layout.done_dir, layout.attempts_dir):
         confine.ensure_dir(layout, directory)
-    _publish_recipe(layout, request.recipe)
+    if not fsio.publish_bytes(layout.recipe, canonical_json(request.recipe)):
+        raise JobDirError(
+            "job_dir holds the recipe of a different job",
+            where=str(layout.recipe),
+            hint="use a new job_dir for a different recipe",
+        )
     plan = JobPlan(
         job_id=uuid.uuid4().hex,
         created_at=time.time(),
@@ -139,19 +138,19 @@ def plan_job(request: PrepareRequest, *, complete: Callable[[], PrepareRequest] 
         versions=dict(request.versions),
         ray=dict(request.ray),
         settings=dict(request.settings),
-        shards=cuts.shards,
+        shards=shards,
         request_fingerprint=_fingerprint(request, dataset, rhash, planned),
         max_line_bytes=request.max_line_bytes,
         shard_codec=request.shard_codec,
         copy_shards=request.copy_shards,
         code=request.code,
-        planned_bytes_read=cuts.bytes_read,
+        planned_bytes_read=bytes_read,
     )
     # Published last, exclusively: its presence is what "planned" means.
     if fsio.publish_bytes(layout.plan, plan.encode()):
         logger.info(
             f"planned {layout.root}: {request.num_shards} shards over {len(inputs)} file(s), "
-            f"{plan.total_bytes} bytes ({cuts.bytes_read} read to place the cuts)"
+            f"{plan.total_bytes} bytes ({bytes_read} read to place the cuts)"
         )
         return PlanOutcome(load_plan(layout.root), created=True)
     # A concurrent preparer won; fine if it planned the same thing.
@@ -186,7 +185,6 @@ def prepare_job(
     return PrepareOutcome(manifest, created=outcome.created)
 
 
-# -- request and inputs ----------------------------------------------------------------------
 def input_fields(request: PrepareRequest) -> tuple:
     """What the plan depends on: equal for two requests, the same shards come out."""
     return (
@@ -250,17 +248,6 @@ def _media_keys(request: PrepareRequest) -> dict[str, str]:
     return {name: key for name, key in request.media_keys.items() if key}
 
 
-# -- publication ------------------------------------------------------------------------------
-def _publish_recipe(layout: JobLayout, recipe: dict[str, Any]) -> None:
-    if not fsio.publish_bytes(layout.recipe, canonical_json(recipe)):
-        raise JobDirError(
-            "job_dir holds the recipe of a different job",
-            where=str(layout.recipe),
-            hint="use a new job_dir for a different recipe",
-        )
-
-
-# -- idempotency --------------------------------------------------------------------------------
 def _fingerprint(request: PrepareRequest, dataset: Path, rhash: str, inputs: list[PlannedInput]) -> str:
     identity = {
         "dataset_path": str(dataset),
@@ -283,17 +270,15 @@ def _check_existing(
     layout: JobLayout, request: PrepareRequest, dataset: Path, rhash: str, inputs: list[InputItem]
 ) -> JobPlan:
     plan = load_plan(layout.root)
-    differences = []
-    for name, old, new in (
+    compared = (
         ("dataset_path", plan.dataset_path, str(dataset)),
         ("num_shards", plan.num_shards, request.num_shards),
         ("media_keys", plan.media_keys, _media_keys(request)),
         ("index_key", plan.index_key, request.index_key),
         ("shard_codec", plan.shard_codec, request.shard_codec),
         ("copy_shards", plan.copy_shards, request.copy_shards),
-    ):
-        if old != new:
-            differences.append(f"{name} was {old!r}, now {new!r}")
+    )
+    differences = [f"{name} was {old!r}, now {new!r}" for name, old, new in compared if old != new]
     differences += recipe_differences(plan, request.recipe, rhash, request.stage_identities, request.versions)
     old_order, new_order = [f.relpath for f in plan.inputs], [i.relpath for i in inputs]
     if old_order != new_order and sorted(old_order) == sorted(new_order):

@@ -1,21 +1,10 @@
 """Scan one shard: read its spans once, check every row, observe its row schema, hash, copy.
 
-This is the per-byte part of preparing a job, run as one claimable task per shard by every
-participant (``jobdir.scan_loop``), so a job's input is read in parallel by the whole fleet
-instead of by one preparing node.  Per span:
-
-* the file's size and mtime must still be what the plan listed (before and after the read);
-* every line is judged by the row policy (``rows.row_policy`` through ``rows.jsonl.RowNormaliser``,
-  the same judge prepare always used): the first bad line is a *refusal* naming its line within
-  the span; ``jobdir.scans`` turns it into ``file:line`` once the rows before it are known;
-* a line longer than ``max_line_bytes`` is refused as soon as that is known (memory stays
-  bounded by about one line and a read block);
-* the content (the decoded bytes; a newline after a file's last line that lacks one) is hashed
-  and, with ``copy_shards``, written to the attempt's copy; whether any row needs normalising
-  when read is recorded, so readers of clean shards (the common case) do no row work.
-
-A refusal is a scan result like any other (deterministic: the same bytes give the same
-verdict), so the job is refused on every instance, before any shard runs, with one error.
+The per-byte part of preparing a job, one claimable task per shard run by every participant
+(``jobdir.scan_loop``).  Each span's file must keep the plan's size and mtime; every line is judged by the row
+policy (``rows.jsonl.RowNormaliser``), the first bad one a deterministic *refusal* naming its line in the span
+(``jobdir.scans`` words it ``file:line``), so the job is refused on every instance before any shard runs; the
+content is hashed and, with ``copy_shards``, copied.  The steps are in docs/input-format.md ("Scan").
 """
 
 from __future__ import annotations
@@ -40,39 +29,28 @@ from data_juicer_elastic.shards import steps
 SCANNING = "scanning shards"  # the step name progress reports use
 
 
-class _Progress:
-    def __init__(self, total: int | None):
-        self.done, self.total = 0, total
-
-    def add(self, size: int) -> None:
-        self.done += size
-        steps.report(SCANNING, self.done, self.total)
-
-
 class _Content:
-    """Where scanned content goes: a sha256 (and a copy, with ``copy_shards``)."""
+    """Where scanned content goes: a sha256, a copy (with ``copy_shards``), and the scanner's progress."""
 
-    def __init__(self, copy_path: Path | None, codec: str, progress: _Progress):
+    def __init__(self, copy_path: Path | None, codec: str, scanner: ShardScanner):
         self.digest = hashlib.sha256()
         self.bytes = 0
         self.copy = ShardFileWriter(copy_path, codec) if copy_path is not None else None
-        self.progress = progress
+        self.scanner = scanner
 
-    def add(self, data: bytes | memoryview, rows: int) -> None:
+    def add(self, data: bytes | memoryview) -> None:
         self.digest.update(data)
         self.bytes += len(data)
         if self.copy is not None:
-            self.copy.write(data, rows)
-        self.progress.add(len(data))
+            self.copy.write(data)
+        self.scanner.done += len(data)
+        steps.report(SCANNING, self.scanner.done, self.scanner.total)
 
 
 class ShardScanner:
-    """``run_scan`` for the scan loop: ``scanner(task) -> ScanOutput``.
-
-    A shard of :data:`~data_juicer_elastic.rows.row_checkers.MIN_PARALLEL_BYTES` or more has its
-    rows checked in helper processes (``rows.row_checkers``: one per core, started for the first
-    such shard and kept for the worker's later scans), so one worker scans with every core of its
-    node; a block a helper does not prove clean takes the serial path, which words the error.
+    """``run_scan`` for the scan loop: ``scanner(task) -> ScanOutput``.  A shard of
+    ``row_checkers.MIN_PARALLEL_BYTES`` or more has its rows checked in helper processes (one per core, kept for
+    the worker's later scans); a block a helper does not prove clean takes the serial path, which words the error.
     """
 
     def __init__(self, processes: int | None = None, total_bytes: int | None = None):
@@ -80,10 +58,10 @@ class ShardScanner:
         self._checkers: RowCheckers | None = None
         self._options: NormaliseOptions | None = None
         # progress (shards.steps): content bytes this scanner has read, of ``total_bytes`` when known
-        self.progress = _Progress(total_bytes)
+        self.done, self.total = 0, total_bytes
 
     def __call__(self, task: ScanTask) -> ScanOutput:
-        content = _Content(task.copy_path, task.copy_codec, self.progress)
+        content = _Content(task.copy_path, task.copy_codec, self)
         schema = RowSchema()
         span_rows: list[int] = []
         identical, longest = True, 0
@@ -102,7 +80,7 @@ class ShardScanner:
                 content.copy.abort()
         stored: dict[str, Any] = {}
         if content.copy is not None and refusal is None:
-            _, stored_bytes, stored_sha = content.copy.finish()
+            stored_bytes, stored_sha = content.copy.finish()
             stored = {"copy_path": task.copy_path}
             if task.copy_codec != "none":
                 stored |= {"stored_bytes": stored_bytes, "stored_sha256": stored_sha}
@@ -140,8 +118,8 @@ def run_scan(task: ScanTask) -> ScanOutput:
 
 
 class _SpanScan:
-    """One span: judged block by block, in helper processes when there are some (their
-    verdicts taken in order, a few blocks behind the reader), else here."""
+    """One span: judged block by block, in helper processes when there are some (their verdicts taken in order, a
+    few blocks behind the reader), else here."""
 
     def __init__(self, number, span, task, schema, content, checkers):
         self.number, self.span, self.content, self.checkers = number, span, content, checkers
@@ -168,9 +146,9 @@ class _SpanScan:
             if framer.tail is not None:
                 if not span.file_end:  # a cut the plan placed at a line end is no longer one
                     raise _changed(self.number, "a planned cut is no longer at the end of a line")
-                self.identical &= _judge(self.rows, [framer.tail])
+                self.identical &= self.rows.lines([framer.tail]) is None
                 self.longest = max(self.longest, len(framer.tail))
-                self.content.add(framer.tail + b"\n", 1)  # the content gives the file's last line its newline
+                self.content.add(framer.tail + b"\n")  # the content gives the file's last line its newline
         except InputError as exc:
             raise _refusal(self.number, _line_of(exc, span.path), exc) from None
         finally:
@@ -183,9 +161,9 @@ class _SpanScan:
         at = first_too_long(lines, self.limit, READ_BYTES)
         if at is not None:
             raise _refusal(self.number, self.rows.rows + at + 1, _too_long_error(self.limit))
-        self.identical &= _judge(self.rows, lines)
+        self.identical &= self.rows.lines(lines) is None  # None: every row kept byte for byte
         self.longest = max(self.longest, max(map(len, lines)))
-        self.content.add(block.view(), len(lines))
+        self.content.add(block.view())
 
     def _submit(self, block: LineBlock) -> None:
         self._settle(self.depth - 1)
@@ -206,16 +184,11 @@ class _SpanScan:
             self.rows.schema.merge(block_schema)
             self.rows.rows += count
             self.longest = max(self.longest, max(map(len, block.lines())))
-            self.content.add(block.view(), count)
+            self.content.add(block.view())
 
     def _too_long(self) -> NoReturn:
         self._settle(0)  # the long line is the next one after everything judged so far
         raise _refusal(self.number, self.rows.rows + 1, _too_long_error(self.limit))
-
-
-def _judge(rows: RowNormaliser, lines: list[bytes]) -> bool:
-    """True when every line is kept byte for byte (no normalising needed when read)."""
-    return rows.lines(lines) is None
 
 
 def _unchanged(number: int, span: SourceSpan, when: str) -> None:
@@ -225,18 +198,11 @@ def _unchanged(number: int, span: SourceSpan, when: str) -> None:
 
 
 def _changed(number: int, what: str) -> ScanRefused:
-    return ScanRefused(
-        ScanRefusal(
-            span=number,
-            line=None,
-            message=f"input changed since the job was planned ({what})",
-            hint="stop whatever writes the input and prepare a new job_dir",
-            error_type=InputChangedError.__name__,
-        )
-    )
+    hint = "stop whatever writes the input and prepare a new job_dir"
+    return _refusal(number, None, InputChangedError(f"input changed since the job was planned ({what})", hint=hint))
 
 
-def _refusal(number: int, line: int | None, exc: InputError) -> ScanRefused:
+def _refusal(number: int, line: int | None, exc: InputError | InputChangedError) -> ScanRefused:
     return ScanRefused(ScanRefusal(number, line, exc.message, exc.hint, type(exc).__name__))
 
 

@@ -1,10 +1,7 @@
 """A hook for long local steps (prepare passes, merge) to report how far they are.
 
-``jobdir`` only reports numbers; how they are shown (a terminal progress bar, or
-periodic log lines) is decided by whoever installs the callback
-(``data_juicer_elastic.console``).  With no callback installed a report costs
-one global lookup, so callers may report often -- but at most every few
-thousand rows, not per row.
+How reports are shown is up to whoever installs the callback (``data_juicer_elastic.console``).  With none
+installed a report costs one global lookup, but report every few thousand rows, not per row.
 """
 
 from __future__ import annotations

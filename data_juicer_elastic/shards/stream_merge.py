@@ -1,35 +1,12 @@
 """Streaming ordered merge: publish the finished prefix of the merged output while shards complete.
 
-A follower (``dj-elastic merge --follow``, or every instance of a run with ``export_layout:
-file`` and ``elastic.stream_merge`` on, the default) appends each accepted shard output,
-validated exactly as :mod:`merge` does, to ``<export>.partial`` as soon as every shard before
-it is merged (and its per-row stats file, when the recipe makes one, to the stats file's
-``.partial``: ``<stem>_stats.jsonl.partial``), and after each shard publishes
-``<export>.progress.json``:
-
-    {"format": "dj-elastic/merge-progress", "shards_final": 3, "num_shards": 16,
-     "bytes_final": 123456, "rows_final": 789, "prefix_sha256": "...", "complete": false, ...}
-
-Consumer contract: read the progress record (replaced atomically), then read at most
-``bytes_final`` bytes of ``<export>.partial``; those bytes are final, fsynced, whole
-lines, and never change (the file only grows).  When ``complete`` is true the whole
-output is at the export path (the same inode: the partial is linked there, then its
-``.partial`` name removed), byte-identical to a non-streaming merge of the same job,
-and ``merge.json`` is written as by :func:`merge.merge_job`; so is the row stats file.  The
-quarantine file (``<export>_errors.jsonl``, :mod:`row_errors`) is not streamed: it is written
-whole just before the output is published.
-
-Crash and resume (the ``merge`` and ``finalize`` crash points of ``tests/faults/crashpoints.py``
-stop a follower there): bytes past the final ones may be a torn shard; a new follower truncates
-them, re-hashes each prefix against its recorded sha256 (starting over when one does not match, or
-when a shard it names was run again since) and continues with shard ``shards_final``.  A prefix
-that already holds every shard, in files whose size and mtime are still those recorded, is not
-read again: each shard was validated and hashed as it was appended and fsynced before the record
-said so, so finalize publishes it after reading only the done markers (``dj-elastic verify``
-re-hashes the export; an edit that restores size and mtime is not caught before that).  The row
-stats are published from their partial only when it holds exactly the accepted stats files' bytes;
-otherwise they are written whole at the end.  One writer per partial (``partial_files.PartialLock``);
-a follower that does not publish (a run's) finds a completed record and returns at once.
+A follower appends each accepted shard output (validated as :mod:`merge` does) to ``<export>.partial`` once
+every shard before it is merged, its row stats to ``<stem>_stats.jsonl.partial``, fsyncs, then replaces
+``<export>.progress.json``: its ``bytes_final`` bytes are final.  On resume, bytes past them (a torn shard) are
+truncated and the prefix re-hashed against the record, unless it holds every shard and the file keeps its
+recorded size and mtime (each shard was validated and hashed as it was appended; ``dj-elastic verify`` re-hashes
+the export).  One writer per partial (``partial_files.PartialLock``).  The consumer contract and the crash and
+resume rules are in docs/input-format.md ("Streaming ordered merge").
 """
 
 from __future__ import annotations
@@ -40,7 +17,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import ClassVar, Final
+from typing import ClassVar
 
 from loguru import logger
 
@@ -65,9 +42,6 @@ from data_juicer_elastic.shards.merge import (
 from data_juicer_elastic.shards.partial_files import PartialLock, PartialStream, open_partial, resume_stream
 from data_juicer_elastic.sharedfs import fault_seam, fsio
 from data_juicer_elastic.sharedfs.identity import kernel_tag
-
-PARTIAL_SUFFIX: Final = ".partial"
-PROGRESS_SUFFIX: Final = ".progress.json"
 
 
 @dataclass(frozen=True)
@@ -96,11 +70,11 @@ class MergeProgress(Record):
 
 
 def partial_path(output: Path) -> Path:
-    return output.with_name(output.name + PARTIAL_SUFFIX)
+    return output.with_name(output.name + ".partial")
 
 
 def progress_path(output: Path) -> Path:
-    return output.with_name(output.name + PROGRESS_SUFFIX)
+    return output.with_name(output.name + ".progress.json")
 
 
 def stats_partial_path(output: Path) -> Path:
@@ -125,14 +99,10 @@ def follow_merge(
     publish: bool = True,
     on_progress: Callable[[MergeProgress], None] | None = None,
 ) -> MergeResult | None:
-    """Merge shards in manifest order as they complete, publishing the final prefix as it grows.
-
-    ``wait=False`` merges what is done and fails like :func:`merge.merge_job` on a missing
-    shard; ``wait=True`` polls for the next shard every ``poll_secs`` until all are merged
-    or ``stop`` is set (then returns None, leaving a resumable partial).  A terminally
-    failed shard ends the follow with the job's error.  ``publish=False`` stops after the
-    last shard without publishing (the run's elected finalize publishes).
-    """
+    """Merge shards in manifest order as they complete, publishing the final prefix as it grows.  ``wait=False``
+    fails like :func:`merge.merge_job` on a missing shard; ``wait=True`` polls every ``poll_secs`` until all are
+    merged or ``stop`` is set (then None, the partial resumable).  A terminally failed shard ends it with the
+    job's error.  ``publish=False`` stops after the last shard (the run's elected finalize publishes)."""
     layout = JobLayout(Path(os.path.abspath(job_dir)))
     manifest = load_manifest(layout.root)
     confine.check_layout(layout)  # merge.json and stats/ are written into it, as by merge_job
@@ -173,6 +143,9 @@ class _Run:
     stats: PartialStream | None
     output: Path
 
+    def streams(self) -> list[PartialStream]:
+        return [stream for stream in (self.out, self.stats) if stream is not None]
+
     def stats_stream(self) -> PartialStream:
         if self.stats is None:  # the first shard with row stats: the stats' partial starts empty
             path = stats_partial_path(self.output)
@@ -192,21 +165,21 @@ def _follow(layout, manifest, run: _Run, overwrite, wait, poll_secs, stop, publi
                 if markers.terminal is not None or not wait:
                     accepted_results(layout, manifest)  # raises the job's "not complete" error
                 if stop.wait(poll_secs) if stop is not None else time.sleep(poll_secs):
-                    _finish(run)
+                    for stream in run.streams():
+                        stream.finish()
                     return None  # the partial and its progress stay: a later follower resumes
                 continue
             _append(layout, run, entry, markers.result)
             fault_seam.fault_point("merge", run.out.path)  # named crash point: the shard's bytes may be torn
-            for stream in (run.out, run.stats):
-                if stream is not None:
-                    stream.make_final()
+            for stream in run.streams():
+                stream.make_final()
             _publish_progress(run, manifest, complete=False, on_progress=on_progress)
     except BaseException:
-        for stream in (run.out, run.stats):
-            if stream is not None:
-                stream.abort()  # what is final stays final: a later follower resumes after it
+        for stream in run.streams():
+            stream.abort()  # what is final stays final: a later follower resumes after it
         raise
-    _finish(run)
+    for stream in run.streams():
+        stream.finish()
     if not publish:
         return None
     results = accepted_results(layout, manifest)
@@ -219,16 +192,9 @@ def _follow(layout, manifest, run: _Run, overwrite, wait, poll_secs, stop, publi
     )
     result = record_merge(layout, manifest, output, run.merged, run.out.sha, written, row_stats, quarantined)
     _publish_progress(run, manifest, complete=True, on_progress=on_progress)
-    fsio.remove(run.out.path)
-    if run.stats is not None:
-        fsio.remove(run.stats.path)
+    for stream in run.streams():
+        fsio.remove(stream.path)
     return result
-
-
-def _finish(run: _Run) -> None:
-    for stream in (run.out, run.stats):
-        if stream is not None:
-            stream.finish()
 
 
 def _append(layout: JobLayout, run: _Run, entry: ShardEntry, result: ShardResult) -> None:
@@ -239,8 +205,8 @@ def _append(layout: JobLayout, run: _Run, entry: ShardEntry, result: ShardResult
 
 
 def _streamed_row_stats(run: _Run, results: list, output: Path) -> StagedFile | None:
-    """The row stats' partial as the file to publish, when it holds exactly the accepted row stats
-    files (each validated as it was appended); None: write them whole instead."""
+    """The row stats' partial as the file to publish, when it holds exactly the accepted row stats files (each
+    validated as it was appended); None: write them whole instead."""
     with_stats = [r.row_stats for _, r in results if r.row_stats is not None]
     missing = [r for _, r in results if r.row_stats is None and r.rows]
     if run.stats is None or not with_stats or missing or run.stats.bytes != sum(s.bytes for s in with_stats):
@@ -288,11 +254,8 @@ def _resume(layout: JobLayout, manifest: Manifest, output: Path, partial: Path, 
 
 def _still_accepted(layout: JobLayout, shards: list[MergedShard]) -> bool:
     """Whether each merged shard is still its shard's accepted result (not requeued and run again)."""
-    for shard in shards:
-        result = read_markers(layout, shard.shard_id).result
-        if result is None or (result.attempt_id, result.sha256) != (shard.attempt_id, shard.sha256):
-            return False
-    return True
+    results = ((read_markers(layout, shard.shard_id).result, shard) for shard in shards)
+    return all(r is not None and (r.attempt_id, r.sha256) == (s.attempt_id, s.sha256) for r, s in results)
 
 
 def _publish_progress(run: _Run, manifest: Manifest, *, complete: bool, on_progress) -> None:

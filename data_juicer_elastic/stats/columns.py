@@ -1,18 +1,10 @@
 """One mergeable summary per stats column, and the row collector that fills them.
 
-Which columns, and how, follows Data-Juicer 1.6.1's ``OverallAnalysis`` (what
-``dj-analyze`` writes to ``overall.csv``):
-
-* every key of a row's ``__dj__stats__`` object, then every key of its
-  ``__dj__meta__`` object that starts with ``__dj__`` (tags);
-* a missing key or ``null`` is a missing value (pandas NaN: not counted);
-* numbers -> count, mean, std, min, quantiles, max (exact moments + a sketch);
-* strings, or booleans -> count, unique, top, freq (exact value counts, while a
-  column has at most MAX_DISTINCT distinct values; past that only count is kept);
-* lists are flattened first, as ``explode()`` does (an empty list is one missing value);
-* objects, lists of lists/objects, and columns mixing kinds (numbers with
-  strings, lists with scalars) are skipped, with the reason recorded
-  (``dj-analyze`` skips the first two too, and cannot load the last).
+Columns and their treatment follow Data-Juicer 1.6.1's ``OverallAnalysis`` (``dj-analyze``'s
+``overall.csv``): every key of ``__dj__stats__``, then the ``__dj__``-prefixed keys of ``__dj__meta__``; null
+or missing is not counted; numbers get exact moments and a sketch, strings and booleans exact value counts (up
+to MAX_DISTINCT distinct values), lists are flattened first; objects, nested lists and mixed kinds are skipped
+with the reason.  The table is in docs/analysis.md.
 """
 
 from __future__ import annotations
@@ -27,7 +19,7 @@ import numpy as np
 
 from data_juicer_elastic.jobdir.row_stats import META_FIELD, STATS_FIELD
 from data_juicer_elastic.stats.moments import Moments
-from data_juicer_elastic.stats.sketch import ALPHA, QuantileSketch
+from data_juicer_elastic.stats.sketch import QuantileSketch
 
 TAG_PREFIX: Final = "__dj__"  # Data-Juicer's DEFAULT_PREFIX: only such meta keys are analysed
 MAX_DISTINCT: Final = 10_000  # exact value counts per categorical column, beyond which unique/top/freq are unknown
@@ -89,10 +81,6 @@ class ColumnSummary:
             self.kind = kind
         return True
 
-    def add_numeric(self, values: np.ndarray) -> None:
-        self.moments = self.moments.merge(Moments.of(values))
-        self.sketch.add_array(values)
-
     def add_categories(self, counts: Iterable[tuple[Any, int]]) -> None:
         for value, count in counts:
             self.categorical_count += count
@@ -140,9 +128,9 @@ _FAST_TYPES: Final = {ColumnKind.NUMERIC: _NUMBER_TYPES, ColumnKind.CATEGORICAL:
 class _Pending:
     """Values of one column not yet folded into its summary (cheap per-row appends).
 
-    ``fast`` holds the exact Python types a single value may have to skip the kind/shape checks
-    (set once the column is known to be scalar of that kind): the per-row cost of a summary is
-    mostly these checks, and a stat column almost never changes type.
+    ``fast`` holds the exact Python types a single value may have to skip the kind/shape checks (set once the
+    column is known to be scalar of that kind): the per-row cost of a summary is mostly these checks, and a stat
+    column almost never changes type.
     """
 
     __slots__ = ("numbers", "categories", "fast")
@@ -156,8 +144,7 @@ class _Pending:
 class StatsCollector:
     """Feed it every output row (``add_row``); ``columns()`` gives the summaries in first-seen order."""
 
-    def __init__(self, alpha: float = ALPHA):
-        self.alpha = alpha
+    def __init__(self) -> None:
         self.rows = 0
         self._columns: dict[tuple[str, str], ColumnSummary] = {}
         self._pending: dict[tuple[str, str], _Pending] = {}
@@ -189,7 +176,7 @@ class StatsCollector:
             return
         column = self._columns.get(key)
         if column is None:
-            column = self._columns[key] = ColumnSummary(source, name, sketch=QuantileSketch(self.alpha))
+            column = self._columns[key] = ColumnSummary(source, name)
             pending = self._pending[key] = _Pending()
         if value is None or column.kind is ColumnKind.SKIPPED:
             return
@@ -240,7 +227,8 @@ class StatsCollector:
                 column.skip("holds numbers beyond the float range, which pandas cannot describe either")
                 pending.categories, pending.fast = {}, ()
                 return
-            column.add_numeric(values)
+            column.moments = column.moments.merge(Moments.of(values))
+            column.sketch.add_array(values)
         if pending.categories:
             column.add_categories(pending.categories.items())
             pending.categories = {}

@@ -1,13 +1,8 @@
-"""Exact, mergeable moments of one numeric column: count, mean, M2, min, max.
+"""Exact, mergeable moments of one numeric column: count, mean, M2 (the sum of squared deviations), min, max.
 
-``M2`` is the sum of squared deviations from the mean.  Two summaries merge with
-Chan et al.'s pairwise update (the parallel form of Welford's algorithm), which
-is exact in real arithmetic and numerically stable in floating point, so the
-merged mean and standard deviation equal a two-pass computation over the
-concatenated values up to rounding (no catastrophic cancellation as with
-``sum(x**2) - n*mean**2``).  ``std`` is the sample standard deviation
-(``ddof=1``), which is what pandas' ``describe`` and so Data-Juicer's
-``overall.csv`` report; it is undefined (None) below two values.
+Merged with Chan et al.'s pairwise update, which is numerically stable (no ``sum(x**2) - n*mean**2``
+cancellation), so mean and std equal pandas' two-pass result up to rounding; ``std`` is the sample standard
+deviation (``ddof=1``), as ``describe`` reports it (docs/analysis.md).
 """
 
 from __future__ import annotations

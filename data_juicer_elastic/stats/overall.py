@@ -1,14 +1,8 @@
-"""Finalize's overall statistics: the per-shard summaries merged in shard order.
+"""Finalize's overall statistics: the per-shard summaries merged in shard order, never the merged file.
 
-Nothing here reads the merged file.  Each accepted result points at its
-summary (``ShardResult.stats``); a summary that is missing, altered (sha256),
-or describes other rows than the accepted output is recomputed from that one
-shard's output instead, and the JSON names those shards.
-
-Written to ``<job_dir>/stats/overall.{json,csv}`` and next to the export path
-as ``<stem>_overall_stats.{json,csv}``.  The CSV has the shape of
-``dj-analyze``'s ``overall.csv`` (one column per stat; rows count, mean, std,
-min, percentiles, max for numbers; count, unique, top, freq for strings).
+A summary that is missing, altered (sha256), or about other rows than the accepted output is recomputed from that
+shard's output, and the JSON names those shards.  Written to ``<job_dir>/stats/overall.{json,csv}`` and beside
+the export as ``<stem>_overall_stats.{json,csv}``; the CSV has the shape of ``dj-analyze``'s ``overall.csv``.
 """
 
 from __future__ import annotations
@@ -29,7 +23,7 @@ from data_juicer_elastic.jobdir import confine
 from data_juicer_elastic.jobdir.layout import JobLayout
 from data_juicer_elastic.jobdir.manifest import load_manifest
 from data_juicer_elastic.jobdir.result_records import ShardResult
-from data_juicer_elastic.rows.jsonl import parse_row
+from data_juicer_elastic.rows.row_policy import parse_row
 from data_juicer_elastic.shards.merge import accepted_results
 from data_juicer_elastic.sharedfs import fsio
 from data_juicer_elastic.stats.columns import ColumnKind, ColumnSummary
@@ -157,10 +151,6 @@ def percentile_label(q: float) -> str:
     return f"{text}%"
 
 
-def _clamp(value: float | None, low: float, high: float) -> float | None:
-    return None if value is None else min(max(value, low), high)
-
-
 def column_facts(column: ColumnSummary, percentiles: Sequence[float]) -> dict[str, Any]:
     """describe()'s numbers for one column, as a dict in describe's order."""
     if column.kind is ColumnKind.NUMERIC:
@@ -168,15 +158,13 @@ def column_facts(column: ColumnSummary, percentiles: Sequence[float]) -> dict[st
         facts: dict[str, Any] = {"count": m.count, "mean": m.mean, "std": m.std, "min": m.min}
         for q in percentiles:
             # the exact quantile lies within [min, max]: clamping only moves the estimate closer
-            facts[percentile_label(q)] = _clamp(column.sketch.quantile(q), m.min, m.max)
+            value = column.sketch.quantile(q)
+            facts[percentile_label(q)] = None if value is None else min(max(value, m.min), m.max)
         facts["max"] = m.max
         return facts
     facts = {"count": column.categorical_count, "unique": None, "top": None, "freq": None}
-    if column.values:
-        top, freq = None, 0
-        for value, count in column.values.items():  # ties: the first seen (pandas leaves ties unordered)
-            if count > freq:
-                top, freq = value, count
+    if column.values:  # top: ties go to the first seen (pandas leaves ties unordered)
+        top, freq = max(column.values.items(), key=lambda item: item[1])
         facts.update(unique=len(column.values), top=top, freq=freq)
     return facts
 
@@ -206,8 +194,8 @@ def overall_record(
 
 
 def overall_csv(merged: StatsSummary, percentiles: Sequence[float]) -> str:
-    """The table dj-analyze writes, built the way OverallAnalysis builds it (a describe() Series
-    per column, ``DataFrame(...).T``), so labels, row order and number formatting are pandas' own."""
+    """The table dj-analyze writes, built the way OverallAnalysis builds it (a describe() Series per column,
+    ``DataFrame(...).T``), so labels, row order and number formatting are pandas' own."""
     import pandas as pd
 
     series = []

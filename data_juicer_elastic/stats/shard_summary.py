@@ -1,15 +1,13 @@
 """The per-shard stats summary record: ``attempts/<shard>/<attempt>/stats.json``.
 
-This module owns the record (encode/parse) and the merge of summaries.  A
-summary is computed while the shard runner writes the attempt's canonical
-output, so it describes exactly those rows; it names the output's sha256 and
+This module owns the record (encode/parse) and the merge of summaries.  A summary is computed while the shard
+runner writes the attempt's canonical output, so it describes exactly those rows; it names the output's sha256 and
 row count, and finalize uses it only for the accepted output it belongs to.
 
-Format ``{"format": "dj-elastic/stats-summary", "version": 1, "shard_id",
-"attempt_id", "rows", "output_sha256", "alpha", "columns": [...]}``, each
-column ``{"source": "stats"|"meta", "name", "kind", "shape", ...}`` with
-``moments`` + ``sketch`` (numeric), ``count`` + ``values`` ([[value, count], ...]
-in first-seen order, or null past MAX_DISTINCT) (categorical), or ``reason`` (skipped).
+Format ``{"format": "dj-elastic/stats-summary", "version": 1, "shard_id", "attempt_id", "rows", "output_sha256",
+"alpha", "columns": [...]}``, each column ``{"source": "stats"|"meta", "name", "kind", "shape", ...}`` with
+``moments`` + ``sketch`` (numeric), ``count`` + ``values`` ([[value, count], ...] in first-seen order, or null
+past MAX_DISTINCT) (categorical), or ``reason`` (skipped).
 """
 
 from __future__ import annotations
@@ -43,11 +41,11 @@ class StatsSummary:
     def from_collector(
         cls, collector: StatsCollector, *, shard_id: str = "", attempt_id: str = "", output_sha256: str = ""
     ) -> StatsSummary:
-        return cls(collector.rows, collector.columns(), collector.alpha, shard_id, attempt_id, output_sha256)
+        return cls(collector.rows, collector.columns(), ALPHA, shard_id, attempt_id, output_sha256)
 
     @classmethod
-    def of_rows(cls, rows: Iterable[dict[str, Any]], alpha: float = ALPHA) -> StatsSummary:
-        collector = StatsCollector(alpha)
+    def of_rows(cls, rows: Iterable[dict[str, Any]]) -> StatsSummary:
+        collector = StatsCollector()
         for row in rows:
             collector.add_row(row)
         return cls.from_collector(collector)
@@ -88,21 +86,20 @@ class StatsSummary:
         return cls(rows, columns, alpha, *texts)
 
 
-def merge_summaries(summaries: Iterable[StatsSummary], alpha: float = ALPHA) -> StatsSummary:
+def merge_summaries(summaries: Iterable[StatsSummary]) -> StatsSummary:
     """Fold summaries in the given (shard) order: columns keep their first-seen order."""
     rows = 0
     merged: dict[tuple[str, str], ColumnSummary] = {}
     for summary in summaries:
-        if summary.alpha != alpha:
-            raise ValueError(f"summary accuracy {summary.alpha} differs from {alpha}")
+        if summary.alpha != ALPHA:
+            raise ValueError(f"summary accuracy {summary.alpha} differs from {ALPHA}")
         rows += summary.rows
         for column in summary.columns:
-            target = merged.get(column.key)
-            if target is None:
-                target = merged[column.key] = ColumnSummary(column.source, column.name, sketch=QuantileSketch(alpha))
-            target.merge(column)
+            if column.key not in merged:
+                merged[column.key] = ColumnSummary(column.source, column.name)
+            merged[column.key].merge(column)
     columns = sorted(merged.values(), key=lambda c: c.source != "stats")
-    return StatsSummary(rows, columns, alpha)
+    return StatsSummary(rows, columns, ALPHA)
 
 
 def _encode_column(column: ColumnSummary) -> dict[str, Any]:

@@ -1,32 +1,14 @@
-"""Mergeable quantile sketch of one numeric column (DDSketch, relative-value accuracy).
+"""Mergeable quantile sketch of one numeric column (DDSketch, relative-value accuracy ALPHA).
 
-Why DDSketch (the ``ddsketch`` package, DataDog's reference implementation):
-
-* its guarantee is deterministic, not probabilistic: every value ``v`` is kept
-  in a logarithmic bin whose representative ``r`` satisfies
-  ``|r - v| <= ALPHA * |v|`` (zero is kept exactly);
-* merging is adding bin counts, so the sketch of any split of the rows, merged
-  in any order, is *identical* to the sketch of all rows: finalize gives the
-  same numbers however the job was sharded, and re-running it changes nothing
-  (a randomized sketch such as KLL gives different values on every merge).
-
-Quantiles follow pandas' default (linear interpolation, which ``describe`` and
-so ``dj-analyze``'s ``overall.csv`` use): for quantile ``q`` of ``n`` values,
-``h = q * (n - 1)`` and the answer interpolates between the sorted values at
-ranks ``floor(h)`` and ``ceil(h)``.  The sketch returns the representatives of
-those two ranks and interpolates the same way, so
-
-    |sketch quantile - pandas quantile| <= ALPHA * max(|x[floor(h)]|, |x[ceil(h)]|)
-
-(the result is then clamped into the exact [min, max], which only moves it
-closer).  Memory: one bin per factor ``(1+ALPHA)/(1-ALPHA)`` of value range, so
-about 350 bins for values between 10 and 10,000 at ALPHA = 1%.
+DDSketch because its bound is deterministic (every value within ALPHA of its bin's representative) and merging
+adds bin counts, so the sketch of any split of the rows is identical to that of all rows: finalize gives the same
+numbers however the job was sharded.  Quantiles interpolate between the representatives of ranks ``floor(h)`` and
+``ceil(h)``, ``h = q * (n - 1)``, as pandas does; the bound this gives is in docs/analysis.md.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable
 from typing import Any, Final
 
 import numpy as np
@@ -39,8 +21,8 @@ ALPHA: Final = 0.01  # relative accuracy of every quantile value (see the module
 
 
 class QuantileSketch:
-    """DDSketch's pieces (logarithmic mapping, dense bin stores) with an integer-rank query,
-    numpy bulk adds and a JSON encoding."""
+    """DDSketch's pieces (logarithmic mapping, dense bin stores) with an integer-rank query, numpy bulk adds and a
+    JSON encoding."""
 
     def __init__(self, alpha: float = ALPHA):
         self.alpha = alpha
@@ -55,13 +37,9 @@ class QuantileSketch:
         return int(self._positive.count + self._negative.count + self._zero)
 
     def add_array(self, values: np.ndarray) -> None:
-        """Add a 1-d float array.
-
-        Keys are computed with numpy as ``ceil(log(v) / log(gamma))``, the logarithmic mapping's
-        own formula (its ``key()`` is the same per value in Python, ~1 us each); a value on a bin
-        boundary may land in the neighbouring bin through rounding, whose representative is then
-        also within ALPHA of it.  Bins are filled once per distinct key.
-        """
+        """Add a 1-d float array.  Keys are the mapping's own ``ceil(log(v) / log(gamma))`` in numpy (its
+        ``key()`` costs ~1 us a value); a value on a bin boundary may land in the neighbouring bin through
+        rounding, whose representative is then also within ALPHA of it."""
         if values.size == 0:
             return
         tiny = self._mapping.min_possible
@@ -105,8 +83,8 @@ class QuantileSketch:
             return lo_value
         return lo_value + (h - low) * (self.value_at_rank(high) - lo_value)
 
-    # -- encoding: bins as [first key, [counts...]] per store --------------------------------------
     def to_dict(self) -> dict[str, Any]:
+        """Each store's bins as ``[first key, [counts...]]``."""
         return {
             "alpha": self.alpha,
             "zero": int(self._zero),
@@ -133,13 +111,9 @@ def _decode_store(store: Any, data: Any) -> None:
     first = data[0]
     if isinstance(first, bool) or not isinstance(first, int):
         raise ValueError(f"bad sketch key {first!r}")
-    for offset, weight in enumerate(_counts(data[1])):
+    for offset, weight in enumerate(map(_count, data[1])):
         if weight:
             store.add(first + offset, weight)
-
-
-def _counts(values: Iterable[Any]) -> Iterable[int]:
-    return (_count(v) for v in values)
 
 
 def _count(value: Any) -> int:

@@ -7,6 +7,7 @@ default would stay serial."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -131,7 +132,7 @@ def test_compressed_input_is_checked_from_the_bytes_sent(tmp_path):
 def test_a_dead_helper_fails_its_checks_and_the_scan_falls_back(tmp_path, monkeypatch):
     options = NormaliseOptions(str(tmp_path), {}, None)
     block = b"\n".join(_row(i) for i in range(3)) + b"\n"
-    with RowCheckers(1, options) as checkers:
+    with contextlib.closing(RowCheckers(1, options)) as checkers:
         rows, clean, schema = checkers.check(None, 0, len(block), block).result(timeout=60)
         expected = RowSchema()
         expected.observe_all([json.loads(line) for line in block.splitlines()])
@@ -164,6 +165,6 @@ def test_no_helper_can_start_and_the_scan_checks_every_row_itself(tmp_path, monk
     data = _write(tmp_path / "in.jsonl", [_row(i) for i in range(ROWS)])
     serial = _prepared(tmp_path, data, 0, "serial")
     monkeypatch.setattr(row_checkers.subprocess, "Popen", no_process)
-    with RowCheckers(2, NormaliseOptions(str(tmp_path), {}, None)) as checkers:
+    with contextlib.closing(RowCheckers(2, NormaliseOptions(str(tmp_path), {}, None))) as checkers:
         assert checkers.check(None, 0, 3, b"{}\n").done(), "fails at once, never waits"
     assert _prepared(tmp_path, data, 2, "no-helpers") == serial
