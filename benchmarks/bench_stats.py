@@ -13,6 +13,7 @@
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import os
 import random
@@ -24,6 +25,7 @@ from data_juicer_elastic.execution.row_types import ArrowRows
 from data_juicer_elastic.execution.row_writer import ExportLayout, write_shard
 from data_juicer_elastic.execution.shard_reader import InputRows, read_tables
 from data_juicer_elastic.rows.row_schema import RowSchema
+from data_juicer_elastic.rows.shard_source import ShardSource, SourceSpan
 from data_juicer_elastic.stats.overall import analysis_percentiles, overall_csv, overall_record
 from data_juicer_elastic.stats.shard_hook import ShardStatsRecorder
 from data_juicer_elastic.stats.shard_summary import StatsSummary, merge_summaries
@@ -44,6 +46,13 @@ def make_part(path: Path, rows: int, seed: int) -> None:
                 "lang": rng.choice(["en", "zh", "fr"]),
             }
             handle.write(json.dumps({"id": i, "text": "x" * (n % 200), STATS: stats}) + "\n")
+
+
+def whole_file(path: Path) -> ShardSource:
+    """The file as one shard read in place (what a one-shard plan of it gives)."""
+    content, stat = path.read_bytes(), path.stat()
+    span = SourceSpan(str(path), 0, len(content), "none", stat.st_size, stat.st_mtime_ns, content.count(b"\n"))
+    return ShardSource("part-00000-of-00001", (span,), len(content), hashlib.sha256(content).hexdigest(), 0)
 
 
 def best_of(times: int, fn) -> float:
@@ -69,10 +78,11 @@ def main() -> None:
         schema = RowSchema()
         schema.observe_all(json.loads(line) for line in part.open())
         rows = ArrowRows.from_manifest(schema.to_json(), where="bench")
-        tables = read_tables(part, "none", rows)  # what the operators hand the writer (here: unchanged)
+        source = whole_file(part)
+        tables = read_tables(source, rows)  # what the operators hand the writer (here: unchanged)
 
         def write(name: str, on_row=None):
-            inputs = InputRows(part, "none")
+            inputs = InputRows(source)
             try:
                 return write_shard(
                     tables, tables[0].column_names, inputs, root / f"{name}.jsonl",

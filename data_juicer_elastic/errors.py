@@ -122,6 +122,12 @@ class MicroBatchOOMError(ElasticError):
     Raised even with ``skip_op_error``: dropping the rows would lose data silently."""
 
 
+def last_line(text: str | None) -> str:
+    """The last non-blank line of an error text or a tool's output: the line that names the error."""
+    lines = [line.strip() for line in (text or "").splitlines() if line.strip()]
+    return lines[-1] if lines else ""
+
+
 def is_worker_fault(exc: BaseException) -> bool:
     """True when an attempt failed because of *this worker*, not of the shard (an unsafe job directory
     is not the shard's fault either): the worker hands the claim back at once and stops, without

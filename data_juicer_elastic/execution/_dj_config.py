@@ -23,8 +23,7 @@ from loguru import logger
 
 from data_juicer_elastic.compat import dj_config_module
 from data_juicer_elastic.compat.dj_config_module import RAY_JOB_ENV
-from data_juicer_elastic.errors import RecipeError
-from data_juicer_elastic.status.throughput import last_line
+from data_juicer_elastic.errors import RecipeError, last_line
 
 _DERIVED_DIRS: Final = ("event_log_dir", "checkpoint_dir", "partition_dir")
 

@@ -22,9 +22,8 @@ from typing import Any, Final
 from loguru import logger
 
 from data_juicer_elastic.compat import ray_global_node, ray_services, ray_sigterm_handler
-from data_juicer_elastic.errors import ConfigError, RayConnectionError
+from data_juicer_elastic.errors import ConfigError, RayConnectionError, last_line
 from data_juicer_elastic.jobdir.worker_signals import is_guard_handler
-from data_juicer_elastic.status.throughput import last_line
 
 LOCAL: Final = "local"
 AUTO: Final = "auto"

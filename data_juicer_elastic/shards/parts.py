@@ -213,8 +213,10 @@ def _index_difference(target: Path, data: bytes, parts: list[ExportPart]) -> str
         return f"its index is torn or not a dj-elastic index ({exc.message})"
     for mine, theirs in zip(parts, found.parts, strict=False):
         if mine != theirs:
-            return f"{theirs.name} differs (rows={theirs.rows} sha256={theirs.sha256} there, this job's: "
-            f"rows={mine.rows} sha256={mine.sha256})"
+            return (
+                f"{theirs.name} differs (rows={theirs.rows} sha256={theirs.sha256} there, this job's: "
+                f"rows={mine.rows} sha256={mine.sha256})"
+            )
     if len(found.parts) != len(parts):
         return f"it has {len(found.parts)} parts, this job {len(parts)}"
     return "its index differs from this job's"

@@ -5,11 +5,12 @@ from __future__ import annotations
 import time
 from typing import Final
 
+from data_juicer_elastic.errors import last_line
 from data_juicer_elastic.jobdir.shard_state import ShardState
 from data_juicer_elastic.status.job_times import JobTimes, format_wall
 from data_juicer_elastic.status.scan_phase import scan_text
 from data_juicer_elastic.status.snapshot_types import JobSnapshot, ShardStatus
-from data_juicer_elastic.status.throughput import Summary, last_line, rate, summarize
+from data_juicer_elastic.status.throughput import Summary, rate, summarize
 
 MAX_LISTED: Final = 40  # shards listed without --all (the rest are counted)
 

@@ -23,6 +23,7 @@ from collections import defaultdict
 from dataclasses import asdict, dataclass, field
 from typing import Any, Final, Literal
 
+from data_juicer_elastic.errors import last_line
 from data_juicer_elastic.jobdir.shard_state import ShardState
 from data_juicer_elastic.status.snapshot_types import JobSnapshot, ShardStatus
 
@@ -182,8 +183,3 @@ def _stragglers(live: list[ShardStatus], rates: dict[str, float | None], heartbe
         ):
             found.append(Straggler(s.shard_id, s.owner_node, "slow", r, median, s.heartbeat_age_secs, stage))
     return found
-
-
-def last_line(text: str | None) -> str:
-    lines = [line.strip() for line in (text or "").splitlines() if line.strip()]
-    return lines[-1] if lines else ""

@@ -36,3 +36,10 @@ def test_bench_preallocate_runs_both_sides(tmp_path):
     assert result.returncode == 0, result.stderr[-3000:]
     assert "reserve=False: median" in result.stdout and "reserve=True: median" in result.stdout
     assert not (tmp_path / "out.bin").exists()
+
+
+def test_bench_stats_runs_both_measurements(tmp_path):
+    command = [sys.executable, str(REPO / "benchmarks" / "bench_stats.py"), "--rows", "500", "--shards", "5"]
+    result = subprocess.run(command + ["--repeat", "1"], capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "-> ratio" in result.stdout and "finalize stats for 5 shards" in result.stdout

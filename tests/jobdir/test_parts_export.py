@@ -170,6 +170,28 @@ def test_a_damaged_export_fails_verify_and_merge_naming_what_is_wrong(tmp_path, 
     assert not (tmp_path / "elsewhere.jsonl").exists() or (tmp_path / "elsewhere.jsonl").stat().st_size > 0
 
 
+def test_an_export_whose_index_names_other_bytes_is_refused_naming_both(tmp_path):
+    """Another job's (well-formed) index at the target: the refusal names the part that differs with
+    what the index there says and what this job's says."""
+    import dataclasses
+
+    from data_juicer_elastic.jobdir.result_records import PartsIndex
+
+    job = finished(tmp_path, stats=False)
+    export = tmp_path / "parts"
+    publish_parts(job, export)
+    index = PartsIndex.read(export / PARTS_INDEX)
+    mine = index.parts[1]
+    theirs = dataclasses.replace(mine, rows=mine.rows + 1, sha256="0" * 64)
+    other = dataclasses.replace(index, parts=[index.parts[0], theirs, *index.parts[2:]])
+    (export / PARTS_INDEX).write_bytes(other.encode())
+    with pytest.raises(OutputExistsError) as exists:
+        publish_parts(job, export)
+    said = str(exists.value)
+    assert f"{mine.name} differs (rows={mine.rows + 1} sha256={'0' * 64} there" in said
+    assert f"this job's: rows={mine.rows} sha256={mine.sha256})" in said
+
+
 def test_a_foreign_file_in_the_export_directory_is_refused_even_with_overwrite(tmp_path):
     job = finished(tmp_path, stats=False)
     export = tmp_path / "parts"
