@@ -101,6 +101,11 @@ SUMMARY: Final = "summary"  # the job summary's namespace (JobLayout.summary_lea
 SUMMARY_WRITER_TASK: Final = "part-00000-of-00001"
 
 
+def _under(base: str, name: str) -> property:
+    """A path property: ``name`` under the layout's ``base`` attribute (``root`` or ``tasks_root``)."""
+    return property(lambda self: getattr(self, base) / name)
+
+
 class JobLayout:
     """Paths of one job directory.  Pure: touches no filesystem.
 
@@ -131,99 +136,38 @@ class JobLayout:
         return JobLayout(self.root, SUMMARY)
 
     # -- the job summary (jobdir.job_summary, jobdir.pace) --------------------------------
-    @property
-    def summary_dir(self) -> Path:
-        return self.root / SUMMARY
-
-    @property
-    def summary(self) -> Path:
-        """The compacted job summary (a hint: done set, live claims, stale candidates, pace)."""
-        return self.summary_dir / "summary.json"
-
-    @property
-    def summary_seq(self) -> Path:
-        """A small record naming the summary's current sequence: read first, so an unchanged
-        summary is not read again."""
-        return self.summary_dir / "summary.seq"
-
-    @property
-    def paces_dir(self) -> Path:
-        return self.summary_dir / "paces"
+    summary_dir = _under("root", SUMMARY)
+    # the compacted job summary (a hint: done set, live claims, stale candidates, pace)
+    summary = _under("summary_dir", "summary.json")
+    # names the summary's current sequence: read first, so an unchanged summary is not read again
+    summary_seq = _under("summary_dir", "summary.seq")
+    paces_dir = _under("summary_dir", "paces")
 
     def pace(self, worker_key: str) -> Path:
         """One worker process's pace record: the claims it holds, how fast it finishes shards."""
         return self.paces_dir / f"{validate_attempt_id(worker_key)}.json"
 
     # -- top level -----------------------------------------------------------------
-    @property
-    def manifest(self) -> Path:
-        return self.root / "manifest.json"
-
-    @property
-    def plan(self) -> Path:
-        """The plan prepare publishes (shards as byte ranges); the manifest is composed from it and the scans."""
-        return self.root / "plan.json"
-
-    @property
-    def recipe(self) -> Path:
-        return self.root / "recipe.json"
-
-    @property
-    def merge_record(self) -> Path:
-        return self.root / "merge.json"
-
-    @property
-    def cache_dir(self) -> Path:
-        return self.root / "cache"
-
-    @property
-    def shards_dir(self) -> Path:
-        return self.root / "shards"
-
-    @property
-    def claims_dir(self) -> Path:
-        return self.tasks_root / "claims"
-
-    @property
-    def heartbeats_dir(self) -> Path:
-        return self.tasks_root / "heartbeats"
-
-    @property
-    def releases_dir(self) -> Path:
-        return self.tasks_root / "releases"
-
-    @property
-    def failures_dir(self) -> Path:
-        return self.tasks_root / "failures"
-
-    @property
-    def attempts_dir(self) -> Path:
-        return self.tasks_root / "attempts"
-
-    @property
-    def done_dir(self) -> Path:
-        return self.tasks_root / "done"
-
-    @property
-    def failed_dir(self) -> Path:
-        return self.tasks_root / "failed"
-
-    @property
-    def history_dir(self) -> Path:
-        return self.tasks_root / "history"
-
-    @property
-    def coordination_dir(self) -> Path:
-        return self.root / "coordination"
-
-    @property
-    def logs_dir(self) -> Path:
-        return self.root / "logs"
-
-    @property
-    def batch_profiles_dir(self) -> Path:
-        """Shared adaptive-batching profiles (stage identity x accelerator model), all shards and nodes."""
-        return self.root / "batch-profiles"
+    manifest = _under("root", "manifest.json")
+    # the plan prepare publishes (shards as byte ranges); the manifest is composed from it and the scans
+    plan = _under("root", "plan.json")
+    recipe = _under("root", "recipe.json")
+    merge_record = _under("root", "merge.json")
+    cache_dir = _under("root", "cache")
+    shards_dir = _under("root", "shards")
+    stats_dir = _under("root", "stats")  # overall statistics written by finalize: overall.json, overall.csv
+    coordination_dir = _under("root", "coordination")
+    logs_dir = _under("root", "logs")
+    # shared adaptive-batching profiles (stage identity x accelerator model), all shards and nodes
+    batch_profiles_dir = _under("root", "batch-profiles")
+    claims_dir = _under("tasks_root", "claims")
+    heartbeats_dir = _under("tasks_root", "heartbeats")
+    releases_dir = _under("tasks_root", "releases")
+    failures_dir = _under("tasks_root", "failures")
+    attempts_dir = _under("tasks_root", "attempts")
+    done_dir = _under("tasks_root", "done")
+    failed_dir = _under("tasks_root", "failed")
+    history_dir = _under("tasks_root", "history")
 
     def batch_profile(self, key: str) -> Path:
         if not isinstance(key, str) or not _PROFILE_KEY.match(key):
@@ -243,11 +187,8 @@ class JobLayout:
     def claim(self, shard_id: str, generation: int) -> Path:
         return self.claim_dir(shard_id) / gen_name(generation)
 
-    def heartbeat_dir(self, shard_id: str) -> Path:
-        return self.heartbeats_dir / validate_shard_id(shard_id)
-
     def heartbeat(self, shard_id: str, generation: int) -> Path:
-        return self.heartbeat_dir(shard_id) / gen_name(generation)
+        return self.heartbeats_dir / validate_shard_id(shard_id) / gen_name(generation)
 
     def release_dir(self, shard_id: str) -> Path:
         return self.releases_dir / validate_shard_id(shard_id)
@@ -288,11 +229,6 @@ class JobLayout:
     def attempt_progress(self, shard_id: str, attempt_id: str) -> Path:
         """Live progress of the attempt (jobdir.progress), rewritten at most once per heartbeat."""
         return self.attempt_dir(shard_id, attempt_id) / "progress.json"
-
-    @property
-    def stats_dir(self) -> Path:
-        """Overall statistics written by finalize: overall.json, overall.csv."""
-        return self.root / "stats"
 
     def done(self, shard_id: str) -> Path:
         return self.done_dir / f"{validate_shard_id(shard_id)}.json"
