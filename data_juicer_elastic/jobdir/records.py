@@ -1,17 +1,12 @@
 """Versioned on-disk records: the encode/parse machinery every kind shares, and the manifest.
 
-Every record is a JSON object ``{"format": "dj-elastic/<kind>", "version": 1, ...}``.
-Parsing checks the tag, the version and the type of every field; anything
-malformed raises :class:`JobDirError` naming the file, so a torn or foreign
-file can never be mistaken for a valid claim, result or manifest.  Unknown
-extra fields are ignored (a newer writer of the same version may add some);
-a newer *version* is refused, because its meaning may have changed.  A reason-code
-field (a ``StrEnum`` of ``jobdir.reasons``) parses to its member, or stays the plain
-string when a newer writer used a value this version does not know.
-
-One module owns each record kind: the manifest here, a claim generation's records in
-``jobdir.lease_records``, attempts, results, terminal failures and the merge in
-``jobdir.result_records``, the coordination records in ``coordination.run_records``.
+Every record is a JSON object ``{"format": "dj-elastic/<kind>", "version": 1, ...}``.  Parsing
+checks the tag, the version and the type of every field; anything malformed raises
+:class:`JobDirError` naming the file, so a torn or foreign file is never mistaken for a valid
+claim, result or manifest.  Unknown extra fields are ignored (a newer writer of the same version
+may add some); a newer *version* is refused (its meaning may have changed).  A reason-code field
+(a ``StrEnum`` of ``jobdir.reasons``) parses to its member, or stays the plain string when a
+newer writer used a value this version does not know.
 """
 
 from __future__ import annotations
@@ -92,7 +87,7 @@ class Record:
                 hint="the job directory holds foreign or misplaced files; use a new job_dir",
             )
         version = obj.get("version")
-        if isinstance(version, bool) or not isinstance(version, int):
+        if isinstance(version, bool) or not isinstance(version, int) or version < 1:
             raise JobDirError(f"corrupt {cls.KIND} record: bad version {version!r}", where=where)
         if version > VERSION:
             raise JobDirError(
@@ -100,8 +95,6 @@ class Record:
                 where=where,
                 hint="upgrade data-juicer-elastic on this node to the version that wrote the job",
             )
-        if version < 1:
-            raise JobDirError(f"corrupt {cls.KIND} record: bad version {version!r}", where=where)
         return _build(cls, obj, where, cls.KIND)
 
     @classmethod
@@ -134,7 +127,6 @@ class ChecksummedRecord(Record):
 
     @classmethod
     def parse_checked(cls: type[R], data: bytes, where: str | Path) -> R:
-        """``parse``, then the checksum checked against the content (JobDirError naming ``where``)."""
         record = cls.parse(data, where)
         actual = record_checksum(json.loads(data))
         if record.checksum != actual:  # type: ignore[attr-defined]
@@ -356,9 +348,7 @@ class Manifest(ChecksummedRecord):
     # fingerprint of the code the stages run (execution.code_fingerprint); None in older jobs
     code: dict[str, Any] | None = None
     scan: ScanSummary | None = None  # the scan phase (None: the job was split by a whole-input prepare)
-    # sha256 of the canonical record without this field, written by encode(): a flipped byte
-    # that still parses (a digit of a shard's sha256) is refused before any claim.
-    checksum: str | None = None
+    checksum: str | None = None  # ChecksummedRecord: a flipped byte that still parses is refused before any claim
 
     @property
     def shard_ids(self) -> list[str]:
@@ -376,6 +366,5 @@ class Manifest(ChecksummedRecord):
 
 
 def record_checksum(obj: dict[str, Any]) -> str:
-    """The checksum a checksummed record object (the manifest, a plan, a scan result; as written,
-    extra fields included) must carry: a flipped byte that still parses is refused."""
+    """The checksum a checksummed record object (as written, extra fields included) must carry."""
     return hashlib.sha256(canonical_json({k: v for k, v in obj.items() if k != "checksum"})).hexdigest()
