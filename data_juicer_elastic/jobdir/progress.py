@@ -1,20 +1,15 @@
-"""Live progress of one running attempt: ``attempts/<shard>/<attempt>/progress.json``.
+"""Live progress of one running attempt: ``attempts/<shard>/<attempt>/progress.json`` (schema in
+``docs/status.md``).
 
-This module owns the progress record (schema in ``docs/status.md``).  Who does what:
+The shard runner reports stage changes and row counts into the attempt's :class:`ProgressTracker`
+(in memory); the attempt's heartbeat thread calls :meth:`ProgressTracker.flush` after each
+renewal, so the file is rewritten at most once per heartbeat (plus a final write when the attempt
+ends), with ``os.replace`` so readers (``dj-elastic status``, the report) never see a torn record.
 
-* the shard runner (``execution``) reports what it sees into the attempt's
-  :class:`ProgressTracker` -- stage changes and row counts -- in memory only;
-* the attempt's heartbeat thread calls :meth:`ProgressTracker.flush` after each
-  renewal, so the file is rewritten at most once per heartbeat (from the first
-  change on; plus one final write when the attempt ends): bounded write rate, one
-  small file per attempt, ``os.replace`` so readers never see a torn record;
-* ``dj-elastic status`` and the HTML report read it.
-
-Progress is informational.  Nothing decides a claim, a takeover or a result from
-it, so a lost or stale progress file costs only an out-of-date display; a write
-error is logged and never fails the attempt.  All times in the record are the
-writer's: ``elapsed_secs`` comes from its monotonic clock, so a rate computed
-from one record (rows / elapsed) never mixes two nodes' clocks.
+Progress is informational: nothing decides a claim, a takeover or a result from it, so a lost or
+stale file costs only an out-of-date display, and a write error is logged, never fails the
+attempt.  ``elapsed_secs`` is the writer's monotonic clock, so a rate computed from one record
+never mixes two nodes' clocks.
 """
 
 from __future__ import annotations
@@ -96,12 +91,9 @@ def read_attempt_progress(
 
 
 class ProgressTracker:
-    """In-memory progress of one attempt, written out by :meth:`flush`.
-
-    Thread-safe: the runner (main thread), Ray Data's executor thread and the
-    heartbeat thread all touch it.  Listeners (a terminal progress bar) are called
-    on every change, outside the lock, and must be cheap.
-    """
+    """In-memory progress of one attempt, written out by :meth:`flush`.  Thread-safe (the runner,
+    Ray Data's executor thread and the heartbeat thread all touch it); listeners (a terminal
+    progress bar) are called on every change, outside the lock, and must be cheap."""
 
     def __init__(
         self,
@@ -164,16 +156,10 @@ class ProgressTracker:
         operator: str | None = None,
         source: str | None = None,
     ) -> None:
-        changes: dict[str, object] = {}
-        if rows_read is not None:
-            changes["rows_read"] = int(rows_read)
-        if rows_written is not None:
-            changes["rows_written"] = int(rows_written)
-        if operator is not None:
-            changes["operator"] = _short(operator)
-        if source is not None:
-            changes["source"] = source
-        self._change(**changes)
+        counts = {"rows_read": rows_read, "rows_written": rows_written}
+        changes: dict[str, object] = {k: int(v) for k, v in counts.items() if v is not None}
+        texts = {"operator": _short(operator), "source": source}
+        self._change(**changes, **{k: v for k, v in texts.items() if v is not None})
 
     def _change(self, **changes: object) -> None:
         with self._lock:
