@@ -17,7 +17,6 @@ from __future__ import annotations
 import contextlib
 import contextvars
 import enum
-import json
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -52,6 +51,7 @@ class Stage(enum.StrEnum):
 @dataclass(frozen=True)
 class ProgressRecord(Record):
     KIND: ClassVar[str] = "progress"
+    COMPACT: ClassVar[bool] = True  # rewritten every heartbeat, and the samples would take a line per number
     shard_id: str
     attempt_id: str
     generation: int
@@ -68,10 +68,6 @@ class ProgressRecord(Record):
     source: str  # where the row counts come from: "ray-data" | "none"
     # [elapsed_secs, rows_read, rows_written] over the attempt, oldest first, at most MAX_SAMPLES
     samples: list[list[float]] = field(default_factory=list)
-
-    def encode(self) -> bytes:
-        # compact (one line): rewritten every heartbeat, and the samples would take a line per number
-        return json.dumps(self.to_dict(), separators=(",", ":"), ensure_ascii=False, allow_nan=False).encode() + b"\n"
 
 
 def read_attempt_progress(

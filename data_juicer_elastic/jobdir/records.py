@@ -59,14 +59,16 @@ class Record:
     """Base of every top-level record: ``encode()`` and ``Cls.parse(data, where)``."""
 
     KIND: ClassVar[str]
+    COMPACT: ClassVar[bool] = False  # one line: for records rewritten or read every few seconds
 
     def to_dict(self) -> dict[str, Any]:
         body = dataclasses.asdict(self)  # type: ignore[call-overload]
         return {"format": FORMAT_PREFIX + self.KIND, "version": VERSION, **body}
 
     def encode(self) -> bytes:
+        spacing: dict[str, Any] = {"separators": (",", ":")} if self.COMPACT else {"indent": 1}
         try:
-            return json.dumps(self.to_dict(), indent=1, ensure_ascii=False, allow_nan=False).encode("utf-8") + b"\n"
+            return json.dumps(self.to_dict(), ensure_ascii=False, allow_nan=False, **spacing).encode("utf-8") + b"\n"
         except (TypeError, ValueError) as exc:  # a programming error, but name the record
             raise JobDirError(f"cannot encode {self.KIND} record: {exc}") from exc
 
