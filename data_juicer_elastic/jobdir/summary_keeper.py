@@ -1,35 +1,30 @@
 """Who writes the job summary, and how one round of it is composed.
 
-Every worker process runs a :class:`SummaryKeeper` thread.  One of them at a time holds
-the writer's lease (the lease of the one task under ``summary/``: the claim, heartbeat,
-takeover and release records and rules of a shard, ``jobdir.leases``) and, every
-``interval_secs``, composes the summary (:func:`compose_summary`) and writes it
-(``jobdir.job_summary``).  A round costs O(workers + live claims) metadata operations,
-whatever the number of shards:
+Every worker process runs a :class:`SummaryKeeper` thread.  One of them at a time holds the
+writer's lease (the lease of the one task under ``summary/``: a shard's claim, heartbeat,
+takeover and release records and rules, ``jobdir.leases``) and, every ``interval_secs``,
+composes the summary (:func:`compose_summary`) and writes it (``jobdir.job_summary``).  A round
+costs O(workers + live claims) metadata operations, whatever the number of shards: one listing of
+``paces/`` and a read of each pace record that has not said it stopped (``fsio.read_many``); one
+listing of ``done/`` and one of ``failed/`` (names only); one read of the heartbeat of each live
+claim the pace records name.  The writer watches each heartbeat value on its own clock
+(``heartbeats.StalenessObserver``) and lists a claim as a stale candidate once its value has not
+changed for a TTL (or its holder's pid is gone on the writer's host).
 
-* one listing of ``paces/`` and a read of each pace record that has not said it stopped
-  (records are read a few at a time, ``fsio.read_many``: each is a round trip to the server);
-* one listing of ``done/`` and one of ``failed/`` (names only: the done set and the
-  terminal failures);
-* one read of the heartbeat of each live claim the pace records name.  The writer
-  watches each heartbeat value on its own clock (``heartbeats.StalenessObserver``) and
-  lists a claim as a stale candidate once its value has not changed for a TTL (or its
-  holder's pid is gone on the writer's host).
-
-The others do nothing but notice when the summary stops advancing: only then do they
-read the writer's lease, and take it over by the shard rules (released, or stale on
-their own clock: a new writer is in place about a TTL after the old one died; the
-workers walk the job directory meanwhile).  A writer checks its lease before each round and
-again before writing it, and one that lost it, or finds a newer generation, writes nothing
-more; a round it was writing when it stalled may land late, and readers drop it
-(``job_summary.seq_order``).  When its process leaves, it
-writes a last round and releases the lease, so the next writer need not wait a TTL.
+The others only notice when the summary stops advancing: then they read the writer's lease and
+take it over by the shard rules (released, or stale on their own clock: a new writer is in place
+about a TTL after the old one died; workers walk the job directory meanwhile).  A writer checks
+its lease before each round and again before writing it, and one that lost it, or finds a newer
+generation, writes nothing more; a round it was writing when it stalled may land late, and
+readers drop it (``job_summary.seq_order``).  A leaving writer writes a last round and releases
+the lease, so the next writer need not wait a TTL.
 """
 
 from __future__ import annotations
 
 import threading
 import time
+from collections import Counter
 from collections.abc import Callable
 from typing import Final
 
@@ -145,10 +140,7 @@ def _node_paces(paces: dict[str, PaceRecord], live: list[LiveClaim]) -> list[Nod
     by_node: dict[str, list[PaceRecord]] = {}
     for record in paces.values():
         by_node.setdefault(record.node_id, []).append(record)
-    running: dict[str, int] = {}
-    for claim in live:
-        if not claim.stale:
-            running[claim.node_id] = running.get(claim.node_id, 0) + 1
+    running = Counter(claim.node_id for claim in live if not claim.stale)
     nodes = []
     for node, records in sorted(by_node.items()):
         done = sum(r.done for r in records)
