@@ -1,13 +1,11 @@
-"""Writing a new file so that every error surfaces, naming the file.
-
-:class:`CheckedWriter` (one ``O_EXCL`` file; write, fsync *and close* errors raised: NFS reports
-ENOSPC and EDQUOT at close) and :class:`BufferedCheckedWriter` (the streaming writer for
-shards and the merged output, with the space reserved up front by :func:`preallocate`).
-``sharedfs.fsio`` builds its whole-file writes on them.
+"""Writing a new file so that every error surfaces, naming the file: :class:`CheckedWriter` (one
+``O_EXCL`` file; write, fsync *and close* errors raised: NFS reports ENOSPC and EDQUOT at close)
+and :class:`BufferedCheckedWriter` (streaming, the space reserved up front by :func:`preallocate`).
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 from collections.abc import Callable
 from pathlib import Path
@@ -64,15 +62,11 @@ class CheckedWriter:
 
     def abort(self) -> None:
         if self.fd >= 0:
-            try:
+            with contextlib.suppress(OSError):
                 os.close(self.fd)
-            except OSError:
-                pass
             self.fd = -1
-        try:
+        with contextlib.suppress(OSError):
             os.unlink(self.path)
-        except OSError:
-            pass
 
 
 _FALLOC_FL_KEEP_SIZE: Final = 1
@@ -112,8 +106,7 @@ def _load_fallocate():
 
 
 class BufferedCheckedWriter:
-    """Streaming writer for large outputs (shards, merged file): buffers, then checked writes.
-    ``size_hint``: the bytes expected, reserved on disk up front (:func:`preallocate`)."""
+    """Streaming writer for large outputs (shards, merged file); ``size_hint``: the bytes expected."""
 
     def __init__(self, path: Path, buffer_bytes: int = CHUNK, size_hint: int = 0):
         self._raw = CheckedWriter(path)
