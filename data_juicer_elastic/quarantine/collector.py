@@ -1,29 +1,21 @@
 """Inside the operators: catch a failing batch, bisect it, keep the good rows, record the bad ones.
 
-Installed through Data-Juicer's own error hooks (``compat.dj_op_error_hooks``): every Mapper
-and Filter built with ``skip_op_error`` (Data-Juicer's default) gets :class:`QuarantinedBatch`
-or :class:`QuarantinedRow` as its ``process`` / ``compute_stats`` instead of Data-Juicer's
-wrapper, which it keeps.  Each call first asks whether it runs inside an ``elastic_sharded``
-attempt: the operator's ``work_dir`` holds the attempt context the shard runner wrote
-(``batching.runtime.BatchingContext``, the same record adaptive batching reads; it reaches Ray
-tasks and actors alike).  Without one (the ``default`` and ``ray`` executors) Data-Juicer's
-wrapper runs, unchanged.  With one:
-
-* the operator's method runs on the batch as Data-Juicer's wrapper would call it; when it
-  succeeds that is all but one shallow copy made before the call: a dict batch given to a
-  Mapper's ``process`` or a Filter's ``compute_stats`` has its column lists copied, since
-  Data-Juicer's ``process_batched`` assigns ``samples[key][i]`` in place before it can fail;
-* when it raises, :func:`.bisect_rows.isolate` finds the failing rows from the untouched input
-  (an Arrow batch, as Ray hands them, which no call can change; that copy of a dict batch; a
-  keep decision's dict, Data-Juicer's throwaway copy of the block, which it only reads), the
-  other rows' outputs are kept in order, and each failing row is appended to this process's
-  record file in the attempt directory (``attempts/<shard>/<attempt>/quarantine/<host>-<pid>.jsonl``:
-  its row number, the operator, the exception).  The shard runner folds those files into the
-  attempt's ``errors.jsonl`` with the input rows themselves (:mod:`.errors_file`).
+Installed through Data-Juicer's own error hooks (``compat.dj_op_error_hooks``): every Mapper and
+Filter built with ``skip_op_error`` (Data-Juicer's default) gets :class:`QuarantinedBatch` or
+:class:`QuarantinedRow` as its ``process`` / ``compute_stats``, which keeps Data-Juicer's wrapper.
+Each call first asks whether it runs inside an ``elastic_sharded`` attempt: the operator's
+``work_dir`` holds the attempt context the shard runner wrote (``batching.runtime``; it reaches
+Ray tasks and actors alike).  Without one (the ``default`` and ``ray`` executors) Data-Juicer's
+wrapper runs, unchanged.  With one, the operator's method runs on the batch as the wrapper would
+call it (a dict batch for a Mapper's ``process`` or a Filter's ``compute_stats`` gets its column
+lists copied first: Data-Juicer's ``process_batched`` assigns ``samples[key][i]`` in place before
+it can fail); when it raises, :func:`.bisect_rows.isolate` finds the failing rows from the
+untouched input, the other rows' outputs are kept in order, and each failing row is appended to
+this process's record file in the attempt directory (``quarantine/<host>-<pid>.jsonl``), which
+the shard runner folds into ``errors.jsonl`` (:mod:`.errors_file`).
 
 A Filter's keep decision (its ``process``) answers one boolean per row: a failing row is not
-kept.  Adaptive batching replaces a Mapper's ``process`` with its micro-batch loop, which asks
-:func:`engine_quarantine` for the same bisection when a slice raises.
+kept.  Adaptive batching's micro-batch loop asks :func:`engine_quarantine` for the same bisection.
 """
 
 from __future__ import annotations

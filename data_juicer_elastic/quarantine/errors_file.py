@@ -12,6 +12,7 @@ once: records are the same row when number, operator stage and the row the opera
 from __future__ import annotations
 
 import hashlib
+import itertools
 import math
 import os
 from collections.abc import Callable, Iterable
@@ -113,22 +114,14 @@ def _read_records(directory: Path) -> list[dict[str, Any]]:
                 seen_row = orjson.dumps(record.get("seen"), option=orjson.OPT_SORT_KEYS, default=repr)
                 key = (record.get("n"), str(record.get("stage")), hashlib.sha256(seen_row).hexdigest())
                 seen.setdefault(key, record)
-    made = -1  # rows without a number after every numbered row
-    return [seen[key] for key in sorted(seen, key=lambda k: (k[0] is None, k[0] if k[0] is not None else made, k))]
+    # rows without a number (an operator made them) after every numbered row
+    return [seen[key] for key in sorted(seen, key=lambda k: (k[0] is None, k[0] or 0, k[1:]))]
 
 
 def _input_rows(lines: Iterable[bytes], wanted: list[int], shard_id: str) -> dict[int, bytes]:
-    found: dict[int, bytes] = {}
-    if not wanted:
-        return found
-    targets = iter(wanted)
-    target = next(targets)
-    for number, line in enumerate(lines):
-        if number == target:
-            found[number] = bytes(line)
-            target = next(targets, None)
-            if target is None:
-                break
+    stop = wanted[-1] + 1 if wanted else 0  # read no further than the last row wanted
+    targets = set(wanted)
+    found = {number: bytes(line) for number, line in enumerate(itertools.islice(lines, stop)) if number in targets}
     if len(found) != len(wanted):
         raise ShardExecutionError(
             f"a quarantine record names input row {wanted[len(found)]}, which the shard does not have",
