@@ -1,11 +1,7 @@
-"""The records of a shard's attempts and outcome, and of the merge.
-
-``attempts/<shard>/<attempt>/attempt.json`` (:class:`AttemptRecord`), the accepted
-result ``done/<shard>.json`` (:class:`ShardResult`), the terminal failure
-``failed/<shard>.json`` (:class:`TerminalFailure`), the merge record
-(:class:`MergeRecord`) and the index of a parts export (:class:`PartsIndex`, written in the
-export directory, not the job's).  Who writes them: ``jobdir.attempts``, ``jobdir.failures``,
-``shards.merge`` and ``shards.parts``.
+"""The records of a shard's attempts and outcome, and of the merge: ``attempt.json``
+(:class:`AttemptRecord`), the accepted result ``done/<shard>.json`` (:class:`ShardResult`), the
+terminal failure ``failed/<shard>.json`` (:class:`TerminalFailure`), the merge record
+(:class:`MergeRecord`) and the index a parts export writes in the export directory (:class:`PartsIndex`).
 """
 
 from __future__ import annotations
