@@ -15,6 +15,7 @@ from typing import Final
 
 from data_juicer_elastic.errors import ConfigError, JobDirError
 from data_juicer_elastic.rows.codecs import SHARD_SUFFIX
+from data_juicer_elastic.sharedfs.identity import safe_name
 
 MAX_SHARDS: Final = 99_999  # five digits in the shard id
 _SHARD_ID: Final = re.compile(r"^part-(\d{5})-of-(\d{5})$")
@@ -28,7 +29,6 @@ _PROFILE_KEY: Final = re.compile(r"^[0-9a-f]{32}$")
 # A run key is a hash of the run id (coordination.run_id.run_key): fixed-size hex, never user text.
 _RUN_KEY: Final = re.compile(r"^[0-9a-f]{16,64}$")
 PHASES: Final = ("prepare", "finalize")
-_UNSAFE_NAME: Final = re.compile(r"[^A-Za-z0-9_.\-]+")
 
 
 def shard_id(index: int, count: int) -> str:
@@ -74,12 +74,6 @@ def validate_phase(value: str) -> str:
     if value not in PHASES:
         raise ValueError(f"unknown coordination phase {value!r}; expected one of {PHASES}")
     return value
-
-
-def safe_name(value: str) -> str:
-    """A node id as one path component: unsafe characters become ``_`` (readability, not identity)."""
-    name = _UNSAFE_NAME.sub("_", str(value)).strip("._-")[:80]
-    return name or "node"
 
 
 def gen_name(generation: int) -> str:

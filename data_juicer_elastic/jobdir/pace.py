@@ -24,10 +24,10 @@ from loguru import logger
 
 from data_juicer_elastic.errors import JobDirError
 from data_juicer_elastic.jobdir import confine
-from data_juicer_elastic.jobdir.layout import JobLayout, safe_name
+from data_juicer_elastic.jobdir.layout import JobLayout
 from data_juicer_elastic.jobdir.records import Record
 from data_juicer_elastic.sharedfs import fsio
-from data_juicer_elastic.sharedfs.identity import WorkerIdentity
+from data_juicer_elastic.sharedfs.identity import WorkerIdentity, safe_name
 
 
 @dataclass(frozen=True)

@@ -98,9 +98,8 @@ class ProgressTracker:
         rows_total: int,
         *,
         clock: Callable[[], float] = time.monotonic,
-        wall: Callable[[], float] = time.time,
     ):
-        self.layout, self.claim, self.clock, self.wall = layout, claim, clock, wall
+        self.layout, self.claim, self.clock = layout, claim, clock
         self._t0 = clock()
         self._lock = threading.Lock()
         self._record = ProgressRecord(
@@ -109,8 +108,8 @@ class ProgressTracker:
             generation=claim.generation,
             node_id=claim.node_id,
             seq=0,
-            started_at=wall(),
-            updated_at=wall(),
+            started_at=time.time(),
+            updated_at=time.time(),
             elapsed_secs=0.0,
             stage=Stage.STARTING.value,
             operator=None,
@@ -190,7 +189,7 @@ class ProgressTracker:
                     # keep the first and every other one: the whole attempt, at half the resolution
                     self._samples = self._samples[:1] + self._samples[2::2]
             self._record = replace(
-                self._record, seq=self._record.seq + 1, updated_at=self.wall(), elapsed_secs=round(elapsed, 3)
+                self._record, seq=self._record.seq + 1, updated_at=time.time(), elapsed_secs=round(elapsed, 3)
             )
             record = replace(self._record, samples=list(self._samples))
             self._dirty = False

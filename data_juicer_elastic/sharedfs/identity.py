@@ -50,8 +50,7 @@ class WorkerIdentity:
         (:func:`attempt_started_at` reads the time back)."""
         now = time.time()
         stamp = time.strftime(_STAMP, time.gmtime(now)) + f"{int(now * 1000) % 1000:03d}Z"
-        node = _UNSAFE.sub("_", self.node_id).strip("._-")[:40] or "node"
-        return f"{stamp}-{node}-{self.pid}-{secrets.token_hex(6)}"
+        return f"{stamp}-{safe_name(self.node_id)[:40]}-{self.pid}-{secrets.token_hex(6)}"
 
     def same_kernel_namespace(self, hostname: str, boot_id: str, pid_namespace: str) -> bool:
         """True when a pid recorded with these fields can be checked with ``os.kill`` from here.
@@ -67,6 +66,11 @@ class WorkerIdentity:
             and boot_id == self.boot_id
             and not boot_id.startswith("unknown-")
         )
+
+
+def safe_name(value: str) -> str:
+    """A node id as one path component: unsafe characters become ``_`` (readability, not identity)."""
+    return _UNSAFE.sub("_", str(value)).strip("._-")[:80] or "node"
 
 
 def kernel_tag(me: WorkerIdentity | None = None) -> str:
