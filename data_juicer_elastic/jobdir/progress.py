@@ -118,14 +118,11 @@ class ProgressTracker:
             rows_written=0,
             source="none",
         )
-        # Nothing to say before the first change: no write at the first heartbeat (the claim
-        # already tells a reader the attempt started).
-        self._dirty = False
+        self._dirty = False  # no write before the first change: the claim tells a reader the attempt started
         self._writable = False  # until the attempt directory exists and was checked (start_writing)
         self._samples: list[list[float]] = []
         self.listeners: list[Callable[[ProgressRecord], None]] = []
-        # the attempt's stall rule (jobdir.liveness) when the worker applies one: the runner
-        # registers its runtime probe and restart with it
+        # the attempt's stall rule (jobdir.liveness), if any: the runner registers its probe and restart with it
         self.liveness: Liveness | None = None
 
     @property

@@ -262,8 +262,6 @@ def _short(value: Any) -> str:
     return text if len(text) <= 80 else text[:77] + "..."
 
 
-# ---------------------------------------------------------------------------------------------
-# manifest
 @dataclass(frozen=True)
 class InputFile:
     path: str  # absolute path as given at prepare time
@@ -327,9 +325,7 @@ class Manifest(ChecksummedRecord):
     num_shards: int
     total_rows: int
     total_bytes: int
-    # the job's input as one digest: sha256 of the shards' [bytes, sha256] in order (jobdir.scans; a job
-    # split by a whole-input prepare: of all its normalised rows)
-    content_sha256: str
+    content_sha256: str  # the job's input as one digest (jobdir.scans)
     recipe_hash: str
     recipe: dict[str, Any]
     stage_identities: list[str]
@@ -341,14 +337,11 @@ class Manifest(ChecksummedRecord):
     shards: list[ShardEntry]
     request_fingerprint: str
     shard_codec: str = "none"  # how shard files are stored: "none" | "gzip" | "zstd" (codecs.SHARD_SUFFIX)
-    # Shards are files in shards/ (copied by the scans, or by a prepare that wrote normalised shards);
-    # False: each shard is read from its spans of the input files.
-    copy_shards: bool = True
-    # The JSON types of every input row (rows.row_schema.RowSchema.to_json()): every shard is
-    # read with this one schema.  None in jobs prepared before it existed (refused by workers).
+    copy_shards: bool = True  # shards are files in shards/; False: read from their spans of the inputs
+    # the JSON types of every input row (RowSchema.to_json()): every shard is read with this one schema;
+    # None in jobs prepared before it existed (workers refuse them)
     row_schema: list[Any] | None = None
-    # fingerprint of the code the stages run (execution.code_fingerprint); None in older jobs
-    code: dict[str, Any] | None = None
+    code: dict[str, Any] | None = None  # fingerprint of the code the stages run (execution.code_fingerprint)
     scan: ScanSummary | None = None  # the scan phase (None: the job was split by a whole-input prepare)
     checksum: str | None = None  # ChecksummedRecord: a flipped byte that still parses is refused before any claim
 
