@@ -229,14 +229,11 @@ class SummaryKeeper:
             self._last_tick = now
             self._safe_tick()
 
-    def _writer_silent(self) -> bool:
-        unchanged = self.reader.unchanged_for()
-        return unchanged is None or unchanged >= SILENT_INTERVALS * self.interval_secs
-
     def _acquire(self) -> bool:
         self.reader.view()  # learn whether the summary advances (cached: at most one small read)
-        if not self._writer_silent():
-            return False
+        unchanged = self.reader.unchanged_for()
+        if unchanged is not None and unchanged < SILENT_INTERVALS * self.interval_secs:
+            return False  # the writer is not silent
         view = leases.read_lease(self.lease_layout, SUMMARY_WRITER_TASK)
         reason = leases.takeover_reason(view, self.identity, self.lease_observer)
         if reason is None:
