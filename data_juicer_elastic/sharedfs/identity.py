@@ -1,8 +1,6 @@
-"""Who a worker is: node, host, kernel boot, pid namespace and pid.
-
-Two nodes can share a hostname and two containers can share a kernel, so no
-single field identifies a process; each claim records all of them, and every
-attempt gets a fresh random id on top.
+"""Who a worker is: node, host, kernel boot, pid namespace and pid.  Two nodes can share a hostname
+and two containers a kernel, so no single field identifies a process: each claim records all of
+them, and every attempt gets a fresh random id on top.
 """
 
 from __future__ import annotations
@@ -53,12 +51,9 @@ class WorkerIdentity:
         return f"{stamp}-{safe_name(self.node_id)[:40]}-{self.pid}-{secrets.token_hex(6)}"
 
     def same_kernel_namespace(self, hostname: str, boot_id: str, pid_namespace: str) -> bool:
-        """True when a pid recorded with these fields can be checked with ``os.kill`` from here.
-
-        Hostname alone is not enough (hosts share names), boot id alone is not enough
-        (containers share a kernel but not a pid namespace); all three must match and
-        the namespace must be known.
-        """
+        """True when a pid recorded with these fields can be checked with ``os.kill`` from here: hosts
+        share names, containers share a kernel but not a pid namespace, so all three must match and
+        the namespace must be known."""
         return bool(
             self.pid_namespace
             and pid_namespace == self.pid_namespace
