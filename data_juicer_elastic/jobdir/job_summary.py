@@ -143,8 +143,6 @@ def read_summary(layout: JobLayout, manifest: Manifest) -> JobSummary | None:
 
 
 class SummaryView:
-    """One summary, indexed for the questions workers ask."""
-
     def __init__(self, summary: JobSummary, manifest: Manifest):
         self.summary = summary
         self.manifest = manifest

@@ -116,10 +116,8 @@ class Record:
 
 
 class ChecksummedRecord(Record):
-    """A record that carries ``checksum``, the sha256 of the canonical record without it, written by
-    ``encode()``: a flipped byte that still parses (a digit of a sha256) is refused by
-    :meth:`parse_checked` before anything uses it.  Subclasses declare ``checksum: str | None``
-    as their last field."""
+    """A record whose ``checksum`` (last field) is the sha256 of the canonical record without it, written
+    by ``encode()``: :meth:`parse_checked` refuses a flipped byte that still parses (a sha256 digit)."""
 
     def to_dict(self) -> dict[str, Any]:
         body = super().to_dict()
@@ -160,10 +158,8 @@ FieldCheck = Callable[[Any, str, str, str], Any]  # (value, where, kind, field n
 
 @functools.cache
 def _field_checks(cls: type) -> tuple[tuple[str, bool, FieldCheck], ...]:
-    """Each field of a record class: (name, may be absent, its check), built once per class.
-
-    Why once: every lease read parses records, and choosing how to check a field from its type
-    hint (get_type_hints, get_origin, isinstance on the hint) costs more than the check itself."""
+    """Each field of a record class: (name, may be absent, its check), built once per class: every
+    lease read parses records, and choosing a check from a type hint costs more than the check."""
     hints = typing.get_type_hints(cls)  # evaluates the (string) annotations
     return tuple(
         (
@@ -192,7 +188,6 @@ def _exactly(*types_: type) -> FieldCheck:
 
 @functools.cache
 def _check_for(hint: Any) -> FieldCheck:
-    """How to check a field's value against its type hint (a JSON value as parsed)."""
     origin = typing.get_origin(hint)
     if hint is str or hint is int or hint is bool or hint is type(None):
         return _exactly(hint)

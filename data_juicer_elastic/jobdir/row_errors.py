@@ -88,7 +88,6 @@ def parse_line(line: bytes) -> tuple[QuarantineRecord, Any]:
 
 
 def read_errors(path: Path) -> Iterator[tuple[QuarantineRecord, Any]]:
-    """The records of a quarantine file in order."""
     with fsio.open_read(path) as handle:
         for line in handle:
             if line.strip():
