@@ -186,17 +186,10 @@ class SummaryView:
         ]
 
     def counts(self) -> dict[str, int]:
-        done = self.summary.done_count
-        failed = len(self.failed)
-        stale = sum(1 for c in self.summary.live if c.stale)
-        running = len(self.summary.live) - stale
-        return {
-            "done": done,
-            "failed": failed,
-            "running": running,
-            "stale": stale,
-            "pending": max(0, self.summary.num_shards - done - failed - running - stale),
-        }
+        stale = sum(1 for claim in self.summary.live if claim.stale)
+        live = len(self.summary.live)
+        counts = {"done": self.summary.done_count, "failed": len(self.failed), "running": live - stale, "stale": stale}
+        return {**counts, "pending": max(0, self.summary.num_shards - sum(counts.values()))}
 
 
 class SummaryReader:
