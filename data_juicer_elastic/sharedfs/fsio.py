@@ -172,12 +172,9 @@ def iter_chunks(path: Path, chunk: int = CHUNK) -> Iterator[bytes]:
 
 def file_sha256(path: Path) -> tuple[int, str]:
     """(size, sha256 hex) of a file, streamed."""
-    digest = hashlib.sha256()
-    size = 0
-    for block in iter_chunks(path):
-        digest.update(block)
-        size += len(block)
-    return size, digest.hexdigest()
+    with open_read(path) as handle:
+        digest = hashlib.file_digest(handle, "sha256")
+        return handle.tell(), digest.hexdigest()
 
 
 def stat(path: Path) -> os.stat_result:
