@@ -194,9 +194,7 @@ def source_spans(inputs: Sequence[InputFile | PlannedInput], spans: list[ShardSp
 
 def locate_shard(layout: JobLayout, manifest: Manifest, entry: ShardEntry) -> ShardSource:
     """Where ``entry``'s content is (its spans of the inputs, or its copy) and what it hashes to."""
-    copy = None
-    if manifest.copy_shards:
-        copy = str(layout.shard(entry.shard_id, SHARD_SUFFIX[manifest.shard_codec]))
+    copy = str(layout.shard(entry.shard_id, SHARD_SUFFIX[manifest.shard_codec])) if manifest.copy_shards else None
     return ShardSource(
         entry.shard_id,
         source_spans(manifest.inputs, entry.spans),

@@ -228,9 +228,7 @@ def _check_for(hint: Any) -> FieldCheck:
         def check_dict(value: Any, where: str, kind: str, name: str) -> Any:
             if not isinstance(value, dict):
                 raise _bad(value, where, kind, name)
-            if entry is None:
-                return value
-            return {k: entry(v, where, kind, f"{name}.{k}") for k, v in value.items()}
+            return value if entry is None else {k: entry(v, where, kind, f"{name}.{k}") for k, v in value.items()}
 
         return check_dict
     if dataclasses.is_dataclass(hint):
