@@ -187,16 +187,13 @@ class QuarantinedRow:
             except Exception as exc:
                 if self.return_sample:
                     raise
-                batch = {k: [v] for k, v in data.items()}
-                sink.record(op, [RowFailure(0, *describe(exc))], batch, 1)
+                sink.record(op, [RowFailure(0, *describe(exc))], {k: [v] for k, v in data.items()}, 1)
                 return False
         try:  # the method gets a new dict: it cannot reach the sample's lists, which stay as they are
             result = self.method({key: values[0] for key, values in data.items()}, *args, **kwargs)
         except Exception as exc:
             sink.record(op, [RowFailure(0, *describe(exc))], sample, 1)
-            if not self.return_sample:
-                return [False]
-            return empty_like(data, extra=SKIPPED_EXTRA)
+            return empty_like(data, extra=SKIPPED_EXTRA) if self.return_sample else [False]
         return {key: [value] for key, value in result.items()} if self.return_sample else [result]
 
 
