@@ -217,9 +217,7 @@ def _one_row_batch(sample: Any) -> bool:
     """Data-Juicer's test for a batched sample in catch_map_single_exception: every value a list, all one length."""
     values = iter(sample.values())
     first = next(values, None)
-    if not isinstance(first, list):
-        return False
-    return all(isinstance(value, list) and len(value) == len(first) for value in values)
+    return isinstance(first, list) and all(isinstance(value, list) and len(value) == len(first) for value in values)
 
 
 def _column(batch: Any, name: str, total: int) -> list[Any] | None:
