@@ -290,11 +290,9 @@ def link_private(src: Path, dst: Path) -> None:
     except OSError as exc:
         if not (isinstance(exc, FileExistsError) or exc.errno in _AMBIGUOUS_ERRNOS):
             raise
-        try:
+        with contextlib.suppress(OSError):
             if os.path.samestat(os.stat(src), os.lstat(dst)):
                 return
-        except OSError:
-            pass
         raise
 
 

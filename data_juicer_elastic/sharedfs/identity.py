@@ -6,6 +6,7 @@ them, and every attempt gets a fresh random id on top.
 from __future__ import annotations
 
 import calendar
+import contextlib
 import hashlib
 import os
 import re
@@ -102,13 +103,9 @@ def _zombie(pid: int) -> bool:
 
 
 def _read_boot_id() -> str:
-    try:
-        with open(_BOOT_ID_PATH, encoding="ascii") as handle:
-            value = handle.read().strip()
-        if value:
+    with contextlib.suppress(OSError), open(_BOOT_ID_PATH, encoding="ascii") as handle:
+        if value := handle.read().strip():
             return value
-    except OSError:
-        pass
     # Without a boot id the same-host liveness shortcut is disabled (see same_kernel_namespace).
     return f"unknown-{secrets.token_hex(8)}"
 
