@@ -18,7 +18,6 @@ phase).  Tools: ``retry``, ``export_path``, ``recipe_diff``, ``row_stats``, ``ro
 that importing one piece stays cheap.
 """
 
-# The package's modules (nothing is re-exported: import from the module you need).
 __all__ = [
     "attempts",
     "claim_ahead",
