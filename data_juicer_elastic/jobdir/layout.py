@@ -99,13 +99,9 @@ def _under(base: str, name: str) -> property:
 
 
 class JobLayout:
-    """Paths of one job directory.  Pure: touches no filesystem.
-
-    Two kinds of task are claimed, run and published through the same lease protocol: a
-    shard's *run* (the default layout: ``claims/``, ``done/`` ... at the top) and a shard's
-    *scan* (:attr:`scans`: the same names under ``scans/``).  Every per-task path below comes
-    from :attr:`tasks_root`, so one protocol implementation serves both.
-    """
+    """Paths of one job directory (pure: touches no filesystem).  A shard's *run* (``claims/``,
+    ``done/`` ... at the top) and its *scan* (:attr:`scans`: the same names under ``scans/``) go
+    through the same lease protocol: every per-task path comes from :attr:`tasks_root`."""
 
     def __init__(self, root: str | Path, tasks: str | None = None):
         self.root = Path(root)
