@@ -53,21 +53,14 @@ from data_juicer_elastic.sharedfs.identity import WorkerIdentity
 SILENT_INTERVALS: Final = 3
 
 
-class PaceCache:
-    """The writer's copy of the pace records: a record that said it stopped is not read again."""
-
-    def __init__(self, layout: JobLayout):
-        self.layout = layout
-        self.records: dict[str, PaceRecord] = {}
-
-    def refresh(self) -> dict[str, PaceRecord]:
-        names = [n for n in fsio.list_names(self.layout.paces_dir) if n.endswith(".json") and not n.startswith(".")]
-        known = {name: self.records[name] for name in names if name in self.records and self.records[name].stopped}
-        unread = [name for name in names if name not in known]
-        fresh = dict(zip(unread, fsio.read_many(lambda name: read_pace(self.layout, name), unread), strict=True))
-        records = {name: known.get(name) or fresh.get(name) for name in names}
-        self.records = {name: record for name, record in records.items() if record is not None}
-        return self.records
+def refresh_paces(layout: JobLayout, previous: dict[str, PaceRecord]) -> dict[str, PaceRecord]:
+    """The job's pace records by name; one in ``previous`` that said it stopped is not read again."""
+    names = [n for n in fsio.list_names(layout.paces_dir) if n.endswith(".json") and not n.startswith(".")]
+    known = {name: previous[name] for name in names if name in previous and previous[name].stopped}
+    unread = [name for name in names if name not in known]
+    fresh = dict(zip(unread, fsio.read_many(lambda name: read_pace(layout, name), unread), strict=True))
+    records = {name: known.get(name) or fresh.get(name) for name in names}
+    return {name: record for name, record in records.items() if record is not None}
 
 
 def compose_summary(
@@ -186,7 +179,7 @@ class SummaryKeeper:
         self.interval_secs = reader.interval_secs
         self.lease_observer = StalenessObserver(ttl_secs, clock)  # the writer's lease, watched by a would-be taker
         self.claims_observer = StalenessObserver(ttl_secs, clock)  # the live claims, watched while writing
-        self.paces = PaceCache(layout)
+        self.paces: dict[str, PaceRecord] = {}  # the pace records of the last round
         self.index = {entry.shard_id: i for i, entry in enumerate(manifest.shards)}
         self.claim: Claim | None = None
         self.heartbeater: leases.Heartbeater | None = None
@@ -207,10 +200,11 @@ class SummaryKeeper:
         if not self._still_ours():
             return
         self.rounds += 1
+        self.paces = refresh_paces(self.layout, self.paces)
         summary = compose_summary(
             self.layout,
             self.manifest,
-            self.paces.refresh(),
+            self.paces,
             self.claims_observer,
             self.identity,
             seq=f"{self.claim.generation}.{self.rounds}",
