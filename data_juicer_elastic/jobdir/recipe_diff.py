@@ -73,13 +73,10 @@ def _value_changes(path: str, before: Any, after: Any, changes: list[str]) -> No
 def _shown(value: Any) -> str:
     if value is _ABSENT:
         return "(absent)"
-    if isinstance(value, str):
+    try:
+        text = repr(value) if isinstance(value, str) else json.dumps(value, ensure_ascii=False, sort_keys=True)
+    except (TypeError, ValueError):  # not JSON data
         text = repr(value)
-    else:
-        try:
-            text = json.dumps(value, ensure_ascii=False, sort_keys=True)
-        except (TypeError, ValueError):
-            text = repr(value)
     return text if len(text) <= MAX_VALUE_CHARS else text[: MAX_VALUE_CHARS - 3] + "..."
 
 
