@@ -80,9 +80,7 @@ def fold_errors(
 def allowed_errors(max_error_rows: float, input_rows: int) -> int:
     """Rows a shard of ``input_rows`` may quarantine: a count (>= 1), or a fraction (< 1) of its rows,
     rounded up, so that a fraction lets every non-empty shard set at least one row aside."""
-    if max_error_rows >= 1:
-        return int(max_error_rows)
-    return math.ceil(max_error_rows * input_rows)
+    return int(max_error_rows) if max_error_rows >= 1 else math.ceil(max_error_rows * input_rows)
 
 
 def check_limit(found: Quarantined, max_error_rows: float, input_rows: int, where: str) -> None:
@@ -90,9 +88,8 @@ def check_limit(found: Quarantined, max_error_rows: float, input_rows: int, wher
     allowed = allowed_errors(max_error_rows, input_rows)
     if found.rows <= allowed:
         return
-    shown = f"{max_error_rows:g}"
     raise ShardExecutionError(
-        f"operators failed on {found.rows} of {input_rows} rows, more than {SETTING}={shown} allows "
+        f"operators failed on {found.rows} of {input_rows} rows, more than {SETTING}={max_error_rows:g} allows "
         f"({allowed}); the first: {found.first.describe() if found.first else 'unknown'}",
         where=where,
         hint=f"fix the operator or those rows (each with its error: {found.path}), or raise {SETTING}",
