@@ -137,9 +137,7 @@ def read_summary(layout: JobLayout, manifest: Manifest) -> JobSummary | None:
         decode_bitmap(summary.done, summary.num_shards)
     except (OSError, JobDirError, ValueError):
         return None
-    if summary.job_id != manifest.job_id or summary.num_shards != manifest.num_shards:
-        return None
-    return summary
+    return summary if (summary.job_id, summary.num_shards) == (manifest.job_id, manifest.num_shards) else None
 
 
 class SummaryView:

@@ -52,9 +52,7 @@ def leaving_outcome(
     view = reader.view() if reader is not None else None
     if view is None:
         return job_outcome(layout, manifest, known_done)
-    if view.all_done:
-        return True, []
-    return False, terminal_infos(layout, sorted(view.failed))
+    return (True, []) if view.all_done else (False, terminal_infos(layout, sorted(view.failed)))
 
 
 def terminal_infos(layout: JobLayout, shard_ids: Iterable[str]) -> list[TerminalInfo]:

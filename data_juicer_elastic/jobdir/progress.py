@@ -222,6 +222,4 @@ def activate(tracker: ProgressTracker | None) -> Iterator[ProgressTracker | None
 
 
 def _short(text: str | None) -> str | None:
-    if text is None:
-        return None
-    return text if len(text) <= MAX_OPERATOR_CHARS else text[: MAX_OPERATOR_CHARS - 3] + "..."
+    return text if text is None or len(text) <= MAX_OPERATOR_CHARS else text[: MAX_OPERATOR_CHARS - 3] + "..."

@@ -85,9 +85,7 @@ def preallocate(fd: int, size: int) -> bool:
     global _fallocate
     if _fallocate is False:
         _fallocate = _load_fallocate()
-    if _fallocate is None or size <= 0:
-        return False
-    return _fallocate(fd, _FALLOC_FL_KEEP_SIZE, 0, size) == 0
+    return _fallocate is not None and size > 0 and _fallocate(fd, _FALLOC_FL_KEEP_SIZE, 0, size) == 0
 
 
 def _load_fallocate():
