@@ -1,20 +1,17 @@
-"""The compacted job summary: ``summary/summary.json`` and ``summary/summary.seq``.
+"""The compacted job summary: ``summary/summary.json`` and ``summary/summary.seq`` (docs/scale.md).
 
 At a thousand workers, every worker listing ``done/`` and reading every held shard's records on
 every poll is more metadata traffic than a NAS serves.  So one worker process at a time
-(``jobdir.summary_keeper``, elected with a lease) rewrites a summary of the whole job every few
-seconds, and everyone else reads that one file: the done set (a bitmap in manifest order) and the
-terminally failed shards; the live claims (from the pace records, ``jobdir.pace``), each with the
-heartbeat value its writer watched and for how long it saw it unchanged on its own clock (those
-unchanged for a TTL are *stale candidates*); each node's pace, for the claim gate and ``status``.
-``summary.seq`` is written after ``summary.json`` and names its sequence: a reader reads it first
-and reads the summary only when it changed.
+(``jobdir.summary_keeper``) rewrites a summary of the whole job every few seconds and the others
+read that one file: the done set (a bitmap in manifest order), the terminal failures, the live
+claims with the heartbeat value the writer watched and for how long it saw it unchanged on its own
+clock (*stale candidates* after a TTL), each node's pace.  ``summary.seq``, written after it, names
+its sequence: a reader reads it first, and the summary only when it changed.
 
-**The summary is a hint, never the authority.**  A claim is still a ``link()`` of the next
-generation; a taker re-reads the lease and uses the summary's staleness only when it reads the
-very heartbeat value the writer watched (``leases.takeover_reason``); a done marker is still
-published with ``link()`` and merge validates every one.  A reader that finds the summary
-missing, corrupt or not advancing for :func:`fresh_for` walks the job directory instead.
+**The summary is a hint, never the authority** (docs/failure-semantics.md, row 33): a claim is
+still a ``link()``; a taker uses the summary's staleness only when it reads the very heartbeat
+value the writer watched (``leases.takeover_reason``); merge validates every done marker.  A
+reader whose summary is missing, corrupt or not advancing for :func:`fresh_for` walks the job dir.
 """
 
 from __future__ import annotations

@@ -1,23 +1,16 @@
-"""Who writes the job summary, and how one round of it is composed.
+"""Who writes the job summary, and how one round of it is composed (docs/failure-semantics.md, row 33).
 
-Every worker process runs a :class:`SummaryKeeper` thread.  One of them at a time holds the
-writer's lease (the lease of the one task under ``summary/``: a shard's claim, heartbeat,
-takeover and release records and rules, ``jobdir.leases``) and, every ``interval_secs``,
-composes the summary (:func:`compose_summary`) and writes it (``jobdir.job_summary``).  A round
-costs O(workers + live claims) metadata operations, whatever the number of shards: one listing of
-``paces/`` and a read of each pace record that has not said it stopped (``fsio.read_many``); one
-listing of ``done/`` and one of ``failed/`` (names only); one read of the heartbeat of each live
-claim the pace records name.  The writer watches each heartbeat value on its own clock
-(``heartbeats.StalenessObserver``) and lists a claim as a stale candidate once its value has not
-changed for a TTL (or its holder's pid is gone on the writer's host).
-
-The others only notice when the summary stops advancing: then they read the writer's lease and
-take it over by the shard rules (released, or stale on their own clock: a new writer is in place
-about a TTL after the old one died; workers walk the job directory meanwhile).  A writer checks
-its lease before each round and again before writing it, and one that lost it, or finds a newer
-generation, writes nothing more; a round it was writing when it stalled may land late, and
-readers drop it (``job_summary.seq_order``).  A leaving writer writes a last round and releases
-the lease, so the next writer need not wait a TTL.
+Every worker process runs a :class:`SummaryKeeper`.  One at a time holds the writer's lease (a
+shard's lease records and rules, for the one task under ``summary/``) and every ``interval_secs``
+composes the summary (:func:`compose_summary`) in O(workers + live claims) metadata operations,
+whatever the number of shards: the ``paces/`` listing and each pace record that has not said it
+stopped, the ``done/`` and ``failed/`` listings, and one heartbeat read per live claim, watched on
+the writer's own clock (a stale candidate once unchanged for a TTL, or its holder's pid is gone on
+the writer's host).  The others read the writer's lease only when the summary stops advancing, and
+take it over by the shard rules.  A writer checks its lease before each round and again before
+writing it; a round it was writing when it stalled may land late, and readers drop it
+(``job_summary.seq_order``).  A leaving writer writes a last round and releases the lease, so the
+next writer need not wait a TTL.
 """
 
 from __future__ import annotations

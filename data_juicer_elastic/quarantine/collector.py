@@ -1,21 +1,14 @@
-"""Inside the operators: catch a failing batch, bisect it, keep the good rows, record the bad ones.
+"""Inside the operators: catch a failing batch, bisect it, keep the good rows, record the bad ones
+(docs/quarantine.md).
 
-Installed through Data-Juicer's own error hooks (``compat.dj_op_error_hooks``): every Mapper and
-Filter built with ``skip_op_error`` (Data-Juicer's default) gets :class:`QuarantinedBatch` or
-:class:`QuarantinedRow` as its ``process`` / ``compute_stats``, which keeps Data-Juicer's wrapper.
-Each call first asks whether it runs inside an ``elastic_sharded`` attempt: the operator's
-``work_dir`` holds the attempt context the shard runner wrote (``batching.runtime``; it reaches
-Ray tasks and actors alike).  Without one (the ``default`` and ``ray`` executors) Data-Juicer's
-wrapper runs, unchanged.  With one, the operator's method runs on the batch as the wrapper would
-call it (a dict batch for a Mapper's ``process`` or a Filter's ``compute_stats`` gets its column
-lists copied first: Data-Juicer's ``process_batched`` assigns ``samples[key][i]`` in place before
-it can fail); when it raises, :func:`.bisect_rows.isolate` finds the failing rows from the
+Data-Juicer's error hooks (``compat.dj_op_error_hooks``) give every Mapper and Filter built with
+``skip_op_error`` a :class:`QuarantinedBatch` or :class:`QuarantinedRow` as its ``process`` /
+``compute_stats``.  Outside an ``elastic_sharded`` attempt (no attempt context in the operator's
+``work_dir``: the ``default`` and ``ray`` executors) Data-Juicer's own wrapper runs, unchanged.
+Inside one, when the method raises, :func:`.bisect_rows.isolate` finds the failing rows from the
 untouched input, the other rows' outputs are kept in order, and each failing row is appended to
-this process's record file in the attempt directory (``quarantine/<host>-<pid>.jsonl``), which
-the shard runner folds into ``errors.jsonl`` (:mod:`.errors_file`).
-
-A Filter's keep decision (its ``process``) answers one boolean per row: a failing row is not
-kept.  Adaptive batching's micro-batch loop asks :func:`engine_quarantine` for the same bisection.
+this process's record file in the attempt directory, which the shard runner folds into
+``errors.jsonl`` (:mod:`.errors_file`).  A Filter's keep decision leaves a failing row out.
 """
 
 from __future__ import annotations
