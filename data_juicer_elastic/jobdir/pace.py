@@ -1,15 +1,12 @@
 """One worker process's pace record: ``summary/paces/<worker>.json``.
 
-Each worker process rewrites its own record (``atomic_write``, not durable: a record lost in a
-crash only makes the summary lag) after it claims, and when it goes idle or leaves after
-finishing a shard.  It says which claims it holds (so the summary writer, ``jobdir.summary_keeper``,
-reads one heartbeat per live claim instead of walking ``claims/``), how fast it finishes shards
-on its own clock (the first attempt, which includes its runtime's start, apart from the others:
-the claim gate compares nodes from the summary), and whether it left (``stopped``).
-
-A pace record is a hint: nothing decides a claim, a takeover or a result from it.  A missing or
-stale record only makes the summary show a held shard as free (a claimer then probes it and
-finds the claim) or a node's pace as unknown (the gate then says yes).
+Each worker process rewrites its own record (``atomic_write``, not durable: a lost record only
+makes the summary lag) when what it holds changes: the claims it holds (so the summary writer reads
+one heartbeat per live claim instead of walking ``claims/``), how fast it finishes shards on its
+own clock (the first attempt, which includes its runtime's start, apart), and whether it left.
+A pace record is a hint: nothing decides a claim, a takeover or a result from it; a missing or
+stale one only shows a held shard as free (a claimer then probes it and finds the claim) or a
+node's pace as unknown (the claim gate then says yes).
 """
 
 from __future__ import annotations
