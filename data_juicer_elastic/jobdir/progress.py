@@ -1,15 +1,11 @@
-"""Live progress of one running attempt: ``attempts/<shard>/<attempt>/progress.json`` (schema in
-``docs/status.md``).
+"""Live progress of one running attempt: ``attempts/<shard>/<attempt>/progress.json`` (docs/status.md).
 
-The shard runner reports stage changes and row counts into the attempt's :class:`ProgressTracker`
-(in memory); the attempt's heartbeat thread calls :meth:`ProgressTracker.flush` after each
-renewal, so the file is rewritten at most once per heartbeat (plus a final write when the attempt
-ends), with ``os.replace`` so readers (``dj-elastic status``, the report) never see a torn record.
-
-Progress is informational: nothing decides a claim, a takeover or a result from it, so a lost or
-stale file costs only an out-of-date display, and a write error is logged, never fails the
-attempt.  ``elapsed_secs`` is the writer's monotonic clock, so a rate computed from one record
-never mixes two nodes' clocks.
+The shard runner reports stage changes and row counts into the attempt's :class:`ProgressTracker`;
+the heartbeat thread writes it out after each renewal (:meth:`ProgressTracker.flush`: at most once
+per heartbeat, ``os.replace``, so readers never see a torn record).  Progress is informational:
+nothing decides a claim, a takeover or a result from it, so a lost or stale file costs only an
+out-of-date display, and a write error never fails the attempt.  ``elapsed_secs`` is the writer's
+monotonic clock, so a rate from one record never mixes two nodes' clocks.
 """
 
 from __future__ import annotations
