@@ -1,19 +1,13 @@
-"""Where a merge may write: the export path, checked before anything is written.
+"""Where a merge may write: the export path, checked before anything is written (the refused cases:
+docs/output-layouts.md).
 
-The export path is the user's choice, but these choices would do harm, and are refused up front:
-
-* **inside the job directory**: ``merge --output <job>/manifest.json --overwrite`` would replace
-  the manifest, and Data-Juicer's work dir (by default the export path's directory) would litter
-  the job directory with logs before the plugin could refuse it.
-* **a directory** (``export_layout: file``): the merged output is one JSONL file.
-* **a file, a link, or a directory holding other files** (``export_layout: parts``): the export
-  directory (``shards.parts``) is made beside the export path under a temp name and renamed into
-  place, so a directory there must be empty or an earlier parts export (:func:`is_parts_entry`);
-  a job directory inside it (Data-Juicer's loaders would read its files as data) is refused.
-* **through a symlink**: the *last* component is never followed.  A link there is a file that
-  is there, replaced only with overwrite (``link()``/``os.replace()`` act on the name, not on a
-  link's target).  Directories above it may be links (a mount alias); the check against the job
-  directory compares real paths.
+Refused up front, naming the key: an export path inside the job directory (``--output
+<job>/manifest.json --overwrite`` would replace the manifest, and Data-Juicer's work dir would
+litter the job directory); a directory (``export_layout: file``); a file, a link, a directory
+holding other files or holding the job directory (``export_layout: parts``: the export directory is
+made beside the path and renamed into place).  The *last* component is never followed: a link there
+is a file that is there, replaced only with overwrite, never written through; directories above it
+may be links (a mount alias), so the check against the job directory compares real paths.
 """
 
 from __future__ import annotations

@@ -1,18 +1,11 @@
-"""The quarantine file: each row an operator failed on, with why, beside the export.
+"""The quarantine file: each row an operator failed on, with why, beside the export (format:
+docs/quarantine.md).
 
-Under ``skip_op_error`` (Data-Juicer's default) a row an operator raises on is set aside instead
-of dropped (``quarantine``).  Each attempt writes its shard's rows to ``errors.jsonl``, in input
+Each attempt writes its shard's quarantined rows to ``errors.jsonl``, one line per row in input
 order; the result record names the file (:class:`RowErrorsFile`), and merge concatenates the
 accepted files in manifest order into ``<export>_errors.jsonl`` (only when some row was
-quarantined), validated like the outputs.  A line::
-
-    {"row_number":1234,"shard":"part-00003-of-00008","shard_row":34,"op":"my_mapper",
-     "op_index":1,"error_type":"ValueError","error":"bad value","row":{...the input row...}}
-
-``row_number`` is the global 0-based input row number and ``row`` the input row's own bytes as
-prepare stored them (``jq -c .row`` gives the input back).  ``op_index`` is the operator's place in
-the recipe's ``process`` (null when two identical operators make it ambiguous).  A row an operator
-made itself has ``row_number`` and ``shard_row`` null and ``row`` as the failing operator got it.
+quarantined), validated like the outputs.  A line holds the :class:`QuarantineRecord` fields, then
+``row``: the input row's own bytes as prepare stored them (``jq -c .row`` gives the input back).
 """
 
 from __future__ import annotations
