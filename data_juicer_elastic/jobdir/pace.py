@@ -14,7 +14,7 @@ from __future__ import annotations
 import secrets
 import threading
 import time
-from dataclasses import dataclass, field, replace
+from dataclasses import asdict, dataclass, field, replace
 from typing import ClassVar
 
 from loguru import logger
@@ -91,16 +91,8 @@ class PaceWriter:
         self.layout = layout
         self._lock = threading.Lock()
         self._write_lock = threading.Lock()
-        self._record = PaceRecord(
-            worker=worker_key(identity),
-            node_id=identity.node_id,
-            hostname=identity.hostname,
-            boot_id=identity.boot_id,
-            pid_namespace=identity.pid_namespace,
-            pid=identity.pid,
-            seq=0,
-            updated_at=time.time(),
-        )
+        # the record carries the process's whole identity (node, host, boot, pid namespace, pid)
+        self._record = PaceRecord(worker=worker_key(identity), seq=0, updated_at=time.time(), **asdict(identity))
         self._dirty = True
         self._dir_ready = False
 
