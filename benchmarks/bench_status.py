@@ -36,7 +36,7 @@ from data_juicer_elastic.jobdir.job_summary import write_summary
 from data_juicer_elastic.jobdir.layout import JobLayout
 from data_juicer_elastic.jobdir.manifest import load_manifest
 from data_juicer_elastic.jobdir.pace import PaceWriter
-from data_juicer_elastic.jobdir.summary_keeper import PaceCache, compose_summary
+from data_juicer_elastic.jobdir.summary_keeper import compose_summary, refresh_paces
 from data_juicer_elastic.shards.prepare import PrepareRequest, prepare_job
 from data_juicer_elastic.sharedfs import fault_seam
 from data_juicer_elastic.sharedfs.identity import WorkerIdentity
@@ -114,7 +114,7 @@ def _summarize(layout: JobLayout, roles: dict[str, list[str]]) -> None:
     me = _identity(0)
     observer = StalenessObserver(SETTINGS["lease_ttl_secs"], _Clock())
     summary = compose_summary(
-        layout, manifest, PaceCache(layout).refresh(), observer, me, seq="1.1", writer="bench", interval_secs=5.0
+        layout, manifest, refresh_paces(layout, {}), observer, me, seq="1.1", writer="bench", interval_secs=5.0
     )
     assert summary.done_count == len(roles["done"]) and len(summary.live) == len(roles["running"])
     write_summary(layout, summary)

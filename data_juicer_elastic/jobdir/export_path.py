@@ -1,24 +1,13 @@
-"""Where a merge may write: the export path, checked before anything is written.
+"""Where a merge may write: the export path, checked before anything is written (the refused cases:
+docs/output-layouts.md).
 
-The export path is the user's choice, but these choices would do harm:
-
-* **inside the job directory.**  ``merge --output <job>/manifest.json --overwrite`` would
-  replace the manifest, ``--output <job>/shards/<shard>.jsonl`` an input shard, and
-  Data-Juicer's work dir (by default the export path's directory) would litter the job
-  directory with logs before the plugin could refuse it.  Refused up front, naming the key.
-* **a directory** (``export_layout: file``).  The merged output is one JSONL file.
-* **a file, a link, or a directory holding other files** (``export_layout: parts``).  The
-  export is a directory of part files published by ``shards.parts``: it is made beside the
-  export path under a temp name and renamed into place, so a directory there must be empty
-  or an earlier parts export (only the names :func:`is_parts_entry` accepts); a link there is
-  never written through, and a job directory inside the export directory (Data-Juicer's
-  loaders would read its files as data) is refused.
-* **through a symlink.**  The *last* component of the export path is never followed: a
-  link there (dangling or not) is a file that is there, replaced by the merged output only
-  with overwrite, and never written through.  The merged output is published with
-  ``link()``/``os.replace()`` and the overall-stats files beside it with ``os.replace()``:
-  both act on the name, not on a link's target.  Directories above it may be links (a
-  mount alias); the check against the job directory compares real paths.
+Refused up front, naming the key: an export path inside the job directory (``--output
+<job>/manifest.json --overwrite`` would replace the manifest, and Data-Juicer's work dir would
+litter the job directory); a directory (``export_layout: file``); a file, a link, a directory
+holding other files or holding the job directory (``export_layout: parts``: the export directory is
+made beside the path and renamed into place).  The *last* component is never followed: a link there
+is a file that is there, replaced only with overwrite, never written through; directories above it
+may be links (a mount alias), so the check against the job directory compares real paths.
 """
 
 from __future__ import annotations
@@ -34,15 +23,13 @@ from data_juicer_elastic.errors import ConfigError, Places
 # The names a parts export holds (shards.parts writes them; Data-Juicer's loaders take only the
 # parts as data: docs/output-layouts.md).  The index is written last: its presence means complete.
 PARTS_INDEX: Final = "_index.dj-elastic"
-PART_SUFFIX: Final = ".jsonl"
 PART_STATS_SUFFIX: Final = ".stats"
-PART_ERRORS_SUFFIX: Final = ".errors"
 _PARTS_ENTRY: Final = re.compile(r"^part-\d{5}-of-\d{5}(\.jsonl|\.stats|\.errors)$")
 
 
 def part_name(shard_id: str) -> str:
     """``part-00003-of-00016.jsonl``: a shard's part (name order is input order)."""
-    return shard_id + PART_SUFFIX
+    return shard_id + ".jsonl"
 
 
 def part_stats_name(shard_id: str) -> str:
@@ -52,7 +39,7 @@ def part_stats_name(shard_id: str) -> str:
 
 def part_errors_name(shard_id: str) -> str:
     """``part-00003-of-00016.errors``: the rows operators failed on in that shard (quarantine; JSONL)."""
-    return shard_id + PART_ERRORS_SUFFIX
+    return shard_id + ".errors"
 
 
 def is_parts_entry(name: str) -> bool:
@@ -65,15 +52,11 @@ def export_target(path: str | os.PathLike) -> Path:
     return Path(os.path.abspath(os.path.expanduser(os.fspath(path))))
 
 
-def _real(path: Path) -> str:
-    # The parent's real path plus the name: a link *at* the path is not followed.
-    return os.path.join(os.path.realpath(path.parent), path.name)
-
-
 def inside(directory: str | os.PathLike, path: str | os.PathLike) -> bool:
     """Whether ``path`` (its parent's real path, its own name) lies in or at ``directory``."""
     root = os.path.realpath(os.path.abspath(os.path.expanduser(os.fspath(directory))))
-    target = _real(export_target(path))
+    at = export_target(path)
+    target = os.path.join(os.path.realpath(at.parent), at.name)  # a link *at* the path is not followed
     return target == root or target.startswith(root.rstrip(os.sep) + os.sep)
 
 

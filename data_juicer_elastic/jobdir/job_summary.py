@@ -1,31 +1,22 @@
-"""The compacted job summary: ``summary/summary.json`` and ``summary/summary.seq``.
+"""The compacted job summary: ``summary/summary.json`` and ``summary/summary.seq`` (docs/scale.md).
 
-At a thousand workers, every worker listing ``done/`` and reading every held shard's
-records on every poll is more metadata traffic than a NAS serves.  So one worker
-process at a time (``jobdir.summary_keeper``, elected with a lease) rewrites a summary
-of the whole job every few seconds, and everyone else reads that one file:
+At a thousand workers, every worker listing ``done/`` and reading every held shard's records on
+every poll is more metadata traffic than a NAS serves.  So one worker process at a time
+(``jobdir.summary_keeper``) rewrites a summary of the whole job every few seconds and the others
+read that one file: the done set (a bitmap in manifest order), the terminal failures, the live
+claims with the heartbeat value the writer watched and for how long it saw it unchanged on its own
+clock (*stale candidates* after a TTL), each node's pace.  ``summary.seq``, written after it, names
+its sequence: a reader reads it first, and the summary only when it changed.
 
-* the done set (a bitmap in manifest order) and the terminally failed shards;
-* the live claims (from the workers' pace records, ``jobdir.pace``), each with the
-  heartbeat value its writer watched and for how long it saw it unchanged on its own
-  clock; those unchanged for a TTL are *stale candidates*;
-* each node's pace (shards done, time per shard) for the claim gate and ``status``.
-
-``summary.seq`` is written after ``summary.json`` and names its sequence; a reader
-reads it first and reads the summary only when it changed (one small read per poll).
-
-**The summary is a hint, never the authority.**  A claim is still a ``link()`` of the
-next generation; a taker re-reads the lease and uses the summary's staleness only when
-it reads the very heartbeat value the writer watched (``leases.takeover_reason``); a
-done marker is still published with ``link()`` and merge validates every one.  A
-reader that finds the summary missing, corrupt or not advancing for
-:func:`fresh_for` falls back to walking the job directory as if there were none.
+**The summary is a hint, never the authority** (docs/failure-semantics.md, row 33): a claim is
+still a ``link()``; a taker uses the summary's staleness only when it reads the very heartbeat
+value the writer watched (``leases.takeover_reason``); merge validates every done marker.  A
+reader whose summary is missing, corrupt or not advancing for :func:`fresh_for` walks the job dir.
 """
 
 from __future__ import annotations
 
 import base64
-import json
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -76,6 +67,7 @@ class NodePace:
 @dataclass(frozen=True)
 class JobSummary(ChecksummedRecord):
     KIND: ClassVar[str] = "summary"
+    COMPACT: ClassVar[bool] = True  # every worker reads it every few seconds; indentation would be a third of it
     job_id: str
     num_shards: int
     seq: str  # "<writer lease generation>.<round>": changes with every write, whoever writes
@@ -89,10 +81,6 @@ class JobSummary(ChecksummedRecord):
     live: list[LiveClaim]
     nodes: list[NodePace]
     checksum: str | None = None
-
-    def encode(self) -> bytes:
-        # compact (one line): every worker reads it every few seconds; indentation would be a third of it
-        return json.dumps(self.to_dict(), separators=(",", ":"), ensure_ascii=False, allow_nan=False).encode() + b"\n"
 
 
 @dataclass(frozen=True)
@@ -131,8 +119,7 @@ def write_summary(layout: JobLayout, summary: JobSummary) -> None:
 
 def read_seq(layout: JobLayout) -> SummarySeq | None:
     try:
-        data = fsio.read_record(layout.summary_seq)
-        return None if data is None else SummarySeq.parse(data, layout.summary_seq)
+        return SummarySeq.read(layout.summary_seq)
     except (OSError, JobDirError):
         return None
 
@@ -147,14 +134,10 @@ def read_summary(layout: JobLayout, manifest: Manifest) -> JobSummary | None:
         decode_bitmap(summary.done, summary.num_shards)
     except (OSError, JobDirError, ValueError):
         return None
-    if summary.job_id != manifest.job_id or summary.num_shards != manifest.num_shards:
-        return None
-    return summary
+    return summary if (summary.job_id, summary.num_shards) == (manifest.job_id, manifest.num_shards) else None
 
 
 class SummaryView:
-    """One summary, indexed for the questions workers ask."""
-
     def __init__(self, summary: JobSummary, manifest: Manifest):
         self.summary = summary
         self.manifest = manifest
@@ -191,28 +174,17 @@ class SummaryView:
 
     def unclaimed(self) -> list[str]:
         """Shards neither done, failed nor held by a live claim (pending, or a stale candidate)."""
-        out = []
-        for i, entry in enumerate(self.manifest.shards):
-            shard = entry.shard_id
-            if self.is_done(i) or shard in self.failed:
-                continue
-            claim = self.live.get(shard)
-            if claim is None or claim.stale:
-                out.append(shard)
-        return out
+        return [
+            shard
+            for i, shard in enumerate(self.manifest.shard_ids)
+            if not self.is_done(i) and shard not in self.failed and (shard not in self.live or self.live[shard].stale)
+        ]
 
     def counts(self) -> dict[str, int]:
-        done = self.summary.done_count
-        failed = len(self.failed)
-        stale = sum(1 for c in self.summary.live if c.stale)
-        running = len(self.summary.live) - stale
-        return {
-            "done": done,
-            "failed": failed,
-            "running": running,
-            "stale": stale,
-            "pending": max(0, self.summary.num_shards - done - failed - running - stale),
-        }
+        stale = sum(1 for claim in self.summary.live if claim.stale)
+        live = len(self.summary.live)
+        counts = {"done": self.summary.done_count, "failed": len(self.failed), "running": live - stale, "stale": stale}
+        return {**counts, "pending": max(0, self.summary.num_shards - sum(counts.values()))}
 
 
 class SummaryReader:

@@ -194,9 +194,7 @@ def source_spans(inputs: Sequence[InputFile | PlannedInput], spans: list[ShardSp
 
 def locate_shard(layout: JobLayout, manifest: Manifest, entry: ShardEntry) -> ShardSource:
     """Where ``entry``'s content is (its spans of the inputs, or its copy) and what it hashes to."""
-    copy = None
-    if manifest.copy_shards:
-        copy = str(layout.shard(entry.shard_id, SHARD_SUFFIX[manifest.shard_codec]))
+    copy = str(layout.shard(entry.shard_id, SHARD_SUFFIX[manifest.shard_codec])) if manifest.copy_shards else None
     return ShardSource(
         entry.shard_id,
         source_spans(manifest.inputs, entry.spans),
@@ -210,11 +208,9 @@ def locate_shard(layout: JobLayout, manifest: Manifest, entry: ShardEntry) -> Sh
 
 
 def check_shard_files(job_dir: str | Path, manifest: Manifest) -> None:
-    """Refuse a job whose ``shards/`` lacks input shards, before anything is claimed.
-
-    One directory listing, not one open per shard: a listing may be stale on NFS, so a
-    file deleted moments ago can still pass here; the attempt's sha256 check catches it.
-    """
+    """Refuse a job whose ``shards/`` lacks input shards, before anything is claimed.  One listing, not
+    an open per shard: a stale NFS listing may pass a file deleted moments ago; the attempt's sha256
+    check catches it."""
     if not manifest.copy_shards:
         return  # shards are read from the inputs (check_shard_file compares each file with the plan)
     layout = JobLayout(job_dir)

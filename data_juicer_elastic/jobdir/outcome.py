@@ -1,8 +1,5 @@
 """Whether a job is finished, from its job directory: every shard done, and which failed for good.
-
-:func:`job_outcome` reads every shard it does not know done; :func:`leaving_outcome` answers from
-the job summary when there is a fresh one (an instance that stops, is aborted or reached its limit
-reads O(terminal failures), not O(shards)).
+:func:`leaving_outcome` answers from a fresh job summary (O(terminal failures) reads, not O(shards)).
 """
 
 from __future__ import annotations
@@ -28,10 +25,9 @@ def job_outcome(
 ) -> tuple[bool, list[TerminalInfo]]:
     """(every shard done, [(shard id, last error) for terminal failures]) from the job dir.
 
-    ``known_done``: shards the caller knows are done (a marker it parsed, or a name in a
-    ``done/`` listing: markers are never removed), not opened again, so W workers leaving
-    a finished job do not each open all S markers.  A listed marker that is corrupt is
-    then reported by merge, which validates every marker and names the shard.
+    ``known_done``: shards the caller knows are done (a marker it parsed, or a ``done/`` listing:
+    markers are never removed), not opened again, so W leaving workers do not each open all S
+    markers.  A listed marker that is corrupt is then reported by merge, which validates every one.
     """
     complete = True
     terminal: list[TerminalInfo] = []
@@ -56,9 +52,7 @@ def leaving_outcome(
     view = reader.view() if reader is not None else None
     if view is None:
         return job_outcome(layout, manifest, known_done)
-    if view.all_done:
-        return True, []
-    return False, terminal_infos(layout, sorted(view.failed))
+    return (True, []) if view.all_done else (False, terminal_infos(layout, sorted(view.failed)))
 
 
 def terminal_infos(layout: JobLayout, shard_ids: Iterable[str]) -> list[TerminalInfo]:

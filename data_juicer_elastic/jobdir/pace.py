@@ -1,20 +1,12 @@
 """One worker process's pace record: ``summary/paces/<worker>.json``.
 
-Each worker process rewrites its own record (``atomic_write``, not durable: a record lost
-in a crash only makes the summary lag) when what it holds changes: after it claims, and
-when it goes idle or leaves after finishing a shard.  The record says
-
-* which claims it holds (shard, generation, attempt), so the summary writer
-  (``jobdir.summary_keeper``) reads one heartbeat per live claim instead of walking
-  ``claims/``;
-* how fast it finishes shards, on its own clock (count, the first attempt's duration, which
-  includes its runtime's start, and the sum over the others), so the claim gate compares
-  nodes from the summary instead of reading every live claim's lease and attempt;
-* whether it left (``stopped``): the writer then stops reading it.
-
-A pace record is a hint.  Nothing decides a claim, a takeover or a result from it: a
-missing or stale record only makes the summary show a held shard as free (a claimer then
-probes it and finds the claim) or a node's pace as unknown (the gate then says yes).
+Each worker process rewrites its own record (``atomic_write``, not durable: a lost record only
+makes the summary lag) when what it holds changes: the claims it holds (so the summary writer reads
+one heartbeat per live claim instead of walking ``claims/``), how fast it finishes shards on its
+own clock (the first attempt, which includes its runtime's start, apart), and whether it left.
+A pace record is a hint: nothing decides a claim, a takeover or a result from it; a missing or
+stale one only shows a held shard as free (a claimer then probes it and finds the claim) or a
+node's pace as unknown (the claim gate then says yes).
 """
 
 from __future__ import annotations
@@ -22,17 +14,17 @@ from __future__ import annotations
 import secrets
 import threading
 import time
-from dataclasses import dataclass, field, replace
+from dataclasses import asdict, dataclass, field, replace
 from typing import ClassVar
 
 from loguru import logger
 
 from data_juicer_elastic.errors import JobDirError
 from data_juicer_elastic.jobdir import confine
-from data_juicer_elastic.jobdir.layout import JobLayout, safe_name
+from data_juicer_elastic.jobdir.layout import JobLayout
 from data_juicer_elastic.jobdir.records import Record
 from data_juicer_elastic.sharedfs import fsio
-from data_juicer_elastic.sharedfs.identity import WorkerIdentity
+from data_juicer_elastic.sharedfs.identity import WorkerIdentity, safe_name
 
 
 @dataclass(frozen=True)
@@ -79,9 +71,7 @@ def read_pace(layout: JobLayout, name: str) -> PaceRecord | None:
     if not name.endswith(".json") or name.startswith("."):
         return None
     try:
-        path = layout.pace(name[: -len(".json")])
-        data = fsio.read_record(path)
-        return None if data is None else PaceRecord.parse(data, path)
+        return PaceRecord.read(layout.pace(name[: -len(".json")]))
     except (OSError, JobDirError):
         return None
 
@@ -100,17 +90,9 @@ class PaceWriter:
     def __init__(self, layout: JobLayout, identity: WorkerIdentity):
         self.layout = layout
         self._lock = threading.Lock()
-        self._write_lock = threading.Lock()  # writes in seq order: an older record never lands last
-        self._record = PaceRecord(
-            worker=worker_key(identity),
-            node_id=identity.node_id,
-            hostname=identity.hostname,
-            boot_id=identity.boot_id,
-            pid_namespace=identity.pid_namespace,
-            pid=identity.pid,
-            seq=0,
-            updated_at=time.time(),
-        )
+        self._write_lock = threading.Lock()
+        # the record carries the process's whole identity (node, host, boot, pid namespace, pid)
+        self._record = PaceRecord(worker=worker_key(identity), seq=0, updated_at=time.time(), **asdict(identity))
         self._dirty = True
         self._dir_ready = False
 
@@ -158,27 +140,24 @@ class PaceWriter:
 
     def flush(self, *, stopped: bool = False) -> bool:
         """Write the record if it changed; errors are logged (a pace record is a hint)."""
-        with self._write_lock:
-            return self._flush(stopped)
-
-    def _flush(self, stopped: bool) -> bool:
-        with self._lock:
-            if stopped:
-                self._record = replace(self._record, held=[], stopped=True)
-                self._dirty = True
-            if not self._dirty:
-                return False
-            self._record = replace(self._record, seq=self._record.seq + 1, updated_at=time.time())
-            record, self._dirty = self._record, False
-        try:
-            path = self.layout.pace(record.worker)
-            if not self._dir_ready:
-                confine.ensure_dir(self.layout, path.parent)
-                self._dir_ready = True
-            fsio.atomic_write(path, record.encode(), durable=False)
-        except (OSError, JobDirError) as exc:
-            logger.warning(f"could not write this worker's pace record: {exc}")
+        with self._write_lock:  # writes in seq order: an older record never lands last
             with self._lock:
-                self._dirty = True
-            return False
-        return True
+                if stopped:
+                    self._record = replace(self._record, held=[], stopped=True)
+                    self._dirty = True
+                if not self._dirty:
+                    return False
+                self._record = replace(self._record, seq=self._record.seq + 1, updated_at=time.time())
+                record, self._dirty = self._record, False
+            try:
+                path = self.layout.pace(record.worker)
+                if not self._dir_ready:
+                    confine.ensure_dir(self.layout, path.parent)
+                    self._dir_ready = True
+                fsio.atomic_write(path, record.encode(), durable=False)
+            except (OSError, JobDirError) as exc:
+                logger.warning(f"could not write this worker's pace record: {exc}")
+                with self._lock:
+                    self._dirty = True
+                return False
+            return True

@@ -1,20 +1,11 @@
-"""Live progress of one running attempt: ``attempts/<shard>/<attempt>/progress.json``.
+"""Live progress of one running attempt: ``attempts/<shard>/<attempt>/progress.json`` (docs/status.md).
 
-This module owns the progress record (schema in ``docs/status.md``).  Who does what:
-
-* the shard runner (``execution``) reports what it sees into the attempt's
-  :class:`ProgressTracker` -- stage changes and row counts -- in memory only;
-* the attempt's heartbeat thread calls :meth:`ProgressTracker.flush` after each
-  renewal, so the file is rewritten at most once per heartbeat (from the first
-  change on; plus one final write when the attempt ends): bounded write rate, one
-  small file per attempt, ``os.replace`` so readers never see a torn record;
-* ``dj-elastic status`` and the HTML report read it.
-
-Progress is informational.  Nothing decides a claim, a takeover or a result from
-it, so a lost or stale progress file costs only an out-of-date display; a write
-error is logged and never fails the attempt.  All times in the record are the
-writer's: ``elapsed_secs`` comes from its monotonic clock, so a rate computed
-from one record (rows / elapsed) never mixes two nodes' clocks.
+The shard runner reports stage changes and row counts into the attempt's :class:`ProgressTracker`;
+the heartbeat thread writes it out after each renewal (:meth:`ProgressTracker.flush`: at most once
+per heartbeat, ``os.replace``, so readers never see a torn record).  Progress is informational:
+nothing decides a claim, a takeover or a result from it, so a lost or stale file costs only an
+out-of-date display, and a write error never fails the attempt.  ``elapsed_secs`` is the writer's
+monotonic clock, so a rate from one record never mixes two nodes' clocks.
 """
 
 from __future__ import annotations
@@ -22,7 +13,6 @@ from __future__ import annotations
 import contextlib
 import contextvars
 import enum
-import json
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -57,6 +47,7 @@ class Stage(enum.StrEnum):
 @dataclass(frozen=True)
 class ProgressRecord(Record):
     KIND: ClassVar[str] = "progress"
+    COMPACT: ClassVar[bool] = True  # rewritten every heartbeat, and the samples would take a line per number
     shard_id: str
     attempt_id: str
     generation: int
@@ -73,10 +64,6 @@ class ProgressRecord(Record):
     source: str  # where the row counts come from: "ray-data" | "none"
     # [elapsed_secs, rows_read, rows_written] over the attempt, oldest first, at most MAX_SAMPLES
     samples: list[list[float]] = field(default_factory=list)
-
-    def encode(self) -> bytes:
-        # compact (one line): rewritten every heartbeat, and the samples would take a line per number
-        return json.dumps(self.to_dict(), separators=(",", ":"), ensure_ascii=False, allow_nan=False).encode() + b"\n"
 
 
 def read_attempt_progress(
@@ -96,12 +83,9 @@ def read_attempt_progress(
 
 
 class ProgressTracker:
-    """In-memory progress of one attempt, written out by :meth:`flush`.
-
-    Thread-safe: the runner (main thread), Ray Data's executor thread and the
-    heartbeat thread all touch it.  Listeners (a terminal progress bar) are called
-    on every change, outside the lock, and must be cheap.
-    """
+    """In-memory progress of one attempt, written out by :meth:`flush`.  Thread-safe (the runner,
+    Ray Data's executor thread and the heartbeat thread all touch it); listeners (a terminal
+    progress bar) are called on every change, outside the lock, and must be cheap."""
 
     def __init__(
         self,
@@ -110,9 +94,8 @@ class ProgressTracker:
         rows_total: int,
         *,
         clock: Callable[[], float] = time.monotonic,
-        wall: Callable[[], float] = time.time,
     ):
-        self.layout, self.claim, self.clock, self.wall = layout, claim, clock, wall
+        self.layout, self.claim, self.clock = layout, claim, clock
         self._t0 = clock()
         self._lock = threading.Lock()
         self._record = ProgressRecord(
@@ -121,8 +104,8 @@ class ProgressTracker:
             generation=claim.generation,
             node_id=claim.node_id,
             seq=0,
-            started_at=wall(),
-            updated_at=wall(),
+            started_at=time.time(),
+            updated_at=time.time(),
             elapsed_secs=0.0,
             stage=Stage.STARTING.value,
             operator=None,
@@ -131,14 +114,11 @@ class ProgressTracker:
             rows_written=0,
             source="none",
         )
-        # Nothing to say before the first change: no write at the first heartbeat (the claim
-        # already tells a reader the attempt started).
-        self._dirty = False
+        self._dirty = False  # no write before the first change: the claim tells a reader the attempt started
         self._writable = False  # until the attempt directory exists and was checked (start_writing)
         self._samples: list[list[float]] = []
         self.listeners: list[Callable[[ProgressRecord], None]] = []
-        # the attempt's stall rule (jobdir.liveness) when the worker applies one: the runner
-        # registers its runtime probe and restart with it
+        # the attempt's stall rule (jobdir.liveness), if any: the runner registers its probe and restart with it
         self.liveness: Liveness | None = None
 
     @property
@@ -164,16 +144,10 @@ class ProgressTracker:
         operator: str | None = None,
         source: str | None = None,
     ) -> None:
-        changes: dict[str, object] = {}
-        if rows_read is not None:
-            changes["rows_read"] = int(rows_read)
-        if rows_written is not None:
-            changes["rows_written"] = int(rows_written)
-        if operator is not None:
-            changes["operator"] = _short(operator)
-        if source is not None:
-            changes["source"] = source
-        self._change(**changes)
+        counts = {"rows_read": rows_read, "rows_written": rows_written}
+        changes: dict[str, object] = {k: int(v) for k, v in counts.items() if v is not None}
+        texts = {"operator": _short(operator), "source": source}
+        self._change(**changes, **{k: v for k, v in texts.items() if v is not None})
 
     def _change(self, **changes: object) -> None:
         with self._lock:
@@ -189,14 +163,10 @@ class ProgressTracker:
                 logger.debug(f"progress listener failed: {exc}")
 
     def flush(self, force: bool = False) -> bool:
-        """Write the record; True if written.  Called from the heartbeat thread after each
-        renewal, so at most once per heartbeat interval.  Errors are logged, never raised.
-
-        Nothing is written until something changed (a claim alone says the attempt
-        started); from then on every call writes, even without new rows, so that
-        ``elapsed_secs`` stays current: a stalled attempt must show a falling rate,
-        not the rate it had when it stalled.
-        """
+        """Write the record; True if written.  Called from the heartbeat thread after each renewal
+        (at most once per heartbeat interval); errors are logged, never raised.  Nothing is written
+        until something changed (a claim alone says the attempt started); from then on every call
+        writes, so that ``elapsed_secs`` stays current: a stalled attempt must show a falling rate."""
         with self._lock:
             if not self._writable or not (self._dirty or force or self._record.seq > 0):
                 return False
@@ -208,7 +178,7 @@ class ProgressTracker:
                     # keep the first and every other one: the whole attempt, at half the resolution
                     self._samples = self._samples[:1] + self._samples[2::2]
             self._record = replace(
-                self._record, seq=self._record.seq + 1, updated_at=self.wall(), elapsed_secs=round(elapsed, 3)
+                self._record, seq=self._record.seq + 1, updated_at=time.time(), elapsed_secs=round(elapsed, 3)
             )
             record = replace(self._record, samples=list(self._samples))
             self._dirty = False
@@ -248,6 +218,4 @@ def activate(tracker: ProgressTracker | None) -> Iterator[ProgressTracker | None
 
 
 def _short(text: str | None) -> str | None:
-    if text is None:
-        return None
-    return text if len(text) <= MAX_OPERATOR_CHARS else text[: MAX_OPERATOR_CHARS - 3] + "..."
+    return text if text is None or len(text) <= MAX_OPERATOR_CHARS else text[: MAX_OPERATOR_CHARS - 3] + "..."

@@ -1,9 +1,9 @@
 """Re-checking a file an accepted attempt published: its output or its row stats file.
 
-A done marker names each file with its row count, size and sha256.  Merge, verify and retry
-trust neither the marker nor the file alone: the path must stay inside the attempt's own
-directory (a forged record may not lead a merge elsewhere), the file must parse as JSONL and
-match the record byte for byte.  One reader for both kinds, so the rules cannot drift apart.
+A done marker names each file with its row count, size and sha256.  Merge, verify and retry trust
+neither the marker nor the file alone: the path must stay inside the attempt's own directory (a
+forged record may not lead a merge elsewhere), and the file must parse as JSONL and match the
+record byte for byte.  One reader for every kind, so the rules cannot drift apart.
 """
 
 from __future__ import annotations
@@ -57,12 +57,9 @@ def check_published_file(
     requeue: str,
     sink: Callable[[bytes], None] | None = None,
 ) -> Path:
-    """The file's path once its (rows, bytes, sha256) equal ``expected``; IntegrityError naming the shard.
-
-    ``what``: "output" or "row stats file", for messages.  ``requeue``: how to run the shard
-    again (the hint for a missing, corrupt or edited file).  ``sink`` receives the file in
-    blocks of whole, validated lines (merge copies in the same read).
-    """
+    """The file's path once its (rows, bytes, sha256) equal ``expected``; IntegrityError naming the
+    shard.  ``what``: the kind of file, for messages; ``requeue``: the hint for a missing, corrupt or
+    edited file; ``sink`` receives the file in blocks of whole, validated lines (merge copies)."""
     where = f"shard {entry.shard_id}"
     path = locate_published_file(layout, entry, result, what=what, relative=relative, requeue=requeue)
     try:

@@ -47,10 +47,8 @@ def _process_changes(old: list[Any], new: list[Any]) -> list[str]:
             for (name, before), position, (_, after) in zip(old_ops[i1:i2], range(j1, j2), new_ops[j1:j2], strict=True):
                 _value_changes(f"process[{position}] {name}", before, after, changes)
             continue
-        for position in range(i1, i2):
-            changes.append(f"process[{position}] {old_ops[position][0]}: removed")
-        for position in range(j1, j2):
-            changes.append(f"process[{position}] {new_ops[position][0]}: added")
+        changes += [f"process[{position}] {old_ops[position][0]}: removed" for position in range(i1, i2)]
+        changes += [f"process[{position}] {new_ops[position][0]}: added" for position in range(j1, j2)]
     return changes
 
 
@@ -75,13 +73,10 @@ def _value_changes(path: str, before: Any, after: Any, changes: list[str]) -> No
 def _shown(value: Any) -> str:
     if value is _ABSENT:
         return "(absent)"
-    if isinstance(value, str):
+    try:
+        text = repr(value) if isinstance(value, str) else json.dumps(value, ensure_ascii=False, sort_keys=True)
+    except (TypeError, ValueError):  # not JSON data
         text = repr(value)
-    else:
-        try:
-            text = json.dumps(value, ensure_ascii=False, sort_keys=True)
-        except (TypeError, ValueError):
-            text = repr(value)
     return text if len(text) <= MAX_VALUE_CHARS else text[: MAX_VALUE_CHARS - 3] + "..."
 
 

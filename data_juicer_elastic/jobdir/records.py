@@ -1,17 +1,12 @@
 """Versioned on-disk records: the encode/parse machinery every kind shares, and the manifest.
 
-Every record is a JSON object ``{"format": "dj-elastic/<kind>", "version": 1, ...}``.
-Parsing checks the tag, the version and the type of every field; anything
-malformed raises :class:`JobDirError` naming the file, so a torn or foreign
-file can never be mistaken for a valid claim, result or manifest.  Unknown
-extra fields are ignored (a newer writer of the same version may add some);
-a newer *version* is refused, because its meaning may have changed.  A reason-code
-field (a ``StrEnum`` of ``jobdir.reasons``) parses to its member, or stays the plain
-string when a newer writer used a value this version does not know.
-
-One module owns each record kind: the manifest here, a claim generation's records in
-``jobdir.lease_records``, attempts, results, terminal failures and the merge in
-``jobdir.result_records``, the coordination records in ``coordination.run_records``.
+Every record is a JSON object ``{"format": "dj-elastic/<kind>", "version": 1, ...}``.  Parsing
+checks the tag, the version and the type of every field; anything malformed raises
+:class:`JobDirError` naming the file, so a torn or foreign file is never mistaken for a valid
+claim, result or manifest.  Unknown extra fields are ignored (a newer writer of the same version
+may add some); a newer *version* is refused (its meaning may have changed).  A reason-code field
+(a ``StrEnum`` of ``jobdir.reasons``) parses to its member, or stays the plain string when a
+newer writer used a value this version does not know.
 """
 
 from __future__ import annotations
@@ -64,14 +59,16 @@ class Record:
     """Base of every top-level record: ``encode()`` and ``Cls.parse(data, where)``."""
 
     KIND: ClassVar[str]
+    COMPACT: ClassVar[bool] = False  # one line: for records rewritten or read every few seconds
 
     def to_dict(self) -> dict[str, Any]:
         body = dataclasses.asdict(self)  # type: ignore[call-overload]
         return {"format": FORMAT_PREFIX + self.KIND, "version": VERSION, **body}
 
     def encode(self) -> bytes:
+        spacing: dict[str, Any] = {"separators": (",", ":")} if self.COMPACT else {"indent": 1}
         try:
-            return json.dumps(self.to_dict(), indent=1, ensure_ascii=False, allow_nan=False).encode("utf-8") + b"\n"
+            return json.dumps(self.to_dict(), ensure_ascii=False, allow_nan=False, **spacing).encode("utf-8") + b"\n"
         except (TypeError, ValueError) as exc:  # a programming error, but name the record
             raise JobDirError(f"cannot encode {self.KIND} record: {exc}") from exc
 
@@ -92,7 +89,7 @@ class Record:
                 hint="the job directory holds foreign or misplaced files; use a new job_dir",
             )
         version = obj.get("version")
-        if isinstance(version, bool) or not isinstance(version, int):
+        if isinstance(version, bool) or not isinstance(version, int) or version < 1:
             raise JobDirError(f"corrupt {cls.KIND} record: bad version {version!r}", where=where)
         if version > VERSION:
             raise JobDirError(
@@ -100,8 +97,6 @@ class Record:
                 where=where,
                 hint="upgrade data-juicer-elastic on this node to the version that wrote the job",
             )
-        if version < 1:
-            raise JobDirError(f"corrupt {cls.KIND} record: bad version {version!r}", where=where)
         return _build(cls, obj, where, cls.KIND)
 
     @classmethod
@@ -121,10 +116,8 @@ class Record:
 
 
 class ChecksummedRecord(Record):
-    """A record that carries ``checksum``, the sha256 of the canonical record without it, written by
-    ``encode()``: a flipped byte that still parses (a digit of a sha256) is refused by
-    :meth:`parse_checked` before anything uses it.  Subclasses declare ``checksum: str | None``
-    as their last field."""
+    """A record whose ``checksum`` (last field) is the sha256 of the canonical record without it, written
+    by ``encode()``: :meth:`parse_checked` refuses a flipped byte that still parses (a sha256 digit)."""
 
     def to_dict(self) -> dict[str, Any]:
         body = super().to_dict()
@@ -134,7 +127,6 @@ class ChecksummedRecord(Record):
 
     @classmethod
     def parse_checked(cls: type[R], data: bytes, where: str | Path) -> R:
-        """``parse``, then the checksum checked against the content (JobDirError naming ``where``)."""
         record = cls.parse(data, where)
         actual = record_checksum(json.loads(data))
         if record.checksum != actual:  # type: ignore[attr-defined]
@@ -166,10 +158,8 @@ FieldCheck = Callable[[Any, str, str, str], Any]  # (value, where, kind, field n
 
 @functools.cache
 def _field_checks(cls: type) -> tuple[tuple[str, bool, FieldCheck], ...]:
-    """Each field of a record class: (name, may be absent, its check), built once per class.
-
-    Why once: every lease read parses records, and choosing how to check a field from its type
-    hint (get_type_hints, get_origin, isinstance on the hint) costs more than the check itself."""
+    """Each field of a record class: (name, may be absent, its check), built once per class: every
+    lease read parses records, and choosing a check from a type hint costs more than the check."""
     hints = typing.get_type_hints(cls)  # evaluates the (string) annotations
     return tuple(
         (
@@ -198,7 +188,6 @@ def _exactly(*types_: type) -> FieldCheck:
 
 @functools.cache
 def _check_for(hint: Any) -> FieldCheck:
-    """How to check a field's value against its type hint (a JSON value as parsed)."""
     origin = typing.get_origin(hint)
     if hint is str or hint is int or hint is bool or hint is type(None):
         return _exactly(hint)
@@ -239,9 +228,7 @@ def _check_for(hint: Any) -> FieldCheck:
         def check_dict(value: Any, where: str, kind: str, name: str) -> Any:
             if not isinstance(value, dict):
                 raise _bad(value, where, kind, name)
-            if entry is None:
-                return value
-            return {k: entry(v, where, kind, f"{name}.{k}") for k, v in value.items()}
+            return value if entry is None else {k: entry(v, where, kind, f"{name}.{k}") for k, v in value.items()}
 
         return check_dict
     if dataclasses.is_dataclass(hint):
@@ -268,8 +255,6 @@ def _short(value: Any) -> str:
     return text if len(text) <= 80 else text[:77] + "..."
 
 
-# ---------------------------------------------------------------------------------------------
-# manifest
 @dataclass(frozen=True)
 class InputFile:
     path: str  # absolute path as given at prepare time
@@ -333,9 +318,7 @@ class Manifest(ChecksummedRecord):
     num_shards: int
     total_rows: int
     total_bytes: int
-    # the job's input as one digest: sha256 of the shards' [bytes, sha256] in order (jobdir.scans; a job
-    # split by a whole-input prepare: of all its normalised rows)
-    content_sha256: str
+    content_sha256: str  # the job's input as one digest (jobdir.scans)
     recipe_hash: str
     recipe: dict[str, Any]
     stage_identities: list[str]
@@ -347,18 +330,13 @@ class Manifest(ChecksummedRecord):
     shards: list[ShardEntry]
     request_fingerprint: str
     shard_codec: str = "none"  # how shard files are stored: "none" | "gzip" | "zstd" (codecs.SHARD_SUFFIX)
-    # Shards are files in shards/ (copied by the scans, or by a prepare that wrote normalised shards);
-    # False: each shard is read from its spans of the input files.
-    copy_shards: bool = True
-    # The JSON types of every input row (rows.row_schema.RowSchema.to_json()): every shard is
-    # read with this one schema.  None in jobs prepared before it existed (refused by workers).
+    copy_shards: bool = True  # shards are files in shards/; False: read from their spans of the inputs
+    # the JSON types of every input row (RowSchema.to_json()): every shard is read with this one schema;
+    # None in jobs prepared before it existed (workers refuse them)
     row_schema: list[Any] | None = None
-    # fingerprint of the code the stages run (execution.code_fingerprint); None in older jobs
-    code: dict[str, Any] | None = None
+    code: dict[str, Any] | None = None  # fingerprint of the code the stages run (execution.code_fingerprint)
     scan: ScanSummary | None = None  # the scan phase (None: the job was split by a whole-input prepare)
-    # sha256 of the canonical record without this field, written by encode(): a flipped byte
-    # that still parses (a digit of a shard's sha256) is refused before any claim.
-    checksum: str | None = None
+    checksum: str | None = None  # ChecksummedRecord: a flipped byte that still parses is refused before any claim
 
     @property
     def shard_ids(self) -> list[str]:
@@ -376,6 +354,5 @@ class Manifest(ChecksummedRecord):
 
 
 def record_checksum(obj: dict[str, Any]) -> str:
-    """The checksum a checksummed record object (the manifest, a plan, a scan result; as written,
-    extra fields included) must carry: a flipped byte that still parses is refused."""
+    """The checksum a checksummed record object (as written, extra fields included) must carry."""
     return hashlib.sha256(canonical_json({k: v for k, v in obj.items() if k != "checksum"})).hexdigest()

@@ -1,11 +1,7 @@
-"""The records of a shard's attempts and outcome, and of the merge.
-
-``attempts/<shard>/<attempt>/attempt.json`` (:class:`AttemptRecord`), the accepted
-result ``done/<shard>.json`` (:class:`ShardResult`), the terminal failure
-``failed/<shard>.json`` (:class:`TerminalFailure`), the merge record
-(:class:`MergeRecord`) and the index of a parts export (:class:`PartsIndex`, written in the
-export directory, not the job's).  Who writes them: ``jobdir.attempts``, ``jobdir.failures``,
-``shards.merge`` and ``shards.parts``.
+"""The records of a shard's attempts and outcome, and of the merge: ``attempt.json``
+(:class:`AttemptRecord`), the accepted result ``done/<shard>.json`` (:class:`ShardResult`), the
+terminal failure ``failed/<shard>.json`` (:class:`TerminalFailure`), the merge record
+(:class:`MergeRecord`) and the index a parts export writes in the export directory (:class:`PartsIndex`).
 """
 
 from __future__ import annotations
@@ -32,9 +28,7 @@ class AttemptRecord(Record):
     rows: int | None = None
     exit_reason: AttemptExit | None = None
     error: str | None = None
-    # adaptive batching size-trace summary of the attempt (OOMs, retries, final micro-batch size per
-    # stage), folded in from attempt_dir/batching.json when the attempt ends; None without it
-    batching: dict[str, Any] | None = None
+    batching: dict[str, Any] | None = None  # attempt_dir/batching.json, folded in when the attempt ends
     # rows operators failed on that the attempt set aside (quarantine; errors.jsonl), when it published
     quarantined: int | None = None
 
@@ -72,15 +66,11 @@ class ShardResult(Record):
     input_rows: int
     input_sha256: str
     published_at: float
-    # The output's per-shard stats summary (relative path, sha256 of its bytes); None when the
-    # runner wrote none.  Older readers of version 1 ignore these fields.
+    # the output's per-shard stats summary (relative path, sha256 of its bytes); None when the runner wrote none
     stats: str | None = None
     stats_sha256: str | None = None
-    # Each output row's __dj__stats__/__dj__meta__ (Data-Juicer's <export>_stats.jsonl, per shard);
-    # None when the recipe makes neither.
-    row_stats: RowStatsFile | None = None
-    # The rows an operator failed on, set aside with why (quarantine); None when there were none.
-    errors: RowErrorsFile | None = None
+    row_stats: RowStatsFile | None = None  # jobdir.row_stats; None when the recipe makes no stats or meta
+    errors: RowErrorsFile | None = None  # jobdir.row_errors; None when no row was quarantined
 
 
 @dataclass(frozen=True)

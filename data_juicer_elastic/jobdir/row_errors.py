@@ -1,20 +1,11 @@
-"""The quarantine file: each row an operator failed on, with why, beside the export.
+"""The quarantine file: each row an operator failed on, with why, beside the export (format:
+docs/quarantine.md).
 
-Under ``skip_op_error`` (Data-Juicer's default) a row an operator raises on is set aside
-instead of dropped (``quarantine``).  Each attempt writes its shard's quarantined rows to
-``errors.jsonl`` in its directory, one line per row in input order; the result record names
-the file with its rows, size and sha256 (:class:`RowErrorsFile`), and merge concatenates the
-accepted files in manifest order into ``<export>_errors.jsonl``, validated like the outputs
-(the file exists only when some row was quarantined).  A line::
-
-    {"row_number":1234,"shard":"part-00003-of-00008","shard_row":34,"op":"my_mapper",
-     "op_index":1,"error_type":"ValueError","error":"bad value","row":{...the input row...}}
-
-``row_number`` is the row's global 0-based input row number and ``row`` the input row exactly
-as prepare stored it (its bytes, not a re-encoding: ``jq -c .row`` gives the input back).
-``op_index`` is the operator's position in the recipe's ``process`` list (null when two
-identical operators make it ambiguous).  A row an operator made itself (no input row) has
-``row_number`` and ``shard_row`` null and ``row`` as the failing operator received it.
+Each attempt writes its shard's quarantined rows to ``errors.jsonl``, one line per row in input
+order; the result record names the file (:class:`RowErrorsFile`), and merge concatenates the
+accepted files in manifest order into ``<export>_errors.jsonl`` (only when some row was
+quarantined), validated like the outputs.  A line holds the :class:`QuarantineRecord` fields, then
+``row``: the input row's own bytes as prepare stored them (``jq -c .row`` gives the input back).
 """
 
 from __future__ import annotations
@@ -90,7 +81,6 @@ def parse_line(line: bytes) -> tuple[QuarantineRecord, Any]:
 
 
 def read_errors(path: Path) -> Iterator[tuple[QuarantineRecord, Any]]:
-    """The records of a quarantine file in order."""
     with fsio.open_read(path) as handle:
         for line in handle:
             if line.strip():

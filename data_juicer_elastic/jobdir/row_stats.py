@@ -1,16 +1,12 @@
 """The per-row stats file: each output row's ``__dj__stats__`` / ``__dj__meta__``, beside the export.
 
-Data-Juicer's exporter (``core/exporter.py``, default executor) writes every row's stats
-and meta to ``<export>_stats.jsonl``, one line per output row, in row order, and keeps them
-out of the rows unless ``keep_stats_in_res_ds``; ``dj-analyze`` and downstream tools expect
-that layout.  Here each attempt writes its shard's lines (``row-stats.jsonl``, next to
-``output.jsonl``), the result record names the file with its size and sha256, and merge
-concatenates the accepted files in manifest order, validated like the outputs.
-
-The file exists only when the recipe makes stats or meta (a Filter or a tagging operator),
-as with Data-Juicer.  Its name: the export's name with ``.jsonl`` (or ``.json``) replaced by
-``_stats.jsonl``; Data-Juicer replaces that text anywhere in the path, which differs only
-for directory names holding ``.jsonl``.
+Data-Juicer's exporter writes every row's stats and meta to ``<export>_stats.jsonl``, one line per
+output row in row order (``dj-analyze`` and downstream tools expect that layout), only when the
+recipe makes stats or meta.  Here each attempt writes its shard's lines (``row-stats.jsonl``), the
+result record names the file with its size and sha256, and merge concatenates the accepted files
+in manifest order, validated like the outputs.  The name: the export's with ``.jsonl`` (or
+``.json``) replaced by ``_stats.jsonl``; Data-Juicer replaces that text anywhere in the path, which
+differs only for directory names holding ``.jsonl``.
 """
 
 from __future__ import annotations

@@ -1,17 +1,16 @@
 """Where a shard stands: the one rule, and the shard state names.
 
 :func:`decide_state` is the only place that turns what was seen of a shard into a
-:class:`ShardState`.  The worker loop (``jobdir.claiming``, ``jobdir.outcome``), merge
-and stream merge, the status snapshot, the report facts and settle all call it; each
-reads what its cost allows (``read_markers``, a listing of ``done/`` taken as
-:meth:`Markers.known_done`, a lease view) and passes the observations in:
+:class:`ShardState`; every reader (the worker loop, merge, status, the report, settle) reads what
+its cost allows (``read_markers``, a ``done/`` listing as :attr:`Markers.known_done`, a lease
+view) and passes the observations in:
 
 * a valid done marker: DONE (terminal);
-* a done marker that exists but does not parse: FAILED, never success (corrupt; it
-  cannot be replaced either, only requeued by ``retry``);
+* a done marker that exists but does not parse: FAILED, never success (corrupt; it cannot be
+  replaced either, only requeued by ``retry``);
 * a terminal failure marker, valid or corrupt: FAILED;
-* else a live claim (``is_held``): RUNNING, or STALE when the caller's staleness
-  judgement (``jobdir.heartbeats``, or the holder's pid is gone here) says so;
+* else a live claim (``is_held``): RUNNING, or STALE when the caller's staleness judgement
+  (``jobdir.heartbeats``, or the holder's pid is gone here) says so;
 * else PENDING.
 """
 
@@ -40,7 +39,7 @@ class ShardState(enum.StrEnum):
 
 
 class TerminalInfo(NamedTuple):
-    """A terminally failed shard and its last error (a tuple, and attributes for readability)."""
+    """A terminally failed shard and its last error."""
 
     shard_id: str
     last_error: str
@@ -120,19 +119,17 @@ def decide_state(markers: Markers, *, held: bool = False, stale: bool = False) -
 def observe_state(
     layout: JobLayout, shard_id: str, observer: StalenessObserver, identity: WorkerIdentity
 ) -> ShardState:
-    """The shard's state now, judged as a worker would take it over: its markers first (no
-    lease is read for a settled shard), then its lease, stale by ``observer`` (which must
-    have watched the job for a while: see ``jobdir.heartbeats``) or by its holder's pid
-    gone on this host.  The order of reads is the status snapshot's, without its display
-    reads."""
+    """The shard's state now, judged as a worker would take it over: its markers first (no lease
+    is read for a settled shard), then its lease, stale by ``observer`` (which must have watched
+    the job for a while: ``jobdir.heartbeats``) or by its holder's pid gone on this host."""
     markers = read_markers(layout, shard_id, failed=False)
     state = decide_state(markers)
     if state is ShardState.DONE or state is ShardState.FAILED:
         return state
     view = leases.read_lease(layout, shard_id)
     markers = read_failed_marker(layout, markers)
-    held = is_held(view)
-    if decide_state(markers, held=held) is not ShardState.RUNNING:
-        return decide_state(markers, held=held)
+    state = decide_state(markers, held=is_held(view))
+    if state is not ShardState.RUNNING:
+        return state
     stale = observer.is_stale(view) or leases.holder_dead_here(view, identity)
     return decide_state(markers, held=True, stale=stale)

@@ -1,35 +1,23 @@
-"""Who writes the job summary, and how one round of it is composed.
+"""Who writes the job summary, and how one round of it is composed (docs/failure-semantics.md, row 33).
 
-Every worker process runs a :class:`SummaryKeeper` thread.  One of them at a time holds
-the writer's lease (the lease of the one task under ``summary/``: the claim, heartbeat,
-takeover and release records and rules of a shard, ``jobdir.leases``) and, every
-``interval_secs``, composes the summary (:func:`compose_summary`) and writes it
-(``jobdir.job_summary``).  A round costs O(workers + live claims) metadata operations,
-whatever the number of shards:
-
-* one listing of ``paces/`` and a read of each pace record that has not said it stopped
-  (records are read a few at a time, ``fsio.read_many``: each is a round trip to the server);
-* one listing of ``done/`` and one of ``failed/`` (names only: the done set and the
-  terminal failures);
-* one read of the heartbeat of each live claim the pace records name.  The writer
-  watches each heartbeat value on its own clock (``heartbeats.StalenessObserver``) and
-  lists a claim as a stale candidate once its value has not changed for a TTL (or its
-  holder's pid is gone on the writer's host).
-
-The others do nothing but notice when the summary stops advancing: only then do they
-read the writer's lease, and take it over by the shard rules (released, or stale on
-their own clock: a new writer is in place about a TTL after the old one died; the
-workers walk the job directory meanwhile).  A writer checks its lease before each round and
-again before writing it, and one that lost it, or finds a newer generation, writes nothing
-more; a round it was writing when it stalled may land late, and readers drop it
-(``job_summary.seq_order``).  When its process leaves, it
-writes a last round and releases the lease, so the next writer need not wait a TTL.
+Every worker process runs a :class:`SummaryKeeper`.  One at a time holds the writer's lease (a
+shard's lease records and rules, for the one task under ``summary/``) and every ``interval_secs``
+composes the summary (:func:`compose_summary`) in O(workers + live claims) metadata operations,
+whatever the number of shards: the ``paces/`` listing and each pace record that has not said it
+stopped, the ``done/`` and ``failed/`` listings, and one heartbeat read per live claim, watched on
+the writer's own clock (a stale candidate once unchanged for a TTL, or its holder's pid is gone on
+the writer's host).  The others read the writer's lease only when the summary stops advancing, and
+take it over by the shard rules.  A writer checks its lease before each round and again before
+writing it; a round it was writing when it stalled may land late, and readers drop it
+(``job_summary.seq_order``).  A leaving writer writes a last round and releases the lease, so the
+next writer need not wait a TTL.
 """
 
 from __future__ import annotations
 
 import threading
 import time
+from collections import Counter
 from collections.abc import Callable
 from typing import Final
 
@@ -58,21 +46,14 @@ from data_juicer_elastic.sharedfs.identity import WorkerIdentity
 SILENT_INTERVALS: Final = 3
 
 
-class PaceCache:
-    """The writer's copy of the pace records: a record that said it stopped is not read again."""
-
-    def __init__(self, layout: JobLayout):
-        self.layout = layout
-        self.records: dict[str, PaceRecord] = {}
-
-    def refresh(self) -> dict[str, PaceRecord]:
-        names = [n for n in fsio.list_names(self.layout.paces_dir) if n.endswith(".json") and not n.startswith(".")]
-        known = {name: self.records[name] for name in names if name in self.records and self.records[name].stopped}
-        unread = [name for name in names if name not in known]
-        fresh = dict(zip(unread, fsio.read_many(lambda name: read_pace(self.layout, name), unread), strict=True))
-        records = {name: known.get(name) or fresh.get(name) for name in names}
-        self.records = {name: record for name, record in records.items() if record is not None}
-        return self.records
+def refresh_paces(layout: JobLayout, previous: dict[str, PaceRecord]) -> dict[str, PaceRecord]:
+    """The job's pace records by name; one in ``previous`` that said it stopped is not read again."""
+    names = [n for n in fsio.list_names(layout.paces_dir) if n.endswith(".json") and not n.startswith(".")]
+    known = {name: previous[name] for name in names if name in previous and previous[name].stopped}
+    unread = [name for name in names if name not in known]
+    fresh = dict(zip(unread, fsio.read_many(lambda name: read_pace(layout, name), unread), strict=True))
+    records = {name: known.get(name) or fresh.get(name) for name in names}
+    return {name: record for name, record in records.items() if record is not None}
 
 
 def compose_summary(
@@ -145,10 +126,7 @@ def _node_paces(paces: dict[str, PaceRecord], live: list[LiveClaim]) -> list[Nod
     by_node: dict[str, list[PaceRecord]] = {}
     for record in paces.values():
         by_node.setdefault(record.node_id, []).append(record)
-    running: dict[str, int] = {}
-    for claim in live:
-        if not claim.stale:
-            running[claim.node_id] = running.get(claim.node_id, 0) + 1
+    running = Counter(claim.node_id for claim in live if not claim.stale)
     nodes = []
     for node, records in sorted(by_node.items()):
         done = sum(r.done for r in records)
@@ -194,7 +172,7 @@ class SummaryKeeper:
         self.interval_secs = reader.interval_secs
         self.lease_observer = StalenessObserver(ttl_secs, clock)  # the writer's lease, watched by a would-be taker
         self.claims_observer = StalenessObserver(ttl_secs, clock)  # the live claims, watched while writing
-        self.paces = PaceCache(layout)
+        self.paces: dict[str, PaceRecord] = {}  # the pace records of the last round
         self.index = {entry.shard_id: i for i, entry in enumerate(manifest.shards)}
         self.claim: Claim | None = None
         self.heartbeater: leases.Heartbeater | None = None
@@ -215,10 +193,11 @@ class SummaryKeeper:
         if not self._still_ours():
             return
         self.rounds += 1
+        self.paces = refresh_paces(self.layout, self.paces)
         summary = compose_summary(
             self.layout,
             self.manifest,
-            self.paces.refresh(),
+            self.paces,
             self.claims_observer,
             self.identity,
             seq=f"{self.claim.generation}.{self.rounds}",
@@ -237,14 +216,11 @@ class SummaryKeeper:
             self._last_tick = now
             self._safe_tick()
 
-    def _writer_silent(self) -> bool:
-        unchanged = self.reader.unchanged_for()
-        return unchanged is None or unchanged >= SILENT_INTERVALS * self.interval_secs
-
     def _acquire(self) -> bool:
         self.reader.view()  # learn whether the summary advances (cached: at most one small read)
-        if not self._writer_silent():
-            return False
+        unchanged = self.reader.unchanged_for()
+        if unchanged is not None and unchanged < SILENT_INTERVALS * self.interval_secs:
+            return False  # the writer is not silent
         view = leases.read_lease(self.lease_layout, SUMMARY_WRITER_TASK)
         reason = leases.takeover_reason(view, self.identity, self.lease_observer)
         if reason is None:

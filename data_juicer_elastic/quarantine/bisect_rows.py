@@ -1,20 +1,13 @@
 """Find the rows of a batch an operator fails on, by bisection, and keep what the others give.
 
-When a call on a batch of ``B`` rows raised, the batch is cut in halves with the adaptive
-batching engine's own splitting (:func:`batching.batches.take_slice`: each half a fresh,
-isolated ``dict`` of lists, so a call that mutated its input and then failed cannot affect
-the next one), each half is called again, and a half that fails is cut again, down to single
-rows.  A row that fails alone is a *failing row*; every other row is in some half that
-succeeded, and that half's output is kept.  The outputs come back in row order.
-
-Cost: a failing half has two children, so with ``k`` failing rows at most ``k`` halves fail
-per level of the ``ceil(log2 B)`` levels, and the calls after the first are at most
-``2 k ceil(log2 B)``: O(k log B) (``tests/quarantine`` counts them).  When nothing fails, the
-only cost is the caller's one call on the whole batch.
-
-A batch that fails whole but whose halves all succeed (an error that depends on the batch,
-not on a row) yields every row and no failing row.  ``fatal(exc)`` names exceptions that are
-not a row's fault (an out-of-memory error): they are raised at once, never quarantined.
+A failed batch is cut in halves with the adaptive batching engine's splitting
+(:func:`batching.batches.take_slice`: each half a fresh, isolated ``dict`` of lists, so a call that
+mutated its input and then failed cannot affect the next), each half is called again, and a
+failing half is cut again, down to single rows: O(k log B) calls for ``k`` failing rows of ``B``
+(docs/quarantine.md).  The halves that succeed give the output, in row order.  A batch whose halves
+all succeed (an error that depends on the batch, not on a row) yields every row and no failing
+row.  ``fatal(exc)`` names exceptions that are not a row's fault (an out-of-memory error): they
+are raised at once, never quarantined.
 """
 
 from __future__ import annotations

@@ -1,29 +1,14 @@
-"""Inside the operators: catch a failing batch, bisect it, keep the good rows, record the bad ones.
+"""Inside the operators: catch a failing batch, bisect it, keep the good rows, record the bad ones
+(docs/quarantine.md).
 
-Installed through Data-Juicer's own error hooks (``compat.dj_op_error_hooks``): every Mapper
-and Filter built with ``skip_op_error`` (Data-Juicer's default) gets :class:`QuarantinedBatch`
-or :class:`QuarantinedRow` as its ``process`` / ``compute_stats`` instead of Data-Juicer's
-wrapper, which it keeps.  Each call first asks whether it runs inside an ``elastic_sharded``
-attempt: the operator's ``work_dir`` holds the attempt context the shard runner wrote
-(``batching.runtime.BatchingContext``, the same record adaptive batching reads; it reaches Ray
-tasks and actors alike).  Without one (the ``default`` and ``ray`` executors) Data-Juicer's
-wrapper runs, unchanged.  With one:
-
-* the operator's method runs on the batch as Data-Juicer's wrapper would call it; when it
-  succeeds that is all but one shallow copy made before the call: a dict batch given to a
-  Mapper's ``process`` or a Filter's ``compute_stats`` has its column lists copied, since
-  Data-Juicer's ``process_batched`` assigns ``samples[key][i]`` in place before it can fail;
-* when it raises, :func:`.bisect_rows.isolate` finds the failing rows from the untouched input
-  (an Arrow batch, as Ray hands them, which no call can change; that copy of a dict batch; a
-  keep decision's dict, Data-Juicer's throwaway copy of the block, which it only reads), the
-  other rows' outputs are kept in order, and each failing row is appended to this process's
-  record file in the attempt directory (``attempts/<shard>/<attempt>/quarantine/<host>-<pid>.jsonl``:
-  its row number, the operator, the exception).  The shard runner folds those files into the
-  attempt's ``errors.jsonl`` with the input rows themselves (:mod:`.errors_file`).
-
-A Filter's keep decision (its ``process``) answers one boolean per row: a failing row is not
-kept.  Adaptive batching replaces a Mapper's ``process`` with its micro-batch loop, which asks
-:func:`engine_quarantine` for the same bisection when a slice raises.
+Data-Juicer's error hooks (``compat.dj_op_error_hooks``) give every Mapper and Filter built with
+``skip_op_error`` a :class:`QuarantinedBatch` or :class:`QuarantinedRow` as its ``process`` /
+``compute_stats``.  Outside an ``elastic_sharded`` attempt (no attempt context in the operator's
+``work_dir``: the ``default`` and ``ray`` executors) Data-Juicer's own wrapper runs, unchanged.
+Inside one, when the method raises, :func:`.bisect_rows.isolate` finds the failing rows from the
+untouched input, the other rows' outputs are kept in order, and each failing row is appended to
+this process's record file in the attempt directory, which the shard runner folds into
+``errors.jsonl`` (:mod:`.errors_file`).  A Filter's keep decision leaves a failing row out.
 """
 
 from __future__ import annotations
@@ -195,16 +180,13 @@ class QuarantinedRow:
             except Exception as exc:
                 if self.return_sample:
                     raise
-                batch = {k: [v] for k, v in data.items()}
-                sink.record(op, [RowFailure(0, *describe(exc))], batch, 1)
+                sink.record(op, [RowFailure(0, *describe(exc))], {k: [v] for k, v in data.items()}, 1)
                 return False
         try:  # the method gets a new dict: it cannot reach the sample's lists, which stay as they are
             result = self.method({key: values[0] for key, values in data.items()}, *args, **kwargs)
         except Exception as exc:
             sink.record(op, [RowFailure(0, *describe(exc))], sample, 1)
-            if not self.return_sample:
-                return [False]
-            return empty_like(data, extra=SKIPPED_EXTRA)
+            return empty_like(data, extra=SKIPPED_EXTRA) if self.return_sample else [False]
         return {key: [value] for key, value in result.items()} if self.return_sample else [result]
 
 
@@ -228,9 +210,7 @@ def _one_row_batch(sample: Any) -> bool:
     """Data-Juicer's test for a batched sample in catch_map_single_exception: every value a list, all one length."""
     values = iter(sample.values())
     first = next(values, None)
-    if not isinstance(first, list):
-        return False
-    return all(isinstance(value, list) and len(value) == len(first) for value in values)
+    return isinstance(first, list) and all(isinstance(value, list) and len(value) == len(first) for value in values)
 
 
 def _column(batch: Any, name: str, total: int) -> list[Any] | None:

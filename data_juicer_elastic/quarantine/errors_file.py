@@ -12,6 +12,7 @@ once: records are the same row when number, operator stage and the row the opera
 from __future__ import annotations
 
 import hashlib
+import itertools
 import math
 import os
 from collections.abc import Callable, Iterable
@@ -79,9 +80,7 @@ def fold_errors(
 def allowed_errors(max_error_rows: float, input_rows: int) -> int:
     """Rows a shard of ``input_rows`` may quarantine: a count (>= 1), or a fraction (< 1) of its rows,
     rounded up, so that a fraction lets every non-empty shard set at least one row aside."""
-    if max_error_rows >= 1:
-        return int(max_error_rows)
-    return math.ceil(max_error_rows * input_rows)
+    return int(max_error_rows) if max_error_rows >= 1 else math.ceil(max_error_rows * input_rows)
 
 
 def check_limit(found: Quarantined, max_error_rows: float, input_rows: int, where: str) -> None:
@@ -89,9 +88,8 @@ def check_limit(found: Quarantined, max_error_rows: float, input_rows: int, wher
     allowed = allowed_errors(max_error_rows, input_rows)
     if found.rows <= allowed:
         return
-    shown = f"{max_error_rows:g}"
     raise ShardExecutionError(
-        f"operators failed on {found.rows} of {input_rows} rows, more than {SETTING}={shown} allows "
+        f"operators failed on {found.rows} of {input_rows} rows, more than {SETTING}={max_error_rows:g} allows "
         f"({allowed}); the first: {found.first.describe() if found.first else 'unknown'}",
         where=where,
         hint=f"fix the operator or those rows (each with its error: {found.path}), or raise {SETTING}",
@@ -113,22 +111,14 @@ def _read_records(directory: Path) -> list[dict[str, Any]]:
                 seen_row = orjson.dumps(record.get("seen"), option=orjson.OPT_SORT_KEYS, default=repr)
                 key = (record.get("n"), str(record.get("stage")), hashlib.sha256(seen_row).hexdigest())
                 seen.setdefault(key, record)
-    made = -1  # rows without a number after every numbered row
-    return [seen[key] for key in sorted(seen, key=lambda k: (k[0] is None, k[0] if k[0] is not None else made, k))]
+    # rows without a number (an operator made them) after every numbered row
+    return [seen[key] for key in sorted(seen, key=lambda k: (k[0] is None, k[0] or 0, k[1:]))]
 
 
 def _input_rows(lines: Iterable[bytes], wanted: list[int], shard_id: str) -> dict[int, bytes]:
-    found: dict[int, bytes] = {}
-    if not wanted:
-        return found
-    targets = iter(wanted)
-    target = next(targets)
-    for number, line in enumerate(lines):
-        if number == target:
-            found[number] = bytes(line)
-            target = next(targets, None)
-            if target is None:
-                break
+    stop = wanted[-1] + 1 if wanted else 0  # read no further than the last row wanted
+    targets = set(wanted)
+    found = {number: bytes(line) for number, line in enumerate(itertools.islice(lines, stop)) if number in targets}
     if len(found) != len(wanted):
         raise ShardExecutionError(
             f"a quarantine record names input row {wanted[len(found)]}, which the shard does not have",

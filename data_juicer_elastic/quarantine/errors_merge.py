@@ -1,16 +1,10 @@
 """Finalize's part of quarantine: ``<export>_errors.jsonl`` from the accepted shards' quarantine files.
 
-Imported by ``shards.merge.publish_merged``, which stages it for ``merge`` and ``stream_merge``
-(it uses the merge's writer).  The same rules as the per-row stats file
-(``shards.merge.stage_row_stats``): each accepted result's quarantine file
-(:mod:`jobdir.row_errors`) is re-checked against its record as it is copied, in manifest order,
-into a temp file beside the target; the target is checked (a *different* existing file is refused
-unless ``overwrite``) before the merged output is published, and the file is published right after
-it.  No quarantined row: no file is written, and with ``overwrite`` an earlier merge's file there
-is removed (the rows it listed were retried).
-
-A parts export (``shards.parts``) does not concatenate them: it links each shard's quarantine file
-beside its part.
+``shards.merge.publish_merged`` stages it for ``merge`` and ``stream_merge`` with the rules of the
+per-row stats file: each accepted result's quarantine file is re-checked against its record as it
+is copied, in manifest order, into a temp file beside the target, published right after the merged
+output.  No quarantined row: no file, and with ``overwrite`` an earlier merge's file there is
+removed (the rows it listed were retried).  A parts export links each shard's file beside its part.
 """
 
 from __future__ import annotations

@@ -1,13 +1,11 @@
-"""Writing a new file so that every error surfaces, naming the file.
-
-:class:`CheckedWriter` (one ``O_EXCL`` file; write, fsync *and close* errors raised: NFS reports
-ENOSPC and EDQUOT at close) and :class:`BufferedCheckedWriter` (the streaming writer for
-shards and the merged output, with the space reserved up front by :func:`preallocate`).
-``sharedfs.fsio`` builds its whole-file writes on them.
+"""Writing a new file so that every error surfaces, naming the file: :class:`CheckedWriter` (one
+``O_EXCL`` file; write, fsync *and close* errors raised: NFS reports ENOSPC and EDQUOT at close)
+and :class:`BufferedCheckedWriter` (streaming, the space reserved up front by :func:`preallocate`).
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 from collections.abc import Callable
 from pathlib import Path
@@ -64,15 +62,11 @@ class CheckedWriter:
 
     def abort(self) -> None:
         if self.fd >= 0:
-            try:
+            with contextlib.suppress(OSError):
                 os.close(self.fd)
-            except OSError:
-                pass
             self.fd = -1
-        try:
+        with contextlib.suppress(OSError):
             os.unlink(self.path)
-        except OSError:
-            pass
 
 
 _FALLOC_FL_KEEP_SIZE: Final = 1
@@ -82,19 +76,16 @@ _fallocate: Callable[[int, int, int, int], int] | None | bool = False  # False: 
 def preallocate(fd: int, size: int) -> bool:
     """Reserve ``size`` bytes of disk for a file about to be written, without changing its size.
 
-    Linux's fallocate(2) with FALLOC_FL_KEEP_SIZE, called directly: glibc's posix_fallocate
-    would *emulate* it where the filesystem cannot (NFSv3: a write in every 4 KiB block).
-    Only a hint: any failure is ignored.  Why: the filesystem allocates the file's extents
-    once instead of block by block as writeback proceeds (benchmarks/bench_preallocate.py,
-    1 GB write + fsync on this project's ext4 test disk: median 0.47 -> 0.42 s, system time
-    0.23 -> 0.17 s), and the space is taken before the first byte, not mid-file.
-    """
+    Linux's fallocate(2) with FALLOC_FL_KEEP_SIZE, called directly: glibc's posix_fallocate would
+    *emulate* it where the filesystem cannot (NFSv3: a write in every 4 KiB block).  Only a hint:
+    any failure is ignored.  Why: the file's extents are allocated once, not block by block as
+    writeback proceeds (benchmarks/bench_preallocate.py, 1 GB write + fsync on this project's ext4
+    test disk: median 0.47 -> 0.42 s, system time 0.23 -> 0.17 s), and space runs out before the
+    first byte, not mid-file."""
     global _fallocate
     if _fallocate is False:
         _fallocate = _load_fallocate()
-    if _fallocate is None or size <= 0:
-        return False
-    return _fallocate(fd, _FALLOC_FL_KEEP_SIZE, 0, size) == 0
+    return _fallocate is not None and size > 0 and _fallocate(fd, _FALLOC_FL_KEEP_SIZE, 0, size) == 0
 
 
 def _load_fallocate():
@@ -112,8 +103,7 @@ def _load_fallocate():
 
 
 class BufferedCheckedWriter:
-    """Streaming writer for large outputs (shards, merged file): buffers, then checked writes.
-    ``size_hint``: the bytes expected, reserved on disk up front (:func:`preallocate`)."""
+    """Streaming writer for large outputs (shards, merged file); ``size_hint``: the bytes expected."""
 
     def __init__(self, path: Path, buffer_bytes: int = CHUNK, size_hint: int = 0):
         self._raw = CheckedWriter(path)

@@ -1,24 +1,22 @@
-"""Every file operation on a job directory, with the care shared filesystems need.
+"""Every file operation on a job directory, with the care shared filesystems need
+(docs/leases-on-nfs.md):
 
-Facts this module is written for (see docs/leases-on-nfs.md):
+* ``rename``/``os.replace`` silently replace their target, so they only make a *private* temp
+  file visible atomically, never mean "first wins"; ``link()`` to a new name refuses an existing
+  one: that is the exclusive publish.
+* NFS may report EEXIST/EIO for a retransmitted ``link`` that actually succeeded, so after such
+  an error we re-read the target and compare it with what we meant to publish.
+* ``close()`` is where NFS reports deferred write errors (ENOSPC, EDQUOT): every close is checked.
+* Attribute caches lie for seconds, so records are read by opening them (close-to-open
+  consistency revalidates), never judged by ``stat``.
 
-* ``rename``/``os.replace`` silently replace their target, so they are used only
-  to make a *private* temp file visible atomically, never to mean "first wins".
-  ``link()`` to a new name refuses an existing one: that is the exclusive publish.
-* NFS may report EEXIST/EIO for a retransmitted ``link`` that actually
-  succeeded, so after such an error we re-read the target and compare it with
-  what we meant to publish.
-* ``close()`` is where NFS reports deferred write errors (ENOSPC, EDQUOT): every
-  close is checked.
-* Attribute caches lie for seconds, so records are read by opening them
-  (close-to-open consistency revalidates), never judged by ``stat``.
-
-Everything goes through the functions below (and ``sharedfs.checked_writer``) so that
-the fault-injection seam (``sharedfs.fault_seam``) sees every operation.
+Everything goes through the functions below (and ``sharedfs.checked_writer``) so that the
+fault-injection seam (``sharedfs.fault_seam``) sees every operation.
 """
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import hashlib
 import os
@@ -83,10 +81,8 @@ def move(src: Path, dst: Path) -> None:
 
 def remove(path: Path) -> None:
     fault_point("unlink", path)
-    try:
+    with contextlib.suppress(FileNotFoundError):
         os.unlink(path)
-    except FileNotFoundError:
-        pass
 
 
 def remove_tree(path: Path) -> None:
@@ -109,11 +105,8 @@ def _open_rb(op: str, path: Path) -> BinaryIO:
 
 
 def read_record(path: Path, max_bytes: int = MAX_RECORD_BYTES) -> bytes | None:
-    """The bytes of a small record, or None if it does not exist.
-
-    Opens the file (revalidating NFS caches) and reads at most ``max_bytes + 1``
-    bytes, so a corrupt or hostile file can never exhaust memory.
-    """
+    """The bytes of a small record, or None if it does not exist.  Opens the file (revalidating NFS
+    caches) and reads at most ``max_bytes + 1`` bytes: a corrupt or hostile file cannot exhaust memory."""
     for attempt in range(_READ_ATTEMPTS):
         try:
             handle = _open_rb("read", path)
@@ -179,12 +172,9 @@ def iter_chunks(path: Path, chunk: int = CHUNK) -> Iterator[bytes]:
 
 def file_sha256(path: Path) -> tuple[int, str]:
     """(size, sha256 hex) of a file, streamed."""
-    digest = hashlib.sha256()
-    size = 0
-    for block in iter_chunks(path):
-        digest.update(block)
-        size += len(block)
-    return size, digest.hexdigest()
+    with open_read(path) as handle:
+        digest = hashlib.file_digest(handle, "sha256")
+        return handle.tell(), digest.hexdigest()
 
 
 def stat(path: Path) -> os.stat_result:
@@ -212,12 +202,9 @@ def write_new(path: Path, data: bytes, durable: bool = True) -> None:
 
 
 def atomic_write(path: Path, data: bytes, durable: bool = True) -> None:
-    """Replace ``path`` with ``data`` so readers see the old or the new bytes, never a mix.
-
-    Temp file beside the target, write, fsync, checked close, ``os.replace``,
-    fsync of the directory.  Last writer wins: use only for files one owner rewrites
-    (heartbeats, attempt.json, merge.json).
-    """
+    """Replace ``path`` with ``data`` so readers see the old or the new bytes, never a mix (temp file,
+    fsync, checked close, ``os.replace``, directory fsync).  Last writer wins: only for files one
+    owner rewrites (heartbeats, attempt.json, merge.json)."""
     path = Path(path)
     tmp = temp_path_for(path)
     write_new(tmp, data, durable)
@@ -260,14 +247,10 @@ def _present(path: Path) -> bool:
 
 # -- exclusive publication ------------------------------------------------------------------
 def publish_exclusive(src: Path, dst: Path) -> bool:
-    """Make ``src`` visible at ``dst`` unless something else is already there.
-
-    Returns True when ``dst`` now holds our bytes (published by us), False when
-    another publisher got there first.  An EEXIST/EIO/ESTALE answer is checked by
-    re-reading ``dst``: a retransmitted NFS ``link`` can fail for a link that
-    succeeded, and then ``dst`` holds exactly our content (which embeds our attempt
-    id, so equal bytes mean ours).
-    """
+    """Make ``src`` visible at ``dst`` unless something else is already there: True when ``dst`` now
+    holds our bytes, False when another publisher got there first.  An EEXIST/EIO/ESTALE answer is
+    checked by re-reading ``dst``: a retransmitted NFS ``link`` can fail for a link that succeeded,
+    and then ``dst`` holds exactly our content (which embeds our attempt id: equal bytes mean ours)."""
     src, dst = Path(src), Path(dst)
     last: OSError | None = None
     for _ in range(_LINK_ATTEMPTS):
@@ -307,11 +290,9 @@ def link_private(src: Path, dst: Path) -> None:
     except OSError as exc:
         if not (isinstance(exc, FileExistsError) or exc.errno in _AMBIGUOUS_ERRNOS):
             raise
-        try:
+        with contextlib.suppress(OSError):
             if os.path.samestat(os.stat(src), os.lstat(dst)):
                 return
-        except OSError:
-            pass
         raise
 
 

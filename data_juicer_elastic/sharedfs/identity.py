@@ -1,13 +1,12 @@
-"""Who a worker is: node, host, kernel boot, pid namespace and pid.
-
-Two nodes can share a hostname and two containers can share a kernel, so no
-single field identifies a process; each claim records all of them, and every
-attempt gets a fresh random id on top.
+"""Who a worker is: node, host, kernel boot, pid namespace and pid.  Two nodes can share a hostname
+and two containers a kernel, so no single field identifies a process: each claim records all of
+them, and every attempt gets a fresh random id on top.
 """
 
 from __future__ import annotations
 
 import calendar
+import contextlib
 import hashlib
 import os
 import re
@@ -50,16 +49,12 @@ class WorkerIdentity:
         (:func:`attempt_started_at` reads the time back)."""
         now = time.time()
         stamp = time.strftime(_STAMP, time.gmtime(now)) + f"{int(now * 1000) % 1000:03d}Z"
-        node = _UNSAFE.sub("_", self.node_id).strip("._-")[:40] or "node"
-        return f"{stamp}-{node}-{self.pid}-{secrets.token_hex(6)}"
+        return f"{stamp}-{safe_name(self.node_id)[:40]}-{self.pid}-{secrets.token_hex(6)}"
 
     def same_kernel_namespace(self, hostname: str, boot_id: str, pid_namespace: str) -> bool:
-        """True when a pid recorded with these fields can be checked with ``os.kill`` from here.
-
-        Hostname alone is not enough (hosts share names), boot id alone is not enough
-        (containers share a kernel but not a pid namespace); all three must match and
-        the namespace must be known.
-        """
+        """True when a pid recorded with these fields can be checked with ``os.kill`` from here: hosts
+        share names, containers share a kernel but not a pid namespace, so all three must match and
+        the namespace must be known."""
         return bool(
             self.pid_namespace
             and pid_namespace == self.pid_namespace
@@ -67,6 +62,11 @@ class WorkerIdentity:
             and boot_id == self.boot_id
             and not boot_id.startswith("unknown-")
         )
+
+
+def safe_name(value: str) -> str:
+    """A node id as one path component: unsafe characters become ``_`` (readability, not identity)."""
+    return _UNSAFE.sub("_", str(value)).strip("._-")[:80] or "node"
 
 
 def kernel_tag(me: WorkerIdentity | None = None) -> str:
@@ -86,9 +86,7 @@ def pid_alive(pid: int) -> bool:
         os.kill(pid, 0)
     except ProcessLookupError:
         return False
-    except PermissionError:
-        return True  # exists, owned by someone else
-    except OSError:
+    except OSError:  # PermissionError: it exists, owned by someone else
         return True
     return not _zombie(pid)
 
@@ -105,13 +103,9 @@ def _zombie(pid: int) -> bool:
 
 
 def _read_boot_id() -> str:
-    try:
-        with open(_BOOT_ID_PATH, encoding="ascii") as handle:
-            value = handle.read().strip()
-        if value:
+    with contextlib.suppress(OSError), open(_BOOT_ID_PATH, encoding="ascii") as handle:
+        if value := handle.read().strip():
             return value
-    except OSError:
-        pass
     # Without a boot id the same-host liveness shortcut is disabled (see same_kernel_namespace).
     return f"unknown-{secrets.token_hex(8)}"
 
