@@ -18,6 +18,7 @@ from typing import Any, ClassVar, Final
 from data_juicer_elastic.batching.engine import PARTITION_COLUMN, Aggregate, MicroBatcher
 from data_juicer_elastic.batching.policy import BatchPolicy, PolicyConfig
 from data_juicer_elastic.compat import dj_stage_identities
+from data_juicer_elastic.compat.dj_op_attributes import MODULE as BASE_OP_MODULE
 from data_juicer_elastic.compat.dj_op_attributes import op_name, supports_adaptive_batching
 from data_juicer_elastic.errors import ConfigError
 
@@ -133,28 +134,43 @@ def check_operator(op: Any) -> None:
     without the stage identity functions its profiles are keyed by (IntegrationError naming the function)."""
     dj_stage_identities.check_identity_functions()
     name = op_name(op)
-    hint = f"remove adaptive_batching from {name} or set it to false"
-    dj_ops = sys.modules.get("data_juicer.ops.base_op")
-    mapper = getattr(dj_ops, "Mapper", None)
-    if mapper is not None and not isinstance(op, mapper):
-        raise ConfigError(f"adaptive batching applies to Mappers only, not {type(op).__name__}", where=name, hint=hint)
-    if not op.is_batched_op():
-        raise ConfigError(
-            "adaptive batching needs a batched Mapper (one that implements process_batched)", where=name, hint=hint
-        )
+    check_settings(type(op), name, batched=op.is_batched_op(), num_gpus=getattr(op, "num_gpus", None))
     batch_size = getattr(op, "batch_size", None)
     if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
         raise ConfigError(f"adaptive batching needs an integer batch_size >= 1, got {batch_size!r}", where=name)
-    num_gpus = getattr(op, "num_gpus", None)
-    if num_gpus is not None and not (isinstance(num_gpus, (int, float)) and 0 <= num_gpus <= 1):
-        raise ConfigError(
-            f"adaptive batching supports at most one GPU per actor, got num_gpus={num_gpus!r}",
-            where=name,
-            hint="a multi-GPU actor shards its model; set num_gpus <= 1 or turn adaptive_batching off",
-        )
     mode = getattr(op, "adaptive_batching_cost", "auto")
     if mode not in COST_MODES:
         raise ConfigError(f"adaptive_batching_cost must be one of {', '.join(COST_MODES)}, got {mode!r}", where=name)
+
+
+def check_settings(
+    cls: type, name: str, *, batched: bool | None = None, num_gpus: Any = None, position: int | None = None
+) -> None:
+    """The refusals a recipe's opt-in (:func:`.optin.check_config`, as the recipe is parsed) and an operator
+    being built (:func:`check_operator`) share, in one wording.  ``batched`` None: not known yet (only the
+    class is); ``position``: the operator's index in the recipe's ``process`` list, when known."""
+    place = name if position is None else f"process[{position}] {name}"
+    hint = f"remove adaptive_batching from {name} or set it to false"
+    mapper = getattr(sys.modules.get(BASE_OP_MODULE), "Mapper", None)
+    if mapper is not None and not issubclass(cls, mapper):
+        kind = next((b.__name__ for b in cls.__mro__ if b.__module__ == BASE_OP_MODULE), cls.__name__)
+        raise ConfigError(
+            f"adaptive batching applies to batched Mappers only; {name} is a {kind}",
+            where=f"{place}.adaptive_batching",
+            hint=hint,
+        )
+    if batched is False:
+        raise ConfigError(
+            "adaptive batching needs a batched Mapper (one that implements process_batched)",
+            where=f"{place}.adaptive_batching",
+            hint=hint,
+        )
+    if num_gpus is not None and not (isinstance(num_gpus, (int, float)) and 0 <= num_gpus <= 1):
+        raise ConfigError(
+            f"adaptive batching supports at most one GPU per actor, got num_gpus={num_gpus!r}",
+            where=f"{place}.num_gpus",
+            hint="a multi-GPU actor shards its model; set num_gpus <= 1 or turn adaptive_batching off",
+        )
 
 
 def _has_text(batch: Any, key: str) -> bool:

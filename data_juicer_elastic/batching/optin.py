@@ -16,9 +16,8 @@ import os
 import threading
 from typing import Any, Final
 
-from data_juicer_elastic.batching.mixin import HOOKS, AdaptiveBatchingMixin, adaptive_requested
+from data_juicer_elastic.batching.mixin import HOOKS, AdaptiveBatchingMixin, adaptive_requested, check_settings
 from data_juicer_elastic.compat.dj_op_attributes import is_batched_class, op_name
-from data_juicer_elastic.compat.dj_op_metaclass import MODULE as BASE_OP_MODULE
 from data_juicer_elastic.errors import ConfigError
 
 ENV_SWITCH: Final = "DJ_ELASTIC_ADAPTIVE_BATCHING"
@@ -85,7 +84,7 @@ def resolve(cls: type, requested: Any) -> type:
         return cls
     if not adaptive_requested(cls, requested if isinstance(requested, bool) else None):
         return cls
-    _require_mapper(cls, op_name(cls))
+    check_settings(cls, op_name(cls))
     return adaptive_class(cls)
 
 
@@ -98,8 +97,8 @@ def check_config(cfg: Any) -> None:
         from data_juicer.ops.base_op import OPERATORS
     except ImportError:  # pragma: no cover - Data-Juicer moved it; construction still checks
         return
-    opted: list[tuple[str, type, dict]] = []
-    for entry in process:
+    opted: list[tuple[int, str, type, dict]] = []
+    for position, entry in enumerate(process):
         if not isinstance(entry, dict) or len(entry) != 1:
             continue
         name, args = next(iter(entry.items()))
@@ -107,15 +106,15 @@ def check_config(cfg: Any) -> None:
         args = args if isinstance(args, dict) else {}
         requested = args.get("adaptive_batching")
         if cls is not None and adaptive_requested(cls, requested if isinstance(requested, bool) else None):
-            opted.append((name, cls, args))
+            opted.append((position, name, cls, args))
     if not opted:
         return
-    names = ", ".join(name for name, _, _ in opted)
+    names = ", ".join(name for _, name, _, _ in opted)
     if _get(cfg, "elastic_juicer_adaptive_batching"):
         raise ConfigError(
             f"operator(s) {names} opt into adaptive batching, which data-juicer-elastic applies itself; "
             "elastic_juicer_adaptive_batching: true would wrap them a second time with Data-Juicer's controller",
-            where=f"{opted[0][0]}.adaptive_batching",
+            where=f"{opted[0][1]}.adaptive_batching",
             hint="remove elastic_juicer_adaptive_batching (recommended), or set the environment variable "
             f"{ENV_SWITCH}=off to use Data-Juicer's built-in controller instead",
         )
@@ -125,33 +124,9 @@ def check_config(cfg: Any) -> None:
             where="op_fusion",
             hint="set op_fusion: false, or turn adaptive_batching off",
         )
-    for name, cls, args in opted:
-        _require_mapper(cls, name)
-        if not (is_batched_class(cls) or args.get("batch_mode")):
-            raise ConfigError(
-                "adaptive batching needs a batched Mapper (one that implements process_batched)",
-                where=name,
-                hint=f"remove adaptive_batching from {name}",
-            )
-        gpus = args.get("num_gpus")
-        if isinstance(gpus, (int, float)) and not isinstance(gpus, bool) and gpus > 1:
-            raise ConfigError(
-                f"adaptive batching supports at most one GPU per actor, got num_gpus={gpus}",
-                where=name,
-                hint="a multi-GPU actor shards its model; set num_gpus <= 1 or turn adaptive_batching off",
-            )
-
-
-def _require_mapper(cls: type, name: str) -> None:
-    from data_juicer.ops.base_op import Mapper
-
-    if not issubclass(cls, Mapper):
-        kind = next((b.__name__ for b in cls.__mro__ if b.__module__ == BASE_OP_MODULE), cls.__name__)
-        raise ConfigError(
-            f"adaptive batching applies to batched Mappers only; {name} is a {kind}",
-            where=f"{name}.adaptive_batching",
-            hint=f"remove adaptive_batching from {name}",
-        )
+    for position, name, cls, args in opted:
+        batched = is_batched_class(cls) or bool(args.get("batch_mode"))  # as Data-Juicer's OP.is_batched_op
+        check_settings(cls, name, batched=batched, num_gpus=args.get("num_gpus"), position=position)
 
 
 def _get(cfg: Any, key: str) -> Any:

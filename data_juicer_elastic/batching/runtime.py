@@ -111,6 +111,7 @@ class OpState:
         self.max_rows = int(op.batch_size)
         self.label = f"{self.stage_key} [{self.accelerator}]"
         key = (self.stage_key, self.accelerator, mode, self.max_rows)
+        self._published: tuple | None = None  # the bounds the shared profile holds (set by a seed)
         policy = _policies.get(key)
         if policy is None:
             policy = BatchPolicy(self.max_rows, getattr(op, "adaptive_batching_policy", None))
@@ -124,7 +125,6 @@ class OpState:
         if stats_key not in _stats:
             _remember(_stats, stats_key, BatchStats())
         self.stats: BatchStats = _stats[stats_key]
-        self._published: tuple | None = None
         self._published_at = 0.0
         self._published_ooms = 0
         self._warned = False

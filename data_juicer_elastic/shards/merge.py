@@ -30,7 +30,7 @@ from data_juicer_elastic.jobdir.manifest import load_manifest
 from data_juicer_elastic.jobdir.records import Manifest, ShardEntry
 from data_juicer_elastic.jobdir.result_records import MergedShard, MergeRecord, ShardResult
 from data_juicer_elastic.jobdir.row_stats import MergedSideFile, export_stats_path
-from data_juicer_elastic.jobdir.shard_state import ShardState, decide_state, read_markers
+from data_juicer_elastic.jobdir.shard_state import Markers, ShardState, decide_state, read_markers
 from data_juicer_elastic.rows.codecs import BackgroundIO
 from data_juicer_elastic.shards import steps
 from data_juicer_elastic.sharedfs import checked_writer, fault_seam, fsio
@@ -94,11 +94,7 @@ def accepted_results(layout: JobLayout, manifest: Manifest) -> list[tuple[ShardE
     results, missing, failed = [], [], []
     for entry in manifest.shards:
         markers = read_markers(layout, entry.shard_id)
-        if markers.corrupt_done:
-            hint = attempts.requeue_hint(layout, [entry.shard_id])
-            raise IntegrityError(
-                f"corrupt done marker: {markers.done_error}", where=f"shard {entry.shard_id}", hint=hint
-            )
+        refuse_corrupt_done(layout, entry.shard_id, markers)
         if decide_state(markers) is not ShardState.DONE:
             (failed if markers.terminal is not None else missing).append(entry.shard_id)
             continue
@@ -115,6 +111,14 @@ def accepted_results(layout: JobLayout, manifest: Manifest) -> list[tuple[ShardE
             hint="run workers until every shard is done; `dj-elastic retry` requeues failed shards",
         )
     return results
+
+
+def refuse_corrupt_done(layout: JobLayout, shard_id: str, markers: Markers) -> None:
+    """IntegrityError when the shard's done marker cannot be read: its result is unknown, so the shard
+    must run again (the hint says how)."""
+    if markers.corrupt_done:
+        hint = attempts.requeue_hint(layout, [shard_id])
+        raise IntegrityError(f"corrupt done marker: {markers.done_error}", where=f"shard {shard_id}", hint=hint)
 
 
 def _preview(ids: list[str], limit: int = 8) -> str:

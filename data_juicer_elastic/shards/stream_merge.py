@@ -21,7 +21,7 @@ from typing import ClassVar
 
 from loguru import logger
 
-from data_juicer_elastic.errors import IntegrityError, JobDirError, storage_errors
+from data_juicer_elastic.errors import JobDirError, storage_errors
 from data_juicer_elastic.jobdir import attempts, confine
 from data_juicer_elastic.jobdir.export_path import check_export_path, merge_places
 from data_juicer_elastic.jobdir.layout import JobLayout
@@ -37,6 +37,7 @@ from data_juicer_elastic.shards.merge import (
     copy_shard,
     publish_merged,
     record_merge,
+    refuse_corrupt_done,
     stage_row_stats,
 )
 from data_juicer_elastic.shards.partial_files import PartialLock, PartialStream, open_partial, resume_stream
@@ -159,8 +160,7 @@ def _follow(layout, manifest, run: _Run, overwrite, wait, poll_secs, stop, publi
         while len(run.merged) < manifest.num_shards:
             entry = manifest.shards[len(run.merged)]
             markers = read_markers(layout, entry.shard_id)
-            if markers.corrupt_done:
-                raise IntegrityError(f"corrupt done marker: {markers.done_error}", where=f"shard {entry.shard_id}")
+            refuse_corrupt_done(layout, entry.shard_id, markers)
             if decide_state(markers) is not ShardState.DONE:
                 if markers.terminal is not None or not wait:
                     accepted_results(layout, manifest)  # raises the job's "not complete" error

@@ -154,3 +154,29 @@ def test_one_worker_two_shards_on_one_warm_actor(data, reference, tmp_path):
     assert first["ooms"] > 0 and first["seeded_from"] == []
     assert second["seeded_from"] == ["process"]  # the same warm actor process, its learned policy
     assert first_pids == second_pids and len(first_pids) == 1
+
+
+@pytest.mark.parametrize(
+    ("name", "args", "setting"),
+    [
+        ("text_length_filter", {}, "adaptive_batching"),  # not a Mapper
+        ("image_blur_mapper", {}, "adaptive_batching"),  # a Mapper without process_batched
+        (DEMO, {"batch_size": 4, "num_gpus": 2}, "num_gpus"),  # a multi-GPU actor
+    ],
+)
+def test_a_recipe_and_a_class_with_the_mixin_refuse_a_bad_setting_alike(data, tmp_path, name, args, setting):
+    from data_juicer.ops.base_op import OPERATORS
+
+    from data_juicer_elastic.batching import optin
+    from data_juicer_elastic.errors import ConfigError
+
+    with pytest.raises(ConfigError) as built:
+        optin.adaptive_class(OPERATORS.modules[name])(adaptive_batching=True, **args)
+    assert built.value.hint and name in built.value.where
+    out = tmp_path / "out.jsonl"
+    ops = [{"whitespace_normalization_mapper": {}}, {name: {"adaptive_batching": True, **args}}]
+    cfg = recipe(tmp_path / "r.yaml", dataset_path=str(data), export_path=str(out), process=ops)
+    proc = run(["dj-process", "--config", str(cfg)], cwd=tmp_path)
+    output = proc.stdout + proc.stderr
+    assert proc.returncode == 2 and not out.exists(), output
+    assert f"process[1] {name}.{setting}: {built.value.message} ({built.value.hint})" in output

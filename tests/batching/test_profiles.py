@@ -141,3 +141,22 @@ def test_attempt_record_and_status_show_the_summary(tmp_path):
         batching=summary,
     )
     assert AttemptRecord.parse(record.encode(), "x").batching == summary
+
+
+def test_a_seeded_process_writes_the_profile_only_when_it_learns_something(tmp_path):
+    layout = JobLayout(tmp_path / "job")
+    runtime.reset()
+    probe = OPERATORS.modules[DEMO](capacity=400, batch_size=64, adaptive_batching=True, torch_errors=False)
+    from data_juicer.core.elasticjuicer.stage_identity import operator_fingerprint
+
+    stages = [runtime.StageRef("stage-0000-occ0-00000000:" + DEMO, operator_fingerprint(probe))]
+    seed = profile(stage_key=stages[0].stage_id, safe=100.0, failing=300.0)
+    path = profiles.write_profile(layout, seed)
+    written = path.read_bytes()
+    op = attempt_op(layout, "part-00000-of-00001", "a1", stages)
+    for _ in range(3):  # each call fits the seeded safe size in one slice: nothing new
+        assert op.process({"text": ["short", "rows"]})["demo_chars"] == [5, 4]
+    assert path.read_bytes() == written and list(layout.batch_profiles_dir.iterdir()) == [path]
+    op.process({"text": list(TEXTS)})  # budget-bound slices grow past the seeded safe size
+    learned = read(layout, seed)
+    assert learned.writer != seed.writer and learned.safe > seed.safe and learned.failing == seed.failing

@@ -11,7 +11,7 @@ import time
 
 import pytest
 
-from data_juicer_elastic.errors import JobDirError, MergeBusyError
+from data_juicer_elastic.errors import IntegrityError, JobDirError, MergeBusyError
 from data_juicer_elastic.jobdir.worker_loop import run_worker
 from data_juicer_elastic.jobdir.worker_settings import WorkerSettings
 from data_juicer_elastic.shards.merge import merge_job
@@ -146,6 +146,21 @@ def test_one_writer_per_partial_and_incomplete_jobs_fail_like_merge(job, tmp_pat
     finally:
         stop.set()
         holder.join(10)
+
+
+def test_a_corrupt_done_marker_stops_the_stream_with_the_shard_and_how_to_requeue_it(job, tmp_path):
+    run_worker(job, identity(), copy_runner(), WorkerSettings(**LEASE))
+    shard = "part-00002-of-00004"
+    marker = job / "done" / f"{shard}.json"
+    marker.write_bytes(marker.read_bytes()[:40])  # torn
+    with pytest.raises(IntegrityError, match="corrupt done marker") as streamed:
+        follow_merge(job, tmp_path / "merged.jsonl", wait=False)
+    assert streamed.value.where == f"shard {shard}"
+    assert "dj-elastic retry" in streamed.value.hint and f"--shard-id {shard}" in streamed.value.hint
+    assert read_progress(tmp_path / "merged.jsonl").shards_final == 2  # the shards before it stay final
+    with pytest.raises(IntegrityError) as plain:
+        merge_job(job, tmp_path / "plain.jsonl")
+    assert str(streamed.value) == str(plain.value)
 
 
 def test_cli_merge_follow_publishes_progress_while_workers_run(job, tmp_path):
