@@ -17,7 +17,7 @@ from typing import Any
 from data_juicer_elastic import __version__
 from data_juicer_elastic.console import StepDisplay, say
 from data_juicer_elastic.console.summary import shown_path
-from data_juicer_elastic.errors import ConfigError, PrepareCancelled
+from data_juicer_elastic.errors import ConfigError, ElasticError, PrepareCancelled
 from data_juicer_elastic.report.svg import fmt_bytes
 from data_juicer_elastic.settings import ElasticSettings
 from data_juicer_elastic.shards import steps
@@ -155,21 +155,42 @@ def prepare_overlapped(
 
 
 def early_request(config: str, overrides: dict[str, Any]) -> PrepareRequest | None:
-    """The input fields of a recipe read as plain YAML (no Data-Juicer), or None when unsure; only a
-    guess, checked by ``prepare_overlapped``.  ``overrides``: the command line's ``dataset_path`` and ``elastic.*``."""
+    """The input fields of a recipe read as plain YAML (no Data-Juicer), or None when that read
+    cannot tell (the parse then says what is wrong); only a guess, checked by ``prepare_overlapped``.
+    ``overrides``: the command line's ``dataset_path`` and ``elastic.*``.  Any other error is a bug
+    and is raised."""
+    import yaml
+
     if any(key.startswith("DJ_PROCESS_") for key in os.environ):
         return None  # Data-Juicer's parser reads those too
     try:
-        import yaml
-
         with open(config, encoding="utf-8") as handle:
             recipe = yaml.safe_load(handle)
-        if recipe.get("executor_type") != "elastic_sharded":
-            return None  # the parse refuses it, or says what it is; nothing is planned meanwhile
-        block = dict(recipe.get("elastic") or {})
-        block.update({k: v for k, v in overrides.items() if k != "dataset_path" and v is not None})
-        settings = ElasticSettings.from_mapping(block)
-        dataset = overrides.get("dataset_path") or recipe["dataset_path"]
-        return _request(settings, dataset, recipe, recipe={}, stage_identities=[])
-    except Exception:  # anything unusual: no guess, the plain path
+    except (OSError, UnicodeDecodeError, yaml.YAMLError):
+        return None  # not a file, or not YAML this reader takes (Data-Juicer's parser may)
+    if not _plain_recipe(recipe):
+        return None  # not an elastic recipe, or not shaped as one: the parse refuses it or says what it is
+    block = dict(recipe.get("elastic") or {})
+    block.update({k: v for k, v in overrides.items() if k != "dataset_path" and v is not None})
+    dataset = overrides.get("dataset_path") or recipe.get("dataset_path")
+    if not isinstance(dataset, str):
         return None
+    try:
+        return _request(ElasticSettings.from_mapping(block), dataset, recipe, recipe={}, stage_identities=[])
+    except ElasticError:  # a bad setting or operator entry: the parse reports it with Data-Juicer's own checks first
+        return None
+
+
+def _plain_recipe(recipe: Any) -> bool:
+    """An ``elastic_sharded`` recipe whose ``elastic`` block and ``process`` entries are mappings."""
+    if not isinstance(recipe, dict) or recipe.get("executor_type") != "elastic_sharded":
+        return False
+    block, process = recipe.get("elastic") or {}, recipe.get("process") or []
+    return (
+        isinstance(block, dict)
+        and all(isinstance(key, str) for key in block)
+        and isinstance(process, list)
+        and all(
+            isinstance(entry, dict) and all(isinstance(a, dict) or not a for a in entry.values()) for entry in process
+        )
+    )

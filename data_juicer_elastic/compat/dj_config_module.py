@@ -5,8 +5,10 @@ Targets there: ``build_base_parser``, ``init_setup_from_cfg`` (for an elastic cf
 ``RAY_JOB``, whose CPU-count probe would start Ray in the driver, and with the module global
 ``setup_logger`` replaced) and ``display_config`` (it prints on stdout), wrapped;
 ``resolve_job_id`` / ``resolve_job_directories`` and ``global_cfg``, to re-base a shard config;
-``load_custom_operators`` and the ``sys.modules`` entries it makes (named after each file or
-folder, marked ``__loaded_from__``), so custom operators load once per process.
+``load_custom_operators``, wrapped (its parse's call goes through the plugin's loader, so each
+path loads once per process and a broken one is one error, whichever command parses) and called
+(to import), and the ``sys.modules`` entries it makes (named after each file or folder, marked
+``__loaded_from__``).
 
 Why.  Data-Juicer has no executor plugin interface: these are where a parsed config can be
 accepted, checked and kept before its setup mutates it (``integration.patches``).
@@ -20,10 +22,11 @@ import inspect
 import io
 import os
 import sys
+import traceback
 from collections.abc import Callable
 from typing import Any, Final
 
-from data_juicer_elastic.compat import dj_moved, import_target
+from data_juicer_elastic.compat import ORIGINAL, dj_moved, import_target
 from data_juicer_elastic.errors import RecipeError
 
 MODULE: Final = "data_juicer.config.config"
@@ -139,37 +142,57 @@ def set_global_cfg(cfg: Any) -> None:
         dj_config.global_cfg = cfg
 
 
-def register_custom_operators(paths: list[str], where: str) -> None:
-    """Import ``custom_operator_paths`` into Data-Juicer's registry, once per process."""
-    if paths and unloaded_custom_operators(paths):
+def load_custom_operators(paths: list[str]) -> None:
+    """Import ``custom_operator_paths`` into Data-Juicer's registry: each path at most once per
+    process (one already loaded is skipped), in the given order.  The one loader: Data-Juicer's
+    parse calls it too (:func:`wrap_load_custom_operators`).  A path that fails to load is
+    RecipeError naming it (``file:line`` where its code raised) and leaves nothing behind, so a
+    second try fails the same way."""
+    loader = getattr(import_target(MODULE, where=f"{MODULE}.load_custom_operators"), "load_custom_operators", None)
+    loader = getattr(loader, ORIGINAL, loader)  # Data-Juicer's own, not this one installed in its place
+    if not callable(loader):
+        raise dj_moved(f"{MODULE}.load_custom_operators is missing", where=f"{MODULE}.load_custom_operators")
+    for path in dict.fromkeys(os.path.abspath(each) for each in paths):
+        if _loaded(path):
+            continue
+        name = _module_name(path)
+        before = sys.modules.get(name)
         try:
-            call_dj_loader(paths)
-        except (RuntimeError, ValueError, ImportError) as exc:
+            loader([path])
+        except (RuntimeError, ValueError) as exc:  # what Data-Juicer's loader raises, wrapping the cause
+            if sys.modules.get(name) is not before:  # a file's module half-executed
+                sys.modules.pop(name, None)
+            cause = exc.__context__ if isinstance(exc, RuntimeError) and exc.__context__ else exc
             raise RecipeError(
-                f"could not load custom_operator_paths: {exc}",
-                where=where,
-                hint="every worker node needs the custom operator files at the same absolute paths",
+                f"cannot load this custom operator: {type(cause).__name__}: {cause}",
+                where=_failed_at(path, cause),
+                hint="fix the file, or the entry in custom_operator_paths; every node needs the custom operator "
+                "files at the same absolute paths",
             ) from exc
 
 
-def call_dj_loader(paths: list[str]) -> None:
-    """Data-Juicer's own loader (it refuses a module loaded before: see :func:`unloaded_custom_operators`)."""
-    from data_juicer.config.config import load_custom_operators as dj_load_custom_operators
-
-    dj_load_custom_operators(paths)
+def wrap_load_custom_operators(original: Any) -> Callable[..., Any]:
+    """Data-Juicer's ``load_custom_operators`` replaced by :func:`load_custom_operators`."""
+    return lambda paths: load_custom_operators(list(paths))
 
 
-def unloaded_custom_operators(paths: list[str]) -> list[str]:
-    """The paths (absolute) Data-Juicer's loader has not registered in this process: it names
-    the module after the file or folder and marks it ``__loaded_from__``."""
-    return [os.path.abspath(path) for path in paths if not _loaded(os.path.abspath(path))]
+def _failed_at(path: str, cause: BaseException) -> str:
+    """``file:line`` of the last place under ``path`` where ``cause`` was raised, else ``path``."""
+    if isinstance(cause, SyntaxError) and cause.filename:
+        return f"{cause.filename}:{cause.lineno}"
+    tb = traceback.extract_tb(cause.__traceback__)
+    frames = [f for f in tb if f.filename == path or f.filename.startswith(path + os.sep)]
+    return f"{frames[-1].filename}:{frames[-1].lineno}" if frames else path
+
+
+def _module_name(abs_path: str) -> str:
+    """The ``sys.modules`` name Data-Juicer's loader gives a file or folder."""
+    name = os.path.basename(abs_path)
+    return os.path.splitext(name)[0] if os.path.isfile(abs_path) else name
 
 
 def _loaded(abs_path: str) -> bool:
-    name = os.path.basename(abs_path)
-    if os.path.isfile(abs_path):
-        name = os.path.splitext(name)[0]
-    module = sys.modules.get(name)
+    module = sys.modules.get(_module_name(abs_path))
     if module is None:
         return False
     loaded_from = getattr(module, "__loaded_from__", None) or getattr(module, "__file__", None) or ""

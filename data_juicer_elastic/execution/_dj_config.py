@@ -65,7 +65,7 @@ def load_dj_config(
         # one, and its stage identity (a hash of those kwargs) would depend on how many recipes this
         # process had parsed.  Data-Juicer also refuses a second import of the same module, so
         # parse without the paths and put the value back afterwards.
-        dj_config_module.register_custom_operators(custom_paths, where=where)
+        dj_config_module.load_custom_operators(custom_paths)
     captured = io.StringIO()
     hint = "the recipe must be a valid Data-Juicer config for executor_type ray"
     try:

@@ -35,14 +35,14 @@ def versions() -> dict[str, str]:
     return found
 
 
-def code_fingerprint(recipe: Mapping[str, Any], *, where: str = "recipe") -> dict[str, Any]:
+def code_fingerprint(recipe: Mapping[str, Any]) -> dict[str, Any]:
     """This node's fingerprint of the code ``recipe`` runs (imports Data-Juicer's operators)."""
     from data_juicer.ops.base_op import OPERATORS
 
-    from data_juicer_elastic.compat.dj_config_module import register_custom_operators
+    from data_juicer_elastic.compat.dj_config_module import load_custom_operators
 
     custom = [str(p) for p in recipe.get("custom_operator_paths") or []]
-    register_custom_operators(custom, where=where)
+    load_custom_operators(custom)
     operators: dict[str, dict[str, str]] = {}
     for name in _operator_names(recipe):
         cls = OPERATORS.modules.get(name)

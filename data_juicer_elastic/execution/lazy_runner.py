@@ -74,7 +74,7 @@ class LazyShardRunner:
             if self._code is not None:
                 from data_juicer_elastic.execution.code_fingerprint import check_code, code_fingerprint
 
-                here = code_fingerprint(self._recipe, where="the job's custom_operator_paths")
+                here = code_fingerprint(self._recipe)
                 check_code(self._code, here, allow_version_mismatch=self._allow_versions)
             self.runtime.start()
             return True

@@ -7,7 +7,8 @@ cfg as parsed *before* Data-Juicer's setup mutates it and keeps the driver from 
 runs the adaptive-batching checks for every executor); the tools' ``main`` dispatch
 (:mod:`.dispatch`); the executor factory builds ours; the operator error hooks set failing rows
 aside (:mod:`data_juicer_elastic.quarantine.collector`).  Not needed by elastic_sharded: the
-configuration table goes to the log files unless ``-v``, the default executor reads a parts
+configuration table goes to the log files unless ``-v``, custom operators load once per process
+(one error naming a broken one, for every executor), the default executor reads a parts
 export in its parts' order, ``free_models`` installs no torch no operator needs, and
 ``adaptive_batching: true`` applies :mod:`data_juicer_elastic.batching.optin`.
 
@@ -55,6 +56,7 @@ FACTORY_MODULE: Final = dj_executor_factory.MODULE
 BUILD_PARSER: Final = f"{CONFIG_MODULE}.build_base_parser"
 INIT_SETUP: Final = f"{CONFIG_MODULE}.init_setup_from_cfg"
 DISPLAY_CONFIG: Final = f"{CONFIG_MODULE}.display_config"
+LOAD_CUSTOM_OPS: Final = f"{CONFIG_MODULE}.load_custom_operators"
 PROCESS_MAIN: Final = f"{PROCESS_MODULE}.main"
 ANALYZE_MAIN: Final = f"{ANALYZE_MODULE}.main"
 CREATE_EXECUTOR: Final = dj_executor_factory.TARGET
@@ -77,6 +79,7 @@ RECORDS: dict[str, PatchRecord] = {
     BUILD_PARSER: PatchRecord(BUILD_PARSER, required=True),
     INIT_SETUP: PatchRecord(INIT_SETUP, required=True),
     DISPLAY_CONFIG: PatchRecord(DISPLAY_CONFIG, required=False),
+    LOAD_CUSTOM_OPS: PatchRecord(LOAD_CUSTOM_OPS, required=False),
     PROCESS_MAIN: PatchRecord(PROCESS_MAIN, required=True),
     ANALYZE_MAIN: PatchRecord(ANALYZE_MAIN, required=False),
     CREATE_EXECUTOR: PatchRecord(CREATE_EXECUTOR, required=True),
@@ -98,7 +101,9 @@ def install() -> None:
         _installed = True
     from data_juicer_elastic.integration import dispatch
 
-    deferred.when_imported(CONFIG_MODULE, _patch_config, _on_error(BUILD_PARSER, INIT_SETUP, DISPLAY_CONFIG))
+    deferred.when_imported(
+        CONFIG_MODULE, _patch_config, _on_error(BUILD_PARSER, INIT_SETUP, DISPLAY_CONFIG, LOAD_CUSTOM_OPS)
+    )
     patch_process = functools.partial(dispatch.patch_tool, record=PROCESS_MAIN, dispatch=True)
     patch_analyze = functools.partial(dispatch.patch_tool, record=ANALYZE_MAIN, dispatch=False)
     deferred.when_imported(PROCESS_MODULE, patch_process, _on_error(PROCESS_MAIN))
@@ -175,6 +180,7 @@ def _patch_config(module: ModuleType) -> None:
         ("build_base_parser", BUILD_PARSER, functools.partial(hooks.wrap_build_base_parser, extend_parser)),
         ("init_setup_from_cfg", INIT_SETUP, setup),
         ("display_config", DISPLAY_CONFIG, functools.partial(hooks.wrap_display_config, _config_table_log)),
+        ("load_custom_operators", LOAD_CUSTOM_OPS, hooks.wrap_load_custom_operators),
     ):
         record_install(record, wrap_function(module, name, make))
 

@@ -43,7 +43,7 @@ def check_shard_safe(recipe: dict) -> list[str]:
             hint="list the Mapper/Filter operators under process:",
         )
     _check_globals(recipe)
-    load_custom_operators(recipe.get("custom_operator_paths") or [])
+    dj_config_module.load_custom_operators(recipe.get("custom_operator_paths") or [])
 
     from data_juicer.ops import OPERATORS
 
@@ -164,16 +164,3 @@ def _check_globals(recipe: dict) -> None:
             where="op_fusion",
             hint="set op_fusion: false or turn adaptive batching off",
         )
-
-
-def load_custom_operators(paths: list[str]) -> None:
-    """Load custom operator files/packages with Data-Juicer's loader, skipping already loaded ones."""
-    try:
-        if todo := dj_config_module.unloaded_custom_operators(paths):
-            dj_config_module.call_dj_loader(todo)
-    except (RuntimeError, ValueError) as exc:
-        raise RecipeError(
-            f"cannot load custom operators: {exc}",
-            where="custom_operator_paths",
-            hint="fix the path or the module (it must register Mapper/Filter operators)",
-        ) from None

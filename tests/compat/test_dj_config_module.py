@@ -46,3 +46,48 @@ def test_a_missing_base_parser_is_named(monkeypatch):
         dj_config_module.base_parser()
     with pytest.raises(IntegrationError, match="build_base_parser"):
         dj_config_module.self_check()
+
+
+COUNTING = "import pathlib\nwith pathlib.Path({count!r}).open('a') as f:\n    f.write('x')\n"
+
+
+def _counting_op(tmp_path, name):
+    path = tmp_path / f"{name}.py"
+    path.write_text(COUNTING.format(count=str(tmp_path / f"{name}.count")))
+    return path, tmp_path / f"{name}.count"
+
+
+def test_each_custom_operator_path_is_loaded_once_per_process(tmp_path):
+    import uuid
+
+    from data_juicer.config import config
+
+    tag = uuid.uuid4().hex[:8]
+    first, first_count = _counting_op(tmp_path, f"dj_elastic_once_a_{tag}")
+    second, second_count = _counting_op(tmp_path, f"dj_elastic_once_b_{tag}")
+    dj_config_module.load_custom_operators([str(first)])
+    dj_config_module.load_custom_operators([str(first), str(second)])  # one loaded, one not
+    config.load_custom_operators([str(second), str(first)])  # Data-Juicer's own call goes through the same rule
+    assert first_count.read_text() == "x" and second_count.read_text() == "x"
+
+
+def test_a_broken_custom_operator_is_one_error_naming_the_file_and_line_every_time(tmp_path):
+    import uuid
+
+    import pytest
+
+    from data_juicer_elastic.errors import RecipeError
+
+    broken = tmp_path / f"dj_elastic_broken_{uuid.uuid4().hex[:8]}.py"
+    broken.write_text("import os\n\nimport dj_elastic_no_such_module\n")
+    errors = []
+    for _ in range(2):  # a failed load leaves nothing behind that a second try would take for loaded
+        with pytest.raises(RecipeError) as info:
+            dj_config_module.load_custom_operators([str(broken)])
+        errors.append(str(info.value))
+    assert errors[0] == errors[1]
+    assert info.value.where == f"{broken}:3"
+    assert "ModuleNotFoundError" in info.value.message and "custom_operator_paths" in info.value.hint
+    with pytest.raises(RecipeError) as missing:
+        dj_config_module.load_custom_operators([str(tmp_path / "no_such_ops.py")])
+    assert missing.value.where == str(tmp_path / "no_such_ops.py")

@@ -245,3 +245,57 @@ def test_a_refused_input_is_one_line_and_quiet_shows_no_configuration_table(tmp_
         assert "╒" in console and "Configuration table" in console
     else:
         assert "╒" not in console and len(console.splitlines()) <= 4, console
+
+
+CUSTOM_MAPPER = """
+from data_juicer.ops.base_op import OPERATORS, Mapper
+
+
+@OPERATORS.register_module("elastic_cli_test_upper_mapper")
+class UpperMapper(Mapper):
+    def process_single(self, sample):
+        sample["text"] = sample["text"].upper()
+        return sample
+"""
+
+
+def test_custom_operators_load_once_and_a_broken_one_is_the_same_error_from_every_command(
+    tmp_path, dataset, write_recipe
+):
+    """``dj-elastic prepare`` loads a recipe's custom operators (Data-Juicer's parse, the recipe check and the
+    code fingerprint each ask for them) once; a broken file is one line, exit 2, worded the same by
+    ``dj-process`` and ``dj-elastic prepare``, naming the file and line, and leaves no job directory."""
+    ops = tmp_path / "ops"
+    ops.mkdir()
+    (ops / "elastic_cli_test_ops.py").write_text(CUSTOM_MAPPER)
+    good = write_recipe(
+        **elastic_recipe(
+            dataset,
+            tmp_path,
+            custom_operator_paths=[str(ops / "elastic_cli_test_ops.py")],
+            process=[{"elastic_cli_test_upper_mapper": None}],
+        )
+    )
+    result = run([console_script("dj-elastic"), "prepare", "--config", str(good)], cwd=tmp_path)
+    assert result.returncode == 0, result.stderr[-3000:]
+    plan = json.loads((tmp_path / "job" / "plan.json").read_text())
+    assert "elastic_cli_test_upper_mapper" in json.dumps(plan)
+
+    broken = ops / "elastic_cli_test_broken.py"
+    broken.write_text(CUSTOM_MAPPER + "raise ValueError('half-written operator')\n")
+    line = len(CUSTOM_MAPPER.splitlines()) + 1
+    recipe = write_recipe(
+        "broken.yaml",
+        **elastic_recipe(dataset, tmp_path, custom_operator_paths=[str(broken)], elastic={"job_dir": "J2"}),
+    )
+    lines = {}
+    for prog, argv in [("dj-process", [DJ_PROCESS]), ("dj-elastic", [console_script("dj-elastic"), "prepare"])]:
+        result = run([*argv, "--config", str(recipe)], cwd=tmp_path)
+        assert result.returncode == 2, result.stderr[-3000:]
+        assert "Traceback" not in result.stderr
+        last = result.stderr.strip().splitlines()[-1]
+        lines[prog] = last.removeprefix("dj-process: error: RecipeError: ").removeprefix("error: ")
+        assert not (tmp_path / "J2").exists()
+    assert lines["dj-process"] == lines["dj-elastic"]
+    assert lines["dj-process"].startswith(f"{broken}:{line}: ")
+    assert "ValueError: half-written operator" in lines["dj-process"]

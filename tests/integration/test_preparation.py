@@ -87,3 +87,96 @@ def test_early_request_reads_the_input_fields_from_the_yaml_only(tmp_path, monke
     config.write_text("not: [valid")
     monkeypatch.delenv("DJ_PROCESS_NP")
     assert early_request(str(config), {}) is None
+
+
+ELASTIC = {"executor_type": "elastic_sharded", "dataset_path": "in.jsonl", "elastic": {"job_dir": "job"}}
+
+
+@pytest.fixture
+def plain_env(monkeypatch, tmp_path):
+    monkeypatch.chdir(tmp_path)
+    for key in [k for k in __import__("os").environ if k.startswith("DJ_PROCESS_")]:
+        monkeypatch.delenv(key)
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        None,  # no such file
+        b"executor_type: elastic_sharded\n\xff\xfe",  # not UTF-8
+        "a: [b",  # not YAML
+        "key: !include other.yaml",  # YAML this reader does not take
+        "- a list",
+        yaml.safe_dump({**ELASTIC, "executor_type": "ray"}),
+        yaml.safe_dump({**ELASTIC, "elastic": "job"}),
+        yaml.safe_dump({**ELASTIC, "elastic": {1: "job"}}),
+        yaml.safe_dump({k: v for k, v in ELASTIC.items() if k != "dataset_path"}),
+        yaml.safe_dump({**ELASTIC, "dataset_path": 5}),
+        yaml.safe_dump({**ELASTIC, "elastic": {"job_dir": "job", "num_shard": 2}}),
+        yaml.safe_dump({**ELASTIC, "elastic": {"job_dir": "job", "num_shards": "two"}}),
+        yaml.safe_dump({**ELASTIC, "process": 5}),
+        yaml.safe_dump({**ELASTIC, "process": [{"a_mapper": ["not", "a", "mapping"]}]}),
+        yaml.safe_dump({**ELASTIC, "process": [{"a_mapper": {"index_key": "i"}, "b_mapper": None}]}),
+        yaml.safe_dump({**ELASTIC, "process": [{"a_mapper": {"index_key": "i"}}, {"b_mapper": {"index_key": "j"}}]}),
+    ],
+)
+def test_early_request_leaves_what_it_cannot_read_to_the_parse(tmp_path, plain_env, text):
+    config = tmp_path / "r.yaml"
+    if isinstance(text, bytes):
+        config.write_bytes(text)
+    elif text is not None:
+        config.write_text(text)
+    assert early_request(str(config), {}) is None
+    assert early_request(str(tmp_path), {}) is None  # a directory
+
+
+@pytest.mark.parametrize("helper", ["preparation._request", "integration.recipe.index_key"])
+def test_early_request_raises_a_bug_instead_of_hiding_it(tmp_path, plain_env, monkeypatch, helper):
+    config = tmp_path / "r.yaml"
+    config.write_text(yaml.safe_dump(ELASTIC))
+    assert early_request(str(config), {}) is not None
+
+    def broken(*args, **kwargs):
+        raise TypeError("a bug")
+
+    monkeypatch.setattr(f"data_juicer_elastic.{helper}", broken)
+    with pytest.raises(TypeError, match="a bug"):
+        early_request(str(config), {})
+
+
+def _yaml_values():
+    from hypothesis import strategies as st
+
+    scalars = st.none() | st.booleans() | st.integers() | st.text("abcj_/ .:-", max_size=8)
+    return st.recursive(
+        scalars, lambda inner: st.lists(inner, max_size=3) | st.dictionaries(scalars, inner, max_size=3)
+    )
+
+
+def test_early_request_guesses_or_gives_up_on_any_recipe_shape(tmp_path_factory, plain_env):
+    """Whatever a YAML recipe holds at the keys the early read looks at, it returns a request or None."""
+    from hypothesis import given, settings
+    from hypothesis import strategies as st
+
+    values = _yaml_values()
+    path = st.text("abcj_/.-", min_size=1, max_size=8).filter(str.strip)
+    known = st.sampled_from(["num_shards", "shard_codec", "copy_shards", "nodes", "require_all_nodes", 1])
+    block = st.fixed_dictionaries({"job_dir": path | values}, optional={"num_shards": st.integers(1, 4) | values})
+    recipes = st.fixed_dictionaries(
+        {"executor_type": st.just("elastic_sharded")},
+        optional={
+            "dataset_path": path | values,
+            "elastic": block | values | st.dictionaries(known, values, max_size=3).map(lambda b: {"job_dir": "j", **b}),
+            "process": st.lists(st.dictionaries(st.text("abc_", min_size=1), values, max_size=2), max_size=3) | values,
+            "image_key": values,
+        },
+    )
+
+    @settings(max_examples=150, deadline=None)
+    @given(recipes)
+    def check(recipe):
+        config = tmp_path_factory.mktemp("early") / "r.yaml"
+        config.write_text(yaml.safe_dump(recipe))
+        early_request(str(config), {})
+
+    check()

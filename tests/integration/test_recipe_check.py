@@ -130,4 +130,4 @@ def test_custom_operators_are_resolved(tmp_path):
 def test_bad_custom_operator_path():
     with pytest.raises(RecipeError) as info:
         check_shard_safe(recipe(custom_operator_paths=["/no/such/ops.py"]))
-    assert info.value.where == "custom_operator_paths"
+    assert info.value.where == "/no/such/ops.py"
