@@ -46,8 +46,8 @@ from data_juicer_elastic.jobdir.result_records import AttemptRecord  # noqa: E40
 from data_juicer_elastic.jobdir.tasks import ShardOutput  # noqa: E402
 from data_juicer_elastic.jobdir.worker_loop import run_worker  # noqa: E402
 from data_juicer_elastic.jobdir.worker_settings import WorkerSettings  # noqa: E402
-from data_juicer_elastic.settings import ElasticSettings  # noqa: E402
 from data_juicer_elastic.rows.shard_source import iter_source_lines  # noqa: E402
+from data_juicer_elastic.settings import ElasticSettings  # noqa: E402
 from data_juicer_elastic.shards.merge import merge_job  # noqa: E402
 from data_juicer_elastic.shards.parts import publish_parts  # noqa: E402
 from data_juicer_elastic.shards.prepare import PrepareRequest, prepare_job  # noqa: E402
