@@ -439,7 +439,8 @@ def main(argv: list[str] | None = None) -> int:
             failed |= name.startswith("ours") and any(silent)
             rec = [r.recover_calls for r in results if r.recover_calls is not None]
             print(
-                f"| {scenario} | {name} | {rate:,.0f} | {rate / dj:.2f}x | {100 * s('wasted') / s('secs'):.1f} | "
+                f"| {scenario} | {name} | {rate:,.0f} | {f'{rate / dj:.2f}x' if dj else 'n/a'} | "
+                f"{100 * s('wasted') / s('secs'):.1f} | "
                 f"{s('ooms')} | {max(r.max_slice_ooms for r in results)} | {s('terminal')} | {s('skipped')} | "
                 f"{'/'.join(map(str, silent))} | {round(sum(rec) / len(rec)) if rec else ''} |"
             )

@@ -73,18 +73,20 @@ def parse_request(recipe: Path):
 
 
 def finish(job: Path) -> None:
-    """Accepted results for every shard without Ray (tests/rayfree.py: the real reader and writer)."""
+    """Accepted results for every shard without Ray (tests/rayfree.py: the real reader and writer).
+    `dj-elastic prepare` only plans the job: its shards are scanned here first, as a worker would."""
+    from data_juicer_elastic.jobdir.layout import JobLayout
+    from data_juicer_elastic.jobdir.scan_loop import scan_job
     from data_juicer_elastic.jobdir.worker_loop import run_worker
     from data_juicer_elastic.jobdir.worker_settings import WorkerSettings
+    from data_juicer_elastic.shards.scan import ShardScanner
     from data_juicer_elastic.sharedfs.identity import WorkerIdentity
     from tests.rayfree import rayfree_runner
 
-    run_worker(
-        job,
-        WorkerIdentity.current("bench"),
-        rayfree_runner(job),
-        WorkerSettings(ttl_secs=600, heartbeat_secs=60, max_retries=0, poll_interval_secs=1),
-    )
+    identity = WorkerIdentity.current("bench")
+    lease = {"ttl_secs": 600, "heartbeat_secs": 60, "max_retries": 0, "poll_interval_secs": 1}
+    scan_job(JobLayout(job), identity, ShardScanner(), **lease)
+    run_worker(job, identity, rayfree_runner(job), WorkerSettings(**lease))
 
 
 def remove_outputs(export: Path) -> None:

@@ -46,6 +46,7 @@ from data_juicer_elastic.jobdir.result_records import AttemptRecord  # noqa: E40
 from data_juicer_elastic.jobdir.tasks import ShardOutput  # noqa: E402
 from data_juicer_elastic.jobdir.worker_loop import run_worker  # noqa: E402
 from data_juicer_elastic.jobdir.worker_settings import WorkerSettings  # noqa: E402
+from data_juicer_elastic.rows.shard_source import iter_source_lines  # noqa: E402
 from data_juicer_elastic.settings import ElasticSettings  # noqa: E402
 from data_juicer_elastic.shards.merge import merge_job  # noqa: E402
 from data_juicer_elastic.shards.parts import publish_parts  # noqa: E402
@@ -66,10 +67,10 @@ def runner(seconds: float = 0.0):
         row_stats = task.attempt_dir / "row-stats.jsonl"
         recorder = ShardStatsRecorder(task.shard_id, task.attempt_id, task.attempt_dir)
         rows = 0
-        with open(task.shard_path, "rb") as src, open(out, "wb") as dst, open(row_stats, "wb") as stats:
-            for line in src:
-                dst.write(line)
-                row = {STATS: {"line_bytes": len(line)}}
+        with open(out, "wb") as dst, open(row_stats, "wb") as stats:
+            for line in iter_source_lines(task.source):
+                dst.write(line + b"\n")
+                row = {STATS: {"line_bytes": len(line) + 1}}
                 stats.write(json.dumps(row, separators=(",", ":")).encode() + b"\n")
                 recorder.observe(row)
                 rows += 1

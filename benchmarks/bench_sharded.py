@@ -39,12 +39,14 @@ sys.path.insert(0, str(REPO / "demos"))
 from generate_data import write_dataset  # noqa: E402
 
 _STAMP = r"^(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\.\d{3}) \|"
+# Lines of the instance's node log (job_dir/logs/<host>/*.log; the console shows fewer, without stamps).
 _PHASES = {
-    "prepared": re.compile(_STAMP + r".*jobdir\.prepare.* - prepared "),
+    "prepared": re.compile(_STAMP + r".*preparation.* - planned "),
     "ray_ready": re.compile(_STAMP + r".*Ray runtime ready"),
     "shard_done": re.compile(_STAMP + r".*shard_runner.* rows out in ([\d.]+)s"),
-    "merged": re.compile(_STAMP + r".*executor.* - merged \d+ rows"),
+    "merged": re.compile(_STAMP + r".*finalize.* - merged \d+ rows"),
 }
+_STARTED: dict[Path, float] = {}  # each command's log -> the wall clock when it was started
 
 PROCESS = [{"whitespace_normalization_mapper": None}, {"text_length_filter": {"min_len": 10, "max_len": 10000}}]
 
@@ -61,6 +63,7 @@ def _timed(cmd: list[str], log: Path, src: Path | None = None) -> float:
     if src is not None:  # the package (and the Data-Juicer plugin entry point) imported from src
         env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(src), os.environ.get("PYTHONPATH")]))}
     start = time.perf_counter()
+    _STARTED[log] = time.time()
     with open(log, "w") as out:
         proc = subprocess.run(cmd, stdout=out, stderr=subprocess.STDOUT, cwd=REPO, env=env)
     elapsed = time.perf_counter() - start
@@ -102,10 +105,9 @@ def run_cold_per_shard(work: Path, data: Path, shards: int) -> float:
     shard_recipe = _recipe(work / "cold-shard.yaml", executor_type="ray")
     start = time.perf_counter()
     _timed(["dj-elastic", "prepare", "--config", str(recipe)], work / "cold-prepare.log")
-    manifest = json.loads((job / "manifest.json").read_text())
+    shard_files = split_shards(job, work / "cold" / "shards")
     outputs = []
-    for shard in manifest["shards"]:
-        shard_id = shard["shard_id"]
+    for shard_id, shard_file in shard_files.items():
         out = work / "cold" / "out" / shard_id
         _timed(
             [
@@ -113,7 +115,7 @@ def run_cold_per_shard(work: Path, data: Path, shards: int) -> float:
                 "--config",
                 str(shard_recipe),
                 "--dataset_path",
-                str(job / "shards" / f"{shard_id}.jsonl"),
+                str(shard_file),
                 "--export_path",
                 str(out / "out.jsonl"),
             ],
@@ -128,8 +130,31 @@ def run_cold_per_shard(work: Path, data: Path, shards: int) -> float:
     return time.perf_counter() - start
 
 
-def elastic_phases(log: Path) -> dict[str, float]:
-    """Seconds per phase of one elastic run, from the timestamps in its log.
+def split_shards(job: Path, into: Path) -> dict[str, Path]:
+    """The planned job's shards as files (what a splitting prepare writes): scanned as a worker scans
+    them, then each shard's rows copied out, in order."""
+    from data_juicer_elastic.jobdir.layout import JobLayout
+    from data_juicer_elastic.jobdir.manifest import locate_shard
+    from data_juicer_elastic.jobdir.scan_loop import scan_job
+    from data_juicer_elastic.rows.shard_source import iter_source_lines
+    from data_juicer_elastic.shards.scan import ShardScanner
+    from data_juicer_elastic.sharedfs.identity import WorkerIdentity
+
+    layout = JobLayout(job)
+    lease = {"ttl_secs": 600, "heartbeat_secs": 60, "max_retries": 0, "poll_interval_secs": 1}
+    manifest = scan_job(layout, WorkerIdentity.current("bench"), ShardScanner(), **lease)
+    into.mkdir(parents=True, exist_ok=True)
+    files = {}
+    for entry in manifest.shards:
+        files[entry.shard_id] = into / f"{entry.shard_id}.jsonl"
+        with open(files[entry.shard_id], "wb") as out:
+            out.writelines(line + b"\n" for line in iter_source_lines(locate_shard(layout, manifest, entry)))
+    return files
+
+
+def elastic_phases(console_log: Path, job: Path) -> dict[str, float]:
+    """Seconds per phase of one elastic run: from the command's start to the timestamps in the node
+    log of its job directory.
 
     ``later_shards_mean``: claim to claim of shards 2..N; ``later_shards_dj_run_mean``: the
     part of it from RayExecutor's start to the canonical output (the runner's "rows out in").
@@ -138,8 +163,9 @@ def elastic_phases(log: Path) -> dict[str, float]:
 
     stamps: dict[str, list[datetime]] = {name: [] for name in _PHASES}
     in_run: list[float] = []
-    first = None
-    for line in log.read_text(encoding="utf-8", errors="replace").splitlines():
+    first = datetime.fromtimestamp(_STARTED[console_log]) if console_log in _STARTED else None
+    lines = [line for log in sorted(job.glob("logs/*/*.log")) for line in log.read_text(errors="replace").splitlines()]
+    for line in lines:
         head = re.match(_STAMP, line)
         if head is None:
             continue
@@ -169,7 +195,7 @@ def one_round(work: Path, data: Path, baseline: Path | None = None) -> dict[str,
     load = os.getloadavg()[0]
     results = {"plain_ray": run_plain(work, data)}
     results["elastic_8"] = run_elastic(work, data, 8)
-    phases = elastic_phases(work / "elastic-8.log")
+    phases = elastic_phases(work / "elastic-8.log", work / "elastic-8" / "job")
     if baseline is not None:
         results["elastic_8_baseline"] = run_elastic(work, data, 8, baseline)
         results["ratio_to_baseline"] = results["elastic_8"] / results["elastic_8_baseline"]

@@ -43,12 +43,15 @@ from data_juicer_elastic.execution.ray_runtime import WarmRayRuntime
 from data_juicer_elastic.execution.shard_runner import ShardRunner, shard_runtime_env
 from data_juicer_elastic.sharedfs.identity import WorkerIdentity
 from data_juicer_elastic.jobdir.layout import JobLayout
-from data_juicer_elastic.jobdir.manifest import load_manifest
+from data_juicer_elastic.jobdir.scan_loop import scan_job
 from data_juicer_elastic.jobdir.worker_loop import run_worker
 from data_juicer_elastic.jobdir.worker_settings import WorkerSettings
+from data_juicer_elastic.shards.scan import ShardScanner
 
 job, slots, cpus = Path(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3])
-manifest = load_manifest(job)
+# `dj-elastic prepare` plans the job; its shards are scanned first, as a worker does (the runners need the manifest)
+manifest = scan_job(JobLayout(job), WorkerIdentity.current("threads"), ShardScanner(), ttl_secs=60, heartbeat_secs=5,
+                    max_retries=0, poll_interval_secs=0.5)
 cache = JobLayout(job).cache_dir
 errors = []
 with WarmRayRuntime("local", cpus, runtime_env=shard_runtime_env(manifest.recipe, cache)):
