@@ -2,9 +2,11 @@
 
 Read from the shard's ``attempt.json`` records.  The attempt that holds a shard's claim is
 ``status``'s: its state (running or stale), heartbeat age and progress record come from the
-job view, so the report and ``dj-elastic status`` judge a running attempt alike.  Failure and
-heartbeat records are read only for an attempt that ended without recording its end (its
-worker died), to say how and when it ended.
+job view, so the report and ``dj-elastic status`` judge a running attempt alike.  For another
+attempt that has not recorded its end, the shard's lease is read: the job summary ``status``
+reads lags up to one round, so a shard claimed since shows pending there, and its attempt is
+running, not lost.  Failure and heartbeat records are read only for an attempt that ended
+without recording its end (its worker died), to say how and when it ended.
 """
 
 from __future__ import annotations
@@ -15,15 +17,16 @@ from pathlib import Path
 from typing import Any, Final
 
 from data_juicer_elastic.errors import JobDirError
-from data_juicer_elastic.jobdir import attempts
+from data_juicer_elastic.jobdir import attempts, leases
 from data_juicer_elastic.jobdir.failures import list_failures
+from data_juicer_elastic.jobdir.heartbeats import looks_stale
 from data_juicer_elastic.jobdir.layout import JobLayout
 from data_juicer_elastic.jobdir.lease_records import Heartbeat
-from data_juicer_elastic.jobdir.progress import ProgressRecord
+from data_juicer_elastic.jobdir.progress import ProgressRecord, read_attempt_progress
 from data_juicer_elastic.jobdir.reasons import AttemptExit, FailureReason
 from data_juicer_elastic.jobdir.records import ShardEntry
 from data_juicer_elastic.jobdir.result_records import AttemptRecord
-from data_juicer_elastic.jobdir.shard_state import ShardState
+from data_juicer_elastic.jobdir.shard_state import ShardState, is_held
 from data_juicer_elastic.sharedfs import fsio
 from data_juicer_elastic.status.snapshot_types import ShardStatus
 
@@ -112,9 +115,10 @@ def read_or_warn(cls, path: Path, warnings: Warnings):
 
 
 def shard_attempts(
-    layout: JobLayout, entry: ShardEntry, status: ShardStatus, attempted: bool, warnings: Warnings
+    layout: JobLayout, entry: ShardEntry, status: ShardStatus, attempted: bool, now: float, ttl, warnings: Warnings
 ) -> list[AttemptFact]:
-    """The attempts of one shard, oldest first; ``status`` is the shard as ``dj-elastic status`` read it."""
+    """The attempts of one shard, oldest first; ``status`` is the shard as ``dj-elastic status`` read it
+    (``now``, ``ttl``: the heartbeat age and the stale hint of an attempt claimed since the job summary)."""
     shard = entry.shard_id
     records: list[AttemptRecord] = []
     if attempted:
@@ -138,9 +142,19 @@ def shard_attempts(
             warnings.add(error)
         if result is not None:
             accepted, accepted_at = result.attempt_id, result.published_at
-    running = status.attempt_id if status.state in (ShardState.RUNNING, ShardState.STALE) else None
-    lost = any(r.ended_at is None and r.attempt_id not in (accepted, running) for r in records)
-    failed = {f.attempt_id: f for f in list_failures(layout, shard)} if lost else {}
+    live = status.state in (ShardState.RUNNING, ShardState.STALE)
+    running = (status.attempt_id, status.heartbeat_age_secs, status.state is ShardState.STALE, status.progress)
+    lost = any(
+        r.ended_at is None and r.attempt_id not in (accepted, status.attempt_id if live else None) for r in records
+    )
+    failed: dict = {}
+    if lost:
+        lease = leases.read_lease(layout, shard)
+        if not live and lease.claim is not None and is_held(lease):  # claimed since the summary's round
+            age = leases.heartbeat_age(layout, shard, lease.generation, now)
+            progress = read_attempt_progress(layout, shard, lease.claim.attempt_id)[0]
+            running, live = (lease.claim.attempt_id, age, looks_stale(age, ttl), progress), True
+        failed = {f.attempt_id: f for f in list_failures(layout, shard)}
     out = []
     for ordinal, record in enumerate(records, start=1):
         base = dict(
@@ -160,15 +174,15 @@ def shard_attempts(
             batching=record.batching,
             quarantined=record.quarantined,
         )
-        if record.ended_at is None and record.attempt_id == running:
-            out.append(_running(status, base))
+        if record.ended_at is None and live and record.attempt_id == running[0]:
+            out.append(_running(*running[1:], base))
         else:
             out.append(_ended(layout, record, accepted, accepted_at, failed, base))
     return out
 
 
-def _running(status: ShardStatus, base: dict[str, Any]) -> AttemptFact:
-    points, stage = _live_progress(status.progress)
+def _running(age: float | None, stale: bool, progress: ProgressRecord | None, base: dict[str, Any]) -> AttemptFact:
+    points, stage = _live_progress(progress)
     return AttemptFact(
         progress=points,
         stage=stage,
@@ -176,8 +190,8 @@ def _running(status: ShardStatus, base: dict[str, Any]) -> AttemptFact:
         end_estimated=False,
         outcome=AttemptOutcome.RUNNING,
         detail="running",
-        heartbeat_age_secs=status.heartbeat_age_secs,
-        stale=status.state is ShardState.STALE,
+        heartbeat_age_secs=age,
+        stale=stale,
         **base,
     )
 

@@ -427,3 +427,25 @@ def test_the_live_line_counts_done_and_failed_shards_from_the_summary_without_a_
     refresh()
     assert display.done == on_disk | {manifest.shards[12].shard_id, mine}
     assert display.numbers()["shards_done"] == 7 and display.grace >= 2 * keeper.interval_secs
+
+
+def test_the_report_shows_an_attempt_claimed_since_the_summary_as_running(tmp_path, clock):
+    """`status` reads the live claims from the summary (a claim made since shows pending until the
+    next round); the report then reads the shard's lease, so the new attempt is running, not lost."""
+    from data_juicer_elastic.jobdir import attempts
+    from data_juicer_elastic.jobdir.shard_state import ShardState
+    from data_juicer_elastic.report import gather
+    from data_juicer_elastic.report.attempt_facts import AttemptOutcome
+    from data_juicer_elastic.status.job_view import read_view
+
+    job, layout, manifest, _ = _job(tmp_path, 2)
+    _keeper(layout, manifest, clock).tick()
+    peer = identity("late", pid=51_000, hostname="host-late", boot_id="boot-late")
+    shard = manifest.shards[1].shard_id
+    claim = leases.publish_claim(layout, leases.read_lease(layout, shard), peer, "late-1", TakeoverReason.FIRST)
+    attempts.open_attempt(layout, claim, peer)
+    leases.write_heartbeat(layout, claim, 1)
+    status = read_view(job).snapshot
+    assert status.from_summary and status.shards[1].state is ShardState.PENDING
+    attempt = next(a for a in gather(job).attempts if a.attempt_id == "late-1")
+    assert attempt.outcome is AttemptOutcome.RUNNING and not attempt.stale and attempt.heartbeat_age_secs < 60
