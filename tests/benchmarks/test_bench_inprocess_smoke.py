@@ -26,6 +26,7 @@ def table_rows(stdout: str, first: str) -> list[list[str]]:
     return [[c.strip() for c in line.strip("|").split("|")] for line in stdout.splitlines() if line.startswith(first)]
 
 
+@pytest.mark.extended  # 4-7 s: in the extended tier, to keep the default suite within its time
 def test_adaptive_batching_prints_every_controller_of_each_scenario_and_no_silent_loss():
     result = bench("adaptive_batching.py", "--rows", "500", "--seeds", "1", "--scenarios", "stationary", "poison")
     assert result.returncode == 0, result.stderr[-3000:]
@@ -89,6 +90,7 @@ def test_bench_status_times_every_status_form():
         assert f"`dj-elastic {form}`:" in result.stdout
 
 
+@pytest.mark.extended  # 4-7 s: in the extended tier, to keep the default suite within its time
 def test_gpu_simulate_every_contender_keeps_the_rows():
     result = bench("gpu/simulate.py", "--rows", "200")
     assert result.returncode == 0, result.stderr[-3000:]
@@ -97,6 +99,7 @@ def test_gpu_simulate_every_contender_keeps_the_rows():
     assert all(rows[name][11] == "0/0/0/0" for name in rows if name.startswith("ours")), rows
 
 
+@pytest.mark.extended  # 4-7 s: in the extended tier, to keep the default suite within its time
 def test_gpu_adaptive_smoke_refuses_clearly_without_cuda():
     torch = pytest.importorskip("torch")
     if torch.cuda.is_available():
