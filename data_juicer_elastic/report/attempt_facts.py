@@ -14,7 +14,7 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Final
+from typing import Any, Final, NamedTuple
 
 from data_juicer_elastic.errors import JobDirError
 from data_juicer_elastic.jobdir import attempts, leases
@@ -142,19 +142,20 @@ def shard_attempts(
             warnings.add(error)
         if result is not None:
             accepted, accepted_at = result.attempt_id, result.published_at
-    live = status.state in (ShardState.RUNNING, ShardState.STALE)
-    running = (status.attempt_id, status.heartbeat_age_secs, status.state is ShardState.STALE, status.progress)
-    lost = any(
-        r.ended_at is None and r.attempt_id not in (accepted, status.attempt_id if live else None) for r in records
-    )
-    failed: dict = {}
-    if lost:
+    running = None  # the attempt holding the claim: status's, else (summary lag) the lease's
+    if status.state in (ShardState.RUNNING, ShardState.STALE):
+        stale = status.state is ShardState.STALE
+        running = _Holder(status.attempt_id, status.heartbeat_age_secs, stale, status.progress)
+    held = running.attempt_id if running is not None else None
+    if any(r.ended_at is None and r.attempt_id not in (accepted, held) for r in records):
         lease = leases.read_lease(layout, shard)
-        if not live and lease.claim is not None and is_held(lease):  # claimed since the summary's round
+        if running is None and lease.claim is not None and is_held(lease):  # claimed since the summary's round
             age = leases.heartbeat_age(layout, shard, lease.generation, now)
             progress = read_attempt_progress(layout, shard, lease.claim.attempt_id)[0]
-            running, live = (lease.claim.attempt_id, age, looks_stale(age, ttl), progress), True
+            running = _Holder(lease.claim.attempt_id, age, looks_stale(age, ttl), progress)
         failed = {f.attempt_id: f for f in list_failures(layout, shard)}
+    else:
+        failed = {}
     out = []
     for ordinal, record in enumerate(records, start=1):
         base = dict(
@@ -174,15 +175,24 @@ def shard_attempts(
             batching=record.batching,
             quarantined=record.quarantined,
         )
-        if record.ended_at is None and live and record.attempt_id == running[0]:
-            out.append(_running(*running[1:], base))
+        if record.ended_at is None and running is not None and record.attempt_id == running.attempt_id:
+            out.append(_running(running, base))
         else:
             out.append(_ended(layout, record, accepted, accepted_at, failed, base))
     return out
 
 
-def _running(age: float | None, stale: bool, progress: ProgressRecord | None, base: dict[str, Any]) -> AttemptFact:
-    points, stage = _live_progress(progress)
+class _Holder(NamedTuple):
+    """The running attempt of a shard, as judged (by status, or from the lease)."""
+
+    attempt_id: str | None
+    heartbeat_age_secs: float | None
+    stale: bool
+    progress: ProgressRecord | None
+
+
+def _running(holder: _Holder, base: dict[str, Any]) -> AttemptFact:
+    points, stage = _live_progress(holder.progress)
     return AttemptFact(
         progress=points,
         stage=stage,
@@ -190,8 +200,8 @@ def _running(age: float | None, stale: bool, progress: ProgressRecord | None, ba
         end_estimated=False,
         outcome=AttemptOutcome.RUNNING,
         detail="running",
-        heartbeat_age_secs=age,
-        stale=stale,
+        heartbeat_age_secs=holder.heartbeat_age_secs,
+        stale=holder.stale,
         **base,
     )
 
