@@ -87,7 +87,7 @@ def gather(job_dir: str | Path, now: float | None = None) -> JobFacts:
     warnings = Warnings()
     ttl = manifest.settings.get("lease_ttl_secs")
     # as `dj-elastic status` reads it: from the job summary where there is one (no read per done shard)
-    view = read_view(layout.root, ttl_secs=float(ttl) if ttl else None, now=now)
+    view = read_view(layout.root, ttl_secs=float(ttl) if ttl else None, now=now, manifest=manifest)
     attempted = set(fsio.list_names(layout.attempts_dir))
     all_attempts: list[AttemptFact] = []
     for entry, status in zip(manifest.shards, view.snapshot.shards, strict=True):

@@ -41,7 +41,7 @@ from data_juicer_elastic.jobdir.job_summary import JobSummary, read_summary
 from data_juicer_elastic.jobdir.layout import LOG_FILE, JobLayout, validate_attempt_id
 from data_juicer_elastic.jobdir.manifest import load_manifest
 from data_juicer_elastic.jobdir.pace import PaceRecord, read_paces
-from data_juicer_elastic.jobdir.records import FORMAT_PREFIX, VERSION
+from data_juicer_elastic.jobdir.records import FORMAT_PREFIX, VERSION, Manifest
 from data_juicer_elastic.jobdir.result_records import AttemptRecord
 from data_juicer_elastic.jobdir.shard_state import (
     Markers,
@@ -94,6 +94,7 @@ def snapshot(
     use_summary: bool = True,
     paces: list[PaceRecord] | None = None,
     now: float | None = None,
+    manifest: Manifest | None = None,
 ) -> JobSnapshot:
     """Per-shard state of ``job_dir``.
 
@@ -103,10 +104,11 @@ def snapshot(
     STALE.  mtimes come from the server through caches and clocks drift, so this hint
     is for display only; workers never act on it.  ``exact``, ``use_summary``: see the module doc;
     ``paces``: the pace records, when the caller read them already (a summary's node tallies);
-    ``now``: the reader's wall clock the heartbeats' ages count to (default: now).
+    ``now``: the reader's wall clock the heartbeats' ages count to (default: now); ``manifest``: the
+    job's, when the caller loaded it already (a 10,000-shard manifest takes about 0.3 s to load).
     """
     layout = JobLayout(Path(os.path.abspath(job_dir)))
-    manifest = load_manifest(layout.root)
+    manifest = load_manifest(layout.root) if manifest is None else manifest
     summary = read_summary(layout, manifest) if not exact and use_summary else None
     now = time.time() if now is None else now
     reader = _Reader(layout, manifest, WorkerIdentity.current(), ttl_secs, observer, exact, summary, now)

@@ -26,7 +26,7 @@ from data_juicer_elastic.jobdir.heartbeats import StalenessObserver
 from data_juicer_elastic.jobdir.layout import JobLayout
 from data_juicer_elastic.jobdir.manifest import load_job, load_plan
 from data_juicer_elastic.jobdir.pace import read_paces
-from data_juicer_elastic.jobdir.records import FORMAT_PREFIX, VERSION
+from data_juicer_elastic.jobdir.records import FORMAT_PREFIX, VERSION, Manifest
 from data_juicer_elastic.sharedfs import fsio
 from data_juicer_elastic.sharedfs.identity import attempt_started_at
 from data_juicer_elastic.status.job_status import snapshot, snapshot_json
@@ -53,12 +53,15 @@ def read_view(
     ttl_secs: float | None = None,
     observer: StalenessObserver | None = None,
     now: float | None = None,
+    manifest: Manifest | None = None,
 ) -> JobView:
     """The job as ``dj-elastic status`` shows it (``use_summary=False``: ``--all``, every record;
-    ``now``: the wall clock heartbeat ages count to)."""
+    ``now``: the wall clock heartbeat ages count to; ``manifest``: the job's, if loaded already)."""
     layout = JobLayout(Path(os.path.abspath(job_dir)))
     paces = read_paces(layout)
-    snap = snapshot(layout.root, ttl_secs, observer, exact=False, use_summary=use_summary, paces=paces, now=now)
+    snap = snapshot(
+        layout.root, ttl_secs, observer, exact=False, use_summary=use_summary, paces=paces, now=now, manifest=manifest
+    )
     starts = (t for s in snap.shards if (t := attempt_started_at(s.attempt_id)) is not None)
     planned = snap.scan.planned_at if snap.scan is not None else None
     found = runs(layout.root)
