@@ -3,13 +3,12 @@
 ``snapshot_types`` (the snapshot's data: ``ShardStatus``, ``JobSnapshot``), ``job_status``
 (reads the job directory into a snapshot, states decided by ``jobdir.shard_state``),
 ``throughput`` (rates, ETA, per-node numbers, stragglers from one snapshot), ``status_text``
-(the human-readable table), ``summary_mode`` (what a status reads besides the job summary,
-when there is one), ``run_status`` (the coordination records of each run), ``scan_phase`` (how
+(the human-readable table), ``run_status`` (the coordination records of each run), ``scan_phase`` (how
 far the scans of a planned job are, how fast they read), ``job_times`` (when the latest run
 was submitted, had its first shard running, its last shard done and ended: the one set of
 times the closing summary, ``status`` and the report show), ``job_view`` (the job read once
 into one view, and the ``status`` command rendered from it: text, ``--json``, ``--watch``).
-Imports run one way: ``scan_phase`` <- ``snapshot_types`` <- ``summary_mode`` / ``throughput``
+Imports run one way: ``scan_phase`` <- ``snapshot_types`` <- ``throughput``
 <- ``status_text`` / ``job_status`` / ``job_times`` / ``run_status`` <- ``job_view``.  Reads
 only; no Ray, no Data-Juicer imports.
 """
@@ -23,6 +22,5 @@ __all__ = [
     "scan_phase",
     "snapshot_types",
     "status_text",
-    "summary_mode",
     "throughput",
 ]

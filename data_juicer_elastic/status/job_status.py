@@ -1,28 +1,10 @@
-"""A read-only snapshot of a job for humans, ``status --json`` and the executor.
+"""A read-only snapshot of a job (per-shard states) for ``status``, the report and the executor.
 
-Nothing here writes to the job directory, so status is safe to run anywhere, any
-time.  Takeover decisions are never made from a snapshot.
-
-Two ways to find each shard's state (``exact``):
-
-* ``exact=True`` (library callers that act on the result: finalize, settle) opens
-  every shard's done / failed / lease records by name, as the leases design asks
-  (directory listings are cached on NFS for up to a minute).
-* ``exact=False`` (``dj-elastic status``), when the job has a summary
-  (``jobdir.job_summary``) and ``use_summary``: the summary, one listing each of
-  ``done/``, ``failed/`` and ``failures/``, the records of the summary's live
-  claims and of the failed shards, the pace records (``status/summary_mode.py``):
-  O(live claims + workers) operations, none per done shard, whose details are
-  then None.
-* ``exact=False`` without a summary (or ``use_summary=False``: ``status --all``)
-  lists ``done/``, ``failed/``, ``claims/`` and ``failures/`` once and reads only
-  what the listings say exists: a never-claimed shard costs no file operation, a
-  done one one read.  A listing up to a minute old can show a just-finished shard
-  as running: fine for a display, and 10,000 shards cost a few thousand reads
-  instead of ~100,000.
-
-Throughput, ETA, per-node rates and stragglers are computed from the snapshot in
-``status/throughput.py``; the JSON schema is documented in ``docs/status.md``.
+Nothing here writes, and no takeover is decided from a snapshot.  ``exact=True`` (finalize,
+settle: callers that act on it) opens every shard's records by name (NFS listings may be a minute
+old); ``exact=False`` (``dj-elastic status``) reads the job summary, or without one lists the job's
+directories once and reads only what they name.  What each way reads and leaves None:
+``docs/status.md``, "What it reads".
 """
 
 from __future__ import annotations
@@ -30,6 +12,7 @@ from __future__ import annotations
 import json
 import os
 import time
+from collections import defaultdict
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -37,7 +20,7 @@ from typing import Any
 from data_juicer_elastic.errors import JobDirError
 from data_juicer_elastic.jobdir import attempts, failures, leases, progress
 from data_juicer_elastic.jobdir.heartbeats import StalenessObserver, looks_stale
-from data_juicer_elastic.jobdir.job_summary import JobSummary, read_summary
+from data_juicer_elastic.jobdir.job_summary import JobSummary, LiveClaim, read_summary
 from data_juicer_elastic.jobdir.layout import LOG_FILE, JobLayout, validate_attempt_id
 from data_juicer_elastic.jobdir.manifest import load_manifest
 from data_juicer_elastic.jobdir.pace import PaceRecord, read_paces
@@ -54,8 +37,14 @@ from data_juicer_elastic.jobdir.shard_state import (
 from data_juicer_elastic.sharedfs import fsio
 from data_juicer_elastic.sharedfs.identity import WorkerIdentity
 from data_juicer_elastic.status.scan_phase import scanned_phase, shard_names
-from data_juicer_elastic.status.snapshot_types import FROM_SUMMARY, JobSnapshot, JsonDict, ShardStatus, SummaryNote
-from data_juicer_elastic.status.summary_mode import node_tallies, vouched_stale
+from data_juicer_elastic.status.snapshot_types import (
+    FROM_SUMMARY,
+    JobSnapshot,
+    JsonDict,
+    NodeTally,
+    ShardStatus,
+    SummaryNote,
+)
 from data_juicer_elastic.status.throughput import Summary, summarize
 
 
@@ -311,3 +300,27 @@ def _read_quietly(path: Path) -> bytes | None:
         return fsio.read_record(path)
     except (OSError, JobDirError):
         return None  # read_done reads it again by itself and reports the error
+
+
+def node_tallies(paces: list[PaceRecord]) -> list[NodeTally]:
+    """Accepted results, input and output rows, and quarantined rows per node, summed over its
+    worker processes' pace records (a missing or corrupt record counts nothing)."""
+    by_node: dict[str, list[PaceRecord]] = defaultdict(list)
+    for record in paces:
+        by_node[record.node_id].append(record)
+    return [
+        NodeTally(
+            node,
+            sum(r.done for r in found),
+            sum(r.rows_out for r in found),
+            sum(r.rows_in for r in found),
+            sum(r.quarantined for r in found),
+        )
+        for node, found in sorted(by_node.items())
+    ]
+
+
+def vouched_stale(claim: LiveClaim | None, view: leases.LeaseView) -> bool:
+    """The summary's writer saw this very heartbeat value unchanged for a TTL (or its holder's pid
+    gone on the writer's host), and it is still the value now: the rule a taker follows."""
+    return claim is not None and claim.stale and claim.generation == view.generation and claim.token == view.token_text

@@ -1,19 +1,9 @@
 """When a job's run was submitted, had its first shard running, its last shard done, and ended:
-the one set of times the console, ``status`` and the report show.
+the one set of times the console, ``status`` and the report show (``docs/status.md``, ``times``).
 
-* **submitted**: the run's record (``coordination/<run>/run.json``, ``created_at``: its first
-  instance joined); for a job run without one (``dj-elastic prepare`` then ``worker``), the
-  plan's creation.
-* **first shard running** and **last shard done**: the earliest first claim and the latest
-  accepted result over the worker processes of this run, from their pace records
-  (``jobdir.pace``: one listing and one small read per process, never one per shard).  A record
-  last written before the submission belongs to an earlier run and is left out.  Without pace
-  records (``job_summary: false``) the caller may pass the attempts' start times it read.
-* **finalized**: the run's outcome (``outcome.json``, ``decided_at``: finalized or aborted).
-
-The wall time is submitted to finalized, or "so far" while the run goes on; the time a shell
-spent before ``dj-process`` started, or the interpreter's imports, are not in it.  All are the
-wall clocks of the nodes that wrote them: display only, nothing is decided from them.
+Read from the run's record, the worker processes' pace records (one listing and one small read
+per process, never one per shard) and the run's outcome.  All are the wall clocks of the nodes
+that wrote them: display only, nothing is decided from them.
 """
 
 from __future__ import annotations

@@ -1,19 +1,9 @@
 """Rates, ETA, per-node throughput, stragglers and failures from one status snapshot.
 
-Pure functions of a :class:`~data_juicer_elastic.status.snapshot_types.JobSnapshot`: no
-file is read here.  What each number means (also in ``docs/status.md``):
-
-* an attempt's **rate** is ``rows_read / elapsed_secs`` of its progress record:
-  both from the writer (its monotonic clock), so no two clocks are mixed;
-* **rows/s** of the job (and of a node) is the sum of the rates of its running
-  attempts: the throughput now, not a lifetime average;
-* **ETA** is the rows not yet read (excluding terminally failed shards, which
-  need ``dj-elastic retry``) divided by that rate;
-* a **straggler** is a running attempt whose rate is below ``STRAGGLER_RATIO``
-  times the median rate of the running attempts (judged once at least
-  ``MIN_PEERS`` have run ``MIN_ELAPSED_SECS``), or whose heartbeat file is older
-  than ``LATE_BEATS`` heartbeat intervals by its mtime (a display hint: mtimes
-  come through NFS caches; workers never act on it).
+Pure functions of a snapshot: no file is read here.  An attempt's rate is ``rows_read /
+elapsed_secs`` of its progress record (both by the writer's monotonic clock, so no two clocks are
+mixed); the job's rows/s is the sum over running attempts (the throughput now, not a lifetime
+average).  Each number's definition: ``docs/status.md``, the ``--json`` schema.
 """
 
 from __future__ import annotations
