@@ -1,14 +1,7 @@
 """Read a job directory into the facts a report shows.  Read-only: it never writes to the job.
 
-What is read: the job as ``dj-elastic status`` reads it (``status.job_view``: shard
-states, running attempts with their heartbeat ages and progress, the job's times, its runs),
-one listing of ``attempts/`` and per attempted shard one listing plus one ``attempt.json``
-per attempt.  Failure and heartbeat records are read only for shards with an attempt whose
-worker died before recording its end, and size traces only for attempts whose
-``attempt.json`` says they used adaptive batching (or that are still running).
-
-Clocks: start and end times are each worker's wall clock.  They are only
-informational (never compared for correctness), and the report says so.
+Shard states, times and runs are read as ``dj-elastic status`` reads them (``status.job_view``);
+the attempts and size traces here.  Which records each part reads: ``docs/report.md``.
 """
 
 from __future__ import annotations
