@@ -189,19 +189,9 @@ def _batching(facts: JobFacts) -> list[str]:
     rows = []
     for attempt in sorted(used, key=lambda a: (-int(a.batching.get("ooms") or 0), a.shard_index))[:MAX_TABLE_ROWS]:
         for stage, info in sorted((attempt.batching.get("stages") or {}).items()):
+            counts = (info.get(key) for key in ("ooms", "retries", "first_rows", "final_rows", "min_rows", "max_rows"))
             rows.append(
-                (
-                    attempt.shard_id,
-                    attempt.ordinal,
-                    stage,
-                    info.get("ooms"),
-                    info.get("retries"),
-                    info.get("first_rows"),
-                    info.get("final_rows"),
-                    info.get("min_rows"),
-                    info.get("max_rows"),
-                    ", ".join(info.get("seeded_from") or []) or "-",
-                )
+                (attempt.shard_id, attempt.ordinal, stage, *counts, ", ".join(info.get("seeded_from") or []) or "-")
             )
     headers = ("shard", "attempt", "stage", "OOMs", "retries", "first rows", "final rows", "min", "max", "seeded from")
     out.append(_table(headers, rows, {1, 3, 4, 5, 6, 7, 8}, "batching"))
@@ -242,20 +232,8 @@ def _nodes(facts: JobFacts) -> list[str]:
     for node in sorted(summaries, key=lambda n: n.rows_per_sec or 0.0)[:MAX_TABLE_ROWS]:
         rate = node.rows_per_sec
         versus = f"{rate / median:.2f}x" if rate and median else "-"
-        rows.append(
-            (
-                node.node_id,
-                node.attempts,
-                node.done,
-                node.failed,
-                node.lost,
-                node.running,
-                node.rows_done,
-                s.fmt_duration(node.busy_secs),
-                f"{rate:,.1f}" if rate else "-",
-                versus,
-            )
-        )
+        counts = (node.attempts, node.done, node.failed, node.lost, node.running, node.rows_done)
+        rows.append((node.node_id, *counts, s.fmt_duration(node.busy_secs), f"{rate:,.1f}" if rate else "-", versus))
     headers = (
         "node",
         "attempts",
