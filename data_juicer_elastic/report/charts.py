@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Sequence
+from itertools import cycle
 from typing import Final
 
 from data_juicer_elastic.report import palette, series
@@ -19,6 +20,8 @@ MAX_POINTS: Final = 3000  # scatter points; beyond, accepted attempts are sample
 KEEP_SLOWEST: Final = 100
 MAX_TRACE_LINES: Final = 12  # size traces per stage chart
 MAX_STAGE_CHARTS: Final = 6
+RIGHT: Final = s.CHART_WIDTH - s.CHART_RIGHT  # the plot area's right edge
+LEGEND_WIDTH: Final = RIGHT - LEFT
 
 
 def _frame(label: str, height: float = HEIGHT) -> tuple[list[str], float]:
@@ -31,21 +34,25 @@ def _polyline(points: Sequence[tuple[float, float]], colour: str, width: float, 
     return f'<polyline points="{coords}" fill="none" stroke="{colour}" stroke-width="{width}"{extra}/>'
 
 
+def _time_axis(xs: s.Scale, win: series.Window, bottom: float) -> list[str]:
+    return s.x_axis(xs, [win.t0 + t for t in s.time_ticks(win.span)], bottom, TOP, lambda t: s.fmt_elapsed(t - win.t0))
+
+
 def throughput_svg(attempts: Sequence[AttemptFact], win: series.Window) -> str:
     data = series.throughput(attempts, win)
     out, bottom = _frame("throughput over time")
     peak = max(data.total, default=0.0) or 1.0
-    xs = s.Scale(win.t0, win.t1, LEFT, s.CHART_WIDTH - s.CHART_RIGHT)
+    xs = s.Scale(win.t0, win.t1, LEFT, RIGHT)
     ys = s.Scale(0, peak * 1.1, bottom, TOP)
-    out += s.x_axis(xs, [win.t0 + t for t in s.time_ticks(win.span)], bottom, TOP, lambda t: s.fmt_elapsed(t - win.t0))
-    out += s.y_axis(ys, s.value_ticks(0, peak * 1.1), LEFT, s.CHART_WIDTH - s.CHART_RIGHT, s.fmt_count, "input rows/s")
+    out += _time_axis(xs, win, bottom)
+    out += s.y_axis(ys, s.value_ticks(0, peak * 1.1), LEFT, RIGHT, s.fmt_count, "input rows/s")
     centres = [(a + b) / 2 for a, b in zip(data.edges, data.edges[1:], strict=False)]
     total = [(xs(t), ys(v)) for t, v in zip(centres, data.total, strict=True)]
     area = [(xs(win.t0), ys(0)), *total, (xs(win.t1), ys(0))]
     out.append(_polyline(area, "none", 0, ' fill="#0072b2" fill-opacity="0.12" class="area"'))
     legend_items = [("#0072b2", "all nodes")]
     if len(data.by_node) > 1:
-        for (node, values), colour in zip(data.by_node.items(), _cycle(palette.SERIES[1:]), strict=False):
+        for (node, values), colour in zip(data.by_node.items(), cycle(palette.SERIES[1:]), strict=False):
             out.append(_polyline([(xs(t), ys(v)) for t, v in zip(centres, values, strict=True)], colour, 1))
             legend_items.append((colour, node))
     out.append(_polyline(total, "#0072b2", 2, ' class="series-total"'))
@@ -59,26 +66,19 @@ def throughput_svg(attempts: Sequence[AttemptFact], win: series.Window) -> str:
             f'<rect x="{s.num(xs(t) - width / 2)}" y="{TOP}" width="{s.num(width)}" height="{s.num(bottom - TOP)}" '
             f'fill="transparent">{s.title(tip)}</rect>'
         )
-    legend, _ = s.legend(legend_items, LEFT, 14, s.CHART_WIDTH - LEFT - s.CHART_RIGHT)
+    legend, _ = s.legend(legend_items, LEFT, 14, LEGEND_WIDTH)
     out += legend
     out.append("</svg>")
     return "".join(out)
 
 
-def _cycle(colours: Sequence[str]):
-    while True:
-        yield from colours
-
-
 def progress_svg(attempts: Sequence[AttemptFact], win: series.Window, total_rows: int) -> str:
     points = series.cumulative_done(attempts)
     out, bottom = _frame("input rows done over time", 200)
-    xs = s.Scale(win.t0, win.t1, LEFT, s.CHART_WIDTH - s.CHART_RIGHT)
+    xs = s.Scale(win.t0, win.t1, LEFT, RIGHT)
     ys = s.Scale(0, 100, bottom, TOP)
-    out += s.x_axis(xs, [win.t0 + t for t in s.time_ticks(win.span)], bottom, TOP, lambda t: s.fmt_elapsed(t - win.t0))
-    out += s.y_axis(
-        ys, [0, 25, 50, 75, 100], LEFT, s.CHART_WIDTH - s.CHART_RIGHT, lambda v: f"{v:.0f}%", "% of input rows"
-    )
+    out += _time_axis(xs, win, bottom)
+    out += s.y_axis(ys, [0, 25, 50, 75, 100], LEFT, RIGHT, lambda v: f"{v:.0f}%", "% of input rows")
     steps = [(xs(win.t0), ys(0))]
     for when, done in points:
         pct = 100.0 * done / total_rows if total_rows else 0.0
@@ -110,18 +110,11 @@ def scatter_svg(attempts: Sequence[AttemptFact], t0: float) -> tuple[str, str]:
     pad = max(1.0, (max(sizes) - min(sizes)) * 0.05)
     min_x, max_x = max(0.0, min(sizes) - pad), max(sizes) + pad
     max_y = max((a.ended_at - a.started_at for a in shown), default=1.0) * 1.1 or 1.0
-    xs = s.Scale(min_x, max_x, LEFT, s.CHART_WIDTH - s.CHART_RIGHT)
+    xs = s.Scale(min_x, max_x, LEFT, RIGHT)
     ys = s.Scale(0, max_y, bottom, TOP)
     ticks, fmt = s.bytes_ticks(min_x, max_x)
     out += s.x_axis(xs, ticks, bottom, TOP, fmt, "shard input size")
-    out += s.y_axis(
-        ys,
-        s.value_ticks(0, max_y),
-        LEFT,
-        s.CHART_WIDTH - s.CHART_RIGHT,
-        lambda v: s.fmt_duration(v),
-        "attempt duration",
-    )
+    out += s.y_axis(ys, s.value_ticks(0, max_y), LEFT, RIGHT, s.fmt_duration, "attempt duration")
     for attempt in shown:
         duration = attempt.ended_at - attempt.started_at
         out.append(
@@ -129,7 +122,7 @@ def scatter_svg(attempts: Sequence[AttemptFact], t0: float) -> tuple[str, str]:
             f'fill="{palette.colour(attempt)}" fill-opacity="0.75">'
             f"{s.title(attempt_hover_text(attempt, t0, t0))}</circle>"
         )
-    legend, _ = s.legend(palette.legend_items()[:-1], LEFT, 14, s.CHART_WIDTH - LEFT - s.CHART_RIGHT)
+    legend, _ = s.legend(palette.legend_items()[:-1], LEFT, 14, LEGEND_WIDTH)
     out += legend
     out.append("</svg>")
     note = "Every ended attempt: x is its shard's input size, y how long the attempt ran."
@@ -158,19 +151,13 @@ def _trace_chart(stage: str, traces: Sequence[TraceFact], total: int) -> str:
     out, bottom = _frame(f"adaptive batching size trace of {stage}", 240)
     longest = max(len(t.events) for t in traces)
     peak = max(e[1] for t in traces for e in t.events) * 1.1 or 1.0
-    xs = s.Scale(0, max(1, longest - 1), LEFT, s.CHART_WIDTH - s.CHART_RIGHT)
+    xs = s.Scale(0, max(1, longest - 1), LEFT, RIGHT)
     ys = s.Scale(0, peak, bottom, TOP)
-    out += s.x_axis(
-        xs,
-        s.value_ticks(0, max(1, longest - 1), 10),
-        bottom,
-        TOP,
-        lambda v: f"{v:.0f}",
-        "call (most recent calls of each process)",
-    )
-    out += s.y_axis(ys, s.value_ticks(0, peak), LEFT, s.CHART_WIDTH - s.CHART_RIGHT, s.fmt_count, "rows per call")
+    calls = s.value_ticks(0, max(1, longest - 1), 10)
+    out += s.x_axis(xs, calls, bottom, TOP, lambda v: f"{v:.0f}", "call (most recent calls of each process)")
+    out += s.y_axis(ys, s.value_ticks(0, peak), LEFT, RIGHT, s.fmt_count, "rows per call")
     legend_items = []
-    for trace, colour in zip(traces, _cycle(palette.SERIES), strict=False):
+    for trace, colour in zip(traces, cycle(palette.SERIES), strict=False):
         points = [(xs(i), ys(e[1])) for i, e in enumerate(trace.events)]
         out.append(_polyline(points, colour, 1.5, ' class="trace"'))
         for i, (outcome, rows, cost, budget) in enumerate(trace.events):
@@ -186,15 +173,9 @@ def _trace_chart(stage: str, traces: Sequence[TraceFact], total: int) -> str:
             else:
                 out.append(f'<circle cx="{s.num(x)}" cy="{s.num(y)}" r="2.5" fill="{colour}">{s.title(tip)}</circle>')
         legend_items.append((colour, f"{trace.shard_id[5:10]} pid {trace.pid}"))
-    legend, _ = s.legend(
-        [*legend_items, ("#e53935", "x = out of memory")], LEFT, 14, s.CHART_WIDTH - LEFT - s.CHART_RIGHT
-    )
+    legend, _ = s.legend([*legend_items, ("#e53935", "x = out of memory")], LEFT, 14, LEGEND_WIDTH)
     out += legend
     if total > len(traces):
-        out.append(
-            s.text(
-                s.CHART_WIDTH - s.CHART_RIGHT, bottom + 30, f"{len(traces)} of {total} traces (most OOMs first)", "end"
-            )
-        )
+        out.append(s.text(RIGHT, bottom + 30, f"{len(traces)} of {total} traces (most OOMs first)", "end"))
     out.append("</svg>")
     return "".join(out)
