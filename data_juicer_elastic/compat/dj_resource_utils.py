@@ -1,10 +1,7 @@
-"""py-data-juicer 1.6.1: ``data_juicer.utils.resource_utils.check_and_initialize_ray`` (a module
-global its resource probes, ``cpu_count`` in ``init_configs``, call when ``RAY_JOB=1``), kept off
-while a recipe is parsed.
-
-Why.  Those probes then call ``ray.init(cfg.ray_address)``, which attaches to any runtime found on
-the node; a worker parsing a shard recipe must not.  Only the CPU count changes (it clamps
-``np``), which never reaches a Ray operator's arguments.
+"""py-data-juicer 1.6.1: ``data_juicer.utils.resource_utils.check_and_initialize_ray``, kept off while
+a recipe is parsed: with ``RAY_JOB=1`` the resource probes (``cpu_count`` in ``init_configs``) call
+``ray.init(cfg.ray_address)``, attaching to any runtime on the node, which a worker parsing a shard
+recipe must not.  Only the CPU count changes (it clamps ``np``, never a Ray operator's arguments).
 """
 
 from __future__ import annotations
