@@ -1,15 +1,6 @@
-"""ElasticShardedExecutor: what ``dj-process`` runs for ``executor_type: elastic_sharded``.
-
-The same command is started on every node; every instance of one submission resolves the same
-run id (``coordination.run_id``), then: one elected instance prepares, the others wait for it
-(``coordination.elections``); every instance claims and runs shards with one warm node-local Ray
-runtime per slot (:func:`run_local_worker`; extra slots are child processes,
-``coordination.slots``); each waits until every shard is done or one failed terminally
-(``coordination.settle``); one elected instance verifies and merges (``finalize``); every
-instance reports the run's one outcome (exit 0, or 2 with the same message).
-
-``job_run.JobRun`` holds one instance's run, its phases in the order ``coordination.flow``
-runs them.  This module loads Data-Juicer (its executor base class) and owns the node's worker.
+"""ElasticShardedExecutor: what ``dj-process`` runs for ``executor_type: elastic_sharded`` (one
+instance's run: ``job_run.JobRun``, docs/architecture.md and docs/multinode.md), and the node's
+worker (:func:`run_local_worker`).  This module loads Data-Juicer (its executor base class).
 """
 
 from __future__ import annotations
