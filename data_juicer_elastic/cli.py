@@ -92,6 +92,7 @@ def _cmd_report(args: argparse.Namespace) -> int:
 def _cmd_run(args: argparse.Namespace) -> int:
     from data_juicer_elastic.executor import ElasticShardedExecutor
     from data_juicer_elastic.integration.config_block import require_elastic
+    from data_juicer_elastic.integration.dispatch import print_run_summary
     from data_juicer_elastic.integration.driver_files import driving
 
     with driving():  # Data-Juicer's work dir goes under the job directory, as under dj-process
@@ -101,11 +102,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
     result = executor.run()
     if result is None:
         print("reached max_shards; the other instances finish the run")
-    else:
-        from data_juicer_elastic.console.summary import print_summary
-        from data_juicer_elastic.integration.dispatch import node_log_dir
-
-        print_summary(executor.settings.job_dir, result, log_path=node_log_dir(executor.settings.job_dir))
+    print_run_summary(executor, result)
     return EXIT_OK
 
 
