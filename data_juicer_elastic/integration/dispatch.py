@@ -81,9 +81,7 @@ def warn_ignored_block(cfg: Any, argv: Sequence[str]) -> None:
     Data-Juicer's own executor runs it and the block does nothing, which nothing else says.
     Not when the command line or the environment chose the executor (a deliberate comparison)."""
     given = given_block(cfg)
-    chosen = os.environ.get("DJ_PROCESS_EXECUTOR_TYPE") or any(
-        arg == "--executor_type" or arg.startswith("--executor_type=") for arg in argv
-    )
+    chosen = os.environ.get("DJ_PROCESS_EXECUTOR_TYPE") or _option_values(argv, "--executor_type")
     if not given or chosen:
         return
     from loguru import logger
@@ -151,15 +149,9 @@ def driving_elastic() -> bool:
 def requests_elastic(argv: Sequence[str], *, load: Callable[[str], Any] | None = None) -> bool:
     """Cheap look at argv, env and the --config file for executor_type elastic_sharded (where a
     patch is missing the parser may reject the choice before the plugin could explain why)."""
-    if os.environ.get("DJ_PROCESS_EXECUTOR_TYPE") == EXECUTOR_TYPE:
+    if EXECUTOR_TYPE in (os.environ.get("DJ_PROCESS_EXECUTOR_TYPE"), *_option_values(argv, "--executor_type")):
         return True
-    argv = list(argv)
-    for i, arg in enumerate(argv):
-        if arg == f"--executor_type={EXECUTOR_TYPE}" or (
-            arg == "--executor_type" and i + 1 < len(argv) and argv[i + 1] == EXECUTOR_TYPE
-        ):
-            return True
-    for path in _config_files(argv):
+    for path in _option_values(argv, "--config"):
         data = (load or _recipe)(path)
         if isinstance(data, dict) and data.get("executor_type") == EXECUTOR_TYPE:
             return True
@@ -169,7 +161,7 @@ def requests_elastic(argv: Sequence[str], *, load: Callable[[str], Any] | None =
 def recipe_places(argv: Sequence[str], *, load: Callable[[str], Any] | None = None) -> Places:
     """The job directory and the export location named by the ``--config`` file (for a storage
     error raised before Data-Juicer's parse returned a cfg); () when unsure."""
-    for path in _config_files(argv):
+    for path in _option_values(argv, "--config"):
         data = (load or _recipe)(path)
         block = data.get("elastic") if isinstance(data, dict) else None
         if isinstance(block, dict) and block.get("job_dir") and data.get("export_path"):
@@ -177,13 +169,13 @@ def recipe_places(argv: Sequence[str], *, load: Callable[[str], Any] | None = No
     return ()
 
 
-def _config_files(argv: Sequence[str]) -> list[str]:
-    """The paths given as ``--config X`` or ``--config=X``, in order."""
+def _option_values(argv: Sequence[str], option: str) -> list[str]:
+    """The values given as ``<option> X`` or ``<option>=X``, in order."""
     argv = list(argv)
     return [
-        argv[i + 1] if arg == "--config" else arg.partition("=")[2]
+        argv[i + 1] if arg == option else arg.partition("=")[2]
         for i, arg in enumerate(argv)
-        if (arg == "--config" and i + 1 < len(argv)) or arg.startswith("--config=")
+        if (arg == option and i + 1 < len(argv)) or arg.startswith(f"{option}=")
     ]
 
 
