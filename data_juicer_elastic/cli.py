@@ -1,8 +1,5 @@
-"""``dj-elastic``: the lower-level steps of an elastic sharded job.
-
-Each subcommand is a thin wrapper over a library function.  Exit codes: 0 success, 1 ``status``
-found the job incomplete, 2 an error or a terminal shard failure; an expected failure prints one
-line (what, where, what to do), never a traceback.  The parser is argparse, and neither Ray nor
+"""``dj-elastic``: the lower-level steps of an elastic sharded job, each a thin wrapper over a library
+function (exit codes and messages: docs/failure-semantics.md).  argparse, and neither Ray nor
 Data-Juicer is imported unless the subcommand needs it: ``--help`` and ``status`` stay fast.
 """
 
