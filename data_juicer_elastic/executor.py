@@ -13,8 +13,8 @@ from typing import Any
 
 from loguru import logger
 
-from data_juicer_elastic import DATA_JUICER_REQUIREMENT
 from data_juicer_elastic.cli_options import WORKER_OPTIONS, setting_args
+from data_juicer_elastic.compat import dj_moved
 from data_juicer_elastic.console import JobDisplay
 from data_juicer_elastic.coordination.slots import CUDA_ENV, SlotPool, slot_argv, slot_cpus, slot_devices, slot_env
 from data_juicer_elastic.coordination.stragglers import ClaimGate
@@ -35,13 +35,7 @@ from data_juicer_elastic.sharedfs.identity import WorkerIdentity
 try:  # Data-Juicer's base class (exported by data_juicer.core.executor), so ExecutorFactory users get a real executor
     from data_juicer.core.executor import ExecutorBase
 except ImportError as exc:  # pragma: no cover - only when Data-Juicer moved it
-    from data_juicer_elastic.errors import IntegrationError
-
-    raise IntegrationError(
-        "data_juicer.core.executor.ExecutorBase is missing",
-        where="py-data-juicer",
-        hint=f"install {DATA_JUICER_REQUIREMENT}",
-    ) from exc
+    raise dj_moved("data_juicer.core.executor.ExecutorBase is missing") from exc
 
 
 def run_local_worker(

@@ -11,8 +11,7 @@ import threading
 from collections.abc import Iterator
 from typing import Any, Final
 
-from data_juicer_elastic.compat import dj_moved
-from data_juicer_elastic.errors import IntegrationError
+from data_juicer_elastic.compat import dj_moved, import_target
 
 MODULE: Final = "data_juicer.utils.resource_utils"
 TARGET: Final = f"{MODULE}.check_and_initialize_ray"
@@ -20,10 +19,7 @@ _NO_RAY_LOCK = threading.Lock()
 
 
 def _resource_utils() -> Any:
-    try:
-        from data_juicer.utils import resource_utils
-    except ImportError as exc:  # pragma: no cover - Data-Juicer moved it
-        raise IntegrationError(f"{MODULE} is missing", where="py-data-juicer") from exc
+    resource_utils = import_target(MODULE, where=TARGET)
     if getattr(resource_utils, "check_and_initialize_ray", None) is None:
         raise dj_moved(f"{TARGET} is missing")
     return resource_utils
