@@ -1,10 +1,6 @@
-"""Refuse recipes that cannot be run shard by shard.
-
-Each shard runs the recipe on a contiguous slice of the input, so only
-per-sample operators are safe: Mappers and Filters (custom ones included).
-Deduplicators, Selectors, Groupers, Aggregators and Pipelines see the whole
-dataset (or a group of rows) at once and would give a different answer per
-shard; a ``stats_export_path`` would be written by every shard at once.
+"""Refuse recipes that cannot be run shard by shard (README.md, "What a recipe may contain"): each
+shard runs the recipe on a contiguous slice of the input, so only per-sample Mappers and Filters
+are safe, and a ``stats_export_path`` would be written by every shard at once.
 """
 
 from __future__ import annotations
