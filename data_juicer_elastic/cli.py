@@ -1,8 +1,5 @@
-"""``dj-elastic``: the lower-level steps of an elastic sharded job.
-
-Each subcommand is a thin wrapper over a library function.  Exit codes: 0 success, 1 ``status``
-found the job incomplete, 2 an error or a terminal shard failure; an expected failure prints one
-line (what, where, what to do), never a traceback.  The parser is argparse, and neither Ray nor
+"""``dj-elastic``: the lower-level steps of an elastic sharded job, each a thin wrapper over a library
+function (exit codes and messages: docs/failure-semantics.md).  argparse, and neither Ray nor
 Data-Juicer is imported unless the subcommand needs it: ``--help`` and ``status`` stay fast.
 """
 
@@ -92,6 +89,7 @@ def _cmd_report(args: argparse.Namespace) -> int:
 def _cmd_run(args: argparse.Namespace) -> int:
     from data_juicer_elastic.executor import ElasticShardedExecutor
     from data_juicer_elastic.integration.config_block import require_elastic
+    from data_juicer_elastic.integration.dispatch import print_run_summary
     from data_juicer_elastic.integration.driver_files import driving
 
     with driving():  # Data-Juicer's work dir goes under the job directory, as under dj-process
@@ -101,11 +99,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
     result = executor.run()
     if result is None:
         print("reached max_shards; the other instances finish the run")
-    else:
-        from data_juicer_elastic.console.summary import print_summary
-        from data_juicer_elastic.integration.dispatch import node_log_dir
-
-        print_summary(executor.settings.job_dir, result, log_path=node_log_dir(executor.settings.job_dir))
+    print_run_summary(executor, result)
     return EXIT_OK
 
 

@@ -1,10 +1,6 @@
-"""The ``dj-elastic`` options that set ``elastic.*`` values, generated from :class:`ElasticSettings`.
-
-Each option is its field's: ``--<field-name>`` (or the flag a command names), the field's type
-(an optional type takes its inner one; a ``Literal`` becomes choices; a switch that is on by
-default gets ``--no-x`` too) and its docstring as help, unless the command words its own.  An
-option left out is None, so "not given" is never confused with a value: :func:`given_settings`
-collects the given ones; :func:`setting_args` goes the other way (a slot's ``dj-elastic worker``).
+"""The ``dj-elastic`` options that set ``elastic.*`` values, generated from :class:`ElasticSettings`
+(docs/architecture.md, "settings and the command line").  An option left out is None, so "not
+given" is never confused with a value.
 """
 
 from __future__ import annotations

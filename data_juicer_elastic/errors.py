@@ -1,9 +1,6 @@
-"""One error hierarchy for the plugin.
-
-Every error a user can cause carries *what* went wrong, *where* (a path,
-file:line, shard id or operator) and *what to do next*.  The CLI and the
-``dj-process`` hook turn any :class:`ElasticError` into one readable line and
-exit code 2; they never print a traceback for an expected failure.
+"""One error hierarchy for the plugin: every error a user can cause says *what* went wrong, *where*
+(a path, file:line, shard id or operator) and *what to do next*; the CLI and the ``dj-process`` hook
+print an :class:`ElasticError` as one line with exit code 2, never a traceback.
 """
 
 from __future__ import annotations

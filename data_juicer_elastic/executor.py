@@ -1,15 +1,6 @@
-"""ElasticShardedExecutor: what ``dj-process`` runs for ``executor_type: elastic_sharded``.
-
-The same command is started on every node; every instance of one submission resolves the same
-run id (``coordination.run_id``), then: one elected instance prepares, the others wait for it
-(``coordination.elections``); every instance claims and runs shards with one warm node-local Ray
-runtime per slot (:func:`run_local_worker`; extra slots are child processes,
-``coordination.slots``); each waits until every shard is done or one failed terminally
-(``coordination.settle``); one elected instance verifies and merges (``finalize``); every
-instance reports the run's one outcome (exit 0, or 2 with the same message).
-
-``job_run.JobRun`` holds one instance's run, its phases in the order ``coordination.flow``
-runs them.  This module loads Data-Juicer (its executor base class) and owns the node's worker.
+"""ElasticShardedExecutor: what ``dj-process`` runs for ``executor_type: elastic_sharded`` (one
+instance's run: ``job_run.JobRun``, docs/architecture.md and docs/multinode.md), and the node's
+worker (:func:`run_local_worker`).  This module loads Data-Juicer (its executor base class).
 """
 
 from __future__ import annotations
@@ -22,8 +13,8 @@ from typing import Any
 
 from loguru import logger
 
-from data_juicer_elastic import DATA_JUICER_REQUIREMENT
 from data_juicer_elastic.cli_options import WORKER_OPTIONS, setting_args
+from data_juicer_elastic.compat import dj_moved
 from data_juicer_elastic.console import JobDisplay
 from data_juicer_elastic.coordination.slots import CUDA_ENV, SlotPool, slot_argv, slot_cpus, slot_devices, slot_env
 from data_juicer_elastic.coordination.stragglers import ClaimGate
@@ -44,13 +35,7 @@ from data_juicer_elastic.sharedfs.identity import WorkerIdentity
 try:  # Data-Juicer's base class (exported by data_juicer.core.executor), so ExecutorFactory users get a real executor
     from data_juicer.core.executor import ExecutorBase
 except ImportError as exc:  # pragma: no cover - only when Data-Juicer moved it
-    from data_juicer_elastic.errors import IntegrationError
-
-    raise IntegrationError(
-        "data_juicer.core.executor.ExecutorBase is missing",
-        where="py-data-juicer",
-        hint=f"install {DATA_JUICER_REQUIREMENT}",
-    ) from exc
+    raise dj_moved("data_juicer.core.executor.ExecutorBase is missing") from exc
 
 
 def run_local_worker(

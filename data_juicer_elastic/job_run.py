@@ -1,9 +1,6 @@
-"""One instance's run of an elastic job (what ``dj-process`` runs), one method per phase.
-
-:class:`JobRun` holds what every phase of one instance shares (cfg, settings, layout, run id,
-identity, coordinator, strict-mode policy); ``coordination.flow.run_coordinated`` calls its phase
-methods in order, with the elections.  Importing this module loads neither Data-Juicer nor Ray:
-the fault driver (``tests/faults/driver.py``) subclasses :class:`JobRun` with a fake shard runner.
+"""One instance's run of an elastic job, one method per phase (docs/architecture.md, "One instance's
+run").  Importing this module loads neither Data-Juicer nor Ray: the fault driver
+(``tests/faults/driver.py``) subclasses :class:`JobRun` with a fake shard runner.
 """
 
 from __future__ import annotations

@@ -1,8 +1,6 @@
 """Prepare a job from a parsed Data-Juicer cfg: the shard recipe, its checks, the request, the split.
-
-Its own module, apart from ``executor`` (which subclasses Data-Juicer's executor base,
-whose import pulls in Data-Juicer's core and Ray): ``dj-elastic prepare`` needs only the
-recipe parse.
+Apart from ``executor`` (whose import pulls in Data-Juicer's core and Ray): ``dj-elastic prepare``
+needs only the recipe parse.
 """
 
 from __future__ import annotations

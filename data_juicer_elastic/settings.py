@@ -1,10 +1,7 @@
-"""The typed ``elastic:`` block of a recipe, and its validation.
-
-The same dataclass backs the recipe block (added to Data-Juicer's parser by
-``integration.config_block``), the ``dj-elastic`` options (``cli_options``) and the
-values stored in a job's manifest, so a setting has one name, one help text
-(:func:`field_help`) and one validity rule (:func:`check_values`, which code taking
-some of the values as plain arguments, ``jobdir.worker_settings``, applies too).
+"""The typed ``elastic:`` block of a recipe, and its validation: one dataclass behind the recipe block,
+the ``dj-elastic`` options and the manifest's settings, so a setting has one name, one help text
+(:func:`field_help`) and one validity rule (:func:`check_values`; docs/architecture.md, "settings
+and the command line").
 """
 
 from __future__ import annotations

@@ -1,18 +1,15 @@
-"""Uses of Data-Juicer's and Ray's private internals (and of the few other libraries' and
-Python's we rely on), one module per target.
-
-Each module names what it reaches into (``MODULE`` / ``TARGET``), checks that it still looks
-as expected (``self_check()``, run by ``dj-elastic doctor``), and fails with one
-IntegrationError naming the target when an upgrade moved it.  Nothing else in the package
-touches an underscore name of Data-Juicer, Ray, ddsketch or jsonargparse, or assigns an
-attribute of their modules or classes.  Importing this package imports neither Ray nor
-Data-Juicer: :func:`self_checks` imports each module only when it runs.
+"""Uses of Data-Juicer's and Ray's private internals (and of loguru's, jsonargparse's, ddsketch's
+and importlib's), one module per target: each names it (``MODULE`` / ``TARGET``), checks it
+(``self_check()``, run by ``dj-elastic doctor``) and fails with one IntegrationError naming it when
+an upgrade moved it (docs/architecture.md, "compat").  Importing this package imports neither Ray
+nor Data-Juicer: :func:`self_checks` imports each module only when it runs.
 """
 
 from __future__ import annotations
 
 import functools
 import importlib
+import inspect
 from collections.abc import Callable
 from typing import Any, Final
 
@@ -30,6 +27,7 @@ __all__ = [
     "is_installed",
     "ray_moved",
     "self_checks",
+    "target_function",
     "wrap_function",
 ]
 
@@ -105,3 +103,19 @@ def import_target(module_name: str, *, where: str = "py-data-juicer") -> object:
     except ImportError as exc:
         moved = ray_moved if module_name.split(".")[0] == "ray" else dj_moved
         raise moved(f"cannot import {module_name}: {exc}", where=where) from exc
+
+
+def target_function(module_name: str, name: str, *, parameters: tuple[str, ...] = (), why: str = "") -> Any:
+    """``module_name.name`` as the engine defines it (the original, not a wrapper the plugin put in
+    its place), once it is callable and its parameters start with ``parameters``; else the moved
+    error naming it (``why``: what its absence breaks)."""
+    target = f"{module_name}.{name}"
+    found = getattr(import_target(module_name, where=target), name, None)
+    found = getattr(found, ORIGINAL, found)
+    moved = ray_moved if module_name.split(".")[0] == "ray" else dj_moved
+    if not callable(found):
+        raise moved(f"{target} is missing{why}", where=target)
+    taken = tuple(inspect.signature(found).parameters)
+    if taken[: len(parameters)] != parameters:
+        raise moved(f"{target} no longer takes ({', '.join(parameters)}): {taken}", where=target)
+    return found

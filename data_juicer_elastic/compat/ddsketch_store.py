@@ -1,10 +1,7 @@
-"""ddsketch 3.x: the bins of a ``ddsketch.store.DenseStore`` (``bins``, ``offset``, ``min_key``,
-``max_key``, ``count``: ``bins[key - offset]`` is the count of ``key``), read to encode a sketch as
-JSON, and ``LogarithmicMapping.gamma`` / ``min_possible``, which ``stats.sketch`` computes keys with.
-
-Why.  ``stats.sketch`` stores a column's quantile sketch in the shard summaries as plain JSON
-(first key and the run of counts) so that any process can merge it; ddsketch's own encoding is
-protobuf.  Decoding uses the public ``add``.
+"""ddsketch 3.x: the bins of a ``ddsketch.store.DenseStore`` (``bins[key - offset]`` is the count of
+``key``; ``min_key``, ``max_key``, ``count``) and ``LogarithmicMapping.gamma`` / ``min_possible``:
+``stats.sketch`` stores a column's sketch as plain JSON (first key, run of counts) that any process
+can merge; ddsketch's own encoding is protobuf.  Decoding uses the public ``add``.
 """
 
 from __future__ import annotations

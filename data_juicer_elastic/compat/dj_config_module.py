@@ -1,17 +1,13 @@
-"""py-data-juicer 1.6.1: ``data_juicer.config.config``, the functions wrapped to accept
-``executor_type: elastic_sharded`` and the ones called to re-base a parsed config.
+"""py-data-juicer 1.6.1: ``data_juicer.config.config``, where a parsed config can be accepted, checked
+and kept before its setup mutates it (Data-Juicer has no executor plugin interface;
+``integration.patches`` decides what each hook does).
 
-Targets there: ``build_base_parser``, ``init_setup_from_cfg`` (for an elastic cfg run without
-``RAY_JOB``, whose CPU-count probe would start Ray in the driver, and with the module global
-``setup_logger`` replaced) and ``display_config`` (it prints on stdout), wrapped;
-``resolve_job_id`` / ``resolve_job_directories`` and ``global_cfg``, to re-base a shard config;
-``load_custom_operators``, wrapped (its parse's call goes through the plugin's loader, so each
-path loads once per process and a broken one is one error, whichever command parses) and called
-(to import), and the ``sys.modules`` entries it makes (named after each file or folder, marked
-``__loaded_from__``).
-
-Why.  Data-Juicer has no executor plugin interface: these are where a parsed config can be
-accepted, checked and kept before its setup mutates it (``integration.patches``).
+Wrapped: ``build_base_parser``, ``init_setup_from_cfg`` (an elastic cfg runs without ``RAY_JOB``,
+whose CPU-count probe would start Ray in the driver, and with ``setup_logger`` replaced),
+``display_config`` (it prints on stdout) and ``load_custom_operators`` (through the plugin's loader:
+each path once per process, a broken one is one error, docs/failure-semantics.md row 34).  Called:
+``resolve_job_id`` / ``resolve_job_directories`` and ``global_cfg`` to re-base a shard config, and
+the loader itself, with the ``sys.modules`` entries it makes (named after each file or folder).
 """
 
 from __future__ import annotations
@@ -26,7 +22,7 @@ import traceback
 from collections.abc import Callable
 from typing import Any, Final
 
-from data_juicer_elastic.compat import ORIGINAL, dj_moved, import_target
+from data_juicer_elastic.compat import dj_moved, import_target, target_function
 from data_juicer_elastic.errors import RecipeError
 
 MODULE: Final = "data_juicer.config.config"
@@ -118,20 +114,15 @@ def wrap_display_config(log_only: Callable[[Any], Callable[[str], None] | None],
 def base_parser() -> Any:
     """The parser Data-Juicer's ``init_configs`` parses with (the plugin's options included)."""
     build = getattr(import_target(MODULE, where=f"{MODULE}.build_base_parser"), "build_base_parser", None)
-    if not callable(build):
+    if not callable(build):  # the wrapped one, not target_function's original: the plugin's options count
         raise dj_moved(f"{MODULE}.build_base_parser is missing", where=f"{MODULE}.build_base_parser")
     return build()
 
 
 def resolve_attempt(cfg: Any) -> Any:
     """Data-Juicer's own job id and directory resolution of a cfg, as ``init_setup_from_cfg`` does it."""
-    from data_juicer.config import config as dj_config
-
-    resolve_job_id = getattr(dj_config, "resolve_job_id", None)
-    resolve_dirs = getattr(dj_config, "resolve_job_directories", None)
-    if not callable(resolve_job_id) or not callable(resolve_dirs):
-        raise dj_moved(f"{MODULE}.resolve_job_id / resolve_job_directories are missing")
-    return resolve_dirs(resolve_job_id(cfg))
+    resolve_job_id = target_function(MODULE, "resolve_job_id")
+    return target_function(MODULE, "resolve_job_directories")(resolve_job_id(cfg))
 
 
 def set_global_cfg(cfg: Any) -> None:
@@ -148,10 +139,7 @@ def load_custom_operators(paths: list[str]) -> None:
     parse calls it too (:func:`wrap_load_custom_operators`).  A path that fails to load is
     RecipeError naming it (``file:line`` where its code raised) and leaves nothing behind, so a
     second try fails the same way."""
-    loader = getattr(import_target(MODULE, where=f"{MODULE}.load_custom_operators"), "load_custom_operators", None)
-    loader = getattr(loader, ORIGINAL, loader)  # Data-Juicer's own, not this one installed in its place
-    if not callable(loader):
-        raise dj_moved(f"{MODULE}.load_custom_operators is missing", where=f"{MODULE}.load_custom_operators")
+    loader = target_function(MODULE, "load_custom_operators")  # Data-Juicer's own, not the one installed over it
     for path in dict.fromkeys(os.path.abspath(each) for each in paths):
         if _loaded(path):
             continue

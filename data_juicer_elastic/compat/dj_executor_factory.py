@@ -1,8 +1,6 @@
 """py-data-juicer 1.6.1: ``data_juicer.core.executor.factory.ExecutorFactory.create_executor`` (a
-static or class method taking the executor type first), wrapped to build the elastic executor.
-
-Why.  Code that asks Data-Juicer's factory for an executor by type (``dj-analyze``, user scripts)
-must get ``ElasticShardedExecutor`` for ``elastic_sharded``; the factory is a fixed ``if/elif``.
+static or class method taking the executor type first), wrapped so that it builds the elastic
+executor for ``elastic_sharded`` (docs/architecture.md, "How does dj-process reach our executor?").
 """
 
 from __future__ import annotations

@@ -1,11 +1,7 @@
 """py-data-juicer 1.6.1: ``data_juicer.format.formatter.find_files_with_suffix``, the listing its
-``LocalFormatter`` reads a dataset directory in (the default executor's local loader), wrapped so
-that a parts export is read in the order of its parts.
-
-Why.  It lists in the filesystem's own order (``Path.rglob``; hash order on ext4), which the
-dataset keeps, so a parts export would come out shuffled by part.  The replacement uses
-``reorder(path, found)`` when that gives an order (only for a directory holding a parts index);
-every other listing stays exactly as Data-Juicer makes it.
+``LocalFormatter`` (the default executor's local loader) reads a dataset directory in, wrapped so
+that a parts export is read in the order of its parts (docs/output-layouts.md): it lists in the
+filesystem's order (hash order on ext4).  Every other listing stays exactly as Data-Juicer makes it.
 """
 
 from __future__ import annotations
@@ -15,7 +11,7 @@ from collections.abc import Callable
 from types import ModuleType
 from typing import Any, Final
 
-from data_juicer_elastic.compat import ORIGINAL, dj_moved, import_target, wrap_function
+from data_juicer_elastic.compat import dj_moved, import_target, target_function, wrap_function
 
 MODULE: Final = "data_juicer.format.formatter"
 TARGET: Final = f"{MODULE}.find_files_with_suffix"
@@ -39,14 +35,10 @@ def install(formatter: ModuleType, reorder: Callable[[Any, Listing], Listing | N
 
 
 def self_check() -> str:
-    formatter = import_target(MODULE, where=TARGET)
-    function = getattr(formatter, "find_files_with_suffix", None)
-    original = getattr(function, ORIGINAL, function)
-    local = getattr(formatter, "LocalFormatter", None)
-    if not callable(original) or local is None:
-        raise dj_moved(f"{TARGET} or {MODULE}.LocalFormatter is missing", where=TARGET)
-    if list(inspect.signature(original).parameters)[:2] != ["path", "suffixes"]:
-        raise dj_moved(f"{TARGET} no longer takes (path, suffixes)", where=TARGET)
+    target_function(MODULE, "find_files_with_suffix", parameters=("path", "suffixes"))
+    local = getattr(import_target(MODULE, where=TARGET), "LocalFormatter", None)
+    if local is None:
+        raise dj_moved(f"{MODULE}.LocalFormatter is missing", where=TARGET)
     if "find_files_with_suffix(" not in inspect.getsource(local.__init__):
         raise dj_moved(f"{MODULE}.LocalFormatter.__init__ no longer lists files with {TARGET}", where=TARGET)
     return f"{TARGET} found, called by LocalFormatter.__init__"

@@ -1,11 +1,10 @@
 """py-data-juicer 1.6.1: ``data_juicer.ops.base_op.free_models`` (and the ``MODEL_ZOO`` dict of its
 module), wrapped to keep Data-Juicer from installing torch when nothing needs it.
 
-Why.  Every Mapper and Filter the default executor runs ends with ``free_models()``, whose
-``torch.cuda.empty_cache()`` goes through Data-Juicer's ``LazyLoader``: without torch, that access
-makes it ``pip install torch`` (several GB, one INFO line as the only sign), even for a
-text-length filter.  Without torch no model holds accelerator memory, so the replacement only
-clears the model cache, as the original does; with torch installed, the original runs.
+Every Mapper and Filter the default executor runs ends with ``free_models()``, whose
+``torch.cuda.empty_cache()`` goes through Data-Juicer's ``LazyLoader``: without torch, that makes
+it ``pip install torch`` (several GB), even for a text-length filter.  Without torch no model holds
+accelerator memory, so the replacement only clears the model cache; with torch, the original runs.
 """
 
 from __future__ import annotations
@@ -16,7 +15,7 @@ import sys
 from types import ModuleType
 from typing import Final
 
-from data_juicer_elastic.compat import ALREADY, APPLIED, ORIGINAL, dj_moved, import_target, wrap_function
+from data_juicer_elastic.compat import ALREADY, APPLIED, dj_moved, target_function, wrap_function
 
 MODULE: Final = "data_juicer.ops.base_op"
 TARGET: Final = f"{MODULE}.free_models"
@@ -46,10 +45,7 @@ def install(base_op: ModuleType) -> bool:
 
 
 def self_check() -> str:
-    base_op = import_target(MODULE, where=TARGET)
-    function = getattr(base_op, "free_models", None)
-    original = getattr(function, ORIGINAL, function)
-    model_utils = sys.modules.get(getattr(original, "__module__", ""), None)
-    if not callable(original) or not isinstance(getattr(model_utils, "MODEL_ZOO", None), dict):
-        raise dj_moved(f"{TARGET} or the MODEL_ZOO of its module is missing", where=TARGET)
+    model_utils = sys.modules.get(target_function(MODULE, "free_models").__module__, None)
+    if not isinstance(getattr(model_utils, "MODEL_ZOO", None), dict):
+        raise dj_moved(f"the MODEL_ZOO of {TARGET}'s module is missing", where=TARGET)
     return f"{TARGET} and {model_utils.__name__}.MODEL_ZOO found"

@@ -1,12 +1,8 @@
-"""py-data-juicer 1.6.1: the module globals ``load_ops`` and ``calculate_ray_np``, swapped per shard run.
-
-Targets: ``data_juicer.ops.load_ops`` and ``data_juicer.core.executor.ray_executor.load_ops`` (the
-name ``RayExecutor.run`` and the stage-identity check call), and
+"""py-data-juicer 1.6.1: the module globals ``load_ops`` (in ``data_juicer.ops`` and
+``data_juicer.core.executor.ray_executor``, which ``RayExecutor.run`` calls) and
 ``data_juicer.utils.process_utils.calculate_ray_np`` (imported by ``RayDataset.process`` on every
-call, so the module global is what it gets).
-
-Why.  ``execution.warm_ops`` keeps a recipe's operators and their resource plan across the shards
-a worker process runs; Data-Juicer builds and sizes them anew on every run and offers no hook.
+call), swapped per shard run: warm operators keep a recipe's operators and their resource plan
+across shards (docs/warm-operators.md); Data-Juicer builds and sizes them anew and has no hook.
 """
 
 from __future__ import annotations

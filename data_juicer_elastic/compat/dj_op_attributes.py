@@ -1,13 +1,9 @@
-"""py-data-juicer 1.6.1: the private attributes of an operator (``data_juicer.ops.base_op.OP``).
-
-Targets, set by ``OP.__init__`` / the registry and read by Data-Juicer itself: ``op._name``,
-``op._init_kwargs`` (what Ray actors are rebuilt from and ``operator_fingerprint`` hashes),
-``op._op_cfg`` (the recipe entry), and the class flags ``_batched_op`` and
-``_supports_adaptive_batching`` (which the plugin's own classes set too).
-
-Why.  Warm operators (``execution.warm_ops``) re-base a cached instance onto a new attempt exactly
-where building it anew would, and adaptive batching names, fingerprints and vets operators as
-Data-Juicer does.
+"""py-data-juicer 1.6.1: the private attributes of an operator (``data_juicer.ops.base_op.OP``), set by
+``OP.__init__`` / the registry and read by Data-Juicer itself: ``_name``, ``_init_kwargs`` (what Ray
+actors are rebuilt from and ``operator_fingerprint`` hashes), ``_op_cfg`` (the recipe entry), and
+the class flags ``_batched_op`` and ``_supports_adaptive_batching``.  Warm operators re-base a
+cached instance exactly where building it anew would (docs/warm-operators.md); adaptive batching
+names, fingerprints and vets operators as Data-Juicer does.
 """
 
 from __future__ import annotations

@@ -1,16 +1,10 @@
-"""py-data-juicer 1.6.1: the two operator-error hooks, wrapped so an elastic shard can quarantine failing rows.
+"""py-data-juicer 1.6.1: ``data_juicer.ops.base_op.catch_map_batches_exception`` /
+``catch_map_single_exception``, wrapped so an elastic shard can quarantine failing rows.
 
-Targets: ``data_juicer.ops.base_op.catch_map_batches_exception(method, skip_op_error, op_name)``
-and ``catch_map_single_exception(method, return_sample, skip_op_error, op_name)``, with which every
-Mapper's and Filter's ``__init__`` wraps its ``process_*`` / ``compute_stats_*`` methods.  With
-``skip_op_error`` (the default) that wrapper returns an empty batch for an exception, dropping
-every row of it silently.
-
-Why.  Under ``elastic_sharded`` the good rows of such a batch are kept and the failing ones set
-aside (``quarantine``).  The hooks are Data-Juicer's own place for that decision, so they are
-wrapped rather than the operators: each call still builds Data-Juicer's wrapper, and
-``wrap(built, call)`` decides what the operator gets.  Every path that builds an operator goes through the hooks (an
-operator pickled into Ray tasks carries what was built); ``__init__`` looks them up as module
+Every Mapper's and Filter's ``__init__`` wraps its ``process_*`` / ``compute_stats_*`` methods
+with them; with ``skip_op_error`` (the default) that wrapper drops every row of a batch that
+raised.  Each call still builds Data-Juicer's wrapper, then ``wrap(built, call)`` decides what
+the operator gets (docs/architecture.md, "quarantine").  ``__init__`` looks the hooks up as module
 globals, so operators built before :func:`install` keep Data-Juicer's wrappers.
 """
 
@@ -24,7 +18,15 @@ from dataclasses import dataclass
 from types import ModuleType
 from typing import Any, Final
 
-from data_juicer_elastic.compat import ALREADY, APPLIED, ORIGINAL, dj_moved, import_target, is_installed, wrap_function
+from data_juicer_elastic.compat import (
+    ALREADY,
+    APPLIED,
+    dj_moved,
+    import_target,
+    is_installed,
+    target_function,
+    wrap_function,
+)
 
 MODULE: Final = "data_juicer.ops.base_op"
 BATCHES: Final = "catch_map_batches_exception"
@@ -95,13 +97,7 @@ def installed(module: ModuleType) -> bool:
 def self_check() -> str:
     module = import_target(MODULE, where=TARGET)
     for name, expected in PARAMETERS.items():
-        function = getattr(module, name, None)
-        original = getattr(function, ORIGINAL, function)
-        if not callable(original):
-            raise dj_moved(f"{MODULE}.{name} not found", where=TARGET)
-        found = tuple(inspect.signature(original).parameters)
-        if found[: len(expected)] != expected:
-            raise dj_moved(f"{MODULE}.{name} takes {found}, not {expected}", where=TARGET)
+        target_function(MODULE, name, parameters=expected)
     for cls, wrapped in (("Mapper", ("process",)), ("Filter", ("process", "compute_stats"))):
         source = inspect.getsource(getattr(module, cls).__init__)
         if BATCHES not in source or SINGLE not in source:

@@ -12,7 +12,7 @@ import inspect
 from collections.abc import Callable, Sequence
 from typing import Any, Final
 
-from data_juicer_elastic.compat import dj_moved, import_target
+from data_juicer_elastic.compat import dj_moved, target_function
 
 MODULE: Final = "data_juicer.ops.op_fusion"
 TARGET: Final = f"{MODULE}.fuse_operators"
@@ -20,9 +20,7 @@ KEYWORDS: Final = ("mapper_fusion", "mapper_fusion_vram_limit")
 
 
 def _fuse_operators() -> Callable[..., Any]:
-    found = getattr(import_target(MODULE, where=TARGET), "fuse_operators", None)
-    if not callable(found):
-        raise dj_moved(f"{TARGET} is missing: a recipe with op_fusion cannot be prepared", where=TARGET)
+    found = target_function(MODULE, "fuse_operators", why=": a recipe with op_fusion cannot be prepared")
     parameters = inspect.signature(found).parameters
     missing = [name for name in KEYWORDS if name not in parameters]
     if missing:

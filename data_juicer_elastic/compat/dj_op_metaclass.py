@@ -1,10 +1,7 @@
-"""py-data-juicer 1.6.1: ``data_juicer.ops.base_op.OPMetaClass.__call__``, wrapped so a recipe can opt
-an operator into adaptive batching.  Every path that builds an operator goes through it
-(``load_ops``, a Ray actor built from ``op.__class__``).
-
-Why.  ``adaptive_batching: true`` must give the operator ``AdaptiveBatchingMixin`` however it is
-built (``batching.optin``); Data-Juicer has no construction hook, so the metaclass call is wrapped
-once per process to instantiate the class ``resolve(cls, adaptive_batching)`` picks.
+"""py-data-juicer 1.6.1: ``data_juicer.ops.base_op.OPMetaClass.__call__``, wrapped once per process
+so that ``adaptive_batching: true`` gives an operator ``AdaptiveBatchingMixin`` however it is built
+(``load_ops``, a Ray actor built from ``op.__class__``): it instantiates the class
+``resolve(cls, adaptive_batching)`` picks (``batching.optin``).  Data-Juicer has no construction hook.
 """
 
 from __future__ import annotations

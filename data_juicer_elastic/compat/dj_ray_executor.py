@@ -1,9 +1,6 @@
 """py-data-juicer 1.6.1: ``data_juicer.core.executor.ray_executor.RayExecutor.run(load_data_np=None,
-skip_export=False, skip_return=False)``, called with ``skip_export=True``: it processes without
-exporting and returns the processed ``RayDataset``.
-
-Why.  A shard runs through Data-Juicer's own ``RayExecutor`` (``execution.shard_runner``), but
-this package writes its rows (in input order, losslessly, with the row stats beside them).
+skip_export=False, skip_return=False)``, called with ``skip_export=True``: a shard runs through
+Data-Juicer's own ``RayExecutor``, but this package writes its rows (docs/lossless.md).
 """
 
 from __future__ import annotations

@@ -1,10 +1,7 @@
-"""py-data-juicer 1.6.1: ``data_juicer.utils.resource_utils.check_and_initialize_ray`` (a module
-global its resource probes, ``cpu_count`` in ``init_configs``, call when ``RAY_JOB=1``), kept off
-while a recipe is parsed.
-
-Why.  Those probes then call ``ray.init(cfg.ray_address)``, which attaches to any runtime found on
-the node; a worker parsing a shard recipe must not.  Only the CPU count changes (it clamps
-``np``), which never reaches a Ray operator's arguments.
+"""py-data-juicer 1.6.1: ``data_juicer.utils.resource_utils.check_and_initialize_ray``, kept off while
+a recipe is parsed: with ``RAY_JOB=1`` the resource probes (``cpu_count`` in ``init_configs``) call
+``ray.init(cfg.ray_address)``, attaching to any runtime on the node, which a worker parsing a shard
+recipe must not.  Only the CPU count changes (it clamps ``np``, never a Ray operator's arguments).
 """
 
 from __future__ import annotations
@@ -14,8 +11,7 @@ import threading
 from collections.abc import Iterator
 from typing import Any, Final
 
-from data_juicer_elastic.compat import dj_moved
-from data_juicer_elastic.errors import IntegrationError
+from data_juicer_elastic.compat import dj_moved, import_target
 
 MODULE: Final = "data_juicer.utils.resource_utils"
 TARGET: Final = f"{MODULE}.check_and_initialize_ray"
@@ -23,10 +19,7 @@ _NO_RAY_LOCK = threading.Lock()
 
 
 def _resource_utils() -> Any:
-    try:
-        from data_juicer.utils import resource_utils
-    except ImportError as exc:  # pragma: no cover - Data-Juicer moved it
-        raise IntegrationError(f"{MODULE} is missing", where="py-data-juicer") from exc
+    resource_utils = import_target(MODULE, where=TARGET)
     if getattr(resource_utils, "check_and_initialize_ray", None) is None:
         raise dj_moved(f"{TARGET} is missing")
     return resource_utils

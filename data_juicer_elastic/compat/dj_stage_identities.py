@@ -1,14 +1,9 @@
-"""py-data-juicer 1.6.1: how Data-Juicer computes a run's stage identities and where ``RayExecutor``
-keeps them.
+"""py-data-juicer 1.6.1: Data-Juicer's stage identities
+(``data_juicer.core.elasticjuicer.stage_identity.assign_stage_identities``, ``operator_fingerprint``)
+and the private cfg field ``_resolved_stage_identities`` that ``RayExecutor.run`` reads.
 
-Targets: ``data_juicer.core.elasticjuicer.stage_identity.assign_stage_identities`` and
-``operator_fingerprint``, and the private cfg field ``_resolved_stage_identities`` that
-``RayExecutor.run`` reads (and, under ``elastic_juicer_adaptive_batching``, sets itself).
-
-Why.  A shard run must use the stage identities this package computed and checked against the
-job's (``execution.shard_runner``), and adaptive batching keys its size profiles by them.  There
-is no fallback: identities computed any other way would not match, so a Data-Juicer without
-these functions is refused, naming the missing one.
+A shard run uses the identities this package computed and checked (``execution.shard_runner``).
+No fallback: identities computed any other way would not match (docs/architecture.md, "compat").
 """
 
 from __future__ import annotations
@@ -18,7 +13,7 @@ import inspect
 from collections.abc import Callable, Sequence
 from typing import Any, Final
 
-from data_juicer_elastic.compat import dj_moved, import_target
+from data_juicer_elastic.compat import dj_moved, target_function
 
 IDENTITY_MODULE: Final = "data_juicer.core.elasticjuicer.stage_identity"
 FUNCTIONS: Final = ("assign_stage_identities", "operator_fingerprint")
@@ -28,11 +23,7 @@ TARGET: Final = f"{MODULE}.RayExecutor cfg.{FIELD}"
 
 
 def _function(name: str) -> Callable[..., Any]:
-    where = f"{IDENTITY_MODULE}.{name}"
-    found = getattr(import_target(IDENTITY_MODULE, where=where), name, None)
-    if not callable(found):
-        raise dj_moved(f"{where} is missing: Data-Juicer's stage identities cannot be computed", where=where)
-    return found
+    return target_function(IDENTITY_MODULE, name, why=": Data-Juicer's stage identities cannot be computed")
 
 
 def check_identity_functions() -> None:

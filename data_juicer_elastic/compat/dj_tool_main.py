@@ -1,13 +1,7 @@
-"""py-data-juicer 1.6.1: the ``main`` of ``dj-process`` / ``dj-analyze`` and the module global
-``init_configs`` it calls.
-
-Targets: ``data_juicer.tools.process_data.main`` and ``data_juicer.tools.analyze_data.main``
-(wrapped), and each tool module's global ``init_configs`` (swapped for the length of a call:
-``main`` looks the name up in its module when it parses the config).
-
-Why.  Data-Juicer's ``main`` parses the config and then picks an executor with a hard-coded
-``if/elif``; the only way to send ``executor_type: elastic_sharded`` elsewhere without copying
-``main`` is to see the parsed cfg on its way out of ``init_configs`` (``integration.dispatch``).
+"""py-data-juicer 1.6.1: ``data_juicer.tools.process_data.main`` / ``analyze_data.main`` (wrapped),
+and each tool module's global ``init_configs``, swapped for the length of a call: ``main`` looks it
+up when it parses, and seeing the parsed cfg leave it is the only way to send ``elastic_sharded``
+past ``main``'s hard-coded ``if/elif`` without copying ``main`` (``integration.dispatch``).
 """
 
 from __future__ import annotations

@@ -1,18 +1,14 @@
-"""Run a callback once a module has *finished* executing, however far its import is.
+"""Run a callback once a module has *finished* executing, however far its import is (target: CPython's
+importlib, ``ModuleSpec._initializing`` (3.11-3.13) and the ``setattr(parent, child, module)`` it
+does once a submodule finished; :func:`self_check` checks both on a probe).
 
 Data-Juicer imports its operator plugins (our entry point) from ``data_juicer.ops``, which
 ``data_juicer.config.config`` imports at its top, so a module the plugin patches is either
-complete (in ``sys.modules``, not initialising: patch now), in flight (``__spec__._initializing``
-is true: importlib calls ``setattr(parent_package, child_name, module)`` right after the child
-finished, so the parent's ``__class__`` is switched to a ``ModuleType`` subclass whose
-``__setattr__`` notices that moment), or not imported yet (a meta-path finder finds the spec
-through the other finders and wraps that loader's ``exec_module``).
-
-Callbacks run at most once per module name.  An exception in a callback never breaks the import
-that triggered it: it goes to ``on_error`` (the caller's record of the problem).
-
-Target: CPython's importlib, ``ModuleSpec._initializing`` (3.11-3.13) and the ``setattr(parent,
-child, module)`` it does once a submodule finished; :func:`self_check` checks both on a probe.
+complete (in ``sys.modules``, not initialising: patch now), in flight (``__spec__._initializing``:
+the parent's ``__class__`` is switched to a ``ModuleType`` subclass whose ``__setattr__`` sees
+importlib bind the finished child), or not imported yet (a meta-path finder finds the spec through
+the other finders and wraps that loader's ``exec_module``).  Callbacks run at most once per module
+name; an exception in one never breaks the import that triggered it: it goes to ``on_error``.
 """
 
 from __future__ import annotations
@@ -54,7 +50,7 @@ def when_imported(name: str, callback: Callback, on_error: ErrorHandler | None =
 
 
 def pending() -> list[str]:
-    """Module names still waited for (for doctor output and tests)."""
+    """Module names still waited for."""
     with _lock:
         return sorted(_pending)
 

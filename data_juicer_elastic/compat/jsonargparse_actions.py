@@ -1,12 +1,8 @@
-"""jsonargparse (argparse underneath): the actions of a built parser, the converter it makes for a
-``type`` given with ``choices``, and the message of a parse error.
-
-Targets: ``ArgumentParser._actions`` (``build_base_parser`` returns a finished parser, so its
-``--executor_type`` action is changed in place), the ``<lambda>`` such a ``type`` is wrapped in
-(closure cell ``typehint``), and ``ArgumentParser.error(message, ex)``, replaced on one parser.
-
-Why.  ``--executor_type`` must accept ``elastic_sharded``; ``--help`` would print that lambda's
-repr as the type; an unknown ``elastic.*`` key gets a "did you mean" added to the message.
+"""jsonargparse: a built parser's ``ArgumentParser._actions`` (``--executor_type`` is changed in place
+to accept ``elastic_sharded``), the ``<lambda>`` converter it makes for a ``type`` given with
+``choices`` (closure cell ``typehint``; ``--help`` would print its repr as the type), and
+``ArgumentParser.error(message, ex)``, replaced on one parser to add "did you mean" for an
+unknown ``elastic.*`` key.
 """
 
 from __future__ import annotations

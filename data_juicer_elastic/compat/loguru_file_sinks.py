@@ -1,11 +1,10 @@
 """loguru 0.7: the file sinks of the global logger (``loguru._file_sink.FileSink``, found through
-``loguru_handlers``: its ``write``, ``stop``, ``_path`` and ``_file``), made to fail quietly and once.
+``loguru_handlers``: ``write``, ``stop``, ``_path``, ``_file``), made to fail quietly and once.
 
-Why.  On a full or read-only filesystem each record written to Data-Juicer's log files makes
-loguru print "--- Logging error in Loguru Handler ---" and a traceback to stderr, for the rest of
-the run.  A wrapped sink's first failing write closes the file and calls ``on_error(path, exc)``;
-later records are dropped, and removing it raises nothing.  loguru has no public hook for a sink's
-errors (``catch=False`` would raise them into every logging call instead).
+On a full or read-only filesystem loguru prints "--- Logging error in Loguru Handler ---" and a
+traceback for every record (docs/failure-semantics.md, row 23); a wrapped sink's first failing
+write closes the file and calls ``on_error(path, exc)``, later records are dropped.  loguru has no
+public hook for a sink's errors (``catch=False`` would raise them into every logging call).
 """
 
 from __future__ import annotations

@@ -1,10 +1,7 @@
-"""loguru 0.7: the handlers already added to the global logger (``loguru.logger._core.handlers``)
-and, on each, ``_name`` (``"<stderr>"`` for the default one), ``_sink`` (where ``loguru_file_sinks``
-looks for file sinks), ``_sink._stream`` (the stream a stream sink writes to) and ``levelno``.
-
-Why.  Data-Juicer adds loguru handlers that write to stderr; the quiet console (``console.quiet``)
-must replace exactly those with its own filtered line, on the same stream and at their level.
-loguru has no public way to list handlers.
+"""loguru 0.7: the handlers of the global logger (``loguru.logger._core.handlers``) and, on each,
+``_name`` (``"<stderr>"`` for the default one), ``_sink`` (``loguru_file_sinks`` looks there),
+``_sink._stream`` and ``levelno``: the quiet console (``console.quiet``) replaces exactly
+Data-Juicer's stderr handlers, on the same stream and level; loguru cannot list handlers publicly.
 """
 
 from __future__ import annotations

@@ -1,28 +1,15 @@
-"""Ray Data 2.60: concatenating blocks that Ray typed differently from the same column.
+"""Ray Data 2.60: two fixes in ``ray.data._internal.arrow_ops.transform_pyarrow``
+(``_backfill_missing_fields``, ``unify_schemas``), where Ray joins blocks it typed differently
+from the same column (a map task building its output block, the driver iterating a dataset).
 
-Target: ``ray.data._internal.arrow_ops.transform_pyarrow`` (``_backfill_missing_fields`` and
-``unify_schemas``), used wherever Ray joins blocks (a map task building its output block, the
-driver iterating a dataset).
-
-Why.  Ray converts what an operator returns into Arrow batch by batch, so one column can get
-different Arrow types in different blocks.  Two cases fail on every retry although every value
-is fine:
-
-1. A nested key that is null in every row of one batch is typed ``null`` there and a struct
-   elsewhere; ``unify_schemas`` unifies the two, but ``_backfill_missing_fields`` then recurses
-   into the ``null`` field as if it were a struct: ``TypeError: 'pyarrow.lib.DataType' object is
-   not iterable`` (e.g. ``meta`` with an extra sub-object in 40 rows).
-2. A column mixing JSON types (Python objects, ``row_types``) comes back from an operator as
-   ``int64`` in a batch of only integers and ``bool`` in one of only booleans: ``Unable to merge:
-   Field mix has incompatible types: int64 vs bool`` (or Ray "unifies" it to a struct one block
-   made, and the concatenation fails the same way).
-
-Data-Juicer's default executor processes both.  The fixes: (1) a ``null``-typed column is all
-nulls, so aligned to a struct type it is ``pa.nulls(len, that type)``; (2) before Ray unifies
-schemas, a column whose native types Arrow cannot unify even permissively becomes a Python
-object column (Ray's ``ArrowPythonObjectType``, which its concatenation already converts native
-blocks into).  Everything else goes to Ray's own functions.  Installed in every Ray worker of a
-shard runtime (``worker_process_setup_hook``, ``execution.shard_runner``) and in the driver.
+Each case fails on every retry although every value is fine, and the default executor processes
+it (docs/lossless.md, "Ray Data block concatenation"): (1) a nested key null in every row of one
+batch is typed ``null`` there, and the backfill recurses into it as if it were a struct: a
+``null`` column is all nulls, so it becomes ``pa.nulls(len, struct type)``; (2) a column mixing
+JSON types comes back ``int64`` from one batch and ``bool`` from another: before Ray unifies
+schemas, a column Arrow cannot unify even permissively becomes a Python object column (Ray's
+``ArrowPythonObjectType``).  Everything else goes to Ray's own functions.  Installed in every Ray
+worker of a shard runtime (``worker_process_setup_hook``, ``execution.shard_runner``) and in the driver.
 """
 
 from __future__ import annotations

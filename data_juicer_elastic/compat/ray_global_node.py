@@ -1,8 +1,6 @@
-"""Ray 2.60: the processes of the local Ray node this process started, read from
-``ray._private.worker._global_node.all_processes`` (process type -> ``ProcessInfo``).
-
-Why.  An unresponsive node-local runtime must be killed for good (``execution.ray_runtime``):
-``ray.shutdown`` itself can hang on it, and Ray has no public handle on those processes.
+"""Ray 2.60: the processes of the local Ray node this process started
+(``ray._private.worker._global_node.all_processes``): an unresponsive node-local runtime must be
+killed for good (``execution.ray_runtime``); ``ray.shutdown`` can hang on it, and Ray has no public handle.
 """
 
 from __future__ import annotations

@@ -1,9 +1,7 @@
-"""Ray Data 2.60: ``ray.data.Dataset.map_batches``, replaced while warm actors serve a shard (a plain
-function on the class taking ``fn_constructor_args``: how Data-Juicer 1.6.1's
-``RayDataset._run_single_op`` hands an actor-mode operator class to an ``ActorPoolStrategy``).
-
-Why.  ``execution.warm_actors`` turns those calls into task-mode calls fed by long-lived actors;
-neither Ray nor Data-Juicer has a hook for it.
+"""Ray Data 2.60: ``ray.data.Dataset.map_batches`` (a plain function on the class taking
+``fn_constructor_args``: how Data-Juicer's ``RayDataset._run_single_op`` hands an actor-mode operator
+to an ``ActorPoolStrategy``), replaced while warm actors serve a shard (``execution.warm_actors``,
+docs/warm-operators.md); neither Ray nor Data-Juicer has a hook for it.
 """
 
 from __future__ import annotations

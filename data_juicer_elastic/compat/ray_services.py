@@ -1,9 +1,6 @@
 """Ray 2.60: what ``ray.init("auto")`` would connect to, asked without connecting
-(``ray._private.services.canonicalize_bootstrap_address`` and the cached ``find_gcs_addresses``).
-
-Why.  ``ray_address: auto`` with no runtime on the node must fail fast with a clear error
-(``execution.ray_runtime``), not after ``ray.init`` has waited; Ray has no public call that
-resolves ``auto``.  The cache is cleared first: a runtime started since the last look counts.
+(``ray._private.services.canonicalize_bootstrap_address``, its cache ``find_gcs_addresses`` cleared
+first): ``ray_address: auto`` with no runtime on the node fails fast (``execution.ray_runtime``).
 """
 
 from __future__ import annotations

@@ -1,12 +1,10 @@
 """Ray 2.60: ``ray._private.utils.set_sigterm_handler``, which ``ray.init`` calls in the main thread
-every time, also when the process is connected already (``sys.exit(signum)``), and which
-``ray._private.node.Node`` calls for a node it starts (kill the node, ``sys.exit(1)``).
+every time (``sys.exit(signum)``) and ``ray._private.node.Node`` for a node it starts.
 
-Why.  A worker's SIGTERM must reach its own handler (``jobdir.worker_signals``): it releases
-the running shard and the one claimed ahead (reason ``signal``) and then dies by the signal
-(exit 143).  Data-Juicer's ``RayExecutor`` calls ``ray.init`` for every shard; with Ray's handler
-in place a SIGTERM'd worker would exit 15 and skip those releases.  :func:`keep_handlers` makes Ray
-leave a handler the plugin marks as its own, and install its own otherwise.
+A worker's SIGTERM must reach its own handler (``jobdir.worker_signals``: release the claims, die
+by the signal), but Data-Juicer's ``RayExecutor`` calls ``ray.init`` for every shard
+(docs/failure-semantics.md, row 26).  :func:`keep_handlers` makes Ray leave a handler the plugin
+marks as its own, and install its own otherwise.
 """
 
 from __future__ import annotations
@@ -17,7 +15,7 @@ from typing import Any, Final
 
 from loguru import logger
 
-from data_juicer_elastic.compat import ALREADY, APPLIED, import_target, ray_moved, wrap_function
+from data_juicer_elastic.compat import ALREADY, APPLIED, import_target, ray_moved, target_function, wrap_function
 
 MODULE: Final = "ray._private.utils"
 TARGET: Final = f"{MODULE}.set_sigterm_handler"
@@ -49,9 +47,7 @@ def keep_handlers(keep: Callable[[Any], bool]) -> str:
 
 
 def self_check() -> str:
-    utils = import_target(MODULE, where="ray")
-    if not callable(getattr(utils, "set_sigterm_handler", None)):
-        raise ray_moved(f"{TARGET} is missing", where=TARGET)
+    target_function(MODULE, "set_sigterm_handler")
     import inspect
 
     from ray._private import node, worker

@@ -1,10 +1,7 @@
-"""Ray Data 2.60: the live metrics of a running execution, read from its executor thread
-(``ray.data._internal.execution.streaming_executor.StreamingExecutor``): its private ``_topology``
-and each physical operator's ``name``, ``has_completed()`` and ``metrics.rows_task_outputs_generated``.
-
-Why.  A running attempt's live progress (``execution.progress_source``) is what Ray counts as task
-outputs arrive; Ray Data has no public API for it.  The sampler never raises into a run: when
-these move, it turns itself off.
+"""Ray Data 2.60: a running execution's live metrics, read from its executor thread
+(``ray.data._internal.execution.streaming_executor.StreamingExecutor._topology``, each physical
+operator's ``name``, ``has_completed()``, ``metrics.rows_task_outputs_generated``) for an attempt's
+live progress (``execution.progress_source``), which turns itself off when these move.
 """
 
 from __future__ import annotations

@@ -1,10 +1,6 @@
-"""Ray 2.60: is this process a Ray worker (not the driver)?  ``ray._private.worker.global_worker.mode``
-compared with ``ray._private.worker.WORKER_MODE``.
-
-Why.  Data-Juicer's INFO lines are silenced in the Ray workers of a quiet elastic job only
-(``console.quiet.quiet_ray_worker``), and Ray has no public "am I a worker" call.  Read from
-``sys.modules`` only: a process that has not imported Ray is not a Ray worker, and this must not
-import it.
+"""Ray 2.60: is this process a Ray worker?  ``ray._private.worker.global_worker.mode`` against
+``WORKER_MODE``, read from ``sys.modules`` only (a process without Ray is no Ray worker, and this
+must not import it): a quiet elastic job silences Data-Juicer's INFO lines in its Ray workers only.
 """
 
 from __future__ import annotations

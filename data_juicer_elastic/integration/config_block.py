@@ -1,14 +1,12 @@
 """The recipe's ``elastic:`` block inside Data-Juicer's parser, and back out of a parsed cfg.
 
-Every field of :class:`~data_juicer_elastic.settings.ElasticSettings` becomes a typed
-``--elastic.<field>`` argument (type, default and help from the dataclass), so ``dj-process
---help`` lists them and jsonargparse checks types from YAML, the command line and
-``DJ_PROCESS_ELASTIC__*`` variables; the value rules live in ``ElasticSettings`` alone.
-
-Data-Juicer's setup mutates the parsed cfg (``np`` clamped to this node's CPUs, cache and work
-directories filled in, operator attributes injected), and the shard recipe must not depend on the
-node that prepared the job, so a copy of each elastic cfg as parsed (YAML + CLI + env, typed,
-before setup) is kept: :func:`remember_parsed` / :func:`parsed_cfg`.
+Every :class:`~data_juicer_elastic.settings.ElasticSettings` field becomes a typed
+``--elastic.<field>`` argument (so ``dj-process --help`` lists them, and jsonargparse types them
+from YAML, the command line and ``DJ_PROCESS_ELASTIC__*``); the value rules live in
+``ElasticSettings`` alone.  Data-Juicer's setup mutates the parsed cfg (``np`` clamped to this
+node's CPUs, node-specific directories, operator attributes), and the shard recipe must not depend
+on the node that prepared the job, so a copy of each elastic cfg as parsed is kept
+(:func:`remember_parsed` / :func:`parsed_cfg`).
 """
 
 from __future__ import annotations

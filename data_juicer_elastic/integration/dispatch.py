@@ -1,19 +1,6 @@
-"""``dj-process`` / ``dj-analyze`` mains: dispatch ``elastic_sharded``, one-line errors.
-
-Data-Juicer's ``main`` parses the config (``init_configs()``, a module global of the tool module)
-and then picks an executor with a hard-coded ``if/elif``.  The wrapper runs that ``main``
-unchanged, with the global swapped for the call: a built-in executor type's cfg goes back to
-Data-Juicer's code; an ``elastic_sharded`` cfg (``dj-process`` only) leaves ``main`` as a
-``BaseException`` (``errors.DispatchToElastic``: parsed once, and loguru's ``@logger.catch``
-logs nothing) and ``ElasticShardedExecutor(cfg).run()`` runs.  An
-:class:`~data_juicer_elastic.errors.ElasticError` while parsing or running: one line on stderr,
-exit code 2, no traceback.
-
-``dj-analyze`` sends every executor type but ``ray``/``ray_partitioned`` to the local
-``Analyzer``, which reads ``dataset_path``; to analyse an elastic job's output, point it there::
-
-    dj-analyze --config recipe.yaml --dataset_path <export_path> --export_path <analysis>/out.jsonl
-
+"""``dj-process`` / ``dj-analyze`` mains: ``elastic_sharded`` dispatched to our executor, an
+ElasticError as one line on stderr with exit code 2 and no traceback (docs/architecture.md, "How
+does dj-process reach our executor?"; ``dj-analyze`` of an elastic job's output: docs/analysis.md).
 ``python -m data_juicer.tools.process_data`` runs the tool as ``__main__``, which the wrapper does
 not reach: Data-Juicer's own main then rejects ``elastic_sharded``.  Use ``dj-process``.
 """
@@ -94,9 +81,7 @@ def warn_ignored_block(cfg: Any, argv: Sequence[str]) -> None:
     Data-Juicer's own executor runs it and the block does nothing, which nothing else says.
     Not when the command line or the environment chose the executor (a deliberate comparison)."""
     given = given_block(cfg)
-    chosen = os.environ.get("DJ_PROCESS_EXECUTOR_TYPE") or any(
-        arg == "--executor_type" or arg.startswith("--executor_type=") for arg in argv
-    )
+    chosen = os.environ.get("DJ_PROCESS_EXECUTOR_TYPE") or _option_values(argv, "--executor_type")
     if not given or chosen:
         return
     from loguru import logger
@@ -126,19 +111,21 @@ def run_elastic(cfg: Any) -> None:
     patches.require_integration()
     mark_quiet_workers()
     executor = patches.executor_class()(cfg)
-    result = executor.run()
-    if result is not None:  # None: this instance stopped at max_shards, others finish the run
-        from data_juicer_elastic.console.summary import print_summary
-
-        print_summary(executor.settings.job_dir, result, log_path=node_log_dir(executor.settings.job_dir))
+    print_run_summary(executor, executor.run())
 
 
-def node_log_dir(job_dir: str) -> str:
-    """Where this node's instance logs of the job are (``<job_dir>/logs/<node>/``)."""
+def print_run_summary(executor: Any, result: Any) -> None:
+    """The run's summary, naming this node's instance logs (``<job_dir>/logs/<node>/``); nothing when
+    ``result`` is None: this instance stopped at max_shards, the others finish the run."""
+    if result is None:
+        return
+    from data_juicer_elastic.console.summary import print_summary
     from data_juicer_elastic.jobdir.layout import JobLayout
     from data_juicer_elastic.sharedfs.identity import WorkerIdentity
 
-    return str(JobLayout(Path(os.path.abspath(job_dir))).node_log_dir(WorkerIdentity.current().node_id)) + os.sep
+    job_dir = executor.settings.job_dir
+    logs = JobLayout(Path(os.path.abspath(job_dir))).node_log_dir(WorkerIdentity.current().node_id)
+    print_summary(job_dir, result, log_path=f"{logs}{os.sep}")
 
 
 def fail(prog: str, err: ElasticError) -> NoReturn:
@@ -162,15 +149,9 @@ def driving_elastic() -> bool:
 def requests_elastic(argv: Sequence[str], *, load: Callable[[str], Any] | None = None) -> bool:
     """Cheap look at argv, env and the --config file for executor_type elastic_sharded (where a
     patch is missing the parser may reject the choice before the plugin could explain why)."""
-    if os.environ.get("DJ_PROCESS_EXECUTOR_TYPE") == EXECUTOR_TYPE:
+    if EXECUTOR_TYPE in (os.environ.get("DJ_PROCESS_EXECUTOR_TYPE"), *_option_values(argv, "--executor_type")):
         return True
-    argv = list(argv)
-    for i, arg in enumerate(argv):
-        if arg == f"--executor_type={EXECUTOR_TYPE}" or (
-            arg == "--executor_type" and i + 1 < len(argv) and argv[i + 1] == EXECUTOR_TYPE
-        ):
-            return True
-    for path in _config_files(argv):
+    for path in _option_values(argv, "--config"):
         data = (load or _recipe)(path)
         if isinstance(data, dict) and data.get("executor_type") == EXECUTOR_TYPE:
             return True
@@ -180,7 +161,7 @@ def requests_elastic(argv: Sequence[str], *, load: Callable[[str], Any] | None =
 def recipe_places(argv: Sequence[str], *, load: Callable[[str], Any] | None = None) -> Places:
     """The job directory and the export location named by the ``--config`` file (for a storage
     error raised before Data-Juicer's parse returned a cfg); () when unsure."""
-    for path in _config_files(argv):
+    for path in _option_values(argv, "--config"):
         data = (load or _recipe)(path)
         block = data.get("elastic") if isinstance(data, dict) else None
         if isinstance(block, dict) and block.get("job_dir") and data.get("export_path"):
@@ -188,13 +169,13 @@ def recipe_places(argv: Sequence[str], *, load: Callable[[str], Any] | None = No
     return ()
 
 
-def _config_files(argv: Sequence[str]) -> list[str]:
-    """The paths given as ``--config X`` or ``--config=X``, in order."""
+def _option_values(argv: Sequence[str], option: str) -> list[str]:
+    """The values given as ``<option> X`` or ``<option>=X``, in order."""
     argv = list(argv)
     return [
-        argv[i + 1] if arg == "--config" else arg.partition("=")[2]
+        argv[i + 1] if arg == option else arg.partition("=")[2]
         for i, arg in enumerate(argv)
-        if (arg == "--config" and i + 1 < len(argv)) or arg.startswith("--config=")
+        if (arg == option and i + 1 < len(argv)) or arg.startswith(f"{option}=")
     ]
 
 

@@ -1,18 +1,13 @@
-"""What the driver of an elastic run writes outside the shards: Data-Juicer's work dir, and
-what a refused run leaves behind (nothing it created).
+"""What the driver of an elastic run writes outside the shards, and what a refused run leaves behind.
 
-* **Data-Juicer's work dir** (its log files, ``cli.yaml``, a copy of the recipe, the event log),
-  by default a new timestamped folder under ``dirname(export_path)`` on every run.  For the
-  driver of an elastic run (``dj-process``, ``dj-elastic run``) without a ``work_dir`` of the
-  recipe's own, it goes under the node's log folder of the job instead,
-  ``<job_dir>/logs/<node>/data-juicer/<Data-Juicer's job id>/``.  The job directory is checked
-  first (a foreign directory, or links leading out of it, are refused before anything is written
-  there).  ``dj-analyze`` keeps Data-Juicer's default: its analysis goes to its work dir.
-* **A refused run** (one error before any shard could run) must not leave a job directory
-  behind that the next run would have to be told about.  When this process found no job
-  directory at the start, created it, no manifest was published (no shard may have run), and no
-  other instance joined the run, the job directory is removed (renamed aside first, so a partly
-  removed one never looks like a job).  A job directory that existed before is never removed.
+* Data-Juicer's work dir: for the driver of an elastic run (``dj-process``, ``dj-elastic run``)
+  without a ``work_dir`` of the recipe's own, ``<job_dir>/logs/<node>/data-juicer/<its job id>/``
+  instead of a new folder beside the export (docs/architecture.md, "Job directory"), once the job
+  directory is checked to be ours.  ``dj-analyze`` keeps Data-Juicer's default.
+* A refused run (one error before any shard could run) leaves no job directory the next run would
+  have to be told about: one this process found absent and created, with no manifest published
+  and no other instance joined, is renamed aside (a partly removed one never looks like a job)
+  and removed.  A job directory that existed before is never removed.
 """
 
 from __future__ import annotations

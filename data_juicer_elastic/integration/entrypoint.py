@@ -1,9 +1,6 @@
-"""Entry point (group ``data_juicer.ops``): installs the deferred Data-Juicer patches.
-
-``data_juicer.ops`` imports this module while ``data_juicer.config.config`` (and, under
-``dj-process``, ``data_juicer.tools.process_data``) are only partly executed, so nothing here
-imports Data-Juicer's config or core: :mod:`~data_juicer_elastic.compat.importlib_deferred`
-applies each patch once its target module has finished.
+"""Entry point (group ``data_juicer.ops``): installs the deferred Data-Juicer patches.  Data-Juicer
+imports it while its config module is only partly executed, so nothing here imports Data-Juicer's
+config or core (``compat.importlib_deferred`` applies each patch once its module has finished).
 """
 
 from data_juicer_elastic.console.quiet import quiet_from_start, quiet_ray_worker

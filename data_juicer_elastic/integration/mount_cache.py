@@ -1,12 +1,8 @@
-"""How stale a name on the job directory's mount can look, against the job's lease timing.
-
-docs/failure-semantics.md: with C the longest time a name can resolve to old content on a
-node (the client's directory-entry and lookup caches) and H the heartbeat period, live
-holders never look stale when ``TTL >= 3 x (C + H)``.  ``dj-elastic doctor --job-dir J``
-reads the mount holding J from /proc/self/mountinfo, estimates C from its options, and
-checks the job's TTL and H (the prepared job's, else the defaults) against the rule.
-Breaking it is safe (a live holder taken over self-fences or loses the ``link()`` race) but
-does shards twice, so the check warns, with the settings that would satisfy it.
+"""How stale a name on the job directory's mount can look, against the job's lease timing
+(docs/failure-semantics.md, "Choosing the TTL for a mount": live holders never look stale when
+``TTL >= 3 x (C + H)``, C the mount's cache lag, H the heartbeat).  ``dj-elastic doctor --job-dir``
+reads the mount from /proc/self/mountinfo, estimates C from its options and warns, with settings
+that would satisfy the rule (breaking it is safe but does shards twice).
 """
 
 from __future__ import annotations

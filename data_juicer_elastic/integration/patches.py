@@ -1,21 +1,13 @@
-"""The patches that let unmodified ``dj-process`` / ``dj-analyze`` run ``executor_type: elastic_sharded``.
-
-One record per target (:data:`RECORDS`; each target's mechanics are in its
-:mod:`data_juicer_elastic.compat` module): the parser accepts ``elastic_sharded`` and the typed
-``--elastic.*`` options; ``init_setup_from_cfg`` validates an elastic recipe's block, keeps the
-cfg as parsed *before* Data-Juicer's setup mutates it and keeps the driver from starting Ray (and
-runs the adaptive-batching checks for every executor); the tools' ``main`` dispatch
-(:mod:`.dispatch`); the executor factory builds ours; the operator error hooks set failing rows
-aside (:mod:`data_juicer_elastic.quarantine.collector`).  Not needed by elastic_sharded: the
-configuration table goes to the log files unless ``-v``, custom operators load once per process
-(one error naming a broken one, for every executor), the default executor reads a parts
-export in its parts' order, ``free_models`` installs no torch no operator needs, and
-``adaptive_batching: true`` applies :mod:`data_juicer_elastic.batching.optin`.
-
-Each patch goes in when Data-Juicer imports its target's module (``compat.importlib_deferred``).
-A missing or changed target never breaks Data-Juicer: it is recorded, the built-in executors keep
-working, and every use of ``elastic_sharded`` fails with one IntegrationError naming the internal
-(:func:`require_integration`).  ``dj-elastic doctor`` shows the same records.
+"""The patches that let unmodified ``dj-process`` / ``dj-analyze`` run ``executor_type: elastic_sharded``
+(docs/architecture.md, "How does dj-process reach our executor?"): one :data:`RECORDS` entry per
+target, whose mechanics are in its :mod:`data_juicer_elastic.compat` module, each applied when
+Data-Juicer imports the target's module (``compat.importlib_deferred``).  The required ones carry
+elastic_sharded; the others improve every executor's run (the configuration table to the log files
+unless ``-v``, custom operators loaded once per process, a parts export read in order, no torch
+install ``free_models`` does not need, ``adaptive_batching: true``).  A missing or changed target never
+breaks Data-Juicer: it is recorded (``dj-elastic doctor`` shows it), the built-in executors keep
+working, and every use of ``elastic_sharded`` fails with one IntegrationError naming it
+(:func:`require_integration`).
 """
 
 from __future__ import annotations

@@ -1,26 +1,5 @@
-"""The Data-Juicer recipe each shard runs, derived once from the user's parsed recipe.
-
-``build_shard_recipe(cfg)`` returns a JSON-serialisable dict that, written to YAML/JSON and
-passed with ``--config``, is a valid Data-Juicer 1.6.x config for ``executor_type: ray``:
-
-* Global settings come from the cfg *as parsed* (YAML + CLI + env, typed; kept by the
-  ``init_setup_from_cfg`` patch), not from the cfg after Data-Juicer's setup, which clamps ``np``
-  to this node's CPUs and fills in node- and run-specific paths (work dir, job id, HF cache).  A
-  setting is kept when the user changed it from the parser default, plus those always written
-  out (:data:`ALWAYS`) so the recipe states what the shards use.
-* Dropped: whatever the worker sets per attempt or the job owns (:data:`DROPPED`), the
-  ``elastic`` block, ray_partitioned's ``partition*`` settings and per-operator namespaces;
-  credentials never enter the job directory.
-* ``process`` comes from the final cfg (Data-Juicer's own merge of YAML op args, CLI
-  ``--<op>.<arg>`` overrides and defaults), minus the attributes Data-Juicer injected into each
-  operator (``work_dir``, ``num_proc`` injected only for non-Ray executors, the global
-  ``text_key``...) unless the user set them: each worker's Ray executor injects its own, which
-  keeps stage identities those of ``executor_type: ray``.
-* Relative ``custom_operator_paths`` / ``ds_cache_dir`` / ``temp_dir`` are made absolute as
-  Data-Juicer resolves them (against the command's working directory); no other value depends on it.
-
-The result has sorted keys and plain JSON types; :func:`recipe_hash` is the sha256 of its
-canonical JSON.
+"""The Data-Juicer recipe each shard runs (``executor_type: ray``), derived once from the user's parsed
+recipe: what it keeps, drops and makes absolute is in docs/architecture.md, "integration".
 """
 
 from __future__ import annotations
@@ -65,7 +44,7 @@ PATH_KEYS: Final = ("custom_operator_paths", "ds_cache_dir", "temp_dir")
 
 
 def build_shard_recipe(cfg: Any) -> dict:
-    """The shard recipe for a parsed elastic cfg (see the module docstring)."""
+    """The shard recipe of a parsed elastic cfg (rules: docs/architecture.md, "integration")."""
     parsed = parsed_cfg(cfg)
     # A cfg that did not come through init_configs (built by hand): its own values stand in for
     # the parsed ones; Data-Juicer's node-specific cache default is then indistinguishable from a
@@ -123,7 +102,7 @@ def index_key(cfg: Any) -> str | None:
     """The ``index_key`` operators in the process list declare (None if none does); preparation
     fills it with the global input row index where missing.  Two different fields are refused."""
     found: dict[str, str] = {}
-    for position, (name, args) in enumerate(_ops(cfg_value(cfg, "process", None) or [])):
+    for position, (name, args) in enumerate(op_entries(cfg_value(cfg, "process", None) or [])):
         value = (args or {}).get("index_key")
         if value is not None:
             found.setdefault(value, f"process[{position}] {name}")
@@ -144,9 +123,9 @@ def _shard_process(cfg: Any, source: Any) -> list[dict]:
             where="process",
             hint="list the Mapper/Filter operators explicitly under process:",
         )
-    raw_ops = list(_ops(cfg_value(source, "process", None) or [])) if source is not cfg else []
+    raw_ops = list(op_entries(cfg_value(source, "process", None) or [])) if source is not cfg else []
     shard_ops = []
-    for position, (name, args) in enumerate(_ops(final)):
+    for position, (name, args) in enumerate(op_entries(final)):
         args = dict(args or {})
         user_set = position < len(raw_ops) and raw_ops[position][0] == name
         user = (raw_ops[position][1] or {}) if user_set else {}
@@ -166,13 +145,15 @@ def _injected_value(cfg: Any, global_key: str) -> Any:
     return value
 
 
-def _ops(process: list) -> list[tuple[str, dict | None]]:
+def op_entries(process: list) -> list[tuple[str, dict | None]]:
+    """``[(operator name, its arguments)]`` of a process list; RecipeError naming an entry that is not
+    a one-key mapping."""
     ops = []
-    for entry in process:
+    for position, entry in enumerate(process):
         if not isinstance(entry, dict) or len(entry) != 1:
             raise RecipeError(
-                f"process entry {entry!r} is not a one-key mapping",
-                where="process",
+                f"entry {entry!r} is not a one-key mapping",
+                where=f"process[{position}]",
                 hint="write each operator as `- op_name: {arg: value}`",
             )
         ((name, args),) = entry.items()
@@ -225,5 +206,5 @@ def _operator_names(*processes: Any) -> set[str]:
 
     names = set(OPERATORS.modules)
     for process in processes:
-        names.update(name for name, _ in _ops(process or []))
+        names.update(name for name, _ in op_entries(process or []))
     return names

@@ -1,10 +1,6 @@
-"""Refuse recipes that cannot be run shard by shard.
-
-Each shard runs the recipe on a contiguous slice of the input, so only
-per-sample operators are safe: Mappers and Filters (custom ones included).
-Deduplicators, Selectors, Groupers, Aggregators and Pipelines see the whole
-dataset (or a group of rows) at once and would give a different answer per
-shard; a ``stats_export_path`` would be written by every shard at once.
+"""Refuse recipes that cannot be run shard by shard (README.md, "What a recipe may contain"): each
+shard runs the recipe on a contiguous slice of the input, so only per-sample Mappers and Filters
+are safe, and a ``stats_export_path`` would be written by every shard at once.
 """
 
 from __future__ import annotations
@@ -16,6 +12,7 @@ from loguru import logger
 
 from data_juicer_elastic.compat import dj_config_module
 from data_juicer_elastic.errors import RecipeError
+from data_juicer_elastic.integration.recipe import op_entries
 
 SHARD_SAFE: Final = ("Mapper", "Filter")
 REFUSED_KINDS: Final = ("Deduplicator", "Selector", "Grouper", "Aggregator", "Pipeline")
@@ -48,14 +45,7 @@ def check_shard_safe(recipe: dict) -> list[str]:
     from data_juicer.ops import OPERATORS
 
     warnings: list[str] = []
-    for position, entry in enumerate(process):
-        if not isinstance(entry, dict) or len(entry) != 1:
-            raise RecipeError(
-                f"entry {entry!r} is not a one-key mapping",
-                where=f"process[{position}]",
-                hint="write each operator as `- op_name: {arg: value}`",
-            )
-        ((name, args),) = entry.items()
+    for position, (name, args) in enumerate(op_entries(process)):
         where = f"process[{position}] {name}"
         op_class = OPERATORS.modules.get(name)
         if op_class is None:
