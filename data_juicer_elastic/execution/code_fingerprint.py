@@ -1,11 +1,7 @@
 """The code each stage runs, fingerprinted, so one job's outputs come from one version of it.
 
-Stage identities hash an operator's class, name and arguments, not its code.  So prepare records
-``code``: ``versions`` (Data-Juicer, data-juicer-elastic, Ray); per operator the sha256 of the
-source of its class and base classes by module name (except modules the versions name); per custom
-operator path one sha256 over what Python would import from it (:func:`importable_files`).  A
-worker refuses to claim on any difference (:class:`CodeMismatchError`, checked before its first
-claim and every runtime restart); ``allow_version_mismatch`` lets only the versions differ.
+What is hashed and when a worker refuses: docs/failure-semantics.md, "One version of the operator
+code per job".
 """
 
 from __future__ import annotations

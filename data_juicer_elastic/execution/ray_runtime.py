@@ -253,10 +253,8 @@ def _probe_in_child(address: str, timeout: float, shown: str) -> str:
 
 
 def check_topology(shown: str, nodes: int, includes_this_node: bool) -> None:
-    """Refuse a runtime that is not this node's own: each worker uses node-local Ray, and the
-    job directory (not a Ray cluster) spreads shards over nodes.  ``auto`` follows RAY_ADDRESS
-    and /tmp/ray/ray_current_cluster, which can name a cluster someone else started (DLC's Ray
-    framework, a colleague's head): attaching would run this node's shards elsewhere."""
+    """Refuse a runtime that is not this node's own (docs/multinode.md, "Ray per node"): ``auto``
+    can name a cluster someone else started, and attaching would run this node's shards elsewhere."""
     if nodes <= 1 and includes_this_node:
         return
     what = f"a Ray cluster of {nodes} nodes" if nodes > 1 else "a Ray runtime on another machine"

@@ -1,18 +1,6 @@
-"""Run one claimed shard through Data-Juicer's own RayExecutor on the warm runtime.
-
-Per attempt, inside ``task.attempt_dir``::
-
-    recipe.yaml              the shard recipe with this attempt's paths (what init_configs parsed)
-    stage_identities.json    the identities this worker computed (and checked) for the recipe's ops
-    process.log              this attempt's Data-Juicer / Ray Data driver-side log lines
-    work/<attempt_id>/       Data-Juicer's work dir (events, DAG plan)
-    output.jsonl             the result, rows in input order, untouched values as read (row_writer)
-    row-stats.jsonl          each output row's __dj__stats__ / __dj__meta__ (when the recipe makes them)
-
-The shard is read by ``shard_reader`` (served to Data-Juicer's loader by ``_shard_source``) and
-written by ``row_writer``; operators stay warm across shards (``warm_ops``) unless one fails.
-Rows an operator fails on under ``skip_op_error`` are set aside (``quarantine``), and the shard
-fails past ``elastic.max_error_rows``; without it the first exception fails the shard.
+"""Run one claimed shard through Data-Juicer's own RayExecutor on the warm runtime: read by
+``shard_reader``, written by ``row_writer``, operators kept warm (``warm_ops``), failing rows set
+aside (``quarantine``).  The attempt directory's files: docs/architecture.md, "Job directory".
 """
 
 from __future__ import annotations
@@ -35,7 +23,7 @@ from data_juicer_elastic import DATA_JUICER_REQUIREMENT
 from data_juicer_elastic.compat import dj_ray_executor, dj_stage_identities, ray_concat
 from data_juicer_elastic.errors import ElasticError, IntegrationError, ShardExecutionError
 from data_juicer_elastic.execution._attempt_log import attempt_log
-from data_juicer_elastic.execution._dj_config import RAY_JOB_ENV, ShardConfigs, check_recipe, ray_job_env
+from data_juicer_elastic.execution._dj_config import RAY_JOB_ENV, ShardConfigs, ray_job_env
 from data_juicer_elastic.execution._shard_source import materialized, shard_key, shard_source
 from data_juicer_elastic.execution.progress_source import note_stage, ray_data_progress
 from data_juicer_elastic.execution.row_types import ArrowRows
@@ -102,14 +90,13 @@ class ShardRunner:
         row_schema: list[Any] | None | Callable[[], list[Any] | None],
         max_error_rows: float = DEFAULT_MAX_ERROR_ROWS,
     ):
-        self.recipe = copy.deepcopy(check_recipe(recipe))
         self.max_error_rows = max_error_rows  # quarantined rows a shard may have (elastic.max_error_rows)
         self.expected_stage_identities = list(expected_stage_identities)
         self._row_schema = row_schema  # a callable: the job is not scanned yet when a worker starts
         self._rows: ArrowRows | None = None
         ray_concat.install()  # the driver concatenates blocks too (its Ray workers get the setup hook)
         self._manifest: dict[str, Any] | None = None  # identities are per recipe and process, not per shard
-        self._configs = ShardConfigs(self.recipe)  # parsed once per process, re-based per attempt
+        self._configs = ShardConfigs(copy.deepcopy(recipe))  # parsed once per process, re-based per attempt
         self.warm = WarmOperators()  # operators and actor-mode actors kept across shards (warm_ops)
         self.reads_ahead_used = 0  # runs that used a read-ahead (tests, logs)
         default_cache_env(Path(cache_dir))

@@ -1,10 +1,6 @@
-"""Stage identities of a shard recipe, exactly as Data-Juicer's RayExecutor computes them.
-
-``RayExecutor.run`` (1.6.1) loads the ops with ``load_ops(cfg.process, ...)``, fuses them under
-``op_fusion`` (``compat.dj_op_fusion``) and calls ``assign_stage_identities(ops)``
-(``compat.dj_stage_identities``).  :func:`manifest_from_cfg` repeats those steps on a config
-parsed for ``executor_type: ray``, whose op arguments carry the Ray-mode attribute injection (no
-``num_proc``): what makes the identities a Ray run's, not the default executor's.  No Ray starts.
+"""Stage identities of a shard recipe, exactly as Data-Juicer's RayExecutor computes them: the ops
+loaded, fused and identified as ``RayExecutor.run`` does, from a config parsed for ``executor_type:
+ray`` (its Ray-mode attribute injection is what makes them a Ray run's).  No Ray starts.
 """
 
 from __future__ import annotations
