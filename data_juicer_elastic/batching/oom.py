@@ -1,10 +1,7 @@
-"""Which exceptions a smaller micro-batch can fix: one narrow function, :func:`classify_oom`.
-
-Only a failure of *this process* to allocate memory for *this call*.  Never retried: a sticky
-CUDA error (illegal memory access, device-side assert: the context is unusable), an NCCL /
-``torch.distributed`` error (a collective failed), Ray's host-memory ``OutOfMemoryError`` (the
-*node* ran out of RAM; Ray retries the task itself).  torch is never imported here: an exception
-raised by torch means it is in ``sys.modules``; without it only the message and ``MemoryError`` count.
+"""Which exceptions a smaller micro-batch can fix (:func:`classify_oom`): only a failure of *this process*
+to allocate memory for *this call*; never a sticky CUDA error, an NCCL error or Ray's host-memory OOM
+(Ray retries the task itself).  torch is never imported here: an exception raised by torch means it is
+in ``sys.modules``.
 """
 
 from __future__ import annotations
