@@ -24,6 +24,10 @@ JSON: Final = "json"
 # Values nested deeper than this are typed ``json`` (their column carries Python objects):
 # it bounds this module's recursion (the row policy allows 512 levels) and Arrow's.
 MAX_TYPED_DEPTH: Final = 64
+# The shard-local row number every row carries through the operators: it tells the writer which input
+# row an output row came from (rows an operator splits keep it; rows it makes from nothing have none),
+# and quarantine which row failed.  Reserved (an input key of that name is refused); never written out.
+ROW_COLUMN: Final = "__dj_elastic_row__"
 
 # A type is a leaf name (str), a StructType (fields in first-seen order) or a ListType.
 
