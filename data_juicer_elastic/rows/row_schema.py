@@ -1,11 +1,6 @@
-"""The row schema: the JSON type of every key, decided once over the whole input at prepare.
-
-Why: Arrow (and so Ray Data) types a JSON column from the rows it sees together, so the same input would give
-different types for different ``num_shards``.  The scans join every value's JSON type here (the lattice: ``null``
-joins anything, ``int`` with ``float`` is ``float``, objects key by key, arrays element by element, anything else
-``json``), the manifest publishes the join, and every shard is read with it (``execution.shard_reader``).  Encoded
-as: a leaf is its kind's name, an object ``{"struct": [[key, type], ...]}``, an array ``{"list": type}``.
-Observation order decides field order only, never a type.  The rules are in docs/lossless.md.
+"""The row schema: the JSON type of every key, joined over the whole input by the scans, so every shard is read
+with the same types (the lattice, and why: docs/lossless.md).  Encoded as: a leaf is its kind's name, an object
+``{"struct": [[key, type], ...]}``, an array ``{"list": type}``.  Observation order decides field order only.
 """
 
 from __future__ import annotations
