@@ -1,14 +1,7 @@
-"""Inside the operators: catch a failing batch, bisect it, keep the good rows, record the bad ones
-(docs/quarantine.md).
-
-Data-Juicer's error hooks (``compat.dj_op_error_hooks``) give every Mapper and Filter built with
-``skip_op_error`` a :class:`QuarantinedBatch` or :class:`QuarantinedRow` as its ``process`` /
-``compute_stats``.  Outside an ``elastic_sharded`` attempt (no attempt context in the operator's
-``work_dir``: the ``default`` and ``ray`` executors) Data-Juicer's own wrapper runs, unchanged.
-Inside one, when the method raises, :func:`.bisect_rows.isolate` finds the failing rows from the
-untouched input, the other rows' outputs are kept in order, and each failing row is appended to
-this process's record file in the attempt directory, which the shard runner folds into
-``errors.jsonl`` (:mod:`.errors_file`).  A Filter's keep decision leaves a failing row out.
+"""Inside the operators: catch a failing batch, bisect it, keep the good rows, record the bad ones in this
+process's record file in the attempt directory (docs/quarantine.md, "What happens").  Outside an
+``elastic_sharded`` attempt (no attempt context in the operator's ``work_dir``) Data-Juicer's own wrapper
+runs, unchanged.
 """
 
 from __future__ import annotations

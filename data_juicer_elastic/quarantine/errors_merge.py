@@ -1,10 +1,5 @@
-"""Finalize's part of quarantine: ``<export>_errors.jsonl`` from the accepted shards' quarantine files.
-
-``shards.merge.publish_merged`` stages it for ``merge`` and ``stream_merge`` with the rules of the
-per-row stats file: each accepted result's quarantine file is re-checked against its record as it
-is copied, in manifest order, into a temp file beside the target, published right after the merged
-output.  No quarantined row: no file, and with ``overwrite`` an earlier merge's file there is
-removed (the rows it listed were retried).  A parts export links each shard's file beside its part.
+"""Finalize's part of quarantine: ``<export>_errors.jsonl`` from the accepted shards' quarantine files,
+staged by ``shards.merge.publish_merged`` with the rules of the per-row stats file (docs/quarantine.md).
 """
 
 from __future__ import annotations
