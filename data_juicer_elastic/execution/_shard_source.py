@@ -55,13 +55,6 @@ def shard_key(attempt_dir: str | os.PathLike) -> Path:
     return key
 
 
-def materialized(tables: list[Any]) -> Any:
-    """A shard's Arrow tables as the materialized Ray dataset :func:`shard_source` hands over."""
-    import ray
-
-    return ray.data.from_arrow(tables)
-
-
 def _read_shard(klass: Any, data_format: Any, paths: Any, **kwargs: Any) -> Any:
     key = os.path.abspath(paths) if isinstance(paths, str | os.PathLike) else None
     with _LOCK:
