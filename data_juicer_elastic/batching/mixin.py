@@ -58,7 +58,8 @@ class AdaptiveBatchingMixin:
     def adaptive_cost_mode(self, batch: Any) -> tuple[str, Aggregate]:
         mode = self.adaptive_batching_cost
         if mode == "auto":
-            mode = "text" if _has_text(batch, getattr(self, "text_key", "text")) else "rows"
+            texts = column(batch, getattr(self, "text_key", "text"))
+            mode = "text" if texts and isinstance(texts[0], str) else "rows"
         return mode, ("padded" if mode == "padded_text" else "sum")
 
     def adaptive_row_costs(self, batch: Any) -> Sequence[float] | None:
@@ -164,8 +165,3 @@ def check_settings(
             where=f"{place}.num_gpus",
             hint="a multi-GPU actor shards its model; set num_gpus <= 1 or turn adaptive_batching off",
         )
-
-
-def _has_text(batch: Any, key: str) -> bool:
-    values = column(batch, key) if key else None
-    return bool(values) and isinstance(values[0], str)

@@ -52,7 +52,9 @@ def classify_oom(exc: BaseException) -> OomKind | None:
         accelerator_error = getattr(torch, "AcceleratorError", None)
         if accelerator_error is not None and isinstance(exc, accelerator_error):
             # AcceleratorError also carries sticky errors: only its OOM is retryable.
-            return OomKind.ACCELERATOR if _says_oom(str(exc)) else None
+            text = str(exc).lower()
+            oom = "out of memory" in text and not any(marker in text for marker in _NOT_OOM_MARKERS)
+            return OomKind.ACCELERATOR if oom else None
     if isinstance(exc, MemoryError):
         return OomKind.MEMORY_ERROR
     if isinstance(exc, RuntimeError):
@@ -63,8 +65,3 @@ def classify_oom(exc: BaseException) -> OomKind | None:
             if marker in message:
                 return kind
     return None
-
-
-def _says_oom(message: str) -> bool:
-    text = message.lower()
-    return "out of memory" in text and not any(marker in text for marker in _NOT_OOM_MARKERS)

@@ -154,7 +154,7 @@ class OpState:
     def _write_trace(self) -> None:
         layout = self.context.layout
         directory = layout.attempt_batching_dir(self.context.shard_id, self.context.attempt_id)
-        name = f"{_short_hash(self.stage_key)}-{host_tag()}-{os.getpid()}.json"
+        name = f"{hashlib.sha256(self.stage_key.encode('utf-8')).hexdigest()[:12]}-{host_tag()}-{os.getpid()}.json"
         record = BatchTrace(
             stage_key=self.stage_key,
             accelerator=self.accelerator,
@@ -302,10 +302,6 @@ def _remember(cache: OrderedDict, key: Any, value: Any) -> None:
     cache.move_to_end(key)
     while len(cache) > _MAX_ENTRIES:
         cache.popitem(last=False)
-
-
-def _short_hash(text: str) -> str:
-    return hashlib.sha256(text.encode("utf-8")).hexdigest()[:12]
 
 
 def host_tag() -> str:

@@ -18,17 +18,13 @@ from data_juicer_elastic.shards.merge import StagedFile, stage_concat
 from data_juicer_elastic.sharedfs import fsio
 
 
-def quarantined_rows(results: list[tuple[ShardEntry, ShardResult]]) -> int:
-    return sum(result.errors.rows for _, result in results if result.errors is not None)
-
-
 def stage_errors(
     layout: JobLayout, results: list[tuple[ShardEntry, ShardResult]], output: Path, tag: str, *, overwrite: bool
 ) -> StagedFile | None:
     """The merged quarantine file under a temp name (the merge's own writer and temp names); None
     when no row was quarantined."""
     path = export_errors_path(output)
-    if quarantined_rows(results) == 0:
+    if sum(result.errors.rows for _, result in results if result.errors is not None) == 0:
         if fsio.exists(path) and overwrite:  # an earlier merge's (before retry --quarantined): replaced by none
             fsio.remove(path)
         elif fsio.exists(path):
