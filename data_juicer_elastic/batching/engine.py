@@ -63,9 +63,7 @@ class BatchStats:
     last_oom: str | None = None
 
     def to_json(self) -> dict[str, Any]:
-        out = {k: v for k, v in self.__dict__.items() if k != "oom_kinds"}
-        out["oom_kinds"] = dict(self.oom_kinds)
-        return out
+        return {**self.__dict__, "oom_kinds": dict(self.oom_kinds)}
 
 
 def prefix_cost_fn(costs: Sequence[float] | None, offset: int, aggregate: Aggregate) -> Callable[[int], float]:
