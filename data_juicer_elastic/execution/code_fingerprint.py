@@ -98,10 +98,9 @@ _LOADER_SUFFIXES: Final = (
 
 def importable_files(root: str) -> list[tuple[str, str]]:
     """(relative name, path) of every file Python would import as a module from the package
-    directory ``root`` and the packages below it, sorted, as the import system's FileFinder chooses:
-    a package (a directory with an ``__init__`` module) wins over a module file of its name, which
-    wins over a namespace package; ``m.py`` wins over a stale ``m.pyc``; links are followed, and a
-    dangling one (Emacs's ``.#m.py`` lock) or a name Python cannot import is left out."""
+    directory ``root`` and the packages below it, sorted, as the import system's FileFinder chooses
+    (a package wins over a module file of its name, which wins over a namespace package; ``m.py``
+    over a stale ``m.pyc``); a dangling link (Emacs's ``.#m.py`` lock) is left out."""
     found: list[tuple[str, str]] = []
     seen: set[str] = set()  # real paths of the directories walked: a link loop is walked once
 

@@ -1,9 +1,8 @@
-"""One warm node-local Ray runtime per worker process, reused for every shard.
-
-``local`` starts a private runtime (``ray.init("local")`` never attaches to another job's runtime,
-unlike ``ray.init()``).  ``auto`` or an address attaches to someone else's, probed first in a child
-process that can be killed: an in-process ``ray.init`` against a dead or foreign address can hang
-for minutes and ignore SIGTERM.  Ray is imported only when a runtime starts.
+"""One warm node-local Ray runtime per worker process, reused for every shard (docs/multinode.md,
+"Ray per node"): ``local`` starts a private one (``ray.init("local")`` never attaches to another
+job's); ``auto`` or an address attaches, probed first in a child process that can be killed (an
+in-process ``ray.init`` against a dead address can hang for minutes).  Ray is imported only when a
+runtime starts.
 """
 
 from __future__ import annotations
