@@ -1,15 +1,10 @@
-"""Adaptive micro-batching with lossless OOM recovery for batched Data-Juicer Mappers.
+"""Adaptive micro-batching with lossless OOM recovery for batched Data-Juicer Mappers (docs/adaptive-batching.md).
 
-* :mod:`.oom`      - :func:`classify_oom`: which exceptions a smaller micro-batch can fix
-* :mod:`.policy`   - :class:`BatchPolicy`: the pure, clock-injected size controller
-* :mod:`.engine`   - :class:`MicroBatcher`: slice, retry the same offset smaller, check, merge in order
-* :mod:`.mixin`    - :class:`AdaptiveBatchingMixin` for your own Mappers
-* :mod:`.optin`    - recipe ``adaptive_batching: true`` on any registered Mapper
-* :mod:`.runtime`  - per-process state, attempt context and telemetry
-* :mod:`.profiles` - batch profiles shared through the job directory
-* :mod:`.demo`     - ``elastic_oom_demo_mapper``, a CPU-safe OOM-injecting operator
-
-Importing this package imports neither Ray, torch nor Data-Juicer.
+``oom`` (:func:`classify_oom`: which exceptions a smaller micro-batch can fix), ``policy`` (:class:`BatchPolicy`,
+the pure size controller), ``engine`` (:class:`MicroBatcher`, the lossless loop), ``batches`` (column batches),
+``mixin`` (:class:`AdaptiveBatchingMixin` for your own Mappers), ``optin`` (recipe ``adaptive_batching: true``),
+``runtime`` (per-process state, attempt context, telemetry), ``profiles`` (shared through the job directory),
+``demo`` (``elastic_oom_demo_mapper``, CPU-safe).  Importing this package imports neither Ray, torch nor Data-Juicer.
 """
 
 from __future__ import annotations

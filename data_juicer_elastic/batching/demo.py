@@ -1,10 +1,7 @@
-"""``elastic_oom_demo_mapper``: a CPU-safe stand-in for a GPU model that runs out of memory.
-
-:func:`register` defines and registers it (from the plugin's patches, or when a Ray worker
-unpickles ``demo.ElasticOomDemoMapper``), so importing this module loads no engine.  A call needs
-its batch's characters (``sum``) or rows x the longest text (``padded``) and raises an OOM above
-``capacity``, after editing its input in place as careless model code does (a retry that reused
-the failed input would append ``suffix`` twice).  See ``recipes/adaptive_batching.yaml``.
+"""``elastic_oom_demo_mapper``: a CPU-safe stand-in for a GPU model that runs out of memory above
+``capacity``, after editing its input in place as careless model code does (a retry that reused the
+failed input would append ``suffix`` twice).  :func:`register` defines it, so importing this module
+loads no engine.  See ``recipes/adaptive_batching.yaml``.
 """
 
 from __future__ import annotations

@@ -1,14 +1,8 @@
 """The lossless micro-batch loop: slice, call, retry the same offset smaller on OOM, merge in order.
 
-Per slice of an outer batch, :class:`MicroBatcher` hands ``fn`` (``process_batched``) an isolated
-copy (:func:`.batches.take_slice`: a call that mutated its input and failed cannot affect the
-retry).  A classified OOM asks the policy what to do; its frames are cleared *before* ``cleanup``
-(tensors live while a traceback references them); at the smallest size after the policy's waits it
-raises :class:`MicroBatchOOMError`, whatever ``skip_errors`` says.  Each output must keep the
-slice's rows, order columns and the first slice's columns (:class:`BatchContractError`).  Other
-errors are raised, or with ``skip_errors`` only that slice is dropped (or bisected by
-``quarantine``).  ``sort_by_cost`` cuts in descending cost order and restores input order: rows
-padded together then have similar lengths, and the contract makes order within a slice irrelevant.
+An unrecoverable OOM raises :class:`MicroBatchOOMError` whatever ``skip_errors`` says; each output
+must keep the slice's rows, order columns and the first slice's columns (:class:`BatchContractError`).
+The rules, and why ``sort_by_cost``: docs/adaptive-batching.md.
 """
 
 from __future__ import annotations
@@ -69,9 +63,7 @@ class BatchStats:
     last_oom: str | None = None
 
     def to_json(self) -> dict[str, Any]:
-        out = {k: v for k, v in self.__dict__.items() if k != "oom_kinds"}
-        out["oom_kinds"] = dict(self.oom_kinds)
-        return out
+        return {**self.__dict__, "oom_kinds": dict(self.oom_kinds)}
 
 
 def prefix_cost_fn(costs: Sequence[float] | None, offset: int, aggregate: Aggregate) -> Callable[[int], float]:
@@ -87,7 +79,9 @@ def prefix_cost_fn(costs: Sequence[float] | None, offset: int, aggregate: Aggreg
 
 @dataclass(eq=False)
 class MicroBatcher:
-    """Run ``fn`` over an outer batch in policy-sized micro-batches (see the module docstring)."""
+    """Run ``fn`` over an outer batch in policy-sized micro-batches, each an isolated copy
+    (:func:`.batches.take_slice`); with ``skip_errors`` a non-OOM failure drops only that slice (or
+    ``quarantine`` bisects it)."""
 
     fn: Callable[[dict[str, Any]], Any]
     policy: BatchPolicy

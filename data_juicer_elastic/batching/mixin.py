@@ -1,12 +1,9 @@
-"""``AdaptiveBatchingMixin``: lossless OOM-adaptive micro-batching for a batched Data-Juicer Mapper.
-
-Mix it in first (``docs/adaptive-batching.md``) or opt in from a recipe (:mod:`.optin`).  It
-replaces ``self.process`` (``process_batched`` under Data-Juicer's ``skip_op_error`` handler) with
-the micro-batch loop (:class:`.engine.MicroBatcher`), which calls ``process_batched`` directly, so
-an unrecoverable OOM is never swallowed by ``skip_op_error``.  ``batch_size`` stays the outer batch
-and the ceiling; resources are untouched.  Controller state lives per process (:mod:`.runtime`).
-The operator's contract (checked per slice where it can be): row count and order preserved, the
-same output columns for every slice, a result independent of the slicing, safe to retry.
+"""``AdaptiveBatchingMixin``: lossless OOM-adaptive micro-batching for a batched Data-Juicer Mapper
+(docs/adaptive-batching.md).  It replaces ``self.process`` (``process_batched`` under Data-Juicer's
+``skip_op_error`` handler) with the micro-batch loop, which calls ``process_batched`` directly, so an
+unrecoverable OOM is never swallowed by ``skip_op_error``.  The operator's contract (checked per slice
+where it can be): row count and order preserved, the same output columns for every slice, a result
+independent of the slicing, safe to retry.
 """
 
 from __future__ import annotations
@@ -15,7 +12,9 @@ import sys
 from collections.abc import Sequence
 from typing import Any, ClassVar, Final
 
+from data_juicer_elastic.batching.batches import column
 from data_juicer_elastic.batching.engine import PARTITION_COLUMN, Aggregate, MicroBatcher
+from data_juicer_elastic.batching.oom import classify_oom
 from data_juicer_elastic.batching.policy import BatchPolicy, PolicyConfig
 from data_juicer_elastic.compat import dj_stage_identities
 from data_juicer_elastic.compat.dj_op_attributes import MODULE as BASE_OP_MODULE
@@ -40,15 +39,12 @@ class AdaptiveBatchingMixin:
 
     # Data-Juicer's class-level opt-in flag: this operator honours the contract above.
     _supports_adaptive_batching: ClassVar[bool] = True
-    # Cost of a micro-batch: "rows"; "text" = sum of the characters of text_key; "padded_text" = rows x
-    # the longest text; "auto" = "text" when the batch has a text_key column of strings, else "rows".
-    # Sorting (below) handles padding: a cost-sorted slice pads little, so its summed cost tracks its memory.
+    # Cost of a micro-batch, one of COST_MODES (docs/adaptive-batching.md, "Cost models and sorting").
     adaptive_batching_cost: ClassVar[str] = "auto"
     adaptive_batching_policy: ClassVar[PolicyConfig | None] = None
     # Columns that must come back unchanged and in order (besides the partition tag and index_key).
     adaptive_batching_order_columns: ClassVar[tuple[str, ...]] = ()
-    # With a cost model, cut an outer batch in descending cost order and restore the order afterwards
-    # (see :mod:`.engine`): rows padded together then have similar lengths.
+    # With a cost model, cut an outer batch in descending cost order, then restore the order.
     adaptive_batching_sort: ClassVar[bool] = True
 
     def __init__(self, *args: Any, **kwargs: Any):
@@ -62,7 +58,8 @@ class AdaptiveBatchingMixin:
     def adaptive_cost_mode(self, batch: Any) -> tuple[str, Aggregate]:
         mode = self.adaptive_batching_cost
         if mode == "auto":
-            mode = "text" if _has_text(batch, getattr(self, "text_key", "text")) else "rows"
+            texts = column(batch, getattr(self, "text_key", "text"))
+            mode = "text" if texts and isinstance(texts[0], str) else "rows"
         return mode, ("padded" if mode == "padded_text" else "sum")
 
     def adaptive_row_costs(self, batch: Any) -> Sequence[float] | None:
@@ -70,8 +67,6 @@ class AdaptiveBatchingMixin:
         mode, _ = self.adaptive_cost_mode(batch)
         if mode == "rows":
             return None
-        from data_juicer_elastic.batching.batches import column
-
         texts = column(batch, getattr(self, "text_key", "text")) or []
         return [float(len(t)) + 1.0 if isinstance(t, str) else 1.0 for t in texts]
 
@@ -93,7 +88,6 @@ class AdaptiveBatchingMixin:
         """Under elastic_sharded with skip_op_error: bisect a failed slice, keep its good rows (quarantine)."""
         if not getattr(self, "skip_op_error", False):
             return None
-        from data_juicer_elastic.batching.oom import classify_oom
         from data_juicer_elastic.quarantine.collector import engine_quarantine
 
         return engine_quarantine(self, fn, fatal=lambda exc: classify_oom(exc) is not None)
@@ -171,10 +165,3 @@ def check_settings(
             where=f"{place}.num_gpus",
             hint="a multi-GPU actor shards its model; set num_gpus <= 1 or turn adaptive_batching off",
         )
-
-
-def _has_text(batch: Any, key: str) -> bool:
-    from data_juicer_elastic.batching.batches import column
-
-    values = column(batch, key) if key else None
-    return bool(values) and isinstance(values[0], str)

@@ -1,10 +1,7 @@
-"""Which exceptions a smaller micro-batch can fix: one narrow function, :func:`classify_oom`.
-
-Only a failure of *this process* to allocate memory for *this call*.  Never retried: a sticky
-CUDA error (illegal memory access, device-side assert: the context is unusable), an NCCL /
-``torch.distributed`` error (a collective failed), Ray's host-memory ``OutOfMemoryError`` (the
-*node* ran out of RAM; Ray retries the task itself).  torch is never imported here: an exception
-raised by torch means it is in ``sys.modules``; without it only the message and ``MemoryError`` count.
+"""Which exceptions a smaller micro-batch can fix (:func:`classify_oom`): only a failure of *this process*
+to allocate memory for *this call*; never a sticky CUDA error, an NCCL error or Ray's host-memory OOM
+(Ray retries the task itself).  torch is never imported here: an exception raised by torch means it is
+in ``sys.modules``.
 """
 
 from __future__ import annotations
@@ -55,7 +52,9 @@ def classify_oom(exc: BaseException) -> OomKind | None:
         accelerator_error = getattr(torch, "AcceleratorError", None)
         if accelerator_error is not None and isinstance(exc, accelerator_error):
             # AcceleratorError also carries sticky errors: only its OOM is retryable.
-            return OomKind.ACCELERATOR if _says_oom(str(exc)) else None
+            text = str(exc).lower()
+            oom = "out of memory" in text and not any(marker in text for marker in _NOT_OOM_MARKERS)
+            return OomKind.ACCELERATOR if oom else None
     if isinstance(exc, MemoryError):
         return OomKind.MEMORY_ERROR
     if isinstance(exc, RuntimeError):
@@ -66,8 +65,3 @@ def classify_oom(exc: BaseException) -> OomKind | None:
             if marker in message:
                 return kind
     return None
-
-
-def _says_oom(message: str) -> bool:
-    text = message.lower()
-    return "out of memory" in text and not any(marker in text for marker in _NOT_OOM_MARKERS)

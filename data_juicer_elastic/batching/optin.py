@@ -1,12 +1,8 @@
-"""Recipe opt-in: ``adaptive_batching: true`` on a registered Mapper applies :class:`AdaptiveBatchingMixin`.
-
-Data-Juicer 1.6.1 acts on ``adaptive_batching`` only under its own ``elastic_juicer_adaptive_batching``
-switch (Ray actor mode, CUDA); here it works under every executor.  A hook on Data-Juicer's operator
-metaclass (``compat.dj_op_metaclass``) makes constructing an opted-in class give an
-``Adaptive<Class>`` = ``(AdaptiveBatchingMixin, Class)`` instance, created once per class, with the
-operator's own tuning (:data:`.mixin.HOOKS`) copied in, and reachable by name (PEP 562), so pickles
-send it by reference.  :func:`check_config` refuses what cannot work.
-``DJ_ELASTIC_ADAPTIVE_BATCHING=off`` leaves ``adaptive_batching`` to Data-Juicer's own controller.
+"""Recipe opt-in: ``adaptive_batching: true`` on a registered Mapper applies :class:`AdaptiveBatchingMixin`
+under every executor.  Through Data-Juicer's operator metaclass (``compat.dj_op_metaclass``), building an
+opted-in class gives an ``Adaptive<Class>`` = ``(AdaptiveBatchingMixin, Class)`` instance, created once
+per class and reachable by name (PEP 562), so pickles send it by reference.  Rules and refusals:
+docs/adaptive-batching.md.
 """
 
 from __future__ import annotations

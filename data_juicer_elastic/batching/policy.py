@@ -1,26 +1,7 @@
 """The micro-batch size policy: pure (no Ray, torch or GPU import), clock-injected, bounded state.
 
-A micro-batch has a row count and a *cost* (the caller's cost model: rows, characters, padded
-tokens); the policy keeps a cost **budget** and the caller takes the longest prefix of the
-remaining rows that fits (:meth:`BatchPolicy.choose_rows`).  The rules:
-
-* Start at the operator's ``batch_size`` (the ceiling, never exceeded) or at a known-safe budget
-  seeded from a shared profile.
-* An OOM at cost ``c`` makes ``c`` a *known failing size* (nothing planned at or above it until it
-  expires).  The retry of the same rows uses the largest cost that succeeded (when >= ``c/2``) or
-  ``c/2``, and strictly fewer rows; every further OOM of the slice at least halves the rows, so a
-  slice reaches one row after at most ``1 + ceil(log2(batch_size))`` shrinking OOMs.
-* *Drift*: an OOM at a cost that had succeeded means memory changed.  When such OOMs have been
-  cured by cleanup before (or it is the first), the same slice is retried once at the same size
-  after cleanup; if that fails too, the policy shrinks and forgets its proven sizes.
-* Growth only after ``successes_before_growth`` budget-limited successes, closing half the gap to
-  the known failing size (never reaching it), else by ``growth``.
-* A known failing size expires (re-probe) after ``reprobe_successes`` successes or ``reprobe_secs``;
-  the re-probe goes just above it, and if it fails the old size is restored and both intervals
-  double (up to ``max_reprobe_backoff``x).
-* At one row: wait ``floor_backoff_secs * i`` (i = 1..``floor_retries``), retry, then
-  :attr:`Action.FAIL`.  :attr:`BatchPolicy.slice_oom_budget` is the most OOMs one slice can see
-  before ``FAIL``, so a caller's per-slice guard never cuts a slice short of the floor.
+The policy keeps a cost **budget**; the caller takes the longest prefix of the remaining rows that
+fits (:meth:`BatchPolicy.choose_rows`).  The rules: docs/adaptive-batching.md, "The size controller".
 """
 
 from __future__ import annotations
@@ -81,7 +62,7 @@ class PolicyConfig:
 
 
 class BatchPolicy:
-    """One operator's micro-batch budget in one process (see the module docstring)."""
+    """One operator's micro-batch budget in one process."""
 
     def __init__(
         self, max_rows: int, config: PolicyConfig | None = None, *, clock: Callable[[], float] = time.monotonic

@@ -1,10 +1,7 @@
 """Shared batch profiles: what one process learned, so the next shard on any node starts at a safe size.
 
-One file per (stage identity x accelerator model x cost model x ceiling),
-``<job_dir>/batch-profiles/<key>.json``, written atomically.  A profile is advice, never authority:
-one that is corrupt, of another format or configuration, or older than a day is ignored (logged
-once), and a seeded controller still shrinks on the first OOM.  Writers are last-writer-wins; each
-writes only after its own evidence changed.
+One file per (stage identity x accelerator model x cost model x ceiling), ``<job_dir>/batch-profiles/<key>.json``;
+advice, never authority (docs/adaptive-batching.md).
 """
 
 from __future__ import annotations

@@ -1,11 +1,9 @@
 """Per-process controller state for the mixin, the attempt context, telemetry files and profiles.
 
-A Ray worker learns its job and attempt from a context record (:class:`BatchingContext`) the
-ShardRunner writes into the config's ``work_dir``: the one per-run argument Data-Juicer hands every
-operator that stage identities leave out (the warm runtime outlives attempts, so its
-``runtime_env`` cannot carry them).  Without one, micro-batching works the same, without shared
-profiles or telemetry.  Policies and statistics live per process in bounded LRUs; each process
-rewrites ``attempts/<shard>/<attempt>/batching/<stage>-<host>-<pid>.json`` after every outer batch.
+A Ray worker learns its job and attempt from :class:`BatchingContext`, which the ShardRunner writes
+into the config's ``work_dir`` (the one per-run argument every operator gets that stage identities
+leave out; the warm runtime outlives attempts, so its ``runtime_env`` cannot carry it).  Without one,
+micro-batching works the same, without shared profiles or telemetry.
 """
 
 from __future__ import annotations
@@ -156,7 +154,7 @@ class OpState:
     def _write_trace(self) -> None:
         layout = self.context.layout
         directory = layout.attempt_batching_dir(self.context.shard_id, self.context.attempt_id)
-        name = f"{_short_hash(self.stage_key)}-{_safe(socket.gethostname())}-{os.getpid()}.json"
+        name = f"{hashlib.sha256(self.stage_key.encode('utf-8')).hexdigest()[:12]}-{host_tag()}-{os.getpid()}.json"
         record = BatchTrace(
             stage_key=self.stage_key,
             accelerator=self.accelerator,
@@ -306,9 +304,6 @@ def _remember(cache: OrderedDict, key: Any, value: Any) -> None:
         cache.popitem(last=False)
 
 
-def _short_hash(text: str) -> str:
-    return hashlib.sha256(text.encode("utf-8")).hexdigest()[:12]
-
-
-def _safe(text: str) -> str:
-    return re.sub(r"[^A-Za-z0-9_.\-]+", "_", text).strip("._-")[:40] or "host"
+def host_tag() -> str:
+    """This host's name as a part of a file name (the telemetry and quarantine record files)."""
+    return re.sub(r"[^A-Za-z0-9_.\-]+", "_", socket.gethostname()).strip("._-")[:40] or "host"

@@ -1,7 +1,5 @@
-"""Route one attempt's driver-side logs (loguru, Ray Data's ``ray.data``) into ``attempt_dir/process.log``.
-
-Data-Juicer configures loguru once per process, so each attempt adds its own sink and removes it
-when it ends.  Output printed inside Ray worker processes is not captured (Ray forwards it, in
+"""Route one attempt's driver-side logs (loguru, Ray Data's ``ray.data``) into ``attempt_dir/process.log``:
+a sink per attempt.  Output printed inside Ray worker processes is not captured (Ray forwards it, in
 batches that can arrive after the attempt ended, and keeps it in ``logs/worker-*.err``).
 """
 

@@ -1,10 +1,7 @@
-"""A shard recipe -> Data-Juicer's own config object, through Data-Juicer's parser.
-
-The recipe is written to a YAML file and parsed by ``init_configs`` as ``dj-process --config``
-would, so defaults, op-argument merging and the per-executor attribute injection are
-Data-Juicer's.  ``load_configs_only=True`` skips its process-wide loguru setup (logs are routed
-per attempt), the config backup and the config table.  :class:`ShardConfigs` parses once per
-worker process and re-bases that namespace per attempt: a parse costs 0.2-1.2 s on a 2-CPU node.
+"""A shard recipe -> Data-Juicer's own config object, through ``init_configs`` as ``dj-process
+--config`` would parse it (``load_configs_only``: no process-wide loguru setup, config backup or
+table).  :class:`ShardConfigs` parses once per worker process (0.2-1.2 s on a 2-CPU node) and
+re-bases that namespace per attempt.
 """
 
 from __future__ import annotations
@@ -85,13 +82,9 @@ def load_dj_config(
 
 
 class ShardConfigs:
-    """Data-Juicer configs for one shard recipe: parsed once, re-based for every later attempt.
-
-    A later attempt gets a deep copy of the first parse whose per-attempt fields are reset and
-    resolved by Data-Juicer's own ``resolve_job_id`` / ``resolve_job_directories``, as
-    ``init_setup_from_cfg`` does; operators get the new ``work_dir`` (it carries the
-    adaptive-batching attempt context).  The attempt's ``recipe.yaml`` is still written (``cfg.config``
-    names it).  Guard: if any string of the re-based config still holds a path of the template's
+    """Data-Juicer configs for one shard recipe: parsed once, re-based for every later attempt (a deep
+    copy whose per-attempt fields Data-Juicer's own ``resolve_attempt`` resolves again; operators get the
+    new ``work_dir``).  Guard: if any string of a re-based config still holds a path of the template's
     attempt (a field a newer Data-Juicer derives), this and every later attempt is parsed afresh.
     """
 

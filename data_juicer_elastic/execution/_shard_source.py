@@ -1,14 +1,9 @@
 """Give Data-Juicer's Ray loader the shard as this package read it, for the length of one shard run.
 
-While :func:`shard_source` is active, ``RayDataset.read`` (py-data-juicer 1.6.1) answers the
-attempt's shard path with a materialized Ray dataset built by ``shard_reader``.  Why: lossless,
-shard-independent types, and one read per shard: ``RayExecutor.run`` touches a lazy dataset three
-times, and its first ``limit(1)`` force-cancels the streaming read task, killing its Ray worker (the
-next task waits seconds for a fresh one); a materialized dataset answers ``columns()``,
-``schema()`` and ``count()`` from block metadata, at the cost of the shard's blocks in the object
-store while it runs (so shards should stay a small fraction of it).  The swap
-(``compat.dj_ray_dataset``) is reference-counted across threads and serves only registered paths:
-any other path read meanwhile is refused.
+While :func:`shard_source` is active, ``RayDataset.read`` answers the attempt's shard path with a
+materialized Ray dataset built by ``shard_reader`` (why materialized: docs/architecture.md,
+"execution").  The swap (``compat.dj_ray_dataset``) is reference-counted across threads and serves
+only registered paths: any other path read meanwhile is refused.
 """
 
 from __future__ import annotations
@@ -58,13 +53,6 @@ def shard_key(attempt_dir: str | os.PathLike) -> Path:
     if not key.exists():
         key.touch()
     return key
-
-
-def materialized(tables: list[Any]) -> Any:
-    """A shard's Arrow tables as the materialized Ray dataset :func:`shard_source` hands over."""
-    import ray
-
-    return ray.data.from_arrow(tables)
 
 
 def _read_shard(klass: Any, data_format: Any, paths: Any, **kwargs: Any) -> Any:

@@ -1,11 +1,7 @@
 """The code each stage runs, fingerprinted, so one job's outputs come from one version of it.
 
-Stage identities hash an operator's class, name and arguments, not its code.  So prepare records
-``code``: ``versions`` (Data-Juicer, data-juicer-elastic, Ray); per operator the sha256 of the
-source of its class and base classes by module name (except modules the versions name); per custom
-operator path one sha256 over what Python would import from it (:func:`importable_files`).  A
-worker refuses to claim on any difference (:class:`CodeMismatchError`, checked before its first
-claim and every runtime restart); ``allow_version_mismatch`` lets only the versions differ.
+What is hashed and when a worker refuses: docs/failure-semantics.md, "One version of the operator
+code per job".
 """
 
 from __future__ import annotations
@@ -102,10 +98,9 @@ _LOADER_SUFFIXES: Final = (
 
 def importable_files(root: str) -> list[tuple[str, str]]:
     """(relative name, path) of every file Python would import as a module from the package
-    directory ``root`` and the packages below it, sorted, as the import system's FileFinder chooses:
-    a package (a directory with an ``__init__`` module) wins over a module file of its name, which
-    wins over a namespace package; ``m.py`` wins over a stale ``m.pyc``; links are followed, and a
-    dangling one (Emacs's ``.#m.py`` lock) or a name Python cannot import is left out."""
+    directory ``root`` and the packages below it, sorted, as the import system's FileFinder chooses
+    (a package wins over a module file of its name, which wins over a namespace package; ``m.py``
+    over a stale ``m.pyc``); a dangling link (Emacs's ``.#m.py`` lock) is left out."""
     found: list[tuple[str, str]] = []
     seen: set[str] = set()  # real paths of the directories walked: a link loop is walked once
 

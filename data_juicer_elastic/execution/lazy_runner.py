@@ -1,9 +1,6 @@
-"""A ShardRunner that starts its warm Ray runtime when the worker is about to claim.
-
-A worker with nothing to claim costs no Ray start; one with work checks the operator code
-(``code_fingerprint``) and starts the runtime *before* it claims (``ready``), so a worker that
-fails while Ray starts, or runs other code, holds no claim.  The runtime (with the recipe's runtime
-env) serves every later shard until a stalled shard restarts the worker (``runtime_watch``).
+"""A ShardRunner that starts its warm Ray runtime when the worker is about to claim: a worker with
+nothing to claim costs no Ray start, and one that fails while Ray starts, or runs other operator code
+(``code_fingerprint``), holds no claim.
 """
 
 from __future__ import annotations
@@ -25,11 +22,8 @@ from data_juicer_elastic.settings import DEFAULT_MAX_ERROR_ROWS
 
 
 class LazyShardRunner:
-    """Context manager and ``run_shard`` callable; closing stops the runtime it started.
-
-    ``code``: the job's code fingerprint (``Manifest.code``), checked before each runtime start
-    (None skips the check).  ``restart_process()``: how to start the worker afresh after its
-    runtime froze (``runtime_watch``)."""
+    """Context manager and ``run_shard`` callable; closing stops the runtime it started.  ``code``: the
+    job's code fingerprint, checked before each runtime start (None: not checked)."""
 
     def __init__(
         self,

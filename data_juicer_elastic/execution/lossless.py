@@ -1,10 +1,8 @@
 """Put back what Arrow changed and no operator did: each untouched value exactly as it was read.
 
-Arrow and Ray's per-batch re-typing lose JSON distinctions (absent vs null, an integer in a double
-column, key order).  The writer compares each output row with its input row (``ROW_COLUMN``):
-a value :func:`equivalent` to the input's is written as the input had it, anything else as the
-operator made it.  Null and absent are one thing (batches follow shard boundaries): a key is
-null where the input row had it, absent where it lacked it.  Limits: ``docs/lossless.md``.
+The writer compares each output row with its input row (``ROW_COLUMN``): a value :func:`equivalent`
+to the input's is written as the input had it, anything else as the operator made it.  The rules
+(equivalence, null vs absent, key order): docs/lossless.md.
 """
 
 from __future__ import annotations

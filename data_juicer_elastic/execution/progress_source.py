@@ -1,12 +1,5 @@
-"""A running attempt's live progress, from Ray Data's own execution metrics (``docs/status.md``).
-
-``RayExecutor`` runs a shard as a few Ray Data executions (``StreamingExecutor`` threads of this
-process): *loading*, *processing* (the operators), *exporting*.  A sampler thread reads their
-per-operator metrics twice a second: ``rows_read`` is what the first operator produced during
-processing (every row when the shard was read while loading; a lower bound when Ray fuses the
-reader with operators), ``rows_written`` what the last one produced; both move in steps of one
-block.  The sampler never raises into the run: unexpected Ray internals
-(``compat.ray_streaming_executor``) turn it off with one warning (``source: "none"``).
+"""A running attempt's live progress, sampled from Ray Data's own execution metrics by a thread that
+never raises into the run.  What the numbers mean: docs/status.md, "Where the numbers come from".
 """
 
 from __future__ import annotations
@@ -43,11 +36,8 @@ def classify(operator_names: list[str]) -> Stage:
 @contextlib.contextmanager
 def ray_data_progress(tracker: ProgressTracker | None, interval_secs: float = SAMPLE_SECS) -> Iterator[None]:
     """Sample the Ray Data executions this process runs inside the block into ``tracker`` (if any).
-
-    A daemon thread finds Ray Data's executor threads and reads their metrics; nothing is
-    registered with Ray (a DataContext callback class would be pickled into every read task and
-    imported by every Ray worker).  A worker process runs one attempt at a time, so every
-    executor seen here is this attempt's."""
+    Nothing is registered with Ray (a DataContext callback class would be pickled into every read
+    task); a worker process runs one attempt at a time, so every executor seen is this attempt's."""
     if tracker is None:
         yield
         return

@@ -1,9 +1,8 @@
-"""One warm node-local Ray runtime per worker process, reused for every shard.
-
-``local`` starts a private runtime (``ray.init("local")`` never attaches to another job's runtime,
-unlike ``ray.init()``).  ``auto`` or an address attaches to someone else's, probed first in a child
-process that can be killed: an in-process ``ray.init`` against a dead or foreign address can hang
-for minutes and ignore SIGTERM.  Ray is imported only when a runtime starts.
+"""One warm node-local Ray runtime per worker process, reused for every shard (docs/multinode.md,
+"Ray per node"): ``local`` starts a private one (``ray.init("local")`` never attaches to another
+job's); ``auto`` or an address attaches, probed first in a child process that can be killed (an
+in-process ``ray.init`` against a dead address can hang for minutes).  Ray is imported only when a
+runtime starts.
 """
 
 from __future__ import annotations
@@ -253,10 +252,8 @@ def _probe_in_child(address: str, timeout: float, shown: str) -> str:
 
 
 def check_topology(shown: str, nodes: int, includes_this_node: bool) -> None:
-    """Refuse a runtime that is not this node's own: each worker uses node-local Ray, and the
-    job directory (not a Ray cluster) spreads shards over nodes.  ``auto`` follows RAY_ADDRESS
-    and /tmp/ray/ray_current_cluster, which can name a cluster someone else started (DLC's Ray
-    framework, a colleague's head): attaching would run this node's shards elsewhere."""
+    """Refuse a runtime that is not this node's own (docs/multinode.md, "Ray per node"): ``auto``
+    can name a cluster someone else started, and attaching would run this node's shards elsewhere."""
     if nodes <= 1 and includes_this_node:
         return
     what = f"a Ray cluster of {nodes} nodes" if nodes > 1 else "a Ray runtime on another machine"

@@ -1,18 +1,13 @@
-"""How the job's row schema is held in Arrow: one Arrow schema for every shard of a job.
-
-Each JSON type ``rows.row_schema`` decided over the whole input becomes the Arrow type
-Data-Juicer's default executor gives operators for the column: strings stay strings (never
-timestamps), ``int`` is int64, ``float`` float64 (integers in it become doubles), objects are
-structs with every key the input ever had, arrays are lists; a column whose type holds ``json``
-(mixed kinds) carries the rows' own Python values (Ray's object column), as Data-Juicer's ``Json``
-feature does.  What Arrow loses is put back by the writer (:mod:`execution.lossless`).
+"""How the job's row schema is held in Arrow: one Arrow schema for every shard of a job, each JSON type
+as Data-Juicer's default executor types the column (a ``json`` column carries Python objects).  The
+rules: docs/lossless.md; what Arrow loses is put back by :mod:`execution.lossless`.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Final
+from typing import Any
 
 from data_juicer_elastic.errors import JobDirError
 from data_juicer_elastic.rows.row_schema import (
@@ -20,17 +15,13 @@ from data_juicer_elastic.rows.row_schema import (
     FLOAT,
     INT,
     NULL,
+    ROW_COLUMN,
     STRING,
     ListType,
     RowSchema,
     StructType,
     has_json,
 )
-
-# The shard-local row number every row carries through the operators: it tells the writer
-# which input row an output row came from (rows an operator splits keep it; rows it makes
-# from nothing have none).  Never written out.
-ROW_COLUMN: Final = "__dj_elastic_row__"
 
 
 def arrow_type(t: Any) -> Any:

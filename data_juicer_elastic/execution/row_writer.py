@@ -1,10 +1,6 @@
-"""Write a processed shard: every row once, in input order, each untouched value as it was read.
-
-Not Ray's JSON writer: it goes through pandas (doubles with 10 significant digits), and nothing in
-Ray knows which values an operator changed.  Per row: untouched values are put back
-(:mod:`lossless`); Data-Juicer's export layout (stats and meta to a per-row stats file unless
-``keep_stats_in_res_ds``, hash columns dropped unless ``keep_hashes_in_res_ds``); orjson encoding,
-or Python's json the same way for what orjson refuses, so a row's bytes depend only on the row.
+"""Write a processed shard: every row once, in input order, each untouched value as it was read
+(:mod:`lossless`), in Data-Juicer's export layout, its bytes depending only on the row.  Why not
+Ray's JSON writer, and the encoding: docs/lossless.md.
 """
 
 from __future__ import annotations

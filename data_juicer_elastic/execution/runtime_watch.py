@@ -1,15 +1,6 @@
-"""The Ray runner's half of the stall rule (``jobdir.liveness``): probe the runtime while a
-shard's progress is quiet, and restart the worker when the shard was given up.
-
-Ray Data counts rows per finished block, so a healthy runtime can show no progress for a while:
-once the attempt was quiet for a quarter of the stall timeout, a zero-CPU task
-(``WarmRayRuntime.ping``, one at a time) is a sign of life.  Only when quiet: with one CPU a probe
-may need a worker process Ray starts and stops each time.  A frozen runtime answers nothing, the
-heartbeat thread gives the shard up (failure record and release first), and
-:meth:`RuntimeWatch.restart` kills the runtime and exec's the worker afresh.  Not a new runtime in
-the same process: threads blocked in calls into the dead runtime carry on, after ``ray.shutdown()``,
-into Ray's C++ core worker, which aborts the process ("Check failed ... PeekObjectRefStream") or
-waits 60 s for the dead GCS and terminates it.
+"""The Ray runner's half of the stall rule (``jobdir.liveness``): probe the runtime while a shard's
+progress is quiet, and restart the worker when the shard was given up.  Rules, and why a restart
+is a new process and not a new runtime: docs/failure-semantics.md, "A heartbeat means progress".
 """
 
 from __future__ import annotations

@@ -1,9 +1,5 @@
-"""Read one shard into Arrow with the job's row schema, and find its input rows again for the writer.
-
-Not Ray's JSON reader: it infers types per block (``int64`` in one shard, ``double`` or a timestamp
-in another) and fails on a line longer than its block.  Here each row (from ``rows.shard_source``,
-checked against its scan) is parsed exactly and converted with the schema decided for the whole
-input (``row_types.ArrowRows``), in blocks of about :data:`BLOCK_BYTES`.
+"""Read one shard into Arrow with the job's row schema (``row_types.ArrowRows``), and find its input
+rows again for the writer.  Why not Ray's JSON reader: docs/lossless.md.
 """
 
 from __future__ import annotations

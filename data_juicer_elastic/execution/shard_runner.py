@@ -1,18 +1,6 @@
-"""Run one claimed shard through Data-Juicer's own RayExecutor on the warm runtime.
-
-Per attempt, inside ``task.attempt_dir``::
-
-    recipe.yaml              the shard recipe with this attempt's paths (what init_configs parsed)
-    stage_identities.json    the identities this worker computed (and checked) for the recipe's ops
-    process.log              this attempt's Data-Juicer / Ray Data driver-side log lines
-    work/<attempt_id>/       Data-Juicer's work dir (events, DAG plan)
-    output.jsonl             the result, rows in input order, untouched values as read (row_writer)
-    row-stats.jsonl          each output row's __dj__stats__ / __dj__meta__ (when the recipe makes them)
-
-The shard is read by ``shard_reader`` (served to Data-Juicer's loader by ``_shard_source``) and
-written by ``row_writer``; operators stay warm across shards (``warm_ops``) unless one fails.
-Rows an operator fails on under ``skip_op_error`` are set aside (``quarantine``), and the shard
-fails past ``elastic.max_error_rows``; without it the first exception fails the shard.
+"""Run one claimed shard through Data-Juicer's own RayExecutor on the warm runtime: read by
+``shard_reader``, written by ``row_writer``, operators kept warm (``warm_ops``), failing rows set
+aside (``quarantine``).  The attempt directory's files: docs/architecture.md, "Job directory".
 """
 
 from __future__ import annotations
@@ -35,8 +23,8 @@ from data_juicer_elastic import DATA_JUICER_REQUIREMENT
 from data_juicer_elastic.compat import dj_ray_executor, dj_stage_identities, ray_concat
 from data_juicer_elastic.errors import ElasticError, IntegrationError, ShardExecutionError
 from data_juicer_elastic.execution._attempt_log import attempt_log
-from data_juicer_elastic.execution._dj_config import RAY_JOB_ENV, ShardConfigs, check_recipe, ray_job_env
-from data_juicer_elastic.execution._shard_source import materialized, shard_key, shard_source
+from data_juicer_elastic.execution._dj_config import RAY_JOB_ENV, ShardConfigs, ray_job_env
+from data_juicer_elastic.execution._shard_source import shard_key, shard_source
 from data_juicer_elastic.execution.progress_source import note_stage, ray_data_progress
 from data_juicer_elastic.execution.row_types import ArrowRows
 from data_juicer_elastic.execution.row_writer import ExportLayout, write_shard
@@ -56,12 +44,6 @@ from data_juicer_elastic.rows.shard_source import ShardSource, iter_source_lines
 from data_juicer_elastic.settings import DEFAULT_MAX_ERROR_ROWS
 from data_juicer_elastic.sharedfs import fsio
 from data_juicer_elastic.stats.shard_hook import ShardStatsRecorder
-
-RECIPE_FILE: Final = "recipe.yaml"
-IDENTITIES_FILE: Final = "stage_identities.json"
-OUTPUT_FILE: Final = "output.jsonl"
-EXPORT_DIR: Final = "ray-output"  # never written: RayExecutor runs with skip_export
-WORK_DIR: Final = "work"
 
 # Environment Data-Juicer's initialize_ray forwards to Ray workers
 # (data_juicer.utils.mm_utils.SPECIAL_TOKEN_ENV_PREFIX).
@@ -102,14 +84,13 @@ class ShardRunner:
         row_schema: list[Any] | None | Callable[[], list[Any] | None],
         max_error_rows: float = DEFAULT_MAX_ERROR_ROWS,
     ):
-        self.recipe = copy.deepcopy(check_recipe(recipe))
         self.max_error_rows = max_error_rows  # quarantined rows a shard may have (elastic.max_error_rows)
         self.expected_stage_identities = list(expected_stage_identities)
         self._row_schema = row_schema  # a callable: the job is not scanned yet when a worker starts
         self._rows: ArrowRows | None = None
         ray_concat.install()  # the driver concatenates blocks too (its Ray workers get the setup hook)
         self._manifest: dict[str, Any] | None = None  # identities are per recipe and process, not per shard
-        self._configs = ShardConfigs(self.recipe)  # parsed once per process, re-based per attempt
+        self._configs = ShardConfigs(copy.deepcopy(recipe))  # parsed once per process, re-based per attempt
         self.warm = WarmOperators()  # operators and actor-mode actors kept across shards (warm_ops)
         self.reads_ahead_used = 0  # runs that used a read-ahead (tests, logs)
         default_cache_env(Path(cache_dir))
@@ -174,15 +155,15 @@ class ShardRunner:
             # weighted paths: quoted, a job_dir with spaces or quotes stays one path
             "dataset_path": shlex.quote(str(shard_key(attempt_dir))),
             # RayExecutor builds its exporter even when it does not export: a path it never writes
-            "export_path": str(attempt_dir / EXPORT_DIR),
+            "export_path": str(attempt_dir / "ray-output"),
             "export_type": "jsonl",
-            "work_dir": str(attempt_dir / WORK_DIR),
+            "work_dir": str(attempt_dir / "work"),
             "job_id": task.attempt_id,
             # the warm runtime's own address: Data-Juicer's initialize_ray then
             # returns the existing connection instead of resolving "auto"
             "ray_address": ray.get_runtime_context().gcs_address,
         }
-        cfg = self._configs.load(overrides, attempt_dir / RECIPE_FILE)
+        cfg = self._configs.load(overrides, attempt_dir / "recipe.yaml")
         with self.warm.active():  # load_ops returns this process's warm operators (warm_ops)
             return self._run_warm(task, attempt_dir, where, cfg)
 
@@ -190,11 +171,13 @@ class ShardRunner:
         self.warm.drop()
 
     def _run_warm(self, task: ShardTask, attempt_dir: Path, where: str, cfg: Any) -> ShardOutput:
+        import ray
+
         if self._manifest is None:
             self._manifest = manifest_from_cfg(cfg)
         ids = stage_ids(self._manifest)
         verify_stage_identities(self.expected_stage_identities, ids, where=where)
-        write_identity_record(attempt_dir / IDENTITIES_FILE, self._manifest, self.expected_stage_identities)
+        write_identity_record(attempt_dir / "stage_identities.json", self._manifest, self.expected_stage_identities)
         # Where RayExecutor keeps them (it recomputes them only under
         # elastic_juicer_adaptive_batching, checked below).
         dj_stage_identities.stamp(cfg, self._manifest)
@@ -205,7 +188,7 @@ class ShardRunner:
         tables = self._tables(task)
         batching = _start_batching(task, cfg, self._manifest)
         try:
-            with shard_source(shard_key(task.attempt_dir), lambda: materialized(tables)):
+            with shard_source(shard_key(task.attempt_dir), lambda: ray.data.from_arrow(tables)):
                 result = dj_ray_executor.run_unexported(cfg)
         finally:
             _finish_batching(batching, task)
@@ -225,7 +208,7 @@ class ShardRunner:
                 data.iter_batches(batch_size=None, batch_format="pyarrow"),
                 data.columns(),
                 inputs,
-                attempt_dir / OUTPUT_FILE,
+                task.output_path,
                 attempt_dir / row_stats.ATTEMPT_FILE,
                 ExportLayout.from_cfg(cfg),
                 on_row=stats.observe,

@@ -1,10 +1,6 @@
-"""Stage identities of a shard recipe, exactly as Data-Juicer's RayExecutor computes them.
-
-``RayExecutor.run`` (1.6.1) loads the ops with ``load_ops(cfg.process, ...)``, fuses them under
-``op_fusion`` (``compat.dj_op_fusion``) and calls ``assign_stage_identities(ops)``
-(``compat.dj_stage_identities``).  :func:`manifest_from_cfg` repeats those steps on a config
-parsed for ``executor_type: ray``, whose op arguments carry the Ray-mode attribute injection (no
-``num_proc``): what makes the identities a Ray run's, not the default executor's.  No Ray starts.
+"""Stage identities of a shard recipe, exactly as Data-Juicer's RayExecutor computes them: the ops
+loaded, fused and identified as ``RayExecutor.run`` does, from a config parsed for ``executor_type:
+ray`` (its Ray-mode attribute injection is what makes them a Ray run's).  No Ray starts.
 """
 
 from __future__ import annotations
@@ -14,15 +10,12 @@ import os
 import tempfile
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any, Final
+from typing import Any
 
 from data_juicer_elastic.compat import dj_op_fusion, dj_stage_identities
 from data_juicer_elastic.compat.dj_resource_utils import no_ray_start
 from data_juicer_elastic.errors import StageIdentityMismatch
 from data_juicer_elastic.execution._dj_config import load_dj_config, ray_job_env
-
-RECORD_FORMAT: Final = "dj-elastic/stage-identities"
-RECORD_VERSION: Final = 1
 
 
 def compute_stage_identities(recipe: Mapping[str, Any]) -> list[str]:
@@ -89,8 +82,8 @@ def write_identity_record(path: Path, manifest: Mapping[str, Any], expected: Seq
     import data_juicer
 
     record = {
-        "format": RECORD_FORMAT,
-        "version": RECORD_VERSION,
+        "format": "dj-elastic/stage-identities",
+        "version": 1,
         "data_juicer": getattr(data_juicer, "__version__", "unknown"),
         "stage_ids": stage_ids(manifest),
         "expected_stage_ids": list(expected),

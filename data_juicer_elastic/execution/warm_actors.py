@@ -1,10 +1,6 @@
-"""Long-lived Ray actors for Data-Juicer's actor-mode operators, fed shard after shard.
-
-While :meth:`WarmActors.serving` is entered, an actor-pool ``map_batches`` of an operator class
-(Ray Data would start a new pool, and load the model, per shard) becomes a task-mode
-``map_batches`` over the same batches whose tasks hand each batch to a free long-lived
-``_OpActor`` (through a ``_Dispatcher``) with the attempt's ``work_dir``.  The actors hold no CPU,
-so a one-CPU runtime cannot deadlock; outputs keep the pool's order.  See ``docs/warm-operators.md``.
+"""Long-lived Ray actors for Data-Juicer's actor-mode operators, fed shard after shard: an actor-pool
+``map_batches`` of an operator becomes a task-mode one whose tasks hand each batch to a free warm actor.
+How, and why it cannot deadlock or reorder: docs/warm-operators.md, "What stays warm".
 """
 
 from __future__ import annotations

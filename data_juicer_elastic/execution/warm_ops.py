@@ -1,10 +1,5 @@
-"""Warm operators: build a recipe's operators once per worker process and reuse them for every shard.
-
-While :meth:`WarmOperators.active` is entered, ``load_ops`` returns the instances built for the
-first shard (keyed by the operator configs without ``work_dir``), re-based onto the attempt's
-``work_dir``; ``calculate_ray_np`` plans them once (it reads the node's *free* GPU memory, which
-the warm actors hold); actor-mode operators go to ``warm_actors``.  A failed shard or new operator
-configs drop it all; ``DJ_ELASTIC_WARM_OPERATORS=0`` turns it off.  See ``docs/warm-operators.md``.
+"""Warm operators: build a recipe's operators once per worker process and reuse them for every shard
+(actor-mode ones through ``warm_actors``).  What stays warm, and when it is rebuilt: docs/warm-operators.md.
 """
 
 from __future__ import annotations
@@ -48,7 +43,7 @@ def rebase(ops: list[Any], process_list: Any) -> None:
 
 
 class WarmOperators:
-    """Per worker process: the cached operator instances and the warm actors (see the module doc)."""
+    """Per worker process: the cached operator instances and the warm actors."""
 
     def __init__(self) -> None:
         self._key: str | None = None

@@ -1,13 +1,7 @@
-"""Find the rows of a batch an operator fails on, by bisection, and keep what the others give.
-
-A failed batch is cut in halves with the adaptive batching engine's splitting
-(:func:`batching.batches.take_slice`: each half a fresh, isolated ``dict`` of lists, so a call that
-mutated its input and then failed cannot affect the next), each half is called again, and a
-failing half is cut again, down to single rows: O(k log B) calls for ``k`` failing rows of ``B``
-(docs/quarantine.md).  The halves that succeed give the output, in row order.  A batch whose halves
-all succeed (an error that depends on the batch, not on a row) yields every row and no failing
-row.  ``fatal(exc)`` names exceptions that are not a row's fault (an out-of-memory error): they
-are raised at once, never quarantined.
+"""Find the rows of a batch an operator fails on, by bisection over isolated halves
+(:func:`batching.batches.take_slice`), and keep what the others give, in row order (docs/quarantine.md,
+"What happens").  A batch whose halves all succeed (an error that depends on the batch, not on a row)
+yields every row and no failing row.
 """
 
 from __future__ import annotations
@@ -57,7 +51,8 @@ def isolate(
     fatal: Callable[[BaseException], bool] | None = None,
 ) -> Isolation:
     """Bisect rows ``[start, stop)`` of ``batch`` (``total`` rows; a dict of lists or an Arrow table),
-    on which ``call`` raised ``first_error``: see the module docstring."""
+    on which ``call`` raised ``first_error``.  ``fatal(exc)``: an exception that is not a row's fault
+    (an out-of-memory error), raised at once, never quarantined."""
     found = Isolation()
     if stop - start == 1:
         found.failures.append(RowFailure(start, *describe(first_error)))

@@ -1,20 +1,12 @@
-"""Inside the operators: catch a failing batch, bisect it, keep the good rows, record the bad ones
-(docs/quarantine.md).
-
-Data-Juicer's error hooks (``compat.dj_op_error_hooks``) give every Mapper and Filter built with
-``skip_op_error`` a :class:`QuarantinedBatch` or :class:`QuarantinedRow` as its ``process`` /
-``compute_stats``.  Outside an ``elastic_sharded`` attempt (no attempt context in the operator's
-``work_dir``: the ``default`` and ``ray`` executors) Data-Juicer's own wrapper runs, unchanged.
-Inside one, when the method raises, :func:`.bisect_rows.isolate` finds the failing rows from the
-untouched input, the other rows' outputs are kept in order, and each failing row is appended to
-this process's record file in the attempt directory, which the shard runner folds into
-``errors.jsonl`` (:mod:`.errors_file`).  A Filter's keep decision leaves a failing row out.
+"""Inside the operators: catch a failing batch, bisect it, keep the good rows, record the bad ones in this
+process's record file in the attempt directory (docs/quarantine.md, "What happens").  Outside an
+``elastic_sharded`` attempt (no attempt context in the operator's ``work_dir``) Data-Juicer's own wrapper
+runs, unchanged.
 """
 
 from __future__ import annotations
 
 import os
-import socket
 import threading
 from collections.abc import Callable
 from pathlib import Path
@@ -22,18 +14,16 @@ from typing import Any, Final
 
 import orjson
 
-from data_juicer_elastic.batching.batches import batch_rows, empty_like, is_arrow, merge, take_slice
+from data_juicer_elastic.batching.batches import batch_rows, column, empty_like, is_arrow, merge, take_slice
 from data_juicer_elastic.batching.engine import SKIPPED_EXTRA
-from data_juicer_elastic.batching.runtime import read_context, stage_key_for
+from data_juicer_elastic.batching.runtime import host_tag, read_context, stage_key_for
 from data_juicer_elastic.compat.dj_op_attributes import op_name
 from data_juicer_elastic.compat.dj_op_error_hooks import HookCall
 from data_juicer_elastic.jobdir.layout import JobLayout
 from data_juicer_elastic.jobdir.row_errors import WORKER_DIR
 from data_juicer_elastic.quarantine.bisect_rows import Isolation, RowFailure, describe, isolate
+from data_juicer_elastic.rows.row_schema import ROW_COLUMN
 
-# The shard-local row number every row carries through the operators (execution.row_types.ROW_COLUMN;
-# a test checks they agree: this package sits below execution and cannot import it).
-ROW_COLUMN: Final = "__dj_elastic_row__"
 _STAGE_PREFIX: Final = "stage-"
 
 
@@ -50,7 +40,7 @@ class Sink:
     """One attempt's record file in this process."""
 
     def __init__(self, directory: Path, context: Any):
-        self.path = directory / f"{_safe(socket.gethostname())}-{os.getpid()}.jsonl"
+        self.path = directory / f"{host_tag()}-{os.getpid()}.jsonl"
         self.context = context
         self._lock = threading.Lock()
         self._op_index: dict[int, tuple[str, int | None]] = {}
@@ -59,7 +49,7 @@ class Sink:
         if not failures:
             return
         stage, index = self._stage(op)
-        numbers = _column(batch, ROW_COLUMN, total)
+        numbers = column(batch, ROW_COLUMN)
         lines = []
         for failure in failures:
             number = numbers[failure.position] if numbers is not None else None
@@ -211,14 +201,3 @@ def _one_row_batch(sample: Any) -> bool:
     values = iter(sample.values())
     first = next(values, None)
     return isinstance(first, list) and all(isinstance(value, list) and len(value) == len(first) for value in values)
-
-
-def _column(batch: Any, name: str, total: int) -> list[Any] | None:
-    if is_arrow(batch):
-        return batch.column(name).to_pylist() if name in batch.column_names else None
-    values = batch.get(name)
-    return list(values) if values is not None and len(values) == total else None
-
-
-def _safe(text: str) -> str:
-    return "".join(c if c.isalnum() or c in "._-" else "_" for c in text)[:40] or "host"

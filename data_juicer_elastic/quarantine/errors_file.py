@@ -1,12 +1,6 @@
-"""After a shard's operators ran: fold the Ray workers' records into the attempt's ``errors.jsonl``,
-and apply ``elastic.max_error_rows``.
-
-The records (:mod:`.collector`, one file per Ray worker process under the attempt's
-``quarantine/``) name each failing row by its shard-local row number.  Here they become the
-attempt's quarantine file (:mod:`jobdir.row_errors`): in input order, each with its global row
-number and the input row's own bytes, read again from the shard (one forward pass, only when
-some row failed).  A row recorded twice (Ray re-ran a task after its worker died) is written
-once: records are the same row when number, operator stage and the row the operator saw agree.
+"""After a shard's operators ran: fold the Ray workers' records (:mod:`.collector`) into the attempt's
+``errors.jsonl`` (:mod:`jobdir.row_errors`), in input order with each input row's own bytes, and apply
+``elastic.max_error_rows``.
 """
 
 from __future__ import annotations
@@ -97,7 +91,8 @@ def check_limit(found: Quarantined, max_error_rows: float, input_rows: int, wher
 
 
 def _read_records(directory: Path) -> list[dict[str, Any]]:
-    """The workers' records, deduplicated, in input order (rows an operator made last)."""
+    """The workers' records, deduplicated, in input order (rows an operator made last).  A row recorded twice
+    (Ray re-ran a task after its worker died) is one: same number, operator stage and row the operator saw."""
     seen: dict[tuple, dict[str, Any]] = {}
     for name in sorted(fsio.list_names(directory)):
         if not name.endswith(".jsonl"):

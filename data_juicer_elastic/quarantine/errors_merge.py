@@ -1,10 +1,5 @@
-"""Finalize's part of quarantine: ``<export>_errors.jsonl`` from the accepted shards' quarantine files.
-
-``shards.merge.publish_merged`` stages it for ``merge`` and ``stream_merge`` with the rules of the
-per-row stats file: each accepted result's quarantine file is re-checked against its record as it
-is copied, in manifest order, into a temp file beside the target, published right after the merged
-output.  No quarantined row: no file, and with ``overwrite`` an earlier merge's file there is
-removed (the rows it listed were retried).  A parts export links each shard's file beside its part.
+"""Finalize's part of quarantine: ``<export>_errors.jsonl`` from the accepted shards' quarantine files,
+staged by ``shards.merge.publish_merged`` with the rules of the per-row stats file (docs/quarantine.md).
 """
 
 from __future__ import annotations
@@ -23,17 +18,13 @@ from data_juicer_elastic.shards.merge import StagedFile, stage_concat
 from data_juicer_elastic.sharedfs import fsio
 
 
-def quarantined_rows(results: list[tuple[ShardEntry, ShardResult]]) -> int:
-    return sum(result.errors.rows for _, result in results if result.errors is not None)
-
-
 def stage_errors(
     layout: JobLayout, results: list[tuple[ShardEntry, ShardResult]], output: Path, tag: str, *, overwrite: bool
 ) -> StagedFile | None:
     """The merged quarantine file under a temp name (the merge's own writer and temp names); None
     when no row was quarantined."""
     path = export_errors_path(output)
-    if quarantined_rows(results) == 0:
+    if sum(result.errors.rows for _, result in results if result.errors is not None) == 0:
         if fsio.exists(path) and overwrite:  # an earlier merge's (before retry --quarantined): replaced by none
             fsio.remove(path)
         elif fsio.exists(path):

@@ -1,12 +1,6 @@
-"""Compressed inputs and shards: which codec a file uses, streaming decoded reads, shard writers, and the reader
-and writer threads that overlap I/O with parsing.
-
-Inputs may be ``.jsonl``, ``.jsonl.gz`` (any number of gzip members) or ``.jsonl.zst`` (any number of zstd
-frames).  Shards are written uncompressed or with ``shard_codec`` (``gzip`` level 1 with a zeroed header time, or
-``zstd`` level 3, single-threaded): both deterministic, so the same input always gives byte-identical shards.
-hashlib, zlib, zstandard and file reads release the GIL on large buffers, so a reader thread (:func:`prefetch`)
-reads and decompresses while the main thread parses rows; memory stays bounded by the queue depth times the block
-size.
+"""Compressed inputs and shards (docs/input-format.md): which codec a file uses, streaming decoded reads,
+deterministic shard writers, and the reader and writer threads that overlap I/O with parsing (hashlib, zlib,
+zstandard and file reads release the GIL on large buffers; memory stays bounded by the queue depth).
 """
 
 from __future__ import annotations

@@ -1,12 +1,6 @@
-"""Reading user JSONL: row normalisation in blocks, and shard-output validation.
-
-The row policy (and its accelerator) is :mod:`row_policy`; the table of malformed inputs is in
-``docs/input-format.md``.  Errors are InputError with ``where=file:line``.  Normalisation: relative media paths
-(values under ``media_keys``, each a list of strings or null) become absolute against ``base_dir`` (absolute paths
-and URLs are kept); a missing ``index_key`` is appended as the last key with the global 0-based row index, the
-row's other bytes as written.  A row needing no change keeps its bytes (minus line ending and surrounding
-spaces/tabs); one whose media paths change is re-serialised compactly (``ensure_ascii=False``, keys in their
-original order).
+"""Reading user JSONL: row normalisation in blocks (errors are InputError with ``where=file:line``), and
+shard-output validation.  The row policy is :mod:`row_policy`; what normalisation does:
+docs/input-format.md, "Row policy".
 """
 
 from __future__ import annotations
@@ -239,8 +233,8 @@ def validate_jsonl_output(
         for block in framer.blocks(chunks):
             lines = block.lines()
             for i, line in enumerate(lines):
-                # simdjson validates without building the row (~4x orjson); what it refuses
-                # (NaN, big integers, ...) the lenient reader decides.
+                # simdjson validates without building the row (~4x orjson; helper processes, as the scans
+                # use, measured no faster here); what it refuses (NaN, big integers, ...) the lenient reader decides.
                 if not is_object(parser, line) and type(_lenient(line, f"{display}:{rows + i + 1}")) is not dict:
                     raise ValueError(f"{display}:{rows + i + 1}: not a JSON object")
             rows += len(lines)

@@ -1,15 +1,11 @@
-"""Prepare's row validation in helper processes, so it uses more than one core.
+"""Prepare's row validation in helper processes: parsing is the one part of a scan that holds the GIL.
 
-Parsing rows is the one part of a scan that holds the GIL (reading, hashing and writing release it), so it moves
-to ``processes`` child interpreters.  A child answers one question per byte range: is every line proven clean by
-the fast path (:meth:`RowNormaliser.is_clean`)?  "Yes" comes with the range's row schema, which the parent joins
-in input order; "no", or a dead child, sends the range through the ordinary serial path, which words the exact
-``file:line`` error or normalises.  A child runs the same code, so it never decides differently.  Uncompressed
-files are read by the child itself (``pread`` from the page cache the parent just filled); decompressed ranges are
-sent along.  Children are plain ``python -m data_juicer_elastic.rows.row_checkers`` processes, not multiprocessing
-workers: those would re-import the parent's ``__main__`` (dj-process imports all of Data-Juicer), and forking a
-process that runs threads is unsafe.  (Merge's check is ~3x lighter, simdjson only: measured, helpers did not make
-it faster.)
+A child answers one question per byte range: is every line proven clean by the fast path
+(:meth:`RowNormaliser.is_clean`)?  "Yes" comes with the range's row schema; "no", or a dead child, sends the range
+through the serial path, which words the exact ``file:line`` error.  A child runs the same code, so it never
+decides differently; uncompressed files it reads itself (``pread``).  Children are plain ``python -m`` processes,
+not multiprocessing workers: those would re-import the parent's ``__main__`` (dj-process imports all of
+Data-Juicer), and forking a process that runs threads is unsafe.
 """
 
 from __future__ import annotations

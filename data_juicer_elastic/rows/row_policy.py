@@ -1,11 +1,8 @@
 """The row policy for user JSONL: one JSON object per line, judged the same by every parser.
 
-:func:`reference_row` (``json`` with strict hooks) *is* the policy (the table in ``docs/input-format.md``).
-:class:`FastJudge` accepts only what it can prove the reference accepts, with two C-speed parsers each covering
-what the other gets wrong: jiter builds the row and refuses duplicate keys, NaN/Infinity, lone surrogates,
-invalid UTF-8, huge integers and deep nesting, but reads ``1e400`` as ``inf``; simdjson refuses every double
-overflow (and integers beyond 64 bits, which then take the exact reference path).  A row both accept is a row the
-reference accepts.
+:func:`reference_row` (``json`` with strict hooks) *is* the policy; :class:`FastJudge` accepts only what it can
+prove the reference accepts (jiter, then simdjson for what jiter gets wrong).  The table, with each parser's
+part: docs/input-format.md, "Row policy".
 """
 
 from __future__ import annotations

@@ -1,11 +1,6 @@
-"""The row schema: the JSON type of every key, decided once over the whole input at prepare.
-
-Why: Arrow (and so Ray Data) types a JSON column from the rows it sees together, so the same input would give
-different types for different ``num_shards``.  The scans join every value's JSON type here (the lattice: ``null``
-joins anything, ``int`` with ``float`` is ``float``, objects key by key, arrays element by element, anything else
-``json``), the manifest publishes the join, and every shard is read with it (``execution.shard_reader``).  Encoded
-as: a leaf is its kind's name, an object ``{"struct": [[key, type], ...]}``, an array ``{"list": type}``.
-Observation order decides field order only, never a type.  The rules are in docs/lossless.md.
+"""The row schema: the JSON type of every key, joined over the whole input by the scans, so every shard is read
+with the same types (the lattice, and why: docs/lossless.md).  Encoded as: a leaf is its kind's name, an object
+``{"struct": [[key, type], ...]}``, an array ``{"list": type}``.  Observation order decides field order only.
 """
 
 from __future__ import annotations
@@ -24,6 +19,10 @@ JSON: Final = "json"
 # Values nested deeper than this are typed ``json`` (their column carries Python objects):
 # it bounds this module's recursion (the row policy allows 512 levels) and Arrow's.
 MAX_TYPED_DEPTH: Final = 64
+# The shard-local row number every row carries through the operators: it tells the writer which input
+# row an output row came from (rows an operator splits keep it; rows it makes from nothing have none),
+# and quarantine which row failed.  Reserved (an input key of that name is refused); never written out.
+ROW_COLUMN: Final = "__dj_elastic_row__"
 
 # A type is a leaf name (str), a StructType (fields in first-seen order) or a ListType.
 

@@ -1,10 +1,6 @@
-"""Reading one shard's rows from where they are: byte ranges of the input files, or a copy.
-
-A shard is a list of spans (byte ranges of input files; a compressed file is one span) or, with ``copy_shards``,
-a file holding the same *content* (the decoded bytes, a newline added after a file's last line that lacks one).
-Every read hashes the content and compares it with the scan's at the end, and :func:`check_source` compares sizes
-and mtimes before: a changed input is refused (InputChangedError), never run (docs/input-format.md).  Rows the
-scan found needing normalisation are normalised here with the same ``RowNormaliser``.
+"""Reading one shard's rows from where they are (byte ranges of the input files, or a copy), its content hashed
+and checked against its scan: a changed input is refused (InputChangedError), never run.  Content, zero-copy
+and copied shards: docs/input-format.md, "Planning, scanning and reading shards".
 """
 
 from __future__ import annotations

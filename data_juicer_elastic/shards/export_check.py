@@ -1,11 +1,6 @@
-"""The export a finished job published, checked in full (``dj-elastic verify``): either layout.
-
-``merge.json`` names the export, its layout and its hash.  A ``file`` export is re-hashed in one read, each
-shard's byte range against the accepted result's sha256 and the whole against the record: nothing missing, nothing
-extra, nothing stale (a shard requeued since the merge).  A ``parts`` export: its index must be the one the record
-hashed and name exactly the accepted results in manifest order; the directory must hold exactly the index's names;
-every part, stats and quarantine file is re-hashed against the index (one that is the accepted file itself, the
-same inode, was re-hashed once already by the result check that ran first).
+"""The export a finished job published (``merge.json`` names it), checked in full by ``dj-elastic verify``, in
+either layout: nothing missing, nothing extra, nothing stale, every byte re-hashed once (a part that is the
+accepted file itself, the same inode, was re-hashed by the result check).  Rules: docs/output-layouts.md.
 """
 
 from __future__ import annotations

@@ -100,11 +100,8 @@ def accepted_results(layout: JobLayout, manifest: Manifest) -> list[tuple[ShardE
             continue
         results.append((entry, markers.result))
     if missing or failed:
-        parts = []
-        if failed:
-            parts.append(f"{len(failed)} failed ({_preview(failed)})")
-        if missing:
-            parts.append(f"{len(missing)} not done ({_preview(missing)})")
+        groups = (("failed", failed), ("not done", missing))
+        parts = [f"{len(ids)} {what} ({_preview(ids)})" for what, ids in groups if ids]
         raise JobDirError(
             f"job is not complete: {'; '.join(parts)} of {manifest.num_shards} shards",
             where=str(layout.root),

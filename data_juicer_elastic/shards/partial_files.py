@@ -1,10 +1,6 @@
-"""The streaming merge's files beside the export: ``<export>.partial`` and the row stats' partial.
-
-:class:`PartialLock` keeps one writer per partial output, across processes (a POSIX lock, dropped by the kernel
-when its holder dies) and threads (an in-process lock: POSIX locks do not exclude threads of one process); the row
-stats' partial is written only by the holder of the output's lock.  :class:`PartialStream` is one such file as its
-writer holds it: descriptor, final bytes and their sha256.  Every file is opened with ``O_NOFOLLOW``: a link at a
-partial's name is refused.
+"""The streaming merge's files beside the export: ``<export>.partial`` and the row stats' partial, each opened
+with ``O_NOFOLLOW`` (a link at a partial's name is refused).  :class:`PartialLock` keeps one writer per partial
+output, across processes and threads; the row stats' partial is written only by the holder of the output's lock.
 """
 
 from __future__ import annotations
@@ -44,7 +40,8 @@ def open_partial(path: Path) -> int:
 
 
 class PartialLock:
-    """Exclusive right to write one partial output (and its row stats' partial)."""
+    """Exclusive right to write one partial output: a POSIX lock (dropped by the kernel when its holder dies)
+    and an in-process lock (POSIX locks do not exclude threads of one process)."""
 
     def __init__(self, path: Path):
         self.path = path

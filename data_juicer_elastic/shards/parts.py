@@ -1,11 +1,6 @@
-"""A job's result as a parts export: one part file per shard in a directory, published without copying.
-
-Every output was validated when its attempt published it, so publication reads no byte of any output: each file
-(a part is the accepted output itself, hard-linked; copied and hashed only across filesystems) goes into a staging
-directory beside the export, the index ``_index.dj-elastic`` last, and the directory is renamed into place: the
-export path shows nothing or a complete export.  Idempotent: this job's export already there is left as it is;
-anything else is refused unless ``overwrite`` (and ``jobdir.export_path.check_parts_target`` refuses links, files
-and foreign directories first).  The layout and the steps are in docs/output-layouts.md.
+"""A job's result as a parts export: one part file per shard (the accepted output itself, hard-linked) in a
+staging directory, the index last, renamed into place; idempotent.  The layout, the steps and the refusals:
+docs/output-layouts.md.
 """
 
 from __future__ import annotations

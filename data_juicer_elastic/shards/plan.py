@@ -1,13 +1,6 @@
-"""Plan a job's shards without passing over its data: the inputs listed, the cuts placed at line ends.
-
-The inputs, in order, form one byte stream cut into ``num_shards`` contiguous shards balanced by stored bytes,
-each a list of spans (``ShardSpan``: a byte range of one input file).  Only the bytes around the cuts are read, so
-planning is O(files + shards): a cut in a plain file goes to the end of the line holding its target byte (at most
-``max_line_bytes`` read, past which the scan refuses the line anyway and the cut goes to the file's end); a
-compressed file is never cut (the nearer end of the file).  When the plain files hold at most
-:data:`EXACT_BYTES_PER_CUT` per cut, they are read whole and cut by the row rule of a full split (every shard
-non-empty).  The rules, and why the output does not depend on them, are in docs/input-format.md and
-docs/lossless.md.
+"""Plan a job's shards without passing over its data: the inputs, in order, as one byte stream cut into
+``num_shards`` contiguous shards at line ends, each a list of spans (``ShardSpan``).  The rules:
+docs/input-format.md, "Planning, scanning and reading shards".
 """
 
 from __future__ import annotations

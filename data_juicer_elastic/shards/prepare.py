@@ -1,11 +1,7 @@
-"""Prepare a job: plan its shards and publish the plan; the data is read by the scans.
-
-Preparing is the serial part of a job, so it is O(files + shards), never O(bytes): it checks the request, lists
-the inputs (sizes, mtimes), places the cuts at line ends (``shards.plan``), then publishes ``recipe.json`` and,
-last, ``plan.json`` with ``link()`` (first wins): its presence means "planned".  Preparing again with the same
-request is a no-op; with a different one, an error naming what changed.  Reading the data is one claimable scan
-per shard, done by every participant (``jobdir.scan_loop``); :func:`prepare_job` also scans every shard here
-(``dj-elastic prepare --scan``).
+"""Prepare a job: check the request, plan its shards (``shards.plan``) and publish ``recipe.json`` and, last,
+``plan.json`` with ``link()`` (first wins: its presence means "planned").  Preparing again with the same request
+is a no-op; with a different one, an error naming what changed.  The data is read by the scans
+(docs/input-format.md); :func:`prepare_job` also scans every shard here (``dj-elastic prepare --scan``).
 """
 
 from __future__ import annotations

@@ -1,10 +1,6 @@
-"""Scan one shard: read its spans once, check every row, observe its row schema, hash, copy.
-
-The per-byte part of preparing a job, one claimable task per shard run by every participant
-(``jobdir.scan_loop``).  Each span's file must keep the plan's size and mtime; every line is judged by the row
-policy (``rows.jsonl.RowNormaliser``), the first bad one a deterministic *refusal* naming its line in the span
-(``jobdir.scans`` words it ``file:line``), so the job is refused on every instance before any shard runs; the
-content is hashed and, with ``copy_shards``, copied.  The steps are in docs/input-format.md ("Scan").
+"""Scan one shard: read its spans once, check every row (``rows.jsonl.RowNormaliser``), observe its row
+schema, hash, copy.  The first bad row is a deterministic *refusal* naming its line in the span.  The steps:
+docs/input-format.md, "Planning, scanning and reading shards".
 """
 
 from __future__ import annotations

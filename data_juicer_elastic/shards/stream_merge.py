@@ -1,12 +1,6 @@
-"""Streaming ordered merge: publish the finished prefix of the merged output while shards complete.
-
-A follower appends each accepted shard output (validated as :mod:`merge` does) to ``<export>.partial`` once
-every shard before it is merged, its row stats to ``<stem>_stats.jsonl.partial``, fsyncs, then replaces
-``<export>.progress.json``: its ``bytes_final`` bytes are final.  On resume, bytes past them (a torn shard) are
-truncated and the prefix re-hashed against the record, unless it holds every shard and the file keeps its
-recorded size and mtime (each shard was validated and hashed as it was appended; ``dj-elastic verify`` re-hashes
-the export).  One writer per partial (``partial_files.PartialLock``).  The consumer contract and the crash and
-resume rules are in docs/input-format.md ("Streaming ordered merge").
+"""Streaming ordered merge: publish the finished prefix of the merged output while shards complete
+(``<export>.partial``, made final by ``<export>.progress.json``).  The consumer contract and the crash and
+resume rules: docs/input-format.md, "Streaming ordered merge".
 """
 
 from __future__ import annotations

@@ -1,7 +1,5 @@
-"""Check a finished job without writing anything: every input shard as the manifest recorded it (a copy's bytes,
-or the content of its spans of the input files, hashed again), every shard done and valid, (for multi-node runs)
-that enough distinct nodes contributed accepted results, and the export merge.json records, in either layout
-(``shards.export_check``)."""
+"""Check a finished job without writing anything: every input shard's content hashed again, every shard done
+and valid, enough distinct nodes (multi-node runs), and the export merge.json records (``shards.export_check``)."""
 
 from __future__ import annotations
 

@@ -1,10 +1,5 @@
-"""One mergeable summary per stats column, and the row collector that fills them.
-
-Columns and their treatment follow Data-Juicer 1.6.1's ``OverallAnalysis`` (``dj-analyze``'s
-``overall.csv``): every key of ``__dj__stats__``, then the ``__dj__``-prefixed keys of ``__dj__meta__``; null
-or missing is not counted; numbers get exact moments and a sketch, strings and booleans exact value counts (up
-to MAX_DISTINCT distinct values), lists are flattened first; objects, nested lists and mixed kinds are skipped
-with the reason.  The table is in docs/analysis.md.
+"""One mergeable summary per stats column, and the row collector that fills them, choosing and treating
+columns as Data-Juicer 1.6.1's ``OverallAnalysis`` does (the table: docs/analysis.md, "What is computed").
 """
 
 from __future__ import annotations
@@ -140,6 +135,14 @@ class _Pending:
         self.categories: dict[Any, int] = {}
         self.fast: tuple[type, ...] = ()
 
+    def add(self, value: Any, numeric: bool) -> bool:
+        """Buffer one value; True when the buffer is full and must be folded into the summary."""
+        if numeric:
+            self.numbers.append(value)
+            return len(self.numbers) >= _CHUNK
+        self.categories[value] = self.categories.get(value, 0) + 1
+        return len(self.categories) > MAX_DISTINCT
+
 
 class StatsCollector:
     """Feed it every output row (``add_row``); ``columns()`` gives the summaries in first-seen order."""
@@ -165,14 +168,8 @@ class StatsCollector:
         key = (source, name)
         pending = self._pending.get(key)
         if pending is not None and type(value) in pending.fast:  # type(), not isinstance: a bool is an int
-            if pending.fast is _NUMBER_TYPES:
-                pending.numbers.append(value)
-                if len(pending.numbers) >= _CHUNK:
-                    self._flush(self._columns[key], pending)
-            else:
-                pending.categories[value] = pending.categories.get(value, 0) + 1
-                if len(pending.categories) > MAX_DISTINCT:
-                    self._flush(self._columns[key], pending)
+            if pending.add(value, pending.fast is _NUMBER_TYPES):
+                self._flush(self._columns[key], pending)
             return
         column = self._columns.get(key)
         if column is None:
@@ -203,14 +200,8 @@ class StatsCollector:
         if not column.set_kind(kind, Shape.UNKNOWN):
             return False
         pending = self._pending[key]
-        if kind is ColumnKind.NUMERIC:
-            pending.numbers.append(value)
-            if len(pending.numbers) >= _CHUNK:
-                self._flush(column, pending)
-        else:
-            pending.categories[value] = pending.categories.get(value, 0) + 1
-            if len(pending.categories) > MAX_DISTINCT:
-                self._flush(column, pending)
+        if pending.add(value, kind is ColumnKind.NUMERIC):
+            self._flush(column, pending)
         return True
 
     def _flush(self, column: ColumnSummary, pending: _Pending) -> None:

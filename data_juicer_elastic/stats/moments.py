@@ -1,8 +1,5 @@
-"""Exact, mergeable moments of one numeric column: count, mean, M2 (the sum of squared deviations), min, max.
-
-Merged with Chan et al.'s pairwise update, which is numerically stable (no ``sum(x**2) - n*mean**2``
-cancellation), so mean and std equal pandas' two-pass result up to rounding; ``std`` is the sample standard
-deviation (``ddof=1``), as ``describe`` reports it (docs/analysis.md).
+"""Exact, mergeable moments of one numeric column: count, mean, M2 (the sum of squared deviations), min, max,
+merged with Chan et al.'s pairwise update (numerically stable; docs/analysis.md).
 """
 
 from __future__ import annotations

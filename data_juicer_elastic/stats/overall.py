@@ -1,8 +1,5 @@
-"""Finalize's overall statistics: the per-shard summaries merged in shard order, never the merged file.
-
-A summary that is missing, altered (sha256), or about other rows than the accepted output is recomputed from that
-shard's output, and the JSON names those shards.  Written to ``<job_dir>/stats/overall.{json,csv}`` and beside
-the export as ``<stem>_overall_stats.{json,csv}``; the CSV has the shape of ``dj-analyze``'s ``overall.csv``.
+"""Finalize's overall statistics: the per-shard summaries merged in shard order, never the merged file; a summary
+that cannot be trusted is recomputed from its shard's output.  The files and the record: docs/analysis.md.
 """
 
 from __future__ import annotations
@@ -23,6 +20,7 @@ from data_juicer_elastic.jobdir import confine
 from data_juicer_elastic.jobdir.layout import JobLayout
 from data_juicer_elastic.jobdir.manifest import load_manifest
 from data_juicer_elastic.jobdir.result_records import ShardResult
+from data_juicer_elastic.jobdir.row_stats import export_side_path
 from data_juicer_elastic.rows.row_policy import parse_row
 from data_juicer_elastic.shards.merge import accepted_results
 from data_juicer_elastic.sharedfs import fsio
@@ -45,13 +43,12 @@ class OverallStats:
     body: dict[str, Any]  # the JSON record
     csv: str  # the overall.csv table
 
-    def write(self, directory: Path, stem: str) -> tuple[Path, Path]:
-        fsio.makedirs(directory)
-        json_path, csv_path = directory / f"{stem}.json", directory / f"{stem}.csv"
+    def write(self, json_path: Path, csv_path: Path) -> list[Path]:
+        fsio.makedirs(json_path.parent)
         data = json.dumps(self.body, indent=1, ensure_ascii=False, allow_nan=False).encode("utf-8") + b"\n"
         fsio.atomic_write(json_path, data)
         fsio.atomic_write(csv_path, self.csv.encode("utf-8"))
-        return json_path, csv_path
+        return [json_path, csv_path]
 
 
 def compute_overall(job_dir: str | Path) -> OverallStats:
@@ -80,20 +77,12 @@ def write_overall_stats(stats: OverallStats, job_dir: str | Path, export_path: s
     """Write into the job directory and, when given, beside the export path; the files written."""
     layout = JobLayout(Path(os.path.abspath(job_dir)))
     confine.ensure_dir(layout, layout.stats_dir)  # never through a link planted in the job dir
-    written = list(stats.write(layout.stats_dir, "overall"))
+    written = stats.write(layout.stats_dir / "overall.json", layout.stats_dir / "overall.csv")
     if export_path is not None:
         export = Path(os.path.abspath(export_path))
-        written += stats.write(export.parent, f"{_stem(export)}_overall_stats")
+        written += stats.write(*(export_side_path(export, f"_overall_stats.{kind}") for kind in ("json", "csv")))
     logger.info(f"overall statistics written to {', '.join(str(p) for p in written)}")
     return written
-
-
-def _stem(path: Path) -> str:
-    name = path.name
-    for suffix in (".jsonl", ".json"):
-        if name.endswith(suffix):
-            return name[: -len(suffix)]
-    return name
 
 
 def _load_summary(layout: JobLayout, result: ShardResult) -> StatsSummary | None:

@@ -1,8 +1,6 @@
-"""The shard runner's hook: summarise the rows of an attempt's output while it is written.
-
-The runner passes ``ShardStatsRecorder.observe`` to the canonical writer and calls ``write`` once the output is
-complete.  Statistics are advisory: a failure here is logged and leaves the summary out (finalize then recomputes
-that shard's summary from its accepted output); it never fails the shard.
+"""The shard runner's hook: summarise the rows of an attempt's output while it is written.  Advisory: a failure
+here is logged and leaves the summary out (finalize then recomputes it from the accepted output); it never fails
+the shard.
 """
 
 from __future__ import annotations

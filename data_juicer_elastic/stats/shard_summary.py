@@ -1,13 +1,7 @@
-"""The per-shard stats summary record: ``attempts/<shard>/<attempt>/stats.json``.
-
-This module owns the record (encode/parse) and the merge of summaries.  A summary is computed while the shard
-runner writes the attempt's canonical output, so it describes exactly those rows; it names the output's sha256 and
-row count, and finalize uses it only for the accepted output it belongs to.
-
-Format ``{"format": "dj-elastic/stats-summary", "version": 1, "shard_id", "attempt_id", "rows", "output_sha256",
-"alpha", "columns": [...]}``, each column ``{"source": "stats"|"meta", "name", "kind", "shape", ...}`` with
-``moments`` + ``sketch`` (numeric), ``count`` + ``values`` ([[value, count], ...] in first-seen order, or null
-past MAX_DISTINCT) (categorical), or ``reason`` (skipped).
+"""The per-shard stats summary record, ``attempts/<shard>/<attempt>/stats.json`` (encode/parse), and the merge of
+summaries.  It names the output's sha256 and row count: finalize uses it only for the accepted output it belongs
+to (docs/analysis.md, "Where the numbers come from").  Each column holds ``moments`` + ``sketch`` (numeric),
+``count`` + ``values`` ([[value, count], ...] in first-seen order, null past MAX_DISTINCT), or ``reason`` (skipped).
 """
 
 from __future__ import annotations

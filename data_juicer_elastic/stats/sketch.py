@@ -1,9 +1,5 @@
-"""Mergeable quantile sketch of one numeric column (DDSketch, relative-value accuracy ALPHA).
-
-DDSketch because its bound is deterministic (every value within ALPHA of its bin's representative) and merging
-adds bin counts, so the sketch of any split of the rows is identical to that of all rows: finalize gives the same
-numbers however the job was sharded.  Quantiles interpolate between the representatives of ranks ``floor(h)`` and
-``ceil(h)``, ``h = q * (n - 1)``, as pandas does; the bound this gives is in docs/analysis.md.
+"""Mergeable quantile sketch of one numeric column (DDSketch, relative-value accuracy ALPHA): a deterministic
+bound, and merging adds bin counts, so any sharding gives the same numbers.  The bound: docs/analysis.md.
 """
 
 from __future__ import annotations
@@ -17,7 +13,7 @@ from ddsketch.store import DenseStore
 
 from data_juicer_elastic.compat.ddsketch_store import encode_store
 
-ALPHA: Final = 0.01  # relative accuracy of every quantile value (see the module docstring)
+ALPHA: Final = 0.01  # relative accuracy of every quantile value
 
 
 class QuantileSketch:

@@ -18,7 +18,6 @@ from data_juicer_elastic.batching.runtime import BatchingContext, StageRef, writ
 from data_juicer_elastic.execution.row_types import ROW_COLUMN  # noqa: E402
 from data_juicer_elastic.jobdir.layout import JobLayout  # noqa: E402
 from data_juicer_elastic.jobdir.row_errors import WORKER_DIR  # noqa: E402
-from data_juicer_elastic.quarantine import collector  # noqa: E402
 from data_juicer_elastic.quarantine.collector import QuarantinedBatch, QuarantinedRow  # noqa: E402
 
 SHARD, ATTEMPT = "part-00000-of-00001", "a1"
@@ -152,7 +151,3 @@ def test_adaptive_batching_bisects_a_failing_micro_batch(attempt):
     out = op.process(batch(64))
     assert out["id"] == [i for i in range(64) if i != 17]
     assert [r["n"] for r in records(attempt_dir)] == [17]
-
-
-def test_row_column_is_the_runner_s():
-    assert collector.ROW_COLUMN == ROW_COLUMN
