@@ -5,6 +5,7 @@ worker (:func:`run_local_worker`).  This module loads Data-Juicer (its executor 
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import os
 import subprocess
@@ -106,7 +107,7 @@ def run_local_worker(
     logger.info(f"worker {identity.node_id} (pid {identity.pid}) joining job {job} with {slots} slot(s)")
     with SlotPool() as pool:
         # Each slot is given this instance's settings (its own share of the CPUs, the heartbeat it uses).
-        slot = settings.replace(ray_num_cpus=cpus, heartbeat_interval_secs=settings.heartbeat_secs)
+        slot = dataclasses.replace(settings, ray_num_cpus=cpus, heartbeat_interval_secs=settings.heartbeat_secs)
         argv = slot_argv(job, setting_args(slot, WORKER_OPTIONS), max_done)
         name = log_name or identity.new_attempt_id()
         if slots > 1:

@@ -125,9 +125,6 @@ class ElasticSettings:
             )
         return cls(**{k: v for k, v in values.items() if v is not None or k in ("heartbeat_interval_secs",)})
 
-    def replace(self, **changes: Any) -> ElasticSettings:
-        return dataclasses.replace(self, **changes)
-
 
 def closest_key(name: str) -> str | None:
     """The ``elastic:`` key a mistyped ``name`` most likely means (``num_shard`` -> ``num_shards``), or None."""

@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import dataclasses
 import sys
 
 import pytest
@@ -159,7 +160,7 @@ def test_every_setting_reaches_a_slot_through_its_command_line(recorded_job, val
     ``dj-elastic worker`` reads them (the job's recorded settings, overridden by its options)."""
     assert set(values) | {"ray_num_cpus"} == set(WORKER_OPTIONS), "every option of a worker is drawn"
     instance = ElasticSettings.from_mapping({"job_dir": str(recorded_job), **values})
-    slot = instance.replace(ray_num_cpus=cpus, heartbeat_interval_secs=instance.heartbeat_secs)
+    slot = dataclasses.replace(instance, ray_num_cpus=cpus, heartbeat_interval_secs=instance.heartbeat_secs)
     argv = slot_argv(recorded_job, setting_args(slot, WORKER_OPTIONS), max_done)
     assert argv[:4] == [sys.executable, "-m", "data_juicer_elastic.cli", "worker"]
     args = build_parser().parse_args(argv[3:])
