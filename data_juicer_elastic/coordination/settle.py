@@ -1,11 +1,6 @@
-"""Between work and finalize: stop on an abort, and wait until every shard is settled.
-
-* :class:`AbortWatcher` (a thread beside the worker loop) stops the worker when the run has a
-  failed outcome, and publishes that outcome itself when it finds a terminally failed shard, so
-  every instance stops claiming and exits 2 with the same message at once.
-* :func:`wait_settled`: an instance that may not claim any more (strict mode's share is done)
-  waits until the job is complete or failed.  A shard unclaimed for ``wait_timeout_secs`` means
-  a node that should have taken it never came: the run fails naming who took part.
+"""Between work and finalize: :class:`AbortWatcher` stops the worker on the run's failed outcome (and
+publishes one for a terminally failed shard); :func:`wait_settled` makes an instance that may not
+claim any more wait until the job is complete or failed (docs/multinode.md, strict mode).
 """
 
 from __future__ import annotations

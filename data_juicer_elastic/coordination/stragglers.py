@@ -1,21 +1,5 @@
-"""Straggler avoidance: a slow node does not take one of the last shards from faster ones.
-
-Dynamic claiming gives fast nodes more shards, but not the tail: a node 4x slower that claims one
-of the last shards finishes long after everyone else.  Before claiming, a worker asks
-:class:`ClaimGate`.  With ``d_me`` this node's time per shard (mean of its accepted attempts),
-``d_j`` that of each worker j holding a live claim now and ``P`` the pending shards (the one to
-claim included): worker j, expected half-way through its shard, can finish
-``floor(d_me / d_j - 1/2)`` more shards in the time this node needs for one; the node declines
-while those add up to at least ``P``.  Equal speeds never decline.
-
-The inputs come from a fresh job summary (``jobdir.job_summary``) when there is one, else from
-listings and the leases of live claims (:func:`observe`).
-
-Safety: only workers holding a live claim count, so once the others stop (finished, capped,
-dead) the gate opens and no shard is left unclaimed; a node with no accepted attempt yet always
-claims.  A node's first attempt includes its Ray start: it is left out when the node has others,
-and for this node's own estimate the measured start time is subtracted.  Durations are one
-node's own clock (its attempts' start and end), never compared across nodes.
+"""Straggler avoidance: a slow node does not take one of the last shards from faster ones (the
+rule, and why it never leaves a shard unclaimed: docs/multinode.md, "Slow nodes and the last shards").
 """
 
 from __future__ import annotations

@@ -1,9 +1,5 @@
-"""Attempt directories and result publication (first wins); failures are ``jobdir.failures``.
-
-An attempt writes only inside its own directory ``attempts/<shard>/<attempt_id>/``.
-Its ``result.json`` is then hard-linked to ``done/<shard>.json``: ``link()``
-refuses an existing name, so the first valid publication is the accepted one
-and a zombie attempt can never overwrite it.
+"""Attempt directories and result publication: an attempt writes only inside its own directory, and
+its ``result.json`` is ``link()``ed to ``done/<shard>.json`` (first wins: docs/leases-on-nfs.md, item 4).
 """
 
 from __future__ import annotations

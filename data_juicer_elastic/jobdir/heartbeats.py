@@ -1,10 +1,5 @@
-"""Heartbeats on shared storage: the one staleness rule and the one renew thread, used by shard
-leases (``jobdir.leases``) and phase leaders (``coordination.elections``).
-
-**Stale** is judged only on the *observer's own monotonic clock*: the observer remembers when it
-first saw each value of a watched heartbeat (the record's sequence number, or what made it
-unreadable) and calls it stale once that value has not changed for ``ttl_secs``.  File mtimes and
-other nodes' clocks are never compared with ours, so a fresh observer waits a full TTL first.
+"""Heartbeats on shared storage: the one staleness rule (on the observer's own monotonic clock:
+docs/leases-on-nfs.md, item 2) and the one renew thread, for shard leases and phase leaders.
 """
 
 from __future__ import annotations

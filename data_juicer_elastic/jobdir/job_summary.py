@@ -1,17 +1,6 @@
-"""The compacted job summary: ``summary/summary.json`` and ``summary/summary.seq`` (docs/scale.md).
-
-At a thousand workers, every worker listing ``done/`` and reading every held shard's records on
-every poll is more metadata traffic than a NAS serves.  So one worker process at a time
-(``jobdir.summary_keeper``) rewrites a summary of the whole job every few seconds and the others
-read that one file: the done set (a bitmap in manifest order), the terminal failures, the live
-claims with the heartbeat value the writer watched and for how long it saw it unchanged on its own
-clock (*stale candidates* after a TTL), each node's pace.  ``summary.seq``, written after it, names
-its sequence: a reader reads it first, and the summary only when it changed.
-
-**The summary is a hint, never the authority** (docs/failure-semantics.md, row 33): a claim is
-still a ``link()``; a taker uses the summary's staleness only when it reads the very heartbeat
-value the writer watched (``leases.takeover_reason``); merge validates every done marker.  A
-reader whose summary is missing, corrupt or not advancing for :func:`fresh_for` walks the job dir.
+"""The compacted job summary: ``summary/summary.json`` and ``summary/summary.seq``, and how workers
+read it.  Rules (a hint, never the authority; when a reader walks the job dir instead):
+docs/leases-on-nfs.md, item 8.
 """
 
 from __future__ import annotations

@@ -1,20 +1,6 @@
-"""Claims, heartbeats, staleness, takeover and release (design: docs/leases-on-nfs.md).
+"""Claims, heartbeats, staleness, takeover, release and self-fencing of one task's lease.
 
-* A claim is an immutable record ``claims/<shard>/gen-NNNNNN.json`` published
-  with ``link()``; it is never unlinked.  Taking a shard over means publishing
-  generation N+1: exactly one taker wins.  The generation is the fencing token.
-* Generation N may be taken over when a release or a failure record for N
-  exists, or when it is stale.  A release with reason "finished" (the shard was
-  published) frees it only once stale: until then a lagging cache may be hiding the
-  done marker, and taking over would run a finished shard again.
-* Stale is judged by ``jobdir.heartbeats.StalenessObserver`` on the observer's own clock,
-  watching a lease's generation and heartbeat seq (:attr:`LeaseView.watch_token`).
-* One shortcut is safe: a claim made in *our* kernel and pid namespace (same hostname, boot
-  id and pid namespace) whose pid no longer exists is dead now.
-* The holder renews its heartbeat every H seconds; if it cannot renew for TTL - 2H (or sees
-  a newer generation) it must abandon the attempt without publishing (self-fencing).  With a
-  ``jobdir.liveness`` it stops renewing, and gives the shard up, when its attempt has shown
-  no sign of life for the stall timeout.
+Rules: docs/leases-on-nfs.md, "The lease protocol built on them"; parameters: docs/failure-semantics.md.
 """
 
 from __future__ import annotations

@@ -1,12 +1,6 @@
-"""One worker process's pace record: ``summary/paces/<worker>.json``.
-
-Each worker process rewrites its own record (``atomic_write``, not durable: a lost record only
-makes the summary lag) when what it holds changes: the claims it holds (so the summary writer reads
-one heartbeat per live claim instead of walking ``claims/``), how fast it finishes shards on its
-own clock (the first attempt, which includes its runtime's start, apart), and whether it left.
-A pace record is a hint: nothing decides a claim, a takeover or a result from it; a missing or
-stale one only shows a held shard as free (a claimer then probes it and finds the claim) or a
-node's pace as unknown (the claim gate then says yes).
+"""One worker process's pace record ``summary/paces/<worker>.json``: the claims it holds, how fast
+it finishes shards, whether it left.  A hint (docs/leases-on-nfs.md, item 8): a missing or stale
+one only shows a held shard as free (a claimer probes it) or a node's pace as unknown.
 """
 
 from __future__ import annotations

@@ -1,11 +1,5 @@
-"""Live progress of one running attempt: ``attempts/<shard>/<attempt>/progress.json`` (docs/status.md).
-
-The shard runner reports stage changes and row counts into the attempt's :class:`ProgressTracker`;
-the heartbeat thread writes it out after each renewal (:meth:`ProgressTracker.flush`: at most once
-per heartbeat, ``os.replace``, so readers never see a torn record).  Progress is informational:
-nothing decides a claim, a takeover or a result from it, so a lost or stale file costs only an
-out-of-date display, and a write error never fails the attempt.  ``elapsed_secs`` is the writer's
-monotonic clock, so a rate from one record never mixes two nodes' clocks.
+"""Live progress of one running attempt, ``attempts/<shard>/<attempt>/progress.json``: informational
+only, written after lease renewals (the record and its rules: docs/status.md).
 """
 
 from __future__ import annotations

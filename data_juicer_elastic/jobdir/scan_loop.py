@@ -1,12 +1,6 @@
-"""The scan phase of a worker: claim shards' scans until every shard is scanned, then the barrier.
-
-Scans are claimed under ``scans/`` through the same protocol as shard runs (``jobdir.claiming``,
-``leases.Heartbeater``, generation fencing, takeover, the budgets of ``jobdir.failures``), so
-every participant reads its share of the input and no node reads it all.  The barrier:
-:func:`scan_job` returns only once the manifest exists; when every shard is scanned this instance
-composes and publishes it (``jobdir.scans.publish_manifest``: all compose the same bytes).  A
-refused input raises the job's one input error (exit 2) on every instance before any shard runs;
-a scan whose budget is spent raises a ShardFailedError.
+"""The scan phase of a worker: claim shards' scans under ``scans/`` (the same lease protocol as
+shard runs) until every shard is scanned, then the barrier: :func:`scan_job` returns only once the
+manifest exists (docs/input-format.md; fault row 30 of docs/failure-semantics.md).
 """
 
 from __future__ import annotations

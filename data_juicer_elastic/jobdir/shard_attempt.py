@@ -1,10 +1,5 @@
-"""One worker's shards, each from its claim to its last record: run, fence, publish, release.
-
-:class:`ShardWorker` is what ``worker_loop.run_worker`` sequences: it claims through
-``jobdir.claiming``, renews the lease (``leases.Heartbeater``), runs the shard, publishes
-through ``jobdir.attempts`` and makes sure every way out of an attempt leaves a record:
-a result + release, a failure (``jobdir.failures``) + release, or (on SIGTERM/SIGINT) a
-release, so no shard waits a TTL for nothing.
+"""One worker's shards, each from its claim to its last record: run, fence, publish, release.  Every
+way out of an attempt leaves a result, a failure or (on SIGTERM/SIGINT) a release.
 """
 
 from __future__ import annotations

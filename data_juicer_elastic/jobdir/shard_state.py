@@ -1,17 +1,6 @@
-"""Where a shard stands: the one rule, and the shard state names.
-
-:func:`decide_state` is the only place that turns what was seen of a shard into a
-:class:`ShardState`; every reader (the worker loop, merge, status, the report, settle) reads what
-its cost allows (``read_markers``, a ``done/`` listing as :attr:`Markers.known_done`, a lease
-view) and passes the observations in:
-
-* a valid done marker: DONE (terminal);
-* a done marker that exists but does not parse: FAILED, never success (corrupt; it cannot be
-  replaced either, only requeued by ``retry``);
-* a terminal failure marker, valid or corrupt: FAILED;
-* else a live claim (``is_held``): RUNNING, or STALE when the caller's staleness judgement
-  (``jobdir.heartbeats``, or the holder's pid is gone here) says so;
-* else PENDING.
+"""Where a shard stands: :func:`decide_state` is the only place that turns what was seen of a shard
+(its markers, and for a shard they do not settle its lease) into a :class:`ShardState`; every reader
+reads what its cost allows (``read_markers``, a ``done/`` listing, a lease view) and passes it in.
 """
 
 from __future__ import annotations

@@ -1,16 +1,5 @@
-"""Who writes the job summary, and how one round of it is composed (docs/failure-semantics.md, row 33).
-
-Every worker process runs a :class:`SummaryKeeper`.  One at a time holds the writer's lease (a
-shard's lease records and rules, for the one task under ``summary/``) and every ``interval_secs``
-composes the summary (:func:`compose_summary`) in O(workers + live claims) metadata operations,
-whatever the number of shards: the ``paces/`` listing and each pace record that has not said it
-stopped, the ``done/`` and ``failed/`` listings, and one heartbeat read per live claim, watched on
-the writer's own clock (a stale candidate once unchanged for a TTL, or its holder's pid is gone on
-the writer's host).  The others read the writer's lease only when the summary stops advancing, and
-take it over by the shard rules.  A writer checks its lease before each round and again before
-writing it; a round it was writing when it stalled may land late, and readers drop it
-(``job_summary.seq_order``).  A leaving writer writes a last round and releases the lease, so the
-next writer need not wait a TTL.
+"""Who writes the job summary (the writer's lease, taken over by the shard rules) and how one round
+of it is composed, in O(workers + live claims) metadata operations: docs/leases-on-nfs.md, item 8.
 """
 
 from __future__ import annotations

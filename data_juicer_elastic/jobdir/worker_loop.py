@@ -1,10 +1,5 @@
-"""The worker loop: claim shards in manifest order, run them, publish, release, repeat.
-
-Every decision that matters for correctness is made by ``leases`` (who may
-claim), ``attempts`` (what is accepted) and ``shard_state`` (where a shard stands);
-``shard_attempt.ShardWorker`` runs each claimed shard and leaves its records; this
-module checks the settings, sequences the claims, honours limits and signals, and
-releases whatever is still claimed (ahead) on every way out.
+"""The worker loop: claim shards, run them (``shard_attempt.ShardWorker``), honour limits and
+signals, and release whatever is still claimed (ahead) on every way out.
 """
 
 from __future__ import annotations

@@ -1,8 +1,5 @@
-"""The lease, timing and limit values of one worker loop (``worker_loop.run_worker``), as one object.
-
-Plain values, checked by the settings' own rules (``settings.check_values``) when built; the
-loop's collaborators (runner, claim gate, clock, callbacks) stay its separate arguments.  A slot
-worker process gets the same values through its command line (``coordination.slots.slot_argv``).
+"""The lease, timing and limit values of one worker loop (``worker_loop.run_worker``), checked by the
+settings' own rules (``settings.check_values``) when built.
 """
 
 from __future__ import annotations
