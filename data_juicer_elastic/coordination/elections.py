@@ -30,8 +30,9 @@ from data_juicer_elastic.errors import CoordinatorLostError, ElasticError, JobDi
 from data_juicer_elastic.jobdir import confine
 from data_juicer_elastic.jobdir.heartbeats import Clock, RenewThread, Sighting, StalenessObserver
 from data_juicer_elastic.jobdir.layout import JobLayout
+from data_juicer_elastic.jobdir.leases import process_gone_here
 from data_juicer_elastic.sharedfs import fsio
-from data_juicer_elastic.sharedfs.identity import WorkerIdentity, pid_alive
+from data_juicer_elastic.sharedfs.identity import WorkerIdentity
 
 MAX_MESSAGE_CHARS: Final = 4000
 
@@ -213,10 +214,9 @@ class LeaderWatch:
         self._observer = StalenessObserver(coordinator.ttl_secs, coordinator.clock)
 
     def lost_reason(self) -> str | None:
-        c, who = self.c, self.leader.instance
-        if who.pid != c.identity.pid and c.identity.same_kernel_namespace(who.hostname, who.boot_id, who.pid_namespace):
-            if not pid_alive(who.pid):
-                return "exited"
+        c = self.c
+        if process_gone_here(c.identity, self.leader.instance):
+            return "exited"
         try:
             beat = PhaseHeartbeat.read(c.layout.phase_heartbeat(c.key, self.phase))
             token = (beat.instance_id, beat.seq) if beat is not None else None

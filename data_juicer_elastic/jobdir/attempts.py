@@ -146,13 +146,7 @@ def publish_done(
     JSONL, or disagrees with what the runner declared; losing the race is not an error."""
     shard = claim.shard_id
     attempt_dir = layout.attempt_dir(shard, claim.attempt_id)
-    output = Path(output_path)
-    try:
-        inside = output.resolve().relative_to(attempt_dir.resolve())
-    except ValueError:
-        raise IntegrityError(
-            f"output {output} is not inside the attempt directory {attempt_dir}", where=f"shard {shard}"
-        ) from None
+    output = _inside(attempt_dir, output_path, "output", shard)
     if not fsio.exists(output):
         raise IntegrityError(f"shard output {output} does not exist", where=f"shard {shard}")
     fsio.fsync_file(output)  # the bytes must be durable before any record points at them
@@ -184,7 +178,7 @@ def publish_done(
         rows=rows,
         bytes=size,
         sha256=sha,
-        output=(Path(layout.relative(attempt_dir)) / inside).as_posix(),
+        output=(Path(layout.relative(attempt_dir)) / output.resolve().relative_to(attempt_dir.resolve())).as_posix(),
         input_rows=input_rows,
         input_sha256=input_sha256,
         published_at=time.time(),

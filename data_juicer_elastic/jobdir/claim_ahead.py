@@ -243,10 +243,7 @@ class ClaimAhead:
     def _hand_back(self, ahead: AheadShard, reason: ReleaseReason, *, started: bool = True) -> None:
         if started:
             ahead.heartbeater.stop()
-        try:
-            leases.release_claim(self.layout, ahead.claim, reason)
-        except OSError as exc:  # the claim then goes stale after a TTL; nothing else is lost
-            logger.warning(f"{ahead.claim.shard_id}: could not release the shard claimed ahead: {exc}")
+        leases.release_or_warn(self.layout, ahead.claim, reason, f"{ahead.claim.shard_id} (claimed ahead)")
         if self.on_release is not None:
             try:
                 self.on_release(ahead.claim, reason)

@@ -194,6 +194,14 @@ def release_claim(layout: JobLayout, claim: Claim, reason: ReleaseReason) -> boo
     return existing is not None and existing.attempt_id == claim.attempt_id
 
 
+def release_or_warn(layout: JobLayout, claim: Claim, reason: ReleaseReason, what: str = "") -> None:
+    """:func:`release_claim`, a write error only logged: the claim then goes stale after a TTL."""
+    try:
+        release_claim(layout, claim, reason)
+    except OSError as exc:
+        logger.warning(f"{what or claim.shard_id}: could not write the release record ({reason}): {exc}")
+
+
 def newer_generation_exists(layout: JobLayout, claim: Claim) -> bool:
     """Advisory fencing check: someone took over after us."""
     return fsio.exists(layout.claim(claim.shard_id, claim.generation + 1))

@@ -13,12 +13,13 @@ from collections.abc import Callable
 from loguru import logger
 
 from data_juicer_elastic.errors import LeaseLostError, ShardFailedError, WorkerInterrupted
-from data_juicer_elastic.jobdir import attempts, failures, leases, scans
+from data_juicer_elastic.jobdir import attempts, leases, scans
 from data_juicer_elastic.jobdir.claiming import Claimer
 from data_juicer_elastic.jobdir.heartbeats import StalenessObserver
 from data_juicer_elastic.jobdir.layout import JobLayout
 from data_juicer_elastic.jobdir.lease_records import Claim
 from data_juicer_elastic.jobdir.manifest import load_manifest, load_plan, normalise_options, source_spans
+from data_juicer_elastic.jobdir.outcome import terminal_infos
 from data_juicer_elastic.jobdir.plan_records import JobPlan, PlannedShard
 from data_juicer_elastic.jobdir.reasons import AttemptExit, FailureReason, ReleaseReason
 from data_juicer_elastic.jobdir.records import Manifest
@@ -76,7 +77,7 @@ def scan_job(
             sleep(poll_interval_secs)
     except (WorkerInterrupted, KeyboardInterrupt):
         if claimer.pending is not None:  # signalled between claiming a scan and starting it
-            scanner.release(claimer.pending, ReleaseReason.SIGNAL)
+            leases.release_or_warn(layout.scans, claimer.pending, ReleaseReason.SIGNAL)
         raise
     finally:
         close = getattr(run_scan, "close", None)
@@ -86,11 +87,7 @@ def scan_job(
 
 def settle_scans(layout: JobLayout, plan: JobPlan) -> Manifest:
     """Every shard's scan has ended: the job's input error, a spent scan budget, or the manifest."""
-    failed = []
-    for entry in plan.shards:
-        terminal, error = failures.read_terminal(layout.scans, entry.shard_id)
-        if terminal is not None or error is not None:
-            failed.append((entry.shard_id, terminal.last_error if terminal else f"corrupt failed marker: {error}"))
+    failed = terminal_infos(layout.scans, plan.shard_ids)
     if failed:
         shown = "; ".join(f"{shard}: {why}" for shard, why in failed[:3])
         raise ShardFailedError(
@@ -145,7 +142,7 @@ class Scanner:
         except LeaseLostError as exc:
             error = exc.message
             logger.warning(f"scan of {entry.shard_id}: abandoning attempt {claim.attempt_id}: {exc.message}")
-            self.release(claim, ReleaseReason.ABANDONED)
+            leases.release_or_warn(self.layout.scans, claim, ReleaseReason.ABANDONED, f"scan of {claim.shard_id}")
             return
         except Exception as exc:
             exit_reason, error = AttemptExit.FAILED, attempts.error_text(exc)
@@ -155,19 +152,13 @@ class Scanner:
                     claim, claim.shard_id, claim.generation, error, type(exc).__name__, FailureReason.ERROR
                 )
             finally:
-                self.release(claim, ReleaseReason.FAILED)
+                leases.release_or_warn(self.layout.scans, claim, ReleaseReason.FAILED, f"scan of {claim.shard_id}")
             return
         except (WorkerInterrupted, KeyboardInterrupt, SystemExit):
             exit_reason, error = AttemptExit.SIGNAL, "interrupted"
-            self.release(claim, ReleaseReason.SIGNAL)
+            leases.release_or_warn(self.layout.scans, claim, ReleaseReason.SIGNAL, f"scan of {claim.shard_id}")
             raise
         finally:
             heartbeater.stop()
             attempts.close_attempt(attempt, exit_reason, error=error)
-        self.release(claim, ReleaseReason.FINISHED)
-
-    def release(self, claim: Claim, reason: ReleaseReason) -> None:
-        try:
-            leases.release_claim(self.layout.scans, claim, reason)
-        except OSError as exc:  # the claim then goes stale after a TTL; nothing else is lost
-            logger.warning(f"scan of {claim.shard_id}: could not write release record: {exc}")
+        leases.release_or_warn(self.layout.scans, claim, ReleaseReason.FINISHED, f"scan of {claim.shard_id}")

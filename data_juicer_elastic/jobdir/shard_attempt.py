@@ -275,10 +275,7 @@ class ShardWorker:
             self.release(claim, ReleaseReason.STALLED)
 
     def release(self, claim: Claim, reason: ReleaseReason) -> None:
-        try:
-            leases.release_claim(self.layout, claim, reason)
-        except OSError as exc:  # the claim then goes stale after a TTL; nothing else is lost
-            logger.warning(f"{claim.shard_id}: could not write release record: {exc}")
+        leases.release_or_warn(self.layout, claim, reason)
         self.let_go(claim, reason)
 
 

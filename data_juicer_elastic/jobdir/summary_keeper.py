@@ -264,7 +264,4 @@ class SummaryKeeper:
             return
         if self.heartbeater is not None:
             self.heartbeater.stop()
-        try:
-            leases.release_claim(self.lease_layout, claim, ReleaseReason.LEFT)
-        except OSError as exc:  # it then goes stale after a TTL
-            logger.warning(f"could not release the job summary's writer lease: {exc}")
+        leases.release_or_warn(self.lease_layout, claim, ReleaseReason.LEFT, "the job summary's writer lease")
