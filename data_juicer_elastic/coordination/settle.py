@@ -17,6 +17,7 @@ from data_juicer_elastic.coordination.elections import RunCoordinator, raise_out
 from data_juicer_elastic.coordination.run_records import WORK
 from data_juicer_elastic.errors import ElasticError, ParticipationError, ShardFailedError
 from data_juicer_elastic.jobdir import heartbeats, job_summary
+from data_juicer_elastic.jobdir.attempts import marker_ids
 from data_juicer_elastic.jobdir.layout import JobLayout
 from data_juicer_elastic.jobdir.outcome import leaving_outcome, terminal_infos
 from data_juicer_elastic.jobdir.records import Manifest
@@ -27,7 +28,6 @@ from data_juicer_elastic.jobdir.shard_state import (
     observe_state,
     read_markers,
 )
-from data_juicer_elastic.sharedfs import fsio
 from data_juicer_elastic.sharedfs.identity import WorkerIdentity
 
 
@@ -49,8 +49,7 @@ def terminal_failures(layout: JobLayout, *, from_summary: bool = False) -> list[
     view = job_summary.view_of(layout) if from_summary else None
     if view is not None:
         return terminal_infos(layout, sorted(view.failed))
-    names = fsio.list_names(layout.failed_dir)
-    return terminal_infos(layout, [n[: -len(".json")] for n in names if not n.startswith(".") and n.endswith(".json")])
+    return terminal_infos(layout, marker_ids(layout.failed_dir))
 
 
 class AbortWatcher:

@@ -94,13 +94,9 @@ def observe(
     listings: _Listings | None = None,
 ) -> JobPace:
     """One read of the job's pace in O(live claims + ``max_new_spans``) operations, not O(shards).
-
-    ``done_spans`` caches done shards across calls (DONE is terminal: each record is read once).
-    A shard not in the ``claims/`` listing was never claimed, so it is pending; a listing that lags
-    on NFS makes a just-claimed shard count as pending, which can only make the gate say yes (the
-    safe answer).  At most ``max_new_spans`` unseen done shards (a uniform sample) are read per
-    call, so a worker joining a job with 50k done shards does not read 100k records first.
-    """
+    ``done_spans`` caches done shards across calls (each record is read once); at most
+    ``max_new_spans`` unseen ones (a uniform sample) are read per call.  A shard not in the
+    ``claims/`` listing is pending: a lagging listing can only make the gate say yes (safe)."""
     done_spans = {} if done_spans is None else done_spans
     if listings is None:
         listings = _list_and_sample(layout, manifest, done_spans, max_new_spans, rng)
@@ -165,7 +161,7 @@ class ClaimGate:
         if self._last is not None and self.clock() - self._last[0] < self._interval:
             return self._last[1]
         started = self.clock()
-        view = job_summary.current_view(self.layout, self.manifest)
+        view = job_summary.view_of(self.layout, self.manifest)
         if view is not None:  # the summary has every node's pace and the live claims: no reads of our own
             nodes, counts = view.summary.nodes, view.counts()
             secs = {n.node_id: n.secs_per_shard for n in nodes if n.secs_per_shard is not None}

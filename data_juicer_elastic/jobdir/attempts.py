@@ -119,12 +119,14 @@ def read_done(
 
 
 def list_done(layout: JobLayout) -> list[str]:
-    """Shard ids with a done marker, from ONE listing of ``done/`` (not one open per shard).  A hint:
-    the listing may be cached (NFS) and miss recent markers, and a listed marker is not parsed.
-    Markers are removed only by ``retry`` of an invalid result, so a listed name may be trusted to
-    mean "do not claim"; whoever reports on a shard opens its marker."""
-    names = fsio.list_names(layout.done_dir)
-    return [name[: -len(".json")] for name in names if name.endswith(".json") and _SHARD_NAME.match(name)]
+    """Shard ids with a done marker, from ONE listing of ``done/``: a hint (a cached listing may miss
+    recent markers), trusted to mean "do not claim"; whoever reports on a shard opens its marker."""
+    return marker_ids(layout.done_dir)
+
+
+def marker_ids(directory: Path) -> list[str]:
+    """The shard ids named by ``<shard>.json`` markers in ``directory`` (``done/``, ``failed/``), one listing."""
+    return [name[: -len(".json")] for name in fsio.list_names(directory) if _SHARD_NAME.match(name)]
 
 
 def publish_done(

@@ -106,13 +106,6 @@ def write_summary(layout: JobLayout, summary: JobSummary) -> None:
     fsio.atomic_write(layout.summary_seq, SummarySeq(summary.job_id, summary.seq).encode(), durable=False)
 
 
-def read_seq(layout: JobLayout) -> SummarySeq | None:
-    try:
-        return SummarySeq.read(layout.summary_seq)
-    except (OSError, JobDirError):
-        return None
-
-
 def read_summary(layout: JobLayout, manifest: Manifest) -> JobSummary | None:
     """The summary when it exists, is intact (checksum) and describes this job; else None."""
     try:
@@ -223,7 +216,10 @@ class SummaryReader:
         return None if self._seq is None else self.clock() - self._changed_at
 
     def _refresh(self, now: float) -> None:
-        seq = read_seq(self.layout)
+        try:
+            seq = SummarySeq.read(self.layout.summary_seq)
+        except (OSError, JobDirError):
+            return
         if seq is None or seq.job_id != self.manifest.job_id or seq.seq == self._seq:
             return
         order = seq_order(seq.seq)
@@ -263,16 +259,10 @@ def reader_for(
     return reader
 
 
-def view_of(layout: JobLayout) -> SummaryView | None:
-    """A fresh summary of the job in ``layout`` as this process reads it (its manifest need not be
-    at hand); None without one."""
-    reader = _readers.get(str(layout.root))
-    return None if reader is None else reader.view()
-
-
-def current_view(layout: JobLayout, manifest: Manifest) -> SummaryView | None:
-    """A fresh summary of the job as this process reads it; None without one (walk instead)."""
-    reader = reader_for(layout, manifest)
+def view_of(layout: JobLayout, manifest: Manifest | None = None) -> SummaryView | None:
+    """A fresh summary of the job in ``layout`` as this process reads it (with ``manifest``: only a
+    reader of that very job); None without one (walk instead)."""
+    reader = _readers.get(str(layout.root)) if manifest is None else reader_for(layout, manifest)
     return None if reader is None else reader.view()
 
 

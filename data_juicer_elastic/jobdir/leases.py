@@ -8,7 +8,7 @@ from __future__ import annotations
 import json
 import threading
 import time
-from collections.abc import Callable, Hashable
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from loguru import logger
@@ -46,25 +46,18 @@ class LeaseView:
         return self.shard_id
 
     @property
-    def watch_token(self) -> Hashable:
-        """What a staleness observer watches: the generation and its heartbeat."""
-        return (self.generation, heartbeat_token(self.heartbeat, self.heartbeat_error))
-
-    @property
-    def token_text(self) -> str:
-        """:attr:`watch_token` as text, as the job summary records the value its writer watched."""
+    def watch_token(self) -> str:
+        """What a staleness observer watches (the generation and its heartbeat), as the job summary
+        records the value its writer watched."""
         return token_text(self.generation, self.heartbeat, self.heartbeat_error)
 
-
-def heartbeat_token(heartbeat: Heartbeat | None, error: str | None) -> tuple[object, ...]:
-    if heartbeat is not None:
-        return ("seq", heartbeat.attempt_id, heartbeat.seq)
-    return ("none", error)
+    token_text = watch_token
 
 
 def token_text(generation: int, heartbeat: Heartbeat | None, error: str | None) -> str:
-    """The watched value of a generation's heartbeat as text (equal exactly when the tokens are)."""
-    return json.dumps([generation, *heartbeat_token(heartbeat, error)], separators=(",", ":"))
+    """The watched value of a generation's heartbeat (its sequence, or what made it unreadable)."""
+    beat = ["seq", heartbeat.attempt_id, heartbeat.seq] if heartbeat is not None else ["none", error]
+    return json.dumps([generation, *beat], separators=(",", ":"))
 
 
 def latest_generation(layout: JobLayout, shard_id: str) -> int:
@@ -129,13 +122,9 @@ def process_gone_here(identity: WorkerIdentity, process) -> bool:
 def takeover_reason(
     view: LeaseView, identity: WorkerIdentity, observer: StalenessObserver, vouched_stale: str | None = None
 ) -> TakeoverReason | None:
-    """Why the latest generation may be claimed over, or None while it is held.
-
-    Always feeds the observer (even when another reason applies) so its memory of each value is
-    as old as possible.  ``vouched_stale``: the heartbeat value the job summary's writer watched
-    stay unchanged for a TTL on its own clock; the lease is stale for us too when we read that
-    very value again now (it has been unchanged for longer still).
-    """
+    """Why the latest generation may be claimed over, or None while it is held.  Always feeds the
+    observer, so its memory of each value is as old as possible.  ``vouched_stale``: the heartbeat
+    value the job summary's writer watched unchanged for a TTL (stale for us too if we read it now)."""
     if view.generation == 0:
         return TakeoverReason.FIRST
     stale = observer.is_stale(view) or (vouched_stale is not None and vouched_stale == view.token_text)

@@ -152,11 +152,6 @@ def load_plan(job_dir: str | Path) -> JobPlan:
     return plan
 
 
-def is_planned(job_dir: str | Path) -> bool:
-    """Whether prepare published a plan here (the manifest may not be composed yet)."""
-    return fsio.exists(JobLayout(job_dir).plan)
-
-
 def load_job(job_dir: str | Path) -> Manifest | JobPlan:
     """The manifest once the job is scanned, else its plan: what a worker needs to start (the
     recipe, its code, the settings) is in both."""

@@ -24,11 +24,8 @@ def job_outcome(
     layout: JobLayout, manifest: Manifest, known_done: set[str] | frozenset[str] = frozenset()
 ) -> tuple[bool, list[TerminalInfo]]:
     """(every shard done, [(shard id, last error) for terminal failures]) from the job dir.
-
-    ``known_done``: shards the caller knows are done (a marker it parsed, or a ``done/`` listing:
-    markers are never removed), not opened again, so W leaving workers do not each open all S
-    markers.  A listed marker that is corrupt is then reported by merge, which validates every one.
-    """
+    ``known_done``: shards the caller knows are done (a parsed marker, a ``done/`` listing), not
+    opened again; a listed marker that is corrupt is reported by merge, which validates every one."""
     complete = True
     terminal: list[TerminalInfo] = []
     for entry in manifest.shards:

@@ -62,11 +62,7 @@ def compose_summary(
     shard's place in the manifest (a keeper builds it once, not every round)."""
     index = index if index is not None else {entry.shard_id: i for i, entry in enumerate(manifest.shards)}
     done = {shard for shard in attempts.list_done(layout) if shard in index}
-    failed = sorted(
-        name[: -len(".json")]
-        for name in fsio.list_names(layout.failed_dir)
-        if name.endswith(".json") and name[: -len(".json")] in index and name[: -len(".json")] not in done
-    )
+    failed = sorted(shard for shard in attempts.marker_ids(layout.failed_dir) if shard in index and shard not in done)
     newest: dict[str, tuple[PaceRecord, int, str]] = {}  # shard -> (holder's record, generation, attempt)
     for record in paces.values():
         for held in record.held if not record.stopped else ():
