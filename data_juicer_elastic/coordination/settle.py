@@ -19,14 +19,15 @@ from data_juicer_elastic.errors import ElasticError, ParticipationError, ShardFa
 from data_juicer_elastic.jobdir import heartbeats, job_summary
 from data_juicer_elastic.jobdir.attempts import marker_ids
 from data_juicer_elastic.jobdir.layout import JobLayout
-from data_juicer_elastic.jobdir.outcome import leaving_outcome, terminal_infos
 from data_juicer_elastic.jobdir.records import Manifest
 from data_juicer_elastic.jobdir.shard_state import (
     ShardState,
     TerminalInfo,
     decide_state,
+    leaving_outcome,
     observe_state,
     read_markers,
+    terminal_infos,
 )
 from data_juicer_elastic.sharedfs.identity import WorkerIdentity
 

@@ -19,10 +19,10 @@ from data_juicer_elastic.jobdir.heartbeats import StalenessObserver
 from data_juicer_elastic.jobdir.layout import JobLayout
 from data_juicer_elastic.jobdir.lease_records import Claim
 from data_juicer_elastic.jobdir.manifest import load_manifest, load_plan, normalise_options, source_spans
-from data_juicer_elastic.jobdir.outcome import terminal_infos
 from data_juicer_elastic.jobdir.plan_records import JobPlan, PlannedShard
 from data_juicer_elastic.jobdir.reasons import AttemptExit, FailureReason, ReleaseReason
 from data_juicer_elastic.jobdir.records import Manifest
+from data_juicer_elastic.jobdir.shard_state import terminal_infos
 from data_juicer_elastic.jobdir.tasks import ScanOutput, ScanTask
 from data_juicer_elastic.rows.codecs import SHARD_SUFFIX
 from data_juicer_elastic.sharedfs import fsio
