@@ -9,7 +9,7 @@ import json
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 
 from loguru import logger
 
@@ -155,11 +155,7 @@ def publish_claim(
         shard_id=view.shard_id,
         generation=view.generation + 1,
         attempt_id=attempt_id,
-        node_id=identity.node_id,
-        hostname=identity.hostname,
-        boot_id=identity.boot_id,
-        pid=identity.pid,
-        pid_namespace=identity.pid_namespace,
+        **asdict(identity),  # the claimer's whole identity: node, host, boot, pid namespace, pid
         claimed_at=time.time(),
         takeover_of=view.generation,
         takeover_reason=reason,

@@ -8,7 +8,7 @@ import json
 import re
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Final
+from typing import Final
 
 from data_juicer_elastic.errors import IntegrityError, JobDirError
 from data_juicer_elastic.jobdir import confine
@@ -247,23 +247,3 @@ def check_shard_file(layout: JobLayout, manifest: Manifest, entry: ShardEntry) -
             hint=hint,
         )
     return source
-
-
-def load_recipe(job_dir: str | Path) -> dict[str, Any]:
-    """The shard recipe of a prepared job, checked against the manifest's recipe hash."""
-    layout = JobLayout(job_dir)
-    manifest = load_manifest(job_dir)
-    data = fsio.read_record(layout.recipe, MAX_MANIFEST_BYTES)
-    if data is None:
-        raise JobDirError("recipe.json is missing", where=str(layout.recipe), hint="prepare a new job_dir")
-    try:
-        recipe = json.loads(data)
-    except ValueError as exc:
-        raise JobDirError(f"corrupt recipe.json: {exc}", where=str(layout.recipe)) from None
-    if not isinstance(recipe, dict) or manifest_recipe_hash(recipe) != manifest.recipe_hash:
-        raise JobDirError(
-            "recipe.json does not match the manifest's recipe hash",
-            where=str(layout.recipe),
-            hint="the job directory was modified; prepare a new job_dir",
-        )
-    return recipe
