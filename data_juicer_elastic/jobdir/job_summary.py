@@ -179,12 +179,11 @@ class SummaryReader:
         manifest: Manifest,
         *,
         ttl_secs: float,
-        interval_secs: float | None = None,
         min_interval: float = 0.5,
         clock: Callable[[], float] = time.monotonic,
     ):
         self.layout, self.manifest, self.clock = layout, manifest, clock
-        self.interval_secs = interval_secs if interval_secs is not None else default_interval(ttl_secs)
+        self.interval_secs = default_interval(ttl_secs)
         self.fresh_secs = fresh_for(ttl_secs, self.interval_secs)
         self.min_interval = min_interval
         self._checked_at: float | None = None

@@ -208,9 +208,8 @@ def write_heartbeat(layout: JobLayout, claim: Claim, seq: int, *, make_dir: bool
 
 class Heartbeater:
     """Renews one claim's heartbeat from a daemon thread; sets ``lost`` when renewal has failed for
-    ``ttl - 2*heartbeat`` seconds (observers may be about to take over) or a newer generation
-    exists.  :meth:`check` recomputes the deadline from the clock too, so a thread stuck in a hung
-    NFS call cannot hide an expired lease."""
+    ``ttl - 2*heartbeat`` seconds or a newer generation exists.  :meth:`check` recomputes the
+    deadline from the clock too, so a thread stuck in a hung NFS call cannot hide an expired lease."""
 
     def __init__(
         self,

@@ -222,11 +222,9 @@ def check_shard_files(job_dir: str | Path, manifest: Manifest) -> None:
 
 
 def check_shard_file(layout: JobLayout, manifest: Manifest, entry: ShardEntry) -> ShardSource:
-    """Where ``entry``'s content is, checked before anything reads it for work.  A copied shard:
-    inside the job directory (a symlink leading out is refused, UnsafePathError, and nothing is
-    read through it), and of the recorded size and sha256 (IntegrityError naming the shard
-    otherwise).  A shard read from its inputs: each file still of its planned size and mtime
-    (InputChangedError naming the file; its content hash is checked while it is read)."""
+    """Where ``entry``'s content is, checked before anything reads it for work: a copied shard inside
+    the job directory (UnsafePathError) and of its recorded size and sha256 (IntegrityError); a shard
+    read from its inputs, each file of its planned size and mtime (InputChangedError)."""
     source = locate_shard(layout, manifest, entry)
     if not manifest.copy_shards:
         check_source(source)

@@ -157,10 +157,8 @@ class ProgressTracker:
                 logger.debug(f"progress listener failed: {exc}")
 
     def flush(self, force: bool = False) -> bool:
-        """Write the record; True if written.  Called from the heartbeat thread after each renewal
-        (at most once per heartbeat interval); errors are logged, never raised.  Nothing is written
-        until something changed (a claim alone says the attempt started); from then on every call
-        writes, so that ``elapsed_secs`` stays current: a stalled attempt must show a falling rate."""
+        """Write the record (the heartbeat thread, after a renewal); True if written, errors logged.
+        Nothing is written until something changed; from then on every call writes (docs/status.md)."""
         with self._lock:
             if not self._writable or not (self._dirty or force or self._record.seq > 0):
                 return False
