@@ -20,9 +20,7 @@ from data_juicer_elastic.sharedfs import fsio
 from data_juicer_elastic.sharedfs.identity import pid_alive
 
 MAX_JUMPS: Final = 4  # random jumps per claim before walking sequentially through the rest
-# With a summary: shards it showed free that turned out taken (by a claim newer than the summary)
-# before a worker stops looking until the next summary, so a thousand workers waking on the same
-# summary do not all probe every free shard.
+# With a summary: shards it showed free that turned out taken before a worker waits for the next (no herd).
 MAX_TAKEN_PER_SUMMARY: Final = 3
 LIST_AFTER_SURPRISES: Final = 16  # unknown done markers read since the last listing that trigger one
 
@@ -267,9 +265,7 @@ class Claimer:
         return claim
 
     def _record_takeover(self, view: leases.LeaseView, reason: TakeoverReason) -> failures.FailureOutcome:
-        # A holder that vanished without a record counts against the death budget (apart from
-        # execution failures): a shard that kills its worker every time (OOM) must not loop
-        # forever, but killed or preempted workers must not fail a good shard after 3 deaths.
+        # A holder that vanished without a record is a death, with its own budget (docs/failure-semantics.md).
         holder = view.claim
         what = f"{holder.node_id} ({holder.hostname} pid {holder.pid})" if holder else "unknown holder"
         if reason == TakeoverReason.STALE:

@@ -228,10 +228,7 @@ class JobLayout:
         return self.history_dir / validate_shard_id(shard_id)
 
     # -- coordination of one run (one submission of the job) ------------------------------
-    # Inside the job directory, not beside it: the job directory is then self-contained
-    # (moved, archived or deleted as one), and elections are on the same filesystem as
-    # the job.  A sibling directory would silently be node-local when job_dir is itself
-    # the shared mount point (a PVC or a bind mount), and every node would win.
+    # Inside the job directory, so elections are on its filesystem (docs/architecture.md, "Job directory").
     def run_dir(self, run_key: str) -> Path:
         return self.coordination_dir / validate_run_key(run_key)
 
