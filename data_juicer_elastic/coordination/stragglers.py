@@ -25,7 +25,7 @@ EXPECTED_REMAINING: Final = 0.5  # a running worker is, on average, half-way thr
 
 
 def should_claim(my_secs: float | None, others_secs: list[float], pending: int) -> bool:
-    """Pure policy (see the module docstring)."""
+    """The gate's rule, pure (docs/multinode.md, "Slow nodes and the last shards")."""
     if my_secs is None or my_secs <= 0 or pending <= 0:
         return True
     capacity = sum(math.floor(my_secs / d - EXPECTED_REMAINING) for d in others_secs if d > 0)

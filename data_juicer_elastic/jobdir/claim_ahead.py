@@ -76,7 +76,7 @@ class _Cycle:
 
 
 class ClaimAhead:
-    """At most one shard claimed ahead for one worker slot (see the module doc)."""
+    """At most one shard claimed ahead for one worker slot."""
 
     def __init__(
         self,

@@ -25,7 +25,7 @@ from data_juicer_elastic.jobdir.job_summary import (
 )
 from data_juicer_elastic.jobdir.layout import SUMMARY_WRITER_TASK, JobLayout
 from data_juicer_elastic.jobdir.lease_records import Claim
-from data_juicer_elastic.jobdir.pace import PaceRecord, PaceWriter, read_pace
+from data_juicer_elastic.jobdir.pace import PaceRecord, PaceWriter, refresh_paces
 from data_juicer_elastic.jobdir.reasons import ReleaseReason
 from data_juicer_elastic.jobdir.records import Manifest
 from data_juicer_elastic.sharedfs import fsio
@@ -33,16 +33,6 @@ from data_juicer_elastic.sharedfs.identity import WorkerIdentity
 
 # The summary is missing or has not advanced for this many intervals: look at the writer's lease.
 SILENT_INTERVALS: Final = 3
-
-
-def refresh_paces(layout: JobLayout, previous: dict[str, PaceRecord]) -> dict[str, PaceRecord]:
-    """The job's pace records by name; one in ``previous`` that said it stopped is not read again."""
-    names = [n for n in fsio.list_names(layout.paces_dir) if n.endswith(".json") and not n.startswith(".")]
-    known = {name: previous[name] for name in names if name in previous and previous[name].stopped}
-    unread = [name for name in names if name not in known]
-    fresh = dict(zip(unread, fsio.read_many(lambda name: read_pace(layout, name), unread), strict=True))
-    records = {name: known.get(name) or fresh.get(name) for name in names}
-    return {name: record for name, record in records.items() if record is not None}
 
 
 def compose_summary(
@@ -137,7 +127,7 @@ def _node_paces(paces: dict[str, PaceRecord], live: list[LiveClaim]) -> list[Nod
 
 class SummaryKeeper:
     """This process's part in keeping the summary: write it while holding the writer's lease,
-    else watch for a silent writer (see the module doc)."""
+    else watch for a silent writer and take its lease over by the shard rules."""
 
     def __init__(
         self,
