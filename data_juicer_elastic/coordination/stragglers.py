@@ -54,13 +54,11 @@ class _Listings:
     done: set[str]
 
 
-def _list_and_sample(
-    layout: JobLayout, manifest: Manifest, done_spans: DoneSpans, max_new_spans: int | None, rng
-) -> _Listings:
+def _list_and_sample(layout: JobLayout, manifest: Manifest, done_spans: DoneSpans) -> _Listings:
     listings = _Listings(set(fsio.list_names(layout.claims_dir)), set(attempts.list_done(layout)))
     new_done = [e.shard_id for e in manifest.shards if e.shard_id in listings.done and e.shard_id not in done_spans]
-    if max_new_spans is not None and len(new_done) > max_new_spans:
-        new_done = (rng or random).sample(new_done, max_new_spans)
+    if len(new_done) > MAX_NEW_SPANS:
+        new_done = random.sample(new_done, MAX_NEW_SPANS)
     for shard in new_done:
         result, _ = attempts.read_done(layout, shard)
         if result is not None:
@@ -88,18 +86,15 @@ def observe(
     layout: JobLayout,
     manifest: Manifest,
     done_spans: DoneSpans | None = None,
-    *,
-    max_new_spans: int | None = MAX_NEW_SPANS,
-    rng: random.Random | None = None,
     listings: _Listings | None = None,
 ) -> JobPace:
-    """One read of the job's pace in O(live claims + ``max_new_spans``) operations, not O(shards).
+    """One read of the job's pace in O(live claims + ``MAX_NEW_SPANS``) operations, not O(shards).
     ``done_spans`` caches done shards across calls (each record is read once); at most
-    ``max_new_spans`` unseen ones (a uniform sample) are read per call.  A shard not in the
+    ``MAX_NEW_SPANS`` unseen ones (a uniform sample) are read per call.  A shard not in the
     ``claims/`` listing is pending: a lagging listing can only make the gate say yes (safe)."""
     done_spans = {} if done_spans is None else done_spans
     if listings is None:
-        listings = _list_and_sample(layout, manifest, done_spans, max_new_spans, rng)
+        listings = _list_and_sample(layout, manifest, done_spans)
     running: list[tuple[str, int]] = []
     pending = 0
     for entry in manifest.shards:
@@ -168,7 +163,7 @@ class ClaimGate:
             first = {n.node_id: n.first_secs for n in nodes if n.first_secs is not None}
             live = [(claim.node_id, claim.pid) for claim in view.summary.live if not claim.stale]
             return self._answer(self._decide(secs, first, live, counts["pending"] + counts["stale"]), started)
-        listings = _list_and_sample(self.layout, self.manifest, self._done_spans, MAX_NEW_SPANS, None)
+        listings = _list_and_sample(self.layout, self.manifest, self._done_spans)
         valid_for = self._cannot_decline_for(listings)
         if valid_for is not None:
             return self._answer(True, started, valid_for)
