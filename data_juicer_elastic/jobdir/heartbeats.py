@@ -89,7 +89,6 @@ class RenewThread:
 
 
 def looks_stale(age_secs: float | None, ttl_secs: object) -> bool:
-    """A display hint for readers without an observer (``dj-elastic status`` without one, the
-    report): the heartbeat file's mtime age is over the TTL.  mtimes come from the server
-    through caches and clocks drift, so no takeover is ever decided by this."""
+    """The heartbeat file's mtime age is over the TTL: a display hint for readers without an
+    observer, never a takeover's reason (mtimes come through caches, from the server's clock)."""
     return isinstance(ttl_secs, (int, float)) and age_secs is not None and age_secs > ttl_secs

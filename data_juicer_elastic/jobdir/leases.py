@@ -93,8 +93,7 @@ def read_heartbeat(layout: JobLayout, shard_id: str, generation: int) -> tuple[H
 
 def heartbeat_age(layout: JobLayout, shard_id: str, generation: int, now: float | None = None) -> float | None:
     """Seconds since the generation's heartbeat (before its first one: its claim) was written, by
-    the files' mtimes: the display rule of ``status`` and the report, never of a takeover (mtimes
-    come through caches and from the server's clock)."""
+    the files' mtimes: for display only, as :func:`heartbeats.looks_stale`."""
     now = time.time() if now is None else now
     for path in (layout.heartbeat(shard_id, generation), layout.claim(shard_id, generation)):
         try:
