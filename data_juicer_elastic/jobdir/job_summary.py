@@ -203,9 +203,7 @@ class SummaryReader:
         return self.current()
 
     def current(self) -> SummaryView | None:
-        """The last view read, while it is trusted and fresh (no read).  A summary is trusted only
-        once its sequence was seen to change: one left by a writer that is gone (a finished or
-        killed run, before ``retry`` requeued shards) is never taken for the job as it is now."""
+        """The last view read, while it is trusted (its sequence was seen to change) and fresh; no read."""
         if self._view is None or not self._advancing or self.clock() - self._changed_at >= self.fresh_secs:
             return None
         return self._view
@@ -267,7 +265,7 @@ def view_of(layout: JobLayout, manifest: Manifest | None = None) -> SummaryView 
 
 class IdleBackoff:
     """How long an idle worker waits before it looks again: the poll interval, doubling up to the
-    summary's interval while there is a summary (looking more often finds nothing newer)."""
+    summary's interval while there is a fresh summary."""
 
     def __init__(self, poll_secs: float, reader: SummaryReader | None):
         self.poll_secs, self.reader = poll_secs, reader
