@@ -1,17 +1,6 @@
-"""Elections, phase results and the one final outcome of a run, on the shared filesystem.
-
-Every "first wins" decision is an exclusive ``link()`` (``sharedfs.fsio.publish_bytes``):
-``<phase>.leader.json`` (the first instance to link it prepares or finalizes),
-``prepare.result.json`` (the job is prepared for this run) and ``outcome.json``: how the run
-ends, exactly once, ``ok`` (finalized, with the merge result) or ``failed`` (an abort).  Every
-instance reads this one record and exits with its code and message, so no two instances can
-report different endings.
-
-A leader renews ``<phase>.heartbeat.json`` while it works.  A waiter judges it gone with the rule
-shard leases use (``jobdir.heartbeats.StalenessObserver``): on its own monotonic clock, when the
-heartbeat has not changed for ``ttl_secs``, or at once when the leader's pid is gone in this very
-kernel and pid namespace.  It then publishes a failed outcome (CoordinatorLostError); a new
-submission (new run id) starts a fresh generation and finishes the job.
+"""Elections, phase results and the one final outcome of a run, each an exclusive ``link()``; a
+leader renews ``<phase>.heartbeat.json`` and waiters judge it gone as they judge a shard lease
+(docs/architecture.md, "Coordination protocol").  Every instance reports the one ``outcome.json``.
 """
 
 from __future__ import annotations
@@ -41,8 +30,9 @@ from data_juicer_elastic.errors import CoordinatorLostError, ElasticError, JobDi
 from data_juicer_elastic.jobdir import confine
 from data_juicer_elastic.jobdir.heartbeats import Clock, RenewThread, Sighting, StalenessObserver
 from data_juicer_elastic.jobdir.layout import JobLayout
+from data_juicer_elastic.jobdir.leases import process_gone_here
 from data_juicer_elastic.sharedfs import fsio
-from data_juicer_elastic.sharedfs.identity import WorkerIdentity, pid_alive
+from data_juicer_elastic.sharedfs.identity import WorkerIdentity
 
 MAX_MESSAGE_CHARS: Final = 4000
 
@@ -224,10 +214,9 @@ class LeaderWatch:
         self._observer = StalenessObserver(coordinator.ttl_secs, coordinator.clock)
 
     def lost_reason(self) -> str | None:
-        c, who = self.c, self.leader.instance
-        if who.pid != c.identity.pid and c.identity.same_kernel_namespace(who.hostname, who.boot_id, who.pid_namespace):
-            if not pid_alive(who.pid):
-                return "exited"
+        c = self.c
+        if process_gone_here(c.identity, self.leader.instance):
+            return "exited"
         try:
             beat = PhaseHeartbeat.read(c.layout.phase_heartbeat(c.key, self.phase))
             token = (beat.instance_id, beat.seq) if beat is not None else None

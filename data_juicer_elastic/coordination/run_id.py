@@ -1,13 +1,5 @@
-"""Which run (submission) an instance belongs to.
-
-Every instance of one submission must resolve the same run id without talking to the others, so
-it comes from what the scheduler gives every instance alike: ``elastic.run_id``; else
-``DJ_ELASTIC_RUN_ID``; else the scheduler's job id (``PAI_JOB_ID``, ``DLC_JOB_ID``, ``JOB_ID``,
-Slurm's ``SLURM_JOB_ID`` + ``SLURM_STEP_ID``: two ``srun`` steps of one allocation are two runs,
-a Kubernetes Job's uid from the downward API); else a fresh id for this process: a lone node needs
-no configuration, and instances started by hand each run their own generation (safe, since
-prepare and merge are idempotent; only not elected).  A re-submission gets a new scheduler id,
-hence a new coordination generation: that is how a job whose previous coordinator died is finished.
+"""Which run (submission) an instance belongs to: the same id on every instance without talking,
+from the settings, the environment or the scheduler (the order: docs/multinode.md, "The run id").
 """
 
 from __future__ import annotations

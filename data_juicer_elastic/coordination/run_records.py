@@ -7,7 +7,7 @@ one parse per kind, and a malformed record is an error, never a success.
 from __future__ import annotations
 
 import enum
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from typing import Any, ClassVar
 
 from data_juicer_elastic.jobdir.records import Record
@@ -56,9 +56,7 @@ class Instance:
 
     @classmethod
     def of(cls, identity: WorkerIdentity, instance_id: str) -> Instance:
-        return cls(
-            instance_id, identity.node_id, identity.hostname, identity.boot_id, identity.pid, identity.pid_namespace
-        )
+        return cls(instance_id, **asdict(identity))
 
     def describe(self) -> str:
         return f"{self.node_id} ({self.hostname} pid {self.pid})"

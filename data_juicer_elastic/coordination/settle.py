@@ -1,11 +1,6 @@
-"""Between work and finalize: stop on an abort, and wait until every shard is settled.
-
-* :class:`AbortWatcher` (a thread beside the worker loop) stops the worker when the run has a
-  failed outcome, and publishes that outcome itself when it finds a terminally failed shard, so
-  every instance stops claiming and exits 2 with the same message at once.
-* :func:`wait_settled`: an instance that may not claim any more (strict mode's share is done)
-  waits until the job is complete or failed.  A shard unclaimed for ``wait_timeout_secs`` means
-  a node that should have taken it never came: the run fails naming who took part.
+"""Between work and finalize: :class:`AbortWatcher` stops the worker on the run's failed outcome (and
+publishes one for a terminally failed shard); :func:`wait_settled` makes an instance that may not
+claim any more wait until the job is complete or failed (docs/multinode.md, strict mode).
 """
 
 from __future__ import annotations
@@ -22,17 +17,18 @@ from data_juicer_elastic.coordination.elections import RunCoordinator, raise_out
 from data_juicer_elastic.coordination.run_records import WORK
 from data_juicer_elastic.errors import ElasticError, ParticipationError, ShardFailedError
 from data_juicer_elastic.jobdir import heartbeats, job_summary
+from data_juicer_elastic.jobdir.attempts import marker_ids
 from data_juicer_elastic.jobdir.layout import JobLayout
-from data_juicer_elastic.jobdir.outcome import leaving_outcome, terminal_infos
 from data_juicer_elastic.jobdir.records import Manifest
 from data_juicer_elastic.jobdir.shard_state import (
     ShardState,
     TerminalInfo,
     decide_state,
+    leaving_outcome,
     observe_state,
     read_markers,
+    terminal_infos,
 )
-from data_juicer_elastic.sharedfs import fsio
 from data_juicer_elastic.sharedfs.identity import WorkerIdentity
 
 
@@ -54,8 +50,7 @@ def terminal_failures(layout: JobLayout, *, from_summary: bool = False) -> list[
     view = job_summary.view_of(layout) if from_summary else None
     if view is not None:
         return terminal_infos(layout, sorted(view.failed))
-    names = fsio.list_names(layout.failed_dir)
-    return terminal_infos(layout, [n[: -len(".json")] for n in names if not n.startswith(".") and n.endswith(".json")])
+    return terminal_infos(layout, marker_ids(layout.failed_dir))
 
 
 class AbortWatcher:

@@ -1,13 +1,6 @@
-"""Several claim slots on one node: one worker process (and one warm Ray runtime) per slot.
-
-Processes, not threads over one shared runtime (``benchmarks/bench_slots.py``): only a process
-per slot can give each slot its own GPUs (``CUDA_VISIBLE_DEVICES`` is read once per process);
-Data-Juicer's process-wide logger and Ray Data's process-global context would mix concurrent
-shards' ``process.log``; a crash or OOM takes down only its slot; a warm runtime per slot is
-started once per worker, not per shard.
-
-The instance's own process runs slot 0; slots 1..S-1 are ``dj-elastic worker --no-wait``
-children with the same node id, which exit when nothing is left to claim.
+"""Several claim slots on one node: the instance runs slot 0, slots 1..S-1 are ``dj-elastic worker
+--no-wait`` children with the same node id, each with its own warm Ray runtime and GPU subset.
+Why processes, not threads: docs/multinode.md, "Several slots per node".
 """
 
 from __future__ import annotations

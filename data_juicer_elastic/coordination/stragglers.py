@@ -1,21 +1,5 @@
-"""Straggler avoidance: a slow node does not take one of the last shards from faster ones.
-
-Dynamic claiming gives fast nodes more shards, but not the tail: a node 4x slower that claims one
-of the last shards finishes long after everyone else.  Before claiming, a worker asks
-:class:`ClaimGate`.  With ``d_me`` this node's time per shard (mean of its accepted attempts),
-``d_j`` that of each worker j holding a live claim now and ``P`` the pending shards (the one to
-claim included): worker j, expected half-way through its shard, can finish
-``floor(d_me / d_j - 1/2)`` more shards in the time this node needs for one; the node declines
-while those add up to at least ``P``.  Equal speeds never decline.
-
-The inputs come from a fresh job summary (``jobdir.job_summary``) when there is one, else from
-listings and the leases of live claims (:func:`observe`).
-
-Safety: only workers holding a live claim count, so once the others stop (finished, capped,
-dead) the gate opens and no shard is left unclaimed; a node with no accepted attempt yet always
-claims.  A node's first attempt includes its Ray start: it is left out when the node has others,
-and for this node's own estimate the measured start time is subtracted.  Durations are one
-node's own clock (its attempts' start and end), never compared across nodes.
+"""Straggler avoidance: a slow node does not take one of the last shards from faster ones (the
+rule, and why it never leaves a shard unclaimed: docs/multinode.md, "Slow nodes and the last shards").
 """
 
 from __future__ import annotations
@@ -41,7 +25,7 @@ EXPECTED_REMAINING: Final = 0.5  # a running worker is, on average, half-way thr
 
 
 def should_claim(my_secs: float | None, others_secs: list[float], pending: int) -> bool:
-    """Pure policy (see the module docstring)."""
+    """The gate's rule, pure (docs/multinode.md, "Slow nodes and the last shards")."""
     if my_secs is None or my_secs <= 0 or pending <= 0:
         return True
     capacity = sum(math.floor(my_secs / d - EXPECTED_REMAINING) for d in others_secs if d > 0)
@@ -70,13 +54,11 @@ class _Listings:
     done: set[str]
 
 
-def _list_and_sample(
-    layout: JobLayout, manifest: Manifest, done_spans: DoneSpans, max_new_spans: int | None, rng
-) -> _Listings:
+def _list_and_sample(layout: JobLayout, manifest: Manifest, done_spans: DoneSpans) -> _Listings:
     listings = _Listings(set(fsio.list_names(layout.claims_dir)), set(attempts.list_done(layout)))
     new_done = [e.shard_id for e in manifest.shards if e.shard_id in listings.done and e.shard_id not in done_spans]
-    if max_new_spans is not None and len(new_done) > max_new_spans:
-        new_done = (rng or random).sample(new_done, max_new_spans)
+    if len(new_done) > MAX_NEW_SPANS:
+        new_done = random.sample(new_done, MAX_NEW_SPANS)
     for shard in new_done:
         result, _ = attempts.read_done(layout, shard)
         if result is not None:
@@ -104,22 +86,15 @@ def observe(
     layout: JobLayout,
     manifest: Manifest,
     done_spans: DoneSpans | None = None,
-    *,
-    max_new_spans: int | None = MAX_NEW_SPANS,
-    rng: random.Random | None = None,
     listings: _Listings | None = None,
 ) -> JobPace:
-    """One read of the job's pace in O(live claims + ``max_new_spans``) operations, not O(shards).
-
-    ``done_spans`` caches done shards across calls (DONE is terminal: each record is read once).
-    A shard not in the ``claims/`` listing was never claimed, so it is pending; a listing that lags
-    on NFS makes a just-claimed shard count as pending, which can only make the gate say yes (the
-    safe answer).  At most ``max_new_spans`` unseen done shards (a uniform sample) are read per
-    call, so a worker joining a job with 50k done shards does not read 100k records first.
-    """
+    """One read of the job's pace in O(live claims + ``MAX_NEW_SPANS``) operations, not O(shards).
+    ``done_spans`` caches done shards across calls (each record is read once); at most
+    ``MAX_NEW_SPANS`` unseen ones (a uniform sample) are read per call.  A shard not in the
+    ``claims/`` listing is pending: a lagging listing can only make the gate say yes (safe)."""
     done_spans = {} if done_spans is None else done_spans
     if listings is None:
-        listings = _list_and_sample(layout, manifest, done_spans, max_new_spans, rng)
+        listings = _list_and_sample(layout, manifest, done_spans)
     running: list[tuple[str, int]] = []
     pending = 0
     for entry in manifest.shards:
@@ -181,14 +156,14 @@ class ClaimGate:
         if self._last is not None and self.clock() - self._last[0] < self._interval:
             return self._last[1]
         started = self.clock()
-        view = job_summary.current_view(self.layout, self.manifest)
+        view = job_summary.view_of(self.layout, self.manifest)
         if view is not None:  # the summary has every node's pace and the live claims: no reads of our own
             nodes, counts = view.summary.nodes, view.counts()
             secs = {n.node_id: n.secs_per_shard for n in nodes if n.secs_per_shard is not None}
             first = {n.node_id: n.first_secs for n in nodes if n.first_secs is not None}
             live = [(claim.node_id, claim.pid) for claim in view.summary.live if not claim.stale]
             return self._answer(self._decide(secs, first, live, counts["pending"] + counts["stale"]), started)
-        listings = _list_and_sample(self.layout, self.manifest, self._done_spans, MAX_NEW_SPANS, None)
+        listings = _list_and_sample(self.layout, self.manifest, self._done_spans)
         valid_for = self._cannot_decline_for(listings)
         if valid_for is not None:
             return self._answer(True, started, valid_for)

@@ -5,17 +5,16 @@ one module per kind: ``records`` (encode/parse machinery, the manifest), ``lease
 heartbeat, release, failure of a generation), ``result_records`` (attempt, result, terminal
 failure, merge), ``plan_records`` (the plan, each shard's scan), ``reasons`` (every reason code).
 Rules, one owner each: ``manifest`` (loading and checking the plan and the job), ``scans`` (the
-manifest composed from the scans), ``shard_state`` (done / failed / running / stale / pending),
-``heartbeats`` (staleness on the observer's clock), ``leases`` (claims, takeover, release,
-self-fencing), ``attempts`` (attempt dirs, first-wins publication), ``failures`` (retry and death
-budgets), ``liveness`` / ``progress`` (is a running attempt alive; its progress record),
-``outcome`` (is the job finished).  The job summary: ``job_summary``, ``pace`` (each worker's
-pace record), ``summary_keeper`` (the writer's lease, one round).  The worker: ``claiming`` /
-``claim_ahead`` (finding the next shard), ``shard_attempt`` (one claimed shard, every way out
-recorded), ``worker_loop``, ``worker_settings``, ``worker_signals``, ``scan_loop`` (the scan
-phase).  Tools: ``retry``, ``export_path``, ``recipe_diff``, ``row_stats``, ``row_errors``,
-``published_file``, ``tasks``.  No Ray, no Data-Juicer imports; nothing is re-exported here so
-that importing one piece stays cheap.
+manifest composed from the scans), ``shard_state`` (done / failed / running / stale / pending; is
+the job finished), ``heartbeats`` (staleness on the observer's clock), ``leases`` (claims,
+takeover, release, self-fencing), ``attempts`` (attempt dirs, first-wins publication),
+``failures`` (retry and death budgets), ``liveness`` / ``progress`` (is a running attempt alive;
+its progress record).  The job summary: ``job_summary``, ``pace`` (each worker's pace record),
+``summary_keeper`` (the writer's lease, one round).  The worker: ``claiming`` / ``claim_ahead``
+(finding the next shard), ``shard_attempt`` (one claimed shard, every way out recorded),
+``worker_loop``, ``worker_settings``, ``worker_signals``, ``scan_loop`` (the scan phase).  Tools:
+``retry``, ``export_path``, ``recipe_diff``, ``row_stats``, ``row_errors``, ``published_file``,
+``tasks``.  No Ray, no Data-Juicer imports; nothing is re-exported, so importing one stays cheap.
 """
 
 __all__ = [
@@ -32,7 +31,6 @@ __all__ = [
     "leases",
     "liveness",
     "manifest",
-    "outcome",
     "pace",
     "plan_records",
     "progress",

@@ -1,9 +1,5 @@
-"""Attempt directories and result publication (first wins); failures are ``jobdir.failures``.
-
-An attempt writes only inside its own directory ``attempts/<shard>/<attempt_id>/``.
-Its ``result.json`` is then hard-linked to ``done/<shard>.json``: ``link()``
-refuses an existing name, so the first valid publication is the accepted one
-and a zombie attempt can never overwrite it.
+"""Attempt directories and result publication: an attempt writes only inside its own directory, and
+its ``result.json`` is ``link()``ed to ``done/<shard>.json`` (first wins: docs/leases-on-nfs.md, item 4).
 """
 
 from __future__ import annotations
@@ -123,12 +119,14 @@ def read_done(
 
 
 def list_done(layout: JobLayout) -> list[str]:
-    """Shard ids with a done marker, from ONE listing of ``done/`` (not one open per shard).  A hint:
-    the listing may be cached (NFS) and miss recent markers, and a listed marker is not parsed.
-    Markers are removed only by ``retry`` of an invalid result, so a listed name may be trusted to
-    mean "do not claim"; whoever reports on a shard opens its marker."""
-    names = fsio.list_names(layout.done_dir)
-    return [name[: -len(".json")] for name in names if name.endswith(".json") and _SHARD_NAME.match(name)]
+    """Shard ids with a done marker, from ONE listing of ``done/``: a hint (a cached listing may miss
+    recent markers), trusted to mean "do not claim"; whoever reports on a shard opens its marker."""
+    return marker_ids(layout.done_dir)
+
+
+def marker_ids(directory: Path) -> list[str]:
+    """The shard ids named by ``<shard>.json`` markers in ``directory`` (``done/``, ``failed/``), one listing."""
+    return [name[: -len(".json")] for name in fsio.list_names(directory) if _SHARD_NAME.match(name)]
 
 
 def publish_done(
@@ -150,13 +148,7 @@ def publish_done(
     JSONL, or disagrees with what the runner declared; losing the race is not an error."""
     shard = claim.shard_id
     attempt_dir = layout.attempt_dir(shard, claim.attempt_id)
-    output = Path(output_path)
-    try:
-        inside = output.resolve().relative_to(attempt_dir.resolve())
-    except ValueError:
-        raise IntegrityError(
-            f"output {output} is not inside the attempt directory {attempt_dir}", where=f"shard {shard}"
-        ) from None
+    output = _inside(attempt_dir, output_path, "output", shard)
     if not fsio.exists(output):
         raise IntegrityError(f"shard output {output} does not exist", where=f"shard {shard}")
     fsio.fsync_file(output)  # the bytes must be durable before any record points at them
@@ -188,7 +180,7 @@ def publish_done(
         rows=rows,
         bytes=size,
         sha256=sha,
-        output=(Path(layout.relative(attempt_dir)) / inside).as_posix(),
+        output=(Path(layout.relative(attempt_dir)) / output.resolve().relative_to(attempt_dir.resolve())).as_posix(),
         input_rows=input_rows,
         input_sha256=input_sha256,
         published_at=time.time(),

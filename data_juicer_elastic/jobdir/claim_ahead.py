@@ -1,21 +1,11 @@
-"""Claim-ahead: hold the next shard (and read it) while the current one runs.
+"""Claim-ahead: in the running shard's tail, claim the next shard on a helper thread through the
+worker's own claim path, renew it, check and read its input (lease rules: docs/failure-semantics.md,
+"The shard claimed ahead").
 
-While a worker slot runs shard N, :class:`ClaimAhead` claims shard N+1 on a helper thread once
-N is in its tail (``shard_attempt.TAIL_FRACTION``) or N's run has ended, through the worker's
-own claim path (``claiming.Claimer.claim_next``: the same cursor, claim gate, ``before_claim``
-and ``link()``-published generation as any claim).  It starts a plain heartbeat for it at once,
-checks its input file against the manifest (``manifest.check_shard_file``) and hands it to
-``read_ahead(source)``, whose result goes to the shard's run as ``ShardTask.read_ahead``.  Once N
-is published the worker loop :meth:`takes <ClaimAhead.take>` the held shard instead of claiming.
-
-Lease rules: docs/failure-semantics.md, "The shard claimed ahead" (at most one held per slot,
-released at once, as ``unrun`` or ``signal``, on every way out that does not run it, never an
-attempt).  Why only in the tail: a shard claimed at the start of an hour-long shard would be
-kept from an idle node for the hour.  A release racing the helper's claim is never lost: the
-helper looks at the cancellation under the same lock as it stores its claim, and releases it
-itself.  Thread safety: the helper is the only user of the Claimer while it claims; the worker
-loop waits for that (:meth:`ClaimAhead.wait_claimed`) before it touches the Claimer again, after
-the current shard is published, so publishing never waits for the helper's claim.
+Thread safety: the helper is the only user of the Claimer while it claims; the worker loop waits
+for that (:meth:`ClaimAhead.wait_claimed`) before it touches the Claimer again.  A release racing
+the helper's claim is never lost: the helper reads the cancellation under the lock it stores its
+claim under, and releases the claim itself.
 """
 
 from __future__ import annotations
@@ -86,7 +76,7 @@ class _Cycle:
 
 
 class ClaimAhead:
-    """At most one shard claimed ahead for one worker slot (see the module doc)."""
+    """At most one shard claimed ahead for one worker slot."""
 
     def __init__(
         self,
@@ -253,10 +243,7 @@ class ClaimAhead:
     def _hand_back(self, ahead: AheadShard, reason: ReleaseReason, *, started: bool = True) -> None:
         if started:
             ahead.heartbeater.stop()
-        try:
-            leases.release_claim(self.layout, ahead.claim, reason)
-        except OSError as exc:  # the claim then goes stale after a TTL; nothing else is lost
-            logger.warning(f"{ahead.claim.shard_id}: could not release the shard claimed ahead: {exc}")
+        leases.release_or_warn(self.layout, ahead.claim, reason, f"{ahead.claim.shard_id} (claimed ahead)")
         if self.on_release is not None:
             try:
                 self.on_release(ahead.claim, reason)

@@ -1,32 +1,6 @@
-"""Finding a shard to claim without O(shards) work per claim, and without W workers racing for one.
-
-A worker keeps a :class:`ClaimCursor` (its own view of the manifest, no I/O) and reads the job
-summary (``jobdir.job_summary``) when there is a fresh one:
-
-* With the summary, shards it shows done, failed or held by another process's live claim are
-  skipped without a filesystem operation; only free shards and stale candidates are probed, and
-  after :data:`MAX_TAKEN_PER_SUMMARY` of those turned out taken the worker waits for the next
-  summary (an idle worker in the tail reads nothing but its sequence record).  A stale candidate
-  is taken over when the lease read now shows the very heartbeat value the summary's writer
-  watched for a TTL (``leases.takeover_reason``).  Without a fresh summary, the rules below apply alone.
-* The cursor walks the manifest forward (wrapping) from after its last claim, starting at the
-  first shard, or with ``random_start`` in a job already under way at a random one (why:
-  docs/failure-semantics.md).  Running into another worker's work (a live claim, a done marker it
-  did not know) makes it jump to a random place, at most :data:`MAX_JUMPS` times per claim, then
-  walk on until it has seen every shard not done (which decides "nothing to claim" and "done").
-* Done shards are skipped without I/O: a done marker is immutable (``retry`` archives one only
-  when its result no longer validates), so a listed name is trusted (merge validates every marker
-  it uses).  They are learnt from its own results, markers it reads, and one listing of ``done/``
-  at start and after :data:`LIST_AFTER_SURPRISES` unknown markers (at most one per claim).
-* A shard seen held by a live claim costs only a look at its done marker until the observer could
-  call it stale (a TTL after its value last changed), or at once when its holder was on this host
-  and its pid is gone; so releases by others are noticed within a TTL.
-
-A claim is published only once the worker can run the shard at once (``before_claim``: its
-runtime is up), so a worker killed while starting holds no claim.  Correctness does not depend
-on the cursor or the summary: claims are ``link()``-published generations (exactly one winner,
-fencing by generation), takeover needs a release, a failure record, a dead local pid or a TTL of
-unchanged heartbeat on the observer's own clock, and the merged output is in manifest order.
+"""Finding a shard to claim without O(shards) work per claim, and without W workers racing for one:
+a :class:`ClaimCursor` per worker, the job summary when fresh (docs/scale.md, "How a worker finds a
+shard"), and a claim published only once the worker can run it (``before_claim``).
 """
 
 from __future__ import annotations
@@ -46,9 +20,7 @@ from data_juicer_elastic.sharedfs import fsio
 from data_juicer_elastic.sharedfs.identity import pid_alive
 
 MAX_JUMPS: Final = 4  # random jumps per claim before walking sequentially through the rest
-# With a summary: shards it showed free that turned out taken (by a claim newer than the summary)
-# before a worker stops looking until the next summary, so a thousand workers waking on the same
-# summary do not all probe every free shard.
+# With a summary: shards it showed free that turned out taken before a worker waits for the next (no herd).
 MAX_TAKEN_PER_SUMMARY: Final = 3
 LIST_AFTER_SURPRISES: Final = 16  # unknown done markers read since the last listing that trigger one
 
@@ -293,9 +265,7 @@ class Claimer:
         return claim
 
     def _record_takeover(self, view: leases.LeaseView, reason: TakeoverReason) -> failures.FailureOutcome:
-        # A holder that vanished without a record counts against the death budget (apart from
-        # execution failures): a shard that kills its worker every time (OOM) must not loop
-        # forever, but killed or preempted workers must not fail a good shard after 3 deaths.
+        # A holder that vanished without a record is a death, with its own budget (docs/failure-semantics.md).
         holder = view.claim
         what = f"{holder.node_id} ({holder.hostname} pid {holder.pid})" if holder else "unknown holder"
         if reason == TakeoverReason.STALE:

@@ -1,12 +1,5 @@
-"""Keep every write inside the job directory, and refuse directories that are not ours.
-
-``layout`` makes sure no identifier can spell its way out of the job directory; this module
-covers a symlink *planted* in it (``done/`` or ``claims/<shard>`` pointing elsewhere), which would
-make every write below it land outside.  Every directory the plugin creates or writes into is
-checked first, one ``lstat`` per component, and refused unless its real path lies inside the job
-directory's real path (which may itself be a symlink, a mount alias).  Not stopped: a directory
-swapped for a symlink between our check and our write; whoever can do that can already forge
-results (docs/job-dir-security.md).
+"""Keep every write inside the job directory (a symlink planted in it is refused before anything is
+written below it), and refuse directories that are not ours (docs/job-dir-security.md).
 """
 
 from __future__ import annotations

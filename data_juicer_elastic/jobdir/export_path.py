@@ -1,13 +1,5 @@
 """Where a merge may write: the export path, checked before anything is written (the refused cases:
-docs/output-layouts.md).
-
-Refused up front, naming the key: an export path inside the job directory (``--output
-<job>/manifest.json --overwrite`` would replace the manifest, and Data-Juicer's work dir would
-litter the job directory); a directory (``export_layout: file``); a file, a link, a directory
-holding other files or holding the job directory (``export_layout: parts``: the export directory is
-made beside the path and renamed into place).  The *last* component is never followed: a link there
-is a file that is there, replaced only with overwrite, never written through; directories above it
-may be links (a mount alias), so the check against the job directory compares real paths.
+docs/output-layouts.md; the export path is never written through a link: docs/job-dir-security.md).
 """
 
 from __future__ import annotations

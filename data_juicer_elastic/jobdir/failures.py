@@ -1,9 +1,5 @@
-"""Failure accounting: a generation's failure record, and the shard's terminal failure.
-
-Execution failures (``FailureReason.ERROR``) count against ``max_retries``; holder deaths
-(``reasons.DEATH_REASONS``: killed, lease expired, stalled) against ``max_holder_deaths``.
-When a budget is spent, ``failed/<shard>.json`` is published (first wins) and the shard is
-FAILED until ``dj-elastic retry`` (``jobdir.shard_state`` decides states from it).
+"""Failure accounting: a generation's failure record, and the shard's terminal failure once a budget
+is spent (``max_retries`` for execution failures, ``max_holder_deaths`` for ``reasons.DEATH_REASONS``).
 """
 
 from __future__ import annotations

@@ -1,10 +1,5 @@
-"""Heartbeats on shared storage: the one staleness rule and the one renew thread, used by shard
-leases (``jobdir.leases``) and phase leaders (``coordination.elections``).
-
-**Stale** is judged only on the *observer's own monotonic clock*: the observer remembers when it
-first saw each value of a watched heartbeat (the record's sequence number, or what made it
-unreadable) and calls it stale once that value has not changed for ``ttl_secs``.  File mtimes and
-other nodes' clocks are never compared with ours, so a fresh observer waits a full TTL first.
+"""Heartbeats on shared storage: the one staleness rule (on the observer's own monotonic clock:
+docs/leases-on-nfs.md, item 2) and the one renew thread, for shard leases and phase leaders.
 """
 
 from __future__ import annotations
@@ -94,7 +89,6 @@ class RenewThread:
 
 
 def looks_stale(age_secs: float | None, ttl_secs: object) -> bool:
-    """A display hint for readers without an observer (``dj-elastic status`` without one, the
-    report): the heartbeat file's mtime age is over the TTL.  mtimes come from the server
-    through caches and clocks drift, so no takeover is ever decided by this."""
+    """The heartbeat file's mtime age is over the TTL: a display hint for readers without an
+    observer, never a takeover's reason (mtimes come through caches, from the server's clock)."""
     return isinstance(ttl_secs, (int, float)) and age_secs is not None and age_secs > ttl_secs

@@ -1,17 +1,6 @@
-"""The compacted job summary: ``summary/summary.json`` and ``summary/summary.seq`` (docs/scale.md).
-
-At a thousand workers, every worker listing ``done/`` and reading every held shard's records on
-every poll is more metadata traffic than a NAS serves.  So one worker process at a time
-(``jobdir.summary_keeper``) rewrites a summary of the whole job every few seconds and the others
-read that one file: the done set (a bitmap in manifest order), the terminal failures, the live
-claims with the heartbeat value the writer watched and for how long it saw it unchanged on its own
-clock (*stale candidates* after a TTL), each node's pace.  ``summary.seq``, written after it, names
-its sequence: a reader reads it first, and the summary only when it changed.
-
-**The summary is a hint, never the authority** (docs/failure-semantics.md, row 33): a claim is
-still a ``link()``; a taker uses the summary's staleness only when it reads the very heartbeat
-value the writer watched (``leases.takeover_reason``); merge validates every done marker.  A
-reader whose summary is missing, corrupt or not advancing for :func:`fresh_for` walks the job dir.
+"""The compacted job summary: ``summary/summary.json`` and ``summary/summary.seq``, and how workers
+read it.  Rules (a hint, never the authority; when a reader walks the job dir instead):
+docs/leases-on-nfs.md, item 8.
 """
 
 from __future__ import annotations
@@ -117,13 +106,6 @@ def write_summary(layout: JobLayout, summary: JobSummary) -> None:
     fsio.atomic_write(layout.summary_seq, SummarySeq(summary.job_id, summary.seq).encode(), durable=False)
 
 
-def read_seq(layout: JobLayout) -> SummarySeq | None:
-    try:
-        return SummarySeq.read(layout.summary_seq)
-    except (OSError, JobDirError):
-        return None
-
-
 def read_summary(layout: JobLayout, manifest: Manifest) -> JobSummary | None:
     """The summary when it exists, is intact (checksum) and describes this job; else None."""
     try:
@@ -197,12 +179,11 @@ class SummaryReader:
         manifest: Manifest,
         *,
         ttl_secs: float,
-        interval_secs: float | None = None,
         min_interval: float = 0.5,
         clock: Callable[[], float] = time.monotonic,
     ):
         self.layout, self.manifest, self.clock = layout, manifest, clock
-        self.interval_secs = interval_secs if interval_secs is not None else default_interval(ttl_secs)
+        self.interval_secs = default_interval(ttl_secs)
         self.fresh_secs = fresh_for(ttl_secs, self.interval_secs)
         self.min_interval = min_interval
         self._checked_at: float | None = None
@@ -222,9 +203,7 @@ class SummaryReader:
         return self.current()
 
     def current(self) -> SummaryView | None:
-        """The last view read, while it is trusted and fresh (no read).  A summary is trusted only
-        once its sequence was seen to change: one left by a writer that is gone (a finished or
-        killed run, before ``retry`` requeued shards) is never taken for the job as it is now."""
+        """The last view read, while it is trusted (its sequence was seen to change) and fresh; no read."""
         if self._view is None or not self._advancing or self.clock() - self._changed_at >= self.fresh_secs:
             return None
         return self._view
@@ -234,7 +213,10 @@ class SummaryReader:
         return None if self._seq is None else self.clock() - self._changed_at
 
     def _refresh(self, now: float) -> None:
-        seq = read_seq(self.layout)
+        try:
+            seq = SummarySeq.read(self.layout.summary_seq)
+        except (OSError, JobDirError):
+            return
         if seq is None or seq.job_id != self.manifest.job_id or seq.seq == self._seq:
             return
         order = seq_order(seq.seq)
@@ -274,22 +256,16 @@ def reader_for(
     return reader
 
 
-def view_of(layout: JobLayout) -> SummaryView | None:
-    """A fresh summary of the job in ``layout`` as this process reads it (its manifest need not be
-    at hand); None without one."""
-    reader = _readers.get(str(layout.root))
-    return None if reader is None else reader.view()
-
-
-def current_view(layout: JobLayout, manifest: Manifest) -> SummaryView | None:
-    """A fresh summary of the job as this process reads it; None without one (walk instead)."""
-    reader = reader_for(layout, manifest)
+def view_of(layout: JobLayout, manifest: Manifest | None = None) -> SummaryView | None:
+    """A fresh summary of the job in ``layout`` as this process reads it (with ``manifest``: only a
+    reader of that very job); None without one (walk instead)."""
+    reader = _readers.get(str(layout.root)) if manifest is None else reader_for(layout, manifest)
     return None if reader is None else reader.view()
 
 
 class IdleBackoff:
     """How long an idle worker waits before it looks again: the poll interval, doubling up to the
-    summary's interval while there is a summary (looking more often finds nothing newer)."""
+    summary's interval while there is a fresh summary."""
 
     def __init__(self, poll_secs: float, reader: SummaryReader | None):
         self.poll_secs, self.reader = poll_secs, reader

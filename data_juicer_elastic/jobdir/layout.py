@@ -125,19 +125,15 @@ class JobLayout:
 
     # -- the job summary (jobdir.job_summary, jobdir.pace) --------------------------------
     summary_dir = _under("root", SUMMARY)
-    # the compacted job summary (a hint: done set, live claims, stale candidates, pace)
     summary = _under("summary_dir", "summary.json")
-    # names the summary's current sequence: read first, so an unchanged summary is not read again
     summary_seq = _under("summary_dir", "summary.seq")
     paces_dir = _under("summary_dir", "paces")
 
     def pace(self, worker_key: str) -> Path:
-        """One worker process's pace record: the claims it holds, how fast it finishes shards."""
         return self.paces_dir / f"{validate_attempt_id(worker_key)}.json"
 
     # -- top level -----------------------------------------------------------------
     manifest = _under("root", "manifest.json")
-    # the plan prepare publishes (shards as byte ranges); the manifest is composed from it and the scans
     plan = _under("root", "plan.json")
     recipe = _under("root", "recipe.json")
     merge_record = _under("root", "merge.json")
@@ -146,7 +142,6 @@ class JobLayout:
     stats_dir = _under("root", "stats")  # overall statistics written by finalize: overall.json, overall.csv
     coordination_dir = _under("root", "coordination")
     logs_dir = _under("root", "logs")
-    # shared adaptive-batching profiles (stage identity x accelerator model), all shards and nodes
     batch_profiles_dir = _under("root", "batch-profiles")
     claims_dir = _under("tasks_root", "claims")
     heartbeats_dir = _under("tasks_root", "heartbeats")
@@ -207,15 +202,12 @@ class JobLayout:
         return self.attempt_dir(shard_id, attempt_id) / f"shard{suffix}"
 
     def attempt_batching_dir(self, shard_id: str, attempt_id: str) -> Path:
-        """Adaptive batching size traces, one file per (operator stage, process) of the attempt."""
         return self.attempt_dir(shard_id, attempt_id) / "batching"
 
     def attempt_batching_summary(self, shard_id: str, attempt_id: str) -> Path:
-        """The attempt's size-trace summary (folded into attempt.json when the attempt ends)."""
         return self.attempt_dir(shard_id, attempt_id) / "batching.json"
 
     def attempt_progress(self, shard_id: str, attempt_id: str) -> Path:
-        """Live progress of the attempt (jobdir.progress), rewritten at most once per heartbeat."""
         return self.attempt_dir(shard_id, attempt_id) / "progress.json"
 
     def done(self, shard_id: str) -> Path:
@@ -228,10 +220,7 @@ class JobLayout:
         return self.history_dir / validate_shard_id(shard_id)
 
     # -- coordination of one run (one submission of the job) ------------------------------
-    # Inside the job directory, not beside it: the job directory is then self-contained
-    # (moved, archived or deleted as one), and elections are on the same filesystem as
-    # the job.  A sibling directory would silently be node-local when job_dir is itself
-    # the shared mount point (a PVC or a bind mount), and every node would win.
+    # Inside the job directory, so elections are on its filesystem (docs/architecture.md, "Job directory").
     def run_dir(self, run_key: str) -> Path:
         return self.coordination_dir / validate_run_key(run_key)
 
@@ -248,7 +237,6 @@ class JobLayout:
         return self.run_dir(run_key) / "prepare.result.json"
 
     def outcome(self, run_key: str) -> Path:
-        """The run's one final outcome: finalized, or aborted (first publication wins)."""
         return self.run_dir(run_key) / "outcome.json"
 
     def participants_dir(self, run_key: str) -> Path:

@@ -1,9 +1,5 @@
-"""The records of one claim generation of a shard: claim, heartbeat, release, failure.
-
-``claims/<shard>/gen-NNNNNN.json`` (published once, never unlinked), its
-``heartbeats/`` record (rewritten by the holder), and the ``releases/`` or
-``failures/`` record that ends the generation.  Who writes them and when:
-``jobdir.leases`` and ``jobdir.failures``.
+"""The records of one claim generation of a shard: claim (never unlinked), heartbeat (rewritten by
+the holder), and the release or failure that ends it (written by ``leases`` and ``failures``).
 """
 
 from __future__ import annotations

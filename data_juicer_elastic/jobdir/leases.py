@@ -1,20 +1,6 @@
-"""Claims, heartbeats, staleness, takeover and release (design: docs/leases-on-nfs.md).
+"""Claims, heartbeats, staleness, takeover, release and self-fencing of one task's lease.
 
-* A claim is an immutable record ``claims/<shard>/gen-NNNNNN.json`` published
-  with ``link()``; it is never unlinked.  Taking a shard over means publishing
-  generation N+1: exactly one taker wins.  The generation is the fencing token.
-* Generation N may be taken over when a release or a failure record for N
-  exists, or when it is stale.  A release with reason "finished" (the shard was
-  published) frees it only once stale: until then a lagging cache may be hiding the
-  done marker, and taking over would run a finished shard again.
-* Stale is judged by ``jobdir.heartbeats.StalenessObserver`` on the observer's own clock,
-  watching a lease's generation and heartbeat seq (:attr:`LeaseView.watch_token`).
-* One shortcut is safe: a claim made in *our* kernel and pid namespace (same hostname, boot
-  id and pid namespace) whose pid no longer exists is dead now.
-* The holder renews its heartbeat every H seconds; if it cannot renew for TTL - 2H (or sees
-  a newer generation) it must abandon the attempt without publishing (self-fencing).  With a
-  ``jobdir.liveness`` it stops renewing, and gives the shard up, when its attempt has shown
-  no sign of life for the stall timeout.
+Rules: docs/leases-on-nfs.md, "The lease protocol built on them"; parameters: docs/failure-semantics.md.
 """
 
 from __future__ import annotations
@@ -22,8 +8,8 @@ from __future__ import annotations
 import json
 import threading
 import time
-from collections.abc import Callable, Hashable
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
 
 from loguru import logger
 
@@ -60,25 +46,18 @@ class LeaseView:
         return self.shard_id
 
     @property
-    def watch_token(self) -> Hashable:
-        """What a staleness observer watches: the generation and its heartbeat."""
-        return (self.generation, heartbeat_token(self.heartbeat, self.heartbeat_error))
-
-    @property
-    def token_text(self) -> str:
-        """:attr:`watch_token` as text, as the job summary records the value its writer watched."""
+    def watch_token(self) -> str:
+        """What a staleness observer watches (the generation and its heartbeat), as the job summary
+        records the value its writer watched."""
         return token_text(self.generation, self.heartbeat, self.heartbeat_error)
 
-
-def heartbeat_token(heartbeat: Heartbeat | None, error: str | None) -> tuple[object, ...]:
-    if heartbeat is not None:
-        return ("seq", heartbeat.attempt_id, heartbeat.seq)
-    return ("none", error)
+    token_text = watch_token
 
 
 def token_text(generation: int, heartbeat: Heartbeat | None, error: str | None) -> str:
-    """The watched value of a generation's heartbeat as text (equal exactly when the tokens are)."""
-    return json.dumps([generation, *heartbeat_token(heartbeat, error)], separators=(",", ":"))
+    """The watched value of a generation's heartbeat (its sequence, or what made it unreadable)."""
+    beat = ["seq", heartbeat.attempt_id, heartbeat.seq] if heartbeat is not None else ["none", error]
+    return json.dumps([generation, *beat], separators=(",", ":"))
 
 
 def latest_generation(layout: JobLayout, shard_id: str) -> int:
@@ -114,8 +93,7 @@ def read_heartbeat(layout: JobLayout, shard_id: str, generation: int) -> tuple[H
 
 def heartbeat_age(layout: JobLayout, shard_id: str, generation: int, now: float | None = None) -> float | None:
     """Seconds since the generation's heartbeat (before its first one: its claim) was written, by
-    the files' mtimes: the display rule of ``status`` and the report, never of a takeover (mtimes
-    come through caches and from the server's clock)."""
+    the files' mtimes: for display only, as :func:`heartbeats.looks_stale`."""
     now = time.time() if now is None else now
     for path in (layout.heartbeat(shard_id, generation), layout.claim(shard_id, generation)):
         try:
@@ -143,13 +121,9 @@ def process_gone_here(identity: WorkerIdentity, process) -> bool:
 def takeover_reason(
     view: LeaseView, identity: WorkerIdentity, observer: StalenessObserver, vouched_stale: str | None = None
 ) -> TakeoverReason | None:
-    """Why the latest generation may be claimed over, or None while it is held.
-
-    Always feeds the observer (even when another reason applies) so its memory of each value is
-    as old as possible.  ``vouched_stale``: the heartbeat value the job summary's writer watched
-    stay unchanged for a TTL on its own clock; the lease is stale for us too when we read that
-    very value again now (it has been unchanged for longer still).
-    """
+    """Why the latest generation may be claimed over, or None while it is held.  Always feeds the
+    observer, so its memory of each value is as old as possible.  ``vouched_stale``: the heartbeat
+    value the job summary's writer watched unchanged for a TTL (stale for us too if we read it now)."""
     if view.generation == 0:
         return TakeoverReason.FIRST
     stale = observer.is_stale(view) or (vouched_stale is not None and vouched_stale == view.token_text)
@@ -180,11 +154,7 @@ def publish_claim(
         shard_id=view.shard_id,
         generation=view.generation + 1,
         attempt_id=attempt_id,
-        node_id=identity.node_id,
-        hostname=identity.hostname,
-        boot_id=identity.boot_id,
-        pid=identity.pid,
-        pid_namespace=identity.pid_namespace,
+        **asdict(identity),  # the claimer's whole identity: node, host, boot, pid namespace, pid
         claimed_at=time.time(),
         takeover_of=view.generation,
         takeover_reason=reason,
@@ -208,6 +178,14 @@ def release_claim(layout: JobLayout, claim: Claim, reason: ReleaseReason) -> boo
     return existing is not None and existing.attempt_id == claim.attempt_id
 
 
+def release_or_warn(layout: JobLayout, claim: Claim, reason: ReleaseReason, what: str = "") -> None:
+    """:func:`release_claim`, a write error only logged: the claim then goes stale after a TTL."""
+    try:
+        release_claim(layout, claim, reason)
+    except OSError as exc:
+        logger.warning(f"{what or claim.shard_id}: could not write the release record ({reason}): {exc}")
+
+
 def newer_generation_exists(layout: JobLayout, claim: Claim) -> bool:
     """Advisory fencing check: someone took over after us."""
     return fsio.exists(layout.claim(claim.shard_id, claim.generation + 1))
@@ -229,9 +207,8 @@ def write_heartbeat(layout: JobLayout, claim: Claim, seq: int, *, make_dir: bool
 
 class Heartbeater:
     """Renews one claim's heartbeat from a daemon thread; sets ``lost`` when renewal has failed for
-    ``ttl - 2*heartbeat`` seconds (observers may be about to take over) or a newer generation
-    exists.  :meth:`check` recomputes the deadline from the clock too, so a thread stuck in a hung
-    NFS call cannot hide an expired lease."""
+    ``ttl - 2*heartbeat`` seconds or a newer generation exists.  :meth:`check` recomputes the
+    deadline from the clock too, so a thread stuck in a hung NFS call cannot hide an expired lease."""
 
     def __init__(
         self,

@@ -1,17 +1,5 @@
-"""Is a running attempt alive?  A heartbeat must mean progress, not just a living process.
-
-A worker renews its lease from a thread whatever its runtime does: with the Ray processes
-frozen (SIGSTOP, a hung raylet) a shard would stay ``running`` with a fresh heartbeat for ever.
-So the holder renews only while the attempt shows *signs of life*: its live progress changed
-(``jobdir.progress``), or its runtime answered a probe (``execution.runtime_watch`` sends one
-when the progress has been quiet for a quarter of the timeout: a long block is not a stall).
-When neither happened for ``stall_timeout_secs`` (holder's monotonic clock, checked at every
-heartbeat), the heartbeat thread gives the shard up (a ``stalled`` failure record, a holder
-death, and a release), stops renewing, and calls the ``when_stalled`` callbacks (the Ray runner
-restarts the worker with a fresh runtime); the attempt can no longer publish (self-fencing).
-
-The rule applies only while the runner runs (``armed``): publishing is the worker's own work.
-It does not catch an operator stuck on a healthy runtime (docs/failure-semantics.md).
+"""Is a running attempt alive?  The holder renews its heartbeat only while the attempt shows signs
+of life (rules: docs/failure-semantics.md, "A heartbeat means progress (the stall rule)").
 """
 
 from __future__ import annotations

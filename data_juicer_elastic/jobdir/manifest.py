@@ -8,7 +8,7 @@ import json
 import re
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Final
+from typing import Final
 
 from data_juicer_elastic.errors import IntegrityError, JobDirError
 from data_juicer_elastic.jobdir import confine
@@ -152,11 +152,6 @@ def load_plan(job_dir: str | Path) -> JobPlan:
     return plan
 
 
-def is_planned(job_dir: str | Path) -> bool:
-    """Whether prepare published a plan here (the manifest may not be composed yet)."""
-    return fsio.exists(JobLayout(job_dir).plan)
-
-
 def load_job(job_dir: str | Path) -> Manifest | JobPlan:
     """The manifest once the job is scanned, else its plan: what a worker needs to start (the
     recipe, its code, the settings) is in both."""
@@ -227,11 +222,9 @@ def check_shard_files(job_dir: str | Path, manifest: Manifest) -> None:
 
 
 def check_shard_file(layout: JobLayout, manifest: Manifest, entry: ShardEntry) -> ShardSource:
-    """Where ``entry``'s content is, checked before anything reads it for work.  A copied shard:
-    inside the job directory (a symlink leading out is refused, UnsafePathError, and nothing is
-    read through it), and of the recorded size and sha256 (IntegrityError naming the shard
-    otherwise).  A shard read from its inputs: each file still of its planned size and mtime
-    (InputChangedError naming the file; its content hash is checked while it is read)."""
+    """Where ``entry``'s content is, checked before anything reads it for work: a copied shard inside
+    the job directory (UnsafePathError) and of its recorded size and sha256 (IntegrityError); a shard
+    read from its inputs, each file of its planned size and mtime (InputChangedError)."""
     source = locate_shard(layout, manifest, entry)
     if not manifest.copy_shards:
         check_source(source)
@@ -252,23 +245,3 @@ def check_shard_file(layout: JobLayout, manifest: Manifest, entry: ShardEntry) -
             hint=hint,
         )
     return source
-
-
-def load_recipe(job_dir: str | Path) -> dict[str, Any]:
-    """The shard recipe of a prepared job, checked against the manifest's recipe hash."""
-    layout = JobLayout(job_dir)
-    manifest = load_manifest(job_dir)
-    data = fsio.read_record(layout.recipe, MAX_MANIFEST_BYTES)
-    if data is None:
-        raise JobDirError("recipe.json is missing", where=str(layout.recipe), hint="prepare a new job_dir")
-    try:
-        recipe = json.loads(data)
-    except ValueError as exc:
-        raise JobDirError(f"corrupt recipe.json: {exc}", where=str(layout.recipe)) from None
-    if not isinstance(recipe, dict) or manifest_recipe_hash(recipe) != manifest.recipe_hash:
-        raise JobDirError(
-            "recipe.json does not match the manifest's recipe hash",
-            where=str(layout.recipe),
-            hint="the job directory was modified; prepare a new job_dir",
-        )
-    return recipe

@@ -1,12 +1,6 @@
-"""One worker process's pace record: ``summary/paces/<worker>.json``.
-
-Each worker process rewrites its own record (``atomic_write``, not durable: a lost record only
-makes the summary lag) when what it holds changes: the claims it holds (so the summary writer reads
-one heartbeat per live claim instead of walking ``claims/``), how fast it finishes shards on its
-own clock (the first attempt, which includes its runtime's start, apart), and whether it left.
-A pace record is a hint: nothing decides a claim, a takeover or a result from it; a missing or
-stale one only shows a held shard as free (a claimer then probes it and finds the claim) or a
-node's pace as unknown (the claim gate then says yes).
+"""One worker process's pace record ``summary/paces/<worker>.json``: the claims it holds, how fast
+it finishes shards, whether it left.  A hint (docs/leases-on-nfs.md, item 8): a missing or stale
+one only shows a held shard as free (a claimer probes it) or a node's pace as unknown.
 """
 
 from __future__ import annotations
@@ -77,10 +71,18 @@ def read_pace(layout: JobLayout, name: str) -> PaceRecord | None:
 
 
 def read_paces(layout: JobLayout) -> list[PaceRecord]:
-    """Every readable pace record of the job: one listing of ``paces/``, the records read a few at
-    a time (``fsio.read_many``)."""
-    found = fsio.read_many(lambda name: read_pace(layout, name), fsio.list_names(layout.paces_dir))
-    return [record for record in found if record is not None]
+    """Every readable pace record of the job: one listing of ``paces/``, read a few at a time."""
+    return list(refresh_paces(layout, {}).values())
+
+
+def refresh_paces(layout: JobLayout, previous: dict[str, PaceRecord]) -> dict[str, PaceRecord]:
+    """The job's pace records by name; one in ``previous`` that said it stopped is not read again."""
+    names = fsio.list_names(layout.paces_dir)
+    known = {name: previous[name] for name in names if name in previous and previous[name].stopped}
+    unread = [name for name in names if name not in known]
+    fresh = dict(zip(unread, fsio.read_many(lambda name: read_pace(layout, name), unread), strict=True))
+    records = {name: known.get(name) or fresh.get(name) for name in names}
+    return {name: record for name, record in records.items() if record is not None}
 
 
 class PaceWriter:

@@ -1,16 +1,6 @@
-"""The records of a planned job: ``plan.json`` and each shard's scan record.
-
-Prepare only *plans* (``shards.plan``): it lists the inputs and cuts the byte stream into
-``num_shards`` shards at line ends, each a list of :class:`ShardSpan` byte ranges of the input
-files (a compressed file is never cut: it is one span, decoded whole), published as ``plan.json``
-(:class:`JobPlan`).  Reading the bytes (checking every row, the row schema, hashing, copying with
-``copy_shards``) is one claimable *scan task* per shard, each publishing a :class:`ScanResult` at
-``scans/done/<shard>.json``; once every shard is scanned, the manifest is composed from the plan and
-the scan results (``jobdir.scans``): the same bytes whichever node scanned what.
-
-A shard's *content* is the concatenation of its spans' decoded bytes, a ``\\n`` added after a span
-that ends its file without one: a scan's ``rows``, ``bytes`` and ``sha256`` describe that content,
-and every reader of the shard (``rows.shard_source``) checks it again.
+"""The records of a planned job: ``plan.json`` (:class:`JobPlan`: the inputs and each shard's byte
+spans, decided without reading the data) and each shard's scan record ``scans/done/<shard>.json``
+(:class:`ScanResult`).  The plan, the scans and a shard's *content*: docs/input-format.md.
 """
 
 from __future__ import annotations

@@ -1,11 +1,5 @@
-"""Live progress of one running attempt: ``attempts/<shard>/<attempt>/progress.json`` (docs/status.md).
-
-The shard runner reports stage changes and row counts into the attempt's :class:`ProgressTracker`;
-the heartbeat thread writes it out after each renewal (:meth:`ProgressTracker.flush`: at most once
-per heartbeat, ``os.replace``, so readers never see a torn record).  Progress is informational:
-nothing decides a claim, a takeover or a result from it, so a lost or stale file costs only an
-out-of-date display, and a write error never fails the attempt.  ``elapsed_secs`` is the writer's
-monotonic clock, so a rate from one record never mixes two nodes' clocks.
+"""Live progress of one running attempt, ``attempts/<shard>/<attempt>/progress.json``: informational
+only, written after lease renewals (the record and its rules: docs/status.md).
 """
 
 from __future__ import annotations
@@ -163,10 +157,8 @@ class ProgressTracker:
                 logger.debug(f"progress listener failed: {exc}")
 
     def flush(self, force: bool = False) -> bool:
-        """Write the record; True if written.  Called from the heartbeat thread after each renewal
-        (at most once per heartbeat interval); errors are logged, never raised.  Nothing is written
-        until something changed (a claim alone says the attempt started); from then on every call
-        writes, so that ``elapsed_secs`` stays current: a stalled attempt must show a falling rate."""
+        """Write the record (the heartbeat thread, after a renewal); True if written, errors logged.
+        Nothing is written until something changed; from then on every call writes (docs/status.md)."""
         with self._lock:
             if not self._writable or not (self._dirty or force or self._record.seq > 0):
                 return False

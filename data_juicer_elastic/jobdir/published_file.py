@@ -1,9 +1,5 @@
-"""Re-checking a file an accepted attempt published: its output or its row stats file.
-
-A done marker names each file with its row count, size and sha256.  Merge, verify and retry trust
-neither the marker nor the file alone: the path must stay inside the attempt's own directory (a
-forged record may not lead a merge elsewhere), and the file must parse as JSONL and match the
-record byte for byte.  One reader for every kind, so the rules cannot drift apart.
+"""Re-checking a file an accepted attempt published (output, row stats, quarantine file): inside the
+attempt's own directory, valid JSONL, and equal to its record; one reader, so the rules cannot drift.
 """
 
 from __future__ import annotations

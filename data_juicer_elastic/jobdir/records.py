@@ -1,12 +1,9 @@
 """Versioned on-disk records: the encode/parse machinery every kind shares, and the manifest.
 
-Every record is a JSON object ``{"format": "dj-elastic/<kind>", "version": 1, ...}``.  Parsing
-checks the tag, the version and the type of every field; anything malformed raises
-:class:`JobDirError` naming the file, so a torn or foreign file is never mistaken for a valid
-claim, result or manifest.  Unknown extra fields are ignored (a newer writer of the same version
-may add some); a newer *version* is refused (its meaning may have changed).  A reason-code field
-(a ``StrEnum`` of ``jobdir.reasons``) parses to its member, or stays the plain string when a
-newer writer used a value this version does not know.
+Every record is ``{"format": "dj-elastic/<kind>", "version": 1, ...}``; parsing checks the tag, the
+version and every field's type, and anything malformed raises :class:`JobDirError` naming the file
+(docs/job-dir-security.md).  Unknown extra fields are ignored, a newer version is refused, and a
+reason code a newer writer used that this version does not know stays the plain string.
 """
 
 from __future__ import annotations

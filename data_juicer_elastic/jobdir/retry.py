@@ -1,13 +1,8 @@
 """Requeue shards with a fresh retry budget: terminally failed ones, and done ones whose accepted
-result is gone or corrupt (or, with ``quarantined``, set rows aside: ``jobdir.row_errors``).
-
-The failure records, the failed marker and (for a done shard) the done marker are *moved* (never
-deleted) to ``history/<shard>/<stamp>/``, so the evidence survives and the failure count restarts
-at zero.  Failure records move first and the marker last: a crash in between leaves a shard still
-failed (or done), and running retry again finishes the job.  A done marker is otherwise never
-removed (claimers trust it for good, ``claiming``); a requeued done shard runs again *whole*, so
-its new result replaces the old one entirely.  A worker that read the marker before the retry may
-still count the shard as done and leave; a worker started afterwards runs it.
+result is gone or corrupt (or, with ``quarantined``, set rows aside: ``jobdir.row_errors``).  The
+records are moved (never deleted) to ``history/<shard>/<stamp>/`` (docs/failure-semantics.md,
+"Requeueing a done shard whose output is gone"): failure records first, the marker last, so a crash
+in between leaves the shard still failed (or done) and running retry again finishes the job.
 """
 
 from __future__ import annotations

@@ -1,11 +1,6 @@
-"""The quarantine file: each row an operator failed on, with why, beside the export (format:
-docs/quarantine.md).
-
-Each attempt writes its shard's quarantined rows to ``errors.jsonl``, one line per row in input
-order; the result record names the file (:class:`RowErrorsFile`), and merge concatenates the
-accepted files in manifest order into ``<export>_errors.jsonl`` (only when some row was
-quarantined), validated like the outputs.  A line holds the :class:`QuarantineRecord` fields, then
-``row``: the input row's own bytes as prepare stored them (``jq -c .row`` gives the input back).
+"""The quarantine file: each row an operator failed on, with why (format: docs/quarantine.md).  Each
+attempt writes its shard's rows to ``errors.jsonl``, the result record names it, and merge
+concatenates the accepted files into ``<export>_errors.jsonl``, validated like the outputs.
 """
 
 from __future__ import annotations

@@ -1,12 +1,7 @@
-"""The per-row stats file: each output row's ``__dj__stats__`` / ``__dj__meta__``, beside the export.
-
-Data-Juicer's exporter writes every row's stats and meta to ``<export>_stats.jsonl``, one line per
-output row in row order (``dj-analyze`` and downstream tools expect that layout), only when the
-recipe makes stats or meta.  Here each attempt writes its shard's lines (``row-stats.jsonl``), the
-result record names the file with its size and sha256, and merge concatenates the accepted files
-in manifest order, validated like the outputs.  The name: the export's with ``.jsonl`` (or
-``.json``) replaced by ``_stats.jsonl``; Data-Juicer replaces that text anywhere in the path, which
-differs only for directory names holding ``.jsonl``.
+"""The per-row stats file: each output row's ``__dj__stats__`` / ``__dj__meta__`` (Data-Juicer's
+``<export>_stats.jsonl`` layout, docs/analysis.md).  Each attempt writes its shard's lines, the
+result record names the file with its size and sha256, and merge concatenates the accepted files in
+manifest order, validated like the outputs.
 """
 
 from __future__ import annotations

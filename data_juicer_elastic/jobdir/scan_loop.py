@@ -1,12 +1,6 @@
-"""The scan phase of a worker: claim shards' scans until every shard is scanned, then the barrier.
-
-Scans are claimed under ``scans/`` through the same protocol as shard runs (``jobdir.claiming``,
-``leases.Heartbeater``, generation fencing, takeover, the budgets of ``jobdir.failures``), so
-every participant reads its share of the input and no node reads it all.  The barrier:
-:func:`scan_job` returns only once the manifest exists; when every shard is scanned this instance
-composes and publishes it (``jobdir.scans.publish_manifest``: all compose the same bytes).  A
-refused input raises the job's one input error (exit 2) on every instance before any shard runs;
-a scan whose budget is spent raises a ShardFailedError.
+"""The scan phase of a worker: claim shards' scans under ``scans/`` (the same lease protocol as
+shard runs) until every shard is scanned, then the barrier: :func:`scan_job` returns only once the
+manifest exists (docs/input-format.md; fault row 30 of docs/failure-semantics.md).
 """
 
 from __future__ import annotations
@@ -19,7 +13,7 @@ from collections.abc import Callable
 from loguru import logger
 
 from data_juicer_elastic.errors import LeaseLostError, ShardFailedError, WorkerInterrupted
-from data_juicer_elastic.jobdir import attempts, failures, leases, scans
+from data_juicer_elastic.jobdir import attempts, leases, scans
 from data_juicer_elastic.jobdir.claiming import Claimer
 from data_juicer_elastic.jobdir.heartbeats import StalenessObserver
 from data_juicer_elastic.jobdir.layout import JobLayout
@@ -28,6 +22,7 @@ from data_juicer_elastic.jobdir.manifest import load_manifest, load_plan, normal
 from data_juicer_elastic.jobdir.plan_records import JobPlan, PlannedShard
 from data_juicer_elastic.jobdir.reasons import AttemptExit, FailureReason, ReleaseReason
 from data_juicer_elastic.jobdir.records import Manifest
+from data_juicer_elastic.jobdir.shard_state import terminal_infos
 from data_juicer_elastic.jobdir.tasks import ScanOutput, ScanTask
 from data_juicer_elastic.rows.codecs import SHARD_SUFFIX
 from data_juicer_elastic.sharedfs import fsio
@@ -82,7 +77,7 @@ def scan_job(
             sleep(poll_interval_secs)
     except (WorkerInterrupted, KeyboardInterrupt):
         if claimer.pending is not None:  # signalled between claiming a scan and starting it
-            scanner.release(claimer.pending, ReleaseReason.SIGNAL)
+            leases.release_or_warn(layout.scans, claimer.pending, ReleaseReason.SIGNAL)
         raise
     finally:
         close = getattr(run_scan, "close", None)
@@ -92,11 +87,7 @@ def scan_job(
 
 def settle_scans(layout: JobLayout, plan: JobPlan) -> Manifest:
     """Every shard's scan has ended: the job's input error, a spent scan budget, or the manifest."""
-    failed = []
-    for entry in plan.shards:
-        terminal, error = failures.read_terminal(layout.scans, entry.shard_id)
-        if terminal is not None or error is not None:
-            failed.append((entry.shard_id, terminal.last_error if terminal else f"corrupt failed marker: {error}"))
+    failed = terminal_infos(layout.scans, plan.shard_ids)
     if failed:
         shown = "; ".join(f"{shard}: {why}" for shard, why in failed[:3])
         raise ShardFailedError(
@@ -151,7 +142,7 @@ class Scanner:
         except LeaseLostError as exc:
             error = exc.message
             logger.warning(f"scan of {entry.shard_id}: abandoning attempt {claim.attempt_id}: {exc.message}")
-            self.release(claim, ReleaseReason.ABANDONED)
+            leases.release_or_warn(self.layout.scans, claim, ReleaseReason.ABANDONED, f"scan of {claim.shard_id}")
             return
         except Exception as exc:
             exit_reason, error = AttemptExit.FAILED, attempts.error_text(exc)
@@ -161,19 +152,13 @@ class Scanner:
                     claim, claim.shard_id, claim.generation, error, type(exc).__name__, FailureReason.ERROR
                 )
             finally:
-                self.release(claim, ReleaseReason.FAILED)
+                leases.release_or_warn(self.layout.scans, claim, ReleaseReason.FAILED, f"scan of {claim.shard_id}")
             return
         except (WorkerInterrupted, KeyboardInterrupt, SystemExit):
             exit_reason, error = AttemptExit.SIGNAL, "interrupted"
-            self.release(claim, ReleaseReason.SIGNAL)
+            leases.release_or_warn(self.layout.scans, claim, ReleaseReason.SIGNAL, f"scan of {claim.shard_id}")
             raise
         finally:
             heartbeater.stop()
             attempts.close_attempt(attempt, exit_reason, error=error)
-        self.release(claim, ReleaseReason.FINISHED)
-
-    def release(self, claim: Claim, reason: ReleaseReason) -> None:
-        try:
-            leases.release_claim(self.layout.scans, claim, reason)
-        except OSError as exc:  # the claim then goes stale after a TTL; nothing else is lost
-            logger.warning(f"scan of {claim.shard_id}: could not write release record: {exc}")
+        leases.release_or_warn(self.layout.scans, claim, ReleaseReason.FINISHED, f"scan of {claim.shard_id}")

@@ -1,12 +1,7 @@
-"""Scan results: published per shard, and composed with the plan into the manifest.
-
-Each shard's scan (claimed under ``scans/``: ``jobdir.scan_loop``) publishes a :class:`ScanResult`
-at ``scans/done/<shard>.json`` by ``link()`` (first wins).  When every shard is scanned, any
-instance composes the manifest (:func:`compose_manifest`) from the plan and the accepted scans
-only, so every instance composes the same bytes and ``link()`` publishes one of them; its
-presence is the barrier: no shard runs before the whole input is known good.  A scan that refused
-its input is still a result: the job is refused (:func:`refusal_error`) with the first refusal in
-input order, its line number made absolute, on every instance alike.
+"""Scan results: published per shard (``scans/done/<shard>.json``, first wins), then composed with the
+plan into the manifest: every instance composes the same bytes, and its presence is the barrier (no
+shard runs before the whole input is known good; docs/input-format.md).  A refused input refuses the
+job with the first refusal in input order (:func:`refusal_error`).
 """
 
 from __future__ import annotations

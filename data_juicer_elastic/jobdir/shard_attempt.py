@@ -1,10 +1,5 @@
-"""One worker's shards, each from its claim to its last record: run, fence, publish, release.
-
-:class:`ShardWorker` is what ``worker_loop.run_worker`` sequences: it claims through
-``jobdir.claiming``, renews the lease (``leases.Heartbeater``), runs the shard, publishes
-through ``jobdir.attempts`` and makes sure every way out of an attempt leaves a record:
-a result + release, a failure (``jobdir.failures``) + release, or (on SIGTERM/SIGINT) a
-release, so no shard waits a TTL for nothing.
+"""One worker's shards, each from its claim to its last record: run, fence, publish, release.  Every
+way out of an attempt leaves a result, a failure or (on SIGTERM/SIGINT) a release.
 """
 
 from __future__ import annotations
@@ -280,10 +275,7 @@ class ShardWorker:
             self.release(claim, ReleaseReason.STALLED)
 
     def release(self, claim: Claim, reason: ReleaseReason) -> None:
-        try:
-            leases.release_claim(self.layout, claim, reason)
-        except OSError as exc:  # the claim then goes stale after a TTL; nothing else is lost
-            logger.warning(f"{claim.shard_id}: could not write release record: {exc}")
+        leases.release_or_warn(self.layout, claim, reason)
         self.let_go(claim, reason)
 
 

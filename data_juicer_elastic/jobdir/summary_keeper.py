@@ -1,16 +1,5 @@
-"""Who writes the job summary, and how one round of it is composed (docs/failure-semantics.md, row 33).
-
-Every worker process runs a :class:`SummaryKeeper`.  One at a time holds the writer's lease (a
-shard's lease records and rules, for the one task under ``summary/``) and every ``interval_secs``
-composes the summary (:func:`compose_summary`) in O(workers + live claims) metadata operations,
-whatever the number of shards: the ``paces/`` listing and each pace record that has not said it
-stopped, the ``done/`` and ``failed/`` listings, and one heartbeat read per live claim, watched on
-the writer's own clock (a stale candidate once unchanged for a TTL, or its holder's pid is gone on
-the writer's host).  The others read the writer's lease only when the summary stops advancing, and
-take it over by the shard rules.  A writer checks its lease before each round and again before
-writing it; a round it was writing when it stalled may land late, and readers drop it
-(``job_summary.seq_order``).  A leaving writer writes a last round and releases the lease, so the
-next writer need not wait a TTL.
+"""Who writes the job summary (the writer's lease, taken over by the shard rules) and how one round
+of it is composed, in O(workers + live claims) metadata operations: docs/leases-on-nfs.md, item 8.
 """
 
 from __future__ import annotations
@@ -36,7 +25,7 @@ from data_juicer_elastic.jobdir.job_summary import (
 )
 from data_juicer_elastic.jobdir.layout import SUMMARY_WRITER_TASK, JobLayout
 from data_juicer_elastic.jobdir.lease_records import Claim
-from data_juicer_elastic.jobdir.pace import PaceRecord, PaceWriter, read_pace
+from data_juicer_elastic.jobdir.pace import PaceRecord, PaceWriter, refresh_paces
 from data_juicer_elastic.jobdir.reasons import ReleaseReason
 from data_juicer_elastic.jobdir.records import Manifest
 from data_juicer_elastic.sharedfs import fsio
@@ -44,16 +33,6 @@ from data_juicer_elastic.sharedfs.identity import WorkerIdentity
 
 # The summary is missing or has not advanced for this many intervals: look at the writer's lease.
 SILENT_INTERVALS: Final = 3
-
-
-def refresh_paces(layout: JobLayout, previous: dict[str, PaceRecord]) -> dict[str, PaceRecord]:
-    """The job's pace records by name; one in ``previous`` that said it stopped is not read again."""
-    names = [n for n in fsio.list_names(layout.paces_dir) if n.endswith(".json") and not n.startswith(".")]
-    known = {name: previous[name] for name in names if name in previous and previous[name].stopped}
-    unread = [name for name in names if name not in known]
-    fresh = dict(zip(unread, fsio.read_many(lambda name: read_pace(layout, name), unread), strict=True))
-    records = {name: known.get(name) or fresh.get(name) for name in names}
-    return {name: record for name, record in records.items() if record is not None}
 
 
 def compose_summary(
@@ -73,11 +52,7 @@ def compose_summary(
     shard's place in the manifest (a keeper builds it once, not every round)."""
     index = index if index is not None else {entry.shard_id: i for i, entry in enumerate(manifest.shards)}
     done = {shard for shard in attempts.list_done(layout) if shard in index}
-    failed = sorted(
-        name[: -len(".json")]
-        for name in fsio.list_names(layout.failed_dir)
-        if name.endswith(".json") and name[: -len(".json")] in index and name[: -len(".json")] not in done
-    )
+    failed = sorted(shard for shard in attempts.marker_ids(layout.failed_dir) if shard in index and shard not in done)
     newest: dict[str, tuple[PaceRecord, int, str]] = {}  # shard -> (holder's record, generation, attempt)
     for record in paces.values():
         for held in record.held if not record.stopped else ():
@@ -152,7 +127,7 @@ def _node_paces(paces: dict[str, PaceRecord], live: list[LiveClaim]) -> list[Nod
 
 class SummaryKeeper:
     """This process's part in keeping the summary: write it while holding the writer's lease,
-    else watch for a silent writer (see the module doc)."""
+    else watch for a silent writer and take its lease over by the shard rules."""
 
     def __init__(
         self,
@@ -275,7 +250,4 @@ class SummaryKeeper:
             return
         if self.heartbeater is not None:
             self.heartbeater.stop()
-        try:
-            leases.release_claim(self.lease_layout, claim, ReleaseReason.LEFT)
-        except OSError as exc:  # it then goes stale after a TTL
-            logger.warning(f"could not release the job summary's writer lease: {exc}")
+        leases.release_or_warn(self.lease_layout, claim, ReleaseReason.LEFT, "the job summary's writer lease")

@@ -1,10 +1,5 @@
-"""The worker loop: claim shards in manifest order, run them, publish, release, repeat.
-
-Every decision that matters for correctness is made by ``leases`` (who may
-claim), ``attempts`` (what is accepted) and ``shard_state`` (where a shard stands);
-``shard_attempt.ShardWorker`` runs each claimed shard and leaves its records; this
-module checks the settings, sequences the claims, honours limits and signals, and
-releases whatever is still claimed (ahead) on every way out.
+"""The worker loop: claim shards, run them (``shard_attempt.ShardWorker``), honour limits and
+signals, and release whatever is still claimed (ahead) on every way out.
 """
 
 from __future__ import annotations
@@ -23,12 +18,12 @@ from data_juicer_elastic.jobdir import confine, progress
 from data_juicer_elastic.jobdir.claim_ahead import ClaimAhead
 from data_juicer_elastic.jobdir.job_summary import IdleBackoff, SummaryReader, register_reader
 from data_juicer_elastic.jobdir.layout import JobLayout
-from data_juicer_elastic.jobdir.manifest import check_shard_files, is_planned, load_manifest
-from data_juicer_elastic.jobdir.outcome import leaving_outcome
+from data_juicer_elastic.jobdir.manifest import check_shard_files, load_manifest
 from data_juicer_elastic.jobdir.pace import PaceWriter
 from data_juicer_elastic.jobdir.reasons import ReleaseReason, StopReason
 from data_juicer_elastic.jobdir.scan_loop import RunScan, scan_job
 from data_juicer_elastic.jobdir.shard_attempt import RunShard, ShardWorker, WorkerSummary
+from data_juicer_elastic.jobdir.shard_state import leaving_outcome
 from data_juicer_elastic.jobdir.summary_keeper import SummaryKeeper
 from data_juicer_elastic.jobdir.worker_settings import WorkerSettings
 from data_juicer_elastic.jobdir.worker_signals import SignalGuard, honour
@@ -53,14 +48,9 @@ def run_worker(
     read_ahead: Callable[[ShardSource], object] | None = None,
     run_scan: RunScan | None = None,
 ) -> WorkerSummary:
-    """Process shards of ``job_dir`` until the job is finished (or a limit of ``settings`` is reached).
-
-    ``claim_gate()`` may decline a pending shard for now (straggler avoidance; never a takeover).
-    ``claim_rng``, ``before_claim()``: see ``claiming``; ``read_ahead(source)``: ``claim_ahead``.
-    ``on_attempt(tracker)`` gets each attempt's live progress tracker as it starts.  ``run_scan``: a
-    planned job not yet scanned is scanned first, this worker taking its share (``scan_loop``).  The
-    job summary's keeper runs in a thread with the default clock, else from this loop.
-    """
+    """Process shards of ``job_dir`` until the job is finished (or a limit of ``settings`` is reached);
+    the arguments: docs/architecture.md, ``jobdir.worker_loop.run_worker``.  The job summary's keeper
+    runs in a thread with the default clock, else from this loop."""
     ttl_secs, heartbeat_secs = settings.ttl_secs, settings.heartbeat_secs
     max_shards, max_done = settings.max_shards, settings.max_done
     layout = JobLayout(Path(os.path.abspath(job_dir)))
@@ -68,7 +58,7 @@ def run_worker(
     if sleep is None:
         sleep = stop_event.wait if stop_event is not None else time.sleep
     scanned = None
-    if run_scan is not None and not fsio.exists(layout.manifest) and is_planned(layout.root):
+    if run_scan is not None and not fsio.exists(layout.manifest) and fsio.exists(layout.plan):
         confine.check_layout(layout)
         with SignalGuard() as guard:
             try:

@@ -1,8 +1,5 @@
-"""The lease, timing and limit values of one worker loop (``worker_loop.run_worker``), as one object.
-
-Plain values, checked by the settings' own rules (``settings.check_values``) when built; the
-loop's collaborators (runner, claim gate, clock, callbacks) stay its separate arguments.  A slot
-worker process gets the same values through its command line (``coordination.slots.slot_argv``).
+"""The lease, timing and limit values of one worker loop (``worker_loop.run_worker``), checked by the
+settings' own rules (``settings.check_values``) when built.
 """
 
 from __future__ import annotations
@@ -43,11 +40,9 @@ class WorkerSettings:
             "poll_interval_secs": self.poll_interval_secs,
             "max_shards": self.max_shards,
         }
-        if self.max_holder_deaths is not None:
-            values["max_holder_deaths"] = self.max_holder_deaths
-        if self.stall_timeout_secs is not None:
-            values["stall_timeout_secs"] = self.stall_timeout_secs
-        check_values(values)  # the settings' own rules: a caller may pass plain values
+        limits = {"max_holder_deaths": self.max_holder_deaths, "stall_timeout_secs": self.stall_timeout_secs}
+        # the settings' own rules (a caller may pass plain values); None is "no limit" for the last two
+        check_values(values | {name: value for name, value in limits.items() if value is not None})
         if self.max_done is not None and (isinstance(self.max_done, bool) or self.max_done < 1):
             raise ConfigError(f"invalid value {self.max_done!r}: must be >= 1 or null", where="max_done")
 

@@ -74,14 +74,10 @@ _fallocate: Callable[[int, int, int, int], int] | None | bool = False  # False: 
 
 
 def preallocate(fd: int, size: int) -> bool:
-    """Reserve ``size`` bytes of disk for a file about to be written, without changing its size.
-
-    Linux's fallocate(2) with FALLOC_FL_KEEP_SIZE, called directly: glibc's posix_fallocate would
-    *emulate* it where the filesystem cannot (NFSv3: a write in every 4 KiB block).  Only a hint:
-    any failure is ignored.  Why: the file's extents are allocated once, not block by block as
-    writeback proceeds (benchmarks/bench_preallocate.py, 1 GB write + fsync on this project's ext4
-    test disk: median 0.47 -> 0.42 s, system time 0.23 -> 0.17 s), and space runs out before the
-    first byte, not mid-file."""
+    """Reserve ``size`` bytes of disk for a file about to be written, without changing its size: its
+    extents are allocated once, and space runs out before the first byte (benchmarks/README.md).  A
+    hint, any failure ignored; fallocate(2) itself, as glibc's posix_fallocate would *emulate* it
+    where the filesystem cannot (NFSv3: a write in every 4 KiB block)."""
     global _fallocate
     if _fallocate is False:
         _fallocate = _load_fallocate()

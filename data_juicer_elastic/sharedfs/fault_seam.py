@@ -1,10 +1,5 @@
-"""The fault-injection seam every job-directory file operation passes through.
-
-``sharedfs.fsio`` and ``sharedfs.checked_writer`` call :func:`fault_point` before each operation
-(a test may fail it, or kill the process there) and :func:`fault_done` after a mutating one
-succeeded (a test may report a failure for an operation that happened, as a retransmitted NFS call
-can).  The package installs no hook (``tests/faults/crashpoints.py`` does); unused, each call costs
-one global load and an ``is None`` test (``benchmarks/bench_fault_seam.py``).
+"""The fault-injection seam every job-directory file operation passes through (unused, each call
+costs a global load and an ``is None`` test): docs/failure-semantics.md, "Fault injection (for tests)".
 """
 
 from __future__ import annotations

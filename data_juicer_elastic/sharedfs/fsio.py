@@ -1,17 +1,6 @@
-"""Every file operation on a job directory, with the care shared filesystems need
-(docs/leases-on-nfs.md):
-
-* ``rename``/``os.replace`` silently replace their target, so they only make a *private* temp
-  file visible atomically, never mean "first wins"; ``link()`` to a new name refuses an existing
-  one: that is the exclusive publish.
-* NFS may report EEXIST/EIO for a retransmitted ``link`` that actually succeeded, so after such
-  an error we re-read the target and compare it with what we meant to publish.
-* ``close()`` is where NFS reports deferred write errors (ENOSPC, EDQUOT): every close is checked.
-* Attribute caches lie for seconds, so records are read by opening them (close-to-open
-  consistency revalidates), never judged by ``stat``.
-
-Everything goes through the functions below (and ``sharedfs.checked_writer``) so that the
-fault-injection seam (``sharedfs.fault_seam``) sees every operation.
+"""Every file operation on a job directory, with the care shared filesystems need (what they do and
+do not guarantee: docs/leases-on-nfs.md).  Everything goes through these functions (and
+``sharedfs.checked_writer``) so that the fault-injection seam (``sharedfs.fault_seam``) sees it.
 """
 
 from __future__ import annotations
