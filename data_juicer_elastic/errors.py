@@ -119,6 +119,11 @@ class MicroBatchOOMError(ElasticError):
     Raised even with ``skip_op_error``: dropping the rows would lose data silently."""
 
 
+def preview(names: list[str], limit: int = 5) -> str:
+    """The first ``limit`` names, and how many more: an error names a few, never thousands."""
+    return ", ".join(names[:limit]) + (f", ... ({len(names) - limit} more)" if len(names) > limit else "")
+
+
 def last_line(text: str | None) -> str:
     """The last non-blank line of an error text or a tool's output: the line that names the error."""
     lines = [line.strip() for line in (text or "").splitlines() if line.strip()]

@@ -15,7 +15,7 @@ from loguru import logger
 
 from data_juicer_elastic.coordination.elections import RunCoordinator, raise_outcome
 from data_juicer_elastic.coordination.run_records import WORK
-from data_juicer_elastic.errors import ElasticError, ParticipationError, ShardFailedError
+from data_juicer_elastic.errors import ElasticError, ParticipationError, ShardFailedError, preview
 from data_juicer_elastic.jobdir import heartbeats, job_summary
 from data_juicer_elastic.jobdir.attempts import marker_ids
 from data_juicer_elastic.jobdir.layout import JobLayout
@@ -152,11 +152,11 @@ def _nobody_claims(
     coordinator: RunCoordinator, unclaimed: list[str], timeout: float, strict: StrictPolicy | None
 ) -> ParticipationError:
     joined = sorted({p.instance.node_id for p in coordinator.participants()})
-    preview = ", ".join(unclaimed[:5]) + (f", ... ({len(unclaimed) - 5} more)" if len(unclaimed) > 5 else "")
+    shown = preview(unclaimed)
     if strict is not None:
         missing = max(0, strict.nodes - len(joined))
         return ParticipationError(
-            f"strict mode (require_all_nodes, nodes={strict.nodes}): {len(unclaimed)} shard(s) ({preview}) had no "
+            f"strict mode (require_all_nodes, nodes={strict.nodes}): {len(unclaimed)} shard(s) ({shown}) had no "
             f"claimant for {timeout:g}s; each node may complete {strict.share_per_slot * strict.slots} shard(s) "
             f"and only {len(joined)} of {strict.nodes} node(s) joined run {coordinator.run.value} "
             f"({', '.join(joined)}); {missing} node(s) missing",
@@ -165,7 +165,7 @@ def _nobody_claims(
             "(require_all_nodes: false) to let the live nodes finish",
         )
     return ParticipationError(
-        f"{len(unclaimed)} shard(s) ({preview}) had no claimant for {timeout:g}s; nodes in run "
+        f"{len(unclaimed)} shard(s) ({shown}) had no claimant for {timeout:g}s; nodes in run "
         f"{coordinator.run.value}: {', '.join(joined)}",
         where="elastic.wait_timeout_secs",
         hint="start a worker for the job, or raise wait_timeout_secs",

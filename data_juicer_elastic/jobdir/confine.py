@@ -8,7 +8,7 @@ import os
 from pathlib import Path
 from typing import Final
 
-from data_juicer_elastic.errors import JobDirError, UnsafePathError
+from data_juicer_elastic.errors import JobDirError, UnsafePathError, preview
 from data_juicer_elastic.jobdir.layout import JobLayout
 from data_juicer_elastic.sharedfs import fsio
 
@@ -78,9 +78,8 @@ def check_ours(layout: JobLayout) -> None:
         if name not in OUR_NAMES and name not in _IGNORED_NAMES and not name.startswith(_IGNORED_PREFIXES)
     ]
     if foreign:
-        shown = ", ".join(foreign[:5]) + (f", ... ({len(foreign) - 5} more)" if len(foreign) > 5 else "")
         raise JobDirError(
-            f"job_dir is not empty and is not a dj-elastic job directory (it holds {shown})",
+            f"job_dir is not empty and is not a dj-elastic job directory (it holds {preview(foreign)})",
             where=str(layout.root),
             hint="point elastic.job_dir at a new or empty directory",
         )

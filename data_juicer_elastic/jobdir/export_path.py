@@ -10,7 +10,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Final
 
-from data_juicer_elastic.errors import ConfigError, Places
+from data_juicer_elastic.errors import ConfigError, Places, preview
 
 # The names a parts export holds (shards.parts writes them; Data-Juicer's loaders take only the
 # parts as data: docs/output-layouts.md).  The index is written last: its presence means complete.
@@ -111,10 +111,9 @@ def check_parts_target(job_dir: str | os.PathLike, target: Path, key: str) -> No
         )
     foreign = sorted(name for name in os.listdir(target) if not is_parts_entry(name))
     if foreign:
-        shown = ", ".join(foreign[:5]) + (f", ... ({len(foreign) - 5} more)" if len(foreign) > 5 else "")
         raise ConfigError(
-            f"{target} holds files a parts export never writes ({shown}); it is published only into an empty "
-            "directory or over an earlier parts export, and never removes files it did not write",
+            f"{target} holds files a parts export never writes ({preview(foreign)}); it is published only into an "
+            "empty directory or over an earlier parts export, and never removes files it did not write",
             where=key,
             hint="name a new or empty directory",
         )

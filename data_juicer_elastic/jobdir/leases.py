@@ -51,8 +51,6 @@ class LeaseView:
         records the value its writer watched."""
         return token_text(self.generation, self.heartbeat, self.heartbeat_error)
 
-    token_text = watch_token
-
 
 def token_text(generation: int, heartbeat: Heartbeat | None, error: str | None) -> str:
     """The watched value of a generation's heartbeat (its sequence, or what made it unreadable)."""
@@ -126,7 +124,7 @@ def takeover_reason(
     value the job summary's writer watched unchanged for a TTL (stale for us too if we read it now)."""
     if view.generation == 0:
         return TakeoverReason.FIRST
-    stale = observer.is_stale(view) or (vouched_stale is not None and vouched_stale == view.token_text)
+    stale = observer.is_stale(view) or (vouched_stale is not None and vouched_stale == view.watch_token)
     if view.release is not None:
         if view.release.reason == ReleaseReason.FINISHED and not stale:
             # The done marker exists, even if a lagging cache (NFS negative lookups, up to

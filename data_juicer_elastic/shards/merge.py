@@ -22,7 +22,7 @@ from typing import Any, Final
 
 from loguru import logger
 
-from data_juicer_elastic.errors import IntegrityError, JobDirError, OutputExistsError, storage_errors
+from data_juicer_elastic.errors import IntegrityError, JobDirError, OutputExistsError, preview, storage_errors
 from data_juicer_elastic.jobdir import attempts, confine
 from data_juicer_elastic.jobdir.export_path import check_export_path, merge_places
 from data_juicer_elastic.jobdir.layout import JobLayout
@@ -101,7 +101,7 @@ def accepted_results(layout: JobLayout, manifest: Manifest) -> list[tuple[ShardE
         results.append((entry, markers.result))
     if missing or failed:
         groups = (("failed", failed), ("not done", missing))
-        parts = [f"{len(ids)} {what} ({_preview(ids)})" for what, ids in groups if ids]
+        parts = [f"{len(ids)} {what} ({preview(ids, 8)})" for what, ids in groups if ids]
         raise JobDirError(
             f"job is not complete: {'; '.join(parts)} of {manifest.num_shards} shards",
             where=str(layout.root),
@@ -116,10 +116,6 @@ def refuse_corrupt_done(layout: JobLayout, shard_id: str, markers: Markers) -> N
     if markers.corrupt_done:
         hint = attempts.requeue_hint(layout, [shard_id])
         raise IntegrityError(f"corrupt done marker: {markers.done_error}", where=f"shard {shard_id}", hint=hint)
-
-
-def _preview(ids: list[str], limit: int = 8) -> str:
-    return ", ".join(ids[:limit]) + (f", ... ({len(ids) - limit} more)" if len(ids) > limit else "")
 
 
 @storage_errors(then="run the merge again", places=merge_places)  # ENOSPC, EROFS...: one line naming path and place
@@ -193,7 +189,7 @@ def stage_row_stats(
     missing = [entry.shard_id for entry, result in results if result.row_stats is None and result.rows]
     if missing:
         raise IntegrityError(
-            f"{len(missing)} shard(s) have output rows but no row stats file ({_preview(missing)})",
+            f"{len(missing)} shard(s) have output rows but no row stats file ({preview(missing, 8)})",
             where=str(layout.root),
             hint="the shards were run by different versions or recipes; prepare a new job_dir",
         )

@@ -323,4 +323,4 @@ def node_tallies(paces: list[PaceRecord]) -> list[NodeTally]:
 def vouched_stale(claim: LiveClaim | None, view: leases.LeaseView) -> bool:
     """The summary's writer saw this very heartbeat value unchanged for a TTL (or its holder's pid
     gone on the writer's host), and it is still the value now: the rule a taker follows."""
-    return claim is not None and claim.stale and claim.generation == view.generation and claim.token == view.token_text
+    return claim is not None and claim.stale and claim.generation == view.generation and claim.token == view.watch_token
