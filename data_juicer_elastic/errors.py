@@ -124,6 +124,11 @@ def preview(names: list[str], limit: int = 5) -> str:
     return ", ".join(names[:limit]) + (f", ... ({len(names) - limit} more)" if len(names) > limit else "")
 
 
+def clip(text: str, limit: int) -> str:
+    """``text`` cut to ``limit`` characters, ending in "..." when it was cut."""
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
 def last_line(text: str | None) -> str:
     """The last non-blank line of an error text or a tool's output: the line that names the error."""
     lines = [line.strip() for line in (text or "").splitlines() if line.strip()]

@@ -22,7 +22,7 @@ from loguru import logger
 from data_juicer_elastic.batching import batches
 from data_juicer_elastic.batching.oom import classify_oom
 from data_juicer_elastic.batching.policy import INF, Action, BatchPolicy
-from data_juicer_elastic.errors import BatchContractError, MicroBatchOOMError
+from data_juicer_elastic.errors import BatchContractError, MicroBatchOOMError, clip
 
 Aggregate = Literal["sum", "padded"]
 # Data-Juicer 1.6.1's logical-partition routing column (ray_partitioned): rows must keep it.
@@ -245,4 +245,4 @@ class MicroBatcher:
 def _first_line(exc: BaseException, limit: int = 300) -> str:
     text = str(exc).strip().splitlines()
     line = text[0] if text else ""
-    return line if len(line) <= limit else line[: limit - 3] + "..."
+    return clip(line, limit)

@@ -21,7 +21,7 @@ from loguru import logger
 
 from data_juicer_elastic import DATA_JUICER_REQUIREMENT
 from data_juicer_elastic.compat import dj_ray_executor, dj_stage_identities, ray_concat
-from data_juicer_elastic.errors import ElasticError, IntegrationError, ShardExecutionError
+from data_juicer_elastic.errors import ElasticError, IntegrationError, ShardExecutionError, clip
 from data_juicer_elastic.execution._attempt_log import attempt_log
 from data_juicer_elastic.execution._dj_config import RAY_JOB_ENV, ShardConfigs, ray_job_env
 from data_juicer_elastic.execution._shard_source import shard_key, shard_source
@@ -331,4 +331,4 @@ def last_meaningful_line(exc: BaseException, limit: int = 400) -> str:
             own = line
     lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
     chosen = own or wrapped or (f"{type(exc).__name__}: {lines[-1]}" if lines else type(exc).__name__)
-    return chosen if len(chosen) <= limit else chosen[: limit - 3] + "..."
+    return clip(chosen, limit)

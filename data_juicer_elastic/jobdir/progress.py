@@ -15,7 +15,7 @@ from typing import ClassVar, Final
 
 from loguru import logger
 
-from data_juicer_elastic.errors import JobDirError
+from data_juicer_elastic.errors import JobDirError, clip
 from data_juicer_elastic.jobdir.layout import JobLayout
 from data_juicer_elastic.jobdir.lease_records import Claim
 from data_juicer_elastic.jobdir.liveness import Liveness
@@ -128,7 +128,7 @@ class ProgressTracker:
             self._writable = True
 
     def set_stage(self, stage: Stage, operator: str | None = None) -> None:
-        self._change(stage=Stage(stage).value, operator=_short(operator))
+        self._change(stage=Stage(stage).value, operator=operator and clip(operator, MAX_OPERATOR_CHARS))
 
     def update(
         self,
@@ -140,7 +140,7 @@ class ProgressTracker:
     ) -> None:
         counts = {"rows_read": rows_read, "rows_written": rows_written}
         changes: dict[str, object] = {k: int(v) for k, v in counts.items() if v is not None}
-        texts = {"operator": _short(operator), "source": source}
+        texts = {"operator": operator and clip(operator, MAX_OPERATOR_CHARS), "source": source}
         self._change(**changes, **{k: v for k, v in texts.items() if v is not None})
 
     def _change(self, **changes: object) -> None:
@@ -207,7 +207,3 @@ def activate(tracker: ProgressTracker | None) -> Iterator[ProgressTracker | None
         yield tracker
     finally:
         _current.reset(token)
-
-
-def _short(text: str | None) -> str | None:
-    return text if text is None or len(text) <= MAX_OPERATOR_CHARS else text[: MAX_OPERATOR_CHARS - 3] + "..."

@@ -17,6 +17,8 @@ import difflib
 import json
 from typing import TYPE_CHECKING, Any, Final
 
+from data_juicer_elastic.errors import clip
+
 if TYPE_CHECKING:
     from data_juicer_elastic.jobdir.records import Manifest
 
@@ -77,7 +79,7 @@ def _shown(value: Any) -> str:
         text = repr(value) if isinstance(value, str) else json.dumps(value, ensure_ascii=False, sort_keys=True)
     except (TypeError, ValueError):  # not JSON data
         text = repr(value)
-    return text if len(text) <= MAX_VALUE_CHARS else text[: MAX_VALUE_CHARS - 3] + "..."
+    return clip(text, MAX_VALUE_CHARS)
 
 
 def recipe_differences(

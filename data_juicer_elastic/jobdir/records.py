@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar, Final, TypeVar, Union
 
-from data_juicer_elastic.errors import ConfigError, JobDirError
+from data_juicer_elastic.errors import ConfigError, JobDirError, clip
 from data_juicer_elastic.sharedfs import fsio
 
 FORMAT_PREFIX: Final = "dj-elastic/"
@@ -169,7 +169,9 @@ def _field_checks(cls: type) -> tuple[tuple[str, bool, FieldCheck], ...]:
 
 
 def _bad(value: Any, where: str, kind: str, name: str) -> JobDirError:
-    return JobDirError(f"corrupt {kind} record: field {name!r} has unexpected value {_short(value)}", where=where)
+    return JobDirError(
+        f"corrupt {kind} record: field {name!r} has unexpected value {clip(repr(value), 80)}", where=where
+    )
 
 
 def _exactly(*types_: type) -> FieldCheck:
@@ -245,11 +247,6 @@ def _reason(codes: type[enum.StrEnum], value: str) -> Any:
         return codes(value)
     except ValueError:
         return value
-
-
-def _short(value: Any) -> str:
-    text = repr(value)
-    return text if len(text) <= 80 else text[:77] + "..."
 
 
 @dataclass(frozen=True)

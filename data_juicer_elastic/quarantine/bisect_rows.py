@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any, Final
 
 from data_juicer_elastic.batching.batches import take_slice
+from data_juicer_elastic.errors import clip
 
 MAX_MESSAGE_CHARS: Final = 2000
 
@@ -34,10 +35,7 @@ class Isolation:
 
 def describe(exc: BaseException) -> tuple[str, str]:
     """(class name, message) of an operator's exception, the message cut to a readable size."""
-    message = str(exc)
-    if len(message) > MAX_MESSAGE_CHARS:
-        message = message[: MAX_MESSAGE_CHARS - 3] + "..."
-    return type(exc).__name__, message
+    return type(exc).__name__, clip(str(exc), MAX_MESSAGE_CHARS)
 
 
 def isolate(
