@@ -11,7 +11,6 @@ from __future__ import annotations
 import hashlib
 import importlib
 import os
-import re
 import socket
 import sys
 import time
@@ -32,6 +31,7 @@ from data_juicer_elastic.errors import JobDirError
 from data_juicer_elastic.jobdir.layout import JobLayout
 from data_juicer_elastic.jobdir.records import Record
 from data_juicer_elastic.sharedfs import fsio
+from data_juicer_elastic.sharedfs.identity import safe_name
 
 CONTEXT_FILE: Final = "dj-elastic-batching.json"
 PROFILE_MIN_INTERVAL_SECS: Final = 2.0
@@ -306,4 +306,4 @@ def _remember(cache: OrderedDict, key: Any, value: Any) -> None:
 
 def host_tag() -> str:
     """This host's name as a part of a file name (the telemetry and quarantine record files)."""
-    return re.sub(r"[^A-Za-z0-9_.\-]+", "_", socket.gethostname()).strip("._-")[:40] or "host"
+    return safe_name(socket.gethostname())[:40]
