@@ -50,28 +50,11 @@ def recipe(tmp: Path, name: str, data: Path, executor: str, mapper_ids: Path, fi
     return path
 
 
-def _env() -> dict:
-    return {k: v for k, v in os.environ.items() if k not in ("RAY_ADDRESS", "RAY_JOB")}
-
-
 def dj(*args, tmp: Path) -> subprocess.CompletedProcess:
-    proc = subprocess.run(args, cwd=tmp, env=_env(), capture_output=True, text=True, timeout=600)
+    env = {k: v for k, v in os.environ.items() if k not in ("RAY_ADDRESS", "RAY_JOB")}
+    proc = subprocess.run(args, cwd=tmp, env=env, capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, f"{args}: exit {proc.returncode}\n{proc.stdout[-3000:]}\n{proc.stderr[-4000:]}"
     return proc
-
-
-def dj_started(config: Path, tmp: Path) -> tuple[subprocess.Popen, Path]:
-    """`dj-process --config <config>` started in the background, its console going to a file beside the recipe."""
-    log = config.with_suffix(".log")
-    with open(log, "w", encoding="utf-8") as out:
-        proc = subprocess.Popen(["dj-process", "--config", config], cwd=tmp, env=_env(), stdout=out, stderr=out)
-    return proc, log
-
-
-def dj_finished(started: tuple[subprocess.Popen, Path]) -> None:
-    proc, log = started
-    code = proc.wait(timeout=600)
-    assert code == 0, f"{proc.args}: exit {code}\n{log.read_text(encoding='utf-8')[-6000:]}"
 
 
 def ids(path: Path) -> list[int]:
@@ -85,21 +68,15 @@ def test_three_failing_rows_of_a_batch_of_512_are_quarantined_and_retried(tmp_pa
     mapper_ids.write_text("".join(f"{i}\n" for i in MAPPER_FAILS))
     filter_ids.write_text("".join(f"{i}\n" for i in FILTER_FAILS))
 
-    # The oracle: Data-Juicer's default executor, nothing failing; then with the mapper failing. Both run
-    # beside the elastic_sharded run (they read only the input and the id lists, which stay as they are
-    # until all three have finished).
-    oracles = [
-        dj_started(recipe(tmp_path, "clean", data, "default", none, none), tmp_path),
-        dj_started(recipe(tmp_path, "dropped", data, "default", mapper_ids, none), tmp_path),
-    ]
-    config = recipe(tmp_path, "elastic", data, "elastic_sharded", mapper_ids, filter_ids)
-    proc = dj("dj-process", "--config", config, tmp=tmp_path)
-    for oracle in oracles:
-        dj_finished(oracle)
+    # The oracle: Data-Juicer's default executor, nothing failing; then with the mapper failing.
+    dj("dj-process", "--config", recipe(tmp_path, "clean", data, "default", none, none), tmp=tmp_path)
     clean = read_jsonl(tmp_path / "clean" / "merged.jsonl")
+    dj("dj-process", "--config", recipe(tmp_path, "dropped", data, "default", mapper_ids, none), tmp=tmp_path)
     dropped = ids(tmp_path / "dropped" / "merged.jsonl")
     assert dropped == [row["id"] for row in clean if row["id"] >= BATCH], "Data-Juicer drops the whole batch"
 
+    config = recipe(tmp_path, "elastic", data, "elastic_sharded", mapper_ids, filter_ids)
+    proc = dj("dj-process", "--config", config, tmp=tmp_path)
     export = tmp_path / "elastic" / "merged.jsonl"
     failed = set(MAPPER_FAILS + FILTER_FAILS)
     assert read_jsonl(export) == [row for row in clean if row["id"] not in failed], "every other row, in order"
