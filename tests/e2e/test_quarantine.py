@@ -29,17 +29,18 @@ def write_input(path: Path) -> Path:
     return path
 
 
-def recipe(tmp: Path, name: str, data: Path, executor: str, mapper_ids: Path, filter_ids: Path) -> Path:
+def recipe(tmp: Path, name: str, data: Path, executor: str, mapper_ids: Path, filter_ids: Path | None) -> Path:
+    """The failing Mapper, then (unless ``filter_ids`` is None) the failing Filter in Ray actor mode."""
+    process = [{"e2e_fail_ids_mapper": {"fail_ids_path": str(mapper_ids), "batch_size": BATCH}}]
+    if filter_ids is not None:
+        process.append({"e2e_fail_ids_filter": {"fail_ids_path": str(filter_ids), "ray_execution_mode": "actor"}})
     fields = {
         "project_name": f"quarantine-{name}",
         "dataset_path": str(data),
         "export_path": str(tmp / name / "merged.jsonl"),
         "np": 1,
         "custom_operator_paths": [str(OPS_DIR / "e2e_ops.py")],
-        "process": [
-            {"e2e_fail_ids_mapper": {"fail_ids_path": str(mapper_ids), "batch_size": BATCH}},
-            {"e2e_fail_ids_filter": {"fail_ids_path": str(filter_ids), "ray_execution_mode": "actor"}},
-        ],
+        "process": process,
     }
     if executor == "elastic_sharded":
         fields["executor_type"] = executor
