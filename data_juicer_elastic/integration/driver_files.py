@@ -7,12 +7,14 @@
 * A refused run (one error before any shard could run) leaves no job directory the next run would
   have to be told about: one this process found absent and created, with no manifest published
   and no other instance joined, is renamed aside (a partly removed one never looks like a job)
-  and removed.  A job directory that existed before is never removed.
+  and removed, and so is each folder above it this process found absent, while it is empty (the
+  demo's ``outputs/demo/``).  A job directory or folder that existed before is never removed.
 """
 
 from __future__ import annotations
 
 import contextlib
+import itertools
 import os
 import shutil
 import threading
@@ -25,7 +27,8 @@ DJ_WORK_DIR: Final = "data-juicer"  # under <job_dir>/logs/<node>/; Data-Juicer 
 
 _local = threading.local()
 _lock = threading.Lock()
-_absent: dict[Path, bool] = {}  # job dir -> it did not exist when this process first looked
+# job dir -> it and the folders above it that did not exist when this process first looked
+_absent: dict[Path, list[Path]] = {}
 
 
 @contextlib.contextmanager
@@ -48,8 +51,9 @@ def note_job_dir(job_dir: str | os.PathLike) -> None:
     from data_juicer_elastic.preparation import resolve_user_path
 
     path = resolve_user_path(job_dir)
+    absent = list(itertools.takewhile(lambda p: not os.path.lexists(p), [path, *path.parents]))
     with _lock:
-        _absent.setdefault(path, not os.path.lexists(path))
+        _absent.setdefault(path, absent)
 
 
 def place_work_dir(cfg: Any, job_dir: str) -> None:
@@ -75,10 +79,21 @@ def place_work_dir(cfg: Any, job_dir: str) -> None:
 
 def remove_refused_job_dirs() -> list[Path]:
     """After a refusal: remove each job directory this process created in which nothing ran and
-    no other instance took part (module docstring); the ones removed."""
+    no other instance took part, and the empty folders above it this process created (module
+    docstring); the job directories removed."""
     with _lock:
-        candidates = [path for path, absent in _absent.items() if absent]
-    return [path for path in candidates if _remove_if_unused(path)]
+        candidates = [absent for absent in _absent.values() if absent]
+    removed = []
+    for job_dir, *above in candidates:
+        if not _remove_if_unused(job_dir):
+            continue
+        removed.append(job_dir)
+        for folder in above:
+            try:
+                os.rmdir(folder)  # only while empty: whatever another process put there stays
+            except OSError:
+                break
+    return removed
 
 
 def _remove_if_unused(root: Path) -> bool:

@@ -98,6 +98,7 @@ REFUSED_RUNS = {
 def test_a_refused_run_leaves_no_job_directory_and_nothing_beside_the_export(tmp_path, dataset, write_recipe, case):
     (tmp_path / "bad.jsonl").write_text('{"id": 0, "text": "hello there"}\n{"id": 1, "text": \n{"id": 2}\n')
     recipe = elastic_recipe(dataset, tmp_path)
+    recipe["elastic"]["job_dir"] = str(tmp_path / "out" / "job")  # beside the export, as in the demo
     change = dict(REFUSED_RUNS[case])
     recipe["elastic"].update(change.pop("elastic", {}))
     recipe.update({k: str(tmp_path / v) if k == "dataset_path" else v for k, v in change.items()})
@@ -105,13 +106,17 @@ def test_a_refused_run_leaves_no_job_directory_and_nothing_beside_the_export(tmp
     result = run([DJ_PROCESS, "--config", str(write_recipe(**recipe))], cwd=tmp_path)
     assert result.returncode == 2, result.stdout[-2000:] + result.stderr[-3000:]
     assert result.stderr.strip().splitlines()[-1].startswith("dj-process: error:"), result.stderr[-2000:]
-    assert not (tmp_path / "job").exists(), sorted(p.name for p in (tmp_path / "job").rglob("*"))
-    assert set(tmp_path.iterdir()) - before == {tmp_path / "recipe.yaml"}, "no export dir, no work dir, no leftovers"
+    added = sorted(p.name for p in set(tmp_path.iterdir()) - before)
+    assert added == ["recipe.yaml"], f"left behind: {added} (no job, export or work dir, no folder above them)"
 
 
-def test_a_refused_run_never_removes_a_job_directory_that_was_there(tmp_path, dataset, write_recipe):
+def test_a_refused_run_never_removes_a_job_directory_or_folder_that_was_there(tmp_path, dataset, write_recipe):
     (tmp_path / "job").mkdir()
-    recipe = elastic_recipe(dataset, tmp_path, process=[{"document_deduplicator": None}])
-    result = run([DJ_PROCESS, "--config", str(write_recipe(**recipe))], cwd=tmp_path)
-    assert result.returncode == 2, result.stderr[-3000:]
-    assert (tmp_path / "job").is_dir()
+    (tmp_path / "kept").mkdir()
+    for job_dir in (tmp_path / "job", tmp_path / "kept" / "new" / "job"):
+        recipe = elastic_recipe(dataset, tmp_path, process=[{"document_deduplicator": None}])
+        recipe["elastic"]["job_dir"] = str(job_dir)
+        result = run([DJ_PROCESS, "--config", str(write_recipe(**recipe))], cwd=tmp_path)
+        assert result.returncode == 2, result.stderr[-3000:]
+    assert (tmp_path / "job").is_dir() and (tmp_path / "kept").is_dir()
+    assert not (tmp_path / "kept" / "new").exists(), "the folders this run created went with its job directory"
