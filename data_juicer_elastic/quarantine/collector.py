@@ -50,6 +50,8 @@ class Sink:
             return
         stage, index = self._stage(op)
         numbers = column(batch, ROW_COLUMN)
+        if numbers is not None and len(numbers) != total:
+            numbers = None  # not one row number per row: name no input row rather than a wrong one
         lines = []
         for failure in failures:
             number = numbers[failure.position] if numbers is not None else None

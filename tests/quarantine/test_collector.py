@@ -18,7 +18,8 @@ from data_juicer_elastic.batching.runtime import BatchingContext, StageRef, writ
 from data_juicer_elastic.execution.row_types import ROW_COLUMN  # noqa: E402
 from data_juicer_elastic.jobdir.layout import JobLayout  # noqa: E402
 from data_juicer_elastic.jobdir.row_errors import WORKER_DIR  # noqa: E402
-from data_juicer_elastic.quarantine.collector import QuarantinedBatch, QuarantinedRow  # noqa: E402
+from data_juicer_elastic.quarantine.bisect_rows import RowFailure  # noqa: E402
+from data_juicer_elastic.quarantine.collector import QuarantinedBatch, QuarantinedRow, active_sink  # noqa: E402
 
 SHARD, ATTEMPT = "part-00000-of-00001", "a1"
 
@@ -124,6 +125,15 @@ def test_a_batch_of_512_with_3_failing_rows_keeps_509_in_order(attempt):
     assert {(r["type"], r["op_index"], r["stage"]) for r in found} == {("ValueError", None, found[0]["stage"])}
     extra_calls = op.calls - 1
     assert extra_calls <= 2 * len(bad) * math.ceil(math.log2(512))
+
+
+def test_a_row_number_column_of_another_length_names_no_input_row(attempt):
+    attempt_dir, work = attempt
+    op = FailIds(skip_op_error=True, work_dir=work)
+    rows = {"id": [0, 1], "text": ["a", "b"], ROW_COLUMN: [7]}  # one row number for two rows
+    active_sink(op).record(op, [RowFailure(1, "ValueError", "bad")], rows, 2)
+    (found,) = records(attempt_dir)
+    assert found["n"] is None and found["seen"] == {"id": 1, "text": "b"}, found
 
 
 def test_a_single_row_mapper_sets_the_row_aside(attempt):
