@@ -50,7 +50,7 @@ def fold_errors(
         return Quarantined(None, 0, None)
     offset = first_row()
     wanted = sorted({r["n"] for r in records if r["n"] is not None})
-    rows = _input_rows(input_lines(), wanted, shard_id)
+    rows = _input_rows(input_lines(), wanted, shard_id) if wanted else {}  # no input row copied: none read
     path = attempt_dir / ATTEMPT_FILE
     tmp = path.with_name(f".{path.name}.tmp")
     first: QuarantineRecord | None = None

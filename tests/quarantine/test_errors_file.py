@@ -224,6 +224,15 @@ def test_the_input_rows_are_read_to_their_end_so_their_source_checks_the_rows_co
     assert len(read) == 3 and sorted(os.listdir(attempt)) == [WORKER_DIR], "read whole; nothing written"
 
 
+def test_only_rows_an_operator_made_read_no_input(tmp_path):
+    record = {"n": None, "op": "m", "stage": "stage-0000-occ0-x:m", "op_index": 0, "type": "KeyError"}
+    record |= {"message": "k", "seen": {"text": "made"}}
+    (tmp_path / WORKER_DIR).mkdir()
+    (tmp_path / WORKER_DIR / "w.jsonl").write_bytes(orjson.dumps(record) + b"\n")
+    found = fold_errors(tmp_path, "s", lambda: pytest.fail("no input row is copied"), lambda: 0)
+    assert found.rows == 1 and b'"row":{"text":"made"}' in found.path.read_bytes()
+
+
 def test_no_records_no_file(tmp_path):
     found = fold_errors(tmp_path, "s", lambda: pytest.fail("the shard is not read"), lambda: 0)
     assert found.path is None and found.rows == 0 and not os.listdir(tmp_path)
