@@ -69,6 +69,7 @@ class InputRows:
         if self._last is not None and self._last[0] == number:
             return self._last[1]
         if self._lines is None or number < self._next:
+            self.finish()  # a pass given up is read to its end first: the rows it handed out are checked too
             self._lines, self._next = iter_source_lines(self.source), 0
         line = b""
         while self._next <= number:

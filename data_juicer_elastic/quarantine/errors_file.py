@@ -6,7 +6,6 @@
 from __future__ import annotations
 
 import hashlib
-import itertools
 import math
 import os
 from collections.abc import Callable, Iterable
@@ -41,14 +40,17 @@ def fold_errors(
 ) -> Quarantined:
     """Write ``attempt_dir/errors.jsonl`` from the workers' records (nothing when there are none).
 
-    ``input_lines()``: the shard's rows as stored (without newlines, in order); ``first_row()``:
+    ``input_lines()``: the shard's rows as stored (without newlines, in order), read to their end
+    even past the last row wanted: a source that checks its content once read whole
+    (``rows.shard_source.iter_source_lines``: against its scan's sha256) raises there, before the
+    file is written, when the rows taken are not the content that was scanned.  ``first_row()``:
     the global number of the shard's first row.  Both are called only when some row failed."""
     records = _read_records(attempt_dir / WORKER_DIR)
     if not records:
         return Quarantined(None, 0, None)
     offset = first_row()
     wanted = sorted({r["n"] for r in records if r["n"] is not None})
-    rows = _input_rows(input_lines(), wanted, shard_id)
+    rows = _input_rows(input_lines(), wanted, shard_id) if wanted else {}  # no input row copied: none read
     path = attempt_dir / ATTEMPT_FILE
     tmp = path.with_name(f".{path.name}.tmp")
     first: QuarantineRecord | None = None
@@ -111,9 +113,10 @@ def _read_records(directory: Path) -> list[dict[str, Any]]:
 
 
 def _input_rows(lines: Iterable[bytes], wanted: list[int], shard_id: str) -> dict[int, bytes]:
-    stop = wanted[-1] + 1 if wanted else 0  # read no further than the last row wanted
     targets = set(wanted)
-    found = {number: bytes(line) for number, line in enumerate(itertools.islice(lines, stop)) if number in targets}
+    # every line, not only up to the last row wanted: the source compares its content with the scan
+    # only at its end, and a row copied into the errors file is published as the input's
+    found = {number: bytes(line) for number, line in enumerate(lines) if number in targets}
     if len(found) != len(wanted):
         raise ShardExecutionError(
             f"a quarantine record names input row {wanted[len(found)]}, which the shard does not have",

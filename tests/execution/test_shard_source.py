@@ -4,14 +4,17 @@ only while the shard runs, only for that path."""
 from __future__ import annotations
 
 import inspect
+import json
 import threading
 
 import pytest
 from data_juicer.core.data.ray_dataset import RayDataset
 
-from data_juicer_elastic.errors import IntegrationError
+from data_juicer_elastic.errors import InputChangedError, IntegrationError
 from data_juicer_elastic.execution import _shard_source
 from data_juicer_elastic.execution._shard_source import TARGET, shard_source
+from data_juicer_elastic.execution.shard_reader import InputRows
+from data_juicer_elastic.rows.codecs import READ_BYTES
 
 from .conftest import file_source, schema_of, write_shard
 
@@ -88,3 +91,24 @@ def test_the_shard_comes_back_read_with_the_job_schema(ray_runtime, tmp_path):
     assert dataset.columns() == ["text", "idx", "meta", ROW_COLUMN]
     taken = dataset.take_all()
     assert [row["idx"] for row in taken] == list(range(50)) == [row[ROW_COLUMN] for row in taken]
+
+
+def test_input_rows_starting_a_pass_again_check_the_pass_they_give_up(tmp_path):
+    """A row the writer's cursor handed out from a pass it then gives up (an earlier row asked for) is checked
+    against the scan too: that pass is read to its end first.  The shard is over one read block, so a pass
+    hands out its first rows before it reads the end, where the content's sha256 is compared."""
+    path = tmp_path / "in.jsonl"
+    with open(path, "w", encoding="utf-8") as handle:
+        while handle.tell() <= READ_BYTES:
+            handle.write(json.dumps({"idx": 0, "text": "x" * 4000}) + "\n")
+    source = file_source(path, "part-00000-of-00001")
+    scanned = path.read_bytes()
+    path.write_bytes(scanned.replace(b'"idx": 0', b'"idx": 7', 2))  # the first two rows, same size
+    inputs = InputRows(source)
+    try:
+        assert inputs.get(1)["idx"] == 7, "handed out before the pass read its end"
+        path.write_bytes(scanned)  # restored: the next pass reads the scanned content
+        with pytest.raises(InputChangedError):
+            inputs.get(0)
+    finally:
+        inputs.close()

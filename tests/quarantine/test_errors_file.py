@@ -13,7 +13,13 @@ import orjson
 import pytest
 
 from data_juicer_elastic.console.summary import summary_lines
-from data_juicer_elastic.errors import ConfigError, ElasticError, IntegrityError, ShardExecutionError
+from data_juicer_elastic.errors import (
+    ConfigError,
+    ElasticError,
+    InputChangedError,
+    IntegrityError,
+    ShardExecutionError,
+)
 from data_juicer_elastic.jobdir.manifest import load_manifest
 from data_juicer_elastic.jobdir.row_errors import WORKER_DIR, export_errors_path, read_errors
 from data_juicer_elastic.jobdir.tasks import ShardOutput, ShardTask
@@ -195,6 +201,36 @@ def test_over_the_limit_the_shard_fails_naming_the_first_error(tmp_path):
         check_limit(found, 0.01, 40, "shard s")
     assert "operators failed on 2 of 40 rows, more than elastic.max_error_rows=0.01 allows (1)" in info.value.message
     assert "the first: op[0] m: KeyError: k (row 2)" in info.value.message and str(found.path) in info.value.hint
+
+
+def test_the_input_rows_are_read_to_their_end_so_their_source_checks_the_rows_copied(tmp_path):
+    """``rows.shard_source`` compares a shard's content with its scan only once it is read whole: the rows
+    copied into errors.jsonl are read to the end, past the last failing row, and a source that refuses
+    there leaves no errors file (the shard fails; the end-to-end case: tests/e2e/test_quarantine_input_changed.py)."""
+    attempt = tmp_path / "attempt"
+    (attempt / WORKER_DIR).mkdir(parents=True)
+    record = {"n": 1, "op": "m", "stage": "stage-0000-occ0-x:m", "op_index": 0, "type": "KeyError", "message": "k"}
+    (attempt / WORKER_DIR / "w.jsonl").write_bytes(orjson.dumps(record) + b"\n")
+    read = []
+
+    def changed_input():
+        for line in (b'{"id":0}', b'{"id":1}', b'{"id":2}'):
+            read.append(line)
+            yield line
+        raise InputChangedError("input changed since the job was planned and scanned", where="in.jsonl")
+
+    with pytest.raises(InputChangedError):
+        fold_errors(attempt, "s", changed_input, lambda: 0)
+    assert len(read) == 3 and sorted(os.listdir(attempt)) == [WORKER_DIR], "read whole; nothing written"
+
+
+def test_only_rows_an_operator_made_read_no_input(tmp_path):
+    record = {"n": None, "op": "m", "stage": "stage-0000-occ0-x:m", "op_index": 0, "type": "KeyError"}
+    record |= {"message": "k", "seen": {"text": "made"}}
+    (tmp_path / WORKER_DIR).mkdir()
+    (tmp_path / WORKER_DIR / "w.jsonl").write_bytes(orjson.dumps(record) + b"\n")
+    found = fold_errors(tmp_path, "s", lambda: pytest.fail("no input row is copied"), lambda: 0)
+    assert found.rows == 1 and b'"row":{"text":"made"}' in found.path.read_bytes()
 
 
 def test_no_records_no_file(tmp_path):
