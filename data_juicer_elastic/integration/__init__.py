@@ -5,6 +5,7 @@
 * ``dispatch``: the ``dj-process`` / ``dj-analyze`` mains: ``executor_type: elastic_sharded``
   to our executor, one-line errors with exit code 2;
 * ``config_block``: the recipe's ``elastic:`` block in Data-Juicer's parser, and back out;
+* ``analysis_outputs``: ``dj-analyze`` refused where it would overwrite an elastic job's files;
 * ``driver_files``: Data-Juicer's work dir of an elastic run under the job directory, and a
   refused run's job directory removed again;
 * ``recipe`` (the shard recipe each shard runs) and ``recipe_check`` (recipes that cannot
@@ -16,6 +17,7 @@ Importing this package is cheap and imports no Data-Juicer module.
 
 # The package's modules (nothing is re-exported: import from the module you need).
 __all__ = [
+    "analysis_outputs",
     "config_block",
     "dispatch",
     "doctor",

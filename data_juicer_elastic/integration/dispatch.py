@@ -1,13 +1,13 @@
 """``dj-process`` / ``dj-analyze`` mains: ``elastic_sharded`` dispatched to our executor, an
 ElasticError as one line on stderr with exit code 2 and no traceback (docs/architecture.md, "How
-does dj-process reach our executor?"; ``dj-analyze`` of an elastic job's output: docs/analysis.md).
+does dj-process reach our executor?"; ``dj-analyze`` of an elastic job's output: docs/analysis.md;
+its parse runs under ``analysis_outputs.analysing()``, so that it never writes over the job's files).
 ``python -m data_juicer.tools.process_data`` runs the tool as ``__main__``, which the wrapper does
 not reach: Data-Juicer's own main then rejects ``elastic_sharded``.  Use ``dj-process``.
 """
 
 from __future__ import annotations
 
-import contextlib
 import functools
 import os
 import sys
@@ -18,7 +18,7 @@ from typing import Any, NoReturn
 
 from data_juicer_elastic.compat import dj_tool_main
 from data_juicer_elastic.errors import DispatchAbort, DispatchToElastic, ElasticError, Places, storage_error
-from data_juicer_elastic.integration import driver_files, patches
+from data_juicer_elastic.integration import analysis_outputs, driver_files, patches
 from data_juicer_elastic.integration.config_block import EXECUTOR_TYPE, cfg_value, given_block, is_elastic
 from data_juicer_elastic.jobdir.export_path import merge_places
 
@@ -59,7 +59,7 @@ def run_tool(module: ModuleType, original, args, kwargs, *, prog: str, dispatch:
         return init_configs
 
     try:
-        with driver_files.driving() if dispatch else contextlib.nullcontext():
+        with driver_files.driving() if dispatch else analysis_outputs.analysing():
             with dj_tool_main.init_configs_replaced(module, carrying):
                 return original(*args, **kwargs)
     except DispatchToElastic as carried:

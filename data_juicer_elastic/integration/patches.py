@@ -36,7 +36,7 @@ from data_juicer_elastic.compat import (
 )
 from data_juicer_elastic.compat import importlib_deferred as deferred
 from data_juicer_elastic.errors import IntegrationError
-from data_juicer_elastic.integration import config_block, driver_files
+from data_juicer_elastic.integration import analysis_outputs, config_block, driver_files
 from data_juicer_elastic.integration.config_block import EXECUTOR_TYPE
 from data_juicer_elastic.jobdir.export_path import PARTS_INDEX
 
@@ -204,6 +204,8 @@ def _prepare_elastic_setup(cfg) -> bool:
     from data_juicer_elastic.jobdir.export_path import check_recipe_paths
 
     check_config(cfg)  # every executor: the adaptive-batching opt-in works (and is refused) everywhere
+    if analysis_outputs.is_analysing():  # dj-analyze, any recipe: never over an elastic job's files
+        analysis_outputs.refuse_overwrites(cfg)
     if not config_block.is_elastic(cfg):
         return False
     require_integration()

@@ -12,7 +12,8 @@ takeover, release, self-fencing), ``attempts`` (attempt dirs, first-wins publica
 its progress record).  The job summary: ``job_summary``, ``pace`` (each worker's pace record),
 ``summary_keeper`` (the writer's lease, one round).  The worker: ``claiming`` / ``claim_ahead``
 (finding the next shard), ``shard_attempt`` (one claimed shard, every way out recorded),
-``worker_loop``, ``worker_settings``, ``worker_signals``, ``scan_loop`` (the scan phase).  Tools:
+``worker_loop``, ``worker_settings``, ``worker_signals``, ``scan_loop`` (the scan phase),
+``scan_outcome`` (how the scans ended: the input accepted, refused at ``file:line``, or a scan failed).  Tools:
 ``retry``, ``export_path``, ``recipe_diff``, ``row_stats``, ``row_errors``, ``published_file``,
 ``tasks``.  No Ray, no Data-Juicer imports; nothing is re-exported, so importing one stays cheap.
 """
@@ -43,6 +44,7 @@ __all__ = [
     "row_errors",
     "row_stats",
     "scan_loop",
+    "scan_outcome",
     "scans",
     "shard_attempt",
     "shard_state",

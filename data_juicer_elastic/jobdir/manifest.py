@@ -22,6 +22,7 @@ from data_juicer_elastic.jobdir.records import (
     manifest_recipe_hash,
     record_checksum,
 )
+from data_juicer_elastic.jobdir.scan_outcome import ended_scans_error
 from data_juicer_elastic.rows.codecs import SHARD_SUFFIX
 from data_juicer_elastic.rows.jsonl import NormaliseOptions
 from data_juicer_elastic.rows.shard_source import ShardSource, SourceSpan, check_source
@@ -37,6 +38,9 @@ def load_manifest(job_dir: str | Path) -> Manifest:
     data = _read_job_record(layout, layout.manifest)
     if data is None:
         if fsio.exists(layout.plan):
+            ended = ended_scans_error(layout, load_plan(layout.root))
+            if ended is not None:  # the scans refused the input: starting workers would only repeat that
+                raise ended
             raise JobDirError(
                 "the job is planned but its shards are not all scanned yet (no manifest.json)",
                 where=str(layout.root),

@@ -12,8 +12,8 @@ from collections.abc import Callable
 
 from loguru import logger
 
-from data_juicer_elastic.errors import LeaseLostError, ShardFailedError, WorkerInterrupted
-from data_juicer_elastic.jobdir import attempts, leases, scans
+from data_juicer_elastic.errors import LeaseLostError, WorkerInterrupted
+from data_juicer_elastic.jobdir import attempts, leases, scan_outcome, scans
 from data_juicer_elastic.jobdir.claiming import Claimer
 from data_juicer_elastic.jobdir.heartbeats import StalenessObserver
 from data_juicer_elastic.jobdir.layout import JobLayout
@@ -22,7 +22,6 @@ from data_juicer_elastic.jobdir.manifest import load_manifest, load_plan, normal
 from data_juicer_elastic.jobdir.plan_records import JobPlan, PlannedShard
 from data_juicer_elastic.jobdir.reasons import AttemptExit, FailureReason, ReleaseReason
 from data_juicer_elastic.jobdir.records import Manifest
-from data_juicer_elastic.jobdir.shard_state import terminal_infos
 from data_juicer_elastic.jobdir.tasks import ScanOutput, ScanTask
 from data_juicer_elastic.rows.codecs import SHARD_SUFFIX
 from data_juicer_elastic.sharedfs import fsio
@@ -87,18 +86,9 @@ def scan_job(
 
 def settle_scans(layout: JobLayout, plan: JobPlan) -> Manifest:
     """Every shard's scan has ended: the job's input error, a spent scan budget, or the manifest."""
-    failed = terminal_infos(layout.scans, plan.shard_ids)
-    if failed:
-        shown = "; ".join(f"{shard}: {why}" for shard, why in failed[:3])
-        raise ShardFailedError(
-            f"the scan of {len(failed)} shard(s) failed terminally: {shown}",
-            where=str(layout.scans.failed_dir),
-            hint="fix the cause (see the scan attempts' logs), then prepare a new job_dir",
-        )
-    results = scans.read_scans(layout, plan)
-    refused = scans.refusal_error(plan, results)
-    if refused is not None:
-        raise refused
+    error, results = scan_outcome.scans_verdict(layout, plan)
+    if error is not None:
+        raise error
     manifest = scans.publish_manifest(layout, plan, results)
     logger.info(f"scanned {layout.root}: {manifest.total_rows} rows in {manifest.num_shards} shards")
     return manifest

@@ -1,7 +1,7 @@
 """Scan results: published per shard (``scans/done/<shard>.json``, first wins), then composed with the
 plan into the manifest: every instance composes the same bytes, and its presence is the barrier (no
 shard runs before the whole input is known good; docs/input-format.md).  A refused input refuses the
-job with the first refusal in input order (:func:`refusal_error`).
+job with the first refusal in input order (``scan_outcome.refusal_error``).
 """
 
 from __future__ import annotations
@@ -14,13 +14,13 @@ from typing import Any, Final
 
 from loguru import logger
 
-from data_juicer_elastic.errors import ElasticError, InputChangedError, InputError, JobDirError
+from data_juicer_elastic.errors import InputError, JobDirError
 from data_juicer_elastic.jobdir import confine
 from data_juicer_elastic.jobdir.attempts import read_done
 from data_juicer_elastic.jobdir.layout import JobLayout
 from data_juicer_elastic.jobdir.lease_records import Claim
 from data_juicer_elastic.jobdir.manifest import load_manifest
-from data_juicer_elastic.jobdir.plan_records import JobPlan, PlannedShard, ScanResult
+from data_juicer_elastic.jobdir.plan_records import JobPlan, ScanResult
 from data_juicer_elastic.jobdir.records import InputFile, Manifest, ScanSummary, ShardEntry, ShardSpan, canonical_json
 from data_juicer_elastic.jobdir.tasks import ScanOutput
 from data_juicer_elastic.rows.codecs import SHARD_SUFFIX
@@ -59,55 +59,6 @@ def publish_scan(
         return True, result
     winner, _ = read_done(scans, claim.shard_id)
     return False, winner if isinstance(winner, ScanResult) else result
-
-
-def read_scans(layout: JobLayout, plan: JobPlan) -> dict[str, ScanResult]:
-    """Every shard's accepted scan, read by name (one read each); JobDirError naming the first
-    marker that is corrupt (checksum, format, a foreign shard), missing, or not of its planned shard."""
-    results = {}
-    for entry in plan.shards:
-        where = str(layout.scans.done(entry.shard_id))
-        result, error = read_done(layout.scans, entry.shard_id)
-        if error is not None:
-            raise JobDirError(
-                f"corrupt scan record: {error}",
-                where=where,
-                hint="delete that record to scan the shard again (dj-elastic worker), or prepare a new job_dir",
-            )
-        if result is None:
-            raise JobDirError(f"shard {entry.shard_id} is not scanned yet", where=where)
-        assert isinstance(result, ScanResult)
-        _check_against_plan(plan, entry, result, where)
-        results[entry.shard_id] = result
-    return results
-
-
-def _check_against_plan(plan: JobPlan, entry: PlannedShard, result: ScanResult, where: str) -> None:
-    if result.refusal is not None:
-        return  # a refusal stops at its span; the job is refused with it
-    if len(result.span_rows) != len(entry.spans) or sum(result.span_rows) != result.rows:
-        raise JobDirError(f"scan record of {entry.shard_id} does not match the plan's spans", where=where)
-    plain = all(plan.inputs[s.input].codec == "none" for s in entry.spans)
-    if plain and result.bytes < entry.bytes:
-        raise JobDirError(f"scan record of {entry.shard_id} holds fewer bytes than its spans", where=where)
-    if plan.copy_shards and result.copy is None:
-        raise JobDirError(f"scan record of {entry.shard_id} names no copy, but the job copies shards", where=where)
-
-
-def refusal_error(plan: JobPlan, results: dict[str, ScanResult]) -> ElasticError | None:
-    """The job's input error: the first refusal in input order, as one error naming ``file:line``."""
-    rows_before: dict[int, int] = {}  # rows of each input file in the spans before this one
-    for entry in plan.shards:
-        result = results[entry.shard_id]
-        for number, span in enumerate(entry.spans):
-            refusal = result.refusal
-            if refusal is not None and refusal.span == number:
-                path = plan.inputs[span.input].path
-                where = path if refusal.line is None else f"{path}:{rows_before.get(span.input, 0) + refusal.line}"
-                kind = InputChangedError if refusal.error_type == InputChangedError.__name__ else InputError
-                return kind(refusal.message, where=where, hint=refusal.hint)
-            rows_before[span.input] = rows_before.get(span.input, 0) + result.span_rows[number]
-    return None
 
 
 def compose_manifest(plan: JobPlan, results: dict[str, ScanResult]) -> Manifest:

@@ -95,7 +95,13 @@ def _verify_file(
         if path:
             found = fsio.file_sha256(Path(path)) if os.path.isfile(path) else None
             if found is None or found[1] != sha256:
-                raise IntegrityError(f"the export's {what} is missing or changed", where=path, hint=hint)
+                now = "it is gone" if found is None else f"it hashes to {found[1]} now"
+                raise IntegrityError(
+                    f"the export's {what} is missing or changed since the merge: merge.json records sha256 "
+                    f"{sha256}, {now}",
+                    where=path,
+                    hint=hint,
+                )
             files += 1
     return ExportSummary(export, "file", sum(m.rows for m in record.shards), size, files)
 

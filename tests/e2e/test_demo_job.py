@@ -4,6 +4,7 @@ resumable, and analysable with `dj-analyze`."""
 from __future__ import annotations
 
 import collections
+import hashlib
 import json
 import os
 import re
@@ -96,12 +97,17 @@ def test_dj_analyze_works_on_the_merged_output_without_installing_anything(demo_
     CUDA build of several GB) at the end of every Filter; analysis needs no torch at all."""
     tmp, recipe, _ = demo_run
     merged = tmp / "job" / "merged.jsonl"
+    job_stats = (tmp / "job" / "merged_stats.jsonl").read_bytes()
     installs = tmp / "installs.log"
-    proc = run(["dj-analyze", "--config", str(recipe), "--dataset_path", str(merged)], cwd=tmp, env=_without_torch(tmp))
+    analysis = tmp / "job" / "analysis" / "merged.jsonl"  # the way out the refusal names (docs/analysis.md)
+    cmd = ["dj-analyze", "--config", str(recipe), "--dataset_path", str(merged), "--export_path", str(analysis)]
+    proc = run(cmd, cwd=tmp, env=_without_torch(tmp))
     assert_ok(proc)
     overall = list((tmp / "job").rglob("overall.csv"))
     assert overall, f"dj-analyze wrote no overall.csv:\n{proc.stdout[-2000:]}\n{proc.stderr[-2000:]}"
     assert not installs.exists(), f"dj-analyze tried to install: {installs.read_text()}"
+    assert (tmp / "job" / "merged_stats.jsonl").read_bytes() == job_stats, "the job's row stats stay as merged"
+    assert len(read_jsonl(analysis.with_name("merged_stats.jsonl"))) == len(read_jsonl(merged))
 
 
 def _without_torch(tmp: Path) -> dict[str, str]:
@@ -217,6 +223,48 @@ def test_overall_stats_match_dj_analyze_on_the_merged_output(bundled_demo):
         lo, hi = values[int(np.floor(h))], values[int(np.ceil(h))]
         error = abs(ours.loc[label, "text_len"] - expected.loc[label, "text_len"])
         assert error <= body["quantile_relative_accuracy"] * max(abs(lo), abs(hi)), (label, error)
+
+
+def test_dj_analyze_never_overwrites_the_jobs_row_stats_and_verify_notices_a_changed_one(bundled_demo):
+    """docs/analysis.md: `dj-analyze` with the elastic recipe on its export, or with any recipe whose
+    export_path is that export, would write its stats over the job's merged_stats.jsonl: refused, exit 2,
+    one line naming the file and another --export_path, the file as the merge published it.  And
+    `dj-elastic verify` fails on that file rewritten as Data-Juicer's Exporter writes it."""
+    tmp, _ = bundled_demo
+    demo, env = tmp / "outputs" / "demo", _without_torch(tmp)
+    stats = demo / "merged_stats.jsonl"
+    before, listed = stats.read_bytes(), sorted(demo.rglob("*"))
+    for cmd in (
+        ["dj-analyze", "--config", "recipes/demo.yaml", "--dataset_path", "outputs/demo/merged.jsonl"],
+        ["dj-analyze", "--config", "recipes/demo_analyze.yaml", "--export_path", "outputs/demo/merged.jsonl"],
+    ):
+        proc = run(cmd, cwd=tmp, env=env)
+        assert proc.returncode == 2, proc.stderr[-3000:]
+        last = proc.stderr.strip().splitlines()[-1]
+        assert last.startswith("dj-analyze: error: ConfigError: export_path: dj-analyze would overwrite"), last
+        assert f"{stats}," in last and f"--export_path {demo / 'analysis' / 'merged.jsonl'}" in last, last
+        assert stats.read_bytes() == before and sorted(demo.rglob("*")) == listed, "refused before writing"
+    # the oracle: the merged rows themselves (text_length_filter's text_len of each row, in order)
+    rows = read_jsonl(demo / "merged.jsonl")
+    assert [line[STATS]["text_len"] for line in read_jsonl(stats)] == [len(row["text"]) for row in rows]
+
+    verify = ["dj-elastic", "verify", "--job-dir", str(demo / "job")]
+    assert_ok(run(verify, cwd=tmp))
+    # Data-Juicer's Exporter writes the same stats with json.dumps' default separators
+    lines = before.decode().splitlines()
+    rewritten = "".join(json.dumps(json.loads(line), ensure_ascii=False) + "\n" for line in lines)
+    assert rewritten.encode() != before
+    try:
+        stats.write_text(rewritten, encoding="utf-8")
+        proc = run(verify, cwd=tmp)
+        assert proc.returncode == 2, proc.stdout + proc.stderr
+        said = proc.stdout + proc.stderr
+        recorded = json.loads((demo / "job" / "merge.json").read_text())["row_stats_sha256"]
+        assert str(stats) in said and "row stats file is missing or changed since the merge" in said, said
+        assert recorded in said and hashlib.sha256(rewritten.encode()).hexdigest() in said, said
+    finally:
+        stats.write_bytes(before)
+    assert_ok(run(verify, cwd=tmp))
 
 
 def _secs(text: str) -> float:

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from data_juicer_elastic.jobdir import scans
+from data_juicer_elastic.jobdir import scan_outcome, scans
 from data_juicer_elastic.jobdir.layout import JobLayout
 from data_juicer_elastic.jobdir.manifest import load_manifest, load_plan, locate_shard, normalise_options, source_spans
 from data_juicer_elastic.jobdir.plan_records import ScanResult
@@ -114,7 +114,7 @@ def scan_locally(job: Path, processes: int = 0):
             )  # fmt: skip
     finally:
         scanner.close()
-    refused = scans.refusal_error(plan, results)
+    refused = scan_outcome.refusal_error(plan, results)
     if refused is not None:
         raise refused
     return scans.publish_manifest(layout, plan, results)

@@ -68,3 +68,28 @@ def test_the_live_line_counts_the_scans_then_the_rows(tmp_path):
     numbers = display.numbers()
     assert "scanned" not in numbers and display.total == 40, "the manifest's rows once the scans are over"
     assert "40/40 rows" in display.plain_line(numbers)
+
+
+def test_after_a_scan_refused_the_input_verify_report_and_merge_name_the_refusal(tmp_path):
+    """While shards remain unscanned, "start workers" is the way on; once the scans refused the input
+    (a malformed line), workers would only refuse it again: verify, report and merge name the line
+    (file:line, what is wrong, a new job_dir) and exit 2, writing nothing."""
+    data = tmp_path / "input.jsonl"
+    lines = [json.dumps({"id": i, "text": f"row {i}"}) for i in range(40)]
+    lines[25] = '{"id": 25, "text": '  # line 26: no value
+    data.write_text("\n".join(lines) + "\n")
+    job = tmp_path / "job"
+    assert run_driver("prepare", job, data, "--shards", SHARDS, "--plan-only").returncode == 0
+    planned = dj_elastic("verify", "--job-dir", job)
+    assert planned.returncode == 2 and "not all scanned yet" in planned.stderr and "start workers" in planned.stderr
+
+    refused = run_driver("worker", job)
+    assert refused.returncode == 2 and f"{data}:26: invalid JSON" in refused.stderr, refused.stderr[-2000:]
+    report, merged = tmp_path / "report.html", tmp_path / "merged.jsonl"
+    for command in (["verify"], ["report", "--output", report], ["merge", "--output", merged]):
+        proc = dj_elastic(command[0], "--job-dir", job, *command[1:])
+        last = proc.stderr.strip().splitlines()[-1]
+        assert proc.returncode == 2, (command, proc.stdout, proc.stderr)
+        assert f"{data}:26: the job's scan refused its input: invalid JSON" in last, (command, last)
+        assert "with a new job_dir" in last and "start workers" not in proc.stderr, (command, last)
+    assert not report.exists() and not merged.exists()
