@@ -144,6 +144,10 @@ def test_after_clean_what_needs_the_outputs_refuses_and_the_rest_works(tmp_path)
     assert not (tmp_path / "other.jsonl").exists() and _ids(export) == list(range(ROWS))
     status = dj_elastic("status", "--job-dir", job, "--json")
     assert status.returncode == 0 and json.loads(status.stdout)["complete"] is True
+    cleaned = json.loads(status.stdout)["cleaned"]
+    assert (cleaned["export"], cleaned["complete"]) == (str(export), True) and cleaned["bytes_freed"] > 0
+    text = dj_elastic("status", "--job-dir", job)
+    assert text.returncode == 0 and f"the export {export} is the output" in text.stdout, text.stdout
     report = dj_elastic("report", "--job-dir", job, "--output", tmp_path / "report.html")
     assert report.returncode == 0, report.stderr[-2000:]
 
