@@ -159,6 +159,16 @@ def _cmd_verify(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def _cmd_clean(args: argparse.Namespace) -> int:
+    from data_juicer_elastic.shards.clean import clean_job
+
+    result = clean_job(Path(args.job_dir).resolve())
+    out = result.export
+    print(f"PASS: export {out.path} ({out.layout}: {out.rows} rows, {out.bytes} bytes) verified{result.how}")
+    print(f"cleaned {args.job_dir}: removed {result.files} file(s), freed {result.bytes_freed:,} bytes")
+    return EXIT_OK
+
+
 def _cmd_doctor(args: argparse.Namespace) -> int:
     from data_juicer_elastic.integration.doctor import filesystem_checks, integration_checks, lease_timing_check
 
@@ -328,6 +338,14 @@ def build_parser() -> argparse.ArgumentParser:
     job_dir(p)
     p.add_argument("--expect-nodes", type=int, default=1, help="minimum distinct node identities among completions")
     p.set_defaults(func=_cmd_verify)
+
+    p = add_parser(
+        "clean",
+        help="remove the shard outputs of a finished job whose export verifies, keeping the output once "
+        "(verify, status, report and reruns still work; retry and a merge elsewhere refuse)",
+    )
+    job_dir(p)
+    p.set_defaults(func=_cmd_clean)
 
     p = add_parser("doctor", help="check the Data-Juicer integration and a shared directory")
     job_dir(p, required=False)

@@ -20,6 +20,7 @@ from data_juicer_elastic.jobdir.export_path import check_export_path, merge_plac
 from data_juicer_elastic.jobdir.layout import JobLayout
 from data_juicer_elastic.preparation import resolve_user_path
 from data_juicer_elastic.shards import steps
+from data_juicer_elastic.shards.clean import cleaned_export
 from data_juicer_elastic.shards.merge import MergeResult, merge_job
 from data_juicer_elastic.shards.parts import publish_parts
 from data_juicer_elastic.shards.stream_merge import follow_merge, partial_path, read_progress
@@ -43,6 +44,9 @@ def finalize(
     """Fail clearly on terminal shard failures, else publish every shard in manifest order and
     write the overall statistics (from the per-shard summaries, not from the export).
 
+    A job whose shard outputs were cleaned (``shards.clean``) publishes nothing: its export is
+    re-hashed against merge.json and reported unchanged (or the finalize refused).
+
     ``layout`` ``file``: one JSONL; with ``stream``, the streaming merge's partial output finished
     (``_stream_tail``), else a merge from scratch.  ``parts``: the accepted outputs linked into the
     export directory (``shards.parts``; no output is read).
@@ -53,6 +57,13 @@ def finalize(
     threading.Thread(target=_import_quietly, args=("pandas",), name="dj-elastic-import", daemon=True).start()
     job = resolve_user_path(job_dir)
     export = check_export_path(job, export_path, layout=layout)  # before any work: not in the job dir, ...
+    kept = cleaned_export(job, export, layout)  # shard outputs cleaned: only the export can be confirmed
+    if kept is not None:
+        say(
+            f"{kept.rows:,} rows from {kept.shards} shards already in {shown_path(kept.output_path)} (verified; the "
+            "shard outputs were cleaned)"
+        )
+        return kept
     # Terminal failures from the failed/ listing, each read by name (O(failed), not a read of every
     # shard's records: the merge below validates every done marker anyway, and names a missing one).
     failed = terminal_failures(JobLayout(job))

@@ -3,7 +3,8 @@
 Paths and writes: ``layout`` (every path), ``confine`` (every write inside the job dir).  Records,
 one module per kind: ``records`` (encode/parse machinery, the manifest), ``lease_records`` (claim,
 heartbeat, release, failure of a generation), ``result_records`` (attempt, result, terminal
-failure, merge), ``plan_records`` (the plan, each shard's scan), ``reasons`` (every reason code).
+failure, merge), ``cleaned`` (the shard outputs were removed), ``plan_records`` (the plan, each
+shard's scan), ``reasons`` (every reason code).
 Rules, one owner each: ``manifest`` (loading and checking the plan and the job), ``scans`` (the
 manifest composed from the scans), ``shard_state`` (done / failed / running / stale / pending; is
 the job finished), ``heartbeats`` (staleness on the observer's clock), ``leases`` (claims,
@@ -22,6 +23,7 @@ __all__ = [
     "attempts",
     "claim_ahead",
     "claiming",
+    "cleaned",
     "confine",
     "export_path",
     "failures",

@@ -137,6 +137,7 @@ class JobLayout:
     plan = _under("root", "plan.json")
     recipe = _under("root", "recipe.json")
     merge_record = _under("root", "merge.json")
+    clean_record = _under("root", "clean.json")  # the shard outputs were removed (jobdir.cleaned)
     cache_dir = _under("root", "cache")
     shards_dir = _under("root", "shards")
     stats_dir = _under("root", "stats")  # overall statistics written by finalize: overall.json, overall.csv

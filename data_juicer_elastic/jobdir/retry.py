@@ -16,6 +16,7 @@ from loguru import logger
 
 from data_juicer_elastic.errors import ConfigError, IntegrityError, JobDirError
 from data_juicer_elastic.jobdir import attempts, confine, leases
+from data_juicer_elastic.jobdir.cleaned import cleaned_error, read_cleaned
 from data_juicer_elastic.jobdir.layout import JobLayout, parse_gen_name, validate_shard_id
 from data_juicer_elastic.jobdir.lease_records import Release
 from data_juicer_elastic.jobdir.manifest import load_manifest
@@ -39,6 +40,8 @@ def retry_shards(
         )
     layout = JobLayout(Path(os.path.abspath(job_dir)))
     manifest = load_manifest(layout.root)
+    if (cleaned := read_cleaned(layout)) is not None:  # a shard run again could never be merged with the others
+        raise cleaned_error(layout, cleaned, "running shards again")
     if quarantined:
         targets = _quarantined(layout, manifest)
     elif all_failed:

@@ -8,11 +8,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Final
 
 from data_juicer_elastic.jobdir.plan_records import ScanRefusal
 from data_juicer_elastic.rows.jsonl import NormaliseOptions
 from data_juicer_elastic.rows.shard_source import ShardSource, SourceSpan
+
+OUTPUT_FILE: Final = "output.jsonl"  # a shard attempt's canonical output, in its attempt directory
 
 
 @dataclass(frozen=True)
@@ -31,7 +33,7 @@ class ShardTask:
     @property
     def output_path(self) -> Path:
         """The conventional place for the canonical output (``attempt_dir/output.jsonl``)."""
-        return self.attempt_dir / "output.jsonl"
+        return self.attempt_dir / OUTPUT_FILE
 
 
 @dataclass(frozen=True)

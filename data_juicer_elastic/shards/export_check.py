@@ -37,9 +37,11 @@ def verify_export(
     manifest: Manifest,
     results: list[tuple[ShardEntry, ShardResult]],
     hashed: dict[FileId, tuple[int, int, str]],
+    cleaned: bool = False,
 ) -> ExportSummary | None:
     """The export merge.json records, checked; None when nothing was merged yet.  ``hashed``: (rows, bytes,
-    sha256) of each accepted file the caller re-hashed already, by file identity."""
+    sha256) of each accepted file the caller re-hashed already, by file identity.  ``cleaned``: the shard
+    outputs were removed (``jobdir.cleaned``), so the export cannot be published again from this job."""
     record = MergeRecord.read(layout.merge_record)
     if record is None:
         return None
@@ -51,6 +53,11 @@ def verify_export(
         )
     export = Path(record.output_path)
     hint = f"publish it again: `dj-elastic merge --job-dir {layout.root} --output {export} --overwrite`"
+    if cleaned:
+        hint = (
+            "the shard outputs were cleaned, so this job cannot publish it again: restore the export from a "
+            "copy, or run the recipe with a new job_dir"
+        )
     if record.layout == "parts":
         return _verify_parts(export, record, manifest, results, hashed, hint)
     return _verify_file(export, record, results, hint)

@@ -17,6 +17,7 @@ from loguru import logger
 
 from data_juicer_elastic.errors import JobDirError, storage_errors
 from data_juicer_elastic.jobdir import attempts, confine
+from data_juicer_elastic.jobdir.cleaned import cleaned_error, read_cleaned
 from data_juicer_elastic.jobdir.export_path import check_export_path, merge_places
 from data_juicer_elastic.jobdir.layout import JobLayout
 from data_juicer_elastic.jobdir.manifest import load_manifest
@@ -102,6 +103,10 @@ def follow_merge(
     manifest = load_manifest(layout.root)
     confine.check_layout(layout)  # merge.json and stats/ are written into it, as by merge_job
     output = check_export_path(layout.root, output_path)  # never into the job dir, never through a link
+    if (cleaned := read_cleaned(layout)) is not None:  # no output left to append: finalize confirms the export
+        if not publish:
+            return None
+        raise cleaned_error(layout, cleaned, "merging")
     fsio.makedirs(output.parent)
     partial = partial_path(output)
     if not publish and _completed(output, manifest):

@@ -1,5 +1,9 @@
 """Check a finished job without writing anything: every input shard's content hashed again, every shard done
-and valid, enough distinct nodes (multi-node runs), and the export merge.json records (``shards.export_check``)."""
+and valid, enough distinct nodes (multi-node runs), and the export merge.json records (``shards.export_check``).
+
+A cleaned job (``shards.clean``: its shard outputs and shard copies removed) is checked from what is left: the
+inputs read in place, every done marker against merge.json, and every byte of the export against the hashes
+merge.json recorded (each shard's range against its accepted output's sha256)."""
 
 from __future__ import annotations
 
@@ -9,8 +13,11 @@ from pathlib import Path
 
 from data_juicer_elastic.errors import IntegrityError, JobDirError
 from data_juicer_elastic.jobdir import attempts
+from data_juicer_elastic.jobdir.cleaned import CleanRecord, read_cleaned
 from data_juicer_elastic.jobdir.layout import JobLayout
 from data_juicer_elastic.jobdir.manifest import check_shard_file, load_manifest
+from data_juicer_elastic.jobdir.records import Manifest
+from data_juicer_elastic.jobdir.result_records import MergeRecord
 from data_juicer_elastic.rows.shard_source import iter_content
 from data_juicer_elastic.shards.export_check import ExportSummary, FileId, verify_export
 from data_juicer_elastic.shards.merge import accepted_results
@@ -29,12 +36,17 @@ class VerifyResult:
 def verify_job(job_dir: str | Path, expect_nodes: int = 1) -> VerifyResult:
     layout = JobLayout(Path(os.path.abspath(job_dir)))
     manifest = load_manifest(layout.root)
+    cleaned = read_cleaned(layout)
     for entry in manifest.shards:  # an edited input shard makes every result of it suspect
+        if cleaned is not None and manifest.copy_shards:
+            break  # the copies were removed with the outputs; the export is checked below
         source = check_shard_file(layout, manifest, entry)
         if source.copy is None:
             for _ in iter_content(source):  # read in place: its content hashed against its scan
                 pass
     results = accepted_results(layout, manifest)
+    if cleaned is not None:
+        return _verify_cleaned(layout, manifest, results, cleaned, expect_nodes)
     by_node: dict[str, int] = {}
     invalid: list[tuple[str, IntegrityError]] = []
     hashed: dict[FileId, tuple[int, int, str]] = {}  # what was just re-hashed, for the export check
@@ -60,13 +72,7 @@ def verify_job(job_dir: str | Path, expect_nodes: int = 1) -> VerifyResult:
             where=first.where,
             hint=attempts.requeue_hint(layout, [s for s, _ in invalid]),
         )
-    nodes = sorted(by_node)
-    if len(nodes) < expect_nodes:
-        raise JobDirError(
-            f"accepted results come from {len(nodes)} node(s) ({', '.join(nodes)}), expected at least {expect_nodes}",
-            where=str(layout.root),
-            hint="check that every node ran a worker with its own DJ_ELASTIC_NODE_ID or hostname",
-        )
+    nodes = _enough_nodes(layout, by_node, expect_nodes)
     return VerifyResult(
         shards=len(results),
         input_rows=manifest.total_rows,
@@ -75,6 +81,42 @@ def verify_job(job_dir: str | Path, expect_nodes: int = 1) -> VerifyResult:
         shards_by_node=by_node,
         export=verify_export(layout, manifest, results, hashed),
     )
+
+
+def _verify_cleaned(layout, manifest: Manifest, results, cleaned: CleanRecord, expect_nodes: int) -> VerifyResult:
+    """A cleaned job: the export re-hashed against merge.json, which must be the one the clean verified."""
+    merge = MergeRecord.read(layout.merge_record)
+    if merge is None or (merge.output_path, merge.layout, merge.sha256) != (
+        cleaned.output_path, cleaned.layout, cleaned.merge_sha256
+    ):  # fmt: skip
+        raise IntegrityError(
+            "merge.json is missing or is not the record of the export that was verified before the shard outputs "
+            f"were cleaned ({cleaned.output_path})",
+            where=str(layout.merge_record),
+            hint="the job directory was modified after clean; the export cannot be checked against this job",
+        )
+    by_node: dict[str, int] = {}
+    for _, result in results:
+        by_node[result.node_id] = by_node.get(result.node_id, 0) + 1
+    return VerifyResult(
+        shards=len(results),
+        input_rows=manifest.total_rows,
+        output_rows=sum(r.rows for _, r in results),
+        nodes=_enough_nodes(layout, by_node, expect_nodes),
+        shards_by_node=by_node,
+        export=verify_export(layout, manifest, results, {}, cleaned=True),
+    )
+
+
+def _enough_nodes(layout: JobLayout, by_node: dict[str, int], expect_nodes: int) -> list[str]:
+    nodes = sorted(by_node)
+    if len(nodes) < expect_nodes:
+        raise JobDirError(
+            f"accepted results come from {len(nodes)} node(s) ({', '.join(nodes)}), expected at least {expect_nodes}",
+            where=str(layout.root),
+            hint="check that every node ran a worker with its own DJ_ELASTIC_NODE_ID or hostname",
+        )
+    return nodes
 
 
 def _remember(hashed: dict[FileId, tuple[int, int, str]], path: Path, found: tuple[int, int, str]) -> None:

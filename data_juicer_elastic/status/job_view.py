@@ -21,6 +21,7 @@ from typing import Any, Final
 import orjson
 
 from data_juicer_elastic.errors import EXIT_ERROR, EXIT_INCOMPLETE, EXIT_OK, ConfigError
+from data_juicer_elastic.jobdir.cleaned import CleanRecord
 from data_juicer_elastic.jobdir.confine import not_a_directory
 from data_juicer_elastic.jobdir.heartbeats import StalenessObserver
 from data_juicer_elastic.jobdir.layout import JobLayout
@@ -44,6 +45,7 @@ class JobView:
     throughput: Summary
     times: JobTimes | None  # None: neither a run record nor a plan time (a job split by an old prepare)
     runs: list[dict[str, Any]]  # newest first (run_status.runs)
+    cleaned: CleanRecord | None = None  # the shard outputs were removed (dj-elastic clean)
 
 
 def read_view(
@@ -66,7 +68,8 @@ def read_view(
     planned = snap.scan.planned_at if snap.scan is not None else None
     found = runs(layout.root)
     times = job_times(layout, planned_at=planned, paces=paces, attempt_starts=starts, runs=found)
-    return JobView(snap, summarize(snap), times, found)
+    cleaned, _ = CleanRecord.read_or_error(layout.clean_record)  # display: a corrupt one is verify's to name
+    return JobView(snap, summarize(snap), times, found, cleaned)
 
 
 def view_json(view: JobView) -> JsonDict:
@@ -76,6 +79,11 @@ def view_json(view: JobView) -> JsonDict:
     data["times"] = view.times.to_json(now=snap.taken_at) if view.times is not None else None
     data["first_shard_secs"] = data["times"]["first_shard_secs"] if view.times is not None else None
     data["coordination"] = view.runs
+    cleaned = view.cleaned
+    data["cleaned"] = None if cleaned is None else {
+        "at": cleaned.started_at, "export": cleaned.output_path, "layout": cleaned.layout,
+        "complete": cleaned.complete, "bytes_freed": cleaned.bytes_freed,
+    }  # fmt: skip
     return data
 
 
@@ -105,6 +113,11 @@ def status_once(
         text = orjson.dumps(view_json(view), option=0 if compact else orjson.OPT_INDENT_2).decode()
     else:
         text = render_text(snap, show_all=show_all, times=view.times, summary=view.throughput)
+        if (cleaned := view.cleaned) is not None:
+            state = f"{cleaned.bytes_freed:,} bytes freed" if cleaned.complete else "stopped: run it again"
+            text += (
+                f"\ncleaned: the shard outputs were removed ({state}); the export {cleaned.output_path} is the output"
+            )
         text += "\n" + render_runs(view.runs, limit=None if show_all else 3)
     if snap.terminal_failures:
         return text, EXIT_ERROR

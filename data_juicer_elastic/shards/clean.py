@@ -1,0 +1,150 @@
+"""``dj-elastic clean``: keep a finished job's output once.  A finished job holds every accepted shard output
+(and its row stats and quarantine file) in the job directory beside the export made of them; once the export
+verifies against the recorded hashes, those copies (and the shard copies ``copy_shards`` made, and the outputs
+of attempts that were not accepted) are only cost.  Rules and what is kept: docs/output-layouts.md, "Cleaning
+a finished job".
+
+Order: everything is checked (``verify_job``, every byte), then ``clean.json`` is written, then files are
+removed, then the record says complete.  A clean stopped anywhere leaves either a job that was never cleaned
+or one every reader treats as cleaned (``jobdir.cleaned``); running clean again finishes it.
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+from loguru import logger
+
+from data_juicer_elastic.errors import IntegrityError, JobDirError, storage_errors
+from data_juicer_elastic.jobdir import confine, row_errors, row_stats
+from data_juicer_elastic.jobdir.cleaned import CleanRecord, cleaned_error, read_cleaned
+from data_juicer_elastic.jobdir.layout import JobLayout
+from data_juicer_elastic.jobdir.manifest import load_manifest
+from data_juicer_elastic.jobdir.result_records import MergeRecord
+from data_juicer_elastic.jobdir.row_stats import MergedSideFile
+from data_juicer_elastic.jobdir.tasks import OUTPUT_FILE
+from data_juicer_elastic.shards.export_check import ExportSummary, verify_export
+from data_juicer_elastic.shards.merge import MergeResult, accepted_results
+from data_juicer_elastic.shards.verify import verify_job
+from data_juicer_elastic.sharedfs import fsio
+
+# What an attempt directory holds that the export holds too (the rest: records, logs, stats summaries, kept).
+ATTEMPT_OUTPUTS = (OUTPUT_FILE, row_stats.ATTEMPT_FILE, row_errors.ATTEMPT_FILE)
+
+
+@dataclass(frozen=True)
+class CleanResult:
+    export: ExportSummary  # the export, verified before anything was removed (or, when cleaned before, again)
+    files: int  # removed now
+    bytes_freed: int  # their sizes, counting only files that had no other name (a part is the same file)
+    earlier: CleanRecord | None  # a clean that had started before (stopped, or finished: ``complete``)
+
+    @property
+    def how(self) -> str:
+        """What this clean was, when not the first: said after the export's PASS line."""
+        if self.earlier is None:
+            return ""
+        return " (cleaned before)" if self.earlier.complete else " (finishing a clean that was stopped)"
+
+
+@storage_errors(then="run `dj-elastic clean` again: it finishes what it started")
+def clean_job(job_dir: str | Path) -> CleanResult:
+    """Remove the shard outputs of a finished job whose export verifies; refuse (JobDirError, IntegrityError:
+    exit 2) a job that is not finished, has no export, or does not verify."""
+    layout = JobLayout(Path(os.path.abspath(job_dir)))
+    manifest = load_manifest(layout.root)
+    confine.check_layout(layout)
+    earlier = read_cleaned(layout)
+    try:
+        verified = verify_job(layout.root)  # every input, result and export byte; a cleaned job: the export
+    except (IntegrityError, JobDirError) as exc:  # nothing (more) is removed from a job that does not verify
+        refused = "not cleaned" if earlier is None else "cleaned before"
+        raise type(exc)(f"{refused}: {exc.message}", where=exc.where, hint=exc.hint) from None
+    if verified.export is None:
+        raise JobDirError(
+            "not cleaned: the job has no export yet (no merge.json); the shard outputs are all there is of its result",
+            where=str(layout.root),
+            hint=f"publish it first (`dj-elastic merge --job-dir {layout.root} --output OUT`, or run the recipe "
+            "again), then clean",
+        )
+    record = earlier
+    if record is None:
+        merge = MergeRecord.read(layout.merge_record)
+        assert merge is not None  # the export was just verified from it
+        record = CleanRecord(manifest.job_id, merge.output_path, merge.layout, merge.sha256, time.time())
+        fsio.atomic_write(layout.clean_record, record.encode())  # before the first removal: see jobdir.cleaned
+    files = freed = 0
+    for path in _reclaimable(layout, manifest.copy_shards):
+        size = _remove(path)
+        if size is not None:
+            files, freed = files + 1, freed + size
+    if not record.complete or files:
+        done = replace(record, complete=True, files=record.files + files, bytes_freed=record.bytes_freed + freed)
+        fsio.atomic_write(layout.clean_record, done.encode())
+    logger.info(f"cleaned {layout.root}: removed {files} file(s), {freed} bytes freed")
+    return CleanResult(verified.export, files, freed, earlier)
+
+
+def _reclaimable(layout: JobLayout, copies: bool) -> Iterator[Path]:
+    """Every attempt's outputs (the accepted ones are in the export; the others were never accepted), and the
+    input shard copies with their scan attempts' names for them (``copy_shards``)."""
+    places = [(layout.attempts_dir, ATTEMPT_OUTPUTS)]
+    if copies:
+        places.append((layout.scans.attempts_dir, ()))
+    for attempts_dir, names in places:
+        for shard in fsio.list_names(attempts_dir):
+            for attempt in fsio.list_names(attempts_dir / shard):
+                directory = confine.check_inside(layout, attempts_dir / shard / attempt)  # no planted link out
+                for name in fsio.list_names(directory):
+                    if name in names or (not names and name.startswith("shard.jsonl")):
+                        yield directory / name
+    if copies:
+        shards = confine.check_inside(layout, layout.shards_dir)
+        yield from (shards / name for name in fsio.list_names(shards) if ".jsonl" in name)
+
+
+def _remove(path: Path) -> int | None:
+    """Remove one file; the bytes that frees (0 when another name keeps it), None when it is not a file."""
+    try:
+        found = os.lstat(path)
+    except FileNotFoundError:
+        return None
+    if not stat.S_ISREG(found.st_mode):
+        return None
+    fsio.remove(path)
+    return found.st_size if found.st_nlink == 1 else 0
+
+
+def cleaned_export(job_dir: str | Path, export: Path, layout_name: str) -> MergeResult | None:
+    """What finalizing a cleaned job (a rerun of the recipe, ``dj-elastic merge``) does: the export the job
+    published, checked in full and reported unchanged; a refusal when another export is asked for, or when it
+    no longer verifies.  None when the job was not cleaned (finalize merges as usual)."""
+    layout = JobLayout(Path(os.path.abspath(job_dir)))
+    record = read_cleaned(layout)
+    if record is None:
+        return None
+    if (Path(record.output_path), record.layout) != (export, layout_name):
+        raise cleaned_error(layout, record, f"publishing the export ({layout_name}) at {export}")
+    manifest = load_manifest(layout.root)
+    merge = MergeRecord.read(layout.merge_record)
+    if merge is None or merge.sha256 != record.merge_sha256:
+        raise IntegrityError(
+            "merge.json is missing or is not the record of the export that was verified before the shard outputs "
+            "were cleaned",
+            where=str(layout.merge_record),
+            hint="the job directory was modified after clean; run the recipe with a new job_dir",
+        )
+    summary = verify_export(layout, manifest, accepted_results(layout, manifest), {}, cleaned=True)
+    assert summary is not None
+    quarantined = None
+    if merge.errors_path and merge.errors_sha256:
+        errors = Path(merge.errors_path)
+        quarantined = MergedSideFile(errors, merge.errors_rows, errors.stat().st_size, merge.errors_sha256, False)
+    return MergeResult(
+        export, summary.rows, summary.bytes, merge.sha256, len(merge.shards), False, None, quarantined, merge.layout
+    )
