@@ -34,8 +34,8 @@ class SummaryBrief(ChecksummedRecord):
     done_count: int
     failed: list[str]  # terminally failed shards
     nodes: list[str]  # every node with a pace record; the columns below index it
-    secs_per_shard: list[float | None]  # each node's mean shard time (NodePace.secs_per_shard)
-    first_secs: list[float | None]  # each node's one accepted attempt's duration (NodePace.first_secs)
+    secs_per_shard: list[float | None]  # each node's mean shard time (NodePace.secs_per_shard), to the ms
+    first_secs: list[float | None]  # each node's one accepted attempt's duration (NodePace.first_secs), to the ms
     live_shards: list[int]  # the live claims' places in the manifest, ascending
     live_nodes: list[int]  # each live claim's holder: its node's place in ``nodes`` ...
     live_pids: list[int]  # ... and its pid
