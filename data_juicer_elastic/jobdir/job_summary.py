@@ -245,7 +245,7 @@ class SummaryView:
         ]
 
     def counts(self) -> dict[str, int]:
-        stale = len(self.brief.stale_tokens)
+        stale = sum(1 for claim in self.live.values() if claim.stale)
         live = len(self.live)
         counts = {"done": self.brief.done_count, "failed": len(self.failed), "running": live - stale, "stale": stale}
         return {**counts, "pending": max(0, self.brief.num_shards - sum(counts.values()))}
