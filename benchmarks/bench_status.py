@@ -32,7 +32,7 @@ from pathlib import Path
 
 from data_juicer_elastic.jobdir import attempts, failures, leases, progress
 from data_juicer_elastic.jobdir.heartbeats import StalenessObserver
-from data_juicer_elastic.jobdir.job_summary import write_summary
+from data_juicer_elastic.jobdir.job_summary import brief_of, write_summary
 from data_juicer_elastic.jobdir.layout import JobLayout
 from data_juicer_elastic.jobdir.manifest import load_manifest
 from data_juicer_elastic.jobdir.pace import PaceWriter
@@ -117,7 +117,7 @@ def _summarize(layout: JobLayout, roles: dict[str, list[str]]) -> None:
         layout, manifest, refresh_paces(layout, {}), observer, me, seq="1.1", writer="bench", interval_secs=5.0
     )
     assert summary.done_count == len(roles["done"]) and len(summary.live) == len(roles["running"])
-    write_summary(layout, summary)
+    write_summary(layout, summary, brief_of(summary, {e.shard_id: i for i, e in enumerate(manifest.shards)}))
 
 
 def _build(root: Path, shards: int, rows_per_shard: int, pending_fraction: float) -> dict[str, list[str]]:

@@ -19,8 +19,9 @@ The protocol (one worker per node):
 
 * One worker is the summary writer.  Every ``summary_s`` it lists ``paces/``, ``done/`` and
   ``failed/``, reads every live worker's pace record and the heartbeat of every live claim, and
-  writes ``summary.json`` and ``summary.seq``; it also renews its writer lease every H = TTL/4.
-* A claim reads ``summary.seq`` (and ``summary.json`` when the seq changed), picks a shard the
+  writes ``brief.json.z`` (what workers read), ``summary.json`` (for ``status``) and
+  ``summary.seq``; it also renews its writer lease every H = TTL/4.
+* A claim reads ``summary.seq`` (and the brief when the seq named a new one), picks a shard the
   summary shows free (at random among them: no ops), probes and publishes it as the claim
   path does (done marker, failure budget, lease, ``link()``), and writes the worker's pace
   record.  A shard claimed since the summary was taken loses the ``link()`` race or shows
@@ -56,7 +57,7 @@ from pathlib import Path
 # -- metadata operations per step, the protocol's specification ---------------------------------
 OPS: dict[str, float] = {
     "seq_read": 1,  # summary.seq: every claim and every idle poll
-    "summary_read": 1,  # summary.json, when the seq changed
+    "summary_read": 1,  # brief.json.z, when the seq named a new one
     "claim_probe": 5,  # done marker (1), failure budget (2), lease: listdir + probe of gen+1 (2)
     "claim_publish": 10,  # makedirs (3), create fsync close link fsync_dir unlink (6), exists(done) (1)
     "claim_lost": 10,  # the publication that lost the link() race (EEXIST, same_bytes 2)
@@ -71,7 +72,7 @@ OPS: dict[str, float] = {
     "writer_lists": 3,  # listdir paces/, done/, failed/
     "writer_per_worker": 1,  # read of each live worker's pace record
     "writer_per_claim": 1,  # read of each live claim's heartbeat
-    "writer_writes": 6,  # summary.json + summary.seq (atomic writes)
+    "writer_writes": 9,  # brief.json.z + summary.json + summary.seq (atomic writes)
     "writer_fence": 1,  # before each round: is there a newer generation of the writer's lease?
     "status_base": 2,  # summary.json + the manifest
     "status_per_node": 1,  # each pace record
@@ -762,6 +763,39 @@ def ops_from_bench(bench: dict) -> dict[str, float]:
 
 
 # -- output -------------------------------------------------------------------------------------------
+def summary_read_rates(r: Result) -> tuple[float, float, int, int]:
+    """(before, after) MB/s of summary reads at the model's read rate: before, every read was
+    summary.json; after, it is the brief (with summary.seq read twice a second by every worker, an
+    upper bound), each at the bytes bench_summary_bytes.py measures at this W and S (done set
+    scattered at random: the worst case).  Also the two sizes, in bytes."""
+    bench = _bench_summary_bytes()
+    sizes = bench.measure(r.params.workers, r.params.shards, "random")
+    reads = r.summary_reads_per_s
+    after = reads * sizes.brief + r.params.workers * bench.SEQ_READS_PER_SEC * sizes.seq
+    return reads * sizes.summary / 1e6, after / 1e6, sizes.summary, sizes.brief
+
+
+def _bench_summary_bytes():
+    """benchmarks/bench_summary_bytes.py (it imports the package; the model itself does not)."""
+    import importlib.util
+
+    if "bench_summary_bytes" not in sys.modules:
+        path = Path(__file__).resolve().parent / "bench_summary_bytes.py"
+        spec = importlib.util.spec_from_file_location("bench_summary_bytes", path)
+        module = importlib.util.module_from_spec(spec)
+        sys.modules["bench_summary_bytes"] = module  # before running it: its dataclasses look themselves up
+        spec.loader.exec_module(module)
+    return sys.modules["bench_summary_bytes"]
+
+
+def summary_bytes_note(r: Result) -> str:
+    before, after, summary, brief = summary_read_rates(r)
+    return (
+        f"the summary read {r.summary_reads_per_s:.0f} times/s: brief {brief / 1000:.1f} kB, {after:.1f} MB/s "
+        f"(summary.json {summary / 1000:.0f} kB, {before:.0f} MB/s before)"
+    )
+
+
 def _fmt_s(x: float) -> str:
     if x < 1:
         return f"{x * 1000:.0f} ms"
@@ -866,7 +900,7 @@ def main(argv: list[str] | None = None) -> int:
             )  # fmt: skip
             r = simulate(p)
             print(row(r), flush=True)
-            notes.append(f"W={w} S={s}: {targets(r)}; summary.json read {r.summary_reads_per_s:.0f} times/s")
+            notes.append(f"W={w} S={s}: {targets(r)}; {summary_bytes_note(r)}")
             if a.breakdown:
                 parts = ", ".join(f"{k} {v / r.total_ops:.0%}" for k, v in sorted(r.ops_by_kind.items()))
                 print(f"  ops by kind: {parts}", file=sys.stderr)

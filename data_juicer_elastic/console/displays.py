@@ -162,7 +162,7 @@ class JobDisplay:
         if view is not None:
             self.done.update(s for s in view.done_ids() if s in self.shard_rows)
             self.failed.update(s for s in view.failed if s in self.shard_rows)
-            self.grace = 2 * max(LISTING_SECS, view.summary.interval_secs)  # a result shows a round later
+            self.grace = 2 * max(LISTING_SECS, view.interval_secs)  # a result shows a round later
             with self.lock:  # this process's own results show at once: one look at each one's marker
                 ended = [s for s, (_, at) in self.trackers.items() if at[0] is not None and s not in self.done]
             self.done.update(s for s in ended if os.path.exists(self.layout.done(s)))

@@ -158,10 +158,10 @@ class ClaimGate:
         started = self.clock()
         view = job_summary.view_of(self.layout, self.manifest)
         if view is not None:  # the summary has every node's pace and the live claims: no reads of our own
-            nodes, counts = view.summary.nodes, view.counts()
+            nodes, counts = view.nodes, view.counts()
             secs = {n.node_id: n.secs_per_shard for n in nodes if n.secs_per_shard is not None}
             first = {n.node_id: n.first_secs for n in nodes if n.first_secs is not None}
-            live = [(claim.node_id, claim.pid) for claim in view.summary.live if not claim.stale]
+            live = [(claim.node_id, claim.pid) for claim in view.live.values() if not claim.stale]
             return self._answer(self._decide(secs, first, live, counts["pending"] + counts["stale"]), started)
         listings = _list_and_sample(self.layout, self.manifest, self._done_spans)
         valid_for = self._cannot_decline_for(listings)

@@ -10,13 +10,14 @@ manifest composed from the scans), ``shard_state`` (done / failed / running / st
 the job finished), ``heartbeats`` (staleness on the observer's clock), ``leases`` (claims,
 takeover, release, self-fencing), ``attempts`` (attempt dirs, first-wins publication),
 ``failures`` (retry and death budgets), ``liveness`` / ``progress`` (is a running attempt alive;
-its progress record).  The job summary: ``job_summary``, ``pace`` (each worker's pace record),
-``summary_keeper`` (the writer's lease, one round).  The worker: ``claiming`` / ``claim_ahead``
-(finding the next shard), ``shard_attempt`` (one claimed shard, every way out recorded),
-``worker_loop``, ``worker_settings``, ``worker_signals``, ``scan_loop`` (the scan phase),
-``scan_outcome`` (how the scans ended: the input accepted, refused at ``file:line``, or a scan failed).  Tools:
-``retry``, ``export_path``, ``recipe_diff``, ``row_stats``, ``row_errors``, ``published_file``,
-``tasks``.  No Ray, no Data-Juicer imports; nothing is re-exported, so importing one stays cheap.
+its progress record).  The job summary: ``job_summary``, ``summary_brief`` (the part every worker
+reads), ``pace`` (each worker's pace record), ``summary_keeper`` (the writer's lease, one round).
+The worker: ``claiming`` / ``claim_ahead`` (finding the next shard), ``shard_attempt`` (one
+claimed shard, every way out recorded), ``worker_loop``, ``worker_settings``, ``worker_signals``,
+``scan_loop`` (the scan phase), ``scan_outcome`` (how the scans ended: the input accepted, refused
+at ``file:line``, or a scan failed).  Tools: ``retry``, ``export_path``, ``recipe_diff``,
+``row_stats``, ``row_errors``, ``published_file``, ``tasks``.  No Ray, no Data-Juicer imports;
+nothing is re-exported, so importing one stays cheap.
 """
 
 __all__ = [
@@ -50,6 +51,7 @@ __all__ = [
     "scans",
     "shard_attempt",
     "shard_state",
+    "summary_brief",
     "summary_keeper",
     "tasks",
     "worker_loop",

@@ -150,7 +150,7 @@ class Claimer:
         self._held: dict[str, int | None] = {}  # shard seen held by a live claim -> its local pid (None: remote)
         self.pending: Claim | None = None  # published and not yet handed to the caller
         self.summary = summary_reader  # jobdir.job_summary.SummaryReader, when there is one
-        self._summary_seen: str | None = None  # the sequence whose done set was learned
+        self._summary_seen: str | None = None  # the brief (its checksum) whose done set was learned
 
     def learn_done(self, shard_id: str, *, corrupt: bool = False) -> None:
         if not corrupt:  # a corrupt marker is never replaced either: retired, but not done
@@ -195,9 +195,9 @@ class Claimer:
 
     def _learn_summary(self, view) -> None:
         """Retire the shards a new summary shows done (a done/ listing's names, as :meth:`_list_done`)."""
-        if view.summary.seq == self._summary_seen:
-            return
-        self._summary_seen = view.summary.seq
+        if view.brief.checksum == self._summary_seen:
+            return  # a later round with the same brief: nothing new
+        self._summary_seen = view.brief.checksum
         shards = self.manifest.shards
         for i in view.done_indices():
             if not self.cursor.is_retired(i):

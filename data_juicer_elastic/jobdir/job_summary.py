@@ -1,20 +1,23 @@
-"""The compacted job summary: ``summary/summary.json`` and ``summary/summary.seq``, and how workers
-read it.  Rules (a hint, never the authority; when a reader walks the job dir instead):
-docs/leases-on-nfs.md, item 8.
+"""The compacted job summary: ``summary/summary.json`` (everything, for ``status``), its brief
+``summary/brief.json.z`` (what workers read: jobdir.summary_brief) and ``summary/summary.seq``, and
+how workers read them.  Rules (a hint, never the authority; when a reader walks the job dir
+instead): docs/leases-on-nfs.md, item 8.
 """
 
 from __future__ import annotations
 
 import base64
+import copy
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import ClassVar
 
 from data_juicer_elastic.errors import JobDirError
 from data_juicer_elastic.jobdir.layout import JobLayout
 from data_juicer_elastic.jobdir.records import ChecksummedRecord, Manifest, Record
+from data_juicer_elastic.jobdir.summary_brief import SummaryBrief, read_brief, write_brief
 from data_juicer_elastic.sharedfs import fsio
 
 MIN_INTERVAL_SECS = 0.25
@@ -77,6 +80,7 @@ class SummarySeq(Record):
     KIND: ClassVar[str] = "summary-seq"
     job_id: str
     seq: str
+    brief: str  # the checksum of the round's brief: a reader holding that brief does not read it again
 
 
 def encode_bitmap(indices: Iterator[int] | list[int], n: int) -> str:
@@ -100,10 +104,41 @@ def seq_order(seq: str) -> tuple[int, int] | None:
     return (int(generation), int(rest)) if generation.isdigit() and rest.isdigit() else None
 
 
-def write_summary(layout: JobLayout, summary: JobSummary) -> None:
-    """The summary, then its sequence record (a reader that sees the new seq finds the new summary)."""
+def brief_of(summary: JobSummary, places: Mapping[str, int]) -> SummaryBrief:
+    """What workers read of ``summary`` (``places``: each shard's place in the manifest)."""
+    nodes = [node.node_id for node in summary.nodes]
+    node_place = {node: i for i, node in enumerate(nodes)}
+    live = sorted(summary.live, key=lambda claim: places[claim.shard_id])
+    return SummaryBrief(
+        job_id=summary.job_id,
+        num_shards=summary.num_shards,
+        interval_secs=summary.interval_secs,
+        done=summary.done,
+        done_count=summary.done_count,
+        failed=summary.failed,
+        nodes=nodes,
+        secs_per_shard=[_to_ms(node.secs_per_shard) for node in summary.nodes],
+        first_secs=[_to_ms(node.first_secs) for node in summary.nodes],
+        live_shards=[places[claim.shard_id] for claim in live],
+        live_nodes=[node_place[claim.node_id] for claim in live],
+        live_pids=[claim.pid for claim in live],
+        stale_tokens={claim.shard_id: claim.token for claim in live if claim.stale},
+    )
+
+
+def _to_ms(secs: float | None) -> float | None:
+    """A shard time to the millisecond: the gate compares shard times of seconds or more, and the
+    17 digits of a mean would be a third of the brief's compressed bytes at 1,000 nodes."""
+    return None if secs is None else round(secs, 3)
+
+
+def write_summary(layout: JobLayout, summary: JobSummary, brief: SummaryBrief) -> None:
+    """The brief, the summary, then the sequence record that names both (a reader that sees the new
+    seq finds them; one that finds another brief than the seq names waits for the next seq)."""
+    checksum = write_brief(layout, brief)
     fsio.atomic_write(layout.summary, summary.encode(), durable=False)
-    fsio.atomic_write(layout.summary_seq, SummarySeq(summary.job_id, summary.seq).encode(), durable=False)
+    seq = SummarySeq(summary.job_id, summary.seq, checksum)
+    fsio.atomic_write(layout.summary_seq, seq.encode(), durable=False)
 
 
 def read_summary(layout: JobLayout, manifest: Manifest) -> JobSummary | None:
@@ -119,13 +154,60 @@ def read_summary(layout: JobLayout, manifest: Manifest) -> JobSummary | None:
     return summary if (summary.job_id, summary.num_shards) == (manifest.job_id, manifest.num_shards) else None
 
 
+def read_brief_named(layout: JobLayout, manifest: Manifest, checksum: str) -> SummaryBrief | None:
+    """The brief when it exists, is intact, describes this job and is the one ``summary.seq`` named
+    (``checksum``); else None."""
+    try:
+        brief = read_brief(layout)
+        if brief is None:
+            return None
+        decode_bitmap(brief.done, brief.num_shards)
+    except (OSError, JobDirError, ValueError):
+        return None
+    named = (brief.checksum, brief.job_id, brief.num_shards) == (checksum, manifest.job_id, manifest.num_shards)
+    return brief if named else None
+
+
+@dataclass(frozen=True)
+class Holder:
+    """A live claim as workers see it in the brief."""
+
+    node_id: str
+    pid: int
+    stale: bool  # its writer found it stale
+    token: str | None  # when stale: the heartbeat value the writer watched
+
+
+@dataclass(frozen=True)
+class NodeSpeed:
+    node_id: str
+    secs_per_shard: float | None
+    first_secs: float | None
+
+
 class SummaryView:
-    def __init__(self, summary: JobSummary, manifest: Manifest):
-        self.summary = summary
-        self.manifest = manifest
-        self._bits = decode_bitmap(summary.done, summary.num_shards)
-        self.failed = frozenset(summary.failed)
-        self.live = {claim.shard_id: claim for claim in summary.live}
+    """One brief as a worker uses it; ``seq``: the round that named it (rounds with the same
+    content share a brief)."""
+
+    def __init__(self, brief: SummaryBrief, seq: str, manifest: Manifest):
+        self.brief, self.seq, self.manifest = brief, seq, manifest
+        self.interval_secs = brief.interval_secs
+        self._bits = decode_bitmap(brief.done, brief.num_shards)
+        self.failed = frozenset(brief.failed)
+        shards, tokens = manifest.shards, brief.stale_tokens
+        self.live: dict[str, Holder] = {}
+        for place, node, pid in zip(brief.live_shards, brief.live_nodes, brief.live_pids, strict=True):
+            shard = shards[place].shard_id
+            self.live[shard] = Holder(brief.nodes[node], pid, shard in tokens, tokens.get(shard))
+        self.nodes = [
+            NodeSpeed(*node) for node in zip(brief.nodes, brief.secs_per_shard, brief.first_secs, strict=True)
+        ]
+
+    def at_seq(self, seq: str) -> SummaryView:
+        """This view as named by a later round whose brief is the same."""
+        view = copy.copy(self)
+        view.seq = seq
+        return view
 
     def is_done(self, index: int) -> bool:
         return bool(self._bits[index >> 3] & (1 << (index & 7)))
@@ -143,7 +225,7 @@ class SummaryView:
 
     @property
     def all_done(self) -> bool:
-        return self.summary.done_count == self.summary.num_shards
+        return self.brief.done_count == self.brief.num_shards
 
     def held_by_other(self, shard_id: str, pid: int, node_id: str) -> bool:
         """A live claim of another process that its writer did not find stale: not worth a probe."""
@@ -163,10 +245,10 @@ class SummaryView:
         ]
 
     def counts(self) -> dict[str, int]:
-        stale = sum(1 for claim in self.summary.live if claim.stale)
-        live = len(self.summary.live)
-        counts = {"done": self.summary.done_count, "failed": len(self.failed), "running": live - stale, "stale": stale}
-        return {**counts, "pending": max(0, self.summary.num_shards - sum(counts.values()))}
+        stale = sum(1 for claim in self.live.values() if claim.stale)
+        live = len(self.live)
+        counts = {"done": self.brief.done_count, "failed": len(self.failed), "running": live - stale, "stale": stale}
+        return {**counts, "pending": max(0, self.brief.num_shards - sum(counts.values()))}
 
 
 class SummaryReader:
@@ -192,6 +274,7 @@ class SummaryReader:
         self._view: SummaryView | None = None
         self._advancing = False
         self._newest: tuple[int, int] | None = None  # the newest (generation, round) read
+        self.briefs_read = 0  # reads of the brief itself (the rounds that changed it)
         self._lock = threading.Lock()  # the worker loop, the claim-ahead helper and the keeper share it
 
     def view(self) -> SummaryView | None:
@@ -224,14 +307,19 @@ class SummaryReader:
             # A writer whose lease was taken over, stalled between its fencing check and its write:
             # its late round is older than one already read.
             return
-        summary = read_summary(self.layout, self.manifest)
-        if summary is None:
-            return
+        if self._view is not None and self._view.brief.checksum == seq.brief:
+            view = self._view.at_seq(seq.seq)  # the writer is alive and nothing a worker reads changed
+        else:
+            brief = read_brief_named(self.layout, self.manifest, seq.brief)
+            if brief is None:  # missing, torn, of another job, or not (yet) the brief the seq named
+                return
+            view = SummaryView(brief, seq.seq, self.manifest)
+            self.briefs_read += 1
         if order is not None:
             self._newest = max(order, self._newest or order)
         self._advancing = self._seq is not None  # a change seen, not only a first sight
         self._seq, self._changed_at = seq.seq, now
-        self._view = SummaryView(summary, self.manifest)
+        self._view = view
 
 
 # This process's reader of each job it works on: the worker loop registers it, and whatever else in

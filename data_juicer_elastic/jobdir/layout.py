@@ -127,6 +127,7 @@ class JobLayout:
     summary_dir = _under("root", SUMMARY)
     summary = _under("summary_dir", "summary.json")
     summary_seq = _under("summary_dir", "summary.seq")
+    summary_brief = _under("summary_dir", "brief.json.z")  # what workers read (jobdir.summary_brief)
     paces_dir = _under("summary_dir", "paces")
 
     def pace(self, worker_key: str) -> Path:

@@ -20,6 +20,7 @@ from data_juicer_elastic.jobdir.job_summary import (
     LiveClaim,
     NodePace,
     SummaryReader,
+    brief_of,
     encode_bitmap,
     write_summary,
 )
@@ -181,7 +182,8 @@ class SummaryKeeper:
             index=self.index,
         )
         if self._still_ours():  # again: the round may have taken a while (a writer cannot be fenced
-            write_summary(self.layout, summary)  # while it writes; readers drop an older generation's round)
+            write_summary(self.layout, summary, brief_of(summary, self.index))  # while it writes; readers drop
+            # an older generation's round)
 
     def tick_if_due(self) -> None:
         """A round when an interval has passed on this keeper's clock (a worker loop driving the

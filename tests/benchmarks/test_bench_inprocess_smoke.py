@@ -106,3 +106,12 @@ def test_gpu_adaptive_smoke_refuses_clearly_without_cuda():
         pytest.skip("a CUDA device is visible: the smoke test itself is the GPU run")
     result = bench("gpu_adaptive_smoke.py", "--rows", "10")
     assert result.returncode == 2 and "needs a GPU" in result.stderr, result.stderr[-3000:]
+
+
+def test_bench_summary_bytes_prints_the_bytes_of_both_reads():
+    result = bench("bench_summary_bytes.py", "--workers", "4", "--shards", "100")
+    assert result.returncode == 0, result.stderr[-3000:]
+    rows = table_rows(result.stdout, "| 4 |")
+    assert [r[2] for r in rows] == ["random", "runs"], result.stdout
+    measured = json.loads(bench("bench_summary_bytes.py", "--workers", "4", "--shards", "100", "--json").stdout)
+    assert all(0 < m["brief"] < m["summary"] and m["after_mb_s"] < m["before_mb_s"] for m in measured), measured

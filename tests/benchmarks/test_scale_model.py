@@ -112,6 +112,21 @@ def test_status_reads_grow_with_nodes_and_running_attempts_only():
     assert small.status_ops == big.status_ops == o["status_base"] + 3 * (o["status_per_node"] + o["status_per_running"])
 
 
+def test_summary_reads_stay_under_10_mb_s_at_1000_workers_and_100k_shards():
+    """The bytes every worker reads of the summary per round, from a round built and encoded by the
+    package's own record classes (benchmarks/bench_summary_bytes.py), with the done set scattered
+    at random (an incompressible bitmap): bytes per read x reads/s x workers.  Before the brief
+    every worker read summary.json, about 20 times as much."""
+    bench = sm._bench_summary_bytes()
+    sizes = bench.measure(1000, 100_000, "random")
+    assert sizes.after_mb_s() <= 10.0 < sizes.before_mb_s(), sizes
+    assert sizes.brief * 10 < sizes.summary
+    # the model's note charges the same bytes at the read rate it simulates
+    r = sm.simulate(sm.Params(workers=20, shards=400, shard_secs=5.0, fail_fraction=0.0, ttl_s=8.0))
+    before, after, summary, brief = sm.summary_read_rates(r)
+    assert 0 < after < before and brief < summary and "MB/s" in sm.summary_bytes_note(r)
+
+
 def test_every_section_reports_counts(small_scale_bench):
     data, stdout = small_scale_bench["result"], small_scale_bench["stdout"]
     assert data["protocol"] in ("walk", "summary")

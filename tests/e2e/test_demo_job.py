@@ -8,6 +8,7 @@ import hashlib
 import json
 import os
 import re
+import zlib
 from pathlib import Path
 
 import pytest
@@ -294,6 +295,13 @@ def test_the_console_status_and_report_give_the_run_the_same_times(bundled_demo,
     assert (written["done_count"], written["live"], written["failed"]) == (8, [], [])
     assert len(list((job / "done").glob("*.json"))) == 8
     assert document["source"] == "summary" and document["summary"]["seq"] == written["seq"]
+    # and its brief, what every worker read each round instead of summary.json: the round's seq
+    # names it, and it says what the done markers say, in a fraction of the bytes
+    brief_path, seq = job / "summary" / "brief.json.z", json.loads((job / "summary" / "summary.seq").read_text())
+    brief = json.loads(zlib.decompress(brief_path.read_bytes()))
+    assert seq["seq"] == written["seq"] and seq["brief"] == brief["checksum"]
+    assert (brief["done"], brief["done_count"], brief["live_shards"], brief["failed"]) == (written["done"], 8, [], [])
+    assert brief_path.stat().st_size < (job / "summary" / "summary.json").stat().st_size
     assert times["wall_secs"] == document["coordination"][0]["wall_secs"]
     assert document["first_shard_secs"] == times["first_shard_secs"]
     text = run(["dj-elastic", "status", "--job-dir", str(job)], cwd=tmp).stdout

@@ -5,7 +5,9 @@ runner instead of Ray) share a job while the summary is attacked:
 
 * its writer is SIGKILLed while holding a shard: another process takes the writer's lease over,
   the killed holder's shard is taken over like any dead holder's, the job completes;
-* the summary is torn, deleted, or replaced by an old copy, over and over, while the workers run:
+* the summary and its brief (what workers read) are torn, deleted, a byte of the brief flipped,
+  an old round put back, or a brief forged (checksum intact, named by the sequence) that vouches
+  for every live claim with a heartbeat value never written, over and over, while the workers run:
   they fall back to the walk or trust a stale hint for a while; no live claim is ever taken over
   (every shard's accepted result is generation 1), every row is merged exactly once, in order;
 * two writers at once: the writer is frozen (SIGSTOP) past the TTL, another takes the lease over,
@@ -25,6 +27,7 @@ import random
 import signal
 import threading
 import time
+import zlib
 from pathlib import Path
 
 import pytest
@@ -139,32 +142,47 @@ def test_a_torn_deleted_or_old_summary_never_takes_a_live_claim(tmp_path):
     job = prepare(tmp_path, rows=80, shards=40)
     procs = [start_driver("worker", job, *TTL, "--sleep", "0.25", node=f"n{k}") for k in range(3)]
     summary, seq = job / "summary" / "summary.json", job / "summary" / "summary.seq"
+    brief = job / "summary" / "brief.json.z"  # what the workers read
     stop, rng, attacks = threading.Event(), random.Random(33), []
 
     def vandal():
         old = None
         while not stop.wait(0.15):
             try:
-                current = (summary.read_bytes(), seq.read_bytes())
+                current = (summary.read_bytes(), seq.read_bytes(), brief.read_bytes())
             except OSError:
                 continue
+            try:
+                announced, inflated = json.loads(current[1]), json.loads(zlib.decompress(current[2]))
+            except (ValueError, zlib.error):
+                continue  # caught between two writes, or our own last attack: wait for the writer's next round
             old = old or current
-            what = rng.choice(["torn", "delete", "old", "bogus-stale"])
+            what = rng.choice(["torn", "delete", "old", "bogus-stale", "torn-brief", "brief-bit-flip"])
             attacks.append(what)
             if what == "torn":
                 summary.write_bytes(current[0][: len(current[0]) // 2])
+                brief.write_bytes(current[2][: len(current[2]) // 2])
             elif what == "delete":
                 summary.unlink(missing_ok=True)
-            elif what == "old":
+                brief.unlink(missing_ok=True)
+            elif what == "old":  # a whole old round put back, the brief its seq named included
                 summary.write_bytes(old[0])
-            else:  # a summary (checksum intact) vouching for every live claim with a token never written
-                record = json.loads(current[0])
-                for claim in record["live"]:
-                    claim["stale"], claim["token"] = True, claim["token"] + "x"
-                record["checksum"] = record_checksum(record)
-                summary.write_bytes(json.dumps(record).encode())
-            announced = json.loads(current[1])  # a new sequence: readers take the vandalised summary up
-            announced["seq"] += f"-{len(attacks)}"
+                brief.write_bytes(old[2])
+                announced["brief"] = json.loads(old[1])["brief"]
+            elif what == "bogus-stale":  # a brief (checksum intact, named by the seq) vouching for every
+                record = inflated  # live claim with a value never written
+                shards = load_manifest(job).shard_ids
+                record["stale_tokens"] = {shards[place]: '[1,"seq","forged",1]' for place in record["live_shards"]}
+                record["checksum"] = record_checksum({k: v for k, v in record.items() if k != "checksum"})
+                brief.write_bytes(zlib.compress(json.dumps(record).encode()))
+                announced["brief"] = record["checksum"]
+            elif what == "torn-brief":  # a brief cut short, as a crash mid-copy would leave it
+                brief.write_bytes(current[2][: max(1, len(current[2]) - 7)])
+            else:  # one byte of the compressed brief flipped
+                damaged = bytearray(current[2])
+                damaged[rng.randrange(len(damaged))] ^= 0x10
+                brief.write_bytes(bytes(damaged))
+            announced["seq"] += f"-{len(attacks)}"  # a new sequence: readers take the vandalised round up
             seq.write_bytes(json.dumps(announced).encode())
 
     thread = threading.Thread(target=vandal, daemon=True)
@@ -175,7 +193,7 @@ def test_a_torn_deleted_or_old_summary_never_takes_a_live_claim(tmp_path):
     finally:
         stop.set()
         _kill_all(procs)
-    assert len(attacks) >= 5 and all(s["complete"] for s in summaries)
+    assert len(attacks) >= 6 and all(s["complete"] for s in summaries)
     done = done_shards(job)
     assert len(done) == 40
     # nobody died, so no claim may have been taken over whatever the summary said
@@ -203,8 +221,8 @@ def test_two_writers_at_once_the_frozen_one_is_fenced(tmp_path):
             if not seen or seen[-1] != value:
                 seen.append(value)
             view = reader.view()
-            if view is not None and (not taken or taken[-1] != view.summary.seq):
-                taken.append(view.summary.seq)
+            if view is not None and (not taken or taken[-1] != view.seq):
+                taken.append(view.seq)
 
     watcher = threading.Thread(target=watch_seq, daemon=True)
     watcher.start()

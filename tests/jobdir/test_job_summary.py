@@ -5,8 +5,10 @@ Oracles: the job directory's own records (done markers, leases) and the walk wit
 
 from __future__ import annotations
 
+import json
 import random
 import time
+import zlib
 from pathlib import Path
 
 import pytest
@@ -25,7 +27,9 @@ from data_juicer_elastic.jobdir.layout import SUMMARY_WRITER_TASK, JobLayout
 from data_juicer_elastic.jobdir.manifest import load_manifest
 from data_juicer_elastic.jobdir.pace import PaceWriter, read_pace
 from data_juicer_elastic.jobdir.reasons import TakeoverReason
+from data_juicer_elastic.jobdir.records import record_checksum
 from data_juicer_elastic.jobdir.result_records import ShardResult
+from data_juicer_elastic.jobdir.summary_brief import read_brief
 from data_juicer_elastic.jobdir.summary_keeper import SILENT_INTERVALS, SummaryKeeper
 from data_juicer_elastic.jobdir.worker_loop import run_worker
 from data_juicer_elastic.jobdir.worker_settings import WorkerSettings
@@ -118,7 +122,7 @@ def test_the_summary_matches_the_job_directory(tmp_path, clock):
     keeper = _keeper(layout, manifest, clock)
     keeper.tick()
     summary = read_summary(layout, manifest)
-    view = SummaryView(summary, manifest)
+    view = SummaryView(read_brief(layout), summary.seq, manifest)
     on_disk = {e.shard_id for e in manifest.shards if layout.done(e.shard_id).exists()}
     assert view.done_ids() == on_disk and summary.done_count == 12
     assert view.failed == {manifest.shards[20].shard_id}
@@ -126,6 +130,11 @@ def test_the_summary_matches_the_job_directory(tmp_path, clock):
     assert not any(c.stale for c in summary.live)  # a new writer watches for a TTL before calling anything stale
     assert view.counts() == {"done": 12, "failed": 1, "running": 5, "stale": 0, "pending": 12}
     assert {n.node_id for n in summary.nodes} == {p.node_id for p, _ in peers} | {"writer"}
+    # the brief (what workers read) names each live claim's holder as the claims do
+    assert {s: (h.node_id, h.pid, h.stale) for s, h in view.live.items()} == {
+        c.shard_id: (p.node_id, p.pid, False) for p, c in peers
+    }
+    assert {n.node_id for n in view.nodes} == {n.node_id for n in summary.nodes}
 
 
 @pytest.mark.parametrize("held", [10, 200])
@@ -185,17 +194,108 @@ def test_a_summary_never_seen_to_advance_is_not_trusted(tmp_path, clock):
     assert got is not None and got[1].takeover_reason == TakeoverReason.RELEASED
 
 
-def test_a_torn_or_absent_summary_means_the_walk(tmp_path, clock):
+def _flip_a_byte(data: bytes) -> bytes:
+    damaged = bytearray(data)
+    damaged[len(damaged) // 2] ^= 0x01
+    return bytes(damaged)
+
+
+def _forged(data: bytes) -> bytes:
+    """The brief with a shard shown done that is not, checksum left as it was (damage that inflates)."""
+    record = json.loads(zlib.decompress(data))
+    record["done_count"] += 1
+    return zlib.compress(json.dumps(record).encode())
+
+
+def _mismatched_columns(data: bytes) -> bytes:
+    """A brief whose checksum is right but whose columns do not fit together (a writer's bug)."""
+    record = json.loads(zlib.decompress(data))
+    record["live_pids"].append(1)
+    record["checksum"] = record_checksum(record)
+    return zlib.compress(json.dumps(record).encode())
+
+
+BRIEF_FAULTS = {
+    "torn": lambda data: data[: len(data) // 2],
+    "truncated by a byte": lambda data: data[:-1],
+    "a byte flipped": _flip_a_byte,
+    "edited, checksum stale": _forged,
+    "columns that do not fit": _mismatched_columns,
+    "not compressed": lambda data: zlib.decompress(data),
+    "a bomb": lambda data: zlib.compress(b" " * (fsio.MAX_RECORD_BYTES + 10)),
+    "empty": lambda data: b"",
+}
+
+
+@pytest.mark.parametrize("fault", ["summary torn", "brief deleted", *BRIEF_FAULTS])
+def test_a_torn_or_absent_summary_means_the_walk(tmp_path, clock, fault):
+    """Every round is a new sequence, so each reader takes the damaged brief up: it is refused (the
+    claimer walks and finds the first free shard) and never shown to the claimer."""
     job, layout, manifest, _ = _job(tmp_path, 10, done=4)
     keeper = _keeper(layout, manifest, clock)
     keeper.tick()
-    layout.summary.write_bytes(b'{"format": "dj-elastic/summary", "version": 1, "done": "AAA')  # torn
-    seq = layout.summary_seq.read_bytes().replace(b'"1.1"', b'"1.2"')
-    layout.summary_seq.write_bytes(seq)
+    if fault == "summary torn":
+        layout.summary.write_bytes(b'{"format": "dj-elastic/summary", "version": 1, "done": "AAA')
+        layout.summary_brief.write_bytes(layout.summary_brief.read_bytes()[:20])
+    elif fault == "brief deleted":
+        layout.summary_brief.unlink()
+    else:
+        layout.summary_brief.write_bytes(BRIEF_FAULTS[fault](layout.summary_brief.read_bytes()))
     claimer = _claimer(layout, manifest, clock)
+    for round_ in (2, 3):  # rounds the reader sees advance, each naming the brief as it was written
+        seq = layout.summary_seq.read_bytes().replace(f'"1.{round_ - 1}"'.encode(), f'"1.{round_}"'.encode())
+        layout.summary_seq.write_bytes(seq)
+        assert claimer.summary.view() is None
     got, _ = claimer.claim_next()
-    assert claimer.summary.view() is None
     assert got is not None and got[0].shard_id == manifest.shards[4].shard_id  # found by the walk
+
+
+def test_a_brief_the_sequence_does_not_name_is_not_read_as_the_round(tmp_path, clock):
+    """A brief put back from an earlier round (intact, of this job) under a newer sequence: the
+    sequence names another checksum, so readers do not take it up; the next real round is."""
+    job, layout, manifest, peers = _job(tmp_path, 4, done=1, held=1)
+    keeper = _keeper(layout, manifest, clock)
+    keeper.tick()
+    old_brief = layout.summary_brief.read_bytes()
+    reader = SummaryReader(layout, manifest, ttl_secs=TTL, clock=clock, min_interval=0.0)
+    seen_advancing(reader, keeper)
+    shard = peers[0][1].shard_id
+    result = ShardResult(shard, "peer-0", 1, "p-0", 1, 1, "0" * 64, "x", 1, "0", 1.0)
+    fsio.write_new(layout.done(shard), result.encode(), durable=False)
+    keeper.tick()  # the peer's shard is done in this round
+    assert reader.view().is_done(1) and shard not in reader.view().live
+    fsio.write_new(layout.done(manifest.shards[2].shard_id), result.encode(), durable=False)
+    keeper.tick()  # round 1.4: shard 2 done too; its brief is replaced by the old one before a reader looks
+    layout.summary_brief.write_bytes(old_brief)  # shows shard 1 held, shard 2 free
+    view = reader.view()
+    assert view.seq == "1.3" and view.is_done(1) and shard not in view.live  # the last good round
+    keeper.tick()
+    view = reader.view()
+    assert view is not None and view.seq == "1.5" and view.is_done(1) and view.is_done(2)
+
+
+def test_a_round_that_changed_nothing_workers_read_is_not_read_again(tmp_path, clock):
+    """The writer's rounds go on (its sequence advances, so readers keep trusting the summary), but
+    a reader reads only ``summary.seq`` while the brief is the one it has; summary.json never."""
+    job, layout, manifest, _ = _job(tmp_path, 20, done=5, held=3)
+    keeper = _keeper(layout, manifest, clock)
+    keeper.tick()
+    reader = SummaryReader(layout, manifest, ttl_secs=TTL, clock=clock, min_interval=0.0)
+    seen_advancing(reader, keeper)
+    assert reader.briefs_read == 1  # the second round's brief is the first's: read once
+    for round_ in range(4):
+        advance(clock, keeper.interval_secs, keeper)
+        keeper.tick()
+        view, ops = counted(reader.view)
+        assert view is not None and view.seq == f"1.{round_ + 3}"
+        assert ops.trace == [("read", str(layout.summary_seq))]
+    assert reader.briefs_read == 1
+    result = ShardResult(manifest.shards[12].shard_id, "other-1", 1, "peer", 1, 1, "0" * 64, "x", 1, "0", 1.0)
+    fsio.write_new(layout.done(manifest.shards[12].shard_id), result.encode(), durable=False)
+    keeper.tick()  # a shard done: a new brief
+    view, ops = counted(reader.view)
+    assert [path for _, path in ops.trace] == [str(layout.summary_seq), str(layout.summary_brief)]
+    assert view.is_done(12) and reader.briefs_read == 2
 
 
 def test_an_old_summary_is_trusted_only_for_a_while(tmp_path, clock):
@@ -205,11 +305,13 @@ def test_an_old_summary_is_trusted_only_for_a_while(tmp_path, clock):
     keeper = _keeper(layout, manifest, clock)
     keeper.tick()
     old_summary, old_seq = layout.summary.read_bytes(), layout.summary_seq.read_bytes()
+    old_brief = layout.summary_brief.read_bytes()
     claimer = _claimer(layout, manifest, clock)
     seen_advancing(claimer.summary, keeper)
     assert claimer.claim_next() == (None, False)  # held, says the summary (truly, this time)
     leases.release_claim(layout, peers[0][1], leases.ReleaseReason.SIGNAL)  # the holder gave it back
     layout.summary.write_bytes(old_summary)
+    layout.summary_brief.write_bytes(old_brief)  # the whole round, the brief its seq names included
     layout.summary_seq.write_bytes(old_seq.replace(b'"1.1"', b'"9.9"'))
     assert claimer.claim_next() == (None, False)
     reader = claimer.summary
@@ -288,11 +390,15 @@ def test_the_gate_answers_from_the_summary_without_reading_the_job(tmp_path, clo
 
 def test_workers_keep_the_summary_and_finish_the_job(tmp_path):
     """Three real worker loops (threads, real clock): one writes the summary, all read it; the job
-    completes and the last summary agrees with the done markers."""
+    completes and the last summary agrees with the done markers.  The workers read the brief and the
+    sequence, never summary.json (what `status` reads: several times the bytes)."""
     import threading
+    from collections import Counter
 
     job, layout, manifest, _ = _job(tmp_path, 24)
     results, copy = [], copy_runner()
+    reads: Counter[str] = Counter()
+    fault_seam.set_fault_hook(lambda op, path: reads.update([Path(path).name] if op == "read" else []))
 
     def slow_copy(task):  # a second or so in all: the keepers get a few rounds in
         time.sleep(0.1)
@@ -311,9 +417,14 @@ def test_workers_keep_the_summary_and_finish_the_job(tmp_path):
     threads = [threading.Thread(target=work, args=(k,)) for k in range(3)]
     for t in threads:
         t.start()
-    for t in threads:
-        t.join(timeout=120)
+    try:
+        for t in threads:
+            t.join(timeout=120)
+    finally:
+        fault_seam.set_fault_hook(None)
     assert len(results) == 3 and all(r.complete for r in results)
+    assert reads["brief.json.z"] >= 1 and reads["summary.seq"] >= reads["brief.json.z"], reads
+    assert reads["summary.json"] == 0, reads
     assert sum(r.done for r in results) == 24
     summary = read_summary(layout, manifest)
     assert summary is not None and summary.done_count == 24
@@ -364,21 +475,26 @@ def test_a_reader_never_goes_back_to_an_older_writers_round(tmp_path, clock):
     generation's keep it."""
     from dataclasses import replace
 
-    from data_juicer_elastic.jobdir.job_summary import write_summary
+    from data_juicer_elastic.jobdir.job_summary import brief_of, write_summary
 
     job, layout, manifest, _ = _job(tmp_path, 4, done=1)
     _keeper(layout, manifest, clock).tick()
     first = read_summary(layout, manifest)
+    places = {entry.shard_id: i for i, entry in enumerate(manifest.shards)}
+
+    def write_round(seq: str) -> None:
+        write_summary(layout, replace(first, seq=seq), brief_of(first, places))
+
     reader = SummaryReader(layout, manifest, ttl_secs=TTL, clock=clock, min_interval=0.0)
     reader.view()
     for seq in ("2.1", "2.2"):  # generation 2 took the writer's lease over and wrote two rounds
-        write_summary(layout, replace(first, seq=seq))
+        write_round(seq)
         reader.view()
-    assert reader.view().summary.seq == "2.2"
-    write_summary(layout, replace(first, seq="1.3"))  # the old writer's late round
-    assert reader.view().summary.seq == "2.2"
-    write_summary(layout, replace(first, seq="2.3"))
-    assert reader.view().summary.seq == "2.3"
+    assert reader.view().seq == "2.2"
+    write_round("1.3")  # the old writer's late round
+    assert reader.view().seq == "2.2"
+    write_round("2.3")
+    assert reader.view().seq == "2.3"
 
 
 def test_the_live_line_counts_done_and_failed_shards_from_the_summary_without_a_listing(tmp_path, clock, monkeypatch):
