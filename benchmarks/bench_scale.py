@@ -107,6 +107,8 @@ class Counts:
         self.lock = threading.Lock()
         self.all: list[tuple[threading.Thread, Counter]] = []
         self.events: list[Counter] = []  # per thread: claims made, claim_next calls, beats, polls
+        self.rounds: dict[str, list[int]] = {"writer": [], "other": []}  # a keeper round's ops, each
+        self.epoch = 0  # reset() counts up: a round that a reset cut in two is no sample
 
     def mine(self) -> threading.local:
         tl = self.local
@@ -159,6 +161,9 @@ class Counts:
                 ops.clear()
             for ev in self.events:
                 ev.clear()
+            for samples in self.rounds.values():
+                samples.clear()
+            self.epoch += 1
 
 
 COUNTS = Counts()
@@ -317,14 +322,20 @@ def _wrap_tick(keeper_cls) -> None:
     def tick(self, *args, **kwargs):
         # the keeper's own thread and the reader threads it starts (they count as its "keeper")
         owner = {getattr(threading.current_thread(), "bench_owner", threading.current_thread().name)}
-        before = COUNTS.total({"keeper"}, owners=owner)
+        before, rounds, epoch = COUNTS.total({"keeper"}, owners=owner), self.rounds, COUNTS.epoch
         with activity("keeper"):
             try:
                 return original(self, *args, **kwargs)
             finally:
+                ops = COUNTS.total({"keeper"}, owners=owner) - before
                 kind = "writer" if self.writing else "other"
                 COUNTS.event(f"{kind}_ticks")
-                COUNTS.event(f"{kind}_tick_ops", COUNTS.total({"keeper"}, owners=owner) - before)
+                COUNTS.event(f"{kind}_tick_ops", ops)
+                # the rounds the model prices: a writer's round that composed and published a summary
+                # (not one that found its lease lost or taken first), another keeper's look
+                with COUNTS.lock:
+                    if COUNTS.epoch == epoch and (kind == "other" or self.rounds != rounds):
+                        COUNTS.rounds[kind].append(ops)
 
     keeper_cls.tick = tick
 
@@ -483,8 +494,14 @@ def keeper_stats() -> dict:
     out = {}
     for kind in ("writer", "other"):
         ticks = COUNTS.events_total(f"{kind}_ticks")
+        with COUNTS.lock:
+            samples = list(COUNTS.rounds[kind])
         out[f"{kind}_rounds"] = ticks
-        out[f"{kind}_round_ops"] = round(COUNTS.events_total(f"{kind}_tick_ops") / ticks, 2) if ticks else None
+        out[f"{kind}_round_ops_mean"] = round(COUNTS.events_total(f"{kind}_tick_ops") / ticks, 2) if ticks else None
+        out[f"{kind}_round_samples"] = samples
+        # the median whole round: a round that a concurrent flush or the machine's load made dearer
+        # is one sample of many, not a shift of the whole measurement
+        out[f"{kind}_round_ops"] = statistics.median(samples) if samples else None
     return out
 
 
