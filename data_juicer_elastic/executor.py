@@ -124,8 +124,10 @@ def run_local_worker(
         worker = WorkerSettings.from_elastic(
             settings, max_done=max_done, wait_for_completion=wait_for_completion, random_start=True
         )
-        # a live line; its elapsed time is the run's (from its submission), as the plan's and the merge's
-        display = JobDisplay(job, shard_rows, planned_bytes=planned, waiting=waiting, started=run_clock_start(job))
+        # a live line: its elapsed time is the run's (from its submission), as the plan's and the merge's;
+        # it counts this node's running shards (this process's, and its other slots' by their progress records)
+        display = JobDisplay(job, shard_rows, planned_bytes=planned, waiting=waiting, node_id=identity.node_id,
+                             started=run_clock_start(job))  # fmt: skip
         with runner, display:
             summary = run_worker(
                 job,

@@ -1,5 +1,5 @@
 """Progress of the whole job (:class:`JobDisplay`: rows done/total, rows/s, shards, ETA, what the
-current shard does) and the meter :class:`.step_display.StepDisplay` uses too.
+current shard does) and the line format :class:`.step_display.StepDisplay` uses too.
 
 On a terminal, in quiet mode, one line redrawn in place (``terminal.live_line``), formatted by
 tqdm's ``format_meter``; not a tqdm bar, because the counts come from several sources (the job
@@ -28,7 +28,7 @@ from data_juicer_elastic.console.summary import shown_path
 from data_juicer_elastic.jobdir.job_summary import view_of
 from data_juicer_elastic.jobdir.layout import JobLayout
 from data_juicer_elastic.jobdir.manifest import load_manifest
-from data_juicer_elastic.jobdir.progress import ProgressTracker, Stage
+from data_juicer_elastic.jobdir.progress import ProgressTracker, Stage, read_attempt_progress
 from data_juicer_elastic.status.scan_phase import shard_names
 
 # Without a terminal: a plain line this often while the count moves (a log read live, or tail -f,
@@ -92,7 +92,8 @@ class JobDisplay:
     def __init__(self, job_dir: str | os.PathLike, shard_rows: dict[str, int] | None, *, terminal: bool | None = None,
                  log_every: float = LOG_EVERY_SECS, clock: Clock = time.monotonic, stream: Any = None,
                  tick: float = TICK_SECS, planned_bytes: dict[str, int] | None = None,
-                 waiting: Callable[[], str] | None = None, started: float | None = None):  # fmt: skip
+                 waiting: Callable[[], str] | None = None, started: float | None = None,
+                 node_id: str | None = None):  # fmt: skip
         self.job_dir = Path(job_dir)
         self.layout = JobLayout(self.job_dir)
         # None while the job is being scanned (rows not known yet): the line shows the scans then,
@@ -102,6 +103,8 @@ class JobDisplay:
         self.total = sum(self.shard_rows.values())
         self.live, self.log_every, self.clock, self.stream, self.tick = live(terminal), log_every, clock, stream, tick
         self.trackers: dict[str, tuple[ProgressTracker, list[float | None]]] = {}
+        self.node_id = node_id  # this node's other slots' running shards count too (:meth:`_slot_rows`)
+        self.slot_rows: dict[str, int] = {}
         self.done: set[str] = set()
         self.failed: set[str] = set()
         self.shown_rows = 0
@@ -148,6 +151,7 @@ class JobDisplay:
             with self.lock:  # this process's own results show at once: one look at each one's marker
                 ended = [s for s, (_, at) in self.trackers.items() if at[0] is not None and s not in self.done]
             self.done.update(s for s in ended if os.path.exists(self.layout.done(s)))
+            self.slot_rows = self._slot_rows(view.summary.live) if self.node_id else {}
             return
         for name, target in (("done", self.done), ("failed", self.failed)):
             try:
@@ -155,6 +159,24 @@ class JobDisplay:
             except OSError:
                 continue
             target.update(n[:-5] for n in names if n.endswith(".json") and n[:-5] in self.shard_rows)
+
+    def _slot_rows(self, live: list) -> dict[str, int]:
+        """Rows read by the running attempts of this node's other slots (the live claims the job
+        summary lists): one small read of each one's progress record per listing.  Other nodes'
+        running shards count once done: a read per live claim of the job from every node every
+        few seconds would not scale."""
+        with self.lock:
+            mine = set(self.trackers)
+        found = {}
+        for claim in live:
+            if claim.node_id != self.node_id or claim.stale or claim.shard_id in mine:
+                continue
+            if claim.shard_id not in self.shard_rows:
+                continue
+            record, _ = read_attempt_progress(self.layout, claim.shard_id, claim.attempt_id)
+            if record is not None and record.stage != Stage.FINISHED:
+                found[claim.shard_id] = min(record.rows_read, self.shard_rows[claim.shard_id])
+        return found
 
     def numbers(self) -> dict[str, Any]:
         now = self.clock()
@@ -177,6 +199,8 @@ class JobDisplay:
                 if finished_at[0] is None:
                     running += 1
                     stage = f"{shard.split('-of-')[0]} {record.stage}"
+        slots = {s: n for s, n in self.slot_rows.items() if s not in self.done and s not in self.failed}
+        rows, running = rows + sum(slots.values()), running + len(slots)
         # Never backwards: a failed attempt's rows leave the count, but the line should not jump back.
         self.shown_rows = max(self.shown_rows, min(rows, self.total))
         self.meter.add(self.shown_rows)
@@ -218,6 +242,8 @@ class JobDisplay:
         if self._line is not None:
             self._line.update(self._live_text(n))
         counted = tuple(n.get(key) for key in ("rows", "shards_done", "failed", "running", "scanned", "bytes"))
+        if self.logged is None:
+            self.logged = counted  # the start: a first line once something moved (or a minute passed)
         if now - self.last_log >= (self.log_every if counted != self.logged else IDLE_LOG_SECS):
             self.last_log, self.logged = now, counted
             (quiet.log_only if self._line is not None else quiet.say)(self.plain_line(n))

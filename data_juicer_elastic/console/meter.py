@@ -3,23 +3,27 @@
 Progress arrives in steps (Ray counts rows per finished block; other nodes' shards count once done),
 so the rate over "now" swings with where the clock stands between two steps.  :class:`Meter` keeps
 the moments the count moved and takes the rate between the last move and the count as it stood
-``window`` seconds before it (interpolated between the moves around it): for a steady throughput
+``window`` seconds before it (interpolated between the moves around it; or further back, to the
+``MIN_GAPS``-th move before the last, where moves are rarer than that): for a steady throughput
 every move lies on one line, so the rate is that line's slope whatever the step size.  Only once
 no move came for longer than the longest wait between two moves in the window does the time since
-the last move count (a stall lowers the rate, in proportion; uneven steps do not).  The time left runs on from the last move at that rate,
-so it counts down between steps instead of standing still and then jumping.
+the last move count (a stall lowers the rate, in proportion; uneven steps do not).  The time left
+runs on from the last move at that rate, so it counts down between steps instead of standing
+still and then jumping.
 """
 
 from __future__ import annotations
 
 from collections import deque
 from collections.abc import Callable
+from itertools import pairwise
 from typing import Final
 
 from data_juicer_elastic.status.throughput import eta_secs
 
 RATE_WINDOW_SECS: Final = 30.0
 MIN_SPAN_SECS: Final = 1.0  # moves closer together than this give no rate yet
+MIN_GAPS: Final = 4  # the rate spans at least this many waits between moves, older than the window if need be
 
 Clock = Callable[[], float]
 
@@ -41,8 +45,9 @@ class Meter:
             self.moves.clear()  # the first move: the rate counts from here
             self.waits_for_move = False
         self.moves.append((now, value))
-        # keep one move at or before the window's start, to interpolate the count there
-        while len(self.moves) > 2 and self.moves[1][0] <= now - self.window:
+        # keep one move at or before the window's start, to interpolate the count there, and at
+        # least MIN_GAPS waits between moves: the longest of a few tells a stall from an uneven step
+        while len(self.moves) > MIN_GAPS + 1 and self.moves[1][0] <= now - self.window:
             self.moves.popleft()
 
     def _slope(self) -> tuple[float, float, float, float] | None:
@@ -58,8 +63,7 @@ class Meter:
         span = t_last - t0
         if span < MIN_SPAN_SECS or v_last <= v0:
             return None
-        times = [t for t, _ in self.moves]
-        longest = max(b - a for a, b in zip(times, times[1:]))
+        longest = max(b[0] - a[0] for a, b in pairwise(self.moves))
         return (v_last - v0) / span, t_last, span, longest
 
     def rate(self) -> float | None:
