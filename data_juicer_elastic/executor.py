@@ -17,6 +17,7 @@ from loguru import logger
 from data_juicer_elastic.cli_options import WORKER_OPTIONS, setting_args
 from data_juicer_elastic.compat import dj_moved
 from data_juicer_elastic.console import JobDisplay
+from data_juicer_elastic.console.summary import run_clock_start
 from data_juicer_elastic.coordination.slots import CUDA_ENV, SlotPool, slot_argv, slot_cpus, slot_devices, slot_env
 from data_juicer_elastic.coordination.stragglers import ClaimGate
 from data_juicer_elastic.errors import ConfigError
@@ -123,7 +124,11 @@ def run_local_worker(
         worker = WorkerSettings.from_elastic(
             settings, max_done=max_done, wait_for_completion=wait_for_completion, random_start=True
         )
-        with runner, JobDisplay(job, shard_rows, planned_bytes=planned, waiting=waiting) as display:  # a live line
+        # a live line: its elapsed time is the run's (from its submission), as the plan's and the merge's;
+        # it counts this node's running shards (this process's, and its other slots' by their progress records)
+        display = JobDisplay(job, shard_rows, planned_bytes=planned, waiting=waiting, node_id=identity.node_id,
+                             started=run_clock_start(job))  # fmt: skip
+        with runner, display:
             summary = run_worker(
                 job,
                 identity,

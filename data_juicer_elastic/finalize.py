@@ -12,7 +12,7 @@ import os
 import threading
 
 from data_juicer_elastic.console import StepDisplay, say
-from data_juicer_elastic.console.summary import shown_path
+from data_juicer_elastic.console.summary import run_clock_start, shown_path
 from data_juicer_elastic.coordination.settle import shard_failed_error, terminal_failures
 from data_juicer_elastic.errors import ElasticError, IntegrityError, MergeBusyError, storage_errors
 from data_juicer_elastic.jobdir.attempts import requeue_hint
@@ -79,7 +79,7 @@ def finalize(
     if layout == "parts":
         result = publish_parts(job, export, overwrite=overwrite)
     else:
-        with StepDisplay() as display, steps.reporting(display):
+        with StepDisplay(started=run_clock_start(job)) as display, steps.reporting(display):
             result = _stream_tail(job, export, overwrite, lock_wait_secs) if stream else None
             if result is None:
                 result = merge_job(job, export, overwrite=overwrite)

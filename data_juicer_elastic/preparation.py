@@ -14,7 +14,7 @@ from typing import Any
 
 from data_juicer_elastic import __version__
 from data_juicer_elastic.console import StepDisplay, say
-from data_juicer_elastic.console.summary import shown_path
+from data_juicer_elastic.console.summary import run_clock_start, shown_path
 from data_juicer_elastic.errors import ConfigError, ElasticError, PrepareCancelled
 from data_juicer_elastic.report.svg import fmt_bytes
 from data_juicer_elastic.settings import ElasticSettings
@@ -92,7 +92,8 @@ def _prepare(
             raise PrepareCancelled()  # the recipe was refused while the input pass ran: stop it
         display(step, done, total)
 
-    with StepDisplay() as display, steps.reporting(report):  # a live line on a terminal, else log lines
+    # a live line on a terminal, else log lines; its elapsed time is the run's (console.summary.run_clock_start)
+    with StepDisplay(started=run_clock_start(request.job_dir)) as display, steps.reporting(report):
         outcome = (prepare_job if scan else plan_job)(request, complete=complete)
     if scan:
         manifest = outcome.manifest

@@ -3,7 +3,8 @@
 * :mod:`.terminal`: the console stream and the one live line kept below other output;
 * :mod:`.quiet`: the console filter (``-v`` / ``DJ_ELASTIC_VERBOSE=1`` shows everything),
   :func:`say` for the plugin's own lines;
-* :mod:`.displays`: progress of the whole job (the live line), and the meter both displays use;
+* :mod:`.displays`: progress of the whole job (the live line);
+* :mod:`.meter`: the rate and the time left both displays show, steady while counts move in steps;
 * :mod:`.step_display`: progress of prepare and merge steps;
 * :mod:`.summary`: the lines a finished run ends with;
 * :mod:`.log_files`: log files that fail quietly and once (a full disk costs their lines, not the run).

@@ -1,10 +1,13 @@
 """Progress of the whole job (:class:`JobDisplay`: rows done/total, rows/s, shards, ETA, what the
-current shard does) and the meter :class:`.step_display.StepDisplay` uses too.
+current shard does) and the line format :class:`.step_display.StepDisplay` uses too.
 
 On a terminal, in quiet mode, one line redrawn in place (``terminal.live_line``), formatted by
 tqdm's ``format_meter``; not a tqdm bar, because the counts come from several sources (the job
-directory, this process's attempts) and the rate must be the job's.  Elsewhere (a log file, or
-``-v``), a plain line every ``log_every`` seconds, not a scroll of bar redraws.
+directory, this process's attempts) and the rate must be the job's (:mod:`.meter`: smoothed over
+a window, so it holds still while the count moves in steps).  Elsewhere (a pipe, a log file, or
+``-v``), a plain line every ``log_every`` seconds while the count moves, every ``IDLE_LOG_SECS``
+while it does not, not a scroll of bar redraws.  The elapsed time is one clock from the process's
+start (``summary.process_started``): the scans and the shards do not each start their own.
 """
 
 from __future__ import annotations
@@ -13,7 +16,6 @@ import contextlib
 import os
 import threading
 import time
-from collections import deque
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Final
@@ -21,58 +23,25 @@ from typing import Any, Final
 from tqdm import tqdm
 
 from data_juicer_elastic.console import quiet, terminal
+from data_juicer_elastic.console.meter import Clock, Meter
 from data_juicer_elastic.console.summary import shown_path
 from data_juicer_elastic.jobdir.job_summary import view_of
 from data_juicer_elastic.jobdir.layout import JobLayout
 from data_juicer_elastic.jobdir.manifest import load_manifest
-from data_juicer_elastic.jobdir.progress import ProgressTracker, Stage
+from data_juicer_elastic.jobdir.progress import ProgressTracker, Stage, read_attempt_progress
 from data_juicer_elastic.status.scan_phase import shard_names
-from data_juicer_elastic.status.throughput import eta_secs
 
-LOG_EVERY_SECS: Final = 30.0
+# Without a terminal: a plain line this often while the count moves (a log read live, or tail -f,
+# should not look stuck for half a minute), and this often while it does not (still alive).
+LOG_EVERY_SECS: Final = 10.0
+IDLE_LOG_SECS: Final = 60.0
 TICK_SECS: Final = 0.5  # live line redraws
 LISTING_SECS: Final = 2.0  # how often the job's done/ and failed/ directories are listed
-RATE_WINDOW_SECS: Final = 60.0
-
-Clock = Callable[[], float]
 
 
 def live(terminal_flag: bool | None) -> bool:
     """Whether to draw a live line: on a terminal and quiet (``-v`` shows Ray's own progress as before)."""
     return (terminal.is_terminal() and not quiet.verbose()) if terminal_flag is None else terminal_flag
-
-
-class Meter:
-    """Units per second over the last ``window`` seconds; the average since the start when nothing
-    moved in the window (progress arrives in steps).  ``from_first_move``: the start is the first
-    sample that moved, so the time before (Ray starting, the first block read) is no part of it."""
-
-    def __init__(self, clock: Clock, window: float = RATE_WINDOW_SECS, *, from_first_move: bool = False):
-        self.clock, self.window, self.waits_for_move = clock, window, from_first_move
-        self.start = clock()
-        self.first: float | None = None
-        self.samples: deque[tuple[float, float]] = deque()
-
-    def add(self, value: float) -> None:
-        now = self.clock()
-        if self.first is None:
-            self.first = value
-        elif self.waits_for_move and value != self.first:
-            self.samples.clear()  # the first move: the rate counts from here
-            self.start, self.first, self.waits_for_move = now, value, False
-        self.samples.append((now, value))
-        while len(self.samples) > 2 and now - self.samples[1][0] >= self.window:
-            self.samples.popleft()
-
-    def rate(self) -> float | None:
-        if len(self.samples) < 2:
-            return None
-        (t0, v0), (t1, v1) = self.samples[0], self.samples[-1]
-        if v1 > v0 and t1 - t0 >= 1.0:
-            return (v1 - v0) / (t1 - t0)
-        elapsed = t1 - self.start
-        gained = v1 - (self.first or 0.0)
-        return gained / elapsed if gained > 0 and elapsed >= 1.0 else None
 
 
 def amount(value: float | None, unit: str) -> str:
@@ -91,13 +60,22 @@ def amount(value: float | None, unit: str) -> str:
 _NO_RATE: Final = "{l_bar}{bar}| {n_fmt}/{total_fmt} [{elapsed}<?, ?{unit}/s{postfix}]"
 
 
+# The time left is the meter's (counted on between steps), not tqdm's (the rows left at the rate).
+_OWN_ETA: Final = "{l_bar}{bar}| {n_fmt}/{total_fmt} [{elapsed}<{eta_left}, {rate_fmt}{postfix}]"
+
+
 def meter_line(desc: str, done: float, total: float | None, elapsed: float, rate: float | None, unit: str,
-               note: str, width: int) -> str:  # fmt: skip
+               note: str, width: int, eta: float | None = None) -> str:  # fmt: skip
     scale = unit == "B"
+    if rate is None and total and done < total:
+        bar_format, extra = _NO_RATE, {}
+    elif eta is not None and total:
+        bar_format, extra = _OWN_ETA, {"eta_left": tqdm.format_interval(eta)}
+    else:
+        bar_format, extra = None, {}
     return tqdm.format_meter(
         done, total, elapsed, ncols=width, prefix=desc, unit=unit if scale else f" {unit}", unit_scale=scale,
-        unit_divisor=1024 if scale else 1000, rate=rate, postfix=note or None,
-        bar_format=_NO_RATE if rate is None and total and done < total else None,
+        unit_divisor=1024 if scale else 1000, rate=rate, postfix=note or None, bar_format=bar_format, **extra,
     )  # fmt: skip
 
 
@@ -106,13 +84,16 @@ class JobDisplay:
 
     Rows done = input rows of the shards done (every ``LISTING_SECS``: from the job summary, else a
     listing of ``done/``, informational, so not through ``fsio``'s fault points) plus the rows this
-    process's running attempts have read (:meth:`attach`: the worker loop's ``on_attempt`` hook).
+    process's running attempts have read (:meth:`attach`: the worker loop's ``on_attempt`` hook;
+    they move block by block, ``execution.progress_source``).  ``started``: the clock's reading
+    the elapsed time counts from (default: now), the same through the scans and the shards.
     """
 
     def __init__(self, job_dir: str | os.PathLike, shard_rows: dict[str, int] | None, *, terminal: bool | None = None,
                  log_every: float = LOG_EVERY_SECS, clock: Clock = time.monotonic, stream: Any = None,
                  tick: float = TICK_SECS, planned_bytes: dict[str, int] | None = None,
-                 waiting: Callable[[], str] | None = None):  # fmt: skip
+                 waiting: Callable[[], str] | None = None, started: float | None = None,
+                 node_id: str | None = None):  # fmt: skip
         self.job_dir = Path(job_dir)
         self.layout = JobLayout(self.job_dir)
         # None while the job is being scanned (rows not known yet): the line shows the scans then,
@@ -122,11 +103,15 @@ class JobDisplay:
         self.total = sum(self.shard_rows.values())
         self.live, self.log_every, self.clock, self.stream, self.tick = live(terminal), log_every, clock, stream, tick
         self.trackers: dict[str, tuple[ProgressTracker, list[float | None]]] = {}
+        self.node_id = node_id  # this node's other slots' running shards count too (:meth:`_slot_rows`)
+        self.slot_rows: dict[str, int] = {}
         self.done: set[str] = set()
         self.failed: set[str] = set()
         self.shown_rows = 0
         self.grace = 2 * LISTING_SECS  # how long a finished attempt's rows count before its result shows
-        self.started = self.last_log = self.last_listing = clock()
+        self.last_log = self.last_listing = clock()
+        self.started = self.last_log if started is None else started
+        self.logged: tuple | None = None  # what the last plain line counted (a new one is due sooner once it moved)
         self.meter = Meter(clock, from_first_move=True)
         self.waiting = waiting or str  # what this worker waits for while no shard runs here ("starting Ray")
         self.lock = threading.Lock()
@@ -166,6 +151,7 @@ class JobDisplay:
             with self.lock:  # this process's own results show at once: one look at each one's marker
                 ended = [s for s, (_, at) in self.trackers.items() if at[0] is not None and s not in self.done]
             self.done.update(s for s in ended if os.path.exists(self.layout.done(s)))
+            self.slot_rows = self._slot_rows(view.summary.live) if self.node_id else {}
             return
         for name, target in (("done", self.done), ("failed", self.failed)):
             try:
@@ -173,6 +159,24 @@ class JobDisplay:
             except OSError:
                 continue
             target.update(n[:-5] for n in names if n.endswith(".json") and n[:-5] in self.shard_rows)
+
+    def _slot_rows(self, live: list) -> dict[str, int]:
+        """Rows read by the running attempts of this node's other slots (the live claims the job
+        summary lists): one small read of each one's progress record per listing.  Other nodes'
+        running shards count once done: a read per live claim of the job from every node every
+        few seconds would not scale."""
+        with self.lock:
+            mine = set(self.trackers)
+        found = {}
+        for claim in live:
+            if claim.node_id != self.node_id or claim.stale or claim.shard_id in mine:
+                continue
+            if claim.shard_id not in self.shard_rows:
+                continue
+            record, _ = read_attempt_progress(self.layout, claim.shard_id, claim.attempt_id)
+            if record is not None and record.stage != Stage.FINISHED:
+                found[claim.shard_id] = min(record.rows_read, self.shard_rows[claim.shard_id])
+        return found
 
     def numbers(self) -> dict[str, Any]:
         now = self.clock()
@@ -195,6 +199,8 @@ class JobDisplay:
                 if finished_at[0] is None:
                     running += 1
                     stage = f"{shard.split('-of-')[0]} {record.stage}"
+        slots = {s: n for s, n in self.slot_rows.items() if s not in self.done and s not in self.failed}
+        rows, running = rows + sum(slots.values()), running + len(slots)
         # Never backwards: a failed attempt's rows leave the count, but the line should not jump back.
         self.shown_rows = max(self.shown_rows, min(rows, self.total))
         self.meter.add(self.shown_rows)
@@ -205,6 +211,7 @@ class JobDisplay:
         return {
             "rows": self.shown_rows,
             "rate": self.meter.rate(),
+            "eta": self.meter.eta(self.total),
             "shards_done": len(self.done),
             "running": running,
             "failed": len(self.failed),
@@ -221,9 +228,8 @@ class JobDisplay:
         if "scanned" in n:
             return f"{self.scanning_note(n)}; elapsed {tqdm.format_interval(n['elapsed'])}"
         pct = f" ({100 * n['rows'] / self.total:.0f}%)" if self.total else ""
-        rate = n["rate"]
+        rate, left = n["rate"], n["eta"]
         speed = f", {rate:,.1f} rows/s" if rate else ""
-        left = eta_secs(self.total - n["rows"], rate)
         eta = f", ETA {tqdm.format_interval(left)}" if left else ""
         return (
             f"progress: {n['rows']:,}/{self.total:,} rows{pct}{speed}{eta}; {self.shards_note(n)}; "
@@ -235,8 +241,11 @@ class JobDisplay:
         now = self.clock()
         if self._line is not None:
             self._line.update(self._live_text(n))
-        if now - self.last_log >= self.log_every:
-            self.last_log = now
+        counted = tuple(n.get(key) for key in ("rows", "shards_done", "failed", "running", "scanned", "bytes"))
+        if self.logged is None:
+            self.logged = counted  # the start: a first line once something moved (or a minute passed)
+        if now - self.last_log >= (self.log_every if counted != self.logged else IDLE_LOG_SECS):
+            self.last_log, self.logged = now, counted
             (quiet.log_only if self._line is not None else quiet.say)(self.plain_line(n))
 
     def scanning_note(self, n: dict[str, Any]) -> str:
@@ -246,9 +255,10 @@ class JobDisplay:
     def _live_text(self, n: dict[str, Any]) -> str:
         width = terminal.line_width(self._line.stream)
         if "scanned" in n:
-            return meter_line("", n["bytes"], n["total"], n["elapsed"], n["rate"], "B", self.scanning_note(n), width)
+            note = self.scanning_note(n)
+            return meter_line("", n["bytes"], n["total"], n["elapsed"], n["rate"], "B", note, width, n["eta"])
         note = self.shards_note(n) + (f" | {n['stage']}" if n["stage"] else "")
-        return meter_line("", n["rows"], self.total, n["elapsed"], n["rate"], "rows", note, width)
+        return meter_line("", n["rows"], self.total, n["elapsed"], n["rate"], "rows", note, width, n["eta"])
 
     def _run(self) -> None:
         while not self._stop.wait(self.tick):
@@ -311,5 +321,6 @@ class ScanCount:
             "bytes": done,
             "total": sum(self.planned.values()),
             "rate": self.meter.rate(),
+            "eta": self.meter.eta(sum(self.planned.values())),
             "elapsed": elapsed,
         }

@@ -1,5 +1,6 @@
 """The progress of prepare and merge steps: one live line per step on a terminal, else a log line
-every ``LOG_EVERY_SECS`` and one when a long step ends."""
+every ``LOG_EVERY_SECS`` and one when a long step ends.  The live line's elapsed time runs from
+``started`` (the process's start, as the job's live line), the log lines give each step's own."""
 
 from __future__ import annotations
 
@@ -8,16 +9,18 @@ import time
 from typing import Any
 
 from data_juicer_elastic.console import quiet, terminal
-from data_juicer_elastic.console.displays import LOG_EVERY_SECS, Clock, Meter, amount, live, meter_line
+from data_juicer_elastic.console.displays import LOG_EVERY_SECS, amount, live, meter_line
+from data_juicer_elastic.console.meter import Clock, Meter
 
 
 class _Step:
     """One step of a StepDisplay."""
 
-    def __init__(self, name: str, unit: str, line, log_every: float, clock: Clock):
+    def __init__(self, name: str, unit: str, line, log_every: float, clock: Clock, origin: float | None):
         self.name, self.unit, self.line, self.log_every, self.clock = name, unit, line, log_every, clock
         self.done, self.total = 0, None
         self.started = self.last_log = clock()
+        self.origin = self.started if origin is None else origin  # the live line's elapsed counts from here
         self.meter = Meter(clock)
         self.logged = False  # a periodic line was printed: the step was long enough to report its end
 
@@ -28,7 +31,8 @@ class _Step:
         if self.line is not None:
             width = terminal.line_width(self.line.stream)
             rate = self.meter.rate()
-            self.line.update(meter_line(self.name, done, total, now - self.started, rate, self.unit, "", width))
+            eta = self.meter.eta(total) if total else None
+            self.line.update(meter_line(self.name, done, total, now - self.origin, rate, self.unit, "", width, eta))
         if now - self.last_log >= self.log_every:
             self.last_log = now
             self._log("progress", periodic=True)
@@ -57,8 +61,8 @@ class StepDisplay:
     """A ``shards.steps`` callback: one line per step name, the previous closed when a new one starts."""
 
     def __init__(self, unit: str = "B", *, terminal: bool | None = None, log_every: float = LOG_EVERY_SECS,
-                 clock: Clock = time.monotonic, stream: Any = None):  # fmt: skip
-        self.unit, self.log_every, self.clock, self.stream = unit, log_every, clock, stream
+                 clock: Clock = time.monotonic, stream: Any = None, started: float | None = None):  # fmt: skip
+        self.unit, self.log_every, self.clock, self.stream, self.started = unit, log_every, clock, stream, started
         self.live = live(terminal)
         self.step: _Step | None = None
         self._line_cm = contextlib.ExitStack()
@@ -69,7 +73,7 @@ class StepDisplay:
             self._close_step()
             if self.live and self._line is None:
                 self._line = self._line_cm.enter_context(terminal.live_line(self.stream))
-            self.step = _Step(step, self.unit, self._line, self.log_every, self.clock)
+            self.step = _Step(step, self.unit, self._line, self.log_every, self.clock, self.started)
         self.step.set(done, total)
 
     def _close_step(self) -> None:

@@ -87,3 +87,20 @@ def process_started() -> float:
     except (OSError, ValueError, IndexError):
         age = 0.0
     return time.monotonic() - max(age, 0.0)
+
+
+def run_clock_start(job_dir: str | os.PathLike) -> float:
+    """The ``time.monotonic()`` reading a live line's elapsed time counts from: the submission of
+    the job's run while it runs (the clock the closing summary, ``status`` and the report use:
+    ``status.job_times``), else this process's start.  Every display of the run takes it, so the
+    plan, the scans, the shards and the merge show one clock, not one each."""
+    from data_juicer_elastic.jobdir.layout import JobLayout
+    from data_juicer_elastic.status.job_times import job_times
+
+    try:
+        times = job_times(JobLayout(Path(job_dir)), paces=[])  # the run's record alone: no listing of paces
+    except Exception:  # noqa: BLE001 - display only: no readable run, this process's clock
+        times = None
+    if times is None or times.run_id is None or times.finalized_at is not None:
+        return process_started()
+    return time.monotonic() - max(0.0, time.time() - times.submitted_at)

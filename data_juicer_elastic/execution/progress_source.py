@@ -97,11 +97,13 @@ class _Sampler(threading.Thread):
             tracker.set_stage(stage, running.name)
         if stage is Stage.PROCESSING:
             total = tracker.current.rows_total
-            read = ray_streaming_executor.rows_output(ops[0])
-            if not any(part.startswith(_READ_PARTS) for part in ops[0].name.split("->")):
-                # The shard was read whole (materialized, execution._shard_source) while loading;
-                # processing starts from those blocks, so every row has been read.
-                read = total
+            if any(part.startswith(_READ_PARTS) for part in ops[0].name.split("->")):
+                read = ray_streaming_executor.rows_output(ops[0])
+            else:
+                # The shard was read whole into blocks (execution.shard_reader) before processing:
+                # its rows count as read once the first operator's task over their block finished,
+                # so the count moves block by block through the shard, not all at once at its start.
+                read = ray_streaming_executor.rows_input_done(ops[0])
             out = ray_streaming_executor.rows_output(ops[-1])
             tracker.update(rows_read=min(read, total), rows_written=out, operator=running.name, source=SOURCE)
         else:

@@ -6,12 +6,13 @@ import io
 import json
 
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 from loguru import logger
 
 from data_juicer_elastic.console import quiet, summary, terminal
-from data_juicer_elastic.console.displays import RATE_WINDOW_SECS, JobDisplay, Meter, meter_line
+from data_juicer_elastic.console.displays import JobDisplay, meter_line
+from data_juicer_elastic.console.meter import MIN_GAPS, RATE_WINDOW_SECS, Meter
 from data_juicer_elastic.console.step_display import StepDisplay
 from data_juicer_elastic.jobdir import leases, progress
 from data_juicer_elastic.jobdir.layout import JobLayout
@@ -95,7 +96,7 @@ def test_a_pty_without_a_size_gets_a_usable_width():
     assert terminal.line_width(io.StringIO()) == terminal.FALLBACK_COLUMNS  # no fileno: like a 0x0 pty
 
 
-def test_meter_rate_over_the_window_and_the_average_when_nothing_moved():
+def test_a_stall_lowers_the_rate_in_proportion_to_its_length():
     clock = FakeClock(0.0)
     meter = Meter(clock, window=60.0)
     meter.add(0)
@@ -103,10 +104,54 @@ def test_meter_rate_over_the_window_and_the_average_when_nothing_moved():
     clock.advance(10.0)
     meter.add(100)
     assert meter.rate() == pytest.approx(10.0)
-    for _ in range(10):  # a long stall: no change in the last minute
+    for _ in range(10):  # a long stall: no move for 100 s
         clock.advance(10.0)
         meter.add(100)
-    assert meter.rate() == pytest.approx(100 / 110.0)
+    # the 10 s between the two moves, and the stall beyond one usual interval (10 s) after the last
+    assert meter.rate() == pytest.approx(100 / (10.0 + 90.0))
+    assert meter.eta(200) == pytest.approx(100 / 1.0 - 10.0), "counted on for one usual interval only"
+
+
+def _steady_job(rate: float, gaps: list[float], total: float, tick: float = 0.5):
+    """A job at a steady ``rate`` whose count arrives in steps after each of ``gaps`` (a shard's
+    blocks, other nodes' shards): the display's (time, rate, eta) at every tick after the window."""
+    clock = FakeClock(0.0)
+    meter = Meter(clock, from_first_move=True)
+    seen, next_move, now, counted = [], 0.0, 0.0, 0
+    moves = iter(gaps)
+    while now < sum(gaps):
+        if now >= next_move:
+            counted = min(int(rate * now), total)  # everything done up to now, counted at once
+            next_move += next(moves, float("inf"))
+        meter.add(counted)  # as the display does: every tick, moved or not
+        if now >= gaps[0] + RATE_WINDOW_SECS and next_move > sum(
+            gaps[: MIN_GAPS + 1]
+        ):  # warmed up: a full window, a few moves
+            seen.append((now, meter.rate(), meter.eta(total)))
+        now += tick
+        clock.advance(tick)
+    return seen
+
+
+@settings(deadline=None, max_examples=300)  # up to minutes of a simulated job per example
+@given(
+    rate=st.floats(min_value=50.0, max_value=20_000.0),
+    period=st.floats(min_value=1.0, max_value=20.0),
+    jitter=st.lists(st.floats(min_value=-0.25, max_value=0.25), min_size=20, max_size=60),
+)
+def test_a_steady_throughput_counted_in_bursts_shows_a_steady_rate_and_finish_time(rate, period, jitter):
+    """The rows move in steps (a shard's blocks, other nodes' whole shards) every ``period``
+    seconds, give or take a quarter; the throughput under them is steady.  Once a window and a
+    few moves were seen, the rate stays in a narrow band around it, between steps and across
+    them, and now + ETA, the finish time shown, holds still."""
+    gaps = [period * (1 + j) for j in jitter] + [period] * int(2 * RATE_WINDOW_SECS / period)
+    total = rate * sum(gaps) * 2
+    seen = _steady_job(rate, gaps, total)
+    assert seen
+    rates = [r for _, r, _ in seen]
+    assert all(r is not None and 0.8 * rate <= r <= 1.1 * rate for r in rates), (min(rates), max(rates), rate)
+    finish = [now + eta for now, _, eta in seen]
+    assert max(finish) - min(finish) <= 0.2 * total / rate, (min(finish), max(finish), total / rate)
 
 
 def _job(tmp_path, shards: dict[str, int]) -> JobLayout:
@@ -123,6 +168,7 @@ def test_job_display_counts_done_shards_and_this_process_running_rows(tmp_path, 
     clock = FakeClock(0.0)
     display = JobDisplay(tmp_path, shards, terminal=False, log_every=30.0, clock=clock)
     display.refresh_listing()
+    display.draw()  # the start, which the periodic line compares with: no line yet
     claim = leases.publish_claim(layout, leases.read_lease(layout, "part-00001-of-00003"), identity(), "a1", "none")
     tracker = progress.ProgressTracker(layout, claim, 20)  # never writes: start_writing() not called
     display.attach(tracker)
@@ -224,6 +270,8 @@ def test_without_a_rate_the_line_shows_no_rate_and_no_time_left():
     assert "50/400 [00:12<?, ? rows/s, shards 0/8 done | part-00000 processing]" in line, line
     known = meter_line("", 50, 400, 12.0, 25.0, "rows", "shards 0/8 done", 120)
     assert "50/400 [00:12<00:14, 25.00 rows/s, shards 0/8 done]" in known, known
+    counted_on = meter_line("", 50, 400, 12.0, 25.0, "rows", "shards 0/8 done", 120, eta=9.0)
+    assert "50/400 [00:12<00:09, 25.00 rows/s, shards 0/8 done]" in counted_on, "the meter's ETA, not tqdm's"
     done = meter_line("", 400, 400, 20.0, None, "rows", "", 120)
     assert "400/400" in done and "<00:00" in done
 
@@ -252,3 +300,113 @@ def test_the_live_line_names_what_it_waits_for_until_rows_are_counted(tmp_path):
     clock.advance(5.0)
     tracker.update(rows_read=20)
     assert display.numbers()["rate"] == pytest.approx(2.0), "10 rows in the 5 s after the first move"
+
+
+@settings(max_examples=40, deadline=None)  # each example writes claims: slow on a loaded machine
+@given(
+    steps=st.lists(
+        st.tuples(st.integers(min_value=0, max_value=2), st.integers(min_value=0, max_value=40), st.booleans()),
+        min_size=1,
+        max_size=30,
+    )
+)
+def test_the_row_count_never_goes_back_and_never_passes_the_total(tmp_path_factory, steps):
+    """Attempts move through their shards, end without a result (their rows leave the count) and
+    are tried again; whatever the order, the rows shown only grow, up to the job's total."""
+    tmp_path = tmp_path_factory.mktemp("monotone")
+    shards = {f"part-0000{k}-of-00003": 40 for k in range(3)}
+    layout = _job(tmp_path, shards)
+    clock = FakeClock(0.0)
+    display = JobDisplay(tmp_path, shards, terminal=False, clock=clock)
+    trackers: dict[int, progress.ProgressTracker] = {}
+    shown = [display.numbers()["rows"]]
+    for attempt, (k, rows, ends) in enumerate(steps):
+        shard = f"part-0000{k}-of-00003"
+        if k not in trackers:
+            lease = leases.read_lease(layout, shard)
+            claim = leases.publish_claim(layout, lease, identity(), f"a{attempt}", "none")
+            trackers[k] = progress.ProgressTracker(layout, claim, 40)
+            display.attach(trackers[k])
+            trackers[k].set_stage(progress.Stage.PROCESSING)
+        tracker = trackers[k]
+        tracker.update(rows_read=max(rows, tracker.current.rows_read))  # an attempt's count only grows
+        if ends:  # ended without a result: a failed attempt, tried again later
+            tracker.finish()
+            del trackers[k]
+        clock.advance(3.0)  # past the grace a finished attempt's rows count for
+        shown.append(display.numbers()["rows"])
+    assert shown == sorted(shown) and shown[-1] <= 120, shown
+
+
+def test_without_a_terminal_a_line_every_ten_seconds_while_rows_move_and_every_minute_while_not(tmp_path, lines):
+    """A pipe or a log file read live: the job's line often enough to see it move, never a line per tick."""
+    shards = {"part-00000-of-00001": 1000}
+    layout = _job(tmp_path, shards)
+    clock = FakeClock(0.0)
+    display = JobDisplay(tmp_path, shards, terminal=False, clock=clock)
+    claim = leases.publish_claim(layout, leases.read_lease(layout, "part-00000-of-00001"), identity(), "a1", "none")
+    tracker = progress.ProgressTracker(layout, claim, 1000)
+    display.attach(tracker)
+    tracker.set_stage(progress.Stage.PROCESSING)
+    said, read = [], 0
+    for second in range(1, 241):  # rows move for two minutes, then stall for two
+        clock.advance(1.0)
+        if second <= 120:
+            tracker.update(rows_read=5 * second)
+        display.draw()
+        said += [second for text, shown in lines[read:] if text.startswith("progress:") and shown]
+        read = len(lines)
+    moving, stalled = [s for s in said if s <= 120], [s for s in said if s > 120]
+    assert moving == list(range(10, 121, 10)), said
+    assert stalled == [180, 240], said
+
+
+def test_the_running_shards_of_this_nodes_other_slots_count_from_their_progress_records(tmp_path, monkeypatch):
+    """Slots are processes of their own: their running shards count by the progress records they
+    write, found through the job summary's live claims; another node's running shard counts once done."""
+    from types import SimpleNamespace
+
+    from data_juicer_elastic.console import displays
+    from data_juicer_elastic.jobdir.job_summary import LiveClaim
+
+    shards = {f"part-0000{k}-of-00003": 100 for k in range(3)}
+    layout = _job(tmp_path, shards)
+    live = []
+    for k, node in enumerate(("node-a", "node-a", "node-b")):
+        shard = f"part-0000{k}-of-00003"
+        claim = leases.publish_claim(layout, leases.read_lease(layout, shard), identity(node), f"a{k}", "none")
+        tracker = progress.ProgressTracker(layout, claim, 100)
+        layout.attempt_dir(shard, f"a{k}").mkdir(parents=True)
+        tracker.start_writing()
+        tracker.set_stage(progress.Stage.PROCESSING)
+        tracker.update(rows_read=10 * (k + 1))
+        assert tracker.flush()
+        live.append(LiveClaim(shard, claim.generation, f"a{k}", node, 1, "t", 0.0, False))
+    view = SimpleNamespace(done_ids=set, failed=[], summary=SimpleNamespace(interval_secs=1.0, live=live))
+    monkeypatch.setattr(displays, "view_of", lambda _layout: view)
+    display = JobDisplay(tmp_path, shards, terminal=False, clock=FakeClock(0.0), node_id="node-a")
+    display.refresh_listing()
+    numbers = display.numbers()
+    assert (numbers["rows"], numbers["running"]) == (10 + 20, 2), "this node's two slots; node-b's shard once done"
+
+
+def test_every_display_of_a_run_counts_from_its_submission(tmp_path):
+    """One clock: the run's record says when it was submitted; a display started any time later
+    (after the plan, after the scans) shows the time since then, as the closing summary does."""
+    import time
+
+    from data_juicer_elastic.coordination.run_records import RunRecord
+    from data_juicer_elastic.sharedfs import fsio
+
+    layout = JobLayout(tmp_path)
+    assert abs(summary.run_clock_start(tmp_path) - summary.process_started()) < 1.0, "no run: this process's start"
+    submitted = time.time() - 100.0
+    key = "ab" * 8
+    fsio.makedirs(layout.run_dir(key))
+    fsio.write_new(layout.run_record(key), RunRecord("run-abab", "derived", submitted, "i-1").encode())
+    start = summary.run_clock_start(tmp_path)
+    assert time.monotonic() - start == pytest.approx(100.0, abs=1.0)
+    out, clock = FakeTerminal(), FakeClock(start + 100.0)
+    with StepDisplay(terminal=True, stream=out, clock=clock, started=start) as display:
+        display("merge", 1, 2)  # a step begun 100 s into the run
+    assert "[01:40<" in redraws(out.getvalue())[0], out.getvalue()

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import time
+from types import SimpleNamespace
 
 import pytest
 
@@ -142,6 +143,52 @@ def test_worker_loop_writes_progress_on_the_heartbeat_and_at_the_end(tmp_path):
 )
 def test_ray_data_executions_are_classified_by_their_operators(names, stage):
     assert classify(names) == stage
+
+
+class _Op:
+    """A Ray Data physical operator as the sampler reads it: its name, whether it completed, its
+    metrics (rows handed to its tasks, the tasks still running with their input rows, rows out)."""
+
+    def __init__(self, name: str):
+        self.name, self.completed = name, False
+        self.metrics = SimpleNamespace(
+            rows_inputs_of_submitted_tasks=0, _running_tasks={}, rows_task_outputs_generated=0
+        )
+
+    def has_completed(self) -> bool:
+        return self.completed
+
+    def submit(self, task: int, rows: int) -> None:
+        self.metrics.rows_inputs_of_submitted_tasks += rows
+        self.metrics._running_tasks[task] = SimpleNamespace(inputs=SimpleNamespace(num_rows=lambda: rows))
+
+    def finish(self, task: int, rows_out: int) -> None:
+        del self.metrics._running_tasks[task]
+        self.metrics.rows_task_outputs_generated += rows_out
+
+
+def test_rows_read_from_blocks_read_before_processing_move_block_by_block(tmp_path, monkeypatch):
+    """The shard read into blocks before processing (no Read operator in the pass): its rows count
+    as read once the task over their block finished, not all at the pass's start."""
+    from data_juicer_elastic.compat import ray_streaming_executor
+    from data_juicer_elastic.execution.progress_source import _Sampler
+
+    _, tracker = _tracker(tmp_path)
+    op = _Op("MapBatches(process_batched)->MapBatches(filter_batch)")
+    executor = SimpleNamespace(_topology={op: None})
+    monkeypatch.setattr(ray_streaming_executor, "live_executors", lambda: [executor])
+    sampler = _Sampler(tracker, 0.5)
+    seen = []
+    for block in range(4):  # four blocks of 25 rows, one task each, one at a time
+        op.submit(block, 25)
+        sampler.sample()
+        seen.append(tracker.current.rows_read)
+        op.finish(block, 20)
+        sampler.sample()
+        seen.append(tracker.current.rows_read)
+    assert tracker.current.stage == progress.Stage.PROCESSING and sampler.failures == 0
+    assert seen == [0, 25, 25, 50, 50, 75, 75, 100], seen
+    assert tracker.current.rows_written == 80
 
 
 def test_a_traversing_attempt_id_is_an_error_not_a_path(tmp_path):
