@@ -25,10 +25,12 @@ from tqdm import tqdm
 from data_juicer_elastic.console import quiet, terminal
 from data_juicer_elastic.console.meter import Clock, Meter
 from data_juicer_elastic.console.summary import shown_path
-from data_juicer_elastic.jobdir.job_summary import view_of
+from data_juicer_elastic.jobdir.job_summary import Holder, view_of
 from data_juicer_elastic.jobdir.layout import JobLayout
 from data_juicer_elastic.jobdir.manifest import load_manifest
 from data_juicer_elastic.jobdir.progress import ProgressTracker, Stage, read_attempt_progress
+from data_juicer_elastic.sharedfs import fsio
+from data_juicer_elastic.sharedfs.identity import safe_name
 from data_juicer_elastic.status.scan_phase import shard_names
 
 # Without a terminal: a plain line this often while the count moves (a log read live, or tail -f,
@@ -151,7 +153,7 @@ class JobDisplay:
             with self.lock:  # this process's own results show at once: one look at each one's marker
                 ended = [s for s, (_, at) in self.trackers.items() if at[0] is not None and s not in self.done]
             self.done.update(s for s in ended if os.path.exists(self.layout.done(s)))
-            self.slot_rows = self._slot_rows(view.summary.live) if self.node_id else {}
+            self.slot_rows = self._slot_rows(view.live) if self.node_id else {}
             return
         for name, target in (("done", self.done), ("failed", self.failed)):
             try:
@@ -160,22 +162,25 @@ class JobDisplay:
                 continue
             target.update(n[:-5] for n in names if n.endswith(".json") and n[:-5] in self.shard_rows)
 
-    def _slot_rows(self, live: list) -> dict[str, int]:
+    def _slot_rows(self, live: dict[str, Holder]) -> dict[str, int]:
         """Rows read by the running attempts of this node's other slots (the live claims the job
-        summary lists): one small read of each one's progress record per listing.  Other nodes'
-        running shards count once done: a read per live claim of the job from every node every
-        few seconds would not scale."""
+        summary lists): per claim, one listing of its shard's attempts (attempt ids sort by start
+        and name their node and pid: the holder's newest is the running one) and one small read of
+        its progress record.  Other nodes' running shards count once done: a read per live claim
+        of the job from every node every few seconds would not scale."""
         with self.lock:
             mine = set(self.trackers)
         found = {}
-        for claim in live:
-            if claim.node_id != self.node_id or claim.stale or claim.shard_id in mine:
+        for shard, holder in live.items():
+            if holder.node_id != self.node_id or holder.stale or shard in mine or shard not in self.shard_rows:
                 continue
-            if claim.shard_id not in self.shard_rows:
+            tag = f"-{safe_name(holder.node_id)[:40]}-{holder.pid}-"
+            attempts = [name for name in fsio.list_names(self.layout.attempt_root(shard)) if tag in name]
+            if not attempts:
                 continue
-            record, _ = read_attempt_progress(self.layout, claim.shard_id, claim.attempt_id)
+            record, _ = read_attempt_progress(self.layout, shard, attempts[-1])
             if record is not None and record.stage != Stage.FINISHED:
-                found[claim.shard_id] = min(record.rows_read, self.shard_rows[claim.shard_id])
+                found[shard] = min(record.rows_read, self.shard_rows[shard])
         return found
 
     def numbers(self) -> dict[str, Any]:

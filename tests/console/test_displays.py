@@ -367,22 +367,23 @@ def test_the_running_shards_of_this_nodes_other_slots_count_from_their_progress_
     from types import SimpleNamespace
 
     from data_juicer_elastic.console import displays
-    from data_juicer_elastic.jobdir.job_summary import LiveClaim
+    from data_juicer_elastic.jobdir.job_summary import Holder
 
     shards = {f"part-0000{k}-of-00003": 100 for k in range(3)}
     layout = _job(tmp_path, shards)
-    live = []
+    live = {}
     for k, node in enumerate(("node-a", "node-a", "node-b")):
         shard = f"part-0000{k}-of-00003"
-        claim = leases.publish_claim(layout, leases.read_lease(layout, shard), identity(node), f"a{k}", "none")
+        attempt = identity(node).new_attempt_id()
+        claim = leases.publish_claim(layout, leases.read_lease(layout, shard), identity(node), attempt, "none")
         tracker = progress.ProgressTracker(layout, claim, 100)
-        layout.attempt_dir(shard, f"a{k}").mkdir(parents=True)
+        layout.attempt_dir(shard, attempt).mkdir(parents=True)
         tracker.start_writing()
         tracker.set_stage(progress.Stage.PROCESSING)
         tracker.update(rows_read=10 * (k + 1))
         assert tracker.flush()
-        live.append(LiveClaim(shard, claim.generation, f"a{k}", node, 1, "t", 0.0, False))
-    view = SimpleNamespace(done_ids=set, failed=[], summary=SimpleNamespace(interval_secs=1.0, live=live))
+        live[shard] = Holder(node, identity(node).pid, False, None)
+    view = SimpleNamespace(done_ids=set, failed=[], interval_secs=1.0, live=live)
     monkeypatch.setattr(displays, "view_of", lambda _layout: view)
     display = JobDisplay(tmp_path, shards, terminal=False, clock=FakeClock(0.0), node_id="node-a")
     display.refresh_listing()
