@@ -13,7 +13,8 @@ its progress record).  The job summary: ``job_summary``, ``pace`` (each worker's
 ``summary_keeper`` (the writer's lease, one round).  The worker: ``claiming`` / ``claim_ahead``
 (finding the next shard), ``shard_attempt`` (one claimed shard, every way out recorded),
 ``worker_loop``, ``worker_settings``, ``worker_signals``, ``scan_loop`` (the scan phase).  Tools:
-``retry``, ``export_path``, ``recipe_diff``, ``row_stats``, ``row_errors``, ``published_file``,
+``retry`` (``code_changes``: operator code a retry accepted), ``export_path``, ``own_export`` (the
+export files this job wrote), ``recipe_diff``, ``row_stats``, ``row_errors``, ``published_file``,
 ``tasks``.  No Ray, no Data-Juicer imports; nothing is re-exported, so importing one stays cheap.
 """
 
@@ -21,6 +22,7 @@ __all__ = [
     "attempts",
     "claim_ahead",
     "claiming",
+    "code_changes",
     "confine",
     "export_path",
     "failures",
@@ -31,6 +33,7 @@ __all__ = [
     "leases",
     "liveness",
     "manifest",
+    "own_export",
     "pace",
     "plan_records",
     "progress",
