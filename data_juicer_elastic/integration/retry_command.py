@@ -120,6 +120,8 @@ def next_steps(job_dir: str | Path, outcome: RetryOutcome) -> list[str]:
         merged = None
     export = shlex.quote(shown_path(merged.output_path)) if merged is not None else "<export_path>"
     changed = own_export.export_changed(layout)
+    if merged is not None and merged.layout == "parts" and fsio.exists(Path(merged.output_path)):
+        changed = Path(merged.output_path)  # a parts export is replaced only with overwrite (own_export)
     force = " --overwrite" if changed is not None else ""
     merge = f"dj-elastic merge --job-dir {job} --output {export}{force}"
     lines.append(f"next: dj-elastic worker --job-dir {job} && {merge}")
@@ -129,6 +131,8 @@ def next_steps(job_dir: str | Path, outcome: RetryOutcome) -> list[str]:
         + "): it runs only the requeued shard(s), then replaces the export"
     )
     if changed is not None:
-        what = f"{shown_path(changed)} changed since this job wrote it"
+        parts = merged is not None and merged.layout == "parts"
+        why = "is a parts export" if parts else "changed since this job wrote it"
+        what = f"{shown_path(changed)} {why}"
         lines.append(f"note: {what}: a merge replaces it only with --overwrite")
     return lines

@@ -80,3 +80,51 @@ def test_the_latest_accepted_code_is_the_jobs_and_a_damaged_record_is_an_error(j
         code_changes.job_code(layout, prepared)
     assert "checksum mismatch" in str(info.value) and str(path) in str(info.value)
     assert "prepare a new job_dir" in info.value.hint
+
+
+def _code(ops: str) -> dict:
+    return {"operators": {"m": {"ops": ops}}, "custom_operator_paths": {}, "versions": {"ray": "1"}}
+
+
+def test_retry_refuses_a_code_change_before_anything_moves_and_accepts_it_only_with_the_rest_done(
+    job, tmp_path, monkeypatch
+):
+    """``integration.retry_command.retry`` (what ``dj-elastic retry`` runs) with the code fingerprints
+    faked: the real fingerprint and commands are tests/e2e/test_quarantine.py's."""
+    from data_juicer_elastic.errors import CodeMismatchError, ConfigError
+    from data_juicer_elastic.execution import code_fingerprint
+    from data_juicer_elastic.integration import retry_command
+
+    out = tmp_path / "merged.jsonl"
+    _run(job, 1)
+    merge_job(job, out)
+    monkeypatch.setattr(code_changes, "job_code", lambda layout, prepared: _code("job's"))
+    monkeypatch.setattr(code_fingerprint, "code_fingerprint", lambda recipe: _code("fixed"))
+    result = json.loads((job / "done" / f"{SHARD}.json").read_text())
+    (job / result["output"]).unlink()  # the shard is requeued by --shard-id
+    done = sorted(p.name for p in (job / "done").iterdir())
+
+    with pytest.raises(CodeMismatchError) as info:
+        retry_command.retry(job, shard_ids=[SHARD])
+    assert "operators.m is {ops: fixed} here, {ops: job's} in the job" in str(info.value)
+    assert f"--shard-id {SHARD} --accept-code-change" in info.value.hint
+    assert sorted(p.name for p in (job / "done").iterdir()) == done and not (job / "code-changes").exists()
+
+    other = "part-00002-of-00004"
+    (job / "done" / f"{other}.json").rename(tmp_path / "aside.json")  # a shard not done and not requeued
+    with pytest.raises(ConfigError, match=f"neither done nor requeued \\({other}\\)"):
+        retry_command.retry(job, shard_ids=[SHARD], accept_code_change=True)
+    assert (job / "done" / f"{SHARD}.json").exists() and not (job / "code-changes").exists()
+    (tmp_path / "aside.json").rename(job / "done" / f"{other}.json")
+
+    outcome = retry_command.retry(job, shard_ids=[SHARD], accept_code_change=True)
+    assert outcome.requeued == [SHARD] and not (job / "done" / f"{SHARD}.json").exists()
+    monkeypatch.undo()
+    record = code_changes.latest_change(JobLayout(job))
+    assert record.shards == [SHARD] and record.code["operators"] == {"m": {"ops": "fixed"}}
+    lines = retry_command.next_steps(job, outcome)
+    assert f"next: dj-elastic worker --job-dir {job} && dj-elastic merge --job-dir {job} --output {out}" in lines
+
+    out.write_text("edited\n")  # the next merge could not replace it: the commands say so
+    lines = retry_command.next_steps(job, outcome)
+    assert lines[-3].endswith(f"--output {out} --overwrite") and "changed since this job wrote it" in lines[-1]
