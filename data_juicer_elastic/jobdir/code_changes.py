@@ -47,12 +47,18 @@ def change_path(layout: JobLayout, seq: int) -> Path:
 def latest_change(layout: JobLayout) -> CodeChange | None:
     """The latest accepted change, or None; JobDirError naming a damaged record."""
     seqs = [int(m.group(1)) for m in map(_NAME.match, fsio.list_names(layout.code_changes_dir)) if m]
-    if not seqs:
+    seq, data = max(seqs, default=0), None
+    if seq:
+        data = fsio.read_record(change_path(layout, seq))
+        if data is None:  # listed, then gone: records are never removed, so the directory was edited
+            path = change_path(layout, seq)
+            raise JobDirError("code-change record vanished while read", where=str(path), hint="prepare a new job_dir")
+    # A listing may lag on NFS; a name opened is current: the records after the listed ones are probed.
+    while (newer := fsio.read_record(change_path(layout, seq + 1))) is not None:
+        seq, data = seq + 1, newer
+    if data is None:
         return None
-    path = change_path(layout, max(seqs))
-    data = fsio.read_record(path)
-    if data is None:  # listed, then gone: records are never removed, so the directory was edited
-        raise JobDirError("code-change record vanished while read", where=str(path), hint="prepare a new job_dir")
+    path = change_path(layout, seq)
     try:
         return CodeChange.parse_checked(data, path)
     except JobDirError as exc:

@@ -65,6 +65,10 @@ def test_the_latest_accepted_code_is_the_jobs_and_a_damaged_record_is_an_error(j
     second = code_changes.record_change(layout, {**prepared, "operators": {"m": {"ops": "c"}}}, [SHARD], ["m"])
     assert (first.seq, second.seq) == (1, 2) and second.shards == [SHARD]
     assert code_changes.job_code(layout, prepared)["operators"] == {"m": {"ops": "c"}}
+    # a listing that lags (NFS) still finds the latest: the names after it are opened
+    monkeypatch.setattr(code_changes.fsio, "list_names", lambda path: ["000001.json"])
+    assert code_changes.latest_change(layout).seq == 2
+    monkeypatch.undo()
 
     # two retries at once: the second to publish the same sequence number is refused
     monkeypatch.setattr(code_changes, "latest_change", lambda _layout: first)
