@@ -104,12 +104,16 @@ def _cmd_run(args: argparse.Namespace) -> int:
 
 
 def _cmd_retry(args: argparse.Namespace) -> int:
-    from data_juicer_elastic.jobdir.retry import retry_shards
+    from data_juicer_elastic.integration.retry_command import next_steps, retry
 
-    requeued = retry_shards(
-        Path(args.job_dir).resolve(), shard_ids=args.shard_id, all_failed=args.all_failed, quarantined=args.quarantined
+    outcome = retry(
+        args.job_dir,
+        shard_ids=args.shard_id,
+        all_failed=args.all_failed,
+        quarantined=args.quarantined,
+        accept_code_change=args.accept_code_change,
     )
-    print(f"requeued {len(requeued)} shard(s): {', '.join(requeued) if requeued else '-'}")
+    print("\n".join(next_steps(args.job_dir, outcome)))
     return EXIT_OK
 
 
@@ -315,6 +319,12 @@ def build_parser() -> argparse.ArgumentParser:
         "--quarantined",
         action="store_true",
         help="every done shard with quarantined rows, to run again whole after a fix (docs/quarantine.md)",
+    )
+    p.add_argument(
+        "--accept-code-change",
+        action="store_true",
+        help="the operator code was fixed: the requeued shards run this node's code (recorded in code-changes/; "
+        "every other shard must be done)",
     )
     p.set_defaults(func=_cmd_retry)
 

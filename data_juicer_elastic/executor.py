@@ -23,6 +23,7 @@ from data_juicer_elastic.coordination.stragglers import ClaimGate
 from data_juicer_elastic.errors import ConfigError
 from data_juicer_elastic.job_run import JobRun
 from data_juicer_elastic.jobdir import confine
+from data_juicer_elastic.jobdir.code_changes import job_code
 from data_juicer_elastic.jobdir.layout import JobLayout
 from data_juicer_elastic.jobdir.manifest import load_job, load_manifest
 from data_juicer_elastic.jobdir.records import Manifest
@@ -84,7 +85,7 @@ def run_local_worker(
         row_schema=lambda: scanned_manifest().row_schema,  # known once the job is scanned
         ray_address=settings.ray_address,
         ray_num_cpus=cpus,
-        code=manifest.code,
+        code=job_code(layout, manifest.code),  # the latest code a retry accepted, else prepare's
         allow_version_mismatch=settings.allow_version_mismatch,
         max_error_rows=settings.max_error_rows,
         restart_process=lambda: restart_worker_process(before=lambda: _stop_slots(pool)),

@@ -38,7 +38,8 @@ def summary_lines(job_dir: str | os.PathLike, result: Any, elapsed_secs: float, 
     if errors is not None:
         lines.append(
             f"  errors  {shown_path(errors.path)} ({errors.rows:,} row{'s' if errors.rows != 1 else ''} operators "
-            f"failed on, with why; after a fix: dj-elastic retry --job-dir {shown_path(job_dir)} --quarantined)"
+            f"failed on, with why; after fixing the operator or the rows: dj-elastic retry --job-dir "
+            f"{shlex.quote(shown_path(job_dir))} --quarantined, which checks the fix and prints what to run next)"
         )
     if getattr(result, "layout", "file") == "parts":  # a directory of parts in name order, an index, the stats
         from data_juicer_elastic.jobdir.export_path import PART_STATS_SUFFIX, PARTS_INDEX

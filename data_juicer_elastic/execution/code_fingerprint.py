@@ -54,8 +54,8 @@ def check_code(recorded: Mapping[str, Any] | None, here: Mapping[str, Any], *, a
     """CodeMismatchError unless this node's fingerprint matches the job's (None: an older job)."""
     if recorded is None:
         return
-    code = _differences(recorded, here, ("operators", "custom_operator_paths"))
-    versions_differ = _differences(recorded, here, ("versions",))
+    code = code_differences(recorded, here)
+    versions_differ = version_differences(recorded, here)
     if code:
         raise CodeMismatchError(
             "this worker runs different operator code than the job was prepared with: " + "; ".join(code[:4]),
@@ -70,6 +70,15 @@ def check_code(recorded: Mapping[str, Any] | None, here: Mapping[str, Any], *, a
             hint="install the job's versions on this node, or pass --allow-version-mismatch "
             "(elastic.allow_version_mismatch) if you know the difference does not change results",
         )
+
+
+def code_differences(recorded: Mapping[str, Any], here: Mapping[str, Any]) -> list[str]:
+    """What differs in the operator code itself (``operators.<name> is {...} here, {...} in the job``)."""
+    return _differences(recorded, here, ("operators", "custom_operator_paths"))
+
+
+def version_differences(recorded: Mapping[str, Any], here: Mapping[str, Any]) -> list[str]:
+    return _differences(recorded, here, ("versions",))
 
 
 def tree_sha256(path: str) -> str:

@@ -10,7 +10,9 @@
   refused run's job directory removed again;
 * ``recipe`` (the shard recipe each shard runs) and ``recipe_check`` (recipes that cannot
   run shard by shard, refused);
-* ``doctor`` and ``mount_cache``: the checks behind ``dj-elastic doctor``.
+* ``doctor`` and ``mount_cache``: the checks behind ``dj-elastic doctor``;
+* ``retry_command``: ``dj-elastic retry``, with the operator code checked before anything is
+  requeued (a fix of the code accepted for the requeued shards), and the next commands.
 
 Importing this package is cheap and imports no Data-Juicer module.
 """
@@ -27,4 +29,5 @@ __all__ = [
     "patches",
     "recipe",
     "recipe_check",
+    "retry_command",
 ]

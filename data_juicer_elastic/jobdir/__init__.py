@@ -15,7 +15,8 @@ reads), ``pace`` (each worker's pace record), ``summary_keeper`` (the writer's l
 The worker: ``claiming`` / ``claim_ahead`` (finding the next shard), ``shard_attempt`` (one
 claimed shard, every way out recorded), ``worker_loop``, ``worker_settings``, ``worker_signals``,
 ``scan_loop`` (the scan phase), ``scan_outcome`` (how the scans ended: the input accepted, refused
-at ``file:line``, or a scan failed).  Tools: ``retry``, ``export_path``, ``recipe_diff``,
+at ``file:line``, or a scan failed).  Tools: ``retry`` (``code_changes``: operator code a retry
+accepted), ``export_path``, ``own_export`` (the export files this job wrote), ``recipe_diff``,
 ``row_stats``, ``row_errors``, ``published_file``, ``tasks``.  No Ray, no Data-Juicer imports;
 nothing is re-exported, so importing one stays cheap.
 """
@@ -25,6 +26,7 @@ __all__ = [
     "claim_ahead",
     "claiming",
     "cleaned",
+    "code_changes",
     "confine",
     "export_path",
     "failures",
@@ -35,6 +37,7 @@ __all__ = [
     "leases",
     "liveness",
     "manifest",
+    "own_export",
     "pace",
     "plan_records",
     "progress",

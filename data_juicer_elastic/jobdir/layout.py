@@ -145,6 +145,7 @@ class JobLayout:
     coordination_dir = _under("root", "coordination")
     logs_dir = _under("root", "logs")
     batch_profiles_dir = _under("root", "batch-profiles")
+    code_changes_dir = _under("root", "code-changes")  # operator code accepted by retry (jobdir.code_changes)
     claims_dir = _under("tasks_root", "claims")
     heartbeats_dir = _under("tasks_root", "heartbeats")
     releases_dir = _under("tasks_root", "releases")

@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import secrets
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 from loguru import logger
@@ -27,10 +28,16 @@ from data_juicer_elastic.sharedfs.identity import WorkerIdentity
 
 
 def retry_shards(
-    job_dir: str | Path, shard_ids: list[str] | None = None, all_failed: bool = False, quarantined: bool = False
+    job_dir: str | Path,
+    shard_ids: list[str] | None = None,
+    all_failed: bool = False,
+    quarantined: bool = False,
+    before_requeue: Callable[[list[str]], None] | None = None,
 ) -> list[str]:
     """Requeue the given shards (failed, or done with an invalid result), every failed shard, or
-    every done shard with quarantined rows; returns the ids requeued."""
+    every done shard with quarantined rows; returns the ids requeued.  ``before_requeue(ids)`` runs
+    once every shard is checked and before any record moves: what the next run will check (its
+    operator code: ``integration.retry_command``); an error there leaves the job as it was."""
     if sum((bool(shard_ids), bool(all_failed), bool(quarantined))) != 1:
         raise ConfigError(
             "name the shards to retry, or ask for all failed shards, or for the shards with quarantined rows "
@@ -58,6 +65,8 @@ def retry_shards(
                 )
     # check all before moving anything
     done = set(targets) if quarantined else {s for s in targets if _done_and_invalid(layout, manifest, s)}
+    if targets and before_requeue is not None:
+        before_requeue(targets)
     for shard in targets:
         _archive(layout, shard, done=shard in done)
     if targets:

@@ -9,6 +9,7 @@ from pathlib import Path
 
 from loguru import logger
 
+from data_juicer_elastic.jobdir import own_export
 from data_juicer_elastic.jobdir.attempts import requeue_hint
 from data_juicer_elastic.jobdir.layout import JobLayout
 from data_juicer_elastic.jobdir.records import ShardEntry
@@ -19,16 +20,11 @@ from data_juicer_elastic.sharedfs import fsio
 
 
 def stage_errors(
-    layout: JobLayout, results: list[tuple[ShardEntry, ShardResult]], output: Path, tag: str, *, overwrite: bool
+    layout: JobLayout, results: list[tuple[ShardEntry, ShardResult]], output: Path, tag: str
 ) -> StagedFile | None:
     """The merged quarantine file under a temp name (the merge's own writer and temp names); None
-    when no row was quarantined."""
-    path = export_errors_path(output)
+    when no row was quarantined (an earlier merge's file is then removed: ``remove_stale_errors``)."""
     if sum(result.errors.rows for _, result in results if result.errors is not None) == 0:
-        if fsio.exists(path) and overwrite:  # an earlier merge's (before retry --quarantined): replaced by none
-            fsio.remove(path)
-        elif fsio.exists(path):
-            logger.warning(f"{path} is from an earlier merge: no row is quarantined now (overwrite removes it)")
         return None
     size = sum(result.errors.bytes for _, result in results if result.errors is not None)
     copies = (
@@ -36,4 +32,14 @@ def stage_errors(
         for entry, result in results
         if result.errors is not None
     )
-    return stage_concat(path, tag, size, copies)
+    return stage_concat(export_errors_path(output), tag, size, copies)
+
+
+def remove_stale_errors(layout: JobLayout, output: Path, overwrite: bool) -> None:
+    """After a merge that quarantined no row: an earlier merge's ``<export>_errors.jsonl`` (before
+    ``retry --quarantined``) is removed with ``overwrite`` or when this job wrote it, else named."""
+    path = export_errors_path(output)
+    if fsio.exists(path) and (overwrite or own_export.written_by_job(layout, path)):
+        fsio.remove(path)
+    elif fsio.exists(path):
+        logger.warning(f"{path} is from an earlier merge: no row is quarantined now (overwrite removes it)")

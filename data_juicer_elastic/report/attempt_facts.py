@@ -134,9 +134,12 @@ def shard_attempts(
             if record is not None:
                 records.append(record)
     records.sort(key=lambda r: (r.generation, r.started_at))
-    accepted = next((r.attempt_id for r in records if r.exit_reason == AttemptExit.DONE), None)
+    finished = [r.attempt_id for r in records if r.exit_reason == AttemptExit.DONE]
+    # The accepted result is the done marker's: a shard that is not done has none (`dj-elastic retry`
+    # archived it), and one that finished more than once (retried) names it in its marker.
+    accepted = finished[0] if len(finished) == 1 and status.state is ShardState.DONE else None
     accepted_at: float | None = None
-    if status.state is ShardState.DONE and accepted is None:  # published, its end never recorded (worker died)
+    if status.state is ShardState.DONE and accepted is None:  # retried, or its end never recorded (worker died)
         result, error = attempts.read_done(layout, shard)
         if error:
             warnings.add(error)
@@ -209,11 +212,11 @@ def _running(holder: _Holder, base: dict[str, Any]) -> AttemptFact:
 def _ended(layout, record, accepted, accepted_at, failures, base: dict[str, Any]) -> AttemptFact:
     if record.ended_at is not None:
         outcome = _EXIT_OUTCOMES.get(record.exit_reason or "", AttemptOutcome.LOST)
+        detail = record.exit_reason or "?"
         if outcome is AttemptOutcome.DONE and record.attempt_id != accepted:
-            outcome = AttemptOutcome.DISCARDED  # two "done" records cannot both be the accepted one
-        return AttemptFact(
-            ended_at=record.ended_at, end_estimated=False, outcome=outcome, detail=record.exit_reason or "?", **base
-        )
+            # not the accepted result: another attempt published first, or a retry requeued the shard
+            outcome, detail = AttemptOutcome.DISCARDED, "done, then requeued by retry"
+        return AttemptFact(ended_at=record.ended_at, end_estimated=False, outcome=outcome, detail=detail, **base)
     if record.attempt_id == accepted:
         end = accepted_at if accepted_at is not None else record.started_at
         return AttemptFact(ended_at=end, end_estimated=True, outcome=AttemptOutcome.DONE, detail="done", **base)

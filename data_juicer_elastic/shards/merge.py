@@ -23,7 +23,7 @@ from typing import Any, Final
 from loguru import logger
 
 from data_juicer_elastic.errors import IntegrityError, JobDirError, OutputExistsError, preview, storage_errors
-from data_juicer_elastic.jobdir import attempts, confine
+from data_juicer_elastic.jobdir import attempts, confine, own_export
 from data_juicer_elastic.jobdir.export_path import check_export_path, merge_places
 from data_juicer_elastic.jobdir.layout import JobLayout
 from data_juicer_elastic.jobdir.manifest import load_manifest
@@ -168,15 +168,32 @@ def publish_merged(
 
     errors = None
     try:
-        errors = errors_merge.stage_errors(layout, results, output, tag, overwrite=overwrite)
+        errors = errors_merge.stage_errors(layout, results, output, tag)
         fault_seam.fault_point("finalize", output)  # named crash point: merged, not yet published
-        for staged, target in [(tmp, output), *((s.tmp, s.record.path) for s in (stats, errors) if s is not None)]:
-            refuse_if_different(staged, target, overwrite)
-        written = publish_output(tmp, output, overwrite)
-        return written, *(None if side is None else side.publish(overwrite) for side in (stats, errors))
+        staged = [(tmp, output), *((s.tmp, s.record.path) for s in (stats, errors) if s is not None)]
+        replace = overwrite or may_replace(layout, staged)
+        for new, target in staged:
+            refuse_if_different(new, target, replace)
+        written = publish_output(tmp, output, replace)
+        sides = tuple(None if side is None else side.publish(replace) for side in (stats, errors))
+        if errors is None:  # no row quarantined now: an earlier merge's file goes too
+            errors_merge.remove_stale_errors(layout, output, overwrite)
+        return written, *sides
     finally:
         for side in filter(None, (None if keep_stats else stats, errors)):
             fsio.remove(side.tmp)
+
+
+def may_replace(layout: JobLayout, staged: list[tuple[Path, Path]]) -> bool:
+    """Whether every export file the merge would change is one this job itself wrote (merge.json's
+    hash proves it): after ``dj-elastic retry`` the job's result differs from its export, which the
+    merge then replaces without ``overwrite``; a file edited since, or anyone else's, still needs it.
+    Reads the existing files only when something differs."""
+    changed = [target for new, target in staged if fsio.exists(target) and not fsio.same_bytes(new, target)]
+    if not changed:
+        return False
+    recorded = own_export.recorded_files(layout)
+    return all(own_export.written_by_job(layout, target, recorded) for target in changed)
 
 
 def stage_row_stats(

@@ -110,6 +110,10 @@ def snapshot(
         return snap
     note = SummaryNote(summary.seq, summary.written_at, len(reader.live))
     tallies = node_tallies(read_paces(layout) if paces is None else paces)
+    if sum(t.shards_done for t in tallies) > len(reader.done):
+        # The workers counted results that are no longer accepted (`dj-elastic retry` archived them):
+        # their tallies would contradict the shards' states, so the done markers are read instead.
+        return snapshot(layout.root, ttl_secs, observer, exact=False, use_summary=False, now=now, manifest=manifest)
     return replace(snap, source=FROM_SUMMARY, summary=note, node_tallies=tallies)
 
 

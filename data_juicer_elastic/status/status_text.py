@@ -74,7 +74,8 @@ def render_text(
         lines.append(
             f"quarantined: {snap.quarantined_rows} row(s) operators failed on, set aside in {len(quarantined)} "
             f"shard(s) (each row with its error: <export>_errors.jsonl after the merge; per shard: "
-            f"{quarantined[0].errors_path}, ...); after a fix: dj-elastic retry --job-dir {snap.job_dir} --quarantined"
+            f"{quarantined[0].errors_path}, ...); after fixing the operator or the rows: "
+            f"dj-elastic retry --job-dir {snap.job_dir} --quarantined (it checks the fix and prints what to run next)"
         )
     if summary.nodes:
         width = max(8, *(len(n.node_id) for n in summary.nodes))
