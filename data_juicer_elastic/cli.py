@@ -160,16 +160,19 @@ def _cmd_verify(args: argparse.Namespace) -> int:
 
 
 def _cmd_doctor(args: argparse.Namespace) -> int:
-    from data_juicer_elastic.integration.doctor import filesystem_checks, integration_checks, lease_timing_check
+    from data_juicer_elastic.integration import doctor
 
-    checks = list(integration_checks())
+    checks = list(doctor.integration_checks())
     if args.job_dir:
-        checks += filesystem_checks(Path(args.job_dir))
+        checks += doctor.filesystem_checks(Path(args.job_dir))
         if Path(args.job_dir).is_dir():
-            checks.append(lease_timing_check(args.job_dir))
-    for check in checks:
-        print(f"[{'warn' if check.warn else 'ok' if check.ok else 'FAIL'}] {check.name}: {check.detail}")
-    return EXIT_OK if all(c.ok or c.warn for c in checks) else EXIT_ERROR
+            checks.append(doctor.lease_timing_check(args.job_dir))
+    passed = all(c.ok or c.warn for c in checks)
+    print(doctor.verdict(checks, args.job_dir))
+    for check in checks:  # every check after a failure or with -v; a warning always (worth acting on)
+        if not passed or check.warn or getattr(args, "verbose", False):
+            print(f"[{'warn' if check.warn else 'ok' if check.ok else 'FAIL'}] {check.name}: {check.detail}")
+    return EXIT_OK if passed else EXIT_ERROR
 
 
 def _load_recipe(args: argparse.Namespace, setup: bool = True):
@@ -299,8 +302,18 @@ def build_parser() -> argparse.ArgumentParser:
     )
     job_dir(p)
     group = p.add_mutually_exclusive_group(required=True)
-    group.add_argument("--all-failed", action="store_true")
-    group.add_argument("--shard-id", nargs="+", metavar="ID")
+    group.add_argument(
+        "--all-failed",
+        action="store_true",
+        help="every terminally failed shard: its records are archived to history/ and the next worker runs it again",
+    )
+    group.add_argument(
+        "--shard-id",
+        nargs="+",
+        metavar="ID",
+        help="these shards (ids as status lists them, e.g. part-00003-of-00008): each must be terminally failed, "
+        "or done with its output missing or corrupt",
+    )
     group.add_argument(
         "--quarantined",
         action="store_true",
