@@ -57,7 +57,7 @@ def _cmd_worker(args: argparse.Namespace) -> int:
 
     say(
         f"worker done ({summary.stop_reason}): {summary.done} shard(s) done here, {summary.failed} failed attempt(s)"
-        + ("; the job is complete" if summary.complete else "")
+        + (f"; the job is complete. {_who_exports(args.job_dir)}" if summary.complete else "")
     )
     if summary.terminal_failures:
         failed = ", ".join(shard_id for shard_id, _ in summary.terminal_failures)
@@ -118,11 +118,12 @@ def _cmd_merge(args: argparse.Namespace) -> int:
 
     job = Path(args.job_dir).resolve()
     layout = _settings_from_job(args.job_dir, args).export_layout  # --export-layout, else the job's setting
-    check_export_path(job, args.output, "--output", layout)  # before anything is read
+    output = args.output or _recipe_export_path(job)
+    check_export_path(job, output, "--output", layout)  # before anything is read
     if not args.follow:
         from data_juicer_elastic.finalize import finalize  # imports neither Data-Juicer nor Ray
 
-        finalize(args.job_dir, args.output, overwrite=args.overwrite, layout=layout)  # says what it merged
+        finalize(args.job_dir, output, overwrite=args.overwrite, layout=layout)  # says what it merged
         return EXIT_OK
     if layout == "parts":
         raise ConfigError(
@@ -141,9 +142,7 @@ def _cmd_merge(args: argparse.Namespace) -> int:
         )
 
     # Returns only when published (no stop event); OUTPUT's last component is never resolved: a link is not followed.
-    result = follow_merge(
-        job, args.output, overwrite=args.overwrite, wait=True, poll_secs=args.poll_secs, on_progress=show
-    )
+    result = follow_merge(job, output, overwrite=args.overwrite, wait=True, poll_secs=args.poll_secs, on_progress=show)
     print(f"merged {result.rows} rows from {result.shards} shards into {result.output_path}")
     return EXIT_OK
 
@@ -173,6 +172,34 @@ def _cmd_doctor(args: argparse.Namespace) -> int:
         if not passed or check.warn or getattr(args, "verbose", False):
             print(f"[{'warn' if check.warn else 'ok' if check.ok else 'FAIL'}] {check.name}: {check.detail}")
     return EXIT_OK if passed else EXIT_ERROR
+
+
+def _who_exports(job_dir: str) -> str:
+    """Workers publish shard results only: the line that says what writes the export, to paste."""
+    import shlex
+
+    from data_juicer_elastic.console.summary import shown_path
+    from data_juicer_elastic.jobdir.manifest import load_plan
+
+    recorded = load_plan(Path(job_dir).resolve()).export_path  # the recipe's: merge's default output
+    command = f"dj-elastic merge --job-dir {shlex.quote(shown_path(job_dir))}" + ("" if recorded else " --output PATH")
+    where = f" into {shown_path(recorded)}" if recorded else ""
+    return f"Workers do not write the export: `{command}` merges it{where} (so does a dj-process run of the recipe)"
+
+
+def _recipe_export_path(job: Path) -> str:
+    """``export_path`` of the recipe the job was prepared from (recorded in its plan): merge's default output."""
+    from data_juicer_elastic.jobdir.manifest import load_plan
+
+    recorded = load_plan(job).export_path
+    if not recorded:
+        raise ConfigError(
+            "the job records no export_path to merge into (its recipe had none, or it was prepared by an "
+            "earlier version)",
+            where="--output",
+            hint="give the output with --output PATH",
+        )
+    return recorded
 
 
 def _load_recipe(args: argparse.Namespace, setup: bool = True):
@@ -323,7 +350,11 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = add_parser("merge", help="validate every shard result and merge them in input order (or publish parts)")
     job_dir(p)
-    p.add_argument("--output", required=True, help="the merged JSONL to write (with parts: the directory)")
+    p.add_argument(
+        "--output",
+        help="the merged JSONL to write (with parts: the directory); default: the export_path of the recipe the "
+        "job was prepared from",
+    )
     p.add_argument("--overwrite", action="store_true", help="replace a different existing output")
     p.add_argument(
         "--follow",

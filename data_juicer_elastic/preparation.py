@@ -16,6 +16,7 @@ from data_juicer_elastic import __version__
 from data_juicer_elastic.console import StepDisplay, say
 from data_juicer_elastic.console.summary import shown_path
 from data_juicer_elastic.errors import ConfigError, ElasticError, PrepareCancelled
+from data_juicer_elastic.jobdir.export_path import export_target
 from data_juicer_elastic.report.svg import fmt_bytes
 from data_juicer_elastic.settings import ElasticSettings
 from data_juicer_elastic.shards import steps
@@ -63,8 +64,10 @@ def prepare_request(cfg: Any, settings: ElasticSettings) -> PrepareRequest:
 
 def _request(elastic: ElasticSettings, dataset_path: Any, source: Any, /, **fields: Any) -> PrepareRequest:
     """A request's input fields from the ``elastic`` settings and the recipe (a parsed cfg, or its YAML)."""
+    from data_juicer_elastic.integration.config_block import cfg_value
     from data_juicer_elastic.integration.recipe import index_key, media_keys
 
+    export = cfg_value(source, "export_path", None)
     return PrepareRequest(
         job_dir=resolve_user_path(elastic.job_dir),
         dataset_path=resolve_user_path(dataset_path),
@@ -75,6 +78,7 @@ def _request(elastic: ElasticSettings, dataset_path: Any, source: Any, /, **fiel
         shard_codec=elastic.shard_codec,
         copy_shards=elastic.copy_shards,
         input_order=elastic.input_order,
+        export_path=str(export_target(export)) if isinstance(export, str) and export else None,
         **fields,
     )
 

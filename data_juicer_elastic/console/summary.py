@@ -33,7 +33,7 @@ def summary_lines(job_dir: str | os.PathLike, result: Any, elapsed_secs: float, 
         f"done in {format_wall(elapsed_secs)}: {manifest.total_rows:,} rows in, {result.rows:,} rows out, "
         + (f"{errors.rows:,} rows quarantined, " if errors is not None else "")
         + f"{result.shards} shards, {retries} retr{'y' if retries == 1 else 'ies'}"
-        + ("" if result.written else " (the output was already there, unchanged)"),
+        + ("" if result.written else " (the export was already there, identical: left unchanged)"),
     ]
     if errors is not None:
         lines.append(

@@ -208,7 +208,10 @@ def finished_job(tmp_path):
     data = tmp_path / "in.jsonl"
     data.write_text("".join(json.dumps({"id": i, "text": f"row {i}"}) + "\n" for i in range(40)))
     job = tmp_path / "job"
-    prepare_job(PrepareRequest(job_dir=job, dataset_path=data, num_shards=4, recipe={}, stage_identities=[]))
+    export = str(tmp_path / "exports" / "recipe-export.jsonl")  # what prepare records of the recipe's export_path
+    prepare_job(
+        PrepareRequest(job_dir=job, dataset_path=data, num_shards=4, recipe={}, stage_identities=[], export_path=export)
+    )
     run_worker(
         job,
         WorkerIdentity.current("n"),
@@ -226,6 +229,36 @@ def test_dj_elastic_merge_status_verify_never_import_data_juicer_or_ray(tmp_path
     assert "loaded: []" in result.stdout
     if command[0] == "merge":
         assert len((tmp_path / "out.jsonl").read_text().splitlines()) == 40
+
+
+def test_dj_elastic_merge_without_output_writes_the_recipes_export_path_and_says_when_it_was_there(
+    tmp_path, finished_job
+):
+    """The input is the oracle (the rayfree runner passes rows through); a second merge finds the
+    export identical and says so in one line, not that it merged."""
+    merge = [console_script("dj-elastic"), "merge", "--job-dir", str(finished_job)]
+    first, again = run(merge, cwd=tmp_path), run(merge, cwd=tmp_path)
+    assert first.returncode == 0 and again.returncode == 0, first.stderr + again.stderr
+    export = tmp_path / "exports" / "recipe-export.jsonl"
+    rows = [json.loads(line) for line in export.read_text().splitlines()]
+    assert rows == [json.loads(line) for line in (tmp_path / "in.jsonl").read_text().splitlines()]
+    assert "merged 40 rows from 4 shards into exports/recipe-export.jsonl" in first.stdout + first.stderr
+    said = (again.stdout + again.stderr).strip().splitlines()
+    unchanged = "exports/recipe-export.jsonl already held these 40 rows from 4 shards, identical: left unchanged"
+    assert said[-1].endswith(f" {unchanged}"), said
+    assert not any(" merged " in line for line in said), said
+
+
+def test_dj_elastic_merge_without_output_of_a_job_with_no_recorded_export_path_asks_for_output(tmp_path):
+    from data_juicer_elastic.shards.prepare import PrepareRequest, plan_job
+
+    data = tmp_path / "in.jsonl"
+    data.write_text('{"text": "a"}\n')
+    plan_job(PrepareRequest(job_dir=tmp_path / "job", dataset_path=data, num_shards=1, recipe={}, stage_identities=[]))
+    result = run([console_script("dj-elastic"), "merge", "--job-dir", str(tmp_path / "job")], cwd=tmp_path)
+    assert result.returncode == 2, result.stderr
+    (line,) = result.stderr.strip().splitlines()
+    assert line.startswith("error: ") and "records no export_path" in line and "--output PATH" in line, line
 
 
 @pytest.mark.parametrize("verbose", ["", pytest.param("1", marks=pytest.mark.extended)])
