@@ -15,7 +15,7 @@ from typing import Any
 from data_juicer_elastic import __version__
 from data_juicer_elastic.console import StepDisplay, say
 from data_juicer_elastic.console.summary import shown_path
-from data_juicer_elastic.errors import ConfigError, ElasticError, PrepareCancelled
+from data_juicer_elastic.errors import ConfigError, ElasticError, InputError, PrepareCancelled
 from data_juicer_elastic.jobdir.export_path import export_target
 from data_juicer_elastic.report.svg import fmt_bytes
 from data_juicer_elastic.settings import ElasticSettings
@@ -43,8 +43,7 @@ def prepare_request(cfg: Any, settings: ElasticSettings) -> PrepareRequest:
     from data_juicer_elastic.integration.recipe import build_shard_recipe
     from data_juicer_elastic.integration.recipe_check import check_shard_safe
 
-    if not getattr(cfg, "dataset_path", None):
-        raise ConfigError("dataset_path is not set", where="recipe", hint="set dataset_path to a .jsonl file or folder")
+    check_dataset_path(cfg)
     recipe = build_shard_recipe(cfg)
     check_shard_safe(recipe)
     import data_juicer
@@ -60,6 +59,20 @@ def prepare_request(cfg: Any, settings: ElasticSettings) -> PrepareRequest:
         ray={"address": settings.ray_address, "num_cpus": settings.ray_num_cpus},
         code=code_fingerprint(recipe),
     )
+
+
+def check_dataset_path(cfg: Any) -> None:
+    """An elastic job's input is a local file or folder: refused here when it is not set or not there
+    (before Data-Juicer's setup, which would first warn that it takes the path for a remote dataset)."""
+    from data_juicer_elastic.integration.config_block import cfg_value
+
+    dataset = cfg_value(cfg, "dataset_path", None)
+    if not dataset:
+        raise ConfigError("dataset_path is not set", where="recipe", hint="set dataset_path to a .jsonl file or folder")
+    if not resolve_user_path(dataset).exists():
+        raise InputError(
+            "dataset_path does not exist", where=str(resolve_user_path(dataset)), hint="check the path on this node"
+        )
 
 
 def _request(elastic: ElasticSettings, dataset_path: Any, source: Any, /, **fields: Any) -> PrepareRequest:

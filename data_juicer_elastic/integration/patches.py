@@ -208,6 +208,9 @@ def _prepare_elastic_setup(cfg) -> bool:
         return False
     require_integration()
     settings = config_block.settings_from_cfg(cfg)
+    from data_juicer_elastic.preparation import check_dataset_path  # the job's modules load only for an elastic cfg
+
+    check_dataset_path(cfg)  # before Data-Juicer's setup warns it takes a missing path for a remote dataset
     # Where Data-Juicer's driver writes (the merged output, its logs and records): never inside
     # job_dir; checked before Data-Juicer creates its work dir.
     outputs = {key: cfg.get(key, None) for key in ("export_path", "work_dir", "event_log_dir", "checkpoint_dir")}

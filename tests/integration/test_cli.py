@@ -280,6 +280,23 @@ def test_a_refused_input_is_one_line_and_quiet_shows_no_configuration_table(tmp_
         assert "╒" not in console and len(console.splitlines()) <= 4, console
 
 
+@pytest.mark.parametrize("command", [[DJ_PROCESS], [console_script("dj-elastic"), "prepare"]])
+def test_a_missing_dataset_path_is_the_plugins_one_error_without_data_juicers_remote_dataset_warning(
+    tmp_path, write_recipe, command
+):
+    missing = tmp_path / "nowhere.jsonl"
+    recipe = write_recipe(**elastic_recipe(missing, tmp_path))
+    result = run([*command, "--config", str(recipe)], cwd=tmp_path)
+    console = result.stdout + result.stderr
+    assert result.returncode == 2, console[-3000:]
+    (line,) = [line for line in result.stderr.splitlines() if "error:" in line]
+    assert line.endswith(f"InputError: {missing}: dataset_path does not exist (check the path on this node)") or (
+        line == f"error: {missing}: dataset_path does not exist (check the path on this node)"
+    ), line
+    assert "remote dataset" not in console, console[-3000:]
+    assert not (tmp_path / "job").exists() and not (tmp_path / "out").exists()
+
+
 CUSTOM_MAPPER = """
 from data_juicer.ops.base_op import OPERATORS, Mapper
 
