@@ -205,6 +205,9 @@ def _prepare_elastic_setup(cfg) -> bool:
 
     check_config(cfg)  # every executor: the adaptive-batching opt-in works (and is refused) everywhere
     if not config_block.is_elastic(cfg):
+        from data_juicer_elastic.integration import dispatch  # imports this module: not at the top
+
+        dispatch.before_setup(cfg)  # an ignored elastic: block is said before Data-Juicer's table
         return False
     require_integration()
     settings = config_block.settings_from_cfg(cfg)
