@@ -189,7 +189,7 @@ def extend_parser(parser) -> None:
     for each in jsonargparse_actions.actions(parser):
         jsonargparse_actions.name_converter(each)
     # elastic.num_shard: did you mean num_shards?
-    jsonargparse_actions.amend_errors(parser, config_block.hint_unknown_keys)
+    jsonargparse_actions.amend_errors(parser, config_block.amend_parse_error)
     if not jsonargparse_actions.dests_starting(parser, "elastic."):
         config_block.add_elastic_arguments(parser)
 

@@ -34,6 +34,7 @@ def test_help_lists_elastic_sharded_and_elastic_options(tmp_path):
     ("elastic", "cli", "named"),
     [
         ({"job_dir": "J", "num_shards": -1}, [], "elastic.num_shards"),
+        ({"job_dir": "J"}, ["--elastic.max_shards", "x"], "elastic.max_shards"),  # jsonargparse's own message
         # The rest through the real dj-process in the extended run only (the settings checks
         # themselves are unit-tested in tests/integration/test_config_block.py and test_recipe_check.py).
         *(
@@ -55,6 +56,7 @@ def test_bad_elastic_values_exit_2_naming_the_field(tmp_path, dataset, write_rec
     assert result.returncode == 2, result.stderr
     assert named in result.stderr
     assert "Traceback" not in result.stderr
+    assert "<class" not in result.stderr, "types named as in a recipe (int, null), not by their Python repr"
     assert not (tmp_path / "job").exists()
 
 
