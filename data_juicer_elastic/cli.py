@@ -54,10 +54,11 @@ def _cmd_worker(args: argparse.Namespace) -> int:
         args.job_dir, settings, wait_for_completion=not args.no_wait, slots=args.slots, max_done=args.max_done
     )
     from data_juicer_elastic.console import say
+    from data_juicer_elastic.console.summary import who_exports
 
     say(
         f"worker done ({summary.stop_reason}): {summary.done} shard(s) done here, {summary.failed} failed attempt(s)"
-        + (f"; the job is complete. {_who_exports(args.job_dir)}" if summary.complete else "")
+        + (f"; the job is complete. {who_exports(args.job_dir)}" if summary.complete else "")
     )
     if summary.terminal_failures:
         failed = ", ".join(shard_id for shard_id, _ in summary.terminal_failures)
@@ -115,10 +116,11 @@ def _cmd_retry(args: argparse.Namespace) -> int:
 
 def _cmd_merge(args: argparse.Namespace) -> int:
     from data_juicer_elastic.jobdir.export_path import check_export_path
+    from data_juicer_elastic.jobdir.manifest import recorded_export_path
 
     job = Path(args.job_dir).resolve()
     layout = _settings_from_job(args.job_dir, args).export_layout  # --export-layout, else the job's setting
-    output = args.output or _recipe_export_path(job)
+    output = args.output or recorded_export_path(job)
     check_export_path(job, output, "--output", layout)  # before anything is read
     if not args.follow:
         from data_juicer_elastic.finalize import finalize  # imports neither Data-Juicer nor Ray
@@ -155,6 +157,8 @@ def _cmd_verify(args: argparse.Namespace) -> int:
     if (out := result.export) is not None:  # None before the first merge: only the job was checked
         files = f"{out.files} file(s) re-hashed"
         print(f"PASS: export {out.path} ({out.layout}: {out.rows} rows, {out.bytes} bytes, {files})")
+    if result.added_inputs_note:  # an input file added since the plan: the job did not read it
+        print(f"note: {result.added_inputs_note}")
     return EXIT_OK
 
 
@@ -166,40 +170,8 @@ def _cmd_doctor(args: argparse.Namespace) -> int:
         checks += doctor.filesystem_checks(Path(args.job_dir))
         if Path(args.job_dir).is_dir():
             checks.append(doctor.lease_timing_check(args.job_dir))
-    passed = all(c.ok or c.warn for c in checks)
-    print(doctor.verdict(checks, args.job_dir))
-    for check in checks:  # every check after a failure or with -v; a warning always (worth acting on)
-        if not passed or check.warn or getattr(args, "verbose", False):
-            print(f"[{'warn' if check.warn else 'ok' if check.ok else 'FAIL'}] {check.name}: {check.detail}")
-    return EXIT_OK if passed else EXIT_ERROR
-
-
-def _who_exports(job_dir: str) -> str:
-    """Workers publish shard results only: the line that says what writes the export, to paste."""
-    import shlex
-
-    from data_juicer_elastic.console.summary import shown_path
-    from data_juicer_elastic.jobdir.manifest import load_plan
-
-    recorded = load_plan(Path(job_dir).resolve()).export_path  # the recipe's: merge's default output
-    command = f"dj-elastic merge --job-dir {shlex.quote(shown_path(job_dir))}" + ("" if recorded else " --output PATH")
-    where = f" into {shown_path(recorded)}" if recorded else ""
-    return f"Workers do not write the export: `{command}` merges it{where} (so does a dj-process run of the recipe)"
-
-
-def _recipe_export_path(job: Path) -> str:
-    """``export_path`` of the recipe the job was prepared from (recorded in its plan): merge's default output."""
-    from data_juicer_elastic.jobdir.manifest import load_plan
-
-    recorded = load_plan(job).export_path
-    if not recorded:
-        raise ConfigError(
-            "the job records no export_path to merge into (its recipe had none, or it was prepared by an "
-            "earlier version)",
-            where="--output",
-            hint="give the output with --output PATH",
-        )
-    return recorded
+    print("\n".join(doctor.report_lines(checks, args.job_dir, verbose=getattr(args, "verbose", False))))
+    return EXIT_OK if all(c.ok or c.warn for c in checks) else EXIT_ERROR
 
 
 def _load_recipe(args: argparse.Namespace, setup: bool = True):

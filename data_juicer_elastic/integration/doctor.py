@@ -69,6 +69,16 @@ def verdict(checks: list[Check], job_dir: str | None) -> str:
     )
 
 
+def report_lines(checks: list[Check], job_dir: str | None, verbose: bool) -> list[str]:
+    """The verdict, then every check after a failure or with ``-v``; a warning always (worth acting on)."""
+    failed = not all(check.ok or check.warn for check in checks)
+    return [verdict(checks, job_dir)] + [
+        f"[{'warn' if check.warn else 'ok' if check.ok else 'FAIL'}] {check.name}: {check.detail}"
+        for check in checks
+        if failed or check.warn or verbose
+    ]
+
+
 def compat_checks() -> list[Check]:
     """Each ``data_juicer_elastic.compat`` module's self-check: does the internal it uses still exist?"""
     from data_juicer_elastic import compat

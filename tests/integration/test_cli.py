@@ -223,6 +223,34 @@ def finished_job(tmp_path):
     return job
 
 
+def test_dj_elastic_verify_names_the_files_added_to_a_directory_input_after_planning(tmp_path):
+    from data_juicer_elastic.jobdir.worker_loop import run_worker
+    from data_juicer_elastic.jobdir.worker_settings import WorkerSettings
+    from data_juicer_elastic.shards.prepare import PrepareRequest, prepare_job
+    from data_juicer_elastic.sharedfs.identity import WorkerIdentity
+    from tests.rayfree import rayfree_runner
+
+    data = tmp_path / "data"
+    (data / "sub").mkdir(parents=True)
+    for name in ("a.jsonl", "sub/b.jsonl"):
+        (data / name).write_text("".join(json.dumps({"text": f"{name} {i}"}) + "\n" for i in range(5)))
+    job = tmp_path / "job"
+    prepare_job(PrepareRequest(job_dir=job, dataset_path=data, num_shards=2, recipe={}, stage_identities=[]))
+    settings = WorkerSettings(ttl_secs=60, heartbeat_secs=10, max_retries=0, poll_interval_secs=0.1)
+    run_worker(job, WorkerIdentity.current("n"), rayfree_runner(job), settings)
+    verify = [console_script("dj-elastic"), "verify", "--job-dir", str(job)]
+    before = run(verify, cwd=tmp_path)
+    assert before.returncode == 0 and "note:" not in before.stdout, before.stdout + before.stderr
+    (data / "sub" / "late.jsonl").write_text('{"text": "came after the plan"}\n')
+    (data / "notes.txt").write_text("not an input file")
+    after = run(verify, cwd=tmp_path)
+    assert after.returncode == 0, after.stderr
+    note = (
+        f"note: 1 file(s) added to {data} after planning were not processed (sub/late.jsonl): a new job_dir plans them"
+    )
+    assert after.stdout.splitlines()[-1] == note, after.stdout
+
+
 @pytest.mark.parametrize("command", [["merge", "--output", "out.jsonl"], ["status"], ["verify"]])
 def test_dj_elastic_merge_status_verify_never_import_data_juicer_or_ray(tmp_path, finished_job, command):
     """Seconds of imports for a copy with validation, a listing or a check: none of them needs either."""
