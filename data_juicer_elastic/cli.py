@@ -54,10 +54,11 @@ def _cmd_worker(args: argparse.Namespace) -> int:
         args.job_dir, settings, wait_for_completion=not args.no_wait, slots=args.slots, max_done=args.max_done
     )
     from data_juicer_elastic.console import say
+    from data_juicer_elastic.console.summary import who_exports
 
     say(
         f"worker done ({summary.stop_reason}): {summary.done} shard(s) done here, {summary.failed} failed attempt(s)"
-        + ("; the job is complete" if summary.complete else "")
+        + (f"; the job is complete. {who_exports(args.job_dir)}" if summary.complete else "")
     )
     if summary.terminal_failures:
         failed = ", ".join(shard_id for shard_id, _ in summary.terminal_failures)
@@ -119,14 +120,16 @@ def _cmd_retry(args: argparse.Namespace) -> int:
 
 def _cmd_merge(args: argparse.Namespace) -> int:
     from data_juicer_elastic.jobdir.export_path import check_export_path
+    from data_juicer_elastic.jobdir.manifest import recorded_export_path
 
     job = Path(args.job_dir).resolve()
     layout = _settings_from_job(args.job_dir, args).export_layout  # --export-layout, else the job's setting
-    check_export_path(job, args.output, "--output", layout)  # before anything is read
+    output = args.output or recorded_export_path(job)
+    check_export_path(job, output, "--output", layout)  # before anything is read
     if not args.follow:
         from data_juicer_elastic.finalize import finalize  # imports neither Data-Juicer nor Ray
 
-        finalize(args.job_dir, args.output, overwrite=args.overwrite, layout=layout)  # says what it merged
+        finalize(args.job_dir, output, overwrite=args.overwrite, layout=layout)  # says what it merged
         return EXIT_OK
     if layout == "parts":
         raise ConfigError(
@@ -145,9 +148,7 @@ def _cmd_merge(args: argparse.Namespace) -> int:
         )
 
     # Returns only when published (no stop event); OUTPUT's last component is never resolved: a link is not followed.
-    result = follow_merge(
-        job, args.output, overwrite=args.overwrite, wait=True, poll_secs=args.poll_secs, on_progress=show
-    )
+    result = follow_merge(job, output, overwrite=args.overwrite, wait=True, poll_secs=args.poll_secs, on_progress=show)
     print(f"merged {result.rows} rows from {result.shards} shards into {result.output_path}")
     return EXIT_OK
 
@@ -160,6 +161,8 @@ def _cmd_verify(args: argparse.Namespace) -> int:
     if (out := result.export) is not None:  # None before the first merge: only the job was checked
         files = f"{out.files} file(s) re-hashed"
         print(f"PASS: export {out.path} ({out.layout}: {out.rows} rows, {out.bytes} bytes, {files})")
+    if result.added_inputs_note:  # an input file added since the plan: the job did not read it
+        print(f"note: {result.added_inputs_note}")
     return EXIT_OK
 
 
@@ -174,15 +177,14 @@ def _cmd_clean(args: argparse.Namespace) -> int:
 
 
 def _cmd_doctor(args: argparse.Namespace) -> int:
-    from data_juicer_elastic.integration.doctor import filesystem_checks, integration_checks, lease_timing_check
+    from data_juicer_elastic.integration import doctor
 
-    checks = list(integration_checks())
+    checks = list(doctor.integration_checks())
     if args.job_dir:
-        checks += filesystem_checks(Path(args.job_dir))
+        checks += doctor.filesystem_checks(Path(args.job_dir))
         if Path(args.job_dir).is_dir():
-            checks.append(lease_timing_check(args.job_dir))
-    for check in checks:
-        print(f"[{'warn' if check.warn else 'ok' if check.ok else 'FAIL'}] {check.name}: {check.detail}")
+            checks.append(doctor.lease_timing_check(args.job_dir))
+    print("\n".join(doctor.report_lines(checks, args.job_dir, verbose=getattr(args, "verbose", False))))
     return EXIT_OK if all(c.ok or c.warn for c in checks) else EXIT_ERROR
 
 
@@ -313,8 +315,18 @@ def build_parser() -> argparse.ArgumentParser:
     )
     job_dir(p)
     group = p.add_mutually_exclusive_group(required=True)
-    group.add_argument("--all-failed", action="store_true")
-    group.add_argument("--shard-id", nargs="+", metavar="ID")
+    group.add_argument(
+        "--all-failed",
+        action="store_true",
+        help="every terminally failed shard: its records are archived to history/ and the next worker runs it again",
+    )
+    group.add_argument(
+        "--shard-id",
+        nargs="+",
+        metavar="ID",
+        help="these shards (ids as status lists them, e.g. part-00003-of-00008): each must be terminally failed, "
+        "or done with its output missing or corrupt",
+    )
     group.add_argument(
         "--quarantined",
         action="store_true",
@@ -330,7 +342,11 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = add_parser("merge", help="validate every shard result and merge them in input order (or publish parts)")
     job_dir(p)
-    p.add_argument("--output", required=True, help="the merged JSONL to write (with parts: the directory)")
+    p.add_argument(
+        "--output",
+        help="the merged JSONL to write (with parts: the directory); default: the export_path of the recipe the "
+        "job was prepared from",
+    )
     p.add_argument("--overwrite", action="store_true", help="replace a different existing output")
     p.add_argument(
         "--follow",

@@ -84,11 +84,17 @@ def finalize(
             if result is None:
                 result = merge_job(job, export, overwrite=overwrite)
     write_overall_stats(overall, job, result.output_path)
-    if result.layout == "parts":
-        say(f"published {result.rows:,} rows from {result.shards} shards as parts in {shown_path(result.output_path)}")
-    else:
-        say(f"merged {result.rows:,} rows from {result.shards} shards into {shown_path(result.output_path)}")
+    say(merged_line(result))
     return result
+
+
+def merged_line(result: MergeResult) -> str:
+    """What finalize did, in one line: it wrote the export, or found it already there, identical."""
+    rows, where = f"{result.rows:,} rows from {result.shards} shards", shown_path(result.output_path)
+    parts = " as parts" if result.layout == "parts" else ""
+    if result.written:
+        return f"published {rows}{parts} in {where}" if parts else f"merged {rows} into {where}"
+    return f"{where} already held these {rows}{parts}, identical: left unchanged"
 
 
 def _stream_tail(job, export, overwrite: bool, lock_wait_secs: float) -> MergeResult | None:

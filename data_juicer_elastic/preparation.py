@@ -15,7 +15,8 @@ from typing import Any
 from data_juicer_elastic import __version__
 from data_juicer_elastic.console import StepDisplay, say
 from data_juicer_elastic.console.summary import run_clock_start, shown_path
-from data_juicer_elastic.errors import ConfigError, ElasticError, PrepareCancelled
+from data_juicer_elastic.errors import ConfigError, ElasticError, InputError, PrepareCancelled
+from data_juicer_elastic.jobdir.export_path import export_target
 from data_juicer_elastic.report.svg import fmt_bytes
 from data_juicer_elastic.settings import ElasticSettings
 from data_juicer_elastic.shards import steps
@@ -42,8 +43,7 @@ def prepare_request(cfg: Any, settings: ElasticSettings) -> PrepareRequest:
     from data_juicer_elastic.integration.recipe import build_shard_recipe
     from data_juicer_elastic.integration.recipe_check import check_shard_safe
 
-    if not getattr(cfg, "dataset_path", None):
-        raise ConfigError("dataset_path is not set", where="recipe", hint="set dataset_path to a .jsonl file or folder")
+    check_dataset_path(cfg)
     recipe = build_shard_recipe(cfg)
     check_shard_safe(recipe)
     import data_juicer
@@ -61,10 +61,26 @@ def prepare_request(cfg: Any, settings: ElasticSettings) -> PrepareRequest:
     )
 
 
+def check_dataset_path(cfg: Any) -> None:
+    """An elastic job's input is a local file or folder: refused here when it is not set or not there
+    (before Data-Juicer's setup, which would first warn that it takes the path for a remote dataset)."""
+    from data_juicer_elastic.integration.config_block import cfg_value
+
+    dataset = cfg_value(cfg, "dataset_path", None)
+    if not dataset:
+        raise ConfigError("dataset_path is not set", where="recipe", hint="set dataset_path to a .jsonl file or folder")
+    if not resolve_user_path(dataset).exists():
+        raise InputError(
+            "dataset_path does not exist", where=str(resolve_user_path(dataset)), hint="check the path on this node"
+        )
+
+
 def _request(elastic: ElasticSettings, dataset_path: Any, source: Any, /, **fields: Any) -> PrepareRequest:
     """A request's input fields from the ``elastic`` settings and the recipe (a parsed cfg, or its YAML)."""
+    from data_juicer_elastic.integration.config_block import cfg_value
     from data_juicer_elastic.integration.recipe import index_key, media_keys
 
+    export = cfg_value(source, "export_path", None)
     return PrepareRequest(
         job_dir=resolve_user_path(elastic.job_dir),
         dataset_path=resolve_user_path(dataset_path),
@@ -75,6 +91,7 @@ def _request(elastic: ElasticSettings, dataset_path: Any, source: Any, /, **fiel
         shard_codec=elastic.shard_codec,
         copy_shards=elastic.copy_shards,
         input_order=elastic.input_order,
+        export_path=str(export_target(export)) if isinstance(export, str) and export else None,
         **fields,
     )
 

@@ -106,6 +106,18 @@ def test_every_elastic_key_named_exists(doc):
     assert named - fields == set()
 
 
+# `key: true` in the docs reads as a recipe line: beside the elastic: keys, these switches are
+# Data-Juicer's or an operator's, and these are fields of a JSON record the docs describe
+OTHER_SWITCHES = {"adaptive_batching", "skip_op_error", "keep_stats_in_res_ds"} | {"complete", "written"}
+
+
+def test_every_switch_the_docs_write_as_a_recipe_line_is_a_key_a_recipe_accepts():
+    fields = {f.name for f in dataclasses.fields(ElasticSettings)}
+    docs = sorted((ROOT / "docs").glob("*.md")) + [ROOT / "README.md"]
+    written = {name for doc in docs for name in re.findall(r"`([a-z_]+): (?:true|false)`", doc.read_text())}
+    assert written - fields - OTHER_SWITCHES == set()
+
+
 def test_every_dj_elastic_command_and_option_in_the_readme_exists():
     commands = subcommands()
     rows = re.findall(r"^\| `([a-z]+)([^`]*)` \|", section(README, "## `dj-elastic`"), re.M)

@@ -33,7 +33,7 @@ def summary_lines(job_dir: str | os.PathLike, result: Any, elapsed_secs: float, 
         f"done in {format_wall(elapsed_secs)}: {manifest.total_rows:,} rows in, {result.rows:,} rows out, "
         + (f"{errors.rows:,} rows quarantined, " if errors is not None else "")
         + f"{result.shards} shards, {retries} retr{'y' if retries == 1 else 'ies'}"
-        + ("" if result.written else " (the output was already there, unchanged)"),
+        + ("" if result.written else " (the export was already there, identical: left unchanged)"),
     ]
     if errors is not None:
         lines.append(
@@ -57,11 +57,25 @@ def summary_lines(job_dir: str | os.PathLike, result: Any, elapsed_secs: float, 
         if stats.exists():
             overall = f"{stats.stem[: -len('_stats')]}_overall_stats.csv"
             lines.append(f"  stats   {shown_path(stats)} (per row; overall: {overall})")
+    from data_juicer_elastic.shards.plan import added_inputs_note
+
+    if note := added_inputs_note(manifest.dataset_path, manifest.inputs):  # files that came after the plan
+        lines.append(f"  note    {note}")
     # a command to paste: a job_dir with spaces or quotes is quoted for the shell
     lines.append(f"  report  dj-elastic report --job-dir {shlex.quote(shown_path(job_dir))} --output report.html")
     if log_path:
         lines.append(f"  logs    {shown_path(log_path)}{os.sep}")
     return lines
+
+
+def who_exports(job_dir: str | os.PathLike) -> str:
+    """Workers publish shard results only: what writes the export, as a command to paste."""
+    from data_juicer_elastic.jobdir.manifest import load_plan
+
+    recorded = load_plan(Path(job_dir).resolve()).export_path  # the recipe's: merge's default output
+    command = f"dj-elastic merge --job-dir {shlex.quote(shown_path(job_dir))}" + ("" if recorded else " --output PATH")
+    where = f" into {shown_path(recorded)}" if recorded else ""
+    return f"Workers do not write the export: `{command}` merges it{where} (so does a dj-process run of the recipe)"
 
 
 def print_summary(job_dir: str | os.PathLike, result: Any, log_path: str | None = None) -> None:

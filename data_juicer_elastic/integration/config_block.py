@@ -69,6 +69,21 @@ def add_elastic_arguments(parser) -> None:
 _ELASTIC_NAME: Final = re.compile(rf"\b{BLOCK}\.([A-Za-z_][A-Za-z0-9_]*)")
 
 
+# jsonargparse names types by their repr: "Expected a <class 'int'>"; "NoneType" is YAML's null
+_TYPE_REPR: Final = re.compile(r"(?:\ban? )?<class '(?:[\w.]+\.)?(\w+)'>")
+
+
+def amend_parse_error(message: str) -> str:
+    """A parse error of Data-Juicer's parser as a user reads it: types named as in a recipe
+    (``int``, not ``<class 'int'>``) and "did you mean" for a mistyped ``elastic.*`` key."""
+    return hint_unknown_keys(plain_type_names(message))
+
+
+def plain_type_names(message: str) -> str:
+    """``a <class 'int'>`` -> ``int``, ``<class 'NoneType'>`` -> ``null``."""
+    return _TYPE_REPR.sub(lambda match: "null" if match.group(1) == "NoneType" else match.group(1), message)
+
+
 def hint_unknown_keys(message: str) -> str:
     """A parse error of Data-Juicer's parser, with "did you mean" for each unknown ``elastic.*``
     key it names (``Option 'elastic.num_shard' is not accepted``, ``unrecognized arguments:

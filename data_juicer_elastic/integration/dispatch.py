@@ -11,6 +11,7 @@ from __future__ import annotations
 import functools
 import os
 import sys
+import threading
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from types import ModuleType
@@ -23,6 +24,8 @@ from data_juicer_elastic.integration.config_block import EXECUTOR_TYPE, cfg_valu
 from data_juicer_elastic.jobdir.export_path import merge_places
 
 PROGS = {patches.PROCESS_MAIN: "dj-process", patches.ANALYZE_MAIN: "dj-analyze"}
+# The dj-process run in this thread: whether it dispatches, and the ignored block's warning once given.
+_run = threading.local()
 
 
 def patch_tool(module: ModuleType, *, record: str, dispatch: bool) -> None:
@@ -52,20 +55,26 @@ def run_tool(module: ModuleType, original, args, kwargs, *, prog: str, dispatch:
                 raise DispatchAbort(storage_error(exc, "Data-Juicer's work dir", "run it again", places)) from None
             if dispatch and is_elastic(cfg):
                 raise DispatchToElastic(EXECUTOR_TYPE, cfg)
-            if dispatch:
-                warn_ignored_block(cfg, sys.argv[1:])
             return cfg
 
         return init_configs
 
+    _run.dispatching, _run.ignored_block = dispatch, None
     try:
         with driver_files.driving() if dispatch else analysis_outputs.analysing():
             with dj_tool_main.init_configs_replaced(module, carrying):
-                return original(*args, **kwargs)
+                result = original(*args, **kwargs)
+        if _run.ignored_block:  # again at the end of the default executor's run: its last lines
+            from loguru import logger
+
+            logger.warning(_run.ignored_block)
+        return result
     except DispatchToElastic as carried:
         cfg = carried.cfg
     except DispatchAbort as carried:
         fail(prog, carried.error)
+    finally:
+        _run.dispatching = False
 
     try:
         run_elastic(cfg)
@@ -76,22 +85,32 @@ def run_tool(module: ModuleType, original, args, kwargs, *, prog: str, dispatch:
     return None
 
 
-def warn_ignored_block(cfg: Any, argv: Sequence[str]) -> None:
-    """One warning when a recipe sets ``elastic.*`` but not ``executor_type: elastic_sharded``:
+def before_setup(cfg: Any) -> None:
+    """Data-Juicer's setup of a parsed cfg that is not elastic is about to start (its ~300-line
+    configuration table follows): the ignored block's warning goes first, where it is seen."""
+    if getattr(_run, "dispatching", False):
+        _run.ignored_block = warn_ignored_block(cfg, sys.argv[1:])
+
+
+def warn_ignored_block(cfg: Any, argv: Sequence[str]) -> str | None:
+    """A warning when a recipe sets ``elastic.*`` but not ``executor_type: elastic_sharded``:
     Data-Juicer's own executor runs it and the block does nothing, which nothing else says.
-    Not when the command line or the environment chose the executor (a deliberate comparison)."""
+    Not when the command line or the environment chose the executor (a deliberate comparison).
+    Returns what it said (``run_tool`` says it again once the run ends), None when silent."""
     given = given_block(cfg)
     chosen = os.environ.get("DJ_PROCESS_EXECUTOR_TYPE") or _option_values(argv, "--executor_type")
     if not given or chosen:
-        return
+        return None
     from loguru import logger
 
     executor = cfg_value(cfg, "executor_type")
-    logger.warning(
+    message = (
         f"the recipe sets {', '.join(given[:3])}{', ...' if len(given) > 3 else ''} but its executor_type is "
         f"{executor!r}: Data-Juicer's {executor} executor runs it and ignores the elastic: block (no shards, no "
         f"job directory). To run it sharded, add `executor_type: {EXECUTOR_TYPE}` to the recipe."
     )
+    logger.warning(message)
+    return message
 
 
 def job_places(cfg: Any) -> Places:

@@ -53,6 +53,32 @@ def integration_checks() -> list[Check]:
     return [*checks, *_patch_checks(), _parser_check(), *compat_checks()]
 
 
+def verdict(checks: list[Check], job_dir: str | None) -> str:
+    """The one line doctor leads with: can elastic_sharded run here (and on ``job_dir``)?  The checks
+    themselves are ~40 lines about internals, listed after it only with ``-v`` or when one failed."""
+    failed = [check.name for check in checks if not (check.ok or check.warn)]
+    warned = sum(check.warn for check in checks)
+    if failed:
+        shown = ", ".join(failed[:3]) + (", ..." if len(failed) > 3 else "")
+        return f"FAIL: {len(failed)} of {len(checks)} checks failed ({shown}); each check follows"
+    where = f" and {job_dir} can hold a job directory" if job_dir else ""
+    caveat = f", {warned} with a warning below" if warned else ""
+    return (
+        f"OK: executor_type elastic_sharded works with Data-Juicer {patches.dj_version()}{where} "
+        f"({len(checks)} checks passed{caveat}; -v lists them)"
+    )
+
+
+def report_lines(checks: list[Check], job_dir: str | None, verbose: bool) -> list[str]:
+    """The verdict, then every check after a failure or with ``-v``; a warning always (worth acting on)."""
+    failed = not all(check.ok or check.warn for check in checks)
+    return [verdict(checks, job_dir)] + [
+        f"[{'warn' if check.warn else 'ok' if check.ok else 'FAIL'}] {check.name}: {check.detail}"
+        for check in checks
+        if failed or check.warn or verbose
+    ]
+
+
 def compat_checks() -> list[Check]:
     """Each ``data_juicer_elastic.compat`` module's self-check: does the internal it uses still exist?"""
     from data_juicer_elastic import compat

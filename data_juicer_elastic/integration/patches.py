@@ -189,7 +189,7 @@ def extend_parser(parser) -> None:
     for each in jsonargparse_actions.actions(parser):
         jsonargparse_actions.name_converter(each)
     # elastic.num_shard: did you mean num_shards?
-    jsonargparse_actions.amend_errors(parser, config_block.hint_unknown_keys)
+    jsonargparse_actions.amend_errors(parser, config_block.amend_parse_error)
     if not jsonargparse_actions.dests_starting(parser, "elastic."):
         config_block.add_elastic_arguments(parser)
 
@@ -207,9 +207,15 @@ def _prepare_elastic_setup(cfg) -> bool:
     if analysis_outputs.is_analysing():  # dj-analyze, any recipe: never over an elastic job's files
         analysis_outputs.refuse_overwrites(cfg)
     if not config_block.is_elastic(cfg):
+        from data_juicer_elastic.integration import dispatch  # imports this module: not at the top
+
+        dispatch.before_setup(cfg)  # an ignored elastic: block is said before Data-Juicer's table
         return False
     require_integration()
     settings = config_block.settings_from_cfg(cfg)
+    from data_juicer_elastic.preparation import check_dataset_path  # the job's modules load only for an elastic cfg
+
+    check_dataset_path(cfg)  # before Data-Juicer's setup warns it takes a missing path for a remote dataset
     # Where Data-Juicer's driver writes (the merged output, its logs and records): never inside
     # job_dir; checked before Data-Juicer creates its work dir.
     outputs = {key: cfg.get(key, None) for key in ("export_path", "work_dir", "event_log_dir", "checkpoint_dir")}

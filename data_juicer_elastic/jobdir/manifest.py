@@ -10,7 +10,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Final
 
-from data_juicer_elastic.errors import IntegrityError, JobDirError
+from data_juicer_elastic.errors import ConfigError, IntegrityError, JobDirError
 from data_juicer_elastic.jobdir import confine
 from data_juicer_elastic.jobdir.layout import JobLayout, shard_id
 from data_juicer_elastic.jobdir.plan_records import JobPlan, PlannedInput
@@ -154,6 +154,19 @@ def load_plan(job_dir: str | Path) -> JobPlan:
     if manifest_recipe_hash(plan.recipe) != plan.recipe_hash:
         raise bad("recipe_hash does not match the recorded recipe")
     return plan
+
+
+def recorded_export_path(job_dir: str | Path) -> str:
+    """``export_path`` of the recipe the job was prepared from (its plan's): ``dj-elastic merge``'s default output."""
+    recorded = load_plan(job_dir).export_path
+    if not recorded:
+        raise ConfigError(
+            "the job records no export_path to merge into (its recipe had none, or it was prepared by an "
+            "earlier version)",
+            where="--output",
+            hint="give the output with --output PATH",
+        )
+    return recorded
 
 
 def load_job(job_dir: str | Path) -> Manifest | JobPlan:

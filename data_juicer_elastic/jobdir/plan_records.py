@@ -54,6 +54,9 @@ class JobPlan(ChecksummedRecord):
     copy_shards: bool = False  # scans copy each shard into shards/ (else: shards are byte ranges of the inputs)
     code: dict[str, Any] | None = None  # fingerprint of the operator code (execution.code_fingerprint)
     planned_bytes_read: int = 0  # bytes the planner read to place the cuts (serial work, for the report)
+    # the recipe's export_path at prepare, absolute: where ``dj-elastic merge`` writes without --output
+    # (not part of the job's identity: a later run may export the same shards elsewhere)
+    export_path: str | None = None
     checksum: str | None = None
 
     @property

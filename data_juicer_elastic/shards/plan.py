@@ -7,9 +7,10 @@ from __future__ import annotations
 
 import bisect
 import os
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Final
+from typing import Any, Final
 
 from data_juicer_elastic.errors import ConfigError, InputChangedError, InputError
 from data_juicer_elastic.jobdir.layout import shard_id
@@ -180,6 +181,29 @@ def _row_rule(ends: list[int], total: int, n: int) -> list[int]:
 
 
 # -- the inputs ----------------------------------------------------------------------------------------
+def added_inputs_note(dataset_path: str, planned: Iterable[Any]) -> str | None:
+    """What a finished run's summary and ``verify`` say of the files a directory input holds now that
+    its plan (``planned``: the inputs, each with a ``relpath``) did not list: added after planning, so
+    no shard read them.  None when there are none, for a file input, or a directory gone or emptied
+    (a run refuses a changed input itself; this only says what a finished job left out)."""
+    dataset = Path(dataset_path)
+    if not dataset.is_dir():
+        return None
+    try:
+        found = discover_inputs(dataset)
+    except (InputError, OSError):
+        return None
+    known = {item.relpath for item in planned}
+    added = [item.relpath for item in found if item.relpath not in known]
+    if not added:
+        return None
+    shown = ", ".join(added[:3]) + (", ..." if len(added) > 3 else "")
+    return (
+        f"{len(added)} file(s) added to {dataset_path} after planning were not processed ({shown}): "
+        "a new job_dir plans them"
+    )
+
+
 def discover_inputs(dataset: Path, order: InputOrder = "sorted") -> list[InputItem]:
     """One file, or every ``*.jsonl``/``*.jsonl.gz``/``*.jsonl.zst`` below a directory, sorted by relative POSIX
     path (the same on every filesystem), or in Data-Juicer's order (``"data_juicer"``)."""

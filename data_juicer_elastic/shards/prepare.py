@@ -65,6 +65,7 @@ class PrepareRequest:
     copy_shards: bool = False  # scans copy each shard into the job dir (else shards are byte ranges of the inputs)
     input_order: InputOrder = "sorted"  # directory inputs: by relative path, or as Data-Juicer's default executor
     code: dict[str, Any] | None = None  # fingerprint of the operator code (execution.code_fingerprint)
+    export_path: str | None = None  # the recipe's, absolute (JobPlan.export_path: merge's default output)
 
     def __post_init__(self) -> None:
         if self.shard_codec != "none" and not self.copy_shards:  # a codec is how copies are stored: it asks for them
@@ -141,6 +142,7 @@ def plan_job(request: PrepareRequest, *, complete: Callable[[], PrepareRequest] 
         copy_shards=request.copy_shards,
         code=request.code,
         planned_bytes_read=bytes_read,
+        export_path=request.export_path,
     )
     # Published last, exclusively: its presence is what "planned" means.
     if fsio.publish_bytes(layout.plan, plan.encode()):

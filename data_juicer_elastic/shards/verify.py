@@ -21,6 +21,7 @@ from data_juicer_elastic.jobdir.result_records import MergeRecord
 from data_juicer_elastic.rows.shard_source import iter_content
 from data_juicer_elastic.shards.export_check import ExportSummary, FileId, verify_export
 from data_juicer_elastic.shards.merge import accepted_results
+from data_juicer_elastic.shards.plan import added_inputs_note
 
 
 @dataclass(frozen=True)
@@ -31,6 +32,7 @@ class VerifyResult:
     nodes: list[str]  # distinct node ids of the accepted results, sorted
     shards_by_node: dict[str, int]
     export: ExportSummary | None = None  # the export merge.json records, checked; None before any merge
+    added_inputs_note: str | None = None  # files added to a directory input after its plan: the job did not read them
 
 
 def verify_job(job_dir: str | Path, expect_nodes: int = 1) -> VerifyResult:
@@ -80,6 +82,7 @@ def verify_job(job_dir: str | Path, expect_nodes: int = 1) -> VerifyResult:
         nodes=nodes,
         shards_by_node=by_node,
         export=verify_export(layout, manifest, results, hashed),
+        added_inputs_note=added_inputs_note(manifest.dataset_path, manifest.inputs),
     )
 
 

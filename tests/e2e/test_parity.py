@@ -23,7 +23,7 @@ import pytest
 import yaml
 
 from ..values import strict_equal
-from .conftest import RAY_CPUS, read_jsonl
+from .conftest import OPS_DIR, RAY_CPUS, read_jsonl
 from .parity_corpus import huge_rows, write_corpus
 
 pytestmark = [pytest.mark.e2e, pytest.mark.ray]
@@ -127,6 +127,52 @@ def test_mappers_and_filters_on_a_directory_match_the_default_executor_and_keep_
     row = next(i for i in ours if ours[i]["score"] == 1e-12)
     assert theirs[row]["score"] == 0.0, "pandas' 10-digit doubles in the default executor"
     assert any("region" not in r for r in ours.values()) and all("region" in r for r in theirs.values())
+
+
+@pytest.mark.extended
+def test_a_file_added_to_a_directory_input_while_the_job_runs_is_named_in_the_closing_summary(tmp_path):
+    """The plan lists the input files once: a file that appears later is not read (the export is the
+    planned files' rows, the input itself the oracle), and the closing summary says so; running the job
+    again is refused, naming the file."""
+    data = tmp_path / "data"
+    (data / "sub").mkdir(parents=True)
+    rows = {
+        name: [{"id": i, "text": f"{name} row {i}"} for i in range(start, start + 6)]
+        for name, start in (("a.jsonl", 0), ("sub/b.jsonl", 6))
+    }
+    for name, part in rows.items():
+        (data / name).write_text("".join(json.dumps(row) + "\n" for row in part))
+    late = data / "sub" / "late.jsonl"
+    process = [{"e2e_add_file_mapper": {"path": str(late), "content": '{"id": 99, "text": "late row"}\n'}}]
+    recipe = tmp_path / "recipe.yaml"
+    recipe.write_text(
+        yaml.safe_dump(
+            {
+                "project_name": "late-file",
+                "dataset_path": str(data),
+                "export_path": str(tmp_path / "out" / "merged.jsonl"),
+                "executor_type": "elastic_sharded",
+                "np": 1,
+                "custom_operator_paths": [str(OPS_DIR / "e2e_ops.py")],
+                "elastic": {"job_dir": str(tmp_path / "job"), "num_shards": 2, "ray_num_cpus": RAY_CPUS},
+                "process": process,
+            },
+            sort_keys=False,
+        )
+    )
+    proc = subprocess.run(["dj-process", "--config", str(recipe)], cwd=tmp_path, capture_output=True, text=True)
+    console = proc.stdout + proc.stderr
+    assert proc.returncode == 0, console[-4000:]
+    assert late.exists(), "the operator added the file while the job ran"
+    assert read_jsonl(tmp_path / "out" / "merged.jsonl") == rows["a.jsonl"] + rows["sub/b.jsonl"]
+    note = f"1 file(s) added to {data} after planning were not processed (sub/late.jsonl): a new job_dir plans them"
+    summary = console[console.index(" done in ") :]
+    assert note in summary, console[-3000:]
+
+    again = subprocess.run(["dj-process", "--config", str(recipe)], cwd=tmp_path, capture_output=True, text=True)
+    assert again.returncode == 2, again.stdout[-2000:] + again.stderr[-2000:]
+    last = again.stderr.strip().splitlines()[-1]
+    assert "InputChangedError" in last and "sub/late.jsonl" in last, last
 
 
 @pytest.mark.extended

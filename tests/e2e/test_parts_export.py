@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import collections
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -74,7 +75,9 @@ def test_running_the_finished_job_again_leaves_the_export_as_it_is(parts_run):
     proc = run(["dj-process", "--config", str(recipe)], cwd=tmp)
     assert_ok(proc)
     assert (index.read_bytes(), index.stat().st_mtime_ns, index.stat().st_ino) == before
-    assert "already there, unchanged" in proc.stdout + proc.stderr
+    console = proc.stdout + proc.stderr
+    assert "already held these" in console and "identical: left unchanged" in console, console[-2000:]
+    assert not re.search(r"(merged|published) [\d,]+ rows", console), "no line claims it wrote the export"
 
 
 @pytest.fixture(scope="module")

@@ -53,6 +53,11 @@ def test_eight_shards_load_each_operator_once_per_process(tmp_path):
     worker = run(["dj-elastic", "worker", "--job-dir", str(job), "--no-wait"], cwd=tmp_path, env=env)
     assert_ok(worker)
     assert len(list((job / "done").iterdir())) == SHARDS
+    last = (worker.stdout + worker.stderr).strip().splitlines()[-1]
+    assert (
+        "the job is complete. Workers do not write the export: `dj-elastic merge --job-dir job/job` merges it"
+        " into job/merged.jsonl (so does a dj-process run of the recipe)" in last
+    ), last
 
     task_events, actor_events = _events(task_log), _events(actor_log)
     task_loads = Counter(e["pid"] for e in task_events if e["event"] == "load")
@@ -66,6 +71,6 @@ def test_eight_shards_load_each_operator_once_per_process(tmp_path):
     assert len(actor_batch_pids) == 1 and actor_batch_pids <= set(actor_loads), actor_batch_pids
     assert sum(e["rows"] for e in actor_events if e["event"] == "batch") == SHARDS * ROWS_PER_SHARD
 
-    merged = tmp_path / "merged.jsonl"
-    assert_ok(run(["dj-elastic", "merge", "--job-dir", str(job), "--output", str(merged)], cwd=tmp_path))
-    assert merged.read_bytes() == data.read_bytes()
+    # without --output: the recipe's export_path, as the worker said
+    assert_ok(run(["dj-elastic", "merge", "--job-dir", str(job)], cwd=tmp_path))
+    assert (tmp_path / "job" / "merged.jsonl").read_bytes() == data.read_bytes()

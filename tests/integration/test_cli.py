@@ -34,6 +34,7 @@ def test_help_lists_elastic_sharded_and_elastic_options(tmp_path):
     ("elastic", "cli", "named"),
     [
         ({"job_dir": "J", "num_shards": -1}, [], "elastic.num_shards"),
+        ({"job_dir": "J"}, ["--elastic.max_shards", "x"], "elastic.max_shards"),  # jsonargparse's own message
         # The rest through the real dj-process in the extended run only (the settings checks
         # themselves are unit-tested in tests/integration/test_config_block.py and test_recipe_check.py).
         *(
@@ -55,6 +56,7 @@ def test_bad_elastic_values_exit_2_naming_the_field(tmp_path, dataset, write_rec
     assert result.returncode == 2, result.stderr
     assert named in result.stderr
     assert "Traceback" not in result.stderr
+    assert "<class" not in result.stderr, "types named as in a recipe (int, null), not by their Python repr"
     assert not (tmp_path / "job").exists()
 
 
@@ -208,7 +210,10 @@ def finished_job(tmp_path):
     data = tmp_path / "in.jsonl"
     data.write_text("".join(json.dumps({"id": i, "text": f"row {i}"}) + "\n" for i in range(40)))
     job = tmp_path / "job"
-    prepare_job(PrepareRequest(job_dir=job, dataset_path=data, num_shards=4, recipe={}, stage_identities=[]))
+    export = str(tmp_path / "exports" / "recipe-export.jsonl")  # what prepare records of the recipe's export_path
+    prepare_job(
+        PrepareRequest(job_dir=job, dataset_path=data, num_shards=4, recipe={}, stage_identities=[], export_path=export)
+    )
     run_worker(
         job,
         WorkerIdentity.current("n"),
@@ -216,6 +221,34 @@ def finished_job(tmp_path):
         WorkerSettings(ttl_secs=60, heartbeat_secs=10, max_retries=0, poll_interval_secs=0.1),
     )
     return job
+
+
+def test_dj_elastic_verify_names_the_files_added_to_a_directory_input_after_planning(tmp_path):
+    from data_juicer_elastic.jobdir.worker_loop import run_worker
+    from data_juicer_elastic.jobdir.worker_settings import WorkerSettings
+    from data_juicer_elastic.shards.prepare import PrepareRequest, prepare_job
+    from data_juicer_elastic.sharedfs.identity import WorkerIdentity
+    from tests.rayfree import rayfree_runner
+
+    data = tmp_path / "data"
+    (data / "sub").mkdir(parents=True)
+    for name in ("a.jsonl", "sub/b.jsonl"):
+        (data / name).write_text("".join(json.dumps({"text": f"{name} {i}"}) + "\n" for i in range(5)))
+    job = tmp_path / "job"
+    prepare_job(PrepareRequest(job_dir=job, dataset_path=data, num_shards=2, recipe={}, stage_identities=[]))
+    settings = WorkerSettings(ttl_secs=60, heartbeat_secs=10, max_retries=0, poll_interval_secs=0.1)
+    run_worker(job, WorkerIdentity.current("n"), rayfree_runner(job), settings)
+    verify = [console_script("dj-elastic"), "verify", "--job-dir", str(job)]
+    before = run(verify, cwd=tmp_path)
+    assert before.returncode == 0 and "note:" not in before.stdout, before.stdout + before.stderr
+    (data / "sub" / "late.jsonl").write_text('{"text": "came after the plan"}\n')
+    (data / "notes.txt").write_text("not an input file")
+    after = run(verify, cwd=tmp_path)
+    assert after.returncode == 0, after.stderr
+    note = (
+        f"note: 1 file(s) added to {data} after planning were not processed (sub/late.jsonl): a new job_dir plans them"
+    )
+    assert after.stdout.splitlines()[-1] == note, after.stdout
 
 
 @pytest.mark.parametrize("command", [["merge", "--output", "out.jsonl"], ["status"], ["verify"]])
@@ -226,6 +259,36 @@ def test_dj_elastic_merge_status_verify_never_import_data_juicer_or_ray(tmp_path
     assert "loaded: []" in result.stdout
     if command[0] == "merge":
         assert len((tmp_path / "out.jsonl").read_text().splitlines()) == 40
+
+
+def test_dj_elastic_merge_without_output_writes_the_recipes_export_path_and_says_when_it_was_there(
+    tmp_path, finished_job
+):
+    """The input is the oracle (the rayfree runner passes rows through); a second merge finds the
+    export identical and says so in one line, not that it merged."""
+    merge = [console_script("dj-elastic"), "merge", "--job-dir", str(finished_job)]
+    first, again = run(merge, cwd=tmp_path), run(merge, cwd=tmp_path)
+    assert first.returncode == 0 and again.returncode == 0, first.stderr + again.stderr
+    export = tmp_path / "exports" / "recipe-export.jsonl"
+    rows = [json.loads(line) for line in export.read_text().splitlines()]
+    assert rows == [json.loads(line) for line in (tmp_path / "in.jsonl").read_text().splitlines()]
+    assert "merged 40 rows from 4 shards into exports/recipe-export.jsonl" in first.stdout + first.stderr
+    said = (again.stdout + again.stderr).strip().splitlines()
+    unchanged = "exports/recipe-export.jsonl already held these 40 rows from 4 shards, identical: left unchanged"
+    assert said[-1].endswith(f" {unchanged}"), said
+    assert not any(" merged " in line for line in said), said
+
+
+def test_dj_elastic_merge_without_output_of_a_job_with_no_recorded_export_path_asks_for_output(tmp_path):
+    from data_juicer_elastic.shards.prepare import PrepareRequest, plan_job
+
+    data = tmp_path / "in.jsonl"
+    data.write_text('{"text": "a"}\n')
+    plan_job(PrepareRequest(job_dir=tmp_path / "job", dataset_path=data, num_shards=1, recipe={}, stage_identities=[]))
+    result = run([console_script("dj-elastic"), "merge", "--job-dir", str(tmp_path / "job")], cwd=tmp_path)
+    assert result.returncode == 2, result.stderr
+    (line,) = result.stderr.strip().splitlines()
+    assert line.startswith("error: ") and "records no export_path" in line and "--output PATH" in line, line
 
 
 @pytest.mark.parametrize("verbose", ["", pytest.param("1", marks=pytest.mark.extended)])
@@ -245,6 +308,23 @@ def test_a_refused_input_is_one_line_and_quiet_shows_no_configuration_table(tmp_
         assert "╒" in console and "Configuration table" in console
     else:
         assert "╒" not in console and len(console.splitlines()) <= 4, console
+
+
+@pytest.mark.parametrize("command", [[DJ_PROCESS], [console_script("dj-elastic"), "prepare"]])
+def test_a_missing_dataset_path_is_the_plugins_one_error_without_data_juicers_remote_dataset_warning(
+    tmp_path, write_recipe, command
+):
+    missing = tmp_path / "nowhere.jsonl"
+    recipe = write_recipe(**elastic_recipe(missing, tmp_path))
+    result = run([*command, "--config", str(recipe)], cwd=tmp_path)
+    console = result.stdout + result.stderr
+    assert result.returncode == 2, console[-3000:]
+    (line,) = [line for line in result.stderr.splitlines() if "error:" in line]
+    assert line.endswith(f"InputError: {missing}: dataset_path does not exist (check the path on this node)") or (
+        line == f"error: {missing}: dataset_path does not exist (check the path on this node)"
+    ), line
+    assert "remote dataset" not in console, console[-3000:]
+    assert not (tmp_path / "job").exists() and not (tmp_path / "out").exists()
 
 
 CUSTOM_MAPPER = """

@@ -85,16 +85,26 @@ def test_lease_timing_is_judged_against_the_mount_with_settings_that_would_fix_i
     assert unknown.ok is None and "unknown" in unknown.detail
 
 
-def test_doctor_reports_lease_timing_for_a_job_dir(tmp_path):
-    import subprocess
-    import sys
+def test_doctor_leads_with_one_verdict_and_lists_the_checks_with_v_or_on_failure(tmp_path):
+    """The real ``dj-elastic doctor``: all good is one line (the ~40 checks of internals with ``-v``);
+    a failure is the verdict naming what failed, then every check."""
+    from tests.integration.conftest import console_script, run
 
-    result = subprocess.run(
-        [sys.executable, "-m", "data_juicer_elastic.cli", "doctor", "--job-dir", str(tmp_path)],
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-    line = next(x for x in result.stdout.splitlines() if "lease timing vs mount cache" in x)
+    doctor = [console_script("dj-elastic"), "doctor", "--job-dir"]
+    quiet, verbose = (run([*doctor, str(tmp_path), *flag], cwd=tmp_path) for flag in ([], ["-v"]))
+    assert quiet.returncode == 0 and verbose.returncode == 0, quiet.stderr + verbose.stderr
+    first = quiet.stdout.splitlines()[0]
+    assert first.startswith("OK: executor_type elastic_sharded works with Data-Juicer ") and str(tmp_path) in first
+    assert all(line.startswith("[warn]") for line in quiet.stdout.splitlines()[1:]), quiet.stdout
+    lines = verbose.stdout.splitlines()
+    assert lines[0] == first and len(lines) > 20, verbose.stdout
+    line = next(x for x in lines if "lease timing vs mount cache" in x)
     assert line.startswith(("[ok]", "[warn]")), line
     assert "lease TTL 120 s, heartbeat 30 s (defaults: the job is not prepared)" in line
+
+    failed = run([*doctor, str(tmp_path / "absent")], cwd=tmp_path)
+    assert failed.returncode == 2, failed.stderr
+    lines = failed.stdout.splitlines()
+    assert lines[0].startswith("FAIL: 1 of ") and f"(directory {tmp_path / 'absent'})" in lines[0], lines[0]
+    assert f"[FAIL] directory {tmp_path / 'absent'}: does not exist or is not a directory" in lines
+    assert "[ok] entry point installed" in failed.stdout, "after a failure every check is listed"

@@ -139,3 +139,23 @@ class E2EEditInputFilter(E2EFailIdsFilter):
 
     def process_single(self, sample):
         return False
+
+
+@OPERATORS.register_module("e2e_add_file_mapper")
+class E2EAddFileMapper(Mapper):
+    """Write `path` with `content` when it meets its first row, unless it is there: a file added to a
+    directory input while the job runs (after its plan).  Rows pass through unchanged."""
+
+    def __init__(self, path: str = "", content: str = "", *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.path, self.content = path, content
+
+    def process_single(self, sample):
+        import os
+
+        if self.path and not os.path.exists(self.path):
+            staged = f"{self.path}.{os.getpid()}.tmp"  # renamed into place: never seen half-written
+            with open(staged, "w", encoding="utf-8") as handle:
+                handle.write(self.content)
+            os.replace(staged, self.path)
+        return sample
