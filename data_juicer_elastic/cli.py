@@ -22,7 +22,7 @@ from data_juicer_elastic.cli_options import (
     add_setting_options,
     given_settings,
 )
-from data_juicer_elastic.errors import EXIT_ERROR, EXIT_OK, ConfigError, ElasticError, storage_error
+from data_juicer_elastic.errors import EXIT_ERROR, EXIT_OK, ElasticError, storage_error
 
 
 def _cmd_prepare(args: argparse.Namespace) -> int:
@@ -126,53 +126,26 @@ def _cmd_merge(args: argparse.Namespace) -> int:
     layout = _settings_from_job(args.job_dir, args).export_layout  # --export-layout, else the job's setting
     output = args.output or recorded_export_path(job)
     check_export_path(job, output, "--output", layout)  # before anything is read
-    if not args.follow:
-        from data_juicer_elastic.finalize import finalize  # imports neither Data-Juicer nor Ray
+    from data_juicer_elastic.finalize import finalize, follow_to_end  # import neither Data-Juicer nor Ray
 
+    if args.follow:
+        follow_to_end(job, output, overwrite=args.overwrite, layout=layout, poll_secs=args.poll_secs)
+    else:
         finalize(args.job_dir, output, overwrite=args.overwrite, layout=layout)  # says what it merged
-        return EXIT_OK
-    if layout == "parts":
-        raise ConfigError(
-            "--follow streams one merged file; a parts export is published without a merge",
-            where="--follow",
-            hint="leave out --follow (publishing parts reads no output), or give --export-layout file",
-        )
-    from data_juicer_elastic.shards.stream_merge import follow_merge
-
-    def show(progress) -> None:
-        state = "complete" if progress.complete else "final so far"
-        print(
-            f"{progress.shards_final}/{progress.num_shards} shards, {progress.rows_final} rows, "
-            f"{progress.bytes_final} bytes {state}",
-            flush=True,
-        )
-
-    # Returns only when published (no stop event); OUTPUT's last component is never resolved: a link is not followed.
-    result = follow_merge(job, output, overwrite=args.overwrite, wait=True, poll_secs=args.poll_secs, on_progress=show)
-    print(f"merged {result.rows} rows from {result.shards} shards into {result.output_path}")
     return EXIT_OK
 
 
 def _cmd_verify(args: argparse.Namespace) -> int:
     from data_juicer_elastic.shards.verify import verify_job
 
-    result = verify_job(Path(args.job_dir).resolve(), expect_nodes=args.expect_nodes)
-    print(f"PASS: {result.shards} shards were completed by {len(result.nodes)} node(s): {', '.join(result.nodes)}")
-    if (out := result.export) is not None:  # None before the first merge: only the job was checked
-        files = f"{out.files} file(s) re-hashed"
-        print(f"PASS: export {out.path} ({out.layout}: {out.rows} rows, {out.bytes} bytes, {files})")
-    if result.added_inputs_note:  # an input file added since the plan: the job did not read it
-        print(f"note: {result.added_inputs_note}")
+    print("\n".join(verify_job(Path(args.job_dir).resolve(), expect_nodes=args.expect_nodes).lines()))
     return EXIT_OK
 
 
 def _cmd_clean(args: argparse.Namespace) -> int:
     from data_juicer_elastic.shards.clean import clean_job
 
-    result = clean_job(Path(args.job_dir).resolve())
-    out = result.export
-    print(f"PASS: export {out.path} ({out.layout}: {out.rows} rows, {out.bytes} bytes) verified{result.how}")
-    print(f"cleaned {args.job_dir}: removed {result.files} file(s), freed {result.bytes_freed:,} bytes")
+    print("\n".join(clean_job(Path(args.job_dir).resolve()).lines(args.job_dir)))
     return EXIT_OK
 
 

@@ -14,7 +14,7 @@ import threading
 from data_juicer_elastic.console import StepDisplay, say
 from data_juicer_elastic.console.summary import run_clock_start, shown_path
 from data_juicer_elastic.coordination.settle import shard_failed_error, terminal_failures
-from data_juicer_elastic.errors import ElasticError, IntegrityError, MergeBusyError, storage_errors
+from data_juicer_elastic.errors import ConfigError, ElasticError, IntegrityError, MergeBusyError, storage_errors
 from data_juicer_elastic.jobdir.attempts import requeue_hint
 from data_juicer_elastic.jobdir.export_path import check_export_path, merge_places
 from data_juicer_elastic.jobdir.layout import JobLayout
@@ -124,3 +124,25 @@ def _progress_mark(export) -> tuple[int, int] | None:
     except (ElasticError, OSError):  # a corrupt record or no partial: nothing to wait for
         return None
     return None if progress is None else (progress.shards_final, size)
+
+
+def follow_to_end(job_dir, output, *, overwrite: bool, layout: str, poll_secs: float) -> None:
+    """``dj-elastic merge --follow``: the streaming merge beside running workers, a line per step,
+    until the export is published (OUTPUT's last component is never resolved: a link is not followed)."""
+    if layout == "parts":
+        raise ConfigError(
+            "--follow streams one merged file; a parts export is published without a merge",
+            where="--follow",
+            hint="leave out --follow (publishing parts reads no output), or give --export-layout file",
+        )
+
+    def show(progress) -> None:
+        state = "complete" if progress.complete else "final so far"
+        print(
+            f"{progress.shards_final}/{progress.num_shards} shards, {progress.rows_final} rows, "
+            f"{progress.bytes_final} bytes {state}",
+            flush=True,
+        )
+
+    result = follow_merge(job_dir, output, overwrite=overwrite, wait=True, poll_secs=poll_secs, on_progress=show)
+    print(f"merged {result.rows} rows from {result.shards} shards into {result.output_path}")

@@ -108,7 +108,10 @@ def test_every_elastic_key_named_exists(doc):
 
 # `key: true` in the docs reads as a recipe line: beside the elastic: keys, these switches are
 # Data-Juicer's or an operator's, and these are fields of a JSON record the docs describe
-OTHER_SWITCHES = {"adaptive_batching", "skip_op_error", "keep_stats_in_res_ds"} | {"complete", "written"}
+OTHER_SWITCHES = {"adaptive_batching", "skip_op_error", "keep_stats_in_res_ds", "export_original_dataset"} | {
+    "complete",
+    "written",
+}
 
 
 def test_every_switch_the_docs_write_as_a_recipe_line_is_a_key_a_recipe_accepts():

@@ -51,6 +51,14 @@ class CleanResult:
             return ""
         return " (cleaned before)" if self.earlier.complete else " (finishing a clean that was stopped)"
 
+    def lines(self, job_dir: str) -> list[str]:
+        """What ``dj-elastic clean`` prints."""
+        out = self.export
+        return [
+            f"PASS: export {out.path} ({out.layout}: {out.rows} rows, {out.bytes} bytes) verified{self.how}",
+            f"cleaned {job_dir}: removed {self.files} file(s), freed {self.bytes_freed:,} bytes",
+        ]
+
 
 @storage_errors(then="run `dj-elastic clean` again: it finishes what it started")
 def clean_job(job_dir: str | Path) -> CleanResult:

@@ -34,6 +34,17 @@ class VerifyResult:
     export: ExportSummary | None = None  # the export merge.json records, checked; None before any merge
     added_inputs_note: str | None = None  # files added to a directory input after its plan: the job did not read them
 
+    def lines(self) -> list[str]:
+        """What ``dj-elastic verify`` prints."""
+        nodes = f"{len(self.nodes)} node(s): {', '.join(self.nodes)}"
+        lines = [f"PASS: {self.shards} shards were completed by {nodes}"]
+        if (out := self.export) is not None:  # None before the first merge: only the job was checked
+            files = f"{out.files} file(s) re-hashed"
+            lines.append(f"PASS: export {out.path} ({out.layout}: {out.rows} rows, {out.bytes} bytes, {files})")
+        if self.added_inputs_note:  # an input file added since the plan: the job did not read it
+            lines.append(f"note: {self.added_inputs_note}")
+        return lines
+
 
 def verify_job(job_dir: str | Path, expect_nodes: int = 1) -> VerifyResult:
     layout = JobLayout(Path(os.path.abspath(job_dir)))
