@@ -19,7 +19,7 @@ from data_juicer_elastic.jobdir.heartbeats import StalenessObserver
 from data_juicer_elastic.jobdir.layout import JobLayout
 from data_juicer_elastic.jobdir.lease_records import Claim
 from data_juicer_elastic.jobdir.manifest import check_shard_file
-from data_juicer_elastic.jobdir.pace import PaceWriter
+from data_juicer_elastic.jobdir.pace import HeldClaim, PaceWriter
 from data_juicer_elastic.jobdir.reasons import AttemptExit, FailureReason, ReleaseReason, StopReason
 from data_juicer_elastic.jobdir.records import Manifest, ShardEntry
 from data_juicer_elastic.jobdir.shard_state import TerminalInfo
@@ -218,7 +218,8 @@ class ShardWorker:
             self.ahead.wait_claimed()
         if outcome.accepted and self.pace is not None:
             quarantined = outcome.result.errors.rows if outcome.result.errors is not None else 0
-            self.pace.finished(self.clock() - began, outcome.result.rows, entry.rows, quarantined)
+            held = HeldClaim(claim.shard_id, claim.generation, claim.attempt_id)
+            self.pace.finished(self.clock() - began, outcome.result.rows, entry.rows, quarantined, shard=held)
         if outcome.accepted or outcome.winner is not None:
             self.claimer.learn_done(entry.shard_id)
         if outcome.accepted:

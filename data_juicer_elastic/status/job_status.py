@@ -12,7 +12,6 @@ from __future__ import annotations
 import json
 import os
 import time
-from collections import defaultdict
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -36,12 +35,12 @@ from data_juicer_elastic.jobdir.shard_state import (
 )
 from data_juicer_elastic.sharedfs import fsio
 from data_juicer_elastic.sharedfs.identity import WorkerIdentity
+from data_juicer_elastic.status.done_tally import reconciled_tallies
 from data_juicer_elastic.status.scan_phase import scanned_phase, shard_names
 from data_juicer_elastic.status.snapshot_types import (
     FROM_SUMMARY,
     JobSnapshot,
     JsonDict,
-    NodeTally,
     ShardStatus,
     SummaryNote,
 )
@@ -109,7 +108,8 @@ def snapshot(
     if summary is None:
         return snap
     note = SummaryNote(summary.seq, summary.written_at, len(reader.live))
-    tallies = node_tallies(read_paces(layout) if paces is None else paces)
+    rows = {entry.shard_id: entry.rows for entry in manifest.shards}
+    tallies = reconciled_tallies(layout, read_paces(layout) if paces is None else paces, reader.done, rows)
     return replace(snap, source=FROM_SUMMARY, summary=note, node_tallies=tallies)
 
 
@@ -300,24 +300,6 @@ def _read_quietly(path: Path) -> bytes | None:
         return fsio.read_record(path)
     except (OSError, JobDirError):
         return None  # read_done reads it again by itself and reports the error
-
-
-def node_tallies(paces: list[PaceRecord]) -> list[NodeTally]:
-    """Accepted results, input and output rows, and quarantined rows per node, summed over its
-    worker processes' pace records (a missing or corrupt record counts nothing)."""
-    by_node: dict[str, list[PaceRecord]] = defaultdict(list)
-    for record in paces:
-        by_node[record.node_id].append(record)
-    return [
-        NodeTally(
-            node,
-            sum(r.done for r in found),
-            sum(r.rows_out for r in found),
-            sum(r.rows_in for r in found),
-            sum(r.quarantined for r in found),
-        )
-        for node, found in sorted(by_node.items())
-    ]
 
 
 def vouched_stale(claim: LiveClaim | None, view: leases.LeaseView) -> bool:
