@@ -35,6 +35,9 @@ TAIL_FRACTION: Final = 0.8
 # The live progress record is rewritten every other heartbeat: a renewal stays one write, and a
 # display is at most two heartbeats behind.
 PROGRESS_EVERY_BEATS: Final = 2
+# A change of the live progress is written at most this often (or every heartbeat, if shorter), so
+# `status` sees the rows of an attempt shorter than the heartbeats while it runs (docs/status.md).
+PROGRESS_WRITE_SECS: Final = 5.0
 
 
 @dataclass
@@ -119,7 +122,8 @@ class ShardWorker:
         it was claimed ahead and its input file checked then.  Meanwhile the next is claimed ahead."""
         self.summary.claimed += 1
         began = self.clock()
-        tracker = progress.ProgressTracker(self.layout, claim, entry.rows)
+        write_every = min(PROGRESS_WRITE_SECS, self.heartbeat)
+        tracker = progress.ProgressTracker(self.layout, claim, entry.rows, write_every=write_every)
         if self.on_attempt is not None:
             self.on_attempt(tracker)  # e.g. a terminal progress bar for this shard
         alive = None if self.stall_secs is None else liveness.Liveness(self.stall_secs, self.clock)

@@ -99,7 +99,9 @@ def snapshot(
     manifest = load_manifest(layout.root) if manifest is None else manifest
     summary = read_summary(layout, manifest) if not exact and use_summary else None
     now = time.time() if now is None else now
-    reader = _Reader(layout, manifest, WorkerIdentity.current(), ttl_secs, observer, exact, summary, now)
+    if summary is not None and paces is None:
+        paces = read_paces(layout)
+    reader = _Reader(layout, manifest, WorkerIdentity.current(), ttl_secs, observer, exact, summary, now, paces)
     shards = [reader.shard(entry) for entry in manifest.shards]
     heartbeat = manifest.settings.get("heartbeat_interval_secs") or (
         float(manifest.settings.get("lease_ttl_secs") or 0) / 4 or None
@@ -107,9 +109,9 @@ def snapshot(
     snap = JobSnapshot(layout.root, manifest.job_id, shards, now, heartbeat, scanned_phase(manifest))
     if summary is None:
         return snap
-    note = SummaryNote(summary.seq, summary.written_at, len(reader.live))
+    note = SummaryNote(summary.seq, summary.written_at, reader.summary_live)
     rows = {entry.shard_id: entry.rows for entry in manifest.shards}
-    tallies = reconciled_tallies(layout, read_paces(layout) if paces is None else paces, reader.done, rows)
+    tallies = reconciled_tallies(layout, paces, reader.done, rows)
     return replace(snap, source=FROM_SUMMARY, summary=note, node_tallies=tallies)
 
 
@@ -121,7 +123,9 @@ def failure_records(job_dir: str | Path) -> int:
 
 
 class _Reader:
-    def __init__(self, layout, manifest, identity, ttl_secs, observer, exact, summary: JobSummary | None, now: float):
+    def __init__(
+        self, layout, manifest, identity, ttl_secs, observer, exact, summary: JobSummary | None, now: float, paces=None
+    ):
         self.layout, self.identity, self.ttl_secs, self.observer, self.now = layout, identity, ttl_secs, observer, now
         self.exact, self.summary = exact, summary
         self.attempts_root = str(layout.attempts_dir)
@@ -133,6 +137,8 @@ class _Reader:
             self.with_failures = shard_names(layout.failures_dir, "")
         if summary is not None:  # the summary's live claims stand for claims/; no done marker is read
             self.live = {c.shard_id: c for c in summary.live if c.shard_id not in self.done}
+            self.summary_live = len(self.live)
+            self.live.update(claims_since(self.live, paces or [], self.done))
             self.claimed = set(self.live)
             # their progress records are all that is read of them, a few at a time (one round trip each)
             self.live_progress = _read_progress(
@@ -300,6 +306,22 @@ def _read_quietly(path: Path) -> bytes | None:
         return fsio.read_record(path)
     except (OSError, JobDirError):
         return None  # read_done reads it again by itself and reports the error
+
+
+def claims_since(live: dict[str, LiveClaim], paces: list[PaceRecord], done: set[str]) -> dict[str, LiveClaim]:
+    """Claims the workers' pace records hold (each process writes its record as it claims) that are
+    newer than the summary's live claims and not done: shards claimed since the summary's round,
+    shown running (no staleness verdict yet: no writer has watched them) instead of pending."""
+    newer: dict[str, LiveClaim] = {}
+    for record in paces:
+        for held in record.held if not record.stopped else ():
+            known = newer.get(held.shard_id) or live.get(held.shard_id)
+            if held.shard_id in done or (known is not None and known.generation >= held.generation):
+                continue
+            newer[held.shard_id] = LiveClaim(
+                held.shard_id, held.generation, held.attempt_id, record.node_id, record.pid, "", None, False
+            )
+    return newer
 
 
 def vouched_stale(claim: LiveClaim | None, view: leases.LeaseView) -> bool:
