@@ -290,3 +290,25 @@ def test_status_json_of_a_finished_job_through_the_command(tmp_path):
     assert code == 0 and full["source"] == "job directory" and full["summary"] is None
     assert [s["owner_node"] for s in full["shards"]] == [s.owner_node for s in oracle.shards]
     assert full["quarantined_rows"] == 0 and full["output_rows"] == data["output_rows"]
+
+
+def test_status_reads_the_light_manifest_and_refuses_a_damaged_one_as_the_full_read_does(tmp_path, clock):
+    """`status` loads the manifest without validated entries when its checksum matches: the same
+    snapshot as from the full manifest; a damaged manifest is the full path's one clear error."""
+    held = 3
+    job, layout, manifest, _ = _job(tmp_path, 30, done=10, held=held)
+    _keeper(layout, manifest, clock).tick()
+    light = load_manifest(job, entries=False)
+    assert type(light.shards[0]).__name__ == "ShardRow" and len(light.shards) == 30
+    full = snapshot_json(snapshot(job, exact=False, manifest=manifest, now=1.0))
+    assert snapshot_json(snapshot(job, exact=False, now=1.0)) | {"taken_at": 0} == full | {"taken_at": 0}
+
+    text = (job / "manifest.json").read_text()
+    (job / "manifest.json").write_text(text.replace('"rows": 1,', '"rows": 2,', 1))  # still valid JSON
+    proc = subprocess.run(
+        [sys.executable, "-m", "data_juicer_elastic.cli", "status", "--job-dir", str(job), "--json"],
+        capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert proc.returncode == 2 and "inconsistent manifest" in proc.stderr, proc.stderr[-2000:]
+    assert len(proc.stderr.strip().splitlines()) == 1, "one error line, where and what to do"
+    assert proc.stdout == "" and "Traceback" not in proc.stderr
