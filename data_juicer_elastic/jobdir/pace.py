@@ -117,17 +117,26 @@ class PaceWriter:
             lambda r: replace(r, held=[h for h in r.held if (h.shard_id, h.generation) != (shard_id, generation)])
         )
 
-    def finished(self, secs: float, rows: int, rows_in: int = 0, quarantined: int = 0) -> None:
-        """One accepted result of this process, ``secs`` on its own clock."""
+    def finished(
+        self, secs: float, rows: int, rows_in: int = 0, quarantined: int = 0, *, shard: HeldClaim | None = None
+    ) -> None:
+        """One accepted result of this process, ``secs`` on its own clock.  ``shard``: the claim it
+        published, no longer listed as held in the same change, so a record never both counts a
+        result and holds its claim: a reader counts a done shard that a record still holds from its
+        done marker (``status.done_tally``: the process died between its done marker and this)."""
 
         now = time.time()
 
         def add(r: PaceRecord) -> PaceRecord:
+            held = [
+                h for h in r.held if shard is None or (h.shard_id, h.generation) != (shard.shard_id, shard.generation)
+            ]
             counts = dict(
                 rows_out=r.rows_out + rows,
                 rows_in=r.rows_in + rows_in,
                 quarantined=r.quarantined + quarantined,
                 last_done_at=now,
+                held=held,
             )
             if r.done == 0:
                 return replace(r, done=1, first_secs=secs, **counts)

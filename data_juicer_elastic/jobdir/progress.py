@@ -24,6 +24,7 @@ from data_juicer_elastic.sharedfs import fsio
 
 MAX_SAMPLES: Final = 64  # samples kept per attempt; older ones are thinned, never all dropped
 MAX_OPERATOR_CHARS: Final = 200
+FIRST_WRITE_SECS: Final = 1.0  # an attempt's first change is written this long after it (write_every)
 
 
 class Stage(enum.StrEnum):
@@ -88,8 +89,16 @@ class ProgressTracker:
         rows_total: int,
         *,
         clock: Callable[[], float] = time.monotonic,
+        write_every: float | None = None,
     ):
+        """``write_every``: also write each change within that many seconds (one write per such
+        window, from a timer thread; the first change within ``FIRST_WRITE_SECS``, so the rows that
+        follow the stage come with it): a reader sees a short attempt's rows while it runs, not
+        only after a heartbeat or two."""
         self.layout, self.claim, self.clock = layout, claim, clock
+        self.write_every = write_every
+        self._last_write: float | None = None
+        self._timer: threading.Timer | None = None
         self._t0 = clock()
         self._lock = threading.Lock()
         self._record = ProgressRecord(
@@ -126,6 +135,8 @@ class ProgressTracker:
         a directory itself, so a planted symlink cannot lead it out of the job directory."""
         with self._lock:
             self._writable = True
+        if self._dirty:
+            self._schedule_write()
 
     def set_stage(self, stage: Stage, operator: str | None = None) -> None:
         self._change(stage=Stage(stage).value, operator=operator and clip(operator, MAX_OPERATOR_CHARS))
@@ -145,16 +156,40 @@ class ProgressTracker:
 
     def _change(self, **changes: object) -> None:
         with self._lock:
-            if all(getattr(self._record, k) == v for k, v in changes.items()):
-                return
-            self._record = replace(self._record, **changes)
-            self._dirty = True
+            changed = not all(getattr(self._record, k) == v for k, v in changes.items())
+            if changed:
+                self._record = replace(self._record, **changes)
+                self._dirty = True
             record = self._record
-        for listener in list(self.listeners):
-            try:
-                listener(record)
-            except Exception as exc:  # a display must never break the attempt
-                logger.debug(f"progress listener failed: {exc}")
+        if changed:
+            for listener in list(self.listeners):
+                try:
+                    listener(record)
+                except Exception as exc:  # a display must never break the attempt
+                    logger.debug(f"progress listener failed: {exc}")
+        if changed:
+            self._schedule_write()
+
+    def _schedule_write(self) -> None:
+        """A timer writes the change ``write_every`` after the last write (a write already due
+        takes the change along)."""
+        with self._lock:
+            if self.write_every is None or not self._writable or self._timer is not None:
+                return
+            if self._last_write is None:
+                delay = min(FIRST_WRITE_SECS, self.write_every)
+            else:
+                delay = max(0.0, self._last_write + self.write_every - self.clock())
+            self._timer = threading.Timer(delay, self._timed_write)
+            self._timer.daemon = True
+            self._timer.start()
+
+    def _timed_write(self) -> None:
+        with self._lock:
+            self._timer = None
+            dirty = self._dirty
+        if dirty:
+            self.flush()
 
     def flush(self, force: bool = False) -> bool:
         """Write the record (the heartbeat thread, after a renewal); True if written, errors logged.
@@ -173,7 +208,7 @@ class ProgressTracker:
                 self._record, seq=self._record.seq + 1, updated_at=time.time(), elapsed_secs=round(elapsed, 3)
             )
             record = replace(self._record, samples=list(self._samples))
-            self._dirty = False
+            self._dirty, self._last_write = False, self.clock()
         try:
             path = self.layout.attempt_progress(record.shard_id, record.attempt_id)
             # durable=False: a progress record lost in a crash only shows older progress
@@ -187,6 +222,10 @@ class ProgressTracker:
 
     def finish(self) -> None:
         """Final write when the attempt ends, whatever the outcome."""
+        with self._lock:
+            timer, self._timer, self.write_every = self._timer, None, None  # no timed write after the last
+        if timer is not None:
+            timer.cancel()
         self.set_stage(Stage.FINISHED)
         self.flush(force=True)
 

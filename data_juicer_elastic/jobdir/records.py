@@ -76,6 +76,11 @@ class Record:
             obj = json.loads(data, parse_constant=_reject_constant)
         except (ValueError, RecursionError) as exc:
             raise JobDirError(f"corrupt {cls.KIND} record: {exc}", where=where) from None
+        return cls.from_object(obj, where)
+
+    @classmethod
+    def from_object(cls: type[R], obj: Any, where: str) -> R:
+        """The record of ``obj``, a decoded JSON value (``parse`` without the decoding)."""
         if not isinstance(obj, dict):
             raise JobDirError(f"corrupt {cls.KIND} record: not a JSON object", where=where)
         tag = obj.get("format")
@@ -200,8 +205,11 @@ def _check_for(hint: Any) -> FieldCheck:
         return lambda value, where, kind, name: float(number(value, where, kind, name))
     if origin in (Union, types.UnionType):
         options = [_check_for(option) for option in typing.get_args(hint)]
+        optional = type(None) in typing.get_args(hint)
 
         def check_union(value: Any, where: str, kind: str, name: str) -> Any:
+            if value is None and optional:  # not after a failed check of each other option (an exception each)
+                return None
             for option in options:
                 try:
                     return option(value, where, kind, name)

@@ -19,7 +19,7 @@ from data_juicer_elastic.jobdir.heartbeats import StalenessObserver
 from data_juicer_elastic.jobdir.layout import JobLayout
 from data_juicer_elastic.jobdir.lease_records import Claim
 from data_juicer_elastic.jobdir.manifest import check_shard_file
-from data_juicer_elastic.jobdir.pace import PaceWriter
+from data_juicer_elastic.jobdir.pace import HeldClaim, PaceWriter
 from data_juicer_elastic.jobdir.reasons import AttemptExit, FailureReason, ReleaseReason, StopReason
 from data_juicer_elastic.jobdir.records import Manifest, ShardEntry
 from data_juicer_elastic.jobdir.shard_state import TerminalInfo
@@ -35,6 +35,9 @@ TAIL_FRACTION: Final = 0.8
 # The live progress record is rewritten every other heartbeat: a renewal stays one write, and a
 # display is at most two heartbeats behind.
 PROGRESS_EVERY_BEATS: Final = 2
+# A change of the live progress is written at most this often (or every heartbeat, if shorter), so
+# `status` sees the rows of an attempt shorter than the heartbeats while it runs (docs/status.md).
+PROGRESS_WRITE_SECS: Final = 5.0
 
 
 @dataclass
@@ -119,7 +122,8 @@ class ShardWorker:
         it was claimed ahead and its input file checked then.  Meanwhile the next is claimed ahead."""
         self.summary.claimed += 1
         began = self.clock()
-        tracker = progress.ProgressTracker(self.layout, claim, entry.rows)
+        write_every = min(PROGRESS_WRITE_SECS, self.heartbeat)
+        tracker = progress.ProgressTracker(self.layout, claim, entry.rows, write_every=write_every)
         if self.on_attempt is not None:
             self.on_attempt(tracker)  # e.g. a terminal progress bar for this shard
         alive = None if self.stall_secs is None else liveness.Liveness(self.stall_secs, self.clock)
@@ -218,7 +222,8 @@ class ShardWorker:
             self.ahead.wait_claimed()
         if outcome.accepted and self.pace is not None:
             quarantined = outcome.result.errors.rows if outcome.result.errors is not None else 0
-            self.pace.finished(self.clock() - began, outcome.result.rows, entry.rows, quarantined)
+            held = HeldClaim(claim.shard_id, claim.generation, claim.attempt_id)
+            self.pace.finished(self.clock() - began, outcome.result.rows, entry.rows, quarantined, shard=held)
         if outcome.accepted or outcome.winner is not None:
             self.claimer.learn_done(entry.shard_id)
         if outcome.accepted:

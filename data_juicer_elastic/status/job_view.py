@@ -72,10 +72,11 @@ def read_view(
     return JobView(snap, summarize(snap), times, found, cleaned)
 
 
-def view_json(view: JobView) -> JsonDict:
-    """``dj-elastic status --json`` (``docs/status.md`` documents each field)."""
+def view_json(view: JobView, *, for_orjson: bool = False) -> JsonDict:
+    """``dj-elastic status --json`` (``docs/status.md`` documents each field; ``for_orjson``:
+    ``job_status.snapshot_json``)."""
     snap = view.snapshot
-    data = snapshot_json(snap, view.throughput)
+    data = snapshot_json(snap, view.throughput, for_orjson=for_orjson)
     data["times"] = view.times.to_json(now=snap.taken_at) if view.times is not None else None
     data["first_shard_secs"] = data["times"]["first_shard_secs"] if view.times is not None else None
     data["coordination"] = view.runs
@@ -110,7 +111,7 @@ def status_once(
     snap = view.snapshot
     if as_json:
         # orjson: the 10,000-shard document takes ~0.8 s with the json module, ~0.05 s here
-        text = orjson.dumps(view_json(view), option=0 if compact else orjson.OPT_INDENT_2).decode()
+        text = orjson.dumps(view_json(view, for_orjson=True), option=0 if compact else orjson.OPT_INDENT_2).decode()
     else:
         text = render_text(snap, show_all=show_all, times=view.times, summary=view.throughput)
         if (cleaned := view.cleaned) is not None:

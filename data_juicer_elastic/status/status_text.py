@@ -15,13 +15,15 @@ from data_juicer_elastic.status.throughput import Summary, rate, summarize
 MAX_LISTED: Final = 40  # shards listed without --all (the rest are counted)
 
 
-def times_text(times: JobTimes, now: float) -> str:
+def times_text(times: JobTimes, now: float, complete: bool = True) -> str:
     """``submitted 2026-12-01 20:06:56 UTC; first shard running after 6.1s, last done after 17.2s,
-    finalized after 17.9s`` (durations as the closing summary and the report write them)."""
+    finalized after 17.9s`` (durations as the closing summary and the report write them).  While
+    shards are left (``complete`` False) the latest result is the last "so far", not the job's last."""
     parts = [f"submitted {time.strftime('%Y-%m-%d %H:%M:%S UTC', time.gmtime(times.submitted_at))}"]
     first, last = times.first_shard_secs(), times.last_shard_secs()
     steps = [f"first shard running after {format_wall(first)}"] if first is not None else []
-    steps += [f"last shard done after {format_wall(last)}"] if last is not None else []
+    last_done = "last shard done after" if complete else "last shard done so far after"
+    steps += [f"{last_done} {format_wall(last)}"] if last is not None else []
     if times.finalized_at is not None:
         verb = "finalized" if times.ok else "aborted"
         steps.append(f"{verb} after {format_wall(times.wall_secs())}")
@@ -47,13 +49,13 @@ def render_text(
     ]
     if snap.summary is not None:
         age = max(0.0, snap.taken_at - snap.summary.written_at)
-        since = "" if snap.complete else " (claims since then show as pending until the next)"
+        since = "" if snap.complete else " (claims since then: the workers' pace records)"
         written = f"from the job summary written {format_wall(age)} ago{since}"
         lines.append(f"{written}; done shards' details not read (--all reads them)")
     if snap.scan is not None:
         lines.append(scan_text(snap.scan))
     if times is not None:
-        lines.append(times_text(times, snap.taken_at))
+        lines.append(times_text(times, snap.taken_at, snap.complete))
     if snap.complete:
         lines.append("complete")
     else:

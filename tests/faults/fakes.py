@@ -14,6 +14,7 @@ import threading
 from collections.abc import Callable
 from pathlib import Path
 
+from data_juicer_elastic.jobdir import progress
 from data_juicer_elastic.jobdir.tasks import ShardOutput, ShardTask
 from data_juicer_elastic.rows.shard_source import iter_source_lines
 from data_juicer_elastic.shards.prepare import PrepareRequest, prepare_job
@@ -64,6 +65,10 @@ def fsio_runner(
 
     def run(task: ShardTask) -> ShardOutput:
         if seconds:
+            tracker = progress.current()
+            if tracker is not None:  # as the Ray runner reports: the shard read whole, then processed
+                tracker.set_stage(progress.Stage.PROCESSING, "FakeRunner")
+                tracker.update(rows_read=task.input_rows, rows_written=0, source="fake")
             pause(seconds)
         if fail is not None and fail(task):
             raise RuntimeError(f"fake runner refuses {task.shard_id}")

@@ -109,10 +109,11 @@ def test_streaming_merge_killed_mid_way_resumes_to_the_identical_file(tmp_path, 
 @pytest.mark.e2e
 @pytest.mark.ray
 def test_real_worker_and_merge_killed_at_crash_points(tmp_path):
-    """The real commands with real Ray: a worker dies right after its first claim, a merge dies
-    mid-way; re-running both completes. (A worker claims only once its Ray runtime is up, so
-    the victim starts Ray too; the real runner's own write/fsync points are tested without Ray
-    below.)"""
+    """The real commands with real Ray: a worker dies right after its first claim, another right
+    after its first done marker (before its pace record counts it), a merge dies mid-way;
+    re-running completes, and `dj-elastic status` counts every result. (A worker claims only
+    once its Ray runtime is up, so the victim starts Ray too; the real runner's own write/fsync
+    points are tested without Ray below.)"""
     data = write_input(tmp_path / "input.jsonl", 40)
     job, out = tmp_path / "job", tmp_path / "merged.jsonl"
     recipe = tmp_path / "recipe.yaml"
@@ -148,16 +149,31 @@ def test_real_worker_and_merge_killed_at_crash_points(tmp_path):
     assert "Permission denied" in denied.stderr.strip().splitlines()[-1]
     claims = sorted(p.relative_to(job / "claims").as_posix() for p in (job / "claims").rglob("gen-*"))
     assert claims == [f"{shard}/gen-000001.json"], "nothing claimed, nothing recorded"
+    # The rescuer dies right after linking its first result, before its pace record counts it
+    rescuer = cli("worker", "--job-dir", str(job), crash="published")
+    assert rescuer.returncode == -signal.SIGKILL, rescuer.stderr[-3000:]
     rescued = cli("worker", "--job-dir", str(job))
     assert rescued.returncode == 0, rescued.stderr[-3000:]
     records = {p.stem: json.loads(p.read_bytes()) for p in (job / "done").iterdir()}
-    assert len(records) == 2 and records[shard]["generation"] == 2
+    assert len(records) == 2 and records[shard]["generation"] >= 2  # taken over (twice if held ahead)
     killed = cli("merge", "--job-dir", str(job), "--output", str(out), crash="merge")
     assert killed.returncode == -signal.SIGKILL, killed.stderr[-3000:]
     assert not out.exists()
     merged = cli("merge", "--job-dir", str(job), "--output", str(out))
     assert merged.returncode == 0, merged.stderr[-3000:]
     assert [json.loads(line)["id"] for line in out.open()] == list(range(40)), "rows out = rows in, in order"
+
+    # `dj-elastic status` after it all: every done shard in a node's row, every output row counted
+    status = cli("status", "--job-dir", str(job), "--json")
+    assert status.returncode == 0, status.stderr[-3000:]
+    data = json.loads(status.stdout)
+    assert data["complete"] and data["output_rows"] == 40 and data["counts"]["done"] == 2, data
+    nodes = {n["node_id"]: n for n in data["nodes"]}
+    assert sum(n["shards_done"] for n in nodes.values()) == 2, (data["source"], nodes)
+    for node in {r["node_id"] for r in records.values()}:
+        mine = [r for r in records.values() if r["node_id"] == node]
+        assert (nodes[node]["shards_done"], nodes[node]["output_rows"]) == (len(mine), sum(r["rows"] for r in mine))
+    assert "40/40 input rows done, 40 output rows" in cli("status", "--job-dir", str(job)).stdout
 
 
 @pytest.mark.parametrize("op", ["write", "fsync"])

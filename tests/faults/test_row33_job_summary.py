@@ -25,6 +25,7 @@ import json
 import os
 import random
 import signal
+import subprocess
 import threading
 import time
 import zlib
@@ -39,7 +40,7 @@ from data_juicer_elastic.jobdir.leases import read_lease
 from data_juicer_elastic.jobdir.manifest import load_manifest
 from data_juicer_elastic.jobdir.records import record_checksum
 
-from .conftest import run_driver, start_driver
+from .conftest import driver_env, run_driver, start_driver
 from .fakes import done_shards, merged_ids, prepare
 
 pytestmark = [pytest.mark.slow]
@@ -257,3 +258,50 @@ def test_two_writers_at_once_the_frozen_one_is_fenced(tmp_path):
     assert len(done) == 30
     assert sum(s["done"] for s in summaries) == 30  # every shard accepted once
     _merged_exactly_once(tmp_path, job, 60)
+
+
+def _status(job: Path, *args: str):
+    """The real `dj-elastic status` (this checkout), as a user runs it."""
+    return subprocess.run(
+        ["dj-elastic", "status", "--job-dir", str(job), *args],
+        env=driver_env(),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+
+def test_a_worker_killed_between_its_done_marker_and_its_pace_record_is_still_counted(tmp_path):
+    """Killed right after linking its second result (`published@2`): its pace record never counts
+    that shard. `status` from the summary (text and --json, without --all) still reconciles with
+    the done markers and the merged output: every done shard in a node's row, every output row."""
+    job = prepare(tmp_path, rows=40, shards=4)
+    victim = run_driver("worker", job, "--ttl", "2", "--sleep", "0.5", node="victim", crash="published@2")
+    assert victim.returncode == -signal.SIGKILL, victim.stderr[-3000:]
+    rescuer = run_driver("worker", job, "--ttl", "2", "--sleep", "0.5", node="rescuer")
+    assert rescuer.returncode == 0, rescuer.stderr[-3000:]
+    _merged_exactly_once(tmp_path, job, 40)
+    out_rows = len(merged_ids(tmp_path / "out.jsonl"))
+    by_node = {}
+    for record in done_shards(job).values():  # the oracle: the done markers themselves
+        by_node.setdefault(record["node_id"], []).append(record)
+    assert len(by_node["victim"]) == 2, "the victim published two results before it died"
+
+    proc = _status(job, "--json")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    data = json.loads(proc.stdout)
+    assert data["source"] == "summary" and data["counts"]["done"] == 4 and data["complete"]
+    assert data["output_rows"] == out_rows == 40 and data["quarantined_rows"] == 0
+    nodes = {n["node_id"]: n for n in data["nodes"]}
+    assert sum(n["shards_done"] for n in nodes.values()) == data["counts"]["done"]
+    for node, records in by_node.items():
+        assert nodes[node]["shards_done"] == len(records), node
+        assert nodes[node]["output_rows"] == sum(r["rows"] for r in records), node
+        assert nodes[node]["rows_done"] == sum(r["input_rows"] for r in records), node
+
+    text = _status(job)
+    assert text.returncode == 0, text.stderr[-3000:]
+    assert f"40/40 input rows done, {out_rows} output rows" in text.stdout
+    victim_row = next(line for line in text.stdout.splitlines() if line.strip().startswith("victim "))
+    assert victim_row.split()[3:6] == ["2", str(sum(r["input_rows"] for r in by_node["victim"])),
+                                       str(sum(r["rows"] for r in by_node["victim"]))]  # fmt: skip

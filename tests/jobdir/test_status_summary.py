@@ -20,6 +20,7 @@ from data_juicer_elastic.jobdir import leases
 from data_juicer_elastic.jobdir.job_summary import read_summary
 from data_juicer_elastic.jobdir.layout import JobLayout
 from data_juicer_elastic.jobdir.manifest import load_manifest
+from data_juicer_elastic.jobdir.pace import PaceWriter
 from data_juicer_elastic.jobdir.reasons import TakeoverReason
 from data_juicer_elastic.jobdir.result_records import ShardResult
 from data_juicer_elastic.jobdir.shard_state import ShardState
@@ -212,16 +213,27 @@ def _done_by_a_peer(layout: JobLayout, entries) -> None:
         fsio.write_new(layout.done(entry.shard_id), result.encode(), durable=False)
 
 
+def _peer_counted(pace: PaceWriter, entries) -> None:
+    """The peer's pace record counts ``entries`` as its accepted results too (as its worker would)."""
+    for entry in entries:
+        pace.finished(1.0, entry.rows, entry.rows)
+    pace.flush()
+
+
 def test_what_status_reads_does_not_grow_with_the_done_shards(tmp_path, clock):
     """100 done, then 1,000 done (5 running, the rest pending): the same operations, none in done/
-    but its listing; without the summary, a read per done shard."""
+    but its listing; without the summary, a read per done shard.  Then one done shard that no pace
+    record counts (its worker killed before it wrote its record): every done marker is read, so
+    the per-node counts still add up to the done shards."""
     held = 5
-    job, layout, manifest, _ = _job(tmp_path, 1_000 + held + 20, done=100, held=held)
+    job, layout, manifest, _ = _job(tmp_path, 1_000 + held + 21, done=100, held=held)
     keeper = _keeper(layout, manifest, clock)
     measured = []
+    peer = PaceWriter(layout, identity("peer", pid=60_000, hostname="host-peer", boot_id="boot-peer"))
     for done in (100, 1_000):
         if done > 100:
             _done_by_a_peer(layout, manifest.shards[held + 100 : held + done])  # after the held ones
+        _peer_counted(peer, manifest.shards[held + 100 : held + done] if done > 100 else manifest.shards[:100])
         keeper.tick()
         snap, trace, in_done = _status_ops(layout)
         assert snap.source == FROM_SUMMARY
@@ -234,6 +246,12 @@ def test_what_status_reads_does_not_grow_with_the_done_shards(tmp_path, clock):
     assert len(big) == len(small), (small, big)
     per_live = 10  # the lease (claims/ listing, a probe, claim, release, failure, heartbeat), its mtime, progress
     assert len(big) <= 20 + per_live * held, big
+
+    _done_by_a_peer(layout, manifest.shards[held + 1_000 : held + 1_001])  # no pace record counts it
+    keeper.tick()
+    snap, _, in_done = _status_ops(layout)
+    assert snap.counts[ShardState.DONE] == 1_001 and len(in_done) == 1_001, "every done marker read once"
+    assert [(t.node_id, t.shards_done) for t in snap.node_tallies] == [("peer", 1_001)]
 
 
 def test_status_json_of_a_finished_job_through_the_command(tmp_path):
@@ -272,3 +290,25 @@ def test_status_json_of_a_finished_job_through_the_command(tmp_path):
     assert code == 0 and full["source"] == "job directory" and full["summary"] is None
     assert [s["owner_node"] for s in full["shards"]] == [s.owner_node for s in oracle.shards]
     assert full["quarantined_rows"] == 0 and full["output_rows"] == data["output_rows"]
+
+
+def test_status_reads_the_light_manifest_and_refuses_a_damaged_one_as_the_full_read_does(tmp_path, clock):
+    """`status` loads the manifest without validated entries when its checksum matches: the same
+    snapshot as from the full manifest; a damaged manifest is the full path's one clear error."""
+    held = 3
+    job, layout, manifest, _ = _job(tmp_path, 30, done=10, held=held)
+    _keeper(layout, manifest, clock).tick()
+    light = load_manifest(job, entries=False)
+    assert type(light.shards[0]).__name__ == "ShardRow" and len(light.shards) == 30
+    full = snapshot_json(snapshot(job, exact=False, manifest=manifest, now=1.0))
+    assert snapshot_json(snapshot(job, exact=False, now=1.0)) | {"taken_at": 0} == full | {"taken_at": 0}
+
+    text = (job / "manifest.json").read_text()
+    (job / "manifest.json").write_text(text.replace('"rows": 1,', '"rows": 2,', 1))  # still valid JSON
+    proc = subprocess.run(
+        [sys.executable, "-m", "data_juicer_elastic.cli", "status", "--job-dir", str(job), "--json"],
+        capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert proc.returncode == 2 and "inconsistent manifest" in proc.stderr, proc.stderr[-2000:]
+    assert len(proc.stderr.strip().splitlines()) == 1, "one error line, where and what to do"
+    assert proc.stdout == "" and "Traceback" not in proc.stderr

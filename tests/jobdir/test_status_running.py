@@ -1,0 +1,77 @@
+"""`dj-elastic status` while a job runs, through the real command: two worker processes (the fault
+driver: the package's worker loop, leases, summary and progress writers, the fake runner, which
+reports its rows as the Ray runner does) run shards shorter than the heartbeats, as most are.
+
+While they run, status must see the running attempts' rows (a rate, an ETA), must not call the
+last shard done so far the job's last, and its per-node rows must add up to the done count."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+from tests.faults.conftest import driver_env, start_driver
+from tests.faults.fakes import done_shards, prepare
+
+SHARDS, ROWS = 8, 80
+# TTL 60 s: heartbeats every 15 s, so a 3 s shard ends before its second renewal
+WORKER = ["--ttl", "60", "--sleep", "3"]
+
+
+def _status(job: Path, *args: str) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        ["dj-elastic", "status", "--job-dir", str(job), *args],
+        env=driver_env(),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+
+def _shows_running_rows(data: dict) -> bool:
+    """A running attempt whose progress record says it has read rows (the fake runner reports them
+    when it starts processing: without the record written by then, none ever does)."""
+    running = [s for s in data["shards"] if s["state"] == "running" and s["progress"]]
+    return not data["complete"] and any(s["progress"]["rows_read"] > 0 for s in running)
+
+
+def test_status_while_running_reports_the_running_rows_rate_eta_and_reconciled_nodes(tmp_path):
+    job = prepare(tmp_path, ROWS, SHARDS)
+    procs = [start_driver("worker", job, *WORKER, node=f"node-{k}") for k in range(2)]
+    seen = None
+    try:
+        deadline = time.monotonic() + 120
+        while seen is None and time.monotonic() < deadline and all(p.poll() is None for p in procs):
+            time.sleep(0.3)
+            if not done_shards(job):
+                continue  # a shard done first: then "last shard done" has something to say
+            data = json.loads(_status(job, "--json").stdout)
+            if not _shows_running_rows(data):
+                continue  # between shards, or an attempt claimed ahead that has not started yet
+            text = _status(job).stdout
+            # still running a moment later, and a worker's pace record names its latest result
+            if re.search(r"shards: pending \d+, running [1-9]", text) and "last shard done" in text:
+                seen = (data, text)
+        for p in procs:
+            p.wait(timeout=120)
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                os.killpg(p.pid, signal.SIGKILL)
+                p.wait()
+    assert seen is not None, "status never showed a running attempt's rows: " + procs[0].stderr.read()[-3000:]
+    data, text = seen
+    assert data["rows_per_sec"] > 0 and data["eta_secs"] is not None and data["rows_in_progress"] > 0
+    assert sum(n["shards_done"] for n in data["nodes"]) == data["counts"]["done"], data["nodes"]
+    assert sum(n["rows_done"] for n in data["nodes"]) == data["rows_done"], data["nodes"]
+    assert "ETA unknown" not in text and "0.0 rows/s now" not in text, text
+    assert "last shard done so far after" in text and "last shard done after" not in text, text
+
+    final = _status(job, "--json")
+    assert final.returncode == 0 and json.loads(final.stdout)["complete"]
+    assert "last shard done after" in _status(job).stdout, "once every shard is done it is the last"
