@@ -3,7 +3,7 @@
 The real ``run_worker`` runs in threads, one thread per worker identity (distinct node ids,
 hostnames and pids, so no worker judges another's pid), on a job of one-row shards prepared
 with the real ``prepare_job`` (fsync off while building; the built job is copied for each
-run), with a trivial ``run_shard`` that copies the shard's rows (as ``bench_claims.py``), and
+run), with a trivial ``run_shard`` that copies the shard's rows, and
 the straggler gate built as the executor builds it.  No Ray.  Every metadata operation is
 counted through the fault seam (``sharedfs.fault_seam``; the scale model's unit: one fsio
 call, ``makedirs`` = 3, data writes 0), per thread (each thread keeps its own counts; threads

@@ -12,7 +12,7 @@ the last shard).  The middle part scales with the fleet; the two ends are what t
           shards complete (one node's link still carries every output byte, overlapped with the
           run, and only the tail is left at the end).
 
-Measured inputs (defaults: this machine, benchmarks/README.md "Serial phases"):
+Measured inputs (defaults: measured on a 2-core machine, benchmarks/README.md):
 
   --check-cpu-s-per-gb   CPU-seconds per GB to read, check and hash rows (the scan; the prepare
                          before also wrote the shards: --prepare-cpu-s-per-gb)

@@ -26,60 +26,6 @@ def table_rows(stdout: str, first: str) -> list[list[str]]:
     return [[c.strip() for c in line.strip("|").split("|")] for line in stdout.splitlines() if line.startswith(first)]
 
 
-@pytest.mark.extended  # 4-7 s: in the extended tier, to keep the default suite within its time
-def test_adaptive_batching_prints_every_controller_of_each_scenario_and_no_silent_loss():
-    result = bench("adaptive_batching.py", "--rows", "500", "--seeds", "1", "--scenarios", "stationary", "poison")
-    assert result.returncode == 0, result.stderr[-3000:]
-    for scenario in ("stationary", "poison"):
-        rows = {r[1]: r for r in table_rows(result.stdout, f"| {scenario} |")}
-        assert {"data-juicer-1.6.1", "ours", "ours-rows"} <= rows.keys(), result.stdout
-        assert all(rows[name][9] == "0/0/0/0" for name in ("ours", "ours-rows")), rows  # lost/dup/reordered/mismatch
-
-
-def test_bench_claims_every_shard_claimed_once(tmp_path):
-    result = bench(
-        "bench_claims.py", "--workdir", str(tmp_path), "--workers", "2", "--shards", "20", "--baseline-rev", "",
-        "--settle", "1",
-    )  # fmt: skip
-    assert result.returncode == 0, result.stderr[-3000:]
-    (after,) = [json.loads(line) for line in result.stdout.splitlines() if line.startswith("{")]
-    assert after["variant"] == "after" and after["claims"] == 20 and sum(after["shards_by_worker"]) == 20
-    assert after["claim_path_ops_per_claim"] > 0
-
-
-def test_bench_export_runs_both_sections(tmp_path):
-    out = tmp_path / "result.json"
-    result = bench(
-        "bench_export.py", "--workdir", str(tmp_path / "w"), "--sizes-mb", "1", "--shards", "3", "--repeat", "1",
-        "--stream-mb", "1", "--stream-shards", "2", "--shard-secs", "0.1", "--stream-rounds", "1", "--out", str(out),
-    )  # fmt: skip
-    assert result.returncode == 0, result.stderr[-3000:]
-    data = json.loads(out.read_text())
-    assert data["parts"]["ratios"]["parts_over_full_merge_1mb"] > 0
-    assert data["stream"]["median"]["streamed_over_last_shard"] > 0
-    assert "parts ratios:" in result.stdout and "stream medians:" in result.stdout
-
-
-def test_bench_fault_seam_measures_the_seam():
-    result = bench("bench_fault_seam.py", "--shards", "5", "--repeat", "1")
-    assert result.returncode == 0, result.stderr[-3000:]
-    assert float(re.search(r"seam calls per shard:\s+([\d.]+)", result.stdout).group(1)) > 0
-    assert "unused seam / shard's job-dir work" in result.stdout
-
-
-def test_bench_quarantine_reports_each_operator_call():
-    result = bench("bench_quarantine.py", "--rows", "300", "--rounds", "1")
-    assert result.returncode == 0, result.stderr[-3000:]
-    assert len(re.findall(r"ratio \d+\.\d+", result.stdout)) == 4, result.stdout
-
-
-def test_bench_row_schema_reports_both_row_shapes():
-    result = bench("bench_row_schema.py", "--rows", "300", "--repeat", "1")
-    assert result.returncode == 0, result.stderr[-3000:]
-    for shape in ("flat", "nested"):
-        assert re.search(rf"{shape}\s*: parse [\d.]+ us/row, observe [\d.]+ us/row", result.stdout), result.stdout
-
-
 def test_bench_status_times_every_status_form():
     result = bench("bench_status.py", "--shards", "40", "--repeat", "1")
     assert result.returncode == 0, result.stderr[-3000:]
@@ -97,15 +43,6 @@ def test_gpu_simulate_every_contender_keeps_the_rows():
     rows = {r[0]: r for r in table_rows(result.stdout, "| ") if r[0] not in ("contender", "---")}
     assert {"data-juicer-1.6.1", "ours-default"} <= rows.keys(), result.stdout
     assert all(rows[name][11] == "0/0/0/0" for name in rows if name.startswith("ours")), rows
-
-
-@pytest.mark.extended  # 4-7 s: in the extended tier, to keep the default suite within its time
-def test_gpu_adaptive_smoke_refuses_clearly_without_cuda():
-    torch = pytest.importorskip("torch")
-    if torch.cuda.is_available():
-        pytest.skip("a CUDA device is visible: the smoke test itself is the GPU run")
-    result = bench("gpu_adaptive_smoke.py", "--rows", "10")
-    assert result.returncode == 2 and "needs a GPU" in result.stderr, result.stderr[-3000:]
 
 
 def test_bench_summary_bytes_prints_the_bytes_of_both_reads():
