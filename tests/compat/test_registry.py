@@ -30,7 +30,7 @@ def test_every_self_check_passes():
 
 def test_doctor_runs_every_self_check():
     proc = subprocess.run(
-        [sys.executable, "-m", "data_juicer_elastic.cli", "doctor"],
+        [sys.executable, "-m", "data_juicer_elastic.cli", "doctor", "-v"],  # -v: every check, not the verdict alone
         capture_output=True,
         text=True,
         timeout=300,

@@ -10,6 +10,7 @@ import subprocess
 
 import pytest
 
+from .conftest import OPS_DIR
 from .test_quarantine import MAPPER_FAILS, recipe, write_input
 
 pytestmark = [pytest.mark.e2e, pytest.mark.ray]
@@ -19,7 +20,7 @@ def test_more_failing_rows_than_max_error_rows_fail_the_job_naming_the_first(tmp
     data = write_input(tmp_path / "input.jsonl")
     mapper_ids = tmp_path / "mapper.txt"
     mapper_ids.write_text("".join(f"{i}\n" for i in MAPPER_FAILS))
-    config = recipe(tmp_path, "strict", data, "elastic_sharded", mapper_ids, None)
+    config = recipe(tmp_path, "strict", data, "elastic_sharded", mapper_ids, None, OPS_DIR / "e2e_ops.py")
     env = {k: v for k, v in os.environ.items() if k not in ("RAY_ADDRESS", "RAY_JOB")}
     proc = subprocess.run(
         ["dj-process", "--config", config, "--elastic.max_error_rows", "2", "--elastic.max_retries", "0"],
