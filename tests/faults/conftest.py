@@ -35,6 +35,17 @@ def run_driver(*args: str, timeout: float = 120, **env_kw) -> subprocess.Complet
     )
 
 
+def dj_elastic_status(job: Path, *args: str) -> subprocess.CompletedProcess:
+    """The real `dj-elastic status` (this checkout), as a user runs it."""
+    return subprocess.run(
+        ["dj-elastic", "status", "--job-dir", str(job), *args],
+        env=driver_env(),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+
 def start_driver(*args: str, **env_kw) -> subprocess.Popen:
     return subprocess.Popen(
         driver_cmd(*args),

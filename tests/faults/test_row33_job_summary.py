@@ -25,7 +25,6 @@ import json
 import os
 import random
 import signal
-import subprocess
 import threading
 import time
 import zlib
@@ -40,7 +39,7 @@ from data_juicer_elastic.jobdir.leases import read_lease
 from data_juicer_elastic.jobdir.manifest import load_manifest
 from data_juicer_elastic.jobdir.records import record_checksum
 
-from .conftest import driver_env, run_driver, start_driver
+from .conftest import dj_elastic_status, run_driver, start_driver
 from .fakes import done_shards, merged_ids, prepare
 
 pytestmark = [pytest.mark.slow]
@@ -260,17 +259,6 @@ def test_two_writers_at_once_the_frozen_one_is_fenced(tmp_path):
     _merged_exactly_once(tmp_path, job, 60)
 
 
-def _status(job: Path, *args: str):
-    """The real `dj-elastic status` (this checkout), as a user runs it."""
-    return subprocess.run(
-        ["dj-elastic", "status", "--job-dir", str(job), *args],
-        env=driver_env(),
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-
-
 def test_a_worker_killed_between_its_done_marker_and_its_pace_record_is_still_counted(tmp_path):
     """Killed right after linking its second result (`published@2`): its pace record never counts
     that shard. `status` from the summary (text and --json, without --all) still reconciles with
@@ -287,7 +275,7 @@ def test_a_worker_killed_between_its_done_marker_and_its_pace_record_is_still_co
         by_node.setdefault(record["node_id"], []).append(record)
     assert len(by_node["victim"]) == 2, "the victim published two results before it died"
 
-    proc = _status(job, "--json")
+    proc = dj_elastic_status(job, "--json")
     assert proc.returncode == 0, proc.stderr[-3000:]
     data = json.loads(proc.stdout)
     assert data["source"] == "summary" and data["counts"]["done"] == 4 and data["complete"]
@@ -299,7 +287,7 @@ def test_a_worker_killed_between_its_done_marker_and_its_pace_record_is_still_co
         assert nodes[node]["output_rows"] == sum(r["rows"] for r in records), node
         assert nodes[node]["rows_done"] == sum(r["input_rows"] for r in records), node
 
-    text = _status(job)
+    text = dj_elastic_status(job)
     assert text.returncode == 0, text.stderr[-3000:]
     assert f"40/40 input rows done, {out_rows} output rows" in text.stdout
     victim_row = next(line for line in text.stdout.splitlines() if line.strip().startswith("victim "))

@@ -11,26 +11,14 @@ import json
 import os
 import re
 import signal
-import subprocess
 import time
-from pathlib import Path
 
-from tests.faults.conftest import driver_env, start_driver
+from tests.faults.conftest import dj_elastic_status, start_driver
 from tests.faults.fakes import done_shards, prepare
 
 SHARDS, ROWS = 8, 80
 # TTL 60 s: heartbeats every 15 s, so a 3 s shard ends before its second renewal
 WORKER = ["--ttl", "60", "--sleep", "3"]
-
-
-def _status(job: Path, *args: str) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        ["dj-elastic", "status", "--job-dir", str(job), *args],
-        env=driver_env(),
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
 
 
 def _shows_running_rows(data: dict) -> bool:
@@ -50,10 +38,10 @@ def test_status_while_running_reports_the_running_rows_rate_eta_and_reconciled_n
             time.sleep(0.3)
             if not done_shards(job):
                 continue  # a shard done first: then "last shard done" has something to say
-            data = json.loads(_status(job, "--json").stdout)
+            data = json.loads(dj_elastic_status(job, "--json").stdout)
             if not _shows_running_rows(data):
                 continue  # between shards, or an attempt claimed ahead that has not started yet
-            text = _status(job).stdout
+            text = dj_elastic_status(job).stdout
             # still running a moment later, and a worker's pace record names its latest result
             if re.search(r"shards: pending \d+, running [1-9]", text) and "last shard done" in text:
                 seen = (data, text)
@@ -72,6 +60,6 @@ def test_status_while_running_reports_the_running_rows_rate_eta_and_reconciled_n
     assert "ETA unknown" not in text and "0.0 rows/s now" not in text, text
     assert "last shard done so far after" in text and "last shard done after" not in text, text
 
-    final = _status(job, "--json")
+    final = dj_elastic_status(job, "--json")
     assert final.returncode == 0 and json.loads(final.stdout)["complete"]
-    assert "last shard done after" in _status(job).stdout, "once every shard is done it is the last"
+    assert "last shard done after" in dj_elastic_status(job).stdout, "once every shard is done it is the last"
