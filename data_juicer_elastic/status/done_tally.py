@@ -25,6 +25,7 @@ from data_juicer_elastic.jobdir.layout import JobLayout
 from data_juicer_elastic.jobdir.pace import PaceRecord
 from data_juicer_elastic.jobdir.result_records import ShardResult
 from data_juicer_elastic.sharedfs import fsio
+from data_juicer_elastic.sharedfs.identity import attempt_started_at
 from data_juicer_elastic.status.snapshot_types import NodeTally
 
 
@@ -34,12 +35,14 @@ class _Tally:
     output_rows: int = 0
     rows_done: int = 0
     quarantined: int = 0
+    attempt_secs: float = 0.0
 
-    def add(self, shards: int, output_rows: int, rows_done: int, quarantined: int) -> None:
+    def add(self, shards: int, output_rows: int, rows_done: int, quarantined: int, secs: float) -> None:
         self.shards_done += shards
         self.output_rows += output_rows
         self.rows_done += rows_done
         self.quarantined += quarantined
+        self.attempt_secs += secs
 
 
 def node_tallies(paces: Iterable[PaceRecord]) -> list[NodeTally]:
@@ -68,19 +71,24 @@ def _results(layout: JobLayout, shards: list[str]) -> list[ShardResult]:
 
 
 def _pace_rows(paces: Iterable[PaceRecord]):
-    return ((r.node_id, r.done, r.rows_out, r.rows_in, r.quarantined) for r in paces)
+    return (
+        (r.node_id, r.done, r.rows_out, r.rows_in, r.quarantined, (r.first_secs or 0.0) + r.warm_secs) for r in paces
+    )
 
 
 def _result_rows(results: Iterable[ShardResult], input_rows: Mapping[str, int]):
     for r in results:
         quarantined = r.errors.rows if r.errors is not None else 0
-        yield r.node_id, 1, r.rows, input_rows.get(r.shard_id, r.input_rows), quarantined
+        started = attempt_started_at(r.attempt_id)  # the attempt id's stamp and the marker: one node's clock
+        secs = max(0.0, r.published_at - started) if started is not None else 0.0
+        yield r.node_id, 1, r.rows, input_rows.get(r.shard_id, r.input_rows), quarantined, secs
 
 
 def _tallies(rows) -> list[NodeTally]:
     by_node: dict[str, _Tally] = defaultdict(_Tally)
-    for node, shards, output_rows, rows_done, quarantined in rows:
-        by_node[node].add(shards, output_rows, rows_done, quarantined)
+    for node, *counts in rows:
+        by_node[node].add(*counts)
     return [
-        NodeTally(node, t.shards_done, t.output_rows, t.rows_done, t.quarantined) for node, t in sorted(by_node.items())
+        NodeTally(node, t.shards_done, t.output_rows, t.rows_done, t.quarantined, t.attempt_secs)
+        for node, t in sorted(by_node.items())
     ]

@@ -95,6 +95,13 @@ class NodeTally:
     output_rows: int
     rows_done: int = 0  # input rows of those results
     quarantined: int = 0
+    attempt_secs: float = 0.0  # the durations of those attempts (a first one's includes its runtime's start)
+
+    @property
+    def attempt_rows_per_sec(self) -> float | None:
+        """Rows/s of one of the node's attempts, over its accepted ones: a running attempt's rate
+        until it reports rows of its own (``status.throughput.rate``)."""
+        return self.rows_done / self.attempt_secs if self.rows_done and self.attempt_secs > 0 else None
 
 
 @dataclass(frozen=True)

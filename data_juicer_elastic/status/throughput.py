@@ -79,10 +79,17 @@ class Summary:
         }
 
 
-def rate(shard: ShardStatus) -> float | None:
-    """Rows read per second of the shard's running attempt, by its own clock."""
+def rate(shard: ShardStatus, node_rates: dict[str, float] | None = None) -> float | None:
+    """Rows read per second of the shard's running attempt, by its own clock.  Before it reports a
+    row (its first rows are counted once a block of them is through the first operator, seconds into
+    a shard), the rate of its node's accepted attempts (``node_rates``, when known): a shard that
+    has just started is working, not stopped."""
     record = shard.progress
-    if shard.state not in _LIVE or record is None or record.elapsed_secs <= 0:
+    if shard.state not in _LIVE:
+        return None
+    if (record is None or record.rows_read <= 0) and node_rates and shard.owner_node in node_rates:
+        return node_rates[shard.owner_node]
+    if record is None or record.elapsed_secs <= 0:
         return None
     return min(record.rows_read, shard.input_rows) / record.elapsed_secs
 
@@ -98,7 +105,8 @@ def eta_secs(rows_left: float, rows_per_sec: float | None) -> float | None:
 def summarize(snap: JobSnapshot) -> Summary:
     live = [s for s in snap.shards if s.state in _LIVE]
     running = [s for s in snap.shards if s.state is ShardState.RUNNING]
-    rates = {s.shard_id: rate(s) for s in live}
+    node_rates = {t.node_id: r for t in snap.node_tallies or () if (r := t.attempt_rows_per_sec) is not None}
+    rates = {s.shard_id: rate(s, node_rates) for s in live}
     in_progress = sum(min(s.progress.rows_read, s.input_rows) for s in live if s.progress is not None)
     job_rate = sum(r for s in running if (r := rates[s.shard_id]) is not None)
     failed_rows = sum(s.input_rows for s in snap.shards if s.state is ShardState.FAILED)

@@ -46,6 +46,7 @@ def main(argv: list[str] | None = None) -> int:
     w.add_argument("--poll", type=float, default=0.05)
     w.add_argument("--retries", type=int, default=3)
     w.add_argument("--sleep", type=float, default=0.0, help="seconds per shard")
+    w.add_argument("--rows-late", action="store_true", help="no row read for the first 2/3 of --sleep")
     w.add_argument("--fail", default=None, help="a shard id the runner always fails")
     w.add_argument("--no-wait", action="store_true")
     w.add_argument("--max-shards", type=int, default=None)
@@ -96,7 +97,7 @@ def main(argv: list[str] | None = None) -> int:
         summary = run_worker(
             args.job,
             WorkerIdentity.current(),
-            fsio_runner(args.sleep, fail),
+            fsio_runner(args.sleep, fail, rows_late=args.rows_late),
             WorkerSettings(
                 ttl_secs=args.ttl,
                 heartbeat_secs=args.heartbeat or args.ttl / 4,

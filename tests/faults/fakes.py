@@ -59,17 +59,25 @@ def prepare(tmp: Path, rows: int = 40, shards: int = 4, name: str = "job", copy_
 
 
 def fsio_runner(
-    seconds: float = 0.0, fail: Callable[[ShardTask], bool] | None = None
+    seconds: float = 0.0, fail: Callable[[ShardTask], bool] | None = None, rows_late: bool = False
 ) -> Callable[[ShardTask], ShardOutput]:
-    """run_shard: copy rows (adding the attempt id) after ``seconds``; raise when ``fail(task)``."""
+    """run_shard: copy rows (adding the attempt id) after ``seconds``; raise when ``fail(task)``.
+    ``rows_late``: no row read for the first two thirds of ``seconds``, then all (the Ray runner
+    counts a block's rows once its task is through the first operator, seconds into a shard)."""
 
     def run(task: ShardTask) -> ShardOutput:
         if seconds:
             tracker = progress.current()
             if tracker is not None:  # as the Ray runner reports: the shard read whole, then processed
                 tracker.set_stage(progress.Stage.PROCESSING, "FakeRunner")
-                tracker.update(rows_read=task.input_rows, rows_written=0, source="fake")
-            pause(seconds)
+                tracker.update(rows_read=0 if rows_late else task.input_rows, rows_written=0, source="fake")
+            if rows_late:
+                pause(2 * seconds / 3)
+                if tracker is not None:
+                    tracker.update(rows_read=task.input_rows, rows_written=0, source="fake")
+                pause(seconds / 3)
+            else:
+                pause(seconds)
         if fail is not None and fail(task):
             raise RuntimeError(f"fake runner refuses {task.shard_id}")
         writer = checked_writer.BufferedCheckedWriter(task.output_path)

@@ -63,3 +63,32 @@ def test_status_while_running_reports_the_running_rows_rate_eta_and_reconciled_n
     final = dj_elastic_status(job, "--json")
     assert final.returncode == 0 and json.loads(final.stdout)["complete"]
     assert "last shard done after" in dj_elastic_status(job).stdout, "once every shard is done it is the last"
+
+
+def test_a_shard_that_has_not_reported_rows_yet_runs_at_its_nodes_pace(tmp_path):
+    """One worker whose shards report no row for their first two thirds: once the node has an
+    accepted result, status from the job summary never says 0 rows/s or an unknown ETA while a
+    shard runs (the shard counts at the pace of the node's accepted attempts until it reports its
+    own rows; before the summary's first round status walks the job directory, which counts
+    running attempts alone)."""
+    job = prepare(tmp_path, 80, 8)
+    proc = start_driver("worker", job, "--ttl", "60", "--sleep", "2", "--rows-late", node="node-0")
+    silent = []  # snapshots in which every running attempt had reported no row yet
+    try:
+        deadline = time.monotonic() + 120
+        while proc.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.2)
+            data = json.loads(dj_elastic_status(job, "--json").stdout)
+            running = [s for s in data["shards"] if s["state"] == "running"]
+            silence = running and all(not (s["progress"] or {}).get("rows_read") for s in running)
+            if data["source"] == "summary" and data["counts"]["done"] and silence:
+                silent.append(data)
+        proc.wait(timeout=120)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+    assert silent, "no snapshot caught a running shard before its first rows"
+    for data in silent:
+        assert data["rows_per_sec"] > 0 and data["eta_secs"] is not None, (data["rows_per_sec"], data["nodes"])
+        assert [n["rows_per_sec"] for n in data["nodes"]] == [data["rows_per_sec"]]
