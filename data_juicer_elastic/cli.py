@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import argparse
 import functools
+import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -22,7 +23,7 @@ from data_juicer_elastic.cli_options import (
     add_setting_options,
     given_settings,
 )
-from data_juicer_elastic.errors import EXIT_ERROR, EXIT_OK, ElasticError, storage_error
+from data_juicer_elastic.errors import EXIT_BROKEN_PIPE, EXIT_ERROR, EXIT_OK, ElasticError, storage_error
 
 
 def _cmd_prepare(args: argparse.Namespace) -> int:
@@ -54,12 +55,9 @@ def _cmd_worker(args: argparse.Namespace) -> int:
         args.job_dir, settings, wait_for_completion=not args.no_wait, slots=args.slots, max_done=args.max_done
     )
     from data_juicer_elastic.console import say
-    from data_juicer_elastic.console.summary import who_exports
+    from data_juicer_elastic.console.summary import worker_done_line
 
-    say(
-        f"worker done ({summary.stop_reason}): {summary.done} shard(s) done here, {summary.failed} failed attempt(s)"
-        + (f"; the job is complete. {who_exports(args.job_dir)}" if summary.complete else "")
-    )
+    say(worker_done_line(args.job_dir, summary))
     if summary.terminal_failures:
         failed = ", ".join(shard_id for shard_id, _ in summary.terminal_failures)
         print(f"error: shard(s) failed terminally: {failed}", file=sys.stderr)
@@ -360,6 +358,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ElasticError as err:
         _fail(err)
         return err.exit_code
+    except BrokenPipeError:  # the reader left (`| head`): no storage fault
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # nothing more to flush at exit
+        return EXIT_BROKEN_PIPE
     except OSError as exc:  # a filesystem that refused a write no step turned into its own error
         _fail(storage_error(exc, "", "run the command again"))
         return EXIT_ERROR

@@ -14,6 +14,7 @@ from typing import Any, Final
 EXIT_OK: Final = 0
 EXIT_INCOMPLETE: Final = 1  # `dj-elastic status`: the job is not finished yet
 EXIT_ERROR: Final = 2  # bad input, bad recipe, terminal shard failure, runtime error
+EXIT_BROKEN_PIPE: Final = 141  # the reader of stdout left (`| head`): what a shell reports for a tool SIGPIPE ended
 
 
 class ElasticError(Exception):

@@ -68,14 +68,25 @@ def summary_lines(job_dir: str | os.PathLike, result: Any, elapsed_secs: float, 
     return lines
 
 
-def who_exports(job_dir: str | os.PathLike) -> str:
-    """Workers publish shard results only: what writes the export, as a command to paste."""
+def worker_done_line(job_dir: str | os.PathLike, summary: Any) -> str:
+    """A worker's last line: what it did and, once the job is complete, who writes the export
+    (workers publish shard results only) as a command to paste, or where it already is."""
+    from data_juicer_elastic.jobdir.layout import JobLayout
     from data_juicer_elastic.jobdir.manifest import load_plan
+    from data_juicer_elastic.jobdir.result_records import MergeRecord
 
+    line = f"worker done ({summary.stop_reason}): {summary.done} shard(s) done here, {summary.failed} failed attempt(s)"
+    if not summary.complete:
+        return line
+    merged = MergeRecord.read(JobLayout(Path(job_dir).resolve()).merge_record) if summary.done == 0 else None
+    if merged is not None:  # nothing ran here: a merge of every result was published before
+        where = shown_path(merged.output_path)
+        return f"{line}; the job is complete and merged into {where} (dj-elastic verify checks it)"
     recorded = load_plan(Path(job_dir).resolve()).export_path  # the recipe's: merge's default output
     command = f"dj-elastic merge --job-dir {shlex.quote(shown_path(job_dir))}" + ("" if recorded else " --output PATH")
     where = f" into {shown_path(recorded)}" if recorded else ""
-    return f"Workers do not write the export: `{command}` merges it{where} (so does a dj-process run of the recipe)"
+    how = f"`{command}` merges it{where} (so does a dj-process run of the recipe)"
+    return f"{line}; the job is complete. Workers do not write the export: {how}"
 
 
 def print_summary(job_dir: str | os.PathLike, result: Any, log_path: str | None = None) -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import subprocess
 import sys
 
 import pytest
@@ -221,6 +222,37 @@ def finished_job(tmp_path):
         WorkerSettings(ttl_secs=60, heartbeat_secs=10, max_retries=0, poll_interval_secs=0.1),
     )
     return job
+
+
+def test_dj_elastic_status_into_a_pipe_its_reader_closed_is_no_storage_error(tmp_path, finished_job):
+    """`dj-elastic status | head -1`: the reader may leave before status writes; that is the
+    reader's choice, not a filesystem fault (exit 141, as a tool SIGPIPE ended, and nothing on stderr)."""
+    proc = subprocess.Popen(
+        [console_script("dj-elastic"), "status", "--job-dir", str(finished_job)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    proc.stdout.close()  # before status has read the job: its first write finds no reader
+    stderr = proc.stderr.read()
+    assert proc.wait(timeout=120) == 141 and stderr == "", stderr
+
+
+def test_a_worker_on_a_complete_job_says_who_writes_the_export_or_where_it_was_merged(tmp_path, finished_job):
+    from types import SimpleNamespace
+
+    from data_juicer_elastic.console.summary import worker_done_line
+    from data_juicer_elastic.shards.merge import merge_job
+
+    ran = SimpleNamespace(stop_reason="complete", done=4, failed=0, complete=True)
+    idle = SimpleNamespace(stop_reason="complete", done=0, failed=0, complete=True)
+    to_merge = "Workers do not write the export: `dj-elastic merge --job-dir"
+    assert to_merge in worker_done_line(finished_job, ran) and to_merge in worker_done_line(finished_job, idle)
+    export = tmp_path / "exports" / "recipe-export.jsonl"
+    merge_job(finished_job, export)
+    assert to_merge in worker_done_line(finished_job, ran), "its shards ran after any merge: merge again"
+    line = worker_done_line(finished_job, idle)
+    assert line.endswith(f"the job is complete and merged into {export} (dj-elastic verify checks it)"), line
 
 
 def test_dj_elastic_verify_names_the_files_added_to_a_directory_input_after_planning(tmp_path):
