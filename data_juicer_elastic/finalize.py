@@ -94,7 +94,9 @@ def merged_line(result: MergeResult) -> str:
     parts = " as parts" if result.layout == "parts" else ""
     if result.written:
         return f"published {rows}{parts} in {where}" if parts else f"merged {rows} into {where}"
-    return f"{where} already held these {rows}{parts}, identical: left unchanged"
+    rewritten = [shown_path(f.path) for f in (result.row_stats, result.quarantined) if f is not None and f.written]
+    also = f"; rewrote {' and '.join(rewritten)}, which differed" if rewritten else ""
+    return f"{where} already held these {rows}{parts}, identical: left unchanged{also}"
 
 
 def _stream_tail(job, export, overwrite: bool, lock_wait_secs: float) -> MergeResult | None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import subprocess
 import sys
@@ -411,3 +412,19 @@ def test_custom_operators_load_once_and_a_broken_one_is_the_same_error_from_ever
     assert lines["dj-process"] == lines["dj-elastic"]
     assert lines["dj-process"].startswith(f"{broken}:{line}: ")
     assert "ValueError: half-written operator" in lines["dj-process"]
+
+
+def test_a_merge_that_rewrote_only_a_side_file_says_so(tmp_path):
+    """`merge --overwrite` after the stats file beside an intact export was changed: the export is
+    left as it was, the stats file is rewritten, and the line says both (not 'left unchanged' alone)."""
+    from data_juicer_elastic.finalize import merged_line
+    from data_juicer_elastic.jobdir.row_stats import MergedSideFile
+    from data_juicer_elastic.shards.merge import MergeResult
+
+    export, stats = tmp_path / "m.jsonl", tmp_path / "m_stats.jsonl"
+    same = MergeResult(export, 40, 400, "a" * 64, 4, written=False)
+    kept = MergedSideFile(stats, 40, 100, "b" * 64, written=False)
+    assert merged_line(same).endswith("identical: left unchanged")
+    assert merged_line(dataclasses.replace(same, row_stats=kept)).endswith("identical: left unchanged")
+    rewritten = merged_line(dataclasses.replace(same, row_stats=dataclasses.replace(kept, written=True)))
+    assert rewritten.endswith(f"identical: left unchanged; rewrote {stats}, which differed"), rewritten
