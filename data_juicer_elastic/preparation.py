@@ -17,6 +17,7 @@ from data_juicer_elastic.console import StepDisplay, say
 from data_juicer_elastic.console.summary import run_clock_start, shown_path
 from data_juicer_elastic.errors import ConfigError, ElasticError, InputError, PrepareCancelled
 from data_juicer_elastic.jobdir.export_path import export_target
+from data_juicer_elastic.jobdir.layout import JobLayout
 from data_juicer_elastic.report.svg import fmt_bytes
 from data_juicer_elastic.settings import ElasticSettings
 from data_juicer_elastic.shards import steps
@@ -119,9 +120,10 @@ def _prepare(
     else:
         plan = outcome.plan
         verb = "planned" if outcome.created else "reusing the planned job"
+        scanned = not outcome.created and JobLayout(Path(request.job_dir)).manifest.exists()  # a hint for a line
         say(
             f"{verb} {shown_path(request.job_dir)}: {len(plan.shards)} shards over {len(plan.inputs):,} file(s), "
-            f"{fmt_bytes(plan.total_bytes)} (the workers scan the data)"
+            f"{fmt_bytes(plan.total_bytes)} ({'scanned before' if scanned else 'the workers scan the data'})"
         )
     return outcome
 

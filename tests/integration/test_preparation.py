@@ -180,3 +180,28 @@ def test_early_request_guesses_or_gives_up_on_any_recipe_shape(tmp_path_factory,
         early_request(str(config), {})
 
     check()
+
+
+def test_planning_a_job_again_says_whether_its_data_was_scanned(tmp_path, monkeypatch):
+    """`dj-elastic prepare` (plan only) on a job planned before: '(the workers scan the data)' only
+    while they have yet to; a job whose scans ended says it was scanned before."""
+    import json
+
+    from data_juicer_elastic import preparation
+    from data_juicer_elastic.shards.prepare import PrepareRequest, prepare_job
+
+    said: list[str] = []
+    monkeypatch.setattr(preparation, "say", said.append)
+    data = tmp_path / "in.jsonl"
+    data.write_text("".join(json.dumps({"text": f"row {i}"}) + "\n" for i in range(10)))
+    request = PrepareRequest(job_dir=tmp_path / "job", dataset_path=data, num_shards=2, recipe={}, stage_identities=[])
+    preparation._prepare(request)
+    preparation._prepare(request)
+    prepare_job(request)  # the scans, as the workers run them
+    preparation._prepare(request)
+    assert [line.rsplit("(", 1)[1] for line in said] == [
+        "the workers scan the data)",
+        "the workers scan the data)",
+        "scanned before)",
+    ], said
+    assert said[1].startswith("reusing the planned job")
