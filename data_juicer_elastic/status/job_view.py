@@ -28,6 +28,7 @@ from data_juicer_elastic.jobdir.layout import JobLayout
 from data_juicer_elastic.jobdir.manifest import load_job, load_plan
 from data_juicer_elastic.jobdir.pace import read_paces
 from data_juicer_elastic.jobdir.records import FORMAT_PREFIX, VERSION, Manifest
+from data_juicer_elastic.jobdir.scan_outcome import ended_scans_error
 from data_juicer_elastic.sharedfs import fsio
 from data_juicer_elastic.sharedfs.identity import attempt_started_at
 from data_juicer_elastic.status.job_status import snapshot, snapshot_json
@@ -130,6 +131,8 @@ def _scanning(layout: JobLayout, *, as_json: bool, compact: bool) -> tuple[str, 
     plan = load_plan(layout.root)
     phase = read_scan_phase(layout, plan)
     code = EXIT_ERROR if phase.refused or phase.failed else EXIT_INCOMPLETE
+    # once every scan has ended, the refusal itself (file:line, what is wrong), as verify and report say it
+    ended = ended_scans_error(layout, plan) if phase.refused or phase.failed else None
     coordination = runs(layout.root)
     if as_json:
         data = {
@@ -140,14 +143,15 @@ def _scanning(layout: JobLayout, *, as_json: bool, compact: bool) -> tuple[str, 
             "phase": "scanning",
             "complete": False,
             "scan": phase.to_json(),
+            "error": None if ended is None else str(ended),
             "coordination": coordination,
         }
         return orjson.dumps(data, option=0 if compact else orjson.OPT_INDENT_2).decode(), code
     lines = [
         f"job {layout.root} ({plan.job_id})",
         scan_text(phase),
-        "scanning: no shard runs before every shard is scanned"
-        + ("; the input was refused (dj-process and dj-elastic worker print the error)" if phase.refused else ""),
+        "scanning: no shard runs before every shard is scanned" + ("; the input was refused" if phase.refused else ""),
+        *([f"error: {ended}"] if ended is not None else []),
     ]
     return "\n".join(lines) + "\n" + render_runs(coordination, limit=3), code
 

@@ -72,7 +72,7 @@ def test_the_live_line_counts_the_scans_then_the_rows(tmp_path):
 
 def test_after_a_scan_refused_the_input_verify_report_and_merge_name_the_refusal(tmp_path):
     """While shards remain unscanned, "start workers" is the way on; once the scans refused the input
-    (a malformed line), workers would only refuse it again: verify, report and merge name the line
+    (a malformed line), workers would only refuse it again: verify, report, merge and status name the line
     (file:line, what is wrong, a new job_dir) and exit 2, writing nothing."""
     data = tmp_path / "input.jsonl"
     lines = [json.dumps({"id": i, "text": f"row {i}"}) for i in range(40)]
@@ -93,3 +93,8 @@ def test_after_a_scan_refused_the_input_verify_report_and_merge_name_the_refusal
         assert f"{data}:26: the job's scan refused its input: invalid JSON" in last, (command, last)
         assert "with a new job_dir" in last and "start workers" not in proc.stderr, (command, last)
     assert not report.exists() and not merged.exists()
+    status, as_json = dj_elastic("status", "--job-dir", job), dj_elastic("status", "--job-dir", job, "--json")
+    assert status.returncode == as_json.returncode == 2, status.stderr + as_json.stderr
+    said = status.stdout.splitlines()
+    assert any(line.startswith(f"error: {data}:26: the job's scan refused its input: invalid JSON") for line in said)
+    assert json.loads(as_json.stdout)["error"].startswith(f"{data}:26: the job's scan refused its input: invalid JSON")
