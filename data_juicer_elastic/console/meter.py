@@ -22,7 +22,10 @@ from typing import Final
 from data_juicer_elastic.status.throughput import eta_secs
 
 RATE_WINDOW_SECS: Final = 30.0
-MIN_SPAN_SECS: Final = 1.0  # moves closer together than this give no rate yet
+# No rate before the count has moved this often over this long: the first blocks of a run come
+# as Ray's workers start, and a rate from two of them swings by a factor of several.
+MIN_MOVES: Final = 3
+MIN_SPAN_SECS: Final = 5.0
 MIN_GAPS: Final = 4  # the rate spans at least this many waits between moves, older than the window if need be
 
 Clock = Callable[[], float]
@@ -53,7 +56,7 @@ class Meter:
     def _slope(self) -> tuple[float, float, float, float] | None:
         """(rate, time of the last move, seconds the rate spans, the longest wait between two moves)
         over the window; None: too few moves."""
-        if len(self.moves) < 2:
+        if len(self.moves) < MIN_MOVES:
             return None
         t_last, v_last = self.moves[-1]
         start = t_last - self.window

@@ -12,7 +12,7 @@ from loguru import logger
 
 from data_juicer_elastic.console import quiet, summary, terminal
 from data_juicer_elastic.console.displays import JobDisplay, meter_line
-from data_juicer_elastic.console.meter import MIN_GAPS, RATE_WINDOW_SECS, Meter
+from data_juicer_elastic.console.meter import MIN_GAPS, MIN_SPAN_SECS, RATE_WINDOW_SECS, Meter
 from data_juicer_elastic.console.step_display import StepDisplay
 from data_juicer_elastic.jobdir import leases, progress
 from data_juicer_elastic.jobdir.layout import JobLayout
@@ -102,14 +102,18 @@ def test_a_stall_lowers_the_rate_in_proportion_to_its_length():
     meter.add(0)
     assert meter.rate() is None
     clock.advance(10.0)
+    meter.add(50)
+    assert meter.rate() is None, "two moves: no rate yet"
+    clock.advance(10.0)
     meter.add(100)
-    assert meter.rate() == pytest.approx(10.0)
+    assert meter.rate() == pytest.approx(5.0)
     for _ in range(10):  # a long stall: no move for 100 s
         clock.advance(10.0)
         meter.add(100)
-    # the 10 s between the two moves, and the stall beyond one usual interval (10 s) after the last
-    assert meter.rate() == pytest.approx(100 / (10.0 + 90.0))
-    assert meter.eta(200) == pytest.approx(100 / 1.0 - 10.0), "counted on for one usual interval only"
+    # the 20 s of the three moves, and the stall beyond one usual interval (10 s) after the last
+    assert meter.rate() == pytest.approx(100 / (20.0 + 90.0))
+    rate = 100 / 110
+    assert meter.eta(200) == pytest.approx((100 - rate * 10.0) / rate), "counted on for one usual interval only"
 
 
 def _steady_job(rate: float, gaps: list[float], total: float, tick: float = 0.5):
@@ -243,12 +247,15 @@ def test_process_start_is_before_now():
 @given(
     idle=st.floats(min_value=0.0, max_value=600.0),
     first=st.integers(min_value=1, max_value=10_000),
-    gap=st.floats(min_value=2.0, max_value=RATE_WINDOW_SECS),  # past the 1 s minimum, within the window
+    gap=st.floats(
+        min_value=MIN_SPAN_SECS / 2, max_value=RATE_WINDOW_SECS / 2
+    ),  # two gaps: the minimum span, the window
     more=st.integers(min_value=1, max_value=10_000),
 )
 def test_a_rate_from_the_first_move_on_never_counts_the_wait_before_it(idle, first, gap, more):
     """Ray starting, the first block read: however long nothing moved, the rate is the rows
-    after the first move over the time after it, and unknown until rows moved twice."""
+    after the first move over the time after it, and unknown until rows moved three times over
+    at least MIN_SPAN_SECS (a rate from the first two blocks of a run swings by a factor of several)."""
     clock = FakeClock(0.0)
     meter = Meter(clock, from_first_move=True)
     meter.add(0)
@@ -261,6 +268,9 @@ def test_a_rate_from_the_first_move_on_never_counts_the_wait_before_it(idle, fir
     assert meter.rate() is None, "one move: no rate yet"
     clock.advance(gap / 2)
     meter.add(first + more)
+    assert meter.rate() is None, "two moves: no rate yet"
+    clock.advance(gap)
+    meter.add(first + 2 * more)
     assert meter.rate() == pytest.approx(more / gap)
 
 
@@ -299,7 +309,10 @@ def test_the_live_line_names_what_it_waits_for_until_rows_are_counted(tmp_path):
     assert "ETA" not in display.plain_line(numbers)
     clock.advance(5.0)
     tracker.update(rows_read=20)
-    assert display.numbers()["rate"] == pytest.approx(2.0), "10 rows in the 5 s after the first move"
+    assert display.numbers()["rate"] is None, "two moves: no rate yet"
+    clock.advance(5.0)
+    tracker.update(rows_read=30)
+    assert display.numbers()["rate"] == pytest.approx(2.0), "20 rows in the 10 s after the first move"
 
 
 @settings(max_examples=40, deadline=None)  # each example writes claims: slow on a loaded machine
