@@ -100,11 +100,11 @@ def job_times(
         firsts = [t for t in attempt_starts if t >= submitted]
     lasts = [p.last_done_at for p in mine if p.last_done_at is not None]
     last_done = max(lasts) if lasts else None
-    ends = [(run.decided_at, run.ok)] if run is not None and run.decided_at is not None else []
+    outcome = (run.decided_at, run.ok) if run is not None and run.decided_at is not None else None
     merged_at = _merged_at(layout)
-    if merged_at is not None and merged_at >= submitted:  # an earlier run's merge is not this one's end
-        ends.append((merged_at, True))
-    finalized_at, ok = _end(ends, last_done, complete)
+    if merged_at is not None and merged_at < submitted:  # an earlier run's merge is not this one's end
+        merged_at = None
+    finalized_at, ok = _end(outcome, merged_at, last_done, complete)
     return JobTimes(
         run_id=run.run_id if run is not None else None,
         submitted_at=submitted,
@@ -115,14 +115,20 @@ def job_times(
     )
 
 
-def _end(ends: list[tuple[float, bool | None]], last_done: float | None, complete: bool | None):
-    """The job's end (time, ok) of the candidate ``ends``, or (None, None) while it runs.  An end
-    before the last accepted result was an earlier pass's (the results after it came from shards
-    a retry requeued); a job with shards left is not finalized (an abort still ended it)."""
-    if last_done is not None:
-        ends = [end for end in ends if end[0] >= last_done]
-    if complete is False:
-        ends = [end for end in ends if not end[1]]
+def _end(outcome: tuple[float, bool | None] | None, merged_at: float | None, last_done: float | None, complete):
+    """The job's end (time, ok), or (None, None) while it runs.  An end before the last accepted
+    result was an earlier pass's (the results after it came from shards a retry requeued); a job
+    with shards left is not finalized (an abort still ended it).  The run's own finalize, where it
+    stands, is the end (a later re-merge of the export moves nothing); else the later of the merge
+    (a job of ``dj-elastic worker`` + ``merge``, or rerun after a retry) and an abort."""
+    merged = (merged_at, True) if merged_at is not None else None
+    ends = [
+        end
+        for end in (outcome, merged)
+        if end is not None and (last_done is None or end[0] >= last_done) and not (complete is False and end[1])
+    ]
+    if outcome in ends and outcome[1]:
+        return outcome
     return max(ends, key=lambda end: end[0]) if ends else (None, None)
 
 

@@ -104,3 +104,17 @@ def test_the_merge_finalizes_a_job_without_an_outcome_and_the_latest_end_after_t
     _merge(layout, 140.0)
     times = job_times(layout, complete=True)
     assert (times.run_id, times.finalized_at, times.ok, times.wall_secs()) == ("run-eeee", 140.0, True, 40.0)
+
+
+def test_a_re_merge_after_the_run_finalized_moves_nothing_and_a_merge_after_an_abort_ends_the_job(tmp_path):
+    layout = JobLayout(tmp_path)
+    _pace(layout, "w", 101.0, 110.0, 110.0)
+    _run(layout, "1" * 16, 100.0, 115.0)
+    _merge(layout, 300.0)  # the export merged again, later: the run had finalized at 115
+    assert job_times(layout, complete=True).finalized_at == 115.0
+    _run(layout, "2" * 16, 200.0, 210.0, ok=False)  # a newer run aborted with every shard done
+    _pace(layout, "w2", 201.0, 205.0, 205.0)
+    times = job_times(layout, complete=True)
+    assert (times.run_id, times.finalized_at, times.ok) == ("run-2222", 300.0, True)  # dj-elastic merge finished it
+    times = job_times(layout, complete=False)
+    assert (times.finalized_at, times.ok) == (210.0, False)  # shards left: the abort ended the run, no finalize
