@@ -2,8 +2,10 @@
 the one set of times the console, ``status`` and the report show (``docs/status.md``, ``times``).
 
 Read from the run's record, the worker processes' pace records (one listing and one small read
-per process, never one per shard) and the run's outcome.  All are the wall clocks of the nodes
-that wrote them: display only, nothing is decided from them.
+per process, never one per shard), the run's outcome and the merge record (``merge.json``: a
+job run by ``dj-elastic worker`` and merged by ``dj-elastic merge`` has no outcome, and a job
+re-run after ``dj-elastic retry`` ends at its later merge, not at the first run's outcome).  All
+are the wall clocks of the nodes that wrote them: display only, nothing is decided from them.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from data_juicer_elastic.coordination.run_records import OK, Outcome, RunRecord
 from data_juicer_elastic.errors import JobDirError
 from data_juicer_elastic.jobdir.layout import JobLayout
 from data_juicer_elastic.jobdir.pace import PaceRecord, read_paces
+from data_juicer_elastic.jobdir.result_records import MergeRecord
 from data_juicer_elastic.sharedfs import fsio
 
 
@@ -26,8 +29,10 @@ class JobTimes:
     submitted_at: float
     first_running_at: float | None
     last_done_at: float | None
-    finalized_at: float | None  # the outcome was decided (finalized or aborted); None while it runs
-    ok: bool | None  # finalized (True), aborted (False), running or no run (None)
+    # the job's end: its outcome decided (finalized or aborted) or its export merged, whichever is
+    # latest and not before the last accepted result; None while it runs or while shards are left
+    finalized_at: float | None
+    ok: bool | None  # finalized (True), aborted (False), running (None)
 
     def wall_secs(self, now: float | None = None) -> float:
         return wall_secs(self.submitted_at, self.finalized_at, now)
@@ -80,9 +85,11 @@ def job_times(
     paces: list[PaceRecord] | None = None,
     attempt_starts: Iterable[float] = (),
     runs: list[dict] | None = None,
+    complete: bool | None = None,
 ) -> JobTimes | None:
     """The times of the job's newest run; None when there is neither a run record nor a
-    ``planned_at``.  ``paces``, ``runs`` (``run_status.runs``): what the caller read already."""
+    ``planned_at``.  ``paces``, ``runs`` (``run_status.runs``): what the caller read already;
+    ``complete``: whether every shard is done (False: no finalize time shows; None: not known)."""
     run = _newest(runs) if runs is not None else _latest_run(layout)
     if run is None and planned_at is None:
         return None
@@ -92,14 +99,47 @@ def job_times(
     if not mine:
         firsts = [t for t in attempt_starts if t >= submitted]
     lasts = [p.last_done_at for p in mine if p.last_done_at is not None]
+    last_done = max(lasts) if lasts else None
+    outcome = (run.decided_at, run.ok) if run is not None and run.decided_at is not None else None
+    merged_at = _merged_at(layout)
+    if merged_at is not None and merged_at < submitted:  # an earlier run's merge is not this one's end
+        merged_at = None
+    finalized_at, ok = _end(outcome, merged_at, last_done, complete)
     return JobTimes(
         run_id=run.run_id if run is not None else None,
         submitted_at=submitted,
         first_running_at=min(firsts) if firsts else None,
-        last_done_at=max(lasts) if lasts else None,
-        finalized_at=run.decided_at if run is not None else None,
-        ok=run.ok if run is not None else None,
+        last_done_at=last_done,
+        finalized_at=finalized_at,
+        ok=ok,
     )
+
+
+def _end(outcome: tuple[float, bool | None] | None, merged_at: float | None, last_done: float | None, complete):
+    """The job's end (time, ok), or (None, None) while it runs.  An end before the last accepted
+    result was an earlier pass's (the results after it came from shards a retry requeued); a job
+    with shards left is not finalized (an abort still ended it).  The run's own finalize, where it
+    stands, is the end (a later re-merge of the export moves nothing); else the later of the merge
+    (a job of ``dj-elastic worker`` + ``merge``, or rerun after a retry) and an abort."""
+    merged = (merged_at, True) if merged_at is not None else None
+    ends = [
+        end
+        for end in (outcome, merged)
+        if end is not None and (last_done is None or end[0] >= last_done) and not (complete is False and end[1])
+    ]
+    if outcome in ends and outcome[1]:
+        return outcome
+    return max(ends, key=lambda end: end[0]) if ends else (None, None)
+
+
+def _merged_at(layout: JobLayout) -> float | None:
+    """When ``merge.json`` was written (one small read); None without one, for a record too old
+    to carry its time (0.0), or an unreadable one (``verify`` names it)."""
+    try:
+        record = MergeRecord.read(layout.merge_record)
+    except (OSError, JobDirError):
+        return None
+    return record.merged_at if record is not None and record.merged_at > 0 else None
 
 
 class _Run(NamedTuple):

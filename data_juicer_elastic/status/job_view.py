@@ -68,7 +68,9 @@ def read_view(
     starts = (t for s in snap.shards if (t := attempt_started_at(s.attempt_id)) is not None)
     planned = snap.scan.planned_at if snap.scan is not None else None
     found = runs(layout.root)
-    times = job_times(layout, planned_at=planned, paces=paces, attempt_starts=starts, runs=found)
+    times = job_times(
+        layout, planned_at=planned, paces=paces, attempt_starts=starts, runs=found, complete=snap.complete
+    )
     cleaned, _ = CleanRecord.read_or_error(layout.clean_record)  # display: a corrupt one is verify's to name
     return JobView(snap, summarize(snap), times, found, cleaned)
 
