@@ -105,7 +105,7 @@ def snapshot(
     if summary is not None and paces is None:
         paces = read_paces(layout)
     reader = _Reader(layout, manifest, WorkerIdentity.current(), ttl_secs, observer, exact, summary, now, paces)
-    shards = [reader.shard(entry) for entry in manifest.shards]
+    shards = reader.shards(manifest.shards)
     heartbeat = manifest.settings.get("heartbeat_interval_secs") or (
         float(manifest.settings.get("lease_ttl_secs") or 0) / 4 or None
     )
@@ -135,9 +135,10 @@ class _Reader:
         self.live: dict = {}
         self.live_progress: dict = {}
         if not exact:
-            self.done = shard_names(layout.done_dir, ".json")
-            self.failed = shard_names(layout.failed_dir, ".json")
-            self.with_failures = shard_names(layout.failures_dir, "")
+            ids = {entry.shard_id for entry in manifest.shards}
+            self.done = shard_names(layout.done_dir, ".json", ids)
+            self.failed = shard_names(layout.failed_dir, ".json", ids)
+            self.with_failures = shard_names(layout.failures_dir, "", ids)
         if summary is not None:  # the summary's live claims stand for claims/; no done marker is read
             self.live = {c.shard_id: c for c in summary.live if c.shard_id not in self.done}
             self.summary_live = len(self.live)
@@ -148,22 +149,33 @@ class _Reader:
                 layout, [c for c in self.live.values() if c.shard_id not in self.failed]
             )
         elif not exact:
-            self.claimed = shard_names(layout.claims_dir, "")
+            self.claimed = shard_names(layout.claims_dir, "", ids)
             self.done_bytes = _read_all(layout.done_dir, sorted(self.done), ".json")
         # Adaptive batching summaries cost a read per shard: only where batching can have run.
         recipe = json.dumps(manifest.recipe)
         self.batching_on = "adaptive_batching" in recipe or bool(fsio.list_names(layout.batch_profiles_dir))
 
+    def shards(self, entries) -> list[ShardStatus]:
+        """Each shard's status, in manifest order.  From the summary, a shard done or never read
+        (most shards of a big job) is built in one loop without the general path's dicts and
+        calls, which cost most of a 100,000-shard status."""
+        if self.summary is None:
+            return [self.shard(entry) for entry in entries]
+        read, done, with_failures = self.live_progress.keys() | self.failed, self.done, self.with_failures
+        unread, done_state, pending_state = ShardStatus.unread, ShardState.DONE, ShardState.PENDING
+        found = []
+        for entry in entries:
+            shard = entry.shard_id
+            if shard in read:
+                found.append(self.shard(entry))
+            elif shard in done:  # trusted as the summary's writer trusts it
+                found.append(unread(shard, done_state, entry.rows, None if shard in with_failures else 0, None))
+            else:
+                found.append(unread(shard, pending_state, entry.rows, None if shard in with_failures else 0, 0))
+        return found
+
     def shard(self, entry) -> ShardStatus:
         shard = entry.shard_id
-        if self.summary is not None and shard not in self.live_progress and shard not in self.failed:
-            # from the summary, done or never read (most shards of a big job): built without the
-            # general path's dicts, which cost most of a 100,000-shard status
-            unread = None if shard in self.with_failures else 0
-            if shard in self.done:  # trusted as the summary's writer trusts it
-                return ShardStatus(shard, ShardState.DONE, None, *_NOBODY, None, unread, None, entry.rows, None, None,
-                                   quarantined=None)  # fmt: skip
-            return ShardStatus(shard, ShardState.PENDING, None, *_NOBODY, None, unread, None, entry.rows, None, None)
         base: dict[str, Any] = dict(
             shard_id=shard,
             generation=0,
@@ -294,9 +306,6 @@ class _Reader:
         except JobDirError:  # "unknown" holder of a corrupt claim
             return None
         return f"{self.attempts_root}/{shard}/{attempt_id}/{LOG_FILE}"
-
-
-_NOBODY = (None, None, None, None)  # owner_node, owner_host, owner_pid, attempt_id: not read
 
 
 def _read_progress(layout: JobLayout, claims: list) -> dict[str, progress.ProgressRecord | None]:

@@ -111,7 +111,10 @@ def summarize(snap: JobSnapshot) -> Summary:
         rows_in_progress=in_progress,
         rows_per_sec=job_rate,
         eta_secs=eta,
-        retried=sum(1 for s in snap.shards if has_failed(s) and s.state is not ShardState.FAILED),
+        # has_failed inlined: a call per shard is a tenth of a 100,000-shard status's numbers
+        retried=sum(
+            1 for s in snap.shards if (s.failures is None or s.failures > 0) and s.state is not ShardState.FAILED
+        ),
         nodes=_nodes(snap, rates),
         stragglers=_stragglers(live, rates, snap.heartbeat_secs),
         failed=[
