@@ -64,7 +64,7 @@ def read_view(
     snap = snapshot(
         layout.root, ttl_secs, observer, exact=False, use_summary=use_summary, paces=paces, now=now, manifest=manifest
     )
-    starts = (t for s in snap.shards if (t := attempt_started_at(s.attempt_id)) is not None)
+    starts = (t for s in snap.shards if s.attempt_id and (t := attempt_started_at(s.attempt_id)) is not None)
     planned = snap.scan.planned_at if snap.scan is not None else None
     found = runs(layout.root)
     times = job_times(layout, planned_at=planned, paces=paces, attempt_starts=starts, runs=found)

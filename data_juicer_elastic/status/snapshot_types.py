@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import functools
 import json
-from collections import Counter
 from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any, Final
@@ -135,17 +134,24 @@ class JobSnapshot:
         return self.source == FROM_SUMMARY
 
     @functools.cached_property
+    def by_state(self) -> dict[ShardState, list[ShardStatus]]:
+        """The shards in each state, each list in manifest order (one pass for every total)."""
+        groups: dict[ShardState, list[ShardStatus]] = {state: [] for state in ShardState}
+        for s in self.shards:
+            groups[s.state].append(s)
+        return groups
+
+    @functools.cached_property
     def counts(self) -> dict[ShardState, int]:
-        found = Counter(s.state for s in self.shards)
-        return {state: found.get(state, 0) for state in ShardState}
+        return {state: len(shards) for state, shards in self.by_state.items()}
 
     @functools.cached_property
     def complete(self) -> bool:
-        return all(s.state is ShardState.DONE for s in self.shards)
+        return len(self.by_state[ShardState.DONE]) == len(self.shards)
 
     @functools.cached_property
     def terminal_failures(self) -> list[TerminalInfo]:
-        return [TerminalInfo(s.shard_id, s.last_error or "") for s in self.shards if s.state is ShardState.FAILED]
+        return [TerminalInfo(s.shard_id, s.last_error or "") for s in self.by_state[ShardState.FAILED]]
 
     @functools.cached_property
     def rows_total(self) -> int:
@@ -153,7 +159,7 @@ class JobSnapshot:
 
     @functools.cached_property
     def rows_done(self) -> int:
-        return sum(s.input_rows for s in self.shards if s.state is ShardState.DONE)
+        return sum(s.input_rows for s in self.by_state[ShardState.DONE])
 
     @functools.cached_property
     def output_rows(self) -> int:
