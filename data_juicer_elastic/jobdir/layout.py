@@ -41,8 +41,8 @@ def shard_id(index: int, count: int) -> str:
 
 def shard_ids(count: int) -> list[str]:
     """Every shard id of a job of ``count`` shards, in index order."""
-    shard_id(0, count)  # the range check
-    return [f"part-{index:05d}-of-{count:05d}" for index in range(count)]
+    template = shard_id(0, count).replace("part-00000", "part-%05d", 1)  # the range check, then one format each
+    return [template % index for index in range(count)]
 
 
 def parse_shard_id(value: str) -> tuple[int, int]:

@@ -78,9 +78,10 @@ def publish_rows_record(layout: JobLayout) -> None:
         pass  # e.g. a full disk: the job is prepared all the same; status decodes the manifest
 
 
-def read_rows_record(layout: JobLayout, manifest_bytes: bytes) -> Manifest | None:
+def read_rows_record(layout: JobLayout) -> Manifest | None:
     """The manifest with :class:`ShardRow` shards from the record, or None when it is missing or
-    was not made from ``manifest_bytes`` (``manifest.json`` as read now; the caller decodes it)."""
+    was not made from the bytes of ``manifest.json`` as it is now (hashed as they are read, never
+    held whole: the caller then reads and decodes the manifest itself)."""
     try:
         data = fsio.read_record(layout.manifest_rows, MAX_ROWS_RECORD_BYTES)
         if data is None:
@@ -89,7 +90,7 @@ def read_rows_record(layout: JobLayout, manifest_bytes: bytes) -> Manifest | Non
         body = {key: value for key, value in obj.items() if key != "checksum"}
         if obj.get("format") != RECORD_FORMAT or obj.get("version") != VERSION or _checksum(body) != obj["checksum"]:
             return None
-        if obj["manifest_sha256"] != hashlib.sha256(manifest_bytes).hexdigest():
+        if obj["manifest_sha256"] != fsio.file_sha256(layout.manifest)[1]:
             return None
         head = Manifest.from_object({**obj["head"], "shards": []}, str(layout.manifest))
         rows, spans = obj["rows"], obj["span_bytes"]

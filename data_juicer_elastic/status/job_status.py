@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import os
 import time
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -20,7 +21,7 @@ from data_juicer_elastic.errors import JobDirError
 from data_juicer_elastic.jobdir import attempts, failures, leases, progress
 from data_juicer_elastic.jobdir.heartbeats import StalenessObserver, looks_stale
 from data_juicer_elastic.jobdir.job_summary import JobSummary, LiveClaim, read_summary
-from data_juicer_elastic.jobdir.layout import LOG_FILE, JobLayout, validate_attempt_id
+from data_juicer_elastic.jobdir.layout import LOG_FILE, JobLayout, parse_shard_id, validate_attempt_id
 from data_juicer_elastic.jobdir.manifest import load_manifest
 from data_juicer_elastic.jobdir.pace import PaceRecord, read_paces
 from data_juicer_elastic.jobdir.records import FORMAT_PREFIX, VERSION, Manifest
@@ -113,8 +114,7 @@ def snapshot(
     if summary is None:
         return snap
     note = SummaryNote(summary.seq, summary.written_at, reader.summary_live)
-    rows = {entry.shard_id: entry.rows for entry in manifest.shards}
-    tallies = reconciled_tallies(layout, paces, reader.done, rows)
+    tallies = reconciled_tallies(layout, paces, reader.done, _RowsById(manifest.shards))
     return replace(snap, source=FROM_SUMMARY, summary=note, node_tallies=tallies)
 
 
@@ -123,6 +123,29 @@ def failure_records(job_dir: str | Path) -> int:
     ``failures/`` and the records of each shard it names, none of the shards that never failed."""
     layout = JobLayout(Path(os.path.abspath(job_dir)))
     return sum(len(failures.list_failures(layout, shard)) for shard in sorted(shard_names(layout.failures_dir, "")))
+
+
+class _RowsById(Mapping[str, int]):
+    """Each shard's input rows by id, found by the id's index: the few done markers the tallies read
+    look theirs up, without a dict of every shard."""
+
+    def __init__(self, shards: Sequence) -> None:
+        self.shards = shards
+
+    def __getitem__(self, shard: str) -> int:
+        try:
+            index, count = parse_shard_id(shard)
+        except JobDirError:
+            raise KeyError(shard) from None
+        if count != len(self.shards):
+            raise KeyError(shard)
+        return self.shards[index].rows
+
+    def __iter__(self) -> Iterator[str]:
+        return (entry.shard_id for entry in self.shards)
+
+    def __len__(self) -> int:
+        return len(self.shards)
 
 
 class _Reader:
