@@ -5,7 +5,7 @@ what ``dj-elastic status`` costs.  Status needs of each shard only its id (deriv
 index), its rows and its span bytes.  The manifest's publisher (``jobdir.scans.publish_manifest``)
 writes this record once the manifest is in place: the manifest less its shards (the head), the
 shards' rows and span bytes as two lists, and the sha256 of the manifest file's bytes, under its
-own checksum (about 2 MB at 100,000 shards).
+own checksum (0.6 MB at 99,999 shards).
 
 A reader still reads the manifest's bytes, but only hashes them (a few tens of ms instead of
 most of a second to decode): it trusts the record only when its checksum matches, it names the
@@ -30,7 +30,7 @@ from data_juicer_elastic.sharedfs import fsio
 
 RECORD_FORMAT: Final = FORMAT_PREFIX + "manifest-rows"
 MAX_MANIFEST_BYTES: Final = 256 * 1024 * 1024  # 100k shards + a large recipe stay far below
-MAX_ROWS_RECORD_BYTES: Final = 64 * 1024 * 1024  # 100,000 shards: about 2 MB
+MAX_ROWS_RECORD_BYTES: Final = 64 * 1024 * 1024  # 99,999 shards: 0.6 MB
 
 
 class ShardRow(NamedTuple):
