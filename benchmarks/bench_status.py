@@ -35,6 +35,7 @@ from data_juicer_elastic.jobdir.heartbeats import StalenessObserver
 from data_juicer_elastic.jobdir.job_summary import brief_of, write_summary
 from data_juicer_elastic.jobdir.layout import JobLayout
 from data_juicer_elastic.jobdir.manifest import load_manifest
+from data_juicer_elastic.jobdir.manifest_rows import publish_rows_record
 from data_juicer_elastic.jobdir.pace import PaceWriter
 from data_juicer_elastic.jobdir.result_records import ShardResult
 from data_juicer_elastic.jobdir.summary_keeper import compose_summary, refresh_paces
@@ -278,6 +279,8 @@ def main(argv: list[str] | None = None) -> int:
         t0 = time.perf_counter()
         if not (job / "summary" / "summary.json").exists():  # built before: reused (a prepared job is built on)
             build_job(job, args.shards, summary=True, bare_done=args.bare_done)
+        if not (job / "manifest-rows.json").exists():  # prepared before the record existed: as prepare writes it
+            publish_rows_record(JobLayout(job))
         print(f"synthetic job: {args.shards} shards built in {time.perf_counter() - t0:.1f}s at {job}")
         print(f"load average: {os.getloadavg()[0]:.2f}")
         exe = [sys.executable, "-m", "data_juicer_elastic.cli"]

@@ -66,13 +66,13 @@ def _cmd_worker(args: argparse.Namespace) -> int:
 
 
 def _cmd_status(args: argparse.Namespace) -> int:
-    from data_juicer_elastic.status.job_view import status_once, watch
+    from data_juicer_elastic.status.job_view import print_document, status_document, watch
 
     job = Path(args.job_dir).resolve()
     if args.watch is not None:
         return watch(job, interval=args.watch, as_json=args.json, show_all=args.all, ttl_secs=args.lease_ttl_secs)
-    text, code = status_once(job, as_json=args.json, show_all=args.all, ttl_secs=args.lease_ttl_secs)
-    print(text)
+    text, code = status_document(job, as_json=args.json, show_all=args.all, ttl_secs=args.lease_ttl_secs)
+    print_document(text)
     return code
 
 

@@ -5,8 +5,9 @@ one module per kind: ``records`` (encode/parse machinery, the manifest), ``lease
 heartbeat, release, failure of a generation), ``result_records`` (attempt, result, terminal
 failure, merge), ``cleaned`` (the shard outputs were removed), ``plan_records`` (the plan, each
 shard's scan), ``reasons`` (every reason code).
-Rules, one owner each: ``manifest`` (loading and checking the plan and the job), ``scans`` (the
-manifest composed from the scans), ``shard_state`` (done / failed / running / stale / pending; is
+Rules, one owner each: ``manifest`` (loading and checking the plan and the job), ``manifest_rows``
+(the manifest's rows in a small record beside it, for status), ``scans`` (the manifest composed
+from the scans), ``shard_state`` (done / failed / running / stale / pending; is
 the job finished), ``heartbeats`` (staleness on the observer's clock), ``leases`` (claims,
 takeover, release, self-fencing), ``attempts`` (attempt dirs, first-wins publication),
 ``failures`` (retry and death budgets), ``liveness`` / ``progress`` (is a running attempt alive;
@@ -37,6 +38,7 @@ __all__ = [
     "leases",
     "liveness",
     "manifest",
+    "manifest_rows",
     "own_export",
     "pace",
     "plan_records",

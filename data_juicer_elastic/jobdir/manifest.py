@@ -9,13 +9,14 @@ import re
 from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
-from typing import Any, Final, NamedTuple
+from typing import Any, Final
 
 import orjson
 
 from data_juicer_elastic.errors import ConfigError, IntegrityError, JobDirError
 from data_juicer_elastic.jobdir import confine
-from data_juicer_elastic.jobdir.layout import JobLayout, shard_id
+from data_juicer_elastic.jobdir.layout import JobLayout, shard_id, shard_ids
+from data_juicer_elastic.jobdir.manifest_rows import MAX_MANIFEST_BYTES, ShardRow, read_rows_record
 from data_juicer_elastic.jobdir.plan_records import JobPlan, PlannedInput
 from data_juicer_elastic.jobdir.records import (
     InputFile,
@@ -31,32 +32,21 @@ from data_juicer_elastic.rows.jsonl import NormaliseOptions
 from data_juicer_elastic.rows.shard_source import ShardSource, SourceSpan, check_source
 from data_juicer_elastic.sharedfs import fsio
 
-MAX_MANIFEST_BYTES: Final = 256 * 1024 * 1024  # 100k shards + a large recipe stay far below
 _SHA256: Final = re.compile(r"^[0-9a-f]{64}$")
-
-
-class ShardRow(NamedTuple):
-    """What a read-only display needs of a shard's manifest entry (``load_manifest(entries=False)``)."""
-
-    shard_id: str
-    index: int
-    rows: int
-    span_bytes: int  # the sum of its spans' lengths (the stored bytes it reads)
-
-    @property
-    def spans(self) -> list[ShardSpan]:
-        """One span of the shard's bytes, for what sums span lengths (status's scan line)."""
-        return [ShardSpan(0, 0, self.span_bytes)]
 
 
 def load_manifest(job_dir: str | Path, *, entries: bool = True) -> Manifest:
     """The validated manifest of ``job_dir``; JobDirError when missing, corrupt or inconsistent.
 
-    ``entries=False`` (``dj-elastic status``): a manifest whose checksum matches (it is byte for
-    byte what prepare validated and wrote) gets :class:`ShardRow` tuples in ``shards`` instead of
-    validated :class:`ShardEntry` records, which are most of a 100,000-shard manifest's load time;
-    anything unexpected takes the full path, which names the error."""
+    ``entries=False`` (``dj-elastic status``): :class:`ShardRow` tuples in ``shards`` instead of
+    validated :class:`ShardEntry` records, which are most of a 100,000-shard manifest's load time:
+    from ``manifest-rows.json`` when it was made from these very bytes (``jobdir.manifest_rows``:
+    the bytes are hashed, not decoded), else from the decoded manifest when its checksum matches
+    (it is byte for byte what prepare validated and wrote); anything unexpected takes the full
+    path, which names the error."""
     layout = JobLayout(job_dir)
+    if not entries and (rows := read_rows_record(layout)) is not None:  # its small record beside it
+        return rows
     data = _read_job_record(layout, layout.manifest)
     if data is None:
         if fsio.exists(layout.plan):
@@ -99,20 +89,19 @@ def _light_manifest(obj: Any, where: str) -> Manifest | None:
     if hashlib.sha256(orjson.dumps(body, option=orjson.OPT_SORT_KEYS)).hexdigest() != obj["checksum"]:
         return None
     try:
-        rows = [
-            ShardRow(
-                e["shard_id"],
-                e["index"],
-                e["rows"],
-                _span_bytes(e["spans"]),
-            )
-            for e in obj["shards"]
-        ]
+        entries = obj["shards"]
         head = Manifest.from_object({**obj, "shards": []}, where)
-    except (KeyError, TypeError, JobDirError):
-        return None
-    n = len(rows)
-    if head.num_shards != n or any(r.index != i or r.shard_id != shard_id(i, n) for i, r in enumerate(rows)):
+        n = len(entries)
+        ids = [e["shard_id"] for e in entries]
+        # the ids and indexes prepare writes, compared as whole lists (no call per shard)
+        if head.num_shards != n or [e["index"] for e in entries] != list(range(n)) or ids != shard_ids(n):
+            return None
+        new_row = tuple.__new__  # ShardRow's own __new__ is a Python call per shard
+        rows = [
+            new_row(ShardRow, (shard, i, e["rows"], s[0]["length"] if len(s := e["spans"]) == 1 else _span_bytes(s)))
+            for i, (shard, e) in enumerate(zip(ids, entries, strict=True))
+        ]
+    except (KeyError, TypeError, JobDirError, ConfigError):
         return None
     return replace(head, shards=rows)  # type: ignore[arg-type]  # ShardRow: the fields a display reads
 

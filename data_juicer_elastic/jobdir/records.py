@@ -292,6 +292,11 @@ class ShardEntry:
     spans: list[ShardSpan] = field(default_factory=list)  # where the content is in the inputs
     normalise: bool = False  # a reader must normalise its rows (rows.jsonl.RowNormaliser)
 
+    @property
+    def span_bytes(self) -> int:
+        """The sum of its spans' lengths (the stored bytes it reads; ``manifest.ShardRow`` has it too)."""
+        return sum(span.length for span in self.spans)
+
     def stored(self) -> tuple[int, str]:
         """(size, sha256) of the shard file on disk."""
         if self.stored_bytes is None or self.stored_sha256 is None:

@@ -20,6 +20,7 @@ from data_juicer_elastic.jobdir.attempts import read_done
 from data_juicer_elastic.jobdir.layout import JobLayout
 from data_juicer_elastic.jobdir.lease_records import Claim
 from data_juicer_elastic.jobdir.manifest import load_manifest
+from data_juicer_elastic.jobdir.manifest_rows import publish_rows_record
 from data_juicer_elastic.jobdir.plan_records import JobPlan, ScanResult
 from data_juicer_elastic.jobdir.records import InputFile, Manifest, ScanSummary, ShardEntry, ShardSpan, canonical_json
 from data_juicer_elastic.jobdir.tasks import ScanOutput
@@ -120,7 +121,9 @@ def publish_manifest(layout: JobLayout, plan: JobPlan, results: dict[str, ScanRe
                 where=str(layout.manifest),
                 hint="the job directory was modified; prepare a new job_dir",
             )
-    return load_manifest(layout.root)  # validated as every reader does
+    published = load_manifest(layout.root)  # validated as every reader does
+    publish_rows_record(layout)  # what status reads instead of decoding the manifest
+    return published
 
 
 def _place_copies(layout: JobLayout, plan: JobPlan, results: dict[str, ScanResult]) -> None:

@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import os
 import time
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -20,7 +21,7 @@ from data_juicer_elastic.errors import JobDirError
 from data_juicer_elastic.jobdir import attempts, failures, leases, progress
 from data_juicer_elastic.jobdir.heartbeats import StalenessObserver, looks_stale
 from data_juicer_elastic.jobdir.job_summary import JobSummary, LiveClaim, read_summary
-from data_juicer_elastic.jobdir.layout import LOG_FILE, JobLayout, validate_attempt_id
+from data_juicer_elastic.jobdir.layout import LOG_FILE, JobLayout, parse_shard_id, validate_attempt_id
 from data_juicer_elastic.jobdir.manifest import load_manifest
 from data_juicer_elastic.jobdir.pace import PaceRecord, read_paces
 from data_juicer_elastic.jobdir.records import FORMAT_PREFIX, VERSION, Manifest
@@ -105,7 +106,7 @@ def snapshot(
     if summary is not None and paces is None:
         paces = read_paces(layout)
     reader = _Reader(layout, manifest, WorkerIdentity.current(), ttl_secs, observer, exact, summary, now, paces)
-    shards = [reader.shard(entry) for entry in manifest.shards]
+    shards = reader.shards(manifest.shards)
     heartbeat = manifest.settings.get("heartbeat_interval_secs") or (
         float(manifest.settings.get("lease_ttl_secs") or 0) / 4 or None
     )
@@ -113,8 +114,7 @@ def snapshot(
     if summary is None:
         return snap
     note = SummaryNote(summary.seq, summary.written_at, reader.summary_live)
-    rows = {entry.shard_id: entry.rows for entry in manifest.shards}
-    tallies = reconciled_tallies(layout, paces, reader.done, rows)
+    tallies = reconciled_tallies(layout, paces, reader.done, _RowsById(manifest.shards))
     return replace(snap, source=FROM_SUMMARY, summary=note, node_tallies=tallies)
 
 
@@ -123,6 +123,29 @@ def failure_records(job_dir: str | Path) -> int:
     ``failures/`` and the records of each shard it names, none of the shards that never failed."""
     layout = JobLayout(Path(os.path.abspath(job_dir)))
     return sum(len(failures.list_failures(layout, shard)) for shard in sorted(shard_names(layout.failures_dir, "")))
+
+
+class _RowsById(Mapping[str, int]):
+    """Each shard's input rows by id, found by the id's index: the few done markers the tallies read
+    look theirs up, without a dict of every shard."""
+
+    def __init__(self, shards: Sequence) -> None:
+        self.shards = shards
+
+    def __getitem__(self, shard: str) -> int:
+        try:
+            index, count = parse_shard_id(shard)
+        except JobDirError:
+            raise KeyError(shard) from None
+        if count != len(self.shards):
+            raise KeyError(shard)
+        return self.shards[index].rows
+
+    def __iter__(self) -> Iterator[str]:
+        return (entry.shard_id for entry in self.shards)
+
+    def __len__(self) -> int:
+        return len(self.shards)
 
 
 class _Reader:
@@ -135,9 +158,10 @@ class _Reader:
         self.live: dict = {}
         self.live_progress: dict = {}
         if not exact:
-            self.done = shard_names(layout.done_dir, ".json")
-            self.failed = shard_names(layout.failed_dir, ".json")
-            self.with_failures = shard_names(layout.failures_dir, "")
+            ids = {entry.shard_id for entry in manifest.shards}
+            self.done = shard_names(layout.done_dir, ".json", ids)
+            self.failed = shard_names(layout.failed_dir, ".json", ids)
+            self.with_failures = shard_names(layout.failures_dir, "", ids)
         if summary is not None:  # the summary's live claims stand for claims/; no done marker is read
             self.live = {c.shard_id: c for c in summary.live if c.shard_id not in self.done}
             self.summary_live = len(self.live)
@@ -148,22 +172,33 @@ class _Reader:
                 layout, [c for c in self.live.values() if c.shard_id not in self.failed]
             )
         elif not exact:
-            self.claimed = shard_names(layout.claims_dir, "")
+            self.claimed = shard_names(layout.claims_dir, "", ids)
             self.done_bytes = _read_all(layout.done_dir, sorted(self.done), ".json")
         # Adaptive batching summaries cost a read per shard: only where batching can have run.
         recipe = json.dumps(manifest.recipe)
         self.batching_on = "adaptive_batching" in recipe or bool(fsio.list_names(layout.batch_profiles_dir))
 
+    def shards(self, entries) -> list[ShardStatus]:
+        """Each shard's status, in manifest order.  From the summary, a shard done or never read
+        (most shards of a big job) is built in one loop without the general path's dicts and
+        calls, which cost most of a 100,000-shard status."""
+        if self.summary is None:
+            return [self.shard(entry) for entry in entries]
+        read, done, with_failures = self.live_progress.keys() | self.failed, self.done, self.with_failures
+        unread, done_state, pending_state = ShardStatus.unread, ShardState.DONE, ShardState.PENDING
+        found = []
+        for entry in entries:
+            shard = entry.shard_id
+            if shard in read:
+                found.append(self.shard(entry))
+            elif shard in done:  # trusted as the summary's writer trusts it
+                found.append(unread(shard, done_state, entry.rows, None if shard in with_failures else 0, None))
+            else:
+                found.append(unread(shard, pending_state, entry.rows, None if shard in with_failures else 0, 0))
+        return found
+
     def shard(self, entry) -> ShardStatus:
         shard = entry.shard_id
-        if self.summary is not None and shard not in self.live_progress and shard not in self.failed:
-            # from the summary, done or never read (most shards of a big job): built without the
-            # general path's dicts, which cost most of a 100,000-shard status
-            unread = None if shard in self.with_failures else 0
-            if shard in self.done:  # trusted as the summary's writer trusts it
-                return ShardStatus(shard, ShardState.DONE, None, *_NOBODY, None, unread, None, entry.rows, None, None,
-                                   quarantined=None)  # fmt: skip
-            return ShardStatus(shard, ShardState.PENDING, None, *_NOBODY, None, unread, None, entry.rows, None, None)
         base: dict[str, Any] = dict(
             shard_id=shard,
             generation=0,
@@ -294,9 +329,6 @@ class _Reader:
         except JobDirError:  # "unknown" holder of a corrupt claim
             return None
         return f"{self.attempts_root}/{shard}/{attempt_id}/{LOG_FILE}"
-
-
-_NOBODY = (None, None, None, None)  # owner_node, owner_host, owner_pid, attempt_id: not read
 
 
 def _read_progress(layout: JobLayout, claims: list) -> dict[str, progress.ProgressRecord | None]:

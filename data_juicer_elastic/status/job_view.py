@@ -65,7 +65,7 @@ def read_view(
     snap = snapshot(
         layout.root, ttl_secs, observer, exact=False, use_summary=use_summary, paces=paces, now=now, manifest=manifest
     )
-    starts = (t for s in snap.shards if (t := attempt_started_at(s.attempt_id)) is not None)
+    starts = (t for s in snap.shards if s.attempt_id and (t := attempt_started_at(s.attempt_id)) is not None)
     planned = snap.scan.planned_at if snap.scan is not None else None
     found = runs(layout.root)
     times = job_times(
@@ -102,6 +102,24 @@ def status_once(
     compact: bool = False,
 ) -> tuple[str, int]:
     """(the status text or JSON, the exit code: 0 complete, 1 incomplete, 2 terminal failures)."""
+    text, code = status_document(
+        job_dir, as_json=as_json, show_all=show_all, ttl_secs=ttl_secs, observer=observer, compact=compact
+    )
+    return text.decode() if isinstance(text, bytes) else text, code
+
+
+def status_document(
+    job_dir: Path,
+    *,
+    as_json: bool,
+    show_all: bool,
+    ttl_secs: float | None = None,
+    observer: StalenessObserver | None = None,
+    compact: bool = False,
+) -> tuple[str | bytes, int]:
+    """:func:`status_once` with the JSON of a job with shards as orjson's UTF-8 bytes: the CLI writes
+    them as they are (a 100,000-shard document is 48 MB, which decoding and encoding again would
+    copy twice)."""
     layout = JobLayout(Path(os.path.abspath(job_dir)))
     try:
         scanning = not fsio.exists(layout.manifest) and fsio.exists(layout.plan)
@@ -114,18 +132,31 @@ def status_once(
     snap = view.snapshot
     if as_json:
         # orjson: the 10,000-shard document takes ~0.8 s with the json module, ~0.05 s here
-        text = orjson.dumps(view_json(view, for_orjson=True), option=0 if compact else orjson.OPT_INDENT_2).decode()
+        text: str | bytes = orjson.dumps(view_json(view, for_orjson=True), option=0 if compact else orjson.OPT_INDENT_2)
     else:
-        text = render_text(snap, show_all=show_all, times=view.times, summary=view.throughput)
-        if (cleaned := view.cleaned) is not None:
-            state = f"{cleaned.bytes_freed:,} bytes freed" if cleaned.complete else "stopped: run it again"
-            text += (
-                f"\ncleaned: the shard outputs were removed ({state}); the export {cleaned.output_path} is the output"
-            )
-        text += "\n" + render_runs(view.runs, limit=None if show_all else 3)
+        text = _text(view, show_all=show_all)
     if snap.terminal_failures:
         return text, EXIT_ERROR
     return text, EXIT_OK if snap.complete else EXIT_INCOMPLETE
+
+
+def print_document(text: str | bytes) -> None:
+    """Print :func:`status_document`'s text, or write its JSON bytes as they are, with a newline."""
+    if isinstance(text, str):
+        print(text)
+        return
+    sys.stdout.flush()
+    sys.stdout.buffer.write(text)
+    sys.stdout.buffer.write(b"\n")
+    sys.stdout.buffer.flush()
+
+
+def _text(view: JobView, *, show_all: bool) -> str:
+    text = render_text(view.snapshot, show_all=show_all, times=view.times, summary=view.throughput)
+    if (cleaned := view.cleaned) is not None:
+        state = f"{cleaned.bytes_freed:,} bytes freed" if cleaned.complete else "stopped: run it again"
+        text += f"\ncleaned: the shard outputs were removed ({state}); the export {cleaned.output_path} is the output"
+    return text + "\n" + render_runs(view.runs, limit=None if show_all else 3)
 
 
 def _scanning(layout: JobLayout, *, as_json: bool, compact: bool) -> tuple[str, int]:

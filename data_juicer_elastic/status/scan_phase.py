@@ -10,13 +10,13 @@ begin with their start time) measured from the plan's creation (the submission).
 
 from __future__ import annotations
 
+from collections.abc import Set
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from data_juicer_elastic.errors import JobDirError
 from data_juicer_elastic.jobdir.attempts import read_done
-from data_juicer_elastic.jobdir.layout import JobLayout, parse_shard_id
+from data_juicer_elastic.jobdir.layout import JobLayout, is_shard_id
 from data_juicer_elastic.jobdir.plan_records import JobPlan, ScanResult
 from data_juicer_elastic.jobdir.records import Manifest
 from data_juicer_elastic.sharedfs import fsio
@@ -110,7 +110,7 @@ def scanned_phase(manifest: Manifest) -> ScanPhase | None:
         running=0,
         failed=0,
         refused=0,
-        bytes_total=sum(sum(span.length for span in e.spans) for e in manifest.shards),
+        bytes_total=sum(e.span_bytes for e in manifest.shards),
         bytes_scanned=manifest.total_bytes,
         started_at=summary.started_at,
         finished_at=summary.finished_at,
@@ -121,19 +121,14 @@ def scanned_phase(manifest: Manifest) -> ScanPhase | None:
     )
 
 
-def shard_names(directory: Path, suffix: str) -> set[str]:
-    """Shard ids named in a directory listing (``<shard><suffix>``); anything else is ignored."""
-    found = set()
-    for name in fsio.list_names(directory):
-        if suffix and not name.endswith(suffix):
-            continue
-        shard = name[: len(name) - len(suffix)] if suffix else name
-        try:
-            parse_shard_id(shard)
-        except JobDirError:
-            continue
-        found.add(shard)
-    return found
+def shard_names(directory: Path, suffix: str, known: Set[str] = frozenset()) -> set[str]:
+    """Shard ids named in a directory listing (``<shard><suffix>``); anything else is ignored.
+    ``known``: ids known to be well formed (the manifest's), taken without a check (a set
+    intersection: the 75,000 names of a big job's ``done/`` in a few milliseconds)."""
+    cut = len(suffix)
+    names = {name[: len(name) - cut] for name in fsio.list_names(directory) if name.endswith(suffix)}
+    found = names & known
+    return found.union(shard for shard in names - found if is_shard_id(shard))
 
 
 def scan_text(phase: ScanPhase) -> str:

@@ -67,6 +67,10 @@ def live_job(tmp_path_factory):
     from data_juicer_elastic.jobdir.manifest import load_manifest
 
     assert [(e.first_row, e.rows) for e in load_manifest(job).shards] == [(0, 10), (10, 10), (20, 10)]
+    # the prepare wrote manifest-rows.json beside the manifest: what status reads of each shard
+    assert (job / "manifest-rows.json").is_file()
+    light = load_manifest(job, entries=False)
+    assert [(e.shard_id, e.rows) for e in light.shards] == [(e.shard_id, e.rows) for e in load_manifest(job).shards]
     log = open(tmp / "worker.out", "w")  # a file, not a pipe: a full pipe nobody reads blocks the worker
     proc = subprocess.Popen(
         ["dj-elastic", "worker", "--job-dir", str(job)],

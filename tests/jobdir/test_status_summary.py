@@ -12,8 +12,10 @@ import subprocess
 import sys
 import threading
 import time
+from dataclasses import fields
 from pathlib import Path
 
+import orjson
 import pytest
 
 from data_juicer_elastic.jobdir import leases
@@ -31,7 +33,7 @@ from data_juicer_elastic.sharedfs import fault_seam, fsio
 from data_juicer_elastic.sharedfs.identity import attempt_started_at
 from data_juicer_elastic.status.job_status import snapshot, snapshot_json
 from data_juicer_elastic.status.job_view import read_view
-from data_juicer_elastic.status.snapshot_types import FROM_JOB_DIR, FROM_SUMMARY
+from data_juicer_elastic.status.snapshot_types import FROM_JOB_DIR, FROM_SUMMARY, ShardStatus
 from data_juicer_elastic.status.throughput import summarize
 
 from .conftest import copy_runner, identity, make_rows, request, write_rows
@@ -312,3 +314,14 @@ def test_status_reads_the_light_manifest_and_refuses_a_damaged_one_as_the_full_r
     assert proc.returncode == 2 and "inconsistent manifest" in proc.stderr, proc.stderr[-2000:]
     assert len(proc.stderr.strip().splitlines()) == 1, "one error line, where and what to do"
     assert proc.stdout == "" and "Traceback" not in proc.stderr
+
+
+@pytest.mark.parametrize("state, failures, quarantined", [("done", None, None), ("pending", 0, 0), ("done", 0, None)])
+def test_an_unread_shard_is_the_shard_status_init_builds_field_for_field(state, failures, quarantined):
+    """ShardStatus.unread skips the dataclass __init__: the same object, its fields in the same order
+    (orjson writes a dataclass from its __dict__, so the order is the --json output's)."""
+    fast = ShardStatus.unread("part-00001-of-00004", ShardState(state), 7, failures, quarantined)
+    slow = ShardStatus("part-00001-of-00004", ShardState(state), None, None, None, None, None, None, failures, None, 7,
+                       None, None, quarantined=quarantined)  # fmt: skip
+    assert fast == slow and list(vars(fast)) == list(vars(slow)) == [f.name for f in fields(ShardStatus)]
+    assert orjson.dumps(fast) == orjson.dumps(slow) and fast.to_json() == slow.to_json()
