@@ -23,12 +23,22 @@ from data_juicer_elastic.cli_options import (
     add_setting_options,
     given_settings,
 )
+from data_juicer_elastic.compat import importlib_deferred as deferred
+from data_juicer_elastic.console import install_console, say, set_verbose
+from data_juicer_elastic.console.log_files import close_log_sinks
+from data_juicer_elastic.console.quiet import mark_quiet_workers
 from data_juicer_elastic.errors import EXIT_BROKEN_PIPE, EXIT_ERROR, EXIT_OK, ElasticError, storage_error
+from data_juicer_elastic.integration.config_block import require_elastic, settings_from_cfg
+from data_juicer_elastic.integration.driver_files import driving, note_job_dir, remove_refused_job_dirs
+from data_juicer_elastic.jobdir.export_path import check_export_path
+from data_juicer_elastic.settings import ElasticSettings
+
+# Each subcommand imports the module that does its work when it runs (and no other): a `dj-elastic`
+# process does one thing, and the whole package costs it about three times the start-up of
+# `--version` (tests/test_architecture.py, DEFERRED_IMPORTS).
 
 
 def _cmd_prepare(args: argparse.Namespace) -> int:
-    from data_juicer_elastic.integration.config_block import require_elastic
-    from data_juicer_elastic.integration.driver_files import note_job_dir
     from data_juicer_elastic.preparation import early_request, prepare_overlapped, prepare_request
 
     def parse():
@@ -47,16 +57,13 @@ def _cmd_prepare(args: argparse.Namespace) -> int:
 
 
 def _cmd_worker(args: argparse.Namespace) -> int:
-    settings = _settings_from_job(args.job_dir, args)  # a bad job dir is refused before Data-Juicer loads
+    from data_juicer_elastic.console.summary import worker_done_line
+    from data_juicer_elastic.local_worker import run_local_worker
 
-    from data_juicer_elastic.executor import run_local_worker
-
+    settings = _settings_from_job(args.job_dir, args)  # a bad job dir is refused before Ray or Data-Juicer loads
     summary = run_local_worker(
         args.job_dir, settings, wait_for_completion=not args.no_wait, slots=args.slots, max_done=args.max_done
     )
-    from data_juicer_elastic.console import say
-    from data_juicer_elastic.console.summary import worker_done_line
-
     say(worker_done_line(args.job_dir, summary))
     if summary.terminal_failures:
         failed = ", ".join(shard_id for shard_id, _ in summary.terminal_failures)
@@ -87,9 +94,7 @@ def _cmd_report(args: argparse.Namespace) -> int:
 
 def _cmd_run(args: argparse.Namespace) -> int:
     from data_juicer_elastic.executor import ElasticShardedExecutor
-    from data_juicer_elastic.integration.config_block import require_elastic
     from data_juicer_elastic.integration.dispatch import print_run_summary
-    from data_juicer_elastic.integration.driver_files import driving
 
     with driving():  # Data-Juicer's work dir goes under the job directory, as under dj-process
         cfg, _ = _load_recipe(args)
@@ -117,14 +122,13 @@ def _cmd_retry(args: argparse.Namespace) -> int:
 
 
 def _cmd_merge(args: argparse.Namespace) -> int:
-    from data_juicer_elastic.jobdir.export_path import check_export_path
+    from data_juicer_elastic.finalize import finalize, follow_to_end
     from data_juicer_elastic.jobdir.manifest import recorded_export_path
 
     job = Path(args.job_dir).resolve()
     layout = _settings_from_job(args.job_dir, args).export_layout  # --export-layout, else the job's setting
     output = args.output or recorded_export_path(job)
     check_export_path(job, output, "--output", layout)  # before anything is read
-    from data_juicer_elastic.finalize import finalize, follow_to_end  # import neither Data-Juicer nor Ray
 
     if args.follow:
         follow_to_end(job, output, overwrite=args.overwrite, layout=layout, poll_secs=args.poll_secs)
@@ -164,8 +168,6 @@ def _load_recipe(args: argparse.Namespace, setup: bool = True):
     without Data-Juicer's side effects (work dir, log files, config backup), for commands that only prepare."""
     from data_juicer.config import init_configs
 
-    from data_juicer_elastic.integration.config_block import settings_from_cfg
-
     argv = ["--config", args.config]
     if args.dataset_path:
         argv += ["--dataset_path", args.dataset_path]
@@ -180,7 +182,6 @@ def _load_recipe(args: argparse.Namespace, setup: bool = True):
 def _settings_from_job(job_dir: str, args: argparse.Namespace):
     """The settings recorded at prepare, with this worker's command-line overrides."""
     from data_juicer_elastic.jobdir.manifest import load_plan
-    from data_juicer_elastic.settings import ElasticSettings
 
     recorded = dict(load_plan(Path(job_dir).resolve()).settings)
     recorded.pop("run_id", None)  # a submission's identity, not the job's
@@ -371,9 +372,6 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def _fail(err: ElasticError) -> None:
     """The one error line, the last one (log sinks closed first: what they report comes before)."""
-    from data_juicer_elastic.console.log_files import close_log_sinks
-    from data_juicer_elastic.integration.driver_files import remove_refused_job_dirs
-
     close_log_sinks()
     remove_refused_job_dirs()  # a job dir this refused command created, nothing run in it
     print(f"error: {err}", file=sys.stderr)
@@ -384,10 +382,6 @@ def _console(verbose: bool) -> None:
 
     Importing Data-Juicer (lazily, in worker/run/prepare) replaces loguru's handlers
     with its own stderr one, so the console is installed again right after that import."""
-    from data_juicer_elastic.compat import importlib_deferred as deferred
-    from data_juicer_elastic.console import install_console, set_verbose
-    from data_juicer_elastic.console.quiet import mark_quiet_workers
-
     if verbose:
         set_verbose()
     mark_quiet_workers()

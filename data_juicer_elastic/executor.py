@@ -1,162 +1,23 @@
 """ElasticShardedExecutor: what ``dj-process`` runs for ``executor_type: elastic_sharded`` (one
-instance's run: ``job_run.JobRun``, docs/architecture.md and docs/multinode.md), and the node's
-worker (:func:`run_local_worker`).  This module loads Data-Juicer (its executor base class).
+instance's run: ``job_run.JobRun``, docs/architecture.md and docs/multinode.md).  This module loads
+Data-Juicer (its executor base class); the node's worker is ``local_worker``, which does not.
 """
 
 from __future__ import annotations
 
-import dataclasses
-import functools
-import os
-import subprocess
-import threading
 from typing import Any
 
-from loguru import logger
-
-from data_juicer_elastic.cli_options import WORKER_OPTIONS, setting_args
 from data_juicer_elastic.compat import dj_moved
-from data_juicer_elastic.console import JobDisplay
-from data_juicer_elastic.console.summary import run_clock_start
-from data_juicer_elastic.coordination.slots import CUDA_ENV, SlotPool, slot_argv, slot_cpus, slot_devices, slot_env
-from data_juicer_elastic.coordination.stragglers import ClaimGate
 from data_juicer_elastic.errors import ConfigError
+from data_juicer_elastic.integration.config_block import settings_from_cfg
+from data_juicer_elastic.integration.recipe_check import check_export
 from data_juicer_elastic.job_run import JobRun
-from data_juicer_elastic.jobdir import confine
-from data_juicer_elastic.jobdir.code_changes import job_code
-from data_juicer_elastic.jobdir.layout import JobLayout
-from data_juicer_elastic.jobdir.manifest import load_job, load_manifest
-from data_juicer_elastic.jobdir.records import Manifest
-from data_juicer_elastic.jobdir.worker_loop import WorkerSummary, run_worker
-from data_juicer_elastic.jobdir.worker_settings import WorkerSettings
-from data_juicer_elastic.preparation import resolve_user_path
-from data_juicer_elastic.settings import ElasticSettings
 from data_juicer_elastic.shards.merge import MergeResult
-from data_juicer_elastic.shards.scan import ShardScanner
-from data_juicer_elastic.sharedfs.identity import WorkerIdentity
 
 try:  # Data-Juicer's base class (exported by data_juicer.core.executor), so ExecutorFactory users get a real executor
     from data_juicer.core.executor import ExecutorBase
 except ImportError as exc:  # pragma: no cover - only when Data-Juicer moved it
     raise dj_moved("data_juicer.core.executor.ExecutorBase is missing") from exc
-
-
-def run_local_worker(
-    job_dir: str | os.PathLike,
-    settings: ElasticSettings,
-    *,
-    wait_for_completion: bool = True,
-    slots: int | None = None,
-    stop_event: threading.Event | None = None,
-    max_done: int | None = None,
-    log_name: str | None = None,
-) -> WorkerSummary:
-    """Claim and process shards until nothing is left, with ``slots`` shards at a time.
-
-    Slot 0 runs here with one warm Ray runtime, started when there is a shard to claim and before
-    claiming it (a worker with nothing to do costs no Ray start; one killed while Ray starts holds
-    no claim).  Slots 1..S-1 are child processes; the summary is slot 0's (it waits for theirs)."""
-    from data_juicer_elastic.execution.shard_runner import default_cache_env
-
-    job = resolve_user_path(job_dir)
-    layout = JobLayout(job)
-    # The plan holds what a worker needs to start (the recipe, its code, Ray's settings); the
-    # manifest (row counts, the row schema) exists once the scans are done, read once then.
-    manifest = load_job(job)
-    scanned = isinstance(manifest, Manifest)
-    scanned_manifest = (lambda: manifest) if scanned else functools.cache(lambda: load_manifest(job))
-    confine.check_layout(layout)  # before the cache and logs are pointed into it
-    # Model caches default into the shared job dir (one download for every node); set
-    # here, before slot processes are started, so they inherit the same values.
-    default_cache_env(layout.cache_dir)
-    identity = WorkerIdentity.current()
-    slots = settings.slots_per_node if slots is None else slots
-    devices = slot_devices(os.environ.get(CUDA_ENV), slots)
-    cpus = slot_cpus(settings.ray_num_cpus, slots)
-    if devices[0] is not None:
-        os.environ[CUDA_ENV] = devices[0]  # before this process's Ray runtime starts
-    from data_juicer_elastic.execution.lazy_runner import LazyShardRunner
-    from data_juicer_elastic.execution.runtime_watch import restart_worker_process
-
-    runner = LazyShardRunner(
-        manifest.recipe,
-        list(manifest.stage_identities),
-        layout.cache_dir,
-        row_schema=lambda: scanned_manifest().row_schema,  # known once the job is scanned
-        ray_address=settings.ray_address,
-        ray_num_cpus=cpus,
-        code=job_code(layout, manifest.code),  # the latest code a retry accepted, else prepare's
-        allow_version_mismatch=settings.allow_version_mismatch,
-        max_error_rows=settings.max_error_rows,
-        restart_process=lambda: restart_worker_process(before=lambda: _stop_slots(pool)),
-    )
-    if not scanned:
-        runner.start_early()  # Ray starts while the job is scanned: the first shard need not wait for it
-    # Strict mode's equal shares already decide who runs what; elsewhere slow nodes leave the tail to fast ones.
-    gate = None
-    if max_done is None:  # built when first asked, once the job is scanned (it reads the manifest)
-        build = functools.cache(
-            lambda: ClaimGate(
-                layout,
-                scanned_manifest(),
-                identity.node_id,
-                identity.pid,
-                min_interval=settings.poll_interval_secs,
-                startup_secs=lambda: runner.runtime.start_secs,
-            )
-        )
-        gate = lambda: build()()  # noqa: E731
-    logger.info(f"worker {identity.node_id} (pid {identity.pid}) joining job {job} with {slots} slot(s)")
-    with SlotPool() as pool:
-        # Each slot is given this instance's settings (its own share of the CPUs, the heartbeat it uses).
-        slot = dataclasses.replace(settings, ray_num_cpus=cpus, heartbeat_interval_secs=settings.heartbeat_secs)
-        argv = slot_argv(job, setting_args(slot, WORKER_OPTIONS), max_done)
-        name = log_name or identity.new_attempt_id()
-        if slots > 1:
-            confine.ensure_dir(layout, layout.node_log_dir(identity.node_id))
-        for k in range(1, slots):
-            pool.start(
-                k, argv, slot_env(identity.node_id, devices[k]), layout.node_log(identity.node_id, f"{name}-slot{k}")
-            )
-        shard_rows = {entry.shard_id: entry.rows for entry in manifest.shards} if scanned else None
-        planned = {entry.shard_id: entry.bytes for entry in manifest.shards}
-        waiting = lambda: "starting Ray" if runner.starting else ""  # noqa: E731 - the live line names the wait
-        # random_start: fresh workers (replacements after kills) spread over the pending shards
-        worker = WorkerSettings.from_elastic(
-            settings, max_done=max_done, wait_for_completion=wait_for_completion, random_start=True
-        )
-        # a live line: its elapsed time is the run's (from its submission), as the plan's and the merge's;
-        # it counts this node's running shards (this process's, and its other slots' by their progress records)
-        display = JobDisplay(job, shard_rows, planned_bytes=planned, waiting=waiting, node_id=identity.node_id,
-                             started=run_clock_start(job))  # fmt: skip
-        with runner, display:
-            summary = run_worker(
-                job,
-                identity,
-                runner,
-                worker,
-                stop_event=stop_event,
-                claim_gate=gate,
-                on_attempt=display.attach,  # this process's running shards count in the display
-                before_claim=runner.ready,  # code checked and Ray up before a claim is held
-                read_ahead=runner.read_ahead,
-                run_scan=ShardScanner(),  # a planned job is scanned first, this worker taking its share
-            )
-        if stop_event is not None and stop_event.is_set():
-            pool.stop()  # the run was aborted: every slot gives its claim back now
-    logger.info(f"worker {identity.node_id} finished: {summary}")
-    return summary
-
-
-def _stop_slots(pool: SlotPool, wait_secs: float = 30.0) -> None:
-    """Before this worker restarts itself (exec), its slots hand their claims back and end:
-    the restarted worker starts its own."""
-    pool.stop()
-    for proc in pool.procs.values():
-        try:
-            proc.wait(timeout=wait_secs)
-        except subprocess.TimeoutExpired:
-            proc.kill()
 
 
 class ElasticShardedExecutor(ExecutorBase):
@@ -169,15 +30,11 @@ class ElasticShardedExecutor(ExecutorBase):
             cfg = init_configs()
         self.cfg = cfg
         self.executor_type = "elastic_sharded"
-        from data_juicer_elastic.integration.config_block import settings_from_cfg
-
         self.settings = settings_from_cfg(cfg)
 
     def run(self, load_data_np: Any = None, skip_return: bool = False) -> MergeResult | None:
         if not getattr(self.cfg, "export_path", None):
             raise ConfigError("export_path is not set", where="recipe", hint="set export_path to the merged .jsonl")
-        from data_juicer_elastic.integration.recipe_check import check_export
-
         check_export(
             str(self.cfg.export_path),
             self.cfg.get("export_type"),

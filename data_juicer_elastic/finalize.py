@@ -17,13 +17,13 @@ from data_juicer_elastic.coordination.settle import shard_failed_error, terminal
 from data_juicer_elastic.errors import ConfigError, ElasticError, IntegrityError, MergeBusyError, storage_errors
 from data_juicer_elastic.jobdir.attempts import requeue_hint
 from data_juicer_elastic.jobdir.export_path import check_export_path, merge_places
-from data_juicer_elastic.jobdir.layout import JobLayout
-from data_juicer_elastic.preparation import resolve_user_path
+from data_juicer_elastic.jobdir.layout import JobLayout, resolve_user_path
 from data_juicer_elastic.shards import steps
 from data_juicer_elastic.shards.clean import cleaned_export
 from data_juicer_elastic.shards.merge import MergeResult, merge_job
 from data_juicer_elastic.shards.parts import publish_parts
 from data_juicer_elastic.shards.stream_merge import follow_merge, partial_path, read_progress
+from data_juicer_elastic.stats import compute_overall, write_overall_stats
 
 
 def _import_quietly(name: str) -> None:
@@ -51,8 +51,6 @@ def finalize(
     (``_stream_tail``), else a merge from scratch.  ``parts``: the accepted outputs linked into the
     export directory (``shards.parts``; no output is read).
     """
-    from data_juicer_elastic.stats import compute_overall, write_overall_stats
-
     # pandas formats overall.csv exactly as dj-analyze does; its ~1 s of imports overlap the merge.
     threading.Thread(target=_import_quietly, args=("pandas",), name="dj-elastic-import", daemon=True).start()
     job = resolve_user_path(job_dir)

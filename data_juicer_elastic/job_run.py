@@ -26,11 +26,12 @@ from data_juicer_elastic.integration.recipe import build_shard_recipe, recipe_ha
 from data_juicer_elastic.jobdir import confine
 from data_juicer_elastic.jobdir.confine import open_job_dir
 from data_juicer_elastic.jobdir.export_path import export_target
-from data_juicer_elastic.jobdir.layout import JobLayout
+from data_juicer_elastic.jobdir.layout import JobLayout, resolve_user_path
 from data_juicer_elastic.jobdir.plan_records import JobPlan
 from data_juicer_elastic.jobdir.recipe_diff import recipe_differences
 from data_juicer_elastic.jobdir.worker_loop import WorkerSummary
-from data_juicer_elastic.preparation import prepare_from_cfg, resolve_user_path
+from data_juicer_elastic.local_worker import run_local_worker
+from data_juicer_elastic.preparation import prepare_from_cfg
 from data_juicer_elastic.settings import ElasticSettings, check_strict_shares
 from data_juicer_elastic.shards.merge import MergeResult
 from data_juicer_elastic.shards.stream_merge import follow_merge
@@ -143,10 +144,6 @@ class JobRun:
 
     def run_shards(self, stop: threading.Event, max_done: int | None) -> WorkerSummary:
         """This node's worker: one warm Ray runtime per slot (the fault driver runs a fake runner)."""
-        # Imported here: the executor loads Data-Juicer and Ray, which a run that replaces
-        # this step (the fault driver) never needs.
-        from data_juicer_elastic.executor import run_local_worker
-
         return run_local_worker(
             self.layout.root, self.settings, stop_event=stop, max_done=max_done, log_name=self.coordinator.instance_id
         )

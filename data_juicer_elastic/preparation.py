@@ -15,9 +15,14 @@ from typing import Any
 from data_juicer_elastic import __version__
 from data_juicer_elastic.console import StepDisplay, say
 from data_juicer_elastic.console.summary import run_clock_start, shown_path
-from data_juicer_elastic.errors import ConfigError, ElasticError, InputError, PrepareCancelled
+from data_juicer_elastic.errors import ElasticError, PrepareCancelled
+from data_juicer_elastic.execution.code_fingerprint import code_fingerprint
+from data_juicer_elastic.execution.stage_identities import compute_stage_identities
+from data_juicer_elastic.integration.config_block import cfg_value
+from data_juicer_elastic.integration.recipe import build_shard_recipe, index_key, media_keys
+from data_juicer_elastic.integration.recipe_check import check_dataset_path, check_shard_safe
 from data_juicer_elastic.jobdir.export_path import export_target
-from data_juicer_elastic.jobdir.layout import JobLayout
+from data_juicer_elastic.jobdir.layout import JobLayout, resolve_user_path
 from data_juicer_elastic.report.svg import fmt_bytes
 from data_juicer_elastic.settings import ElasticSettings
 from data_juicer_elastic.shards import steps
@@ -31,19 +36,8 @@ from data_juicer_elastic.shards.prepare import (
 )
 
 
-def resolve_user_path(path: str | os.PathLike) -> Path:
-    """A path as the user gave it (``~``, relative to the working directory), made absolute the
-    one way prepare records it, and every later instance compares it."""
-    return Path(path).expanduser().resolve()
-
-
 def prepare_request(cfg: Any, settings: ElasticSettings) -> PrepareRequest:
     """The shard recipe (checked) and everything prepare records, from a parsed cfg."""
-    from data_juicer_elastic.execution.code_fingerprint import code_fingerprint
-    from data_juicer_elastic.execution.stage_identities import compute_stage_identities
-    from data_juicer_elastic.integration.recipe import build_shard_recipe
-    from data_juicer_elastic.integration.recipe_check import check_shard_safe
-
     check_dataset_path(cfg)
     recipe = build_shard_recipe(cfg)
     check_shard_safe(recipe)
@@ -62,25 +56,8 @@ def prepare_request(cfg: Any, settings: ElasticSettings) -> PrepareRequest:
     )
 
 
-def check_dataset_path(cfg: Any) -> None:
-    """An elastic job's input is a local file or folder: refused here when it is not set or not there
-    (before Data-Juicer's setup, which would first warn that it takes the path for a remote dataset)."""
-    from data_juicer_elastic.integration.config_block import cfg_value
-
-    dataset = cfg_value(cfg, "dataset_path", None)
-    if not dataset:
-        raise ConfigError("dataset_path is not set", where="recipe", hint="set dataset_path to a .jsonl file or folder")
-    if not resolve_user_path(dataset).exists():
-        raise InputError(
-            "dataset_path does not exist", where=str(resolve_user_path(dataset)), hint="check the path on this node"
-        )
-
-
 def _request(elastic: ElasticSettings, dataset_path: Any, source: Any, /, **fields: Any) -> PrepareRequest:
     """A request's input fields from the ``elastic`` settings and the recipe (a parsed cfg, or its YAML)."""
-    from data_juicer_elastic.integration.config_block import cfg_value
-    from data_juicer_elastic.integration.recipe import index_key, media_keys
-
     export = cfg_value(source, "export_path", None)
     return PrepareRequest(
         job_dir=resolve_user_path(elastic.job_dir),

@@ -29,7 +29,7 @@ LAYERS: list[set[str]] = [
     {"status"},
     {"report", "console"},
     {"execution"},
-    {"integration", "preparation", "finalize", "job_run", "executor", "cli", "cli_options", "__init__"},
+    {"integration", "preparation", "finalize", "job_run", "local_worker", "executor", "cli", "cli_options", "__init__"},
 ]
 # Packages that must never import Ray, Data-Juicer or torch, not even inside a function.
 ENGINE_FREE = {"sharedfs", "rows", "jobdir", "shards", "coordination", "status", "stats", "report", "console"}
@@ -230,3 +230,209 @@ def test_a_package_that_re_exports_nothing_lists_every_module_in_all_and_in_its_
         docstring = ast.get_docstring(tree) or ""
         missing = [name for name in modules if f"``{name}``" not in docstring]
         assert not missing, f"{init.parent.name}'s docstring does not describe {missing}"
+
+
+# --- The package's own import graph: no cycle, and function-local imports only where an engine must wait ---
+#
+# A cycle is counted through every import that runs, at module level or inside a function: a
+# function-local import that closes a cycle hides it (the two modules still need each other), it
+# does not remove it.  ``if TYPE_CHECKING:`` imports never run and are not edges.
+MAX_LOCAL_IMPORTS = 20
+# Where a module may wait to import one of the package's own: the one module that loads an engine
+# (computed: ``heavy_modules``), or, in ``cli`` alone, the module a subcommand runs (a `dj-elastic`
+# process does one thing, and loading the whole package triples the start-up of ``--version``).
+# Every such import, with why it waits:
+_SUBCOMMAND = "the work of one dj-elastic subcommand, loaded when that subcommand runs"
+DEFERRED_IMPORTS = {
+    ("cli", "executor"): "`dj-elastic run` alone needs ElasticShardedExecutor, a subclass of Data-Juicer's "
+    "ExecutorBase: --version, status, merge and the other subcommands never load Data-Juicer",
+    ("integration.dispatch", "executor"): "the patches are installed whenever Data-Juicer loads its plugins; "
+    "the executor (Data-Juicer's ExecutorBase) is loaded only when an elastic recipe runs",
+    ("cli", "preparation"): _SUBCOMMAND + " (prepare)",
+    ("cli", "local_worker"): _SUBCOMMAND + " (worker)",
+    ("cli", "console.summary"): _SUBCOMMAND + " (worker: the closing line)",
+    ("cli", "status.job_view"): _SUBCOMMAND + " (status)",
+    ("cli", "report"): _SUBCOMMAND + " (report)",
+    ("cli", "integration.dispatch"): _SUBCOMMAND + " (run: the closing summary)",
+    ("cli", "integration.retry_command"): _SUBCOMMAND + " (retry)",
+    ("cli", "finalize"): _SUBCOMMAND + " (merge)",
+    ("cli", "jobdir.manifest"): _SUBCOMMAND + " (worker and merge read the job's plan)",
+    ("cli", "shards.verify"): _SUBCOMMAND + " (verify)",
+    ("cli", "shards.clean"): _SUBCOMMAND + " (clean)",
+    ("cli", "integration.doctor"): _SUBCOMMAND + " (doctor)",
+}
+
+
+def module_name(path: Path) -> str:
+    parts = path.relative_to(PACKAGE.parent).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+PACKAGE_MODULES = {module_name(path): path for path in modules()}
+
+
+def _targets(node: ast.Import | ast.ImportFrom) -> list[str]:
+    """The modules an import statement loads: ``from pkg import sub`` loads ``pkg.sub`` (and ``pkg``,
+    its parent, which any import of ``pkg.sub`` runs anyway: not an edge of its own)."""
+    if isinstance(node, ast.Import):
+        return [alias.name for alias in node.names]
+    if not node.module or node.level:
+        return []
+    subs = [f"{node.module}.{a.name}" for a in node.names if f"{node.module}.{a.name}" in PACKAGE_MODULES]
+    return subs + ([node.module] if len(subs) < len(node.names) else [])
+
+
+def split_imports(path: Path) -> tuple[list[tuple[int, str]], list[tuple[int, str]]]:
+    """(module-level, function-local) imports of a file as (line, module); TYPE_CHECKING ones left out."""
+    top: list[tuple[int, str]] = []
+    local: list[tuple[int, str]] = []
+
+    def visit(node: ast.AST, in_function: bool) -> None:
+        for child in ast.iter_child_nodes(node):
+            if isinstance(child, ast.If) and ast.unparse(child.test) in ("TYPE_CHECKING", "typing.TYPE_CHECKING"):
+                visit(ast.Module(body=child.orelse, type_ignores=[]), in_function)
+                continue
+            if isinstance(child, (ast.Import, ast.ImportFrom)):
+                (local if in_function else top).extend((child.lineno, t) for t in _targets(child))
+            inner = in_function or isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda))
+            visit(child, inner)
+
+    visit(ast.parse(path.read_text(), str(path)), False)
+    return top, local
+
+
+def own(module: str) -> bool:
+    return module in PACKAGE_MODULES
+
+
+def heavy_modules() -> set[str]:
+    """Package modules that load Data-Juicer, Ray or torch when imported: directly at module level,
+    or through a module-level import of a heavy package module (or of its parent packages)."""
+    top = {name: [m for _, m in split_imports(path)[0]] for name, path in PACKAGE_MODULES.items()}
+    heavy = {name for name, found in top.items() if any(m.split(".")[0] in ENGINES for m in found)}
+    while True:
+        loads = {
+            name
+            for name, found in top.items()
+            for m in found
+            if any(".".join(m.split(".")[:i]) in heavy for i in range(1, m.count(".") + 2))
+        }
+        if loads <= heavy:
+            return heavy
+        heavy |= loads
+
+
+def import_cycles(edges: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected components with more than one module (Tarjan's algorithm)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    cycles: list[list[str]] = []
+
+    def connect(node: str) -> None:
+        index[node] = low[node] = len(index)
+        stack.append(node)
+        for nxt in sorted(edges.get(node, ())):
+            if nxt not in index:
+                connect(nxt)
+                low[node] = min(low[node], low[nxt])
+            elif nxt in stack:
+                low[node] = min(low[node], index[nxt])
+        if low[node] == index[node]:
+            component = []
+            while True:
+                member = stack.pop()
+                component.append(member)
+                if member == node:
+                    break
+            if len(component) > 1 or node in edges.get(node, ()):
+                cycles.append(sorted(component))
+
+    for node in sorted(edges):
+        if node not in index:
+            connect(node)
+    return cycles
+
+
+def short(module: str) -> str:
+    return module.removeprefix("data_juicer_elastic.") or module
+
+
+def runs_when_imported(module: str) -> list[str]:
+    """``a.b.c`` runs ``a``, ``a.b`` (their ``__init__``) and ``a.b.c``."""
+    parts = module.split(".")
+    return [".".join(parts[:i]) for i in range(1, len(parts) + 1)]
+
+
+def import_edges() -> dict[str, set[str]]:
+    """Module -> the package modules its imports run: the imported module and the packages above it,
+    but its own packages (Python has started those before the module itself)."""
+    edges: dict[str, set[str]] = {}
+    for name, path in PACKAGE_MODULES.items():
+        top, local = split_imports(path)
+        own_packages = set(runs_when_imported(name))
+        edges[name] = {
+            each for _, m in top + local for each in runs_when_imported(m) if own(each) and each not in own_packages
+        }
+    return edges
+
+
+def test_the_package_has_no_import_cycle():
+    """A Ray worker that unpickles an operator imports its module first, whichever it is: any loop,
+    through a package's ``__init__`` too, can meet a half-initialised module there."""
+    cycles = import_cycles(import_edges())
+    assert not cycles, "modules that import each other (move the shared piece down):\n" + "\n".join(
+        " <-> ".join(map(short, cycle)) for cycle in cycles
+    )
+
+
+def loaded_at_import(name: str) -> set[str]:
+    """The package modules importing ``name`` loads (itself, its module-level imports, theirs, and
+    the packages above each)."""
+    seen: set[str] = set()
+    todo = [name]
+    while todo:
+        module = todo.pop()
+        parts = module.split(".")
+        for each in (".".join(parts[:i]) for i in range(1, len(parts) + 1)):
+            if each in PACKAGE_MODULES and each not in seen:
+                seen.add(each)
+                todo += [m for _, m in split_imports(PACKAGE_MODULES[each])[0] if own(m)]
+    return seen
+
+
+def test_function_local_imports_of_the_package_only_defer_an_engine_or_a_subcommand():
+    heavy = heavy_modules()
+    cli_loads = loaded_at_import("data_juicer_elastic.cli")
+    found: list[str] = []
+    wrong: list[str] = []
+    pairs: set[tuple[str, str]] = set()
+    for name, path in PACKAGE_MODULES.items():
+        for line, module in split_imports(path)[1]:
+            if not module.startswith("data_juicer_elastic"):
+                continue
+            where = f"{path.relative_to(PACKAGE.parent)}:{line}: {short(module)}"
+            found.append(where)
+            pairs.add((short(name), short(module)))
+            subcommand = name == "data_juicer_elastic.cli" and module not in cli_loads
+            if module not in heavy and not subcommand:
+                wrong.append(where)
+    assert not wrong, "light modules imported inside a function (import them at module level):\n" + "\n".join(wrong)
+    assert len(found) <= MAX_LOCAL_IMPORTS, "\n".join(found)
+    assert pairs == set(DEFERRED_IMPORTS), "each deferred import is listed in DEFERRED_IMPORTS with its reason"
+    assert not cli_loads & heavy, "dj-elastic --version loads no engine"
+
+
+def test_the_import_graph_checks_see_cycles_and_heavy_modules(tmp_path):
+    assert import_cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+    assert import_cycles({"a": {"b"}, "b": set()}) == []
+    sample = tmp_path / "sample.py"
+    sample.write_text(
+        "from typing import TYPE_CHECKING\nimport os\n"
+        "if TYPE_CHECKING:\n    import data_juicer_elastic.executor\n"
+        "def f():\n    from data_juicer_elastic import executor\n    class C:\n        import json\n"
+    )
+    top, local = split_imports(sample)
+    assert top == [(1, "typing"), (2, "os")]
+    assert local == [(6, "data_juicer_elastic.executor"), (8, "json")]
+    assert "data_juicer_elastic.executor" in heavy_modules()

@@ -9,9 +9,23 @@ the pure size controller), ``engine`` (:class:`MicroBatcher`, the lossless loop)
 
 from __future__ import annotations
 
-from data_juicer_elastic.batching.engine import MicroBatcher
-from data_juicer_elastic.batching.mixin import AdaptiveBatchingMixin
-from data_juicer_elastic.batching.oom import classify_oom
-from data_juicer_elastic.batching.policy import BatchPolicy
+import importlib
 
-__all__ = ["AdaptiveBatchingMixin", "BatchPolicy", "MicroBatcher", "classify_oom"]
+# The names this package offers, each loaded from its module on first use (PEP 562): importing one
+# of the package's modules runs none of the others.  A Ray worker that unpickles a quarantine class
+# imports ``quarantine.collector`` first, which imports ``batching.batches``; an ``__init__`` that
+# imported ``mixin`` (which uses the collector) would meet the collector half-initialised.
+_NAMES = {
+    "AdaptiveBatchingMixin": "mixin",
+    "BatchPolicy": "policy",
+    "MicroBatcher": "engine",
+    "classify_oom": "oom",
+}
+__all__ = sorted(_NAMES)
+
+
+def __getattr__(name: str):
+    module = _NAMES.get(name)
+    if module is None:
+        raise AttributeError(name)
+    return getattr(importlib.import_module(f"{__name__}.{module}"), name)

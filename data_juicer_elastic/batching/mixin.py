@@ -12,6 +12,7 @@ import sys
 from collections.abc import Sequence
 from typing import Any, ClassVar, Final
 
+from data_juicer_elastic.batching import runtime
 from data_juicer_elastic.batching.batches import column
 from data_juicer_elastic.batching.engine import PARTITION_COLUMN, Aggregate, MicroBatcher
 from data_juicer_elastic.batching.oom import classify_oom
@@ -20,6 +21,7 @@ from data_juicer_elastic.compat import dj_stage_identities
 from data_juicer_elastic.compat.dj_op_attributes import MODULE as BASE_OP_MODULE
 from data_juicer_elastic.compat.dj_op_attributes import op_name, supports_adaptive_batching
 from data_juicer_elastic.errors import ConfigError
+from data_juicer_elastic.quarantine.collector import engine_quarantine
 
 COST_MODES: Final = ("auto", "rows", "text", "padded_text")
 # What an operator may define to tune the mixin: :func:`.optin.adaptive_class` copies these from the
@@ -71,8 +73,6 @@ class AdaptiveBatchingMixin:
         return [float(len(t)) + 1.0 if isinstance(t, str) else 1.0 for t in texts]
 
     def _adaptive_process(self, samples: Any, *args: Any, **kwargs: Any) -> Any:
-        from data_juicer_elastic.batching import runtime
-
         mode, _ = self.adaptive_cost_mode(samples)
         state = runtime.state_for(self, mode)
         fn = lambda piece: self.process_batched(piece, *args, **kwargs)  # noqa: E731
@@ -88,7 +88,6 @@ class AdaptiveBatchingMixin:
         """Under elastic_sharded with skip_op_error: bisect a failed slice, keep its good rows (quarantine)."""
         if not getattr(self, "skip_op_error", False):
             return None
-        from data_juicer_elastic.quarantine.collector import engine_quarantine
 
         return engine_quarantine(self, fn, fatal=lambda exc: classify_oom(exc) is not None)
 
@@ -113,7 +112,6 @@ class AdaptiveBatchingMixin:
         """This process's size-trace summary for this operator (None when micro-batching is off)."""
         if not getattr(self, "_adaptive_enabled", False):
             return None
-        from data_juicer_elastic.batching import runtime
 
         return runtime.summary_for(self)
 

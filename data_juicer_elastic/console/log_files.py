@@ -18,6 +18,7 @@ import time
 from pathlib import Path
 from typing import IO
 
+from data_juicer_elastic.compat import loguru_file_sinks
 from data_juicer_elastic.console import terminal
 
 _reported: set[str] = set()
@@ -97,8 +98,6 @@ class LogFile:
 def guard_file_sinks() -> None:
     """Every loguru file sink of this process (Data-Juicer's) fails quietly and once, as a
     :class:`LogFile` does; call after Data-Juicer set its logger up (idempotent)."""
-    from data_juicer_elastic.compat import loguru_file_sinks
-
     loguru_file_sinks.tolerate_write_errors(lambda path, exc: report_broken(path, "Data-Juicer's log file", exc))
 
 
@@ -106,8 +105,6 @@ def close_log_sinks() -> None:
     """The run is over with an error: the log files are closed now (queued records written,
     Data-Juicer's files compressed), so what they report comes before the one error line."""
     from loguru import logger
-
-    from data_juicer_elastic.compat import loguru_file_sinks
 
     with contextlib.suppress(OSError, ValueError):  # a sink outside this package's care
         logger.complete()

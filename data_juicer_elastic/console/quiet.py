@@ -18,6 +18,7 @@ from typing import Any, Final
 
 from loguru import logger
 
+from data_juicer_elastic.compat import importlib_deferred as deferred
 from data_juicer_elastic.compat import loguru_handlers, ray_worker_mode
 from data_juicer_elastic.console import terminal
 
@@ -150,8 +151,6 @@ def install_console() -> None:
         diagnose=False,  # never variable values (row contents) on the console
     )
     if quiet:
-        from data_juicer_elastic.compat import importlib_deferred as deferred
-
         deferred.when_imported("ray", lambda _module: quiet_ray_logging("ray"))
         deferred.when_imported("ray.data", _quiet_ray_data)
 

@@ -9,7 +9,14 @@ from pathlib import Path
 from typing import Any
 
 from data_juicer_elastic.console.quiet import say
-from data_juicer_elastic.status.job_times import format_wall
+from data_juicer_elastic.jobdir.export_path import PART_STATS_SUFFIX, PARTS_INDEX
+from data_juicer_elastic.jobdir.layout import JobLayout
+from data_juicer_elastic.jobdir.manifest import load_manifest, load_plan
+from data_juicer_elastic.jobdir.result_records import MergeRecord
+from data_juicer_elastic.jobdir.row_stats import export_stats_path
+from data_juicer_elastic.shards.plan import added_inputs_note
+from data_juicer_elastic.status.job_status import failure_records
+from data_juicer_elastic.status.job_times import format_wall, job_times
 
 
 def shown_path(path: str | os.PathLike) -> str:
@@ -23,9 +30,6 @@ def shown_path(path: str | os.PathLike) -> str:
 
 def summary_lines(job_dir: str | os.PathLike, result: Any, elapsed_secs: float, log_path: str | None) -> list[str]:
     """``result``: a ``MergeResult``.  Reads the manifest and the failure records once."""
-    from data_juicer_elastic.jobdir.manifest import load_manifest
-    from data_juicer_elastic.status.job_status import failure_records
-
     manifest = load_manifest(Path(job_dir))
     retries = failure_records(job_dir)  # no read per shard that never failed
     errors = getattr(result, "quarantined", None)  # <export>_errors.jsonl: rows operators failed on
@@ -42,22 +46,17 @@ def summary_lines(job_dir: str | os.PathLike, result: Any, elapsed_secs: float, 
             f"{shlex.quote(shown_path(job_dir))} --quarantined, which checks the fix and prints what to run next)"
         )
     if getattr(result, "layout", "file") == "parts":  # a directory of parts in name order, an index, the stats
-        from data_juicer_elastic.jobdir.export_path import PART_STATS_SUFFIX, PARTS_INDEX
-
         export, shown = Path(result.output_path), shown_path(result.output_path) + os.sep
         lines.append(f"  output  {shown} ({result.shards} parts, in input order by name; index {PARTS_INDEX})")
         if any(export.glob(f"part-*{PART_STATS_SUFFIX}")):
             overall = f"{export.name}_overall_stats.csv"
             lines.append(f"  stats   {shown}part-*{PART_STATS_SUFFIX} (per row; overall: {overall} beside it)")
     else:
-        from data_juicer_elastic.jobdir.row_stats import export_stats_path
-
         lines.append(f"  output  {shown_path(result.output_path)}")
         stats = export_stats_path(Path(result.output_path))
         if stats.exists():
             overall = f"{stats.stem[: -len('_stats')]}_overall_stats.csv"
             lines.append(f"  stats   {shown_path(stats)} (per row; overall: {overall})")
-    from data_juicer_elastic.shards.plan import added_inputs_note
 
     if note := added_inputs_note(manifest.dataset_path, manifest.inputs):  # files that came after the plan
         lines.append(f"  note    {note}")
@@ -71,10 +70,6 @@ def summary_lines(job_dir: str | os.PathLike, result: Any, elapsed_secs: float, 
 def worker_done_line(job_dir: str | os.PathLike, summary: Any) -> str:
     """A worker's last line: what it did and, once the job is complete, who writes the export
     (workers publish shard results only) as a command to paste, or where it already is."""
-    from data_juicer_elastic.jobdir.layout import JobLayout
-    from data_juicer_elastic.jobdir.manifest import load_plan
-    from data_juicer_elastic.jobdir.result_records import MergeRecord
-
     line = f"worker done ({summary.stop_reason}): {summary.done} shard(s) done here, {summary.failed} failed attempt(s)"
     if not summary.complete:
         return line
@@ -92,9 +87,6 @@ def worker_done_line(job_dir: str | os.PathLike, summary: Any) -> str:
 def print_summary(job_dir: str | os.PathLike, result: Any, log_path: str | None = None) -> None:
     """The summary of a run: its wall time is the run's (``status.job_times``, as ``status`` and the
     report show it); a command without a run (a merge alone) counts from this process's start."""
-    from data_juicer_elastic.jobdir.layout import JobLayout
-    from data_juicer_elastic.status.job_times import job_times
-
     times = job_times(JobLayout(Path(job_dir)))
     elapsed = times.wall_secs() if times is not None else time.monotonic() - process_started()
     for line in summary_lines(job_dir, result, elapsed, log_path):
@@ -120,9 +112,6 @@ def run_clock_start(job_dir: str | os.PathLike) -> float:
     the job's run while it runs (the clock the closing summary, ``status`` and the report use:
     ``status.job_times``), else this process's start.  Every display of the run takes it, so the
     plan, the scans, the shards and the merge show one clock, not one each."""
-    from data_juicer_elastic.jobdir.layout import JobLayout
-    from data_juicer_elastic.status.job_times import job_times
-
     try:
         times = job_times(JobLayout(Path(job_dir)), paces=[])  # the run's record alone: no listing of paces
     except Exception:  # noqa: BLE001 - display only: no readable run, this process's clock

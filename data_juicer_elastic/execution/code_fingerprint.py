@@ -15,6 +15,7 @@ from importlib import metadata
 from typing import Any, Final
 
 from data_juicer_elastic import __version__
+from data_juicer_elastic.compat.dj_config_module import load_custom_operators
 from data_juicer_elastic.errors import CodeMismatchError
 
 _VERSIONED_MODULES: Final = ("data_juicer.ops.base_op", "data_juicer_elastic")
@@ -34,8 +35,6 @@ def versions() -> dict[str, str]:
 def code_fingerprint(recipe: Mapping[str, Any]) -> dict[str, Any]:
     """This node's fingerprint of the code ``recipe`` runs (imports Data-Juicer's operators)."""
     from data_juicer.ops.base_op import OPERATORS
-
-    from data_juicer_elastic.compat.dj_config_module import load_custom_operators
 
     custom = [str(p) for p in recipe.get("custom_operator_paths") or []]
     load_custom_operators(custom)

@@ -12,6 +12,7 @@ from typing import Any
 
 from loguru import logger
 
+from data_juicer_elastic.execution.code_fingerprint import check_code, code_fingerprint
 from data_juicer_elastic.execution.ray_runtime import LOCAL, WarmRayRuntime
 from data_juicer_elastic.execution.runtime_watch import RuntimeWatch
 from data_juicer_elastic.execution.shard_runner import ShardRunner, shard_runtime_env
@@ -66,8 +67,6 @@ class LazyShardRunner:
             if self.runtime.started:
                 return False
             if self._code is not None:
-                from data_juicer_elastic.execution.code_fingerprint import check_code, code_fingerprint
-
                 here = code_fingerprint(self._recipe)
                 check_code(self._code, here, allow_version_mismatch=self._allow_versions)
             self.runtime.start()

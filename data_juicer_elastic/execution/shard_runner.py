@@ -20,6 +20,7 @@ from typing import Any, Final
 from loguru import logger
 
 from data_juicer_elastic import DATA_JUICER_REQUIREMENT
+from data_juicer_elastic.batching.runtime import BatchingContext, StageRef, summarize_attempt, write_context
 from data_juicer_elastic.compat import dj_ray_executor, dj_stage_identities, ray_concat
 from data_juicer_elastic.errors import ElasticError, IntegrationError, ShardExecutionError, clip
 from data_juicer_elastic.execution._attempt_log import attempt_log
@@ -237,8 +238,6 @@ def _start_batching(task: ShardTask, cfg: Any, manifest: Mapping[str, Any]) -> J
     """Tell adaptive-batching operators in Ray workers which job and attempt they serve, through the
     config's work_dir (every operator's own, see batching.runtime).  Returns the job layout, or None
     when the attempt directory is not inside a job directory (no profiles, no telemetry)."""
-    from data_juicer_elastic.batching.runtime import BatchingContext, StageRef, write_context
-
     attempt_dir = Path(task.attempt_dir)
     layout = JobLayout(attempt_dir.parents[2]) if len(attempt_dir.parents) > 2 else None
     try:
@@ -261,7 +260,6 @@ def _finish_batching(layout: JobLayout | None, task: ShardTask) -> None:
     """Fold the attempt's size traces into attempt_dir/batching.json (read into attempt.json)."""
     if layout is None:
         return
-    from data_juicer_elastic.batching.runtime import summarize_attempt
 
     try:
         summary = summarize_attempt(layout.attempt_batching_dir(task.shard_id, task.attempt_id))

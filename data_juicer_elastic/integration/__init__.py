@@ -2,6 +2,8 @@
 
 * ``entrypoint``: the ``data_juicer.ops`` entry point Data-Juicer imports; it calls
   ``patches``, which decides *when* each patch goes in (``compat`` holds *how*);
+* ``patch_records``: what became of each patch (applied, or missing and why), read by
+  ``dispatch`` and ``doctor``; ``elastic_sharded`` refused while a required one is missing;
 * ``dispatch``: the ``dj-process`` / ``dj-analyze`` mains: ``executor_type: elastic_sharded``
   to our executor, one-line errors with exit code 2;
 * ``config_block``: the recipe's ``elastic:`` block in Data-Juicer's parser, and back out;
@@ -26,6 +28,7 @@ __all__ = [
     "driver_files",
     "entrypoint",
     "mount_cache",
+    "patch_records",
     "patches",
     "recipe",
     "recipe_check",

@@ -18,26 +18,37 @@ from types import ModuleType
 from typing import Any, NoReturn
 
 from data_juicer_elastic.compat import dj_tool_main
+from data_juicer_elastic.console.log_files import close_log_sinks
+from data_juicer_elastic.console.quiet import mark_quiet_workers
+from data_juicer_elastic.console.summary import print_summary
 from data_juicer_elastic.errors import DispatchAbort, DispatchToElastic, ElasticError, Places, storage_error
-from data_juicer_elastic.integration import analysis_outputs, driver_files, patches
-from data_juicer_elastic.integration.config_block import EXECUTOR_TYPE, cfg_value, given_block, is_elastic
+from data_juicer_elastic.integration import analysis_outputs, driver_files, patch_records
+from data_juicer_elastic.integration.config_block import (
+    EXECUTOR_TYPE,
+    cfg_value,
+    given_block,
+    is_elastic,
+    settings_from_cfg,
+)
 from data_juicer_elastic.jobdir.export_path import merge_places
+from data_juicer_elastic.jobdir.layout import JobLayout
+from data_juicer_elastic.sharedfs.identity import WorkerIdentity
 
-PROGS = {patches.PROCESS_MAIN: "dj-process", patches.ANALYZE_MAIN: "dj-analyze"}
+PROGS = {patch_records.PROCESS_MAIN: "dj-process", patch_records.ANALYZE_MAIN: "dj-analyze"}
 # The dj-process run in this thread: whether it dispatches, and the ignored block's warning once given.
 _run = threading.local()
 
 
 def patch_tool(module: ModuleType, *, record: str, dispatch: bool) -> None:
     call = functools.partial(run_tool, module, prog=PROGS.get(record, record), dispatch=dispatch)
-    patches.record_install(record, dj_tool_main.wrap_main(module, call))
+    patch_records.record_install(record, dj_tool_main.wrap_main(module, call))
 
 
 def run_tool(module: ModuleType, original, args, kwargs, *, prog: str, dispatch: bool):
-    if patches.problems() and requests_elastic(sys.argv[1:]):
+    if patch_records.problems() and requests_elastic(sys.argv[1:]):
         # Without a patched parser Data-Juicer would only say "invalid choice".
         try:
-            patches.require_integration()
+            patch_records.require_integration()
         except ElasticError as err:
             fail(prog, err)
 
@@ -115,8 +126,6 @@ def warn_ignored_block(cfg: Any, argv: Sequence[str]) -> str | None:
 
 def job_places(cfg: Any) -> Places:
     """The job directory and the export location of an elastic cfg (for a storage error's hint)."""
-    from data_juicer_elastic.integration.config_block import settings_from_cfg
-
     try:
         job_dir, export = settings_from_cfg(cfg).job_dir, cfg.get("export_path", None)
     except (ElasticError, AttributeError, TypeError):
@@ -125,12 +134,18 @@ def job_places(cfg: Any) -> Places:
 
 
 def run_elastic(cfg: Any) -> None:
-    from data_juicer_elastic.console.quiet import mark_quiet_workers
-
-    patches.require_integration()
+    patch_records.require_integration()
     mark_quiet_workers()
-    executor = patches.executor_class()(cfg)
+    executor = executor_class()(cfg)
     print_run_summary(executor, executor.run())
+
+
+def executor_class():
+    """``ElasticShardedExecutor``, imported only when an elastic recipe runs: it loads Data-Juicer,
+    which a plain ``dj-process`` run and the patches' installation never need from us."""
+    from data_juicer_elastic.executor import ElasticShardedExecutor
+
+    return ElasticShardedExecutor
 
 
 def print_run_summary(executor: Any, result: Any) -> None:
@@ -138,9 +153,6 @@ def print_run_summary(executor: Any, result: Any) -> None:
     ``result`` is None: this instance stopped at max_shards, the others finish the run."""
     if result is None:
         return
-    from data_juicer_elastic.console.summary import print_summary
-    from data_juicer_elastic.jobdir.layout import JobLayout
-    from data_juicer_elastic.sharedfs.identity import WorkerIdentity
 
     job_dir = executor.settings.job_dir
     logs = JobLayout(Path(os.path.abspath(job_dir))).node_log_dir(WorkerIdentity.current().node_id)
@@ -149,8 +161,6 @@ def print_run_summary(executor: Any, result: Any) -> None:
 
 def fail(prog: str, err: ElasticError) -> NoReturn:
     """One readable line on stderr, the last one, then the error's exit code (2)."""
-    from data_juicer_elastic.console.log_files import close_log_sinks
-
     close_log_sinks()
     driver_files.remove_refused_job_dirs()  # a job dir this refused run created, nothing run in it
     sys.stdout.flush()
@@ -160,7 +170,7 @@ def fail(prog: str, err: ElasticError) -> NoReturn:
 
 def driving_elastic() -> bool:
     """This process is ``dj-process`` and its command line asks for elastic_sharded (cheap look)."""
-    return os.path.basename(sys.argv[0] if sys.argv else "") == PROGS[patches.PROCESS_MAIN] and requests_elastic(
+    return os.path.basename(sys.argv[0] if sys.argv else "") == PROGS[patch_records.PROCESS_MAIN] and requests_elastic(
         sys.argv[1:]
     )
 

@@ -12,8 +12,14 @@ from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
 
-from data_juicer_elastic import DATA_JUICER_REQUIREMENT
-from data_juicer_elastic.integration import patches
+from data_juicer_elastic import DATA_JUICER_REQUIREMENT, compat
+from data_juicer_elastic.compat import jsonargparse_actions
+from data_juicer_elastic.compat.dj_config_module import base_parser
+from data_juicer_elastic.errors import ElasticError
+from data_juicer_elastic.integration import patch_records, patches
+from data_juicer_elastic.integration.mount_cache import advise, mount_of
+from data_juicer_elastic.jobdir.manifest import load_manifest
+from data_juicer_elastic.settings import DEFAULT_LEASE_TTL_SECS
 
 ENTRY_POINT_GROUP = "data_juicer.ops"
 ENTRY_POINT_MODULE = "data_juicer_elastic.integration.entrypoint"
@@ -41,7 +47,12 @@ def integration_checks() -> list[Check]:
     """Entry point installed and loaded, each patch applied, Data-Juicer version supported (after
     importing Data-Juicer's config, tools and executor factory, so every deferred patch has run)."""
     checks = [_entry_point_check(), _version_check()]
-    for module in (patches.CONFIG_MODULE, patches.PROCESS_MODULE, patches.ANALYZE_MODULE, patches.FACTORY_MODULE):
+    for module in (
+        patch_records.CONFIG_MODULE,
+        patch_records.PROCESS_MODULE,
+        patch_records.ANALYZE_MODULE,
+        patch_records.FACTORY_MODULE,
+    ):
         try:
             __import__(module)
         except Exception as exc:  # report, do not crash doctor
@@ -64,7 +75,7 @@ def verdict(checks: list[Check], job_dir: str | None) -> str:
     where = f" and {job_dir} can hold a job directory" if job_dir else ""
     caveat = f", {warned} with a warning below" if warned else ""
     return (
-        f"OK: executor_type elastic_sharded works with Data-Juicer {patches.dj_version()}{where} "
+        f"OK: executor_type elastic_sharded works with Data-Juicer {patch_records.dj_version()}{where} "
         f"({len(checks)} checks passed{caveat}; -v lists them)"
     )
 
@@ -81,8 +92,6 @@ def report_lines(checks: list[Check], job_dir: str | None, verbose: bool) -> lis
 
 def compat_checks() -> list[Check]:
     """Each ``data_juicer_elastic.compat`` module's self-check: does the internal it uses still exist?"""
-    from data_juicer_elastic import compat
-
     return [
         Check(f"compat {name}", ok=isinstance(result, str), detail=result if isinstance(result, str) else repr(result))
         for name, result in compat.self_checks()
@@ -98,7 +107,7 @@ def _entry_point_check() -> Check:
 
 
 def _version_check() -> Check:
-    version, supported = patches.dj_version(), DATA_JUICER_REQUIREMENT
+    version, supported = patch_records.dj_version(), DATA_JUICER_REQUIREMENT
     if version is None:
         return Check("Data-Juicer version", False, f"py-data-juicer is not installed (need {supported})")
     match = re.match(r"(\d+)\.(\d+)(?:\.(\d+))?", version)
@@ -109,7 +118,7 @@ def _version_check() -> Check:
 
 def _patch_checks() -> list[Check]:
     checks = []
-    for record in patches.RECORDS.values():
+    for record in patch_records.RECORDS.values():
         ok = record.state == "applied"
         detail = record.state + (f": {record.detail}" if record.detail else "")
         optional = " (optional)" if not record.required and not ok else ""
@@ -119,12 +128,9 @@ def _patch_checks() -> list[Check]:
 
 def _parser_check() -> Check:
     try:
-        from data_juicer_elastic.compat.dj_config_module import base_parser
-
         parser = base_parser()
     except Exception as exc:
         return Check("parser accepts elastic_sharded", False, repr(exc))
-    from data_juicer_elastic.compat import jsonargparse_actions
 
     action = jsonargparse_actions.action_for(parser, "executor_type")
     choices = list(getattr(action, "choices", None) or [])
@@ -152,11 +158,6 @@ def filesystem_checks(path: str | os.PathLike) -> list[Check]:
 
 def lease_timing_check(job_dir: str | os.PathLike) -> Check:
     """The job's lease TTL and heartbeat against the cache lag of the mount holding it."""
-    from data_juicer_elastic.errors import ElasticError
-    from data_juicer_elastic.integration.mount_cache import advise, mount_of
-    from data_juicer_elastic.jobdir.manifest import load_manifest
-    from data_juicer_elastic.settings import DEFAULT_LEASE_TTL_SECS
-
     name = "lease timing vs mount cache"
     mount = mount_of(job_dir)
     if mount is None:

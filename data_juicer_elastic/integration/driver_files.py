@@ -23,6 +23,11 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, Final
 
+from data_juicer_elastic.errors import JobDirError
+from data_juicer_elastic.jobdir import confine
+from data_juicer_elastic.jobdir.layout import JobLayout, resolve_user_path
+from data_juicer_elastic.sharedfs.identity import WorkerIdentity
+
 DJ_WORK_DIR: Final = "data-juicer"  # under <job_dir>/logs/<node>/; Data-Juicer appends its job id
 
 _local = threading.local()
@@ -48,8 +53,6 @@ def is_driving() -> bool:
 
 def note_job_dir(job_dir: str | os.PathLike) -> None:
     """Remember whether the job directory exists now; the first look for a path counts."""
-    from data_juicer_elastic.preparation import resolve_user_path
-
     path = resolve_user_path(job_dir)
     absent = list(itertools.takewhile(lambda p: not os.path.lexists(p), [path, *path.parents]))
     with _lock:
@@ -62,10 +65,6 @@ def place_work_dir(cfg: Any, job_dir: str) -> None:
     directory that is not ours."""
     if not is_driving() or cfg.get("work_dir", None):
         return
-    from data_juicer_elastic.jobdir import confine
-    from data_juicer_elastic.jobdir.layout import JobLayout
-    from data_juicer_elastic.preparation import resolve_user_path
-    from data_juicer_elastic.sharedfs.identity import WorkerIdentity
 
     layout = JobLayout(resolve_user_path(job_dir))
     if os.path.isdir(layout.root):
@@ -97,8 +96,6 @@ def remove_refused_job_dirs() -> list[Path]:
 
 
 def _remove_if_unused(root: Path) -> bool:
-    from data_juicer_elastic.jobdir.layout import JobLayout
-
     layout = JobLayout(root)
     if not os.path.isdir(root) or os.path.islink(root) or os.path.exists(layout.manifest):
         return False
@@ -115,8 +112,6 @@ def _remove_if_unused(root: Path) -> bool:
 
 def _participants(layout: Any) -> int:
     """Instances that joined any run of the job (their records under ``coordination/<run>/``)."""
-    from data_juicer_elastic.errors import JobDirError
-
     try:
         runs = os.listdir(layout.coordination_dir)
     except OSError:

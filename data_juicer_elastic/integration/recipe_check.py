@@ -1,18 +1,21 @@
 """Refuse recipes that cannot be run shard by shard (README.md, "What a recipe may contain"): each
 shard runs the recipe on a contiguous slice of the input, so only per-sample Mappers and Filters
-are safe, and a ``stats_export_path`` would be written by every shard at once.
+are safe, and a ``stats_export_path`` would be written by every shard at once.  And an elastic job's
+input is a local file or folder that exists (:func:`check_dataset_path`).
 """
 
 from __future__ import annotations
 
 import os
-from typing import Final
+from typing import Any, Final
 
 from loguru import logger
 
 from data_juicer_elastic.compat import dj_config_module
-from data_juicer_elastic.errors import RecipeError
+from data_juicer_elastic.errors import ConfigError, InputError, RecipeError
+from data_juicer_elastic.integration.config_block import cfg_value
 from data_juicer_elastic.integration.recipe import op_entries
+from data_juicer_elastic.jobdir.layout import resolve_user_path
 
 SHARD_SAFE: Final = ("Mapper", "Filter")
 REFUSED_KINDS: Final = ("Deduplicator", "Selector", "Grouper", "Aggregator", "Pipeline")
@@ -153,4 +156,16 @@ def _check_globals(recipe: dict) -> None:
             "elastic_juicer_adaptive_batching requires op_fusion: false",
             where="op_fusion",
             hint="set op_fusion: false or turn adaptive batching off",
+        )
+
+
+def check_dataset_path(cfg: Any) -> None:
+    """An elastic job's input is a local file or folder: refused here when it is not set or not there
+    (before Data-Juicer's setup, which would first warn that it takes the path for a remote dataset)."""
+    dataset = cfg_value(cfg, "dataset_path", None)
+    if not dataset:
+        raise ConfigError("dataset_path is not set", where="recipe", hint="set dataset_path to a .jsonl file or folder")
+    if not resolve_user_path(dataset).exists():
+        raise InputError(
+            "dataset_path does not exist", where=str(resolve_user_path(dataset)), hint="check the path on this node"
         )

@@ -18,6 +18,7 @@ from pathlib import Path
 
 from data_juicer_elastic.console.summary import shown_path
 from data_juicer_elastic.errors import CodeMismatchError, ConfigError, JobDirError, preview
+from data_juicer_elastic.execution.code_fingerprint import code_differences, code_fingerprint, version_differences
 from data_juicer_elastic.jobdir import code_changes, own_export
 from data_juicer_elastic.jobdir.layout import JobLayout
 from data_juicer_elastic.jobdir.manifest import load_plan
@@ -63,8 +64,6 @@ def _check_code(
     layout: JobLayout, plan: JobPlan, targets: list[str], accept: bool, mode: str
 ) -> tuple[code_changes.CodeChange | None, list[str]]:
     """The fingerprint the requeued shards will be checked against: the job's, or (accepted) this node's."""
-    from data_juicer_elastic.execution.code_fingerprint import code_differences, code_fingerprint, version_differences
-
     recorded = code_changes.job_code(layout, plan.code)
     if recorded is None:  # a job prepared before fingerprints: its workers check nothing
         return None, []

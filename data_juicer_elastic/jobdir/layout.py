@@ -9,6 +9,7 @@ absolute path can never escape the job directory.
 
 from __future__ import annotations
 
+import os
 import re
 from pathlib import Path
 from typing import Final
@@ -104,6 +105,13 @@ SCANS: Final = "scans"  # the scan tasks' namespace (JobLayout.scans)
 SUMMARY: Final = "summary"  # the job summary's namespace (JobLayout.summary_lease): its writer's lease
 # The summary writer's lease: the one task of ``summary/``, with a shard's lease records (jobdir.summary_keeper).
 SUMMARY_WRITER_TASK: Final = "part-00000-of-00001"
+
+
+def resolve_user_path(path: str | os.PathLike) -> Path:
+    """A path as the user gave it (``~``, relative to the working directory), made absolute the
+    one way prepare records it (the job directory, the dataset's paths), and every later instance
+    compares it."""
+    return Path(path).expanduser().resolve()
 
 
 def _under(base: str, name: str) -> property:

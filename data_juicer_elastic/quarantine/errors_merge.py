@@ -1,10 +1,12 @@
-"""Finalize's part of quarantine: ``<export>_errors.jsonl`` from the accepted shards' quarantine files,
-staged by ``shards.merge.publish_merged`` with the rules of the per-row stats file (docs/quarantine.md).
+"""Finalize's part of quarantine: which of the accepted shards' quarantine files make
+``<export>_errors.jsonl`` and how each is checked as it is copied; ``shards.merge.publish_merged`` stages
+and publishes it with the rules of the per-row stats file (docs/quarantine.md).
 """
 
 from __future__ import annotations
 
 import functools
+from collections.abc import Callable
 from pathlib import Path
 
 from loguru import logger
@@ -15,24 +17,24 @@ from data_juicer_elastic.jobdir.layout import JobLayout
 from data_juicer_elastic.jobdir.records import ShardEntry
 from data_juicer_elastic.jobdir.result_records import ShardResult
 from data_juicer_elastic.jobdir.row_errors import check_row_errors_file, export_errors_path
-from data_juicer_elastic.shards.merge import StagedFile, stage_concat
 from data_juicer_elastic.sharedfs import fsio
 
 
-def stage_errors(
-    layout: JobLayout, results: list[tuple[ShardEntry, ShardResult]], output: Path, tag: str
-) -> StagedFile | None:
-    """The merged quarantine file under a temp name (the merge's own writer and temp names); None
-    when no row was quarantined (an earlier merge's file is then removed: ``remove_stale_errors``)."""
+def errors_parts(
+    layout: JobLayout, results: list[tuple[ShardEntry, ShardResult]]
+) -> tuple[int, list[Callable[[Callable[[bytes], None]], int]]] | None:
+    """(bytes, one copy per shard with a quarantine file) for the merged quarantine file: each copy
+    appends its shard's file to the sink it is given, checked as it is copied, and returns its rows.
+    None when no row was quarantined (an earlier merge's file is then removed: ``remove_stale_errors``)."""
     if sum(result.errors.rows for _, result in results if result.errors is not None) == 0:
         return None
     size = sum(result.errors.bytes for _, result in results if result.errors is not None)
-    copies = (
+    copies = [
         functools.partial(check_row_errors_file, layout, entry, result, requeue_hint(layout, [entry.shard_id]))
         for entry, result in results
         if result.errors is not None
-    )
-    return stage_concat(export_errors_path(output), tag, size, copies)
+    ]
+    return size, copies
 
 
 def remove_stale_errors(layout: JobLayout, output: Path, overwrite: bool) -> None:

@@ -12,6 +12,7 @@ from data_juicer_elastic.report import svg as s
 from data_juicer_elastic.report.attempt_facts import AttemptFact, AttemptOutcome
 from data_juicer_elastic.report.facts import TraceFact
 from data_juicer_elastic.report.timeline import attempt_hover_text
+from data_juicer_elastic.status.job_times import format_wall
 
 HEIGHT: Final = 260
 LEFT: Final = 70
@@ -35,7 +36,7 @@ def _polyline(points: Sequence[tuple[float, float]], colour: str, width: float, 
 
 
 def _time_axis(xs: s.Scale, win: series.Window, bottom: float) -> list[str]:
-    return s.x_axis(xs, [win.t0 + t for t in s.time_ticks(win.span)], bottom, TOP, lambda t: s.fmt_elapsed(t - win.t0))
+    return s.x_axis(xs, [win.t0 + t for t in s.time_ticks(win.span)], bottom, TOP, lambda t: format_wall(t - win.t0))
 
 
 def throughput_svg(attempts: Sequence[AttemptFact], win: series.Window) -> str:
@@ -59,7 +60,7 @@ def throughput_svg(attempts: Sequence[AttemptFact], win: series.Window) -> str:
     width = xs(data.edges[1]) - xs(data.edges[0])
     for i, t in enumerate(centres):  # invisible hover targets, one per bin
         per_node = "; ".join(f"{n} {v[i]:.1f}" for n, v in data.by_node.items() if v[i] > 0)
-        tip = f"{s.fmt_elapsed(data.edges[i] - win.t0)}: {data.total[i]:.1f} input rows/s" + (
+        tip = f"{format_wall(data.edges[i] - win.t0)}: {data.total[i]:.1f} input rows/s" + (
             f"\n{per_node}" if per_node else ""
         )
         out.append(
@@ -114,7 +115,7 @@ def scatter_svg(attempts: Sequence[AttemptFact], t0: float) -> tuple[str, str]:
     ys = s.Scale(0, max_y, bottom, TOP)
     ticks, fmt = s.bytes_ticks(min_x, max_x)
     out += s.x_axis(xs, ticks, bottom, TOP, fmt, "shard input size")
-    out += s.y_axis(ys, s.value_ticks(0, max_y), LEFT, RIGHT, s.fmt_duration, "attempt duration")
+    out += s.y_axis(ys, s.value_ticks(0, max_y), LEFT, RIGHT, format_wall, "attempt duration")
     for attempt in shown:
         duration = attempt.ended_at - attempt.started_at
         out.append(

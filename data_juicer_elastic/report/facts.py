@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final
 
+from data_juicer_elastic.batching.runtime import BatchTrace
 from data_juicer_elastic.jobdir.layout import JobLayout
 from data_juicer_elastic.jobdir.manifest import load_manifest
 from data_juicer_elastic.jobdir.records import Manifest
@@ -104,8 +105,6 @@ def gather(job_dir: str | Path, now: float | None = None) -> JobFacts:
 
 def _traces(layout: JobLayout, found: list[AttemptFact], warnings: Warnings) -> tuple[list[TraceFact], int]:
     """Size traces of the attempts that used adaptive batching, most OOMs first, bounded."""
-    from data_juicer_elastic.batching.runtime import BatchTrace  # the record's owner (imports no Ray/torch)
-
     candidates = [a for a in found if a.batching is not None or a.outcome is AttemptOutcome.RUNNING]
     candidates.sort(key=lambda a: (-int((a.batching or {}).get("ooms") or 0), a.shard_index, a.ordinal))
     traces: list[TraceFact] = []

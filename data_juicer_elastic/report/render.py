@@ -140,7 +140,7 @@ def _summary(facts: JobFacts, win: series.Window | None) -> str:
         ended = times.finalized_at is not None
         cards.append(_card("wall time" if ended else "wall time so far", format_wall(times.wall_secs(facts.taken_at))))
     elif win is not None:
-        cards.append(_card("wall time" if state == "complete" else "wall time so far", s.fmt_duration(win.span)))
+        cards.append(_card("wall time" if state == "complete" else "wall time so far", format_wall(win.span)))
     if win is not None:
         cards.append(_card("mean input rows/s", f"{rows_done / win.span:,.1f}"))
     numbers = facts.view.throughput
@@ -233,7 +233,7 @@ def _nodes(facts: JobFacts) -> list[str]:
         rate = node.rows_per_sec
         versus = f"{rate / median:.2f}x" if rate and median else "-"
         counts = (node.attempts, node.done, node.failed, node.lost, node.running, node.rows_done)
-        rows.append((node.node_id, *counts, s.fmt_duration(node.busy_secs), f"{rate:,.1f}" if rate else "-", versus))
+        rows.append((node.node_id, *counts, format_wall(node.busy_secs), f"{rate:,.1f}" if rate else "-", versus))
     headers = (
         "node",
         "attempts",

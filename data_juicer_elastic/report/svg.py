@@ -83,22 +83,6 @@ def value_ticks(lo: float, hi: float, target: int = 5) -> list[float]:
     return [first + i * step for i in range(max(count, 0))]
 
 
-def fmt_elapsed(seconds: float) -> str:
-    """``1:02:03`` or ``2:03`` (elapsed since the job's first attempt)."""
-    seconds = int(round(seconds))
-    hours, rest = divmod(seconds, 3600)
-    minutes, secs = divmod(rest, 60)
-    return f"{hours}:{minutes:02d}:{secs:02d}" if hours else f"{minutes}:{secs:02d}"
-
-
-def fmt_duration(seconds: float) -> str:
-    if seconds < 60:
-        return f"{seconds:.1f} s"
-    if seconds < 3600:
-        return f"{seconds / 60:.1f} min"
-    return f"{seconds / 3600:.2f} h"
-
-
 def fmt_count(value: float) -> str:
     """Compact axis labels: 950, 1.2k, 3.4M (exact values go in tooltips and tables)."""
     magnitude = abs(value)

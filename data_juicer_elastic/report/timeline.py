@@ -11,6 +11,7 @@ from typing import Final
 from data_juicer_elastic.report import palette, series
 from data_juicer_elastic.report import svg as s
 from data_juicer_elastic.report.attempt_facts import AttemptFact, AttemptOutcome
+from data_juicer_elastic.status.job_times import format_wall
 
 MAX_BARS: Final = 2000  # above this many attempts, nodes are drawn as activity strips
 MAX_NODES: Final = 48  # node rows; the rest share one "other" row
@@ -33,8 +34,8 @@ def attempt_hover_text(attempt: AttemptFact, t0: float, now: float) -> str:
     lines = [
         f"{attempt.shard_id} attempt {attempt.ordinal} (generation {attempt.generation})",
         f"node {attempt.node_id} ({attempt.hostname}, pid {attempt.pid})",
-        f"{s.fmt_elapsed(attempt.started_at - t0)} to {s.fmt_elapsed(end - t0)} "
-        f"({s.fmt_duration(end - attempt.started_at)}), started {utc_stamp(attempt.started_at)}",
+        f"{format_wall(attempt.started_at - t0)} to {format_wall(end - t0)} "
+        f"({format_wall(end - attempt.started_at)}), started {utc_stamp(attempt.started_at)}",
         f"{palette.category(attempt)} [{attempt.detail}]: {attempt.input_rows} input rows"
         + (f", {attempt.output_rows} output rows" if attempt.output_rows is not None else "")
         + (f", {attempt.quarantined} quarantined" if attempt.quarantined else ""),
@@ -42,7 +43,7 @@ def attempt_hover_text(attempt: AttemptFact, t0: float, now: float) -> str:
     if attempt.end_estimated:
         lines.append("end not recorded (worker died?): last heartbeat or failure time shown")
     if attempt.outcome is AttemptOutcome.RUNNING and attempt.heartbeat_age_secs is not None:
-        lines.append(f"heartbeat {attempt.heartbeat_age_secs:.0f} s ago")
+        lines.append(f"heartbeat {format_wall(attempt.heartbeat_age_secs)} ago")
     if attempt.progress:
         lines.append(f"progress: {attempt.progress[-1][1]} of {attempt.input_rows} input rows read, {attempt.stage}")
     if attempt.error:
@@ -95,9 +96,7 @@ def timeline_svg(attempts: Sequence[AttemptFact], win: series.Window, now: float
         y += height + GAP
     axis_y = y + 4
     out = [s.svg_open(s.CHART_WIDTH, axis_y + 40, "timeline of attempts per node"), *legend]
-    out += s.x_axis(
-        scale, [win.t0 + t for t in s.time_ticks(win.span)], axis_y, top, lambda t: s.fmt_elapsed(t - win.t0)
-    )
+    out += s.x_axis(scale, [win.t0 + t for t in s.time_ticks(win.span)], axis_y, top, lambda t: format_wall(t - win.t0))
     out += body
     if any(a.outcome is AttemptOutcome.RUNNING for a in attempts):
         x = s.num(scale(now))
@@ -152,7 +151,7 @@ def _strip(out: list[str], node: str, mine: list[AttemptFact], win, scale: s.Sca
         done = sum(act.finished[first : last + 1])
         bad = sum(act.failed[first : last + 1])
         tip = (
-            f"{node}: {s.fmt_elapsed(t_a - win.t0)} to {s.fmt_elapsed(t_b - win.t0)}\n"
+            f"{node}: {format_wall(t_a - win.t0)} to {format_wall(t_b - win.t0)}\n"
             f"{mean:.2f} attempts running on average (busiest bucket of this node: {top:.2f})\n"
             f"{done} accepted, {bad} failed or lost attempts ended here"
         )

@@ -24,6 +24,7 @@ from typing import Final
 
 from loguru import logger
 
+from data_juicer_elastic.rows.jsonl import NormaliseOptions, RowNormaliser
 from data_juicer_elastic.rows.row_schema import RowSchema
 
 # seq, offset, length, path bytes (0: `length` payload bytes follow) /
@@ -183,8 +184,6 @@ def _read_exact(stream, n: int) -> bytes:
 # -- the child ------------------------------------------------------------------------------
 def _serve_requests() -> None:
     import signal
-
-    from data_juicer_elastic.rows.jsonl import NormaliseOptions, RowNormaliser
 
     # Ctrl-C reaches the whole process group: the parent decides, and ends us by closing stdin.
     signal.signal(signal.SIGINT, signal.SIG_IGN)

@@ -29,8 +29,10 @@ from data_juicer_elastic.jobdir.layout import JobLayout
 from data_juicer_elastic.jobdir.manifest import load_manifest
 from data_juicer_elastic.jobdir.records import Manifest, ShardEntry
 from data_juicer_elastic.jobdir.result_records import MergedShard, MergeRecord, ShardResult
+from data_juicer_elastic.jobdir.row_errors import export_errors_path
 from data_juicer_elastic.jobdir.row_stats import MergedSideFile, export_stats_path
 from data_juicer_elastic.jobdir.shard_state import Markers, ShardState, decide_state, read_markers
+from data_juicer_elastic.quarantine import errors_merge
 from data_juicer_elastic.rows.codecs import BackgroundIO
 from data_juicer_elastic.shards import steps
 from data_juicer_elastic.sharedfs import checked_writer, fault_seam, fsio
@@ -161,14 +163,13 @@ def publish_merged(
     keep_stats: bool = False,
 ) -> tuple[bool, MergedSideFile | None, MergedSideFile | None]:
     """Publish the merged output (complete and fsynced at ``tmp``) and its side files, the row stats (``stats``)
-    and the quarantine file (staged here: errors_merge), or none: every target is checked before any is published.
+    and the quarantine file (staged here), or none: every target is checked before any is published.
     (written, row stats, quarantine file).  The staged side files are removed afterwards, whatever happened; the
     row stats not when ``keep_stats`` (their owner removes them)."""
-    from data_juicer_elastic.quarantine import errors_merge  # <export>_errors.jsonl (it uses this module's writer)
-
     errors = None
     try:
-        errors = errors_merge.stage_errors(layout, results, output, tag)
+        parts = errors_merge.errors_parts(layout, results)  # <export>_errors.jsonl: staged like the row stats
+        errors = None if parts is None else stage_concat(export_errors_path(output), tag, *parts)
         fault_seam.fault_point("finalize", output)  # named crash point: merged, not yet published
         staged = [(tmp, output), *((s.tmp, s.record.path) for s in (stats, errors) if s is not None)]
         replace = overwrite or may_replace(layout, staged)
@@ -185,10 +186,9 @@ def publish_merged(
 
 
 def may_replace(layout: JobLayout, staged: list[tuple[Path, Path]]) -> bool:
-    """Whether every export file the merge would change is one this job itself wrote (merge.json's
-    hash proves it): after ``dj-elastic retry`` the job's result differs from its export, which the
-    merge then replaces without ``overwrite``; a file edited since, or anyone else's, still needs it.
-    Reads the existing files only when something differs."""
+    """Whether every export file the merge would change is one this job itself wrote (merge.json's hash proves it):
+    after ``dj-elastic retry`` the job's result differs from its export, which the merge then replaces without
+    ``overwrite``; a file edited since, or anyone else's, still needs it.  Reads merge.json only when one differs."""
     changed = [target for new, target in staged if fsio.exists(target) and not fsio.same_bytes(new, target)]
     if not changed:
         return False

@@ -165,10 +165,10 @@ def test_metaclass_hook_is_installed_by_the_plugin():
     import data_juicer.ops.base_op as base_op
 
     from data_juicer_elastic.compat import dj_op_metaclass
-    from data_juicer_elastic.integration import patches
+    from data_juicer_elastic.integration import patch_records
 
     assert dj_op_metaclass.installed(base_op)
-    assert patches.RECORDS[patches.OP_METACLASS].state == "applied"
+    assert patch_records.RECORDS[patch_records.OP_METACLASS].state == "applied"
 
 
 @OPERATORS.register_module("elastic_test_own_costs_mapper")

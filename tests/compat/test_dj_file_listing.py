@@ -47,7 +47,8 @@ def test_the_plugin_installs_it_in_data_juicer():
     from data_juicer.format import formatter
 
     import data_juicer_elastic.integration.patches as patches
+    from data_juicer_elastic.integration import patch_records
 
     patches.install()
     assert getattr(formatter.find_files_with_suffix, ORIGINAL, None) is not None
-    assert patches.RECORDS[patches.FILE_LISTING].state == "applied"
+    assert patch_records.RECORDS[patch_records.FILE_LISTING].state == "applied"

@@ -118,11 +118,11 @@ def stand_in_executor(monkeypatch):
 
 
 @pytest.fixture
-def patch_records():
+def patch_states():
     """Snapshot and restore the patch records around a test that simulates a moved internal."""
-    from data_juicer_elastic.integration import patches
+    from data_juicer_elastic.integration import patch_records
 
-    saved = {k: (r.state, r.detail) for k, r in patches.RECORDS.items()}
-    yield patches.RECORDS
+    saved = {k: (r.state, r.detail) for k, r in patch_records.RECORDS.items()}
+    yield patch_records.RECORDS
     for key, (state, detail) in saved.items():
-        patches.RECORDS[key].state, patches.RECORDS[key].detail = state, detail
+        patch_records.RECORDS[key].state, patch_records.RECORDS[key].detail = state, detail

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 
-from data_juicer_elastic.integration import patches
+from data_juicer_elastic.integration import patch_records
 from data_juicer_elastic.integration.doctor import filesystem_checks, integration_checks
 
 
@@ -14,13 +14,13 @@ def test_integration_checks_all_pass():
     names = {c.name for c in checks}
     expected = {"entry point installed", "entry point loaded", "Data-Juicer version", "parser accepts elastic_sharded"}
     assert expected <= names
-    assert {f"patch {target}" for target in patches.RECORDS} <= names
+    assert {f"patch {target}" for target in patch_records.RECORDS} <= names
 
 
-def test_integration_checks_report_a_moved_internal(patch_records):
-    patches.mark(patches.CREATE_EXECUTOR, "missing", "not found")
+def test_integration_checks_report_a_moved_internal(patch_states):
+    patch_records.mark(patch_records.CREATE_EXECUTOR, "missing", "not found")
     failed = [c for c in integration_checks() if not c.ok]
-    assert [c.name for c in failed] == [f"patch {patches.CREATE_EXECUTOR}"]
+    assert [c.name for c in failed] == [f"patch {patch_records.CREATE_EXECUTOR}"]
     assert "not found" in failed[0].detail
 
 

@@ -9,7 +9,7 @@ import pytest
 
 from data_juicer_elastic import compat
 from data_juicer_elastic.errors import ConfigError, IntegrationError, ShardFailedError
-from data_juicer_elastic.integration import dispatch, patches
+from data_juicer_elastic.integration import dispatch, patch_records, patches
 from tests.integration.conftest import elastic_recipe
 
 
@@ -25,7 +25,7 @@ def test_every_patch_is_applied():
     from data_juicer.tools import analyze_data, process_data  # noqa: F401
 
     assert patches.installed()
-    assert {k: r.state for k, r in patches.RECORDS.items()} == {k: "applied" for k in patches.RECORDS}
+    assert {k: r.state for k, r in patch_records.RECORDS.items()} == {k: "applied" for k in patch_records.RECORDS}
 
 
 def test_factory_returns_the_elastic_executor_class(stand_in_executor):
@@ -47,10 +47,10 @@ def test_factory_builtins_unchanged():
         ExecutorFactory.create_executor("no_such_type")
 
 
-def test_factory_refuses_elastic_when_an_internal_moved(patch_records):
+def test_factory_refuses_elastic_when_an_internal_moved(patch_states):
     from data_juicer.core.executor import ExecutorFactory
 
-    patches.mark(patches.INIT_SETUP, "missing", "function not found")
+    patch_records.mark(patch_records.INIT_SETUP, "missing", "function not found")
     with pytest.raises(IntegrationError, match="init_setup_from_cfg"):
         ExecutorFactory.create_executor("elastic_sharded")
     assert ExecutorFactory.create_executor("default").__name__ == "DefaultExecutor"
@@ -119,38 +119,38 @@ def test_config_error_inside_init_configs_becomes_exit_2(process_data, monkeypat
     assert "elastic.num_shards" in capsys.readouterr().err
 
 
-def test_moved_config_names_are_recorded_not_raised(patch_records):
+def test_moved_config_names_are_recorded_not_raised(patch_states):
     empty = types.ModuleType("data_juicer.config.config")
     patches._patch_config(empty)
-    assert patch_records[patches.BUILD_PARSER].state == "missing"
-    assert patch_records[patches.INIT_SETUP].state == "missing"
+    assert patch_states[patch_records.BUILD_PARSER].state == "missing"
+    assert patch_states[patch_records.INIT_SETUP].state == "missing"
     with pytest.raises(IntegrationError) as info:
-        patches.require_integration()
+        patch_records.require_integration()
     assert "build_base_parser" in str(info.value) and "init_setup_from_cfg" in str(info.value)
 
 
-def test_moved_tool_main_is_recorded(patch_records):
+def test_moved_tool_main_is_recorded(patch_states):
     tool = types.ModuleType("data_juicer.tools.process_data")
     tool.main = lambda: None  # a main that no longer reads a module-level init_configs
-    dispatch.patch_tool(tool, record=patches.PROCESS_MAIN, dispatch=True)
-    assert patch_records[patches.PROCESS_MAIN].state == "missing"
+    dispatch.patch_tool(tool, record=patch_records.PROCESS_MAIN, dispatch=True)
+    assert patch_states[patch_records.PROCESS_MAIN].state == "missing"
     assert not compat.is_installed(tool.main)
 
 
-def test_moved_factory_is_recorded(patch_records):
+def test_moved_factory_is_recorded(patch_states):
     factory = types.ModuleType("data_juicer.core.executor.factory")
     factory.ExecutorFactory = type("ExecutorFactory", (), {"create_executor": lambda self, t: t})
     patches._patch_factory(factory)
-    assert patch_records[patches.CREATE_EXECUTOR].state == "missing"
-    assert "no longer a static/class method" in patch_records[patches.CREATE_EXECUTOR].detail
+    assert patch_states[patch_records.CREATE_EXECUTOR].state == "missing"
+    assert "no longer a static/class method" in patch_states[patch_records.CREATE_EXECUTOR].detail
 
 
-def test_parser_without_executor_type_is_recorded(patch_records):
+def test_parser_without_executor_type_is_recorded(patch_states):
     from jsonargparse import ArgumentParser
 
     parser = ArgumentParser()
     patches.extend_parser(parser)
-    assert patch_records[patches.BUILD_PARSER].state == "missing"
+    assert patch_states[patch_records.BUILD_PARSER].state == "missing"
     assert parser.parse_args(["--elastic.num_shards", "3"]).elastic.num_shards == 3
 
 

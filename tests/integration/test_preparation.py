@@ -130,7 +130,7 @@ def test_early_request_leaves_what_it_cannot_read_to_the_parse(tmp_path, plain_e
     assert early_request(str(tmp_path), {}) is None  # a directory
 
 
-@pytest.mark.parametrize("helper", ["preparation._request", "integration.recipe.index_key"])
+@pytest.mark.parametrize("helper", ["preparation._request", "preparation.index_key"])
 def test_early_request_raises_a_bug_instead_of_hiding_it(tmp_path, plain_env, monkeypatch, helper):
     config = tmp_path / "r.yaml"
     config.write_text(yaml.safe_dump(ELASTIC))

@@ -96,14 +96,13 @@ def test_retry_refuses_a_code_change_before_anything_moves_and_accepts_it_only_w
     """``integration.retry_command.retry`` (what ``dj-elastic retry`` runs) with the code fingerprints
     faked: the real fingerprint and commands are tests/e2e/test_quarantine.py's."""
     from data_juicer_elastic.errors import CodeMismatchError, ConfigError
-    from data_juicer_elastic.execution import code_fingerprint
     from data_juicer_elastic.integration import retry_command
 
     out = tmp_path / "merged.jsonl"
     _run(job, 1)
     merge_job(job, out)
     monkeypatch.setattr(code_changes, "job_code", lambda layout, prepared: _code("job's"))
-    monkeypatch.setattr(code_fingerprint, "code_fingerprint", lambda recipe: _code("fixed"))
+    monkeypatch.setattr(retry_command, "code_fingerprint", lambda recipe: _code("fixed"))
     result = json.loads((job / "done" / f"{SHARD}.json").read_text())
     (job / result["output"]).unlink()  # the shard is requeued by --shard-id
     done = sorted(p.name for p in (job / "done").iterdir())
