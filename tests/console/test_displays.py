@@ -247,9 +247,7 @@ def test_process_start_is_before_now():
 @given(
     idle=st.floats(min_value=0.0, max_value=600.0),
     first=st.integers(min_value=1, max_value=10_000),
-    gap=st.floats(
-        min_value=MIN_SPAN_SECS / 2, max_value=RATE_WINDOW_SECS / 2
-    ),  # two gaps: the minimum span, the window
+    gap=st.floats(min_value=MIN_SPAN_SECS / 2 + 0.01, max_value=RATE_WINDOW_SECS / 2),  # two gaps: past the minimum
     more=st.integers(min_value=1, max_value=10_000),
 )
 def test_a_rate_from_the_first_move_on_never_counts_the_wait_before_it(idle, first, gap, more):
