@@ -16,7 +16,8 @@ from pathlib import Path
 import pytest
 
 PACKAGE = Path(__file__).resolve().parents[1] / "data_juicer_elastic"
-MAX_MODULE_LINES = 400
+# One module per concept: a concept that needs more lines keeps them (no split made only for a cap).
+MAX_MODULE_LINES = 600
 
 # Bottom to top.  A package may import its own layer's and lower layers' packages, never a higher
 # one (docs/architecture.md, "Layers").  Top-level modules are named by their module name.
@@ -215,8 +216,8 @@ def test_every_package_declares_its_public_surface():
         assert "__all__" in names, f"{init.relative_to(PACKAGE.parent)} has no __all__"
 
 
-def test_a_package_that_re_exports_nothing_lists_every_module_in_all_and_in_its_docstring():
-    """The complaint that started this test: a package docstring naming 16 of its 27 modules."""
+def test_a_package_that_re_exports_nothing_lists_every_module_in_all():
+    """docs/architecture.md describes the modules; a package's docstring says what the package is for."""
     for init in sorted(PACKAGE.glob("*/__init__.py")):
         tree = ast.parse(init.read_text())
         body = [node for node in tree.body if not isinstance(node, ast.Expr)]
@@ -227,9 +228,6 @@ def test_a_package_that_re_exports_nothing_lists_every_module_in_all_and_in_its_
             p.stem for p in init.parent.glob("*.py") if p.stem != "__init__" and not p.stem.startswith("_")
         )
         assert declared == modules, f"{init.parent.name}: __all__ is not its module list"
-        docstring = ast.get_docstring(tree) or ""
-        missing = [name for name in modules if f"``{name}``" not in docstring]
-        assert not missing, f"{init.parent.name}'s docstring does not describe {missing}"
 
 
 # --- The package's own import graph: no cycle, and function-local imports only where an engine must wait ---
