@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from data_juicer_elastic.compat import dj_moved
+from data_juicer_elastic.compat.targets import dj_moved
 from data_juicer_elastic.errors import ConfigError
 from data_juicer_elastic.integration.config_block import settings_from_cfg
 from data_juicer_elastic.integration.recipe_check import check_export

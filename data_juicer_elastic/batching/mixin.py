@@ -17,9 +17,9 @@ from data_juicer_elastic.batching.batches import column
 from data_juicer_elastic.batching.engine import PARTITION_COLUMN, Aggregate, MicroBatcher
 from data_juicer_elastic.batching.oom import classify_oom
 from data_juicer_elastic.batching.policy import BatchPolicy, PolicyConfig
-from data_juicer_elastic.compat import dj_stage_identities
-from data_juicer_elastic.compat.dj_op_attributes import MODULE as BASE_OP_MODULE
-from data_juicer_elastic.compat.dj_op_attributes import op_name, supports_adaptive_batching
+from data_juicer_elastic.compat import dj_ops_internals
+from data_juicer_elastic.compat.dj_ops_internals import BASE_OP as BASE_OP_MODULE
+from data_juicer_elastic.compat.dj_ops_internals import op_name, supports_adaptive_batching
 from data_juicer_elastic.errors import ConfigError
 from data_juicer_elastic.quarantine.collector import engine_quarantine
 
@@ -124,7 +124,7 @@ def adaptive_requested(cls: type, requested: bool | None) -> bool:
 def check_operator(op: Any) -> None:
     """Refuse configurations the mixin cannot serve (ConfigError naming the operator), and a Data-Juicer
     without the stage identity functions its profiles are keyed by (IntegrationError naming the function)."""
-    dj_stage_identities.check_identity_functions()
+    dj_ops_internals.check_identity_functions()
     name = op_name(op)
     check_settings(type(op), name, batched=op.is_batched_op(), num_gpus=getattr(op, "num_gpus", None))
     batch_size = getattr(op, "batch_size", None)

@@ -1,5 +1,5 @@
 """Recipe opt-in: ``adaptive_batching: true`` on a registered Mapper applies :class:`AdaptiveBatchingMixin`
-under every executor.  Through Data-Juicer's operator metaclass (``compat.dj_op_metaclass``), building an
+under every executor.  Through Data-Juicer's operator metaclass (``compat.dj_ops_internals``), building an
 opted-in class gives an ``Adaptive<Class>`` = ``(AdaptiveBatchingMixin, Class)`` instance, created once
 per class and reachable by name (PEP 562), so pickles send it by reference.  Rules and refusals:
 docs/adaptive-batching.md.
@@ -13,7 +13,7 @@ import threading
 from typing import Any, Final
 
 from data_juicer_elastic.batching.mixin import HOOKS, AdaptiveBatchingMixin, adaptive_requested, check_settings
-from data_juicer_elastic.compat.dj_op_attributes import is_batched_class, op_name
+from data_juicer_elastic.compat.dj_ops_internals import is_batched_class, op_name
 from data_juicer_elastic.errors import ConfigError
 
 ENV_SWITCH: Final = "DJ_ELASTIC_ADAPTIVE_BATCHING"

@@ -25,8 +25,8 @@ from loguru import logger
 from data_juicer_elastic.batching import profiles
 from data_juicer_elastic.batching.engine import BatchStats
 from data_juicer_elastic.batching.policy import BatchPolicy
-from data_juicer_elastic.compat import dj_stage_identities
-from data_juicer_elastic.compat.dj_op_attributes import op_name
+from data_juicer_elastic.compat import dj_ops_internals
+from data_juicer_elastic.compat.dj_ops_internals import op_name
 from data_juicer_elastic.errors import JobDirError
 from data_juicer_elastic.jobdir.layout import JobLayout
 from data_juicer_elastic.jobdir.records import Record
@@ -228,7 +228,7 @@ def stage_key_for(op: Any, context: BatchingContext | None) -> str:
     """The operator's stage identity when the context names exactly one, else ``fp-<fingerprint>:<name>``
     (identical operators at several positions then share one profile)."""
     name = op_name(op)
-    fingerprint = dj_stage_identities.op_fingerprint(op)  # Data-Juicer's; without it the mixin refused the op
+    fingerprint = dj_ops_internals.op_fingerprint(op)  # Data-Juicer's; without it the mixin refused the op
     if context is not None:
         matches = [s.stage_id for s in context.stages if s.op_fingerprint == fingerprint]
         if len(matches) == 1:

@@ -22,7 +22,7 @@ def encode_store(store: Any) -> list[Any]:
     return [store.min_key, [int(store.bins[key - store.offset]) for key in range(store.min_key, store.max_key + 1)]]
 
 
-def self_check() -> str:
+def check_ddsketch_store() -> str:
     try:
         from ddsketch.mapping import LogarithmicMapping
         from ddsketch.store import DenseStore

@@ -1,6 +1,6 @@
 """Run a callback once a module has *finished* executing, however far its import is (target: CPython's
 importlib, ``ModuleSpec._initializing`` (3.11-3.13) and the ``setattr(parent, child, module)`` it
-does once a submodule finished; :func:`self_check` checks both on a probe).
+does once a submodule finished; :func:`check_importlib_deferred` checks both on a probe).
 
 Data-Juicer imports its operator plugins (our entry point) from ``data_juicer.ops``, which
 ``data_juicer.config.config`` imports at its top, so a module the plugin patches is either
@@ -163,7 +163,7 @@ def _ensure_finder() -> None:
         sys.meta_path.insert(0, _finder)
 
 
-def self_check() -> str:
+def check_importlib_deferred() -> str:
     """Import a probe package whose submodule records ``__spec__._initializing`` while it runs,
     and check importlib then sets the submodule on its package (what ``_watch_parent`` needs)."""
     package = f"dj_elastic_probe_{threading.get_ident()}"

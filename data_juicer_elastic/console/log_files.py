@@ -18,7 +18,7 @@ import time
 from pathlib import Path
 from typing import IO
 
-from data_juicer_elastic.compat import loguru_file_sinks
+from data_juicer_elastic.compat import loguru_internals
 from data_juicer_elastic.console import terminal
 
 _reported: set[str] = set()
@@ -98,7 +98,7 @@ class LogFile:
 def guard_file_sinks() -> None:
     """Every loguru file sink of this process (Data-Juicer's) fails quietly and once, as a
     :class:`LogFile` does; call after Data-Juicer set its logger up (idempotent)."""
-    loguru_file_sinks.tolerate_write_errors(lambda path, exc: report_broken(path, "Data-Juicer's log file", exc))
+    loguru_internals.tolerate_write_errors(lambda path, exc: report_broken(path, "Data-Juicer's log file", exc))
 
 
 def close_log_sinks() -> None:
@@ -108,4 +108,4 @@ def close_log_sinks() -> None:
 
     with contextlib.suppress(OSError, ValueError):  # a sink outside this package's care
         logger.complete()
-        loguru_file_sinks.remove_file_sinks()
+        loguru_internals.remove_file_sinks()

@@ -19,7 +19,7 @@ from typing import Any, Final
 from loguru import logger
 
 from data_juicer_elastic.compat import importlib_deferred as deferred
-from data_juicer_elastic.compat import loguru_handlers, ray_worker_mode
+from data_juicer_elastic.compat import loguru_internals, ray_internals
 from data_juicer_elastic.console import terminal
 
 VERBOSE_ENV: Final = "DJ_ELASTIC_VERBOSE"
@@ -159,7 +159,7 @@ def _remove_stderr_handlers() -> tuple[Any, int]:
     """Remove loguru's stderr handlers (and ours); (the stream they wrote to, their lowest level)."""
     stream, level = None, logging.INFO
     found = []
-    for handler in loguru_handlers.handlers():
+    for handler in loguru_internals.handlers():
         target = handler.stream
         if (
             handler.handler_id == _sink_id
@@ -201,7 +201,7 @@ def quiet_ray_worker() -> None:
     lines off its stderr.  Ray forwards every worker's output to the driver's console, and each worker
     logs Data-Juicer's plugin discovery: dozens of lines on a big node.  Warnings and errors still go through.
     """
-    if os.environ.get(QUIET_WORKERS_ENV) != "1" or not ray_worker_mode.is_ray_worker():
+    if os.environ.get(QUIET_WORKERS_ENV) != "1" or not ray_internals.is_ray_worker():
         return
     stream, _ = _remove_stderr_handlers()
     logger.add(stream, level="INFO", filter=_worker_filter)

@@ -18,8 +18,8 @@ from typing import Any, Final
 import yaml
 from loguru import logger
 
-from data_juicer_elastic.compat import dj_config_module
-from data_juicer_elastic.compat.dj_config_module import RAY_JOB_ENV
+from data_juicer_elastic.compat import dj_config_internals
+from data_juicer_elastic.compat.dj_config_internals import RAY_JOB_ENV
 from data_juicer_elastic.errors import RecipeError, last_line
 
 _DERIVED_DIRS: Final = ("event_log_dir", "checkpoint_dir", "partition_dir")
@@ -62,7 +62,7 @@ def load_dj_config(
         # one, and its stage identity (a hash of those kwargs) would depend on how many recipes this
         # process had parsed.  Data-Juicer also refuses a second import of the same module, so
         # parse without the paths and put the value back afterwards.
-        dj_config_module.load_custom_operators(custom_paths)
+        dj_config_internals.load_custom_operators(custom_paths)
     captured = io.StringIO()
     hint = "the recipe must be a valid Data-Juicer config for executor_type ray"
     try:
@@ -129,14 +129,14 @@ class ShardConfigs:
             setattr(cfg, key, None)
         # init_setup_from_cfg for a local export path, then Data-Juicer's own resolution
         cfg.export_path = os.path.abspath(cfg.export_path)
-        cfg = dj_config_module.resolve_attempt(cfg)
+        cfg = dj_config_internals.resolve_attempt(cfg)
         if cfg.get("dataset_path", None) and os.path.exists(cfg.dataset_path):
             cfg.dataset_path = os.path.abspath(cfg.dataset_path)
         for op in cfg.process or []:
             for args in op.values():
                 if args is not None and args.get("work_dir") == old_work_dir:
                     args["work_dir"] = cfg.work_dir
-        dj_config_module.set_global_cfg(cfg)  # as init_configs leaves it
+        dj_config_internals.set_global_cfg(cfg)  # as init_configs leaves it
         return cfg
 
     def _stale_field(self, cfg: Any, overrides: Mapping[str, Any], config_path: Path) -> str | None:

@@ -2,7 +2,7 @@
 
 While :func:`shard_source` is active, ``RayDataset.read`` answers the attempt's shard path with a
 materialized Ray dataset built by ``shard_reader`` (why materialized: docs/architecture.md,
-"execution").  The swap (``compat.dj_ray_dataset``) is reference-counted across threads and serves
+"execution").  The swap (``compat.dj_ops_internals``) is reference-counted across threads and serves
 only registered paths: any other path read meanwhile is refused.
 """
 
@@ -15,8 +15,8 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-from data_juicer_elastic.compat import dj_ray_dataset
-from data_juicer_elastic.compat.dj_ray_dataset import TARGET
+from data_juicer_elastic.compat import dj_ops_internals
+from data_juicer_elastic.compat.dj_ops_internals import RAY_DATASET_READ as TARGET
 from data_juicer_elastic.errors import IntegrationError
 
 _LOCK = threading.Lock()
@@ -29,10 +29,10 @@ def shard_source(path: str | os.PathLike, build: Callable[[], Any]) -> Iterator[
     """While active, ``RayDataset.read(<format>, path)`` returns ``build()`` (a materialized Ray Dataset)."""
     global _original
     key = os.path.abspath(path)
-    dj_ray_dataset.ray_dataset_class()  # fails loudly before anything is registered
+    dj_ops_internals.ray_dataset_class()  # fails loudly before anything is registered
     with _LOCK:
         if not _sources:
-            _original = dj_ray_dataset.replace_read(_read_shard)
+            _original = dj_ops_internals.replace_read(_read_shard)
         if key in _sources:
             raise IntegrationError(f"shard {key} is already being read by another run in this process")
         _sources[key] = build
@@ -42,7 +42,7 @@ def shard_source(path: str | os.PathLike, build: Callable[[], Any]) -> Iterator[
         with _LOCK:
             del _sources[key]
             if not _sources:
-                dj_ray_dataset.restore_read(_original)
+                dj_ops_internals.restore_read(_original)
                 _original = None
 
 

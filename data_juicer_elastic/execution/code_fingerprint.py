@@ -15,7 +15,7 @@ from importlib import metadata
 from typing import Any, Final
 
 from data_juicer_elastic import __version__
-from data_juicer_elastic.compat.dj_config_module import load_custom_operators
+from data_juicer_elastic.compat.dj_config_internals import load_custom_operators
 from data_juicer_elastic.errors import CodeMismatchError
 
 _VERSIONED_MODULES: Final = ("data_juicer.ops.base_op", "data_juicer_elastic")

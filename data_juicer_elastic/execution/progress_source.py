@@ -11,7 +11,7 @@ from typing import Any, Final
 
 from loguru import logger
 
-from data_juicer_elastic.compat import ray_streaming_executor
+from data_juicer_elastic.compat import ray_internals
 from data_juicer_elastic.jobdir.progress import ProgressTracker, Stage
 
 SOURCE: Final = "ray-data"
@@ -70,7 +70,7 @@ class _Sampler(threading.Thread):
         if self.failures >= MAX_FAILURES:
             return
         try:
-            live = ray_streaming_executor.live_executors()
+            live = ray_internals.live_executors()
             if self.executor is not None and (self.executor not in live or live[-1:] != [self.executor]):
                 self._report(self.executor)  # it ended (or a newer one started): record its final counts
                 self.executor = None
@@ -87,24 +87,24 @@ class _Sampler(threading.Thread):
         tracker = self.tracker
         if tracker.current.stage not in _RAY_STAGES:
             return  # the runner has moved on (canonicalizing): a late sample must not step back
-        ops = ray_streaming_executor.physical_operators(executor)
+        ops = ray_internals.physical_operators(executor)
         if not ops:
             return
         stage = classify([op.name for op in ops])
-        running = next((op for op in ops if not ray_streaming_executor.has_completed(op)), ops[-1])
+        running = next((op for op in ops if not ray_internals.has_completed(op)), ops[-1])
         if stage is not self.stage:
             self.stage = stage
             tracker.set_stage(stage, running.name)
         if stage is Stage.PROCESSING:
             total = tracker.current.rows_total
             if any(part.startswith(_READ_PARTS) for part in ops[0].name.split("->")):
-                read = ray_streaming_executor.rows_output(ops[0])
+                read = ray_internals.rows_output(ops[0])
             else:
                 # The shard was read whole into blocks (execution.shard_reader) before processing:
                 # its rows count as read once the first operator's task over their block finished,
                 # so the count moves block by block through the shard, not all at once at its start.
-                read = ray_streaming_executor.rows_input_done(ops[0])
-            out = ray_streaming_executor.rows_output(ops[-1])
+                read = ray_internals.rows_input_done(ops[0])
+            out = ray_internals.rows_output(ops[-1])
             tracker.update(rows_read=min(read, total), rows_written=out, operator=running.name, source=SOURCE)
         else:
             tracker.update(operator=running.name)

@@ -20,7 +20,7 @@ from typing import Any, Final
 
 from loguru import logger
 
-from data_juicer_elastic.compat import ray_global_node, ray_services, ray_sigterm_handler
+from data_juicer_elastic.compat import ray_internals
 from data_juicer_elastic.errors import ConfigError, RayConnectionError, last_line
 from data_juicer_elastic.jobdir.worker_signals import is_guard_handler
 
@@ -163,7 +163,7 @@ class WarmRayRuntime:
         # ray.init installs a SIGTERM handler (sys.exit) in the main thread, here and again
         # whenever Data-Juicer's RayExecutor calls it for a shard: the worker loop's own
         # handler (it releases the claims, then dies by the signal) must stay in force.
-        ray_sigterm_handler.keep_handlers(is_guard_handler)
+        ray_internals.keep_handlers(is_guard_handler)
         try:
             ray.init(namespace=self.namespace, runtime_env=self.runtime_env, log_to_driver=True, **kwargs)
         except Exception as exc:
@@ -193,7 +193,7 @@ class WarmRayRuntime:
 def _resolve_auto() -> str:
     """What ``ray.init("auto")`` would connect to, or a fast, clear error."""
     try:
-        found = ray_services.canonical_address(AUTO)  # None: Ray moved it, let the child probe tell
+        found = ray_internals.canonical_address(AUTO)  # None: Ray moved it, let the child probe tell
     except ConnectionError as exc:
         raise RayConnectionError(
             "ray_address is 'auto' but no running Ray runtime was found on this node",
@@ -283,7 +283,7 @@ def _kill_node_processes() -> None:
     import psutil
 
     victims = []
-    for pid in ray_global_node.node_process_ids():
+    for pid in ray_internals.node_process_ids():
         with contextlib.suppress(psutil.Error):
             root = psutil.Process(pid)
             victims += [root, *root.children(recursive=True)]

@@ -21,7 +21,7 @@ from loguru import logger
 
 from data_juicer_elastic import DATA_JUICER_REQUIREMENT
 from data_juicer_elastic.batching.runtime import BatchingContext, StageRef, summarize_attempt, write_context
-from data_juicer_elastic.compat import dj_ray_executor, dj_stage_identities, ray_concat
+from data_juicer_elastic.compat import dj_ops_internals, ray_internals
 from data_juicer_elastic.errors import ElasticError, IntegrationError, ShardExecutionError, clip
 from data_juicer_elastic.execution._attempt_log import attempt_log
 from data_juicer_elastic.execution._dj_config import RAY_JOB_ENV, ShardConfigs, ray_job_env
@@ -62,10 +62,10 @@ def default_cache_env(cache_dir: Path) -> dict[str, str]:
 def shard_runtime_env(recipe: Mapping[str, Any], cache_dir: Path) -> dict[str, Any]:
     """The Ray runtime_env a ``dj-process`` run of ``recipe`` gives its workers (``RAY_JOB``, the
     special-token variables, custom operator paths as ``py_modules``), plus the job's shared model
-    caches and this package's fixes of Ray's block concatenation (compat.ray_concat)."""
+    caches and this package's fixes of Ray's block concatenation (compat.ray_internals)."""
     env_vars = {RAY_JOB_ENV: "1", **default_cache_env(cache_dir)}
     env_vars.update({k: v for k, v in os.environ.items() if k.startswith(_SPECIAL_TOKEN_PREFIX)})
-    runtime_env: dict[str, Any] = {"env_vars": env_vars, "worker_process_setup_hook": ray_concat.SETUP_HOOK}
+    runtime_env: dict[str, Any] = {"env_vars": env_vars, "worker_process_setup_hook": ray_internals.SETUP_HOOK}
     custom_paths = recipe.get("custom_operator_paths") or None
     if custom_paths:
         runtime_env["py_modules"] = [os.path.abspath(p) for p in custom_paths]
@@ -89,7 +89,7 @@ class ShardRunner:
         self.expected_stage_identities = list(expected_stage_identities)
         self._row_schema = row_schema  # a callable: the job is not scanned yet when a worker starts
         self._rows: ArrowRows | None = None
-        ray_concat.install()  # the driver concatenates blocks too (its Ray workers get the setup hook)
+        ray_internals.install_concat_fixes()  # the driver concatenates blocks too (its Ray workers get the setup hook)
         self._manifest: dict[str, Any] | None = None  # identities are per recipe and process, not per shard
         self._configs = ShardConfigs(copy.deepcopy(recipe))  # parsed once per process, re-based per attempt
         self.warm = WarmOperators()  # operators and actor-mode actors kept across shards (warm_ops)
@@ -181,7 +181,7 @@ class ShardRunner:
         write_identity_record(attempt_dir / "stage_identities.json", self._manifest, self.expected_stage_identities)
         # Where RayExecutor keeps them (it recomputes them only under
         # elastic_juicer_adaptive_batching, checked below).
-        dj_stage_identities.stamp(cfg, self._manifest)
+        dj_ops_internals.stamp(cfg, self._manifest)
 
         t0 = time.monotonic()
         # The shard as this package reads it (row schema, row numbers), read once and checked
@@ -190,7 +190,7 @@ class ShardRunner:
         batching = _start_batching(task, cfg, self._manifest)
         try:
             with shard_source(shard_key(task.attempt_dir), lambda: ray.data.from_arrow(tables)):
-                result = dj_ray_executor.run_unexported(cfg)
+                result = dj_ops_internals.run_unexported(cfg)
         finally:
             _finish_batching(batching, task)
         _check_stamped(cfg, ids, where)
@@ -279,7 +279,7 @@ def _finish_batching(layout: JobLayout | None, task: ShardTask) -> None:
 
 def _check_stamped(cfg: Any, ids: list[str], where: str) -> None:
     """Under adaptive batching RayExecutor stamps identities itself: they must be ours."""
-    stamped = dj_stage_identities.stamped(cfg)
+    stamped = dj_ops_internals.stamped(cfg)
     if cfg.get("elastic_juicer_adaptive_batching", False) and stamped is not None and stage_ids(stamped) != ids:
         raise IntegrationError(
             f"RayExecutor stamped stage identities {stage_ids(stamped)} but this package computed {ids}",

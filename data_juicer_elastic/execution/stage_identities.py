@@ -12,8 +12,8 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from data_juicer_elastic.compat import dj_op_fusion, dj_stage_identities
-from data_juicer_elastic.compat.dj_resource_utils import no_ray_start
+from data_juicer_elastic.compat import dj_ops_internals
+from data_juicer_elastic.compat.dj_ops_internals import no_ray_start
 from data_juicer_elastic.errors import StageIdentityMismatch
 from data_juicer_elastic.execution._dj_config import load_dj_config, ray_job_env
 
@@ -40,17 +40,17 @@ def manifest_from_cfg(cfg: Any) -> dict[str, Any]:
     # Looked up at each call: while a shard runs, warm_ops has swapped data_juicer.ops.load_ops.
     from data_juicer.ops import load_ops
 
-    dj_stage_identities.check_identity_functions()  # a Data-Juicer without them: refused before any op is built
+    dj_ops_internals.check_identity_functions()  # a Data-Juicer without them: refused before any op is built
     # OPEnvManager (min_common_dep_num_to_combine) only sets runtime envs, which
     # are not part of an operator's fingerprint, so it is not built here.
     ops = load_ops(cfg.process)
     if cfg.get("op_fusion", False):
-        ops = dj_op_fusion.fused(
+        ops = dj_ops_internals.fused(
             ops,
             mapper_fusion=cfg.get("mapper_fusion", True),
             mapper_fusion_vram_limit=cfg.get("mapper_fusion_vram_limit", 0.9),
         )
-    return dj_stage_identities.identity_manifest(ops)
+    return dj_ops_internals.identity_manifest(ops)
 
 
 def stage_ids(manifest: Mapping[str, Any]) -> list[str]:

@@ -13,7 +13,7 @@ from typing import Any, Final
 
 from loguru import logger
 
-from data_juicer_elastic.compat import ray_map_batches
+from data_juicer_elastic.compat import ray_internals
 
 PER_ATTEMPT_KWARGS: Final = ("work_dir",)  # Data-Juicer's update_op_attr puts the config's work_dir into every op
 
@@ -99,7 +99,7 @@ class WarmActors:
     @contextlib.contextmanager
     def serving(self) -> Iterator[None]:
         """While entered, actor-pool ``map_batches`` calls of operators go to the warm actors."""
-        with ray_map_batches.map_batches_replaced(lambda original: _redirect(self, original)):
+        with ray_internals.map_batches_replaced(lambda original: _redirect(self, original)):
             yield
 
 

@@ -13,8 +13,8 @@ from typing import Any, Final
 
 from loguru import logger
 
-from data_juicer_elastic.compat import dj_load_ops
-from data_juicer_elastic.compat.dj_op_attributes import rebase_op
+from data_juicer_elastic.compat import dj_config_internals
+from data_juicer_elastic.compat.dj_ops_internals import rebase_op
 from data_juicer_elastic.execution.warm_actors import PER_ATTEMPT_KWARGS, WarmActors
 
 ENV_SWITCH: Final = "DJ_ELASTIC_WARM_OPERATORS"
@@ -90,5 +90,5 @@ class WarmOperators:
         if not enabled():
             yield
             return
-        with _LOCK, dj_load_ops.load_ops_replaced(self.load, self.plan), self.actors.serving():
+        with _LOCK, dj_config_internals.load_ops_replaced(self.load, self.plan), self.actors.serving():
             yield

@@ -17,7 +17,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any, NoReturn
 
-from data_juicer_elastic.compat import dj_tool_main
+from data_juicer_elastic.compat import dj_config_internals
 from data_juicer_elastic.console.log_files import close_log_sinks
 from data_juicer_elastic.console.quiet import mark_quiet_workers
 from data_juicer_elastic.console.summary import print_summary
@@ -41,7 +41,7 @@ _run = threading.local()
 
 def patch_tool(module: ModuleType, *, record: str, dispatch: bool) -> None:
     call = functools.partial(run_tool, module, prog=PROGS.get(record, record), dispatch=dispatch)
-    patch_records.record_install(record, dj_tool_main.wrap_main(module, call))
+    patch_records.record_install(record, dj_config_internals.wrap_main(module, call))
 
 
 def run_tool(module: ModuleType, original, args, kwargs, *, prog: str, dispatch: bool):
@@ -73,7 +73,7 @@ def run_tool(module: ModuleType, original, args, kwargs, *, prog: str, dispatch:
     _run.dispatching, _run.ignored_block = dispatch, None
     try:
         with driver_files.driving() if dispatch else analysis_outputs.analysing():
-            with dj_tool_main.init_configs_replaced(module, carrying):
+            with dj_config_internals.init_configs_replaced(module, carrying):
                 result = original(*args, **kwargs)
         if _run.ignored_block:  # again at the end of the default executor's run: its last lines
             from loguru import logger

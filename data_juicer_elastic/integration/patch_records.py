@@ -12,23 +12,15 @@ from importlib import metadata
 from typing import Final, Literal
 
 from data_juicer_elastic import DATA_JUICER_REQUIREMENT
-from data_juicer_elastic.compat import (
-    ALREADY,
-    APPLIED,
-    dj_config_module,
-    dj_executor_factory,
-    dj_file_listing,
-    dj_op_error_hooks,
-    dj_op_metaclass,
-    dj_tool_main,
-)
+from data_juicer_elastic.compat import dj_config_internals, dj_ops_internals
+from data_juicer_elastic.compat.targets import ALREADY, APPLIED
 from data_juicer_elastic.errors import IntegrationError
 from data_juicer_elastic.integration.config_block import EXECUTOR_TYPE
 
-CONFIG_MODULE: Final = dj_config_module.MODULE
-PROCESS_MODULE: Final = dj_tool_main.PROCESS_MODULE
-ANALYZE_MODULE: Final = dj_tool_main.ANALYZE_MODULE
-FACTORY_MODULE: Final = dj_executor_factory.MODULE
+CONFIG_MODULE: Final = dj_config_internals.CONFIG_MODULE
+PROCESS_MODULE: Final = dj_config_internals.PROCESS_MODULE
+ANALYZE_MODULE: Final = dj_config_internals.ANALYZE_MODULE
+FACTORY_MODULE: Final = dj_ops_internals.FACTORY_MODULE
 
 BUILD_PARSER: Final = f"{CONFIG_MODULE}.build_base_parser"
 INIT_SETUP: Final = f"{CONFIG_MODULE}.init_setup_from_cfg"
@@ -36,10 +28,10 @@ DISPLAY_CONFIG: Final = f"{CONFIG_MODULE}.display_config"
 LOAD_CUSTOM_OPS: Final = f"{CONFIG_MODULE}.load_custom_operators"
 PROCESS_MAIN: Final = f"{PROCESS_MODULE}.main"
 ANALYZE_MAIN: Final = f"{ANALYZE_MODULE}.main"
-CREATE_EXECUTOR: Final = dj_executor_factory.TARGET
-OP_METACLASS: Final = dj_op_metaclass.TARGET
-OP_ERROR_HOOKS: Final = dj_op_error_hooks.TARGET  # required: without it an operator error drops rows silently
-FILE_LISTING: Final = dj_file_listing.TARGET
+CREATE_EXECUTOR: Final = dj_ops_internals.CREATE_EXECUTOR
+OP_METACLASS: Final = dj_ops_internals.OP_METACLASS
+OP_ERROR_HOOKS: Final = dj_ops_internals.ERROR_HOOKS  # required: without it an operator error drops rows silently
+FILE_LISTING: Final = dj_ops_internals.FILE_LISTING
 
 State = Literal["pending", "applied", "missing"]
 

@@ -19,17 +19,9 @@ from types import ModuleType
 
 from data_juicer_elastic.batching import demo, optin
 from data_juicer_elastic.batching.optin import check_config
-from data_juicer_elastic.compat import (
-    dj_config_module,
-    dj_executor_factory,
-    dj_file_listing,
-    dj_free_models,
-    dj_op_error_hooks,
-    dj_op_metaclass,
-    jsonargparse_actions,
-    wrap_function,
-)
+from data_juicer_elastic.compat import dj_config_internals, dj_ops_internals
 from data_juicer_elastic.compat import importlib_deferred as deferred
+from data_juicer_elastic.compat.targets import wrap_function
 from data_juicer_elastic.console import guard_file_sinks, install_console, quiet
 from data_juicer_elastic.integration import analysis_outputs, config_block, dispatch, driver_files
 from data_juicer_elastic.integration.config_block import EXECUTOR_TYPE
@@ -77,8 +69,8 @@ def install() -> None:
     deferred.when_imported(PROCESS_MODULE, patch_process, _on_error(PROCESS_MAIN))
     deferred.when_imported(ANALYZE_MODULE, patch_analyze, _on_error(ANALYZE_MAIN))
     deferred.when_imported(FACTORY_MODULE, _patch_factory, _on_error(CREATE_EXECUTOR))
-    deferred.when_imported(dj_op_metaclass.MODULE, _patch_ops, _on_error(OP_METACLASS, OP_ERROR_HOOKS))
-    deferred.when_imported(dj_file_listing.MODULE, _patch_listing, _on_error(FILE_LISTING))
+    deferred.when_imported(dj_ops_internals.BASE_OP, _patch_ops, _on_error(OP_METACLASS, OP_ERROR_HOOKS))
+    deferred.when_imported(dj_ops_internals.FORMATTER_MODULE, _patch_listing, _on_error(FILE_LISTING))
 
 
 def installed() -> bool:
@@ -95,7 +87,7 @@ def _on_error(*targets: str):
 
 
 def _patch_config(module: ModuleType) -> None:
-    hooks, alias = dj_config_module, config_block.alias_parsed  # alias: the cfg kept for the one setup returns
+    hooks, alias = dj_config_internals, config_block.alias_parsed  # alias: the cfg kept for the one setup returns
     setup = functools.partial(hooks.wrap_init_setup, _prepare_elastic_setup, _elastic_setup_logger, alias)
     for name, record, make in (
         ("build_base_parser", BUILD_PARSER, functools.partial(hooks.wrap_build_base_parser, extend_parser)),
@@ -108,23 +100,23 @@ def _patch_config(module: ModuleType) -> None:
 
 def extend_parser(parser) -> None:
     """Add elastic_sharded to --executor_type's choices and the --elastic.* options."""
-    action = jsonargparse_actions.action_for(parser, "executor_type")
+    action = dj_config_internals.action_for(parser, "executor_type")
     if action is None or not action.choices:
         mark(BUILD_PARSER, "missing", "the parser it builds has no --executor_type choices")
     elif EXECUTOR_TYPE not in action.choices:
         action.choices = [*action.choices, EXECUTOR_TYPE]
         if action.help:
             action.help = f"{action.help} With data-juicer-elastic: {EXECUTOR_TYPE!r} (see the elastic.* options)."
-    for each in jsonargparse_actions.actions(parser):
-        jsonargparse_actions.name_converter(each)
+    for each in dj_config_internals.actions(parser):
+        dj_config_internals.name_converter(each)
     # elastic.num_shard: did you mean num_shards?
-    jsonargparse_actions.amend_errors(parser, config_block.amend_parse_error)
-    if not jsonargparse_actions.dests_starting(parser, "elastic."):
+    dj_config_internals.amend_errors(parser, config_block.amend_parse_error)
+    if not dj_config_internals.dests_starting(parser, "elastic."):
         config_block.add_elastic_arguments(parser)
 
 
 def _prepare_elastic_setup(cfg) -> bool:
-    """Before Data-Juicer's setup of any parsed cfg; True for an elastic one (see compat.dj_config_module).
+    """Before Data-Juicer's setup of any parsed cfg; True for an elastic one (see compat.dj_config_internals).
 
     Called once per init_configs, right after the final parse and before any side effect (work
     dir, logger, config backup): the place to refuse a bad elastic block and to keep the cfg as
@@ -172,21 +164,23 @@ def _elastic_setup_logger(real):
         install_console()
         guard_file_sinks()  # its log files: a full export filesystem costs their lines, not a traceback a line
 
-    return dj_config_module.log_file_fixed(real, console_and_guarded_logs)
+    return dj_config_internals.log_file_fixed(real, console_and_guarded_logs)
 
 
 def _patch_ops(module: ModuleType) -> None:
     """``adaptive_batching: true`` applies AdaptiveBatchingMixin; the demo operators get registered."""
-    dj_op_metaclass.install(module, optin.resolve)
-    dj_op_error_hooks.install(module, collector.wrap_hook)  # quarantine under elastic_sharded; else unchanged
+    dj_ops_internals.install_metaclass_hook(module, optin.resolve)
+    dj_ops_internals.install_error_hooks(
+        module, collector.wrap_hook
+    )  # quarantine under elastic_sharded; else unchanged
     mark(OP_ERROR_HOOKS, "applied")
-    dj_free_models.install(module)  # no silent multi-GB torch install for operators that load no model
+    dj_ops_internals.install_free_models(module)  # no silent multi-GB torch install for operators that load no model
     demo.register()
     mark(OP_METACLASS, "applied")
 
 
 def _patch_listing(module: ModuleType) -> None:
-    record_install(FILE_LISTING, dj_file_listing.install(module, parts_order))
+    record_install(FILE_LISTING, dj_ops_internals.install_file_listing(module, parts_order))
 
 
 def parts_order(path, found: dict[str, list[str]]) -> dict[str, list[str]] | None:
@@ -199,7 +193,7 @@ def parts_order(path, found: dict[str, list[str]]) -> dict[str, list[str]] | Non
 
 
 def _patch_factory(module: ModuleType) -> None:
-    record_install(CREATE_EXECUTOR, dj_executor_factory.wrap_create_executor(module, _elastic_executor))
+    record_install(CREATE_EXECUTOR, dj_ops_internals.wrap_create_executor(module, _elastic_executor))
 
 
 def _elastic_executor(executor_type):

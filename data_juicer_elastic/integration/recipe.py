@@ -9,7 +9,7 @@ import os
 from functools import cache
 from typing import Any, Final
 
-from data_juicer_elastic.compat.dj_config_module import base_parser
+from data_juicer_elastic.compat.dj_config_internals import base_parser
 from data_juicer_elastic.errors import RecipeError
 from data_juicer_elastic.integration.config_block import BLOCK, cfg_value, parsed_cfg
 from data_juicer_elastic.jobdir.records import canonical_json, manifest_recipe_hash

@@ -11,7 +11,7 @@ from typing import Any, Final
 
 from loguru import logger
 
-from data_juicer_elastic.compat import dj_config_module
+from data_juicer_elastic.compat import dj_config_internals
 from data_juicer_elastic.errors import ConfigError, InputError, RecipeError
 from data_juicer_elastic.integration.config_block import cfg_value
 from data_juicer_elastic.integration.recipe import op_entries
@@ -43,7 +43,7 @@ def check_shard_safe(recipe: dict) -> list[str]:
             hint="list the Mapper/Filter operators under process:",
         )
     _check_globals(recipe)
-    dj_config_module.load_custom_operators(recipe.get("custom_operator_paths") or [])
+    dj_config_internals.load_custom_operators(recipe.get("custom_operator_paths") or [])
 
     from data_juicer.ops import OPERATORS
 

@@ -17,8 +17,7 @@ import orjson
 from data_juicer_elastic.batching.batches import batch_rows, column, empty_like, is_arrow, merge, take_slice
 from data_juicer_elastic.batching.engine import SKIPPED_EXTRA
 from data_juicer_elastic.batching.runtime import host_tag, read_context, stage_key_for
-from data_juicer_elastic.compat.dj_op_attributes import op_name
-from data_juicer_elastic.compat.dj_op_error_hooks import HookCall
+from data_juicer_elastic.compat.dj_ops_internals import HookCall, op_name
 from data_juicer_elastic.jobdir.layout import JobLayout
 from data_juicer_elastic.jobdir.row_errors import WORKER_DIR
 from data_juicer_elastic.quarantine.bisect_rows import Isolation, RowFailure, describe, isolate
@@ -28,7 +27,7 @@ _STAGE_PREFIX: Final = "stage-"
 
 
 def wrap_hook(built: Callable[..., Any], call: HookCall) -> Callable[..., Any]:
-    """What an operator gets from Data-Juicer's error hooks (``compat.dj_op_error_hooks.install``)."""
+    """What an operator gets from Data-Juicer's error hooks (``compat.dj_ops_internals.install_error_hooks``)."""
     if not call.skip_op_error:
         return built  # skip_op_error: false fails on the first error, as Data-Juicer does
     if call.batched:

@@ -164,10 +164,10 @@ def test_env_switch_off_leaves_adaptive_batching_to_data_juicer(monkeypatch):
 def test_metaclass_hook_is_installed_by_the_plugin():
     import data_juicer.ops.base_op as base_op
 
-    from data_juicer_elastic.compat import dj_op_metaclass
+    from data_juicer_elastic.compat import dj_ops_internals
     from data_juicer_elastic.integration import patch_records
 
-    assert dj_op_metaclass.installed(base_op)
+    assert dj_ops_internals.metaclass_hook_installed(base_op)
     assert patch_records.RECORDS[patch_records.OP_METACLASS].state == "applied"
 
 

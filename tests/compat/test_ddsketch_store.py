@@ -7,7 +7,7 @@ from data_juicer_elastic.compat import ddsketch_store
 
 
 def test_self_check():
-    assert "DenseStore.bins" in ddsketch_store.self_check()
+    assert "DenseStore.bins" in ddsketch_store.check_ddsketch_store()
 
 
 def test_an_empty_store_encodes_as_no_bins():

@@ -102,5 +102,5 @@ def test_finder_tolerates_a_finder_that_asks_the_meta_path_again(package, monkey
 
 
 def test_self_check_finds_the_importlib_behaviour_it_relies_on():
-    assert "ModuleSpec._initializing" in deferred.self_check()
+    assert "ModuleSpec._initializing" in deferred.check_importlib_deferred()
     assert not [name for name in sys.modules if name.startswith("dj_elastic_probe_")], "the probe is not left behind"

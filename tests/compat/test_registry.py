@@ -1,5 +1,5 @@
-"""compat/: every module is registered, tested and run by ``dj-elastic doctor``; importing the
-package is cheap; the supported ranges it names are the ones setup.cfg installs."""
+"""compat/: every module's checks are in doctor's one table, tested and run by ``dj-elastic doctor``;
+importing the package is cheap; the supported ranges it names are the ones setup.cfg installs."""
 
 from __future__ import annotations
 
@@ -11,6 +11,8 @@ import sys
 from pathlib import Path
 
 from data_juicer_elastic import DATA_JUICER_REQUIREMENT, compat
+from data_juicer_elastic.compat.targets import RAY_REQUIREMENT, ray_moved
+from data_juicer_elastic.integration import doctor
 
 ROOT = Path(__file__).resolve().parents[2]
 COMPAT_DIR = ROOT / "data_juicer_elastic" / "compat"
@@ -18,13 +20,25 @@ COMPAT_DIR = ROOT / "data_juicer_elastic" / "compat"
 
 def test_every_compat_module_is_registered_and_has_a_test():
     on_disk = sorted(p.stem for p in COMPAT_DIR.glob("*.py") if p.stem != "__init__")
-    assert sorted(compat.MODULES) == on_disk
-    untested = [name for name in compat.MODULES if not (Path(__file__).parent / f"test_{name}.py").is_file()]
+    assert sorted(compat.__all__) == on_disk
+    # Every module but targets (the helpers each check uses) has checks in the one table.
+    checked = {check.__module__.rsplit(".", 1)[-1] for _, check in doctor.COMPAT_CHECKS}
+    assert sorted(checked) == [name for name in on_disk if name != "targets"]
+    names = [name for name, _ in doctor.COMPAT_CHECKS]
+    assert len(set(names)) == len(names)
+    untested = [name for name in checked if not (Path(__file__).parent / f"test_{name}.py").is_file()]
     assert not untested
+    tests = {name: (Path(__file__).parent / f"test_{name}.py").read_text() for name in checked}
+    unchecked = [
+        name
+        for name, check in doctor.COMPAT_CHECKS
+        if f"{check.__name__}()" not in tests[check.__module__.rsplit(".", 1)[-1]]
+    ]
+    assert not unchecked, "each check is called by its area's test module"
 
 
 def test_every_self_check_passes():
-    failed = {name: result for name, result in compat.self_checks() if not isinstance(result, str)}
+    failed = {check.name: check.detail for check in doctor.compat_checks() if not check.ok}
     assert not failed
 
 
@@ -38,26 +52,25 @@ def test_doctor_runs_every_self_check():
     )
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     lines = proc.stdout.splitlines()
-    for name in compat.MODULES:
+    for name, _ in doctor.COMPAT_CHECKS:
         assert any(line.startswith(f"[ok] compat {name}: ") for line in lines), (name, proc.stdout[-3000:])
 
 
 def test_a_failing_self_check_fails_doctor(monkeypatch):
-    from data_juicer_elastic.compat import ray_services
-    from data_juicer_elastic.integration.doctor import integration_checks
-
     def moved():
-        raise compat.ray_moved("ray._private.services.canonicalize_bootstrap_address is missing")
+        raise ray_moved("ray._private.services.canonicalize_bootstrap_address is missing")
 
-    monkeypatch.setattr(ray_services, "self_check", moved)
-    failed = [c for c in integration_checks() if not c.ok]
+    table = [(name, moved if name == "ray_services" else check) for name, check in doctor.COMPAT_CHECKS]
+    monkeypatch.setattr(doctor, "COMPAT_CHECKS", table)
+    failed = [c for c in doctor.integration_checks() if not c.ok]
     assert [c.name for c in failed] == ["compat ray_services"]
-    assert "canonicalize_bootstrap_address" in failed[0].detail and compat.RAY_REQUIREMENT in failed[0].detail
+    assert "canonicalize_bootstrap_address" in failed[0].detail and RAY_REQUIREMENT in failed[0].detail
 
 
 def test_importing_compat_imports_neither_ray_nor_data_juicer():
     code = (
         "import json, sys; import data_juicer_elastic.compat; "
+        f"from data_juicer_elastic.compat import {', '.join(compat.__all__)}; "
         "print(json.dumps(sorted(m for m in sys.modules if m.split('.')[0] in ('ray', 'data_juicer'))))"
     )
     proc = subprocess.run(
@@ -75,7 +88,7 @@ def test_setup_cfg_pins_the_supported_ranges():
     parser.read(ROOT / "setup.cfg")
     requires = [line.strip() for line in parser["options"]["install_requires"].splitlines() if line.strip()]
     assert DATA_JUICER_REQUIREMENT in requires
-    assert compat.RAY_REQUIREMENT in requires
+    assert RAY_REQUIREMENT in requires
     from data_juicer_elastic.compat.ddsketch_store import REQUIREMENT as DDSKETCH_REQUIREMENT
 
     assert DDSKETCH_REQUIREMENT in requires

@@ -1,7 +1,7 @@
 """Fault matrix row 26: the worker's SIGTERM handler stays in force after Ray ran a shard.
 
 Data-Juicer's RayExecutor calls ``ray.init`` for every shard, and ``ray.init`` installs Ray's own
-SIGTERM handler (``sys.exit(15)``) every time; ``compat.ray_sigterm_handler`` makes it leave the
+SIGTERM handler (``sys.exit(15)``) every time; ``compat.ray_internals`` makes it leave the
 worker's.  So a SIGTERM after the first shard still releases what the worker holds (here the
 shard claimed ahead, whose read-ahead is made slow at the seam) with reason ``signal``, and the
 process dies by the signal (143 in a shell), as a scheduler expects.  Through the real

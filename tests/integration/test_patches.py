@@ -7,7 +7,7 @@ import types
 
 import pytest
 
-from data_juicer_elastic import compat
+from data_juicer_elastic.compat.targets import is_installed
 from data_juicer_elastic.errors import ConfigError, IntegrationError, ShardFailedError
 from data_juicer_elastic.integration import dispatch, patch_records, patches
 from tests.integration.conftest import elastic_recipe
@@ -134,7 +134,7 @@ def test_moved_tool_main_is_recorded(patch_states):
     tool.main = lambda: None  # a main that no longer reads a module-level init_configs
     dispatch.patch_tool(tool, record=patch_records.PROCESS_MAIN, dispatch=True)
     assert patch_states[patch_records.PROCESS_MAIN].state == "missing"
-    assert not compat.is_installed(tool.main)
+    assert not is_installed(tool.main)
 
 
 def test_moved_factory_is_recorded(patch_states):

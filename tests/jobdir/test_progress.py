@@ -170,13 +170,13 @@ class _Op:
 def test_rows_read_from_blocks_read_before_processing_move_block_by_block(tmp_path, monkeypatch):
     """The shard read into blocks before processing (no Read operator in the pass): its rows count
     as read once the task over their block finished, not all at the pass's start."""
-    from data_juicer_elastic.compat import ray_streaming_executor
+    from data_juicer_elastic.compat import ray_internals
     from data_juicer_elastic.execution.progress_source import _Sampler
 
     _, tracker = _tracker(tmp_path)
     op = _Op("MapBatches(process_batched)->MapBatches(filter_batch)")
     executor = SimpleNamespace(_topology={op: None})
-    monkeypatch.setattr(ray_streaming_executor, "live_executors", lambda: [executor])
+    monkeypatch.setattr(ray_internals, "live_executors", lambda: [executor])
     sampler = _Sampler(tracker, 0.5)
     seen = []
     for block in range(4):  # four blocks of 25 rows, one task each, one at a time
