@@ -8,7 +8,7 @@ from pathlib import Path
 
 from data_juicer_elastic.compat import ALREADY, APPLIED, ORIGINAL, dj_file_listing
 from data_juicer_elastic.integration.patches import parts_order
-from data_juicer_elastic.jobdir.export_path import PARTS_INDEX, part_name
+from data_juicer_elastic.jobdir.exports import PARTS_INDEX, part_name
 
 
 def _parts(directory: Path, count: int, index: bool) -> list[str]:
