@@ -32,12 +32,10 @@ from pathlib import Path
 
 from data_juicer_elastic.jobdir import attempts, failures, leases, progress
 from data_juicer_elastic.jobdir.heartbeats import StalenessObserver
-from data_juicer_elastic.jobdir.job_summary import brief_of, write_summary
+from data_juicer_elastic.jobdir.job_summary import PaceWriter, brief_of, write_summary
 from data_juicer_elastic.jobdir.layout import JobLayout
-from data_juicer_elastic.jobdir.manifest import load_manifest
-from data_juicer_elastic.jobdir.manifest_rows import publish_rows_record
-from data_juicer_elastic.jobdir.pace import PaceWriter
-from data_juicer_elastic.jobdir.result_records import ShardResult
+from data_juicer_elastic.jobdir.manifest import load_manifest, publish_rows_record
+from data_juicer_elastic.jobdir.records import ShardResult
 from data_juicer_elastic.jobdir.summary_keeper import compose_summary, refresh_paces
 from data_juicer_elastic.shards.prepare import PrepareRequest, prepare_job
 from data_juicer_elastic.sharedfs import fault_seam, fsio

@@ -28,9 +28,16 @@ import random
 from dataclasses import dataclass
 
 from data_juicer_elastic.jobdir import leases
-from data_juicer_elastic.jobdir.job_summary import JobSummary, LiveClaim, NodePace, SummarySeq, brief_of, encode_bitmap
-from data_juicer_elastic.jobdir.lease_records import Heartbeat
-from data_juicer_elastic.jobdir.summary_brief import encode_brief
+from data_juicer_elastic.jobdir.job_summary import (
+    JobSummary,
+    LiveClaim,
+    NodePace,
+    SummarySeq,
+    brief_of,
+    encode_bitmap,
+    encode_brief,
+)
+from data_juicer_elastic.jobdir.records import Heartbeat
 
 INTERVAL_SECS = 5.0  # a summary round (job_summary.default_interval at the default TTL)
 SEQ_READS_PER_SEC = 2.0  # a worker's looks at summary.seq: at most every 0.5 s (SummaryReader.min_interval)

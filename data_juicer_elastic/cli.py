@@ -30,7 +30,7 @@ from data_juicer_elastic.console.quiet import mark_quiet_workers
 from data_juicer_elastic.errors import EXIT_BROKEN_PIPE, EXIT_ERROR, EXIT_OK, ElasticError, storage_error
 from data_juicer_elastic.integration.config_block import require_elastic, settings_from_cfg
 from data_juicer_elastic.integration.driver_files import driving, note_job_dir, remove_refused_job_dirs
-from data_juicer_elastic.jobdir.export_path import check_export_path
+from data_juicer_elastic.jobdir.exports import check_export_path
 from data_juicer_elastic.settings import ElasticSettings
 
 # Each subcommand imports the module that does its work when it runs (and no other): a `dj-elastic`

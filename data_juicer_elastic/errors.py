@@ -261,7 +261,7 @@ class RequestChanged(Exception):
 
 class ScanRefused(Exception):  # noqa: N818 - a verdict, not a failure
     """A scan found its shard's input unusable (``shards.scan``); ``refusal`` is the
-    ``jobdir.plan_records.ScanRefusal`` it publishes as its result."""
+    ``jobdir.records.ScanRefusal`` it publishes as its result."""
 
     def __init__(self, refusal: object):
         super().__init__(refusal)

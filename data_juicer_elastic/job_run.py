@@ -23,12 +23,10 @@ from data_juicer_elastic.coordination.settle import StrictPolicy
 from data_juicer_elastic.errors import ElasticError, JobDirError, MergeBusyError
 from data_juicer_elastic.finalize import finalize
 from data_juicer_elastic.integration.recipe import build_shard_recipe, recipe_hash
-from data_juicer_elastic.jobdir import confine
-from data_juicer_elastic.jobdir.confine import open_job_dir
-from data_juicer_elastic.jobdir.export_path import export_target
-from data_juicer_elastic.jobdir.layout import JobLayout, resolve_user_path
-from data_juicer_elastic.jobdir.plan_records import JobPlan
-from data_juicer_elastic.jobdir.recipe_diff import recipe_differences
+from data_juicer_elastic.jobdir.exports import export_target
+from data_juicer_elastic.jobdir.layout import JobLayout, ensure_dir, open_job_dir, resolve_user_path
+from data_juicer_elastic.jobdir.records import JobPlan
+from data_juicer_elastic.jobdir.retry import recipe_differences
 from data_juicer_elastic.jobdir.worker_loop import WorkerSummary
 from data_juicer_elastic.local_worker import run_local_worker
 from data_juicer_elastic.preparation import prepare_from_cfg
@@ -68,7 +66,7 @@ class JobRun:
         """The whole flow for this instance; None when it left early at its ``max_shards``."""
         open_job_dir(self.layout)
         node = self.identity.node_id
-        confine.ensure_dir(self.layout, self.layout.node_log_dir(node))
+        ensure_dir(self.layout, self.layout.node_log_dir(node))
         with instance_log(self.layout.node_log(node, self.coordinator.instance_id)):
             self.announce()
             self.coordinator.join(self.settings.slots_per_node)

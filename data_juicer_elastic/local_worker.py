@@ -22,11 +22,10 @@ from data_juicer_elastic.coordination.stragglers import ClaimGate
 from data_juicer_elastic.execution.lazy_runner import LazyShardRunner
 from data_juicer_elastic.execution.runtime_watch import restart_worker_process
 from data_juicer_elastic.execution.shard_runner import default_cache_env
-from data_juicer_elastic.jobdir import confine
-from data_juicer_elastic.jobdir.code_changes import job_code
-from data_juicer_elastic.jobdir.layout import JobLayout, resolve_user_path
+from data_juicer_elastic.jobdir.layout import JobLayout, check_layout, ensure_dir, resolve_user_path
 from data_juicer_elastic.jobdir.manifest import load_job, load_manifest
 from data_juicer_elastic.jobdir.records import Manifest
+from data_juicer_elastic.jobdir.retry import job_code
 from data_juicer_elastic.jobdir.worker_loop import WorkerSummary, run_worker
 from data_juicer_elastic.jobdir.worker_settings import WorkerSettings
 from data_juicer_elastic.settings import ElasticSettings
@@ -56,7 +55,7 @@ def run_local_worker(
     manifest = load_job(job)
     scanned = isinstance(manifest, Manifest)
     scanned_manifest = (lambda: manifest) if scanned else functools.cache(lambda: load_manifest(job))
-    confine.check_layout(layout)  # before the cache and logs are pointed into it
+    check_layout(layout)  # before the cache and logs are pointed into it
     # Model caches default into the shared job dir (one download for every node); set
     # here, before slot processes are started, so they inherit the same values.
     default_cache_env(layout.cache_dir)
@@ -101,7 +100,7 @@ def run_local_worker(
         argv = slot_argv(job, setting_args(slot, WORKER_OPTIONS), max_done)
         name = log_name or identity.new_attempt_id()
         if slots > 1:
-            confine.ensure_dir(layout, layout.node_log_dir(identity.node_id))
+            ensure_dir(layout, layout.node_log_dir(identity.node_id))
         for k in range(1, slots):
             pool.start(
                 k, argv, slot_env(identity.node_id, devices[k]), layout.node_log(identity.node_id, f"{name}-slot{k}")

@@ -16,8 +16,7 @@ from typing import ClassVar, Final
 from loguru import logger
 
 from data_juicer_elastic.errors import JobDirError
-from data_juicer_elastic.jobdir import confine
-from data_juicer_elastic.jobdir.layout import JobLayout
+from data_juicer_elastic.jobdir.layout import JobLayout, ensure_dir
 from data_juicer_elastic.jobdir.records import Record
 from data_juicer_elastic.sharedfs import fsio
 
@@ -81,7 +80,7 @@ def write_profile(layout: JobLayout, profile: BatchProfile) -> Path:
     path = layout.batch_profile(
         profile_key(profile.stage_key, profile.accelerator, profile.cost_model, profile.max_rows)
     )
-    confine.ensure_dir(layout, path.parent)
+    ensure_dir(layout, path.parent)
     fsio.atomic_write(path, profile.encode(), durable=False)  # advice: losing it on a crash costs one re-learn
     return path
 

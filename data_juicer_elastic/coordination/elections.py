@@ -27,9 +27,8 @@ from data_juicer_elastic.coordination.run_records import (
     RunRecord,
 )
 from data_juicer_elastic.errors import CoordinatorLostError, ElasticError, JobDirError
-from data_juicer_elastic.jobdir import confine
 from data_juicer_elastic.jobdir.heartbeats import Clock, RenewThread, Sighting, StalenessObserver
-from data_juicer_elastic.jobdir.layout import JobLayout
+from data_juicer_elastic.jobdir.layout import JobLayout, ensure_dir
 from data_juicer_elastic.jobdir.leases import process_gone_here
 from data_juicer_elastic.sharedfs import fsio
 from data_juicer_elastic.sharedfs.identity import WorkerIdentity
@@ -73,7 +72,7 @@ class RunCoordinator:
 
     def join(self, slots: int = 1) -> None:
         """Create the run directory, check it is ours, and register this instance."""
-        confine.ensure_dir(self.layout, self.layout.participants_dir(self.key))
+        ensure_dir(self.layout, self.layout.participants_dir(self.key))
         record = RunRecord(self.run.value, self.run.source, time.time(), self.instance_id)
         if not fsio.publish_bytes(self.layout.run_record(self.key), record.encode()):
             existing = RunRecord.read(self.layout.run_record(self.key))
@@ -139,7 +138,7 @@ class RunCoordinator:
 
     def publish_outcome(self, outcome: Outcome) -> Outcome:
         """Publish the run's ending unless one exists; the outcome in effect either way."""
-        confine.ensure_dir(self.layout, self.dir)
+        ensure_dir(self.layout, self.dir)
         if fsio.publish_bytes(self.layout.outcome(self.key), outcome.encode()):
             verb = "finalized" if outcome.ok else f"aborted ({outcome.phase}): {outcome.error_type}: {outcome.message}"
             logger.info(f"run {self.run.value} {verb}")

@@ -28,8 +28,7 @@ from data_juicer_elastic.coordination.settle import (
 from data_juicer_elastic.errors import ElasticError, InputChangedError, InputError
 from data_juicer_elastic.jobdir.job_summary import reader_for
 from data_juicer_elastic.jobdir.manifest import load_manifest, load_plan
-from data_juicer_elastic.jobdir.plan_records import JobPlan
-from data_juicer_elastic.jobdir.records import Manifest
+from data_juicer_elastic.jobdir.records import JobPlan, Manifest
 from data_juicer_elastic.jobdir.shard_attempt import WorkerSummary
 from data_juicer_elastic.jobdir.shard_state import leaving_outcome
 

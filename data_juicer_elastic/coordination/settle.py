@@ -16,8 +16,9 @@ from loguru import logger
 from data_juicer_elastic.coordination.elections import RunCoordinator, raise_outcome
 from data_juicer_elastic.coordination.run_records import WORK
 from data_juicer_elastic.errors import ElasticError, ParticipationError, ShardFailedError, preview
-from data_juicer_elastic.jobdir import heartbeats, job_summary
+from data_juicer_elastic.jobdir import heartbeats
 from data_juicer_elastic.jobdir.attempts import marker_ids
+from data_juicer_elastic.jobdir.job_summary import reader_for, view_of
 from data_juicer_elastic.jobdir.layout import JobLayout
 from data_juicer_elastic.jobdir.records import Manifest
 from data_juicer_elastic.jobdir.shard_state import (
@@ -47,7 +48,7 @@ def terminal_failures(layout: JobLayout, *, from_summary: bool = False) -> list[
     """Terminally failed shards, found through the ``failed/`` listing (a hint) or, with
     ``from_summary`` while this process has a fresh job summary, through the summary (a poll
     that may lag a summary interval), and read by name."""
-    view = job_summary.view_of(layout) if from_summary else None
+    view = view_of(layout) if from_summary else None
     if view is not None:
         return terminal_infos(layout, sorted(view.failed))
     return terminal_infos(layout, marker_ids(layout.failed_dir))
@@ -120,7 +121,7 @@ def wait_settled(
     identity = WorkerIdentity.current()
     unclaimed_since: float | None = None
     logger.info("waiting for the other instances to finish the remaining shards")
-    reader = job_summary.reader_for(layout, manifest, ttl_secs=ttl_secs, clock=clock)
+    reader = reader_for(layout, manifest, ttl_secs=ttl_secs, clock=clock)
     while True:
         coordinator.raise_if_aborted()
         view = reader.view()

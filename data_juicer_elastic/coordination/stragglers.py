@@ -14,10 +14,10 @@ from typing import Final
 
 from loguru import logger
 
-from data_juicer_elastic.jobdir import attempts, job_summary, leases
+from data_juicer_elastic.jobdir import attempts, leases
+from data_juicer_elastic.jobdir.job_summary import view_of
 from data_juicer_elastic.jobdir.layout import JobLayout
-from data_juicer_elastic.jobdir.records import Manifest
-from data_juicer_elastic.jobdir.result_records import AttemptRecord
+from data_juicer_elastic.jobdir.records import AttemptRecord, Manifest
 from data_juicer_elastic.sharedfs import fsio
 
 MAX_NEW_SPANS: Final = 16  # done shards whose durations one observe() reads at most (a sample)
@@ -156,7 +156,7 @@ class ClaimGate:
         if self._last is not None and self.clock() - self._last[0] < self._interval:
             return self._last[1]
         started = self.clock()
-        view = job_summary.view_of(self.layout, self.manifest)
+        view = view_of(self.layout, self.manifest)
         if view is not None:  # the summary has every node's pace and the live claims: no reads of our own
             nodes, counts = view.nodes, view.counts()
             secs = {n.node_id: n.secs_per_shard for n in nodes if n.secs_per_shard is not None}

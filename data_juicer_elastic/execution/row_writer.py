@@ -20,7 +20,7 @@ from data_juicer_elastic.errors import ElasticError
 from data_juicer_elastic.execution.lossless import restore_fields
 from data_juicer_elastic.execution.row_types import ROW_COLUMN
 from data_juicer_elastic.execution.shard_reader import InputRows
-from data_juicer_elastic.jobdir.row_stats import META_FIELD, STATS_FIELD
+from data_juicer_elastic.jobdir.row_files import META_FIELD, STATS_FIELD
 from data_juicer_elastic.sharedfs import fault_seam
 
 # HashKeys the Data-Juicer exporters drop unless keep_hashes_in_res_ds (hash, minhash, simhash, imagehash, videohash)

@@ -37,8 +37,9 @@ from data_juicer_elastic.execution.stage_identities import (
     write_identity_record,
 )
 from data_juicer_elastic.execution.warm_ops import WarmOperators
-from data_juicer_elastic.jobdir import progress, row_stats
+from data_juicer_elastic.jobdir import progress
 from data_juicer_elastic.jobdir.layout import LOG_FILE, JobLayout
+from data_juicer_elastic.jobdir.row_files import ROW_STATS_FILE
 from data_juicer_elastic.jobdir.tasks import ShardOutput, ShardTask
 from data_juicer_elastic.quarantine.errors_file import check_limit, fold_errors
 from data_juicer_elastic.rows.shard_source import ShardSource, iter_source_lines
@@ -210,7 +211,7 @@ class ShardRunner:
                 data.columns(),
                 inputs,
                 task.output_path,
-                attempt_dir / row_stats.ATTEMPT_FILE,
+                attempt_dir / ROW_STATS_FILE,
                 ExportLayout.from_cfg(cfg),
                 on_row=stats.observe,
             )

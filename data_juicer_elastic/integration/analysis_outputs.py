@@ -27,9 +27,9 @@ from typing import Any
 
 from data_juicer_elastic.errors import ConfigError, ElasticError
 from data_juicer_elastic.integration.config_block import cfg_value, is_elastic, settings_from_cfg
+from data_juicer_elastic.jobdir.exports import MergeRecord
 from data_juicer_elastic.jobdir.layout import JobLayout
-from data_juicer_elastic.jobdir.result_records import MergeRecord
-from data_juicer_elastic.jobdir.row_stats import export_side_path
+from data_juicer_elastic.jobdir.row_files import export_side_path
 from data_juicer_elastic.shards.stream_merge import progress_path
 
 # stats.overall.FORMAT (not imported: that module loads the merge and the sketches)

@@ -30,7 +30,7 @@ from data_juicer_elastic.integration.config_block import (
     is_elastic,
     settings_from_cfg,
 )
-from data_juicer_elastic.jobdir.export_path import merge_places
+from data_juicer_elastic.jobdir.exports import merge_places
 from data_juicer_elastic.jobdir.layout import JobLayout
 from data_juicer_elastic.sharedfs.identity import WorkerIdentity
 

@@ -24,8 +24,14 @@ from pathlib import Path
 from typing import Any, Final
 
 from data_juicer_elastic.errors import JobDirError
-from data_juicer_elastic.jobdir import confine
-from data_juicer_elastic.jobdir.layout import JobLayout, resolve_user_path
+from data_juicer_elastic.jobdir.layout import (
+    JobLayout,
+    check_inside,
+    check_layout,
+    check_ours,
+    not_a_directory,
+    resolve_user_path,
+)
 from data_juicer_elastic.sharedfs.identity import WorkerIdentity
 
 DJ_WORK_DIR: Final = "data-juicer"  # under <job_dir>/logs/<node>/; Data-Juicer appends its job id
@@ -69,11 +75,11 @@ def place_work_dir(cfg: Any, job_dir: str) -> None:
     layout = JobLayout(resolve_user_path(job_dir))
     if os.path.isdir(layout.root):
         planned = os.path.exists(layout.plan) or os.path.exists(layout.manifest)
-        (confine.check_layout if planned else confine.check_ours)(layout)
+        (check_layout if planned else check_ours)(layout)
     elif os.path.lexists(layout.root):
-        raise confine.not_a_directory(layout.root)
+        raise not_a_directory(layout.root)
     work_dir = layout.node_log_dir(WorkerIdentity.current().node_id) / DJ_WORK_DIR
-    cfg.work_dir = str(confine.check_inside(layout, work_dir))
+    cfg.work_dir = str(check_inside(layout, work_dir))
 
 
 def remove_refused_job_dirs() -> list[Path]:

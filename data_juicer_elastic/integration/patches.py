@@ -46,7 +46,7 @@ from data_juicer_elastic.integration.patch_records import (
     require_integration,
 )
 from data_juicer_elastic.integration.recipe_check import check_dataset_path
-from data_juicer_elastic.jobdir.export_path import PARTS_INDEX, check_recipe_paths
+from data_juicer_elastic.jobdir.exports import PARTS_INDEX, check_recipe_paths
 from data_juicer_elastic.quarantine import collector
 
 _install_lock = threading.Lock()

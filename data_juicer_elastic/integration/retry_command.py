@@ -6,7 +6,7 @@ The next run's workers refuse operator code that differs from the job's (docs/fa
 prove it wrote.  A retry after the user fixed an operator's code would otherwise requeue the shards
 and leave them to a run that refuses: so the code is fingerprinted here first.  When it differs,
 retry refuses (nothing moved) unless ``--accept-code-change``, which records the new fingerprint for
-the requeued shards (``jobdir.code_changes``) while every other shard is done, so no shard outside
+the requeued shards (``jobdir.retry``) while every other shard is done, so no shard outside
 the requeued ones can run under the new code (docs/quarantine.md, "Reprocessing after a fix").
 """
 
@@ -19,19 +19,18 @@ from pathlib import Path
 from data_juicer_elastic.console.summary import shown_path
 from data_juicer_elastic.errors import CodeMismatchError, ConfigError, JobDirError, preview
 from data_juicer_elastic.execution.code_fingerprint import code_differences, code_fingerprint, version_differences
-from data_juicer_elastic.jobdir import code_changes, own_export
+from data_juicer_elastic.jobdir.exports import MergeRecord, export_changed
 from data_juicer_elastic.jobdir.layout import JobLayout
 from data_juicer_elastic.jobdir.manifest import load_plan
-from data_juicer_elastic.jobdir.plan_records import JobPlan
-from data_juicer_elastic.jobdir.result_records import MergeRecord
-from data_juicer_elastic.jobdir.retry import retry_shards
+from data_juicer_elastic.jobdir.records import JobPlan
+from data_juicer_elastic.jobdir.retry import CodeChange, change_path, job_code, record_change, retry_shards
 from data_juicer_elastic.sharedfs import fsio
 
 
 @dataclass
 class RetryOutcome:
     requeued: list[str]
-    code_change: code_changes.CodeChange | None = None
+    code_change: CodeChange | None = None
     notes: list[str] = field(default_factory=list)  # what the user should know before the next run
 
 
@@ -62,9 +61,9 @@ def retry(
 
 def _check_code(
     layout: JobLayout, plan: JobPlan, targets: list[str], accept: bool, mode: str
-) -> tuple[code_changes.CodeChange | None, list[str]]:
+) -> tuple[CodeChange | None, list[str]]:
     """The fingerprint the requeued shards will be checked against: the job's, or (accepted) this node's."""
-    recorded = code_changes.job_code(layout, plan.code)
+    recorded = job_code(layout, plan.code)
     if recorded is None:  # a job prepared before fingerprints: its workers check nothing
         return None, []
     here = code_fingerprint(plan.recipe)
@@ -98,7 +97,7 @@ def _check_code(
             "new code",
         )
     code = {**here, "versions": recorded.get("versions", here["versions"])}  # a code change, never a version one
-    return code_changes.record_change(layout, code, targets, changes), notes
+    return record_change(layout, code, targets, changes), notes
 
 
 def next_steps(job_dir: str | Path, outcome: RetryOutcome) -> list[str]:
@@ -109,7 +108,7 @@ def next_steps(job_dir: str | Path, outcome: RetryOutcome) -> list[str]:
     lines = [f"requeued {len(outcome.requeued)} shard(s): {', '.join(outcome.requeued)}"]
     change = outcome.code_change
     if change is not None:
-        record = shown_path(code_changes.change_path(layout, change.seq))
+        record = shown_path(change_path(layout, change.seq))
         lines.append(f"they run with this operator code from now on ({record}): " + "; ".join(change.changes[:4]))
     lines += [f"note: {note}" for note in outcome.notes]
     job = shlex.quote(shown_path(layout.root))
@@ -118,9 +117,9 @@ def next_steps(job_dir: str | Path, outcome: RetryOutcome) -> list[str]:
     except JobDirError:  # a damaged record: the export is not known
         merged = None
     export = shlex.quote(shown_path(merged.output_path)) if merged is not None else "<export_path>"
-    changed = own_export.export_changed(layout)
+    changed = export_changed(layout)
     if merged is not None and merged.layout == "parts" and fsio.exists(Path(merged.output_path)):
-        changed = Path(merged.output_path)  # a parts export is replaced only with overwrite (own_export)
+        changed = Path(merged.output_path)  # a parts export is replaced only with overwrite (jobdir.exports)
     force = " --overwrite" if changed is not None else ""
     merge = f"dj-elastic merge --job-dir {job} --output {export}{force}"
     lines.append(f"next: dj-elastic worker --job-dir {job} && {merge}")

@@ -15,16 +15,11 @@ from pathlib import Path
 from loguru import logger
 
 from data_juicer_elastic.errors import IntegrityError, JobDirError
-from data_juicer_elastic.jobdir import confine
+from data_juicer_elastic.jobdir import layout as confine
+from data_juicer_elastic.jobdir.exports import FORGED_HINT, check_published_file
 from data_juicer_elastic.jobdir.layout import SCANS, JobLayout
-from data_juicer_elastic.jobdir.lease_records import Claim
-from data_juicer_elastic.jobdir.plan_records import ScanResult
-from data_juicer_elastic.jobdir.published_file import FORGED_HINT, check_published_file
-from data_juicer_elastic.jobdir.reasons import AttemptExit
-from data_juicer_elastic.jobdir.records import ShardEntry
-from data_juicer_elastic.jobdir.result_records import AttemptRecord, ShardResult
-from data_juicer_elastic.jobdir.row_errors import check_row_errors_file, describe_row_errors
-from data_juicer_elastic.jobdir.row_stats import describe_row_stats
+from data_juicer_elastic.jobdir.records import AttemptExit, AttemptRecord, Claim, ScanResult, ShardEntry, ShardResult
+from data_juicer_elastic.jobdir.row_files import check_row_errors_file, describe_row_errors, describe_row_stats
 from data_juicer_elastic.rows.jsonl import validate_jsonl_output
 from data_juicer_elastic.sharedfs import fsio
 from data_juicer_elastic.sharedfs.identity import WorkerIdentity

@@ -19,12 +19,11 @@ from typing import Final
 
 from loguru import logger
 
-from data_juicer_elastic.jobdir import confine, leases
+from data_juicer_elastic.jobdir import layout as confine
+from data_juicer_elastic.jobdir import leases
 from data_juicer_elastic.jobdir.layout import JobLayout
-from data_juicer_elastic.jobdir.lease_records import Claim
 from data_juicer_elastic.jobdir.manifest import check_shard_file
-from data_juicer_elastic.jobdir.reasons import ReleaseReason
-from data_juicer_elastic.jobdir.records import Manifest, ShardEntry
+from data_juicer_elastic.jobdir.records import Claim, Manifest, ReleaseReason, ShardEntry
 from data_juicer_elastic.rows.shard_source import ShardSource
 
 TAIL_POLL_SECS: Final = 0.2  # how often the helper looks whether the current shard reached its tail

@@ -12,9 +12,7 @@ from typing import Final
 from loguru import logger
 
 from data_juicer_elastic.jobdir import attempts, failures, leases
-from data_juicer_elastic.jobdir.lease_records import Claim
-from data_juicer_elastic.jobdir.reasons import FailureReason, ReleaseReason, TakeoverReason
-from data_juicer_elastic.jobdir.records import ShardEntry
+from data_juicer_elastic.jobdir.records import Claim, FailureReason, ReleaseReason, ShardEntry, TakeoverReason
 from data_juicer_elastic.jobdir.shard_state import ShardState, decide_state, read_markers
 from data_juicer_elastic.sharedfs import fsio
 from data_juicer_elastic.sharedfs.identity import pid_alive

@@ -9,12 +9,10 @@ from dataclasses import dataclass
 
 from loguru import logger
 
-from data_juicer_elastic.jobdir import confine
+from data_juicer_elastic.jobdir import layout as confine
 from data_juicer_elastic.jobdir.attempts import MAX_ERROR_CHARS
 from data_juicer_elastic.jobdir.layout import JobLayout, parse_gen_name
-from data_juicer_elastic.jobdir.lease_records import Claim, Failure
-from data_juicer_elastic.jobdir.reasons import DEATH_REASONS, FailureReason
-from data_juicer_elastic.jobdir.result_records import TerminalFailure
+from data_juicer_elastic.jobdir.records import DEATH_REASONS, Claim, Failure, FailureReason, TerminalFailure
 from data_juicer_elastic.sharedfs import fsio
 from data_juicer_elastic.sharedfs.identity import WorkerIdentity
 

@@ -1,10 +1,11 @@
-"""Every path of a job directory, in one place.
+"""Every path of a job directory, in one place, and every write kept inside it.
 
-Nothing else in the package joins path fragments of a job directory, so the
-layout documented in ``docs/architecture.md`` is this file.  Identifiers that
-come from outside (a CLI argument, a directory listing, a record) are checked
-against strict patterns before they become path components, so ``../x`` or an
-absolute path can never escape the job directory.
+Nothing else in the package joins path fragments of a job directory, so the layout documented in
+``docs/architecture.md`` is this file.  Identifiers that come from outside (a CLI argument, a
+directory listing, a record) are checked against strict patterns before they become path components,
+so ``../x`` or an absolute path can never escape the job directory; a symlink planted in it is refused
+before anything is written below it, and a directory that is not ours is refused
+(docs/job-dir-security.md).
 """
 
 from __future__ import annotations
@@ -14,8 +15,9 @@ import re
 from pathlib import Path
 from typing import Final
 
-from data_juicer_elastic.errors import ConfigError, JobDirError
+from data_juicer_elastic.errors import ConfigError, JobDirError, UnsafePathError, preview
 from data_juicer_elastic.rows.codecs import SHARD_SUFFIX
+from data_juicer_elastic.sharedfs import fsio
 from data_juicer_elastic.sharedfs.identity import safe_name
 
 MAX_SHARDS: Final = 99_999  # five digits in the shard id
@@ -144,11 +146,11 @@ class JobLayout:
         """The summary writer's lease (task :data:`SUMMARY_WRITER_TASK` under ``summary/``)."""
         return JobLayout(self.root, SUMMARY)
 
-    # -- the job summary (jobdir.job_summary, jobdir.pace) --------------------------------
+    # -- the job summary (jobdir.job_summary, jobdir.job_summary) --------------------------------
     summary_dir = _under("root", SUMMARY)
     summary = _under("summary_dir", "summary.json")
     summary_seq = _under("summary_dir", "summary.seq")
-    summary_brief = _under("summary_dir", "brief.json.z")  # what workers read (jobdir.summary_brief)
+    summary_brief = _under("summary_dir", "brief.json.z")  # what workers read (jobdir.job_summary)
     paces_dir = _under("summary_dir", "paces")
 
     def pace(self, worker_key: str) -> Path:
@@ -156,18 +158,18 @@ class JobLayout:
 
     # -- top level -----------------------------------------------------------------
     manifest = _under("root", "manifest.json")
-    manifest_rows = _under("root", "manifest-rows.json")  # jobdir.manifest_rows
+    manifest_rows = _under("root", "manifest-rows.json")  # jobdir.manifest
     plan = _under("root", "plan.json")
     recipe = _under("root", "recipe.json")
     merge_record = _under("root", "merge.json")
-    clean_record = _under("root", "clean.json")  # the shard outputs were removed (jobdir.cleaned)
+    clean_record = _under("root", "clean.json")  # the shard outputs were removed (jobdir.exports)
     cache_dir = _under("root", "cache")
     shards_dir = _under("root", "shards")
     stats_dir = _under("root", "stats")  # overall statistics written by finalize: overall.json, overall.csv
     coordination_dir = _under("root", "coordination")
     logs_dir = _under("root", "logs")
     batch_profiles_dir = _under("root", "batch-profiles")
-    code_changes_dir = _under("root", "code-changes")  # operator code accepted by retry (jobdir.code_changes)
+    code_changes_dir = _under("root", "code-changes")  # operator code accepted by retry (jobdir.retry)
     claims_dir = _under("tasks_root", "claims")
     heartbeats_dir = _under("tasks_root", "heartbeats")
     releases_dir = _under("tasks_root", "releases")
@@ -221,7 +223,7 @@ class JobLayout:
 
     def attempt_copy(self, shard_id: str, attempt_id: str, suffix: str = ".jsonl") -> Path:
         """A scan attempt's copy of its shard (``copy_shards``), linked to :meth:`shard` once the
-        manifest is composed (``jobdir.scans``)."""
+        manifest is composed (``jobdir.manifest``)."""
         if suffix not in SHARD_SUFFIX.values():
             raise JobDirError(f"invalid shard suffix {suffix!r}", where="shard codec")
         return self.attempt_dir(shard_id, attempt_id) / f"shard{suffix}"
@@ -288,3 +290,107 @@ class JobLayout:
         if not parts or Path(rel).is_absolute() or any(p in ("..", ".", "") for p in parts):
             raise JobDirError(f"path {rel!r} in a record is not inside the job directory", where=str(self.root))
         return self.root.joinpath(*parts)
+
+
+# Every name the plugin itself puts at the top of a job directory (docs/architecture.md).
+OUR_NAMES: Final = frozenset(
+    "manifest.json manifest-rows.json plan.json scans recipe.json merge.json clean.json shards claims heartbeats "
+    "releases failures attempts done failed history cache coordination logs batch-profiles stats summary "
+    "code-changes".split()
+)
+# Hidden names are ours too: staging directories, temp files beside records, NFS
+# ``.nfsXXXX`` leftovers.  Lost+found appears at the top of a fresh filesystem.
+_IGNORED_PREFIXES: Final = (".",)
+_IGNORED_NAMES: Final = frozenset({"lost+found"})
+
+
+def check_inside(layout: JobLayout, path: str | Path) -> Path:
+    """``path`` if it (lexically and after resolving links) lies in the job directory, else
+    UnsafePathError naming the link that leads out.  Names that do not exist yet resolve
+    lexically; links are resolved only when there are some."""
+    path = Path(path)
+    root = layout.root
+    text, prefix = str(path), str(root).rstrip(os.sep) + os.sep
+    if text != str(root) and not text.startswith(prefix):
+        raise UnsafePathError(f"{path} is not inside the job directory", where=str(root))
+    current = prefix[:-1]
+    for part in text[len(prefix) :].split(os.sep) if text != str(root) else ():
+        if part in ("..", "."):
+            raise UnsafePathError(f"{path} is not inside the job directory", where=str(root))
+        current = os.path.join(current, part)
+        if os.path.islink(current):
+            _check_link(root, path, Path(current))
+    return path
+
+
+def _check_link(root: Path, path: Path, link: Path) -> None:
+    real_root = os.path.realpath(root)
+    real = os.path.realpath(path)
+    if real != real_root and not real.startswith(real_root.rstrip(os.sep) + os.sep):
+        raise UnsafePathError(
+            f"{path} leads outside the job directory (it resolves to {real}): a symlink was planted in it",
+            where=str(link),
+            hint="remove the link (dj-elastic never writes through links out of a job directory) or use a new job_dir",
+        )
+
+
+def ensure_dir(layout: JobLayout, directory: str | Path) -> Path:
+    """``makedirs`` of a job-directory path, refused before anything is created outside."""
+    directory = check_inside(layout, directory)
+    fsio.makedirs(directory)
+    return directory
+
+
+def check_layout(layout: JobLayout) -> None:
+    """Refuse a job directory whose top-level entries are links leading outside it (cheap:
+    one ``lstat`` per name; per-shard directories are checked when written)."""
+    for name in sorted(OUR_NAMES):
+        path = layout.root / name
+        if os.path.islink(path):
+            check_inside(layout, path)
+
+
+def check_ours(layout: JobLayout) -> None:
+    """Refuse a job directory that holds anything but a dj-elastic job (or nothing), before the first
+    write into one without a manifest: a ``job_dir`` pointed at a home directory must not litter it."""
+    foreign = [
+        name
+        for name in fsio.list_names(layout.root)
+        if name not in OUR_NAMES and name not in _IGNORED_NAMES and not name.startswith(_IGNORED_PREFIXES)
+    ]
+    if foreign:
+        raise JobDirError(
+            f"job_dir is not empty and is not a dj-elastic job directory (it holds {preview(foreign)})",
+            where=str(layout.root),
+            hint="point elastic.job_dir at a new or empty directory",
+        )
+    check_layout(layout)
+
+
+def make_job_dir(layout: JobLayout) -> None:
+    """Create the job directory if needed; JobDirError (not a traceback) when a file is in the way."""
+    root = layout.root
+    if os.path.lexists(root) and not os.path.isdir(root):
+        raise not_a_directory(root)
+    try:
+        fsio.makedirs(root)
+    except (FileExistsError, NotADirectoryError):
+        raise not_a_directory(root) from None
+
+
+def not_a_directory(root: Path) -> JobDirError:
+    return JobDirError(
+        "job_dir is not a directory (a file is at that path or above it)",
+        where=str(root),
+        hint="point job_dir at a new or empty directory, or at a prepared job directory",
+    )
+
+
+def open_job_dir(layout: JobLayout) -> None:
+    """Create the job directory if needed and refuse it unless it is (or can become) ours:
+    empty, or a dj-elastic job whose top-level directories do not lead elsewhere."""
+    make_job_dir(layout)
+    if fsio.exists(layout.manifest) or fsio.exists(layout.plan):
+        check_layout(layout)  # the manifest itself is validated by whoever loads it
+    else:
+        check_ours(layout)

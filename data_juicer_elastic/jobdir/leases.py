@@ -13,12 +13,11 @@ from dataclasses import asdict, dataclass
 
 from loguru import logger
 
-from data_juicer_elastic.jobdir import confine
+from data_juicer_elastic.jobdir import layout as confine
 from data_juicer_elastic.jobdir.heartbeats import Clock, RenewThread, StalenessObserver
 from data_juicer_elastic.jobdir.layout import JobLayout, parse_gen_name
-from data_juicer_elastic.jobdir.lease_records import Claim, Failure, Heartbeat, Release
 from data_juicer_elastic.jobdir.liveness import Liveness
-from data_juicer_elastic.jobdir.reasons import ReleaseReason, TakeoverReason
+from data_juicer_elastic.jobdir.records import Claim, Failure, Heartbeat, Release, ReleaseReason, TakeoverReason
 from data_juicer_elastic.sharedfs import fsio
 from data_juicer_elastic.sharedfs.identity import WorkerIdentity, pid_alive
 

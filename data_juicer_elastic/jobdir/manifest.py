@@ -1,36 +1,54 @@
-"""Loading and validating a job's plan (what prepare decided) and manifest (the plan and its scans
-composed: the one record that says "this job's input is known and may run"), and where a
-shard's content is (:func:`locate_shard`)."""
+"""The job's plan and manifest: loading and validating them, where a shard's content is
+(:func:`locate_shard`), the scans' results published and composed into the manifest, how the scans
+ended, and ``manifest-rows.json`` (what ``status`` reads instead of decoding the manifest).
+"""
 
 from __future__ import annotations
 
+import copy
 import hashlib
 import re
+import time
 from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
-from typing import Any, Final
+from typing import Any, Final, NamedTuple
 
 import orjson
+from loguru import logger
 
-from data_juicer_elastic.errors import ConfigError, IntegrityError, JobDirError
-from data_juicer_elastic.jobdir import confine
-from data_juicer_elastic.jobdir.layout import JobLayout, shard_id, shard_ids
-from data_juicer_elastic.jobdir.manifest_rows import MAX_MANIFEST_BYTES, ShardRow, read_rows_record
-from data_juicer_elastic.jobdir.plan_records import JobPlan, PlannedInput
+from data_juicer_elastic.errors import (
+    ConfigError,
+    InputError,
+    IntegrityError,
+    JobDirError,
+)
+from data_juicer_elastic.jobdir.attempts import read_done
+from data_juicer_elastic.jobdir.layout import JobLayout, check_inside, ensure_dir, not_a_directory, shard_id, shard_ids
 from data_juicer_elastic.jobdir.records import (
+    FORMAT_PREFIX,
+    VERSION,
+    Claim,
     InputFile,
+    JobPlan,
     Manifest,
+    PlannedInput,
+    ScanResult,
+    ScanSummary,
     ShardEntry,
     ShardSpan,
+    canonical_json,
     manifest_recipe_hash,
     record_checksum,
 )
-from data_juicer_elastic.jobdir.scan_outcome import ended_scans_error
+from data_juicer_elastic.jobdir.shard_state import ended_scans_error
+from data_juicer_elastic.jobdir.tasks import ScanOutput
 from data_juicer_elastic.rows.codecs import SHARD_SUFFIX
 from data_juicer_elastic.rows.jsonl import NormaliseOptions
+from data_juicer_elastic.rows.row_schema import RowSchema, operator_view_notes
 from data_juicer_elastic.rows.shard_source import ShardSource, SourceSpan, check_source
 from data_juicer_elastic.sharedfs import fsio
+from data_juicer_elastic.sharedfs.identity import WorkerIdentity
 
 _SHA256: Final = re.compile(r"^[0-9a-f]{64}$")
 
@@ -40,7 +58,7 @@ def load_manifest(job_dir: str | Path, *, entries: bool = True) -> Manifest:
 
     ``entries=False`` (``dj-elastic status``): :class:`ShardRow` tuples in ``shards`` instead of
     validated :class:`ShardEntry` records, which are most of a 100,000-shard manifest's load time:
-    from ``manifest-rows.json`` when it was made from these very bytes (``jobdir.manifest_rows``:
+    from ``manifest-rows.json`` when it was made from these very bytes (``jobdir.manifest``:
     the bytes are hashed, not decoded), else from the decoded manifest when its checksum matches
     (it is byte for byte what prepare validated and wrote); anything unexpected takes the full
     path, which names the error."""
@@ -85,8 +103,7 @@ def _light_manifest(obj: Any, where: str) -> Manifest | None:
         return None
     # orjson's sorted compact form is canonical_json's bytes for what prepare writes (5x faster);
     # where they could differ (a float's exponent) the digests differ and the full path decides
-    body = {key: value for key, value in obj.items() if key != "checksum"}
-    if hashlib.sha256(orjson.dumps(body, option=orjson.OPT_SORT_KEYS)).hexdigest() != obj["checksum"]:
+    if _checksum({key: value for key, value in obj.items() if key != "checksum"}) != obj["checksum"]:
         return None
     try:
         entries = obj["shards"]
@@ -96,18 +113,21 @@ def _light_manifest(obj: Any, where: str) -> Manifest | None:
         # the ids and indexes prepare writes, compared as whole lists (no call per shard)
         if head.num_shards != n or [e["index"] for e in entries] != list(range(n)) or ids != shard_ids(n):
             return None
-        new_row = tuple.__new__  # ShardRow's own __new__ is a Python call per shard
-        rows = [
-            new_row(ShardRow, (shard, i, e["rows"], s[0]["length"] if len(s := e["spans"]) == 1 else _span_bytes(s)))
-            for i, (shard, e) in enumerate(zip(ids, entries, strict=True))
-        ]
+        return _rows_manifest(head, ids, [e["rows"] for e in entries], _span_bytes(entries))
     except (KeyError, TypeError, JobDirError, ConfigError):
         return None
-    return replace(head, shards=rows)  # type: ignore[arg-type]  # ShardRow: the fields a display reads
 
 
-def _span_bytes(spans: list[dict]) -> int:
-    return spans[0]["length"] if len(spans) == 1 else sum(span["length"] for span in spans)
+def _span_bytes(entries: list[dict]) -> list[int]:
+    """Each manifest entry's span bytes (a single span's length without a call per shard)."""
+    return [s[0]["length"] if len(s := e["spans"]) == 1 else sum(span["length"] for span in s) for e in entries]
+
+
+def _rows_manifest(head: Manifest, ids: list[str], rows: list[int], span_bytes: list[int]) -> Manifest:
+    """``head`` with :class:`ShardRow` shards: the fields a display reads."""
+    new_row = tuple.__new__  # ShardRow's own __new__ is a Python call per shard
+    shards = [new_row(ShardRow, item) for item in zip(ids, range(len(ids)), rows, span_bytes, strict=True)]
+    return replace(head, shards=shards)  # type: ignore[arg-type]
 
 
 def _read_job_record(layout: JobLayout, path: Path) -> bytes | None:
@@ -115,7 +135,7 @@ def _read_job_record(layout: JobLayout, path: Path) -> bytes | None:
     try:
         return fsio.read_record(path, MAX_MANIFEST_BYTES)
     except NotADirectoryError:
-        raise confine.not_a_directory(layout.root) from None
+        raise not_a_directory(layout.root) from None
 
 
 def _not_prepared(layout: JobLayout, name: str) -> JobDirError:
@@ -297,7 +317,7 @@ def check_shard_file(layout: JobLayout, manifest: Manifest, entry: ShardEntry) -
         check_source(source)
         return source
     path = layout.shard(entry.shard_id, SHARD_SUFFIX[manifest.shard_codec])
-    confine.check_inside(layout, path)
+    check_inside(layout, path)
     where = f"shard {entry.shard_id}"
     hint = "the job directory was modified after prepare; prepare a new job_dir"
     if not fsio.exists(path):
@@ -312,3 +332,207 @@ def check_shard_file(layout: JobLayout, manifest: Manifest, entry: ShardEntry) -
             hint=hint,
         )
     return source
+
+
+# manifest-rows.json: a 100,000-shard manifest is 38 MB of JSON, and decoding it is most of what
+# ``dj-elastic status`` costs; the record (0.6 MB) is trusted only when its checksum matches and it was
+# made from exactly the manifest's bytes (docs/status.md).  Workers, merge and verify never read it.
+RECORD_FORMAT: Final = FORMAT_PREFIX + "manifest-rows"
+MAX_MANIFEST_BYTES: Final = 256 * 1024 * 1024  # 100k shards + a large recipe stay far below
+MAX_ROWS_RECORD_BYTES: Final = 64 * 1024 * 1024  # 99,999 shards: 0.6 MB
+
+
+class ShardRow(NamedTuple):
+    """What a read-only display needs of a shard's manifest entry (``load_manifest(entries=False)``)."""
+
+    shard_id: str
+    index: int
+    rows: int
+    span_bytes: int  # the sum of its spans' lengths (the stored bytes it reads)
+
+    @property
+    def spans(self) -> list[ShardSpan]:
+        """One span of the shard's bytes, for what sums span lengths (status's scan line)."""
+        return [ShardSpan(0, 0, self.span_bytes)]
+
+
+def _checksum(body: dict[str, Any]) -> str:
+    return hashlib.sha256(orjson.dumps(body, option=orjson.OPT_SORT_KEYS)).hexdigest()
+
+
+def encode_rows_record(manifest_bytes: bytes) -> bytes:
+    """The record of the manifest file of these bytes."""
+    obj = orjson.loads(manifest_bytes)
+    shards = obj["shards"]
+    body = {
+        "format": RECORD_FORMAT,
+        "version": VERSION,
+        "job_id": obj["job_id"],
+        "manifest_sha256": hashlib.sha256(manifest_bytes).hexdigest(),
+        "head": {key: value for key, value in obj.items() if key != "shards"},
+        "rows": [e["rows"] for e in shards],
+        "span_bytes": _span_bytes(shards),
+    }
+    return orjson.dumps({**body, "checksum": _checksum(body)})
+
+
+def publish_rows_record(layout: JobLayout) -> None:
+    """Write the record of the published manifest (first wins: every publisher derives the same
+    bytes from the same file).  Best effort: without it a reader decodes the manifest itself."""
+    try:
+        data = fsio.read_record(layout.manifest, MAX_MANIFEST_BYTES)
+        if data is not None:
+            fsio.publish_bytes(layout.manifest_rows, encode_rows_record(data))
+    except OSError:
+        pass  # e.g. a full disk: the job is prepared all the same; status decodes the manifest
+
+
+def read_rows_record(layout: JobLayout) -> Manifest | None:
+    """The manifest with :class:`ShardRow` shards from the record, or None when it is missing or
+    was not made from the bytes of ``manifest.json`` as it is now (hashed as they are read, never
+    held whole: the caller then reads and decodes the manifest itself)."""
+    try:
+        data = fsio.read_record(layout.manifest_rows, MAX_ROWS_RECORD_BYTES)
+        if data is None:
+            return None
+        obj = orjson.loads(data)
+        body = {key: value for key, value in obj.items() if key != "checksum"}
+        if obj.get("format") != RECORD_FORMAT or obj.get("version") != VERSION or _checksum(body) != obj["checksum"]:
+            return None
+        if obj["manifest_sha256"] != fsio.file_sha256(layout.manifest)[1]:
+            return None
+        head = Manifest.from_object({**obj["head"], "shards": []}, str(layout.manifest))
+        rows, spans = obj["rows"], obj["span_bytes"]
+        n = head.num_shards
+        if head.job_id != obj["job_id"] or len(rows) != n or len(spans) != n:
+            return None
+        return _rows_manifest(head, shard_ids(n), rows, spans)
+    except (OSError, orjson.JSONDecodeError, KeyError, TypeError, AttributeError, JobDirError, ConfigError):
+        return None
+
+
+# The manifest's fields that are the plan's, as they are.
+_FROM_PLAN: Final = (
+    "job_id created_at dataset_path dataset_kind num_shards recipe_hash recipe stage_identities media_keys index_key "
+    "versions ray settings request_fingerprint shard_codec copy_shards code".split()
+)
+
+
+def publish_scan(
+    layout: JobLayout, claim: Claim, attempt_dir: Path, output: ScanOutput, identity: WorkerIdentity, started: float
+) -> tuple[bool, ScanResult]:
+    """Publish a scan's result for its shard; (accepted, the result that stands)."""
+    scans = layout.scans
+    found = {name: value for name, value in vars(output).items() if name not in ("span_rows", "copy_path")}
+    result = ScanResult(
+        shard_id=claim.shard_id,
+        attempt_id=claim.attempt_id,
+        generation=claim.generation,
+        node_id=identity.node_id,
+        span_rows=list(output.span_rows),
+        started_at=started,
+        finished_at=time.time(),
+        copy=None if output.copy_path is None else layout.relative(output.copy_path),
+        **found,  # what the scan found: its fields of the same names
+    )
+    staged = attempt_dir / "result.json"
+    fsio.write_new(staged, result.encode())
+    ensure_dir(layout, scans.done_dir)
+    if fsio.publish_exclusive(staged, scans.done(claim.shard_id)):
+        return True, result
+    winner, _ = read_done(scans, claim.shard_id)
+    return False, winner if isinstance(winner, ScanResult) else result
+
+
+def compose_manifest(plan: JobPlan, results: dict[str, ScanResult]) -> Manifest:
+    """The manifest of a fully scanned job with no refusals: the same for every composer."""
+    schema = RowSchema()
+    entries, first, input_rows = [], 0, [0] * len(plan.inputs)
+    for planned in plan.shards:
+        result = results[planned.shard_id]
+        schema.merge(RowSchema.from_json(result.schema))
+        spans = [
+            ShardSpan(s.input, s.offset, s.length, rows)
+            for s, rows in zip(planned.spans, result.span_rows, strict=True)
+        ]
+        for span in spans:
+            input_rows[span.input] += span.rows or 0
+        content = (result.rows, result.bytes, result.sha256, result.stored_bytes, result.stored_sha256)
+        entries.append(ShardEntry(planned.shard_id, planned.index, first, *content, spans, result.normalise))
+        first += result.rows
+    if first == 0:
+        raise InputError(
+            "the input holds no rows", where=plan.dataset_path, hint="point dataset_path at non-empty JSONL"
+        )
+    inputs = [
+        InputFile(i.path, i.relpath, None, i.size, i.mtime_ns, rows, i.codec)
+        for i, rows in zip(plan.inputs, input_rows, strict=True)
+    ]
+    digests = canonical_json([[e.bytes, e.sha256] for e in entries])
+    scan = ScanSummary(
+        planned_at=plan.created_at,
+        started_at=min(r.started_at for r in results.values()),
+        finished_at=max(r.finished_at for r in results.values()),
+        bytes_read_to_plan=plan.planned_bytes_read,
+    )
+    return Manifest(
+        **{name: copy.copy(getattr(plan, name)) for name in _FROM_PLAN},  # shallow copies, as the plan's own
+        inputs=inputs,
+        total_rows=first,
+        total_bytes=sum(e.bytes for e in entries),
+        content_sha256=hashlib.sha256(digests).hexdigest(),
+        shards=entries,
+        row_schema=schema.to_json(),
+        scan=scan,
+    )
+
+
+def publish_manifest(layout: JobLayout, plan: JobPlan, results: dict[str, ScanResult]) -> Manifest:
+    """Compose and publish the manifest (first wins; every composer writes the same bytes), after
+    placing copied shards at ``shards/<id>`` (with ``copy_shards``)."""
+    manifest = compose_manifest(plan, results)
+    if plan.copy_shards:
+        _place_copies(layout, plan, results)
+    if fsio.publish_bytes(layout.manifest, manifest.encode()):
+        warn_operator_views(manifest.row_schema)  # once per job: where the input's types become known
+    else:
+        published = load_manifest(layout.root)
+        if published.job_id != manifest.job_id or published.content_sha256 != manifest.content_sha256:
+            raise JobDirError(
+                "manifest.json describes other shards than this job's scans",
+                where=str(layout.manifest),
+                hint="the job directory was modified; prepare a new job_dir",
+            )
+    published = load_manifest(layout.root)  # validated as every reader does
+    publish_rows_record(layout)  # what status reads instead of decoding the manifest
+    return published
+
+
+def _place_copies(layout: JobLayout, plan: JobPlan, results: dict[str, ScanResult]) -> None:
+    ensure_dir(layout, layout.shards_dir)
+    suffix = SHARD_SUFFIX[plan.shard_codec]
+    for entry in plan.shards:
+        source = layout.resolve_relative(results[entry.shard_id].copy or "")
+        target = layout.shard(entry.shard_id, suffix)
+        if _same_file(source, target) or fsio.publish_exclusive(source, target):
+            continue
+        raise JobDirError(
+            f"shards/ holds a file for {entry.shard_id} that is not its accepted scan's copy",
+            where=str(target),
+            hint="the job directory was modified; prepare a new job_dir",
+        )
+
+
+def _same_file(a: Path, b: Path) -> bool:
+    try:
+        sa, sb = fsio.stat(a), fsio.stat(b)
+    except FileNotFoundError:
+        return False
+    return (sa.st_dev, sa.st_ino) == (sb.st_dev, sb.st_ino)
+
+
+def warn_operator_views(row_schema: list[Any] | None) -> None:
+    """Warn about the input's values that operators see in another type (docs/lossless.md)."""
+    if row_schema is not None:
+        for note in operator_view_notes(RowSchema.from_json(row_schema)):
+            logger.warning(f"{note} (the output keeps every untouched value as it was; see docs/lossless.md)")

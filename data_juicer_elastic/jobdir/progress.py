@@ -17,9 +17,8 @@ from loguru import logger
 
 from data_juicer_elastic.errors import JobDirError, clip
 from data_juicer_elastic.jobdir.layout import JobLayout
-from data_juicer_elastic.jobdir.lease_records import Claim
 from data_juicer_elastic.jobdir.liveness import Liveness
-from data_juicer_elastic.jobdir.records import Record
+from data_juicer_elastic.jobdir.records import Claim, Record
 from data_juicer_elastic.sharedfs import fsio
 
 MAX_SAMPLES: Final = 64  # samples kept per attempt; older ones are thinned, never all dropped

@@ -1,10 +1,9 @@
-"""Versioned on-disk records: the encode/parse machinery every kind shares, and the manifest.
-
-Every record is ``{"format": "dj-elastic/<kind>", "version": 1, ...}``; parsing checks the tag, the
-version and every field's type, and anything malformed raises :class:`JobDirError` naming the file
-(docs/job-dir-security.md).  Unknown extra fields are ignored, a newer version is refused, and a
-reason code a newer writer used that this version does not know stays the plain string.
-"""
+"""Every record of the shard tasks and the job, and the encoding every record shares (the export's
+records: ``exports``).  Every record is ``{"format": "dj-elastic/<kind>", "version": 1, ...}``; parsing
+checks the tag, the version and every field's type (msgspec, strict), and anything malformed raises
+:class:`JobDirError` naming the file (docs/job-dir-security.md).  Unknown extra fields are ignored, a
+newer version is refused, and a reason code a newer writer used that this version does not know stays
+the plain string."""
 
 from __future__ import annotations
 
@@ -13,14 +12,16 @@ import enum
 import functools
 import hashlib
 import json
-import types
+import re
 import typing
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, ClassVar, Final, TypeVar, Union
+from typing import Any, ClassVar, Final, TypeVar
 
-from data_juicer_elastic.errors import ConfigError, JobDirError, clip
+import msgspec
+
+from data_juicer_elastic.errors import ConfigError, JobDirError
 from data_juicer_elastic.sharedfs import fsio
 
 FORMAT_PREFIX: Final = "dj-elastic/"
@@ -52,6 +53,18 @@ def manifest_recipe_hash(recipe: dict[str, Any]) -> str:
 R = TypeVar("R", bound="Record")
 
 
+class _Head(msgspec.Struct):
+    """What every record starts with, checked before its fields are: a foreign file is named as one."""
+
+    format: Any = None
+    version: Any = None
+
+
+_HEAD: Final = msgspec.json.Decoder(_Head)
+_MISSING: Final = re.compile(r"^Object missing required field `(\w+)`")
+_AT: Final = re.compile(r"^(.*) - at `\$\.?(.*)`$")
+
+
 class Record:
     """Base of every top-level record: ``encode()`` and ``Cls.parse(data, where)``."""
 
@@ -73,24 +86,31 @@ class Record:
     def parse(cls: type[R], data: bytes, where: str | Path) -> R:
         where = str(where)
         try:
-            obj = json.loads(data, parse_constant=_reject_constant)
-        except (ValueError, RecursionError) as exc:
-            raise JobDirError(f"corrupt {cls.KIND} record: {exc}", where=where) from None
-        return cls.from_object(obj, where)
+            head = _HEAD.decode(data)
+            cls.check_head(head.format, head.version, where)
+            return _decode(cls, lambda type_: _json_decoder(type_).decode(data))
+        except (msgspec.MsgspecError, RecursionError) as exc:
+            raise _corrupt(cls.KIND, exc, where) from None
 
     @classmethod
     def from_object(cls: type[R], obj: Any, where: str) -> R:
         """The record of ``obj``, a decoded JSON value (``parse`` without the decoding)."""
         if not isinstance(obj, dict):
             raise JobDirError(f"corrupt {cls.KIND} record: not a JSON object", where=where)
-        tag = obj.get("format")
+        cls.check_head(obj.get("format"), obj.get("version"), where)
+        try:
+            return _decode(cls, lambda type_: msgspec.convert(obj, type_, strict=True))
+        except (msgspec.MsgspecError, RecursionError) as exc:
+            raise _corrupt(cls.KIND, exc, where) from None
+
+    @classmethod
+    def check_head(cls, tag: Any, version: Any, where: str) -> None:
         if tag != FORMAT_PREFIX + cls.KIND:
             raise JobDirError(
                 f"not a dj-elastic {cls.KIND} record (format {tag!r})",
                 where=where,
                 hint="the job directory holds foreign or misplaced files; use a new job_dir",
             )
-        version = obj.get("version")
         if isinstance(version, bool) or not isinstance(version, int) or version < 1:
             raise JobDirError(f"corrupt {cls.KIND} record: bad version {version!r}", where=where)
         if version > VERSION:
@@ -99,7 +119,6 @@ class Record:
                 where=where,
                 hint="upgrade data-juicer-elastic on this node to the version that wrote the job",
             )
-        return _build(cls, obj, where, cls.KIND)
 
     @classmethod
     def read(cls: type[R], path: Path) -> R | None:
@@ -140,121 +159,58 @@ class ChecksummedRecord(Record):
         return record
 
 
-def _reject_constant(name: str) -> Any:
-    raise ValueError(f"{name} is not valid JSON")
-
-
-def _build(cls: type, obj: dict[str, Any], where: str, kind: str) -> Any:
-    values: dict[str, Any] = {}
-    for name, optional, check in _field_checks(cls):
-        if name not in obj:
-            if optional:
-                continue
-            raise JobDirError(f"corrupt {kind} record: missing field {name!r}", where=where)
-        values[name] = check(obj[name], where, kind, name)
+def _decode(cls: type[R], decode: Callable[[type], Any]) -> R:
+    """``decode(cls)``; when a reason code is one this version does not know (msgspec refuses it), the
+    record decoded with its codes as strings, each made its member where it names one."""
+    try:
+        return decode(cls)
+    except msgspec.ValidationError as exc:
+        twin, reasons = _lenient(cls)
+        if not reasons or not str(exc).startswith("Invalid enum value"):
+            raise
+    values = vars(decode(twin))
+    for name, codes in reasons.items():
+        values[name] = codes._value2member_map_.get(values[name], values[name])
     return cls(**values)
 
 
-FieldCheck = Callable[[Any, str, str, str], Any]  # (value, where, kind, field name) -> the value as the field holds it
+@functools.cache
+def _json_decoder(type_: type) -> msgspec.json.Decoder:
+    return msgspec.json.Decoder(type_, strict=True)
 
 
 @functools.cache
-def _field_checks(cls: type) -> tuple[tuple[str, bool, FieldCheck], ...]:
-    """Each field of a record class: (name, may be absent, its check), built once per class: every
-    lease read parses records, and choosing a check from a type hint costs more than the check."""
-    hints = typing.get_type_hints(cls)  # evaluates the (string) annotations
-    return tuple(
-        (
-            f.name,
-            f.default is not dataclasses.MISSING or f.default_factory is not dataclasses.MISSING,
-            _check_for(hints[f.name]),
-        )
+def _lenient(cls: type) -> tuple[type, dict[str, type[enum.StrEnum]]]:
+    """A twin of ``cls`` whose reason-code fields are strings, and those fields with their codes."""
+    hints = typing.get_type_hints(cls)
+    reasons = {}
+    for name, hint in hints.items():
+        codes = [t for t in (hint, *typing.get_args(hint)) if isinstance(t, type) and issubclass(t, enum.StrEnum)]
+        if codes and not name.isupper():
+            reasons[name] = codes[0]
+
+    def as_decoded(name: str) -> Any:
+        if name not in reasons:
+            return hints[name]
+        return str | None if type(None) in typing.get_args(hints[name]) else str
+
+    fields = [
+        (f.name, as_decoded(f.name), field(default=f.default, default_factory=f.default_factory))
         for f in dataclasses.fields(cls)
-    )
+    ]
+    return dataclasses.make_dataclass(cls.__name__, fields), reasons
 
 
-def _bad(value: Any, where: str, kind: str, name: str) -> JobDirError:
-    return JobDirError(
-        f"corrupt {kind} record: field {name!r} has unexpected value {clip(repr(value), 80)}", where=where
-    )
-
-
-def _exactly(*types_: type) -> FieldCheck:
-    """A value of one of ``types_`` (never a bool for a number), as it is."""
-
-    def check(value: Any, where: str, kind: str, name: str) -> Any:
-        if isinstance(value, types_) and (bool in types_ or not isinstance(value, bool)):
-            return value
-        raise _bad(value, where, kind, name)
-
-    return check
-
-
-@functools.cache
-def _check_for(hint: Any) -> FieldCheck:
-    origin = typing.get_origin(hint)
-    if hint is str or hint is int or hint is bool or hint is type(None):
-        return _exactly(hint)
-    if hint is Any:
-        return lambda value, where, kind, name: value
-    if isinstance(hint, type) and issubclass(hint, enum.StrEnum):
-        strings = _exactly(str)
-        return lambda value, where, kind, name: _reason(hint, strings(value, where, kind, name))
-    if hint is float:
-        number = _exactly(int, float)
-        return lambda value, where, kind, name: float(number(value, where, kind, name))
-    if origin in (Union, types.UnionType):
-        options = [_check_for(option) for option in typing.get_args(hint)]
-        optional = type(None) in typing.get_args(hint)
-
-        def check_union(value: Any, where: str, kind: str, name: str) -> Any:
-            if value is None and optional:  # not after a failed check of each other option (an exception each)
-                return None
-            for option in options:
-                try:
-                    return option(value, where, kind, name)
-                except JobDirError:
-                    continue
-            raise _bad(value, where, kind, name)
-
-        return check_union
-    if origin is list:
-        (item_hint,) = typing.get_args(hint)
-        item = _check_for(item_hint)
-
-        def check_list(value: Any, where: str, kind: str, name: str) -> Any:
-            if not isinstance(value, list):
-                raise _bad(value, where, kind, name)
-            return [item(v, where, kind, f"{name}[{i}]") for i, v in enumerate(value)]
-
-        return check_list
-    if origin is dict or hint is dict:
-        args = typing.get_args(hint)
-        entry = _check_for(args[1]) if args else None
-
-        def check_dict(value: Any, where: str, kind: str, name: str) -> Any:
-            if not isinstance(value, dict):
-                raise _bad(value, where, kind, name)
-            return value if entry is None else {k: entry(v, where, kind, f"{name}.{k}") for k, v in value.items()}
-
-        return check_dict
-    if dataclasses.is_dataclass(hint):
-
-        def check_record(value: Any, where: str, kind: str, name: str) -> Any:
-            if not isinstance(value, dict):
-                raise _bad(value, where, kind, name)
-            return _build(hint, value, where, kind)
-
-        return check_record
-    raise TypeError(f"unsupported record field type {hint!r}")  # pragma: no cover - programming error
-
-
-def _reason(codes: type[enum.StrEnum], value: str) -> Any:
-    """The member ``value`` names, or ``value`` itself when a newer writer used a code we do not know."""
-    try:
-        return codes(value)
-    except ValueError:
-        return value
+def _corrupt(kind: str, exc: Exception, where: str) -> JobDirError:
+    """The error of a record that is not JSON, or whose fields are not the record's (msgspec's words)."""
+    text = str(exc) if not isinstance(exc, RecursionError) else "nested too deeply"
+    if missing := _MISSING.match(text):
+        text = f"missing field {missing[1]!r}"
+    elif at := _AT.match(text):
+        text = f"field {at[2]!r} has unexpected value ({at[1][:1].lower()}{at[1][1:]})"
+    elif text.startswith("Expected `object`"):
+        text = "not a JSON object"
+    return JobDirError(f"corrupt {kind} record: {text}", where=where)
 
 
 @dataclass(frozen=True)
@@ -271,7 +227,7 @@ class InputFile:
 @dataclass(frozen=True)
 class ShardSpan:
     """Bytes ``[offset, offset + length)`` of input file ``input`` (an index into the job's inputs).
-    A compressed input is one span covering the whole stored file (``jobdir.plan_records``)."""
+    A compressed input is one span covering the whole stored file (docs/input-format.md)."""
 
     input: int
     offset: int
@@ -285,7 +241,7 @@ class ShardEntry:
     index: int
     first_row: int  # global 0-based index of the shard's first row
     rows: int
-    bytes: int  # content bytes (what sha256 covers and readers check; jobdir.plan_records)
+    bytes: int  # content bytes (what sha256 covers and readers check; docs/input-format.md)
     sha256: str  # of the content
     stored_bytes: int | None = None  # of the copied file as stored, when a shard codec compresses it
     stored_sha256: str | None = None
@@ -325,7 +281,7 @@ class Manifest(ChecksummedRecord):
     num_shards: int
     total_rows: int
     total_bytes: int
-    content_sha256: str  # the job's input as one digest (jobdir.scans)
+    content_sha256: str  # the job's input as one digest (manifest.compose_manifest)
     recipe_hash: str
     recipe: dict[str, Any]
     stage_identities: list[str]
@@ -363,3 +319,282 @@ class Manifest(ChecksummedRecord):
 def record_checksum(obj: dict[str, Any]) -> str:
     """The checksum a checksummed record object (as written, extra fields included) must carry."""
     return hashlib.sha256(canonical_json({k: v for k, v in obj.items() if k != "checksum"})).hexdigest()
+
+
+class TakeoverReason(enum.StrEnum):
+    """Why generation N of a shard could be claimed over (``Claim.takeover_reason``)."""
+
+    FIRST = "none"  # the first claim of the shard
+    RELEASED = "released"  # its holder released it
+    FAILED = "failed"  # a failure record exists for it
+    STALE = "stale"  # its heartbeat did not change for a TTL on the claimer's clock
+    HOLDER_DEAD = "dead-pid"  # its holder's pid is gone in the claimer's own kernel and pid namespace
+    RETRY = "retry"  # `dj-elastic retry` requeued the shard (jobdir.retry)
+
+
+class ReleaseReason(enum.StrEnum):
+    """Why a holder gave its generation up (``Release.reason``)."""
+
+    FINISHED = "finished"  # the shard is published (by us or by another attempt): free only once stale
+    FAILED = "failed"  # the attempt failed (a failure record exists too)
+    SIGNAL = "signal"  # SIGTERM/SIGINT
+    ABANDONED = "abandoned"  # the lease was lost: the attempt did not publish
+    RETRY = "retry"  # `dj-elastic retry` requeued the shard
+    WORKER_FAULT = "worker-fault"  # this worker cannot run shards (its set-up, not the shard)
+    STALLED = "stalled"  # the attempt showed no sign of life for the stall timeout
+    UNRUN = "unrun"  # claimed ahead and handed back without running (jobdir.claim_ahead)
+    LEFT = "left"  # the job summary's writer is leaving (jobdir.summary_keeper): the next may write at once
+
+
+class FailureReason(enum.StrEnum):
+    """Why a generation failed (``Failure.exit_reason``)."""
+
+    ERROR = "error"  # the shard's execution raised: counts against max_retries
+    LEASE_EXPIRED = "lease-expired"  # its holder stopped renewing (killed, lost, hung)
+    HOLDER_DEAD = "holder-dead"  # its holder's pid vanished on the observer's host
+    STALLED = "stalled"  # its attempt showed no sign of life for the stall timeout
+
+
+# Failures whose holder died or stopped: evidence against the node, not the shard, so they have a
+# budget of their own (max_holder_deaths); every other failure counts against max_retries.
+DEATH_REASONS: Final = frozenset({FailureReason.LEASE_EXPIRED, FailureReason.HOLDER_DEAD, FailureReason.STALLED})
+
+
+class AttemptExit(enum.StrEnum):
+    """How an attempt ended (``AttemptRecord.exit_reason``)."""
+
+    DONE = "done"  # its result is the shard's accepted result
+    DISCARDED = "discarded"  # finished, but another attempt had published first
+    FAILED = "failed"  # the shard's processing failed
+    LOST = "lost"  # the lease was lost: abandoned without publishing
+    SIGNAL = "signal"  # interrupted by SIGTERM/SIGINT (or SystemExit)
+    WORKER_FAULT = "worker-fault"  # this worker cannot run shards
+
+
+class StopReason(enum.StrEnum):
+    """Why a worker loop returned (``WorkerSummary.stop_reason``; empty until it stops)."""
+
+    FINISHED = "finished"  # every shard is done or failed for good
+    MAX_SHARDS = "max_shards"  # it claimed its max_shards
+    MAX_DONE = "max_done"  # its max_done results were accepted (strict mode's share)
+    NO_WORK = "no_work"  # nothing claimable and not waiting for completion
+    STOPPED = "stopped"  # its stop event was set
+    INTERRUPTED = "interrupted"  # a signal whose previous handler chose not to exit
+
+
+@dataclass(frozen=True)
+class Claim(Record):
+    KIND: ClassVar[str] = "claim"
+    shard_id: str
+    generation: int
+    attempt_id: str
+    node_id: str
+    hostname: str
+    boot_id: str
+    pid: int
+    pid_namespace: str
+    claimed_at: float  # wall clock, informational only (never compared across nodes)
+    takeover_of: int  # generation taken over (0 for the first claim)
+    takeover_reason: TakeoverReason
+
+
+@dataclass(frozen=True)
+class Heartbeat(Record):
+    KIND: ClassVar[str] = "heartbeat"
+    shard_id: str
+    generation: int
+    attempt_id: str
+    seq: int  # strictly increasing; observers watch it change, not the clock
+    written_at: float  # wall clock, informational only
+
+
+@dataclass(frozen=True)
+class Release(Record):
+    KIND: ClassVar[str] = "release"
+    shard_id: str
+    generation: int
+    attempt_id: str
+    reason: ReleaseReason
+    released_at: float
+
+
+@dataclass(frozen=True)
+class Failure(Record):
+    KIND: ClassVar[str] = "failure"
+    shard_id: str
+    generation: int
+    attempt_id: str
+    node_id: str
+    hostname: str
+    pid: int
+    error: str
+    error_type: str
+    exit_reason: FailureReason  # DEATH_REASONS have a budget of their own
+    failed_at: float
+
+
+@dataclass(frozen=True)
+class AttemptRecord(Record):
+    KIND: ClassVar[str] = "attempt"
+    shard_id: str
+    attempt_id: str
+    generation: int
+    node_id: str
+    hostname: str
+    boot_id: str
+    pid: int
+    started_at: float
+    ended_at: float | None = None
+    rows: int | None = None
+    exit_reason: AttemptExit | None = None
+    error: str | None = None
+    batching: dict[str, Any] | None = None  # attempt_dir/batching.json, folded in when the attempt ends
+    # rows operators failed on that the attempt set aside (quarantine; errors.jsonl), when it published
+    quarantined: int | None = None
+
+
+@dataclass(frozen=True)
+class RowStatsFile:
+    """An attempt's per-row stats file (jobdir.row_files): one line per output row."""
+
+    path: str  # relative to the job directory
+    bytes: int
+    sha256: str
+
+
+@dataclass(frozen=True)
+class RowErrorsFile:
+    """An attempt's quarantined rows (jobdir.row_files): one line per row an operator failed on."""
+
+    path: str  # relative to the job directory
+    rows: int
+    bytes: int
+    sha256: str
+
+
+@dataclass(frozen=True)
+class ShardResult(Record):
+    KIND: ClassVar[str] = "result"
+    shard_id: str
+    attempt_id: str
+    generation: int
+    node_id: str
+    rows: int
+    bytes: int
+    sha256: str
+    output: str  # path of the output file relative to the job directory
+    input_rows: int
+    input_sha256: str
+    published_at: float
+    # the output's per-shard stats summary (relative path, sha256 of its bytes); None when the runner wrote none
+    stats: str | None = None
+    stats_sha256: str | None = None
+    row_stats: RowStatsFile | None = None  # jobdir.row_files; None when the recipe makes no stats or meta
+    errors: RowErrorsFile | None = None  # jobdir.row_files; None when no row was quarantined
+
+
+@dataclass(frozen=True)
+class TerminalFailure(Record):
+    KIND: ClassVar[str] = "terminal-failure"
+    shard_id: str
+    failures: int
+    max_retries: int
+    last_error: str
+    last_attempt_id: str
+    generations: list[int]
+    failed_at: float
+    max_holder_deaths: int | None = None  # the death budget in force (None: unlimited, or an older writer)
+
+
+@dataclass(frozen=True)
+class PlannedInput:
+    path: str  # absolute path as given at prepare time
+    relpath: str  # POSIX path relative to the dataset root (file name for single-file input)
+    codec: str  # "none" | "gzip" | "zstd" (rows.codecs)
+    size: int  # bytes as stored when planned
+    mtime_ns: int
+
+
+@dataclass(frozen=True)
+class PlannedShard:
+    shard_id: str
+    index: int
+    spans: list[ShardSpan]
+    bytes: int  # stored bytes of the spans (what the plan balanced)
+
+
+@dataclass(frozen=True)
+class JobPlan(ChecksummedRecord):
+    """Everything prepare decides without reading the data (``plan.json``)."""
+
+    KIND: ClassVar[str] = "plan"
+    job_id: str
+    created_at: float
+    dataset_path: str
+    dataset_kind: str  # "file" | "directory"
+    inputs: list[PlannedInput]
+    num_shards: int
+    recipe_hash: str
+    recipe: dict[str, Any]
+    stage_identities: list[str]
+    media_keys: dict[str, str]
+    index_key: str | None
+    versions: dict[str, str]
+    ray: dict[str, Any]
+    settings: dict[str, Any]
+    shards: list[PlannedShard]
+    request_fingerprint: str
+    max_line_bytes: int
+    shard_codec: str = "none"  # how copied shards are stored (copy_shards only)
+    copy_shards: bool = False  # scans copy each shard into shards/ (else: shards are byte ranges of the inputs)
+    code: dict[str, Any] | None = None  # fingerprint of the operator code (execution.code_fingerprint)
+    planned_bytes_read: int = 0  # bytes the planner read to place the cuts (serial work, for the report)
+    # the recipe's export_path at prepare, absolute: where ``dj-elastic merge`` writes without --output
+    # (not part of the job's identity: a later run may export the same shards elsewhere)
+    export_path: str | None = None
+    checksum: str | None = None
+
+    @property
+    def shard_ids(self) -> list[str]:
+        return [entry.shard_id for entry in self.shards]
+
+    @property
+    def total_bytes(self) -> int:
+        return sum(entry.bytes for entry in self.shards)
+
+
+@dataclass(frozen=True)
+class ScanRefusal:
+    """Why a scan refused its shard's input: a row (``line``, 1-based within span ``span``) or a
+    whole file (``line`` None: corrupt compression, changed since planning)."""
+
+    span: int
+    line: int | None
+    message: str
+    hint: str | None
+    error_type: str  # "InputError" | "InputChangedError"
+
+
+@dataclass(frozen=True)
+class ScanResult(ChecksummedRecord):
+    """One shard's scan, published at ``scans/done/<shard>.json`` (first wins)."""
+
+    KIND: ClassVar[str] = "scan"
+    shard_id: str
+    attempt_id: str
+    generation: int
+    node_id: str
+    rows: int
+    bytes: int  # the shard's content bytes (docs/input-format.md)
+    sha256: str  # of the content
+    span_rows: list[int]  # rows of each span, in order (line numbers of errors, rows per input file)
+    schema: list[Any]  # rows.row_schema.RowSchema.to_json() of the shard's rows
+    normalise: bool  # some row needs normalising when read (rows.jsonl: media paths, index key, blanks, CRLF, BOM)
+    longest_line: int  # bytes of the longest line (without its newline)
+    started_at: float
+    finished_at: float
+    refusal: ScanRefusal | None = None  # set: the input is refused, the job must not run
+    copy: str | None = None  # copy_shards: the copy inside the scan attempt's directory (relative to the job dir)
+    stored_bytes: int | None = None  # of the copy as stored, when a shard codec compresses it
+    stored_sha256: str | None = None
+    checksum: str | None = None

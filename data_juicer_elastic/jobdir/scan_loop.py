@@ -13,15 +13,22 @@ from collections.abc import Callable
 from loguru import logger
 
 from data_juicer_elastic.errors import LeaseLostError, WorkerInterrupted
-from data_juicer_elastic.jobdir import attempts, leases, scan_outcome, scans
+from data_juicer_elastic.jobdir import attempts, leases
+from data_juicer_elastic.jobdir import manifest as scans
+from data_juicer_elastic.jobdir import shard_state as scan_outcome
 from data_juicer_elastic.jobdir.claiming import Claimer
 from data_juicer_elastic.jobdir.heartbeats import StalenessObserver
 from data_juicer_elastic.jobdir.layout import JobLayout
-from data_juicer_elastic.jobdir.lease_records import Claim
 from data_juicer_elastic.jobdir.manifest import load_manifest, load_plan, normalise_options, source_spans
-from data_juicer_elastic.jobdir.plan_records import JobPlan, PlannedShard
-from data_juicer_elastic.jobdir.reasons import AttemptExit, FailureReason, ReleaseReason
-from data_juicer_elastic.jobdir.records import Manifest
+from data_juicer_elastic.jobdir.records import (
+    AttemptExit,
+    Claim,
+    FailureReason,
+    JobPlan,
+    Manifest,
+    PlannedShard,
+    ReleaseReason,
+)
 from data_juicer_elastic.jobdir.tasks import ScanOutput, ScanTask
 from data_juicer_elastic.rows.codecs import SHARD_SUFFIX
 from data_juicer_elastic.sharedfs import fsio

@@ -16,12 +16,18 @@ from data_juicer_elastic.errors import LeaseLostError, WorkerInterrupted, is_wor
 from data_juicer_elastic.jobdir import attempts, claiming, leases, liveness, progress
 from data_juicer_elastic.jobdir.claim_ahead import AheadShard, ClaimAhead
 from data_juicer_elastic.jobdir.heartbeats import StalenessObserver
+from data_juicer_elastic.jobdir.job_summary import HeldClaim, PaceWriter
 from data_juicer_elastic.jobdir.layout import JobLayout
-from data_juicer_elastic.jobdir.lease_records import Claim
 from data_juicer_elastic.jobdir.manifest import check_shard_file
-from data_juicer_elastic.jobdir.pace import HeldClaim, PaceWriter
-from data_juicer_elastic.jobdir.reasons import AttemptExit, FailureReason, ReleaseReason, StopReason
-from data_juicer_elastic.jobdir.records import Manifest, ShardEntry
+from data_juicer_elastic.jobdir.records import (
+    AttemptExit,
+    Claim,
+    FailureReason,
+    Manifest,
+    ReleaseReason,
+    ShardEntry,
+    StopReason,
+)
 from data_juicer_elastic.jobdir.shard_state import TerminalInfo
 from data_juicer_elastic.jobdir.tasks import ShardOutput, ShardTask
 from data_juicer_elastic.jobdir.worker_settings import WorkerSettings

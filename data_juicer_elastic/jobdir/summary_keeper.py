@@ -19,16 +19,16 @@ from data_juicer_elastic.jobdir.job_summary import (
     JobSummary,
     LiveClaim,
     NodePace,
+    PaceRecord,
+    PaceWriter,
     SummaryReader,
     brief_of,
     encode_bitmap,
+    refresh_paces,
     write_summary,
 )
 from data_juicer_elastic.jobdir.layout import SUMMARY_WRITER_TASK, JobLayout
-from data_juicer_elastic.jobdir.lease_records import Claim
-from data_juicer_elastic.jobdir.pace import PaceRecord, PaceWriter, refresh_paces
-from data_juicer_elastic.jobdir.reasons import ReleaseReason
-from data_juicer_elastic.jobdir.records import Manifest
+from data_juicer_elastic.jobdir.records import Claim, Manifest, ReleaseReason
 from data_juicer_elastic.sharedfs import fsio
 from data_juicer_elastic.sharedfs.identity import WorkerIdentity
 

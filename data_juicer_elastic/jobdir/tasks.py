@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final
 
-from data_juicer_elastic.jobdir.plan_records import ScanRefusal
+from data_juicer_elastic.jobdir.records import ScanRefusal
 from data_juicer_elastic.rows.jsonl import NormaliseOptions
 from data_juicer_elastic.rows.shard_source import ShardSource, SourceSpan
 

@@ -14,13 +14,13 @@ from pathlib import Path
 from loguru import logger
 
 from data_juicer_elastic.errors import WorkerInterrupted, storage_error
-from data_juicer_elastic.jobdir import confine, progress
+from data_juicer_elastic.jobdir import layout as confine
+from data_juicer_elastic.jobdir import progress
 from data_juicer_elastic.jobdir.claim_ahead import ClaimAhead
-from data_juicer_elastic.jobdir.job_summary import IdleBackoff, SummaryReader, register_reader
+from data_juicer_elastic.jobdir.job_summary import IdleBackoff, PaceWriter, SummaryReader, register_reader
 from data_juicer_elastic.jobdir.layout import JobLayout
 from data_juicer_elastic.jobdir.manifest import check_shard_files, load_manifest
-from data_juicer_elastic.jobdir.pace import PaceWriter
-from data_juicer_elastic.jobdir.reasons import ReleaseReason, StopReason
+from data_juicer_elastic.jobdir.records import ReleaseReason, StopReason
 from data_juicer_elastic.jobdir.scan_loop import RunScan, scan_job
 from data_juicer_elastic.jobdir.shard_attempt import RunShard, ShardWorker, WorkerSummary
 from data_juicer_elastic.jobdir.shard_state import leaving_outcome

@@ -4,7 +4,7 @@ Under ``elastic_sharded`` with ``skip_op_error`` (Data-Juicer's default drops ev
 batch silently) a failing batch is bisected down to the rows that fail alone, which go to
 ``<export>_errors.jsonl`` (docs/quarantine.md): ``bisect_rows`` (the bisection), ``collector``
 (inside the operators), ``errors_file`` (the attempt's ``errors.jsonl``, ``elastic.max_error_rows``)
-and ``errors_merge`` (at finalize).  The file format is :mod:`data_juicer_elastic.jobdir.row_errors`.
+and ``errors_merge`` (at finalize).  The file format is :mod:`data_juicer_elastic.jobdir.row_files`.
 Importing this package imports neither Ray nor Data-Juicer.
 """
 

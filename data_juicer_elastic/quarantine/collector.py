@@ -19,7 +19,7 @@ from data_juicer_elastic.batching.engine import SKIPPED_EXTRA
 from data_juicer_elastic.batching.runtime import host_tag, read_context, stage_key_for
 from data_juicer_elastic.compat.dj_ops_internals import HookCall, op_name
 from data_juicer_elastic.jobdir.layout import JobLayout
-from data_juicer_elastic.jobdir.row_errors import WORKER_DIR
+from data_juicer_elastic.jobdir.row_files import WORKER_DIR
 from data_juicer_elastic.quarantine.bisect_rows import Isolation, RowFailure, describe, isolate
 from data_juicer_elastic.rows.row_schema import ROW_COLUMN
 

@@ -1,5 +1,5 @@
 """After a shard's operators ran: fold the Ray workers' records (:mod:`.collector`) into the attempt's
-``errors.jsonl`` (:mod:`jobdir.row_errors`), in input order with each input row's own bytes, and apply
+``errors.jsonl`` (:mod:`jobdir.row_files`), in input order with each input row's own bytes, and apply
 ``elastic.max_error_rows``.
 """
 
@@ -17,7 +17,7 @@ import orjson
 from loguru import logger
 
 from data_juicer_elastic.errors import ShardExecutionError
-from data_juicer_elastic.jobdir.row_errors import ATTEMPT_FILE, WORKER_DIR, QuarantineRecord, encode_line
+from data_juicer_elastic.jobdir.row_files import ERRORS_FILE, WORKER_DIR, QuarantineRecord, encode_line
 from data_juicer_elastic.sharedfs import fsio
 
 SETTING: Final = "elastic.max_error_rows"
@@ -51,7 +51,7 @@ def fold_errors(
     offset = first_row()
     wanted = sorted({r["n"] for r in records if r["n"] is not None})
     rows = _input_rows(input_lines(), wanted, shard_id) if wanted else {}  # no input row copied: none read
-    path = attempt_dir / ATTEMPT_FILE
+    path = attempt_dir / ERRORS_FILE
     tmp = path.with_name(f".{path.name}.tmp")
     first: QuarantineRecord | None = None
     with open(tmp, "wb") as handle:

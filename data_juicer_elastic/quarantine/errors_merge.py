@@ -11,12 +11,11 @@ from pathlib import Path
 
 from loguru import logger
 
-from data_juicer_elastic.jobdir import own_export
 from data_juicer_elastic.jobdir.attempts import requeue_hint
+from data_juicer_elastic.jobdir.exports import written_by_job
 from data_juicer_elastic.jobdir.layout import JobLayout
-from data_juicer_elastic.jobdir.records import ShardEntry
-from data_juicer_elastic.jobdir.result_records import ShardResult
-from data_juicer_elastic.jobdir.row_errors import check_row_errors_file, export_errors_path
+from data_juicer_elastic.jobdir.records import ShardEntry, ShardResult
+from data_juicer_elastic.jobdir.row_files import check_row_errors_file, export_errors_path
 from data_juicer_elastic.sharedfs import fsio
 
 
@@ -41,7 +40,7 @@ def remove_stale_errors(layout: JobLayout, output: Path, overwrite: bool) -> Non
     """After a merge that quarantined no row: an earlier merge's ``<export>_errors.jsonl`` (before
     ``retry --quarantined``) is removed with ``overwrite`` or when this job wrote it, else named."""
     path = export_errors_path(output)
-    if fsio.exists(path) and (overwrite or own_export.written_by_job(layout, path)):
+    if fsio.exists(path) and (overwrite or written_by_job(layout, path)):
         fsio.remove(path)
     elif fsio.exists(path):
         logger.warning(f"{path} is from an earlier merge: no row is quarantined now (overwrite removes it)")

@@ -21,11 +21,8 @@ from data_juicer_elastic.jobdir import attempts, leases
 from data_juicer_elastic.jobdir.failures import list_failures
 from data_juicer_elastic.jobdir.heartbeats import looks_stale
 from data_juicer_elastic.jobdir.layout import JobLayout
-from data_juicer_elastic.jobdir.lease_records import Heartbeat
 from data_juicer_elastic.jobdir.progress import ProgressRecord, read_attempt_progress
-from data_juicer_elastic.jobdir.reasons import AttemptExit, FailureReason
-from data_juicer_elastic.jobdir.records import ShardEntry
-from data_juicer_elastic.jobdir.result_records import AttemptRecord
+from data_juicer_elastic.jobdir.records import AttemptExit, AttemptRecord, FailureReason, Heartbeat, ShardEntry
 from data_juicer_elastic.jobdir.shard_state import ShardState, is_held
 from data_juicer_elastic.sharedfs import fsio
 from data_juicer_elastic.status.snapshot_types import ShardStatus

@@ -13,10 +13,10 @@ from pathlib import Path
 from typing import Any, Final
 
 from data_juicer_elastic.batching.runtime import BatchTrace
+from data_juicer_elastic.jobdir.exports import MergeRecord
 from data_juicer_elastic.jobdir.layout import JobLayout
 from data_juicer_elastic.jobdir.manifest import load_manifest
 from data_juicer_elastic.jobdir.records import Manifest
-from data_juicer_elastic.jobdir.result_records import MergeRecord
 from data_juicer_elastic.jobdir.shard_state import ShardState
 from data_juicer_elastic.report.attempt_facts import AttemptFact, AttemptOutcome, Warnings, read_or_warn, shard_attempts
 from data_juicer_elastic.sharedfs import fsio

@@ -6,7 +6,7 @@ a finished job".
 
 Order: everything is checked (``verify_job``, every byte), then ``clean.json`` is written, then files are
 removed, then the record says complete.  A clean stopped anywhere leaves either a job that was never cleaned
-or one every reader treats as cleaned (``jobdir.cleaned``); running clean again finishes it.
+or one every reader treats as cleaned (``jobdir.exports``); running clean again finishes it.
 """
 
 from __future__ import annotations
@@ -21,12 +21,10 @@ from pathlib import Path
 from loguru import logger
 
 from data_juicer_elastic.errors import IntegrityError, JobDirError, storage_errors
-from data_juicer_elastic.jobdir import confine, row_errors, row_stats
-from data_juicer_elastic.jobdir.cleaned import CleanRecord, cleaned_error, read_cleaned
-from data_juicer_elastic.jobdir.layout import JobLayout
+from data_juicer_elastic.jobdir.exports import CleanRecord, MergeRecord, cleaned_error
+from data_juicer_elastic.jobdir.layout import JobLayout, check_inside, check_layout
 from data_juicer_elastic.jobdir.manifest import load_manifest
-from data_juicer_elastic.jobdir.result_records import MergeRecord
-from data_juicer_elastic.jobdir.row_stats import MergedSideFile
+from data_juicer_elastic.jobdir.row_files import ERRORS_FILE, ROW_STATS_FILE, MergedSideFile
 from data_juicer_elastic.jobdir.tasks import OUTPUT_FILE
 from data_juicer_elastic.shards.export_check import ExportSummary, verify_export
 from data_juicer_elastic.shards.merge import MergeResult, accepted_results
@@ -34,7 +32,7 @@ from data_juicer_elastic.shards.verify import verify_job
 from data_juicer_elastic.sharedfs import fsio
 
 # What an attempt directory holds that the export holds too (the rest: records, logs, stats summaries, kept).
-ATTEMPT_OUTPUTS = (OUTPUT_FILE, row_stats.ATTEMPT_FILE, row_errors.ATTEMPT_FILE)
+ATTEMPT_OUTPUTS = (OUTPUT_FILE, ROW_STATS_FILE, ERRORS_FILE)
 
 
 @dataclass(frozen=True)
@@ -66,8 +64,8 @@ def clean_job(job_dir: str | Path) -> CleanResult:
     exit 2) a job that is not finished, has no export, or does not verify."""
     layout = JobLayout(Path(os.path.abspath(job_dir)))
     manifest = load_manifest(layout.root)
-    confine.check_layout(layout)
-    earlier = read_cleaned(layout)
+    check_layout(layout)
+    earlier = CleanRecord.read(layout.clean_record)
     try:
         verified = verify_job(layout.root)  # every input, result and export byte; a cleaned job: the export
     except (IntegrityError, JobDirError) as exc:  # nothing (more) is removed from a job that does not verify
@@ -85,7 +83,7 @@ def clean_job(job_dir: str | Path) -> CleanResult:
         merge = MergeRecord.read(layout.merge_record)
         assert merge is not None  # the export was just verified from it
         record = CleanRecord(manifest.job_id, merge.output_path, merge.layout, merge.sha256, time.time())
-        fsio.atomic_write(layout.clean_record, record.encode())  # before the first removal: see jobdir.cleaned
+        fsio.atomic_write(layout.clean_record, record.encode())  # before the first removal: see jobdir.exports
     files = freed = 0
     for path in _reclaimable(layout, manifest.copy_shards):
         size = _remove(path)
@@ -107,12 +105,12 @@ def _reclaimable(layout: JobLayout, copies: bool) -> Iterator[Path]:
     for attempts_dir, names in places:
         for shard in fsio.list_names(attempts_dir):
             for attempt in fsio.list_names(attempts_dir / shard):
-                directory = confine.check_inside(layout, attempts_dir / shard / attempt)  # no planted link out
+                directory = check_inside(layout, attempts_dir / shard / attempt)  # no planted link out
                 for name in fsio.list_names(directory):
                     if name in names or (not names and name.startswith("shard.jsonl")):
                         yield directory / name
     if copies:
-        shards = confine.check_inside(layout, layout.shards_dir)
+        shards = check_inside(layout, layout.shards_dir)
         yield from (shards / name for name in fsio.list_names(shards) if ".jsonl" in name)
 
 
@@ -133,7 +131,7 @@ def cleaned_export(job_dir: str | Path, export: Path, layout_name: str) -> Merge
     published, checked in full and reported unchanged; a refusal when another export is asked for, or when it
     no longer verifies.  None when the job was not cleaned (finalize merges as usual)."""
     layout = JobLayout(Path(os.path.abspath(job_dir)))
-    record = read_cleaned(layout)
+    record = CleanRecord.read(layout.clean_record)
     if record is None:
         return None
     if (Path(record.output_path), record.layout) != (export, layout_name):

@@ -12,10 +12,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from data_juicer_elastic.errors import IntegrityError, JobDirError
-from data_juicer_elastic.jobdir.export_path import PARTS_INDEX
+from data_juicer_elastic.jobdir.exports import PARTS_INDEX, MergeRecord, PartsIndex
 from data_juicer_elastic.jobdir.layout import JobLayout
-from data_juicer_elastic.jobdir.records import Manifest, ShardEntry
-from data_juicer_elastic.jobdir.result_records import MergeRecord, PartsIndex, ShardResult
+from data_juicer_elastic.jobdir.records import Manifest, ShardEntry, ShardResult
 from data_juicer_elastic.rows.jsonl import validate_jsonl_output
 from data_juicer_elastic.shards.parts import expected_names, name_difference, part_files, read_index_bytes
 from data_juicer_elastic.sharedfs import fsio
@@ -41,7 +40,7 @@ def verify_export(
 ) -> ExportSummary | None:
     """The export merge.json records, checked; None when nothing was merged yet.  ``hashed``: (rows, bytes,
     sha256) of each accepted file the caller re-hashed already, by file identity.  ``cleaned``: the shard
-    outputs were removed (``jobdir.cleaned``), so the export cannot be published again from this job."""
+    outputs were removed (``jobdir.exports``), so the export cannot be published again from this job."""
     record = MergeRecord.read(layout.merge_record)
     if record is None:
         return None

@@ -23,14 +23,19 @@ from typing import Any, Final
 from loguru import logger
 
 from data_juicer_elastic.errors import IntegrityError, JobDirError, OutputExistsError, preview, storage_errors
-from data_juicer_elastic.jobdir import attempts, confine, own_export
-from data_juicer_elastic.jobdir.export_path import check_export_path, merge_places
-from data_juicer_elastic.jobdir.layout import JobLayout
+from data_juicer_elastic.jobdir import attempts
+from data_juicer_elastic.jobdir.exports import (
+    MergedShard,
+    MergeRecord,
+    check_export_path,
+    merge_places,
+    recorded_files,
+    written_by_job,
+)
+from data_juicer_elastic.jobdir.layout import JobLayout, check_layout
 from data_juicer_elastic.jobdir.manifest import load_manifest
-from data_juicer_elastic.jobdir.records import Manifest, ShardEntry
-from data_juicer_elastic.jobdir.result_records import MergedShard, MergeRecord, ShardResult
-from data_juicer_elastic.jobdir.row_errors import export_errors_path
-from data_juicer_elastic.jobdir.row_stats import MergedSideFile, export_stats_path
+from data_juicer_elastic.jobdir.records import Manifest, ShardEntry, ShardResult
+from data_juicer_elastic.jobdir.row_files import MergedSideFile, export_errors_path, export_stats_path
 from data_juicer_elastic.jobdir.shard_state import Markers, ShardState, decide_state, read_markers
 from data_juicer_elastic.quarantine import errors_merge
 from data_juicer_elastic.rows.codecs import BackgroundIO
@@ -124,7 +129,7 @@ def refuse_corrupt_done(layout: JobLayout, shard_id: str, markers: Markers) -> N
 def merge_job(job_dir: str | Path, output_path: str | Path, overwrite: bool = False) -> MergeResult:
     layout = JobLayout(Path(os.path.abspath(job_dir)))
     manifest = load_manifest(layout.root)
-    confine.check_layout(layout)  # merge.json and stats/ are written into it
+    check_layout(layout)  # merge.json and stats/ are written into it
     output = check_export_path(layout.root, output_path)  # never into the job dir, never through a link
     results = accepted_results(layout, manifest)
     fsio.makedirs(output.parent)
@@ -192,8 +197,8 @@ def may_replace(layout: JobLayout, staged: list[tuple[Path, Path]]) -> bool:
     changed = [target for new, target in staged if fsio.exists(target) and not fsio.same_bytes(new, target)]
     if not changed:
         return False
-    recorded = own_export.recorded_files(layout)
-    return all(own_export.written_by_job(layout, target, recorded) for target in changed)
+    recorded = recorded_files(layout)
+    return all(written_by_job(layout, target, recorded) for target in changed)
 
 
 def stage_row_stats(

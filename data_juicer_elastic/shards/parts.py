@@ -16,21 +16,24 @@ from typing import Final
 from loguru import logger
 
 from data_juicer_elastic.errors import IntegrityError, JobDirError, OutputExistsError, storage_errors
-from data_juicer_elastic.jobdir import attempts, confine
-from data_juicer_elastic.jobdir.export_path import (
+from data_juicer_elastic.jobdir import attempts
+from data_juicer_elastic.jobdir.exports import (
     PARTS_INDEX,
+    ExportPart,
+    MergedShard,
+    PartsIndex,
     check_export_path,
+    check_published_file,
+    locate_published_file,
     merge_places,
     part_errors_name,
     part_name,
     part_stats_name,
 )
-from data_juicer_elastic.jobdir.layout import JobLayout
+from data_juicer_elastic.jobdir.layout import JobLayout, check_layout
 from data_juicer_elastic.jobdir.manifest import load_manifest
-from data_juicer_elastic.jobdir.published_file import check_published_file, locate_published_file
-from data_juicer_elastic.jobdir.records import Manifest, ShardEntry
-from data_juicer_elastic.jobdir.result_records import ExportPart, MergedShard, PartsIndex, ShardResult
-from data_juicer_elastic.jobdir.row_stats import MergedSideFile
+from data_juicer_elastic.jobdir.records import Manifest, ShardEntry, ShardResult
+from data_juicer_elastic.jobdir.row_files import MergedSideFile
 from data_juicer_elastic.shards.merge import (
     MergeResult,
     accepted_results,
@@ -71,7 +74,7 @@ def publish_parts(job_dir: str | Path, export_dir: str | Path, overwrite: bool =
     """Publish every accepted output as the parts export at ``export_dir``; merge.json records it."""
     layout = JobLayout(Path(os.path.abspath(job_dir)))
     manifest = load_manifest(layout.root)
-    confine.check_layout(layout)  # merge.json is written into it
+    check_layout(layout)  # merge.json is written into it
     target = check_export_path(layout.root, export_dir, layout="parts")
     planned = [plan_part(layout, entry, result) for entry, result in accepted_results(layout, manifest)]
     index = parts_index(manifest, [p.part for p in planned])

@@ -14,8 +14,7 @@ from typing import Any, Final
 
 from data_juicer_elastic.errors import ConfigError, InputChangedError, InputError
 from data_juicer_elastic.jobdir.layout import shard_id
-from data_juicer_elastic.jobdir.plan_records import PlannedShard
-from data_juicer_elastic.jobdir.records import ShardSpan
+from data_juicer_elastic.jobdir.records import PlannedShard, ShardSpan
 from data_juicer_elastic.rows.codecs import Codec, input_codec
 from data_juicer_elastic.settings import InputOrder
 from data_juicer_elastic.sharedfs import fsio

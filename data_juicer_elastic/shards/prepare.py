@@ -26,12 +26,10 @@ from data_juicer_elastic.errors import (
     RequestChanged,
     storage_errors,
 )
-from data_juicer_elastic.jobdir import confine
-from data_juicer_elastic.jobdir.layout import MAX_SHARDS, JobLayout
+from data_juicer_elastic.jobdir.layout import MAX_SHARDS, JobLayout, check_ours, ensure_dir, make_job_dir
 from data_juicer_elastic.jobdir.manifest import load_manifest, load_plan
-from data_juicer_elastic.jobdir.plan_records import JobPlan, PlannedInput
-from data_juicer_elastic.jobdir.recipe_diff import recipe_differences
-from data_juicer_elastic.jobdir.records import Manifest, canonical_json, manifest_recipe_hash
+from data_juicer_elastic.jobdir.records import JobPlan, Manifest, PlannedInput, canonical_json, manifest_recipe_hash
+from data_juicer_elastic.jobdir.retry import recipe_differences
 from data_juicer_elastic.jobdir.scan_loop import scan_job
 from data_juicer_elastic.rows.codecs import CODECS, Codec
 from data_juicer_elastic.rows.jsonl import DEFAULT_MEDIA_KEYS
@@ -98,12 +96,12 @@ def plan_job(request: PrepareRequest, *, complete: Callable[[], PrepareRequest] 
     inputs = discover_inputs(dataset, request.input_order)
     layout = JobLayout(Path(os.path.abspath(request.job_dir)))
 
-    confine.make_job_dir(layout)  # a file in its place is refused here, not met as a traceback
+    make_job_dir(layout)  # a file in its place is refused here, not met as a traceback
     if fsio.exists(layout.plan):
         request = _completed(request, complete)
         rhash = manifest_recipe_hash(request.recipe)
         return PlanOutcome(_check_existing(layout, request, dataset, rhash, inputs), created=False)
-    confine.check_ours(layout)  # never litter a directory that is not a job (or planted links)
+    check_ours(layout)  # never litter a directory that is not a job (or planted links)
     stats = [fsio.stat(item.path) for item in inputs]
     shards, bytes_read = plan_shards(inputs, [st.st_size for st in stats], request.num_shards, request.max_line_bytes)
     request = _completed(request, complete)
@@ -113,7 +111,7 @@ def plan_job(request: PrepareRequest, *, complete: Callable[[], PrepareRequest] 
         for item, st in zip(inputs, stats, strict=True)
     ]
     for directory in (layout.cache_dir, layout.claims_dir, layout.done_dir, layout.attempts_dir):
-        confine.ensure_dir(layout, directory)
+        ensure_dir(layout, directory)
     if not fsio.publish_bytes(layout.recipe, canonical_json(request.recipe)):
         raise JobDirError(
             "job_dir holds the recipe of a different job",

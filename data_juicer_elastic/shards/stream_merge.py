@@ -16,14 +16,12 @@ from typing import ClassVar
 from loguru import logger
 
 from data_juicer_elastic.errors import JobDirError, storage_errors
-from data_juicer_elastic.jobdir import attempts, confine
-from data_juicer_elastic.jobdir.cleaned import cleaned_error, read_cleaned
-from data_juicer_elastic.jobdir.export_path import check_export_path, merge_places
-from data_juicer_elastic.jobdir.layout import JobLayout
+from data_juicer_elastic.jobdir import attempts
+from data_juicer_elastic.jobdir.exports import CleanRecord, MergedShard, check_export_path, cleaned_error, merge_places
+from data_juicer_elastic.jobdir.layout import JobLayout, check_layout
 from data_juicer_elastic.jobdir.manifest import load_manifest
-from data_juicer_elastic.jobdir.records import Manifest, Record, ShardEntry
-from data_juicer_elastic.jobdir.result_records import MergedShard, ShardResult
-from data_juicer_elastic.jobdir.row_stats import MergedSideFile, export_stats_path
+from data_juicer_elastic.jobdir.records import Manifest, Record, ShardEntry, ShardResult
+from data_juicer_elastic.jobdir.row_files import MergedSideFile, export_stats_path
 from data_juicer_elastic.jobdir.shard_state import ShardState, decide_state, read_markers
 from data_juicer_elastic.shards.merge import (
     MergeResult,
@@ -101,9 +99,11 @@ def follow_merge(
     job's error.  ``publish=False`` stops after the last shard (the run's elected finalize publishes)."""
     layout = JobLayout(Path(os.path.abspath(job_dir)))
     manifest = load_manifest(layout.root)
-    confine.check_layout(layout)  # merge.json and stats/ are written into it, as by merge_job
+    check_layout(layout)  # merge.json and stats/ are written into it, as by merge_job
     output = check_export_path(layout.root, output_path)  # never into the job dir, never through a link
-    if (cleaned := read_cleaned(layout)) is not None:  # no output left to append: finalize confirms the export
+    if (
+        cleaned := CleanRecord.read(layout.clean_record)
+    ) is not None:  # no output left to append: finalize confirms the export
         if not publish:
             return None
         raise cleaned_error(layout, cleaned, "merging")

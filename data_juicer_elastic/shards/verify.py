@@ -13,11 +13,10 @@ from pathlib import Path
 
 from data_juicer_elastic.errors import IntegrityError, JobDirError
 from data_juicer_elastic.jobdir import attempts
-from data_juicer_elastic.jobdir.cleaned import CleanRecord, read_cleaned
+from data_juicer_elastic.jobdir.exports import CleanRecord, MergeRecord
 from data_juicer_elastic.jobdir.layout import JobLayout
 from data_juicer_elastic.jobdir.manifest import check_shard_file, load_manifest
 from data_juicer_elastic.jobdir.records import Manifest
-from data_juicer_elastic.jobdir.result_records import MergeRecord
 from data_juicer_elastic.rows.shard_source import iter_content
 from data_juicer_elastic.shards.export_check import ExportSummary, FileId, verify_export
 from data_juicer_elastic.shards.merge import accepted_results
@@ -49,7 +48,7 @@ class VerifyResult:
 def verify_job(job_dir: str | Path, expect_nodes: int = 1) -> VerifyResult:
     layout = JobLayout(Path(os.path.abspath(job_dir)))
     manifest = load_manifest(layout.root)
-    cleaned = read_cleaned(layout)
+    cleaned = CleanRecord.read(layout.clean_record)
     for entry in manifest.shards:  # an edited input shard makes every result of it suspect
         if cleaned is not None and manifest.copy_shards:
             break  # the copies were removed with the outputs; the export is checked below

@@ -12,7 +12,7 @@ from typing import Any, Final
 
 import numpy as np
 
-from data_juicer_elastic.jobdir.row_stats import META_FIELD, STATS_FIELD
+from data_juicer_elastic.jobdir.row_files import META_FIELD, STATS_FIELD
 from data_juicer_elastic.stats.moments import Moments
 from data_juicer_elastic.stats.sketch import QuantileSketch
 

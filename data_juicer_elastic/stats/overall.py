@@ -16,11 +16,10 @@ from typing import Any, Final
 from loguru import logger
 
 from data_juicer_elastic.errors import IntegrityError, JobDirError
-from data_juicer_elastic.jobdir import confine
-from data_juicer_elastic.jobdir.layout import JobLayout
+from data_juicer_elastic.jobdir.layout import JobLayout, ensure_dir
 from data_juicer_elastic.jobdir.manifest import load_manifest
-from data_juicer_elastic.jobdir.result_records import ShardResult
-from data_juicer_elastic.jobdir.row_stats import export_side_path
+from data_juicer_elastic.jobdir.records import ShardResult
+from data_juicer_elastic.jobdir.row_files import export_side_path
 from data_juicer_elastic.rows.row_policy import parse_row
 from data_juicer_elastic.shards.merge import accepted_results
 from data_juicer_elastic.sharedfs import fsio
@@ -76,7 +75,7 @@ def compute_overall(job_dir: str | Path) -> OverallStats:
 def write_overall_stats(stats: OverallStats, job_dir: str | Path, export_path: str | Path | None = None) -> list[Path]:
     """Write into the job directory and, when given, beside the export path; the files written."""
     layout = JobLayout(Path(os.path.abspath(job_dir)))
-    confine.ensure_dir(layout, layout.stats_dir)  # never through a link planted in the job dir
+    ensure_dir(layout, layout.stats_dir)  # never through a link planted in the job dir
     written = stats.write(layout.stats_dir / "overall.json", layout.stats_dir / "overall.csv")
     if export_path is not None:
         export = Path(os.path.abspath(export_path))
@@ -107,7 +106,7 @@ def _load_summary(layout: JobLayout, result: ShardResult) -> StatsSummary | None
 
 
 def _summarise_output(layout: JobLayout, result: ShardResult) -> StatsSummary:
-    # The rows' stats are in the row stats file when the recipe makes any (jobdir.row_stats),
+    # The rows' stats are in the row stats file when the recipe makes any (jobdir.row_files),
     # else in the rows themselves (keep_stats_in_res_ds) or nowhere (every row still counts).
     path = layout.resolve_relative(result.row_stats.path if result.row_stats is not None else result.output)
     try:

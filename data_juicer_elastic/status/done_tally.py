@@ -21,9 +21,9 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 from data_juicer_elastic.jobdir import attempts
+from data_juicer_elastic.jobdir.job_summary import PaceRecord
 from data_juicer_elastic.jobdir.layout import JobLayout
-from data_juicer_elastic.jobdir.pace import PaceRecord
-from data_juicer_elastic.jobdir.result_records import ShardResult
+from data_juicer_elastic.jobdir.records import ShardResult
 from data_juicer_elastic.sharedfs import fsio
 from data_juicer_elastic.sharedfs.identity import attempt_started_at
 from data_juicer_elastic.status.snapshot_types import NodeTally

@@ -20,12 +20,10 @@ from typing import Any
 from data_juicer_elastic.errors import JobDirError
 from data_juicer_elastic.jobdir import attempts, failures, leases, progress
 from data_juicer_elastic.jobdir.heartbeats import StalenessObserver, looks_stale
-from data_juicer_elastic.jobdir.job_summary import JobSummary, LiveClaim, read_summary
+from data_juicer_elastic.jobdir.job_summary import JobSummary, LiveClaim, PaceRecord, read_paces, read_summary
 from data_juicer_elastic.jobdir.layout import LOG_FILE, JobLayout, parse_shard_id, validate_attempt_id
 from data_juicer_elastic.jobdir.manifest import load_manifest
-from data_juicer_elastic.jobdir.pace import PaceRecord, read_paces
-from data_juicer_elastic.jobdir.records import FORMAT_PREFIX, VERSION, Manifest
-from data_juicer_elastic.jobdir.result_records import AttemptRecord
+from data_juicer_elastic.jobdir.records import FORMAT_PREFIX, VERSION, AttemptRecord, Manifest
 from data_juicer_elastic.jobdir.shard_state import (
     Markers,
     ShardState,

@@ -17,9 +17,9 @@ from typing import NamedTuple
 
 from data_juicer_elastic.coordination.run_records import OK, Outcome, RunRecord
 from data_juicer_elastic.errors import JobDirError
+from data_juicer_elastic.jobdir.exports import MergeRecord
+from data_juicer_elastic.jobdir.job_summary import PaceRecord, read_paces
 from data_juicer_elastic.jobdir.layout import JobLayout
-from data_juicer_elastic.jobdir.pace import PaceRecord, read_paces
-from data_juicer_elastic.jobdir.result_records import MergeRecord
 from data_juicer_elastic.sharedfs import fsio
 
 

@@ -21,14 +21,13 @@ from typing import Any, Final
 import orjson
 
 from data_juicer_elastic.errors import EXIT_ERROR, EXIT_INCOMPLETE, EXIT_OK, ConfigError
-from data_juicer_elastic.jobdir.cleaned import CleanRecord
-from data_juicer_elastic.jobdir.confine import not_a_directory
+from data_juicer_elastic.jobdir.exports import CleanRecord
 from data_juicer_elastic.jobdir.heartbeats import StalenessObserver
-from data_juicer_elastic.jobdir.layout import JobLayout
+from data_juicer_elastic.jobdir.job_summary import read_paces
+from data_juicer_elastic.jobdir.layout import JobLayout, not_a_directory
 from data_juicer_elastic.jobdir.manifest import load_job, load_plan
-from data_juicer_elastic.jobdir.pace import read_paces
 from data_juicer_elastic.jobdir.records import FORMAT_PREFIX, VERSION, Manifest
-from data_juicer_elastic.jobdir.scan_outcome import ended_scans_error
+from data_juicer_elastic.jobdir.shard_state import ended_scans_error
 from data_juicer_elastic.sharedfs import fsio
 from data_juicer_elastic.sharedfs.identity import attempt_started_at
 from data_juicer_elastic.status.job_status import snapshot, snapshot_json

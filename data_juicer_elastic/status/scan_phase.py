@@ -17,8 +17,7 @@ from typing import Any
 
 from data_juicer_elastic.jobdir.attempts import read_done
 from data_juicer_elastic.jobdir.layout import JobLayout, is_shard_id
-from data_juicer_elastic.jobdir.plan_records import JobPlan, ScanResult
-from data_juicer_elastic.jobdir.records import Manifest
+from data_juicer_elastic.jobdir.records import JobPlan, Manifest, ScanResult
 from data_juicer_elastic.sharedfs import fsio
 
 

@@ -13,7 +13,7 @@ from data_juicer.ops.base_op import OPERATORS  # noqa: E402
 
 from data_juicer_elastic.batching import profiles, runtime  # noqa: E402
 from data_juicer_elastic.batching.demo import NAME as DEMO  # noqa: E402
-from data_juicer_elastic.jobdir.layout import JobLayout  # noqa: E402
+from data_juicer_elastic.jobdir.layout import JobLayout
 
 TEXTS = [f"row {i} " + "y" * (20 + i % 30) for i in range(64)]
 
@@ -121,7 +121,7 @@ def test_corrupt_context_is_ignored(tmp_path):
 
 def test_attempt_record_and_status_show_the_summary(tmp_path):
     from data_juicer_elastic.jobdir import attempts
-    from data_juicer_elastic.jobdir.result_records import AttemptRecord
+    from data_juicer_elastic.jobdir.records import AttemptRecord
 
     layout = JobLayout(tmp_path)
     summary = {"ooms": 3, "retries": 4, "terminal_ooms": 0, "skipped_rows": 0, "stages": {"s": {"final_rows": 9}}}

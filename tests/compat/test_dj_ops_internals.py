@@ -15,7 +15,7 @@ from data_juicer_elastic.compat import dj_ops_internals
 from data_juicer_elastic.compat.targets import ALREADY, APPLIED, ORIGINAL
 from data_juicer_elastic.errors import IntegrationError
 from data_juicer_elastic.integration.patches import parts_order
-from data_juicer_elastic.jobdir.export_path import PARTS_INDEX, part_name
+from data_juicer_elastic.jobdir.exports import PARTS_INDEX, part_name
 
 
 def test_check_dj_op_attributes():

@@ -7,7 +7,7 @@ import time
 from data_juicer_elastic.coordination.stragglers import ClaimGate, observe, should_claim
 from data_juicer_elastic.jobdir.layout import JobLayout
 from data_juicer_elastic.jobdir.manifest import load_manifest
-from data_juicer_elastic.jobdir.reasons import TakeoverReason
+from data_juicer_elastic.jobdir.records import TakeoverReason
 from data_juicer_elastic.jobdir.worker_loop import run_worker
 from data_juicer_elastic.jobdir.worker_settings import WorkerSettings
 from data_juicer_elastic.shards.prepare import prepare_job
@@ -57,7 +57,7 @@ def _tail_job(tmp_path, pending: int):
     """'slow' finished 3 shards at 40 s each, 'fast' 3 at 10 s; 'fast' holds 3 live claims now;
     ``pending`` shards were never claimed."""
     from data_juicer_elastic.jobdir import leases
-    from data_juicer_elastic.jobdir.result_records import AttemptRecord, ShardResult
+    from data_juicer_elastic.jobdir.records import AttemptRecord, ShardResult
     from data_juicer_elastic.sharedfs import fsio
 
     shards = 9 + pending

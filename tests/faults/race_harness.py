@@ -38,7 +38,7 @@ WORKER = textwrap.dedent(
     from data_juicer_elastic.jobdir import attempts
     from data_juicer_elastic.sharedfs.identity import WorkerIdentity
     from data_juicer_elastic.jobdir.layout import JobLayout
-    from data_juicer_elastic.jobdir.lease_records import Claim
+    from data_juicer_elastic.jobdir.records import Claim
     from data_juicer_elastic.jobdir.tasks import ShardOutput
     from data_juicer_elastic.jobdir.worker_loop import run_worker
     from data_juicer_elastic.jobdir.worker_settings import WorkerSettings

@@ -98,7 +98,7 @@ def test_a_finished_release_is_not_taken_over_before_a_ttl(tmp_path):
     at once re-ran a finished shard; now the observer waits a TTL on its own clock first."""
     from data_juicer_elastic.jobdir import leases
     from data_juicer_elastic.jobdir.layout import JobLayout
-    from data_juicer_elastic.jobdir.reasons import ReleaseReason, TakeoverReason
+    from data_juicer_elastic.jobdir.records import ReleaseReason, TakeoverReason
     from tests.jobdir.conftest import FakeClock, identity
 
     job = tmp_path / "job"

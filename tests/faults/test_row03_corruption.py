@@ -13,8 +13,8 @@ import pytest
 from data_juicer_elastic.errors import ElasticError
 from data_juicer_elastic.jobdir.failures import list_failures
 from data_juicer_elastic.jobdir.layout import JobLayout
-from data_juicer_elastic.jobdir.lease_records import Heartbeat
 from data_juicer_elastic.jobdir.leases import StalenessObserver, publish_claim, read_lease, takeover_reason
+from data_juicer_elastic.jobdir.records import Heartbeat
 from data_juicer_elastic.jobdir.worker_loop import run_worker
 from data_juicer_elastic.jobdir.worker_settings import WorkerSettings
 from data_juicer_elastic.shards.merge import merge_job

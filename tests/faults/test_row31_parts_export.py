@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from data_juicer_elastic.jobdir.export_path import PARTS_INDEX
+from data_juicer_elastic.jobdir.exports import PARTS_INDEX
 
 from .commands import dj_elastic, dj_process, error_line, faults, finished_job, recipe, small_input, tree
 from .conftest import driver_cmd, driver_env, run_driver, summary_of

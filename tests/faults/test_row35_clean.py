@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from data_juicer_elastic.jobdir.export_path import PARTS_INDEX
+from data_juicer_elastic.jobdir.exports import PARTS_INDEX
 
 from .commands import dj_elastic, error_line, finished_job, tree
 from .fakes import merged_ids, prepare

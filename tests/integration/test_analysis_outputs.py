@@ -9,7 +9,7 @@ import pytest
 
 from data_juicer_elastic.errors import ConfigError
 from data_juicer_elastic.integration.analysis_outputs import analyzer_targets, refuse_overwrites
-from data_juicer_elastic.jobdir.result_records import MergeRecord
+from data_juicer_elastic.jobdir.exports import MergeRecord
 
 
 def _merged_job(tmp_path, **record):

@@ -11,10 +11,17 @@ from pathlib import Path
 
 import pytest
 
-from data_juicer_elastic.jobdir import scan_outcome, scans
 from data_juicer_elastic.jobdir.layout import JobLayout
-from data_juicer_elastic.jobdir.manifest import load_manifest, load_plan, locate_shard, normalise_options, source_spans
-from data_juicer_elastic.jobdir.plan_records import ScanResult
+from data_juicer_elastic.jobdir.manifest import (
+    load_manifest,
+    load_plan,
+    locate_shard,
+    normalise_options,
+    publish_manifest,
+    source_spans,
+)
+from data_juicer_elastic.jobdir.records import ScanResult
+from data_juicer_elastic.jobdir.shard_state import refusal_error
 from data_juicer_elastic.jobdir.tasks import ScanTask, ShardOutput, ShardTask
 from data_juicer_elastic.rows.shard_source import iter_source_lines
 from data_juicer_elastic.shards.prepare import PrepareRequest, prepare_job
@@ -114,10 +121,10 @@ def scan_locally(job: Path, processes: int = 0):
             )  # fmt: skip
     finally:
         scanner.close()
-    refused = scan_outcome.refusal_error(plan, results)
+    refused = refusal_error(plan, results)
     if refused is not None:
         raise refused
-    return scans.publish_manifest(layout, plan, results)
+    return publish_manifest(layout, plan, results)
 
 
 def copy_runner(transform: Callable[[dict], dict | None] | None = None) -> Callable[[ShardTask], ShardOutput]:

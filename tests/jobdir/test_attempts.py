@@ -10,7 +10,7 @@ from data_juicer_elastic.errors import IntegrityError
 from data_juicer_elastic.jobdir import attempts, failures, leases
 from data_juicer_elastic.jobdir.layout import JobLayout
 from data_juicer_elastic.jobdir.manifest import load_manifest
-from data_juicer_elastic.jobdir.reasons import TakeoverReason
+from data_juicer_elastic.jobdir.records import TakeoverReason
 from data_juicer_elastic.sharedfs import fsio
 
 from .conftest import identity

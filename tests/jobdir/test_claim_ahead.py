@@ -18,7 +18,7 @@ from data_juicer_elastic.jobdir import leases, progress
 from data_juicer_elastic.jobdir.claim_ahead import ClaimAhead
 from data_juicer_elastic.jobdir.layout import JobLayout
 from data_juicer_elastic.jobdir.manifest import load_manifest
-from data_juicer_elastic.jobdir.reasons import ReleaseReason, TakeoverReason
+from data_juicer_elastic.jobdir.records import ReleaseReason, TakeoverReason
 from data_juicer_elastic.jobdir.worker_loop import run_worker
 from data_juicer_elastic.jobdir.worker_settings import WorkerSettings
 

@@ -15,8 +15,7 @@ from data_juicer_elastic.jobdir import claiming, leases
 from data_juicer_elastic.jobdir.claiming import MAX_JUMPS, ClaimCursor
 from data_juicer_elastic.jobdir.layout import JobLayout
 from data_juicer_elastic.jobdir.manifest import load_manifest
-from data_juicer_elastic.jobdir.reasons import TakeoverReason
-from data_juicer_elastic.jobdir.result_records import ShardResult
+from data_juicer_elastic.jobdir.records import ShardResult, TakeoverReason
 from data_juicer_elastic.jobdir.worker_loop import run_worker
 from data_juicer_elastic.jobdir.worker_settings import WorkerSettings
 from data_juicer_elastic.shards.prepare import prepare_job

@@ -17,19 +17,18 @@ from data_juicer_elastic.coordination.stragglers import ClaimGate
 from data_juicer_elastic.jobdir import claiming, leases, progress
 from data_juicer_elastic.jobdir.heartbeats import StalenessObserver
 from data_juicer_elastic.jobdir.job_summary import (
+    PaceWriter,
     SummaryReader,
     SummaryView,
     fresh_for,
+    read_brief,
+    read_pace,
     read_summary,
     register_reader,
 )
 from data_juicer_elastic.jobdir.layout import SUMMARY_WRITER_TASK, JobLayout
 from data_juicer_elastic.jobdir.manifest import load_manifest
-from data_juicer_elastic.jobdir.pace import PaceWriter, read_pace
-from data_juicer_elastic.jobdir.reasons import TakeoverReason
-from data_juicer_elastic.jobdir.records import record_checksum
-from data_juicer_elastic.jobdir.result_records import ShardResult
-from data_juicer_elastic.jobdir.summary_brief import read_brief
+from data_juicer_elastic.jobdir.records import ShardResult, TakeoverReason, record_checksum
 from data_juicer_elastic.jobdir.summary_keeper import SILENT_INTERVALS, SummaryKeeper
 from data_juicer_elastic.jobdir.worker_loop import run_worker
 from data_juicer_elastic.jobdir.worker_settings import WorkerSettings

@@ -11,9 +11,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from data_juicer_elastic.coordination.run_records import Instance, Outcome, OutcomeStatus, RunRecord
+from data_juicer_elastic.jobdir.exports import MergeRecord
+from data_juicer_elastic.jobdir.job_summary import PaceRecord
 from data_juicer_elastic.jobdir.layout import JobLayout
-from data_juicer_elastic.jobdir.pace import PaceRecord
-from data_juicer_elastic.jobdir.result_records import MergeRecord
 from data_juicer_elastic.sharedfs import fsio
 from data_juicer_elastic.status.job_times import format_wall, job_times
 

@@ -9,8 +9,7 @@ import pytest
 
 from data_juicer_elastic.jobdir import leases
 from data_juicer_elastic.jobdir.layout import JobLayout, shard_id
-from data_juicer_elastic.jobdir.lease_records import Claim, Failure
-from data_juicer_elastic.jobdir.reasons import TakeoverReason
+from data_juicer_elastic.jobdir.records import Claim, Failure, TakeoverReason
 from data_juicer_elastic.sharedfs import fault_seam, fsio
 
 from .conftest import FakeClock, identity

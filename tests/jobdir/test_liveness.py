@@ -12,9 +12,8 @@ import pytest
 
 from data_juicer_elastic.jobdir import claiming, failures, leases, liveness, progress
 from data_juicer_elastic.jobdir.layout import JobLayout
-from data_juicer_elastic.jobdir.lease_records import Failure
 from data_juicer_elastic.jobdir.manifest import load_manifest
-from data_juicer_elastic.jobdir.reasons import TakeoverReason
+from data_juicer_elastic.jobdir.records import Failure, TakeoverReason
 from data_juicer_elastic.jobdir.worker_loop import run_worker
 from data_juicer_elastic.jobdir.worker_settings import WorkerSettings
 

@@ -6,9 +6,9 @@ import pytest
 
 from data_juicer_elastic.errors import ConfigError, IntegrityError, JobDirError, OutputExistsError
 from data_juicer_elastic.jobdir import leases
+from data_juicer_elastic.jobdir.exports import MergeRecord
 from data_juicer_elastic.jobdir.layout import JobLayout
 from data_juicer_elastic.jobdir.manifest import load_manifest
-from data_juicer_elastic.jobdir.result_records import MergeRecord
 from data_juicer_elastic.jobdir.retry import retry_shards
 from data_juicer_elastic.jobdir.shard_state import ShardState, observe_state
 from data_juicer_elastic.jobdir.worker_loop import run_worker

@@ -9,13 +9,14 @@ import json
 import pytest
 
 from data_juicer_elastic.errors import JobDirError, OutputExistsError
-from data_juicer_elastic.jobdir import code_changes
+from data_juicer_elastic.jobdir import retry
 from data_juicer_elastic.jobdir.layout import JobLayout
 from data_juicer_elastic.jobdir.manifest import load_manifest
-from data_juicer_elastic.jobdir.retry import retry_shards
+from data_juicer_elastic.jobdir.retry import change_path, job_code, latest_change, record_change, retry_shards
 from data_juicer_elastic.jobdir.worker_loop import run_worker
 from data_juicer_elastic.jobdir.worker_settings import WorkerSettings
 from data_juicer_elastic.shards.merge import merge_job
+from data_juicer_elastic.sharedfs import fsio
 
 from .conftest import copy_runner, identity
 
@@ -60,28 +61,28 @@ def test_a_merge_replaces_the_export_this_job_wrote_and_nothing_else(job, tmp_pa
 def test_the_latest_accepted_code_is_the_jobs_and_a_damaged_record_is_an_error(job, monkeypatch):
     layout = JobLayout(job)
     prepared = {"operators": {"m": {"ops": "a"}}, "versions": {"ray": "1"}}
-    assert code_changes.job_code(layout, prepared) == prepared
-    first = code_changes.record_change(layout, {**prepared, "operators": {"m": {"ops": "b"}}}, [SHARD], ["m"])
-    second = code_changes.record_change(layout, {**prepared, "operators": {"m": {"ops": "c"}}}, [SHARD], ["m"])
+    assert job_code(layout, prepared) == prepared
+    first = record_change(layout, {**prepared, "operators": {"m": {"ops": "b"}}}, [SHARD], ["m"])
+    second = record_change(layout, {**prepared, "operators": {"m": {"ops": "c"}}}, [SHARD], ["m"])
     assert (first.seq, second.seq) == (1, 2) and second.shards == [SHARD]
-    assert code_changes.job_code(layout, prepared)["operators"] == {"m": {"ops": "c"}}
+    assert job_code(layout, prepared)["operators"] == {"m": {"ops": "c"}}
     # a listing that lags (NFS) still finds the latest: the names after it are opened
-    monkeypatch.setattr(code_changes.fsio, "list_names", lambda path: ["000001.json"])
-    assert code_changes.latest_change(layout).seq == 2
+    monkeypatch.setattr(fsio, "list_names", lambda path: ["000001.json"])
+    assert latest_change(layout).seq == 2
     monkeypatch.undo()
 
     # two retries at once: the second to publish the same sequence number is refused
-    monkeypatch.setattr(code_changes, "latest_change", lambda _layout: first)
+    monkeypatch.setattr(retry, "latest_change", lambda _layout: first)
     with pytest.raises(JobDirError, match="another retry"):
-        code_changes.record_change(layout, prepared, [SHARD], ["m"])
+        record_change(layout, prepared, [SHARD], ["m"])
     monkeypatch.undo()
 
-    path = code_changes.change_path(layout, 2)
+    path = change_path(layout, 2)
     data = path.read_bytes()
     path.unlink()  # published by link(): replaced, never edited in place
     path.write_bytes(data.replace(b'"c"', b'"d"'))
     with pytest.raises(JobDirError) as info:
-        code_changes.job_code(layout, prepared)
+        job_code(layout, prepared)
     assert "checksum mismatch" in str(info.value) and str(path) in str(info.value)
     assert "prepare a new job_dir" in info.value.hint
 
@@ -101,7 +102,7 @@ def test_retry_refuses_a_code_change_before_anything_moves_and_accepts_it_only_w
     out = tmp_path / "merged.jsonl"
     _run(job, 1)
     merge_job(job, out)
-    monkeypatch.setattr(code_changes, "job_code", lambda layout, prepared: _code("job's"))
+    monkeypatch.setattr(retry_command, "job_code", lambda layout, prepared: _code("job's"))
     monkeypatch.setattr(retry_command, "code_fingerprint", lambda recipe: _code("fixed"))
     result = json.loads((job / "done" / f"{SHARD}.json").read_text())
     (job / result["output"]).unlink()  # the shard is requeued by --shard-id
@@ -123,7 +124,7 @@ def test_retry_refuses_a_code_change_before_anything_moves_and_accepts_it_only_w
     outcome = retry_command.retry(job, shard_ids=[SHARD], accept_code_change=True)
     assert outcome.requeued == [SHARD] and not (job / "done" / f"{SHARD}.json").exists()
     monkeypatch.undo()
-    record = code_changes.latest_change(JobLayout(job))
+    record = latest_change(JobLayout(job))
     assert record.shards == [SHARD] and record.code["operators"] == {"m": {"ops": "fixed"}}
     lines = retry_command.next_steps(job, outcome)
     assert f"next: dj-elastic worker --job-dir {job} && dj-elastic merge --job-dir {job} --output {out}" in lines

@@ -14,9 +14,9 @@ from hypothesis import strategies as st
 
 from data_juicer_elastic.errors import ConfigError, IntegrityError, OutputExistsError
 from data_juicer_elastic.finalize import finalize
-from data_juicer_elastic.jobdir.export_path import PARTS_INDEX
-from data_juicer_elastic.jobdir.result_records import MergeRecord, PartsIndex, ShardResult
-from data_juicer_elastic.jobdir.row_stats import export_stats_path
+from data_juicer_elastic.jobdir.exports import PARTS_INDEX, MergeRecord, PartsIndex
+from data_juicer_elastic.jobdir.records import ShardResult
+from data_juicer_elastic.jobdir.row_files import export_stats_path
 from data_juicer_elastic.jobdir.worker_loop import run_worker
 from data_juicer_elastic.jobdir.worker_settings import WorkerSettings
 from data_juicer_elastic.shards import export_check, parts
@@ -87,7 +87,7 @@ def test_publishing_reads_no_output_and_publishing_again_changes_nothing(tmp_pat
 
     for module in (export_check, parts):
         monkeypatch.setattr(module, "check_published_file", no_reading, raising=False)
-    monkeypatch.setattr("data_juicer_elastic.jobdir.published_file.validate_jsonl_output", no_reading)
+    monkeypatch.setattr("data_juicer_elastic.jobdir.exports.validate_jsonl_output", no_reading)
     monkeypatch.setattr("data_juicer_elastic.stats.overall._summarise_output", no_reading)
     first = finalize(job, export, layout="parts")
     index_mtime = (export / PARTS_INDEX).stat().st_mtime_ns
@@ -175,7 +175,7 @@ def test_an_export_whose_index_names_other_bytes_is_refused_naming_both(tmp_path
     what the index there says and what this job's says."""
     import dataclasses
 
-    from data_juicer_elastic.jobdir.result_records import PartsIndex
+    from data_juicer_elastic.jobdir.exports import PartsIndex
 
     job = finished(tmp_path, stats=False)
     export = tmp_path / "parts"

@@ -18,9 +18,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from data_juicer_elastic.errors import ConfigError, InputChangedError, InputError, JobDirError
-from data_juicer_elastic.jobdir import scan_outcome, scans
 from data_juicer_elastic.jobdir.layout import JobLayout
-from data_juicer_elastic.jobdir.manifest import load_manifest, load_plan, locate_shard
+from data_juicer_elastic.jobdir.manifest import compose_manifest, load_manifest, load_plan, locate_shard
+from data_juicer_elastic.jobdir.shard_state import read_scans
 from data_juicer_elastic.jobdir.worker_loop import run_worker
 from data_juicer_elastic.jobdir.worker_settings import WorkerSettings
 from data_juicer_elastic.rows.jsonl import NormaliseOptions, RowNormaliser
@@ -169,9 +169,9 @@ def test_the_manifest_is_the_same_whoever_scans_and_composes(tmp_path):
     prepare_job(request(tmp_path, data, 7, False))
     layout = JobLayout(tmp_path / "job")
     plan = load_plan(layout.root)
-    results = scan_outcome.read_scans(layout, plan)
+    results = read_scans(layout, plan)
     shuffled = dict(random.Random(3).sample(sorted(results.items()), len(results)))
-    assert scans.compose_manifest(plan, shuffled).encode() == load_manifest(layout.root).encode()
+    assert compose_manifest(plan, shuffled).encode() == load_manifest(layout.root).encode()
 
 
 def test_a_tampered_scan_record_is_refused_before_anything_runs(tmp_path):
@@ -184,7 +184,7 @@ def test_a_tampered_scan_record_is_refused_before_anything_runs(tmp_path):
     record.write_text(text.replace('"rows": 17', '"rows": 18', 1))
     (layout.root / "manifest.json").unlink()  # composed again from the records as they are now
     with pytest.raises(JobDirError) as refused:
-        scan_outcome.read_scans(layout, load_plan(layout.root))
+        read_scans(layout, load_plan(layout.root))
     assert "checksum" in refused.value.message and refused.value.where == str(record)
 
 

@@ -5,9 +5,17 @@ import json
 import pytest
 
 from data_juicer_elastic.errors import JobDirError
-from data_juicer_elastic.jobdir.lease_records import Claim, Failure, Heartbeat, Release
-from data_juicer_elastic.jobdir.records import manifest_recipe_hash
-from data_juicer_elastic.jobdir.result_records import AttemptRecord, MergeRecord, ShardResult, TerminalFailure
+from data_juicer_elastic.jobdir.exports import MergeRecord
+from data_juicer_elastic.jobdir.records import (
+    AttemptRecord,
+    Claim,
+    Failure,
+    Heartbeat,
+    Release,
+    ShardResult,
+    TerminalFailure,
+    manifest_recipe_hash,
+)
 from data_juicer_elastic.jobdir.shard_state import ShardState
 
 SAMPLES = [

@@ -1,5 +1,5 @@
 """The one shard-state rule (jobdir.shard_state), the shared staleness rule (jobdir.heartbeats)
-and reason codes that parse to their StrEnum (jobdir.reasons) with records unchanged."""
+and reason codes that parse to their StrEnum (jobdir.records) with records unchanged."""
 
 from __future__ import annotations
 
@@ -8,9 +8,14 @@ import json
 import pytest
 
 from data_juicer_elastic.jobdir.heartbeats import RenewThread, Sighting, StalenessObserver, looks_stale
-from data_juicer_elastic.jobdir.lease_records import Release
-from data_juicer_elastic.jobdir.reasons import DEATH_REASONS, FailureReason, ReleaseReason
-from data_juicer_elastic.jobdir.result_records import ShardResult, TerminalFailure
+from data_juicer_elastic.jobdir.records import (
+    DEATH_REASONS,
+    FailureReason,
+    Release,
+    ReleaseReason,
+    ShardResult,
+    TerminalFailure,
+)
 from data_juicer_elastic.jobdir.shard_state import Markers, ShardState, decide_state
 
 SHARD = "part-00000-of-00001"

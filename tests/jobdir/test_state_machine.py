@@ -19,10 +19,10 @@ from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, pr
 
 from data_juicer_elastic.errors import JobDirError
 from data_juicer_elastic.jobdir import attempts, failures, leases
+from data_juicer_elastic.jobdir.exports import MergeRecord
 from data_juicer_elastic.jobdir.layout import JobLayout
 from data_juicer_elastic.jobdir.manifest import load_manifest
-from data_juicer_elastic.jobdir.reasons import TakeoverReason
-from data_juicer_elastic.jobdir.result_records import MergeRecord
+from data_juicer_elastic.jobdir.records import TakeoverReason
 from data_juicer_elastic.jobdir.retry import retry_shards
 from data_juicer_elastic.jobdir.shard_state import ShardState
 from data_juicer_elastic.jobdir.tasks import ShardOutput, ShardTask

@@ -19,12 +19,10 @@ import orjson
 import pytest
 
 from data_juicer_elastic.jobdir import leases
-from data_juicer_elastic.jobdir.job_summary import read_summary
+from data_juicer_elastic.jobdir.job_summary import PaceWriter, read_summary
 from data_juicer_elastic.jobdir.layout import JobLayout
 from data_juicer_elastic.jobdir.manifest import load_manifest
-from data_juicer_elastic.jobdir.pace import PaceWriter
-from data_juicer_elastic.jobdir.reasons import TakeoverReason
-from data_juicer_elastic.jobdir.result_records import ShardResult
+from data_juicer_elastic.jobdir.records import ShardResult, TakeoverReason
 from data_juicer_elastic.jobdir.shard_state import ShardState
 from data_juicer_elastic.jobdir.worker_loop import run_worker
 from data_juicer_elastic.jobdir.worker_settings import WorkerSettings

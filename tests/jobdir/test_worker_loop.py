@@ -12,10 +12,8 @@ import pytest
 from data_juicer_elastic.errors import JobDirError
 from data_juicer_elastic.jobdir import attempts, leases
 from data_juicer_elastic.jobdir.layout import JobLayout
-from data_juicer_elastic.jobdir.lease_records import Failure
 from data_juicer_elastic.jobdir.manifest import load_manifest
-from data_juicer_elastic.jobdir.reasons import TakeoverReason
-from data_juicer_elastic.jobdir.result_records import AttemptRecord
+from data_juicer_elastic.jobdir.records import AttemptRecord, Failure, TakeoverReason
 from data_juicer_elastic.jobdir.worker_loop import run_worker
 from data_juicer_elastic.jobdir.worker_settings import WorkerSettings
 from data_juicer_elastic.shards.merge import merge_job

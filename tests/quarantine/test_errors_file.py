@@ -21,7 +21,7 @@ from data_juicer_elastic.errors import (
     ShardExecutionError,
 )
 from data_juicer_elastic.jobdir.manifest import load_manifest
-from data_juicer_elastic.jobdir.row_errors import WORKER_DIR, export_errors_path, read_errors
+from data_juicer_elastic.jobdir.row_files import WORKER_DIR, export_errors_path, read_errors
 from data_juicer_elastic.jobdir.tasks import ShardOutput, ShardTask
 from data_juicer_elastic.jobdir.worker_loop import run_worker
 from data_juicer_elastic.jobdir.worker_settings import WorkerSettings

@@ -13,8 +13,7 @@ from pathlib import Path
 
 from data_juicer_elastic.jobdir import attempts, failures, leases
 from data_juicer_elastic.jobdir.layout import JobLayout
-from data_juicer_elastic.jobdir.lease_records import Claim, Release
-from data_juicer_elastic.jobdir.result_records import AttemptRecord, ShardResult
+from data_juicer_elastic.jobdir.records import AttemptRecord, Claim, Release, ShardResult
 from data_juicer_elastic.shards.prepare import PrepareRequest, prepare_job
 from data_juicer_elastic.sharedfs import fsio
 from data_juicer_elastic.sharedfs.identity import WorkerIdentity

@@ -12,9 +12,9 @@ from pathlib import Path
 import pytest
 
 from data_juicer_elastic.errors import IntegrityError, JobDirError
-from data_juicer_elastic.jobdir import attempts, confine
-from data_juicer_elastic.jobdir.layout import JobLayout
-from data_juicer_elastic.jobdir.result_records import ShardResult
+from data_juicer_elastic.jobdir import attempts
+from data_juicer_elastic.jobdir.layout import JobLayout, open_job_dir
+from data_juicer_elastic.jobdir.records import ShardResult
 from data_juicer_elastic.jobdir.retry import retry_shards
 from data_juicer_elastic.jobdir.worker_loop import run_worker
 from data_juicer_elastic.jobdir.worker_settings import WorkerSettings
@@ -102,17 +102,17 @@ def test_a_run_refuses_a_foreign_job_dir_before_its_first_write(tmp_path):
     home.mkdir()
     (home / "notes.txt").write_text("precious")
     with pytest.raises(JobDirError, match="not a dj-elastic job directory"):
-        confine.open_job_dir(JobLayout(home))
+        open_job_dir(JobLayout(home))
     assert os.listdir(home) == ["notes.txt"]
 
 
 def test_open_job_dir_checks_a_prepared_job_for_links(job, tmp_path):
-    confine.open_job_dir(JobLayout(job))  # a prepared job passes
+    open_job_dir(JobLayout(job))  # a prepared job passes
     (tmp_path / "elsewhere").mkdir()
     os.rename(job / "done", tmp_path / "done-moved")
     (job / "done").symlink_to(tmp_path / "elsewhere")
     with pytest.raises(JobDirError, match="outside the job directory"):
-        confine.open_job_dir(JobLayout(job))
+        open_job_dir(JobLayout(job))
 
 
 @pytest.mark.parametrize("bad", ["../../etc", "part-00000-of-00004/../../x", "/etc/passwd", "part-1-of-4", ""])

@@ -17,11 +17,19 @@ from hypothesis import strategies as st
 
 from data_juicer_elastic.errors import IntegrityError, JobDirError
 from data_juicer_elastic.jobdir import failures, leases
+from data_juicer_elastic.jobdir.exports import MergeRecord
 from data_juicer_elastic.jobdir.layout import JobLayout
-from data_juicer_elastic.jobdir.lease_records import Claim, Failure, Heartbeat, Release
 from data_juicer_elastic.jobdir.manifest import load_manifest
-from data_juicer_elastic.jobdir.records import Manifest
-from data_juicer_elastic.jobdir.result_records import AttemptRecord, MergeRecord, ShardResult, TerminalFailure
+from data_juicer_elastic.jobdir.records import (
+    AttemptRecord,
+    Claim,
+    Failure,
+    Heartbeat,
+    Manifest,
+    Release,
+    ShardResult,
+    TerminalFailure,
+)
 from data_juicer_elastic.jobdir.shard_state import job_outcome
 from data_juicer_elastic.jobdir.worker_loop import run_worker
 from data_juicer_elastic.jobdir.worker_settings import WorkerSettings

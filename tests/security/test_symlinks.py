@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 
 from data_juicer_elastic.errors import UnsafePathError
-from data_juicer_elastic.jobdir import attempts, confine, failures
-from data_juicer_elastic.jobdir.layout import JobLayout
+from data_juicer_elastic.jobdir import attempts, failures
+from data_juicer_elastic.jobdir.layout import JobLayout, check_inside, ensure_dir
 from data_juicer_elastic.jobdir.retry import retry_shards
 from data_juicer_elastic.jobdir.worker_loop import run_worker
 from data_juicer_elastic.jobdir.worker_settings import WorkerSettings
@@ -112,10 +112,10 @@ def test_check_inside_names_the_planted_link(job, outside):
     layout = JobLayout(job)
     _plant(job / "attempts", outside)
     with pytest.raises(UnsafePathError) as info:
-        confine.ensure_dir(layout, layout.attempt_dir(SHARD, "a1"))
+        ensure_dir(layout, layout.attempt_dir(SHARD, "a1"))
     assert info.value.where == str(job / "attempts")
     with pytest.raises(UnsafePathError):
-        confine.check_inside(layout, job.parent / "elsewhere")
+        check_inside(layout, job.parent / "elsewhere")
     _assert_untouched(outside)
 
 

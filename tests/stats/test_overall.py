@@ -11,7 +11,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from data_juicer_elastic.jobdir.result_records import ShardResult
+from data_juicer_elastic.jobdir.records import ShardResult
 from data_juicer_elastic.jobdir.worker_loop import run_worker
 from data_juicer_elastic.jobdir.worker_settings import WorkerSettings
 from data_juicer_elastic.shards.merge import merge_job
