@@ -39,7 +39,7 @@ Sections (numbers are JSON on stdout's last line and in ``--out``; a table is pr
              ops per poll, and the holders' ops per heartbeat
   status     ``dj-elastic status`` of the finished claims job (S done, 0 running)
 
-With the job summary (``jobdir.summary_keeper``) each worker's keeper thread counts as
+With the job summary (``jobdir.roles``) each worker's keeper thread counts as
 "keeper", and its rounds are counted as the writer's or another process's look.  A thread
 started while a worker does something (status's reader pool) counts for that activity.
 One limit of threads: the job summary's reader is registered per process and job
@@ -309,7 +309,7 @@ def _split_walking_claims() -> None:
 def _summary_keeper():
     """The job summary's keeper class, where the code has one (None: the walk, no summary)."""
     try:
-        return importlib.import_module("data_juicer_elastic.jobdir.summary_keeper").SummaryKeeper
+        return importlib.import_module("data_juicer_elastic.jobdir.roles").SummaryKeeper
     except ImportError:
         return None
 

@@ -38,7 +38,7 @@ from data_juicer_elastic.jobdir.manifest import load_manifest
 from data_juicer_elastic.jobdir.manifest_rows import publish_rows_record
 from data_juicer_elastic.jobdir.pace import PaceWriter
 from data_juicer_elastic.jobdir.result_records import ShardResult
-from data_juicer_elastic.jobdir.summary_keeper import compose_summary, refresh_paces
+from data_juicer_elastic.jobdir.roles import compose_summary, refresh_paces
 from data_juicer_elastic.shards.prepare import PrepareRequest, prepare_job
 from data_juicer_elastic.sharedfs import fault_seam, fsio
 from data_juicer_elastic.sharedfs.identity import WorkerIdentity

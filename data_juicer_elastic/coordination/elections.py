@@ -1,12 +1,14 @@
-"""Elections, phase results and the one final outcome of a run, each an exclusive ``link()``; a
-leader renews ``<phase>.heartbeat.json`` and waiters judge it gone as they judge a shard lease
+"""One instance's view of its run: the prepare and finalize roles (each the one task of a lease
+namespace, ``jobdir.roles.Role``: claimed by the first instance, renewed while it works, judged gone
+as a shard's holder is), the phase results and the one final outcome, each an exclusive ``link()``
 (docs/architecture.md, "Coordination protocol").  Every instance reports the one ``outcome.json``.
 """
 
 from __future__ import annotations
 
+import contextlib
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any, Final, NoReturn
 
 from loguru import logger
@@ -17,20 +19,19 @@ from data_juicer_elastic.coordination.run_records import (
     FAILED,
     OK,
     Instance,
-    Leader,
     Outcome,
     Participant,
     ParticipantExit,
-    PhaseHeartbeat,
     PrepareResult,
     RunPhase,
     RunRecord,
 )
 from data_juicer_elastic.errors import CoordinatorLostError, ElasticError, JobDirError
 from data_juicer_elastic.jobdir import confine
-from data_juicer_elastic.jobdir.heartbeats import Clock, RenewThread, Sighting, StalenessObserver
+from data_juicer_elastic.jobdir.heartbeats import Clock
 from data_juicer_elastic.jobdir.layout import JobLayout
-from data_juicer_elastic.jobdir.leases import process_gone_here
+from data_juicer_elastic.jobdir.reasons import ReleaseReason, TakeoverReason
+from data_juicer_elastic.jobdir.roles import Role, read_holder
 from data_juicer_elastic.sharedfs import fsio
 from data_juicer_elastic.sharedfs.identity import WorkerIdentity
 
@@ -66,6 +67,7 @@ class RunCoordinator:
         self.key = run.key
         self.dir = layout.run_dir(self.key)
         self.joined_at: float | None = None
+        self.roles: dict[RunPhase, Role] = {}
 
     @property
     def instance_id(self) -> str:
@@ -110,20 +112,43 @@ class RunCoordinator:
                 logger.warning(f"ignoring corrupt participant record: {exc}")
         return sorted((p for p in found if p is not None), key=lambda p: p.joined_at)
 
-    def elect(self, phase: RunPhase) -> tuple[bool, Leader]:
-        """(we won, the leader): exactly one instance of the run wins each phase."""
-        record = Leader(self.run.value, phase, self.instance, time.time())
-        path = self.layout.leader(self.key, phase)
-        if fsio.publish_bytes(path, record.encode()):
+    def role(self, phase: RunPhase) -> Role:
+        if phase not in self.roles:
+            layout = self.layout.role_lease(self.key, phase)
+            self.roles[phase] = Role(
+                layout, self.identity, ttl_secs=self.ttl_secs, heartbeat_secs=self.heartbeat_secs, clock=self.clock
+            )
+        return self.roles[phase]
+
+    def elect(self, phase: RunPhase) -> tuple[bool, Instance]:
+        """(we won, the leader): exactly one instance of the run, the first to claim, holds each role."""
+        role = self.role(phase)
+        if role.claim is None and role.acquire(self.instance_id, take_over=False) is not None:
             logger.info(f"elected as {phase} coordinator of run {self.run.value}")
-            return True, record
+            return True, self.instance
         leader = self.leader(phase)
         if leader is None:  # unreadable: no instance can act on it, so nobody will publish a result
-            raise JobDirError(f"the {phase} leader record is unreadable", where=str(path), hint="re-submit the job")
-        return leader.instance.instance_id == self.instance_id, leader
+            raise JobDirError(
+                f"the {phase} role's claim is unreadable", where=str(role.layout.tasks_root), hint="re-submit the job"
+            )
+        return leader.instance_id == self.instance_id, leader
 
-    def leader(self, phase: RunPhase) -> Leader | None:
-        return Leader.read(self.layout.leader(self.key, phase))
+    def leader(self, phase: RunPhase) -> Instance | None:
+        claim, _ = read_holder(self.role(phase).layout)
+        return None if claim is None else Instance.holding(claim)
+
+    @contextlib.contextmanager
+    def holding(self, phase: RunPhase) -> Iterator[None]:
+        """The elected role renewed while the body runs, and released once it published its result;
+        a failure stops the renewal only (waiters read the outcome, or see the heartbeat stop)."""
+        role = self.role(phase)
+        role.heartbeater.start()
+        try:
+            yield
+        except BaseException:
+            role.stop()
+            raise
+        role.release(ReleaseReason.FINISHED, f"the {phase} role")
 
     def publish_prepare_result(self, result: PrepareResult) -> PrepareResult:
         path = self.layout.prepare_result(self.key)
@@ -165,7 +190,7 @@ class RunCoordinator:
             return self.publish_outcome(Outcome(self.run.value, FAILED, phase, self.instance, time.time(), **fields))
         except OSError as exc:
             # The job directory refuses even this record (a full disk that also failed the phase):
-            # this instance reports the phase's own error; the others see its leader heartbeat stop.
+            # this instance reports the phase's own error; the others see its role's heartbeat stop.
             logger.warning(f"could not record the end of run {self.run.value}: {exc}")
             if isinstance(error, ElasticError):
                 raise error from None
@@ -177,22 +202,30 @@ class RunCoordinator:
         if outcome is not None and not outcome.ok:
             raise_outcome(outcome)
 
-    def await_phase(self, phase: RunPhase, leader: Leader, done: Callable[[], Any]) -> Any:
-        """Poll ``done()`` until it returns a value; raise the run's abort, or abort when the leader is gone."""
-        watch = LeaderWatch(self, phase, leader)
-        logger.info(f"waiting for the {phase} coordinator {leader.instance.describe()}")
+    def await_phase(self, phase: RunPhase, leader: Instance, done: Callable[[], Any]) -> Any:
+        """Poll ``done()`` until it returns a value; raise the run's abort, or abort when the leader is
+        gone: its role could be taken over (its pid gone on this host, or its heartbeat unchanged for a
+        TTL on this instance's clock); the run is not, a resubmission is (docs/multinode.md)."""
+        role = self.role(phase)
+        logger.info(f"waiting for the {phase} coordinator {leader.describe()}")
         while True:
             value = done()
             if value is not None:
                 return value
             self.raise_if_aborted()
-            lost = watch.lost_reason()
-            if lost is not None:
+            reason = role.takeover_reason()
+            if reason is not None:
+                if reason == TakeoverReason.HOLDER_DEAD:
+                    lost = "exited"
+                elif reason == TakeoverReason.STALE:
+                    lost = f"stopped renewing its heartbeat for {self.ttl_secs:g}s (killed, lost or hung)"
+                else:
+                    lost = f"gave its role up ({reason})"
                 raise_outcome(
                     self.abort(
                         phase,
                         CoordinatorLostError(
-                            f"the {phase} coordinator {leader.instance.describe()} {lost} before publishing a result",
+                            f"the {phase} coordinator {leader.describe()} {lost} before publishing a result",
                             where=f"run {self.run.value}",
                             hint="re-submit the job (a new submission gets a new coordination generation and "
                             "reuses every finished shard)",
@@ -204,51 +237,3 @@ class RunCoordinator:
 
 def raise_outcome(outcome: Outcome) -> NoReturn:
     raise error_from_outcome(outcome)
-
-
-class LeaderWatch:
-    """Is a phase leader still alive?  Judged like a shard lease: by heartbeat change on our clock."""
-
-    def __init__(self, coordinator: RunCoordinator, phase: RunPhase, leader: Leader):
-        self.c, self.phase, self.leader = coordinator, phase, leader
-        self._observer = StalenessObserver(coordinator.ttl_secs, coordinator.clock)
-
-    def lost_reason(self) -> str | None:
-        c = self.c
-        if process_gone_here(c.identity, self.leader.instance):
-            return "exited"
-        try:
-            beat = PhaseHeartbeat.read(c.layout.phase_heartbeat(c.key, self.phase))
-            token = (beat.instance_id, beat.seq) if beat is not None else None
-        except JobDirError as exc:  # torn or foreign: counts as "no change", like a lease heartbeat
-            token = ("error", str(exc))
-        if self._observer.is_stale(Sighting(self.phase, token)):
-            return f"stopped renewing its heartbeat for {c.ttl_secs:g}s (killed, lost or hung)"
-        return None
-
-
-class PhaseHeartbeater:
-    """Renews ``<phase>.heartbeat.json`` from a daemon thread while the leader works."""
-
-    def __init__(self, coordinator: RunCoordinator, phase: RunPhase):
-        self.c, self.phase = coordinator, phase
-        self.seq = 0
-        self._renewer = RenewThread(coordinator.heartbeat_secs, self.beat, f"{phase}-heartbeat")
-
-    def beat(self) -> bool:
-        """One renewal; always True: a failed write is only logged (waiters may then call us lost
-        after a TTL, the safe direction), and the leader keeps trying."""
-        self.seq += 1
-        record = PhaseHeartbeat(self.c.run.value, self.phase, self.c.instance_id, self.seq, time.time())
-        try:
-            fsio.atomic_write(self.c.layout.phase_heartbeat(self.c.key, self.phase), record.encode(), durable=False)
-        except OSError as exc:
-            logger.warning(f"{self.phase} heartbeat failed: {exc}")
-        return True
-
-    def __enter__(self) -> PhaseHeartbeater:
-        self._renewer.start()
-        return self
-
-    def __exit__(self, *exc_info: object) -> None:
-        self._renewer.stop()

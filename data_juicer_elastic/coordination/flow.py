@@ -16,7 +16,7 @@ from typing import Any
 
 from loguru import logger
 
-from data_juicer_elastic.coordination.elections import PhaseHeartbeater, RunCoordinator, raise_outcome
+from data_juicer_elastic.coordination.elections import RunCoordinator, raise_outcome
 from data_juicer_elastic.coordination.run_records import FINALIZE, PREPARE, WORK, Outcome, PrepareResult
 from data_juicer_elastic.coordination.settle import (
     AbortWatcher,
@@ -108,22 +108,22 @@ def run_coordinated(
 def _prepare(c: RunCoordinator, phases: Phases) -> JobPlan:
     won, leader = c.elect(PREPARE)
     if won:
-        with PhaseHeartbeater(c, PREPARE):
+        with c.holding(PREPARE):
             try:
                 plan, created = phases.prepare()
             except Exception as exc:
                 _log_unexpected(exc, PREPARE)
                 raise_outcome(c.abort(PREPARE, exc))
-        result = PrepareResult(
-            c.run.value, c.instance_id, plan.job_id, created, plan.num_shards, plan.recipe_hash, time.time()
-        )
-        c.publish_prepare_result(result)
+            result = PrepareResult(
+                c.run.value, c.instance_id, plan.job_id, created, plan.num_shards, plan.recipe_hash, time.time()
+            )
+            c.publish_prepare_result(result)
         return plan
     result = c.await_phase(PREPARE, leader, c.prepare_result)
     plan = load_plan(c.layout.root)
     if plan.job_id != result.job_id:  # pragma: no cover - a job dir replaced under a running run
         raise ElasticError("the job directory was replaced during the run", where=str(c.layout.root))
-    logger.info(f"job planned by {leader.instance.describe()}: {plan.num_shards} shards")
+    logger.info(f"job planned by {leader.describe()}: {plan.num_shards} shards")
     phases.check_prepared(plan)
     return plan
 
@@ -132,7 +132,7 @@ def _finalize(c: RunCoordinator, phases: Phases, manifest: Manifest, strict: Str
     won, leader = c.elect(FINALIZE)
     if not won:
         return c.await_phase(FINALIZE, leader, c.outcome)
-    with PhaseHeartbeater(c, FINALIZE):
+    with c.holding(FINALIZE):
         try:
             c.raise_if_aborted()
             details: dict[str, Any] = {}
@@ -142,7 +142,7 @@ def _finalize(c: RunCoordinator, phases: Phases, manifest: Manifest, strict: Str
         except Exception as exc:
             _log_unexpected(exc, FINALIZE)
             raise_outcome(c.abort(FINALIZE, exc))
-    return c.finalized(details)
+        return c.finalized(details)
 
 
 def _report(outcome: Outcome) -> Outcome:

@@ -10,12 +10,13 @@ import enum
 from dataclasses import asdict, dataclass, field
 from typing import Any, ClassVar
 
+from data_juicer_elastic.jobdir.lease_records import Claim
 from data_juicer_elastic.jobdir.records import Record
 from data_juicer_elastic.sharedfs.identity import WorkerIdentity
 
 
 class RunPhase(enum.StrEnum):
-    """A phase of a run: elected ones (prepare, finalize) and the work between them."""
+    """A phase of a run: the roles (prepare, finalize) and the work between them."""
 
     PREPARE = "prepare"
     WORK = "work"  # the phase an abort can also come from (terminal shard failure, strict timeout)
@@ -58,6 +59,11 @@ class Instance:
     def of(cls, identity: WorkerIdentity, instance_id: str) -> Instance:
         return cls(instance_id, **asdict(identity))
 
+    @classmethod
+    def holding(cls, claim: Claim) -> Instance:
+        """The instance holding a role: its claim names it (the instance id is the claim's attempt id)."""
+        return cls(claim.attempt_id, claim.node_id, claim.hostname, claim.boot_id, claim.pid, claim.pid_namespace)
+
     def describe(self) -> str:
         return f"{self.node_id} ({self.hostname} pid {self.pid})"
 
@@ -71,29 +77,6 @@ class RunRecord(Record):
     source: str  # where the run id came from: "elastic.run_id", "SLURM_JOB_ID", ..., "derived"
     created_at: float
     created_by: str  # instance id
-
-
-@dataclass(frozen=True)
-class Leader(Record):
-    """``<phase>.leader.json``: the instance elected to prepare or finalize (first link wins)."""
-
-    KIND: ClassVar[str] = "leader"
-    run_id: str
-    phase: RunPhase
-    instance: Instance
-    elected_at: float
-
-
-@dataclass(frozen=True)
-class PhaseHeartbeat(Record):
-    """``<phase>.heartbeat.json``: rewritten by the leader while it works; waiters watch ``seq``."""
-
-    KIND: ClassVar[str] = "phase-heartbeat"
-    run_id: str
-    phase: RunPhase
-    instance_id: str
-    seq: int
-    written_at: float
 
 
 @dataclass(frozen=True)

@@ -12,7 +12,8 @@ the job finished), ``heartbeats`` (staleness on the observer's clock), ``leases`
 takeover, release, self-fencing), ``attempts`` (attempt dirs, first-wins publication),
 ``failures`` (retry and death budgets), ``liveness`` / ``progress`` (is a running attempt alive;
 its progress record).  The job summary: ``job_summary``, ``summary_brief`` (the part every worker
-reads), ``pace`` (each worker's pace record), ``summary_keeper`` (the writer's lease, one round).
+reads), ``pace`` (each worker's pace record), ``roles`` (a role held as a one-task lease: the
+summary's writer, one round of it; a run's prepare and finalize).
 The worker: ``claiming`` / ``claim_ahead`` (finding the next shard), ``shard_attempt`` (one
 claimed shard, every way out recorded), ``worker_loop``, ``worker_settings``, ``worker_signals``,
 ``scan_loop`` (the scan phase), ``scan_outcome`` (how the scans ended: the input accepted, refused
@@ -49,6 +50,7 @@ __all__ = [
     "records",
     "result_records",
     "retry",
+    "roles",
     "row_errors",
     "row_stats",
     "scan_loop",
@@ -57,7 +59,6 @@ __all__ = [
     "shard_attempt",
     "shard_state",
     "summary_brief",
-    "summary_keeper",
     "tasks",
     "worker_loop",
     "worker_settings",
