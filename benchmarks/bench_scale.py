@@ -79,9 +79,8 @@ REPO = Path(__file__).resolve().parents[1]
 if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
-from data_juicer_elastic.coordination import settle, stragglers  # noqa: E402
-from data_juicer_elastic.coordination.elections import RunCoordinator  # noqa: E402
-from data_juicer_elastic.coordination.run_id import RunId  # noqa: E402
+from data_juicer_elastic.coordination import flow, stragglers  # noqa: E402
+from data_juicer_elastic.coordination.run import RunCoordinator, RunId  # noqa: E402
 from data_juicer_elastic.jobdir import claiming, leases, progress, shard_attempt, worker_loop  # noqa: E402
 from data_juicer_elastic.jobdir.layout import JobLayout  # noqa: E402
 from data_juicer_elastic.jobdir.manifest import load_manifest  # noqa: E402
@@ -627,8 +626,8 @@ def run_idle(job: Path, held: int, *, finishers: int, polls: int, poll: float, t
 
     with activity("settle"):
         try:
-            settle.wait_settled(coordinator, manifest, wait_timeout_secs=1e9, ttl_secs=ttl, poll_secs=poll,
-                                strict=None, sleep=settle_sleep)  # fmt: skip
+            flow.wait_settled(coordinator, manifest, wait_timeout_secs=1e9, ttl_secs=ttl, poll_secs=poll,
+                              strict=None, sleep=settle_sleep)  # fmt: skip
         except Enough:
             pass
     diffs = [b - a for a, b in zip([0] + settle_polls, settle_polls, strict=False)]

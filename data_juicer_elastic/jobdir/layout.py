@@ -26,7 +26,7 @@ LOG_FILE: Final = "process.log"  # an attempt's log (execution.shard_runner writ
 _GEN_FILE: Final = re.compile(r"^gen-(\d{6,})\.json$")
 # Batch profile keys are hashes (batching.profiles.profile_key), never user text.
 _PROFILE_KEY: Final = re.compile(r"^[0-9a-f]{32}$")
-# A run key is a hash of the run id (coordination.run_id.run_key): fixed-size hex, never user text.
+# A run key is a hash of the run id (coordination.run.run_key): fixed-size hex, never user text.
 _RUN_KEY: Final = re.compile(r"^[0-9a-f]{16,64}$")
 PHASES: Final = ("prepare", "finalize")
 

@@ -11,7 +11,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from data_juicer_elastic.coordination.run_records import (
+from data_juicer_elastic.coordination.run import (
     FINALIZE,
     PREPARE,
     Instance,

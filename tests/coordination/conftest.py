@@ -7,9 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from data_juicer_elastic.coordination.elections import RunCoordinator
 from data_juicer_elastic.coordination.flow import Phases, Timing
-from data_juicer_elastic.coordination.run_id import RunId
+from data_juicer_elastic.coordination.run import RunCoordinator, RunId
 from data_juicer_elastic.jobdir.layout import JobLayout
 from data_juicer_elastic.jobdir.worker_loop import run_worker
 from data_juicer_elastic.jobdir.worker_settings import WorkerSettings

@@ -9,8 +9,7 @@ import time
 
 import pytest
 
-from data_juicer_elastic.coordination.elections import error_from_outcome
-from data_juicer_elastic.coordination.run_records import Instance, Outcome
+from data_juicer_elastic.coordination.run import Instance, Outcome, error_from_outcome
 from data_juicer_elastic.errors import CoordinatorLostError, InputError, ShardFailedError
 
 from ..jobdir.conftest import FakeClock, identity

@@ -7,8 +7,7 @@ import time
 
 import pytest
 
-from data_juicer_elastic.coordination.flow import run_coordinated
-from data_juicer_elastic.coordination.settle import StrictPolicy
+from data_juicer_elastic.coordination.flow import StrictPolicy, run_coordinated
 from data_juicer_elastic.errors import ElasticError, InputError, ParticipationError, ShardFailedError
 
 from ..jobdir.conftest import copy_runner

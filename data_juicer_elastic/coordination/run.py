@@ -1,39 +1,222 @@
-"""One instance's view of its run: the prepare and finalize roles (each the one task of a lease
-namespace, ``jobdir.roles.Role``: claimed by the first instance, renewed while it works, judged gone
-as a shard's holder is), the phase results and the one final outcome, each an exclusive ``link()``
-(docs/architecture.md, "Coordination protocol").  Every instance reports the one ``outcome.json``.
+"""A run (one submission of the job): which one (its id, the same on every instance without
+talking: docs/multinode.md, "The run id"), its records under ``<job_dir>/coordination/<run-key>/``,
+and one instance's view of it, :class:`RunCoordinator`: the prepare and finalize roles (each the one
+task of a lease namespace, ``jobdir.roles.Role``: claimed by the first instance, renewed while it
+works, judged gone as a shard's holder is), the phase results and the one final outcome, each an
+exclusive ``link()``.  Records follow ``jobdir.records``: ``{"format": "dj-elastic/<kind>",
+"version": 1}``, one parse per kind, a malformed record an error, never a success.
 """
 
 from __future__ import annotations
 
 import contextlib
+import enum
+import hashlib
+import os
+import re
+import secrets
+import socket
 import time
-from collections.abc import Callable, Iterator
-from typing import Any, Final, NoReturn
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, ClassVar, Final, NoReturn
 
 from loguru import logger
 
 from data_juicer_elastic import errors
-from data_juicer_elastic.coordination.run_id import RunId
-from data_juicer_elastic.coordination.run_records import (
-    FAILED,
-    OK,
-    Instance,
-    Outcome,
-    Participant,
-    ParticipantExit,
-    PrepareResult,
-    RunPhase,
-    RunRecord,
-)
 from data_juicer_elastic.errors import CoordinatorLostError, ElasticError, JobDirError
 from data_juicer_elastic.jobdir import confine
 from data_juicer_elastic.jobdir.heartbeats import Clock
 from data_juicer_elastic.jobdir.layout import JobLayout
+from data_juicer_elastic.jobdir.lease_records import Claim
 from data_juicer_elastic.jobdir.reasons import ReleaseReason, TakeoverReason
+from data_juicer_elastic.jobdir.records import Record
 from data_juicer_elastic.jobdir.roles import Role, read_holder
 from data_juicer_elastic.sharedfs import fsio
 from data_juicer_elastic.sharedfs.identity import WorkerIdentity
+
+RUN_ID_ENV: Final = "DJ_ELASTIC_RUN_ID"
+SCHEDULER_ENVS: Final = ("PAI_JOB_ID", "DLC_JOB_ID", "JOB_ID")
+SLURM_JOB: Final = "SLURM_JOB_ID"
+SLURM_STEP: Final = "SLURM_STEP_ID"
+# Kubernetes puts no job identity in the environment; the launch recipe mounts the
+# pod's labels with the downward API, and the Job controller labels every pod with
+# the Job's uid (unique per submission, unlike the Job's name).
+K8S_LABELS_FILE: Final = Path("/etc/podinfo/labels")
+_K8S_UID_LABELS: Final = ("batch.kubernetes.io/controller-uid", "controller-uid")
+DERIVED: Final = "derived"
+RUN_KEY_CHARS: Final = 24
+
+
+@dataclass(frozen=True)
+class RunId:
+    value: str
+    source: str  # the setting or variable it came from, or "derived"
+
+    @property
+    def key(self) -> str:
+        return run_key(self.value)
+
+    @property
+    def shared(self) -> bool:
+        """False for a derived id: no other instance can know it."""
+        return self.source != DERIVED
+
+
+def run_key(run_id: str) -> str:
+    """Directory name of a run: a hash, so any run id (slashes, spaces) is a safe path component."""
+    return hashlib.sha256(run_id.encode("utf-8")).hexdigest()[:RUN_KEY_CHARS]
+
+
+def resolve_run_id(
+    configured: str | None,
+    environ: Mapping[str, str] | None = None,
+    labels_file: Path = K8S_LABELS_FILE,
+) -> RunId:
+    env = os.environ if environ is None else environ
+    if configured:
+        return RunId(configured.strip(), "elastic.run_id")
+    for name in (RUN_ID_ENV, *SCHEDULER_ENVS):
+        value = env.get(name, "").strip()
+        if value:
+            return RunId(value if name == RUN_ID_ENV else f"{name}={value}", name)
+    slurm = env.get(SLURM_JOB, "").strip()
+    if slurm:
+        step = env.get(SLURM_STEP, "").strip()
+        return RunId(f"slurm-{slurm}" + (f".{step}" if step else ""), SLURM_JOB)
+    k8s = kubernetes_job_uid(labels_file)
+    if k8s:
+        return RunId(f"k8s-job-{k8s}", str(labels_file))
+    return RunId(f"{DERIVED}-{socket.gethostname()}-{os.getpid()}-{secrets.token_hex(6)}", DERIVED)
+
+
+_LABEL_LINE: Final = re.compile(r'^\s*([\w./\-]+)\s*=\s*"(.*)"\s*$')
+
+
+def kubernetes_job_uid(labels_file: Path = K8S_LABELS_FILE) -> str | None:
+    """The Job uid from a downward-API labels file (``key="value"`` lines), if mounted."""
+    try:
+        text = Path(labels_file).read_text(encoding="utf-8")
+    except OSError:
+        return None
+    labels = dict(match.groups() for line in text.splitlines() if (match := _LABEL_LINE.match(line)))
+    return next((labels[name] for name in _K8S_UID_LABELS if labels.get(name)), None)
+
+
+class RunPhase(enum.StrEnum):
+    """A phase of a run: the roles (prepare, finalize) and the work between them."""
+
+    PREPARE = "prepare"
+    WORK = "work"  # the phase an abort can also come from (terminal shard failure, strict timeout)
+    FINALIZE = "finalize"
+
+
+class OutcomeStatus(enum.StrEnum):
+    """How a run ended (``Outcome.status``)."""
+
+    OK = "ok"  # finalized
+    FAILED = "failed"  # aborted
+
+
+class ParticipantExit(enum.StrEnum):
+    """How an instance left its run (``Participant.exit_reason``)."""
+
+    FINALIZED = "finalized"
+    ABORTED = "aborted"
+    ERROR = "error"
+    MAX_SHARDS = "max_shards"
+
+
+# Short names callers use.
+PREPARE, WORK, FINALIZE = RunPhase.PREPARE, RunPhase.WORK, RunPhase.FINALIZE
+OK, FAILED = OutcomeStatus.OK, OutcomeStatus.FAILED
+
+
+@dataclass(frozen=True)
+class Instance:
+    """One started process of a run (``dj-process`` or ``dj-elastic run`` on one node)."""
+
+    instance_id: str
+    node_id: str
+    hostname: str
+    boot_id: str
+    pid: int
+    pid_namespace: str = ""
+
+    @classmethod
+    def of(cls, identity: WorkerIdentity, instance_id: str) -> Instance:
+        return cls(instance_id, **asdict(identity))
+
+    @classmethod
+    def holding(cls, claim: Claim) -> Instance:
+        """The instance holding a role: its claim names it (the instance id is the claim's attempt id)."""
+        return cls(claim.attempt_id, claim.node_id, claim.hostname, claim.boot_id, claim.pid, claim.pid_namespace)
+
+    def describe(self) -> str:
+        return f"{self.node_id} ({self.hostname} pid {self.pid})"
+
+
+@dataclass(frozen=True)
+class RunRecord(Record):
+    """``run.json``: which run id this directory belongs to (first instance writes it)."""
+
+    KIND: ClassVar[str] = "run"
+    run_id: str
+    source: str  # where the run id came from: "elastic.run_id", "SLURM_JOB_ID", ..., "derived"
+    created_at: float
+    created_by: str  # instance id
+
+
+@dataclass(frozen=True)
+class PrepareResult(Record):
+    """``prepare.result.json``: the leader validated (and if needed split) the job for this run."""
+
+    KIND: ClassVar[str] = "prepare-result"
+    run_id: str
+    instance_id: str
+    job_id: str
+    created: bool  # False: the job was already prepared (identical request)
+    num_shards: int
+    recipe_hash: str
+    finished_at: float
+
+
+@dataclass(frozen=True)
+class Outcome(Record):
+    """``outcome.json``: how the run ended, once for every instance (first link wins): ``ok``, finalized
+    (``details``: the merge result), or ``failed``, with the error every instance reports."""
+
+    KIND: ClassVar[str] = "outcome"
+    run_id: str
+    status: OutcomeStatus
+    phase: RunPhase
+    instance: Instance
+    decided_at: float
+    error_type: str | None = None
+    message: str | None = None
+    where: str | None = None
+    hint: str | None = None
+    details: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def ok(self) -> bool:
+        return self.status == OK
+
+
+@dataclass(frozen=True)
+class Participant(Record):
+    """``participants/<instance_id>.json``: an instance that joined the run (rewritten when it leaves)."""
+
+    KIND: ClassVar[str] = "participant"
+    run_id: str
+    instance: Instance
+    slots: int
+    joined_at: float
+    left_at: float | None = None
+    exit_reason: ParticipantExit | None = None
+    shards_done: int | None = None
+
 
 MAX_MESSAGE_CHARS: Final = 4000
 
