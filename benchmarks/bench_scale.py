@@ -626,8 +626,8 @@ def run_idle(job: Path, held: int, *, finishers: int, polls: int, poll: float, t
 
     with activity("settle"):
         try:
-            flow.wait_settled(coordinator, manifest, wait_timeout_secs=1e9, ttl_secs=ttl, poll_secs=poll,
-                              strict=None, sleep=settle_sleep)  # fmt: skip
+            coordinator.sleep = settle_sleep
+            flow.wait_settled(coordinator, manifest, wait_timeout_secs=1e9, strict=None)
         except Enough:
             pass
     diffs = [b - a for a, b in zip([0] + settle_polls, settle_polls, strict=False)]

@@ -54,7 +54,6 @@ from data_juicer_elastic.jobdir.shard_state import (
     read_markers,
     terminal_infos,
 )
-from data_juicer_elastic.sharedfs.identity import WorkerIdentity
 
 
 @dataclass(frozen=True)
@@ -70,25 +69,17 @@ class Phases:
     """Leader: merge every shard result; the details every instance reports."""
 
 
-@dataclass(frozen=True)
-class Timing:
-    ttl_secs: float
-    poll_secs: float
-    wait_timeout_secs: float
-
-
 def run_coordinated(
     c: RunCoordinator,
     phases: Phases,
-    timing: Timing,
     *,
+    wait_timeout_secs: float,
     strict: StrictPolicy | None = None,
     user_cap: bool = False,
-    clock: Callable[[], float] = time.monotonic,
-    sleep: Callable[[float], None] = time.sleep,
 ) -> Outcome | None:
     """The run's ok outcome, or None when this instance left early at its ``max_shards``; raises the
-    run's error (ElasticError, exit 2) when it was aborted."""
+    run's error (ElasticError, exit 2) when it was aborted.  The coordinator's TTL, poll interval,
+    clock and sleep pace every wait."""
     _prepare(c, phases)
     existing = c.outcome()
     if existing is not None:  # a late joiner: the run has ended already; redo nothing
@@ -96,7 +87,7 @@ def run_coordinated(
         return _report(existing)
 
     stop = threading.Event()
-    with AbortWatcher(c, stop, timing.poll_secs) as watcher:
+    with AbortWatcher(c, stop) as watcher:
         try:
             summary = phases.work(stop, strict.share_per_slot if strict else None)
         except (InputError, InputChangedError) as exc:
@@ -115,16 +106,7 @@ def run_coordinated(
     # one that did not asks the job summary (every shard only when there is no fresh summary).
     complete = summary.complete or leaving_outcome(c.layout, manifest, frozenset(), reader_for(c.layout, manifest))[0]
     if not complete:
-        wait_settled(
-            c,
-            manifest,
-            wait_timeout_secs=timing.wait_timeout_secs,
-            ttl_secs=timing.ttl_secs,
-            poll_secs=timing.poll_secs,
-            strict=strict,
-            clock=clock,
-            sleep=sleep,
-        )
+        wait_settled(c, manifest, wait_timeout_secs=wait_timeout_secs, strict=strict)
     return _report(_finalize(c, phases, manifest, strict))
 
 
@@ -203,8 +185,8 @@ def terminal_failures(layout: JobLayout, *, from_summary: bool = False) -> list[
 class AbortWatcher:
     """Context manager: a daemon thread that turns aborts into ``stop_event``."""
 
-    def __init__(self, coordinator: RunCoordinator, stop_event: threading.Event, interval_secs: float):
-        self.c, self.stop_event, self.interval = coordinator, stop_event, interval_secs
+    def __init__(self, coordinator: RunCoordinator, stop_event: threading.Event):
+        self.c, self.stop_event, self.interval = coordinator, stop_event, coordinator.poll_secs
         self._done = threading.Event()
         self._thread: threading.Thread | None = None
 
@@ -255,19 +237,14 @@ def wait_settled(
     manifest: Manifest,
     *,
     wait_timeout_secs: float,
-    ttl_secs: float,
-    poll_secs: float,
     strict: StrictPolicy | None,
-    clock: Callable[[], float] = time.monotonic,
-    sleep: Callable[[float], None] = time.sleep,
 ) -> None:
     """Return once every shard is done; raise the run's failure otherwise (never claims)."""
-    layout = coordinator.layout
-    observer = heartbeats.StalenessObserver(ttl_secs, clock)
-    identity = WorkerIdentity.current()
+    layout, identity, clock = coordinator.layout, coordinator.identity, coordinator.clock
+    observer = heartbeats.StalenessObserver(coordinator.ttl_secs, clock)
     unclaimed_since: float | None = None
     logger.info("waiting for the other instances to finish the remaining shards")
-    reader = reader_for(layout, manifest, ttl_secs=ttl_secs, clock=clock)
+    reader = reader_for(layout, manifest, ttl_secs=coordinator.ttl_secs, clock=clock)
     while True:
         coordinator.raise_if_aborted()
         view = reader.view()
@@ -292,7 +269,7 @@ def wait_settled(
             unclaimed_since = now
         elif now - unclaimed_since >= wait_timeout_secs:
             raise_outcome(coordinator.abort(WORK, _nobody_claims(coordinator, unclaimed, wait_timeout_secs, strict)))
-        sleep(poll_secs)
+        coordinator.sleep(coordinator.poll_secs)
 
 
 def _nobody_claims(

@@ -250,7 +250,7 @@ class RunCoordinator:
         self.key = run.key
         self.dir = layout.run_dir(self.key)
         self.joined_at: float | None = None
-        self.roles: dict[RunPhase, Role] = {}
+        self.roles: dict[RunPhase, Role] = {}  # made when first used (tests set the identity first)
 
     @property
     def instance_id(self) -> str:
