@@ -1,12 +1,6 @@
-"""One instance's way through a run: prepare (plan) -> work (scan, run) -> settle -> finalize -> outcome.
-
-The steps that touch Ray or Data-Juicer are passed in as callables (:class:`Phases`), so the
-whole protocol runs, and is tested, without either.  Every ending goes through the run's one
-``outcome.json``: whoever finalizes or aborts publishes it (first wins), every instance reports
-that record.  Between work and finalize, :class:`AbortWatcher` stops the worker on the run's failed
-outcome (and publishes one for a terminally failed shard), and :func:`wait_settled` makes an
-instance that may not claim any more wait until the job is complete or failed (docs/multinode.md,
-strict mode).
+"""One instance's way through a run: prepare -> work (scan, run) -> settle -> finalize -> outcome, with
+the steps that touch Ray or Data-Juicer passed in (:class:`Phases`), so it runs and is tested without
+either (docs/architecture.md, "Coordination protocol").
 """
 
 from __future__ import annotations

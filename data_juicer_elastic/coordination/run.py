@@ -1,10 +1,5 @@
-"""A run (one submission of the job): which one (its id, the same on every instance without
-talking: docs/multinode.md, "The run id"), its records under ``<job_dir>/coordination/<run-key>/``,
-and one instance's view of it, :class:`RunCoordinator`: the prepare and finalize roles (each the one
-task of a lease namespace, ``jobdir.roles.Role``: claimed by the first instance, renewed while it
-works, judged gone as a shard's holder is), the phase results and the one final outcome, each an
-exclusive ``link()``.  Records follow ``jobdir.records``: ``{"format": "dj-elastic/<kind>",
-"version": 1}``, one parse per kind, a malformed record an error, never a success.
+"""A run (one submission of the job): its id, its records under ``<job_dir>/coordination/<run-key>/``,
+and one instance's view of it, :class:`RunCoordinator` (docs/architecture.md, "Coordination protocol").
 """
 
 from __future__ import annotations
@@ -74,6 +69,7 @@ def resolve_run_id(
     environ: Mapping[str, str] | None = None,
     labels_file: Path = K8S_LABELS_FILE,
 ) -> RunId:
+    """This instance's run id, found in the order docs/multinode.md gives ("The run id")."""
     env = os.environ if environ is None else environ
     if configured:
         return RunId(configured.strip(), "elastic.run_id")
