@@ -39,7 +39,7 @@ Sections (numbers are JSON on stdout's last line and in ``--out``; a table is pr
              ops per poll, and the holders' ops per heartbeat
   status     ``dj-elastic status`` of the finished claims job (S done, 0 running)
 
-With the job summary (``jobdir.summary_keeper``) each worker's keeper thread counts as
+With the job summary (``jobdir.roles``) each worker's keeper thread counts as
 "keeper", and its rounds are counted as the writer's or another process's look.  A thread
 started while a worker does something (status's reader pool) counts for that activity.
 One limit of threads: the job summary's reader is registered per process and job
@@ -79,9 +79,8 @@ REPO = Path(__file__).resolve().parents[1]
 if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
-from data_juicer_elastic.coordination import settle, stragglers  # noqa: E402
-from data_juicer_elastic.coordination.elections import RunCoordinator  # noqa: E402
-from data_juicer_elastic.coordination.run_id import RunId  # noqa: E402
+from data_juicer_elastic.coordination import flow, stragglers  # noqa: E402
+from data_juicer_elastic.coordination.run import RunCoordinator, RunId  # noqa: E402
 from data_juicer_elastic.jobdir import claiming, leases, progress, shard_attempt, worker_loop  # noqa: E402
 from data_juicer_elastic.jobdir.layout import JobLayout  # noqa: E402
 from data_juicer_elastic.jobdir.manifest import load_manifest  # noqa: E402
@@ -309,7 +308,7 @@ def _split_walking_claims() -> None:
 def _summary_keeper():
     """The job summary's keeper class, where the code has one (None: the walk, no summary)."""
     try:
-        return importlib.import_module("data_juicer_elastic.jobdir.summary_keeper").SummaryKeeper
+        return importlib.import_module("data_juicer_elastic.jobdir.roles").SummaryKeeper
     except ImportError:
         return None
 
@@ -627,8 +626,8 @@ def run_idle(job: Path, held: int, *, finishers: int, polls: int, poll: float, t
 
     with activity("settle"):
         try:
-            settle.wait_settled(coordinator, manifest, wait_timeout_secs=1e9, ttl_secs=ttl, poll_secs=poll,
-                                strict=None, sleep=settle_sleep)  # fmt: skip
+            coordinator.sleep = settle_sleep
+            flow.wait_settled(coordinator, manifest, wait_timeout_secs=1e9, strict=None)
         except Enough:
             pass
     diffs = [b - a for a, b in zip([0] + settle_polls, settle_polls, strict=False)]

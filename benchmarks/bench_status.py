@@ -36,7 +36,7 @@ from data_juicer_elastic.jobdir.job_summary import PaceWriter, brief_of, write_s
 from data_juicer_elastic.jobdir.layout import JobLayout
 from data_juicer_elastic.jobdir.manifest import load_manifest, publish_rows_record
 from data_juicer_elastic.jobdir.records import ShardResult
-from data_juicer_elastic.jobdir.summary_keeper import compose_summary, refresh_paces
+from data_juicer_elastic.jobdir.roles import compose_summary, refresh_paces
 from data_juicer_elastic.shards.prepare import PrepareRequest, prepare_job
 from data_juicer_elastic.sharedfs import fault_seam, fsio
 from data_juicer_elastic.sharedfs.identity import WorkerIdentity

@@ -13,7 +13,7 @@ import threading
 
 from data_juicer_elastic.console import StepDisplay, say
 from data_juicer_elastic.console.summary import run_clock_start, shown_path
-from data_juicer_elastic.coordination.settle import shard_failed_error, terminal_failures
+from data_juicer_elastic.coordination.flow import shard_failed_error, terminal_failures
 from data_juicer_elastic.errors import ConfigError, ElasticError, IntegrityError, MergeBusyError, storage_errors
 from data_juicer_elastic.jobdir.attempts import requeue_hint
 from data_juicer_elastic.jobdir.exports import check_export_path, merge_places

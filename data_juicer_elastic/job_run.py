@@ -15,11 +15,8 @@ from typing import Any
 from loguru import logger
 
 from data_juicer_elastic.console.log_files import LogFile
-from data_juicer_elastic.coordination.elections import RunCoordinator
-from data_juicer_elastic.coordination.flow import Phases, Timing, run_coordinated
-from data_juicer_elastic.coordination.run_id import resolve_run_id
-from data_juicer_elastic.coordination.run_records import Outcome, ParticipantExit
-from data_juicer_elastic.coordination.settle import StrictPolicy
+from data_juicer_elastic.coordination.flow import Phases, StrictPolicy, run_coordinated
+from data_juicer_elastic.coordination.run import Outcome, ParticipantExit, RunCoordinator, resolve_run_id
 from data_juicer_elastic.errors import ElasticError, JobDirError, MergeBusyError
 from data_juicer_elastic.finalize import finalize
 from data_juicer_elastic.integration.recipe import build_shard_recipe, recipe_hash
@@ -94,10 +91,13 @@ class JobRun:
         """``coordination.flow`` with this object's phases; this instance's leave record on every ending."""
         settings = self.settings
         phases = Phases(self.prepare, self.check_prepared, self.work, self.finalize)
-        timing = Timing(settings.lease_ttl_secs, settings.poll_interval_secs, settings.wait_timeout_secs)
         try:
             outcome = run_coordinated(
-                self.coordinator, phases, timing, strict=self.strict, user_cap=settings.max_shards is not None
+                self.coordinator,
+                phases,
+                wait_timeout_secs=settings.wait_timeout_secs,
+                strict=self.strict,
+                user_cap=settings.max_shards is not None,
             )
         except ElasticError:
             aborted = self.coordinator.outcome()

@@ -28,7 +28,7 @@ LOG_FILE: Final = "process.log"  # an attempt's log (execution.shard_runner writ
 _GEN_FILE: Final = re.compile(r"^gen-(\d{6,})\.json$")
 # Batch profile keys are hashes (batching.profiles.profile_key), never user text.
 _PROFILE_KEY: Final = re.compile(r"^[0-9a-f]{32}$")
-# A run key is a hash of the run id (coordination.run_id.run_key): fixed-size hex, never user text.
+# A run key is a hash of the run id (coordination.run.run_key): fixed-size hex, never user text.
 _RUN_KEY: Final = re.compile(r"^[0-9a-f]{16,64}$")
 PHASES: Final = ("prepare", "finalize")
 
@@ -105,8 +105,11 @@ def parse_gen_name(name: str) -> int | None:
 
 SCANS: Final = "scans"  # the scan tasks' namespace (JobLayout.scans)
 SUMMARY: Final = "summary"  # the job summary's namespace (JobLayout.summary_lease): its writer's lease
-# The summary writer's lease: the one task of ``summary/``, with a shard's lease records (jobdir.summary_keeper).
-SUMMARY_WRITER_TASK: Final = "part-00000-of-00001"
+# A run's prepare and finalize roles (JobLayout.role_lease): coordination/<run-key>/<phase>/
+_ROLE_NAMESPACE: Final = re.compile(r"^coordination/[0-9a-f]{16,64}/(prepare|finalize)$")
+# The one task of a role's namespace (the summary writer, a run's prepare or finalize: jobdir.roles),
+# with a shard's lease records.
+ROLE_TASK: Final = "part-00000-of-00001"
 
 
 def resolve_user_path(path: str | os.PathLike) -> Path:
@@ -128,7 +131,7 @@ class JobLayout:
 
     def __init__(self, root: str | Path, tasks: str | None = None):
         self.root = Path(root)
-        if tasks not in (None, SCANS, SUMMARY):
+        if tasks not in (None, SCANS, SUMMARY) and not _ROLE_NAMESPACE.match(tasks):
             raise ValueError(f"unknown task namespace {tasks!r}")
         self.tasks = tasks
         self.tasks_root = self.root / tasks if tasks else self.root
@@ -143,10 +146,14 @@ class JobLayout:
 
     @property
     def summary_lease(self) -> JobLayout:
-        """The summary writer's lease (task :data:`SUMMARY_WRITER_TASK` under ``summary/``)."""
+        """The summary writer's lease (task :data:`ROLE_TASK` under ``summary/``)."""
         return JobLayout(self.root, SUMMARY)
 
-    # -- the job summary (jobdir.job_summary, jobdir.job_summary) --------------------------------
+    def role_lease(self, run_key: str, phase: str) -> JobLayout:
+        """A run's prepare or finalize role (task :data:`ROLE_TASK` under ``coordination/<run-key>/<phase>/``)."""
+        return JobLayout(self.root, f"coordination/{validate_run_key(run_key)}/{validate_phase(phase)}")
+
+    # -- the job summary (jobdir.job_summary) --------------------------------
     summary_dir = _under("root", SUMMARY)
     summary = _under("summary_dir", "summary.json")
     summary_seq = _under("summary_dir", "summary.seq")
@@ -247,18 +254,12 @@ class JobLayout:
         return self.history_dir / validate_shard_id(shard_id)
 
     # -- coordination of one run (one submission of the job) ------------------------------
-    # Inside the job directory, so elections are on its filesystem (docs/architecture.md, "Job directory").
+    # Inside the job directory, so the roles are on its filesystem (docs/architecture.md, "Job directory").
     def run_dir(self, run_key: str) -> Path:
         return self.coordination_dir / validate_run_key(run_key)
 
     def run_record(self, run_key: str) -> Path:
         return self.run_dir(run_key) / "run.json"
-
-    def leader(self, run_key: str, phase: str) -> Path:
-        return self.run_dir(run_key) / f"{validate_phase(phase)}.leader.json"
-
-    def phase_heartbeat(self, run_key: str, phase: str) -> Path:
-        return self.run_dir(run_key) / f"{validate_phase(phase)}.heartbeat.json"
 
     def prepare_result(self, run_key: str) -> Path:
         return self.run_dir(run_key) / "prepare.result.json"

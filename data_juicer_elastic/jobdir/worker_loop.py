@@ -21,10 +21,10 @@ from data_juicer_elastic.jobdir.job_summary import IdleBackoff, PaceWriter, Summ
 from data_juicer_elastic.jobdir.layout import JobLayout
 from data_juicer_elastic.jobdir.manifest import check_shard_files, load_manifest
 from data_juicer_elastic.jobdir.records import ReleaseReason, StopReason
+from data_juicer_elastic.jobdir.roles import SummaryKeeper
 from data_juicer_elastic.jobdir.scan_loop import RunScan, scan_job
 from data_juicer_elastic.jobdir.shard_attempt import RunShard, ShardWorker, WorkerSummary
 from data_juicer_elastic.jobdir.shard_state import leaving_outcome
-from data_juicer_elastic.jobdir.summary_keeper import SummaryKeeper
 from data_juicer_elastic.jobdir.worker_settings import WorkerSettings
 from data_juicer_elastic.jobdir.worker_signals import SignalGuard, honour
 from data_juicer_elastic.rows.shard_source import ShardSource

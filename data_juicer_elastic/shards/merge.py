@@ -69,7 +69,7 @@ class MergeResult:
     layout: str = "file"  # "parts": output_path is a directory of parts and sha256 that of its index (shards.parts)
 
     def to_details(self) -> dict[str, Any]:
-        """What a run's outcome record keeps of the merge (``run_records.Outcome.details``), for every instance to
+        """What a run's outcome record keeps of the merge (``coordination.run.Outcome.details``), for every instance to
         report; read back by :meth:`from_details` (the row stats are not kept)."""
         fields = ("rows", "bytes", "sha256", "shards", "written", "layout")
         details = {"output_path": str(self.output_path)} | {name: getattr(self, name) for name in fields}

@@ -15,7 +15,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import NamedTuple
 
-from data_juicer_elastic.coordination.run_records import OK, Outcome, RunRecord
+from data_juicer_elastic.coordination.run import OK, Outcome, RunRecord
 from data_juicer_elastic.errors import JobDirError
 from data_juicer_elastic.jobdir.exports import MergeRecord
 from data_juicer_elastic.jobdir.job_summary import PaceRecord, read_paces

@@ -11,10 +11,10 @@ import os
 from pathlib import Path
 from typing import Any
 
-from data_juicer_elastic.coordination.run_records import (
+from data_juicer_elastic.coordination.run import (
     FINALIZE,
     PREPARE,
-    Leader,
+    Instance,
     Outcome,
     Participant,
     PrepareResult,
@@ -22,6 +22,7 @@ from data_juicer_elastic.coordination.run_records import (
 )
 from data_juicer_elastic.errors import JobDirError
 from data_juicer_elastic.jobdir.layout import JobLayout
+from data_juicer_elastic.jobdir.roles import read_holder
 from data_juicer_elastic.sharedfs import fsio
 from data_juicer_elastic.status.job_times import format_wall, wall_secs
 
@@ -57,8 +58,10 @@ def _run(layout: JobLayout, key: str) -> dict[str, Any]:
         "errors": errors,
     }
     for phase in (PREPARE, FINALIZE):
-        leader = read(Leader, layout.leader(key, phase))
-        info[f"{phase}_leader"] = leader.instance.describe() if leader else None
+        holder, error = read_holder(layout.role_lease(key, phase))
+        if error:
+            errors.append(error)
+        info[f"{phase}_leader"] = Instance.holding(holder).describe() if holder else None
     info["prepared"] = read(PrepareResult, layout.prepare_result(key)) is not None
     outcome = read(Outcome, layout.outcome(key))
     info["outcome"] = None

@@ -407,7 +407,7 @@ def test_every_display_of_a_run_counts_from_its_submission(tmp_path):
     (after the plan, after the scans) shows the time since then, as the closing summary does."""
     import time
 
-    from data_juicer_elastic.coordination.run_records import RunRecord
+    from data_juicer_elastic.coordination.run import RunRecord
     from data_juicer_elastic.sharedfs import fsio
 
     layout = JobLayout(tmp_path)

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import threading
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
-from data_juicer_elastic.coordination.elections import RunCoordinator
-from data_juicer_elastic.coordination.flow import Phases, Timing
-from data_juicer_elastic.coordination.run_id import RunId
+from data_juicer_elastic.coordination.flow import Phases
+from data_juicer_elastic.coordination.run import RunCoordinator, RunId
 from data_juicer_elastic.jobdir.layout import JobLayout
 from data_juicer_elastic.jobdir.worker_loop import run_worker
 from data_juicer_elastic.jobdir.worker_settings import WorkerSettings
@@ -18,7 +18,7 @@ from data_juicer_elastic.shards.prepare import prepare_job
 
 from ..jobdir.conftest import copy_runner, identity, make_rows, request, write_rows
 
-FAST = Timing(ttl_secs=3.0, poll_secs=0.05, wait_timeout_secs=2.0)
+FAST = SimpleNamespace(ttl_secs=3.0, poll_secs=0.05, wait_timeout_secs=2.0)
 
 
 def coordinator(job: Path, node: str, run: str = "run-1", **kw) -> RunCoordinator:

@@ -1,4 +1,4 @@
-"""Elections, outcomes and leader liveness, with real processes racing on link()."""
+"""Elections (the prepare and finalize roles), outcomes and leader liveness, with real processes racing on link()."""
 
 from __future__ import annotations
 
@@ -9,8 +9,7 @@ import time
 
 import pytest
 
-from data_juicer_elastic.coordination.elections import PhaseHeartbeater, error_from_outcome
-from data_juicer_elastic.coordination.run_records import Leader, Outcome
+from data_juicer_elastic.coordination.run import Instance, Outcome, error_from_outcome
 from data_juicer_elastic.errors import CoordinatorLostError, InputError, ShardFailedError
 
 from ..jobdir.conftest import FakeClock, identity
@@ -21,7 +20,7 @@ def _elect(job, node, phase, queue):
     c = coordinator(job, node)
     c.join()
     won, leader = c.elect(phase)
-    queue.put((node, won, leader.instance.node_id))
+    queue.put((node, won, leader.node_id))
 
 
 @pytest.mark.parametrize("phase", ["prepare", "finalize"])
@@ -96,7 +95,7 @@ def test_a_waiter_keeps_waiting_while_the_leader_heartbeats_and_gives_up_after_t
     leader = coordinator(tmp_path, "leader")
     leader.join()
     leader.elect("prepare")
-    beats = PhaseHeartbeater(leader, "prepare")
+    beats = leader.role("prepare").heartbeater
     beats.beat()
     waiter = coordinator(tmp_path, "waiter", clock=clock)
     waiter.identity = identity("waiter", hostname="another-host")  # no same-host shortcut
@@ -123,7 +122,7 @@ def test_waiters_return_the_published_result(tmp_path):
     leader.finalized({"rows": 7})
     outcome = waiter.await_phase("finalize", waiter.leader("finalize"), waiter.outcome)
     assert isinstance(outcome, Outcome) and outcome.ok and outcome.details == {"rows": 7}
-    assert isinstance(waiter.leader("finalize"), Leader)
+    assert isinstance(waiter.leader("finalize"), Instance) and waiter.leader("finalize") == leader.instance
 
 
 def test_a_killed_leader_not_yet_reaped_by_its_parent_counts_as_gone(tmp_path):

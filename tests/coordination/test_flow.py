@@ -7,8 +7,7 @@ import time
 
 import pytest
 
-from data_juicer_elastic.coordination.flow import run_coordinated
-from data_juicer_elastic.coordination.settle import StrictPolicy
+from data_juicer_elastic.coordination.flow import StrictPolicy, run_coordinated
 from data_juicer_elastic.errors import ElasticError, InputError, ParticipationError, ShardFailedError
 
 from ..jobdir.conftest import copy_runner
@@ -25,7 +24,10 @@ def _instances(recorder: Recorder, nodes: list[str], run: str = "run-1", delays=
         c.join()
         try:
             results[node] = run_coordinated(
-                c, recorder.phases(node, kw.get("max_retries", 0)), FAST, **kw.get("flow", {})
+                c,
+                recorder.phases(node, kw.get("max_retries", 0)),
+                wait_timeout_secs=FAST.wait_timeout_secs,
+                **kw.get("flow", {}),
             )
         except ElasticError as exc:
             results[node] = exc
@@ -121,5 +123,5 @@ def test_user_max_shards_leaves_the_rest_to_others(tmp_path, with_user_cap):
         return summary
 
     phases = base.__class__(base.prepare, base.check_prepared, capped_work, base.finalize)
-    result = run_coordinated(c, phases, FAST, user_cap=with_user_cap)
+    result = run_coordinated(c, phases, wait_timeout_secs=FAST.wait_timeout_secs, user_cap=with_user_cap)
     assert (result is None) == with_user_cap

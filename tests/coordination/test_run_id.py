@@ -1,6 +1,6 @@
 from __future__ import annotations
 
-from data_juicer_elastic.coordination.run_id import DERIVED, resolve_run_id, run_key
+from data_juicer_elastic.coordination.run import DERIVED, resolve_run_id, run_key
 
 
 def test_configured_run_id_wins_over_every_environment_variable(tmp_path):

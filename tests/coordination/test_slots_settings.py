@@ -12,7 +12,7 @@ from data_juicer_elastic.cli import _settings_from_job, build_parser
 from data_juicer_elastic.cli_options import WORKER_OPTIONS, setting_args
 from data_juicer_elastic.coordination.slots import slot_argv, slot_cpus, slot_devices, slot_env
 from data_juicer_elastic.errors import ConfigError, JobDirError
-from data_juicer_elastic.jobdir.layout import JobLayout
+from data_juicer_elastic.jobdir.layout import ROLE_TASK, JobLayout
 from data_juicer_elastic.jobdir.worker_settings import WorkerSettings
 from data_juicer_elastic.settings import ElasticSettings, check_values
 from data_juicer_elastic.shards.prepare import PrepareRequest, plan_job
@@ -80,13 +80,17 @@ def test_coordination_paths_stay_inside_the_job_directory(tmp_path):
     layout = JobLayout(tmp_path)
     key = "0123456789abcdef01234567"
     assert layout.outcome(key) == tmp_path / "coordination" / key / "outcome.json"
-    assert layout.leader(key, "finalize").name == "finalize.leader.json"
+    role = layout.role_lease(key, "finalize")
+    assert (
+        role.claim(ROLE_TASK, 1)
+        == tmp_path / "coordination" / key / "finalize" / "claims" / ROLE_TASK / "gen-000001.json"
+    )
     assert layout.node_log("a/../b", "inst-1").parent == tmp_path / "logs" / "a_.._b"
     for bad in ("../x", "ABC", "short"):
         with pytest.raises(JobDirError):
             layout.run_dir(bad)
     with pytest.raises(ValueError):
-        layout.leader(key, "work")
+        layout.role_lease(key, "work")
 
 
 def test_auto_refuses_a_runtime_that_is_not_this_nodes_own():

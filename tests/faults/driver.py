@@ -20,7 +20,7 @@ import sys
 from dataclasses import asdict
 from types import SimpleNamespace
 
-from data_juicer_elastic.coordination.run_records import Outcome
+from data_juicer_elastic.coordination.run import Outcome
 from data_juicer_elastic.errors import EXIT_ERROR, ElasticError
 from data_juicer_elastic.job_run import JobRun
 from data_juicer_elastic.jobdir.worker_loop import run_worker

@@ -34,7 +34,7 @@ import pytest
 
 from data_juicer_elastic.errors import JobDirError
 from data_juicer_elastic.jobdir.job_summary import SummaryReader
-from data_juicer_elastic.jobdir.layout import SUMMARY_WRITER_TASK, JobLayout
+from data_juicer_elastic.jobdir.layout import ROLE_TASK, JobLayout
 from data_juicer_elastic.jobdir.leases import read_lease
 from data_juicer_elastic.jobdir.manifest import load_manifest
 from data_juicer_elastic.jobdir.records import record_checksum
@@ -58,7 +58,7 @@ def _wait_for(predicate, procs, timeout=60.0):
 
 def _writer(job: Path):
     """(generation, pid) of the summary writer's latest lease, or None."""
-    view = read_lease(JobLayout(job).summary_lease, SUMMARY_WRITER_TASK)
+    view = read_lease(JobLayout(job).summary_lease, ROLE_TASK)
     return None if view.claim is None else (view.generation, view.claim.pid)
 
 

@@ -26,10 +26,10 @@ from data_juicer_elastic.jobdir.job_summary import (
     read_summary,
     register_reader,
 )
-from data_juicer_elastic.jobdir.layout import SUMMARY_WRITER_TASK, JobLayout
+from data_juicer_elastic.jobdir.layout import ROLE_TASK, JobLayout
 from data_juicer_elastic.jobdir.manifest import load_manifest
 from data_juicer_elastic.jobdir.records import ShardResult, TakeoverReason, record_checksum
-from data_juicer_elastic.jobdir.summary_keeper import SILENT_INTERVALS, SummaryKeeper
+from data_juicer_elastic.jobdir.roles import SILENT_INTERVALS, SummaryKeeper
 from data_juicer_elastic.jobdir.worker_loop import run_worker
 from data_juicer_elastic.jobdir.worker_settings import WorkerSettings
 from data_juicer_elastic.shards.prepare import prepare_job
@@ -95,8 +95,8 @@ def advance(clock, secs, *writers):
     """Move the clock; the writers renew their lease as their heartbeat thread would have meanwhile."""
     clock.advance(secs)
     for keeper in writers:
-        if keeper.heartbeater is not None:
-            keeper.heartbeater.beat()
+        if keeper.role.heartbeater is not None:
+            keeper.role.heartbeater.beat()
 
 
 def seen_advancing(reader, keeper):
@@ -326,23 +326,25 @@ def test_a_silent_writer_is_replaced_and_a_writer_that_lost_its_lease_stops(tmp_
     a.tick()
     b.tick()
     assert a.writing and not b.writing and read_summary(layout, manifest).seq == "1.1"
-    a.heartbeater.stop()  # a freezes: no heartbeat, no rounds
+    a.role.heartbeater.stop()  # a freezes: no heartbeat, no rounds
     clock.advance(SILENT_INTERVALS * b.interval_secs)
     b.tick()  # silent: b starts watching the writer's lease (a TTL on its own clock)
     assert not b.writing
     clock.advance(TTL)
     b.tick()
     assert b.writing and read_summary(layout, manifest).seq == "2.1"
-    lease = leases.read_lease(layout.summary_lease, SUMMARY_WRITER_TASK)
+    lease = leases.read_lease(layout.summary_lease, ROLE_TASK)
     assert lease.generation == 2 and lease.claim.takeover_reason == TakeoverReason.STALE
     a.tick()  # a wakes up: its lease is overdue and a newer generation exists; it writes nothing
     assert not a.writing and read_summary(layout, manifest).seq == "2.1"
     # two writers at once: c takes the lease over while b still writes; b stops at its next round
     c = _keeper(layout, manifest, clock, "c", 43_000)
-    view = leases.read_lease(layout.summary_lease, SUMMARY_WRITER_TASK)
-    c.claim = leases.publish_claim(layout.summary_lease, view, c.identity, "c-1", TakeoverReason.STALE)
-    c.heartbeater = leases.Heartbeater(layout.summary_lease, c.claim, heartbeat_secs=BEAT, ttl_secs=TTL, clock=clock)
-    c.heartbeater.beat()
+    view = leases.read_lease(layout.summary_lease, ROLE_TASK)
+    c.role.claim = leases.publish_claim(layout.summary_lease, view, c.identity, "c-1", TakeoverReason.STALE)
+    c.role.heartbeater = leases.Heartbeater(
+        layout.summary_lease, c.role.claim, heartbeat_secs=BEAT, ttl_secs=TTL, clock=clock
+    )
+    c.role.heartbeater.beat()
     b.tick()
     assert not b.writing
     c.tick()
@@ -355,7 +357,7 @@ def test_a_leaving_writer_releases_its_lease_and_the_next_writes_at_once(tmp_pat
     a.tick()
     b.tick()  # b reads the summary all along
     a.stop()
-    assert leases.read_lease(layout.summary_lease, SUMMARY_WRITER_TASK).release.reason == "left"
+    assert leases.read_lease(layout.summary_lease, ROLE_TASK).release.reason == "left"
     b.tick()  # a's last round: the summary still advanced
     assert not b.writing
     clock.advance(SILENT_INTERVALS * b.interval_secs)

@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from data_juicer_elastic.coordination.run_records import Instance, Outcome, OutcomeStatus, RunRecord
+from data_juicer_elastic.coordination.run import Instance, Outcome, OutcomeStatus, RunRecord
 from data_juicer_elastic.jobdir.exports import MergeRecord
 from data_juicer_elastic.jobdir.job_summary import PaceRecord
 from data_juicer_elastic.jobdir.layout import JobLayout

@@ -134,8 +134,7 @@ def test_finalize_refuses_linked_merge_and_stats_destinations(job, tmp_path, out
 
 
 def test_elections_refuse_a_linked_run_directory(job, outside):
-    from data_juicer_elastic.coordination.elections import RunCoordinator
-    from data_juicer_elastic.coordination.run_id import resolve_run_id, run_key
+    from data_juicer_elastic.coordination.run import RunCoordinator, resolve_run_id, run_key
 
     run = resolve_run_id("run-1")
     coordinator = RunCoordinator(JobLayout(job), run, identity(), ttl_secs=60, heartbeat_secs=10, poll_secs=1)

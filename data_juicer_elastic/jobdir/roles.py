@@ -1,5 +1,6 @@
-"""Who writes the job summary (the writer's lease, taken over by the shard rules) and how one round
-of it is composed, in O(workers + live claims) metadata operations: docs/leases-on-nfs.md, item 8.
+"""Roles one process holds at a time, each the one task of a lease namespace (:class:`Role`: the
+summary writer, a run's prepare and finalize), and the job summary its writer composes, in
+O(workers + live claims) metadata operations: docs/leases-on-nfs.md, items 6 and 8.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from loguru import logger
 
 from data_juicer_elastic.errors import JobDirError
 from data_juicer_elastic.jobdir import attempts, leases
-from data_juicer_elastic.jobdir.heartbeats import Sighting, StalenessObserver
+from data_juicer_elastic.jobdir.heartbeats import Clock, Sighting, StalenessObserver
 from data_juicer_elastic.jobdir.job_summary import (
     JobSummary,
     LiveClaim,
@@ -27,10 +28,80 @@ from data_juicer_elastic.jobdir.job_summary import (
     refresh_paces,
     write_summary,
 )
-from data_juicer_elastic.jobdir.layout import SUMMARY_WRITER_TASK, JobLayout
-from data_juicer_elastic.jobdir.records import Claim, Manifest, ReleaseReason
+from data_juicer_elastic.jobdir.layout import ROLE_TASK, JobLayout
+from data_juicer_elastic.jobdir.records import Claim, Manifest, ReleaseReason, TakeoverReason
 from data_juicer_elastic.sharedfs import fsio
 from data_juicer_elastic.sharedfs.identity import WorkerIdentity
+
+
+def read_holder(layout: JobLayout) -> tuple[Claim | None, str | None]:
+    """(the latest claim of the role, what made it unreadable): who holds or held it."""
+    view = leases.read_lease(layout, ROLE_TASK)
+    return view.claim, view.claim_error
+
+
+class Role:
+    """The one task of the lease namespace ``layout``: claimed, renewed, fenced and taken over by
+    the shard lease rules (``jobdir.leases``; the staleness observer on this role's clock)."""
+
+    def __init__(
+        self,
+        layout: JobLayout,
+        identity: WorkerIdentity,
+        *,
+        ttl_secs: float,
+        heartbeat_secs: float,
+        clock: Clock = time.monotonic,
+    ):
+        self.layout, self.identity = layout, identity
+        self.ttl_secs, self.heartbeat_secs, self.clock = ttl_secs, heartbeat_secs, clock
+        self.observer = StalenessObserver(ttl_secs, clock)  # the holder, watched by a would-be taker
+        self.claim: Claim | None = None
+        self.heartbeater: leases.Heartbeater | None = None  # renews the claim: start() it, or beat() by hand
+
+    def takeover_reason(self) -> TakeoverReason | None:
+        """Why the role may be claimed (or its holder is gone), None while it is held."""
+        return leases.takeover_reason(leases.read_lease(self.layout, ROLE_TASK), self.identity, self.observer)
+
+    def acquire(self, holder_id: str, *, take_over: bool = True) -> Claim | None:
+        """Claim the role under ``holder_id``: the first claim, or (``take_over``) a claim over a
+        holder that released it, failed, died or went stale.  None when another holds it or claimed
+        first."""
+        view = leases.read_lease(self.layout, ROLE_TASK)
+        if view.generation == 0:
+            reason = TakeoverReason.FIRST
+        elif take_over:
+            reason = leases.takeover_reason(view, self.identity, self.observer)
+        else:
+            return None
+        claim = None if reason is None else leases.publish_claim(self.layout, view, self.identity, holder_id, reason)
+        if claim is not None:
+            self.claim = claim
+            self.heartbeater = leases.Heartbeater(
+                self.layout, claim, heartbeat_secs=self.heartbeat_secs, ttl_secs=self.ttl_secs, clock=self.clock
+            )
+        return claim
+
+    def held(self) -> bool:
+        """Self-fencing: renewed in time and no newer generation claimed; a lost role is let go."""
+        if self.claim is not None and self.heartbeater.held():
+            return True
+        self.stop()
+        return False
+
+    def stop(self) -> None:
+        """Stop renewing and let the role go, unreleased: it is taken over once stale."""
+        if self.heartbeater is not None:
+            self.heartbeater.stop()
+        self.claim = self.heartbeater = None
+
+    def release(self, reason: ReleaseReason, what: str) -> None:
+        """Stop renewing and release the role (a write error only logged)."""
+        claim = self.claim
+        self.stop()
+        if claim is not None:
+            leases.release_or_warn(self.layout, claim, reason, what)
+
 
 # The summary is missing or has not advanced for this many intervals: look at the writer's lease.
 SILENT_INTERVALS: Final = 3
@@ -143,15 +214,12 @@ class SummaryKeeper:
         clock: Callable[[], float] = time.monotonic,
     ):
         self.layout, self.manifest, self.identity, self.pace, self.reader = layout, manifest, identity, pace, reader
-        self.lease_layout = layout.summary_lease
-        self.ttl_secs, self.heartbeat_secs, self.clock = ttl_secs, heartbeat_secs, clock
+        self.role = Role(layout.summary_lease, identity, ttl_secs=ttl_secs, heartbeat_secs=heartbeat_secs, clock=clock)
+        self.ttl_secs, self.clock = ttl_secs, clock
         self.interval_secs = reader.interval_secs
-        self.lease_observer = StalenessObserver(ttl_secs, clock)  # the writer's lease, watched by a would-be taker
         self.claims_observer = StalenessObserver(ttl_secs, clock)  # the live claims, watched while writing
         self.paces: dict[str, PaceRecord] = {}  # the pace records of the last round
         self.index = {entry.shard_id: i for i, entry in enumerate(manifest.shards)}
-        self.claim: Claim | None = None
-        self.heartbeater: leases.Heartbeater | None = None
         self.rounds = 0
         self._last_tick: float | None = None
         self._stop = threading.Event()
@@ -159,12 +227,12 @@ class SummaryKeeper:
 
     @property
     def writing(self) -> bool:
-        return self.claim is not None
+        return self.role.claim is not None
 
     # -- one step (the thread calls it every interval; tests call it directly) -------------------------
     def tick(self) -> None:
         self.pace.flush()
-        if self.claim is None and not self._acquire():
+        if self.role.claim is None and not self._acquire():
             return
         if not self._still_ours():
             return
@@ -176,7 +244,7 @@ class SummaryKeeper:
             self.paces,
             self.claims_observer,
             self.identity,
-            seq=f"{self.claim.generation}.{self.rounds}",
+            seq=f"{self.role.claim.generation}.{self.rounds}",
             writer=self.pace.key,
             interval_secs=self.interval_secs,
             index=self.index,
@@ -198,28 +266,20 @@ class SummaryKeeper:
         unchanged = self.reader.unchanged_for()
         if unchanged is not None and unchanged < SILENT_INTERVALS * self.interval_secs:
             return False  # the writer is not silent
-        view = leases.read_lease(self.lease_layout, SUMMARY_WRITER_TASK)
-        reason = leases.takeover_reason(view, self.identity, self.lease_observer)
-        if reason is None:
-            return False
-        claim = leases.publish_claim(self.lease_layout, view, self.identity, self.identity.new_attempt_id(), reason)
+        claim = self.role.acquire(self.identity.new_attempt_id())
         if claim is None:
-            return False  # another process became the writer first
-        logger.info(f"writing the job summary (writer lease gen {claim.generation}, {reason})")
-        self.claim, self.rounds = claim, 0
+            return False  # the writer is live, or another process became the writer first
+        logger.info(f"writing the job summary (writer lease gen {claim.generation}, {claim.takeover_reason})")
+        self.rounds = 0
         self.claims_observer = StalenessObserver(self.ttl_secs, self.clock)  # a new writer watches for a TTL first
-        self.heartbeater = leases.Heartbeater(
-            self.lease_layout, claim, heartbeat_secs=self.heartbeat_secs, ttl_secs=self.ttl_secs, clock=self.clock
-        ).start()
+        self.role.heartbeater.start()
         return True
 
     def _still_ours(self) -> bool:
         """Self-fencing before each round: a lost lease or a newer writer ends our writing."""
-        if self.heartbeater.check() and not leases.newer_generation_exists(self.lease_layout, self.claim):
+        if self.role.held():
             return True
         logger.info("no longer the job summary's writer (its lease was taken over)")
-        self.heartbeater.stop()
-        self.claim = self.heartbeater = None
         return False
 
     # -- the thread ----------------------------------------------------------------------------------
@@ -244,12 +304,7 @@ class SummaryKeeper:
         if self._thread is not None and self._thread is not threading.current_thread():
             self._thread.join(timeout=max(5.0, 2 * self.interval_secs))
         self.pace.flush(stopped=True)
-        if self.claim is None:
+        if self.role.claim is None:
             return
-        self._safe_tick()
-        claim, self.claim = self.claim, None
-        if claim is None:  # the last round found the lease taken over
-            return
-        if self.heartbeater is not None:
-            self.heartbeater.stop()
-        leases.release_or_warn(self.lease_layout, claim, ReleaseReason.LEFT, "the job summary's writer lease")
+        self._safe_tick()  # the last round may find the lease taken over: then there is nothing to release
+        self.role.release(ReleaseReason.LEFT, "the job summary's writer lease")
