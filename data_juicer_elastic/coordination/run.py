@@ -21,12 +21,10 @@ from loguru import logger
 
 from data_juicer_elastic import errors
 from data_juicer_elastic.errors import CoordinatorLostError, ElasticError, JobDirError
-from data_juicer_elastic.jobdir import confine
+from data_juicer_elastic.jobdir import layout
 from data_juicer_elastic.jobdir.heartbeats import Clock
 from data_juicer_elastic.jobdir.layout import JobLayout
-from data_juicer_elastic.jobdir.lease_records import Claim
-from data_juicer_elastic.jobdir.reasons import ReleaseReason, TakeoverReason
-from data_juicer_elastic.jobdir.records import Record
+from data_juicer_elastic.jobdir.records import Claim, Record, ReleaseReason, TakeoverReason
 from data_juicer_elastic.jobdir.roles import Role, read_holder
 from data_juicer_elastic.sharedfs import fsio
 from data_juicer_elastic.sharedfs.identity import WorkerIdentity
@@ -254,7 +252,7 @@ class RunCoordinator:
 
     def join(self, slots: int = 1) -> None:
         """Create the run directory, check it is ours, and register this instance."""
-        confine.ensure_dir(self.layout, self.layout.participants_dir(self.key))
+        layout.ensure_dir(self.layout, self.layout.participants_dir(self.key))
         record = RunRecord(self.run.value, self.run.source, time.time(), self.instance_id)
         if not fsio.publish_bytes(self.layout.run_record(self.key), record.encode()):
             existing = RunRecord.read(self.layout.run_record(self.key))
@@ -343,7 +341,7 @@ class RunCoordinator:
 
     def publish_outcome(self, outcome: Outcome) -> Outcome:
         """Publish the run's ending unless one exists; the outcome in effect either way."""
-        confine.ensure_dir(self.layout, self.dir)
+        layout.ensure_dir(self.layout, self.dir)
         if fsio.publish_bytes(self.layout.outcome(self.key), outcome.encode()):
             verb = "finalized" if outcome.ok else f"aborted ({outcome.phase}): {outcome.error_type}: {outcome.message}"
             logger.info(f"run {self.run.value} {verb}")
