@@ -29,7 +29,7 @@ from data_juicer_elastic.jobdir.export_path import export_target
 from data_juicer_elastic.jobdir.layout import JobLayout, resolve_user_path
 from data_juicer_elastic.jobdir.plan_records import JobPlan
 from data_juicer_elastic.jobdir.recipe_diff import recipe_differences
-from data_juicer_elastic.jobdir.worker_loop import WorkerSummary
+from data_juicer_elastic.jobdir.worker import WorkerSummary
 from data_juicer_elastic.local_worker import run_local_worker
 from data_juicer_elastic.preparation import prepare_from_cfg
 from data_juicer_elastic.settings import ElasticSettings, check_strict_shares

@@ -30,7 +30,7 @@ from data_juicer_elastic.errors import CoordinatorLostError, ElasticError, JobDi
 from data_juicer_elastic.jobdir import confine
 from data_juicer_elastic.jobdir.heartbeats import Clock, RenewThread, Sighting, StalenessObserver
 from data_juicer_elastic.jobdir.layout import JobLayout
-from data_juicer_elastic.jobdir.leases import process_gone_here
+from data_juicer_elastic.jobdir.task_queue import process_gone_here
 from data_juicer_elastic.sharedfs import fsio
 from data_juicer_elastic.sharedfs.identity import WorkerIdentity
 

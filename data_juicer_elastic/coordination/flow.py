@@ -30,8 +30,8 @@ from data_juicer_elastic.jobdir.job_summary import reader_for
 from data_juicer_elastic.jobdir.manifest import load_manifest, load_plan
 from data_juicer_elastic.jobdir.plan_records import JobPlan
 from data_juicer_elastic.jobdir.records import Manifest
-from data_juicer_elastic.jobdir.shard_attempt import WorkerSummary
 from data_juicer_elastic.jobdir.shard_state import leaving_outcome
+from data_juicer_elastic.jobdir.worker import WorkerSummary
 
 
 @dataclass(frozen=True)

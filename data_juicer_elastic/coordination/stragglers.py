@@ -14,7 +14,7 @@ from typing import Final
 
 from loguru import logger
 
-from data_juicer_elastic.jobdir import attempts, job_summary, leases
+from data_juicer_elastic.jobdir import attempts, job_summary, task_queue
 from data_juicer_elastic.jobdir.layout import JobLayout
 from data_juicer_elastic.jobdir.records import Manifest
 from data_juicer_elastic.jobdir.result_records import AttemptRecord
@@ -110,7 +110,7 @@ def observe(
             continue
         if error is not None or fsio.exists(layout.failed(shard)):
             continue
-        view = leases.read_lease(layout, shard)
+        view = task_queue.read_lease(layout, shard)
         if view.generation == 0 or view.ended or view.claim is None:
             pending += 1
         else:

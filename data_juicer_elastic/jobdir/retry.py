@@ -16,7 +16,7 @@ from pathlib import Path
 from loguru import logger
 
 from data_juicer_elastic.errors import ConfigError, IntegrityError, JobDirError
-from data_juicer_elastic.jobdir import attempts, confine, leases
+from data_juicer_elastic.jobdir import attempts, confine, task_queue
 from data_juicer_elastic.jobdir.cleaned import cleaned_error, read_cleaned
 from data_juicer_elastic.jobdir.layout import JobLayout, parse_gen_name, validate_shard_id
 from data_juicer_elastic.jobdir.lease_records import Release
@@ -119,7 +119,7 @@ def _archive(layout: JobLayout, shard: str, *, done: bool) -> None:
     stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime()) + f"-{secrets.token_hex(3)}"
     dest = layout.history(shard) / stamp
     confine.ensure_dir(layout, dest / "failures")
-    latest = leases.latest_generation(layout, shard)
+    latest = task_queue.latest_generation(layout, shard)
     for name in fsio.list_names(layout.failure_dir(shard)):
         if parse_gen_name(name) is not None:
             fsio.move(layout.failure_dir(shard) / name, dest / "failures" / name)
@@ -127,11 +127,11 @@ def _archive(layout: JobLayout, shard: str, *, done: bool) -> None:
         # The holder of the latest generation released it as "finished", which others honour
         # for a TTL (a lagging cache may hide a done marker).  A generation of our own, claimed
         # and released at once, makes the shard claimable now; then the marker goes.
-        view = leases.read_lease(layout, shard)
+        view = task_queue.read_lease(layout, shard)
         identity = WorkerIdentity.current()
-        claim = leases.publish_claim(layout, view, identity, identity.new_attempt_id(), TakeoverReason.RETRY)
+        claim = task_queue.publish_claim(layout, view, identity, identity.new_attempt_id(), TakeoverReason.RETRY)
         if claim is not None:
-            leases.release_claim(layout, claim, ReleaseReason.RETRY)
+            task_queue.release_claim(layout, claim, ReleaseReason.RETRY)
         if fsio.exists(layout.failed(shard)):
             fsio.move(layout.failed(shard), dest / "failed.json")
         fsio.move(layout.done(shard), dest / "done.json")
@@ -141,7 +141,7 @@ def _archive(layout: JobLayout, shard: str, *, done: bool) -> None:
     # so record the release on its behalf.
     if latest and not fsio.exists(layout.release(shard, latest)):
         confine.ensure_dir(layout, layout.release_dir(shard))
-        claim_view = leases.read_lease(layout, shard)
+        claim_view = task_queue.read_lease(layout, shard)
         attempt_id = claim_view.claim.attempt_id if claim_view.claim else "unknown"
         record = Release(shard, latest, attempt_id, ReleaseReason.RETRY, time.time())
         fsio.publish_bytes(layout.release(shard, latest), record.encode())

@@ -16,14 +16,13 @@ from loguru import logger
 
 from data_juicer_elastic.errors import InputError, JobDirError
 from data_juicer_elastic.jobdir import confine
-from data_juicer_elastic.jobdir.attempts import read_done
+from data_juicer_elastic.jobdir.attempts import ScanOutput, read_done
 from data_juicer_elastic.jobdir.layout import JobLayout
 from data_juicer_elastic.jobdir.lease_records import Claim
 from data_juicer_elastic.jobdir.manifest import load_manifest
 from data_juicer_elastic.jobdir.manifest_rows import publish_rows_record
 from data_juicer_elastic.jobdir.plan_records import JobPlan, ScanResult
 from data_juicer_elastic.jobdir.records import InputFile, Manifest, ScanSummary, ShardEntry, ShardSpan, canonical_json
-from data_juicer_elastic.jobdir.tasks import ScanOutput
 from data_juicer_elastic.rows.codecs import SHARD_SUFFIX
 from data_juicer_elastic.rows.row_schema import RowSchema, operator_view_notes
 from data_juicer_elastic.sharedfs import fsio

@@ -13,7 +13,7 @@ from typing import Final
 from loguru import logger
 
 from data_juicer_elastic.errors import JobDirError
-from data_juicer_elastic.jobdir import attempts, leases
+from data_juicer_elastic.jobdir import attempts, heartbeats, task_queue
 from data_juicer_elastic.jobdir.heartbeats import Sighting, StalenessObserver
 from data_juicer_elastic.jobdir.job_summary import (
     JobSummary,
@@ -29,6 +29,7 @@ from data_juicer_elastic.jobdir.lease_records import Claim
 from data_juicer_elastic.jobdir.pace import PaceRecord, PaceWriter, refresh_paces
 from data_juicer_elastic.jobdir.reasons import ReleaseReason
 from data_juicer_elastic.jobdir.records import Manifest
+from data_juicer_elastic.jobdir.task_queue import TaskQueue
 from data_juicer_elastic.sharedfs import fsio
 from data_juicer_elastic.sharedfs.identity import WorkerIdentity
 
@@ -63,7 +64,7 @@ def compose_summary(
     for shard in done:
         observer.forget(shard)
     held = sorted(newest.items())
-    beats = fsio.read_many(lambda item: leases.read_heartbeat(layout, item[0], item[1][1]), held)  # judged in order
+    beats = fsio.read_many(lambda item: heartbeats.read_heartbeat(layout, item[0], item[1][1]), held)  # judged in order
     live = [_watch(observer, identity, shard, *h, beat) for (shard, h), beat in zip(held, beats, strict=True)]
     return JobSummary(
         job_id=manifest.job_id,
@@ -83,9 +84,9 @@ def compose_summary(
 
 def _watch(observer, identity, shard: str, record: PaceRecord, generation: int, attempt: str, beat) -> LiveClaim:
     heartbeat, error = beat
-    token = leases.token_text(generation, heartbeat, error)
+    token = heartbeats.token_text(generation, heartbeat, error)
     unchanged = observer.observe(Sighting(shard, token))
-    dead = leases.process_gone_here(identity, record)
+    dead = task_queue.process_gone_here(identity, record)
     return LiveClaim(
         shard_id=shard,
         generation=generation,
@@ -146,12 +147,14 @@ class SummaryKeeper:
         self.lease_layout = layout.summary_lease
         self.ttl_secs, self.heartbeat_secs, self.clock = ttl_secs, heartbeat_secs, clock
         self.interval_secs = reader.interval_secs
-        self.lease_observer = StalenessObserver(ttl_secs, clock)  # the writer's lease, watched by a would-be taker
+        self.queue = TaskQueue(
+            self.lease_layout, identity, ttl_secs=ttl_secs, heartbeat_secs=heartbeat_secs, clock=clock
+        )
         self.claims_observer = StalenessObserver(ttl_secs, clock)  # the live claims, watched while writing
         self.paces: dict[str, PaceRecord] = {}  # the pace records of the last round
         self.index = {entry.shard_id: i for i, entry in enumerate(manifest.shards)}
         self.claim: Claim | None = None
-        self.heartbeater: leases.Heartbeater | None = None
+        self.heartbeater: heartbeats.Heartbeater | None = None
         self.rounds = 0
         self._last_tick: float | None = None
         self._stop = threading.Event()
@@ -198,24 +201,18 @@ class SummaryKeeper:
         unchanged = self.reader.unchanged_for()
         if unchanged is not None and unchanged < SILENT_INTERVALS * self.interval_secs:
             return False  # the writer is not silent
-        view = leases.read_lease(self.lease_layout, SUMMARY_WRITER_TASK)
-        reason = leases.takeover_reason(view, self.identity, self.lease_observer)
-        if reason is None:
-            return False
-        claim = leases.publish_claim(self.lease_layout, view, self.identity, self.identity.new_attempt_id(), reason)
+        claim = self.queue.take(SUMMARY_WRITER_TASK)  # the writer's lease, taken over by the shard rules
         if claim is None:
-            return False  # another process became the writer first
-        logger.info(f"writing the job summary (writer lease gen {claim.generation}, {reason})")
+            return False  # held, or another process became the writer first
+        logger.info(f"writing the job summary (writer lease gen {claim.generation}, {claim.takeover_reason})")
         self.claim, self.rounds = claim, 0
         self.claims_observer = StalenessObserver(self.ttl_secs, self.clock)  # a new writer watches for a TTL first
-        self.heartbeater = leases.Heartbeater(
-            self.lease_layout, claim, heartbeat_secs=self.heartbeat_secs, ttl_secs=self.ttl_secs, clock=self.clock
-        ).start()
+        self.heartbeater = self.queue.heartbeater(claim).start()
         return True
 
     def _still_ours(self) -> bool:
         """Self-fencing before each round: a lost lease or a newer writer ends our writing."""
-        if self.heartbeater.check() and not leases.newer_generation_exists(self.lease_layout, self.claim):
+        if self.heartbeater.check() and not heartbeats.newer_generation_exists(self.lease_layout, self.claim):
             return True
         logger.info("no longer the job summary's writer (its lease was taken over)")
         self.heartbeater.stop()
@@ -252,4 +249,4 @@ class SummaryKeeper:
             return
         if self.heartbeater is not None:
             self.heartbeater.stop()
-        leases.release_or_warn(self.lease_layout, claim, ReleaseReason.LEFT, "the job summary's writer lease")
+        self.queue.release(claim, ReleaseReason.LEFT, "the job summary's writer lease")

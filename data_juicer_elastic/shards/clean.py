@@ -22,12 +22,12 @@ from loguru import logger
 
 from data_juicer_elastic.errors import IntegrityError, JobDirError, storage_errors
 from data_juicer_elastic.jobdir import confine, row_errors, row_stats
+from data_juicer_elastic.jobdir.attempts import OUTPUT_FILE
 from data_juicer_elastic.jobdir.cleaned import CleanRecord, cleaned_error, read_cleaned
 from data_juicer_elastic.jobdir.layout import JobLayout
 from data_juicer_elastic.jobdir.manifest import load_manifest
 from data_juicer_elastic.jobdir.result_records import MergeRecord
 from data_juicer_elastic.jobdir.row_stats import MergedSideFile
-from data_juicer_elastic.jobdir.tasks import OUTPUT_FILE
 from data_juicer_elastic.shards.export_check import ExportSummary, verify_export
 from data_juicer_elastic.shards.merge import MergeResult, accepted_results
 from data_juicer_elastic.shards.verify import verify_job

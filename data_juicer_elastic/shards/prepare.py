@@ -32,7 +32,7 @@ from data_juicer_elastic.jobdir.manifest import load_manifest, load_plan
 from data_juicer_elastic.jobdir.plan_records import JobPlan, PlannedInput
 from data_juicer_elastic.jobdir.recipe_diff import recipe_differences
 from data_juicer_elastic.jobdir.records import Manifest, canonical_json, manifest_recipe_hash
-from data_juicer_elastic.jobdir.scan_loop import scan_job
+from data_juicer_elastic.jobdir.worker import scan_job
 from data_juicer_elastic.rows.codecs import CODECS, Codec
 from data_juicer_elastic.rows.jsonl import DEFAULT_MEDIA_KEYS
 from data_juicer_elastic.settings import (

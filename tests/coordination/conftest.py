@@ -11,8 +11,7 @@ from data_juicer_elastic.coordination.elections import RunCoordinator
 from data_juicer_elastic.coordination.flow import Phases, Timing
 from data_juicer_elastic.coordination.run_id import RunId
 from data_juicer_elastic.jobdir.layout import JobLayout
-from data_juicer_elastic.jobdir.worker_loop import run_worker
-from data_juicer_elastic.jobdir.worker_settings import WorkerSettings
+from data_juicer_elastic.jobdir.worker import WorkerSettings, run_worker
 from data_juicer_elastic.shards.merge import merge_job
 from data_juicer_elastic.shards.prepare import prepare_job
 

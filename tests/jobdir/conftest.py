@@ -12,10 +12,10 @@ from pathlib import Path
 import pytest
 
 from data_juicer_elastic.jobdir import scan_outcome, scans
+from data_juicer_elastic.jobdir.attempts import ScanTask, ShardOutput, ShardTask
 from data_juicer_elastic.jobdir.layout import JobLayout
 from data_juicer_elastic.jobdir.manifest import load_manifest, load_plan, locate_shard, normalise_options, source_spans
 from data_juicer_elastic.jobdir.plan_records import ScanResult
-from data_juicer_elastic.jobdir.tasks import ScanTask, ShardOutput, ShardTask
 from data_juicer_elastic.rows.shard_source import iter_source_lines
 from data_juicer_elastic.shards.prepare import PrepareRequest, prepare_job
 from data_juicer_elastic.shards.scan import ShardScanner
@@ -53,11 +53,10 @@ def request(job: Path, data: Path, num_shards: int = 4, **kw) -> PrepareRequest:
 
 VICTIM = """
 import os, signal, sys, time
-from data_juicer_elastic.jobdir import leases, progress
+from data_juicer_elastic.jobdir import heartbeats, task_queue
 from data_juicer_elastic.sharedfs.identity import WorkerIdentity
 from data_juicer_elastic.jobdir.layout import JobLayout
-from data_juicer_elastic.jobdir.worker_loop import run_worker
-from data_juicer_elastic.jobdir.worker_settings import WorkerSettings
+from data_juicer_elastic.jobdir.worker import WorkerSettings, run_worker
 
 layout = JobLayout(sys.argv[1])
 

@@ -18,7 +18,7 @@ from pathlib import Path
 import orjson
 import pytest
 
-from data_juicer_elastic.jobdir import leases
+from data_juicer_elastic.jobdir import heartbeats, task_queue
 from data_juicer_elastic.jobdir.job_summary import read_summary
 from data_juicer_elastic.jobdir.layout import JobLayout
 from data_juicer_elastic.jobdir.manifest import load_manifest
@@ -26,8 +26,7 @@ from data_juicer_elastic.jobdir.pace import PaceWriter
 from data_juicer_elastic.jobdir.reasons import TakeoverReason
 from data_juicer_elastic.jobdir.result_records import ShardResult
 from data_juicer_elastic.jobdir.shard_state import ShardState
-from data_juicer_elastic.jobdir.worker_loop import run_worker
-from data_juicer_elastic.jobdir.worker_settings import WorkerSettings
+from data_juicer_elastic.jobdir.worker import WorkerSettings, run_worker
 from data_juicer_elastic.shards.prepare import prepare_job
 from data_juicer_elastic.sharedfs import fault_seam, fsio
 from data_juicer_elastic.sharedfs.identity import attempt_started_at
@@ -171,10 +170,10 @@ def test_a_shard_finished_after_the_summary_is_done_and_one_claimed_after_it_is_
     result = ShardResult(late.shard_id, "peer-0", 1, "p-0", late.rows, 1, "0" * 64, "x", late.rows, "0", 1.0)
     layout.done(late.shard_id).write_bytes(result.encode())
     newcomer = manifest.shards[10]  # claimed after the summary was written
-    claim = leases.publish_claim(
-        layout, leases.read_lease(layout, newcomer.shard_id), first, "n-1", TakeoverReason.FIRST
+    claim = task_queue.publish_claim(
+        layout, task_queue.read_lease(layout, newcomer.shard_id), first, "n-1", TakeoverReason.FIRST
     )
-    leases.write_heartbeat(layout, claim, 1)
+    heartbeats.write_heartbeat(layout, claim, 1)
     fast, oracle = snapshot(job, exact=False), snapshot(job)
     states = {s.shard_id: s.state for s in fast.shards}
     truth = {s.shard_id: s.state for s in oracle.shards}
