@@ -1,7 +1,7 @@
 """Ray 2.60: ``ray._private.utils.set_sigterm_handler``, which ``ray.init`` calls in the main thread
 every time (``sys.exit(signum)``) and ``ray._private.node.Node`` for a node it starts.
 
-A worker's SIGTERM must reach its own handler (``jobdir.worker_signals``: release the claims, die
+A worker's SIGTERM must reach its own handler (``jobdir.worker``: release the claims, die
 by the signal), but Data-Juicer's ``RayExecutor`` calls ``ray.init`` for every shard
 (docs/failure-semantics.md, row 26).  :func:`keep_handlers` makes Ray leave a handler the plugin
 marks as its own, and install its own otherwise.

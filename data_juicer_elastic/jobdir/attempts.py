@@ -48,7 +48,7 @@ class ShardTask:
     input_rows: int  # rows of the shard, from the manifest
     input_sha256: str  # sha256 of the shard's content, from the manifest (checked again while it is read)
     # What the runner's read_ahead(source) returned while the previous shard ran (claim-ahead,
-    # jobdir.claim_ahead), opaque to the loop and read after the file's check; None: read it now.
+    # jobdir.claiming.ClaimAhead), opaque to the loop and read after the file's check; None: read it now.
     read_ahead: Any = field(default=None, compare=False, repr=False)
 
     @property

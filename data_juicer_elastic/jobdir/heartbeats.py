@@ -415,7 +415,7 @@ class ProgressTracker:
         self._writable = False  # until the attempt directory exists and was checked (start_writing)
         self._samples: list[list[float]] = []
         self.listeners: list[Callable[[ProgressRecord], None]] = []
-        # the attempt's stall rule (jobdir.liveness), if any: the runner registers its probe and restart with it
+        # the attempt's stall rule (Liveness), if any: the runner registers its probe and restart with it
         self.liveness: Liveness | None = None
 
     @property

@@ -1,5 +1,5 @@
 """The records of one claim generation of a shard: claim (never unlinked), heartbeat (rewritten by
-the holder), and the release or failure that ends it (written by ``leases`` and ``failures``).
+the holder), and the release or failure that ends it (written by ``task_queue``).
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """How a job's scans ended, for a job that has a plan and no manifest yet: the whole input accepted
 (every shard's scan read back), refused (the first refusal in input order, as one error naming
 ``file:line``), or a scan's budget spent.  The scan phase's settle raises the error
-(``scan_loop.settle_scans``); every reader of the manifest (``manifest.load_manifest``: verify, the
+(``worker.settle_scans``); every reader of the manifest (``manifest.load_manifest``: verify, the
 report, merge, retry) raises it too once every scan has ended, so that none of them sends the user
 to start workers that would only refuse the input again (docs/input-format.md).
 """

@@ -159,14 +159,6 @@ def release_claim(layout: JobLayout, claim: Claim, reason: ReleaseReason) -> boo
     return existing is not None and existing.attempt_id == claim.attempt_id
 
 
-def release_or_warn(layout: JobLayout, claim: Claim, reason: ReleaseReason, what: str = "") -> None:
-    """:func:`release_claim`, a write error only logged: the claim then goes stale after a TTL."""
-    try:
-        release_claim(layout, claim, reason)
-    except OSError as exc:
-        logger.warning(f"{what or claim.shard_id}: could not write the release record ({reason}): {exc}")
-
-
 def split_failures(failures: list[Failure]) -> tuple[list[Failure], list[Failure]]:
     """(execution failures, holder deaths) of a shard, each in generation order."""
     deaths = [f for f in failures if f.exit_reason in DEATH_REASONS]
@@ -325,7 +317,10 @@ class TaskQueue:
     def release(self, claim: Claim, reason: ReleaseReason, what: str = "") -> None:
         """Give the claim back (a write error logged: it then goes stale after a TTL).  The pace record
         stops listing it, written at once unless the task is finished (its done marker tells the summary)."""
-        release_or_warn(self.layout, claim, reason, what)
+        try:
+            release_claim(self.layout, claim, reason)
+        except OSError as exc:
+            logger.warning(f"{what or claim.shard_id}: could not write the release record ({reason}): {exc}")
         if self.pace is not None:
             self.pace.let_go(claim.shard_id, claim.generation)
             if reason is not ReleaseReason.FINISHED:

@@ -82,10 +82,10 @@ class WorkerSettings:
     max_done: int | None = None
     # deaths of a shard's holders (killed, lease expired, stalled) that fail it, apart from max_retries
     max_holder_deaths: int | None = None  # None: never
-    # give a shard up when its attempt shows no sign of life for this long (jobdir.liveness)
+    # give a shard up when its attempt shows no sign of life for this long (heartbeats.Liveness)
     stall_timeout_secs: float | None = None  # None: a heartbeat means alive
     wait_for_completion: bool = True  # with nothing claimable, wait for the shards others hold (else no-work)
-    claim_ahead: bool = True  # in a shard's tail, claim the next one and check its input (jobdir.claim_ahead)
+    claim_ahead: bool = True  # in a shard's tail, claim the next one and check its input (claiming.ClaimAhead)
     random_start: bool = False  # start looking at a random shard (fresh workers spread out), else at the first
     job_summary: bool = True  # keep and read the job summary (jobdir.job_summary) instead of every shard
 

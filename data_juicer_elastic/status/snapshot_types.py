@@ -35,7 +35,7 @@ class ShardStatus:
     owner_pid: int | None
     attempt_id: str | None
     attempts: int | None  # attempts started (claim generations); None: not read
-    failures: int | None  # failure records (failures.split_failures); None: at least one, not read
+    failures: int | None  # failure records (task_queue.split_failures); None: at least one, not read
     last_error: str | None
     input_rows: int
     output_rows: int | None  # rows of the accepted output (DONE only)

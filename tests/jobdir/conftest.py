@@ -97,7 +97,7 @@ def shard_lines(job: Path, shard_id: str | None = None) -> list[bytes]:
 def scan_locally(job: Path, processes: int = 0):
     """Scan every shard of a planned job here with ``processes`` row-checking helpers, and publish
     the manifest (or raise the job's input error): the data path without the lease protocol
-    around it (``jobdir.scan_loop`` and its tests cover that)."""
+    around it (``jobdir.worker`` and its tests cover that)."""
     layout, plan = JobLayout(job), load_plan(job)
     scanner, options, results = (
         ShardScanner(processes=processes),

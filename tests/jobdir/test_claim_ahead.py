@@ -64,7 +64,7 @@ def runner(on_run, then=None, *, read_all=True):
     """A fake run_shard calling ``on_run(task)`` first, then copying the shard (or ``then``).
 
     ``read_all``: first report every row read and through the recipe, as the Ray runner's
-    progress does: the shard is then in its tail (``worker_loop.TAIL_FRACTION``), where
+    progress does: the shard is then in its tail (``worker.TAIL_FRACTION``), where
     claim-ahead starts."""
     copy = copy_runner()
 
