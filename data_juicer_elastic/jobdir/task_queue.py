@@ -291,7 +291,7 @@ class TaskQueue:
         self.observer = StalenessObserver(ttl_secs, clock)
         # this process's pace record (jobdir.pace): the job summary's writer learns our claims from it
         self.pace = pace
-        self.pending: Claim | None = None  # published and not yet in an attempt: a signal must release it
+        self.pending: Claim | None = None  # published, its attempt not yet over: a signal must release it
 
     def take(self, task_id: str) -> Claim | None:
         """Claim a task that is free or whose holder is gone (a one-task namespace: the summary's writer);
@@ -385,7 +385,6 @@ class AttemptScope:
         self.end: dict[str, int | str | None] = {}  # attempt.json's end fields (rows, quarantined)
 
     def __enter__(self) -> AttemptScope:
-        self.queue.pending = None  # from here every way out leaves a record of this attempt
         return self
 
     def open(self) -> Attempt:

@@ -422,6 +422,9 @@ def run_loop(kind: Scans | Shards, *, wait: bool, sleep: Callable[[float], objec
         claimed, finished = kind.claim()
         if claimed is not None:
             kind.run(*claimed)
+            # the attempt left its records; until here a signal (say, while the claim-ahead helper is
+            # waited for after publication) releases the claim from the loop's handler
+            kind.queue.pending = None
         elif finished:
             return StopReason.FINISHED
         elif not wait:
