@@ -148,12 +148,8 @@ class Scans:
     label = " (scanning)"
 
     def __init__(self, queue: TaskQueue, run_scan: RunScan, poll_secs: float, stop_event=None, rng=None):
-        self.queue, self.layout, self.run_scan, self.stop_event = (
-            queue,
-            JobLayout(queue.layout.root),
-            run_scan,
-            stop_event,
-        )
+        self.queue, self.run_scan, self.stop_event = queue, run_scan, stop_event
+        self.layout = JobLayout(queue.layout.root)  # the job's own: its plan and manifest
         self.plan = load_plan(self.layout.root)
         self.claimer = Claimer(queue, self.plan, rng=rng, random_start=True)
         self.options = normalise_options(self.plan, max_line_bytes=self.plan.max_line_bytes)
@@ -199,7 +195,7 @@ class Scans:
             logger.info(f"scanned {shard}: {what}, {output.bytes} bytes")
 
     def interrupted(self) -> None:
-        self.queue.release_pending()  # signalled between claiming a scan and starting it
+        self.queue.release_pending()  # signalled holding a scan's claim (a begun attempt released it already)
 
     def close(self, reason: StopReason | None) -> None:
         close = getattr(self.run_scan, "close", None)
@@ -379,7 +375,7 @@ class Shards:
             self.queue.release(claim, ReleaseReason.STALLED)
 
     def interrupted(self) -> None:
-        self.queue.release_pending()  # signalled between claiming and running: give it back
+        self.queue.release_pending()  # signalled holding a claim (a begun attempt released it already)
         if self.ahead is not None:  # and the shard claimed ahead (a claim in flight: once made)
             self.ahead.close(ReleaseReason.SIGNAL, why="signal", wait_secs=self.queue.heartbeat_secs)
 
