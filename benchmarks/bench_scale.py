@@ -79,12 +79,15 @@ REPO = Path(__file__).resolve().parents[1]
 if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
-from data_juicer_elastic.coordination import flow, stragglers  # noqa: E402
+from data_juicer_elastic.coordination import (  # noqa: E402
+    flow,
+    stragglers,
+)
 from data_juicer_elastic.coordination.run import RunCoordinator, RunId  # noqa: E402
-from data_juicer_elastic.jobdir import claiming, leases, progress, shard_attempt, worker_loop  # noqa: E402
+from data_juicer_elastic.jobdir import claiming, heartbeats, worker  # noqa: E402  # noqa: E402
+from data_juicer_elastic.jobdir.attempts import ShardOutput  # noqa: E402
 from data_juicer_elastic.jobdir.layout import JobLayout  # noqa: E402
 from data_juicer_elastic.jobdir.manifest import load_manifest  # noqa: E402
-from data_juicer_elastic.jobdir.tasks import ShardOutput  # noqa: E402
 from data_juicer_elastic.rows.shard_source import iter_source_lines  # noqa: E402
 from data_juicer_elastic.shards.prepare import PrepareRequest, prepare_job  # noqa: E402
 from data_juicer_elastic.sharedfs import fault_seam  # noqa: E402
@@ -232,11 +235,11 @@ def install() -> None:
     threading.Thread.start = thread_start
     if _summary_keeper() is not None:
         _split_walking_claims()  # inside the activity "claim" that _wrap marks
-    _wrap(shard_attempt.ShardWorker, "claim_next", "claim", after=_claimed)
+    _wrap(claiming.Claimer, "claim_next", "claim", after=_claimed)
     _wrap(stragglers.ClaimGate, "__call__", "gate", after=lambda r: COUNTS.event("gate_calls"))
-    _wrap(leases.Heartbeater, "beat", "heartbeat", after=lambda r: COUNTS.event("beats"))
+    _wrap(heartbeats.Heartbeater, "beat", "heartbeat", after=lambda r: COUNTS.event("beats"))
     # what run_worker calls as it leaves: the job's outcome (from the summary, where there is one)
-    _wrap(worker_loop, "leaving_outcome" if hasattr(worker_loop, "leaving_outcome") else "job_outcome", "exit")
+    _wrap(worker, "leaving_outcome" if hasattr(worker, "leaving_outcome") else "job_outcome", "exit")
     keeper = _summary_keeper()
     if keeper is not None:
         _wrap_tick(keeper)
@@ -265,11 +268,11 @@ def _split_walking_claims() -> None:
     On the summary, a probe of a shard the summary showed free that another worker had taken or
     finished since (the summary is a round behind) moves its ops to "race": the model charges
     those races apart, and how many there are depends on how fast shards go by a round."""
-    learn, claim_next = claiming.Claimer._learn_summary, shard_attempt.ShardWorker.claim_next
+    learn, claim_next = claiming.Claimer._learn_summary, claiming.Claimer.claim_next
     probe = claiming.Claimer._probe
     _PATCHED.append((claiming.Claimer, "_learn_summary", learn))
     _PATCHED.append((claiming.Claimer, "_probe", probe))
-    _PATCHED.append((shard_attempt.ShardWorker, "claim_next", claim_next))
+    _PATCHED.append((claiming.Claimer, "claim_next", claim_next))
 
     def learning(self, view):
         COUNTS.mine().on_summary = True
@@ -302,7 +305,7 @@ def _split_walking_claims() -> None:
 
     claiming.Claimer._learn_summary = learning
     claiming.Claimer._probe = probing
-    shard_attempt.ShardWorker.claim_next = claiming_next
+    claiming.Claimer.claim_next = claiming_next
 
 
 def _summary_keeper():
@@ -395,13 +398,8 @@ def copy_rows(task) -> ShardOutput:
 
 
 def run_worker(job: Path, ident: WorkerIdentity, run_shard, settings: dict, **kwargs):
-    """``worker_loop.run_worker`` with these settings: as one ``WorkerSettings`` where the code
-    has it (``jobdir.worker_settings``), else as keyword arguments."""
-    try:
-        worker_settings = importlib.import_module("data_juicer_elastic.jobdir.worker_settings").WorkerSettings
-    except ImportError:
-        return worker_loop.run_worker(job, ident, run_shard, **settings, **kwargs)
-    return worker_loop.run_worker(job, ident, run_shard, worker_settings(**settings), **kwargs)
+    """``worker.run_worker`` with these settings, as one ``WorkerSettings``."""
+    return worker.run_worker(job, ident, run_shard, worker.WorkerSettings(**settings), **kwargs)
 
 
 def _gate(job: Path, ident: WorkerIdentity, poll: float) -> stragglers.ClaimGate:
@@ -521,7 +519,7 @@ def run_idle(job: Path, held: int, *, finishers: int, polls: int, poll: float, t
 
     def hold(task) -> ShardOutput:
         running.release()
-        tracker, n = progress.current(), 0
+        tracker, n = heartbeats.current(), 0
         while not release.wait(hb / 2):
             n += 1
             if tracker is not None:

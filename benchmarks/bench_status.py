@@ -30,7 +30,7 @@ from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
 
-from data_juicer_elastic.jobdir import attempts, failures, leases, progress
+from data_juicer_elastic.jobdir import attempts, heartbeats, task_queue
 from data_juicer_elastic.jobdir.heartbeats import StalenessObserver
 from data_juicer_elastic.jobdir.job_summary import PaceWriter, brief_of, write_summary
 from data_juicer_elastic.jobdir.layout import JobLayout
@@ -111,7 +111,7 @@ def _summarize(layout: JobLayout, roles: dict[str, list[str]]) -> None:
         result, _ = attempts.read_done(layout, shard)
         pace(result.node_id).finished(20.0, result.rows, result.input_rows)
     for shard in roles["running"]:
-        claim = leases.read_lease(layout, shard).claim
+        claim = task_queue.read_lease(layout, shard).claim
         pace(claim.node_id).holding(shard, claim.generation, claim.attempt_id)
     for writer in paces.values():
         writer.flush()
@@ -162,17 +162,17 @@ def _build(
             for _ in range(MAX_RETRIES + 1):
                 claim = _claim(layout, shard, who)
                 att = attempts.open_attempt(layout, claim, who)
-                failures.record_failure(
+                task_queue.record_failure(
                     layout, claim, shard_id=shard, generation=claim.generation, error="ValueError: poison row",
                     error_type="ShardExecutionError", exit_reason="error", max_retries=MAX_RETRIES, reporter=who,
                 )  # fmt: skip
                 attempts.close_attempt(att, "failed", error="ValueError: poison row")
-                leases.release_claim(layout, claim, "failed")
+                task_queue.release_claim(layout, claim, "failed")
             roles["failed"].append(shard)
         elif i in running_ids:
             claim = _claim(layout, shard, who)
             attempts.open_attempt(layout, claim, who)
-            leases.write_heartbeat(layout, claim, 5)
+            heartbeats.write_heartbeat(layout, claim, 5)
             slow = not roles["running"]  # the first one: a straggler that has read nothing in 100 s
             _progress(layout, claim, entry.rows, elapsed=100.0, read=0 if slow else entry.rows, finish=False)
             roles["running"].append(shard)
@@ -183,22 +183,22 @@ def _build(
             if i in retried_ids:
                 claim = _claim(layout, shard, who)
                 attempts.open_attempt(layout, claim, who)
-                failures.record_failure(
+                task_queue.record_failure(
                     layout, claim, shard_id=shard, generation=claim.generation, error="RayTaskError: worker died",
                     error_type="ShardExecutionError", exit_reason="error", max_retries=MAX_RETRIES, reporter=who,
                 )  # fmt: skip
-                leases.release_claim(layout, claim, "failed")
+                task_queue.release_claim(layout, claim, "failed")
                 who = _identity((i + 1) % NODES)
                 roles["retried"].append(shard)
             claim = _claim(layout, shard, who)
             att = attempts.open_attempt(layout, claim, who)
-            leases.write_heartbeat(layout, claim, 1)
+            heartbeats.write_heartbeat(layout, claim, 1)
             output = att.dir / "output.jsonl"
             output.write_bytes(_rows_of(entry) if bare_done else layout.shard(shard).read_bytes())
             attempts.publish_done(layout, claim, output, input_rows=entry.rows, input_sha256=entry.sha256)
             _progress(layout, claim, entry.rows, elapsed=20.0 + i % 7, read=entry.rows, finish=True)
             attempts.close_attempt(att, "done", rows=entry.rows)
-            leases.release_claim(layout, claim, "finished")
+            task_queue.release_claim(layout, claim, "finished")
             roles["done"].append(shard)
     return roles
 
@@ -219,17 +219,17 @@ def _bare_done(layout: JobLayout, entry, who: WorkerIdentity) -> None:
 
 
 def _claim(layout: JobLayout, shard: str, who: WorkerIdentity):
-    view = leases.read_lease(layout, shard)
-    claim = leases.publish_claim(layout, view, who, who.new_attempt_id(), "none")
+    view = task_queue.read_lease(layout, shard)
+    claim = task_queue.publish_claim(layout, view, who, who.new_attempt_id(), "none")
     assert claim is not None
     return claim
 
 
 def _progress(layout, claim, rows_total: int, *, elapsed: float, read: int, finish: bool) -> None:
     clock = _Clock()
-    tracker = progress.ProgressTracker(layout, claim, rows_total, clock=clock)
+    tracker = heartbeats.ProgressTracker(layout, claim, rows_total, clock=clock)
     tracker.start_writing()  # the caller opened the attempt
-    tracker.set_stage(progress.Stage.PROCESSING, "MapBatches(process_batched)")
+    tracker.set_stage(heartbeats.Stage.PROCESSING, "MapBatches(process_batched)")
     for k in range(1, 5):
         clock.now = elapsed * k / 4
         tracker.update(rows_read=read * k // 4, rows_written=read * k // 4, source="ray-data")

@@ -27,7 +27,7 @@ import json
 import random
 from dataclasses import dataclass
 
-from data_juicer_elastic.jobdir import leases
+from data_juicer_elastic.jobdir import heartbeats
 from data_juicer_elastic.jobdir.job_summary import (
     JobSummary,
     LiveClaim,
@@ -83,7 +83,7 @@ def synthetic_round(workers: int, shards: int, pattern: str = "random", seed: in
         attempt = f"20261202T073746844Z-{nodes[w][:40]}-{pids[w]}-{rng.randbytes(6).hex()}"
         beat = Heartbeat(ids[place], 1, attempt, rng.randrange(1, 500), 0.0)
         stale = rng.random() < STALE_SHARE
-        token = leases.token_text(1, beat, None)
+        token = heartbeats.token_text(1, beat, None)
         live.append(LiveClaim(ids[place], 1, attempt, nodes[w], pids[w], token, round(rng.uniform(0, 30), 3), stale))
     paces = [
         NodePace(node, 1, 1, rng.randrange(shards // workers), rng.lognormvariate(4.1, 0.5), None, rng.randrange(10**7))

@@ -221,7 +221,7 @@ class storage_errors:  # noqa: N801 - used like a function, as a decorator or a 
 
 
 class WorkerInterrupted(BaseException):
-    """Raised in the worker's main thread by its SIGTERM/SIGINT handler (``jobdir.worker_signals``);
+    """Raised in the worker's main thread by its SIGTERM/SIGINT handler (``jobdir.worker``);
     a BaseException, so that a runner's ``except Exception`` does not swallow it."""
 
     def __init__(self, signum: int):

@@ -24,7 +24,7 @@ from data_juicer_elastic.jobdir.exports import export_target
 from data_juicer_elastic.jobdir.layout import JobLayout, ensure_dir, open_job_dir, resolve_user_path
 from data_juicer_elastic.jobdir.records import JobPlan
 from data_juicer_elastic.jobdir.retry import recipe_differences
-from data_juicer_elastic.jobdir.worker_loop import WorkerSummary
+from data_juicer_elastic.jobdir.worker import WorkerSummary
 from data_juicer_elastic.local_worker import run_local_worker
 from data_juicer_elastic.preparation import prepare_from_cfg
 from data_juicer_elastic.settings import ElasticSettings, check_strict_shares

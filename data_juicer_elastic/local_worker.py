@@ -26,8 +26,7 @@ from data_juicer_elastic.jobdir.layout import JobLayout, check_layout, ensure_di
 from data_juicer_elastic.jobdir.manifest import load_job, load_manifest
 from data_juicer_elastic.jobdir.records import Manifest
 from data_juicer_elastic.jobdir.retry import job_code
-from data_juicer_elastic.jobdir.worker_loop import WorkerSummary, run_worker
-from data_juicer_elastic.jobdir.worker_settings import WorkerSettings
+from data_juicer_elastic.jobdir.worker import WorkerSettings, WorkerSummary, run_worker
 from data_juicer_elastic.settings import ElasticSettings
 from data_juicer_elastic.shards.scan import ShardScanner
 from data_juicer_elastic.sharedfs.identity import WorkerIdentity

@@ -152,7 +152,7 @@ def test_module_names_are_unique_across_the_package():
 
 
 # Verbs a module offers as its protocol, always called qualified (``patches.install()``,
-# ``ray_concat.self_check()``): the same verb in several modules is the point.
+# ``ray_concat.check_ray_concat()``): the same verb in several modules is the point.
 MODULE_VERBS = {"install", "installed", "enabled", "self_check"}
 
 

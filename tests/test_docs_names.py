@@ -1,4 +1,4 @@
-"""Every dotted name the docs give for our code (``jobdir.leases.takeover_reason``,
+"""Every dotted name the docs give for our code (``jobdir.task_queue.takeover_reason``,
 ``heartbeats.StalenessObserver``) names something that exists.
 
 Module names are unique across the package (tests/test_architecture.py), so a name may start

@@ -25,10 +25,10 @@ from tqdm import tqdm
 from data_juicer_elastic.console import quiet, terminal
 from data_juicer_elastic.console.meter import Clock, Meter
 from data_juicer_elastic.console.summary import shown_path
+from data_juicer_elastic.jobdir.heartbeats import ProgressTracker, Stage, read_attempt_progress
 from data_juicer_elastic.jobdir.job_summary import Holder, view_of
 from data_juicer_elastic.jobdir.layout import JobLayout
 from data_juicer_elastic.jobdir.manifest import load_manifest
-from data_juicer_elastic.jobdir.progress import ProgressTracker, Stage, read_attempt_progress
 from data_juicer_elastic.sharedfs import fsio
 from data_juicer_elastic.sharedfs.identity import safe_name
 from data_juicer_elastic.status.scan_phase import shard_names

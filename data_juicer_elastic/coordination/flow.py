@@ -37,7 +37,6 @@ from data_juicer_elastic.jobdir.job_summary import reader_for
 from data_juicer_elastic.jobdir.layout import JobLayout
 from data_juicer_elastic.jobdir.manifest import load_manifest, load_plan
 from data_juicer_elastic.jobdir.records import JobPlan, Manifest
-from data_juicer_elastic.jobdir.shard_attempt import WorkerSummary
 from data_juicer_elastic.jobdir.shard_state import (
     ShardState,
     TerminalInfo,
@@ -47,6 +46,7 @@ from data_juicer_elastic.jobdir.shard_state import (
     read_markers,
     terminal_infos,
 )
+from data_juicer_elastic.jobdir.worker import WorkerSummary
 
 
 @dataclass(frozen=True)

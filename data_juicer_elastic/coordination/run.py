@@ -21,9 +21,8 @@ from loguru import logger
 
 from data_juicer_elastic import errors
 from data_juicer_elastic.errors import CoordinatorLostError, ElasticError, JobDirError
-from data_juicer_elastic.jobdir import layout
 from data_juicer_elastic.jobdir.heartbeats import Clock
-from data_juicer_elastic.jobdir.layout import JobLayout
+from data_juicer_elastic.jobdir.layout import JobLayout, ensure_dir
 from data_juicer_elastic.jobdir.records import Claim, Record, ReleaseReason, TakeoverReason
 from data_juicer_elastic.jobdir.roles import Role, read_holder
 from data_juicer_elastic.sharedfs import fsio
@@ -252,7 +251,7 @@ class RunCoordinator:
 
     def join(self, slots: int = 1) -> None:
         """Create the run directory, check it is ours, and register this instance."""
-        layout.ensure_dir(self.layout, self.layout.participants_dir(self.key))
+        ensure_dir(self.layout, self.layout.participants_dir(self.key))
         record = RunRecord(self.run.value, self.run.source, time.time(), self.instance_id)
         if not fsio.publish_bytes(self.layout.run_record(self.key), record.encode()):
             existing = RunRecord.read(self.layout.run_record(self.key))
@@ -341,7 +340,7 @@ class RunCoordinator:
 
     def publish_outcome(self, outcome: Outcome) -> Outcome:
         """Publish the run's ending unless one exists; the outcome in effect either way."""
-        layout.ensure_dir(self.layout, self.dir)
+        ensure_dir(self.layout, self.dir)
         if fsio.publish_bytes(self.layout.outcome(self.key), outcome.encode()):
             verb = "finalized" if outcome.ok else f"aborted ({outcome.phase}): {outcome.error_type}: {outcome.message}"
             logger.info(f"run {self.run.value} {verb}")

@@ -14,7 +14,7 @@ from typing import Final
 
 from loguru import logger
 
-from data_juicer_elastic.jobdir import attempts, leases
+from data_juicer_elastic.jobdir import attempts, task_queue
 from data_juicer_elastic.jobdir.job_summary import view_of
 from data_juicer_elastic.jobdir.layout import JobLayout
 from data_juicer_elastic.jobdir.records import AttemptRecord, Manifest
@@ -110,7 +110,7 @@ def observe(
             continue
         if error is not None or fsio.exists(layout.failed(shard)):
             continue
-        view = leases.read_lease(layout, shard)
+        view = task_queue.read_lease(layout, shard)
         if view.generation == 0 or view.ended or view.claim is None:
             pending += 1
         else:

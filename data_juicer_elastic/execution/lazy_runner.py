@@ -16,8 +16,8 @@ from data_juicer_elastic.execution.code_fingerprint import check_code, code_fing
 from data_juicer_elastic.execution.ray_runtime import LOCAL, WarmRayRuntime
 from data_juicer_elastic.execution.runtime_watch import RuntimeWatch
 from data_juicer_elastic.execution.shard_runner import ShardRunner, shard_runtime_env
-from data_juicer_elastic.jobdir import progress
-from data_juicer_elastic.jobdir.tasks import ShardOutput, ShardTask
+from data_juicer_elastic.jobdir import heartbeats
+from data_juicer_elastic.jobdir.attempts import ShardOutput, ShardTask
 from data_juicer_elastic.rows.shard_source import ShardSource
 from data_juicer_elastic.settings import DEFAULT_MAX_ERROR_ROWS
 
@@ -95,7 +95,7 @@ class LazyShardRunner:
 
     def __call__(self, task: ShardTask) -> ShardOutput:
         self.ready()  # idempotent; the worker loop normally did it before claiming
-        tracker = progress.current()  # the worker loop's live progress of this attempt, with its stall rule
+        tracker = heartbeats.current()  # the worker loop's live progress of this attempt, with its stall rule
         alive = tracker.liveness if tracker is not None else None
         with RuntimeWatch(self.runtime, alive, self._restart_process):
             return self._runner(task)

@@ -12,7 +12,7 @@ from typing import Any, Final
 from loguru import logger
 
 from data_juicer_elastic.compat import ray_internals
-from data_juicer_elastic.jobdir.progress import ProgressTracker, Stage
+from data_juicer_elastic.jobdir.heartbeats import ProgressTracker, Stage
 
 SOURCE: Final = "ray-data"
 SAMPLE_SECS: Final = 0.5  # how often the executor's metrics are read (in memory; files follow the heartbeat)

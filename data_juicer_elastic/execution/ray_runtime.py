@@ -22,7 +22,7 @@ from loguru import logger
 
 from data_juicer_elastic.compat import ray_internals
 from data_juicer_elastic.errors import ConfigError, RayConnectionError, last_line
-from data_juicer_elastic.jobdir.worker_signals import is_guard_handler
+from data_juicer_elastic.jobdir.worker import is_guard_handler
 
 LOCAL: Final = "local"
 AUTO: Final = "auto"

@@ -16,7 +16,7 @@ from loguru import logger
 
 from data_juicer_elastic.errors import EXIT_ERROR
 from data_juicer_elastic.execution.ray_runtime import WarmRayRuntime
-from data_juicer_elastic.jobdir.liveness import Liveness
+from data_juicer_elastic.jobdir.heartbeats import Liveness
 
 QUIET_FRACTION: Final = 0.25  # probe once the attempt was quiet for this part of the stall timeout
 MIN_TICK_SECS: Final = 0.5

@@ -37,10 +37,10 @@ from data_juicer_elastic.execution.stage_identities import (
     write_identity_record,
 )
 from data_juicer_elastic.execution.warm_ops import WarmOperators
-from data_juicer_elastic.jobdir import progress
+from data_juicer_elastic.jobdir import heartbeats
+from data_juicer_elastic.jobdir.attempts import ShardOutput, ShardTask
 from data_juicer_elastic.jobdir.layout import LOG_FILE, JobLayout
 from data_juicer_elastic.jobdir.row_files import ROW_STATS_FILE
-from data_juicer_elastic.jobdir.tasks import ShardOutput, ShardTask
 from data_juicer_elastic.quarantine.errors_file import check_limit, fold_errors
 from data_juicer_elastic.rows.shard_source import ShardSource, iter_source_lines
 from data_juicer_elastic.settings import DEFAULT_MAX_ERROR_ROWS
@@ -121,7 +121,7 @@ class ShardRunner:
         attempt_dir.mkdir(parents=True, exist_ok=True)
         where = f"shard {task.shard_id}"
         log_path = attempt_dir / LOG_FILE
-        tracker = progress.current()  # the worker loop's live progress of this attempt, if any
+        tracker = heartbeats.current()  # the worker loop's live progress of this attempt, if any
         with attempt_log(log_path), ray_job_env(), _preserve_order(), ray_data_progress(tracker):
             logger.info(
                 f"{where}: attempt {task.attempt_id} (generation {task.generation}), "
@@ -201,7 +201,7 @@ class ShardRunner:
         )
         check_limit(quarantined, self.max_error_rows, task.input_rows, where)
 
-        note_stage(progress.current(), progress.Stage.CANONICALIZING)
+        note_stage(heartbeats.current(), heartbeats.Stage.CANONICALIZING)
         stats = ShardStatsRecorder(task.shard_id, task.attempt_id, attempt_dir)
         data = result.data
         inputs = InputRows(task.source)
@@ -219,7 +219,7 @@ class ShardRunner:
         finally:
             inputs.close()
         out = written.output
-        note_stage(progress.current(), progress.Stage.CANONICALIZING, rows_written=out.rows)
+        note_stage(heartbeats.current(), heartbeats.Stage.CANONICALIZING, rows_written=out.rows)
         stats_path = stats.write(out.rows, out.sha256)
         logger.info(f"{where}: {out.rows} of {task.input_rows} rows out in {time.monotonic() - t0:.2f}s -> {out.path}")
         if quarantined.rows:

@@ -1,27 +1,19 @@
-"""The job-directory protocol: who may do what to a shard, recorded on shared storage."""
+"""The job-directory protocol: who may do what to a task, recorded on shared storage (no Ray, no
+Data-Juicer; nothing re-exported).  docs/architecture.md describes each module."""
 
 __all__ = [
     "attempts",
-    "claim_ahead",
     "claiming",
     "exports",
-    "failures",
     "heartbeats",
     "job_summary",
     "layout",
-    "leases",
-    "liveness",
     "manifest",
-    "progress",
     "records",
     "retry",
     "roles",
     "row_files",
-    "scan_loop",
-    "shard_attempt",
     "shard_state",
-    "tasks",
-    "worker_loop",
-    "worker_settings",
-    "worker_signals",
+    "task_queue",
+    "worker",
 ]

@@ -1,5 +1,7 @@
-"""Attempt directories and result publication: an attempt writes only inside its own directory, and
-its ``result.json`` is ``link()``ed to ``done/<shard>.json`` (first wins: docs/leases-on-nfs.md, item 4).
+"""An attempt: what it is handed and returns (plain frozen dataclasses of paths and numbers, so a runner,
+``execution.ShardRunner``, or a scanner, ``shards.scan``, depends on nothing else in ``jobdir`` and a task
+pickles anywhere), its private directory, and its result: ``result.json`` ``link()``ed to
+``done/<shard>.json`` (first wins: docs/leases-on-nfs.md, item 4), re-checked by every reader.
 """
 
 from __future__ import annotations
@@ -9,8 +11,9 @@ import re
 import shlex
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
+from typing import Any, Final
 
 from loguru import logger
 
@@ -18,14 +21,84 @@ from data_juicer_elastic.errors import IntegrityError, JobDirError
 from data_juicer_elastic.jobdir import layout as confine
 from data_juicer_elastic.jobdir.exports import FORGED_HINT, check_published_file
 from data_juicer_elastic.jobdir.layout import SCANS, JobLayout
-from data_juicer_elastic.jobdir.records import AttemptExit, AttemptRecord, Claim, ScanResult, ShardEntry, ShardResult
+from data_juicer_elastic.jobdir.records import (
+    AttemptExit,
+    AttemptRecord,
+    Claim,
+    ScanRefusal,
+    ScanResult,
+    ShardEntry,
+    ShardResult,
+)
 from data_juicer_elastic.jobdir.row_files import check_row_errors_file, describe_row_errors, describe_row_stats
-from data_juicer_elastic.rows.jsonl import validate_jsonl_output
+from data_juicer_elastic.rows.jsonl import NormaliseOptions, validate_jsonl_output
+from data_juicer_elastic.rows.shard_source import ShardSource, SourceSpan
 from data_juicer_elastic.sharedfs import fsio
 from data_juicer_elastic.sharedfs.identity import WorkerIdentity
 
 MAX_ERROR_CHARS = 2000
+OUTPUT_FILE: Final = "output.jsonl"  # a shard attempt's canonical output, in its attempt directory
 _SHARD_NAME = re.compile(r"^part-\d{5}-of-\d{5}\.json$")
+
+
+@dataclass(frozen=True)
+class ShardTask:
+    shard_id: str
+    source: ShardSource  # where the shard's rows are, and what they hash to (rows.shard_source)
+    attempt_dir: Path  # private to this attempt: write logs, work files and the output here
+    generation: int  # the claim generation (fencing token)
+    attempt_id: str
+    input_rows: int  # rows of the shard, from the manifest
+    input_sha256: str  # sha256 of the shard's content, from the manifest (checked again while it is read)
+    # What the runner's read_ahead(source) returned while the previous shard ran (claim-ahead,
+    # jobdir.claiming.ClaimAhead), opaque to the loop and read after the file's check; None: read it now.
+    read_ahead: Any = field(default=None, compare=False, repr=False)
+
+    @property
+    def output_path(self) -> Path:
+        """The conventional place for the canonical output (``attempt_dir/output.jsonl``)."""
+        return self.attempt_dir / OUTPUT_FILE
+
+
+@dataclass(frozen=True)
+class ShardOutput:
+    output_path: Path  # must be inside the task's attempt_dir
+    rows: int
+    bytes: int | None = None  # optional: checked against the file when given
+    sha256: str | None = None  # optional: checked against the file when given
+    stats_path: Path | None = None  # optional: per-shard stats summary inside attempt_dir (data_juicer_elastic.stats)
+    row_stats_path: Path | None = None  # each output row's stats/meta, one line per output row (jobdir.row_stats)
+    errors_path: Path | None = None  # the rows operators failed on, with why (jobdir.row_errors); None: none
+
+
+@dataclass(frozen=True)
+class ScanTask:
+    """One shard's scan: read its spans once, check every row, observe the row schema, hash the
+    content and (``copy_path``) copy it.  The spans' ``rows`` are not known yet (0)."""
+
+    shard_id: str
+    spans: tuple[SourceSpan, ...]
+    options: NormaliseOptions
+    attempt_dir: Path  # private to this attempt
+    copy_path: Path | None = None  # copy_shards: write the content here (inside attempt_dir)
+    copy_codec: str = "none"
+
+
+@dataclass(frozen=True)
+class ScanOutput:
+    """What a scan found (``jobdir.plan_records.ScanResult`` without the claim's fields)."""
+
+    rows: int
+    bytes: int
+    sha256: str
+    span_rows: list[int]
+    schema: list[Any]
+    normalise: bool
+    longest_line: int
+    refusal: ScanRefusal | None = None
+    copy_path: Path | None = None
+    stored_bytes: int | None = None
+    stored_sha256: str | None = None
 
 
 @dataclass

@@ -1,19 +1,43 @@
-"""Finding a shard to claim without O(shards) work per claim, and without W workers racing for one:
-a :class:`ClaimCursor` per worker, the job summary when fresh (docs/scale.md, "How a worker finds a
-shard"), and a claim published only once the worker can run it (``before_claim``).
+"""Finding a task to claim without O(tasks) work per claim, and without W workers racing for one: a
+:class:`ClaimCursor` per worker, the job summary when fresh (docs/scale.md, "How a worker finds a
+shard"), a claim published only once the worker can run it (``before_claim``); and claim-ahead
+(:class:`ClaimAhead`: in the running shard's tail, the next one claimed, renewed, checked and read on a
+helper thread; lease rules: docs/failure-semantics.md, "The shard claimed ahead").
+
+Thread safety: the helper is the only user of the Claimer while it claims; the worker loop waits
+for that (:meth:`ClaimAhead.wait_claimed`) before it touches the Claimer again.  A release racing
+the helper's claim is never lost: the helper reads the cancellation under the lock it stores its
+claim under, and releases the claim itself.
 """
 
 from __future__ import annotations
 
+import os
 import random
-from collections.abc import Iterator
+import threading
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
 from typing import Final
 
 from loguru import logger
 
-from data_juicer_elastic.jobdir import attempts, failures, leases
-from data_juicer_elastic.jobdir.records import Claim, FailureReason, ReleaseReason, ShardEntry, TakeoverReason
+from data_juicer_elastic.jobdir import attempts
+from data_juicer_elastic.jobdir import layout as confine
+from data_juicer_elastic.jobdir.heartbeats import Heartbeater
+from data_juicer_elastic.jobdir.layout import JobLayout
+from data_juicer_elastic.jobdir.manifest import check_shard_file
+from data_juicer_elastic.jobdir.records import Claim, Manifest, ReleaseReason, ShardEntry, TakeoverReason
 from data_juicer_elastic.jobdir.shard_state import ShardState, decide_state, read_markers
+from data_juicer_elastic.jobdir.task_queue import (
+    TaskQueue,
+    publish_claim,
+    publish_terminal_if_exhausted,
+    read_lease,
+    release_claim,
+    takeover_reason,
+)
+from data_juicer_elastic.rows.shard_source import ShardSource
 from data_juicer_elastic.sharedfs import fsio
 from data_juicer_elastic.sharedfs.identity import pid_alive
 
@@ -21,6 +45,8 @@ MAX_JUMPS: Final = 4  # random jumps per claim before walking sequentially throu
 # With a summary: shards it showed free that turned out taken before a worker waits for the next (no herd).
 MAX_TAKEN_PER_SUMMARY: Final = 3
 LIST_AFTER_SURPRISES: Final = 16  # unknown done markers read since the last listing that trigger one
+TAIL_POLL_SECS: Final = 0.2  # how often the helper looks whether the current shard reached its tail
+FileStamp = tuple[int, int, int, int]  # st_dev, st_ino, st_size, st_mtime_ns
 
 
 class ClaimCursor:
@@ -117,36 +143,26 @@ DECLINED: Final = "declined"  # pending, but the straggler gate said not now
 
 
 class Claimer:
-    """One worker's claim path: the cursor plus the per-shard checks of the lease protocol."""
+    """One worker's claim path over the tasks of a queue: the cursor plus the per-task checks of the
+    lease protocol.  ``manifest``: the job's manifest (for scans, its plan), whose shards are the tasks."""
 
     def __init__(
-        self,
-        layout,
-        manifest,
-        identity,
-        observer,
-        *,
-        max_retries,
-        max_holder_deaths=None,
-        claim_gate=None,
-        rng=None,
-        before_claim=None,
-        random_start=False,
+        self, queue: TaskQueue, manifest, *, claim_gate=None, rng=None, before_claim=None, random_start=False,
         summary_reader=None,
-    ):
-        self.layout, self.manifest, self.identity, self.observer = layout, manifest, identity, observer
-        self.max_retries, self.max_holder_deaths, self.claim_gate = max_retries, max_holder_deaths, claim_gate
+    ):  # fmt: skip
+        self.queue, self.layout, self.identity = queue, queue.layout, queue.identity
+        self.tasks: Sequence[ShardEntry] = manifest.shards
+        self.claim_gate = claim_gate
         # before_claim() -> bool: make this worker ready to run a shard (start its runtime); True when
         # that took time, so the lease read before it may be out of date.  Never holds a claim meanwhile.
         self.before_claim = before_claim
         rng = rng or random.Random()
         claimed_before = random_start and fsio.list_names(self.layout.claims_dir)  # one listing of claims/
-        start = rng.randrange(manifest.num_shards) if claimed_before else 0
-        self.cursor = ClaimCursor(manifest.num_shards, rng, start=start)
-        self.index = {entry.shard_id: i for i, entry in enumerate(manifest.shards)}
+        start = rng.randrange(len(self.tasks)) if claimed_before else 0
+        self.cursor = ClaimCursor(len(self.tasks), rng, start=start)
+        self.index = {entry.shard_id: i for i, entry in enumerate(self.tasks)}
         self.known_done: set[str] = set()  # done, from a parsed marker or a done/ listing (job_outcome skips them)
         self._held: dict[str, int | None] = {}  # shard seen held by a live claim -> its local pid (None: remote)
-        self.pending: Claim | None = None  # published and not yet handed to the caller
         self.summary = summary_reader  # jobdir.job_summary.SummaryReader, when there is one
         self._summary_seen: str | None = None  # the brief (its checksum) whose done set was learned
 
@@ -165,7 +181,7 @@ class Claimer:
         listed = view is None and cursor.wants_listing() and self._list_done()
         finished, taken = True, 0
         for i in cursor.walk():
-            entry = self.manifest.shards[i]
+            entry = self.tasks[i]
             vouched = None
             if view is not None:
                 shard = entry.shard_id
@@ -182,6 +198,7 @@ class Claimer:
                     return None, False  # the summary is behind here: look again at the next one
             if isinstance(outcome, Claim):
                 cursor.claimed(i)
+                self.queue.holding(outcome)  # the summary's writer learns of it from our pace record
                 return (entry, outcome), False
             if outcome == SURPRISE and not listed and cursor.wants_listing():
                 listed = self._list_done()  # many unknown markers: one listing beats reading them (once per call)
@@ -196,7 +213,7 @@ class Claimer:
         if view.brief.checksum == self._summary_seen:
             return  # a later round with the same brief: nothing new
         self._summary_seen = view.brief.checksum
-        shards = self.manifest.shards
+        shards = self.tasks
         for i in view.done_indices():
             if not self.cursor.is_retired(i):
                 self.learn_done(shards[i].shard_id)
@@ -215,8 +232,8 @@ class Claimer:
         pid = self._held[shard]
         if pid is not None and not pid_alive(pid):
             return False  # a holder on this host died: read now, HOLDER_DEAD applies at once
-        age = self.observer.unchanged_for(shard)
-        return age is not None and age < self.observer.ttl_secs
+        age = self.queue.observer.unchanged_for(shard)
+        return age is not None and age < self.queue.ttl_secs
 
     def _probe(self, entry: ShardEntry, vouched: str | None = None) -> Claim | str:
         shard = entry.shard_id
@@ -232,10 +249,11 @@ class Claimer:
                 return RETIRED  # a holder we watched finished: expected, not someone else's wake
             self.cursor.surprises += 1
             return SURPRISE
-        if failures.publish_terminal_if_exhausted(self.layout, shard, self.max_retries, None, self.max_holder_deaths):
+        queue = self.queue
+        if publish_terminal_if_exhausted(self.layout, shard, queue.max_retries, None, queue.max_holder_deaths):
             return TERMINAL
-        view = leases.read_lease(self.layout, shard)
-        reason = leases.takeover_reason(view, self.identity, self.observer, vouched)
+        view = read_lease(self.layout, shard)
+        reason = takeover_reason(view, self.identity, queue.observer, vouched)
         if reason is not None and self.before_claim is not None and self.before_claim():
             return self._probe(entry, vouched)  # ready now (it took a while): look at the shard afresh
         if reason is None:
@@ -247,44 +265,228 @@ class Claimer:
         takeover = reason in (TakeoverReason.STALE, TakeoverReason.HOLDER_DEAD)
         if not takeover and self.claim_gate and not self.claim_gate():
             return DECLINED  # faster workers will take it sooner; a dead holder's shard is always taken
-        if takeover and self._record_takeover(view, reason).terminal is not None:
+        if takeover and queue.record_takeover(view, reason).terminal is not None:
             return TERMINAL
-        claim = leases.publish_claim(self.layout, view, self.identity, self.identity.new_attempt_id(), reason)
+        claim = publish_claim(self.layout, view, self.identity, self.identity.new_attempt_id(), reason)
         if claim is None:
             return BUSY  # another worker took this generation first
-        self.pending = claim  # a signal from here on must release it
+        queue.pending = claim  # a signal from here on must release it
         if fsio.exists(self.layout.done(shard)):
             # Published between our check and our claim (a slow or zombie attempt): nothing to do.
-            leases.release_claim(self.layout, claim, ReleaseReason.FINISHED)
-            self.pending = None
+            release_claim(self.layout, claim, ReleaseReason.FINISHED)
+            queue.pending = None
             self.learn_done(shard)
             return RETIRED
         logger.info(f"claimed {shard} gen {claim.generation} ({reason}) as {claim.attempt_id}")
         return claim
 
-    def _record_takeover(self, view: leases.LeaseView, reason: TakeoverReason) -> failures.FailureOutcome:
-        # A holder that vanished without a record is a death, with its own budget (docs/failure-semantics.md).
-        holder = view.claim
-        what = f"{holder.node_id} ({holder.hostname} pid {holder.pid})" if holder else "unknown holder"
-        if reason == TakeoverReason.STALE:
-            error = f"lease expired: {what} stopped renewing its claim (killed, lost or hung)"
-            return self.fail(holder, view.shard_id, view.generation, error, "LeaseExpired", FailureReason.LEASE_EXPIRED)
-        error = f"holder {what} died on this host without releasing its claim"
-        return self.fail(holder, view.shard_id, view.generation, error, "LeaseExpired", FailureReason.HOLDER_DEAD)
 
-    def fail(
-        self, holder: Claim | None, shard_id: str, generation: int, error: str, error_type: str, reason: FailureReason
-    ) -> failures.FailureOutcome:
-        """Record a generation's failure against the shard's budgets (``failures.record_failure``)."""
-        return failures.record_failure(
-            self.layout,
-            holder,
-            shard_id=shard_id,
-            generation=generation,
-            error=error,
-            error_type=error_type,
-            exit_reason=reason,
-            max_retries=self.max_retries,
-            reporter=self.identity,
-            max_holder_deaths=self.max_holder_deaths,
-        )
+def source_stamps(source: ShardSource) -> tuple[FileStamp, ...]:
+    """The stamps of every file a shard's content is read from (its copy, or its inputs)."""
+    stats = [os.stat(path) for path in source.files]
+    return tuple((st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns) for st in stats)
+
+
+@dataclass
+class AheadShard:
+    """A shard held ahead: its claim, its heartbeat, and the input file as it was checked."""
+
+    entry: ShardEntry
+    claim: Claim
+    heartbeater: Heartbeater
+    # checked (a copy: size + sha256; inputs: size + mtime, then hashed as read) and unchanged while read ahead
+    checked: tuple[ShardSource, tuple[FileStamp, ...]] | None = None
+    read: object = None  # what read_ahead(source) returned (for ShardTask.read_ahead), when checked
+
+    def still_checked(self, layout: JobLayout) -> bool:
+        """The checked files are still the ones the run would read: a copy inside the job dir, and
+        the same inodes, sizes and mtimes.  Then the run need not check them again (else it does)."""
+        if self.checked is None:
+            return False
+        source, stamps = self.checked
+        try:
+            if source.copy is not None:
+                confine.check_inside(layout, Path(source.copy))
+            return source_stamps(source) == stamps
+        except Exception:  # noqa: BLE001 - any doubt: the run checks the files itself
+            return False
+
+
+class _Cycle:
+    """One helper run: wait for the current shard's tail, claim at most one shard, then check and read it."""
+
+    def __init__(self, in_tail: Callable[[], bool] | None) -> None:
+        self.in_tail = in_tail
+        self.go = threading.Event()  # claim now: the current shard's run ended (or the gate opened)
+        self.thread: threading.Thread | None = None
+        self.claimed = threading.Event()  # set once the helper no longer uses the Claimer
+        self.held: AheadShard | None = None
+        self.cancelled: ReleaseReason | None = None  # release reason, once the worker gave the cycle up
+        self.error: BaseException | None = None  # raised by claim_next; re-raised by take()
+
+
+class ClaimAhead:
+    """At most one shard claimed ahead for one worker slot."""
+
+    def __init__(
+        self,
+        queue: TaskQueue,
+        manifest: Manifest,
+        claim_next: Callable[[], tuple[tuple[ShardEntry, Claim] | None, bool]],
+        read_ahead: Callable[[ShardSource], object] | None = None,
+    ):
+        self.queue, self.layout, self.manifest, self.claim_next = queue, queue.layout, manifest, claim_next
+        self.read_ahead = read_ahead
+        self.unrun = 0  # shards claimed ahead and released without running
+        self._lock = threading.Lock()
+        self._cycle: _Cycle | None = None
+        self._closed = False
+
+    def start(self, in_tail: Callable[[], bool] | None = None) -> bool:
+        """Claim the next shard on a helper thread (no-op while one is held or being claimed), once
+        ``in_tail()`` is true or the current shard's run ended (None: at once)."""
+        with self._lock:
+            if self._closed or self._cycle is not None:
+                return False
+            cycle = self._cycle = _Cycle(in_tail)
+        cycle.thread = threading.Thread(target=self._work, args=(cycle,), name="dj-elastic-claim-ahead", daemon=True)
+        cycle.thread.start()
+        return True
+
+    def run_ended(self) -> None:
+        """The current shard's run ended: a helper still waiting for the tail claims now (no wait)."""
+        cycle = self._cycle
+        if cycle is not None:
+            cycle.go.set()
+
+    def wait_claimed(self) -> None:
+        """Wait until the helper no longer uses the Claimer (its claim is made, or none was);
+        one still waiting for the tail claims now."""
+        cycle = self._cycle
+        if cycle is not None:
+            cycle.go.set()
+            cycle.claimed.wait()
+
+    def take(self) -> AheadShard | None:
+        """The held shard, to be run now (None when none was claimed, or its lease was lost), once
+        the helper's check and read are done; re-raises an error of its claim.  The shard stays
+        this object's until it is the queue's pending claim: a signal at any moment finds it here,
+        or there, and releases it."""
+        cycle = self._cycle
+        if cycle is None:
+            return None
+        cycle.go.set()
+        cycle.thread.join()  # interrupted (SIGTERM): the cycle is still ours, close() releases its shard
+        ahead = cycle.held
+        if cycle.error is not None:
+            self._forget(cycle)
+            raise cycle.error
+        if ahead is None:
+            self._forget(cycle)
+            return None
+        ahead.heartbeater.stop()  # the run starts its own heartbeater (with liveness) at once
+        if not ahead.heartbeater.held():
+            logger.warning(f"{ahead.claim.shard_id}: the lease of the shard claimed ahead was lost; not running it")
+            self.release(ReleaseReason.UNRUN, why="its lease was lost")
+            self._forget(cycle)
+            return None
+        self.queue.pending = ahead.claim
+        self._forget(cycle)
+        return ahead
+
+    def _forget(self, cycle: _Cycle) -> None:
+        """The cycle is over (its shard taken, released or never claimed): the next may start."""
+        with self._lock:
+            cycle.held = None
+            if self._cycle is cycle:
+                self._cycle = None
+
+    def release(
+        self, reason: ReleaseReason = ReleaseReason.UNRUN, *, why: str = "", wait_secs: float | None = 0.0
+    ) -> None:
+        """Hand the held shard back now (any thread; idempotent).  A claim the helper is still
+        making is released by the helper itself.  ``wait_secs``: then wait this long for the
+        helper to finish claiming and handing that claim back (a process about to exit), None:
+        until it has."""
+        with self._lock:
+            cycle = self._cycle
+            if cycle is None:
+                return
+            if cycle.cancelled is None or reason is ReleaseReason.SIGNAL:  # a signal while handing back: say so
+                cycle.cancelled = reason
+            ahead, cycle.held = cycle.held, None
+        cycle.go.set()  # a helper waiting for the tail stops waiting (and claims nothing)
+        if ahead is not None:
+            logger.info(f"{ahead.claim.shard_id}: handing back the shard claimed ahead ({why or reason})")
+            self._hand_back(ahead, reason)
+        if wait_secs != 0.0:
+            cycle.claimed.wait(wait_secs)
+
+    def close(self, reason: ReleaseReason, *, why: str = "", wait_secs: float | None = None) -> None:
+        """Release whatever is held and claim nothing more (the worker is leaving)."""
+        with self._lock:
+            self._closed = True
+        self.release(reason, why=why, wait_secs=wait_secs)
+        cycle = self._cycle
+        if cycle is not None and cycle.thread is not None and wait_secs is None:
+            cycle.thread.join()  # its read-ahead too: nothing of this worker runs on after it
+
+    def _work(self, cycle: _Cycle) -> None:
+        try:
+            ahead = self._claim(cycle)
+        except BaseException as exc:  # noqa: BLE001 - handed to the worker loop by take()
+            cycle.error, ahead = exc, None
+        finally:  # only now: a worker about to exit waits for this (release(wait_secs=...))
+            cycle.claimed.set()
+        if ahead is not None:
+            claim = ahead.claim
+            logger.info(f"claimed {claim.shard_id} ahead (gen {claim.generation}) while the current shard runs")
+            self._check_and_read(ahead)
+
+    def _claim(self, cycle: _Cycle) -> AheadShard | None:
+        while cycle.in_tail is not None and not cycle.go.wait(TAIL_POLL_SECS):
+            try:
+                if cycle.in_tail():
+                    break
+            except Exception:  # noqa: BLE001 - a progress reading must not end the helper: claim at the end
+                cycle.in_tail = lambda: False
+        if cycle.cancelled is not None:  # given up while waiting: nothing was claimed
+            return None
+        found, _ = self.claim_next()
+        if found is None:
+            return None
+        entry, claim = found
+        heartbeater = self.queue.heartbeater(claim)
+        ahead = AheadShard(entry, claim, heartbeater)
+        with self._lock:
+            cancelled = cycle.cancelled
+            if cancelled is None:
+                heartbeater.start()  # renewed from the moment it is claimed
+                cycle.held = ahead
+                return ahead
+        # the worker gave the cycle up while we were claiming
+        logger.info(f"{claim.shard_id}: handing back the shard claimed ahead ({cancelled})")
+        self._hand_back(ahead, cancelled, started=False)
+        return None
+
+    def _check_and_read(self, ahead: AheadShard) -> None:
+        """Check the input file and read it ahead; any error is left to the run, which checks and
+        reads the file again (a corrupt shard then fails its attempt as it always did)."""
+        try:
+            source = check_shard_file(self.layout, self.manifest, ahead.entry)
+            before = source_stamps(source)
+            read = self.read_ahead(source) if self.read_ahead is not None else None
+            if source_stamps(source) == before:  # else the run checks and reads the files itself
+                ahead.checked, ahead.read = (source, before), read
+        except Exception as exc:  # noqa: BLE001
+            logger.info(f"{ahead.claim.shard_id}: not read ahead ({type(exc).__name__}: {exc}); the run reads it")
+
+    def _hand_back(self, ahead: AheadShard, reason: ReleaseReason, *, started: bool = True) -> None:
+        if started:
+            ahead.heartbeater.stop()
+        try:  # the pace record stops listing it too
+            self.queue.release(ahead.claim, reason, f"{ahead.claim.shard_id} (claimed ahead)")
+        except Exception as exc:  # noqa: BLE001 - a hint's bookkeeping must not keep a claim
+            logger.warning(f"{ahead.claim.shard_id}: {exc}")
+        with self._lock:
+            self.unrun += 1

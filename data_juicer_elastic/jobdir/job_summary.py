@@ -45,7 +45,7 @@ class LiveClaim:
     attempt_id: str
     node_id: str
     pid: int
-    token: str  # the heartbeat value the writer watched (leases.token_text)
+    token: str  # the heartbeat value the writer watched (heartbeats.token_text)
     unchanged_secs: float  # for how long the writer saw it unchanged, on its own clock
     stale: bool  # unchanged for a TTL, or the holder's pid is gone on the writer's host
 

@@ -23,7 +23,7 @@ from data_juicer_elastic.errors import (
     IntegrityError,
     JobDirError,
 )
-from data_juicer_elastic.jobdir.attempts import read_done
+from data_juicer_elastic.jobdir.attempts import ScanOutput, read_done
 from data_juicer_elastic.jobdir.layout import JobLayout, check_inside, ensure_dir, not_a_directory, shard_id, shard_ids
 from data_juicer_elastic.jobdir.records import (
     FORMAT_PREFIX,
@@ -42,7 +42,6 @@ from data_juicer_elastic.jobdir.records import (
     record_checksum,
 )
 from data_juicer_elastic.jobdir.shard_state import ended_scans_error
-from data_juicer_elastic.jobdir.tasks import ScanOutput
 from data_juicer_elastic.rows.codecs import SHARD_SUFFIX
 from data_juicer_elastic.rows.jsonl import NormaliseOptions
 from data_juicer_elastic.rows.row_schema import RowSchema, operator_view_notes

@@ -342,7 +342,7 @@ class ReleaseReason(enum.StrEnum):
     RETRY = "retry"  # `dj-elastic retry` requeued the shard
     WORKER_FAULT = "worker-fault"  # this worker cannot run shards (its set-up, not the shard)
     STALLED = "stalled"  # the attempt showed no sign of life for the stall timeout
-    UNRUN = "unrun"  # claimed ahead and handed back without running (jobdir.claim_ahead)
+    UNRUN = "unrun"  # claimed ahead and handed back without running (jobdir.claiming.ClaimAhead)
     LEFT = "left"  # the job summary's writer is leaving (jobdir.roles): the next may write at once
 
 

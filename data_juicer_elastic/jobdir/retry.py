@@ -18,7 +18,8 @@ from typing import Any, ClassVar, Final
 from loguru import logger
 
 from data_juicer_elastic.errors import ConfigError, IntegrityError, JobDirError, clip
-from data_juicer_elastic.jobdir import attempts, leases
+from data_juicer_elastic.jobdir import attempts, task_queue
+from data_juicer_elastic.jobdir import layout as confine
 from data_juicer_elastic.jobdir.exports import CleanRecord, cleaned_error
 from data_juicer_elastic.jobdir.layout import JobLayout, ensure_dir, parse_gen_name, validate_shard_id
 from data_juicer_elastic.jobdir.manifest import load_manifest
@@ -122,8 +123,8 @@ def _quarantined(layout: JobLayout, manifest: Manifest) -> list[str]:
 def _archive(layout: JobLayout, shard: str, *, done: bool) -> None:
     stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime()) + f"-{secrets.token_hex(3)}"
     dest = layout.history(shard) / stamp
-    ensure_dir(layout, dest / "failures")
-    latest = leases.latest_generation(layout, shard)
+    confine.ensure_dir(layout, dest / "failures")
+    latest = task_queue.latest_generation(layout, shard)
     for name in fsio.list_names(layout.failure_dir(shard)):
         if parse_gen_name(name) is not None:
             fsio.move(layout.failure_dir(shard) / name, dest / "failures" / name)
@@ -131,11 +132,11 @@ def _archive(layout: JobLayout, shard: str, *, done: bool) -> None:
         # The holder of the latest generation released it as "finished", which others honour
         # for a TTL (a lagging cache may hide a done marker).  A generation of our own, claimed
         # and released at once, makes the shard claimable now; then the marker goes.
-        view = leases.read_lease(layout, shard)
+        view = task_queue.read_lease(layout, shard)
         identity = WorkerIdentity.current()
-        claim = leases.publish_claim(layout, view, identity, identity.new_attempt_id(), TakeoverReason.RETRY)
+        claim = task_queue.publish_claim(layout, view, identity, identity.new_attempt_id(), TakeoverReason.RETRY)
         if claim is not None:
-            leases.release_claim(layout, claim, ReleaseReason.RETRY)
+            task_queue.release_claim(layout, claim, ReleaseReason.RETRY)
         if fsio.exists(layout.failed(shard)):
             fsio.move(layout.failed(shard), dest / "failed.json")
         fsio.move(layout.done(shard), dest / "done.json")
@@ -144,8 +145,8 @@ def _archive(layout: JobLayout, shard: str, *, done: bool) -> None:
     # would look held until a TTL passes.  Its holder is gone (the shard was failed),
     # so record the release on its behalf.
     if latest and not fsio.exists(layout.release(shard, latest)):
-        ensure_dir(layout, layout.release_dir(shard))
-        claim_view = leases.read_lease(layout, shard)
+        confine.ensure_dir(layout, layout.release_dir(shard))
+        claim_view = task_queue.read_lease(layout, shard)
         attempt_id = claim_view.claim.attempt_id if claim_view.claim else "unknown"
         record = Release(shard, latest, attempt_id, ReleaseReason.RETRY, time.time())
         fsio.publish_bytes(layout.release(shard, latest), record.encode())

@@ -14,7 +14,7 @@ from typing import Final
 from loguru import logger
 
 from data_juicer_elastic.errors import JobDirError
-from data_juicer_elastic.jobdir import attempts, leases
+from data_juicer_elastic.jobdir import attempts, heartbeats, task_queue
 from data_juicer_elastic.jobdir.heartbeats import Clock, Sighting, StalenessObserver
 from data_juicer_elastic.jobdir.job_summary import (
     JobSummary,
@@ -30,19 +30,21 @@ from data_juicer_elastic.jobdir.job_summary import (
 )
 from data_juicer_elastic.jobdir.layout import ROLE_TASK, JobLayout
 from data_juicer_elastic.jobdir.records import Claim, Manifest, ReleaseReason, TakeoverReason
+from data_juicer_elastic.jobdir.task_queue import TaskQueue
 from data_juicer_elastic.sharedfs import fsio
 from data_juicer_elastic.sharedfs.identity import WorkerIdentity
 
 
 def read_holder(layout: JobLayout) -> tuple[Claim | None, str | None]:
     """(the latest claim of the role, what made it unreadable): who holds or held it."""
-    view = leases.read_lease(layout, ROLE_TASK)
+    view = task_queue.read_lease(layout, ROLE_TASK)
     return view.claim, view.claim_error
 
 
 class Role:
-    """The one task of the lease namespace ``layout``: claimed, renewed, fenced and taken over by
-    the shard lease rules (``jobdir.leases``; the staleness observer on this role's clock)."""
+    """The one task of the lease namespace ``layout``, held through a :class:`TaskQueue` over it:
+    claimed, renewed, fenced and taken over by the shard lease rules (the staleness observer on
+    this role's clock)."""
 
     def __init__(
         self,
@@ -54,32 +56,21 @@ class Role:
         clock: Clock = time.monotonic,
     ):
         self.layout, self.identity = layout, identity
-        self.ttl_secs, self.heartbeat_secs, self.clock = ttl_secs, heartbeat_secs, clock
-        self.observer = StalenessObserver(ttl_secs, clock)  # the holder, watched by a would-be taker
+        self.queue = TaskQueue(layout, identity, ttl_secs=ttl_secs, heartbeat_secs=heartbeat_secs, clock=clock)
         self.claim: Claim | None = None
-        self.heartbeater: leases.Heartbeater | None = None  # renews the claim: start() it, or beat() by hand
+        self.heartbeater: heartbeats.Heartbeater | None = None  # renews the claim: start() it, or beat() by hand
 
     def takeover_reason(self) -> TakeoverReason | None:
         """Why the role may be claimed (or its holder is gone), None while it is held."""
-        return leases.takeover_reason(leases.read_lease(self.layout, ROLE_TASK), self.identity, self.observer)
+        return self.queue.takeover_reason(ROLE_TASK)
 
     def acquire(self, holder_id: str, *, take_over: bool = True) -> Claim | None:
         """Claim the role under ``holder_id``: the first claim, or (``take_over``) a claim over a
         holder that released it, failed, died or went stale.  None when another holds it or claimed
         first."""
-        view = leases.read_lease(self.layout, ROLE_TASK)
-        if view.generation == 0:
-            reason = TakeoverReason.FIRST
-        elif take_over:
-            reason = leases.takeover_reason(view, self.identity, self.observer)
-        else:
-            return None
-        claim = None if reason is None else leases.publish_claim(self.layout, view, self.identity, holder_id, reason)
+        claim = self.queue.take(ROLE_TASK, holder_id, take_over=take_over)
         if claim is not None:
-            self.claim = claim
-            self.heartbeater = leases.Heartbeater(
-                self.layout, claim, heartbeat_secs=self.heartbeat_secs, ttl_secs=self.ttl_secs, clock=self.clock
-            )
+            self.claim, self.heartbeater = claim, self.queue.heartbeater(claim)
         return claim
 
     def held(self) -> bool:
@@ -100,7 +91,7 @@ class Role:
         claim = self.claim
         self.stop()
         if claim is not None:
-            leases.release_or_warn(self.layout, claim, reason, what)
+            self.queue.release(claim, reason, what)
 
 
 # The summary is missing or has not advanced for this many intervals: look at the writer's lease.
@@ -134,7 +125,7 @@ def compose_summary(
     for shard in done:
         observer.forget(shard)
     held = sorted(newest.items())
-    beats = fsio.read_many(lambda item: leases.read_heartbeat(layout, item[0], item[1][1]), held)  # judged in order
+    beats = fsio.read_many(lambda item: heartbeats.read_heartbeat(layout, item[0], item[1][1]), held)  # judged in order
     live = [_watch(observer, identity, shard, *h, beat) for (shard, h), beat in zip(held, beats, strict=True)]
     return JobSummary(
         job_id=manifest.job_id,
@@ -154,9 +145,9 @@ def compose_summary(
 
 def _watch(observer, identity, shard: str, record: PaceRecord, generation: int, attempt: str, beat) -> LiveClaim:
     heartbeat, error = beat
-    token = leases.token_text(generation, heartbeat, error)
+    token = heartbeats.token_text(generation, heartbeat, error)
     unchanged = observer.observe(Sighting(shard, token))
-    dead = leases.process_gone_here(identity, record)
+    dead = task_queue.process_gone_here(identity, record)
     return LiveClaim(
         shard_id=shard,
         generation=generation,

@@ -15,12 +15,12 @@ from dataclasses import dataclass, replace
 from typing import NamedTuple
 
 from data_juicer_elastic.errors import ElasticError, InputChangedError, InputError, JobDirError, ShardFailedError
-from data_juicer_elastic.jobdir import attempts, failures, leases
+from data_juicer_elastic.jobdir import attempts, task_queue
 from data_juicer_elastic.jobdir.heartbeats import StalenessObserver
 from data_juicer_elastic.jobdir.job_summary import SummaryReader
 from data_juicer_elastic.jobdir.layout import JobLayout
-from data_juicer_elastic.jobdir.leases import LeaseView
 from data_juicer_elastic.jobdir.records import JobPlan, Manifest, PlannedShard, ScanResult, ShardResult, TerminalFailure
+from data_juicer_elastic.jobdir.task_queue import LeaseView
 from data_juicer_elastic.sharedfs import fsio
 from data_juicer_elastic.sharedfs.identity import WorkerIdentity
 
@@ -92,7 +92,7 @@ def read_failed_marker(layout: JobLayout, markers: Markers) -> Markers:
     """``markers`` with the failed marker read too (unless the done marker settled the shard)."""
     if markers.done or markers.corrupt_done:
         return markers
-    terminal, terminal_error = failures.read_terminal(layout, markers.shard_id)
+    terminal, terminal_error = task_queue.read_terminal(layout, markers.shard_id)
     return replace(markers, terminal=terminal, terminal_error=terminal_error)
 
 
@@ -123,12 +123,12 @@ def observe_state(
     state = decide_state(markers)
     if state is ShardState.DONE or state is ShardState.FAILED:
         return state
-    view = leases.read_lease(layout, shard_id)
+    view = task_queue.read_lease(layout, shard_id)
     markers = read_failed_marker(layout, markers)
     state = decide_state(markers, held=is_held(view))
     if state is not ShardState.RUNNING:
         return state
-    stale = observer.is_stale(view) or leases.holder_dead_here(view, identity)
+    stale = observer.is_stale(view) or task_queue.holder_dead_here(view, identity)
     return decide_state(markers, held=True, stale=stale)
 
 

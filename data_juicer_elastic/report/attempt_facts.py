@@ -17,13 +17,12 @@ from pathlib import Path
 from typing import Any, Final, NamedTuple
 
 from data_juicer_elastic.errors import JobDirError
-from data_juicer_elastic.jobdir import attempts, leases
-from data_juicer_elastic.jobdir.failures import list_failures
-from data_juicer_elastic.jobdir.heartbeats import looks_stale
+from data_juicer_elastic.jobdir import attempts, heartbeats, task_queue
+from data_juicer_elastic.jobdir.heartbeats import ProgressRecord, looks_stale, read_attempt_progress
 from data_juicer_elastic.jobdir.layout import JobLayout
-from data_juicer_elastic.jobdir.progress import ProgressRecord, read_attempt_progress
 from data_juicer_elastic.jobdir.records import AttemptExit, AttemptRecord, FailureReason, Heartbeat, ShardEntry
 from data_juicer_elastic.jobdir.shard_state import ShardState, is_held
+from data_juicer_elastic.jobdir.task_queue import list_failures
 from data_juicer_elastic.sharedfs import fsio
 from data_juicer_elastic.status.snapshot_types import ShardStatus
 
@@ -148,9 +147,9 @@ def shard_attempts(
         running = _Holder(status.attempt_id, status.heartbeat_age_secs, stale, status.progress)
     held = running.attempt_id if running is not None else None
     if any(r.ended_at is None and r.attempt_id not in (accepted, held) for r in records):
-        lease = leases.read_lease(layout, shard)
+        lease = task_queue.read_lease(layout, shard)
         if running is None and lease.claim is not None and is_held(lease):  # claimed since the summary's round
-            age = leases.heartbeat_age(layout, shard, lease.generation, now)
+            age = heartbeats.heartbeat_age(layout, shard, lease.generation, now)
             progress = read_attempt_progress(layout, shard, lease.claim.attempt_id)[0]
             running = _Holder(lease.claim.attempt_id, age, looks_stale(age, ttl), progress)
         failed = {f.attempt_id: f for f in list_failures(layout, shard)}

@@ -21,11 +21,11 @@ from pathlib import Path
 from loguru import logger
 
 from data_juicer_elastic.errors import IntegrityError, JobDirError, storage_errors
+from data_juicer_elastic.jobdir.attempts import OUTPUT_FILE
 from data_juicer_elastic.jobdir.exports import CleanRecord, MergeRecord, cleaned_error
 from data_juicer_elastic.jobdir.layout import JobLayout, check_inside, check_layout
 from data_juicer_elastic.jobdir.manifest import load_manifest
 from data_juicer_elastic.jobdir.row_files import ERRORS_FILE, ROW_STATS_FILE, MergedSideFile
-from data_juicer_elastic.jobdir.tasks import OUTPUT_FILE
 from data_juicer_elastic.shards.export_check import ExportSummary, verify_export
 from data_juicer_elastic.shards.merge import MergeResult, accepted_results
 from data_juicer_elastic.shards.verify import verify_job

@@ -30,7 +30,7 @@ from data_juicer_elastic.jobdir.layout import MAX_SHARDS, JobLayout, check_ours,
 from data_juicer_elastic.jobdir.manifest import load_manifest, load_plan
 from data_juicer_elastic.jobdir.records import JobPlan, Manifest, PlannedInput, canonical_json, manifest_recipe_hash
 from data_juicer_elastic.jobdir.retry import recipe_differences
-from data_juicer_elastic.jobdir.scan_loop import scan_job
+from data_juicer_elastic.jobdir.worker import scan_job
 from data_juicer_elastic.rows.codecs import CODECS, Codec
 from data_juicer_elastic.rows.jsonl import DEFAULT_MEDIA_KEYS
 from data_juicer_elastic.settings import (

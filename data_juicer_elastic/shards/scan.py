@@ -12,8 +12,8 @@ from pathlib import Path
 from typing import Any, NoReturn
 
 from data_juicer_elastic.errors import InputChangedError, InputError, ScanRefused
+from data_juicer_elastic.jobdir.attempts import ScanOutput, ScanTask
 from data_juicer_elastic.jobdir.records import ScanRefusal
-from data_juicer_elastic.jobdir.tasks import ScanOutput, ScanTask
 from data_juicer_elastic.rows.codecs import READ_BYTES, ShardFileWriter, prefetch
 from data_juicer_elastic.rows.jsonl import NormaliseOptions, RowNormaliser
 from data_juicer_elastic.rows.line_framer import LineBlock, LineFramer, first_too_long

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from data_juicer_elastic.errors import JobDirError
-from data_juicer_elastic.jobdir import attempts, failures, leases, progress
+from data_juicer_elastic.jobdir import attempts, heartbeats, task_queue
 from data_juicer_elastic.jobdir.heartbeats import StalenessObserver, looks_stale
 from data_juicer_elastic.jobdir.job_summary import JobSummary, LiveClaim, PaceRecord, read_paces, read_summary
 from data_juicer_elastic.jobdir.layout import LOG_FILE, JobLayout, parse_shard_id, validate_attempt_id
@@ -120,7 +120,7 @@ def failure_records(job_dir: str | Path) -> int:
     """Failure records of the job's shards (failed executions and holder deaths): one listing of
     ``failures/`` and the records of each shard it names, none of the shards that never failed."""
     layout = JobLayout(Path(os.path.abspath(job_dir)))
-    return sum(len(failures.list_failures(layout, shard)) for shard in sorted(shard_names(layout.failures_dir, "")))
+    return sum(len(task_queue.list_failures(layout, shard)) for shard in sorted(shard_names(layout.failures_dir, "")))
 
 
 class _RowsById(Mapping[str, int]):
@@ -238,7 +238,7 @@ class _Reader:
                 return ShardStatus(state=state, **base)
         if not self.exact and shard not in self.claimed and shard not in self.failed:
             return ShardStatus(state=decide_state(markers), **base)  # never claimed: nothing to read
-        view = leases.read_lease(self.layout, shard)
+        view = task_queue.read_lease(self.layout, shard)
         claim = view.claim
         failures = self._failures(shard)
         base.update(
@@ -262,14 +262,14 @@ class _Reader:
             if markers.last_error is not None:
                 base.update(last_error=markers.last_error)
             return ShardStatus(state=decide_state(markers, held=held), **base)
-        age = leases.heartbeat_age(self.layout, shard, view.generation, self.now)
-        record = progress.read_attempt_progress(self.layout, shard, claim.attempt_id)[0] if claim else None
+        age = heartbeats.heartbeat_age(self.layout, shard, view.generation, self.now)
+        record = heartbeats.read_attempt_progress(self.layout, shard, claim.attempt_id)[0] if claim else None
         base.update(heartbeat_age_secs=age, progress=record)
         if self.observer is not None:
             stale = self.observer.is_stale(view)
         else:
             stale = looks_stale(age, self.ttl_secs)  # display hint only
-        stale = stale or leases.holder_dead_here(view, self.identity) or vouched_stale(self.live.get(shard), view)
+        stale = stale or task_queue.holder_dead_here(view, self.identity) or vouched_stale(self.live.get(shard), view)
         return ShardStatus(state=decide_state(markers, held=True, stale=stale), **base)
 
     def _live(self, shard: str, claim, base: dict[str, Any]) -> ShardStatus:
@@ -301,7 +301,7 @@ class _Reader:
     def _failures(self, shard: str) -> list:
         if not self.exact and shard not in self.with_failures:
             return []
-        return failures.list_failures(self.layout, shard)
+        return task_queue.list_failures(self.layout, shard)
 
     def _batching(self, shard: str, attempt_id: str) -> dict[str, Any] | None:
         """The attempt's adaptive-batching summary: from attempt.json once it ended, else its live file."""
@@ -329,11 +329,11 @@ class _Reader:
         return f"{self.attempts_root}/{shard}/{attempt_id}/{LOG_FILE}"
 
 
-def _read_progress(layout: JobLayout, claims: list) -> dict[str, progress.ProgressRecord | None]:
+def _read_progress(layout: JobLayout, claims: list) -> dict[str, heartbeats.ProgressRecord | None]:
     """``{shard: progress record or None}`` of live claims, read with a few threads."""
 
-    def read(claim) -> progress.ProgressRecord | None:
-        return progress.read_attempt_progress(layout, claim.shard_id, claim.attempt_id)[0]
+    def read(claim) -> heartbeats.ProgressRecord | None:
+        return heartbeats.read_attempt_progress(layout, claim.shard_id, claim.attempt_id)[0]
 
     return dict(zip([c.shard_id for c in claims], fsio.read_many(read, claims), strict=True))
 
@@ -368,7 +368,7 @@ def claims_since(live: dict[str, LiveClaim], paces: list[PaceRecord], done: set[
     return newer
 
 
-def vouched_stale(claim: LiveClaim | None, view: leases.LeaseView) -> bool:
+def vouched_stale(claim: LiveClaim | None, view: task_queue.LeaseView) -> bool:
     """The summary's writer saw this very heartbeat value unchanged for a TTL (or its holder's pid
     gone on the writer's host), and it is still the value now: the rule a taker follows."""
     return claim is not None and claim.stale and claim.generation == view.generation and claim.token == view.watch_token

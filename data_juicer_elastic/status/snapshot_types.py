@@ -17,7 +17,7 @@ from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any, Final
 
-from data_juicer_elastic.jobdir import progress
+from data_juicer_elastic.jobdir import heartbeats
 from data_juicer_elastic.jobdir.shard_state import ShardState, TerminalInfo
 from data_juicer_elastic.status.scan_phase import ScanPhase
 
@@ -35,13 +35,13 @@ class ShardStatus:
     owner_pid: int | None
     attempt_id: str | None
     attempts: int | None  # attempts started (claim generations); None: not read
-    failures: int | None  # failure records (failures.split_failures); None: at least one, not read
+    failures: int | None  # failure records (task_queue.split_failures); None: at least one, not read
     last_error: str | None
     input_rows: int
     output_rows: int | None  # rows of the accepted output (DONE only)
     heartbeat_age_secs: float | None  # informational hint, see snapshot()
     batching: dict[str, Any] | None = None  # adaptive batching summary of the shown attempt (attempt.json)
-    progress: progress.ProgressRecord | None = None  # live progress of the running attempt
+    progress: heartbeats.ProgressRecord | None = None  # live progress of the running attempt
     log_path: str | None = None  # process.log of the shown attempt (the last failed one for FAILED)
     quarantined: int | None = 0  # rows operators failed on, set aside (DONE only; jobdir.row_files); None: not read
     errors_path: str | None = None  # the accepted attempt's errors.jsonl, relative to the job dir
@@ -79,7 +79,7 @@ _PROGRESS_KEYS: Final = (
 )  # fmt: skip
 
 
-def _progress_json(record: progress.ProgressRecord | None) -> dict[str, Any] | None:
+def _progress_json(record: heartbeats.ProgressRecord | None) -> dict[str, Any] | None:
     return None if record is None else {key: getattr(record, key) for key in _PROGRESS_KEYS}
 
 

@@ -114,7 +114,7 @@ PROBE = """
 import signal
 import ray._private.utils as utils
 from data_juicer_elastic.compat import ray_internals
-from data_juicer_elastic.jobdir.worker_signals import SignalGuard, is_guard_handler
+from data_juicer_elastic.jobdir.worker import SignalGuard, is_guard_handler
 
 def rays(signum, frame):
     raise SystemExit(signum)

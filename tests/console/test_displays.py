@@ -14,7 +14,7 @@ from data_juicer_elastic.console import quiet, summary, terminal
 from data_juicer_elastic.console.displays import JobDisplay, meter_line
 from data_juicer_elastic.console.meter import MIN_GAPS, MIN_SPAN_SECS, RATE_WINDOW_SECS, Meter
 from data_juicer_elastic.console.step_display import StepDisplay
-from data_juicer_elastic.jobdir import leases, progress
+from data_juicer_elastic.jobdir import heartbeats, task_queue
 from data_juicer_elastic.jobdir.layout import JobLayout
 from tests.jobdir.conftest import FakeClock, identity
 
@@ -173,10 +173,12 @@ def test_job_display_counts_done_shards_and_this_process_running_rows(tmp_path, 
     display = JobDisplay(tmp_path, shards, terminal=False, log_every=30.0, clock=clock)
     display.refresh_listing()
     display.draw()  # the start, which the periodic line compares with: no line yet
-    claim = leases.publish_claim(layout, leases.read_lease(layout, "part-00001-of-00003"), identity(), "a1", "none")
-    tracker = progress.ProgressTracker(layout, claim, 20)  # never writes: start_writing() not called
+    claim = task_queue.publish_claim(
+        layout, task_queue.read_lease(layout, "part-00001-of-00003"), identity(), "a1", "none"
+    )
+    tracker = heartbeats.ProgressTracker(layout, claim, 20)  # never writes: start_writing() not called
     display.attach(tracker)
-    tracker.set_stage(progress.Stage.PROCESSING)
+    tracker.set_stage(heartbeats.Stage.PROCESSING)
     tracker.update(rows_read=5)
     clock.advance(10.0)
     numbers = display.numbers()
@@ -214,8 +216,7 @@ def test_job_display_live_line_on_a_terminal(tmp_path):
 
 
 def test_summary_names_rows_shards_retries_and_where_things_are(tmp_path, monkeypatch):
-    from data_juicer_elastic.jobdir.worker_loop import run_worker
-    from data_juicer_elastic.jobdir.worker_settings import WorkerSettings
+    from data_juicer_elastic.jobdir.worker import WorkerSettings, run_worker
     from data_juicer_elastic.shards.merge import merge_job
     from data_juicer_elastic.shards.prepare import prepare_job
     from tests.jobdir.conftest import copy_runner, make_rows, request, write_rows
@@ -295,11 +296,13 @@ def test_the_live_line_names_what_it_waits_for_until_rows_are_counted(tmp_path):
     assert display.numbers()["stage"] == "starting Ray"
     ray_starting[0] = False
     assert display.numbers()["stage"] == "waiting for the first shard"
-    claim = leases.publish_claim(layout, leases.read_lease(layout, "part-00000-of-00002"), identity(), "a1", "none")
-    tracker = progress.ProgressTracker(layout, claim, 50)
+    claim = task_queue.publish_claim(
+        layout, task_queue.read_lease(layout, "part-00000-of-00002"), identity(), "a1", "none"
+    )
+    tracker = heartbeats.ProgressTracker(layout, claim, 50)
     display.attach(tracker)
     assert display.numbers()["stage"] == "first shard: part-00000 starting"
-    tracker.set_stage(progress.Stage.PROCESSING)
+    tracker.set_stage(heartbeats.Stage.PROCESSING)
     tracker.update(rows_read=10)
     clock.advance(30.0)
     numbers = display.numbers()
@@ -329,16 +332,16 @@ def test_the_row_count_never_goes_back_and_never_passes_the_total(tmp_path_facto
     layout = _job(tmp_path, shards)
     clock = FakeClock(0.0)
     display = JobDisplay(tmp_path, shards, terminal=False, clock=clock)
-    trackers: dict[int, progress.ProgressTracker] = {}
+    trackers: dict[int, heartbeats.ProgressTracker] = {}
     shown = [display.numbers()["rows"]]
     for attempt, (k, rows, ends) in enumerate(steps):
         shard = f"part-0000{k}-of-00003"
         if k not in trackers:
-            lease = leases.read_lease(layout, shard)
-            claim = leases.publish_claim(layout, lease, identity(), f"a{attempt}", "none")
-            trackers[k] = progress.ProgressTracker(layout, claim, 40)
+            lease = task_queue.read_lease(layout, shard)
+            claim = task_queue.publish_claim(layout, lease, identity(), f"a{attempt}", "none")
+            trackers[k] = heartbeats.ProgressTracker(layout, claim, 40)
             display.attach(trackers[k])
-            trackers[k].set_stage(progress.Stage.PROCESSING)
+            trackers[k].set_stage(heartbeats.Stage.PROCESSING)
         tracker = trackers[k]
         tracker.update(rows_read=max(rows, tracker.current.rows_read))  # an attempt's count only grows
         if ends:  # ended without a result: a failed attempt, tried again later
@@ -355,10 +358,12 @@ def test_without_a_terminal_a_line_every_ten_seconds_while_rows_move_and_every_m
     layout = _job(tmp_path, shards)
     clock = FakeClock(0.0)
     display = JobDisplay(tmp_path, shards, terminal=False, clock=clock)
-    claim = leases.publish_claim(layout, leases.read_lease(layout, "part-00000-of-00001"), identity(), "a1", "none")
-    tracker = progress.ProgressTracker(layout, claim, 1000)
+    claim = task_queue.publish_claim(
+        layout, task_queue.read_lease(layout, "part-00000-of-00001"), identity(), "a1", "none"
+    )
+    tracker = heartbeats.ProgressTracker(layout, claim, 1000)
     display.attach(tracker)
-    tracker.set_stage(progress.Stage.PROCESSING)
+    tracker.set_stage(heartbeats.Stage.PROCESSING)
     said, read = [], 0
     for second in range(1, 241):  # rows move for two minutes, then stall for two
         clock.advance(1.0)
@@ -386,11 +391,11 @@ def test_the_running_shards_of_this_nodes_other_slots_count_from_their_progress_
     for k, node in enumerate(("node-a", "node-a", "node-b")):
         shard = f"part-0000{k}-of-00003"
         attempt = identity(node).new_attempt_id()
-        claim = leases.publish_claim(layout, leases.read_lease(layout, shard), identity(node), attempt, "none")
-        tracker = progress.ProgressTracker(layout, claim, 100)
+        claim = task_queue.publish_claim(layout, task_queue.read_lease(layout, shard), identity(node), attempt, "none")
+        tracker = heartbeats.ProgressTracker(layout, claim, 100)
         layout.attempt_dir(shard, attempt).mkdir(parents=True)
         tracker.start_writing()
-        tracker.set_stage(progress.Stage.PROCESSING)
+        tracker.set_stage(heartbeats.Stage.PROCESSING)
         tracker.update(rows_read=10 * (k + 1))
         assert tracker.flush()
         live[shard] = Holder(node, identity(node).pid, False, None)

@@ -11,8 +11,7 @@ import pytest
 from data_juicer_elastic.coordination.flow import Phases
 from data_juicer_elastic.coordination.run import RunCoordinator, RunId
 from data_juicer_elastic.jobdir.layout import JobLayout
-from data_juicer_elastic.jobdir.worker_loop import run_worker
-from data_juicer_elastic.jobdir.worker_settings import WorkerSettings
+from data_juicer_elastic.jobdir.worker import WorkerSettings, run_worker
 from data_juicer_elastic.shards.merge import merge_job
 from data_juicer_elastic.shards.prepare import prepare_job
 

@@ -13,7 +13,7 @@ from data_juicer_elastic.cli_options import WORKER_OPTIONS, setting_args
 from data_juicer_elastic.coordination.slots import slot_argv, slot_cpus, slot_devices, slot_env
 from data_juicer_elastic.errors import ConfigError, JobDirError
 from data_juicer_elastic.jobdir.layout import ROLE_TASK, JobLayout
-from data_juicer_elastic.jobdir.worker_settings import WorkerSettings
+from data_juicer_elastic.jobdir.worker import WorkerSettings
 from data_juicer_elastic.settings import ElasticSettings, check_values
 from data_juicer_elastic.shards.prepare import PrepareRequest, plan_job
 

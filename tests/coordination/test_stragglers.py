@@ -8,8 +8,7 @@ from data_juicer_elastic.coordination.stragglers import ClaimGate, observe, shou
 from data_juicer_elastic.jobdir.layout import JobLayout
 from data_juicer_elastic.jobdir.manifest import load_manifest
 from data_juicer_elastic.jobdir.records import TakeoverReason
-from data_juicer_elastic.jobdir.worker_loop import run_worker
-from data_juicer_elastic.jobdir.worker_settings import WorkerSettings
+from data_juicer_elastic.jobdir.worker import WorkerSettings, run_worker
 from data_juicer_elastic.shards.prepare import prepare_job
 from data_juicer_elastic.sharedfs import fault_seam
 
@@ -56,7 +55,7 @@ def test_the_gate_counts_only_live_claims_of_other_workers(tmp_path):
 def _tail_job(tmp_path, pending: int):
     """'slow' finished 3 shards at 40 s each, 'fast' 3 at 10 s; 'fast' holds 3 live claims now;
     ``pending`` shards were never claimed."""
-    from data_juicer_elastic.jobdir import leases
+    from data_juicer_elastic.jobdir import heartbeats, task_queue
     from data_juicer_elastic.jobdir.records import AttemptRecord, ShardResult
     from data_juicer_elastic.sharedfs import fsio
 
@@ -76,8 +75,10 @@ def _tail_job(tmp_path, pending: int):
         fsio.write_new(layout.done(entry.shard_id), result.encode())
     fast = identity("fast", boot_id="elsewhere")
     for entry in manifest.shards[6:9]:
-        claim = leases.publish_claim(layout, leases.read_lease(layout, entry.shard_id), fast, "f", TakeoverReason.FIRST)
-        leases.write_heartbeat(layout, claim, 1)
+        claim = task_queue.publish_claim(
+            layout, task_queue.read_lease(layout, entry.shard_id), fast, "f", TakeoverReason.FIRST
+        )
+        heartbeats.write_heartbeat(layout, claim, 1)
     return layout, manifest
 
 

@@ -13,8 +13,7 @@ from pathlib import Path
 import pytest
 
 from data_juicer_elastic.jobdir.exports import PARTS_INDEX
-from data_juicer_elastic.jobdir.worker_loop import run_worker
-from data_juicer_elastic.jobdir.worker_settings import WorkerSettings
+from data_juicer_elastic.jobdir.worker import WorkerSettings, run_worker
 from data_juicer_elastic.shards.parts import publish_parts
 from data_juicer_elastic.shards.prepare import PrepareRequest, prepare_job
 from data_juicer_elastic.sharedfs.identity import WorkerIdentity

@@ -149,8 +149,8 @@ def test_after_the_run_status_and_progress_records_tell_how_it_ended(live_job):
     data = json.loads(proc.stdout)
     assert data["counts"] == {"pending": 0, "running": 0, "stale": 0, "done": 2, "failed": 1}
     assert data["eta_secs"] is None and data["rows_per_sec"] == 0
+    from data_juicer_elastic.jobdir.heartbeats import read_attempt_progress
     from data_juicer_elastic.jobdir.layout import JobLayout
-    from data_juicer_elastic.jobdir.progress import read_attempt_progress
 
     for shard in (FLAKY, SLOW):
         result = json.loads((job / "done" / f"{shard}.json").read_text())

@@ -18,7 +18,7 @@ import yaml
 from data_juicer_elastic.errors import ShardExecutionError, StageIdentityMismatch
 from data_juicer_elastic.execution.shard_runner import ShardRunner
 from data_juicer_elastic.execution.stage_identities import compute_stage_identities
-from data_juicer_elastic.jobdir.tasks import ShardTask
+from data_juicer_elastic.jobdir.attempts import ShardTask
 
 from .conftest import file_source, read_jsonl, recipe, schema_of, write_shard
 

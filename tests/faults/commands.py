@@ -15,8 +15,7 @@ from pathlib import Path
 
 import yaml
 
-from data_juicer_elastic.jobdir.worker_loop import run_worker
-from data_juicer_elastic.jobdir.worker_settings import WorkerSettings
+from data_juicer_elastic.jobdir.worker import WorkerSettings, run_worker
 from data_juicer_elastic.sharedfs.identity import WorkerIdentity
 
 from .conftest import REPO

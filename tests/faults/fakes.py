@@ -14,8 +14,8 @@ import threading
 from collections.abc import Callable
 from pathlib import Path
 
-from data_juicer_elastic.jobdir import progress
-from data_juicer_elastic.jobdir.tasks import ShardOutput, ShardTask
+from data_juicer_elastic.jobdir import heartbeats
+from data_juicer_elastic.jobdir.attempts import ShardOutput, ShardTask
 from data_juicer_elastic.rows.shard_source import iter_source_lines
 from data_juicer_elastic.shards.prepare import PrepareRequest, prepare_job
 from data_juicer_elastic.sharedfs import checked_writer
@@ -67,9 +67,9 @@ def fsio_runner(
 
     def run(task: ShardTask) -> ShardOutput:
         if seconds:
-            tracker = progress.current()
+            tracker = heartbeats.current()
             if tracker is not None:  # as the Ray runner reports: the shard read whole, then processed
-                tracker.set_stage(progress.Stage.PROCESSING, "FakeRunner")
+                tracker.set_stage(heartbeats.Stage.PROCESSING, "FakeRunner")
                 tracker.update(rows_read=0 if rows_late else task.input_rows, rows_written=0, source="fake")
             if rows_late:
                 pause(2 * seconds / 3)

@@ -39,9 +39,12 @@ WORKER = textwrap.dedent(
     from data_juicer_elastic.sharedfs.identity import WorkerIdentity
     from data_juicer_elastic.jobdir.layout import JobLayout
     from data_juicer_elastic.jobdir.records import Claim
-    from data_juicer_elastic.jobdir.tasks import ShardOutput
-    from data_juicer_elastic.jobdir.worker_loop import run_worker
-    from data_juicer_elastic.jobdir.worker_settings import WorkerSettings
+    from data_juicer_elastic.jobdir.attempts import ShardOutput
+    from data_juicer_elastic.jobdir.worker import run_worker
+    from data_juicer_elastic.jobdir.worker import WorkerSettings
+    from data_juicer_elastic.jobdir.records import Claim
+    from data_juicer_elastic.jobdir.attempts import ShardOutput
+    from data_juicer_elastic.jobdir.worker import WorkerSettings, run_worker
     from data_juicer_elastic.rows.shard_source import iter_source_lines
 
     job, history, node, remote, ttl, heartbeat, max_retries, work_secs = sys.argv[1:9]

@@ -96,7 +96,7 @@ def test_a_finished_release_is_not_taken_over_before_a_ttl(tmp_path):
     """Regression (found by the test above: a shard re-run and its result discarded): a holder
     released "finished", but this node's cache does not show the done marker yet.  Taking over
     at once re-ran a finished shard; now the observer waits a TTL on its own clock first."""
-    from data_juicer_elastic.jobdir import leases
+    from data_juicer_elastic.jobdir import task_queue
     from data_juicer_elastic.jobdir.layout import JobLayout
     from data_juicer_elastic.jobdir.records import ReleaseReason, TakeoverReason
     from tests.jobdir.conftest import FakeClock, identity
@@ -104,18 +104,19 @@ def test_a_finished_release_is_not_taken_over_before_a_ttl(tmp_path):
     job = tmp_path / "job"
     prepare(tmp_path, job, 2)
     layout, shard, clock = JobLayout(job), "part-00000-of-00002", FakeClock()
-    holder, observer = identity("a", boot_id="boot-a"), leases.StalenessObserver(TTL, clock)
-    claim = leases.publish_claim(layout, leases.read_lease(layout, shard), holder, "a1", TakeoverReason.FIRST)
-    leases.release_claim(layout, claim, ReleaseReason.FINISHED)  # its done marker: not visible here
+    holder, observer = identity("a", boot_id="boot-a"), task_queue.StalenessObserver(TTL, clock)
+    claim = task_queue.publish_claim(layout, task_queue.read_lease(layout, shard), holder, "a1", TakeoverReason.FIRST)
+    task_queue.release_claim(layout, claim, ReleaseReason.FINISHED)  # its done marker: not visible here
     me = identity("b", boot_id="boot-b")
-    assert leases.takeover_reason(leases.read_lease(layout, shard), me, observer) is None
+    assert task_queue.takeover_reason(task_queue.read_lease(layout, shard), me, observer) is None
     clock.advance(TTL - 0.1)
-    assert leases.takeover_reason(leases.read_lease(layout, shard), me, observer) is None
+    assert task_queue.takeover_reason(task_queue.read_lease(layout, shard), me, observer) is None
     clock.advance(0.2)
-    assert leases.takeover_reason(leases.read_lease(layout, shard), me, observer) == TakeoverReason.RELEASED
-    other = leases.publish_claim(layout, leases.read_lease(layout, "part-00001-of-00002"), holder, "a2", "none")
-    leases.release_claim(layout, other, "signal")  # any other release frees the shard at once
-    fresh = leases.StalenessObserver(TTL, clock)
+    assert task_queue.takeover_reason(task_queue.read_lease(layout, shard), me, observer) == TakeoverReason.RELEASED
+    other = task_queue.publish_claim(layout, task_queue.read_lease(layout, "part-00001-of-00002"), holder, "a2", "none")
+    task_queue.release_claim(layout, other, "signal")  # any other release frees the shard at once
+    fresh = task_queue.StalenessObserver(TTL, clock)
     assert (
-        leases.takeover_reason(leases.read_lease(layout, "part-00001-of-00002"), me, fresh) == TakeoverReason.RELEASED
+        task_queue.takeover_reason(task_queue.read_lease(layout, "part-00001-of-00002"), me, fresh)
+        == TakeoverReason.RELEASED
     )

@@ -17,7 +17,7 @@ import pytest
 import yaml
 
 from data_juicer_elastic.jobdir.layout import JobLayout
-from data_juicer_elastic.jobdir.leases import read_lease
+from data_juicer_elastic.jobdir.task_queue import read_lease
 
 from .conftest import driver_env, run_driver, summary_of
 from .fakes import done_shards, merged_ids, prepare, write_input

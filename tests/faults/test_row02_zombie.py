@@ -17,10 +17,9 @@ import pytest
 
 from data_juicer_elastic.jobdir import attempts
 from data_juicer_elastic.jobdir.layout import JobLayout
-from data_juicer_elastic.jobdir.leases import publish_claim, read_lease, release_claim
 from data_juicer_elastic.jobdir.manifest import load_manifest
-from data_juicer_elastic.jobdir.worker_loop import run_worker
-from data_juicer_elastic.jobdir.worker_settings import WorkerSettings
+from data_juicer_elastic.jobdir.task_queue import publish_claim, read_lease, release_claim
+from data_juicer_elastic.jobdir.worker import WorkerSettings, run_worker
 from data_juicer_elastic.sharedfs.identity import WorkerIdentity
 
 from .conftest import run_driver, start_driver

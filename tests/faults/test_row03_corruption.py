@@ -11,12 +11,16 @@ import json
 import pytest
 
 from data_juicer_elastic.errors import ElasticError
-from data_juicer_elastic.jobdir.failures import list_failures
 from data_juicer_elastic.jobdir.layout import JobLayout
-from data_juicer_elastic.jobdir.leases import StalenessObserver, publish_claim, read_lease, takeover_reason
 from data_juicer_elastic.jobdir.records import Heartbeat
-from data_juicer_elastic.jobdir.worker_loop import run_worker
-from data_juicer_elastic.jobdir.worker_settings import WorkerSettings
+from data_juicer_elastic.jobdir.task_queue import (
+    StalenessObserver,
+    list_failures,
+    publish_claim,
+    read_lease,
+    takeover_reason,
+)
+from data_juicer_elastic.jobdir.worker import WorkerSettings, keeper_in_loop, run_worker
 from data_juicer_elastic.shards.merge import merge_job
 from data_juicer_elastic.sharedfs.identity import WorkerIdentity
 
@@ -114,6 +118,7 @@ def test_corrupt_claim_is_not_taken_over_before_the_ttl_and_does_not_crash_worke
         fsio_runner(),
         WorkerSettings(max_retries=1, wait_for_completion=False, **LEASE),
         clock=clock,
+        drive_keeper=keeper_in_loop,
     )
     assert first.done == 3 and not first.complete, "held (corrupt) claim: not taken at once"
     observer = StalenessObserver(LEASE["ttl_secs"], clock)
@@ -121,7 +126,15 @@ def test_corrupt_claim_is_not_taken_over_before_the_ttl_and_does_not_crash_worke
     assert takeover_reason(read_lease(layout, SHARD), me, observer) is None
     clock.sleep(LEASE["ttl_secs"] + 1)
     assert takeover_reason(read_lease(layout, SHARD), me, observer) == "stale"
-    second = run_worker(job, me, fsio_runner(), WorkerSettings(max_retries=1, **LEASE), clock=clock, sleep=clock.sleep)
+    second = run_worker(
+        job,
+        me,
+        fsio_runner(),
+        WorkerSettings(max_retries=1, **LEASE),
+        clock=clock,
+        drive_keeper=keeper_in_loop,
+        sleep=clock.sleep,
+    )
     assert second.complete and read_lease(layout, SHARD).generation == 2
     assert claim.generation == 1
 

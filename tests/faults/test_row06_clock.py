@@ -16,8 +16,9 @@ from pathlib import Path
 
 import pytest
 
+from data_juicer_elastic.jobdir.heartbeats import Heartbeater
 from data_juicer_elastic.jobdir.layout import JobLayout
-from data_juicer_elastic.jobdir.leases import Heartbeater, StalenessObserver, publish_claim, read_lease, takeover_reason
+from data_juicer_elastic.jobdir.task_queue import StalenessObserver, publish_claim, read_lease, takeover_reason
 from data_juicer_elastic.sharedfs.identity import WorkerIdentity
 
 from .conftest import driver_cmd, driver_env

@@ -14,7 +14,7 @@ import subprocess
 import pytest
 
 from data_juicer_elastic.jobdir.layout import JobLayout
-from data_juicer_elastic.jobdir.leases import StalenessObserver, holder_dead_here, publish_claim, read_lease
+from data_juicer_elastic.jobdir.task_queue import StalenessObserver, holder_dead_here, publish_claim, read_lease
 from data_juicer_elastic.sharedfs.identity import WorkerIdentity
 
 from .conftest import driver_cmd, driver_env

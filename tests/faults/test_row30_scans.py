@@ -13,8 +13,8 @@ import signal
 import time
 
 from data_juicer_elastic.jobdir.layout import JobLayout
-from data_juicer_elastic.jobdir.leases import read_lease
 from data_juicer_elastic.jobdir.manifest import load_manifest
+from data_juicer_elastic.jobdir.task_queue import read_lease
 
 from .conftest import run_driver, start_driver
 from .fakes import done_shards, merged_ids, write_input

@@ -35,9 +35,9 @@ import pytest
 from data_juicer_elastic.errors import JobDirError
 from data_juicer_elastic.jobdir.job_summary import SummaryReader
 from data_juicer_elastic.jobdir.layout import ROLE_TASK, JobLayout
-from data_juicer_elastic.jobdir.leases import read_lease
 from data_juicer_elastic.jobdir.manifest import load_manifest
 from data_juicer_elastic.jobdir.records import record_checksum
+from data_juicer_elastic.jobdir.task_queue import read_lease
 
 from .conftest import dj_elastic_status, run_driver, start_driver
 from .fakes import done_shards, merged_ids, prepare

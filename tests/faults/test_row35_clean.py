@@ -32,8 +32,7 @@ def _published(tmp: Path, *, layout: str = "file", copy_shards: bool = True) -> 
 
 
 def _finished_in_place(tmp: Path) -> Path:
-    from data_juicer_elastic.jobdir.worker_loop import run_worker
-    from data_juicer_elastic.jobdir.worker_settings import WorkerSettings
+    from data_juicer_elastic.jobdir.worker import WorkerSettings, run_worker
     from data_juicer_elastic.sharedfs.identity import WorkerIdentity
 
     from .fakes import LEASE, fsio_runner

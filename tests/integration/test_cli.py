@@ -203,8 +203,7 @@ def test_dj_elastic_refuses_an_unprepared_job_before_loading_data_juicer(tmp_pat
 @pytest.fixture
 def finished_job(tmp_path):
     """A prepared job with an accepted result for every shard, made without Ray."""
-    from data_juicer_elastic.jobdir.worker_loop import run_worker
-    from data_juicer_elastic.jobdir.worker_settings import WorkerSettings
+    from data_juicer_elastic.jobdir.worker import WorkerSettings, run_worker
     from data_juicer_elastic.shards.prepare import PrepareRequest, prepare_job
     from data_juicer_elastic.sharedfs.identity import WorkerIdentity
     from tests.rayfree import rayfree_runner
@@ -257,8 +256,7 @@ def test_a_worker_on_a_complete_job_says_who_writes_the_export_or_where_it_was_m
 
 
 def test_dj_elastic_verify_names_the_files_added_to_a_directory_input_after_planning(tmp_path):
-    from data_juicer_elastic.jobdir.worker_loop import run_worker
-    from data_juicer_elastic.jobdir.worker_settings import WorkerSettings
+    from data_juicer_elastic.jobdir.worker import WorkerSettings, run_worker
     from data_juicer_elastic.shards.prepare import PrepareRequest, prepare_job
     from data_juicer_elastic.sharedfs.identity import WorkerIdentity
     from tests.rayfree import rayfree_runner

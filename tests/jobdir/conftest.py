@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from data_juicer_elastic.jobdir.attempts import ScanTask, ShardOutput, ShardTask
 from data_juicer_elastic.jobdir.layout import JobLayout
 from data_juicer_elastic.jobdir.manifest import (
     load_manifest,
@@ -22,7 +23,6 @@ from data_juicer_elastic.jobdir.manifest import (
 )
 from data_juicer_elastic.jobdir.records import ScanResult
 from data_juicer_elastic.jobdir.shard_state import refusal_error
-from data_juicer_elastic.jobdir.tasks import ScanTask, ShardOutput, ShardTask
 from data_juicer_elastic.rows.shard_source import iter_source_lines
 from data_juicer_elastic.shards.prepare import PrepareRequest, prepare_job
 from data_juicer_elastic.shards.scan import ShardScanner
@@ -60,11 +60,10 @@ def request(job: Path, data: Path, num_shards: int = 4, **kw) -> PrepareRequest:
 
 VICTIM = """
 import os, signal, sys, time
-from data_juicer_elastic.jobdir import leases, progress
+from data_juicer_elastic.jobdir import heartbeats, task_queue
 from data_juicer_elastic.sharedfs.identity import WorkerIdentity
 from data_juicer_elastic.jobdir.layout import JobLayout
-from data_juicer_elastic.jobdir.worker_loop import run_worker
-from data_juicer_elastic.jobdir.worker_settings import WorkerSettings
+from data_juicer_elastic.jobdir.worker import WorkerSettings, run_worker
 
 layout = JobLayout(sys.argv[1])
 
@@ -96,7 +95,7 @@ def identity(node: str = "node-a", pid: int | None = None, **kw) -> WorkerIdenti
 
 def shard_lines(job: Path, shard_id: str | None = None) -> list[bytes]:
     """The rows of the job's shards (or one), as a worker reads them: in place or from their copy,
-    normalised, checked against their scans."""
+    normalised, checked against their manifest."""
     layout, manifest = JobLayout(job), load_manifest(job)
     entries = [e for e in manifest.shards if shard_id in (None, e.shard_id)]
     return [line for e in entries for line in iter_source_lines(locate_shard(layout, manifest, e))]
@@ -105,7 +104,7 @@ def shard_lines(job: Path, shard_id: str | None = None) -> list[bytes]:
 def scan_locally(job: Path, processes: int = 0):
     """Scan every shard of a planned job here with ``processes`` row-checking helpers, and publish
     the manifest (or raise the job's input error): the data path without the lease protocol
-    around it (``jobdir.scan_loop`` and its tests cover that)."""
+    around it (``jobdir.worker`` and its tests cover that)."""
     layout, plan = JobLayout(job), load_plan(job)
     scanner, options, results = (
         ShardScanner(processes=processes),

@@ -7,7 +7,7 @@ import os
 import pytest
 
 from data_juicer_elastic.errors import IntegrityError
-from data_juicer_elastic.jobdir import attempts, failures, leases
+from data_juicer_elastic.jobdir import attempts, task_queue
 from data_juicer_elastic.jobdir.layout import JobLayout
 from data_juicer_elastic.jobdir.manifest import load_manifest
 from data_juicer_elastic.jobdir.records import TakeoverReason
@@ -19,8 +19,8 @@ SHARD = "part-00001-of-00004"
 
 
 def _claim(layout, who, reason=TakeoverReason.FIRST):
-    view = leases.read_lease(layout, SHARD)
-    return leases.publish_claim(layout, view, who, who.new_attempt_id(), reason)
+    view = task_queue.read_lease(layout, SHARD)
+    return task_queue.publish_claim(layout, view, who, who.new_attempt_id(), reason)
 
 
 def _output(layout, claim, rows=3, text="x"):
@@ -39,7 +39,7 @@ def _publish(layout, claim, out, **kw):
 def test_first_publication_wins_and_a_zombie_is_discarded(job):
     layout = JobLayout(job)
     zombie = _claim(layout, identity("zombie"))
-    leases.release_claim(layout, zombie, "finished")  # stands in for "went stale"
+    task_queue.release_claim(layout, zombie, "finished")  # stands in for "went stale"
     taker = _claim(layout, identity("taker"), TakeoverReason.RELEASED)
     zombie_out, taker_out = _output(layout, zombie, text="zombie"), _output(layout, taker, text="taker")
     first = _publish(layout, taker, taker_out, declared_rows=3)
@@ -106,7 +106,7 @@ def test_retry_budget_ends_in_a_terminal_failure(job):
     me = identity("me")
     for generation in (1, 2, 3):
         c = _claim(layout, me, TakeoverReason.FAILED if generation > 1 else TakeoverReason.FIRST)
-        outcome = failures.record_failure(
+        outcome = task_queue.record_failure(
             layout,
             c,
             shard_id=SHARD,
@@ -119,9 +119,9 @@ def test_retry_budget_ends_in_a_terminal_failure(job):
         )
         assert outcome.recorded and outcome.failures == generation
         assert (outcome.terminal is not None) == (generation == 3)
-    terminal, _ = failures.read_terminal(layout, SHARD)
+    terminal, _ = task_queue.read_terminal(layout, SHARD)
     assert terminal.failures == 3 and terminal.last_error == "boom 3" and terminal.generations == [1, 2, 3]
-    again = failures.record_failure(
+    again = task_queue.record_failure(
         layout, c, shard_id=SHARD, generation=3, error="dup", error_type="E", exit_reason="error",
         max_retries=2, reporter=me,
     )  # fmt: skip
@@ -132,12 +132,12 @@ def test_terminal_marker_is_completed_after_a_crash_between_failure_and_marker(j
     layout = JobLayout(job)
     me = identity("me")
     c = _claim(layout, me)
-    failures.record_failure(
+    task_queue.record_failure(
         layout, c, shard_id=SHARD, generation=1, error="x", error_type="E", exit_reason="error",
         max_retries=5, reporter=me,
     )  # fmt: skip
-    assert failures.publish_terminal_if_exhausted(layout, SHARD, max_retries=5) is None
-    assert failures.publish_terminal_if_exhausted(layout, SHARD, max_retries=0) is not None
+    assert task_queue.publish_terminal_if_exhausted(layout, SHARD, max_retries=5) is None
+    assert task_queue.publish_terminal_if_exhausted(layout, SHARD, max_retries=0) is not None
     assert layout.failed(SHARD).exists()
 
 

@@ -14,13 +14,13 @@ from pathlib import Path
 
 import pytest
 
-from data_juicer_elastic.jobdir import leases, progress
-from data_juicer_elastic.jobdir.claim_ahead import ClaimAhead
+from data_juicer_elastic.jobdir import heartbeats, task_queue
+from data_juicer_elastic.jobdir.claiming import ClaimAhead
 from data_juicer_elastic.jobdir.layout import JobLayout
 from data_juicer_elastic.jobdir.manifest import load_manifest
 from data_juicer_elastic.jobdir.records import ReleaseReason, TakeoverReason
-from data_juicer_elastic.jobdir.worker_loop import run_worker
-from data_juicer_elastic.jobdir.worker_settings import WorkerSettings
+from data_juicer_elastic.jobdir.task_queue import TaskQueue
+from data_juicer_elastic.jobdir.worker import WorkerSettings, keeper_in_loop, run_worker
 
 from .conftest import FakeClock, copy_runner, identity, run_victim
 
@@ -37,7 +37,7 @@ def wait_for(condition, timeout: float = 10.0, what: str = "condition") -> None:
 
 
 def generation(layout: JobLayout, shard: str) -> int:
-    return leases.read_lease(layout, shard).generation
+    return task_queue.read_lease(layout, shard).generation
 
 
 def released(layout: JobLayout, shard: str, gen: int = 1):
@@ -54,7 +54,7 @@ def live_claims(layout: JobLayout) -> list[str]:
     """Shards whose latest generation is claimed and neither released, failed nor done."""
     live = []
     for shard in S:
-        view = leases.read_lease(layout, shard)
+        view = task_queue.read_lease(layout, shard)
         if view.generation and not view.ended and not layout.done(shard).exists():
             live.append(shard)
     return live
@@ -64,13 +64,13 @@ def runner(on_run, then=None, *, read_all=True):
     """A fake run_shard calling ``on_run(task)`` first, then copying the shard (or ``then``).
 
     ``read_all``: first report every row read and through the recipe, as the Ray runner's
-    progress does: the shard is then in its tail (``worker_loop.TAIL_FRACTION``), where
+    progress does: the shard is then in its tail (``worker.TAIL_FRACTION``), where
     claim-ahead starts."""
     copy = copy_runner()
 
     def run(task):
         if read_all:
-            progress.current().update(rows_read=task.input_rows, rows_written=task.input_rows)
+            heartbeats.current().update(rows_read=task.input_rows, rows_written=task.input_rows)
         on_run(task)
         return (then or copy)(task)
 
@@ -104,7 +104,7 @@ def test_nothing_is_claimed_ahead_before_the_current_shard_is_in_its_tail(job):
     free_before_the_tail = []
 
     def on_run(task):
-        tracker = progress.current()
+        tracker = heartbeats.current()
         tracker.update(rows_read=task.input_rows, rows_written=task.input_rows // 2)
         if task.shard_id == S[0]:
             time.sleep(1.0)  # five polls of the tail gate
@@ -125,7 +125,7 @@ def test_the_shard_claimed_ahead_is_renewed_however_long_the_current_one_runs(jo
     """An observer's clock moves 0.9 TTL per renewal it sees: 8 TTLs of it pass, never stale."""
     layout = JobLayout(job)
     observer_clock = FakeClock()
-    observer = leases.StalenessObserver(1.0, observer_clock)
+    observer = task_queue.StalenessObserver(1.0, observer_clock)
     other = identity("other", boot_id="elsewhere")
     checks = []
 
@@ -135,10 +135,10 @@ def test_the_shard_claimed_ahead_is_renewed_however_long_the_current_one_runs(jo
         wait_for(lambda: generation(layout, S[1]) == 1, what="the shard claimed ahead")
         last = None
         for _ in range(9):
-            wait_for(lambda last=last: leases.read_lease(layout, S[1]).watch_token != last, what="a renewal")
-            view = leases.read_lease(layout, S[1])
+            wait_for(lambda last=last: task_queue.read_lease(layout, S[1]).watch_token != last, what="a renewal")
+            view = task_queue.read_lease(layout, S[1])
             last = view.watch_token
-            checks.append(leases.takeover_reason(view, other, observer))
+            checks.append(task_queue.takeover_reason(view, other, observer))
             observer_clock.advance(0.9)
 
     summary = run_worker(
@@ -171,9 +171,10 @@ def test_stop_event_releases_the_shard_claimed_ahead_at_once_uncounted(job):
         copy_runner(),
         WorkerSettings(max_retries=1, wait_for_completion=False, claim_ahead=False, **LEASE),
         clock=FakeClock(),
+        drive_keeper=keeper_in_loop,
     )
     assert other.complete and other.claimed == 3
-    assert leases.read_lease(layout, S[1]).claim.takeover_reason == TakeoverReason.RELEASED
+    assert task_queue.read_lease(layout, S[1]).claim.takeover_reason == TakeoverReason.RELEASED
 
 
 @pytest.mark.parametrize("limit, value, claimed", [("max_shards", 1, 1), ("max_shards", 2, 2), ("max_done", 1, 1),
@@ -210,8 +211,8 @@ def test_losing_the_current_lease_hands_the_one_ahead_back(job):
     def on_run(task):
         if task.shard_id == S[0]:
             wait_for(lambda: generation(layout, S[1]) == 1, what="the shard claimed ahead")
-            view = leases.read_lease(layout, S[0])  # another worker takes the running shard over
-            leases.publish_claim(layout, view, identity("other", boot_id="x"), "other-1", TakeoverReason.STALE)
+            view = task_queue.read_lease(layout, S[0])  # another worker takes the running shard over
+            task_queue.publish_claim(layout, view, identity("other", boot_id="x"), "other-1", TakeoverReason.STALE)
 
     summary = run_worker(
         job, identity(), runner(on_run), WorkerSettings(max_retries=1, wait_for_completion=False, **LEASE)
@@ -226,8 +227,8 @@ def test_a_shard_ahead_whose_lease_was_lost_is_not_run(job):
     def on_run(task):
         if task.shard_id == S[0]:
             wait_for(lambda: generation(layout, S[1]) == 1, what="the shard claimed ahead")
-            view = leases.read_lease(layout, S[1])
-            leases.publish_claim(layout, view, identity("other", boot_id="x"), "other-1", TakeoverReason.STALE)
+            view = task_queue.read_lease(layout, S[1])
+            task_queue.publish_claim(layout, view, identity("other", boot_id="x"), "other-1", TakeoverReason.STALE)
 
     summary = run_worker(
         job, identity(), runner(on_run), WorkerSettings(max_retries=1, wait_for_completion=False, **LEASE)
@@ -280,12 +281,12 @@ def test_a_release_racing_the_helpers_claim_is_released_by_the_helper(job):
 
     def claim_next():
         go.wait(10)
-        claim = leases.publish_claim(
-            layout, leases.read_lease(layout, S[2]), me, me.new_attempt_id(), TakeoverReason.FIRST
+        claim = task_queue.publish_claim(
+            layout, task_queue.read_lease(layout, S[2]), me, me.new_attempt_id(), TakeoverReason.FIRST
         )
         return (manifest.shard(S[2]), claim), False
 
-    ahead = ClaimAhead(layout, manifest, claim_next, heartbeat_secs=0.05, ttl_secs=1.0, clock=time.monotonic)
+    ahead = ClaimAhead(TaskQueue(layout, identity(), ttl_secs=1.0, heartbeat_secs=0.05), manifest, claim_next)
     assert ahead.start() and not ahead.start(), "one cycle at a time"
     ahead.release(why="stopping")  # while the helper is still claiming
     go.set()
@@ -296,9 +297,9 @@ def test_a_release_racing_the_helpers_claim_is_released_by_the_helper(job):
 
 # In its tail (every row through the recipe) the next shard is claimed ahead; once it is, SIGTERM.
 CLAIMED_AHEAD = """\
-    progress.current().update(rows_read=task.input_rows, rows_written=task.input_rows)
+    heartbeats.current().update(rows_read=task.input_rows, rows_written=task.input_rows)
     deadline = time.monotonic() + 20
-    while leases.read_lease(layout, "part-00001-of-00004").generation == 0 and time.monotonic() < deadline:
+    while task_queue.read_lease(layout, "part-00001-of-00004").generation == 0 and time.monotonic() < deadline:
         time.sleep(0.01)"""
 
 
@@ -313,6 +314,7 @@ def test_sigterm_releases_the_running_shard_and_the_one_ahead(job, tmp_path):
         copy_runner(),
         WorkerSettings(max_retries=1, wait_for_completion=False, **LEASE),
         clock=FakeClock(),
+        drive_keeper=keeper_in_loop,
     )
     assert summary.complete, "both taken over at once, without a TTL"
 

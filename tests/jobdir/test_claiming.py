@@ -11,13 +11,12 @@ from pathlib import Path
 import pytest
 
 from data_juicer_elastic.coordination.stragglers import ClaimGate
-from data_juicer_elastic.jobdir import claiming, leases
+from data_juicer_elastic.jobdir import claiming, heartbeats, task_queue
 from data_juicer_elastic.jobdir.claiming import MAX_JUMPS, ClaimCursor
 from data_juicer_elastic.jobdir.layout import JobLayout
 from data_juicer_elastic.jobdir.manifest import load_manifest
 from data_juicer_elastic.jobdir.records import ShardResult, TakeoverReason
-from data_juicer_elastic.jobdir.worker_loop import run_worker
-from data_juicer_elastic.jobdir.worker_settings import WorkerSettings
+from data_juicer_elastic.jobdir.worker import WorkerSettings, keeper_in_loop, run_worker
 from data_juicer_elastic.shards.prepare import prepare_job
 from data_juicer_elastic.sharedfs import fault_seam, fsio
 
@@ -111,10 +110,10 @@ def _mid_job(tmp_path: Path, shards: int) -> Path:
         fsio.write_new(layout.done(entry.shard_id), result.encode(), durable=False)
     peer = identity("peer", boot_id="elsewhere")
     for entry in manifest.shards[half + 1 : half + 4]:
-        claim = leases.publish_claim(
-            layout, leases.read_lease(layout, entry.shard_id), peer, "p-1", TakeoverReason.FIRST
+        claim = task_queue.publish_claim(
+            layout, task_queue.read_lease(layout, entry.shard_id), peer, "p-1", TakeoverReason.FIRST
         )
-        leases.write_heartbeat(layout, claim, 1)
+        heartbeats.write_heartbeat(layout, claim, 1)
     return job
 
 
@@ -187,8 +186,10 @@ def test_a_held_shard_is_reread_only_when_it_could_be_stale_then_taken_over(tmp_
     layout = JobLayout(job)
     held = "part-00002-of-00008"
     ghost = identity("ghost", boot_id="elsewhere")
-    leases.write_heartbeat(
-        layout, leases.publish_claim(layout, leases.read_lease(layout, held), ghost, "g-1", TakeoverReason.FIRST), 1
+    heartbeats.write_heartbeat(
+        layout,
+        task_queue.publish_claim(layout, task_queue.read_lease(layout, held), ghost, "g-1", TakeoverReason.FIRST),
+        1,
     )
     lease_reads: list[float] = []
 
@@ -208,13 +209,14 @@ def test_a_held_shard_is_reread_only_when_it_could_be_stale_then_taken_over(tmp_
             slow_runner,
             WorkerSettings(ttl_secs=60.0, heartbeat_secs=10.0, max_retries=3, poll_interval_secs=1.0),
             clock=clock,
+            drive_keeper=keeper_in_loop,
             sleep=clock.advance,
             claim_rng=random.Random(0),
         )
     finally:
         fault_seam.set_fault_hook(None)
     assert summary.complete and summary.claimed == 8
-    view = leases.read_lease(layout, held)
+    view = task_queue.read_lease(layout, held)
     assert view.generation == 2 and view.claim.takeover_reason == TakeoverReason.STALE
     # First sight, then nothing until a TTL had passed on our clock, then the takeover
     # (the takeover's own read of the new generation is the last one).

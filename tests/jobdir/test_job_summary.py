@@ -14,8 +14,7 @@ from pathlib import Path
 import pytest
 
 from data_juicer_elastic.coordination.stragglers import ClaimGate
-from data_juicer_elastic.jobdir import claiming, leases, progress
-from data_juicer_elastic.jobdir.heartbeats import StalenessObserver
+from data_juicer_elastic.jobdir import claiming, heartbeats, task_queue
 from data_juicer_elastic.jobdir.job_summary import (
     PaceWriter,
     SummaryReader,
@@ -30,8 +29,7 @@ from data_juicer_elastic.jobdir.layout import ROLE_TASK, JobLayout
 from data_juicer_elastic.jobdir.manifest import load_manifest
 from data_juicer_elastic.jobdir.records import ShardResult, TakeoverReason, record_checksum
 from data_juicer_elastic.jobdir.roles import SILENT_INTERVALS, SummaryKeeper
-from data_juicer_elastic.jobdir.worker_loop import run_worker
-from data_juicer_elastic.jobdir.worker_settings import WorkerSettings
+from data_juicer_elastic.jobdir.worker import WorkerSettings, run_worker
 from data_juicer_elastic.shards.prepare import prepare_job
 from data_juicer_elastic.sharedfs import fault_seam, fsio
 
@@ -73,10 +71,10 @@ def _job(tmp_path: Path, shards: int, *, done: int = 0, held: int = 0, name: str
     peers = []
     for k, entry in enumerate(manifest.shards[done : done + held]):
         peer = identity(f"peer-{k}", pid=50_000 + k, hostname=f"host-{k}", boot_id=f"boot-{k}")
-        claim = leases.publish_claim(
-            layout, leases.read_lease(layout, entry.shard_id), peer, f"p-{k}", TakeoverReason.FIRST
+        claim = task_queue.publish_claim(
+            layout, task_queue.read_lease(layout, entry.shard_id), peer, f"p-{k}", TakeoverReason.FIRST
         )
-        leases.write_heartbeat(layout, claim, 1)
+        heartbeats.write_heartbeat(layout, claim, 1)
         pace = PaceWriter(layout, peer)
         pace.holding(claim.shard_id, claim.generation, claim.attempt_id)
         pace.flush()
@@ -108,10 +106,8 @@ def seen_advancing(reader, keeper):
 
 def _claimer(layout, manifest, clock, *, summary=True, node="idle", pid=30_000):
     reader = SummaryReader(layout, manifest, ttl_secs=TTL, clock=clock, min_interval=0.0) if summary else None
-    return claiming.Claimer(
-        layout, manifest, identity(node, pid=pid), StalenessObserver(TTL, clock), max_retries=3,
-        rng=random.Random(3), summary_reader=reader,
-    )  # fmt: skip
+    queue = task_queue.TaskQueue(layout, identity(node, pid=pid), ttl_secs=TTL, clock=clock, max_retries=3)
+    return claiming.Claimer(queue, manifest, rng=random.Random(3), summary_reader=reader)
 
 
 def test_the_summary_matches_the_job_directory(tmp_path, clock):
@@ -167,7 +163,7 @@ def test_a_stale_candidate_is_taken_over_only_while_its_heartbeat_is_the_one_the
     summary = read_summary(layout, manifest)
     assert [c.stale for c in summary.live] == [True]
     # the holder renews just before the taker reads: its token changed, no takeover
-    leases.write_heartbeat(layout, claim, 2)
+    heartbeats.write_heartbeat(layout, claim, 2)
     got, finished = taker.claim_next()
     assert got is None and not finished
     # the holder is gone for good: the next round watches the new value for a TTL, then vouches
@@ -178,7 +174,7 @@ def test_a_stale_candidate_is_taken_over_only_while_its_heartbeat_is_the_one_the
     keeper.tick()
     got, _ = fresh_taker.claim_next()
     assert got is not None and got[1].generation == 2 and got[1].takeover_reason == TakeoverReason.STALE
-    assert leases.read_lease(layout, claim.shard_id).generation == 2
+    assert task_queue.read_lease(layout, claim.shard_id).generation == 2
 
 
 def test_a_summary_never_seen_to_advance_is_not_trusted(tmp_path, clock):
@@ -186,7 +182,7 @@ def test_a_summary_never_seen_to_advance_is_not_trusted(tmp_path, clock):
     live-looking claim: a new reader walks instead, and finds the shard released."""
     job, layout, manifest, peers = _job(tmp_path, 3, done=2, held=1)
     _keeper(layout, manifest, clock).tick()
-    leases.release_claim(layout, peers[0][1], leases.ReleaseReason.SIGNAL)
+    task_queue.release_claim(layout, peers[0][1], task_queue.ReleaseReason.SIGNAL)
     claimer = _claimer(layout, manifest, clock)
     got, _ = claimer.claim_next()
     assert claimer.summary.view() is None
@@ -308,7 +304,7 @@ def test_an_old_summary_is_trusted_only_for_a_while(tmp_path, clock):
     claimer = _claimer(layout, manifest, clock)
     seen_advancing(claimer.summary, keeper)
     assert claimer.claim_next() == (None, False)  # held, says the summary (truly, this time)
-    leases.release_claim(layout, peers[0][1], leases.ReleaseReason.SIGNAL)  # the holder gave it back
+    task_queue.release_claim(layout, peers[0][1], task_queue.ReleaseReason.SIGNAL)  # the holder gave it back
     layout.summary.write_bytes(old_summary)
     layout.summary_brief.write_bytes(old_brief)  # the whole round, the brief its seq names included
     layout.summary_seq.write_bytes(old_seq.replace(b'"1.1"', b'"9.9"'))
@@ -333,15 +329,15 @@ def test_a_silent_writer_is_replaced_and_a_writer_that_lost_its_lease_stops(tmp_
     clock.advance(TTL)
     b.tick()
     assert b.writing and read_summary(layout, manifest).seq == "2.1"
-    lease = leases.read_lease(layout.summary_lease, ROLE_TASK)
+    lease = task_queue.read_lease(layout.summary_lease, ROLE_TASK)
     assert lease.generation == 2 and lease.claim.takeover_reason == TakeoverReason.STALE
     a.tick()  # a wakes up: its lease is overdue and a newer generation exists; it writes nothing
     assert not a.writing and read_summary(layout, manifest).seq == "2.1"
     # two writers at once: c takes the lease over while b still writes; b stops at its next round
     c = _keeper(layout, manifest, clock, "c", 43_000)
-    view = leases.read_lease(layout.summary_lease, ROLE_TASK)
-    c.role.claim = leases.publish_claim(layout.summary_lease, view, c.identity, "c-1", TakeoverReason.STALE)
-    c.role.heartbeater = leases.Heartbeater(
+    view = task_queue.read_lease(layout.summary_lease, ROLE_TASK)
+    c.role.claim = task_queue.publish_claim(layout.summary_lease, view, c.identity, "c-1", TakeoverReason.STALE)
+    c.role.heartbeater = heartbeats.Heartbeater(
         layout.summary_lease, c.role.claim, heartbeat_secs=BEAT, ttl_secs=TTL, clock=clock
     )
     c.role.heartbeater.beat()
@@ -357,7 +353,7 @@ def test_a_leaving_writer_releases_its_lease_and_the_next_writes_at_once(tmp_pat
     a.tick()
     b.tick()  # b reads the summary all along
     a.stop()
-    assert leases.read_lease(layout.summary_lease, ROLE_TASK).release.reason == "left"
+    assert task_queue.read_lease(layout.summary_lease, ROLE_TASK).release.reason == "left"
     b.tick()  # a's last round: the summary still advanced
     assert not b.writing
     clock.advance(SILENT_INTERVALS * b.interval_secs)
@@ -463,7 +459,9 @@ def test_a_worker_stops_probing_when_the_summary_is_behind(tmp_path, clock, monk
     seen_advancing(claimer.summary, keeper)
     late = identity("late", pid=51_000, hostname="host-late", boot_id="boot-late")
     for entry in manifest.shards[2:]:  # claimed after the summary, by a process without a pace record yet
-        leases.publish_claim(layout, leases.read_lease(layout, entry.shard_id), late, "l-1", TakeoverReason.FIRST)
+        task_queue.publish_claim(
+            layout, task_queue.read_lease(layout, entry.shard_id), late, "l-1", TakeoverReason.FIRST
+        )
     probed = []
     original = claimer._probe
     monkeypatch.setattr(claimer, "_probe", lambda entry, vouched=None: probed.append(entry) or original(entry, vouched))
@@ -532,8 +530,10 @@ def test_the_live_line_counts_done_and_failed_shards_from_the_summary_without_a_
     refresh()
     assert len(display.done) == 5, "the summary's round is not written yet: the line waits for it"
     mine = manifest.shards[13].shard_id  # this process's own attempt: its result shows at once
-    claim = leases.publish_claim(layout, leases.read_lease(layout, mine), identity("me", pid=31_000), "m-1", "none")
-    tracker = progress.ProgressTracker(layout, claim, 1)
+    claim = task_queue.publish_claim(
+        layout, task_queue.read_lease(layout, mine), identity("me", pid=31_000), "m-1", "none"
+    )
+    tracker = heartbeats.ProgressTracker(layout, claim, 1)
     display.attach(tracker)
     tracker.finish()
     result = ShardResult(mine, "me", 1, "m-1", 1, 1, "0" * 64, "x", 1, "0", 1.0)
@@ -559,9 +559,9 @@ def test_the_report_shows_an_attempt_claimed_since_the_summary_as_running(tmp_pa
     _keeper(layout, manifest, clock).tick()
     peer = identity("late", pid=51_000, hostname="host-late", boot_id="boot-late")
     shard = manifest.shards[1].shard_id
-    claim = leases.publish_claim(layout, leases.read_lease(layout, shard), peer, "late-1", TakeoverReason.FIRST)
+    claim = task_queue.publish_claim(layout, task_queue.read_lease(layout, shard), peer, "late-1", TakeoverReason.FIRST)
     attempts.open_attempt(layout, claim, peer)
-    leases.write_heartbeat(layout, claim, 1)
+    heartbeats.write_heartbeat(layout, claim, 1)
     status = read_view(job).snapshot
     assert status.from_summary and status.shards[1].state is ShardState.PENDING
     attempt = next(a for a in gather(job).attempts if a.attempt_id == "late-1")

@@ -7,7 +7,7 @@ import time
 
 import pytest
 
-from data_juicer_elastic.jobdir import leases
+from data_juicer_elastic.jobdir import heartbeats, task_queue
 from data_juicer_elastic.jobdir.layout import JobLayout, shard_id
 from data_juicer_elastic.jobdir.records import Claim, Failure, TakeoverReason
 from data_juicer_elastic.sharedfs import fault_seam, fsio
@@ -19,19 +19,19 @@ TTL = 60.0
 
 
 def claim(layout, who, reason=None):
-    view = leases.read_lease(layout, SHARD)
-    return leases.publish_claim(layout, view, who, who.new_attempt_id(), reason or TakeoverReason.FIRST)
+    view = task_queue.read_lease(layout, SHARD)
+    return task_queue.publish_claim(layout, view, who, who.new_attempt_id(), reason or TakeoverReason.FIRST)
 
 
 def test_first_claim_wins_and_a_second_for_the_same_generation_loses(job):
     layout = JobLayout(job)
     a, b = identity("a"), identity("b")
-    view = leases.read_lease(layout, SHARD)
+    view = task_queue.read_lease(layout, SHARD)
     assert view.generation == 0
-    won = leases.publish_claim(layout, view, a, a.new_attempt_id(), TakeoverReason.FIRST)
-    lost = leases.publish_claim(layout, view, b, b.new_attempt_id(), TakeoverReason.FIRST)
+    won = task_queue.publish_claim(layout, view, a, a.new_attempt_id(), TakeoverReason.FIRST)
+    lost = task_queue.publish_claim(layout, view, b, b.new_attempt_id(), TakeoverReason.FIRST)
     assert won is not None and won.generation == 1 and lost is None
-    after = leases.read_lease(layout, SHARD)
+    after = task_queue.read_lease(layout, SHARD)
     assert after.generation == 1 and after.claim == won
 
 
@@ -39,65 +39,68 @@ def test_held_claim_is_not_claimable_until_ttl_on_the_observers_clock(job, clock
     layout = JobLayout(job)
     holder, me = identity("holder"), identity("me")
     c = claim(layout, holder)
-    leases.write_heartbeat(layout, c, 1)
-    observer = leases.StalenessObserver(TTL, clock)
-    view = lambda: leases.read_lease(layout, SHARD)  # noqa: E731
-    assert leases.takeover_reason(view(), me, observer) is None
+    heartbeats.write_heartbeat(layout, c, 1)
+    observer = task_queue.StalenessObserver(TTL, clock)
+    view = lambda: task_queue.read_lease(layout, SHARD)  # noqa: E731
+    assert task_queue.takeover_reason(view(), me, observer) is None
     clock.advance(TTL - 1)
-    assert leases.takeover_reason(view(), me, observer) is None, "no premature takeover"
-    leases.write_heartbeat(layout, c, 2)  # the holder is alive: the value changed
-    assert leases.takeover_reason(view(), me, observer) is None  # first seen now
+    assert task_queue.takeover_reason(view(), me, observer) is None, "no premature takeover"
+    heartbeats.write_heartbeat(layout, c, 2)  # the holder is alive: the value changed
+    assert task_queue.takeover_reason(view(), me, observer) is None  # first seen now
     clock.advance(TTL - 1)
-    assert leases.takeover_reason(view(), me, observer) is None
+    assert task_queue.takeover_reason(view(), me, observer) is None
     clock.advance(1)
-    assert leases.takeover_reason(view(), me, observer) == TakeoverReason.STALE
-    taken = leases.publish_claim(layout, view(), me, me.new_attempt_id(), TakeoverReason.STALE)
+    assert task_queue.takeover_reason(view(), me, observer) == TakeoverReason.STALE
+    taken = task_queue.publish_claim(layout, view(), me, me.new_attempt_id(), TakeoverReason.STALE)
     assert taken.generation == 2 and taken.takeover_of == 1 and taken.takeover_reason == "stale"
 
 
 def test_fresh_observer_waits_a_full_ttl_even_for_an_old_claim(job):
     layout = JobLayout(job)
     c = claim(layout, identity("holder"))
-    leases.write_heartbeat(layout, c, 1)
+    heartbeats.write_heartbeat(layout, c, 1)
     old_observer_clock, new_clock = FakeClock(0), FakeClock(5_000_000)  # wildly different clocks
-    old = leases.StalenessObserver(TTL, old_observer_clock)
-    old.observe(leases.read_lease(layout, SHARD))
+    old = task_queue.StalenessObserver(TTL, old_observer_clock)
+    old.observe(task_queue.read_lease(layout, SHARD))
     old_observer_clock.advance(TTL)
-    assert old.is_stale(leases.read_lease(layout, SHARD))
-    fresh = leases.StalenessObserver(TTL, new_clock)
-    assert not fresh.is_stale(leases.read_lease(layout, SHARD))
+    assert old.is_stale(task_queue.read_lease(layout, SHARD))
+    fresh = task_queue.StalenessObserver(TTL, new_clock)
+    assert not fresh.is_stale(task_queue.read_lease(layout, SHARD))
     new_clock.advance(TTL / 2)
-    assert not fresh.is_stale(leases.read_lease(layout, SHARD))
+    assert not fresh.is_stale(task_queue.read_lease(layout, SHARD))
     new_clock.advance(TTL / 2)
-    assert fresh.is_stale(leases.read_lease(layout, SHARD))
+    assert fresh.is_stale(task_queue.read_lease(layout, SHARD))
 
 
 def test_claim_without_heartbeat_or_with_corrupt_claim_goes_stale_after_ttl(job, clock):
     layout = JobLayout(job)
     claim(layout, identity("holder"))
     layout.claim(SHARD, 1).write_bytes(b'{"format": "dj-elastic/claim", "vers')  # torn
-    observer = leases.StalenessObserver(TTL, clock)
-    view = leases.read_lease(layout, SHARD)
+    observer = task_queue.StalenessObserver(TTL, clock)
+    view = task_queue.read_lease(layout, SHARD)
     assert view.claim is None and view.claim_error
-    assert leases.takeover_reason(view, identity("me"), observer) is None
+    assert task_queue.takeover_reason(view, identity("me"), observer) is None
     clock.advance(TTL)
-    assert leases.takeover_reason(leases.read_lease(layout, SHARD), identity("me"), observer) == TakeoverReason.STALE
+    assert (
+        task_queue.takeover_reason(task_queue.read_lease(layout, SHARD), identity("me"), observer)
+        == TakeoverReason.STALE
+    )
 
 
 def test_release_and_failure_records_make_a_generation_claimable_at_once(job, clock):
     layout = JobLayout(job)
     me = identity("me")
-    observer = leases.StalenessObserver(TTL, clock)
+    observer = task_queue.StalenessObserver(TTL, clock)
     c1 = claim(layout, identity("a"))
-    leases.release_claim(layout, c1, "signal")
-    assert leases.takeover_reason(leases.read_lease(layout, SHARD), me, observer) == TakeoverReason.RELEASED
+    task_queue.release_claim(layout, c1, "signal")
+    assert task_queue.takeover_reason(task_queue.read_lease(layout, SHARD), me, observer) == TakeoverReason.RELEASED
     c2 = claim(layout, me, TakeoverReason.RELEASED)
     assert c2.generation == 2
     failure = Failure(SHARD, 2, c2.attempt_id, "me", "h", 1, "boom", "E", "error", 0.0)
     layout.failure_dir(SHARD).mkdir(parents=True)
     assert fsio.publish_bytes(layout.failure(SHARD, 2), failure.encode())
-    assert leases.takeover_reason(leases.read_lease(layout, SHARD), me, observer) == TakeoverReason.FAILED
-    assert leases.release_claim(layout, c1, "signal"), "releasing twice is harmless"
+    assert task_queue.takeover_reason(task_queue.read_lease(layout, SHARD), me, observer) == TakeoverReason.FAILED
+    assert task_queue.release_claim(layout, c1, "signal"), "releasing twice is harmless"
 
 
 def _dead_pid() -> int:
@@ -113,21 +116,21 @@ def test_dead_pid_on_this_host_is_stale_immediately(job, clock):
         pytest.skip("no /proc pid namespace information")
     dead = identity("me", pid=_dead_pid())
     claim(layout, dead)
-    observer = leases.StalenessObserver(TTL, clock)
-    assert leases.takeover_reason(leases.read_lease(layout, SHARD), me, observer) == TakeoverReason.HOLDER_DEAD
+    observer = task_queue.StalenessObserver(TTL, clock)
+    assert task_queue.takeover_reason(task_queue.read_lease(layout, SHARD), me, observer) == TakeoverReason.HOLDER_DEAD
 
 
 def test_dead_pid_in_another_kernel_or_namespace_waits_for_ttl(job, clock):
     layout = JobLayout(job)
     me = identity("me")
     claim(layout, identity("x", pid=_dead_pid(), boot_id="another-boot"))
-    observer = leases.StalenessObserver(TTL, clock)
-    assert leases.takeover_reason(leases.read_lease(layout, SHARD), me, observer) is None
+    observer = task_queue.StalenessObserver(TTL, clock)
+    assert task_queue.takeover_reason(task_queue.read_lease(layout, SHARD), me, observer) is None
     layout2 = JobLayout(job)
     other = "part-00001-of-00004"
-    view = leases.read_lease(layout2, other)
-    leases.publish_claim(layout2, view, identity("x", pid=_dead_pid(), pid_namespace="pid:[1]"), "att-1", "none")
-    assert leases.takeover_reason(leases.read_lease(layout2, other), me, observer) is None
+    view = task_queue.read_lease(layout2, other)
+    task_queue.publish_claim(layout2, view, identity("x", pid=_dead_pid(), pid_namespace="pid:[1]"), "att-1", "none")
+    assert task_queue.takeover_reason(task_queue.read_lease(layout2, other), me, observer) is None
 
 
 def test_live_same_host_pid_is_not_taken_over(job, clock):
@@ -135,8 +138,8 @@ def test_live_same_host_pid_is_not_taken_over(job, clock):
     proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
     try:
         claim(layout, identity("peer", pid=proc.pid))
-        observer = leases.StalenessObserver(TTL, clock)
-        assert leases.takeover_reason(leases.read_lease(layout, SHARD), identity("me"), observer) is None
+        observer = task_queue.StalenessObserver(TTL, clock)
+        assert task_queue.takeover_reason(task_queue.read_lease(layout, SHARD), identity("me"), observer) is None
     finally:
         proc.kill()
         proc.wait()
@@ -145,10 +148,10 @@ def test_live_same_host_pid_is_not_taken_over(job, clock):
 def test_latest_generation_probes_past_a_stale_listing(job, monkeypatch):
     layout = JobLayout(job)
     claim(layout, identity("a"))
-    leases.release_claim(layout, leases.read_lease(layout, SHARD).claim, "finished")
+    task_queue.release_claim(layout, task_queue.read_lease(layout, SHARD).claim, "finished")
     claim(layout, identity("b"), TakeoverReason.RELEASED)
     monkeypatch.setattr(fsio, "list_names", lambda path: ["gen-000001.json"])  # cached, outdated listing
-    assert leases.latest_generation(layout, SHARD) == 2
+    assert task_queue.latest_generation(layout, SHARD) == 2
 
 
 def _race(args):
@@ -157,16 +160,16 @@ def _race(args):
     me = identity(node)
     wins = []
     for shard in shards:
-        view = leases.read_lease(layout, shard)
+        view = task_queue.read_lease(layout, shard)
         while view.generation < gen - 1:  # wait until the previous generation is visible
-            view = leases.read_lease(layout, shard)
+            view = task_queue.read_lease(layout, shard)
         if view.generation != gen - 1:
             continue
-        c = leases.publish_claim(layout, view, me, me.new_attempt_id(), "none")
+        c = task_queue.publish_claim(layout, view, me, me.new_attempt_id(), "none")
         if c is not None:
             wins.append((shard, c.generation))
             if gen == 1:
-                leases.release_claim(layout, c, "finished")
+                task_queue.release_claim(layout, c, "finished")
     return wins
 
 
@@ -183,8 +186,8 @@ def test_claims_are_exclusive_across_racing_processes(tmp_path, generation):
     if generation == 2:  # everyone races to take over released generation-1 claims
         layout = JobLayout(job)
         for shard in shards:
-            c = leases.publish_claim(layout, leases.read_lease(layout, shard), identity("first"), "a0", "none")
-            leases.release_claim(layout, c, "finished")
+            c = task_queue.publish_claim(layout, task_queue.read_lease(layout, shard), identity("first"), "a0", "none")
+            task_queue.release_claim(layout, c, "finished")
     ctx = multiprocessing.get_context("fork")
     with ctx.Pool(6) as pool:
         results = pool.map(_race, [(job, f"node-{i}", shards, generation) for i in range(6)])
@@ -200,10 +203,10 @@ def test_claims_are_exclusive_across_racing_processes(tmp_path, generation):
 def test_heartbeater_renews_and_loses_on_newer_generation(job, clock):
     layout = JobLayout(job)
     c = claim(layout, identity("a"))
-    hb = leases.Heartbeater(layout, c, heartbeat_secs=10, ttl_secs=TTL, clock=clock)
+    hb = heartbeats.Heartbeater(layout, c, heartbeat_secs=10, ttl_secs=TTL, clock=clock)
     assert hb.beat() and hb.beat()
-    assert leases.read_lease(layout, SHARD).heartbeat.seq == 2
-    leases.release_claim(layout, c, "signal")
+    assert task_queue.read_lease(layout, SHARD).heartbeat.seq == 2
+    task_queue.release_claim(layout, c, "signal")
     claim(layout, identity("b"), TakeoverReason.RELEASED)
     assert not hb.beat() and hb.lost.is_set() and "newer generation" in hb.lost_reason
 
@@ -211,7 +214,7 @@ def test_heartbeater_renews_and_loses_on_newer_generation(job, clock):
 def test_heartbeater_self_fences_after_ttl_minus_two_heartbeats(job, clock):
     layout = JobLayout(job)
     c = claim(layout, identity("a"))
-    hb = leases.Heartbeater(layout, c, heartbeat_secs=10, ttl_secs=TTL, clock=clock)
+    hb = heartbeats.Heartbeater(layout, c, heartbeat_secs=10, ttl_secs=TTL, clock=clock)
     assert hb.beat()
 
     def failing(op, path):
@@ -231,12 +234,12 @@ def test_heartbeater_self_fences_after_ttl_minus_two_heartbeats(job, clock):
 def test_heartbeater_thread_keeps_the_seq_moving(job):
     layout = JobLayout(job)
     c = claim(layout, identity("a"))
-    heartbeater = leases.Heartbeater(layout, c, heartbeat_secs=0.02, ttl_secs=1.0)
+    heartbeater = heartbeats.Heartbeater(layout, c, heartbeat_secs=0.02, ttl_secs=1.0)
     heartbeater.start()
     time.sleep(0.5)
     heartbeater.stop()
-    seq = leases.read_lease(layout, SHARD).heartbeat.seq
+    seq = task_queue.read_lease(layout, SHARD).heartbeat.seq
     assert seq >= 3
     with pytest.raises(ValueError):
-        leases.Heartbeater(layout, c, heartbeat_secs=0.6, ttl_secs=1.0)
+        heartbeats.Heartbeater(layout, c, heartbeat_secs=0.6, ttl_secs=1.0)
     assert isinstance(c, Claim)

@@ -10,12 +10,11 @@ import threading
 
 import pytest
 
-from data_juicer_elastic.jobdir import claiming, failures, leases, liveness, progress
+from data_juicer_elastic.jobdir import claiming, heartbeats, task_queue
 from data_juicer_elastic.jobdir.layout import JobLayout
 from data_juicer_elastic.jobdir.manifest import load_manifest
 from data_juicer_elastic.jobdir.records import Failure, TakeoverReason
-from data_juicer_elastic.jobdir.worker_loop import run_worker
-from data_juicer_elastic.jobdir.worker_settings import WorkerSettings
+from data_juicer_elastic.jobdir.worker import WorkerSettings, run_worker
 
 from .conftest import copy_runner, identity
 
@@ -23,7 +22,7 @@ SHARD = "part-00000-of-00004"
 
 
 def test_signs_of_life_only_count_while_armed(clock):
-    alive = liveness.Liveness(10.0, clock)
+    alive = heartbeats.Liveness(10.0, clock)
     clock.advance(100)
     assert not alive.is_stalled(), "not armed: publishing and claiming are not the runtime's"
     with alive.armed():
@@ -44,13 +43,13 @@ def test_renewal_stops_exactly_when_the_quiet_period_exceeds_the_timeout(job, cl
     rng = random.Random(seed)
     layout = JobLayout(job)
     me = identity("me")
-    claim = leases.publish_claim(
-        layout, leases.read_lease(layout, SHARD), me, me.new_attempt_id(), TakeoverReason.FIRST
+    claim = task_queue.publish_claim(
+        layout, task_queue.read_lease(layout, SHARD), me, me.new_attempt_id(), TakeoverReason.FIRST
     )
     stall, given_up, restarted = 8.0, [], []
-    alive = liveness.Liveness(stall, clock)
+    alive = heartbeats.Liveness(stall, clock)
     alive.when_stalled(lambda: restarted.append(clock.now))
-    beats = leases.Heartbeater(
+    beats = heartbeats.Heartbeater(
         layout, claim, heartbeat_secs=1.0, ttl_secs=30.0, clock=clock, liveness=alive, on_stall=given_up.append
     )
     last_sign = clock.now
@@ -78,7 +77,7 @@ def _stalling_runner(proceed: threading.Event):
     """A runner whose attempt stops showing life until its stall callback 'restarts' it."""
 
     def run(task):
-        alive = progress.current().liveness
+        alive = heartbeats.current().liveness
         alive.when_stalled(proceed.set)
         if not proceed.wait(30):
             raise AssertionError("the stall was never declared")
@@ -105,9 +104,9 @@ def test_a_stalled_attempt_is_given_up_as_a_death_and_the_shard_runs_again(job):
     )
     assert stalled.lost == 1 and stalled.failed == 0
     layout = JobLayout(job)
-    (failure,) = failures.list_failures(layout, SHARD)
+    (failure,) = task_queue.list_failures(layout, SHARD)
     assert failure.exit_reason == "stalled" and failure.error_type == "ShardStalled"
-    assert leases.read_lease(layout, SHARD).release.reason == "stalled", "released at once, not left to expire"
+    assert task_queue.read_lease(layout, SHARD).release.reason == "stalled", "released at once, not left to expire"
     # max_retries=0 does not apply to a death: the next worker takes the shard at once and finishes the job
     summary = run_worker(
         job,
@@ -139,7 +138,7 @@ def test_deaths_and_execution_failures_have_budgets_of_their_own(job, seed):
     for generation, reason in enumerate(reasons, 1):
         errors = sum(r == "error" for r in reasons[:generation])
         deaths = generation - errors
-        outcome = failures.record_failure(
+        outcome = task_queue.record_failure(
             layout, None, shard_id=SHARD, generation=generation, error="boom", error_type="E", exit_reason=reason,
             max_retries=max_retries, reporter=identity(), max_holder_deaths=max_deaths,
         )  # fmt: skip
@@ -148,7 +147,7 @@ def test_deaths_and_execution_failures_have_budgets_of_their_own(job, seed):
         if exhausted:
             assert outcome.terminal.max_holder_deaths == max_deaths
             break
-    unlimited = failures.publish_terminal_if_exhausted(
+    unlimited = task_queue.publish_terminal_if_exhausted(
         layout, "part-00001-of-00004", 0, [_failure(g, "holder-dead") for g in range(1, 50)], None
     )
     assert unlimited is None, "without a death budget, deaths never fail a shard"
@@ -179,14 +178,14 @@ def test_workers_joining_a_job_under_way_start_at_a_random_shard_only_when_asked
 
     def start(seed: int, random_start: bool) -> int:
         claimer = claiming.Claimer(
-            layout, manifest, identity(), leases.StalenessObserver(60.0), max_retries=0,
+            task_queue.TaskQueue(layout, identity(), ttl_secs=60.0), manifest,
             rng=random.Random(seed), random_start=random_start,
         )  # fmt: skip
         return claimer.cursor.position
 
     assert {start(seed, False) for seed in range(20)} == {0}, "one worker alone claims in manifest order"
     assert {start(seed, True) for seed in range(20)} == {0}, "the first worker of a job starts at the first shard"
-    first = claiming.Claimer(layout, manifest, identity(), leases.StalenessObserver(60.0), max_retries=0)
+    first = claiming.Claimer(task_queue.TaskQueue(layout, identity(), ttl_secs=60.0), manifest)
     claimed, _ = first.claim_next()
     assert claimed is not None  # now the job is under way: a joining worker starts at random
     assert len({start(seed, True) for seed in range(20)}) > 1

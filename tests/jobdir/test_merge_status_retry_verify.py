@@ -5,14 +5,13 @@ import json
 import pytest
 
 from data_juicer_elastic.errors import ConfigError, IntegrityError, JobDirError, OutputExistsError
-from data_juicer_elastic.jobdir import leases
+from data_juicer_elastic.jobdir import heartbeats, task_queue
 from data_juicer_elastic.jobdir.exports import MergeRecord
 from data_juicer_elastic.jobdir.layout import JobLayout
 from data_juicer_elastic.jobdir.manifest import load_manifest
 from data_juicer_elastic.jobdir.retry import retry_shards
 from data_juicer_elastic.jobdir.shard_state import ShardState, observe_state
-from data_juicer_elastic.jobdir.worker_loop import run_worker
-from data_juicer_elastic.jobdir.worker_settings import WorkerSettings
+from data_juicer_elastic.jobdir.worker import WorkerSettings, run_worker
 from data_juicer_elastic.shards.merge import merge_job
 from data_juicer_elastic.shards.verify import verify_job
 from data_juicer_elastic.sharedfs.identity import WorkerIdentity
@@ -111,8 +110,10 @@ def test_status_counts_rows_and_json_schema(job):
     assert snap.counts[ShardState.PENDING] == 4 and snap.rows_done == 0 and snap.rows_total == 40
     run_worker(job, identity("w"), _fail_bad, WorkerSettings(max_retries=0, max_shards=3, **LEASE))
     running = "part-00003-of-00004"
-    c = leases.publish_claim(layout, leases.read_lease(layout, running), identity("peer", boot_id="x"), "p", "none")
-    leases.write_heartbeat(layout, c, 1)
+    c = task_queue.publish_claim(
+        layout, task_queue.read_lease(layout, running), identity("peer", boot_id="x"), "p", "none"
+    )
+    heartbeats.write_heartbeat(layout, c, 1)
     snap = snapshot(job)
     states = {s.shard_id: s.state for s in snap.shards}
     assert states[BAD] is ShardState.FAILED and states[running] is ShardState.RUNNING
@@ -130,9 +131,11 @@ def test_status_counts_rows_and_json_schema(job):
 def test_status_with_an_observer_reports_stale_only_after_ttl(job, clock):
     layout = JobLayout(job)
     shard = "part-00000-of-00004"
-    c = leases.publish_claim(layout, leases.read_lease(layout, shard), identity("peer", boot_id="x"), "p", "none")
-    leases.write_heartbeat(layout, c, 1)
-    observer = leases.StalenessObserver(10, clock)
+    c = task_queue.publish_claim(
+        layout, task_queue.read_lease(layout, shard), identity("peer", boot_id="x"), "p", "none"
+    )
+    heartbeats.write_heartbeat(layout, c, 1)
+    observer = task_queue.StalenessObserver(10, clock)
     assert snapshot(job, observer=observer).shards[0].state is ShardState.RUNNING
     clock.advance(10)
     assert snapshot(job, observer=observer).shards[0].state is ShardState.STALE
@@ -229,13 +232,15 @@ def test_settles_view_of_each_shard_is_the_status_snapshots(job, clock):
     )  # 0, 1 done; BAD failed
     manifest = load_manifest(job)
     for shard in ("part-00003-of-00004",):
-        c = leases.publish_claim(layout, leases.read_lease(layout, shard), identity("peer", boot_id="x"), "p", "none")
-        leases.write_heartbeat(layout, c, 1)
+        c = task_queue.publish_claim(
+            layout, task_queue.read_lease(layout, shard), identity("peer", boot_id="x"), "p", "none"
+        )
+        heartbeats.write_heartbeat(layout, c, 1)
     me = WorkerIdentity.current()
     seen = set()
     for advance in (0, 10):
         clock.advance(advance)
-        watcher, status_watcher = leases.StalenessObserver(10, clock), leases.StalenessObserver(10, clock)
+        watcher, status_watcher = task_queue.StalenessObserver(10, clock), task_queue.StalenessObserver(10, clock)
         for _ in range(2):  # the second look is after the first: both observers saw the same values
             observed = [observe_state(layout, e.shard_id, watcher, me) for e in manifest.shards]
             shown = [s.state for s in snapshot(job, observer=status_watcher).shards]

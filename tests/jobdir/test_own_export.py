@@ -13,8 +13,7 @@ from data_juicer_elastic.jobdir import retry
 from data_juicer_elastic.jobdir.layout import JobLayout
 from data_juicer_elastic.jobdir.manifest import load_manifest
 from data_juicer_elastic.jobdir.retry import change_path, job_code, latest_change, record_change, retry_shards
-from data_juicer_elastic.jobdir.worker_loop import run_worker
-from data_juicer_elastic.jobdir.worker_settings import WorkerSettings
+from data_juicer_elastic.jobdir.worker import WorkerSettings, run_worker
 from data_juicer_elastic.shards.merge import merge_job
 from data_juicer_elastic.sharedfs import fsio
 

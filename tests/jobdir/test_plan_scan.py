@@ -21,8 +21,7 @@ from data_juicer_elastic.errors import ConfigError, InputChangedError, InputErro
 from data_juicer_elastic.jobdir.layout import JobLayout
 from data_juicer_elastic.jobdir.manifest import compose_manifest, load_manifest, load_plan, locate_shard
 from data_juicer_elastic.jobdir.shard_state import read_scans
-from data_juicer_elastic.jobdir.worker_loop import run_worker
-from data_juicer_elastic.jobdir.worker_settings import WorkerSettings
+from data_juicer_elastic.jobdir.worker import WorkerSettings, run_worker
 from data_juicer_elastic.rows.jsonl import NormaliseOptions, RowNormaliser
 from data_juicer_elastic.rows.shard_source import iter_content, iter_source_lines
 from data_juicer_elastic.shards import plan as planner

@@ -1,4 +1,4 @@
-"""Live progress records (jobdir/progress.py): bounded writes, bounded samples, strict parsing, the
+"""Live progress records (jobdir/heartbeats.py): bounded writes, bounded samples, strict parsing, the
 worker loop writing them on the heartbeat, and the Ray Data stage classification."""
 
 from __future__ import annotations
@@ -10,11 +10,10 @@ from types import SimpleNamespace
 import pytest
 
 from data_juicer_elastic.execution.progress_source import classify
-from data_juicer_elastic.jobdir import leases, progress
+from data_juicer_elastic.jobdir import heartbeats, task_queue
+from data_juicer_elastic.jobdir.attempts import ShardOutput
 from data_juicer_elastic.jobdir.layout import JobLayout
-from data_juicer_elastic.jobdir.tasks import ShardOutput
-from data_juicer_elastic.jobdir.worker_loop import run_worker
-from data_juicer_elastic.jobdir.worker_settings import WorkerSettings
+from data_juicer_elastic.jobdir.worker import WorkerSettings, run_worker
 from data_juicer_elastic.rows.shard_source import iter_source_lines
 from data_juicer_elastic.shards.prepare import prepare_job
 from data_juicer_elastic.sharedfs import fault_seam
@@ -26,9 +25,9 @@ SHARD = "part-00000-of-00001"
 
 def _tracker(tmp_path, clock=None):
     layout = JobLayout(tmp_path)
-    view = leases.read_lease(layout, SHARD)
-    claim = leases.publish_claim(layout, view, identity("n1"), "att-1", "none")
-    tracker = progress.ProgressTracker(layout, claim, 100, clock=clock or FakeClock())
+    view = task_queue.read_lease(layout, SHARD)
+    claim = task_queue.publish_claim(layout, view, identity("n1"), "att-1", "none")
+    tracker = heartbeats.ProgressTracker(layout, claim, 100, clock=clock or FakeClock())
     tracker.update(rows_read=0)  # nothing changes: still nothing to write
     assert not tracker.flush()
     layout.attempt_dir(SHARD, "att-1").mkdir(parents=True)
@@ -40,26 +39,26 @@ def test_writes_from_the_first_change_on_and_keeps_a_bounded_sample_history(tmp_
     clock = FakeClock(0.0)
     layout, tracker = _tracker(tmp_path, clock)
     assert not tracker.flush(), "nothing happened yet: the first heartbeat writes nothing"
-    assert progress.read_attempt_progress(layout, SHARD, "att-1") == (None, None)
-    tracker.set_stage(progress.Stage.PROCESSING, "MapBatches(x)")
+    assert heartbeats.read_attempt_progress(layout, SHARD, "att-1") == (None, None)
+    tracker.set_stage(heartbeats.Stage.PROCESSING, "MapBatches(x)")
     for k in range(1, 201):
         clock.advance(1.0)
         tracker.update(rows_read=k // 2, rows_written=k // 4, source="ray-data")
         tracker.flush()
     clock.advance(50.0)
     assert tracker.flush(), "no new rows, still written: elapsed_secs must stay current for rates"
-    record, error = progress.read_attempt_progress(layout, SHARD, "att-1")
+    record, error = heartbeats.read_attempt_progress(layout, SHARD, "att-1")
     assert error is None and record.stage == "processing" and record.operator == "MapBatches(x)"
     assert (record.rows_read, record.rows_written, record.rows_total) == (100, 50, 100)
     assert record.elapsed_secs == pytest.approx(250.0) and record.seq == 201
-    assert len(record.samples) <= progress.MAX_SAMPLES
+    assert len(record.samples) <= heartbeats.MAX_SAMPLES
     assert record.samples[0][0] == 1.0, "the first sample survives thinning"
     assert record.samples[-1] == [200.0, 100.0, 50.0], "a sample per change of the counts only"
     assert [s[0] for s in record.samples] == sorted(s[0] for s in record.samples)
     path = layout.attempt_progress(SHARD, "att-1")
     assert path.read_bytes().count(b"\n") == 1, "one compact line"
     tracker.finish()
-    assert progress.read_attempt_progress(layout, SHARD, "att-1")[0].stage == "finished"
+    assert heartbeats.read_attempt_progress(layout, SHARD, "att-1")[0].stage == "finished"
 
 
 def test_a_malformed_or_foreign_record_is_an_error_never_progress(tmp_path):
@@ -70,16 +69,16 @@ def test_a_malformed_or_foreign_record_is_an_error_never_progress(tmp_path):
     good = json.loads(path.read_text())
     for bad in (b"{", json.dumps({**good, "version": 2}).encode(), json.dumps({**good, "rows_read": "5"}).encode()):
         path.write_bytes(bad)
-        record, error = progress.read_attempt_progress(layout, SHARD, "att-1")
+        record, error = heartbeats.read_attempt_progress(layout, SHARD, "att-1")
         assert record is None and error
     path.write_text(json.dumps({**good, "attempt_id": "other"}))
-    assert progress.read_attempt_progress(layout, SHARD, "att-1")[0] is None
+    assert heartbeats.read_attempt_progress(layout, SHARD, "att-1")[0] is None
 
 
 def test_nothing_is_written_before_the_attempt_directory_is_ready(tmp_path):
     layout = JobLayout(tmp_path)
-    claim = leases.publish_claim(layout, leases.read_lease(layout, SHARD), identity(), "att-2", "none")
-    tracker = progress.ProgressTracker(layout, claim, 10)
+    claim = task_queue.publish_claim(layout, task_queue.read_lease(layout, SHARD), identity(), "att-2", "none")
+    tracker = heartbeats.ProgressTracker(layout, claim, 10)
     tracker.update(rows_read=3)
     tracker.finish()
     assert not layout.attempt_dir(SHARD, "att-2").exists(), "never creates a directory (planted links)"
@@ -108,9 +107,9 @@ def test_worker_loop_writes_progress_on_the_heartbeat_and_at_the_end(tmp_path):
     seen = []
 
     def runner(task):
-        tracker = progress.current()
+        tracker = heartbeats.current()
         seen.append(tracker)
-        tracker.set_stage(progress.Stage.PROCESSING, "MapBatches(slow)")
+        tracker.set_stage(heartbeats.Stage.PROCESSING, "MapBatches(slow)")
         tracker.update(rows_read=3, rows_written=2, source="test")
         deadline = time.monotonic() + 10
         path = JobLayout(job).attempt_progress(task.shard_id, task.attempt_id)
@@ -125,20 +124,20 @@ def test_worker_loop_writes_progress_on_the_heartbeat_and_at_the_end(tmp_path):
     summary = run_worker(
         job, identity(), runner, WorkerSettings(ttl_secs=2.0, heartbeat_secs=0.2, max_retries=0, poll_interval_secs=0.1)
     )
-    assert summary.done == 1 and seen[0] is not None and progress.current() is None
+    assert summary.done == 1 and seen[0] is not None and heartbeats.current() is None
     (attempt,) = (job / "attempts" / SHARD).iterdir()
-    record, _ = progress.read_attempt_progress(JobLayout(job), SHARD, attempt.name)
+    record, _ = heartbeats.read_attempt_progress(JobLayout(job), SHARD, attempt.name)
     assert record.stage == "finished" and record.rows_total == 8 and record.node_id == "node-a"
 
 
 @pytest.mark.parametrize(
     ("names", "stage"),
     [
-        (["ReadJSONStream->SplitBlocks(4)", "limit=1"], progress.Stage.LOADING),
-        (["ReadJSONStream->SplitBlocks(4)", "Project", "AggregateNumRows"], progress.Stage.LOADING),
+        (["ReadJSONStream->SplitBlocks(4)", "limit=1"], heartbeats.Stage.LOADING),
+        (["ReadJSONStream->SplitBlocks(4)", "Project", "AggregateNumRows"], heartbeats.Stage.LOADING),
         (["ReadJSONStream->SplitBlocks(4)", "MapBatches(process_batched)->MapBatches(filter_batch)"], "processing"),
-        (["ReadJSON->MapBatches(process_batched)"], progress.Stage.PROCESSING),
-        (["Write"], progress.Stage.EXPORTING),
+        (["ReadJSON->MapBatches(process_batched)"], heartbeats.Stage.PROCESSING),
+        (["Write"], heartbeats.Stage.EXPORTING),
     ],
 )
 def test_ray_data_executions_are_classified_by_their_operators(names, stage):
@@ -186,12 +185,12 @@ def test_rows_read_from_blocks_read_before_processing_move_block_by_block(tmp_pa
         op.finish(block, 20)
         sampler.sample()
         seen.append(tracker.current.rows_read)
-    assert tracker.current.stage == progress.Stage.PROCESSING and sampler.failures == 0
+    assert tracker.current.stage == heartbeats.Stage.PROCESSING and sampler.failures == 0
     assert seen == [0, 25, 25, 50, 50, 75, 75, 100], seen
     assert tracker.current.rows_written == 80
 
 
 def test_a_traversing_attempt_id_is_an_error_not_a_path(tmp_path):
     layout = JobLayout(tmp_path)
-    record, error = progress.read_attempt_progress(layout, SHARD, "../../../../tmp/evil")
+    record, error = heartbeats.read_attempt_progress(layout, SHARD, "../../../../tmp/evil")
     assert record is None and "invalid attempt id" in error

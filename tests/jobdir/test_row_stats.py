@@ -12,8 +12,7 @@ from data_juicer_elastic.errors import IntegrityError
 from data_juicer_elastic.execution.row_writer import ExportLayout
 from data_juicer_elastic.jobdir.records import ShardResult
 from data_juicer_elastic.jobdir.row_files import export_stats_path
-from data_juicer_elastic.jobdir.worker_loop import run_worker
-from data_juicer_elastic.jobdir.worker_settings import WorkerSettings
+from data_juicer_elastic.jobdir.worker import WorkerSettings, run_worker
 from data_juicer_elastic.shards.merge import merge_job
 from data_juicer_elastic.shards.prepare import prepare_job
 from data_juicer_elastic.shards.verify import verify_job

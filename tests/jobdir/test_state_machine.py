@@ -18,16 +18,15 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
 from data_juicer_elastic.errors import JobDirError
-from data_juicer_elastic.jobdir import attempts, failures, leases
+from data_juicer_elastic.jobdir import attempts, heartbeats, task_queue
+from data_juicer_elastic.jobdir.attempts import ShardOutput, ShardTask
 from data_juicer_elastic.jobdir.exports import MergeRecord
 from data_juicer_elastic.jobdir.layout import JobLayout
 from data_juicer_elastic.jobdir.manifest import load_manifest
 from data_juicer_elastic.jobdir.records import TakeoverReason
 from data_juicer_elastic.jobdir.retry import retry_shards
 from data_juicer_elastic.jobdir.shard_state import ShardState
-from data_juicer_elastic.jobdir.tasks import ShardOutput, ShardTask
-from data_juicer_elastic.jobdir.worker_loop import run_worker
-from data_juicer_elastic.jobdir.worker_settings import WorkerSettings
+from data_juicer_elastic.jobdir.worker import WorkerSettings, keeper_in_loop, run_worker
 from data_juicer_elastic.rows.shard_source import iter_source_lines
 from data_juicer_elastic.shards.merge import merge_job
 from data_juicer_elastic.shards.prepare import prepare_job
@@ -57,13 +56,13 @@ class Protocol(RuleBasedStateMachine):
         self.offsets = [0.0, 1e6, -3e5]
         self.observers = [self._observer(w) for w in range(WORKERS)]
         self.paused: set[int] = set()
-        self.held: dict[tuple[int, str], leases.Heartbeater] = {}  # what each worker believes it holds
+        self.held: dict[tuple[int, str], heartbeats.Heartbeater] = {}  # what each worker believes it holds
         self.won: set[tuple[str, int]] = set()
         self.accepted: dict[str, str] = {}  # shard -> attempt id whose result was accepted
         self.done_bytes: dict[str, bytes] = {}
 
-    def _observer(self, w: int) -> leases.StalenessObserver:
-        return leases.StalenessObserver(TTL, lambda off=self.offsets[w]: self.clock() + off)
+    def _observer(self, w: int) -> task_queue.StalenessObserver:
+        return task_queue.StalenessObserver(TTL, lambda off=self.offsets[w]: self.clock() + off)
 
     def teardown(self):
         shutil.rmtree(self.tmp, ignore_errors=True)
@@ -86,28 +85,28 @@ class Protocol(RuleBasedStateMachine):
     def _try_claim(self, w: int, shard: str) -> bool:
         if fsio.exists(self.layout.done(shard)) or fsio.exists(self.layout.failed(shard)):
             return False
-        if failures.publish_terminal_if_exhausted(self.layout, shard, MAX_RETRIES):
+        if task_queue.publish_terminal_if_exhausted(self.layout, shard, MAX_RETRIES):
             return False
-        view = leases.read_lease(self.layout, shard)
-        reason = leases.takeover_reason(view, self.workers[w], self.observers[w])
+        view = task_queue.read_lease(self.layout, shard)
+        reason = task_queue.takeover_reason(view, self.workers[w], self.observers[w])
         if reason is None:
             return False
         if reason == TakeoverReason.STALE:
-            outcome = failures.record_failure(
+            outcome = task_queue.record_failure(
                 self.layout, view.claim, shard_id=shard, generation=view.generation, error="stale",
                 error_type="LeaseExpired", exit_reason="lease-expired", max_retries=MAX_RETRIES,
                 reporter=self.workers[w],
             )  # fmt: skip
             if outcome.terminal:
                 return False
-        claim = leases.publish_claim(self.layout, view, self.workers[w], self.workers[w].new_attempt_id(), reason)
+        claim = task_queue.publish_claim(self.layout, view, self.workers[w], self.workers[w].new_attempt_id(), reason)
         if claim is None:
             return False
         event(f"claim: {reason}")
         assert (shard, claim.generation) not in self.won, "two winners for one generation"
         self.won.add((shard, claim.generation))
         attempts.open_attempt(self.layout, claim, self.workers[w])
-        hb = leases.Heartbeater(self.layout, claim, heartbeat_secs=HEARTBEAT, ttl_secs=TTL, clock=self.clock)
+        hb = heartbeats.Heartbeater(self.layout, claim, heartbeat_secs=HEARTBEAT, ttl_secs=TTL, clock=self.clock)
         hb.beat()
         self.held[(w, shard)] = hb
         return True
@@ -117,8 +116,8 @@ class Protocol(RuleBasedStateMachine):
         for w in range(WORKERS):
             if w not in self.paused:
                 for shard in self.manifest.shard_ids:
-                    view = leases.read_lease(self.layout, shard)
-                    leases.takeover_reason(view, self.workers[w], self.observers[w])
+                    view = task_queue.read_lease(self.layout, shard)
+                    task_queue.takeover_reason(view, self.workers[w], self.observers[w])
 
     @rule(dt=st.sampled_from([HEARTBEAT, TTL]))
     def time_passes(self, dt):
@@ -153,7 +152,7 @@ class Protocol(RuleBasedStateMachine):
         self._finish(data.draw(st.sampled_from(sorted(self.held))), skip_fence)
 
     def _zombies(self) -> list[tuple[int, str]]:
-        return sorted(k for k, hb in self.held.items() if leases.newer_generation_exists(self.layout, hb.claim))
+        return sorted(k for k, hb in self.held.items() if heartbeats.newer_generation_exists(self.layout, hb.claim))
 
     @precondition(lambda self: self._zombies())
     @rule(data=st.data(), skip_fence=st.booleans())
@@ -166,9 +165,9 @@ class Protocol(RuleBasedStateMachine):
         hb = self.held.pop(key)
         self.paused.discard(key[0])
         claim = hb.claim
-        if not skip_fence and (not hb.check() or leases.newer_generation_exists(self.layout, claim)):
+        if not skip_fence and (not hb.check() or heartbeats.newer_generation_exists(self.layout, claim)):
             event("abandoned (fenced)")
-            leases.release_claim(self.layout, claim, "abandoned")
+            task_queue.release_claim(self.layout, claim, "abandoned")
             return
         directory = self.layout.attempt_dir(claim.shard_id, claim.attempt_id)
         entry = self.manifest.shard(claim.shard_id)
@@ -182,7 +181,7 @@ class Protocol(RuleBasedStateMachine):
         if outcome.accepted:
             assert claim.shard_id not in self.accepted, "a second result was accepted"
             self.accepted[claim.shard_id] = claim.attempt_id
-        leases.release_claim(self.layout, claim, "finished")
+        task_queue.release_claim(self.layout, claim, "finished")
 
     @precondition(lambda self: self.held)
     @rule(data=st.data())
@@ -190,11 +189,11 @@ class Protocol(RuleBasedStateMachine):
         key = data.draw(st.sampled_from(sorted(self.held)))
         claim = self.held.pop(key).claim
         self.paused.discard(key[0])
-        failures.record_failure(
+        task_queue.record_failure(
             self.layout, claim, shard_id=claim.shard_id, generation=claim.generation, error="boom",
             error_type="ValueError", exit_reason="error", max_retries=MAX_RETRIES, reporter=self.workers[key[0]],
         )  # fmt: skip
-        leases.release_claim(self.layout, claim, "failed")
+        task_queue.release_claim(self.layout, claim, "failed")
 
     @precondition(lambda self: self.held)
     @rule(data=st.data(), release=st.booleans())
@@ -204,7 +203,7 @@ class Protocol(RuleBasedStateMachine):
         for key in [k for k in self.held if k[0] == w]:
             claim = self.held.pop(key).claim
             if release:
-                leases.release_claim(self.layout, claim, "signal")
+                task_queue.release_claim(self.layout, claim, "signal")
         self.paused.discard(w)
 
     @rule()
@@ -227,6 +226,7 @@ class Protocol(RuleBasedStateMachine):
                 ttl_secs=TTL, heartbeat_secs=HEARTBEAT, max_retries=MAX_RETRIES, poll_interval_secs=HEARTBEAT
             ),
             clock=self.clock,
+            drive_keeper=keeper_in_loop,
             sleep=self.clock.advance,
         )
         assert summary.stop_reason == "finished"
@@ -236,7 +236,7 @@ class Protocol(RuleBasedStateMachine):
             if result is not None and shard not in self.accepted:
                 assert result.node_id == "drain"
                 self.accepted[shard] = result.attempt_id
-            assert result is not None or failures.read_terminal(self.layout, shard)[0] is not None
+            assert result is not None or task_queue.read_terminal(self.layout, shard)[0] is not None
         self.merge()
 
     @rule(w=st.integers(0, WORKERS - 1))
@@ -260,7 +260,7 @@ class Protocol(RuleBasedStateMachine):
         """A torn or flipped lease file (crash mid-write on a filesystem without atomic rename):
         it must read as corrupt, never as a live claim or a fresh heartbeat."""
         shard = data.draw(st.sampled_from(self.manifest.shard_ids))
-        generation = leases.latest_generation(self.layout, shard)
+        generation = task_queue.latest_generation(self.layout, shard)
         if generation == 0:
             return
         path = (self.layout.heartbeat if kind == "heartbeat" else self.layout.claim)(shard, generation)
@@ -269,7 +269,7 @@ class Protocol(RuleBasedStateMachine):
             data_ = path.read_bytes()
             path.unlink()  # a claim is a hard link of a temp file: never write through it
             path.write_bytes(data_[: len(data_) // 2])
-            view = leases.read_lease(self.layout, shard)
+            view = task_queue.read_lease(self.layout, shard)
             assert (view.claim if kind == "claim" else view.heartbeat) is None
 
     def _failed(self) -> list[str]:
@@ -285,7 +285,7 @@ class Protocol(RuleBasedStateMachine):
         shard = data.draw(st.sampled_from(self._failed()))
         event("retry")
         assert retry_shards(self.layout.root, [shard]) == [shard]
-        assert not failures.list_failures(self.layout, shard)
+        assert not task_queue.list_failures(self.layout, shard)
 
     @rule()
     def merge(self):
@@ -317,7 +317,7 @@ class Protocol(RuleBasedStateMachine):
     @invariant()
     def at_most_one_live_claim_per_shard(self):
         for shard in self.manifest.shard_ids:
-            view = leases.read_lease(self.layout, shard)
+            view = task_queue.read_lease(self.layout, shard)
             # Live: the latest generation and not ended (a zombie's generation may have been
             # ended for it by a taker's failure record: then nobody holds the shard).
             live = [
@@ -328,7 +328,7 @@ class Protocol(RuleBasedStateMachine):
             assert len(live) <= 1
             for (_, sid), hb in self.held.items():
                 if sid == shard and hb.claim.generation < view.generation:
-                    assert leases.newer_generation_exists(self.layout, hb.claim), "an older holder is fenced"
+                    assert heartbeats.newer_generation_exists(self.layout, hb.claim), "an older holder is fenced"
             names = [n for n in fsio.list_names(self.layout.claim_dir(shard)) if not n.startswith(".")]
             assert names == [f"gen-{g:06d}.json" for g in range(1, len(names) + 1)], "claims are never removed"
 
@@ -365,7 +365,7 @@ class Protocol(RuleBasedStateMachine):
     @invariant()
     def failed_only_when_budget_spent(self):
         for shard in self.manifest.shard_ids:
-            terminal, _ = failures.read_terminal(self.layout, shard)
+            terminal, _ = task_queue.read_terminal(self.layout, shard)
             if terminal is not None:
                 assert terminal.failures >= MAX_RETRIES + 1
 

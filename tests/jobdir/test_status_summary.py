@@ -18,14 +18,13 @@ from pathlib import Path
 import orjson
 import pytest
 
-from data_juicer_elastic.jobdir import leases
+from data_juicer_elastic.jobdir import heartbeats, task_queue
 from data_juicer_elastic.jobdir.job_summary import PaceWriter, read_summary
 from data_juicer_elastic.jobdir.layout import JobLayout
 from data_juicer_elastic.jobdir.manifest import load_manifest
 from data_juicer_elastic.jobdir.records import ShardResult, TakeoverReason
 from data_juicer_elastic.jobdir.shard_state import ShardState
-from data_juicer_elastic.jobdir.worker_loop import run_worker
-from data_juicer_elastic.jobdir.worker_settings import WorkerSettings
+from data_juicer_elastic.jobdir.worker import WorkerSettings, run_worker
 from data_juicer_elastic.shards.prepare import prepare_job
 from data_juicer_elastic.sharedfs import fault_seam, fsio
 from data_juicer_elastic.sharedfs.identity import attempt_started_at
@@ -169,10 +168,10 @@ def test_a_shard_finished_after_the_summary_is_done_and_one_claimed_after_it_is_
     result = ShardResult(late.shard_id, "peer-0", 1, "p-0", late.rows, 1, "0" * 64, "x", late.rows, "0", 1.0)
     layout.done(late.shard_id).write_bytes(result.encode())
     newcomer = manifest.shards[10]  # claimed after the summary was written
-    claim = leases.publish_claim(
-        layout, leases.read_lease(layout, newcomer.shard_id), first, "n-1", TakeoverReason.FIRST
+    claim = task_queue.publish_claim(
+        layout, task_queue.read_lease(layout, newcomer.shard_id), first, "n-1", TakeoverReason.FIRST
     )
-    leases.write_heartbeat(layout, claim, 1)
+    heartbeats.write_heartbeat(layout, claim, 1)
     fast, oracle = snapshot(job, exact=False), snapshot(job)
     states = {s.shard_id: s.state for s in fast.shards}
     truth = {s.shard_id: s.state for s in oracle.shards}

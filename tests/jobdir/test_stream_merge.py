@@ -12,8 +12,7 @@ import time
 import pytest
 
 from data_juicer_elastic.errors import IntegrityError, JobDirError, MergeBusyError
-from data_juicer_elastic.jobdir.worker_loop import run_worker
-from data_juicer_elastic.jobdir.worker_settings import WorkerSettings
+from data_juicer_elastic.jobdir.worker import WorkerSettings, run_worker
 from data_juicer_elastic.shards.merge import merge_job
 from data_juicer_elastic.shards.stream_merge import (
     follow_merge,

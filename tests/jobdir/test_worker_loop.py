@@ -10,12 +10,11 @@ from pathlib import Path
 import pytest
 
 from data_juicer_elastic.errors import JobDirError
-from data_juicer_elastic.jobdir import attempts, leases
+from data_juicer_elastic.jobdir import attempts, heartbeats, task_queue
 from data_juicer_elastic.jobdir.layout import JobLayout
 from data_juicer_elastic.jobdir.manifest import load_manifest
 from data_juicer_elastic.jobdir.records import AttemptRecord, Failure, TakeoverReason
-from data_juicer_elastic.jobdir.worker_loop import run_worker
-from data_juicer_elastic.jobdir.worker_settings import WorkerSettings
+from data_juicer_elastic.jobdir.worker import WorkerSettings, keeper_in_loop, run_worker
 from data_juicer_elastic.shards.merge import merge_job
 
 from .conftest import copy_runner, identity, run_victim
@@ -82,8 +81,10 @@ def test_waits_for_a_stale_claim_then_takes_it_over(job, clock):
     layout = JobLayout(job)
     ghost = identity("ghost", boot_id="elsewhere")
     held = "part-00000-of-00004"
-    c = leases.publish_claim(layout, leases.read_lease(layout, held), ghost, "ghost-attempt", TakeoverReason.FIRST)
-    leases.write_heartbeat(layout, c, 1)
+    c = task_queue.publish_claim(
+        layout, task_queue.read_lease(layout, held), ghost, "ghost-attempt", TakeoverReason.FIRST
+    )
+    heartbeats.write_heartbeat(layout, c, 1)
     sleeps = []
 
     def sleep(secs):
@@ -91,11 +92,17 @@ def test_waits_for_a_stale_claim_then_takes_it_over(job, clock):
         clock.advance(secs)
 
     summary = run_worker(
-        job, identity("rescuer"), copy_runner(), WorkerSettings(max_retries=3, **LEASE), clock=clock, sleep=sleep
+        job,
+        identity("rescuer"),
+        copy_runner(),
+        WorkerSettings(max_retries=3, **LEASE),
+        clock=clock,
+        drive_keeper=keeper_in_loop,
+        sleep=sleep,
     )
     assert summary.complete and summary.claimed == 4
     assert sum(sleeps) >= LEASE["ttl_secs"], "no takeover before a full TTL on our clock"
-    view = leases.read_lease(layout, held)
+    view = task_queue.read_lease(layout, held)
     assert view.generation == 2 and view.claim.takeover_reason == TakeoverReason.STALE
     failure = Failure.parse(layout.failure(held, 1).read_bytes(), "f")
     assert failure.exit_reason == "lease-expired" and failure.attempt_id == "ghost-attempt"
@@ -104,8 +111,10 @@ def test_waits_for_a_stale_claim_then_takes_it_over(job, clock):
 def test_without_waiting_a_held_shard_ends_the_worker(job):
     layout = JobLayout(job)
     held = "part-00003-of-00004"
-    c = leases.publish_claim(layout, leases.read_lease(layout, held), identity("peer", boot_id="x"), "p1", "none")
-    leases.write_heartbeat(layout, c, 1)
+    c = task_queue.publish_claim(
+        layout, task_queue.read_lease(layout, held), identity("peer", boot_id="x"), "p1", "none"
+    )
+    heartbeats.write_heartbeat(layout, c, 1)
     summary = run_worker(
         job, identity(), copy_runner(), WorkerSettings(max_retries=1, wait_for_completion=False, **LEASE)
     )
@@ -118,8 +127,8 @@ def test_lost_lease_abandons_without_publishing(job):
     def run(task):
         if task.shard_id == "part-00000-of-00004":
             # Another worker takes over while we run (we looked stale to it).
-            view = leases.read_lease(layout, task.shard_id)
-            leases.publish_claim(layout, view, identity("other", boot_id="x"), "other-1", TakeoverReason.STALE)
+            view = task_queue.read_lease(layout, task.shard_id)
+            task_queue.publish_claim(layout, view, identity("other", boot_id="x"), "other-1", TakeoverReason.STALE)
         return copy_runner()(task)
 
     summary = run_worker(job, identity(), run, WorkerSettings(max_retries=1, wait_for_completion=False, **LEASE))
@@ -137,7 +146,7 @@ def test_result_published_by_another_attempt_meanwhile_is_discarded(job):
         if task.shard_id == "part-00001-of-00004":
             # a zombie of an older generation publishes first
             zombie = layout.claim(task.shard_id, 1)
-            claim = leases.read_lease(layout, task.shard_id).claim
+            claim = task_queue.read_lease(layout, task.shard_id).claim
             other = type(claim)(**{**claim.__dict__, "attempt_id": "zombie-1"})
             zdir = layout.attempt_dir(task.shard_id, "zombie-1")
             zdir.mkdir(parents=True)
@@ -204,14 +213,14 @@ def test_sigint_while_running_releases_then_raises_keyboard_interrupt(job, pytho
         run_worker(job, identity(), run, WorkerSettings(max_retries=1, **LEASE))
     assert signal.getsignal(signal.SIGINT) is before
     layout = JobLayout(job)
-    view = leases.read_lease(layout, "part-00000-of-00004")
+    view = task_queue.read_lease(layout, "part-00000-of-00004")
     assert view.release is not None and view.release.reason == "signal"
     assert not (job / "failures").exists() or not list((job / "failures").iterdir())
 
 
 def test_sigterm_while_running_releases_and_dies_by_the_signal(job, tmp_path):
     run_victim(job, tmp_path)
-    view = leases.read_lease(JobLayout(job), "part-00000-of-00004")
+    view = task_queue.read_lease(JobLayout(job), "part-00000-of-00004")
     assert view.release is not None and view.release.reason == "signal"
     # released: the next worker takes it at once, no TTL wait
     summary = run_worker(
@@ -268,7 +277,7 @@ def test_storage_errors_are_failed_attempts_naming_the_path(job, op, name_part):
     assert summary.done == 3 and summary.failed == 1
     ((shard, error),) = summary.terminal_failures
     assert shard == "part-00000-of-00004" and "No space left" in error and name_part in error
-    assert leases.read_lease(layout, shard).release is not None
+    assert task_queue.read_lease(layout, shard).release is not None
 
 
 @pytest.mark.parametrize(

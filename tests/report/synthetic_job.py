@@ -11,7 +11,7 @@ import random
 import time
 from pathlib import Path
 
-from data_juicer_elastic.jobdir import attempts, failures, leases
+from data_juicer_elastic.jobdir import attempts, heartbeats, task_queue
 from data_juicer_elastic.jobdir.layout import JobLayout
 from data_juicer_elastic.jobdir.records import AttemptRecord, Claim, Release, ShardResult
 from data_juicer_elastic.shards.prepare import PrepareRequest, prepare_job
@@ -105,8 +105,8 @@ def _play(layout, shard, entry, outcome, identity, start, end, error) -> None:
     if outcome == "done" and not fsio.list_names(layout.claim_dir(shard)):
         _done_first_try(layout, shard, entry, identity, start, end)
         return
-    view = leases.read_lease(layout, shard)
-    claim = leases.publish_claim(
+    view = task_queue.read_lease(layout, shard)
+    claim = task_queue.publish_claim(
         layout, view, identity, identity.new_attempt_id(), "none" if not view.generation else "failed"
     )
     attempt = attempts.open_attempt(layout, claim, identity)
@@ -115,10 +115,10 @@ def _play(layout, shard, entry, outcome, identity, start, end, error) -> None:
         fsio.atomic_write(output, layout.shard(shard).read_bytes(), durable=False)
         published = attempts.publish_done(layout, claim, output, input_rows=entry["rows"], input_sha256=entry["sha256"])
         attempts.close_attempt(attempt, "done", rows=published.result.rows)
-        leases.release_claim(layout, claim, "finished")
+        task_queue.release_claim(layout, claim, "finished")
     elif outcome == "failed":
         error = f"{error} of {shard} gen {claim.generation}"
-        failures.record_failure(
+        task_queue.record_failure(
             layout,
             claim,
             shard_id=shard,
@@ -130,9 +130,9 @@ def _play(layout, shard, entry, outcome, identity, start, end, error) -> None:
             reporter=identity,
         )
         attempts.close_attempt(attempt, "failed", error=error)
-        leases.release_claim(layout, claim, "failed")
+        task_queue.release_claim(layout, claim, "failed")
     else:
-        leases.write_heartbeat(layout, claim, 1)
+        heartbeats.write_heartbeat(layout, claim, 1)
     record = dataclasses.replace(attempt.record, started_at=start, ended_at=end)
     fsio.atomic_write(attempt.dir / "attempt.json", record.encode(), durable=False)
 

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from data_juicer_elastic import cli
-from data_juicer_elastic.jobdir import attempts, failures, leases
+from data_juicer_elastic.jobdir import attempts, heartbeats, task_queue
 from data_juicer_elastic.jobdir.layout import JobLayout
 from data_juicer_elastic.jobdir.shard_state import ShardState
 from data_juicer_elastic.report import gather, series, write_report
@@ -103,9 +103,11 @@ def test_a_running_attempt_is_judged_as_status_judges_it(tmp_path):
     shard = "part-00001-of-00002"
     gone = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
     holder = dataclasses.replace(WorkerIdentity.current(), pid=int(gone.stdout))
-    claim = leases.publish_claim(layout, leases.read_lease(layout, shard), holder, holder.new_attempt_id(), "none")
+    claim = task_queue.publish_claim(
+        layout, task_queue.read_lease(layout, shard), holder, holder.new_attempt_id(), "none"
+    )
     attempts.open_attempt(layout, claim, holder)
-    leases.write_heartbeat(layout, claim, 1)
+    heartbeats.write_heartbeat(layout, claim, 1)
     now = time.time() + 1.0
     status = read_view(job, ttl_secs=120.0, now=now).snapshot.shards[1]
     attempt = next(a for a in gather(job, now=now).attempts if a.attempt_id == claim.attempt_id)
@@ -119,12 +121,12 @@ def test_an_attempt_whose_worker_died_is_lost_and_ends_at_its_last_heartbeat(tmp
     layout = JobLayout(job)
     shard = "part-00001-of-00002"
     dead, rescuer = _identity("node-dead", 4242), _identity("node-rescue", 4343)
-    view = leases.read_lease(layout, shard)
-    claim = leases.publish_claim(layout, view, dead, dead.new_attempt_id(), "none")
+    view = task_queue.read_lease(layout, shard)
+    claim = task_queue.publish_claim(layout, view, dead, dead.new_attempt_id(), "none")
     attempts.open_attempt(layout, claim, dead)
-    leases.write_heartbeat(layout, claim, 1)
+    heartbeats.write_heartbeat(layout, claim, 1)
     beat = time.time()
-    failures.record_failure(
+    task_queue.record_failure(
         layout,
         claim,
         shard_id=shard,
@@ -262,7 +264,7 @@ def test_size_traces_of_a_running_attempt_are_read_and_a_malformed_one_is_a_warn
 
 
 def test_running_attempts_count_in_throughput_through_their_live_progress(tmp_path):
-    from data_juicer_elastic.jobdir.progress import ProgressRecord
+    from data_juicer_elastic.jobdir.heartbeats import ProgressRecord
     from data_juicer_elastic.sharedfs import fsio
 
     job = build_job(tmp_path, num_shards=2, nodes=1, failed=0, retried=0, running=1, rows_per_shard=100)

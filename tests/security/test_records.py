@@ -16,7 +16,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from data_juicer_elastic.errors import IntegrityError, JobDirError
-from data_juicer_elastic.jobdir import failures, leases
+from data_juicer_elastic.jobdir import task_queue
 from data_juicer_elastic.jobdir.exports import MergeRecord
 from data_juicer_elastic.jobdir.layout import JobLayout
 from data_juicer_elastic.jobdir.manifest import load_manifest
@@ -31,8 +31,7 @@ from data_juicer_elastic.jobdir.records import (
     TerminalFailure,
 )
 from data_juicer_elastic.jobdir.shard_state import job_outcome
-from data_juicer_elastic.jobdir.worker_loop import run_worker
-from data_juicer_elastic.jobdir.worker_settings import WorkerSettings
+from data_juicer_elastic.jobdir.worker import WorkerSettings, keeper_in_loop, run_worker
 from data_juicer_elastic.shards.merge import merge_job
 from data_juicer_elastic.sharedfs import fsio
 from data_juicer_elastic.status.job_status import snapshot
@@ -125,9 +124,16 @@ def _directory(path):
 def test_a_bad_claim_is_corrupt_and_taken_over_after_ttl_not_a_crash(job, clock, plant):
     layout = JobLayout(job)
     plant(layout.claim(SHARD, 1))
-    first = run_worker(job, identity(), copy_runner(), WorkerSettings(wait_for_completion=False, **LEASE), clock=clock)
+    first = run_worker(
+        job,
+        identity(),
+        copy_runner(),
+        WorkerSettings(wait_for_completion=False, **LEASE),
+        clock=clock,
+        drive_keeper=keeper_in_loop,
+    )
     assert first.done == 3 and not first.complete, "the other shards are done; the bad claim is held for a TTL"
-    view = leases.read_lease(layout, SHARD)
+    view = task_queue.read_lease(layout, SHARD)
     assert view.claim is None and view.claim_error
     waited = []
 
@@ -135,7 +141,9 @@ def test_a_bad_claim_is_corrupt_and_taken_over_after_ttl_not_a_crash(job, clock,
         waited.append(secs)
         clock.advance(secs)
 
-    again = run_worker(job, identity(), copy_runner(), WorkerSettings(**LEASE), clock=clock, sleep=sleep)
+    again = run_worker(
+        job, identity(), copy_runner(), WorkerSettings(**LEASE), clock=clock, drive_keeper=keeper_in_loop, sleep=sleep
+    )
     assert again.complete and sum(waited) >= LEASE["ttl_secs"]
 
 
@@ -160,11 +168,11 @@ def test_bad_failure_and_heartbeat_records_do_not_crash(job, plant):
     layout = JobLayout(job)
     plant(layout.failure(SHARD, 1))
     plant(layout.failed(SHARD))
-    assert failures.list_failures(layout, SHARD) == []
-    assert failures.read_terminal(layout, SHARD)[0] is None
+    assert task_queue.list_failures(layout, SHARD) == []
+    assert task_queue.read_terminal(layout, SHARD)[0] is None
     hb = layout.heartbeat("part-00001-of-00004", 1)
     plant(hb)
-    assert leases.read_lease(layout, "part-00001-of-00004").heartbeat is None
+    assert task_queue.read_lease(layout, "part-00001-of-00004").heartbeat is None
 
 
 def test_status_survives_a_claim_with_a_traversing_attempt_id(job):

@@ -12,11 +12,10 @@ from pathlib import Path
 import pytest
 
 from data_juicer_elastic.errors import UnsafePathError
-from data_juicer_elastic.jobdir import attempts, failures
+from data_juicer_elastic.jobdir import attempts, task_queue
 from data_juicer_elastic.jobdir.layout import JobLayout, check_inside, ensure_dir
 from data_juicer_elastic.jobdir.retry import retry_shards
-from data_juicer_elastic.jobdir.worker_loop import run_worker
-from data_juicer_elastic.jobdir.worker_settings import WorkerSettings
+from data_juicer_elastic.jobdir.worker import WorkerSettings, run_worker
 from data_juicer_elastic.shards.merge import merge_job
 from tests.jobdir.conftest import copy_runner, identity
 
@@ -77,12 +76,12 @@ def test_retry_refuses_a_linked_history_dir(job, outside):
         raise ValueError("shard fails")
 
     run_worker(job, identity(), boom, WorkerSettings(wait_for_completion=False, max_shards=1, **{**LEASE}))
-    assert failures.read_terminal(layout, SHARD)[0] is not None
+    assert task_queue.read_terminal(layout, SHARD)[0] is not None
     _plant(job / "history" / SHARD, outside)
     with pytest.raises(UnsafePathError):
         retry_shards(job, [SHARD])
     _assert_untouched(outside)
-    assert failures.read_terminal(layout, SHARD)[0] is not None, "nothing moved: the shard is still failed"
+    assert task_queue.read_terminal(layout, SHARD)[0] is not None, "nothing moved: the shard is still failed"
 
 
 def test_merge_refuses_an_accepted_output_read_through_a_link(job, tmp_path, outside):

@@ -12,8 +12,7 @@ import pandas as pd
 import pytest
 
 from data_juicer_elastic.jobdir.records import ShardResult
-from data_juicer_elastic.jobdir.worker_loop import run_worker
-from data_juicer_elastic.jobdir.worker_settings import WorkerSettings
+from data_juicer_elastic.jobdir.worker import WorkerSettings, run_worker
 from data_juicer_elastic.shards.merge import merge_job
 from data_juicer_elastic.shards.prepare import prepare_job
 from data_juicer_elastic.stats import compute_overall, write_overall_stats
