@@ -415,21 +415,6 @@ def encode_brief(brief: SummaryBrief) -> bytes:
     return zlib.compress(brief.encode(), COMPRESSION_LEVEL)
 
 
-def decode_brief(data: bytes, where: str) -> SummaryBrief:
-    """The brief in ``data``; ValueError or JobDirError when it is truncated, damaged (its checksum),
-    inflates beyond a record's limit, or its columns do not fit together."""
-    inflater = zlib.decompressobj()
-    try:
-        raw = inflater.decompress(data, fsio.MAX_RECORD_BYTES + 1)
-    except zlib.error as exc:
-        raise ValueError(f"summary brief: {exc}") from None
-    if not inflater.eof or inflater.unconsumed_tail or len(raw) > fsio.MAX_RECORD_BYTES:
-        raise ValueError("summary brief: truncated, or larger than a record may be")
-    brief = SummaryBrief.parse_checked(raw, where)
-    brief.check()
-    return brief
-
-
 def write_brief(layout: JobLayout, brief: SummaryBrief) -> str:
     """Write the brief; its checksum (what ``summary.seq`` names)."""
     body = brief.to_dict()
@@ -438,9 +423,21 @@ def write_brief(layout: JobLayout, brief: SummaryBrief) -> str:
 
 
 def read_brief(layout: JobLayout) -> SummaryBrief | None:
-    """The brief on disk; None when there is none; ValueError / JobDirError / OSError when unreadable."""
+    """The brief on disk; None when there is none; OSError, ValueError or JobDirError when it is unreadable,
+    truncated, damaged (its checksum), inflates beyond a record's limit, or its columns do not fit together."""
     data = fsio.read_record(layout.summary_brief)
-    return None if data is None else decode_brief(data, str(layout.summary_brief))
+    if data is None:
+        return None
+    inflater = zlib.decompressobj()
+    try:
+        raw = inflater.decompress(data, fsio.MAX_RECORD_BYTES + 1)
+    except zlib.error as exc:
+        raise ValueError(f"summary brief: {exc}") from None
+    if not inflater.eof or inflater.unconsumed_tail or len(raw) > fsio.MAX_RECORD_BYTES:
+        raise ValueError("summary brief: truncated, or larger than a record may be")
+    brief = SummaryBrief.parse_checked(raw, layout.summary_brief)
+    brief.check()
+    return brief
 
 
 @dataclass(frozen=True)
