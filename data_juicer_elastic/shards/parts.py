@@ -31,13 +31,8 @@ from data_juicer_elastic.jobdir.published_file import check_published_file, loca
 from data_juicer_elastic.jobdir.records import Manifest, ShardEntry
 from data_juicer_elastic.jobdir.result_records import ExportPart, MergedShard, PartsIndex, ShardResult
 from data_juicer_elastic.jobdir.row_stats import MergedSideFile
-from data_juicer_elastic.shards.merge import (
-    MergeResult,
-    accepted_results,
-    merge_temp_path,
-    record_merge,
-    remove_dead_merge_temps,
-)
+from data_juicer_elastic.shards.merge import MergeResult, accepted_results, record_merge
+from data_juicer_elastic.shards.merge_files import merge_temp_path, remove_dead_merge_temps
 from data_juicer_elastic.sharedfs import checked_writer, fault_seam, fsio
 from data_juicer_elastic.sharedfs.identity import kernel_tag
 

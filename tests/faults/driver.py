@@ -26,11 +26,10 @@ from data_juicer_elastic.job_run import JobRun
 from data_juicer_elastic.jobdir.worker_loop import run_worker
 from data_juicer_elastic.jobdir.worker_settings import WorkerSettings
 from data_juicer_elastic.settings import ElasticSettings
-from data_juicer_elastic.shards.merge import merge_job
+from data_juicer_elastic.shards.merge import follow_merge, merge_job
 from data_juicer_elastic.shards.parts import publish_parts
 from data_juicer_elastic.shards.prepare import PrepareRequest, plan_job, prepare_job
 from data_juicer_elastic.shards.scan import ShardScanner
-from data_juicer_elastic.shards.stream_merge import follow_merge
 from data_juicer_elastic.sharedfs.identity import WorkerIdentity
 
 from .fakes import fsio_runner, pause
