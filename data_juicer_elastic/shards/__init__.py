@@ -4,7 +4,6 @@ merged, published, verified and cleaned on the way out (docs/architecture.md lis
 # The package's modules (nothing is re-exported: import from the module you need).
 __all__ = [
     "clean",
-    "export_check",
     "merge",
     "merge_files",
     "parts",

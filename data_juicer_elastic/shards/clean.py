@@ -28,9 +28,8 @@ from data_juicer_elastic.jobdir.manifest import load_manifest
 from data_juicer_elastic.jobdir.result_records import MergeRecord
 from data_juicer_elastic.jobdir.row_stats import MergedSideFile
 from data_juicer_elastic.jobdir.tasks import OUTPUT_FILE
-from data_juicer_elastic.shards.export_check import ExportSummary, verify_export
 from data_juicer_elastic.shards.merge import MergeResult, accepted_results
-from data_juicer_elastic.shards.verify import verify_job
+from data_juicer_elastic.shards.verify import ExportSummary, verify_export, verify_job
 from data_juicer_elastic.sharedfs import fsio
 
 # What an attempt directory holds that the export holds too (the rest: records, logs, stats summaries, kept).

@@ -74,10 +74,11 @@ def may_replace(layout: JobLayout, staged: list[tuple[Path, Path]]) -> bool:
     return all(own_export.written_by_job(layout, target, recorded) for target in changed)
 
 
-def missing_row_stats(layout: JobLayout, results: Results) -> None:
-    """IntegrityError when some shards made row stats and others with output rows made none."""
+def stage_row_stats(layout: JobLayout, results: Results, output: Path, tag: str) -> StagedFile | None:
+    """``<export>_stats.jsonl`` from the accepted row stats files in manifest order (validated as they are
+    copied), under a temp name; None when the recipe makes no per-row stats."""
     if all(result.row_stats is None for _, result in results):
-        return
+        return None
     missing = [entry.shard_id for entry, result in results if result.row_stats is None and result.rows]
     if missing:
         raise IntegrityError(
@@ -85,14 +86,6 @@ def missing_row_stats(layout: JobLayout, results: Results) -> None:
             where=str(layout.root),
             hint="the shards were run by different versions or recipes; prepare a new job_dir",
         )
-
-
-def stage_row_stats(layout: JobLayout, results: Results, output: Path, tag: str) -> StagedFile | None:
-    """``<export>_stats.jsonl`` from the accepted row stats files in manifest order (validated as they are
-    copied), under a temp name; None when the recipe makes no per-row stats."""
-    missing_row_stats(layout, results)
-    if all(result.row_stats is None for _, result in results):
-        return None
     total = sum(result.row_stats.bytes for _, result in results if result.row_stats is not None)
     copies = (functools.partial(attempts.check_row_stats_file, layout, entry, result) for entry, result in results)
     return stage_concat(export_stats_path(output), tag, total, copies)
