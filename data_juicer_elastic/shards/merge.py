@@ -200,7 +200,7 @@ def merge_job(
     tag = kernel_tag()
     remove_dead_merge_temps(output, tag)
     out = AppendStream.create(merge_temp_path(output, tag), sum(result.bytes for _, result in results))
-    run = _Run([], out, None, output, tag, sum(r.row_stats.bytes for _, r in results if r.row_stats is not None))
+    run = _Run([], out, None, output, False, tag, sum(r.row_stats.bytes for _, r in results if r.row_stats is not None))
     try:
         return _merge(layout, manifest, run, overwrite, known=results)
     finally:
@@ -283,14 +283,15 @@ class _Run:
     out: AppendStream
     stats: AppendStream | None
     output: Path
-    tag: str  # a merge into new files (identity.kernel_tag, for their temp names); "": into the partials
+    partial: bool  # into <export>.partial (resumable), else into new temp files
+    tag: str  # identity.kernel_tag: the temp names of the files staged (and, not partial, of the output's)
     stats_size: int = 0  # the row stats a new file will hold
 
     def streams(self) -> list[AppendStream]:
         return [stream for stream in (self.out, self.stats) if stream is not None]
 
     def stats_stream(self) -> AppendStream:
-        if self.stats is None and not self.tag:  # the first shard with row stats: the stats' partial starts empty
+        if self.stats is None and self.partial:  # the first shard with row stats: the stats' partial starts empty
             path = stats_partial_path(self.output)
             self.stats = AppendStream.fresh(path, open_partial(path))
         elif self.stats is None:
@@ -300,21 +301,21 @@ class _Run:
 
 
 def _merge(
-    layout,
-    manifest,
+    layout: JobLayout,
+    manifest: Manifest,
     run: _Run,
-    overwrite,
+    overwrite: bool,
     *,
-    known=None,
-    wait=False,
-    poll_secs=2.0,
-    stop=None,
-    publish=True,
-    on_progress=None,
+    known: list[tuple[ShardEntry, ShardResult]] | None = None,
+    wait: bool = False,
+    poll_secs: float = 2.0,
+    stop: threading.Event | None = None,
+    publish: bool = True,
+    on_progress: Callable[[MergeProgress], None] | None = None,
 ) -> MergeResult | None:
     """Append every shard not yet merged, then publish.  ``known``: every accepted result, read already (a merge
     into new files, which reports its steps); else each shard's markers are read as it comes next."""
-    output, partial = run.output, not run.tag
+    output, partial = run.output, run.partial
     done, total = 0, None if known is None else sum(result.bytes for _, result in known)
     try:
         while len(run.merged) < manifest.num_shards:
@@ -344,7 +345,7 @@ def _merge(
     if not publish:
         return None
     results = known if known is not None else accepted_results(layout, manifest)
-    streamed, tag = _streamed_row_stats(run, results, output), run.tag or kernel_tag()
+    streamed, tag = _streamed_row_stats(run, results, output), run.tag
     staged = streamed or stage_row_stats(layout, results, output, tag)
     try:  # the streamed stats' partial is kept when publishing is refused: the next try resumes with it
         written, row_stats, quarantined = publish_merged(layout, results, run.out.path, output, staged, overwrite, tag)
@@ -425,10 +426,10 @@ def _resume(layout: JobLayout, manifest: Manifest, output: Path, partial: Path, 
             stats_ok = stats is not None
         if out is not None and stats_ok:
             logger.info(f"resuming the streaming merge after {previous.shards_final} shards ({partial})")
-            return _Run(list(previous.shards), out, stats, output, "")
+            return _Run(list(previous.shards), out, stats, output, True, kernel_tag())
         logger.warning(f"the partial output does not match its progress record; starting over ({partial})")
     fsio.remove(stats_partial_path(output))  # a new one is made by the first shard with row stats
-    return _Run([], AppendStream.fresh(partial, fd), None, output, "")
+    return _Run([], AppendStream.fresh(partial, fd), None, output, True, kernel_tag())
 
 
 def _still_accepted(layout: JobLayout, shards: list[MergedShard]) -> bool:
