@@ -1,8 +1,5 @@
-"""``dj-elastic clean``: keep a finished job's output once.  A finished job holds every accepted shard output
-(and its row stats and quarantine file) in the job directory beside the export made of them; once the export
-verifies against the recorded hashes, those copies (and the shard copies ``copy_shards`` made, and the outputs
-of attempts that were not accepted) are only cost.  Rules and what is kept: docs/output-layouts.md, "Cleaning
-a finished job".
+"""``dj-elastic clean``: keep a finished job's output once, in its export (docs/output-layouts.md, "Cleaning a
+finished job").
 
 Order: everything is checked (``verify_job``, every byte), then ``clean.json`` is written, then files are
 removed, then the record says complete.  A clean stopped anywhere leaves either a job that was never cleaned
