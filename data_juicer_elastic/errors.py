@@ -92,7 +92,7 @@ class OutputExistsError(ElasticError):
 
 
 class MergeBusyError(JobDirError):
-    """Another follower holds the partial output (``shards.stream_merge``)."""
+    """Another follower holds the partial output (``shards.merge.follow_merge``)."""
 
 
 class IntegrationError(ElasticError):

@@ -14,15 +14,14 @@ import threading
 from data_juicer_elastic.console import StepDisplay, say
 from data_juicer_elastic.console.summary import run_clock_start, shown_path
 from data_juicer_elastic.coordination.flow import shard_failed_error, terminal_failures
-from data_juicer_elastic.errors import ConfigError, ElasticError, IntegrityError, MergeBusyError, storage_errors
+from data_juicer_elastic.errors import ConfigError, IntegrityError, storage_errors
 from data_juicer_elastic.jobdir.attempts import requeue_hint
 from data_juicer_elastic.jobdir.exports import check_export_path, merge_places
 from data_juicer_elastic.jobdir.layout import JobLayout, resolve_user_path
 from data_juicer_elastic.shards import steps
 from data_juicer_elastic.shards.clean import cleaned_export
-from data_juicer_elastic.shards.merge import MergeResult, merge_job
+from data_juicer_elastic.shards.merge import MergeResult, follow_merge, merge_job
 from data_juicer_elastic.shards.parts import publish_parts
-from data_juicer_elastic.shards.stream_merge import follow_merge, partial_path, read_progress
 from data_juicer_elastic.stats import compute_overall, write_overall_stats
 
 
@@ -48,7 +47,7 @@ def finalize(
     re-hashed against merge.json and reported unchanged (or the finalize refused).
 
     ``layout`` ``file``: one JSONL; with ``stream``, the streaming merge's partial output finished
-    (``_stream_tail``), else a merge from scratch.  ``parts``: the accepted outputs linked into the
+    (``shards.merge.merge_job``), else a merge from scratch.  ``parts``: the accepted outputs linked into the
     export directory (``shards.parts``; no output is read).
     """
     # pandas formats overall.csv exactly as dj-analyze does; its ~1 s of imports overlap the merge.
@@ -78,9 +77,7 @@ def finalize(
         result = publish_parts(job, export, overwrite=overwrite)
     else:
         with StepDisplay(started=run_clock_start(job)) as display, steps.reporting(display):
-            result = _stream_tail(job, export, overwrite, lock_wait_secs) if stream else None
-            if result is None:
-                result = merge_job(job, export, overwrite=overwrite)
+            result = merge_job(job, export, overwrite, stream=stream, lock_wait_secs=lock_wait_secs)
     write_overall_stats(overall, job, result.output_path)
     say(merged_line(result))
     return result
@@ -95,35 +92,6 @@ def merged_line(result: MergeResult) -> str:
     rewritten = [shown_path(f.path) for f in (result.row_stats, result.quarantined) if f is not None and f.written]
     also = f"; rewrote {' and '.join(rewritten)}, which differed" if rewritten else ""
     return f"{where} already held these {rows}{parts}, identical: left unchanged{also}"
-
-
-def _stream_tail(job, export, overwrite: bool, lock_wait_secs: float) -> MergeResult | None:
-    """The streaming merge finished from its partial output: only the shards not yet appended are
-    read.  A follower still appending holds the partial: wait while its progress record grows;
-    None (merge from scratch) when it made none for ``lock_wait_secs``."""
-    from loguru import logger
-
-    seen = _progress_mark(export)
-    while True:
-        try:
-            return follow_merge(job, export, overwrite=overwrite, wait=False, lock_wait_secs=lock_wait_secs)
-        except MergeBusyError as exc:
-            now = _progress_mark(export)
-            if now == seen:
-                logger.warning(f"{exc}; merging without the partial output")
-                return None
-            seen = now
-
-
-def _progress_mark(export) -> tuple[int, int] | None:
-    """What grows while a follower appends: its record's final prefix, and the partial itself
-    (one large shard takes a while to append)."""
-    try:
-        progress = read_progress(export)
-        size = os.stat(partial_path(export)).st_size
-    except (ElasticError, OSError):  # a corrupt record or no partial: nothing to wait for
-        return None
-    return None if progress is None else (progress.shards_final, size)
 
 
 def follow_to_end(job_dir, output, *, overwrite: bool, layout: str, poll_secs: float) -> None:

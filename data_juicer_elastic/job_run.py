@@ -28,8 +28,7 @@ from data_juicer_elastic.jobdir.worker import WorkerSummary
 from data_juicer_elastic.local_worker import run_local_worker
 from data_juicer_elastic.preparation import prepare_from_cfg
 from data_juicer_elastic.settings import ElasticSettings, check_strict_shares
-from data_juicer_elastic.shards.merge import MergeResult
-from data_juicer_elastic.shards.stream_merge import follow_merge
+from data_juicer_elastic.shards.merge import MergeResult, follow_merge
 from data_juicer_elastic.sharedfs import fsio
 from data_juicer_elastic.sharedfs.identity import WorkerIdentity
 

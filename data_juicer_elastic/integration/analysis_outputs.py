@@ -30,7 +30,7 @@ from data_juicer_elastic.integration.config_block import cfg_value, is_elastic, 
 from data_juicer_elastic.jobdir.exports import MergeRecord
 from data_juicer_elastic.jobdir.layout import JobLayout
 from data_juicer_elastic.jobdir.row_files import export_side_path
-from data_juicer_elastic.shards.stream_merge import progress_path
+from data_juicer_elastic.shards.merge import progress_path
 
 # stats.overall.FORMAT (not imported: that module loads the merge and the sketches)
 OVERALL_STATS_FORMAT = "dj-elastic/overall-stats"

@@ -1,8 +1,5 @@
-"""``dj-elastic clean``: keep a finished job's output once.  A finished job holds every accepted shard output
-(and its row stats and quarantine file) in the job directory beside the export made of them; once the export
-verifies against the recorded hashes, those copies (and the shard copies ``copy_shards`` made, and the outputs
-of attempts that were not accepted) are only cost.  Rules and what is kept: docs/output-layouts.md, "Cleaning
-a finished job".
+"""``dj-elastic clean``: keep a finished job's output once, in its export (docs/output-layouts.md, "Cleaning a
+finished job").
 
 Order: everything is checked (``verify_job``, every byte), then ``clean.json`` is written, then files are
 removed, then the record says complete.  A clean stopped anywhere leaves either a job that was never cleaned
@@ -26,9 +23,8 @@ from data_juicer_elastic.jobdir.exports import CleanRecord, MergeRecord, cleaned
 from data_juicer_elastic.jobdir.layout import JobLayout, check_inside, check_layout
 from data_juicer_elastic.jobdir.manifest import load_manifest
 from data_juicer_elastic.jobdir.row_files import ERRORS_FILE, ROW_STATS_FILE, MergedSideFile
-from data_juicer_elastic.shards.export_check import ExportSummary, verify_export
 from data_juicer_elastic.shards.merge import MergeResult, accepted_results
-from data_juicer_elastic.shards.verify import verify_job
+from data_juicer_elastic.shards.verify import ExportSummary, verify_export, verify_job
 from data_juicer_elastic.sharedfs import fsio
 
 # What an attempt directory holds that the export holds too (the rest: records, logs, stats summaries, kept).

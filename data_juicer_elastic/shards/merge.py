@@ -1,59 +1,62 @@
-"""Validated, ordered, idempotent merge of all accepted shard outputs.
+"""The one merge path: every accepted shard output re-checked as it is copied, appended in manifest order, fsynced,
+published at the export path with its side files (``side_files``); merge.json records it.
 
-The merged bytes depend only on the accepted outputs in manifest order, so any node may merge, and merging twice
-gives the same file: an existing identical output is success, a different one is refused unless ``overwrite``.
+:func:`follow_merge` appends to ``<export>.partial`` while shards complete, publishing the final prefix as it grows
+(made final by ``<export>.progress.json``; the consumer contract and the crash and resume rules:
+docs/input-format.md, "Streaming ordered merge").  :func:`merge_job` is the same loop over a new temp file, every
+shard already done, or the partial finished.  The merged bytes depend only on the accepted outputs in manifest
+order, so any node may merge, and merging twice gives the same file: an existing identical output is success, a
+different one is refused unless ``overwrite``.
 """
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
-import functools
-import hashlib
 import os
-import secrets
-import stat
+import threading
 import time
-from collections.abc import Callable, Iterable, Mapping
-from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Final
+from typing import Any, ClassVar
 
 from loguru import logger
 
-from data_juicer_elastic.errors import IntegrityError, JobDirError, OutputExistsError, preview, storage_errors
+from data_juicer_elastic.errors import (
+    ElasticError,
+    IntegrityError,
+    JobDirError,
+    MergeBusyError,
+    preview,
+    storage_errors,
+)
 from data_juicer_elastic.jobdir import attempts
+from data_juicer_elastic.jobdir import layout as confine
 from data_juicer_elastic.jobdir.exports import (
+    CleanRecord,
     MergedShard,
     MergeRecord,
     check_export_path,
+    cleaned_error,
     merge_places,
-    recorded_files,
-    written_by_job,
 )
-from data_juicer_elastic.jobdir.layout import JobLayout, check_layout
+from data_juicer_elastic.jobdir.layout import JobLayout
 from data_juicer_elastic.jobdir.manifest import load_manifest
-from data_juicer_elastic.jobdir.records import Manifest, ShardEntry, ShardResult
-from data_juicer_elastic.jobdir.row_files import MergedSideFile, export_errors_path, export_stats_path
+from data_juicer_elastic.jobdir.records import Manifest, Record, ShardEntry, ShardResult
+from data_juicer_elastic.jobdir.row_files import MergedSideFile, export_stats_path
 from data_juicer_elastic.jobdir.shard_state import Markers, ShardState, decide_state, read_markers
-from data_juicer_elastic.quarantine import errors_merge
-from data_juicer_elastic.rows.codecs import BackgroundIO
 from data_juicer_elastic.shards import steps
-from data_juicer_elastic.sharedfs import checked_writer, fault_seam, fsio
-from data_juicer_elastic.sharedfs.identity import kernel_tag, pid_alive
-
-SYNC_EVERY: Final = 256 * 1024 * 1024
-Sink = Callable[[bytes], None]
-
-
-@dataclass(frozen=True)
-class StagedFile:
-    tmp: Path  # complete and fsynced, under a temp name beside the target
-    record: MergedSideFile  # what it will be once published (``written`` decided then)
-
-    def publish(self, overwrite: bool) -> MergedSideFile:
-        return dataclasses.replace(self.record, written=publish_output(self.tmp, self.record.path, overwrite))
+from data_juicer_elastic.shards.merge_files import (
+    AppendStream,
+    PartialLock,
+    merge_temp_path,
+    open_partial,
+    remove_dead_merge_temps,
+    resume_stream,
+)
+from data_juicer_elastic.shards.side_files import StagedFile, publish_merged, stage_row_stats
+from data_juicer_elastic.sharedfs import fault_seam, fsio
+from data_juicer_elastic.sharedfs.identity import kernel_tag
 
 
 @dataclass(frozen=True)
@@ -93,6 +96,48 @@ class MergeResult:
         )
 
 
+@dataclass(frozen=True)
+class MergeProgress(Record):
+    """How much of ``<export>.partial`` is final (owned here: only the follower writes it)."""
+
+    KIND: ClassVar[str] = "merge-progress"
+    job_id: str
+    output_path: str
+    partial_path: str
+    num_shards: int
+    shards_final: int
+    bytes_final: int
+    rows_final: int
+    prefix_sha256: str
+    complete: bool
+    updated_at: float
+    shards: list[MergedShard] = field(default_factory=list)
+    # the partial's mtime once the record's bytes were fsynced: a prefix of every shard whose file still
+    # has it (and the recorded size) is not read again on resume; None: always re-hashed
+    partial_mtime_ns: int | None = None
+    # the row stats' partial (<stem>_stats.jsonl.partial), the same way; None: no row stats streamed
+    stats_bytes_final: int | None = None
+    stats_sha256: str | None = None
+    stats_mtime_ns: int | None = None
+
+
+def partial_path(output: Path) -> Path:
+    return output.with_name(output.name + ".partial")
+
+
+def progress_path(output: Path) -> Path:
+    return output.with_name(output.name + ".progress.json")
+
+
+def stats_partial_path(output: Path) -> Path:
+    return partial_path(export_stats_path(output))
+
+
+def read_progress(output: str | Path) -> MergeProgress | None:
+    """The progress record beside ``output``, None when there is none (JobDirError when corrupt)."""
+    return MergeProgress.read(progress_path(Path(os.path.abspath(output))))
+
+
 def accepted_results(layout: JobLayout, manifest: Manifest) -> list[tuple[ShardEntry, ShardResult]]:
     """Every shard's accepted result in manifest order; JobDirError listing what is missing.
 
@@ -125,210 +170,303 @@ def refuse_corrupt_done(layout: JobLayout, shard_id: str, markers: Markers) -> N
         raise IntegrityError(f"corrupt done marker: {markers.done_error}", where=f"shard {shard_id}", hint=hint)
 
 
-@storage_errors(then="run the merge again", places=merge_places)  # ENOSPC, EROFS...: one line naming path and place
-def merge_job(job_dir: str | Path, output_path: str | Path, overwrite: bool = False) -> MergeResult:
+def _open(job_dir: str | Path, output_path: str | Path) -> tuple[JobLayout, Manifest, Path]:
     layout = JobLayout(Path(os.path.abspath(job_dir)))
     manifest = load_manifest(layout.root)
-    check_layout(layout)  # merge.json and stats/ are written into it
-    output = check_export_path(layout.root, output_path)  # never into the job dir, never through a link
+    confine.check_layout(layout)  # merge.json and stats/ are written into it
+    return layout, manifest, check_export_path(layout.root, output_path)  # never into the job dir, nor via a link
+
+
+@storage_errors(then="run the merge again", places=merge_places)  # ENOSPC, EROFS...: one line naming path and place
+def merge_job(
+    job_dir: str | Path,
+    output_path: str | Path,
+    overwrite: bool = False,
+    *,
+    stream: bool = False,
+    lock_wait_secs: float = 0.0,
+) -> MergeResult:
+    """Merge every accepted output into ``output_path`` (JobDirError when a shard is not done).  ``stream``: finish
+    the streaming merge's partial output, reading only the shards not yet appended; a follower still appending
+    holds it: wait while its progress record grows, and merge into a new file when it made none for
+    ``lock_wait_secs``."""
+    layout, manifest, output = _open(job_dir, output_path)
+    seen = _progress_mark(output) if stream else None
+    while stream:
+        try:
+            return _follow(layout, manifest, output, overwrite, wait=False, lock_wait_secs=lock_wait_secs)
+        except MergeBusyError as exc:
+            now = _progress_mark(output)
+            if now == seen:
+                logger.warning(f"{exc}; merging without the partial output")
+                break
+            seen = now
     results = accepted_results(layout, manifest)
     fsio.makedirs(output.parent)
     tag = kernel_tag()
     remove_dead_merge_temps(output, tag)
-    tmp = merge_temp_path(output, tag)
-    total_bytes, done_bytes = sum(result.bytes for _, result in results), 0
-    out = OutputAppender(checked_writer.BufferedCheckedWriter(tmp, size_hint=total_bytes), sync_path=tmp)
-    merged = []
+    out = AppendStream.create(merge_temp_path(output, tag), sum(result.bytes for _, result in results))
+    run = _Run([], out, None, output, False, tag, sum(r.row_stats.bytes for _, r in results if r.row_stats is not None))
     try:
-        for entry, result in results:
-            merged.append(copy_shard(layout, entry, result, out.append))
-            done_bytes += result.bytes
-            steps.report("merge", done_bytes, total_bytes)
-            fault_seam.fault_point("merge", tmp)  # named crash point (tests/faults/crashpoints.py)
-        out.finish()  # fsync + checked close before anything is published
-    except BaseException:
-        out.abort()
-        raise
-    try:
-        staged = stage_row_stats(layout, results, output, tag)
-        written, row_stats, quarantined = publish_merged(layout, results, tmp, output, staged, overwrite, tag)
+        return _merge(layout, manifest, run, overwrite, known=results)
     finally:
-        fsio.remove(tmp)
-    return record_merge(layout, manifest, output, merged, out.digest.hexdigest(), written, row_stats, quarantined)
+        for each in run.streams():
+            fsio.remove(each.path)
 
 
-def publish_merged(
-    layout: JobLayout,
-    results: list[tuple[ShardEntry, ShardResult]],
-    tmp: Path,
-    output: Path,
-    stats: StagedFile | None,
-    overwrite: bool,
-    tag: str,
-    keep_stats: bool = False,
-) -> tuple[bool, MergedSideFile | None, MergedSideFile | None]:
-    """Publish the merged output (complete and fsynced at ``tmp``) and its side files, the row stats (``stats``)
-    and the quarantine file (staged here), or none: every target is checked before any is published.
-    (written, row stats, quarantine file).  The staged side files are removed afterwards, whatever happened; the
-    row stats not when ``keep_stats`` (their owner removes them)."""
-    errors = None
+def _progress_mark(export: Path) -> tuple[int, int] | None:
+    """What grows while a follower appends: its record's final prefix, and the partial itself
+    (one large shard takes a while to append)."""
     try:
-        parts = errors_merge.errors_parts(layout, results)  # <export>_errors.jsonl: staged like the row stats
-        errors = None if parts is None else stage_concat(export_errors_path(output), tag, *parts)
-        fault_seam.fault_point("finalize", output)  # named crash point: merged, not yet published
-        staged = [(tmp, output), *((s.tmp, s.record.path) for s in (stats, errors) if s is not None)]
-        replace = overwrite or may_replace(layout, staged)
-        for new, target in staged:
-            refuse_if_different(new, target, replace)
-        written = publish_output(tmp, output, replace)
-        sides = tuple(None if side is None else side.publish(replace) for side in (stats, errors))
-        if errors is None:  # no row quarantined now: an earlier merge's file goes too
-            errors_merge.remove_stale_errors(layout, output, overwrite)
-        return written, *sides
-    finally:
-        for side in filter(None, (None if keep_stats else stats, errors)):
-            fsio.remove(side.tmp)
-
-
-def may_replace(layout: JobLayout, staged: list[tuple[Path, Path]]) -> bool:
-    """Whether every export file the merge would change is one this job itself wrote (merge.json's hash proves it):
-    after ``dj-elastic retry`` the job's result differs from its export, which the merge then replaces without
-    ``overwrite``; a file edited since, or anyone else's, still needs it.  Reads merge.json only when one differs."""
-    changed = [target for new, target in staged if fsio.exists(target) and not fsio.same_bytes(new, target)]
-    if not changed:
-        return False
-    recorded = recorded_files(layout)
-    return all(written_by_job(layout, target, recorded) for target in changed)
-
-
-def stage_row_stats(
-    layout: JobLayout, results: list[tuple[ShardEntry, ShardResult]], output: Path, tag: str
-) -> StagedFile | None:
-    """``<export>_stats.jsonl`` from the accepted row stats files in manifest order (validated as they are
-    copied), under a temp name; None when the recipe makes no per-row stats."""
-    if all(result.row_stats is None for _, result in results):
+        progress = read_progress(export)
+        size = os.stat(partial_path(export)).st_size
+    except (ElasticError, OSError):  # a corrupt record or no partial: nothing to wait for
         return None
-    missing = [entry.shard_id for entry, result in results if result.row_stats is None and result.rows]
-    if missing:
-        raise IntegrityError(
-            f"{len(missing)} shard(s) have output rows but no row stats file ({preview(missing, 8)})",
-            where=str(layout.root),
-            hint="the shards were run by different versions or recipes; prepare a new job_dir",
-        )
-    total = sum(result.row_stats.bytes for _, result in results if result.row_stats is not None)
-    copies = (functools.partial(attempts.check_row_stats_file, layout, entry, result) for entry, result in results)
-    return stage_concat(export_stats_path(output), tag, total, copies)
+    return None if progress is None else (progress.shards_final, size)
 
 
-def stage_concat(path: Path, tag: str, size_hint: int, copies: Iterable[Callable[[Sink], int]]) -> StagedFile:
-    """``path``'s file under a temp name beside it, complete and fsynced: each of ``copies`` appends its part to
-    the sink it is given, validated as it is copied, and returns its rows (in merge order)."""
-    remove_dead_merge_temps(path, tag)
-    tmp = merge_temp_path(path, tag)
-    out = OutputAppender(checked_writer.BufferedCheckedWriter(tmp, size_hint=size_hint), sync_path=tmp)
-    rows = 0
+@storage_errors(then="run the merge again", places=merge_places)  # ENOSPC, EROFS...: one line naming path and place
+def follow_merge(
+    job_dir: str | Path,
+    output_path: str | Path,
+    *,
+    overwrite: bool = False,
+    wait: bool = True,
+    poll_secs: float = 2.0,
+    stop: threading.Event | None = None,
+    lock_wait_secs: float = 0.0,
+    publish: bool = True,
+    on_progress: Callable[[MergeProgress], None] | None = None,
+) -> MergeResult | None:
+    """Merge shards in manifest order as they complete, publishing the final prefix as it grows.  ``wait=False``
+    fails like :func:`merge_job` on a missing shard; ``wait=True`` polls every ``poll_secs`` until all are
+    merged or ``stop`` is set (then None, the partial resumable).  A terminally failed shard ends it with the
+    job's error.  ``publish=False`` stops after the last shard (the run's elected finalize publishes)."""
+    layout, manifest, output = _open(job_dir, output_path)
+    args = dict(wait=wait, poll_secs=poll_secs, stop=stop, publish=publish, on_progress=on_progress)
+    return _follow(layout, manifest, output, overwrite, lock_wait_secs=lock_wait_secs, **args)
+
+
+def _follow(layout: JobLayout, manifest: Manifest, output: Path, overwrite: bool, lock_wait_secs: float, **args):
+    """:func:`_merge` into the partial output, its lock held, resumed from what its progress record says."""
+    publish = args.get("publish", True)
+    # no output left to append: finalize confirms the export
+    if (cleaned := CleanRecord.read(layout.clean_record)) is not None:
+        if not publish:
+            return None
+        raise cleaned_error(layout, cleaned, "merging")
+    fsio.makedirs(output.parent)
+    partial = partial_path(output)
+    if not publish and _completed(output, manifest):
+        return None  # published already: nothing to follow (and no new partial to leave behind)
+    lock = PartialLock(partial)
+    lock.acquire(lock_wait_secs)
     try:
-        for copy in copies:
-            rows += copy(out.append)
-        out.finish()
-    except BaseException:
-        out.abort()
-        raise
-    return StagedFile(tmp, MergedSideFile(path, rows, out.bytes, out.digest.hexdigest(), written=False))
-
-
-def merge_temp_path(output: Path, tag: str, kind: str = "tmp") -> Path:
-    """``.<export>.<kind>-<kernel tag>-<pid>-<random>`` beside the export: same filesystem for the final link or
-    rename, and named so that a later merge on this host can tell a dead merger's file."""
-    return output.with_name(f".{output.name}.{kind}-{tag}-{os.getpid()}-{secrets.token_hex(4)}")
-
-
-def remove_dead_merge_temps(
-    output: Path, tag: str, kinds: tuple[str, ...] = ("tmp",), remove: Callable[[Path], None] = fsio.remove
-) -> None:
-    """Remove the temps (:func:`merge_temp_path`, of ``kinds``) of merges into ``output`` killed on this host
-    (SIGKILL, OOM, power loss skips every cleanup): each holds up to a whole merged output, and nothing else will
-    ever remove it.  Only names tagged with this kernel namespace whose pid is gone: another host's merge, or a
-    live one here, is never touched (``tag``: identity.kernel_tag; ``remove``: a parts export's remove_tree)."""
-    if not tag:
-        return
-    prefixes = tuple(f".{output.name}.{kind}-{tag}-" for kind in kinds)
-    try:
-        listed = os.listdir(output.parent)
-    except OSError:
-        return  # cleaning is a courtesy; the merge's own writes there report a real problem
-    for name, prefix in ((n, p) for n in listed for p in prefixes if n.startswith(p)):
-        pid = name[len(prefix) :].split("-", 1)[0]
-        if not pid.isdigit() or pid_alive(int(pid)):
-            continue
-        path = output.parent / name
+        if not publish and _completed(output, manifest):
+            if os.fstat(lock.fd).st_size == 0:
+                fsio.remove(partial)  # the empty file opening it made: we hold its lock, nobody else wrote it
+            return None
+        run = _resume(layout, manifest, output, partial, lock.fd)
         try:
-            found = path.stat()
-            remove(path)
-        except OSError:
-            continue  # gone already (another merge cleaned it), or not ours to remove
-        size = "" if stat.S_ISDIR(found.st_mode) else f" ({found.st_size} bytes)"
-        logger.info(f"removed {path}{size}, left by a merge killed on this host (pid {pid})")
-
-
-class OutputAppender:
-    """Appends validated blocks to the merged output on a background thread, hashing them there, so validation
-    (reader thread hashing, this thread parsing) and the copy overlap (codecs.BackgroundIO).  With ``sync_path``,
-    writeback of what is written starts on a helper thread every SYNC_EVERY bytes, so the final fsync before
-    publication has little left to wait for."""
-
-    def __init__(self, writer, digest=None, sync_path: Path | None = None):
-        self.writer = writer
-        self.digest = digest if digest is not None else hashlib.sha256()
-        self.bytes = 0
-        self._io = BackgroundIO()
-        self._sync_path, self._unsynced, self._synced = sync_path, 0, None  # _synced: the early fsync in flight
-        self._fsync = ThreadPoolExecutor(1, thread_name_prefix="dj-elastic-fsync") if sync_path else None
-
-    def _write(self, block: bytes) -> None:
-        self.digest.update(block)
-        self.writer.write(block)
-        self._unsynced += len(block)
-        if self._fsync is not None and self._unsynced >= SYNC_EVERY:
-            self._wait_sync()  # at most one early fsync in flight
-            self._synced = self._fsync.submit(fsio.fsync_file, self._sync_path)
-            self._unsynced = 0
-
-    def _wait_sync(self) -> None:
-        synced, self._synced = self._synced, None
-        if synced is not None:
-            synced.result()  # raises the fsync's error, naming the file
-
-    def append(self, block: bytes) -> None:
-        self.bytes += len(block)
-        self._io.submit(self._write, block)
-
-    def drain(self) -> None:
-        self._io.drain()
-
-    def finish(self) -> None:
-        try:
-            self._io.drain()
+            return _merge(layout, manifest, run, overwrite, **args)
         finally:
-            self._io.close()
-            self._close_syncer()
-        self.writer.finish()
+            if run.stats is not None:
+                os.close(run.stats.fd)
+    finally:
+        lock.release()
 
-    def _close_syncer(self) -> None:
-        if self._fsync is not None:
+
+def _completed(output: Path, manifest: Manifest) -> bool:
+    try:
+        progress = read_progress(output)
+    except JobDirError:
+        return False
+    return progress is not None and progress.complete and progress.job_id == manifest.job_id
+
+
+@dataclass
+class _Run:
+    merged: list[MergedShard]
+    out: AppendStream
+    stats: AppendStream | None
+    output: Path
+    partial: bool  # into <export>.partial (resumable), else into new temp files
+    tag: str  # identity.kernel_tag: the temp names of the files staged (and, not partial, of the output's)
+    stats_size: int = 0  # the row stats a new file will hold
+
+    def streams(self) -> list[AppendStream]:
+        return [stream for stream in (self.out, self.stats) if stream is not None]
+
+    def stats_stream(self) -> AppendStream:
+        if self.stats is None and self.partial:  # the first shard with row stats: the stats' partial starts empty
+            path = stats_partial_path(self.output)
+            self.stats = AppendStream.fresh(path, open_partial(path))
+        elif self.stats is None:
+            remove_dead_merge_temps(export_stats_path(self.output), self.tag)
+            self.stats = AppendStream.create(merge_temp_path(export_stats_path(self.output), self.tag), self.stats_size)
+        return self.stats
+
+
+def _merge(
+    layout: JobLayout,
+    manifest: Manifest,
+    run: _Run,
+    overwrite: bool,
+    *,
+    known: list[tuple[ShardEntry, ShardResult]] | None = None,
+    wait: bool = False,
+    poll_secs: float = 2.0,
+    stop: threading.Event | None = None,
+    publish: bool = True,
+    on_progress: Callable[[MergeProgress], None] | None = None,
+) -> MergeResult | None:
+    """Append every shard not yet merged, then publish.  ``known``: every accepted result, read already (a merge
+    into new files, which reports its steps); else each shard's markers are read as it comes next."""
+    output, partial = run.output, run.partial
+    done, total = 0, None if known is None else sum(result.bytes for _, result in known)
+    try:
+        while len(run.merged) < manifest.num_shards:
+            entry = manifest.shards[len(run.merged)]
+            result = known[len(run.merged)][1] if known is not None else _next_result(layout, manifest, entry, wait)
+            if result is None:
+                if stop.wait(poll_secs) if stop is not None else time.sleep(poll_secs):
+                    for stream in run.streams():
+                        stream.finish()
+                    return None  # the partial and its progress stay: a later follower resumes
+                continue
+            _append(layout, run, entry, result)
+            fault_seam.fault_point("merge", run.out.path)  # named crash point: the shard's bytes may be torn
+            if partial:
+                for stream in run.streams():
+                    stream.make_final()
+                _publish_progress(run, manifest, complete=False, on_progress=on_progress)
+            else:
+                done += result.bytes
+                steps.report("merge", done, total)
+    except BaseException:
+        for stream in run.streams():
+            stream.abort()  # a partial's final prefix stays final (a later follower resumes after it); a temp goes
+        raise
+    for stream in run.streams():
+        stream.finish()  # fsync (and a checked close) before anything is published
+    if not publish:
+        return None
+    results = known if known is not None else accepted_results(layout, manifest)
+    streamed, tag = _streamed_row_stats(run, results, output), run.tag
+    staged = streamed or stage_row_stats(layout, results, output, tag)
+    try:  # the streamed stats' partial is kept when publishing is refused: the next try resumes with it
+        written, row_stats, quarantined = publish_merged(layout, results, run.out.path, output, staged, overwrite, tag)
+    finally:
+        if staged is not None and streamed is None:
+            fsio.remove(staged.tmp)
+    merged = record_merge(layout, manifest, output, run.merged, run.out.sha, written, row_stats, quarantined)
+    if partial:
+        _publish_progress(run, manifest, complete=True, on_progress=on_progress)
+        for stream in run.streams():
+            fsio.remove(stream.path)
+    return merged
+
+
+def _next_result(layout: JobLayout, manifest: Manifest, entry: ShardEntry, wait: bool) -> ShardResult | None:
+    """The shard's accepted result; None while it is not done (``wait``), else the job's "not complete" error."""
+    markers = read_markers(layout, entry.shard_id)
+    refuse_corrupt_done(layout, entry.shard_id, markers)
+    if decide_state(markers) is ShardState.DONE:
+        return markers.result
+    if markers.terminal is not None or not wait:
+        accepted_results(layout, manifest)  # raises the job's "not complete" error
+    return None
+
+
+def _append(layout: JobLayout, run: _Run, entry: ShardEntry, result: ShardResult) -> None:
+    """One accepted shard's output (and row stats) appended, each validated as it is copied."""
+    run.merged.append(copy_shard(layout, entry, result, run.out.append))
+    if result.row_stats is not None:
+        attempts.check_row_stats_file(layout, entry, result, run.stats_stream().append)
+
+
+def copy_shard(layout: JobLayout, entry: ShardEntry, result: ShardResult, sink) -> MergedShard:
+    """Copy one accepted output while re-validating it against its record (one read)."""
+    attempts.validate_result(layout, entry, result, sink, check_row_stats=False)  # copied beside it
+    return MergedShard(entry.shard_id, result.attempt_id, result.rows, result.bytes, result.sha256)
+
+
+def _streamed_row_stats(run: _Run, results: list, output: Path) -> StagedFile | None:
+    """The row stats' stream as the file to publish, when it holds exactly the accepted row stats files (each
+    validated as it was appended); None: write them whole instead (or refuse: ``side_files.stage_row_stats``)."""
+    with_stats = [r.row_stats for _, r in results if r.row_stats is not None]
+    missing = [r for _, r in results if r.row_stats is None and r.rows]
+    if run.stats is None or not with_stats or missing or run.stats.bytes != sum(s.bytes for s in with_stats):
+        return None
+    rows = sum(r.rows for _, r in results if r.row_stats is not None)
+    record = MergedSideFile(export_stats_path(output), rows, run.stats.bytes, run.stats.sha, written=False)
+    return StagedFile(run.stats.path, record)
+
+
+def _resume(layout: JobLayout, manifest: Manifest, output: Path, partial: Path, fd: int) -> _Run:
+    """Continue from valid earlier prefixes, else start the partials over."""
+    previous = None
+    try:
+        previous = read_progress(output)
+    except JobDirError as exc:
+        logger.warning(f"ignoring a corrupt merge progress record: {exc}")
+    if (
+        previous is not None
+        and previous.job_id == manifest.job_id
+        and not previous.complete
+        and len(previous.shards) == previous.shards_final
+        and _still_accepted(layout, previous.shards)
+    ):
+        every = previous.shards_final == manifest.num_shards  # complete and untouched: not read again
+        out = resume_stream(partial, fd, previous.bytes_final, previous.prefix_sha256, previous.partial_mtime_ns, every)
+        stats, stats_ok = None, previous.stats_bytes_final is None
+        if out is not None and not stats_ok and previous.stats_sha256 is not None:
+            path = stats_partial_path(output)
+            stats_fd = open_partial(path)
             try:
-                self._wait_sync()
+                stats = resume_stream(
+                    path, stats_fd, previous.stats_bytes_final, previous.stats_sha256, previous.stats_mtime_ns, every
+                )
             finally:
-                self._fsync.shutdown(wait=True)
-                self._fsync = None
+                if stats is None:
+                    os.close(stats_fd)
+            stats_ok = stats is not None
+        if out is not None and stats_ok:
+            logger.info(f"resuming the streaming merge after {previous.shards_final} shards ({partial})")
+            return _Run(list(previous.shards), out, stats, output, True, kernel_tag())
+        logger.warning(f"the partial output does not match its progress record; starting over ({partial})")
+    fsio.remove(stats_partial_path(output))  # a new one is made by the first shard with row stats
+    return _Run([], AppendStream.fresh(partial, fd), None, output, True, kernel_tag())
 
-    def abort(self) -> None:
-        with contextlib.suppress(BaseException):  # aborting already: the caller's error is the one to see
-            self._io.drain()
-        self._io.close()
-        with contextlib.suppress(BaseException):
-            self._close_syncer()
-        self.writer.abort()
+
+def _still_accepted(layout: JobLayout, shards: list[MergedShard]) -> bool:
+    """Whether each merged shard is still its shard's accepted result (not requeued and run again)."""
+    results = ((read_markers(layout, shard.shard_id).result, shard) for shard in shards)
+    return all(r is not None and (r.attempt_id, r.sha256) == (s.attempt_id, s.sha256) for r, s in results)
+
+
+def _publish_progress(run: _Run, manifest: Manifest, *, complete: bool, on_progress) -> None:
+    stats = run.stats
+    progress = MergeProgress(
+        job_id=manifest.job_id,
+        output_path=str(run.output),
+        partial_path=str(run.out.path),
+        num_shards=manifest.num_shards,
+        shards_final=len(run.merged),
+        bytes_final=run.out.bytes,
+        rows_final=sum(m.rows for m in run.merged),
+        prefix_sha256=run.out.sha,
+        complete=complete,
+        updated_at=time.time(),
+        shards=list(run.merged),
+        partial_mtime_ns=run.out.mtime_ns,
+        stats_bytes_final=None if stats is None else stats.bytes,
+        stats_sha256=None if stats is None else stats.sha,
+        stats_mtime_ns=None if stats is None else stats.mtime_ns,
+    )
+    fsio.atomic_write(progress_path(run.output), progress.encode())
+    if on_progress is not None:
+        on_progress(progress)
 
 
 def record_merge(
@@ -364,42 +502,3 @@ def record_merge(
     how = "published as parts in" if layout_name == "parts" else "merged into"
     logger.info(f"{len(merged)} shards, {rows} rows {how} {output}" + ("" if written else " (unchanged)"))
     return MergeResult(output, rows, size, sha, len(merged), written, row_stats, quarantined, layout_name)
-
-
-def copy_shard(layout: JobLayout, entry: ShardEntry, result: ShardResult, sink) -> MergedShard:
-    """Copy one accepted output while re-validating it against its record (one read)."""
-    attempts.validate_result(layout, entry, result, sink, check_row_stats=False)  # copied later
-    return MergedShard(entry.shard_id, result.attempt_id, result.rows, result.bytes, result.sha256)
-
-
-def refuse_if_different(tmp: Path, output: Path, overwrite: bool) -> None:
-    """OutputExistsError when a different file is at ``output`` and overwriting is off."""
-    if not overwrite and fsio.exists(output) and not fsio.same_bytes(tmp, output):
-        raise OutputExistsError(
-            "a different file already exists at the export path",
-            where=str(output),
-            hint="set overwrite (elastic.overwrite_output / --overwrite) or choose another path",
-        )
-
-
-def publish_output(tmp: Path, output: Path, overwrite: bool) -> bool:
-    """True when we wrote ``output``; False when an identical file was already there."""
-    if os.path.islink(output):  # never followed (export_path): the link is what is there
-        if not overwrite:
-            raise OutputExistsError(
-                f"a symlink is at the export path (to {os.readlink(output)}); the merge never writes through it",
-                where=str(output),
-                hint="remove the link, or set overwrite to replace the link itself (its target is left alone)",
-            )
-    elif fsio.exists(output):
-        if fsio.same_bytes(tmp, output):
-            return False
-        refuse_if_different(tmp, output, overwrite)  # it is different: refused unless overwrite
-    elif fsio.publish_exclusive(tmp, output):  # link(): two concurrent mergers cannot both think they created it
-        return True
-    elif not overwrite:
-        raise OutputExistsError(
-            "a different file appeared at the export path while merging", where=str(output), hint="choose another path"
-        )
-    fsio.replace(tmp, output)
-    return True

@@ -37,10 +37,9 @@ from data_juicer_elastic.jobdir.row_files import MergedSideFile
 from data_juicer_elastic.shards.merge import (
     MergeResult,
     accepted_results,
-    merge_temp_path,
     record_merge,
-    remove_dead_merge_temps,
 )
+from data_juicer_elastic.shards.merge_files import merge_temp_path, remove_dead_merge_temps
 from data_juicer_elastic.sharedfs import checked_writer, fault_seam, fsio
 from data_juicer_elastic.sharedfs.identity import kernel_tag
 

@@ -108,11 +108,6 @@ class ShardScanner:
             self._checkers = None
 
 
-def run_scan(task: ScanTask) -> ScanOutput:
-    """One shard's scan on this thread alone (no helper processes)."""
-    return ShardScanner(processes=0)(task)
-
-
 class _SpanScan:
     """One span: judged block by block, in helper processes when there are some (their verdicts taken in order, a
     few blocks behind the reader), else here."""

@@ -25,11 +25,10 @@ from data_juicer_elastic.errors import EXIT_ERROR, ElasticError
 from data_juicer_elastic.job_run import JobRun
 from data_juicer_elastic.jobdir.worker import WorkerSettings, run_worker
 from data_juicer_elastic.settings import ElasticSettings
-from data_juicer_elastic.shards.merge import merge_job
+from data_juicer_elastic.shards.merge import follow_merge, merge_job
 from data_juicer_elastic.shards.parts import publish_parts
 from data_juicer_elastic.shards.prepare import PrepareRequest, plan_job, prepare_job
 from data_juicer_elastic.shards.scan import ShardScanner
-from data_juicer_elastic.shards.stream_merge import follow_merge
 from data_juicer_elastic.sharedfs.identity import WorkerIdentity
 
 from .fakes import fsio_runner, pause

@@ -1,4 +1,4 @@
-"""shards.parts and shards.export_check: a parts export is the accepted outputs, hard-linked in input
+"""shards.parts and shards.verify: a parts export is the accepted outputs, hard-linked in input
 order with an index; publishing it reads no output; verify re-hashes it and names what was tampered
 with; merge refuses what is not this job's export (real files, the Ray-free runner)."""
 
@@ -18,7 +18,7 @@ from data_juicer_elastic.jobdir.exports import PARTS_INDEX, MergeRecord, PartsIn
 from data_juicer_elastic.jobdir.records import ShardResult
 from data_juicer_elastic.jobdir.row_files import export_stats_path
 from data_juicer_elastic.jobdir.worker import WorkerSettings, run_worker
-from data_juicer_elastic.shards import export_check, parts
+from data_juicer_elastic.shards import parts, verify
 from data_juicer_elastic.shards.merge import merge_job
 from data_juicer_elastic.shards.parts import publish_parts
 from data_juicer_elastic.shards.prepare import prepare_job
@@ -84,7 +84,7 @@ def test_publishing_reads_no_output_and_publishing_again_changes_nothing(tmp_pat
     def no_reading(*args, **kwargs):
         raise AssertionError("an output was read")
 
-    for module in (export_check, parts):
+    for module in (verify, parts):
         monkeypatch.setattr(module, "check_published_file", no_reading, raising=False)
     monkeypatch.setattr("data_juicer_elastic.jobdir.exports.validate_jsonl_output", no_reading)
     monkeypatch.setattr("data_juicer_elastic.stats.overall._summarise_output", no_reading)

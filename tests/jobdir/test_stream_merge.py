@@ -13,9 +13,9 @@ import pytest
 
 from data_juicer_elastic.errors import IntegrityError, JobDirError, MergeBusyError
 from data_juicer_elastic.jobdir.worker import WorkerSettings, run_worker
-from data_juicer_elastic.shards.merge import merge_job
-from data_juicer_elastic.shards.stream_merge import (
+from data_juicer_elastic.shards.merge import (
     follow_merge,
+    merge_job,
     partial_path,
     progress_path,
     read_progress,

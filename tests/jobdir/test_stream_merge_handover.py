@@ -18,16 +18,16 @@ from data_juicer_elastic.jobdir.records import ShardResult
 from data_juicer_elastic.jobdir.retry import retry_shards
 from data_juicer_elastic.jobdir.row_files import export_stats_path
 from data_juicer_elastic.jobdir.worker import WorkerSettings, run_worker
-from data_juicer_elastic.shards import partial_files, stream_merge
-from data_juicer_elastic.shards.merge import merge_job
-from data_juicer_elastic.shards.prepare import prepare_job
-from data_juicer_elastic.shards.stream_merge import (
+from data_juicer_elastic.shards import merge, merge_files
+from data_juicer_elastic.shards.merge import (
     follow_merge,
+    merge_job,
     partial_path,
     progress_path,
     read_progress,
     stats_partial_path,
 )
+from data_juicer_elastic.shards.prepare import prepare_job
 from data_juicer_elastic.shards.verify import verify_job
 
 from ..rayfree import rayfree_runner
@@ -62,10 +62,10 @@ def test_a_complete_untouched_prefix_and_its_row_stats_are_published_without_bei
         raise AssertionError("a complete prefix, or a row stats file, was read again")
 
     for name in ("hash_prefix",):
-        monkeypatch.setattr(partial_files, name, no_reading)
+        monkeypatch.setattr(merge_files, name, no_reading)
     for name in ("copy_shard", "stage_row_stats"):
-        monkeypatch.setattr(stream_merge, name, no_reading)
-    monkeypatch.setattr(stream_merge.attempts, "check_row_stats_file", no_reading)
+        monkeypatch.setattr(merge, name, no_reading)
+    monkeypatch.setattr(merge.attempts, "check_row_stats_file", no_reading)
     result = finalize(job, output, stream=True)
     monkeypatch.undo()
     plain = _plain(job, tmp_path)

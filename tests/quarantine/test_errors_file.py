@@ -27,9 +27,8 @@ from data_juicer_elastic.jobdir.worker import WorkerSettings, run_worker
 from data_juicer_elastic.quarantine.errors_file import allowed_errors, check_limit, fold_errors
 from data_juicer_elastic.rows.shard_source import iter_source_lines
 from data_juicer_elastic.settings import ElasticSettings
-from data_juicer_elastic.shards.merge import merge_job
+from data_juicer_elastic.shards.merge import follow_merge, merge_job
 from data_juicer_elastic.shards.parts import publish_parts
-from data_juicer_elastic.shards.stream_merge import follow_merge
 from data_juicer_elastic.shards.verify import verify_job
 from data_juicer_elastic.sharedfs.identity import WorkerIdentity
 from data_juicer_elastic.status.job_status import snapshot
