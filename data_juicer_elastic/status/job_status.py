@@ -12,8 +12,9 @@ from __future__ import annotations
 import json
 import os
 import time
-from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import replace
+from collections import defaultdict
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -25,7 +26,7 @@ from data_juicer_elastic.jobdir.layout import LOG_FILE, JobLayout, parse_shard_i
 from data_juicer_elastic.jobdir.manifest import load_manifest
 from data_juicer_elastic.jobdir.pace import PaceRecord, read_paces
 from data_juicer_elastic.jobdir.records import FORMAT_PREFIX, VERSION, Manifest
-from data_juicer_elastic.jobdir.result_records import AttemptRecord
+from data_juicer_elastic.jobdir.result_records import AttemptRecord, ShardResult
 from data_juicer_elastic.jobdir.shard_state import (
     Markers,
     ShardState,
@@ -35,13 +36,13 @@ from data_juicer_elastic.jobdir.shard_state import (
     read_markers,
 )
 from data_juicer_elastic.sharedfs import fsio
-from data_juicer_elastic.sharedfs.identity import WorkerIdentity
-from data_juicer_elastic.status.done_tally import reconciled_tallies
+from data_juicer_elastic.sharedfs.identity import WorkerIdentity, attempt_started_at
 from data_juicer_elastic.status.scan_phase import scanned_phase, shard_names
 from data_juicer_elastic.status.snapshot_types import (
     FROM_SUMMARY,
     JobSnapshot,
     JsonDict,
+    NodeTally,
     ShardStatus,
     SummaryNote,
 )
@@ -116,6 +117,12 @@ def snapshot(
     note = SummaryNote(summary.seq, summary.written_at, reader.summary_live)
     tallies = reconciled_tallies(layout, paces, reader.done, _RowsById(manifest.shards))
     return replace(snap, source=FROM_SUMMARY, summary=note, node_tallies=tallies)
+
+
+def read_shard(layout: JobLayout, manifest: Manifest, entry, ttl_secs: float | None, now: float) -> ShardStatus:
+    """One shard read by name from its records, as ``exact=True`` reads each (the report: an attempt
+    claimed since the job summary's round, which the summary's snapshot shows pending)."""
+    return _Reader(layout, manifest, WorkerIdentity.current(), ttl_secs, None, True, None, now).shard(entry)
 
 
 def failure_records(job_dir: str | Path) -> int:
@@ -374,3 +381,75 @@ def vouched_stale(claim: LiveClaim | None, view: leases.LeaseView) -> bool:
     """The summary's writer saw this very heartbeat value unchanged for a TTL (or its holder's pid
     gone on the writer's host), and it is still the value now: the rule a taker follows."""
     return claim is not None and claim.stale and claim.generation == view.generation and claim.token == view.watch_token
+
+
+@dataclass
+class _Tally:
+    shards_done: int = 0
+    output_rows: int = 0
+    rows_done: int = 0
+    quarantined: int = 0
+    attempt_secs: float = 0.0
+
+    def add(self, shards: int, output_rows: int, rows_done: int, quarantined: int, secs: float) -> None:
+        self.shards_done += shards
+        self.output_rows += output_rows
+        self.rows_done += rows_done
+        self.quarantined += quarantined
+        self.attempt_secs += secs
+
+
+def reconciled_tallies(
+    layout: JobLayout, paces: list[PaceRecord], done: set[str], input_rows: Mapping[str, int]
+) -> list[NodeTally]:
+    """Accepted results per node for ``status`` from the job summary: the workers' pace records,
+    reconciled with the ``done/`` listing, so the per-node rows always add up to the done count.
+
+    A pace record counts its process's accepted results, up to one shard behind while it runs and
+    for good when the process was killed between publishing a done marker and recording it.  Such
+    a shard is still listed as held by that record (``PaceWriter.finished`` drops the claim and
+    counts the result in one change), so it is found without a read per done shard:
+
+    1. every done shard that a pace record still holds, with that record's attempt, is read from
+       its done marker (one read each: at most one per worker process) and counted from it;
+    2. if the pace records and those markers still do not account for every name in ``done/``
+       (a record lost or unreadable, a shard requeued by ``retry`` and done again, a listing behind
+       the records), every done marker is read and the tallies are the markers' (what ``--all``
+       does): exact, at one read per done shard, only in those cases.
+    """
+    held = {(h.shard_id, h.attempt_id) for r in paces for h in r.held if h.shard_id in done}
+    results = _results(layout, sorted({shard for shard, _ in held}))
+    uncounted = [r for r in results if (r.shard_id, r.attempt_id) in held]
+    if sum(r.done for r in paces) + len(uncounted) == len(done):
+        return _tallies([*_pace_rows(paces), *_result_rows(uncounted, input_rows)])
+    return _tallies(_result_rows(_results(layout, sorted(done)), input_rows))
+
+
+def _results(layout: JobLayout, shards: list[str]) -> list[ShardResult]:
+    """The accepted results of ``shards`` (read a few at a time); a corrupt or vanished marker is left out."""
+    found = fsio.read_many(lambda shard: attempts.read_done(layout, shard)[0], shards)
+    return [r for r in found if isinstance(r, ShardResult)]
+
+
+def _pace_rows(paces: Iterable[PaceRecord]):
+    return (
+        (r.node_id, r.done, r.rows_out, r.rows_in, r.quarantined, (r.first_secs or 0.0) + r.warm_secs) for r in paces
+    )
+
+
+def _result_rows(results: Iterable[ShardResult], input_rows: Mapping[str, int]):
+    for r in results:
+        quarantined = r.errors.rows if r.errors is not None else 0
+        started = attempt_started_at(r.attempt_id)  # the attempt id's stamp and the marker: one node's clock
+        secs = max(0.0, r.published_at - started) if started is not None else 0.0
+        yield r.node_id, 1, r.rows, input_rows.get(r.shard_id, r.input_rows), quarantined, secs
+
+
+def _tallies(rows) -> list[NodeTally]:
+    by_node: dict[str, _Tally] = defaultdict(_Tally)
+    for node, *counts in rows:
+        by_node[node].add(*counts)
+    return [
+        NodeTally(node, t.shards_done, t.output_rows, t.rows_done, t.quarantined, t.attempt_secs)
+        for node, t in sorted(by_node.items())
+    ]
