@@ -13,8 +13,8 @@ import json
 import os
 import time
 from collections import defaultdict
-from collections.abc import Iterable, Iterator, Mapping, Sequence
-from dataclasses import dataclass, replace
+from collections.abc import Iterable, Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -115,7 +115,7 @@ def snapshot(
     if summary is None:
         return snap
     note = SummaryNote(summary.seq, summary.written_at, reader.summary_live)
-    tallies = reconciled_tallies(layout, paces, reader.done, _RowsById(manifest.shards))
+    tallies = reconciled_tallies(layout, paces, reader.done, manifest.shards)
     return replace(snap, source=FROM_SUMMARY, summary=note, node_tallies=tallies)
 
 
@@ -130,29 +130,6 @@ def failure_records(job_dir: str | Path) -> int:
     ``failures/`` and the records of each shard it names, none of the shards that never failed."""
     layout = JobLayout(Path(os.path.abspath(job_dir)))
     return sum(len(failures.list_failures(layout, shard)) for shard in sorted(shard_names(layout.failures_dir, "")))
-
-
-class _RowsById(Mapping[str, int]):
-    """Each shard's input rows by id, found by the id's index: the few done markers the tallies read
-    look theirs up, without a dict of every shard."""
-
-    def __init__(self, shards: Sequence) -> None:
-        self.shards = shards
-
-    def __getitem__(self, shard: str) -> int:
-        try:
-            index, count = parse_shard_id(shard)
-        except JobDirError:
-            raise KeyError(shard) from None
-        if count != len(self.shards):
-            raise KeyError(shard)
-        return self.shards[index].rows
-
-    def __iter__(self) -> Iterator[str]:
-        return (entry.shard_id for entry in self.shards)
-
-    def __len__(self) -> int:
-        return len(self.shards)
 
 
 class _Reader:
@@ -383,25 +360,7 @@ def vouched_stale(claim: LiveClaim | None, view: leases.LeaseView) -> bool:
     return claim is not None and claim.stale and claim.generation == view.generation and claim.token == view.watch_token
 
 
-@dataclass
-class _Tally:
-    shards_done: int = 0
-    output_rows: int = 0
-    rows_done: int = 0
-    quarantined: int = 0
-    attempt_secs: float = 0.0
-
-    def add(self, shards: int, output_rows: int, rows_done: int, quarantined: int, secs: float) -> None:
-        self.shards_done += shards
-        self.output_rows += output_rows
-        self.rows_done += rows_done
-        self.quarantined += quarantined
-        self.attempt_secs += secs
-
-
-def reconciled_tallies(
-    layout: JobLayout, paces: list[PaceRecord], done: set[str], input_rows: Mapping[str, int]
-) -> list[NodeTally]:
+def reconciled_tallies(layout: JobLayout, paces: list[PaceRecord], done: set[str], shards: Sequence) -> list[NodeTally]:
     """Accepted results per node for ``status`` from the job summary: the workers' pace records,
     reconciled with the ``done/`` listing, so the per-node rows always add up to the done count.
 
@@ -421,8 +380,8 @@ def reconciled_tallies(
     results = _results(layout, sorted({shard for shard, _ in held}))
     uncounted = [r for r in results if (r.shard_id, r.attempt_id) in held]
     if sum(r.done for r in paces) + len(uncounted) == len(done):
-        return _tallies([*_pace_rows(paces), *_result_rows(uncounted, input_rows)])
-    return _tallies(_result_rows(_results(layout, sorted(done)), input_rows))
+        return _tallies([*_pace_rows(paces), *_result_rows(uncounted, shards)])
+    return _tallies(_result_rows(_results(layout, sorted(done)), shards))
 
 
 def _results(layout: JobLayout, shards: list[str]) -> list[ShardResult]:
@@ -437,19 +396,24 @@ def _pace_rows(paces: Iterable[PaceRecord]):
     )
 
 
-def _result_rows(results: Iterable[ShardResult], input_rows: Mapping[str, int]):
+def _result_rows(results: Iterable[ShardResult], shards: Sequence):
+    """Each result's row of the tallies; its input rows the manifest's, found by the id's index (the
+    few done markers read look theirs up without a dict of every shard)."""
     for r in results:
         quarantined = r.errors.rows if r.errors is not None else 0
         started = attempt_started_at(r.attempt_id)  # the attempt id's stamp and the marker: one node's clock
         secs = max(0.0, r.published_at - started) if started is not None else 0.0
-        yield r.node_id, 1, r.rows, input_rows.get(r.shard_id, r.input_rows), quarantined, secs
+        try:
+            index, count = parse_shard_id(r.shard_id)
+        except JobDirError:
+            index, count = 0, -1
+        rows = shards[index].rows if count == len(shards) else r.input_rows
+        yield r.node_id, 1, r.rows, rows, quarantined, secs
 
 
 def _tallies(rows) -> list[NodeTally]:
-    by_node: dict[str, _Tally] = defaultdict(_Tally)
+    """(node, shards, output rows, input rows, quarantined, attempt secs) rows summed per node."""
+    by_node: dict[str, list] = defaultdict(lambda: [0, 0, 0, 0, 0.0])
     for node, *counts in rows:
-        by_node[node].add(*counts)
-    return [
-        NodeTally(node, t.shards_done, t.output_rows, t.rows_done, t.quarantined, t.attempt_secs)
-        for node, t in sorted(by_node.items())
-    ]
+        by_node[node] = [total + n for total, n in zip(by_node[node], counts, strict=True)]
+    return [NodeTally(node, *totals) for node, totals in sorted(by_node.items())]
