@@ -14,8 +14,10 @@ recording its end (its worker died), to say how and when it ended.  Which record
 from __future__ import annotations
 
 import enum
+import functools
 import os
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final
@@ -170,10 +172,10 @@ def read_history(job_dir: str | Path, now: float | None = None) -> JobFacts:
     ttl = float(ttl) if ttl else None
     view = read_view(layout.root, ttl_secs=ttl, now=now, manifest=manifest)
     attempted = set(fsio.list_names(layout.attempts_dir))
+    reread = functools.partial(read_shard, layout, manifest, ttl_secs=ttl, now=now)
     found: list[AttemptFact] = []
     for entry, status in zip(manifest.shards, view.snapshot.shards, strict=True):
-        if entry.shard_id in attempted:
-            found += _shard_attempts(layout, manifest, entry, status, now, ttl, warnings)
+        found += _shard_attempts(layout, entry, status, entry.shard_id in attempted, reread, warnings)
     traces, skipped = _traces(layout, found, warnings)
     merge = read_or_warn(MergeRecord, layout.merge_record, warnings)
     facts = JobFacts(layout.root, now, manifest, view, found, traces, skipped, merge, list(warnings))
@@ -183,12 +185,13 @@ def read_history(job_dir: str | Path, now: float | None = None) -> JobFacts:
 
 
 def _shard_attempts(
-    layout: JobLayout, manifest: Manifest, entry: ShardEntry, status: ShardStatus, now: float, ttl, warnings
+    layout: JobLayout, entry: ShardEntry, status: ShardStatus, attempted: bool, reread: Callable, warnings: Warnings
 ) -> list[AttemptFact]:
-    """The attempts of one shard, oldest first; ``status`` is the shard as the job view read it."""
+    """The attempts of one shard, oldest first; ``status`` is the shard as the job view read it,
+    ``reread(entry)`` reads it by name (``job_status.read_shard``)."""
     shard = entry.shard_id
     records: list[AttemptRecord] = []
-    for name in fsio.list_names(layout.attempt_root(shard)):
+    for name in fsio.list_names(layout.attempt_root(shard)) if attempted else ():
         if name.startswith("."):
             continue
         try:
@@ -215,7 +218,7 @@ def _shard_attempts(
     failed = {}
     if any(r.ended_at is None and r.attempt_id not in (accepted, holder and holder.attempt_id) for r in records):
         if holder is None:  # claimed since the summary's round: the shard read by name shows it running
-            fresh = read_shard(layout, manifest, entry, ttl, now)
+            fresh = reread(entry)
             holder = fresh if fresh.state in _LIVE else None
         failed = {f.attempt_id: f for f in list_failures(layout, shard)}
     out = []
