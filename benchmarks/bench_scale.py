@@ -35,7 +35,7 @@ Sections (numbers are JSON on stdout's last line and in ``--out``; a table is pr
              by 4 finishers: ops per idle poll of a worker that
              finds nothing to claim, ClaimGate ops per evaluation (a node with done shards, the
              tail: no shard is never-claimed), ``dj-elastic status`` ops (the snapshot the CLI
-             prints, ``status_once``, in-process), a stopped worker's exit, ``wait_settled``
+             prints, ``status_document``, in-process), a stopped worker's exit, ``wait_settled``
              ops per poll, and the holders' ops per heartbeat
   status     ``dj-elastic status`` of the finished claims job (S done, 0 running)
 
@@ -92,7 +92,7 @@ from data_juicer_elastic.rows.shard_source import iter_source_lines  # noqa: E40
 from data_juicer_elastic.shards.prepare import PrepareRequest, prepare_job  # noqa: E402
 from data_juicer_elastic.sharedfs import fault_seam  # noqa: E402
 from data_juicer_elastic.sharedfs.identity import WorkerIdentity  # noqa: E402
-from data_juicer_elastic.status.job_view import status_once  # noqa: E402
+from data_juicer_elastic.status.job_view import status_document  # noqa: E402
 
 WEIGHT = {"makedirs": 3, "write": 0}
 IDLE_POLL = ("claim", "race", "walk", "gate")  # an idle worker's polls, walking ones included (GAPS in the model)
@@ -654,7 +654,7 @@ def count_status(job: Path, ttl: float) -> dict:
     for as_json in (False, True):
         COUNTS.reset()
         with activity("status"):
-            _, secs = _timed(lambda j=as_json: status_once(job, as_json=j, show_all=False, ttl_secs=ttl))
+            _, secs = _timed(lambda j=as_json: status_document(job, as_json=j, show_all=False, ttl_secs=ttl))
         key = "status_json" if as_json else "status"
         out[f"{key}_ops"], out[f"{key}_s"] = COUNTS.total({"status"}), round(secs, 3)
     return out

@@ -84,7 +84,7 @@ def _cmd_status(args: argparse.Namespace) -> int:
 
 
 def _cmd_report(args: argparse.Namespace) -> int:
-    from data_juicer_elastic.report import write_report
+    from data_juicer_elastic.report.render import write_report
 
     result = write_report(args.job_dir, args.output)
     how = "activity strips" if result.aggregated else "one bar per attempt"

@@ -250,7 +250,7 @@ DEFERRED_IMPORTS = {
     ("cli", "local_worker"): _SUBCOMMAND + " (worker)",
     ("cli", "console.summary"): _SUBCOMMAND + " (worker: the closing line)",
     ("cli", "status.job_view"): _SUBCOMMAND + " (status)",
-    ("cli", "report"): _SUBCOMMAND + " (report)",
+    ("cli", "report.render"): _SUBCOMMAND + " (report)",
     ("cli", "integration.dispatch"): _SUBCOMMAND + " (run: the closing summary)",
     ("cli", "integration.retry_command"): _SUBCOMMAND + " (retry)",
     ("cli", "finalize"): _SUBCOMMAND + " (merge)",

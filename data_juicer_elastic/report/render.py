@@ -7,19 +7,21 @@ shows up as a console error in the Chromium test instead of a silent dependency.
 
 from __future__ import annotations
 
+import os
+import secrets
 from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Final
 
 from data_juicer_elastic import __version__
+from data_juicer_elastic.errors import ConfigError
 from data_juicer_elastic.jobdir.shard_state import ShardState
-from data_juicer_elastic.report import charts, palette, series
+from data_juicer_elastic.report import charts, series
 from data_juicer_elastic.report import svg as s
-from data_juicer_elastic.report.attempt_facts import AttemptOutcome
-from data_juicer_elastic.report.facts import JobFacts
-from data_juicer_elastic.report.timeline import timeline_svg, utc_stamp
-from data_juicer_elastic.status.job_times import format_wall
+from data_juicer_elastic.status.job_history import AttemptOutcome, JobFacts, read_history
+from data_juicer_elastic.status.job_times import format_wall, utc_stamp
 from data_juicer_elastic.status.run_status import run_state
-from data_juicer_elastic.status.scan_phase import scanned_phase
 
 MAX_TABLE_ROWS: Final = 200
 MAX_INPUT_ROWS: Final = 50
@@ -35,6 +37,44 @@ table{border-collapse:collapse;margin:6px 0;font-size:13px}td,th{border-bottom:1
 text-align:left;vertical-align:top}th{background:#fafafa}td.n{text-align:right;font-variant-numeric:tabular-nums}
 code{font-size:12px;word-break:break-all}.chart{display:block;margin:4px 0}.note{color:#555;font-size:13px}
 """
+
+
+@dataclass(frozen=True)
+class ReportResult:
+    output: Path
+    bytes: int
+    shards: int
+    attempts: int
+    aggregated: bool  # the timeline shows activity strips instead of one bar per attempt
+    facts: JobFacts
+
+
+def write_report(job_dir: str | Path, output: str | Path, now: float | None = None) -> ReportResult:
+    """Write the report of ``job_dir`` to ``output`` (replaced atomically); the job is only read."""
+    job = Path(os.path.abspath(job_dir))
+    target = Path(os.path.abspath(output))
+    if target == job or job in target.parents:
+        raise ConfigError(
+            f"the report {target} would be written inside the job directory {job}",
+            where="--output",
+            hint="write the report elsewhere: dj-elastic report never changes the job directory",
+        )
+    facts = read_history(job, now=now)
+    data = page(facts).encode("utf-8")
+    target.parent.mkdir(parents=True, exist_ok=True)
+    tmp = target.parent / f".{target.name}.{secrets.token_hex(6)}.tmp"
+    # 0o666 minus the umask, like any file the user writes (mkstemp's 0600 would hide a report meant to be shared)
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
+    try:
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(data)
+        os.replace(tmp, target)  # a reader never sees half a report
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return ReportResult(
+        target, len(data), len(facts.shards), len(facts.attempts), len(facts.attempts) > charts.MAX_BARS, facts
+    )
 
 
 def page(facts: JobFacts) -> str:
@@ -54,7 +94,7 @@ def page(facts: JobFacts) -> str:
     if win is None:
         parts.append("<p>No attempt has started yet.</p>")
     else:
-        svg, note = timeline_svg(facts.attempts, win, facts.taken_at)
+        svg, note = charts.timeline_svg(facts.attempts, win, facts.taken_at)
         parts += [f'<p class="note">{s.esc(note)}</p>', svg]
         parts.append('<h2 id="throughput">Throughput over time</h2>')
         parts.append(
@@ -135,7 +175,7 @@ def _summary(facts: JobFacts, win: series.Window | None) -> str:
         ),
         _card("nodes", f"{nodes:,}"),
     ]
-    times = facts.times
+    times = facts.view.times
     if times is not None:  # the run's own times, as the closing summary and `status` give them
         ended = times.finalized_at is not None
         cards.append(_card("wall time" if ended else "wall time so far", format_wall(times.wall_secs(facts.taken_at))))
@@ -155,12 +195,12 @@ def _summary(facts: JobFacts, win: series.Window | None) -> str:
 def _scan_cards(facts: JobFacts) -> list[str]:
     """The scan phase (every shard read and checked before the first one runs), and from the
     submission to the first shard running and to the last one done (``status.job_times``)."""
-    phase = scanned_phase(facts.manifest)
+    phase = facts.view.snapshot.scan
     cards = []
     if phase is not None:
         rate = f"{(phase.bytes_per_sec or 0) / 1e6:,.1f} MB/s in {format_wall(phase.secs or 0)}"  # as status says
         cards.append(_card("scan (every shard checked)", rate))
-    times = facts.times
+    times = facts.view.times
     if times is not None and (first := times.first_shard_secs()) is not None:
         cards.append(_card("first shard running after submission", format_wall(first)))
     if times is not None and (last := times.last_shard_secs()) is not None:
@@ -212,7 +252,7 @@ def _attention(facts: JobFacts) -> list[str]:
     rows = []
     for shard in picked[:MAX_TABLE_ROWS]:
         mine = by_shard.get(shard.shard_id, [])
-        trail = " → ".join(f"{palette.category(a)}@{a.node_id}" for a in mine)
+        trail = " → ".join(f"{charts.attempt_category(a)}@{a.node_id}" for a in mine)
         # a done shard's failures are not read from the summary: its attempts' errors are
         error = shard.last_error or next((a.error for a in reversed(mine) if a.error), "")
         rows.append((shard.shard_id, shard.state.value, len(mine), trail, error[-300:]))
@@ -311,10 +351,10 @@ def _manifest(facts: JobFacts) -> list[str]:
 
 
 def _runs(facts: JobFacts) -> list[str]:
-    if not facts.runs:
+    if not facts.view.runs:
         return []
     rows = []
-    for run in facts.runs[:MAX_TABLE_ROWS]:
+    for run in facts.view.runs[:MAX_TABLE_ROWS]:
         state = run_state(run)
         nodes = sorted({p["node_id"] for p in run.get("participants", [])})
         rows.append((run.get("run_id"), run.get("source"), state, len(run.get("participants", [])), ", ".join(nodes)))

@@ -8,7 +8,7 @@ from collections import defaultdict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
-from data_juicer_elastic.report.attempt_facts import AttemptFact, AttemptOutcome
+from data_juicer_elastic.status.job_history import AttemptFact, AttemptOutcome
 
 
 @dataclass(frozen=True)

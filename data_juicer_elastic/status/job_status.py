@@ -12,7 +12,8 @@ from __future__ import annotations
 import json
 import os
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections import defaultdict
+from collections.abc import Iterable, Sequence
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -23,7 +24,7 @@ from data_juicer_elastic.jobdir.heartbeats import StalenessObserver, looks_stale
 from data_juicer_elastic.jobdir.job_summary import JobSummary, LiveClaim, PaceRecord, read_paces, read_summary
 from data_juicer_elastic.jobdir.layout import LOG_FILE, JobLayout, parse_shard_id, validate_attempt_id
 from data_juicer_elastic.jobdir.manifest import load_manifest
-from data_juicer_elastic.jobdir.records import FORMAT_PREFIX, VERSION, AttemptRecord, Manifest
+from data_juicer_elastic.jobdir.records import FORMAT_PREFIX, VERSION, AttemptRecord, Manifest, ShardResult
 from data_juicer_elastic.jobdir.shard_state import (
     Markers,
     ShardState,
@@ -33,13 +34,13 @@ from data_juicer_elastic.jobdir.shard_state import (
     read_markers,
 )
 from data_juicer_elastic.sharedfs import fsio
-from data_juicer_elastic.sharedfs.identity import WorkerIdentity
-from data_juicer_elastic.status.done_tally import reconciled_tallies
+from data_juicer_elastic.sharedfs.identity import WorkerIdentity, attempt_started_at
 from data_juicer_elastic.status.scan_phase import scanned_phase, shard_names
 from data_juicer_elastic.status.snapshot_types import (
     FROM_SUMMARY,
     JobSnapshot,
     JsonDict,
+    NodeTally,
     ShardStatus,
     SummaryNote,
 )
@@ -112,8 +113,14 @@ def snapshot(
     if summary is None:
         return snap
     note = SummaryNote(summary.seq, summary.written_at, reader.summary_live)
-    tallies = reconciled_tallies(layout, paces, reader.done, _RowsById(manifest.shards))
+    tallies = reconciled_tallies(layout, paces, reader.done, manifest.shards)
     return replace(snap, source=FROM_SUMMARY, summary=note, node_tallies=tallies)
+
+
+def read_shard(layout: JobLayout, manifest: Manifest, entry, ttl_secs: float | None, now: float) -> ShardStatus:
+    """One shard read by name from its records, as ``exact=True`` reads each (the report: an attempt
+    claimed since the job summary's round, which the summary's snapshot shows pending)."""
+    return _Reader(layout, manifest, WorkerIdentity.current(), ttl_secs, None, True, None, now).shard(entry)
 
 
 def failure_records(job_dir: str | Path) -> int:
@@ -121,29 +128,6 @@ def failure_records(job_dir: str | Path) -> int:
     ``failures/`` and the records of each shard it names, none of the shards that never failed."""
     layout = JobLayout(Path(os.path.abspath(job_dir)))
     return sum(len(task_queue.list_failures(layout, shard)) for shard in sorted(shard_names(layout.failures_dir, "")))
-
-
-class _RowsById(Mapping[str, int]):
-    """Each shard's input rows by id, found by the id's index: the few done markers the tallies read
-    look theirs up, without a dict of every shard."""
-
-    def __init__(self, shards: Sequence) -> None:
-        self.shards = shards
-
-    def __getitem__(self, shard: str) -> int:
-        try:
-            index, count = parse_shard_id(shard)
-        except JobDirError:
-            raise KeyError(shard) from None
-        if count != len(self.shards):
-            raise KeyError(shard)
-        return self.shards[index].rows
-
-    def __iter__(self) -> Iterator[str]:
-        return (entry.shard_id for entry in self.shards)
-
-    def __len__(self) -> int:
-        return len(self.shards)
 
 
 class _Reader:
@@ -372,3 +356,62 @@ def vouched_stale(claim: LiveClaim | None, view: task_queue.LeaseView) -> bool:
     """The summary's writer saw this very heartbeat value unchanged for a TTL (or its holder's pid
     gone on the writer's host), and it is still the value now: the rule a taker follows."""
     return claim is not None and claim.stale and claim.generation == view.generation and claim.token == view.watch_token
+
+
+def reconciled_tallies(layout: JobLayout, paces: list[PaceRecord], done: set[str], shards: Sequence) -> list[NodeTally]:
+    """Accepted results per node for ``status`` from the job summary: the workers' pace records,
+    reconciled with the ``done/`` listing, so the per-node rows always add up to the done count.
+
+    A pace record counts its process's accepted results, up to one shard behind while it runs and
+    for good when the process was killed between publishing a done marker and recording it.  Such
+    a shard is still listed as held by that record (``PaceWriter.finished`` drops the claim and
+    counts the result in one change), so it is found without a read per done shard:
+
+    1. every done shard that a pace record still holds, with that record's attempt, is read from
+       its done marker (one read each: at most one per worker process) and counted from it;
+    2. if the pace records and those markers still do not account for every name in ``done/``
+       (a record lost or unreadable, a shard requeued by ``retry`` and done again, a listing behind
+       the records), every done marker is read and the tallies are the markers' (what ``--all``
+       does): exact, at one read per done shard, only in those cases.
+    """
+    held = {(h.shard_id, h.attempt_id) for r in paces for h in r.held if h.shard_id in done}
+    results = _results(layout, sorted({shard for shard, _ in held}))
+    uncounted = [r for r in results if (r.shard_id, r.attempt_id) in held]
+    if sum(r.done for r in paces) + len(uncounted) == len(done):
+        return _tallies([*_pace_rows(paces), *_result_rows(uncounted, shards)])
+    return _tallies(_result_rows(_results(layout, sorted(done)), shards))
+
+
+def _results(layout: JobLayout, shards: list[str]) -> list[ShardResult]:
+    """The accepted results of ``shards`` (read a few at a time); a corrupt or vanished marker is left out."""
+    found = fsio.read_many(lambda shard: attempts.read_done(layout, shard)[0], shards)
+    return [r for r in found if isinstance(r, ShardResult)]
+
+
+def _pace_rows(paces: Iterable[PaceRecord]):
+    return (
+        (r.node_id, r.done, r.rows_out, r.rows_in, r.quarantined, (r.first_secs or 0.0) + r.warm_secs) for r in paces
+    )
+
+
+def _result_rows(results: Iterable[ShardResult], shards: Sequence):
+    """Each result's row of the tallies; its input rows the manifest's, found by the id's index (the
+    few done markers read look theirs up without a dict of every shard)."""
+    for r in results:
+        quarantined = r.errors.rows if r.errors is not None else 0
+        started = attempt_started_at(r.attempt_id)  # the attempt id's stamp and the marker: one node's clock
+        secs = max(0.0, r.published_at - started) if started is not None else 0.0
+        try:
+            index, count = parse_shard_id(r.shard_id)
+        except JobDirError:
+            index, count = 0, -1
+        rows = shards[index].rows if count == len(shards) else r.input_rows
+        yield r.node_id, 1, r.rows, rows, quarantined, secs
+
+
+def _tallies(rows) -> list[NodeTally]:
+    """(node, shards, output rows, input rows, quarantined, attempt secs) rows summed per node."""
+    by_node: dict[str, list] = defaultdict(lambda: [0, 0, 0, 0, 0.0])
+    for node, *counts in rows:
+        by_node[node] = [total + n for total, n in zip(by_node[node], counts, strict=True)]
+    return [NodeTally(node, *totals) for node, totals in sorted(by_node.items())]

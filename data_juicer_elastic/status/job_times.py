@@ -13,6 +13,7 @@ from __future__ import annotations
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from typing import NamedTuple
 
 from data_juicer_elastic.coordination.run import OK, Outcome, RunRecord
@@ -76,6 +77,11 @@ def format_wall(secs: float) -> str:
     minutes, secs = divmod(int(secs), 60)
     hours, minutes = divmod(minutes, 60)
     return f"{hours}h{minutes:02d}m{secs:02d}s" if hours else f"{minutes}m{secs:02d}s"
+
+
+def utc_stamp(when: float) -> str:
+    """A wall-clock time as every surface writes it: ``2026-12-01 20:06:56 UTC``."""
+    return datetime.fromtimestamp(when, UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
 
 
 def job_times(

@@ -1,9 +1,5 @@
-"""Read-only view of a job's coordination records (the runs ``dj-elastic status`` lists).
-
-Each run (submission) has a directory ``coordination/<run-key>/``; this lists the
-runs newest first with their leaders, outcome and participants.  Nothing here
-writes, and an unreadable record is shown as such, never as a success.
-"""
+"""The runs (submissions) of a job, newest first, from ``coordination/<run-key>/``: leaders,
+outcome and participants; an unreadable record is shown as such, never as a success."""
 
 from __future__ import annotations
 
@@ -24,7 +20,7 @@ from data_juicer_elastic.errors import JobDirError
 from data_juicer_elastic.jobdir.layout import JobLayout
 from data_juicer_elastic.jobdir.roles import read_holder
 from data_juicer_elastic.sharedfs import fsio
-from data_juicer_elastic.status.job_times import format_wall, wall_secs
+from data_juicer_elastic.status.job_times import wall_secs
 
 
 def runs(job_dir: str | Path) -> list[dict[str, Any]]:
@@ -108,24 +104,3 @@ def run_state(run: dict[str, Any]) -> str:
     if outcome.get("status") == "ok":
         return f"finalized by {outcome.get('by')}"
     return f"FAILED in {outcome.get('phase')} ({outcome.get('by')}): {outcome.get('error')}"
-
-
-def render_runs(found: list[dict[str, Any]], limit: int | None = 3) -> str:
-    if not found:
-        return "coordination: no runs recorded (prepared with dj-elastic prepare, or never started)"
-    shown = found if limit is None else found[:limit]
-    lines = [f"coordination: {len(found)} run(s)" + (f", newest {len(shown)} shown" if len(shown) < len(found) else "")]
-    for run in shown:
-        outcome, state = run["outcome"], run_state(run)
-        took = run.get("wall_secs")
-        if took is not None:
-            state += f" after {format_wall(took)}" if outcome is not None else f", {format_wall(took)} so far"
-        lines.append(f"  run {run['run_id']} [{run['source']}] {state}")
-        lines.append(
-            f"    prepare leader: {run['prepare_leader'] or '-'}; finalize leader: {run['finalize_leader'] or '-'}"
-        )
-        nodes = sorted({p["node_id"] for p in run["participants"]})
-        lines.append(f"    {len(run['participants'])} instance(s) on {len(nodes)} node(s): {', '.join(nodes) or '-'}")
-        for error in run["errors"]:
-            lines.append(f"    unreadable record: {error}")
-    return "\n".join(lines)

@@ -1,12 +1,7 @@
-"""The scan phase of a job as status, the live line and the report show it.
-
-Before any shard runs, every shard is scanned (``jobdir.worker``): this reads how far the
-scans are (one listing of ``scans/done``, ``scans/claims`` and ``scans/failed``, then the scan
-records that exist, with a few threads), how fast they read (bytes over the time from the first
-scan's start to the last one's end), whether one refused the input, and when the first shard
-of the job started to run (the earliest shard attempt's start, from the attempt ids, which
-begin with their start time) measured from the plan's creation (the submission).
-"""
+"""The scan phase of a job as status, the live line and the report show it: how far the scans are
+(one listing each of ``scans/done``, ``scans/claims`` and ``scans/failed``, then the scan records
+that exist, with a few threads), how fast they read (bytes over the time from the first scan's
+start to the last one's end), and whether one refused the input."""
 
 from __future__ import annotations
 

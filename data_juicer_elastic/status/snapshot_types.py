@@ -1,13 +1,7 @@
-"""The shape of a status snapshot: one :class:`ShardStatus` per shard, in a :class:`JobSnapshot`.
-
-Plain data shared by ``job_status`` (which fills it), ``throughput`` (numbers from it) and
-``status_text`` (its table); it imports none of them, so they import it without a cycle.
-
-A snapshot comes from one of two sources (:attr:`JobSnapshot.source`): the job directory
-(every record the listings name is read) or the job summary (``jobdir.job_summary``: done
-shards are known from a listing and nothing of them is read).  A field that the source did
-not read is None; ``docs/status.md`` lists which.
-"""
+"""The shape of a status snapshot: one :class:`ShardStatus` per shard, in a :class:`JobSnapshot`,
+read from the job directory or from the job summary (:attr:`JobSnapshot.source`: done shards are
+then known from a listing, nothing of them read).  A field the source did not read is None
+(``docs/status.md`` lists which)."""
 
 from __future__ import annotations
 

@@ -121,7 +121,7 @@ def summarize(snap: JobSnapshot) -> Summary:
         rows_in_progress=in_progress,
         rows_per_sec=job_rate,
         eta_secs=eta,
-        # has_failed inlined: a call per shard is a tenth of a 100,000-shard status's numbers
+        # failures None: some, not counted (inline: a call per shard is a tenth of a 100,000-shard status's numbers)
         retried=sum(
             1 for s in snap.shards if (s.failures is None or s.failures > 0) and s.state is not ShardState.FAILED
         ),
@@ -129,11 +129,6 @@ def summarize(snap: JobSnapshot) -> Summary:
         stragglers=_stragglers(live, rates, snap.heartbeat_secs),
         failed=[FailedShard(s.shard_id, last_line(s.last_error), s.failures, s.log_path) for s in failed],
     )
-
-
-def has_failed(shard: ShardStatus) -> bool:
-    """The shard has at least one failure record (``failures`` None: some, not counted)."""
-    return shard.failures is None or shard.failures > 0
 
 
 def _nodes(snap: JobSnapshot, rates: dict[str, float | None]) -> list[NodeThroughput]:

@@ -551,8 +551,8 @@ def test_the_report_shows_an_attempt_claimed_since_the_summary_as_running(tmp_pa
     next round); the report then reads the shard's lease, so the new attempt is running, not lost."""
     from data_juicer_elastic.jobdir import attempts
     from data_juicer_elastic.jobdir.shard_state import ShardState
-    from data_juicer_elastic.report import gather
-    from data_juicer_elastic.report.attempt_facts import AttemptOutcome
+    from data_juicer_elastic.status.job_history import AttemptOutcome
+    from data_juicer_elastic.status.job_history import read_history as gather
     from data_juicer_elastic.status.job_view import read_view
 
     job, layout, manifest, _ = _job(tmp_path, 2)

@@ -185,7 +185,7 @@ def test_verify_counts_distinct_nodes(job):
 
 
 def test_render_text_and_terminal_info_attributes(job):
-    from data_juicer_elastic.status.status_text import render_text
+    from data_juicer_elastic.status.job_view import render_text
 
     summary = run_worker(job, identity("w"), _fail_bad, WorkerSettings(max_retries=0, **LEASE))
     assert summary.terminal_failures[0].shard_id == BAD and summary.terminal_failures[0].last_error == "poison row"

@@ -32,7 +32,7 @@ from data_juicer_elastic.shards.parts import publish_parts
 from data_juicer_elastic.shards.verify import verify_job
 from data_juicer_elastic.sharedfs.identity import WorkerIdentity
 from data_juicer_elastic.status.job_status import snapshot
-from data_juicer_elastic.status.status_text import render_text
+from data_juicer_elastic.status.job_view import render_text
 
 from ..faults.fakes import LEASE, prepare
 

@@ -15,8 +15,10 @@ from data_juicer_elastic import cli
 from data_juicer_elastic.jobdir import attempts, heartbeats, task_queue
 from data_juicer_elastic.jobdir.layout import JobLayout
 from data_juicer_elastic.jobdir.shard_state import ShardState
-from data_juicer_elastic.report import gather, series, write_report
-from data_juicer_elastic.report.attempt_facts import AttemptOutcome
+from data_juicer_elastic.report import series
+from data_juicer_elastic.report.render import write_report
+from data_juicer_elastic.status.job_history import AttemptOutcome
+from data_juicer_elastic.status.job_history import read_history as gather
 from tests.report.synthetic_job import _identity, build_job
 
 
@@ -183,7 +185,7 @@ def test_cli_errors_exit_2_and_name_the_problem(small_job, tmp_path, capsys):
 
 # -- pure series ------------------------------------------------------------------------------------
 def _attempt(node: str, start: float, end: float | None, rows: int, outcome=AttemptOutcome.DONE, ordinal=1):
-    from data_juicer_elastic.report.attempt_facts import AttemptFact
+    from data_juicer_elastic.status.job_history import AttemptFact
 
     return AttemptFact(
         shard_id="part-00000-of-00001", shard_index=0, attempt_id=f"a{start}", generation=ordinal, ordinal=ordinal,
