@@ -25,6 +25,7 @@ from typing import Any, Final
 from data_juicer_elastic.batching.runtime import BatchTrace
 from data_juicer_elastic.errors import JobDirError
 from data_juicer_elastic.jobdir import attempts
+from data_juicer_elastic.jobdir.exports import MergeRecord
 from data_juicer_elastic.jobdir.layout import JobLayout
 from data_juicer_elastic.jobdir.manifest import load_manifest
 from data_juicer_elastic.jobdir.records import (
@@ -33,7 +34,6 @@ from data_juicer_elastic.jobdir.records import (
     FailureReason,
     Heartbeat,
     Manifest,
-    MergeRecord,
     ShardEntry,
 )
 from data_juicer_elastic.jobdir.shard_state import ShardState
