@@ -1,7 +1,7 @@
 """py-data-juicer 1.6.1: ``data_juicer.ops.base_op.OPMetaClass.__call__``, wrapped once per process
 so that ``adaptive_batching: true`` gives an operator ``AdaptiveBatchingMixin`` however it is built
 (``load_ops``, a Ray actor built from ``op.__class__``): it instantiates the class
-``resolve(cls, adaptive_batching)`` picks (``batching.optin``).  Data-Juicer has no construction hook.
+``resolve(cls, adaptive_batching)`` picks (``batching.mixin``).  Data-Juicer has no construction hook.
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """py-data-juicer 1.6.1: ``data_juicer.core.data.ray_dataset.RayDataset.read`` (a classmethod, the one
 call its Ray load strategy makes for a local JSONL path), swapped while a shard runs so that
-Data-Juicer gets the shard as this package read it (``execution._shard_source``); no hook exists.
+Data-Juicer gets the shard as this package read it (``execution.shard_reader``); no hook exists.
 """
 
 from __future__ import annotations

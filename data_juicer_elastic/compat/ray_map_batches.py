@@ -1,6 +1,6 @@
 """Ray Data 2.60: ``ray.data.Dataset.map_batches`` (a plain function on the class taking
 ``fn_constructor_args``: how Data-Juicer's ``RayDataset._run_single_op`` hands an actor-mode operator
-to an ``ActorPoolStrategy``), replaced while warm actors serve a shard (``execution.warm_actors``,
+to an ``ActorPoolStrategy``), replaced while warm actors serve a shard (``execution.warm_ops``,
 docs/warm-operators.md); neither Ray nor Data-Juicer has a hook for it.
 """
 

@@ -17,11 +17,8 @@ merge's ``<export>.progress.json``): any recipe may point there.
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
-import threading
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -34,23 +31,6 @@ from data_juicer_elastic.shards.stream_merge import progress_path
 
 # stats.overall.FORMAT (not imported: that module loads the merge and the sketches)
 OVERALL_STATS_FORMAT = "dj-elastic/overall-stats"
-
-_local = threading.local()
-
-
-@contextlib.contextmanager
-def analysing() -> Iterator[None]:
-    """Data-Juicer's config parse inside this block is ``dj-analyze``'s."""
-    before = getattr(_local, "analysing", False)
-    _local.analysing = True
-    try:
-        yield
-    finally:
-        _local.analysing = before
-
-
-def is_analysing() -> bool:
-    return getattr(_local, "analysing", False)
 
 
 def analyzer_targets(cfg: Any) -> list[Path]:
