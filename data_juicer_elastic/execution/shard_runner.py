@@ -45,7 +45,7 @@ from data_juicer_elastic.execution.warm_ops import WarmOperators
 from data_juicer_elastic.jobdir import progress, row_stats
 from data_juicer_elastic.jobdir.layout import LOG_FILE, JobLayout
 from data_juicer_elastic.jobdir.tasks import ShardOutput, ShardTask
-from data_juicer_elastic.quarantine.errors_file import check_limit, fold_errors
+from data_juicer_elastic.quarantine.collector import check_limit, fold_errors
 from data_juicer_elastic.rows.shard_source import ShardSource, iter_source_lines
 from data_juicer_elastic.settings import DEFAULT_MAX_ERROR_ROWS
 from data_juicer_elastic.sharedfs import fsio

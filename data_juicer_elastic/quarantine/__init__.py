@@ -3,10 +3,10 @@
 Under ``elastic_sharded`` with ``skip_op_error`` (Data-Juicer's default drops every row of a failing
 batch silently) a failing batch is bisected down to the rows that fail alone, which go to
 ``<export>_errors.jsonl`` (docs/quarantine.md): ``collector`` (inside the operators: the bisection
-and the records), ``errors_file`` (the attempt's ``errors.jsonl``, ``elastic.max_error_rows``)
-and ``errors_merge`` (at finalize).  The file format is :mod:`data_juicer_elastic.jobdir.row_errors`.
+and the records; then the attempt's ``errors.jsonl``, ``elastic.max_error_rows``) and
+``errors_merge`` (at finalize).  The file format is :mod:`data_juicer_elastic.jobdir.row_errors`.
 Importing this package imports neither Ray nor Data-Juicer.
 """
 
 # The package's modules (nothing is re-exported: import from the module you need).
-__all__ = ["collector", "errors_file", "errors_merge"]
+__all__ = ["collector", "errors_merge"]

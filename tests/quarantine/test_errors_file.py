@@ -25,7 +25,7 @@ from data_juicer_elastic.jobdir.row_errors import WORKER_DIR, export_errors_path
 from data_juicer_elastic.jobdir.tasks import ShardOutput, ShardTask
 from data_juicer_elastic.jobdir.worker_loop import run_worker
 from data_juicer_elastic.jobdir.worker_settings import WorkerSettings
-from data_juicer_elastic.quarantine.errors_file import allowed_errors, check_limit, fold_errors
+from data_juicer_elastic.quarantine.collector import allowed_errors, check_limit, fold_errors
 from data_juicer_elastic.rows.shard_source import iter_source_lines
 from data_juicer_elastic.settings import ElasticSettings
 from data_juicer_elastic.shards.merge import merge_job
