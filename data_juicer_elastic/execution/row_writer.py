@@ -29,7 +29,7 @@ from data_juicer_elastic.rows.row_schema import MAX_TYPED_DEPTH
 from data_juicer_elastic.sharedfs import fault_seam
 
 # Data-Juicer's own columns (``__dj__stats__``, ``__dj__meta__``, hash columns, ...) start with its
-# DEFAULT_PREFIX: its exporter's business, written as it makes them (``row_writer``).
+# DEFAULT_PREFIX: its exporter's business, written as it makes them.
 from data_juicer_elastic.stats.columns import TAG_PREFIX as DATA_JUICER_PREFIX
 
 
