@@ -21,7 +21,7 @@ from data_juicer_elastic.jobdir.row_errors import WORKER_DIR  # noqa: E402
 from data_juicer_elastic.quarantine.collector import (  # noqa: E402
     QuarantinedBatch,
     QuarantinedRow,
-    RowFailure,  # noqa: E402
+    RowFailure,
     active_sink,
 )
 
