@@ -29,7 +29,7 @@ from data_juicer_elastic.console.log_files import close_log_sinks
 from data_juicer_elastic.console.quiet import mark_quiet_workers
 from data_juicer_elastic.errors import EXIT_BROKEN_PIPE, EXIT_ERROR, EXIT_OK, ElasticError, storage_error
 from data_juicer_elastic.integration.config_block import require_elastic, settings_from_cfg
-from data_juicer_elastic.integration.driver_files import driving, note_job_dir, remove_refused_job_dirs
+from data_juicer_elastic.integration.driver_files import DRIVER, note_job_dir, parsing, remove_refused_job_dirs
 from data_juicer_elastic.jobdir.exports import check_export_path
 from data_juicer_elastic.settings import ElasticSettings
 
@@ -96,7 +96,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
     from data_juicer_elastic.executor import ElasticShardedExecutor
     from data_juicer_elastic.integration.dispatch import print_run_summary
 
-    with driving():  # Data-Juicer's work dir goes under the job directory, as under dj-process
+    with parsing(DRIVER):  # Data-Juicer's work dir goes under the job directory, as under dj-process
         cfg, _ = _load_recipe(args)
     require_elastic(cfg, args.config, "dj-elastic run")
     executor = ElasticShardedExecutor(cfg)

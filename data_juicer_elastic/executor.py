@@ -10,7 +10,7 @@ from typing import Any
 from data_juicer_elastic.compat.targets import dj_moved
 from data_juicer_elastic.errors import ConfigError
 from data_juicer_elastic.integration.config_block import settings_from_cfg
-from data_juicer_elastic.integration.recipe_check import check_export
+from data_juicer_elastic.integration.recipe import check_export
 from data_juicer_elastic.job_run import JobRun
 from data_juicer_elastic.shards.merge import MergeResult
 

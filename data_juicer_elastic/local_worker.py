@@ -19,8 +19,7 @@ from data_juicer_elastic.console import JobDisplay
 from data_juicer_elastic.console.summary import run_clock_start
 from data_juicer_elastic.coordination.slots import CUDA_ENV, SlotPool, slot_argv, slot_cpus, slot_devices, slot_env
 from data_juicer_elastic.coordination.stragglers import ClaimGate
-from data_juicer_elastic.execution.lazy_runner import LazyShardRunner
-from data_juicer_elastic.execution.runtime_watch import restart_worker_process
+from data_juicer_elastic.execution.ray_runtime import LazyShardRunner, restart_worker_process
 from data_juicer_elastic.execution.shard_runner import default_cache_env
 from data_juicer_elastic.jobdir.layout import JobLayout, check_layout, ensure_dir, resolve_user_path
 from data_juicer_elastic.jobdir.manifest import load_job, load_manifest

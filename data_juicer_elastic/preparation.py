@@ -19,8 +19,13 @@ from data_juicer_elastic.errors import ElasticError, PrepareCancelled
 from data_juicer_elastic.execution.code_fingerprint import code_fingerprint
 from data_juicer_elastic.execution.stage_identities import compute_stage_identities
 from data_juicer_elastic.integration.config_block import cfg_value
-from data_juicer_elastic.integration.recipe import build_shard_recipe, index_key, media_keys
-from data_juicer_elastic.integration.recipe_check import check_dataset_path, check_shard_safe
+from data_juicer_elastic.integration.recipe import (
+    build_shard_recipe,
+    check_dataset_path,
+    check_shard_safe,
+    index_key,
+    media_keys,
+)
 from data_juicer_elastic.jobdir.exports import export_target
 from data_juicer_elastic.jobdir.layout import JobLayout, resolve_user_path
 from data_juicer_elastic.report.svg import fmt_bytes

@@ -10,12 +10,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from data_juicer_elastic.execution.row_types import ArrowRows
 from data_juicer_elastic.execution.row_writer import ExportLayout, write_shard
-from data_juicer_elastic.execution.shard_reader import InputRows, read_tables
+from data_juicer_elastic.execution.shard_reader import ArrowRows, InputRows, read_tables
 from data_juicer_elastic.jobdir.attempts import ShardOutput, ShardTask
 from data_juicer_elastic.jobdir.manifest import load_manifest
-from data_juicer_elastic.stats.shard_hook import ShardStatsRecorder
+from data_juicer_elastic.stats.shard_summary import ShardStatsRecorder
 
 
 def rayfree_runner(job_dir: Path, layout: ExportLayout = ExportLayout()):

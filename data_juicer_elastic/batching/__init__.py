@@ -1,10 +1,5 @@
 """Adaptive micro-batching with lossless OOM recovery for batched Data-Juicer Mappers (docs/adaptive-batching.md).
-
-``oom`` (:func:`classify_oom`: which exceptions a smaller micro-batch can fix), ``policy`` (:class:`BatchPolicy`,
-the pure size controller), ``engine`` (:class:`MicroBatcher`, the lossless loop), ``batches`` (column batches),
-``mixin`` (:class:`AdaptiveBatchingMixin` for your own Mappers), ``optin`` (recipe ``adaptive_batching: true``),
-``runtime`` (per-process state, attempt context, telemetry), ``profiles`` (shared through the job directory),
-``demo`` (``elastic_oom_demo_mapper``, CPU-safe).  Importing this package imports neither Ray, torch nor Data-Juicer.
+Importing this package imports neither Ray, torch nor Data-Juicer.
 """
 
 from __future__ import annotations
@@ -13,13 +8,13 @@ import importlib
 
 # The names this package offers, each loaded from its module on first use (PEP 562): importing one
 # of the package's modules runs none of the others.  A Ray worker that unpickles a quarantine class
-# imports ``quarantine.collector`` first, which imports ``batching.batches``; an ``__init__`` that
+# imports ``quarantine.collector`` first, which imports ``batching.engine``; an ``__init__`` that
 # imported ``mixin`` (which uses the collector) would meet the collector half-initialised.
 _NAMES = {
     "AdaptiveBatchingMixin": "mixin",
     "BatchPolicy": "policy",
     "MicroBatcher": "engine",
-    "classify_oom": "oom",
+    "classify_oom": "policy",
 }
 __all__ = sorted(_NAMES)
 

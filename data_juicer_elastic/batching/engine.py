@@ -3,26 +3,118 @@
 An unrecoverable OOM raises :class:`MicroBatchOOMError` whatever ``skip_errors`` says; each output
 must keep the slice's rows, order columns and the first slice's columns (:class:`BatchContractError`).
 The rules, and why ``sort_by_cost``: docs/adaptive-batching.md.
+
+Column batches as Data-Juicer hands them to a batched Mapper: a mapping of column -> per-row sequence
+(a dict, ``LazyBatch``) or a ``pyarrow.Table``.  Slices go to the operator as a fresh dict of lists, as
+Data-Juicer gives ``process_batched``: a failed call may have mutated its slice, and the retry must not
+see that.
 """
 
 from __future__ import annotations
 
+import copy
 import gc
 import sys
 import time
 import traceback
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import KW_ONLY, dataclass, field
 from itertools import accumulate
 from typing import Any, Final, Literal
 
 from loguru import logger
 
-from data_juicer_elastic.batching import batches
-from data_juicer_elastic.batching.oom import classify_oom
-from data_juicer_elastic.batching.policy import INF, Action, BatchPolicy
+from data_juicer_elastic.batching.policy import INF, Action, BatchPolicy, classify_oom
 from data_juicer_elastic.errors import BatchContractError, MicroBatchOOMError, clip
+
+# Values whose copy is themselves: a slice of them needs no deep copy.
+_ATOMIC: Final = (str, bytes, int, float, bool, type(None), complex)
+
+
+def is_arrow(batch: Any) -> bool:
+    return hasattr(batch, "num_rows") and hasattr(batch, "schema") and callable(getattr(batch, "slice", None))
+
+
+def _is_column(value: Any) -> bool:
+    return not isinstance(value, (str, bytes, Mapping)) and hasattr(value, "__len__") and hasattr(value, "__getitem__")
+
+
+def batch_rows(batch: Any, *, where: str = "batch") -> int:
+    """Rows of a column batch; BatchContractError when its columns disagree or it is not one."""
+    if is_arrow(batch):
+        return int(batch.num_rows)
+    if not isinstance(batch, Mapping):
+        raise BatchContractError(
+            f"expected a column batch (dict of lists or pyarrow.Table), got {type(batch).__name__}", where=where
+        )
+    lengths = {key: len(value) for key, value in batch.items() if _is_column(value)}
+    if not lengths:
+        raise BatchContractError("the batch has no per-row columns", where=where)
+    if len(set(lengths.values())) != 1:
+        detail = ", ".join(f"{k}={n}" for k, n in sorted(lengths.items(), key=lambda kv: str(kv[0]))[:6])
+        raise BatchContractError(f"columns have different row counts ({detail})", where=where)
+    return next(iter(lengths.values()))
+
+
+def columns(batch: Any) -> list[str]:
+    return list(batch.column_names) if is_arrow(batch) else [str(k) for k in batch.keys()]
+
+
+def column(batch: Any, name: str) -> Sequence[Any] | None:
+    """One column as a Python sequence, or None when the batch has no such per-row column."""
+    if is_arrow(batch):
+        return batch.column(name).to_pylist() if name in batch.column_names else None
+    value = batch.get(name) if isinstance(batch, Mapping) else None
+    return value if value is not None and _is_column(value) else None
+
+
+def take_slice(batch: Any, start: int, stop: int, total: int) -> dict[str, Any]:
+    """Rows ``[start, stop)`` as a new dict of lists that shares no mutable object with ``batch``."""
+    if is_arrow(batch):
+        return batch.slice(start, stop - start).to_pydict()  # fresh Python objects
+    piece: dict[str, Any] = {}
+    for key, value in batch.items():
+        if _is_column(value) and len(value) == total:
+            rows = list(value[start:stop])
+            piece[key] = rows if all(isinstance(v, _ATOMIC) for v in rows) else copy.deepcopy(rows)
+        else:  # a batch-level value (rare): never shared either
+            piece[key] = copy.deepcopy(value)
+    return piece
+
+
+def take_rows(batch: Any, indices: Sequence[int], total: int) -> Any:
+    """Rows ``indices`` (in that order) of a dict or Arrow batch; batch-level values are kept as they are.
+    Nested values are shared with ``batch``: :func:`take_slice` isolates what an operator gets."""
+    if is_arrow(batch):
+        return batch.take(list(indices))
+    return {
+        key: [value[i] for i in indices] if _is_column(value) and len(value) == total else value
+        for key, value in batch.items()
+    }
+
+
+def merge(outputs: list[Any], *, where: str) -> Any:
+    """Concatenate per-slice outputs in order (dicts of lists, or pyarrow Tables)."""
+    if len(outputs) == 1:
+        return outputs[0]
+    if all(is_arrow(o) for o in outputs):
+        import pyarrow
+
+        try:
+            return pyarrow.concat_tables(outputs)
+        except (pyarrow.ArrowInvalid, pyarrow.ArrowTypeError) as exc:
+            raise BatchContractError(f"micro-batch outputs have incompatible schemas: {exc}", where=where) from None
+    if not all(isinstance(o, Mapping) for o in outputs):
+        kinds = sorted({type(o).__name__ for o in outputs})
+        raise BatchContractError(f"micro-batch outputs mix types {kinds}", where=where)
+    return {key: [value for output in outputs for value in output[key]] for key in outputs[0]}
+
+
+def empty_like(batch: Any, extra: Sequence[str] = ()) -> dict[str, list]:
+    """A zero-row dict batch with ``batch``'s columns (what Data-Juicer returns for a skipped batch)."""
+    return {name: [] for name in [*columns(batch), *extra]}
+
 
 Aggregate = Literal["sum", "padded"]
 # Data-Juicer 1.6.1's logical-partition routing column (ray_partitioned): rows must keep it.
@@ -80,7 +172,7 @@ def prefix_cost_fn(costs: Sequence[float] | None, offset: int, aggregate: Aggreg
 @dataclass(eq=False)
 class MicroBatcher:
     """Run ``fn`` over an outer batch in policy-sized micro-batches, each an isolated copy
-    (:func:`.batches.take_slice`); with ``skip_errors`` a non-OOM failure drops only that slice (or
+    (:func:`take_slice`); with ``skip_errors`` a non-OOM failure drops only that slice (or
     ``quarantine`` bisects it)."""
 
     fn: Callable[[dict[str, Any]], Any]
@@ -95,20 +187,20 @@ class MicroBatcher:
     sleep: Callable[[float], None] = time.sleep
     stats: BatchStats = field(default_factory=BatchStats)
     sort_by_cost: bool = False
-    # (batch, start, stop, total, error) -> quarantine.bisect_rows.Isolation
+    # (batch, start, stop, total, error) -> quarantine.collector.Isolation
     quarantine: Callable[[Any, int, int, int, BaseException], Any] | None = None
 
     def __call__(self, batch: Any) -> Any:
-        total = batches.batch_rows(batch, where=self.label)
+        total = batch_rows(batch, where=self.label)
         stats = self.stats
         stats.outer_batches += 1
         stats.rows_in += total
         if total == 0:
-            return self.fn(batches.take_slice(batch, 0, 0, 0))
+            return self.fn(take_slice(batch, 0, 0, 0))
         costs = self.row_costs(batch) if self.row_costs is not None else None
         permutation = self._cost_order(costs, total)
         if permutation is not None:
-            batch = batches.take_rows(batch, permutation, total)
+            batch = take_rows(batch, permutation, total)
             costs = [costs[i] for i in permutation]
             stats.sorted_batches += 1
         delivered: list[range] = []  # positions (in the order run) of the slices that came back
@@ -126,7 +218,7 @@ class MicroBatcher:
                 cost = prefix_cost(rows)
                 if stats.first_rows is None:
                     stats.first_rows = rows
-                piece = batches.take_slice(batch, offset, offset + rows, total)
+                piece = take_slice(batch, offset, offset + rows, total)
                 order = {c: list(piece[c]) for c in self.order_columns if c in piece}
                 where = f"{self.label}: rows {offset}..{offset + rows - 1} of a {total}-row batch"
                 try:
@@ -170,7 +262,7 @@ class MicroBatcher:
                 else:
                     self._check(output, rows, order, expected_columns, where)
                     if expected_columns is None:
-                        expected_columns = batches.columns(output)
+                        expected_columns = columns(output)
                     budget_bound = rows < remaining and prefix_cost(rows + 1) > self.policy.budget
                     self.policy.on_success(rows, cost, budget_bound=budget_bound)
                     outputs.append(output)
@@ -191,14 +283,14 @@ class MicroBatcher:
                     logger.warning(f"{where}: out of memory at the minimum size; retrying in {decision.wait_secs:g}s")
                     self.sleep(decision.wait_secs)
         if not outputs:
-            return batches.empty_like(batch, extra=SKIPPED_EXTRA)
-        merged = batches.merge(outputs, where=self.label)
+            return empty_like(batch, extra=SKIPPED_EXTRA)
+        merged = merge(outputs, where=self.label)
         stats.rows_out += total - stats.skipped_rows + skipped_before
         if permutation is None:
             return merged
         source = [permutation[position] for part in delivered for position in part]  # input row of each output row
         restore = sorted(range(len(source)), key=source.__getitem__)
-        return batches.take_rows(merged, restore, len(source))
+        return take_rows(merged, restore, len(source))
 
     def _cost_order(self, costs: Sequence[float] | None, total: int) -> list[int] | None:
         """Rows by descending cost (ties in input order), or None: input order (no sorting asked for, no
@@ -214,7 +306,7 @@ class MicroBatcher:
         return None if order == list(range(total)) else order
 
     def _check(self, output: Any, rows: int, order: dict[str, list], expected: list[str] | None, where: str) -> None:
-        got = batches.batch_rows(output, where=where)
+        got = batch_rows(output, where=where)
         if got != rows:
             raise BatchContractError(
                 f"the operator returned {got} rows for a {rows}-row micro-batch",
@@ -223,7 +315,7 @@ class MicroBatcher:
                 "for this operator",
             )
         for name, before in order.items():
-            after = batches.column(output, name)
+            after = column(output, name)
             if after is None or list(after) != before:
                 raise BatchContractError(
                     f"the operator changed or reordered column {name!r}",
@@ -231,7 +323,7 @@ class MicroBatcher:
                     hint="rows must come back in input order with their routing/index columns unchanged",
                 )
         if expected is not None:
-            names = batches.columns(output)
+            names = columns(output)
             if set(names) != set(expected):
                 added = sorted(set(names) - set(expected))
                 missing = sorted(set(expected) - set(names))

@@ -1,6 +1,6 @@
 """ddsketch 3.x: the bins of a ``ddsketch.store.DenseStore`` (``bins[key - offset]`` is the count of
 ``key``; ``min_key``, ``max_key``, ``count``) and ``LogarithmicMapping.gamma`` / ``min_possible``:
-``stats.sketch`` stores a column's sketch as plain JSON (first key, run of counts) that any process
+``stats.columns`` stores a column's sketch as plain JSON (first key, run of counts) that any process
 can merge; ddsketch's own encoding is protobuf.  Decoding uses the public ``add``.
 """
 

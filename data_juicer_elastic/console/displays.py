@@ -1,9 +1,9 @@
 """Progress of the whole job (:class:`JobDisplay`: rows done/total, rows/s, shards, ETA, what the
-current shard does) and the line format :class:`.step_display.StepDisplay` uses too.
+current shard does) and of prepare and merge steps (:class:`StepDisplay`), in one line format.
 
-On a terminal, in quiet mode, one line redrawn in place (``terminal.live_line``), formatted by
+On a terminal, in quiet mode, one line redrawn in place (``quiet.live_line``), formatted by
 tqdm's ``format_meter``; not a tqdm bar, because the counts come from several sources (the job
-directory, this process's attempts) and the rate must be the job's (:mod:`.meter`: smoothed over
+directory, this process's attempts) and the rate must be the job's (:class:`Meter`: smoothed over
 a window, so it holds still while the count moves in steps).  Elsewhere (a pipe, a log file, or
 ``-v``), a plain line every ``log_every`` seconds while the count moves, every ``IDLE_LOG_SECS``
 while it does not, not a scroll of bar redraws.  The elapsed time is one clock from the process's
@@ -16,14 +16,15 @@ import contextlib
 import os
 import threading
 import time
+from collections import deque
 from collections.abc import Callable
+from itertools import pairwise
 from pathlib import Path
 from typing import Any, Final
 
 from tqdm import tqdm
 
-from data_juicer_elastic.console import quiet, terminal
-from data_juicer_elastic.console.meter import Clock, Meter
+from data_juicer_elastic.console import quiet
 from data_juicer_elastic.console.summary import shown_path
 from data_juicer_elastic.jobdir.heartbeats import ProgressTracker, Stage, read_attempt_progress
 from data_juicer_elastic.jobdir.job_summary import Holder, view_of
@@ -32,6 +33,85 @@ from data_juicer_elastic.jobdir.manifest import load_manifest
 from data_juicer_elastic.sharedfs import fsio
 from data_juicer_elastic.sharedfs.identity import safe_name
 from data_juicer_elastic.status.scan_phase import shard_names
+from data_juicer_elastic.status.throughput import eta_secs
+
+RATE_WINDOW_SECS: Final = 30.0
+# No rate before the count has moved this often over this long: the first blocks of a run come
+# as Ray's workers start, and a rate from two of them swings by a factor of several.
+MIN_MOVES: Final = 3
+MIN_SPAN_SECS: Final = 5.0
+MIN_GAPS: Final = 4  # the rate spans at least this many waits between moves, older than the window if need be
+
+Clock = Callable[[], float]
+
+
+class Meter:
+    """Units per second over the last ``window`` seconds of moves, and a time left, that hold still
+    while the count moves in steps.  ``from_first_move``: counting starts at the first move, so the
+    time before it (Ray starting, the first block read) is no part of the rate.
+
+    Progress arrives in steps (Ray counts rows per finished block; other nodes' shards count once
+    done), so the rate over "now" swings with where the clock stands between two steps.  The meter
+    keeps the moments the count moved and takes the rate between the last move and the count as it
+    stood ``window`` seconds before it (interpolated between the moves around it; or further back, to
+    the ``MIN_GAPS``-th move before the last, where moves are rarer than that): for a steady
+    throughput every move lies on one line, so the rate is that line's slope whatever the step size.
+    Only once no move came for longer than the longest wait between two moves in the window does
+    the time since the last move count (a stall lowers the rate, in proportion; uneven steps do
+    not).  The time left runs on from the last move at that rate, so it counts down between steps
+    instead of standing still and then jumping."""
+
+    def __init__(self, clock: Clock, window: float = RATE_WINDOW_SECS, *, from_first_move: bool = False):
+        self.clock, self.window, self.waits_for_move = clock, window, from_first_move
+        self.moves: deque[tuple[float, float]] = deque()  # (time, value) at each change, oldest first
+
+    def add(self, value: float) -> None:
+        now = self.clock()
+        if self.moves and value == self.moves[-1][1]:
+            return
+        if self.waits_for_move and self.moves:
+            self.moves.clear()  # the first move: the rate counts from here
+            self.waits_for_move = False
+        self.moves.append((now, value))
+        # keep one move at or before the window's start, to interpolate the count there, and at
+        # least MIN_GAPS waits between moves: the longest of a few tells a stall from an uneven step
+        while len(self.moves) > MIN_GAPS + 1 and self.moves[1][0] <= now - self.window:
+            self.moves.popleft()
+
+    def _slope(self) -> tuple[float, float, float, float] | None:
+        """(rate, time of the last move, seconds the rate spans, the longest wait between two moves)
+        over the window; None: too few moves."""
+        if len(self.moves) < MIN_MOVES:
+            return None
+        t_last, v_last = self.moves[-1]
+        start = t_last - self.window
+        (t0, v0), (t1, v1) = self.moves[0], self.moves[1]
+        if t0 < start < t1:  # the count at the window's start, between the two moves around it
+            v0, t0 = v0 + (v1 - v0) * (start - t0) / (t1 - t0), start
+        span = t_last - t0
+        if span < MIN_SPAN_SECS or v_last <= v0:
+            return None
+        longest = max(b[0] - a[0] for a, b in pairwise(self.moves))
+        return (v_last - v0) / span, t_last, span, longest
+
+    def rate(self) -> float | None:
+        found = self._slope()
+        if found is None:
+            return None
+        rate, t_last, span, interval = found
+        late = self.clock() - t_last - interval  # how far past the longest wait so far the next move is
+        return rate if late <= 0 else rate * span / (span + late)
+
+    def eta(self, total: float) -> float | None:
+        """Seconds left to ``total`` at :meth:`rate`, counted on from the last move (for at most the
+        longest wait between moves: past it the rate falls instead); None until there is a rate."""
+        found, rate = self._slope(), self.rate()
+        if found is None or not rate:
+            return None
+        _, t_last, _, interval = found
+        done = self.moves[-1][1] + rate * min(max(self.clock() - t_last, 0.0), interval)
+        return eta_secs(max(total - done, 0.0), rate)
+
 
 # Without a terminal: a plain line this often while the count moves (a log read live, or tail -f,
 # should not look stuck for half a minute), and this often while it does not (still alive).
@@ -43,7 +123,7 @@ LISTING_SECS: Final = 2.0  # how often the job's done/ and failed/ directories a
 
 def live(terminal_flag: bool | None) -> bool:
     """Whether to draw a live line: on a terminal and quiet (``-v`` shows Ray's own progress as before)."""
-    return (terminal.is_terminal() and not quiet.verbose()) if terminal_flag is None else terminal_flag
+    return (quiet.is_terminal() and not quiet.verbose()) if terminal_flag is None else terminal_flag
 
 
 def amount(value: float | None, unit: str) -> str:
@@ -120,7 +200,7 @@ class JobDisplay:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._line_cm = contextlib.ExitStack()
-        self._line: terminal.LiveLine | None = None
+        self._line: quiet.LiveLine | None = None
 
     def attach(self, tracker: ProgressTracker) -> None:
         finished_at: list[float | None] = [None]
@@ -258,7 +338,7 @@ class JobDisplay:
         return f"scanning the input: {n['scanned']}/{n['shards']} shards{rate} (no shard runs before every scan)"
 
     def _live_text(self, n: dict[str, Any]) -> str:
-        width = terminal.line_width(self._line.stream)
+        width = quiet.line_width(self._line.stream)
         if "scanned" in n:
             note = self.scanning_note(n)
             return meter_line("", n["bytes"], n["total"], n["elapsed"], n["rate"], "B", note, width, n["eta"])
@@ -276,7 +356,7 @@ class JobDisplay:
 
     def __enter__(self) -> JobDisplay:
         if self.live:
-            self._line = self._line_cm.enter_context(terminal.live_line(self.stream))
+            self._line = self._line_cm.enter_context(quiet.live_line(self.stream))
         self.refresh_listing()
         self.meter.add(sum(self.shard_rows[s] for s in self.done))
         self._thread = threading.Thread(target=self._run, name="dj-elastic-progress", daemon=True)
@@ -329,3 +409,86 @@ class ScanCount:
             "eta": self.meter.eta(sum(self.planned.values())),
             "elapsed": elapsed,
         }
+
+
+class _Step:
+    """One step of a StepDisplay."""
+
+    def __init__(self, name: str, unit: str, line, log_every: float, clock: Clock, origin: float | None):
+        self.name, self.unit, self.line, self.log_every, self.clock = name, unit, line, log_every, clock
+        self.done, self.total = 0, None
+        self.started = self.last_log = clock()
+        self.origin = self.started if origin is None else origin  # the live line's elapsed counts from here
+        self.meter = Meter(clock)
+        self.logged = False  # a periodic line was printed: the step was long enough to report its end
+
+    def set(self, done: int, total: int | None) -> None:
+        self.done, self.total = done, total
+        self.meter.add(done)
+        now = self.clock()
+        if self.line is not None:
+            width = quiet.line_width(self.line.stream)
+            rate = self.meter.rate()
+            eta = self.meter.eta(total) if total else None
+            self.line.update(meter_line(self.name, done, total, now - self.origin, rate, self.unit, "", width, eta))
+        if now - self.last_log >= self.log_every:
+            self.last_log = now
+            self._log("progress", periodic=True)
+
+    def close(self) -> None:
+        self._log("finished", periodic=False)
+
+    def _log(self, what: str, periodic: bool) -> None:
+        secs = max(self.clock() - self.started, 1e-9)
+        total = f"/{amount(self.total, self.unit)}" if self.total else ""
+        pct = f" ({100 * self.done / self.total:.0f}%)" if self.total else ""
+        rate = f", {amount(self.done / secs, self.unit)}/s" if self.done else ""
+        text = f"{self.name}: {what} {amount(self.done, self.unit)}{total}{pct} in {secs:.0f}s{rate}"
+        if self.line is not None:
+            quiet.log_only(text)  # the live line shows it
+        elif periodic or self.logged:
+            self.logged = True
+            quiet.say(text)
+        else:
+            from loguru import logger
+
+            logger.info(text)  # a short step: log files (and -v) only
+
+
+class StepDisplay:
+    """A ``shards.steps`` callback: one line per step name, the previous closed when a new one starts.
+    On a terminal one live line per step, else a log line every ``LOG_EVERY_SECS`` and one when a
+    long step ends.  The live line's elapsed time runs from ``started`` (the process's start, as the
+    job's live line), the log lines give each step's own."""
+
+    def __init__(self, unit: str = "B", *, terminal: bool | None = None, log_every: float = LOG_EVERY_SECS,
+                 clock: Clock = time.monotonic, stream: Any = None, started: float | None = None):  # fmt: skip
+        self.unit, self.log_every, self.clock, self.stream, self.started = unit, log_every, clock, stream, started
+        self.live = live(terminal)
+        self.step: _Step | None = None
+        self._line_cm = contextlib.ExitStack()
+        self._line: quiet.LiveLine | None = None
+
+    def __call__(self, step: str, done: int, total: int | None) -> None:
+        if self.step is None or self.step.name != step:
+            self._close_step()
+            if self.live and self._line is None:
+                self._line = self._line_cm.enter_context(quiet.live_line(self.stream))
+            self.step = _Step(step, self.unit, self._line, self.log_every, self.clock, self.started)
+        self.step.set(done, total)
+
+    def _close_step(self) -> None:
+        if self.step is not None:
+            self.step.close()
+            self.step = None
+
+    def close(self) -> None:
+        self._close_step()
+        self._line_cm.close()
+        self._line = None
+
+    def __enter__(self) -> StepDisplay:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import IO
 
 from data_juicer_elastic.compat import loguru_internals
-from data_juicer_elastic.console import terminal
+from data_juicer_elastic.console import quiet
 
 _reported: set[str] = set()
 _report_lock = threading.Lock()
@@ -34,7 +34,7 @@ def report_broken(path: str | os.PathLike, what: str, exc: BaseException) -> Non
         _reported.add(key)
     reason = getattr(exc, "strerror", None) or str(exc) or type(exc).__name__
     with contextlib.suppress(OSError, ValueError):  # not even the console: nothing more to do
-        terminal.write(
+        quiet.write(
             f"{time.strftime('%H:%M:%S')} WARNING {what} {key} cannot be written ({reason}); "
             "its lines are dropped from now on\n"
         )

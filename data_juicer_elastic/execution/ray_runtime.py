@@ -3,6 +3,13 @@
 job's); ``auto`` or an address attaches, probed first in a child process that can be killed (an
 in-process ``ray.init`` against a dead address can hang for minutes).  Ray is imported only when a
 runtime starts.
+
+:class:`RuntimeWatch` is the Ray runner's half of the stall rule (``jobdir.liveness``): probe the
+runtime while a shard's progress is quiet, and restart the worker when the shard was given up.
+Rules, and why a restart is a new process and not a new runtime: docs/failure-semantics.md, "A
+heartbeat means progress".  :class:`LazyShardRunner` starts the runtime when the worker is about to
+claim: a worker with nothing to claim costs no Ray start, and one that fails while Ray starts, or runs
+other operator code (``code_fingerprint``), holds no claim.
 """
 
 from __future__ import annotations
@@ -14,15 +21,25 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 import uuid
+from collections.abc import Callable
+from pathlib import Path
 from typing import Any, Final
 
 from loguru import logger
 
 from data_juicer_elastic.compat import ray_internals
-from data_juicer_elastic.errors import ConfigError, RayConnectionError, last_line
+from data_juicer_elastic.errors import EXIT_ERROR, ConfigError, RayConnectionError, last_line
+from data_juicer_elastic.execution.code_fingerprint import check_code, code_fingerprint
+from data_juicer_elastic.execution.shard_runner import ShardRunner, shard_runtime_env
+from data_juicer_elastic.jobdir import heartbeats as progress
+from data_juicer_elastic.jobdir.attempts import ShardOutput, ShardTask
+from data_juicer_elastic.jobdir.heartbeats import Liveness
 from data_juicer_elastic.jobdir.worker import is_guard_handler
+from data_juicer_elastic.rows.shard_source import ShardSource
+from data_juicer_elastic.settings import DEFAULT_MAX_ERROR_ROWS
 
 LOCAL: Final = "local"
 AUTO: Final = "auto"
@@ -154,7 +171,7 @@ class WarmRayRuntime:
     def abort(self) -> None:
         """Kill a runtime this object started that no longer answers (SIGKILL: its processes
         may be stopped, and a stopped process never handles SIGTERM).  Nothing else: this
-        process is restarted next (``runtime_watch``), since calls blocked in the dead runtime
+        process is restarted next (:class:`RuntimeWatch`), since calls blocked in the dead runtime
         cannot be unwound safely.  An attached runtime is not ours to kill."""
         if self._owned and self.address == LOCAL:
             _kill_node_processes()
@@ -292,3 +309,173 @@ def _kill_node_processes() -> None:
             proc.kill()
     psutil.wait_procs(victims, timeout=10)
     logger.warning(f"killed the {len(victims)} process(es) of the unresponsive Ray runtime")
+
+
+QUIET_FRACTION: Final = 0.25  # probe once the attempt was quiet for this part of the stall timeout
+MIN_TICK_SECS: Final = 0.5
+RESTARTS_ENV: Final = "DJ_ELASTIC_RUNTIME_RESTARTS"  # restarts so far of this worker (kept across exec)
+MAX_RESTARTS: Final = 5  # then the worker stops (exit 2): a node whose runtime keeps freezing is broken
+
+
+class RuntimeWatch:
+    """Context manager around one attempt of the Ray runner; a no-op without a liveness.
+    ``restart_process()`` replaces this process after the frozen runtime was killed."""
+
+    def __init__(
+        self, runtime: WarmRayRuntime, liveness: Liveness | None, restart_process: Callable[[], object] | None = None
+    ):
+        self.runtime, self.liveness = runtime, liveness
+        self.restart_process = restart_process or restart_worker_process
+        self._halt = threading.Event()
+        self._probing = threading.Lock()
+        self._thread: threading.Thread | None = None
+
+    def __enter__(self) -> RuntimeWatch:
+        if self.liveness is not None:
+            self.liveness.when_stalled(self.restart)
+            self._thread = threading.Thread(target=self._run, name="dj-elastic-runtime-watch", daemon=True)
+            self._thread.start()
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self._halt.set()
+        if self._thread is not None:
+            self._thread.join(timeout=5)
+
+    def restart(self) -> None:
+        """The shard was given up (heartbeat thread): kill the runtime, start the worker afresh."""
+        self._halt.set()
+        logger.error("the shard's Ray runtime stopped answering: killing it and restarting the worker")
+        self.runtime.abort()
+        self.restart_process()
+
+    def _run(self) -> None:
+        assert self.liveness is not None
+        quiet = self.liveness.stall_secs * QUIET_FRACTION
+        tick = max(MIN_TICK_SECS, quiet / 4)
+        while not self._halt.wait(tick):
+            if self.liveness.quiet_for() >= quiet and self._probing.acquire(blocking=False):
+                threading.Thread(target=self._probe, name="dj-elastic-runtime-probe", daemon=True).start()
+
+    def _probe(self) -> None:
+        try:
+            assert self.liveness is not None
+            if self.runtime.started and self.runtime.ping(self.liveness.stall_secs):
+                self.liveness.note("the Ray runtime answered a probe")
+        finally:
+            self._probing.release()
+
+
+def restart_worker_process(before: Callable[[], object] | None = None) -> None:
+    """Replace this process with a fresh run of its own command line (same pid, same
+    environment), or stop it (exit 2) after :data:`MAX_RESTARTS` restarts."""
+    count = int(os.environ.get(RESTARTS_ENV, "0") or 0) + 1
+    if before is not None:
+        try:
+            before()
+        except Exception as exc:  # noqa: BLE001 - the restart matters more
+            logger.warning(f"before restarting: {exc}")
+    if count > MAX_RESTARTS:
+        print(
+            f"error: the Ray runtime of this worker froze {count} times; its shards were given up "
+            "(check the node: memory, disk, a hung GPU), then start the worker again",
+            file=sys.stderr,
+            flush=True,
+        )
+        os._exit(EXIT_ERROR)
+    os.environ[RESTARTS_ENV] = str(count)
+    argv = list(sys.orig_argv)
+    logger.error(f"restarting this worker ({count}/{MAX_RESTARTS}) with a fresh Ray runtime: {' '.join(argv)}")
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(OSError, ValueError):
+            stream.flush()
+    os.execv(sys.executable, argv)
+
+
+class LazyShardRunner:
+    """Context manager and ``run_shard`` callable; closing stops the runtime it started.  ``code``: the
+    job's code fingerprint, checked before each runtime start (None: not checked)."""
+
+    def __init__(
+        self,
+        recipe: dict[str, Any],
+        expected_stage_identities: list[str],
+        cache_dir: Path,
+        *,
+        row_schema: list[Any] | None | Callable[[], list[Any] | None],
+        ray_address: str = LOCAL,
+        ray_num_cpus: int | None = None,
+        code: dict[str, Any] | None = None,
+        allow_version_mismatch: bool = False,
+        restart_process: Callable[[], object] | None = None,
+        max_error_rows: float = DEFAULT_MAX_ERROR_ROWS,
+    ):
+        self._recipe, self._code, self._allow_versions = recipe, code, allow_version_mismatch
+        self._restart_process = restart_process
+        self._starting = threading.Lock()  # one start at a time: early, or before a claim
+        self._closed = threading.Event()  # ends the thread that started the runtime early
+        self._runner = ShardRunner(
+            recipe, expected_stage_identities, cache_dir, row_schema=row_schema, max_error_rows=max_error_rows
+        )
+        self.runtime = WarmRayRuntime(ray_address, ray_num_cpus, runtime_env=shard_runtime_env(recipe, Path(cache_dir)))
+
+    @property
+    def starting(self) -> bool:
+        return self._starting.locked() and not self.runtime.started
+
+    def __enter__(self) -> LazyShardRunner:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+    def ready(self) -> bool:
+        """Check the code and start the runtime unless running (waiting for a start under way);
+        True when it had to: that took seconds, the caller looks at its shard again.  Raises
+        ElasticError (CodeMismatchError, RayConnectionError) rather than claiming or hanging."""
+        with self._starting:
+            if self.runtime.started:
+                return False
+            if self._code is not None:
+                here = code_fingerprint(self._recipe)
+                check_code(self._code, here, allow_version_mismatch=self._allow_versions)
+            self.runtime.start()
+            return True
+
+    def start_early(self) -> None:
+        """Start the runtime on a thread now (while the job is scanned), so the first shard does
+        not wait for it.  A failure is only logged here: :meth:`ready`, called before the first
+        claim, tries again and raises it.  The thread lives until :meth:`close`: Ray's node
+        processes are started with a parent-death signal, which Linux sends when the *thread*
+        that started them ends (seen with Ray 2.60: the runtime died a minute after its
+        starting thread returned)."""
+
+        def start() -> None:
+            try:
+                self.ready()
+            except Exception as exc:  # noqa: BLE001 - ready() raises it again where it matters
+                logger.warning(f"starting Ray early failed ({type(exc).__name__}: {exc}); tried again before a claim")
+                return
+            self._closed.wait()
+
+        threading.Thread(target=start, name="dj-elastic-ray-start", daemon=True).start()
+
+    def read_ahead(self, source: ShardSource) -> Any:
+        return self._runner.read_ahead(source)
+
+    def __call__(self, task: ShardTask) -> ShardOutput:
+        self.ready()  # idempotent; the worker loop normally did it before claiming
+        tracker = progress.current()  # the worker loop's live progress of this attempt, with its stall rule
+        alive = tracker.liveness if tracker is not None else None
+        with RuntimeWatch(self.runtime, alive, self._restart_process):
+            return self._runner(task)
+
+    def close(self) -> None:
+        try:
+            self._runner.close()  # its warm actors live in the runtime: free them first
+        finally:
+            try:
+                with self._starting:  # a start under way (start_early) ends first: ray.init is not interruptible
+                    self.runtime.close()
+            finally:
+                self._closed.set()

@@ -1,6 +1,10 @@
 """Run one claimed shard through Data-Juicer's own RayExecutor on the warm runtime: read by
 ``shard_reader``, written by ``row_writer``, operators kept warm (``warm_ops``), failing rows set
 aside (``quarantine``).  The attempt directory's files: docs/architecture.md, "Job directory".
+
+The attempt's driver-side logs (loguru, Ray Data's ``ray.data``) go into ``attempt_dir/process.log``,
+a sink per attempt.  Output printed inside Ray worker processes is not captured (Ray forwards it, in
+batches that can arrive after the attempt ended, and keeps it in ``logs/worker-*.err``).
 """
 
 from __future__ import annotations
@@ -8,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import copy
 import json
+import logging
 import os
 import re
 import shlex
@@ -22,16 +27,16 @@ from loguru import logger
 from data_juicer_elastic import DATA_JUICER_REQUIREMENT
 from data_juicer_elastic.batching.runtime import BatchingContext, StageRef, summarize_attempt, write_context
 from data_juicer_elastic.compat import dj_ops_internals, ray_internals
+from data_juicer_elastic.console.log_files import LogFile
 from data_juicer_elastic.errors import ElasticError, IntegrationError, ShardExecutionError, clip
-from data_juicer_elastic.execution._attempt_log import attempt_log
-from data_juicer_elastic.execution._dj_config import RAY_JOB_ENV, ShardConfigs, ray_job_env
-from data_juicer_elastic.execution._shard_source import shard_key, shard_source
 from data_juicer_elastic.execution.progress_source import note_stage, ray_data_progress
-from data_juicer_elastic.execution.row_types import ArrowRows
 from data_juicer_elastic.execution.row_writer import ExportLayout, write_shard
-from data_juicer_elastic.execution.shard_reader import InputRows, read_tables
+from data_juicer_elastic.execution.shard_reader import ArrowRows, InputRows, read_tables, shard_key, shard_source
 from data_juicer_elastic.execution.stage_identities import (
+    RAY_JOB_ENV,
+    ShardConfigs,
     manifest_from_cfg,
+    ray_job_env,
     stage_ids,
     verify_stage_identities,
     write_identity_record,
@@ -41,11 +46,43 @@ from data_juicer_elastic.jobdir import heartbeats
 from data_juicer_elastic.jobdir.attempts import ShardOutput, ShardTask
 from data_juicer_elastic.jobdir.layout import LOG_FILE, JobLayout
 from data_juicer_elastic.jobdir.row_files import ROW_STATS_FILE
-from data_juicer_elastic.quarantine.errors_file import check_limit, fold_errors
+from data_juicer_elastic.quarantine.collector import check_limit, fold_errors
 from data_juicer_elastic.rows.shard_source import ShardSource, iter_source_lines
 from data_juicer_elastic.settings import DEFAULT_MAX_ERROR_ROWS
 from data_juicer_elastic.sharedfs import fsio
-from data_juicer_elastic.stats.shard_hook import ShardStatsRecorder
+from data_juicer_elastic.stats.shard_summary import ShardStatsRecorder
+
+_FORMAT: Final = "{time:YYYY-MM-DD HH:mm:ss.SSS} | {level: <8} | {name}:{line} - {message}"
+
+
+@contextlib.contextmanager
+def attempt_log(path: Path, level: str = "INFO") -> Iterator[None]:
+    # One line-buffered stream shared by both writers keeps their lines whole and in order;
+    # append mode keeps what an earlier step of this attempt wrote.  A full disk costs its
+    # lines, never the attempt (``console.log_files``): the output write reports it.
+    stream = LogFile(path, "the attempt log")
+    sink_id = logger.add(
+        stream,
+        level=level,
+        format=_FORMAT,
+        colorize=False,
+        enqueue=False,  # synchronous: every line is on disk before the sink is removed
+        backtrace=False,
+        diagnose=False,  # no variable values (possibly row contents) in tracebacks
+    )
+    handler = logging.StreamHandler(stream)
+    handler.setLevel(logging.INFO)
+    handler.setFormatter(logging.Formatter("%(asctime)s | %(levelname)-8s | %(name)s - %(message)s"))
+    ray_data = logging.getLogger("ray.data")
+    ray_data.addHandler(handler)
+    try:
+        yield
+    finally:
+        ray_data.removeHandler(handler)
+        with contextlib.suppress(ValueError):  # someone called logger.remove() for all sinks
+            logger.remove(sink_id)
+        stream.stop()
+
 
 # Environment Data-Juicer's initialize_ray forwards to Ray workers
 # (data_juicer.utils.mm_utils.SPECIAL_TOKEN_ENV_PREFIX).
@@ -153,7 +190,7 @@ class ShardRunner:
                 hint="run shards inside execution.ray_runtime.WarmRayRuntime, or use LazyShardRunner",
             )
         overrides = {
-            # only a key (``_shard_source`` serves the shard), but Data-Juicer shlex-splits it into
+            # only a key (``shard_reader.shard_source`` serves the shard), but Data-Juicer shlex-splits it into
             # weighted paths: quoted, a job_dir with spaces or quotes stays one path
             "dataset_path": shlex.quote(str(shard_key(attempt_dir))),
             # RayExecutor builds its exporter even when it does not export: a path it never writes

@@ -17,40 +17,20 @@ merge's ``<export>.progress.json``): any recipe may point there.
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
-import threading
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 from data_juicer_elastic.errors import ConfigError, ElasticError
 from data_juicer_elastic.integration.config_block import cfg_value, is_elastic, settings_from_cfg
-from data_juicer_elastic.jobdir.exports import MergeRecord
+from data_juicer_elastic.jobdir.exports import MergeRecord, export_target
 from data_juicer_elastic.jobdir.layout import JobLayout
 from data_juicer_elastic.jobdir.row_files import export_side_path
 from data_juicer_elastic.shards.merge import progress_path
 
 # stats.overall.FORMAT (not imported: that module loads the merge and the sketches)
 OVERALL_STATS_FORMAT = "dj-elastic/overall-stats"
-
-_local = threading.local()
-
-
-@contextlib.contextmanager
-def analysing() -> Iterator[None]:
-    """Data-Juicer's config parse inside this block is ``dj-analyze``'s."""
-    before = getattr(_local, "analysing", False)
-    _local.analysing = True
-    try:
-        yield
-    finally:
-        _local.analysing = before
-
-
-def is_analysing() -> bool:
-    return getattr(_local, "analysing", False)
 
 
 def analyzer_targets(cfg: Any) -> list[Path]:
@@ -64,7 +44,7 @@ def analyzer_targets(cfg: Any) -> list[Path]:
     targets = [export.replace("." + str(suffix), "_stats.jsonl")]
     if cfg_value(cfg, "export_original_dataset"):
         targets.append(export)
-    return [Path(os.path.abspath(os.path.expanduser(target))) for target in targets]
+    return [export_target(target) for target in targets]
 
 
 def refuse_overwrites(cfg: Any) -> None:
@@ -75,7 +55,7 @@ def refuse_overwrites(cfg: Any) -> None:
         owner = _published_by(cfg, target)
         if owner is None:
             continue
-        export = Path(os.path.abspath(os.path.expanduser(str(cfg_value(cfg, "export_path")))))
+        export = export_target(str(cfg_value(cfg, "export_path")))
         instead = export.parent / "analysis" / export.name
         raise ConfigError(
             f"dj-analyze would overwrite {target}, which {owner}; the analysis writes its stats beside "
@@ -100,7 +80,7 @@ def _published_by(cfg: Any, target: Path) -> str | None:
             for path, what in named.items():
                 if path and _same(Path(path), target):
                     return f"is the {what} the elastic job {job_dir} published (its merge.json names it)"
-    export = Path(os.path.abspath(os.path.expanduser(str(cfg_value(cfg, "export_path")))))
+    export = export_target(str(cfg_value(cfg, "export_path")))
     marker = _elastic_marker(export)
     if marker is not None:
         return f"an elastic job published beside its export {export} ({marker.name} says so)"

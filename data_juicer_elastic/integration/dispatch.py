@@ -1,7 +1,7 @@
 """``dj-process`` / ``dj-analyze`` mains: ``elastic_sharded`` dispatched to our executor, an
 ElasticError as one line on stderr with exit code 2 and no traceback (docs/architecture.md, "How
 does dj-process reach our executor?"; ``dj-analyze`` of an elastic job's output: docs/analysis.md;
-its parse runs under ``analysis_outputs.analysing()``, so that it never writes over the job's files).
+its parse runs under ``driver_files.parsing(ANALYZER)``, so that it never writes over the job's files).
 ``python -m data_juicer.tools.process_data`` runs the tool as ``__main__``, which the wrapper does
 not reach: Data-Juicer's own main then rejects ``elastic_sharded``.  Use ``dj-process``.
 """
@@ -22,7 +22,7 @@ from data_juicer_elastic.console.log_files import close_log_sinks
 from data_juicer_elastic.console.quiet import mark_quiet_workers
 from data_juicer_elastic.console.summary import print_summary
 from data_juicer_elastic.errors import DispatchAbort, DispatchToElastic, ElasticError, Places, storage_error
-from data_juicer_elastic.integration import analysis_outputs, driver_files, patch_records
+from data_juicer_elastic.integration import driver_files, patch_records
 from data_juicer_elastic.integration.config_block import (
     EXECUTOR_TYPE,
     cfg_value,
@@ -72,7 +72,7 @@ def run_tool(module: ModuleType, original, args, kwargs, *, prog: str, dispatch:
 
     _run.dispatching, _run.ignored_block = dispatch, None
     try:
-        with driver_files.driving() if dispatch else analysis_outputs.analysing():
+        with driver_files.parsing(driver_files.DRIVER if dispatch else driver_files.ANALYZER):
             with dj_config_internals.init_configs_replaced(module, carrying):
                 result = original(*args, **kwargs)
         if _run.ignored_block:  # again at the end of the default executor's run: its last lines

@@ -1,4 +1,6 @@
 """What the driver of an elastic run writes outside the shards, and what a refused run leaves behind.
+Which tool's config parse is running (the driver's, ``dj-analyze``'s): :func:`parsing`, set by
+``dispatch.run_tool`` and ``dj-elastic run``, read by the setup patch.
 
 * Data-Juicer's work dir: for the driver of an elastic run (``dj-process``, ``dj-elastic run``)
   without a ``work_dir`` of the recipe's own, ``<job_dir>/logs/<node>/data-juicer/<its job id>/``
@@ -35,6 +37,8 @@ from data_juicer_elastic.jobdir.layout import (
 from data_juicer_elastic.sharedfs.identity import WorkerIdentity
 
 DJ_WORK_DIR: Final = "data-juicer"  # under <job_dir>/logs/<node>/; Data-Juicer appends its job id
+DRIVER: Final = "driver"  # of an elastic run: dj-process (dispatching), dj-elastic run
+ANALYZER: Final = "analyzer"  # dj-analyze
 
 _local = threading.local()
 _lock = threading.Lock()
@@ -43,18 +47,19 @@ _absent: dict[Path, list[Path]] = {}
 
 
 @contextlib.contextmanager
-def driving() -> Iterator[None]:
-    """Data-Juicer's config parse inside this block is the driver's of an elastic run."""
-    before = getattr(_local, "driving", False)
-    _local.driving = True
+def parsing(tool: str) -> Iterator[None]:
+    """Data-Juicer's config parse inside this block is ``tool``'s (:data:`DRIVER` or :data:`ANALYZER`)."""
+    before = parser_of()
+    _local.tool = tool
     try:
         yield
     finally:
-        _local.driving = before
+        _local.tool = before
 
 
-def is_driving() -> bool:
-    return getattr(_local, "driving", False)
+def parser_of() -> str | None:
+    """Whose config parse runs in this thread: :data:`DRIVER`, :data:`ANALYZER`, or None."""
+    return getattr(_local, "tool", None)
 
 
 def note_job_dir(job_dir: str | os.PathLike) -> None:
@@ -69,7 +74,7 @@ def place_work_dir(cfg: Any, job_dir: str) -> None:
     """For the driver, Data-Juicer's work dir under the job's node log folder (module docstring),
     unless the recipe names its own ``work_dir``.  JobDirError / UnsafePathError first for a job
     directory that is not ours."""
-    if not is_driving() or cfg.get("work_dir", None):
+    if parser_of() != DRIVER or cfg.get("work_dir", None):
         return
 
     layout = JobLayout(resolve_user_path(job_dir))

@@ -17,8 +17,8 @@ import threading
 from pathlib import Path
 from types import ModuleType
 
-from data_juicer_elastic.batching import demo, optin
-from data_juicer_elastic.batching.optin import check_config
+from data_juicer_elastic.batching import demo, mixin
+from data_juicer_elastic.batching.mixin import check_config
 from data_juicer_elastic.compat import dj_config_internals, dj_ops_internals
 from data_juicer_elastic.compat import importlib_deferred as deferred
 from data_juicer_elastic.compat.targets import wrap_function
@@ -45,7 +45,7 @@ from data_juicer_elastic.integration.patch_records import (
     record_install,
     require_integration,
 )
-from data_juicer_elastic.integration.recipe_check import check_dataset_path
+from data_juicer_elastic.integration.recipe import check_dataset_path
 from data_juicer_elastic.jobdir.exports import PARTS_INDEX, check_recipe_paths
 from data_juicer_elastic.quarantine import collector
 
@@ -122,7 +122,8 @@ def _prepare_elastic_setup(cfg) -> bool:
     dir, logger, config backup): the place to refuse a bad elastic block and to keep the cfg as
     the user wrote it."""
     check_config(cfg)  # every executor: the adaptive-batching opt-in works (and is refused) everywhere
-    if analysis_outputs.is_analysing():  # dj-analyze, any recipe: never over an elastic job's files
+    # dj-analyze, any recipe: never over an elastic job's files
+    if driver_files.parser_of() == driver_files.ANALYZER:
         analysis_outputs.refuse_overwrites(cfg)
     if not config_block.is_elastic(cfg):
         dispatch.before_setup(cfg)  # an ignored elastic: block is said before Data-Juicer's table
@@ -136,7 +137,7 @@ def _prepare_elastic_setup(cfg) -> bool:
     outputs = {key: cfg.get(key, None) for key in ("export_path", "work_dir", "event_log_dir", "checkpoint_dir")}
     check_recipe_paths(settings.job_dir, outputs, settings.export_layout)
     config_block.remember_parsed(cfg)
-    if driver_files.is_driving():
+    if driver_files.parser_of() == driver_files.DRIVER:
         driver_files.note_job_dir(settings.job_dir)  # before anything is written: a refusal removes what we made
         driver_files.place_work_dir(cfg, settings.job_dir)  # Data-Juicer's work dir: under the job's logs
     if cfg.get("elastic_juicer_adaptive_batching", False):
@@ -169,7 +170,7 @@ def _elastic_setup_logger(real):
 
 def _patch_ops(module: ModuleType) -> None:
     """``adaptive_batching: true`` applies AdaptiveBatchingMixin; the demo operators get registered."""
-    dj_ops_internals.install_metaclass_hook(module, optin.resolve)
+    dj_ops_internals.install_metaclass_hook(module, mixin.resolve)
     dj_ops_internals.install_error_hooks(
         module, collector.wrap_hook
     )  # quarantine under elastic_sharded; else unchanged

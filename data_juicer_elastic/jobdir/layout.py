@@ -26,7 +26,7 @@ _SHARD_ID: Final = re.compile(r"^part-(\d{5})-of-(\d{5})$")
 _ATTEMPT_ID: Final = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.\-]{0,159}$")
 LOG_FILE: Final = "process.log"  # an attempt's log (execution.shard_runner writes it, status names it)
 _GEN_FILE: Final = re.compile(r"^gen-(\d{6,})\.json$")
-# Batch profile keys are hashes (batching.profiles.profile_key), never user text.
+# Batch profile keys are hashes (batching.runtime.profile_key), never user text.
 _PROFILE_KEY: Final = re.compile(r"^[0-9a-f]{32}$")
 # A run key is a hash of the run id (coordination.run.run_key): fixed-size hex, never user text.
 _RUN_KEY: Final = re.compile(r"^[0-9a-f]{16,64}$")

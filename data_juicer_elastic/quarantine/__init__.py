@@ -2,11 +2,11 @@
 
 Under ``elastic_sharded`` with ``skip_op_error`` (Data-Juicer's default drops every row of a failing
 batch silently) a failing batch is bisected down to the rows that fail alone, which go to
-``<export>_errors.jsonl`` (docs/quarantine.md): ``bisect_rows`` (the bisection), ``collector``
-(inside the operators) and ``errors_file`` (the attempt's ``errors.jsonl``, ``elastic.max_error_rows``);
+``<export>_errors.jsonl`` (docs/quarantine.md): ``collector`` (inside the operators: the bisection
+and the records; then the attempt's ``errors.jsonl``, ``elastic.max_error_rows``);
 ``shards.side_files`` merges them at finalize.  The file format is :mod:`data_juicer_elastic.jobdir.row_files`.
 Importing this package imports neither Ray nor Data-Juicer.
 """
 
 # The package's modules (nothing is re-exported: import from the module you need).
-__all__ = ["bisect_rows", "collector", "errors_file"]
+__all__ = ["collector"]

@@ -2,26 +2,113 @@
 process's record file in the attempt directory (docs/quarantine.md, "What happens").  Outside an
 ``elastic_sharded`` attempt (no attempt context in the operator's ``work_dir``) Data-Juicer's own wrapper
 runs, unchanged.
+
+The bisection (:func:`isolate`) finds the rows of a batch an operator fails on over isolated halves
+(:func:`batching.engine.take_slice`), and keeps what the others give, in row order.  A batch whose
+halves all succeed (an error that depends on the batch, not on a row) yields every row and no failing row.
+
+After a shard's operators ran, the runner folds the Ray workers' records into the attempt's
+``errors.jsonl`` (:mod:`jobdir.row_errors`), in input order with each input row's own bytes, and
+applies ``elastic.max_error_rows`` (:func:`fold_errors`, :func:`check_limit`).
 """
 
 from __future__ import annotations
 
+import hashlib
+import math
 import os
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final
 
 import orjson
+from loguru import logger
 
-from data_juicer_elastic.batching.batches import batch_rows, column, empty_like, is_arrow, merge, take_slice
-from data_juicer_elastic.batching.engine import SKIPPED_EXTRA
+from data_juicer_elastic.batching.engine import (
+    SKIPPED_EXTRA,
+    batch_rows,
+    column,
+    empty_like,
+    is_arrow,
+    merge,
+    take_slice,
+)
 from data_juicer_elastic.batching.runtime import host_tag, read_context, stage_key_for
 from data_juicer_elastic.compat.dj_ops_internals import HookCall, op_name
+from data_juicer_elastic.errors import ShardExecutionError, clip
 from data_juicer_elastic.jobdir.layout import JobLayout
-from data_juicer_elastic.jobdir.row_files import WORKER_DIR
-from data_juicer_elastic.quarantine.bisect_rows import Isolation, RowFailure, describe, isolate
+from data_juicer_elastic.jobdir.row_files import ERRORS_FILE, WORKER_DIR, QuarantineRecord, encode_line
 from data_juicer_elastic.rows.row_schema import ROW_COLUMN
+from data_juicer_elastic.sharedfs import fsio
+
+MAX_MESSAGE_CHARS: Final = 2000
+
+
+@dataclass(frozen=True)
+class RowFailure:
+    position: int  # the row's position in the batch
+    error_type: str  # the exception's class name
+    message: str  # its message (truncated)
+
+
+@dataclass
+class Isolation:
+    """What bisecting one failed range gave: the outputs of the halves that succeeded (with their
+    row ranges, in row order), the failing rows, and how many calls it took."""
+
+    parts: list[tuple[range, Any]] = field(default_factory=list)
+    failures: list[RowFailure] = field(default_factory=list)
+    calls: int = 0
+
+
+def describe(exc: BaseException) -> tuple[str, str]:
+    """(class name, message) of an operator's exception, the message cut to a readable size."""
+    return type(exc).__name__, clip(str(exc), MAX_MESSAGE_CHARS)
+
+
+def isolate(
+    call: Callable[[dict[str, Any]], Any],
+    batch: Any,
+    start: int,
+    stop: int,
+    total: int,
+    first_error: BaseException,
+    *,
+    fatal: Callable[[BaseException], bool] | None = None,
+) -> Isolation:
+    """Bisect rows ``[start, stop)`` of ``batch`` (``total`` rows; a dict of lists or an Arrow table),
+    on which ``call`` raised ``first_error``.  ``fatal(exc)``: an exception that is not a row's fault
+    (an out-of-memory error), raised at once, never quarantined."""
+    found = Isolation()
+    if stop - start == 1:
+        found.failures.append(RowFailure(start, *describe(first_error)))
+        return found
+    pending = list(_halves(start, stop))  # a stack: the lower half on top, so rows come out in order
+    while pending:
+        low, high = pending.pop()
+        piece = take_slice(batch, low, high, total)
+        found.calls += 1
+        try:
+            output = call(piece)
+        except Exception as exc:
+            if fatal is not None and fatal(exc):
+                raise
+            if high - low == 1:
+                found.failures.append(RowFailure(low, *describe(exc)))
+            else:
+                pending.extend(_halves(low, high))
+            continue
+        found.parts.append((range(low, high), output))
+    return found
+
+
+def _halves(low: int, high: int) -> tuple[tuple[int, int], tuple[int, int]]:
+    """(upper half, lower half): pushed in that order, the lower half is taken first."""
+    middle = (low + high) // 2
+    return (middle, high), (low, middle)
+
 
 _STAGE_PREFIX: Final = "stage-"
 
@@ -202,3 +289,109 @@ def _one_row_batch(sample: Any) -> bool:
     values = iter(sample.values())
     first = next(values, None)
     return isinstance(first, list) and all(isinstance(value, list) and len(value) == len(first) for value in values)
+
+
+SETTING: Final = "elastic.max_error_rows"
+
+
+@dataclass(frozen=True)
+class Quarantined:
+    """An attempt's quarantined rows: the file (None when there are none), how many, the first."""
+
+    path: Path | None
+    rows: int
+    first: QuarantineRecord | None
+
+
+def fold_errors(
+    attempt_dir: Path,
+    shard_id: str,
+    input_lines: Callable[[], Iterable[bytes]],
+    first_row: Callable[[], int],
+) -> Quarantined:
+    """Write ``attempt_dir/errors.jsonl`` from the workers' records (nothing when there are none).
+
+    ``input_lines()``: the shard's rows as stored (without newlines, in order), read to their end
+    even past the last row wanted: a source that checks its content once read whole
+    (``rows.shard_source.iter_source_lines``: against its scan's sha256) raises there, before the
+    file is written, when the rows taken are not the content that was scanned.  ``first_row()``:
+    the global number of the shard's first row.  Both are called only when some row failed."""
+    records = _read_records(attempt_dir / WORKER_DIR)
+    if not records:
+        return Quarantined(None, 0, None)
+    offset = first_row()
+    wanted = sorted({r["n"] for r in records if r["n"] is not None})
+    rows = _input_rows(input_lines(), wanted, shard_id) if wanted else {}  # no input row copied: none read
+    path = attempt_dir / ERRORS_FILE
+    tmp = path.with_name(f".{path.name}.tmp")
+    first: QuarantineRecord | None = None
+    with open(tmp, "wb") as handle:
+        for record in records:
+            number = record["n"]
+            error = QuarantineRecord(
+                row_number=None if number is None else offset + number,
+                shard=shard_id,
+                shard_row=number,
+                op=str(record.get("op")),
+                op_index=record.get("op_index"),
+                error_type=str(record.get("type")),
+                error=str(record.get("message")),
+            )
+            first = first or error
+            row = rows[number] if number is not None else orjson.dumps(record.get("seen"), default=repr)
+            handle.write(encode_line(error, row))
+    os.replace(tmp, path)
+    return Quarantined(path, len(records), first)
+
+
+def allowed_errors(max_error_rows: float, input_rows: int) -> int:
+    """Rows a shard of ``input_rows`` may quarantine: a count (>= 1), or a fraction (< 1) of its rows,
+    rounded up, so that a fraction lets every non-empty shard set at least one row aside."""
+    return int(max_error_rows) if max_error_rows >= 1 else math.ceil(max_error_rows * input_rows)
+
+
+def check_limit(found: Quarantined, max_error_rows: float, input_rows: int, where: str) -> None:
+    """ShardExecutionError (the shard fails like any error) when more rows failed than allowed."""
+    allowed = allowed_errors(max_error_rows, input_rows)
+    if found.rows <= allowed:
+        return
+    raise ShardExecutionError(
+        f"operators failed on {found.rows} of {input_rows} rows, more than {SETTING}={max_error_rows:g} allows "
+        f"({allowed}); the first: {found.first.describe() if found.first else 'unknown'}",
+        where=where,
+        hint=f"fix the operator or those rows (each with its error: {found.path}), or raise {SETTING}",
+    )
+
+
+def _read_records(directory: Path) -> list[dict[str, Any]]:
+    """The workers' records, deduplicated, in input order (rows an operator made last).  A row recorded twice
+    (Ray re-ran a task after its worker died) is one: same number, operator stage and row the operator saw."""
+    seen: dict[tuple, dict[str, Any]] = {}
+    for name in sorted(fsio.list_names(directory)):
+        if not name.endswith(".jsonl"):
+            continue
+        with open(directory / name, "rb") as handle:
+            for line in handle:
+                if not line.endswith(b"\n"):
+                    logger.warning(f"ignoring a torn quarantine record in {directory / name}")
+                    continue
+                record = orjson.loads(line)
+                seen_row = orjson.dumps(record.get("seen"), option=orjson.OPT_SORT_KEYS, default=repr)
+                key = (record.get("n"), str(record.get("stage")), hashlib.sha256(seen_row).hexdigest())
+                seen.setdefault(key, record)
+    # rows without a number (an operator made them) after every numbered row
+    return [seen[key] for key in sorted(seen, key=lambda k: (k[0] is None, k[0] or 0, k[1:]))]
+
+
+def _input_rows(lines: Iterable[bytes], wanted: list[int], shard_id: str) -> dict[int, bytes]:
+    targets = set(wanted)
+    # every line, not only up to the last row wanted: the source compares its content with the scan
+    # only at its end, and a row copied into the errors file is published as the input's
+    found = {number: bytes(line) for number, line in enumerate(lines) if number in targets}
+    if len(found) != len(wanted):
+        raise ShardExecutionError(
+            f"a quarantine record names input row {wanted[len(found)]}, which the shard does not have",
+            where=f"shard {shard_id}",
+            hint="an operator changed the internal row number column; report it",
+        )
+    return found

@@ -23,9 +23,8 @@ from data_juicer_elastic.jobdir.row_files import export_side_path
 from data_juicer_elastic.rows.row_policy import parse_row
 from data_juicer_elastic.shards.merge import accepted_results
 from data_juicer_elastic.sharedfs import fsio
-from data_juicer_elastic.stats.columns import ColumnKind, ColumnSummary
+from data_juicer_elastic.stats.columns import ALPHA, ColumnKind, ColumnSummary
 from data_juicer_elastic.stats.shard_summary import StatsSummary, merge_summaries
-from data_juicer_elastic.stats.sketch import ALPHA
 
 FORMAT: Final = "dj-elastic/overall-stats"
 VERSION: Final = 1

@@ -167,11 +167,11 @@ def test_one_worker_two_shards_on_one_warm_actor(data, reference, tmp_path):
 def test_a_recipe_and_a_class_with_the_mixin_refuse_a_bad_setting_alike(data, tmp_path, name, args, setting):
     from data_juicer.ops.base_op import OPERATORS
 
-    from data_juicer_elastic.batching import optin
+    from data_juicer_elastic.batching import mixin
     from data_juicer_elastic.errors import ConfigError
 
     with pytest.raises(ConfigError) as built:
-        optin.adaptive_class(OPERATORS.modules[name])(adaptive_batching=True, **args)
+        mixin.adaptive_class(OPERATORS.modules[name])(adaptive_batching=True, **args)
     assert built.value.hint and name in built.value.where
     out = tmp_path / "out.jsonl"
     ops = [{"whitespace_normalization_mapper": {}}, {name: {"adaptive_batching": True, **args}}]

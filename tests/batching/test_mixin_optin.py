@@ -11,7 +11,7 @@ pytest.importorskip("data_juicer")
 
 from data_juicer.ops.base_op import OPERATORS, Filter, Mapper  # noqa: E402
 
-from data_juicer_elastic.batching import AdaptiveBatchingMixin, optin  # noqa: E402
+from data_juicer_elastic.batching import AdaptiveBatchingMixin, mixin  # noqa: E402
 from data_juicer_elastic.batching.demo import NAME as DEMO  # noqa: E402
 from data_juicer_elastic.errors import ConfigError, MicroBatchOOMError  # noqa: E402
 
@@ -109,7 +109,7 @@ def test_ordinary_error_with_skip_op_error_keeps_other_slices():
 
 
 def test_adaptive_class_pickles_by_reference():
-    cls = optin.adaptive_class(OPERATORS.modules[DEMO])
+    cls = mixin.adaptive_class(OPERATORS.modules[DEMO])
     assert pickle.loads(pickle.dumps(cls)) is cls
     op = demo(capacity=300, batch_size=8, adaptive_batching=True)
     clone = pickle.loads(pickle.dumps(op))
@@ -118,15 +118,15 @@ def test_adaptive_class_pickles_by_reference():
     assert cloudpickle.loads(cloudpickle.dumps(cls)) is cls
     # a fresh process resolves the name through the module's __getattr__
     name = cls.__name__
-    optin._classes.pop(OPERATORS.modules[DEMO])
-    del optin.__dict__[name]
-    again = getattr(optin, name)
+    mixin._classes.pop(OPERATORS.modules[DEMO])
+    del mixin.__dict__[name]
+    again = getattr(mixin, name)
     assert again.__name__ == name and again._adaptive_base is OPERATORS.modules[DEMO]
 
 
 def test_refusals_at_construction():
     with pytest.raises(ConfigError, match="Mappers only"):
-        optin.resolve(PlainFilter, True)
+        mixin.resolve(PlainFilter, True)
     with pytest.raises(ConfigError, match="at most one GPU"):
         demo(batch_size=4, adaptive_batching=True, num_gpus=2)
 
@@ -139,26 +139,26 @@ def cfg(process, **extra):
 
 def test_check_config_accepts_and_refuses():
     ok = [{DEMO: {"adaptive_batching": True, "batch_size": 8}}, {"text_length_filter": {"min_len": 1}}]
-    optin.check_config(cfg(ok))
+    mixin.check_config(cfg(ok))
     with pytest.raises(ConfigError, match="wrap them a second time"):
-        optin.check_config(cfg(ok, elastic_juicer_adaptive_batching=True))
+        mixin.check_config(cfg(ok, elastic_juicer_adaptive_batching=True))
     with pytest.raises(ConfigError, match="fused"):
-        optin.check_config(cfg(ok, op_fusion=True))
+        mixin.check_config(cfg(ok, op_fusion=True))
     with pytest.raises(ConfigError, match="text_length_filter is a Filter"):
-        optin.check_config(cfg([{"text_length_filter": {"adaptive_batching": True}}]))
+        mixin.check_config(cfg([{"text_length_filter": {"adaptive_batching": True}}]))
     with pytest.raises(ConfigError, match="batched Mapper"):
-        optin.check_config(cfg([{"audio_add_gaussian_noise_mapper": {"adaptive_batching": True}}]))
+        mixin.check_config(cfg([{"audio_add_gaussian_noise_mapper": {"adaptive_batching": True}}]))
     with pytest.raises(ConfigError, match="num_gpus=2"):
-        optin.check_config(cfg([{DEMO: {"adaptive_batching": True, "num_gpus": 2}}]))
+        mixin.check_config(cfg([{DEMO: {"adaptive_batching": True, "num_gpus": 2}}]))
     # no opt-in: Data-Juicer's own switch is none of our business
-    optin.check_config(cfg([{DEMO: {}}], elastic_juicer_adaptive_batching=True))
+    mixin.check_config(cfg([{DEMO: {}}], elastic_juicer_adaptive_batching=True))
 
 
 def test_env_switch_off_leaves_adaptive_batching_to_data_juicer(monkeypatch):
-    monkeypatch.setenv(optin.ENV_SWITCH, "off")
+    monkeypatch.setenv(mixin.ENV_SWITCH, "off")
     op = demo(batch_size=4, adaptive_batching=True)
     assert type(op) is OPERATORS.modules[DEMO]
-    optin.check_config(cfg([{DEMO: {"adaptive_batching": True}}], elastic_juicer_adaptive_batching=True))
+    mixin.check_config(cfg([{DEMO: {"adaptive_batching": True}}], elastic_juicer_adaptive_batching=True))
 
 
 def test_metaclass_hook_is_installed_by_the_plugin():
@@ -220,4 +220,4 @@ def test_recipe_opt_in_keeps_the_operators_own_cost_model_and_row_costs():
     # slices in input order, the one holding the heavy row costed as padded to it
     assert any(cost == 10.0 * rows for outcome, rows, cost, _ in trace)
     # a class that already has the mixin is used as it is
-    assert optin.adaptive_class(OwnMapper) is OwnMapper
+    assert mixin.adaptive_class(OwnMapper) is OwnMapper

@@ -6,7 +6,7 @@ import sys
 
 import pytest
 
-from data_juicer_elastic.batching.oom import OomKind, classify_oom
+from data_juicer_elastic.batching.policy import OomKind, classify_oom
 
 torch = pytest.importorskip("torch")
 

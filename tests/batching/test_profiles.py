@@ -11,14 +11,14 @@ pytest.importorskip("data_juicer")
 
 from data_juicer.ops.base_op import OPERATORS  # noqa: E402
 
-from data_juicer_elastic.batching import profiles, runtime  # noqa: E402
+from data_juicer_elastic.batching import runtime  # noqa: E402
 from data_juicer_elastic.batching.demo import NAME as DEMO  # noqa: E402
 from data_juicer_elastic.jobdir.layout import JobLayout
 
 TEXTS = [f"row {i} " + "y" * (20 + i % 30) for i in range(64)]
 
 
-def profile(**changes) -> profiles.BatchProfile:
+def profile(**changes) -> runtime.BatchProfile:
     values = dict(
         stage_key="stage-0000-occ0-abcdef12:x",
         accelerator="cpu",
@@ -32,23 +32,23 @@ def profile(**changes) -> profiles.BatchProfile:
         writer="test:1",
     )
     values.update(changes)
-    return profiles.BatchProfile(**values)
+    return runtime.BatchProfile(**values)
 
 
 def read(layout, p):
-    return profiles.read_profile(layout, p.stage_key, p.accelerator, p.cost_model, p.max_rows)
+    return runtime.read_profile(layout, p.stage_key, p.accelerator, p.cost_model, p.max_rows)
 
 
 def test_profile_roundtrip_and_rejections(tmp_path):
     layout = JobLayout(tmp_path)
     good = profile()
-    path = profiles.write_profile(layout, good)
+    path = runtime.write_profile(layout, good)
     assert path.parent == layout.batch_profiles_dir
     assert read(layout, good) == good
-    assert profiles.read_profile(layout, good.stage_key, "NVIDIA H200|139GiB", "text", 64) is None  # other key
-    profiles.write_profile(layout, profile(updated_at=time.time() - 3 * 86400))
+    assert runtime.read_profile(layout, good.stage_key, "NVIDIA H200|139GiB", "text", 64) is None  # other key
+    runtime.write_profile(layout, profile(updated_at=time.time() - 3 * 86400))
     assert read(layout, good) is None  # stale
-    profiles.write_profile(layout, profile(safe=200.0))
+    runtime.write_profile(layout, profile(safe=200.0))
     assert read(layout, good) is None  # safe >= failing: unusable
     path.write_text("{not json")
     assert read(layout, good) is None  # corrupt: ignored, not an error
@@ -151,7 +151,7 @@ def test_a_seeded_process_writes_the_profile_only_when_it_learns_something(tmp_p
 
     stages = [runtime.StageRef("stage-0000-occ0-00000000:" + DEMO, operator_fingerprint(probe))]
     seed = profile(stage_key=stages[0].stage_id, safe=100.0, failing=300.0)
-    path = profiles.write_profile(layout, seed)
+    path = runtime.write_profile(layout, seed)
     written = path.read_bytes()
     op = attempt_op(layout, "part-00000-of-00001", "a1", stages)
     for _ in range(3):  # each call fits the seeded safe size in one slice: nothing new

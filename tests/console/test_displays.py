@@ -10,10 +10,16 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from loguru import logger
 
-from data_juicer_elastic.console import quiet, summary, terminal
-from data_juicer_elastic.console.displays import JobDisplay, meter_line
-from data_juicer_elastic.console.meter import MIN_GAPS, MIN_SPAN_SECS, RATE_WINDOW_SECS, Meter
-from data_juicer_elastic.console.step_display import StepDisplay
+from data_juicer_elastic.console import quiet, summary
+from data_juicer_elastic.console.displays import (
+    MIN_GAPS,
+    MIN_SPAN_SECS,
+    RATE_WINDOW_SECS,
+    JobDisplay,
+    Meter,
+    StepDisplay,
+    meter_line,
+)
 from data_juicer_elastic.jobdir import heartbeats, task_queue
 from data_juicer_elastic.jobdir.layout import JobLayout
 from tests.jobdir.conftest import FakeClock, identity
@@ -34,7 +40,7 @@ class FakeTerminal(io.StringIO):
 
 
 def redraws(text: str) -> list[str]:
-    return [part for part in text.split(terminal.CLEAR_LINE) if part]
+    return [part for part in text.split(quiet.CLEAR_LINE) if part]
 
 
 def test_without_a_terminal_a_line_every_interval_and_one_at_the_end(lines):
@@ -61,17 +67,17 @@ def test_on_a_terminal_one_line_redrawn_in_place_and_cleared(lines):
     assert "\n" not in text, "a live line never scrolls"
     drawn = redraws(text)
     assert len(drawn) == 4 and drawn[-1].startswith("prepare: writing shards: 100%") and "1.00k/1.00k" in drawn[-1]
-    assert text.endswith(terminal.CLEAR_LINE), "cleared when the step ends"
+    assert text.endswith(quiet.CLEAR_LINE), "cleared when the step ends"
     assert all(shown is False for text, shown in lines if text.startswith("prepare:")), "the log files get the end"
 
 
 def test_log_lines_scroll_above_the_live_line():
     out = FakeTerminal()
-    with terminal.live_line(out) as line:
+    with quiet.live_line(out) as line:
         line.update("42% | shards 3/8")
-        terminal.write("a warning\n")
-        terminal.write("partial ")  # an unfinished line: the status waits for its end
-        terminal.write("line\n")
+        quiet.write("a warning\n")
+        quiet.write("partial ")  # an unfinished line: the status waits for its end
+        quiet.write("line\n")
         assert line.shown
     text = out.getvalue()
     assert text == (
@@ -84,16 +90,16 @@ def test_log_lines_scroll_above_the_live_line():
 
 def test_streams_we_do_not_own_are_guarded_while_the_line_is_shown(monkeypatch):
     out = FakeTerminal()
-    monkeypatch.setattr(terminal.sys, "stderr", out)
-    with terminal.live_line(out) as line:
+    monkeypatch.setattr(quiet.sys, "stderr", out)
+    with quiet.live_line(out) as line:
         line.update("status")
-        print("from Ray", file=terminal.sys.stderr)  # e.g. Ray's log handler writes to sys.stderr
-    assert terminal.sys.stderr is out, "restored"
+        print("from Ray", file=quiet.sys.stderr)  # e.g. Ray's log handler writes to sys.stderr
+    assert quiet.sys.stderr is out, "restored"
     assert out.getvalue().count("status") == 2 and "\r\x1b[Kfrom Ray\n\r\x1b[Kstatus" in out.getvalue()
 
 
 def test_a_pty_without_a_size_gets_a_usable_width():
-    assert terminal.line_width(io.StringIO()) == terminal.FALLBACK_COLUMNS  # no fileno: like a 0x0 pty
+    assert quiet.line_width(io.StringIO()) == quiet.FALLBACK_COLUMNS  # no fileno: like a 0x0 pty
 
 
 def test_a_stall_lowers_the_rate_in_proportion_to_its_length():

@@ -14,7 +14,7 @@ import pytest
 from loguru import logger
 
 from data_juicer_elastic.console import log_files
-from data_juicer_elastic.execution._attempt_log import attempt_log
+from data_juicer_elastic.execution.shard_runner import attempt_log
 from data_juicer_elastic.job_run import instance_log
 
 FULL = Path("/dev/full")
@@ -26,7 +26,7 @@ ROOT = Path(__file__).resolve().parents[2]
 def fresh_reports(monkeypatch):
     monkeypatch.setattr(log_files, "_reported", set())
     lines: list[str] = []
-    monkeypatch.setattr(log_files.terminal, "write", lines.append)
+    monkeypatch.setattr(log_files.quiet, "write", lines.append)
     return lines
 
 

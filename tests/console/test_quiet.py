@@ -9,7 +9,7 @@ import sys
 import pytest
 from loguru import logger
 
-from data_juicer_elastic.console import quiet, terminal
+from data_juicer_elastic.console import quiet
 
 
 @pytest.fixture
@@ -17,7 +17,7 @@ def console(monkeypatch):
     """install_console() onto a StringIO standing for stderr; loguru's handlers restored after."""
     monkeypatch.delenv(quiet.VERBOSE_ENV, raising=False)
     stream = io.StringIO()
-    monkeypatch.setattr(terminal.sys, "stderr", stream)
+    monkeypatch.setattr(quiet.sys, "stderr", stream)
     logger.remove()
     logger.add(stream, level="INFO")  # what Data-Juicer's setup_logger leaves: a stderr sink
     files = io.StringIO()
@@ -27,7 +27,7 @@ def console(monkeypatch):
     logger.remove()
     logger.add(sys.__stderr__)  # loguru's default handler, as other tests expect it
     quiet._sink_id = None
-    terminal.set_console_stream(None)
+    quiet.set_console_stream(None)
 
 
 def test_quiet_shows_our_lines_warnings_and_errors_only(console):
@@ -90,8 +90,8 @@ def test_ray_console_handlers_keep_warnings_but_drop_info_and_known_noise(monkey
     name = "dj_elastic_test_ray"
     log = logging.getLogger(name)
     out, kept = io.StringIO(), io.StringIO()
-    monkeypatch.setattr(terminal.sys, "stderr", out)  # Ray's handler keeps the stderr it was made with
-    terminal.set_console_stream(out)
+    monkeypatch.setattr(quiet.sys, "stderr", out)  # Ray's handler keeps the stderr it was made with
+    quiet.set_console_stream(out)
     console_handler, file_handler = logging.StreamHandler(out), logging.FileHandler("/dev/null")
     file_handler.stream = kept  # a file handler: the session log, never filtered
     log.addHandler(console_handler)
@@ -107,8 +107,8 @@ def test_ray_console_handlers_keep_warnings_but_drop_info_and_known_noise(monkey
     finally:
         log.removeHandler(console_handler)
         log.removeHandler(file_handler)
-    terminal.set_console_stream(None)
+    quiet.set_console_stream(None)
     assert out.getvalue().splitlines() == ["a real warning", "a real error"]
     assert "Connecting" in kept.getvalue() and "Token" in kept.getvalue()
     assert len(console_handler.filters) == 1
-    assert isinstance(console_handler.stream, terminal.ConsoleWriter), "through the live-line-aware writer"
+    assert isinstance(console_handler.stream, quiet.ConsoleWriter), "through the live-line-aware writer"

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from data_juicer_elastic.compat.dj_ops_internals import no_ray_start
-from data_juicer_elastic.execution._dj_config import ShardConfigs, load_dj_config, ray_job_env
+from data_juicer_elastic.execution.stage_identities import ShardConfigs, load_dj_config, ray_job_env
 
 from .conftest import recipe, write_shard
 

@@ -10,9 +10,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from data_juicer_elastic.execution.lossless import equivalent, restore_fields
-from data_juicer_elastic.execution.row_types import ROW_COLUMN, ArrowRows
-from data_juicer_elastic.execution.row_writer import encode_row
+from data_juicer_elastic.execution.row_writer import encode_row, equivalent, restore_fields
+from data_juicer_elastic.execution.shard_reader import ROW_COLUMN, ArrowRows
 from data_juicer_elastic.rows.row_schema import RowSchema
 
 from ..values import strict_equal

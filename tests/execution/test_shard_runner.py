@@ -260,7 +260,7 @@ def _run_ray_executor(rec: dict, shard: Path, root: Path, ray_runtime):
     """A plain RayExecutor run (Data-Juicer's own parser, no preserve_order); returns its cfg."""
     from data_juicer.core.executor.ray_executor import RayExecutor
 
-    from data_juicer_elastic.execution._dj_config import load_dj_config, ray_job_env
+    from data_juicer_elastic.execution.stage_identities import load_dj_config, ray_job_env
 
     overrides = {
         "dataset_path": str(shard),

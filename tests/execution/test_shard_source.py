@@ -1,4 +1,4 @@
-"""execution._shard_source: Data-Juicer's Ray loader gets the shard as this package read it,
+"""execution.shard_reader: Data-Juicer's Ray loader gets the shard as this package read it,
 only while the shard runs, only for that path."""
 
 from __future__ import annotations
@@ -10,10 +10,10 @@ import threading
 import pytest
 from data_juicer.core.data.ray_dataset import RayDataset
 
+from data_juicer_elastic.compat.ddsketch_store import TARGET
 from data_juicer_elastic.errors import InputChangedError, IntegrationError
-from data_juicer_elastic.execution import _shard_source
-from data_juicer_elastic.execution._shard_source import TARGET, shard_source
-from data_juicer_elastic.execution.shard_reader import InputRows
+from data_juicer_elastic.execution import shard_reader
+from data_juicer_elastic.execution.shard_reader import InputRows, shard_source
 from data_juicer_elastic.rows.codecs import READ_BYTES
 
 from .conftest import file_source, schema_of, write_shard
@@ -35,7 +35,7 @@ def test_patch_is_active_only_inside_and_nested_runs_share_it(tmp_path):
         assert RayDataset.read("json", str(tmp_path / "a.jsonl")) == "A"
         with pytest.raises(IntegrationError, match="only the shard is read"):
             RayDataset.read("json", str(tmp_path / "b.jsonl"))
-    assert _read_attr() is original and not _shard_source._sources
+    assert _read_attr() is original and not shard_reader._sources
 
 
 def test_patch_is_restored_when_the_shard_run_fails(tmp_path):
@@ -62,7 +62,7 @@ def test_threads_overlapping_restore_the_original_once_all_are_done(tmp_path):
     release.set()
     for thread in threads:
         thread.join()
-    assert _read_attr() is original and not _shard_source._sources
+    assert _read_attr() is original and not shard_reader._sources
 
 
 def test_a_moved_internal_gives_one_integration_error(monkeypatch, tmp_path):
@@ -71,7 +71,7 @@ def test_a_moved_internal_gives_one_integration_error(monkeypatch, tmp_path):
         with shard_source(tmp_path / "a.jsonl", lambda: None):
             pass
     assert info.value.where == "py-data-juicer" and TARGET in str(info.value)
-    assert not _shard_source._sources
+    assert not shard_reader._sources
 
 
 @pytest.mark.ray
@@ -79,8 +79,7 @@ def test_the_shard_comes_back_read_with_the_job_schema(ray_runtime, tmp_path):
     import ray
     from ray.data.dataset import MaterializedDataset
 
-    from data_juicer_elastic.execution.row_types import ROW_COLUMN, ArrowRows
-    from data_juicer_elastic.execution.shard_reader import read_tables
+    from data_juicer_elastic.execution.shard_reader import ROW_COLUMN, ArrowRows, read_tables
 
     shard = write_shard(tmp_path / "s.jsonl", 50)
     rows = ArrowRows.from_manifest(schema_of(shard), where="test")

@@ -1,7 +1,7 @@
 """Fault matrix row 22: spaces, quotes, shell characters and non-ASCII letters in the paths of a job.
 
 Data-Juicer splits its ``dataset_path`` on spaces into weighted paths; the shard path a run
-gives it (only a key: ``execution._shard_source`` serves the shard) is shell-quoted, so a
+gives it (only a key: ``execution.shard_reader`` serves the shard) is shell-quoted, so a
 ``job_dir`` with a space runs like any other.  Through ``dj-process``, the command a user runs,
 with such characters in ``job_dir``, ``dataset_path`` and ``export_path`` at once.
 """

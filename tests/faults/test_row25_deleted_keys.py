@@ -3,7 +3,7 @@ rows only, gives the same merged bytes for any ``num_shards``.
 
 Arrow fills a key some rows of a batch lack with null, and a key no row of a batch has is no
 column there; which rows share a batch follows the shard boundaries.  The writer treats null
-and absent as one (``execution.lossless.restore_fields``): a key the input row had is written
+and absent as one (``execution.row_writer.restore_fields``): a key the input row had is written
 (null once deleted), a null under a key it lacked is not.  Through ``dj-process`` with one row
 per shard (where Arrow drops the deleted key) and with one shard (where it fills it with null).
 The same rule over generated operators and batchings: ``tests/execution/test_lossless.py``;

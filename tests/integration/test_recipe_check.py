@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from data_juicer_elastic.errors import RecipeError
-from data_juicer_elastic.integration.recipe_check import check_shard_safe
+from data_juicer_elastic.integration.recipe import check_shard_safe
 
 SAFE = {"whitespace_normalization_mapper": {}}
 
@@ -76,7 +76,7 @@ def test_refused_settings(settings, where):
     ],
 )
 def test_export_settings_that_cannot_be_honoured_are_refused(export, export_type, shard_size, where):
-    from data_juicer_elastic.integration.recipe_check import check_export
+    from data_juicer_elastic.integration.recipe import check_export
 
     with pytest.raises(RecipeError) as info:
         check_export(export, export_type, shard_size)

@@ -1,4 +1,4 @@
-"""quarantine.bisect_rows: exactly the failing rows are found, every other row's output is kept in
+"""quarantine.collector: exactly the failing rows are found, every other row's output is kept in
 order, and the calls are O(k log B) (counted)."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ import pyarrow as pa
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from data_juicer_elastic.quarantine.bisect_rows import isolate
+from data_juicer_elastic.quarantine.collector import isolate
 
 
 class Picky:

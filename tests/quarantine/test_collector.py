@@ -15,11 +15,15 @@ from data_juicer.ops.base_op import Filter, Mapper  # noqa: E402
 
 from data_juicer_elastic.batching import AdaptiveBatchingMixin  # noqa: E402
 from data_juicer_elastic.batching.runtime import BatchingContext, StageRef, write_context  # noqa: E402
-from data_juicer_elastic.execution.row_types import ROW_COLUMN  # noqa: E402
+from data_juicer_elastic.execution.shard_reader import ROW_COLUMN  # noqa: E402
 from data_juicer_elastic.jobdir.layout import JobLayout
 from data_juicer_elastic.jobdir.row_files import WORKER_DIR
-from data_juicer_elastic.quarantine.bisect_rows import RowFailure  # noqa: E402
-from data_juicer_elastic.quarantine.collector import QuarantinedBatch, QuarantinedRow, active_sink  # noqa: E402
+from data_juicer_elastic.quarantine.collector import (  # noqa: E402
+    QuarantinedBatch,
+    QuarantinedRow,
+    RowFailure,  # noqa: E402
+    active_sink,
+)
 
 SHARD, ATTEMPT = "part-00000-of-00001", "a1"
 

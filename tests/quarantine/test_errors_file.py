@@ -24,7 +24,7 @@ from data_juicer_elastic.jobdir.attempts import ShardOutput, ShardTask
 from data_juicer_elastic.jobdir.manifest import load_manifest
 from data_juicer_elastic.jobdir.row_files import WORKER_DIR, export_errors_path, read_errors
 from data_juicer_elastic.jobdir.worker import WorkerSettings, run_worker
-from data_juicer_elastic.quarantine.errors_file import allowed_errors, check_limit, fold_errors
+from data_juicer_elastic.quarantine.collector import allowed_errors, check_limit, fold_errors
 from data_juicer_elastic.rows.shard_source import iter_source_lines
 from data_juicer_elastic.settings import ElasticSettings
 from data_juicer_elastic.shards.merge import follow_merge, merge_job

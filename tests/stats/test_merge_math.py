@@ -12,11 +12,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from data_juicer_elastic.errors import JobDirError
-from data_juicer_elastic.stats.columns import MAX_DISTINCT, ColumnKind
-from data_juicer_elastic.stats.moments import Moments
+from data_juicer_elastic.stats.columns import ALPHA, MAX_DISTINCT, ColumnKind, Moments, QuantileSketch
 from data_juicer_elastic.stats.overall import column_facts, overall_csv
 from data_juicer_elastic.stats.shard_summary import StatsSummary, merge_summaries
-from data_juicer_elastic.stats.sketch import ALPHA, QuantileSketch
 
 STATS = "__dj__stats__"
 PERCENTILES = [0.1, 0.25, 0.5, 0.75, 0.9]

@@ -16,7 +16,7 @@ from data_juicer_elastic.jobdir.worker import WorkerSettings, run_worker
 from data_juicer_elastic.shards.merge import merge_job
 from data_juicer_elastic.shards.prepare import prepare_job
 from data_juicer_elastic.stats import compute_overall, write_overall_stats
-from data_juicer_elastic.stats.sketch import ALPHA
+from data_juicer_elastic.stats.columns import ALPHA
 
 from ..jobdir.conftest import identity, request, write_rows
 from ..rayfree import rayfree_runner

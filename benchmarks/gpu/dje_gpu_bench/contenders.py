@@ -68,7 +68,7 @@ def _op(**kwargs: Any):
 
 
 def _is_oom(exc: BaseException) -> bool:
-    from data_juicer_elastic.batching.oom import classify_oom
+    from data_juicer_elastic.batching.policy import classify_oom
 
     return classify_oom(exc) is not None
 
