@@ -10,7 +10,7 @@ import threading
 import pytest
 from data_juicer.core.data.ray_dataset import RayDataset
 
-from data_juicer_elastic.compat.ddsketch_store import TARGET
+from data_juicer_elastic.compat.dj_ops_internals import RAY_DATASET_READ as TARGET
 from data_juicer_elastic.errors import InputChangedError, IntegrationError
 from data_juicer_elastic.execution import shard_reader
 from data_juicer_elastic.execution.shard_reader import InputRows, shard_source
