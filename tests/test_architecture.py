@@ -434,3 +434,9 @@ def test_the_import_graph_checks_see_cycles_and_heavy_modules(tmp_path):
     assert top == [(1, "typing"), (2, "os")]
     assert local == [(6, "data_juicer_elastic.executor"), (8, "json")]
     assert "data_juicer_elastic.executor" in heavy_modules()
+
+
+def test_the_protocol_is_a_handful_of_modules():
+    """jobdir/ holds one module per concept of the protocol (one task queue, one records module...):
+    at most 14 files with its ``__init__``, so a newcomer can hold it."""
+    assert len(list((PACKAGE / "jobdir").glob("*.py"))) <= 14

@@ -9,10 +9,9 @@ from pathlib import Path
 from typing import Any
 
 from data_juicer_elastic.console.quiet import say
-from data_juicer_elastic.jobdir.exports import PART_STATS_SUFFIX, PARTS_INDEX, MergeRecord
+from data_juicer_elastic.jobdir.exports import PART_STATS_SUFFIX, PARTS_INDEX, MergeRecord, export_stats_path
 from data_juicer_elastic.jobdir.layout import JobLayout
 from data_juicer_elastic.jobdir.manifest import load_manifest, load_plan
-from data_juicer_elastic.jobdir.row_files import export_stats_path
 from data_juicer_elastic.shards.plan import added_inputs_note
 from data_juicer_elastic.status.job_status import failure_records
 from data_juicer_elastic.status.job_times import format_wall, job_times

@@ -24,7 +24,7 @@ import orjson
 
 from data_juicer_elastic.errors import ElasticError
 from data_juicer_elastic.execution.shard_reader import ROW_COLUMN, InputRows
-from data_juicer_elastic.jobdir.row_files import META_FIELD, STATS_FIELD
+from data_juicer_elastic.jobdir.exports import META_FIELD, STATS_FIELD
 from data_juicer_elastic.rows.row_schema import MAX_TYPED_DEPTH
 from data_juicer_elastic.sharedfs import fault_seam
 

@@ -44,8 +44,8 @@ from data_juicer_elastic.execution.stage_identities import (
 from data_juicer_elastic.execution.warm_ops import WarmOperators
 from data_juicer_elastic.jobdir import heartbeats
 from data_juicer_elastic.jobdir.attempts import ShardOutput, ShardTask
+from data_juicer_elastic.jobdir.exports import ROW_STATS_FILE
 from data_juicer_elastic.jobdir.layout import LOG_FILE, JobLayout
-from data_juicer_elastic.jobdir.row_files import ROW_STATS_FILE
 from data_juicer_elastic.quarantine.collector import check_limit, fold_errors
 from data_juicer_elastic.rows.shard_source import ShardSource, iter_source_lines
 from data_juicer_elastic.settings import DEFAULT_MAX_ERROR_ROWS

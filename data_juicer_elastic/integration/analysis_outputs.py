@@ -24,9 +24,8 @@ from typing import Any
 
 from data_juicer_elastic.errors import ConfigError, ElasticError
 from data_juicer_elastic.integration.config_block import cfg_value, is_elastic, settings_from_cfg
-from data_juicer_elastic.jobdir.exports import MergeRecord, export_target
+from data_juicer_elastic.jobdir.exports import MergeRecord, export_side_path, export_target
 from data_juicer_elastic.jobdir.layout import JobLayout
-from data_juicer_elastic.jobdir.row_files import export_side_path
 from data_juicer_elastic.shards.merge import progress_path
 
 # stats.overall.FORMAT (not imported: that module loads the merge and the sketches)

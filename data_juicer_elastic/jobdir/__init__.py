@@ -12,7 +12,6 @@ __all__ = [
     "records",
     "retry",
     "roles",
-    "row_files",
     "shard_state",
     "task_queue",
     "worker",

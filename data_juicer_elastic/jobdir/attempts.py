@@ -19,7 +19,13 @@ from loguru import logger
 
 from data_juicer_elastic.errors import IntegrityError, JobDirError
 from data_juicer_elastic.jobdir import layout as confine
-from data_juicer_elastic.jobdir.exports import FORGED_HINT, check_published_file
+from data_juicer_elastic.jobdir.exports import (
+    FORGED_HINT,
+    check_published_file,
+    check_row_errors_file,
+    describe_row_errors,
+    describe_row_stats,
+)
 from data_juicer_elastic.jobdir.layout import SCANS, JobLayout
 from data_juicer_elastic.jobdir.records import (
     AttemptExit,
@@ -30,7 +36,6 @@ from data_juicer_elastic.jobdir.records import (
     ShardEntry,
     ShardResult,
 )
-from data_juicer_elastic.jobdir.row_files import check_row_errors_file, describe_row_errors, describe_row_stats
 from data_juicer_elastic.rows.jsonl import NormaliseOptions, validate_jsonl_output
 from data_juicer_elastic.rows.shard_source import ShardSource, SourceSpan
 from data_juicer_elastic.sharedfs import fsio

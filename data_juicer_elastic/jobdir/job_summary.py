@@ -465,7 +465,7 @@ class PaceRecord(Record):
     rows_out: int = 0
     stopped: bool = False  # the process left; it holds nothing
     rows_in: int = 0  # input rows of its accepted results
-    quarantined: int = 0  # rows its accepted results set aside (jobdir.row_files)
+    quarantined: int = 0  # rows its accepted results set aside (jobdir.exports)
     first_claimed_at: float | None = None  # wall clock of its first claim (display only)
     last_done_at: float | None = None  # wall clock of its latest accepted result (display only)
 

@@ -455,7 +455,7 @@ class AttemptRecord(Record):
 
 @dataclass(frozen=True)
 class RowStatsFile:
-    """An attempt's per-row stats file (jobdir.row_files): one line per output row."""
+    """An attempt's per-row stats file (jobdir.exports): one line per output row."""
 
     path: str  # relative to the job directory
     bytes: int
@@ -464,7 +464,7 @@ class RowStatsFile:
 
 @dataclass(frozen=True)
 class RowErrorsFile:
-    """An attempt's quarantined rows (jobdir.row_files): one line per row an operator failed on."""
+    """An attempt's quarantined rows (jobdir.exports): one line per row an operator failed on."""
 
     path: str  # relative to the job directory
     rows: int
@@ -489,8 +489,8 @@ class ShardResult(Record):
     # the output's per-shard stats summary (relative path, sha256 of its bytes); None when the runner wrote none
     stats: str | None = None
     stats_sha256: str | None = None
-    row_stats: RowStatsFile | None = None  # jobdir.row_files; None when the recipe makes no stats or meta
-    errors: RowErrorsFile | None = None  # jobdir.row_files; None when no row was quarantined
+    row_stats: RowStatsFile | None = None  # jobdir.exports; None when the recipe makes no stats or meta
+    errors: RowErrorsFile | None = None  # jobdir.exports; None when no row was quarantined
 
 
 @dataclass(frozen=True)

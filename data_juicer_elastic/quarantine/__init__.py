@@ -4,7 +4,7 @@ Under ``elastic_sharded`` with ``skip_op_error`` (Data-Juicer's default drops ev
 batch silently) a failing batch is bisected down to the rows that fail alone, which go to
 ``<export>_errors.jsonl`` (docs/quarantine.md): ``collector`` (inside the operators: the bisection
 and the records; then the attempt's ``errors.jsonl``, ``elastic.max_error_rows``);
-``shards.side_files`` merges them at finalize.  The file format is :mod:`data_juicer_elastic.jobdir.row_files`.
+``shards.side_files`` merges them at finalize.  The file format is :mod:`data_juicer_elastic.jobdir.exports`.
 Importing this package imports neither Ray nor Data-Juicer.
 """
 

@@ -38,8 +38,8 @@ from data_juicer_elastic.batching.engine import (
 from data_juicer_elastic.batching.runtime import host_tag, read_context, stage_key_for
 from data_juicer_elastic.compat.dj_ops_internals import HookCall, op_name
 from data_juicer_elastic.errors import ShardExecutionError, clip
+from data_juicer_elastic.jobdir.exports import ERRORS_FILE, WORKER_DIR, QuarantineRecord, encode_line
 from data_juicer_elastic.jobdir.layout import JobLayout
-from data_juicer_elastic.jobdir.row_files import ERRORS_FILE, WORKER_DIR, QuarantineRecord, encode_line
 from data_juicer_elastic.rows.row_schema import ROW_COLUMN
 from data_juicer_elastic.sharedfs import fsio
 

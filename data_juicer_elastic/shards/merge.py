@@ -35,15 +35,16 @@ from data_juicer_elastic.jobdir import layout as confine
 from data_juicer_elastic.jobdir.exports import (
     CleanRecord,
     MergedShard,
+    MergedSideFile,
     MergeRecord,
     check_export_path,
     cleaned_error,
+    export_stats_path,
     merge_places,
 )
 from data_juicer_elastic.jobdir.layout import JobLayout
 from data_juicer_elastic.jobdir.manifest import load_manifest
 from data_juicer_elastic.jobdir.records import Manifest, Record, ShardEntry, ShardResult
-from data_juicer_elastic.jobdir.row_files import MergedSideFile, export_stats_path
 from data_juicer_elastic.jobdir.shard_state import Markers, ShardState, decide_state, read_markers
 from data_juicer_elastic.shards import steps
 from data_juicer_elastic.shards.merge_files import (

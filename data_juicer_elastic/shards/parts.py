@@ -21,6 +21,7 @@ from data_juicer_elastic.jobdir.exports import (
     PARTS_INDEX,
     ExportPart,
     MergedShard,
+    MergedSideFile,
     PartsIndex,
     check_export_path,
     check_published_file,
@@ -33,7 +34,6 @@ from data_juicer_elastic.jobdir.exports import (
 from data_juicer_elastic.jobdir.layout import JobLayout, check_layout
 from data_juicer_elastic.jobdir.manifest import load_manifest
 from data_juicer_elastic.jobdir.records import Manifest, ShardEntry, ShardResult
-from data_juicer_elastic.jobdir.row_files import MergedSideFile
 from data_juicer_elastic.shards.merge import (
     MergeResult,
     accepted_results,

@@ -17,14 +17,14 @@ from loguru import logger
 
 from data_juicer_elastic.errors import IntegrityError, OutputExistsError, preview
 from data_juicer_elastic.jobdir import attempts, exports
-from data_juicer_elastic.jobdir.layout import JobLayout
-from data_juicer_elastic.jobdir.records import ShardEntry, ShardResult
-from data_juicer_elastic.jobdir.row_files import (
+from data_juicer_elastic.jobdir.exports import (
     MergedSideFile,
     check_row_errors_file,
     export_errors_path,
     export_stats_path,
 )
+from data_juicer_elastic.jobdir.layout import JobLayout
+from data_juicer_elastic.jobdir.records import ShardEntry, ShardResult
 from data_juicer_elastic.shards.merge_files import AppendStream, merge_temp_path, remove_dead_merge_temps
 from data_juicer_elastic.sharedfs import fault_seam, fsio
 

@@ -20,7 +20,7 @@ from ddsketch.mapping import LogarithmicMapping
 from ddsketch.store import DenseStore
 
 from data_juicer_elastic.compat.ddsketch_store import encode_store
-from data_juicer_elastic.jobdir.row_files import META_FIELD, STATS_FIELD
+from data_juicer_elastic.jobdir.exports import META_FIELD, STATS_FIELD
 
 ALPHA: Final = 0.01  # relative accuracy of every quantile value
 

@@ -16,10 +16,10 @@ from typing import Any, Final
 from loguru import logger
 
 from data_juicer_elastic.errors import IntegrityError, JobDirError
+from data_juicer_elastic.jobdir.exports import export_side_path
 from data_juicer_elastic.jobdir.layout import JobLayout, ensure_dir
 from data_juicer_elastic.jobdir.manifest import load_manifest
 from data_juicer_elastic.jobdir.records import ShardResult
-from data_juicer_elastic.jobdir.row_files import export_side_path
 from data_juicer_elastic.rows.row_policy import parse_row
 from data_juicer_elastic.shards.merge import accepted_results
 from data_juicer_elastic.sharedfs import fsio
@@ -105,7 +105,7 @@ def _load_summary(layout: JobLayout, result: ShardResult) -> StatsSummary | None
 
 
 def _summarise_output(layout: JobLayout, result: ShardResult) -> StatsSummary:
-    # The rows' stats are in the row stats file when the recipe makes any (jobdir.row_files),
+    # The rows' stats are in the row stats file when the recipe makes any (jobdir.exports),
     # else in the rows themselves (keep_stats_in_res_ds) or nowhere (every row still counts).
     path = layout.resolve_relative(result.row_stats.path if result.row_stats is not None else result.output)
     try:

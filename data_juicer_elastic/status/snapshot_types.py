@@ -37,7 +37,7 @@ class ShardStatus:
     batching: dict[str, Any] | None = None  # adaptive batching summary of the shown attempt (attempt.json)
     progress: heartbeats.ProgressRecord | None = None  # live progress of the running attempt
     log_path: str | None = None  # process.log of the shown attempt (the last failed one for FAILED)
-    quarantined: int | None = 0  # rows operators failed on, set aside (DONE only; jobdir.row_files); None: not read
+    quarantined: int | None = 0  # rows operators failed on, set aside (DONE only; jobdir.exports); None: not read
     errors_path: str | None = None  # the accepted attempt's errors.jsonl, relative to the job dir
 
     @classmethod

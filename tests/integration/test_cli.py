@@ -416,7 +416,7 @@ def test_a_merge_that_rewrote_only_a_side_file_says_so(tmp_path):
     """`merge --overwrite` after the stats file beside an intact export was changed: the export is
     left as it was, the stats file is rewritten, and the line says both (not 'left unchanged' alone)."""
     from data_juicer_elastic.finalize import merged_line
-    from data_juicer_elastic.jobdir.row_files import MergedSideFile
+    from data_juicer_elastic.jobdir.exports import MergedSideFile
     from data_juicer_elastic.shards.merge import MergeResult
 
     export, stats = tmp_path / "m.jsonl", tmp_path / "m_stats.jsonl"

@@ -14,9 +14,8 @@ from hypothesis import strategies as st
 
 from data_juicer_elastic.errors import ConfigError, IntegrityError, OutputExistsError
 from data_juicer_elastic.finalize import finalize
-from data_juicer_elastic.jobdir.exports import PARTS_INDEX, MergeRecord, PartsIndex
+from data_juicer_elastic.jobdir.exports import PARTS_INDEX, MergeRecord, PartsIndex, export_stats_path
 from data_juicer_elastic.jobdir.records import ShardResult
-from data_juicer_elastic.jobdir.row_files import export_stats_path
 from data_juicer_elastic.jobdir.worker import WorkerSettings, run_worker
 from data_juicer_elastic.shards import parts, verify
 from data_juicer_elastic.shards.merge import merge_job

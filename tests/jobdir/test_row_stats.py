@@ -1,4 +1,4 @@
-"""jobdir.row_files: the per-row stats file of every attempt, published with its result, merged
+"""jobdir.exports: the per-row stats file of every attempt, published with its result, merged
 beside the export in row order, and validated by merge and verify (Ray-free runner)."""
 
 from __future__ import annotations
@@ -10,8 +10,8 @@ import pytest
 
 from data_juicer_elastic.errors import IntegrityError
 from data_juicer_elastic.execution.row_writer import ExportLayout
+from data_juicer_elastic.jobdir.exports import export_stats_path
 from data_juicer_elastic.jobdir.records import ShardResult
-from data_juicer_elastic.jobdir.row_files import export_stats_path
 from data_juicer_elastic.jobdir.worker import WorkerSettings, run_worker
 from data_juicer_elastic.shards.merge import merge_job
 from data_juicer_elastic.shards.prepare import prepare_job

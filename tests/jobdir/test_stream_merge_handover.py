@@ -14,9 +14,9 @@ import pytest
 
 from data_juicer_elastic.errors import ElasticError
 from data_juicer_elastic.finalize import finalize
+from data_juicer_elastic.jobdir.exports import export_stats_path
 from data_juicer_elastic.jobdir.records import ShardResult
 from data_juicer_elastic.jobdir.retry import retry_shards
-from data_juicer_elastic.jobdir.row_files import export_stats_path
 from data_juicer_elastic.jobdir.worker import WorkerSettings, run_worker
 from data_juicer_elastic.shards import merge, merge_files
 from data_juicer_elastic.shards.merge import (

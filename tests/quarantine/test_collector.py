@@ -16,8 +16,8 @@ from data_juicer.ops.base_op import Filter, Mapper  # noqa: E402
 from data_juicer_elastic.batching import AdaptiveBatchingMixin  # noqa: E402
 from data_juicer_elastic.batching.runtime import BatchingContext, StageRef, write_context  # noqa: E402
 from data_juicer_elastic.execution.shard_reader import ROW_COLUMN  # noqa: E402
+from data_juicer_elastic.jobdir.exports import WORKER_DIR
 from data_juicer_elastic.jobdir.layout import JobLayout
-from data_juicer_elastic.jobdir.row_files import WORKER_DIR
 from data_juicer_elastic.quarantine.collector import (  # noqa: E402
     QuarantinedBatch,
     QuarantinedRow,

@@ -21,8 +21,8 @@ from data_juicer_elastic.errors import (
     ShardExecutionError,
 )
 from data_juicer_elastic.jobdir.attempts import ShardOutput, ShardTask
+from data_juicer_elastic.jobdir.exports import WORKER_DIR, export_errors_path, read_errors
 from data_juicer_elastic.jobdir.manifest import load_manifest
-from data_juicer_elastic.jobdir.row_files import WORKER_DIR, export_errors_path, read_errors
 from data_juicer_elastic.jobdir.worker import WorkerSettings, run_worker
 from data_juicer_elastic.quarantine.collector import allowed_errors, check_limit, fold_errors
 from data_juicer_elastic.rows.shard_source import iter_source_lines
