@@ -32,8 +32,7 @@ from data_juicer_elastic.batching.policy import BatchPolicy
 from data_juicer_elastic.compat import dj_ops_internals
 from data_juicer_elastic.compat.dj_ops_internals import op_name
 from data_juicer_elastic.errors import JobDirError
-from data_juicer_elastic.jobdir import layout as confine
-from data_juicer_elastic.jobdir.layout import JobLayout
+from data_juicer_elastic.jobdir.layout import JobLayout, ensure_dir
 from data_juicer_elastic.jobdir.records import Record
 from data_juicer_elastic.sharedfs import fsio
 from data_juicer_elastic.sharedfs.identity import safe_name
@@ -98,7 +97,7 @@ def write_profile(layout: JobLayout, profile: BatchProfile) -> Path:
     path = layout.batch_profile(
         profile_key(profile.stage_key, profile.accelerator, profile.cost_model, profile.max_rows)
     )
-    confine.ensure_dir(layout, path.parent)
+    ensure_dir(layout, path.parent)
     fsio.atomic_write(path, profile.encode(), durable=False)  # advice: losing it on a crash costs one re-learn
     return path
 

@@ -34,7 +34,7 @@ from data_juicer_elastic.compat import ray_internals
 from data_juicer_elastic.errors import EXIT_ERROR, ConfigError, RayConnectionError, last_line
 from data_juicer_elastic.execution.code_fingerprint import check_code, code_fingerprint
 from data_juicer_elastic.execution.shard_runner import ShardRunner, shard_runtime_env
-from data_juicer_elastic.jobdir import heartbeats as progress
+from data_juicer_elastic.jobdir import heartbeats
 from data_juicer_elastic.jobdir.attempts import ShardOutput, ShardTask
 from data_juicer_elastic.jobdir.heartbeats import Liveness
 from data_juicer_elastic.jobdir.worker import is_guard_handler
@@ -465,7 +465,7 @@ class LazyShardRunner:
 
     def __call__(self, task: ShardTask) -> ShardOutput:
         self.ready()  # idempotent; the worker loop normally did it before claiming
-        tracker = progress.current()  # the worker loop's live progress of this attempt, with its stall rule
+        tracker = heartbeats.current()  # the worker loop's live progress of this attempt, with its stall rule
         alive = tracker.liveness if tracker is not None else None
         with RuntimeWatch(self.runtime, alive, self._restart_process):
             return self._runner(task)

@@ -18,7 +18,6 @@ from typing import Any, Final
 from loguru import logger
 
 from data_juicer_elastic.errors import IntegrityError, JobDirError
-from data_juicer_elastic.jobdir import layout as confine
 from data_juicer_elastic.jobdir.exports import (
     FORGED_HINT,
     check_published_file,
@@ -26,7 +25,7 @@ from data_juicer_elastic.jobdir.exports import (
     describe_row_errors,
     describe_row_stats,
 )
-from data_juicer_elastic.jobdir.layout import SCANS, JobLayout
+from data_juicer_elastic.jobdir.layout import SCANS, JobLayout, ensure_dir
 from data_juicer_elastic.jobdir.records import (
     AttemptExit,
     AttemptRecord,
@@ -116,7 +115,7 @@ class Attempt:
 
 def open_attempt(layout: JobLayout, claim: Claim, identity: WorkerIdentity) -> Attempt:
     """Create the attempt's private directory and its attempt.json (start)."""
-    directory = confine.ensure_dir(layout, layout.attempt_dir(claim.shard_id, claim.attempt_id))
+    directory = ensure_dir(layout, layout.attempt_dir(claim.shard_id, claim.attempt_id))
     record = AttemptRecord(
         shard_id=claim.shard_id,
         attempt_id=claim.attempt_id,
@@ -264,7 +263,7 @@ def publish_done(
     )
     result_path = attempt_dir / "result.json"
     fsio.atomic_write(result_path, result.encode())
-    confine.ensure_dir(layout, layout.done_dir)
+    ensure_dir(layout, layout.done_dir)
     if fsio.publish_exclusive(result_path, layout.done(shard)):
         return PublishOutcome(True, result, result)
     winner, error = read_done(layout, shard)

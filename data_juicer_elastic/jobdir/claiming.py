@@ -23,9 +23,8 @@ from typing import Final
 from loguru import logger
 
 from data_juicer_elastic.jobdir import attempts
-from data_juicer_elastic.jobdir import layout as confine
 from data_juicer_elastic.jobdir.heartbeats import Heartbeater
-from data_juicer_elastic.jobdir.layout import JobLayout
+from data_juicer_elastic.jobdir.layout import JobLayout, check_inside
 from data_juicer_elastic.jobdir.manifest import check_shard_file
 from data_juicer_elastic.jobdir.records import Claim, Manifest, ReleaseReason, ShardEntry, TakeoverReason
 from data_juicer_elastic.jobdir.shard_state import ShardState, decide_state, read_markers
@@ -306,7 +305,7 @@ class AheadShard:
         source, stamps = self.checked
         try:
             if source.copy is not None:
-                confine.check_inside(layout, Path(source.copy))
+                check_inside(layout, Path(source.copy))
             return source_stamps(source) == stamps
         except Exception:  # noqa: BLE001 - any doubt: the run checks the files itself
             return False

@@ -19,8 +19,7 @@ from typing import ClassVar, Final, NamedTuple, Protocol
 from loguru import logger
 
 from data_juicer_elastic.errors import JobDirError, clip
-from data_juicer_elastic.jobdir import layout as confine
-from data_juicer_elastic.jobdir.layout import JobLayout
+from data_juicer_elastic.jobdir.layout import JobLayout, check_inside, ensure_dir
 from data_juicer_elastic.jobdir.records import Claim, Heartbeat, Record
 from data_juicer_elastic.sharedfs import fsio
 
@@ -148,9 +147,9 @@ def write_heartbeat(layout: JobLayout, claim: Claim, seq: int, *, make_dir: bool
     is then one write (the directory is still checked with ``lstat``s the client answers from cache)."""
     path = layout.heartbeat(claim.shard_id, claim.generation)
     if make_dir:
-        confine.ensure_dir(layout, path.parent)
+        ensure_dir(layout, path.parent)
     else:
-        confine.check_inside(layout, path.parent)
+        check_inside(layout, path.parent)
     # Durable=False: a heartbeat lost in a crash only makes the claim look older, which is safe.
     fsio.atomic_write(
         path, Heartbeat(claim.shard_id, claim.generation, claim.attempt_id, seq, time.time()).encode(), durable=False

@@ -19,7 +19,6 @@ from loguru import logger
 
 from data_juicer_elastic.errors import ConfigError, IntegrityError, JobDirError, clip
 from data_juicer_elastic.jobdir import attempts, task_queue
-from data_juicer_elastic.jobdir import layout as confine
 from data_juicer_elastic.jobdir.exports import CleanRecord, cleaned_error
 from data_juicer_elastic.jobdir.layout import JobLayout, ensure_dir, parse_gen_name, validate_shard_id
 from data_juicer_elastic.jobdir.manifest import load_manifest
@@ -123,7 +122,7 @@ def _quarantined(layout: JobLayout, manifest: Manifest) -> list[str]:
 def _archive(layout: JobLayout, shard: str, *, done: bool) -> None:
     stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime()) + f"-{secrets.token_hex(3)}"
     dest = layout.history(shard) / stamp
-    confine.ensure_dir(layout, dest / "failures")
+    ensure_dir(layout, dest / "failures")
     latest = task_queue.latest_generation(layout, shard)
     for name in fsio.list_names(layout.failure_dir(shard)):
         if parse_gen_name(name) is not None:
@@ -145,7 +144,7 @@ def _archive(layout: JobLayout, shard: str, *, done: bool) -> None:
     # would look held until a TTL passes.  Its holder is gone (the shard was failed),
     # so record the release on its behalf.
     if latest and not fsio.exists(layout.release(shard, latest)):
-        confine.ensure_dir(layout, layout.release_dir(shard))
+        ensure_dir(layout, layout.release_dir(shard))
         claim_view = task_queue.read_lease(layout, shard)
         attempt_id = claim_view.claim.attempt_id if claim_view.claim else "unknown"
         record = Release(shard, latest, attempt_id, ReleaseReason.RETRY, time.time())

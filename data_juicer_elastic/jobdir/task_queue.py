@@ -14,7 +14,6 @@ from types import TracebackType
 from loguru import logger
 
 from data_juicer_elastic.errors import LeaseLostError, storage_error
-from data_juicer_elastic.jobdir import layout as confine
 from data_juicer_elastic.jobdir.attempts import MAX_ERROR_CHARS, Attempt, close_attempt, error_text, open_attempt
 from data_juicer_elastic.jobdir.heartbeats import (
     Heartbeater,
@@ -24,7 +23,7 @@ from data_juicer_elastic.jobdir.heartbeats import (
     token_text,
 )
 from data_juicer_elastic.jobdir.job_summary import PaceWriter
-from data_juicer_elastic.jobdir.layout import JobLayout, parse_gen_name
+from data_juicer_elastic.jobdir.layout import JobLayout, ensure_dir, parse_gen_name
 from data_juicer_elastic.jobdir.records import (
     DEATH_REASONS,
     AttemptExit,
@@ -150,7 +149,7 @@ def publish_claim(
         takeover_reason=reason,
     )
     path = layout.claim(view.shard_id, claim.generation)
-    confine.ensure_dir(layout, path.parent)
+    ensure_dir(layout, path.parent)
     if not fsio.publish_bytes(path, claim.encode()):
         return None  # another taker won this generation
     return claim
@@ -161,7 +160,7 @@ def release_claim(layout: JobLayout, claim: Claim, reason: ReleaseReason) -> boo
     release of our attempt is (now) recorded."""
     record = Release(claim.shard_id, claim.generation, claim.attempt_id, reason, time.time())
     path = layout.release(claim.shard_id, claim.generation)
-    confine.ensure_dir(layout, path.parent)
+    ensure_dir(layout, path.parent)
     if fsio.publish_bytes(path, record.encode()):
         return True
     existing, _ = Release.read_or_error(path)  # released before (e.g. by the signal path): still ours
@@ -211,7 +210,7 @@ def record_failure(
         failed_at=time.time(),
     )
     path = layout.failure(shard_id, generation)
-    confine.ensure_dir(layout, path.parent)
+    ensure_dir(layout, path.parent)
     recorded = fsio.publish_bytes(path, record.encode())
     failures = list_failures(layout, shard_id)
     terminal = publish_terminal_if_exhausted(layout, shard_id, max_retries, failures, max_holder_deaths)
@@ -267,7 +266,7 @@ def publish_terminal_if_exhausted(
         failed_at=time.time(),
         max_holder_deaths=max_holder_deaths,
     )
-    confine.ensure_dir(layout, layout.failed_dir)
+    ensure_dir(layout, layout.failed_dir)
     if fsio.publish_bytes(layout.failed(shard_id), terminal.encode()):
         logger.error(
             f"{shard_id}: {len(errors)} failed attempt(s) and {len(deaths)} holder death(s), giving up: {last.error}"

@@ -27,20 +27,20 @@ from data_juicer_elastic.errors import (
     is_worker_fault,
     storage_error,
 )
-from data_juicer_elastic.jobdir import layout as confine
-from data_juicer_elastic.jobdir import manifest as scans
 from data_juicer_elastic.jobdir import shard_state
 from data_juicer_elastic.jobdir.attempts import ScanOutput, ScanTask, ShardOutput, ShardTask, publish_done
 from data_juicer_elastic.jobdir.claiming import AheadShard, ClaimAhead, Claimer
 from data_juicer_elastic.jobdir.heartbeats import Liveness, ProgressTracker, Stage, activate
 from data_juicer_elastic.jobdir.job_summary import HeldClaim, IdleBackoff, PaceWriter, SummaryReader, register_reader
-from data_juicer_elastic.jobdir.layout import JobLayout
+from data_juicer_elastic.jobdir.layout import JobLayout, check_layout
 from data_juicer_elastic.jobdir.manifest import (
     check_shard_file,
     check_shard_files,
     load_manifest,
     load_plan,
     normalise_options,
+    publish_manifest,
+    publish_scan,
     source_spans,
 )
 from data_juicer_elastic.jobdir.records import (
@@ -192,7 +192,7 @@ class Scans:
             started = time.time()
             output = self.run_scan(task)
             scope.fence()
-            accepted, _ = scans.publish_scan(self.layout, claim, attempt.dir, output, self.queue.identity, started)
+            accepted, _ = publish_scan(self.layout, claim, attempt.dir, output, self.queue.identity, started)
             scope.ended(accepted, output)
 
     def _exited(self, scope: AttemptScope, exc: BaseException | None) -> None:
@@ -216,7 +216,7 @@ def settle_scans(layout: JobLayout, plan: JobPlan) -> Manifest:
     error, results = shard_state.scans_verdict(layout, plan)
     if error is not None:
         raise error
-    manifest = scans.publish_manifest(layout, plan, results)
+    manifest = publish_manifest(layout, plan, results)
     logger.info(f"scanned {layout.root}: {manifest.total_rows} rows in {manifest.num_shards} shards")
     return manifest
 
@@ -512,7 +512,7 @@ def run_worker(
     summary, sleep, wait = WorkerSummary(), sleep or _sleeper(stop_event), settings.wait_for_completion
     manifest = None
     if run_scan is not None and not fsio.exists(layout.manifest) and fsio.exists(layout.plan):
-        confine.check_layout(layout)
+        check_layout(layout)
         kind = Scans(settings.queue(layout.scans, identity, clock), run_scan, settings.poll_interval_secs,
                      stop_event, claim_rng)  # fmt: skip
         reason = work(kind, wait=wait, sleep=sleep)
@@ -522,7 +522,7 @@ def run_worker(
         manifest = kind.manifest
     # refuse a corrupt job before claiming anything (the scans' manifest was loaded and checked so)
     manifest = manifest or load_manifest(layout.root)
-    confine.check_layout(layout)  # and one whose directories lead elsewhere
+    check_layout(layout)  # and one whose directories lead elsewhere
     check_shard_files(layout.root, manifest)
     reader = pace = keeper = None
     if settings.job_summary:

@@ -31,7 +31,6 @@ from data_juicer_elastic.errors import (
     storage_errors,
 )
 from data_juicer_elastic.jobdir import attempts
-from data_juicer_elastic.jobdir import layout as confine
 from data_juicer_elastic.jobdir.exports import (
     CleanRecord,
     MergedShard,
@@ -42,7 +41,7 @@ from data_juicer_elastic.jobdir.exports import (
     export_stats_path,
     merge_places,
 )
-from data_juicer_elastic.jobdir.layout import JobLayout
+from data_juicer_elastic.jobdir.layout import JobLayout, check_layout
 from data_juicer_elastic.jobdir.manifest import load_manifest
 from data_juicer_elastic.jobdir.records import Manifest, Record, ShardEntry, ShardResult
 from data_juicer_elastic.jobdir.shard_state import Markers, ShardState, decide_state, read_markers
@@ -174,7 +173,7 @@ def refuse_corrupt_done(layout: JobLayout, shard_id: str, markers: Markers) -> N
 def _open(job_dir: str | Path, output_path: str | Path) -> tuple[JobLayout, Manifest, Path]:
     layout = JobLayout(Path(os.path.abspath(job_dir)))
     manifest = load_manifest(layout.root)
-    confine.check_layout(layout)  # merge.json and stats/ are written into it
+    check_layout(layout)  # merge.json and stats/ are written into it
     return layout, manifest, check_export_path(layout.root, output_path)  # never into the job dir, nor via a link
 
 
