@@ -130,7 +130,9 @@ def test_status_while_running_shows_failed_retried_running_and_rates(live_job):
     assert progress["rows_read"] in (0, ROWS_PER_SHARD) and progress["rows_written"] <= ROWS_PER_SHARD
     assert progress["operator"] and "MapBatches" in progress["operator"]
     assert progress["elapsed_secs"] > 0 and data["rows_in_progress"] == progress["rows_read"]
-    assert (data["rows_per_sec"] > 0) == (data["eta_secs"] is not None) == (progress["rows_read"] > 0)
+    # The node finished a shard, so a running attempt counts at least at the node's pace before its
+    # first rows are read (docs/status.md): a rate and an ETA whatever the slow shard has read.
+    assert data["rows_per_sec"] > 0 and data["eta_secs"] is not None
     (node,) = data["nodes"]
     assert node["node_id"] == "node-live" and node["running"] == 1 and node["shards_done"] == 1
 
