@@ -26,7 +26,7 @@ from tqdm import tqdm
 
 from data_juicer_elastic.console import quiet
 from data_juicer_elastic.console.summary import shown_path
-from data_juicer_elastic.jobdir.heartbeats import ProgressTracker, Stage, read_attempt_progress
+from data_juicer_elastic.jobdir.heartbeats import PeriodicThread, ProgressTracker, Stage, read_attempt_progress
 from data_juicer_elastic.jobdir.job_summary import Holder, view_of
 from data_juicer_elastic.jobdir.layout import JobLayout
 from data_juicer_elastic.jobdir.manifest import load_manifest
@@ -183,7 +183,7 @@ class JobDisplay:
         self.scanning = ScanCount(self.job_dir, planned_bytes or {}, clock) if shard_rows is None else None
         self.shard_rows = dict(shard_rows or {})
         self.total = sum(self.shard_rows.values())
-        self.live, self.log_every, self.clock, self.stream, self.tick = live(terminal), log_every, clock, stream, tick
+        self.live, self.log_every, self.clock, self.stream = live(terminal), log_every, clock, stream
         self.trackers: dict[str, tuple[ProgressTracker, list[float | None]]] = {}
         self.node_id = node_id  # this node's other slots' running shards count too (:meth:`_slot_rows`)
         self.slot_rows: dict[str, int] = {}
@@ -197,8 +197,7 @@ class JobDisplay:
         self.meter = Meter(clock, from_first_move=True)
         self.waiting = waiting or str  # what this worker waits for while no shard runs here ("starting Ray")
         self.lock = threading.Lock()
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
+        self._thread = PeriodicThread(tick, self._tick, "dj-elastic-progress")
         self._line_cm = contextlib.ExitStack()
         self._line: quiet.LiveLine | None = None
 
@@ -345,28 +344,24 @@ class JobDisplay:
         note = self.shards_note(n) + (f" | {n['stage']}" if n["stage"] else "")
         return meter_line("", n["rows"], self.total, n["elapsed"], n["rate"], "rows", note, width, n["eta"])
 
-    def _run(self) -> None:
-        while not self._stop.wait(self.tick):
-            try:
-                self.draw()
-            except Exception as exc:  # a display must never break the worker
-                from loguru import logger
+    def _tick(self) -> None:
+        try:
+            self.draw()
+        except Exception as exc:  # a display must never break the worker
+            from loguru import logger
 
-                logger.debug(f"progress display: {exc!r}")
+            logger.debug(f"progress display: {exc!r}")
 
     def __enter__(self) -> JobDisplay:
         if self.live:
             self._line = self._line_cm.enter_context(quiet.live_line(self.stream))
         self.refresh_listing()
         self.meter.add(sum(self.shard_rows[s] for s in self.done))
-        self._thread = threading.Thread(target=self._run, name="dj-elastic-progress", daemon=True)
         self._thread.start()
         return self
 
     def __exit__(self, *exc_info: object) -> None:
-        self._stop.set()
-        if self._thread is not None:
-            self._thread.join()
+        self._thread.stop()
         if self._line is not None:  # the end state, before the line gives way to the summary
             self.last_listing = float("-inf")
             self._line.update(self._live_text(self.numbers()))

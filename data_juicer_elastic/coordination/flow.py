@@ -180,8 +180,7 @@ class AbortWatcher:
 
     def __init__(self, coordinator: RunCoordinator, stop_event: threading.Event):
         self.c, self.stop_event, self.interval = coordinator, stop_event, coordinator.poll_secs
-        self._done = threading.Event()
-        self._thread: threading.Thread | None = None
+        self._thread = heartbeats.PeriodicThread(self.interval, self._tick, "abort-watcher", join_secs=5)
 
     def check(self) -> bool:
         """One look; True when the run is aborted (and the stop event is set)."""
@@ -197,23 +196,20 @@ class AbortWatcher:
             return True
         return False
 
-    def _run(self) -> None:
-        while not self._done.wait(self.interval):
-            try:
-                if self.check():
-                    return
-            except (OSError, ElasticError) as exc:  # a transient read error must not kill the watcher
-                logger.warning(f"abort watcher: {exc}")
+    def _tick(self) -> bool:
+        """Whether to keep watching."""
+        try:
+            return not self.check()
+        except (OSError, ElasticError) as exc:  # a transient read error must not kill the watcher
+            logger.warning(f"abort watcher: {exc}")
+            return True
 
     def __enter__(self) -> AbortWatcher:
-        self._thread = threading.Thread(target=self._run, name="abort-watcher", daemon=True)
         self._thread.start()
         return self
 
     def __exit__(self, *exc_info: object) -> None:
-        self._done.set()
-        if self._thread is not None:
-            self._thread.join(timeout=5)
+        self._thread.stop()
 
 
 @dataclass(frozen=True)

@@ -23,7 +23,7 @@ from data_juicer_elastic import errors
 from data_juicer_elastic.errors import CoordinatorLostError, ElasticError, JobDirError
 from data_juicer_elastic.jobdir.heartbeats import Clock
 from data_juicer_elastic.jobdir.layout import JobLayout, ensure_dir
-from data_juicer_elastic.jobdir.records import Claim, Record, ReleaseReason, TakeoverReason
+from data_juicer_elastic.jobdir.records import Claim, R, Record, ReleaseReason, TakeoverReason
 from data_juicer_elastic.jobdir.roles import Role, read_holder
 from data_juicer_elastic.sharedfs import fsio
 from data_juicer_elastic.sharedfs.identity import WorkerIdentity
@@ -222,6 +222,55 @@ def error_from_outcome(outcome: Outcome) -> ElasticError:
     return cls(outcome.message or "the run was aborted", where=outcome.where, hint=outcome.hint)
 
 
+def run_keys(layout: JobLayout) -> list[str]:
+    """The runs' directories under ``coordination/``: one listing, in its order."""
+    keys = []
+    for key in fsio.list_names(layout.coordination_dir):
+        try:
+            layout.run_dir(key)
+        except JobDirError:
+            continue  # not a run directory (temp files, foreign names)
+        keys.append(key)
+    return keys
+
+
+def read_into(errors: list[str], record_type: type[R], path: Path) -> R | None:
+    """The record at ``path``; None when there is none, or when it is unreadable: then its error
+    is added to ``errors`` (an unreadable record is shown as such, never as a success)."""
+    record, error = record_type.read_or_error(path)
+    if error:
+        errors.append(error)
+    return record
+
+
+def read_participants(layout: JobLayout, key: str, errors: list[str]) -> list[Participant]:
+    """The run's participants by the time they joined (``errors``: as :func:`read_into`)."""
+    directory = layout.participants_dir(key)
+    names = [name for name in fsio.list_names(directory) if not name.startswith(".") and name.endswith(".json")]
+    found = [read_into(errors, Participant, directory / name) for name in names]
+    return sorted((p for p in found if p is not None), key=lambda p: p.joined_at)
+
+
+def newest_run(layout: JobLayout) -> tuple[RunRecord, Outcome | None] | None:
+    """The newest run's record (by its time) and its outcome: one listing of ``coordination/``, the
+    run records, then one outcome.  Display only: an unreadable record counts as none."""
+    newest: tuple[RunRecord, str] | None = None
+    for key in run_keys(layout):
+        try:
+            record = RunRecord.read(layout.run_record(key))
+        except (OSError, JobDirError):
+            continue  # a corrupt record
+        if record is not None and (newest is None or record.created_at > newest[0].created_at):
+            newest = (record, key)
+    if newest is None:
+        return None
+    record, key = newest
+    try:
+        return record, Outcome.read(layout.outcome(key))
+    except (OSError, JobDirError):
+        return record, None
+
+
 class RunCoordinator:
     """One instance's view of its run's coordination directory."""
 
@@ -277,16 +326,11 @@ class RunCoordinator:
         fsio.atomic_write(self.layout.participant(self.key, self.instance_id), record.encode())
 
     def participants(self) -> list[Participant]:
-        found = []
-        directory = self.layout.participants_dir(self.key)
-        for name in fsio.list_names(directory):
-            if name.startswith(".") or not name.endswith(".json"):
-                continue
-            try:
-                found.append(Participant.read(directory / name))
-            except JobDirError as exc:
-                logger.warning(f"ignoring corrupt participant record: {exc}")
-        return sorted((p for p in found if p is not None), key=lambda p: p.joined_at)
+        errors: list[str] = []
+        found = read_participants(self.layout, self.key, errors)
+        for error in errors:
+            logger.warning(f"ignoring corrupt participant record: {error}")
+        return found
 
     def role(self, phase: RunPhase) -> Role:
         if phase not in self.roles:

@@ -5,14 +5,13 @@ never raises into the run.  What the numbers mean: docs/status.md, "Where the nu
 from __future__ import annotations
 
 import contextlib
-import threading
 from collections.abc import Iterator
 from typing import Any, Final
 
 from loguru import logger
 
 from data_juicer_elastic.compat import ray_internals
-from data_juicer_elastic.jobdir.heartbeats import ProgressTracker, Stage
+from data_juicer_elastic.jobdir.heartbeats import PeriodicThread, ProgressTracker, Stage
 
 SOURCE: Final = "ray-data"
 SAMPLE_SECS: Final = 0.5  # how often the executor's metrics are read (in memory; files follow the heartbeat)
@@ -41,30 +40,20 @@ def ray_data_progress(tracker: ProgressTracker | None, interval_secs: float = SA
     if tracker is None:
         yield
         return
-    sampler = _Sampler(tracker, interval_secs)
-    sampler.start()
+    thread = PeriodicThread(interval_secs, _Sampler(tracker).sample, f"progress-{tracker.claim.shard_id}", join_secs=5)
+    thread.start()
     try:
         yield
     finally:
-        sampler.stop()
+        thread.stop()
 
 
-class _Sampler(threading.Thread):
-    def __init__(self, tracker: ProgressTracker, interval_secs: float):
-        super().__init__(name=f"progress-{tracker.claim.shard_id}", daemon=True)
-        self.tracker, self.interval_secs = tracker, interval_secs
-        self.halt = threading.Event()
+class _Sampler:
+    def __init__(self, tracker: ProgressTracker):
+        self.tracker = tracker
         self.executor: Any = None  # the execution being followed
         self.stage: Stage | None = None
         self.failures = 0
-
-    def run(self) -> None:
-        while not self.halt.wait(self.interval_secs):
-            self.sample()
-
-    def stop(self) -> None:
-        self.halt.set()
-        self.join(timeout=5)
 
     def sample(self) -> None:
         if self.failures >= MAX_FAILURES:

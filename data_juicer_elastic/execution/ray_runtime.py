@@ -326,36 +326,32 @@ class RuntimeWatch:
     ):
         self.runtime, self.liveness = runtime, liveness
         self.restart_process = restart_process or restart_worker_process
-        self._halt = threading.Event()
         self._probing = threading.Lock()
-        self._thread: threading.Thread | None = None
+        # probes once the attempt was quiet for part of the stall timeout, looking a few times meanwhile
+        self.quiet_secs = liveness.stall_secs * QUIET_FRACTION if liveness is not None else 0.0
+        tick = max(MIN_TICK_SECS, self.quiet_secs / 4)
+        self._thread = heartbeats.PeriodicThread(tick, self._tick, "dj-elastic-runtime-watch", join_secs=5)
 
     def __enter__(self) -> RuntimeWatch:
         if self.liveness is not None:
             self.liveness.when_stalled(self.restart)
-            self._thread = threading.Thread(target=self._run, name="dj-elastic-runtime-watch", daemon=True)
             self._thread.start()
         return self
 
     def __exit__(self, *exc_info: object) -> None:
-        self._halt.set()
-        if self._thread is not None:
-            self._thread.join(timeout=5)
+        self._thread.stop()
 
     def restart(self) -> None:
         """The shard was given up (heartbeat thread): kill the runtime, start the worker afresh."""
-        self._halt.set()
+        self._thread.stop()
         logger.error("the shard's Ray runtime stopped answering: killing it and restarting the worker")
         self.runtime.abort()
         self.restart_process()
 
-    def _run(self) -> None:
+    def _tick(self) -> None:
         assert self.liveness is not None
-        quiet = self.liveness.stall_secs * QUIET_FRACTION
-        tick = max(MIN_TICK_SECS, quiet / 4)
-        while not self._halt.wait(tick):
-            if self.liveness.quiet_for() >= quiet and self._probing.acquire(blocking=False):
-                threading.Thread(target=self._probe, name="dj-elastic-runtime-probe", daemon=True).start()
+        if self.liveness.quiet_for() >= self.quiet_secs and self._probing.acquire(blocking=False):
+            threading.Thread(target=self._probe, name="dj-elastic-runtime-probe", daemon=True).start()
 
     def _probe(self) -> None:
         try:

@@ -1,7 +1,8 @@
 """Heartbeats on shared storage: the one staleness rule (on the observer's own monotonic clock:
-docs/leases-on-nfs.md, item 2), the one renew thread, a claim's heartbeat and its renewal, and what
-a renewal carries: the attempt's signs of life (the stall rule: docs/failure-semantics.md) and its
-live progress (``attempts/<task>/<attempt>/progress.json``, docs/status.md).
+docs/leases-on-nfs.md, item 2), the one periodic thread (renewals, the summary's rounds, the
+watchers), a claim's heartbeat and its renewal, and what a renewal carries: the attempt's signs of
+life (the stall rule: docs/failure-semantics.md) and its live progress
+(``attempts/<task>/<attempt>/progress.json``, docs/status.md).
 """
 
 from __future__ import annotations
@@ -79,30 +80,43 @@ class StalenessObserver:
         self._seen.pop(key, None)
 
 
-class RenewThread:
-    """Calls ``renew()`` at start, then every ``interval_secs`` from a daemon thread, until
-    :meth:`stop` or until ``renew()`` returns False (the heartbeat is not ours any more)."""
+class PeriodicThread:
+    """Calls ``tick()`` every ``interval_secs`` from a daemon thread until :meth:`stop`, or until a
+    tick returns False; ``first_tick`` ticks once on the starting thread first (a heartbeat is
+    written at once).  A tick handles its own errors: one that escapes ends the thread."""
 
-    def __init__(self, interval_secs: float, renew: Callable[[], bool], name: str):
-        self.interval_secs, self.renew, self.name = interval_secs, renew, name
+    def __init__(
+        self,
+        interval_secs: float,
+        tick: Callable[[], object],
+        name: str,
+        *,
+        join_secs: float | None = None,
+        first_tick: bool = False,
+    ):
+        self.interval_secs, self.tick, self.name = interval_secs, tick, name
+        self.join_secs, self.first_tick = join_secs, first_tick
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
-    def start(self) -> None:
-        self.renew()
+    def start(self) -> PeriodicThread:
+        if self.first_tick:
+            self.tick()
         self._thread = threading.Thread(target=self._run, name=self.name, daemon=True)
         self._thread.start()
+        return self
 
     def _run(self) -> None:
         while not self._stop.wait(self.interval_secs):
-            if not self.renew():
+            if self.tick() is False:
                 return
 
     def stop(self) -> None:
-        """Stop renewing; waits a little for a renewal in flight (never for the calling thread)."""
+        """Stop ticking; waits up to ``join_secs`` (None: until it ends) for a tick in flight,
+        never for the calling thread."""
         self._stop.set()
         if self._thread is not None and self._thread is not threading.current_thread():
-            self._thread.join(timeout=max(1.0, self.interval_secs))
+            self._thread.join(timeout=self.join_secs)
 
 
 def looks_stale(age_secs: float | None, ttl_secs: object) -> bool:
@@ -250,7 +264,8 @@ class Heartbeater:
         # no renewal without signs of life; on_stall(reason) gives the shard up before the
         # liveness' own stall callbacks (the runner's restart) run
         self.liveness, self.on_stall = liveness, on_stall
-        self._renewer = RenewThread(heartbeat_secs, self._renew, f"heartbeat-{claim.shard_id}")
+        name, join_secs = f"heartbeat-{claim.shard_id}", max(1.0, heartbeat_secs)
+        self._renewer = PeriodicThread(heartbeat_secs, self._renew, name, join_secs=join_secs, first_tick=True)
         self._dir_ready = False  # the heartbeat directory exists: renewals need no makedirs
 
     def _lose(self, reason: str) -> None:

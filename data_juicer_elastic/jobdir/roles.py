@@ -5,7 +5,6 @@ O(workers + live claims) metadata operations: docs/leases-on-nfs.md, items 6 and
 
 from __future__ import annotations
 
-import threading
 import time
 from collections import Counter
 from collections.abc import Callable
@@ -213,8 +212,9 @@ class SummaryKeeper:
         self.index = {entry.shard_id: i for i, entry in enumerate(manifest.shards)}
         self.rounds = 0
         self._last_tick: float | None = None
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
+        self._thread = heartbeats.PeriodicThread(
+            self.interval_secs, self._safe_tick, "dj-elastic-summary", join_secs=max(5.0, 2 * self.interval_secs)
+        )
 
     @property
     def writing(self) -> bool:
@@ -275,13 +275,8 @@ class SummaryKeeper:
 
     # -- the thread ----------------------------------------------------------------------------------
     def start(self) -> SummaryKeeper:
-        self._thread = threading.Thread(target=self._run, name="dj-elastic-summary", daemon=True)
         self._thread.start()
         return self
-
-    def _run(self) -> None:
-        while not self._stop.wait(self.interval_secs):
-            self._safe_tick()
 
     def _safe_tick(self) -> None:
         try:
@@ -291,9 +286,7 @@ class SummaryKeeper:
 
     def stop(self) -> None:
         """Leave: a last round (when writing) and a released lease, so the next writer starts at once."""
-        self._stop.set()
-        if self._thread is not None and self._thread is not threading.current_thread():
-            self._thread.join(timeout=max(5.0, 2 * self.interval_secs))
+        self._thread.stop()
         self.pace.flush(stopped=True)
         if self.role.claim is None:
             return

@@ -16,12 +16,11 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import NamedTuple
 
-from data_juicer_elastic.coordination.run import OK, Outcome, RunRecord
+from data_juicer_elastic.coordination.run import OK, newest_run
 from data_juicer_elastic.errors import JobDirError
 from data_juicer_elastic.jobdir.exports import MergeRecord
 from data_juicer_elastic.jobdir.job_summary import PaceRecord, read_paces
 from data_juicer_elastic.jobdir.layout import JobLayout
-from data_juicer_elastic.sharedfs import fsio
 
 
 @dataclass(frozen=True)
@@ -165,22 +164,10 @@ def _newest(runs: list[dict]) -> _Run | None:
 
 
 def _latest_run(layout: JobLayout) -> _Run | None:
-    """The newest run's record (by its time) and its outcome: one listing of ``coordination/``
-    and the run records, then one outcome."""
-    newest: tuple[RunRecord, str] | None = None
-    for key in fsio.list_names(layout.coordination_dir):
-        try:
-            record = RunRecord.read(layout.run_record(key))
-        except (OSError, JobDirError):
-            continue  # not a run directory (temp files, foreign names), or a corrupt record
-        if record is not None and (newest is None or record.created_at > newest[0].created_at):
-            newest = (record, key)
+    """The newest run's record and its outcome (``coordination.run.newest_run``)."""
+    newest = newest_run(layout)
     if newest is None:
         return None
-    record, key = newest
-    try:
-        outcome = Outcome.read(layout.outcome(key))
-    except (OSError, JobDirError):
-        outcome = None
+    record, outcome = newest
     decided, ok = (outcome.decided_at, outcome.ok) if outcome is not None else (None, None)
     return _Run(record.run_id, record.created_at, decided, ok)

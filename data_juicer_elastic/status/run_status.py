@@ -12,40 +12,27 @@ from data_juicer_elastic.coordination.run import (
     PREPARE,
     Instance,
     Outcome,
-    Participant,
     PrepareResult,
     RunRecord,
+    read_into,
+    read_participants,
+    run_keys,
 )
-from data_juicer_elastic.errors import JobDirError
 from data_juicer_elastic.jobdir.layout import JobLayout
 from data_juicer_elastic.jobdir.roles import read_holder
-from data_juicer_elastic.sharedfs import fsio
 from data_juicer_elastic.status.job_times import wall_secs
 
 
 def runs(job_dir: str | Path) -> list[dict[str, Any]]:
     """Every run of the job, newest first, as plain JSON data."""
     layout = JobLayout(Path(os.path.abspath(job_dir)))
-    found = []
-    for key in fsio.list_names(layout.coordination_dir):
-        try:
-            layout.run_dir(key)
-        except JobDirError:
-            continue  # not a run directory (temp files, foreign names)
-        found.append(_run(layout, key))
+    found = [_run(layout, key) for key in run_keys(layout)]
     return sorted(found, key=lambda r: r.get("created_at") or 0.0, reverse=True)
 
 
 def _run(layout: JobLayout, key: str) -> dict[str, Any]:
     errors: list[str] = []
-
-    def read(record_type, path):
-        record, error = record_type.read_or_error(path)
-        if error:
-            errors.append(error)
-        return record
-
-    run = read(RunRecord, layout.run_record(key))
+    run = read_into(errors, RunRecord, layout.run_record(key))
     info: dict[str, Any] = {
         "run_key": key,
         "run_id": run.run_id if run else None,
@@ -58,8 +45,8 @@ def _run(layout: JobLayout, key: str) -> dict[str, Any]:
         if error:
             errors.append(error)
         info[f"{phase}_leader"] = Instance.holding(holder).describe() if holder else None
-    info["prepared"] = read(PrepareResult, layout.prepare_result(key)) is not None
-    outcome = read(Outcome, layout.outcome(key))
+    info["prepared"] = read_into(errors, PrepareResult, layout.prepare_result(key)) is not None
+    outcome = read_into(errors, Outcome, layout.outcome(key))
     info["outcome"] = None
     if run is not None:  # the run's wall time, by the one rule the closing summary and the report use
         ended = outcome.decided_at if outcome else None
@@ -72,27 +59,20 @@ def _run(layout: JobLayout, key: str) -> dict[str, Any]:
             "error": f"{outcome.error_type}: {outcome.message}" if not outcome.ok else None,
             "details": outcome.details,
         }
-    participants = []
-    directory = layout.participants_dir(key)
-    for name in fsio.list_names(directory):
-        if name.startswith(".") or not name.endswith(".json"):
-            continue
-        record = read(Participant, directory / name)
-        if record is not None:
-            participants.append(
-                {
-                    "instance_id": record.instance.instance_id,
-                    "node_id": record.instance.node_id,
-                    "host": record.instance.hostname,
-                    "pid": record.instance.pid,
-                    "slots": record.slots,
-                    "joined_at": record.joined_at,
-                    "left_at": record.left_at,
-                    "exit_reason": record.exit_reason,
-                    "shards_done": record.shards_done,
-                }
-            )
-    info["participants"] = sorted(participants, key=lambda p: p["joined_at"])
+    info["participants"] = [
+        {
+            "instance_id": record.instance.instance_id,
+            "node_id": record.instance.node_id,
+            "host": record.instance.hostname,
+            "pid": record.instance.pid,
+            "slots": record.slots,
+            "joined_at": record.joined_at,
+            "left_at": record.left_at,
+            "exit_reason": record.exit_reason,
+            "shards_done": record.shards_done,
+        }
+        for record in read_participants(layout, key, errors)
+    ]
     return info
 
 

@@ -176,7 +176,7 @@ def test_rows_read_from_blocks_read_before_processing_move_block_by_block(tmp_pa
     op = _Op("MapBatches(process_batched)->MapBatches(filter_batch)")
     executor = SimpleNamespace(_topology={op: None})
     monkeypatch.setattr(ray_internals, "live_executors", lambda: [executor])
-    sampler = _Sampler(tracker, 0.5)
+    sampler = _Sampler(tracker)
     seen = []
     for block in range(4):  # four blocks of 25 rows, one task each, one at a time
         op.submit(block, 25)

@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from data_juicer_elastic.jobdir.heartbeats import RenewThread, Sighting, StalenessObserver, looks_stale
+from data_juicer_elastic.jobdir.heartbeats import PeriodicThread, Sighting, StalenessObserver, looks_stale
 from data_juicer_elastic.jobdir.records import (
     DEATH_REASONS,
     FailureReason,
@@ -55,7 +55,7 @@ def test_staleness_is_judged_on_the_observers_clock_for_any_heartbeat():
 
 def test_renew_thread_stops_when_the_heartbeat_is_no_longer_ours():
     calls = []
-    thread = RenewThread(0.01, lambda: calls.append(1) or len(calls) < 3, "test-renew")
+    thread = PeriodicThread(0.01, lambda: calls.append(1) or len(calls) < 3, "test-renew", first_tick=True)
     thread.start()
     thread._thread.join(timeout=5)
     assert len(calls) == 3
