@@ -40,7 +40,7 @@ from data_juicer_elastic.shards.merge import (
     record_merge,
 )
 from data_juicer_elastic.shards.merge_files import merge_temp_path, remove_dead_merge_temps
-from data_juicer_elastic.sharedfs import checked_writer, fault_seam, fsio
+from data_juicer_elastic.sharedfs import fault_seam, fsio
 from data_juicer_elastic.sharedfs.identity import kernel_tag
 
 MAX_INDEX_BYTES: Final = 256 * 1024 * 1024  # ~300 bytes a part: room for every shard count a job may have
@@ -261,7 +261,7 @@ def _place(layout: JobLayout, each: PlannedPart, staging: Path) -> int:
 
 def _copy_validated(layout: JobLayout, each: PlannedPart, file: PartFile, dst: Path) -> None:
     """A copy of an accepted file, validated against its done marker in the same read (EXDEV only)."""
-    writer = checked_writer.BufferedCheckedWriter(dst, size_hint=file.expected[1])
+    writer = fsio.BufferedCheckedWriter(dst, size_hint=file.expected[1])
     try:
         requeue = attempts.requeue_hint(layout, [each.entry.shard_id])
         check_published_file(
