@@ -54,7 +54,7 @@ from data_juicer_elastic.shards.merge_files import (
     remove_dead_merge_temps,
     resume_stream,
 )
-from data_juicer_elastic.shards.side_files import StagedFile, publish_merged, stage_row_stats
+from data_juicer_elastic.shards.side_files import publish_merged, stage_row_stats, streamed_row_stats
 from data_juicer_elastic.sharedfs import fault_seam, fsio
 from data_juicer_elastic.sharedfs.identity import kernel_tag
 
@@ -352,7 +352,7 @@ def _merge(
     if not publish:
         return None
     results = known if known is not None else accepted_results(layout, manifest)
-    streamed, tag = _streamed_row_stats(run, results, output), run.tag
+    streamed, tag = streamed_row_stats(run.stats, results, output), run.tag
     staged = streamed or stage_row_stats(layout, results, output, tag)
     try:  # the streamed stats' partial is kept when publishing is refused: the next try resumes with it
         written, row_stats, quarantined = publish_merged(layout, results, run.out.path, output, staged, overwrite, tag)
@@ -389,18 +389,6 @@ def copy_shard(layout: JobLayout, entry: ShardEntry, result: ShardResult, sink) 
     """Copy one accepted output while re-validating it against its record (one read)."""
     attempts.validate_result(layout, entry, result, sink, check_row_stats=False)  # copied beside it
     return MergedShard(entry.shard_id, result.attempt_id, result.rows, result.bytes, result.sha256)
-
-
-def _streamed_row_stats(run: _Run, results: list, output: Path) -> StagedFile | None:
-    """The row stats' stream as the file to publish, when it holds exactly the accepted row stats files (each
-    validated as it was appended); None: write them whole instead (or refuse: ``side_files.stage_row_stats``)."""
-    with_stats = [r.row_stats for _, r in results if r.row_stats is not None]
-    missing = [r for _, r in results if r.row_stats is None and r.rows]
-    if run.stats is None or not with_stats or missing or run.stats.bytes != sum(s.bytes for s in with_stats):
-        return None
-    rows = sum(r.rows for _, r in results if r.row_stats is not None)
-    record = MergedSideFile(export_stats_path(output), rows, run.stats.bytes, run.stats.sha, written=False)
-    return StagedFile(run.stats.path, record)
 
 
 def _resume(layout: JobLayout, manifest: Manifest, output: Path, partial: Path, fd: int) -> _Run:
