@@ -170,11 +170,15 @@ def refuse_corrupt_done(layout: JobLayout, shard_id: str, markers: Markers) -> N
         raise IntegrityError(f"corrupt done marker: {markers.done_error}", where=f"shard {shard_id}", hint=hint)
 
 
-def _open(job_dir: str | Path, output_path: str | Path) -> tuple[JobLayout, Manifest, Path]:
+def open_export(
+    job_dir: str | Path, output_path: str | Path, layout_name: str = "file"
+) -> tuple[JobLayout, Manifest, Path]:
+    """The job a merge (or a parts export, ``layout_name``) publishes, and its checked export path."""
     layout = JobLayout(Path(os.path.abspath(job_dir)))
     manifest = load_manifest(layout.root)
     check_layout(layout)  # merge.json and stats/ are written into it
-    return layout, manifest, check_export_path(layout.root, output_path)  # never into the job dir, nor via a link
+    target = check_export_path(layout.root, output_path, layout=layout_name)  # never into the job dir, nor via a link
+    return layout, manifest, target
 
 
 @storage_errors(then="run the merge again", places=merge_places)  # ENOSPC, EROFS...: one line naming path and place
@@ -190,7 +194,7 @@ def merge_job(
     the streaming merge's partial output, reading only the shards not yet appended; a follower still appending
     holds it: wait while its progress record grows, and merge into a new file when it made none for
     ``lock_wait_secs``."""
-    layout, manifest, output = _open(job_dir, output_path)
+    layout, manifest, output = open_export(job_dir, output_path)
     seen = _progress_mark(output) if stream else None
     while stream:
         try:
@@ -242,7 +246,7 @@ def follow_merge(
     fails like :func:`merge_job` on a missing shard; ``wait=True`` polls every ``poll_secs`` until all are
     merged or ``stop`` is set (then None, the partial resumable).  A terminally failed shard ends it with the
     job's error.  ``publish=False`` stops after the last shard (the run's elected finalize publishes)."""
-    layout, manifest, output = _open(job_dir, output_path)
+    layout, manifest, output = open_export(job_dir, output_path)
     args = dict(wait=wait, poll_secs=poll_secs, stop=stop, publish=publish, on_progress=on_progress)
     return _follow(layout, manifest, output, overwrite, lock_wait_secs=lock_wait_secs, **args)
 

@@ -22,17 +22,15 @@ from data_juicer_elastic.jobdir.exports import (
     ExportPart,
     MergedShard,
     PartsIndex,
-    check_export_path,
     check_published_file,
     locate_published_file,
     merge_places,
     part_name,
 )
-from data_juicer_elastic.jobdir.layout import JobLayout, check_layout
-from data_juicer_elastic.jobdir.manifest import load_manifest
+from data_juicer_elastic.jobdir.layout import JobLayout
 from data_juicer_elastic.jobdir.records import Manifest, ShardEntry, ShardResult
 from data_juicer_elastic.shards import side_files
-from data_juicer_elastic.shards.merge import MergeResult, accepted_results, record_merge
+from data_juicer_elastic.shards.merge import MergeResult, accepted_results, open_export, record_merge
 from data_juicer_elastic.shards.merge_files import merge_temp_path, remove_dead_merge_temps
 from data_juicer_elastic.sharedfs import fault_seam, fsio
 from data_juicer_elastic.sharedfs.identity import kernel_tag
@@ -65,10 +63,7 @@ class PlannedPart:
 @storage_errors(then="run the merge again", places=merge_places)  # ENOSPC, EROFS...: one line naming path and place
 def publish_parts(job_dir: str | Path, export_dir: str | Path, overwrite: bool = False) -> MergeResult:
     """Publish every accepted output as the parts export at ``export_dir``; merge.json records it."""
-    layout = JobLayout(Path(os.path.abspath(job_dir)))
-    manifest = load_manifest(layout.root)
-    check_layout(layout)  # merge.json is written into it
-    target = check_export_path(layout.root, export_dir, layout="parts")
+    layout, manifest, target = open_export(job_dir, export_dir, layout_name="parts")
     planned = [plan_part(layout, entry, result) for entry, result in accepted_results(layout, manifest)]
     index = parts_index(manifest, [p.part for p in planned])
     data = index.encode()
