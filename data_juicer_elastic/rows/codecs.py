@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any, Final, Literal, TypeVar, get_args
 
 from data_juicer_elastic.errors import InputError
-from data_juicer_elastic.sharedfs import checked_writer, fsio
+from data_juicer_elastic.sharedfs import fsio
 
 Codec = Literal["none", "gzip", "zstd"]
 CODECS: Final[tuple[Codec, ...]] = get_args(Codec)
@@ -184,7 +184,7 @@ class ShardFileWriter:
     def __init__(self, path: Path, codec: Codec):
         self._stored = hashlib.sha256()
         self.stored_bytes = 0
-        self._writer = checked_writer.BufferedCheckedWriter(Path(path))
+        self._writer = fsio.BufferedCheckedWriter(Path(path))
         self._compress = _compressor(codec)
 
     def write(self, data: bytes | memoryview) -> None:

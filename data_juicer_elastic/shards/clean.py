@@ -19,22 +19,16 @@ from loguru import logger
 
 from data_juicer_elastic.errors import IntegrityError, JobDirError, storage_errors
 from data_juicer_elastic.jobdir.attempts import OUTPUT_FILE
-from data_juicer_elastic.jobdir.exports import (
-    ERRORS_FILE,
-    ROW_STATS_FILE,
-    CleanRecord,
-    MergedSideFile,
-    MergeRecord,
-    cleaned_error,
-)
+from data_juicer_elastic.jobdir.exports import CleanRecord, MergedSideFile, MergeRecord, cleaned_error
 from data_juicer_elastic.jobdir.layout import JobLayout, check_inside, check_layout
 from data_juicer_elastic.jobdir.manifest import load_manifest
 from data_juicer_elastic.shards.merge import MergeResult, accepted_results
+from data_juicer_elastic.shards.side_files import ATTEMPT_FILES
 from data_juicer_elastic.shards.verify import ExportSummary, verify_export, verify_job
 from data_juicer_elastic.sharedfs import fsio
 
 # What an attempt directory holds that the export holds too (the rest: records, logs, stats summaries, kept).
-ATTEMPT_OUTPUTS = (OUTPUT_FILE, ROW_STATS_FILE, ERRORS_FILE)
+ATTEMPT_OUTPUTS = (OUTPUT_FILE, *ATTEMPT_FILES)
 
 
 @dataclass(frozen=True)

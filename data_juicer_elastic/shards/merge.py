@@ -54,7 +54,7 @@ from data_juicer_elastic.shards.merge_files import (
     remove_dead_merge_temps,
     resume_stream,
 )
-from data_juicer_elastic.shards.side_files import StagedFile, publish_merged, stage_row_stats
+from data_juicer_elastic.shards.side_files import publish_merged, stage_row_stats, streamed_row_stats
 from data_juicer_elastic.sharedfs import fault_seam, fsio
 from data_juicer_elastic.sharedfs.identity import kernel_tag
 
@@ -170,11 +170,15 @@ def refuse_corrupt_done(layout: JobLayout, shard_id: str, markers: Markers) -> N
         raise IntegrityError(f"corrupt done marker: {markers.done_error}", where=f"shard {shard_id}", hint=hint)
 
 
-def _open(job_dir: str | Path, output_path: str | Path) -> tuple[JobLayout, Manifest, Path]:
+def open_export(
+    job_dir: str | Path, output_path: str | Path, layout_name: str = "file"
+) -> tuple[JobLayout, Manifest, Path]:
+    """The job a merge (or a parts export, ``layout_name``) publishes, and its checked export path."""
     layout = JobLayout(Path(os.path.abspath(job_dir)))
     manifest = load_manifest(layout.root)
     check_layout(layout)  # merge.json and stats/ are written into it
-    return layout, manifest, check_export_path(layout.root, output_path)  # never into the job dir, nor via a link
+    target = check_export_path(layout.root, output_path, layout=layout_name)  # never into the job dir, nor via a link
+    return layout, manifest, target
 
 
 @storage_errors(then="run the merge again", places=merge_places)  # ENOSPC, EROFS...: one line naming path and place
@@ -190,7 +194,7 @@ def merge_job(
     the streaming merge's partial output, reading only the shards not yet appended; a follower still appending
     holds it: wait while its progress record grows, and merge into a new file when it made none for
     ``lock_wait_secs``."""
-    layout, manifest, output = _open(job_dir, output_path)
+    layout, manifest, output = open_export(job_dir, output_path)
     seen = _progress_mark(output) if stream else None
     while stream:
         try:
@@ -242,7 +246,7 @@ def follow_merge(
     fails like :func:`merge_job` on a missing shard; ``wait=True`` polls every ``poll_secs`` until all are
     merged or ``stop`` is set (then None, the partial resumable).  A terminally failed shard ends it with the
     job's error.  ``publish=False`` stops after the last shard (the run's elected finalize publishes)."""
-    layout, manifest, output = _open(job_dir, output_path)
+    layout, manifest, output = open_export(job_dir, output_path)
     args = dict(wait=wait, poll_secs=poll_secs, stop=stop, publish=publish, on_progress=on_progress)
     return _follow(layout, manifest, output, overwrite, lock_wait_secs=lock_wait_secs, **args)
 
@@ -352,7 +356,7 @@ def _merge(
     if not publish:
         return None
     results = known if known is not None else accepted_results(layout, manifest)
-    streamed, tag = _streamed_row_stats(run, results, output), run.tag
+    streamed, tag = streamed_row_stats(run.stats, results, output), run.tag
     staged = streamed or stage_row_stats(layout, results, output, tag)
     try:  # the streamed stats' partial is kept when publishing is refused: the next try resumes with it
         written, row_stats, quarantined = publish_merged(layout, results, run.out.path, output, staged, overwrite, tag)
@@ -389,18 +393,6 @@ def copy_shard(layout: JobLayout, entry: ShardEntry, result: ShardResult, sink) 
     """Copy one accepted output while re-validating it against its record (one read)."""
     attempts.validate_result(layout, entry, result, sink, check_row_stats=False)  # copied beside it
     return MergedShard(entry.shard_id, result.attempt_id, result.rows, result.bytes, result.sha256)
-
-
-def _streamed_row_stats(run: _Run, results: list, output: Path) -> StagedFile | None:
-    """The row stats' stream as the file to publish, when it holds exactly the accepted row stats files (each
-    validated as it was appended); None: write them whole instead (or refuse: ``side_files.stage_row_stats``)."""
-    with_stats = [r.row_stats for _, r in results if r.row_stats is not None]
-    missing = [r for _, r in results if r.row_stats is None and r.rows]
-    if run.stats is None or not with_stats or missing or run.stats.bytes != sum(s.bytes for s in with_stats):
-        return None
-    rows = sum(r.rows for _, r in results if r.row_stats is not None)
-    record = MergedSideFile(export_stats_path(output), rows, run.stats.bytes, run.stats.sha, written=False)
-    return StagedFile(run.stats.path, record)
 
 
 def _resume(layout: JobLayout, manifest: Manifest, output: Path, partial: Path, fd: int) -> _Run:

@@ -24,7 +24,7 @@ from loguru import logger
 
 from data_juicer_elastic.errors import MergeBusyError, OutputExistsError
 from data_juicer_elastic.rows.codecs import READ_BYTES, BackgroundIO
-from data_juicer_elastic.sharedfs import checked_writer, fault_seam, fsio
+from data_juicer_elastic.sharedfs import fault_seam, fsio
 from data_juicer_elastic.sharedfs.identity import pid_alive
 
 SYNC_EVERY: Final = 256 * 1024 * 1024
@@ -87,8 +87,8 @@ class AppendStream:
 
     @classmethod
     def create(cls, path: Path, size_hint: int) -> AppendStream:
-        """A new file at ``path`` (``O_EXCL``, its space reserved: ``checked_writer``)."""
-        stream = cls(path, checked_writer.BufferedCheckedWriter(path, size_hint=size_hint), -1, hashlib.sha256())
+        """A new file at ``path`` (``O_EXCL``, its space reserved: ``fsio.preallocate``)."""
+        stream = cls(path, fsio.BufferedCheckedWriter(path, size_hint=size_hint), -1, hashlib.sha256())
         stream._fsync = ThreadPoolExecutor(1, thread_name_prefix="dj-elastic-fsync")
         return stream
 

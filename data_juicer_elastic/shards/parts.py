@@ -21,26 +21,18 @@ from data_juicer_elastic.jobdir.exports import (
     PARTS_INDEX,
     ExportPart,
     MergedShard,
-    MergedSideFile,
     PartsIndex,
-    check_export_path,
     check_published_file,
     locate_published_file,
     merge_places,
-    part_errors_name,
     part_name,
-    part_stats_name,
 )
-from data_juicer_elastic.jobdir.layout import JobLayout, check_layout
-from data_juicer_elastic.jobdir.manifest import load_manifest
+from data_juicer_elastic.jobdir.layout import JobLayout
 from data_juicer_elastic.jobdir.records import Manifest, ShardEntry, ShardResult
-from data_juicer_elastic.shards.merge import (
-    MergeResult,
-    accepted_results,
-    record_merge,
-)
+from data_juicer_elastic.shards import side_files
+from data_juicer_elastic.shards.merge import MergeResult, accepted_results, open_export, record_merge
 from data_juicer_elastic.shards.merge_files import merge_temp_path, remove_dead_merge_temps
-from data_juicer_elastic.sharedfs import checked_writer, fault_seam, fsio
+from data_juicer_elastic.sharedfs import fault_seam, fsio
 from data_juicer_elastic.sharedfs.identity import kernel_tag
 
 MAX_INDEX_BYTES: Final = 256 * 1024 * 1024  # ~300 bytes a part: room for every shard count a job may have
@@ -71,10 +63,7 @@ class PlannedPart:
 @storage_errors(then="run the merge again", places=merge_places)  # ENOSPC, EROFS...: one line naming path and place
 def publish_parts(job_dir: str | Path, export_dir: str | Path, overwrite: bool = False) -> MergeResult:
     """Publish every accepted output as the parts export at ``export_dir``; merge.json records it."""
-    layout = JobLayout(Path(os.path.abspath(job_dir)))
-    manifest = load_manifest(layout.root)
-    check_layout(layout)  # merge.json is written into it
-    target = check_export_path(layout.root, export_dir, layout="parts")
+    layout, manifest, target = open_export(job_dir, export_dir, layout_name="parts")
     planned = [plan_part(layout, entry, result) for entry, result in accepted_results(layout, manifest)]
     index = parts_index(manifest, [p.part for p in planned])
     data = index.encode()
@@ -91,17 +80,13 @@ def publish_parts(job_dir: str | Path, export_dir: str | Path, overwrite: bool =
         _stage_and_publish(layout, target, data, planned, replace=found is not None)
     merged = [MergedShard(p.shard_id, p.attempt_id, p.rows, p.bytes, p.sha256) for p in (e.part for e in planned)]
     sha = hashlib.sha256(data).hexdigest()
-    quarantined = None
-    if any(p.part.errors_name for p in planned):  # each shard's beside its part; the index names and hashes them
-        rows, size = (sum(getattr(p.part, f) or 0 for p in planned) for f in ("errors_rows", "errors_bytes"))
-        quarantined = MergedSideFile(target, rows, size, sha, written)
+    quarantined = side_files.parts_quarantined(target, [p.part for p in planned], sha, written)
     return record_merge(layout, manifest, target, merged, sha, written, None, quarantined, layout_name="parts")
 
 
 def plan_part(layout: JobLayout, entry: ShardEntry, result: ShardResult) -> PlannedPart:
     """The part of one accepted result, after the checks that read no data: each file where its marker says,
     inside its attempt's directory, with the size its marker records."""
-    record, quarantined = result.row_stats, result.errors
     part = ExportPart(
         name=part_name(entry.shard_id),
         shard_id=entry.shard_id,
@@ -109,16 +94,9 @@ def plan_part(layout: JobLayout, entry: ShardEntry, result: ShardResult) -> Plan
         rows=result.rows,
         bytes=result.bytes,
         sha256=result.sha256,
-        stats_name=None if record is None else part_stats_name(entry.shard_id),
-        stats_bytes=None if record is None else record.bytes,
-        stats_sha256=None if record is None else record.sha256,
-        errors_name=None if quarantined is None else part_errors_name(entry.shard_id),
-        errors_rows=None if quarantined is None else quarantined.rows,
-        errors_bytes=None if quarantined is None else quarantined.bytes,
-        errors_sha256=None if quarantined is None else quarantined.sha256,
+        **side_files.part_fields(entry.shard_id, result),
     )
-    sides = [("row stats file", record), ("quarantine file", quarantined)]
-    sources = [("output", result.output), *((what, side.path) for what, side in sides if side is not None)]
+    sources = [("output", result.output), *((what, relative) for what, relative, _ in side_files.result_files(result))]
     requeue = attempts.requeue_hint(layout, [entry.shard_id])
     files = []
     for (what, relative), (name, expected) in zip(sources, part_files(part), strict=True):
@@ -151,12 +129,7 @@ def parts_index(manifest: Manifest, parts: list[ExportPart]) -> PartsIndex:
 
 def part_files(part: ExportPart) -> list[tuple[str, tuple[int, int, str]]]:
     """``(name, (rows, bytes, sha256))`` of each file of ``part`` in the export, its output first."""
-    files = [(part.name, (part.rows, part.bytes, part.sha256))]
-    if part.stats_name is not None:
-        files.append((part.stats_name, (part.rows, part.stats_bytes, part.stats_sha256)))
-    if part.errors_name is not None:
-        files.append((part.errors_name, (part.errors_rows, part.errors_bytes, part.errors_sha256)))
-    return files
+    return [(part.name, (part.rows, part.bytes, part.sha256)), *side_files.beside_part(part)]
 
 
 def expected_names(parts: list[ExportPart]) -> list[str]:
@@ -261,7 +234,7 @@ def _place(layout: JobLayout, each: PlannedPart, staging: Path) -> int:
 
 def _copy_validated(layout: JobLayout, each: PlannedPart, file: PartFile, dst: Path) -> None:
     """A copy of an accepted file, validated against its done marker in the same read (EXDEV only)."""
-    writer = checked_writer.BufferedCheckedWriter(dst, size_hint=file.expected[1])
+    writer = fsio.BufferedCheckedWriter(dst, size_hint=file.expected[1])
     try:
         requeue = attempts.requeue_hint(layout, [each.entry.shard_id])
         check_published_file(

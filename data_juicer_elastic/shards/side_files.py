@@ -1,7 +1,9 @@
-"""The merged output published at the export path with its side files, ``<export>_stats.jsonl`` (the per-row
-stats, ``jobdir.row_stats``) and ``<export>_errors.jsonl`` (the rows operators failed on, ``jobdir.row_errors``;
-docs/quarantine.md): each staged complete and fsynced under a temp name, every target checked before any is
-published, all published or none.  A parts export links each shard's side files beside its part instead.
+"""The side files of a shard's rows, for both export layouts: the per-row stats (``<export>_stats.jsonl``,
+``jobdir.exports``) and the rows operators failed on (``<export>_errors.jsonl``; docs/quarantine.md).  What an
+attempt directory and an accepted result hold of them, and how each layout publishes them: ``file`` concatenates
+each kind beside the export, each staged complete and fsynced under a temp name, every target checked before any
+is published, all published or none; ``parts`` links each shard's beside its part (``shards.parts``), its index
+naming and hashing them.
 """
 
 from __future__ import annotations
@@ -12,16 +14,23 @@ import os
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any, Final
 
 from loguru import logger
 
 from data_juicer_elastic.errors import IntegrityError, OutputExistsError, preview
 from data_juicer_elastic.jobdir import attempts, exports
 from data_juicer_elastic.jobdir.exports import (
+    ERRORS_FILE,
+    ROW_STATS_FILE,
+    ExportPart,
     MergedSideFile,
+    MergeRecord,
     check_row_errors_file,
     export_errors_path,
     export_stats_path,
+    part_errors_name,
+    part_stats_name,
 )
 from data_juicer_elastic.jobdir.layout import JobLayout
 from data_juicer_elastic.jobdir.records import ShardEntry, ShardResult
@@ -30,6 +39,63 @@ from data_juicer_elastic.sharedfs import fault_seam, fsio
 
 Sink = Callable[[bytes], None]
 Results = list[tuple[ShardEntry, ShardResult]]
+Expected = tuple[int, int, str]  # rows, bytes, sha256
+
+ATTEMPT_FILES: Final = (ROW_STATS_FILE, ERRORS_FILE)  # in an attempt's directory, beside its output
+
+
+def result_files(result: ShardResult) -> list[tuple[str, str, Expected]]:
+    """``(what, path as its done marker names it, (rows, bytes, sha256))`` of each side file of an accepted
+    result: its row stats file (one line per output row), then its quarantine file."""
+    files = []
+    if (stats := result.row_stats) is not None:
+        files.append(("row stats file", stats.path, (result.rows, stats.bytes, stats.sha256)))
+    if (errors := result.errors) is not None:
+        files.append(("quarantine file", errors.path, (errors.rows, errors.bytes, errors.sha256)))
+    return files
+
+
+def part_fields(shard_id: str, result: ShardResult) -> dict[str, Any]:
+    """The fields of a shard's ``ExportPart`` that name its side files, each linked beside its part."""
+    fields: dict[str, Any] = {}
+    if (stats := result.row_stats) is not None:
+        fields.update(stats_name=part_stats_name(shard_id), stats_bytes=stats.bytes, stats_sha256=stats.sha256)
+    if (errors := result.errors) is not None:
+        fields.update(
+            errors_name=part_errors_name(shard_id),
+            errors_rows=errors.rows,
+            errors_bytes=errors.bytes,
+            errors_sha256=errors.sha256,
+        )
+    return fields
+
+
+def beside_part(part: ExportPart) -> list[tuple[str, Expected]]:
+    """``(name, (rows, bytes, sha256))`` of each side file beside ``part`` in a parts export."""
+    files = []
+    if part.stats_name is not None:
+        files.append((part.stats_name, (part.rows, part.stats_bytes, part.stats_sha256)))
+    if part.errors_name is not None:
+        files.append((part.errors_name, (part.errors_rows, part.errors_bytes, part.errors_sha256)))
+    return files
+
+
+def parts_quarantined(target: Path, parts: list[ExportPart], sha: str, written: bool) -> MergedSideFile | None:
+    """A parts export's quarantine files as merge.json records them (the export and its index's sha256: the index
+    names and hashes each); None when no row was quarantined."""
+    if not any(part.errors_name for part in parts):
+        return None
+    rows, size = (sum(getattr(part, name) or 0 for part in parts) for name in ("errors_rows", "errors_bytes"))
+    return MergedSideFile(target, rows, size, sha, written)
+
+
+def beside_export(record: MergeRecord) -> list[tuple[str, str, str | None]]:
+    """``(what, path, sha256)`` of each side file a one-file export's merge published beside it."""
+    files = [
+        ("row stats file", record.row_stats_path, record.row_stats_sha256),
+        ("quarantine file", record.errors_path, record.errors_sha256),
+    ]
+    return [(what, path, sha) for what, path, sha in files if path]
 
 
 @dataclass(frozen=True)
@@ -92,6 +158,19 @@ def stage_row_stats(layout: JobLayout, results: Results, output: Path, tag: str)
     total = sum(result.row_stats.bytes for _, result in results if result.row_stats is not None)
     copies = (functools.partial(attempts.check_row_stats_file, layout, entry, result) for entry, result in results)
     return stage_concat(export_stats_path(output), tag, total, copies)
+
+
+def streamed_row_stats(stream: AppendStream | None, results: Results, output: Path) -> StagedFile | None:
+    """The streaming merge's row stats (``stream``) as the file to publish, when it holds exactly the accepted row
+    stats files (each validated as it was appended); None: write them whole instead (or refuse:
+    :func:`stage_row_stats`)."""
+    with_stats = [r.row_stats for _, r in results if r.row_stats is not None]
+    missing = [r for _, r in results if r.row_stats is None and r.rows]
+    if stream is None or not with_stats or missing or stream.bytes != sum(s.bytes for s in with_stats):
+        return None
+    rows = sum(r.rows for _, r in results if r.row_stats is not None)
+    record = MergedSideFile(export_stats_path(output), rows, stream.bytes, stream.sha, written=False)
+    return StagedFile(stream.path, record)
 
 
 def stage_errors(layout: JobLayout, results: Results, output: Path, tag: str) -> StagedFile | None:

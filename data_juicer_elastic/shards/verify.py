@@ -24,6 +24,7 @@ from data_juicer_elastic.jobdir.manifest import check_shard_file, load_manifest
 from data_juicer_elastic.jobdir.records import Manifest, ShardEntry, ShardResult
 from data_juicer_elastic.rows.jsonl import validate_jsonl_output
 from data_juicer_elastic.rows.shard_source import iter_content
+from data_juicer_elastic.shards import side_files
 from data_juicer_elastic.shards.merge import accepted_results
 from data_juicer_elastic.shards.parts import expected_names, name_difference, part_files, read_index_bytes
 from data_juicer_elastic.shards.plan import added_inputs_note
@@ -111,12 +112,8 @@ def _check_results(layout: JobLayout, results: list[tuple[ShardEntry, ShardResul
             invalid.append((entry.shard_id, exc))
             continue
         _remember(hashed, output, (result.rows, result.bytes, result.sha256))
-        if result.row_stats is not None:
-            record = result.row_stats
-            _remember(hashed, layout.resolve_relative(record.path), (result.rows, record.bytes, record.sha256))
-        if result.errors is not None:  # validate_result re-hashed the quarantine file too
-            errors = result.errors
-            _remember(hashed, layout.resolve_relative(errors.path), (errors.rows, errors.bytes, errors.sha256))
+        for _, relative, expected in side_files.result_files(result):  # validate_result re-hashed them too
+            _remember(hashed, layout.resolve_relative(relative), expected)
     if invalid:
         shard, first = invalid[0]
         more = f" (and {len(invalid) - 1} more shard(s))" if len(invalid) > 1 else ""
@@ -211,21 +208,16 @@ def _verify_file(
     if extra or size != record.bytes or whole.hexdigest() != record.sha256:
         raise IntegrityError(f"the export does not match merge.json (sha256 {record.sha256})", where=where, hint=hint)
     files = 1
-    for path, sha256, what in (
-        (record.row_stats_path, record.row_stats_sha256, "row stats file"),
-        (record.errors_path, record.errors_sha256, "quarantine file"),
-    ):
-        if path:
-            found = fsio.file_sha256(Path(path)) if os.path.isfile(path) else None
-            if found is None or found[1] != sha256:
-                now = "it is gone" if found is None else f"it hashes to {found[1]} now"
-                raise IntegrityError(
-                    f"the export's {what} is missing or changed since the merge: merge.json records sha256 "
-                    f"{sha256}, {now}",
-                    where=path,
-                    hint=hint,
-                )
-            files += 1
+    for what, path, sha256 in side_files.beside_export(record):
+        found = fsio.file_sha256(Path(path)) if os.path.isfile(path) else None
+        if found is None or found[1] != sha256:
+            now = "it is gone" if found is None else f"it hashes to {found[1]} now"
+            raise IntegrityError(
+                f"the export's {what} is missing or changed since the merge: merge.json records sha256 {sha256}, {now}",
+                where=path,
+                hint=hint,
+            )
+        files += 1
     return ExportSummary(export, "file", sum(m.rows for m in record.shards), size, files)
 
 

@@ -4,7 +4,6 @@ No Ray, no Data-Juicer; nothing above ``errors``.
 
 # The package's modules (nothing is re-exported: import from the module you need).
 __all__ = [
-    "checked_writer",
     "fault_seam",
     "fsio",
     "identity",

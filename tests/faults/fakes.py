@@ -18,7 +18,7 @@ from data_juicer_elastic.jobdir import heartbeats
 from data_juicer_elastic.jobdir.attempts import ShardOutput, ShardTask
 from data_juicer_elastic.rows.shard_source import iter_source_lines
 from data_juicer_elastic.shards.prepare import PrepareRequest, prepare_job
-from data_juicer_elastic.sharedfs import checked_writer
+from data_juicer_elastic.sharedfs import fsio
 
 # Event.wait, not time.sleep: under libfaketime with FAKETIME_DONT_FAKE_MONOTONIC (row 6)
 # time.sleep's clock_nanosleep fails with EINVAL; a timed wait works on every set-up.
@@ -80,7 +80,7 @@ def fsio_runner(
                 pause(seconds)
         if fail is not None and fail(task):
             raise RuntimeError(f"fake runner refuses {task.shard_id}")
-        writer = checked_writer.BufferedCheckedWriter(task.output_path)
+        writer = fsio.BufferedCheckedWriter(task.output_path)
         rows = 0
         try:
             for raw in iter_source_lines(task.source):

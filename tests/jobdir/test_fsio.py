@@ -6,7 +6,7 @@ import os
 import pytest
 
 from data_juicer_elastic.errors import JobDirError
-from data_juicer_elastic.sharedfs import checked_writer, fault_seam, fsio
+from data_juicer_elastic.sharedfs import fault_seam, fsio
 
 
 def test_atomic_write_replaces_and_leaves_no_temp(tmp_path):
@@ -101,7 +101,7 @@ def test_fault_hook_sees_operations(tmp_path):
 
 
 def test_buffered_writer_abort_removes_the_file(tmp_path):
-    writer = checked_writer.BufferedCheckedWriter(tmp_path / "out.jsonl", buffer_bytes=4)
+    writer = fsio.BufferedCheckedWriter(tmp_path / "out.jsonl", buffer_bytes=4)
     writer.write(b"0123456789")
     writer.abort()
     assert not (tmp_path / "out.jsonl").exists()
@@ -112,14 +112,14 @@ def test_preallocate_reserves_space_without_changing_the_size_and_failures_are_o
     import os
 
     path = tmp_path / "big.bin"
-    writer = checked_writer.BufferedCheckedWriter(path, size_hint=8 << 20)
+    writer = fsio.BufferedCheckedWriter(path, size_hint=8 << 20)
     reserved = os.stat(path).st_blocks * 512
     writer.write(b"x" * 1000)
     writer.finish()
     assert os.stat(path).st_size == 1000, "the size is what was written, not what was reserved"
     assert reserved == 0 or reserved >= 8 << 20  # 0 where the filesystem has no fallocate
-    monkeypatch.setattr(checked_writer, "_fallocate", lambda *args: -1)  # e.g. EOPNOTSUPP on NFSv3
-    other = checked_writer.BufferedCheckedWriter(tmp_path / "other.bin", size_hint=1 << 20)
+    monkeypatch.setattr(fsio, "_fallocate", lambda *args: -1)  # e.g. EOPNOTSUPP on NFSv3
+    other = fsio.BufferedCheckedWriter(tmp_path / "other.bin", size_hint=1 << 20)
     other.write(b"y\n")
     other.finish()
     assert (tmp_path / "other.bin").read_bytes() == b"y\n"
