@@ -6,7 +6,7 @@ where it can be): row count and order preserved, the same output columns for eve
 independent of the slicing, safe to retry.
 
 Recipe opt-in: ``adaptive_batching: true`` on a registered Mapper applies :class:`AdaptiveBatchingMixin`
-under every executor.  Through Data-Juicer's operator metaclass (``compat.dj_op_metaclass``), building an
+under every executor.  Through Data-Juicer's operator metaclass (``compat.dj_ops_internals``), building an
 opted-in class gives an ``Adaptive<Class>`` = ``(AdaptiveBatchingMixin, Class)`` instance, created once
 per class and reachable by name (PEP 562), so pickles send it by reference.  Rules and refusals:
 docs/adaptive-batching.md.

@@ -93,7 +93,7 @@ def check_dj_op_attributes() -> str:
 # --- ``data_juicer.ops.base_op.OPMetaClass.__call__``, wrapped once per process so that
 # ``adaptive_batching: true`` gives an operator ``AdaptiveBatchingMixin`` however it is built
 # (``load_ops``, a Ray actor built from ``op.__class__``): it instantiates the class
-# ``resolve(cls, adaptive_batching)`` picks (``batching.optin``).
+# ``resolve(cls, adaptive_batching)`` picks (``batching.mixin``).
 
 OP_METACLASS: Final = f"{BASE_OP}.OPMetaClass.__call__"
 
@@ -421,7 +421,7 @@ def check_dj_ray_executor() -> str:
 
 # --- ``data_juicer.core.data.ray_dataset.RayDataset.read`` (a classmethod, the one call its Ray load
 # strategy makes for a local JSONL path), swapped while a shard runs so that Data-Juicer gets the
-# shard as this package read it (``execution._shard_source``).
+# shard as this package read it (``execution.shard_reader``).
 
 RAY_DATASET_MODULE: Final = "data_juicer.core.data.ray_dataset"
 RAY_DATASET_READ: Final = f"{RAY_DATASET_MODULE}.RayDataset.read"

@@ -204,7 +204,7 @@ def check_ray_services() -> str:
 
 # --- ``ray._private.utils.set_sigterm_handler``, which ``ray.init`` calls in the main thread every
 # time (``sys.exit(signum)``) and ``ray._private.node.Node`` for a node it starts.  A worker's SIGTERM
-# must reach its own handler (``jobdir.worker_signals``: release the claims, die by the signal), but
+# must reach its own handler (``jobdir.worker``: release the claims, die by the signal), but
 # Data-Juicer's ``RayExecutor`` calls ``ray.init`` for every shard (docs/failure-semantics.md, row 26).
 # :func:`keep_handlers` makes Ray leave a handler the plugin marks as its own, and install its own
 # otherwise.
@@ -254,7 +254,7 @@ def check_ray_sigterm_handler() -> str:
 # --- Ray Data's map_batches: ``ray.data.Dataset.map_batches`` (a plain function on the class taking
 # ``fn_constructor_args``: how Data-Juicer's ``RayDataset._run_single_op`` hands an actor-mode
 # operator to an ``ActorPoolStrategy``), replaced while warm actors serve a shard
-# (``execution.warm_actors``, docs/warm-operators.md); neither Ray nor Data-Juicer has a hook for it.
+# (``execution.warm_ops``, docs/warm-operators.md); neither Ray nor Data-Juicer has a hook for it.
 
 MAP_BATCHES: Final = "ray.data.Dataset.map_batches"
 

@@ -4,7 +4,7 @@ job's); ``auto`` or an address attaches, probed first in a child process that ca
 in-process ``ray.init`` against a dead address can hang for minutes).  Ray is imported only when a
 runtime starts.
 
-:class:`RuntimeWatch` is the Ray runner's half of the stall rule (``jobdir.liveness``): probe the
+:class:`RuntimeWatch` is the Ray runner's half of the stall rule (``jobdir.heartbeats``): probe the
 runtime while a shard's progress is quiet, and restart the worker when the shard was given up.
 Rules, and why a restart is a new process and not a new runtime: docs/failure-semantics.md, "A
 heartbeat means progress".  :class:`LazyShardRunner` starts the runtime when the worker is about to

@@ -8,7 +8,7 @@ rules: docs/lossless.md; what Arrow loses is put back by :mod:`execution.row_wri
 
 While :func:`shard_source` is active, ``RayDataset.read`` answers the attempt's shard path with a
 materialized Ray dataset built from :func:`read_tables` (why materialized: docs/architecture.md,
-"execution").  The swap (``compat.dj_ray_dataset``) is reference-counted across threads and serves
+"execution").  The swap (``compat.dj_ops_internals``) is reference-counted across threads and serves
 only registered paths: any other path read meanwhile is refused.
 """
 

@@ -71,8 +71,8 @@ class ShardOutput:
     bytes: int | None = None  # optional: checked against the file when given
     sha256: str | None = None  # optional: checked against the file when given
     stats_path: Path | None = None  # optional: per-shard stats summary inside attempt_dir (data_juicer_elastic.stats)
-    row_stats_path: Path | None = None  # each output row's stats/meta, one line per output row (jobdir.row_stats)
-    errors_path: Path | None = None  # the rows operators failed on, with why (jobdir.row_errors); None: none
+    row_stats_path: Path | None = None  # each output row's stats/meta, one line per output row (jobdir.exports)
+    errors_path: Path | None = None  # the rows operators failed on, with why (jobdir.exports); None: none
 
 
 @dataclass(frozen=True)
@@ -90,7 +90,7 @@ class ScanTask:
 
 @dataclass(frozen=True)
 class ScanOutput:
-    """What a scan found (``jobdir.plan_records.ScanResult`` without the claim's fields)."""
+    """What a scan found (``jobdir.records.ScanResult`` without the claim's fields)."""
 
     rows: int
     bytes: int
@@ -181,7 +181,7 @@ def read_done(
             data = fsio.read_record(path)
         if data is None:
             return None, None
-        # the layout says which kind of task it is: a shard's run, or its scan (jobdir.scans)
+        # the layout says which kind of task it is: a shard's run, or its scan (jobdir.manifest)
         result = ScanResult.parse_checked(data, path) if layout.tasks == SCANS else ShardResult.parse(data, path)
     except JobDirError as exc:
         return None, str(exc)

@@ -542,7 +542,7 @@ class PaceWriter:
         """One accepted result of this process, ``secs`` on its own clock.  ``shard``: the claim it
         published, no longer listed as held in the same change, so a record never both counts a
         result and holds its claim: a reader counts a done shard that a record still holds from its
-        done marker (``status.done_tally``: the process died between its done marker and this)."""
+        done marker (``status.job_status``: the process died between its done marker and this)."""
 
         now = time.time()
 

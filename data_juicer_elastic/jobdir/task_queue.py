@@ -297,7 +297,7 @@ class TaskQueue:
         self.heartbeat_secs = ttl_secs / 4 if heartbeat_secs is None else heartbeat_secs
         self.max_retries, self.max_holder_deaths = max_retries, max_holder_deaths
         self.observer = StalenessObserver(ttl_secs, clock)
-        # this process's pace record (jobdir.pace): the job summary's writer learns our claims from it
+        # this process's pace record (jobdir.job_summary): the job summary's writer learns our claims from it
         self.pace = pace
         self.pending: Claim | None = None  # published, its attempt not yet over: a signal must release it
 

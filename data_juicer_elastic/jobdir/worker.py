@@ -581,7 +581,7 @@ class SignalGuard:
 
 def is_guard_handler(handler: object) -> bool:
     """Whether ``handler`` is a SignalGuard's: what a library that installs its own SIGTERM
-    handler (Ray, at every ``ray.init``) must leave in place (``compat.ray_sigterm_handler``)."""
+    handler (Ray, at every ``ray.init``) must leave in place (``compat.ray_internals``)."""
     return getattr(handler, "__func__", None) is SignalGuard._handler
 
 

@@ -8,7 +8,7 @@ The bisection (:func:`isolate`) finds the rows of a batch an operator fails on o
 halves all succeed (an error that depends on the batch, not on a row) yields every row and no failing row.
 
 After a shard's operators ran, the runner folds the Ray workers' records into the attempt's
-``errors.jsonl`` (:mod:`jobdir.row_errors`), in input order with each input row's own bytes, and
+``errors.jsonl`` (:mod:`jobdir.exports`), in input order with each input row's own bytes, and
 applies ``elastic.max_error_rows`` (:func:`fold_errors`, :func:`check_limit`).
 """
 

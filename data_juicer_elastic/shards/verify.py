@@ -154,7 +154,7 @@ def verify_export(
 ) -> ExportSummary | None:
     """The export merge.json records, checked; None when nothing was merged yet.  ``hashed``: (rows, bytes,
     sha256) of each accepted file the caller re-hashed already, by file identity.  ``cleaned``: the shard
-    outputs were removed (``jobdir.cleaned``), so the export cannot be published again from this job."""
+    outputs were removed (``jobdir.exports``), so the export cannot be published again from this job."""
     record = MergeRecord.read(layout.merge_record)
     if record is None:
         return None

@@ -154,7 +154,7 @@ def test_bundled_demo_recipe_runs_as_in_the_readme(bundled_demo):
     assert 0 < len(merged) < len(source)
     assert len(list((tmp / "outputs" / "demo" / "job" / "done").iterdir())) == 8
     # Claim-ahead (on by default): one worker takes every shard after the first from the claim
-    # made ahead, whose rows were read while the one before ran (jobdir.claim_ahead).
+    # made ahead, whose rows were read while the one before ran (jobdir.claiming).
     logs = sorted((tmp / "outputs" / "demo" / "job" / "attempts").glob("*/*/process.log"))
     read_ahead = [log for log in logs if "using the rows read ahead" in log.read_text()]
     assert (len(logs), len(read_ahead)) == (8, 7), [str(log) for log in read_ahead]

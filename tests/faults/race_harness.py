@@ -150,7 +150,7 @@ class Chaos:
 
     def held_by(self, pid: int) -> set[tuple[str, int]]:
         """(shard, generation) of the latest claims ``pid`` made and never ended (no release,
-        failure record or done marker): with claim-ahead (jobdir.claim_ahead) a worker holds the
+        failure record or done marker): with claim-ahead (jobdir.claiming) a worker holds the
         shard it runs (logged) and up to one more, claimed ahead and not run (not logged)."""
         layout = JobLayout(self.jobs[0])
         held = set()

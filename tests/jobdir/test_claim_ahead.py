@@ -1,4 +1,4 @@
-"""Claim-ahead (jobdir.claim_ahead): lease semantics of the shard held while another runs. No Ray.
+"""Claim-ahead (jobdir.claiming): lease semantics of the shard held while another runs. No Ray.
 
 Every test runs real claims in a real job directory; "while the current shard runs" is a fake
 runner that polls the job directory (never sleeps long) for what the helper thread did.

@@ -551,8 +551,7 @@ def test_the_report_shows_an_attempt_claimed_since_the_summary_as_running(tmp_pa
     next round); the report then reads the shard's lease, so the new attempt is running, not lost."""
     from data_juicer_elastic.jobdir import attempts
     from data_juicer_elastic.jobdir.shard_state import ShardState
-    from data_juicer_elastic.status.job_history import AttemptOutcome
-    from data_juicer_elastic.status.job_history import read_history as gather
+    from data_juicer_elastic.status.job_history import AttemptOutcome, read_history
     from data_juicer_elastic.status.job_view import read_view
 
     job, layout, manifest, _ = _job(tmp_path, 2)
@@ -564,5 +563,5 @@ def test_the_report_shows_an_attempt_claimed_since_the_summary_as_running(tmp_pa
     heartbeats.write_heartbeat(layout, claim, 1)
     status = read_view(job).snapshot
     assert status.from_summary and status.shards[1].state is ShardState.PENDING
-    attempt = next(a for a in gather(job).attempts if a.attempt_id == "late-1")
+    attempt = next(a for a in read_history(job).attempts if a.attempt_id == "late-1")
     assert attempt.outcome is AttemptOutcome.RUNNING and not attempt.stale and attempt.heartbeat_age_secs < 60

@@ -17,8 +17,7 @@ from data_juicer_elastic.jobdir.layout import JobLayout
 from data_juicer_elastic.jobdir.shard_state import ShardState
 from data_juicer_elastic.report import series
 from data_juicer_elastic.report.render import write_report
-from data_juicer_elastic.status.job_history import AttemptOutcome
-from data_juicer_elastic.status.job_history import read_history as gather
+from data_juicer_elastic.status.job_history import AttemptOutcome, read_history
 from tests.report.synthetic_job import _identity, build_job
 
 
@@ -29,7 +28,7 @@ def small_job(tmp_path_factory) -> Path:
 
 
 def test_facts_of_a_job_with_retries_failures_and_a_running_shard(small_job):
-    facts = gather(small_job)
+    facts = read_history(small_job)
     assert facts.counts == {
         ShardState.PENDING: 0,
         ShardState.RUNNING: 1,
@@ -112,7 +111,7 @@ def test_a_running_attempt_is_judged_as_status_judges_it(tmp_path):
     heartbeats.write_heartbeat(layout, claim, 1)
     now = time.time() + 1.0
     status = read_view(job, ttl_secs=120.0, now=now).snapshot.shards[1]
-    attempt = next(a for a in gather(job, now=now).attempts if a.attempt_id == claim.attempt_id)
+    attempt = next(a for a in read_history(job, now=now).attempts if a.attempt_id == claim.attempt_id)
     assert status.state is ShardState.STALE and status.attempt_id == claim.attempt_id
     assert attempt.outcome is AttemptOutcome.RUNNING and attempt.stale
     assert attempt.heartbeat_age_secs == status.heartbeat_age_secs < 60
@@ -139,7 +138,7 @@ def test_an_attempt_whose_worker_died_is_lost_and_ends_at_its_last_heartbeat(tmp
         max_retries=3,
         reporter=rescuer,
     )
-    facts = gather(job, now=beat + 500)
+    facts = read_history(job, now=beat + 500)
     lost = [a for a in facts.attempts if a.attempt_id == claim.attempt_id]
     assert len(lost) == 1 and lost[0].outcome is AttemptOutcome.LOST and lost[0].detail == "lease-expired"
     assert lost[0].end_estimated and abs(lost[0].ended_at - beat) < 5
@@ -147,11 +146,11 @@ def test_an_attempt_whose_worker_died_is_lost_and_ends_at_its_last_heartbeat(tmp
 
 
 def test_a_running_attempt_with_an_old_heartbeat_is_stale_and_does_not_stretch_the_charts(small_job):
-    facts = gather(small_job)
+    facts = read_history(small_job)
     running = next(a for a in facts.attempts if a.outcome is AttemptOutcome.RUNNING)
     heartbeat = JobLayout(small_job).heartbeat(running.shard_id, running.generation)
     later = time.time() + 3 * 86400  # three days later, nobody renewed it (lease_ttl_secs is 120)
-    stale = gather(small_job, now=later)
+    stale = read_history(small_job, now=later)
     again = next(a for a in stale.attempts if a.attempt_id == running.attempt_id)
     assert again.stale and stale.shards[running.shard_index].state is ShardState.STALE
     assert abs(again.end_or(later) - heartbeat.stat().st_mtime) < 5
@@ -252,13 +251,13 @@ def test_size_traces_of_a_running_attempt_are_read_and_a_malformed_one_is_a_warn
     from data_juicer_elastic.sharedfs import fsio
 
     job = build_job(tmp_path, num_shards=2, nodes=1, failed=0, retried=0, running=1)
-    running = next(a for a in gather(job).attempts if a.outcome is AttemptOutcome.RUNNING)
+    running = next(a for a in read_history(job).attempts if a.outcome is AttemptOutcome.RUNNING)
     directory = JobLayout(job).attempt_batching_dir(running.shard_id, running.attempt_id)
     fsio.makedirs(directory)
     for name, events in (("good", [["oom", 64, 900.0, None], ["ok", 32, 450.0, 600.0]]), ("bad", [["ok", "x", 1, 2]])):
         trace = BatchTrace("stage-a", "cpu", "text", "host", 7, time.time(), None, {"ooms": 1}, {}, events)
         fsio.atomic_write(directory / f"{name}.json", trace.encode())
-    facts = gather(job)
+    facts = read_history(job)
     assert [t.events for t in facts.traces] == [[("oom", 64, 900.0, None), ("ok", 32, 450.0, 600.0)]]
     assert len(facts.warnings) == 1 and "bad.json: malformed size trace" in facts.warnings[0]
     html = write_report(job, tmp_path / "r.html").output.read_text()
@@ -270,7 +269,7 @@ def test_running_attempts_count_in_throughput_through_their_live_progress(tmp_pa
     from data_juicer_elastic.sharedfs import fsio
 
     job = build_job(tmp_path, num_shards=2, nodes=1, failed=0, retried=0, running=1, rows_per_shard=100)
-    running = next(a for a in gather(job).attempts if a.outcome is AttemptOutcome.RUNNING)
+    running = next(a for a in read_history(job).attempts if a.outcome is AttemptOutcome.RUNNING)
     t0 = running.started_at
     record = ProgressRecord(
         shard_id=running.shard_id, attempt_id=running.attempt_id, generation=running.generation,
@@ -279,7 +278,7 @@ def test_running_attempts_count_in_throughput_through_their_live_progress(tmp_pa
         samples=[[1.0, 10.0, 9.0], [2.0, 30.0, 28.0]],
     )  # fmt: skip
     fsio.atomic_write(JobLayout(job).attempt_progress(running.shard_id, running.attempt_id), record.encode())
-    live = next(a for a in gather(job, now=t0 + 5.0).attempts if a.outcome is AttemptOutcome.RUNNING)
+    live = next(a for a in read_history(job, now=t0 + 5.0).attempts if a.outcome is AttemptOutcome.RUNNING)
     assert live.progress == ((t0 + 1.0, 10), (t0 + 2.0, 30), (t0 + 4.0, 60)) and live.stage.startswith("processing")
     assert series.row_segments(live) == [(t0, t0 + 1.0, 10), (t0 + 1.0, t0 + 2.0, 20), (t0 + 2.0, t0 + 4.0, 30)]
     rates = series.throughput([live], series.Window(t0, t0 + 4.0), bins=4).total
