@@ -13,6 +13,7 @@ import functools
 import hashlib
 import json
 import re
+import threading
 import typing
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -99,7 +100,7 @@ class Record:
             raise JobDirError(f"corrupt {cls.KIND} record: not a JSON object", where=where)
         cls.check_head(obj.get("format"), obj.get("version"), where)
         try:
-            return _decode(cls, lambda type_: msgspec.convert(obj, type_, strict=True))
+            return _decode(cls, lambda type_: _convert(obj, type_))
         except (msgspec.MsgspecError, RecursionError) as exc:
             raise _corrupt(cls.KIND, exc, where) from None
 
@@ -174,12 +175,29 @@ def _decode(cls: type[R], decode: Callable[[type], Any]) -> R:
     return cls(**values)
 
 
-@functools.cache
+# msgspec 0.19 caches a dataclass's type info on the class while it builds it, unguarded: a thread that
+# decodes into a class while another thread is still building that class's info reads it half-built
+# and the process dies with SIGSEGV (a worker's heartbeat thread and its main thread both read claim
+# records). So type info is only ever built here, under one lock, and used once built.
+_BUILDING: Final = threading.Lock()
+_DECODERS: Final[dict[type, msgspec.json.Decoder]] = {}
+
+
 def _json_decoder(type_: type) -> msgspec.json.Decoder:
-    return msgspec.json.Decoder(type_, strict=True)
+    """The strict decoder of ``type_``; the first call builds msgspec's type info, under the lock."""
+    if (decoder := _DECODERS.get(type_)) is None:
+        with _BUILDING:
+            if (decoder := _DECODERS.get(type_)) is None:
+                decoder = _DECODERS[type_] = msgspec.json.Decoder(type_, strict=True)
+    return decoder
 
 
-@functools.cache
+def _convert(obj: Any, type_: type) -> Any:
+    _json_decoder(type_)  # msgspec.convert would build the type info itself, unlocked
+    return msgspec.convert(obj, type_, strict=True)
+
+
+@functools.cache  # built once per class; msgspec builds the twin's type info in _json_decoder, locked
 def _lenient(cls: type) -> tuple[type, dict[str, type[enum.StrEnum]]]:
     """A twin of ``cls`` whose reason-code fields are strings, and those fields with their codes."""
     hints = typing.get_type_hints(cls)

@@ -20,6 +20,7 @@ def driver_cmd(*args: str) -> list[str]:
 def driver_env(node: str | None = None, crash: str | None = None, faults: list[dict] | None = None) -> dict:
     env = {k: v for k, v in os.environ.items() if not k.startswith("DJ_ELASTIC_TEST_")}
     env["PYTHONPATH"] = hooked_pythonpath(os.environ.get("PYTHONPATH"))  # installs the plan below at start
+    env["PYTHONFAULTHANDLER"] = "1"  # a worker that dies of a signal leaves its threads' stacks in stderr
     if node:
         env["DJ_ELASTIC_NODE_ID"] = node
     if crash:

@@ -87,3 +87,47 @@ def test_state_names_and_recipe_hash_is_order_independent():
     assert [s.value for s in ShardState] == ["pending", "running", "stale", "done", "failed"]
     assert manifest_recipe_hash({"a": 1, "b": [1, {"c": 2}]}) == manifest_recipe_hash({"b": [1, {"c": 2}], "a": 1})
     assert manifest_recipe_hash({"a": 1}) != manifest_recipe_hash({"a": 2})
+
+
+_CONCURRENT_FIRST_PARSES = """
+import dataclasses, enum, sys, threading
+from data_juicer_elastic.jobdir.records import Record
+
+sys.setswitchinterval(1e-6)  # a thread switch between any two bytecodes: the race shows in a few classes
+
+
+class Code(enum.StrEnum):
+    A = "a"
+
+
+for i in range(400):  # fresh classes: each one's type info is built by whichever thread gets there first
+    Inner = dataclasses.make_dataclass(f"Inner{i}", [("x", int), ("y", "str | None", dataclasses.field(default=None))])
+    fields = [("a", int), ("b", list[Inner]), ("c", Code | None, dataclasses.field(default=None))]
+    Rec = dataclasses.make_dataclass(f"Rec{i}", fields, bases=(Record,), frozen=True)
+    Rec.KIND = "probe"
+    data = b'{"format":"dj-elastic/probe","version":1,"a":1,"b":[{"x":2}],"c":"a"}'
+    start = threading.Barrier(3)
+
+    def parse(data=data, Rec=Rec, start=start):
+        start.wait()
+        assert Rec.parse(data, "probe").b[0].x == 2
+        assert Rec.from_object({"format": "dj-elastic/probe", "version": 1, "a": 1, "b": []}, "probe").a == 1
+
+    threads = [threading.Thread(target=parse) for _ in range(3)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+print("ok")
+"""
+
+
+def test_threads_parsing_a_record_kind_for_the_first_time_at_once_do_not_crash():
+    """A worker's heartbeat thread and its main thread read claim records at the same time; msgspec
+    builds a record class's type info on first use, unguarded, so two first uses at once read it half
+    built (SIGSEGV, seen in CI as a worker dying with -11). Every type info is built under one lock."""
+    import subprocess
+    import sys
+
+    proc = subprocess.run([sys.executable, "-c", _CONCURRENT_FIRST_PARSES], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0 and proc.stdout.strip() == "ok", (proc.returncode, proc.stderr[-3000:])
