@@ -21,7 +21,7 @@ def split_rows(rows: int, num_shards: int) -> list[int]:
 def kept_rows(
     root: Path,
     keys: np.ndarray,
-    num_shards: int,
+    num_shards: int | list[int],
     method: str,
     *,
     distance: int = 0,
@@ -29,10 +29,12 @@ def kept_rows(
     identity: str = IDENTITY,
     reverse_tasks: bool = False,
 ) -> list[int]:
-    """The input rows a stage keeps: ``keys`` is ``(rows, bands, 2)`` in input order."""
+    """The input rows a stage keeps: ``keys`` is ``(rows, bands, 2)`` in input order; ``num_shards``, or
+    the shards' row counts."""
     for folder in ("sig", "edges", "drops", "scratch"):
         (root / folder).mkdir(parents=True, exist_ok=True)
-    sizes = split_rows(len(keys), num_shards)
+    sizes = split_rows(len(keys), num_shards) if isinstance(num_shards, int) else num_shards
+    assert sum(sizes) == len(keys)
     starts = np.r_[0, np.cumsum(sizes)]
     readers = []
     for shard, size in enumerate(sizes):
