@@ -33,6 +33,7 @@ from data_juicer_elastic.dedup import keys as dedup_keys
 from data_juicer_elastic.dedup.buckets import SECTION as EDGE_SECTION
 from data_juicer_elastic.dedup.tables import TableReader, publish_table
 from data_juicer_elastic.errors import IntegrityError
+from data_juicer_elastic.sharedfs import fsio
 
 KIND: Final = "dedup-drops"
 FIELDS: Final = ("row",)
@@ -66,13 +67,15 @@ class DenseRows:
 
 
 def _roots(labels: np.ndarray, nodes: np.ndarray) -> np.ndarray:
-    """Each node's root; the nodes' own labels set to it (path compression of the queried nodes)."""
+    """Each node's root; the nodes' own labels set to it (path compression of the queried nodes).  Each
+    pass follows only the chains not yet at a root."""
     roots = labels[nodes]
-    while True:
-        up = labels[roots]
-        if np.array_equal(up, roots):
-            break
-        roots = up
+    moving = np.arange(len(roots))
+    while len(moving):
+        up = labels[roots[moving]]
+        climbed = up != roots[moving]
+        moving = moving[climbed]
+        roots[moving] = up[climbed]
     labels[nodes] = roots
     return roots
 
@@ -101,12 +104,14 @@ def _hook(labels: np.ndarray, left: np.ndarray, right: np.ndarray) -> tuple[np.n
     lost_high, lost_low = high[lost], low[lost]
     # the hooks of one chunk can chain (a hooked root was the low end of another edge): jump the
     # hooked roots' pointers until each points at a root, log(depth) passes
-    hooked = np.unique(high)
-    while True:
-        up = labels[labels[hooked]]
-        if np.array_equal(up, labels[hooked]):
-            return lost_high, lost_low
-        labels[hooked] = up
+    hooked = high  # duplicates do no harm (np.unique would cost more than the jumps)
+    while len(hooked):
+        parent = labels[hooked]
+        grand = labels[parent]
+        climbed = grand != parent
+        hooked = hooked[climbed]
+        labels[hooked] = grand[climbed]
+    return lost_high, lost_low
 
 
 @dataclass
@@ -197,14 +202,15 @@ def run_cluster(
     """The cluster step of a stage: components over every edge file, one drop list per shard."""
     rows = DenseRows(shard_rows)
     found = components(rows.rows, edge_chunks(edge_readers, rows), scratch)
-    dropped = []
-    for shard, count in enumerate(rows.counts):
-        start = int(rows.offsets[shard])
+
+    def publish(shard: int) -> int:
+        start, count = int(rows.offsets[shard]), int(rows.counts[shard])
         own = found.labels[start : start + count]
         drops = np.flatnonzero(own != np.arange(start, start + count, dtype=own.dtype))
-        dropped.append(
-            publish_drop_list(drop_path(shard), identity=identity, shard=shard, rows=int(count), drops=drops)
-        )
+        return publish_drop_list(drop_path(shard), identity=identity, shard=shard, rows=count, drops=drops)
+
+    # one small file per shard: their creates, fsyncs and links overlap on threads (they release the GIL)
+    dropped = fsio.read_many(publish, range(len(rows.counts)))
     return ClusterResult(found.rounds, found.edges_read, rows.rows, tuple(dropped))
 
 
