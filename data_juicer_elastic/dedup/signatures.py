@@ -23,6 +23,10 @@ from data_juicer_elastic.dedup.tables import TableReader, publish_table
 from data_juicer_elastic.errors import IntegrityError
 
 KIND: Final = "dedup-signatures"
+# Entries per checked block (96 KiB): a bucket task reads a band's key range from every shard, a few
+# thousand entries per shard at 1e5 rows a shard and 64 ranges a band, so small blocks keep the bytes
+# read close to the bytes used (one block of slack at each end of the range).
+BLOCK_ENTRIES: Final = 4096
 FIELDS: Final = ("key", "key2", "row")
 
 
@@ -51,7 +55,14 @@ class ShardSignatures:
 
 
 def publish_signatures(
-    path: Path, *, identity: str, shard: int, keys: np.ndarray, method: str, params: dict | None = None
+    path: Path,
+    *,
+    identity: str,
+    shard: int,
+    keys: np.ndarray,
+    method: str,
+    params: dict | None = None,
+    block_entries: int = BLOCK_ENTRIES,
 ) -> ShardSignatures:
     """Publish a shard's signature file (``tables.publish_table``: the first valid one wins; one refused
     is replaced)."""
@@ -61,7 +72,9 @@ def publish_signatures(
     rows, bands, _ = keys.shape
     meta = {"shard": shard, "rows": rows, "bands": bands, "method": method, "params": params or {}}
     sections = signature_sections(keys, shard)
-    found = publish_table(path, kind=KIND, identity=identity, fields=FIELDS, sections=sections, meta=meta)
+    found = publish_table(
+        path, kind=KIND, identity=identity, fields=FIELDS, sections=sections, meta=meta, block_entries=block_entries
+    )
     if (found.meta["shard"], found.meta["rows"], found.meta["bands"]) != (shard, rows, bands):
         raise IntegrityError(
             f"holds shard {found.meta['shard']} ({found.meta['rows']} rows, {found.meta['bands']} bands), "

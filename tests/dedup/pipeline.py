@@ -28,6 +28,7 @@ def kept_rows(
     tasks_per_band: int = 3,
     identity: str = IDENTITY,
     reverse_tasks: bool = False,
+    block_entries: int = 3,
 ) -> list[int]:
     """The input rows a stage keeps: ``keys`` is ``(rows, bands, 2)`` in input order; ``num_shards``, or
     the shards' row counts."""
@@ -40,7 +41,12 @@ def kept_rows(
     for shard, size in enumerate(sizes):
         path = root / "sig" / f"{shard:05d}.sig"
         signatures.publish_signatures(
-            path, identity=identity, shard=shard, keys=keys[starts[shard] : starts[shard] + size], method=method
+            path,
+            identity=identity,
+            shard=shard,
+            keys=keys[starts[shard] : starts[shard] + size],
+            method=method,
+            block_entries=block_entries,  # small blocks: range reads cross and skip blocks
         )
         readers.append(signatures.open_signatures(path, identity=identity))
     tasks = buckets.bucket_tasks(readers, tasks_per_band)
