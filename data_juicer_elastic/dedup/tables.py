@@ -1,14 +1,16 @@
 """The one file format every deduplication phase writes: a checksummed table of sorted sections.
 
 A table is one numpy structured array (every field ``<u8``) cut into named sections, each sorted by
-its first field, each stored in blocks of at most ``block_entries`` entries.  The header (JSON) holds,
-per section, its place in the array, a sample of its first field (the bucket plan's quantiles) and,
-per block, the block's first value (the sparse index a range read seeks by) and its sha256.  So a
+its first field, each stored in blocks of at most ``block_entries`` entries.  Each section's index holds
+a sample of its first field (the bucket plan's quantiles) and, per block, the block's first value (the
+sparse index a range read seeks by) and its sha256.  So a
 reader of a key range reads and checks only the blocks that can hold it, never the whole file, and a
 truncated, tampered or foreign file is refused (``errors.IntegrityError``) before any of its entries
 is used.
 
-Layout: ``MAGIC`` | header length (u64 LE) | header JSON | sha256 of the header JSON | entries.
+Layout: ``MAGIC`` | header length (u64 LE) | header JSON | sha256 of the header JSON | one index per
+section (JSON: block firsts, block sha256s, sample; its own sha256 in the header) | entries.  The header
+is small (~150 bytes a section); a reader loads a section's index only when it uses that section.
 Published like every job-directory result: a private temp file, fsync, then ``fsio.publish_exclusive``
 (link: first wins; a second publisher of the same bytes is told it is there).
 """
@@ -74,7 +76,7 @@ def write_table(
     rerun published first), False when another, different file is already there.  Every section
     must already be sorted by its first field (checked: a wrong order would make range reads miss)."""
     dtype = table_dtype(fields)
-    described, blocks, start = [], [], 0
+    described, indexes, blocks, start, index_at = [], [], [], 0, 0
     for name, entries in sections:
         entries = np.ascontiguousarray(entries, dtype=dtype)
         first = entries[fields[0]]
@@ -86,17 +88,20 @@ def write_table(
             firsts.append(int(block[fields[0]][0]))
             digests.append(hashlib.sha256(block.tobytes()).hexdigest())
             blocks.append(block)
+        index = json.dumps({"firsts": firsts, "digests": digests, "sample": _sample(first)}).encode()
         described.append(
             {
                 "name": name,
                 "start": start,
                 "count": len(entries),
-                "firsts": firsts,
-                "digests": digests,
-                "sample": _sample(first),
+                "index_at": index_at,
+                "index_bytes": len(index),
+                "index_sha256": hashlib.sha256(index).hexdigest(),
             }
         )
+        indexes.append(index)
         start += len(entries)
+        index_at += len(index)
     header = json.dumps(
         {
             "format": FORMAT,
@@ -105,6 +110,7 @@ def write_table(
             "fields": list(fields),
             "entries": start,
             "block_entries": block_entries,
+            "index_bytes": index_at,
             "sections": described,
             "meta": meta or {},
         },
@@ -113,10 +119,10 @@ def write_table(
     ).encode()
     path = Path(path)
     tmp = fsio.temp_path_for(path)
-    size = _PREFIX.size + len(header) + 32 + start * dtype.itemsize
+    size = _PREFIX.size + len(header) + 32 + index_at + start * dtype.itemsize
     writer = BufferedCheckedWriter(tmp, size_hint=size)
     try:
-        writer.write(_PREFIX.pack(MAGIC, len(header)) + header + hashlib.sha256(header).digest())
+        writer.write(_PREFIX.pack(MAGIC, len(header)) + header + hashlib.sha256(header).digest() + b"".join(indexes))
         for block in blocks:
             writer.write(memoryview(block).cast("B"))
         writer.finish()
@@ -178,27 +184,47 @@ class TableReader:
         self.entries: int = record["entries"]
         self.block_entries: int = record["block_entries"]
         self.meta: dict = record["meta"]
-        self.data_offset = _PREFIX.size + length + 32
+        self.index_offset = _PREFIX.size + length + 32
+        self.data_offset = self.index_offset + record["index_bytes"]
         expected = self.data_offset + self.entries * self.dtype.itemsize
         if size != expected:
             raise self._refused(f"{size} bytes where its header says {expected} (truncated or appended to)")
-        self.sections = {
-            s["name"]: Section(
-                s["name"], s["start"], s["count"], tuple(s["firsts"]), tuple(s["digests"]), tuple(s["sample"])
-            )
-            for s in record["sections"]
-        }
+        self._described = {s["name"]: s for s in record["sections"]}
+        self._sections: dict[str, Section] = {}
 
     def _refused(self, why: str) -> IntegrityError:
         return IntegrityError(
             f"deduplication file refused: {why}", where=str(self.path), hint="remove it; its phase recomputes it"
         )
 
+    @property
+    def section_names(self) -> list[str]:
+        return list(self._described)
+
     def section(self, name: str) -> Section:
-        try:
-            return self.sections[name]
-        except KeyError:
-            raise self._refused(f"has no section {name!r}") from None
+        """A section with its block index, read (and checked) the first time it is asked for: a reader
+        of one section never reads the others' indexes."""
+        if name in self._sections:
+            return self._sections[name]
+        described = self._described.get(name)
+        if described is None:
+            raise self._refused(f"has no section {name!r}")
+        with fsio.open_read(self.path) as handle:
+            handle.seek(self.index_offset + described["index_at"])
+            data = handle.read(described["index_bytes"])
+        if hashlib.sha256(data).hexdigest() != described["index_sha256"]:
+            raise self._refused(f"the index of section {name} fails its sha256 (tampered or corrupt)")
+        index = json.loads(data)
+        section = Section(
+            name,
+            described["start"],
+            described["count"],
+            tuple(index["firsts"]),
+            tuple(index["digests"]),
+            tuple(index["sample"]),
+        )
+        self._sections[name] = section
+        return section
 
     def _blocks(self, section: Section, first: int, last: int) -> np.ndarray:
         """Blocks ``first`` .. ``last - 1`` of a section, each checked against its sha256."""

@@ -115,6 +115,24 @@ def test_a_tampered_header_is_refused(table):
     refused(path, "header checksum")
 
 
+def test_a_tampered_section_index_is_refused_when_the_section_is_used(table):
+    path, _ = table
+    data = bytearray(path.read_bytes())
+    data[data.index(b'"firsts": [3]') + 11] = ord("4")  # section c's index
+    path.write_bytes(bytes(data))
+    reader = tables.TableReader(path, kind="test-table", identity="job-a")
+    assert len(reader.read("a")) == 46  # another section's index is still good
+    with pytest.raises(IntegrityError, match="index of section c"):
+        reader.read("c")
+
+
+def test_a_reader_reads_only_the_index_of_the_sections_it_uses(table):
+    path, _ = table
+    reader = tables.TableReader(path, kind="test-table", identity="job-a")
+    reader.read("b")
+    assert set(reader._sections) == {"b"} and reader.section_names == ["a", "b", "c"]
+
+
 def test_a_file_of_another_identity_or_kind_is_refused(table, tmp_path):
     path, _ = table
     refused(path, "different recipe", identity="job-b")
