@@ -2,7 +2,7 @@
 
 A task is ``(band, low, high)``: the entries of band ``band`` whose ``key`` is in ``[low, high)``, from
 every shard (each file read only in the blocks that can hold the range).  The ranges come from the
-samples every signature file's header carries (``plan_ranges``: weighted quantiles), so tasks are
+samples in every signature file's section indexes (``plan_ranges``: weighted quantiles), so tasks are
 balanced without a pass over the data; equal keys never straddle two ranges.
 
 Edges are *star* edges ``row -> root``, ``root < row``: within a bucket key every member points at the

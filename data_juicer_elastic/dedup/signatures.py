@@ -86,7 +86,7 @@ def publish_signatures(
 
 
 def open_signatures(path: Path, *, identity: str) -> TableReader:
-    """A published signature file, its header checked (its blocks are checked as they are read)."""
+    """A published signature file, its header checked (its indexes and blocks as they are read)."""
     return TableReader(path, kind=KIND, identity=identity)
 
 

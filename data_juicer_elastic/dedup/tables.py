@@ -137,13 +137,16 @@ def write_table(
 
 def publish_table(path: Path, **table) -> TableReader:
     """Publish a table (``write_table``'s arguments) and return it opened: the first valid table at
-    ``path`` wins (a rerun's identical bytes, or another attempt's valid table of the same kind and
-    identity); one that is refused (truncated, tampered, foreign) is removed and this one published."""
+    ``path`` wins (a rerun's identical bytes, or another attempt's table of the same kind and identity
+    whose every block checks); one that is refused (truncated, tampered, foreign) is removed and this
+    one published."""
     for _ in range(3):
         if write_table(path, **table):
             return TableReader(path, kind=table["kind"], identity=table["identity"])
-        try:
-            return TableReader(path, kind=table["kind"], identity=table["identity"])
+        try:  # other bytes are there: kept only if every block of it checks (rare: outputs are deterministic)
+            found = TableReader(path, kind=table["kind"], identity=table["identity"])
+            found.verify()
+            return found
         except IntegrityError:
             fsio.remove(path)
     raise IntegrityError("could not be published (refused three times)", where=str(path))
@@ -255,6 +258,12 @@ class TableReader:
         begin = int(np.searchsorted(column, np.uint64(low), "left"))
         end = len(column) if high is None else int(np.searchsorted(column, np.uint64(high), "left"))
         return entries[begin:end]
+
+    def verify(self) -> None:
+        """Read and check every section's index and blocks (raises ``errors.IntegrityError``)."""
+        for name in self.section_names:
+            for _ in self.iter_blocks(name):
+                pass
 
     def iter_blocks(self, name: str, blocks_per_read: int = 16) -> Iterator[np.ndarray]:
         """The whole section, a few checked blocks at a time (bounded memory)."""
