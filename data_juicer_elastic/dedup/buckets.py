@@ -71,6 +71,7 @@ def plan_ranges(samples: Sequence[tuple[Sequence[int], int]], tasks: int) -> lis
 
 def bucket_tasks(readers: Sequence[TableReader], tasks_per_band: int) -> list[BucketTask]:
     """Every bucket task of a stage: each band cut into up to ``tasks_per_band`` balanced ranges."""
+    readers = _with_rows(readers)
     bands = max((reader.meta["bands"] for reader in readers), default=0)
     tasks = []
     for band in range(bands):
@@ -82,9 +83,15 @@ def bucket_tasks(readers: Sequence[TableReader], tasks_per_band: int) -> list[Bu
     return tasks
 
 
+def _with_rows(readers: Sequence[TableReader]) -> list[TableReader]:
+    """The shards whose stage kept rows: a shard left empty (every row filtered before the deduplicator)
+    has a signature file without bands (its keys could not say how many)."""
+    return [reader for reader in readers if reader.meta["rows"]]
+
+
 def read_bucket(task: BucketTask, readers: Sequence[TableReader]) -> np.ndarray:
     """The task's entries from every shard, sorted by (key, key2, row)."""
-    parts = [reader.read(band_name(task.band), task.low, task.high) for reader in readers]
+    parts = [reader.read(band_name(task.band), task.low, task.high) for reader in _with_rows(readers)]
     entries = np.concatenate(parts) if parts else np.empty(0, dtype=[(f, "<u8") for f in ("key", "key2", "row")])
     return entries[np.lexsort((entries["row"], entries["key2"], entries["key"]))]
 

@@ -68,3 +68,24 @@ def test_files_left_by_another_recipe_are_refused_and_replaced(job):
         signatures.open_signatures(root / "sig" / "00000.sig", identity=IDENTITY)
     assert kept_rows(root, KEYS, 4, "minhash") == kept
     assert other == kept_rows(root / "other2", KEYS[::-1].copy(), 4, "minhash")
+
+
+def test_a_shard_the_stage_left_empty_has_no_bands_and_is_skipped(tmp_path):
+    keys = np.random.default_rng(2).integers(0, 3, (6, 2, 2)).astype(np.uint64)
+    readers = []
+    for shard, part in enumerate([keys[:3], np.empty((0, 0, 2), np.uint64), keys[3:]]):
+        path = tmp_path / f"{shard}.sig"
+        signatures.publish_signatures(path, identity=IDENTITY, shard=shard, keys=part, method="minhash")
+        readers.append(signatures.open_signatures(path, identity=IDENTITY))
+    tasks = buckets.bucket_tasks(readers, 2)
+    assert {task.band for task in tasks} == {0, 1}
+    edge_readers = []
+    for number, task in enumerate(tasks):
+        buckets.run_bucket(task, readers, tmp_path / f"{number}.edges", identity=IDENTITY, method="minhash")
+        edge_readers.append(buckets.open_edges(tmp_path / f"{number}.edges", identity=IDENTITY))
+    result = clusters.run_cluster(
+        edge_readers, [3, 0, 3], lambda shard: tmp_path / f"{shard}.drops", identity=IDENTITY, scratch=tmp_path
+    )
+    drops = [clusters.read_drops(tmp_path / f"{s}.drops", identity=IDENTITY, shard=s).tolist() for s in (0, 1, 2)]
+    kept = [r for r in range(3) if r not in drops[0]] + [3 + r for r in range(3) if r not in drops[2]]
+    assert kept == kept_rows(tmp_path / "whole", keys, 1, "minhash") and result.dropped[1] == 0
