@@ -19,6 +19,7 @@ from tests.dedup.pipeline import kept_rows, split_rows
 datasets = pytest.importorskip("datasets")
 WORDS = ["alpha", "beta", "gamma", "delta", "eps", "zeta", "eta", "theta", "iota", "kappa", "lambda", "mu"]
 SHARDINGS = [1, 2, 7, "per-row"]
+TOKENIZATIONS = ["space", "punctuation", "character"]
 
 
 @st.composite
@@ -72,20 +73,24 @@ def exact_op(lowercase: bool, ignore_non_character: bool):
 
 
 @functools.cache
-def minhash_op(small: bool):
+def minhash_op(small: bool, tokenization: str = "space"):
     from data_juicer.ops.deduplicator.document_minhash_deduplicator import DocumentMinhashDeduplicator
 
     if small:  # few, short bands: near copies collide often
-        return DocumentMinhashDeduplicator(window_size=2, num_permutations=12, num_bands=6, num_rows_per_band=2)
+        return DocumentMinhashDeduplicator(
+            tokenization=tokenization, window_size=2, num_permutations=12, num_bands=6, num_rows_per_band=2
+        )
     return DocumentMinhashDeduplicator()  # Data-Juicer's defaults: 25 bands of 10, from optimal_param
 
 
 @functools.cache
-def simhash_op(small: bool):
+def simhash_op(small: bool, tokenization: str = "space"):
     pytest.importorskip("simhash", reason="SimHash needs simhash-pybind (pip install simhash-pybind==0.0.3)")
     from data_juicer.ops.deduplicator.document_simhash_deduplicator import DocumentSimhashDeduplicator
 
-    return DocumentSimhashDeduplicator(window_size=2 if small else 6)
+    if small:  # short shingles, and 3 blocks for distance 2: other bands than the default 15
+        return DocumentSimhashDeduplicator(tokenization=tokenization, window_size=2, num_blocks=3, hamming_distance=2)
+    return DocumentSimhashDeduplicator()
 
 
 def ours(tmp_path, method, hashed, sharding, **kwargs):
@@ -115,17 +120,21 @@ def test_exact_keeps_the_rows_document_deduplicator_keeps(tmp_path_factory, shar
 
 @pytest.mark.parametrize("sharding", SHARDINGS)
 @FAST
-@given(texts=corpora(), small=st.booleans())
-def test_minhash_keeps_the_rows_document_minhash_deduplicator_keeps(tmp_path_factory, sharding, texts, small):
-    expected, hashed = operator_keeps(minhash_op(small), texts)
+@given(texts=corpora(), small=st.booleans(), tokenization=st.sampled_from(TOKENIZATIONS))
+def test_minhash_keeps_the_rows_document_minhash_deduplicator_keeps(
+    tmp_path_factory, sharding, texts, small, tokenization
+):
+    expected, hashed = operator_keeps(minhash_op(small, tokenization if small else "space"), texts)
     assert ours(tmp_path_factory.mktemp("m"), "minhash", hashed, sharding) == expected
 
 
 @pytest.mark.parametrize("sharding", SHARDINGS)
 @FAST
-@given(texts=corpora(), small=st.booleans())
-def test_simhash_keeps_the_rows_document_simhash_deduplicator_keeps(tmp_path_factory, sharding, texts, small):
-    op = simhash_op(small)
+@given(texts=corpora(), small=st.booleans(), tokenization=st.sampled_from(TOKENIZATIONS))
+def test_simhash_keeps_the_rows_document_simhash_deduplicator_keeps(
+    tmp_path_factory, sharding, texts, small, tokenization
+):
+    op = simhash_op(small, tokenization if small else "space")
     expected, hashed = operator_keeps(op, texts)
     found = ours(
         tmp_path_factory.mktemp("s"),
