@@ -37,6 +37,7 @@ FORMAT: Final = 1
 BLOCK_ENTRIES: Final = 1 << 16  # 64 Ki entries: 1.5 MiB of signature entries per checked read
 SAMPLE_SIZE: Final = 64  # evenly spaced first-field values per section, for the bucket plan
 MAX_HEADER_BYTES: Final = 64 * 1024 * 1024
+HEAD_READ: Final = 128 * 1024  # the first read of a table: its header and (25 bands of 10^5 rows) indexes
 _PREFIX: Final = struct.Struct("<8sQ")
 
 
@@ -158,18 +159,21 @@ class TableReader:
     def __init__(self, path: Path, *, kind: str, identity: str):
         self.path = Path(path)
         with fsio.open_read(self.path) as handle:
-            prefix = handle.read(_PREFIX.size)
-            if len(prefix) < _PREFIX.size:
+            head = handle.read(max(HEAD_READ, _PREFIX.size))  # the header and, mostly, every section's index: one read
+            if len(head) < _PREFIX.size:
                 raise self._refused("truncated (no header)")
-            magic, length = _PREFIX.unpack(prefix)
+            magic, length = _PREFIX.unpack(head[: _PREFIX.size])
             if magic != MAGIC:
                 raise self._refused("not a dj-elastic deduplication table")
             if length > MAX_HEADER_BYTES:
                 raise self._refused(f"header of {length} bytes; corrupt")
-            header = handle.read(length)
-            digest = handle.read(32)
+            if len(head) < _PREFIX.size + length + 32:
+                head += handle.read(_PREFIX.size + length + 32 - len(head))
+            header = head[_PREFIX.size : _PREFIX.size + length]
+            digest = head[_PREFIX.size + length : _PREFIX.size + length + 32]
             handle.seek(0, 2)
             size = handle.tell()
+        self._head = head
         if len(header) < length or len(digest) < 32:
             raise self._refused("truncated (header)")
         if hashlib.sha256(header).digest() != digest:
@@ -212,9 +216,13 @@ class TableReader:
         described = self._described.get(name)
         if described is None:
             raise self._refused(f"has no section {name!r}")
-        with fsio.open_read(self.path) as handle:
-            handle.seek(self.index_offset + described["index_at"])
-            data = handle.read(described["index_bytes"])
+        at, length = self.index_offset + described["index_at"], described["index_bytes"]
+        if at + length <= len(self._head):
+            data = self._head[at : at + length]
+        else:
+            with fsio.open_read(self.path) as handle:
+                handle.seek(at)
+                data = handle.read(length)
         if hashlib.sha256(data).hexdigest() != described["index_sha256"]:
             raise self._refused(f"the index of section {name} fails its sha256 (tampered or corrupt)")
         index = json.loads(data)

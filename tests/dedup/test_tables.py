@@ -152,3 +152,12 @@ def test_publication_is_first_wins_and_a_refused_file_is_replaced(tmp_path):
     os.truncate(path, path.stat().st_size - 8)
     assert tables.publish_table(path, **table).read("a")["key"].tolist() == [1, 2, 3]
     assert [name for name in os.listdir(tmp_path)] == ["t.tbl"]  # no temp file left
+
+
+@pytest.mark.parametrize("head_read", [1, 40, 1 << 20])
+def test_the_first_read_may_hold_the_header_and_indexes_or_not(table, monkeypatch, head_read):
+    path, values = table
+    monkeypatch.setattr(tables, "HEAD_READ", head_read)
+    reader = tables.TableReader(path, kind="test-table", identity="job-a")
+    assert reader.read("a", 7, 8)["key"].tolist() == [v for v in values if v == 7]
+    assert reader.read("c")["key"].tolist() == [3]
