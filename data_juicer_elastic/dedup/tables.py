@@ -37,7 +37,10 @@ FORMAT: Final = 1
 BLOCK_ENTRIES: Final = 1 << 16  # 64 Ki entries: 1.5 MiB of signature entries per checked read
 SAMPLE_SIZE: Final = 64  # evenly spaced first-field values per section, for the bucket plan
 MAX_HEADER_BYTES: Final = 64 * 1024 * 1024
-HEAD_READ: Final = 128 * 1024  # the first read of a table: its header and (25 bands of 10^5 rows) indexes
+# The first read of a table: its header (~150 bytes a section) and what follows (the first indexes).  A
+# bucket task reads one band of every shard: a larger first read would carry every band's index, more
+# bytes than the one it needs costs as a second read.
+HEAD_READ: Final = 8 * 1024
 _PREFIX: Final = struct.Struct("<8sQ")
 
 
@@ -159,7 +162,7 @@ class TableReader:
     def __init__(self, path: Path, *, kind: str, identity: str):
         self.path = Path(path)
         with fsio.open_read(self.path) as handle:
-            head = handle.read(max(HEAD_READ, _PREFIX.size))  # the header and, mostly, every section's index: one read
+            head = handle.read(max(HEAD_READ, _PREFIX.size))
             if len(head) < _PREFIX.size:
                 raise self._refused("truncated (no header)")
             magic, length = _PREFIX.unpack(head[: _PREFIX.size])
