@@ -30,6 +30,7 @@ import numpy as np
 from data_juicer_elastic.dedup.signatures import band_name
 from data_juicer_elastic.dedup.simhash_blocks import pairs_within
 from data_juicer_elastic.dedup.tables import TableReader, publish_table
+from data_juicer_elastic.errors import IntegrityError
 
 KIND: Final = "dedup-edges"
 FIELDS: Final = ("row", "root")
@@ -129,16 +130,29 @@ def bucket_edges(entries: np.ndarray, method: str, band: int = 0, distance: int 
     return np.unique(edges)  # sorted by (row, root)
 
 
+def bucket_groups(readers: Sequence[TableReader], ranges_per_band: int) -> list[tuple[BucketTask, ...]]:
+    """The bucket tasks grouped by range: group ``i`` holds the ``i``-th key range of every band.  A group
+    run as one task opens each shard's file once (and can read every band's index in its first read)
+    instead of once per band: ``ranges x shards`` opens instead of ``bands x ranges x shards``."""
+    by_range: dict[int, list[BucketTask]] = {}
+    band, number = -1, 0
+    for task in bucket_tasks(readers, ranges_per_band):
+        number = number + 1 if task.band == band else 0
+        band = task.band
+        by_range.setdefault(number, []).append(task)
+    return [tuple(by_range[number]) for number in sorted(by_range)]
+
+
 @dataclass(frozen=True)
 class BucketResult:
-    task: BucketTask
+    tasks: tuple[BucketTask, ...]
     entries: int
     edges: int
     path: Path
 
 
 def run_bucket(
-    task: BucketTask,
+    tasks: BucketTask | Sequence[BucketTask],
     readers: Sequence[TableReader],
     out: Path,
     *,
@@ -146,12 +160,24 @@ def run_bucket(
     method: str,
     distance: int = 0,
 ) -> BucketResult:
-    """Read the task's slice of every shard, publish its edge file at ``out`` (first valid wins)."""
-    entries = read_bucket(task, readers)
-    edges = bucket_edges(entries, method, task.band, distance)
-    meta = {"band": task.band, "low": task.low, "high": task.high, "entries": len(entries), "method": method}
-    found = publish_table(out, kind=KIND, identity=identity, fields=FIELDS, sections=[(SECTION, edges)], meta=meta)
-    return BucketResult(task, found.meta["entries"], found.section(SECTION).count, Path(out))
+    """Read the slice of every shard of one task (or of each task of a group, one band at a time), publish
+    their edges as one edge file at ``out`` (first valid wins)."""
+    group = (tasks,) if isinstance(tasks, BucketTask) else tuple(tasks)
+    parts, entries = [], 0
+    for task in group:
+        found = read_bucket(task, readers)
+        entries += len(found)
+        parts.append(bucket_edges(found, method, task.band, distance))
+    edges = np.unique(np.concatenate(parts)) if parts else np.empty(0, dtype=[(f, "<u8") for f in FIELDS])
+    meta = {"tasks": [[t.band, t.low, t.high] for t in group], "entries": entries, "method": method}
+    published = publish_table(out, kind=KIND, identity=identity, fields=FIELDS, sections=[(SECTION, edges)], meta=meta)
+    if published.meta["tasks"] != meta["tasks"] or published.meta["method"] != method:
+        raise IntegrityError(
+            f"holds the edges of {published.meta['method']} tasks {published.meta['tasks']}, not {meta['tasks']}",
+            where=str(out),
+            hint="two bucket tasks were given one edge file",
+        )
+    return BucketResult(group, published.meta["entries"], published.section(SECTION).count, Path(out))
 
 
 def open_edges(path: Path, *, identity: str) -> TableReader:

@@ -188,6 +188,11 @@ def publish_drop_list(path: Path, *, identity: str, shard: int, rows: int, drops
     entries["row"] = np.sort(np.asarray(drops, dtype=np.uint64))
     meta = {"shard": shard, "rows": rows, "dropped": len(entries)}
     found = publish_table(path, kind=KIND, identity=identity, fields=FIELDS, sections=[(SECTION, entries)], meta=meta)
+    if (found.meta["shard"], found.meta["rows"]) != (shard, rows):
+        raise IntegrityError(
+            f"holds the drop list of shard {found.meta['shard']} ({found.meta['rows']} rows), not {shard} ({rows})",
+            where=str(path),
+        )
     return int(found.meta["dropped"])
 
 

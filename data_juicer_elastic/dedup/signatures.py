@@ -19,7 +19,7 @@ from typing import Final
 import numpy as np
 
 from data_juicer_elastic.dedup import keys as dedup_keys
-from data_juicer_elastic.dedup.tables import TableReader, publish_table
+from data_juicer_elastic.dedup.tables import HEAD_READ, TableReader, publish_table
 from data_juicer_elastic.errors import IntegrityError
 
 KIND: Final = "dedup-signatures"
@@ -27,6 +27,9 @@ KIND: Final = "dedup-signatures"
 # thousand entries per shard at 1e5 rows a shard and 64 ranges a band, so small blocks keep the bytes
 # read close to the bytes used (one block of slack at each end of the range).
 BLOCK_ENTRIES: Final = 4096
+# The first read of a bucket group's reader: the header and every band's index (25 bands of 10^5 rows:
+# ~90 KB), in one read.
+GROUP_HEAD_READ: Final = 128 * 1024
 FIELDS: Final = ("key", "key2", "row")
 
 
@@ -85,9 +88,10 @@ def publish_signatures(
     return signatures_of(found)
 
 
-def open_signatures(path: Path, *, identity: str) -> TableReader:
-    """A published signature file, its header checked (its indexes and blocks as they are read)."""
-    return TableReader(path, kind=KIND, identity=identity)
+def open_signatures(path: Path, *, identity: str, every_band: bool = False) -> TableReader:
+    """A published signature file, its header checked (its indexes and blocks as they are read).
+    ``every_band``: for a bucket group, which reads every band's index: all in the first read."""
+    return TableReader(path, kind=KIND, identity=identity, head_read=GROUP_HEAD_READ if every_band else HEAD_READ)
 
 
 def signatures_of(reader: TableReader) -> ShardSignatures:

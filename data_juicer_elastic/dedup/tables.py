@@ -38,8 +38,8 @@ BLOCK_ENTRIES: Final = 1 << 16  # 64 Ki entries: 1.5 MiB of signature entries pe
 SAMPLE_SIZE: Final = 64  # evenly spaced first-field values per section, for the bucket plan
 MAX_HEADER_BYTES: Final = 64 * 1024 * 1024
 # The first read of a table: its header (~150 bytes a section) and what follows (the first indexes).  A
-# bucket task reads one band of every shard: a larger first read would carry every band's index, more
-# bytes than the one it needs costs as a second read.
+# bucket task of one band needs one index: a larger first read would carry every band's, more bytes
+# than a second read costs (a bucket group asks for more: ``signatures.GROUP_HEAD_READ``).
 HEAD_READ: Final = 8 * 1024
 _PREFIX: Final = struct.Struct("<8sQ")
 
@@ -159,10 +159,11 @@ def publish_table(path: Path, **table) -> TableReader:
 class TableReader:
     """One published table, its header checked; entries read by block, each block checked."""
 
-    def __init__(self, path: Path, *, kind: str, identity: str):
+    def __init__(self, path: Path, *, kind: str, identity: str, head_read: int = HEAD_READ):
+        """``head_read``: the bytes of the first read (a reader of every section: enough for every index)."""
         self.path = Path(path)
         with fsio.open_read(self.path) as handle:
-            head = handle.read(max(HEAD_READ, _PREFIX.size))
+            head = handle.read(max(head_read, _PREFIX.size))
             if len(head) < _PREFIX.size:
                 raise self._refused("truncated (no header)")
             magic, length = _PREFIX.unpack(head[: _PREFIX.size])

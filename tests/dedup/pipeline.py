@@ -29,6 +29,7 @@ def kept_rows(
     identity: str = IDENTITY,
     reverse_tasks: bool = False,
     block_entries: int = 3,
+    grouped: bool = False,
 ) -> list[int]:
     """The input rows a stage keeps: ``keys`` is ``(rows, bands, 2)`` in input order; ``num_shards``, or
     the shards' row counts."""
@@ -49,12 +50,16 @@ def kept_rows(
             block_entries=block_entries,  # small blocks: range reads cross and skip blocks
         )
         readers.append(signatures.open_signatures(path, identity=identity))
-    tasks = buckets.bucket_tasks(readers, tasks_per_band)
+    if grouped:
+        readers = [signatures.open_signatures(r.path, identity=identity, every_band=True) for r in readers]
+        tasks = buckets.bucket_groups(readers, tasks_per_band)
+    else:
+        tasks = buckets.bucket_tasks(readers, tasks_per_band)
     if reverse_tasks:
         tasks = tasks[::-1]
     edge_readers = []
-    for task in tasks:
-        out = root / "edges" / f"{task.name}.edges"
+    for number, task in enumerate(tasks):
+        out = root / "edges" / (f"group-{number:05d}.edges" if grouped else f"{task.name}.edges")
         buckets.run_bucket(task, readers, out, identity=identity, method=method, distance=distance)
         edge_readers.append(buckets.open_edges(out, identity=identity))
     kept = []

@@ -8,7 +8,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from data_juicer_elastic.dedup import buckets, simhash_blocks
+from data_juicer_elastic.dedup import buckets, signatures, simhash_blocks
+from data_juicer_elastic.errors import IntegrityError
 from tests.dedup.pipeline import kept_rows
 
 
@@ -113,3 +114,31 @@ def test_the_kept_rows_do_not_depend_on_the_task_split_or_order(tmp_path, num_sh
         ]
     }
     assert len(runs) == 1
+
+
+@pytest.mark.parametrize("num_shards", [1, 4])
+def test_a_group_of_one_range_of_every_band_keeps_the_rows_single_tasks_keep(tmp_path, num_shards):
+    rng = np.random.default_rng(num_shards + 10)
+    keys = rng.integers(0, 5, (50, 6, 2)).astype(np.uint64)
+    single = kept_rows(tmp_path / "single", keys, num_shards, "minhash", tasks_per_band=3)
+    assert kept_rows(tmp_path / "grouped", keys, num_shards, "minhash", tasks_per_band=3, grouped=True) == single
+
+
+def test_groups_hold_the_same_range_number_of_every_band(tmp_path):
+    keys = np.random.default_rng(4).integers(0, 1 << 62, (200, 4, 2)).astype(np.uint64)
+    kept_rows(tmp_path, keys, 2, "minhash")
+    readers = [signatures.open_signatures(p, identity="recipe-a/stage-1") for p in sorted((tmp_path / "sig").iterdir())]
+    groups = buckets.bucket_groups(readers, 3)
+    assert len(groups) == 3 and all(sorted(t.band for t in g) == [0, 1, 2, 3] for g in groups)
+    assert all(t.low == 0 for t in groups[0]) and all(t.high is None for t in groups[-1])
+
+
+def test_an_edge_file_of_another_task_is_refused(tmp_path):
+    keys = np.random.default_rng(4).integers(0, 3, (20, 2, 2)).astype(np.uint64)
+    kept_rows(tmp_path, keys, 2, "minhash", tasks_per_band=1)
+    readers = [signatures.open_signatures(p, identity="recipe-a/stage-1") for p in sorted((tmp_path / "sig").iterdir())]
+    band0, band1 = buckets.bucket_tasks(readers, 1)
+    with pytest.raises(IntegrityError, match="two bucket tasks"):
+        buckets.run_bucket(
+            band1, readers, tmp_path / "edges" / f"{band0.name}.edges", identity="recipe-a/stage-1", method="minhash"
+        )
