@@ -127,7 +127,16 @@ def bucket_edges(entries: np.ndarray, method: str, band: int = 0, distance: int 
     edges = np.empty(sum(len(s) for s in sources), dtype=[(f, "<u8") for f in FIELDS])
     if len(edges):
         edges["row"], edges["root"] = np.concatenate(sources), np.concatenate(targets)
-    return np.unique(edges)  # sorted by (row, root)
+    return unique_edges(edges)
+
+
+def unique_edges(edges: np.ndarray) -> np.ndarray:
+    """Edges sorted by (row, root), each once (``np.unique`` on the record type is twice as slow)."""
+    edges = edges[np.lexsort((edges["root"], edges["row"]))]
+    if len(edges) < 2:
+        return edges
+    differ = (edges["row"][1:] != edges["row"][:-1]) | (edges["root"][1:] != edges["root"][:-1])
+    return edges[np.r_[True, differ]]
 
 
 def bucket_groups(readers: Sequence[TableReader], ranges_per_band: int) -> list[tuple[BucketTask, ...]]:
@@ -168,7 +177,7 @@ def run_bucket(
         found = read_bucket(task, readers)
         entries += len(found)
         parts.append(bucket_edges(found, method, task.band, distance))
-    edges = np.unique(np.concatenate(parts)) if parts else np.empty(0, dtype=[(f, "<u8") for f in FIELDS])
+    edges = unique_edges(np.concatenate(parts)) if parts else np.empty(0, dtype=[(f, "<u8") for f in FIELDS])
     meta = {"tasks": [[t.band, t.low, t.high] for t in group], "entries": entries, "method": method}
     published = publish_table(out, kind=KIND, identity=identity, fields=FIELDS, sections=[(SECTION, edges)], meta=meta)
     if published.meta["tasks"] != meta["tasks"] or published.meta["method"] != method:

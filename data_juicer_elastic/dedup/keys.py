@@ -42,35 +42,35 @@ def row_of(ids: np.ndarray) -> np.ndarray:
     return (np.asarray(ids, dtype=np.uint64) & np.uint64(ROW_MASK)).astype(np.int64)
 
 
-def _split(digest: bytes) -> tuple[int, int]:
-    return int.from_bytes(digest[:8], "big"), int.from_bytes(digest[8:16], "big")
+def _as_keys(digests: bytes, rows: int, bands: int) -> np.ndarray:
+    """``(rows, bands, 2)`` uint64 keys from 16-byte digests laid end to end (big-endian halves)."""
+    return np.frombuffer(digests, dtype=">u8").astype(np.uint64).reshape(rows, bands, 2)
+
+
+def _exact_digest(value: str) -> bytes:
+    if len(value) == 32:
+        try:
+            return bytes.fromhex(value)
+        except ValueError:
+            pass
+    return hashlib.blake2b(value.encode(), digest_size=16, person=b"dj-exact").digest()
 
 
 def exact_keys(hashes: Sequence[str]) -> np.ndarray:
     """``(rows, 1, 2)`` uint64 keys of ``__dj__hash`` values (an md5 hex string's 16 bytes; any other
     string, a 128-bit blake2b digest of it)."""
-    out = np.empty((len(hashes), 1, 2), dtype=np.uint64)
-    for index, value in enumerate(hashes):
-        try:
-            digest = bytes.fromhex(value) if len(value) == 32 else b""
-        except ValueError:
-            digest = b""
-        if len(digest) != 16:
-            digest = hashlib.blake2b(value.encode(), digest_size=16, person=b"dj-exact").digest()
-        out[index, 0] = _split(digest)
-    return out
+    return _as_keys(b"".join(_exact_digest(value) for value in hashes), len(hashes), 1)
 
 
 def minhash_keys(bands: Sequence[Sequence[bytes]]) -> np.ndarray:
     """``(rows, bands, 2)`` uint64 keys of ``__dj__minhash`` values (one bytes value per band)."""
     width = len(bands[0]) if len(bands) else 0
-    out = np.empty((len(bands), width, 2), dtype=np.uint64)
+    digests = []
     for index, row in enumerate(bands):
         if len(row) != width:
             raise ValueError(f"row {index} has {len(row)} MinHash bands, the first row {width}")
-        for band, value in enumerate(row):
-            out[index, band] = _split(hashlib.blake2b(bytes(value), digest_size=16).digest())
-    return out
+        digests += [hashlib.blake2b(value, digest_size=16).digest() for value in row]
+    return _as_keys(b"".join(digests), len(bands), width)
 
 
 def simhash_values(hashes: Sequence[str | int]) -> np.ndarray:

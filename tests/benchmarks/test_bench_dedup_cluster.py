@@ -1,5 +1,5 @@
-"""benchmarks/bench_dedup_cluster.py at a tiny size: it runs the real cluster step on its edge files and
-prints the numbers it promises (their values mean nothing at this size)."""
+"""benchmarks/bench_dedup_cluster.py and bench_dedup_phases.py at a tiny size: they run the real phases
+and print the numbers they promise (their values mean nothing at this size)."""
 
 from __future__ import annotations
 
@@ -19,3 +19,11 @@ def test_bench_dedup_cluster_prints_time_memory_and_the_projection():
     assert 0 < found["edges_in_files"] <= 4000  # duplicates drawn at random are written once
     assert found["rounds"] >= 1 and found["edges_read"] >= found["edges_in_files"]
     assert 0 < found["dropped"] < 5000 and found["projected_label_bytes_1b_rows"] == 4 * 10**9
+
+
+def test_bench_dedup_phases_keeps_the_rows_data_juicer_keeps():
+    result = bench("bench_dedup_phases.py", "--rows", "600", "--unique", "60", "--shards", "3", timeout=300)
+    assert result.returncode == 0, result.stderr[-3000:]
+    (ours,) = table_rows(result.stdout, "| ours |")
+    assert ours[4] == "True" and "cluster" in ours[2], result.stdout
+    assert table_rows(result.stdout, "| Data-Juicer process |")[0][3] == ours[3]
