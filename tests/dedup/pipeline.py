@@ -7,7 +7,7 @@ from pathlib import Path
 
 import numpy as np
 
-from data_juicer_elastic.dedup import buckets, clusters, signatures
+from data_juicer_elastic.dedup import buckets, clusters, forests, signatures
 
 IDENTITY = "recipe-a/stage-1"
 
@@ -30,6 +30,7 @@ def kept_rows(
     reverse_tasks: bool = False,
     block_entries: int = 3,
     grouped: bool = False,
+    merged: bool = False,
 ) -> list[int]:
     """The input rows a stage keeps: ``keys`` is ``(rows, bands, 2)`` in input order; ``num_shards``, or
     the shards' row counts."""
@@ -62,6 +63,13 @@ def kept_rows(
         out = root / "edges" / (f"group-{number:05d}.edges" if grouped else f"{task.name}.edges")
         buckets.run_bucket(task, readers, out, identity=identity, method=method, distance=distance)
         edge_readers.append(buckets.open_edges(out, identity=identity))
+    while merged and len(edge_readers) > 1:  # a merge tree, pairs at each level
+        level = []
+        for at in range(0, len(edge_readers), 2):
+            out = root / "edges" / f"merge-{len(edge_readers)}-{at:05d}.edges"
+            forests.merge_edges(edge_readers[at : at + 2], out, identity=identity, scratch=root / "scratch")
+            level.append(buckets.open_edges(out, identity=identity))
+        edge_readers = level
     kept = []
     if method == "exact":
         drops = [clusters.star_drops(edge_readers, shard, size) for shard, size in enumerate(sizes)]

@@ -104,7 +104,15 @@ def ours(tmp_path, method, hashed, sharding, **kwargs):
         found = simhash_blocks.simhash_keys(values, kwargs["num_blocks"], kwargs["distance"])
     if rows == 0:
         return []
-    return kept_rows(tmp_path, found, shard_count(sharding, rows), method, distance=kwargs.get("distance", 0))
+    return kept_rows(
+        tmp_path,
+        found,
+        shard_count(sharding, rows),
+        method,
+        distance=kwargs.get("distance", 0),
+        grouped=kwargs.get("grouped", False),
+        merged=kwargs.get("merged", False),
+    )
 
 
 FAST = settings(max_examples=5, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
@@ -120,19 +128,33 @@ def test_exact_keeps_the_rows_document_deduplicator_keeps(tmp_path_factory, shar
 
 @pytest.mark.parametrize("sharding", SHARDINGS)
 @FAST
-@given(texts=corpora(), small=st.booleans(), tokenization=st.sampled_from(TOKENIZATIONS))
+@given(
+    texts=corpora(),
+    small=st.booleans(),
+    tokenization=st.sampled_from(TOKENIZATIONS),
+    grouped=st.booleans(),
+    merged=st.booleans(),
+)
 def test_minhash_keeps_the_rows_document_minhash_deduplicator_keeps(
-    tmp_path_factory, sharding, texts, small, tokenization
+    tmp_path_factory, sharding, texts, small, tokenization, grouped, merged
 ):
+    """Bucket tasks one band each or grouped by range; edge files merged into forests or not."""
     expected, hashed = operator_keeps(minhash_op(small, tokenization if small else "space"), texts)
-    assert ours(tmp_path_factory.mktemp("m"), "minhash", hashed, sharding) == expected
+    found = ours(tmp_path_factory.mktemp("m"), "minhash", hashed, sharding, grouped=grouped, merged=merged)
+    assert found == expected
 
 
 @pytest.mark.parametrize("sharding", SHARDINGS)
 @FAST
-@given(texts=corpora(), small=st.booleans(), tokenization=st.sampled_from(TOKENIZATIONS))
+@given(
+    texts=corpora(),
+    small=st.booleans(),
+    tokenization=st.sampled_from(TOKENIZATIONS),
+    grouped=st.booleans(),
+    merged=st.booleans(),
+)
 def test_simhash_keeps_the_rows_document_simhash_deduplicator_keeps(
-    tmp_path_factory, sharding, texts, small, tokenization
+    tmp_path_factory, sharding, texts, small, tokenization, grouped, merged
 ):
     op = simhash_op(small, tokenization if small else "space")
     expected, hashed = operator_keeps(op, texts)
@@ -143,6 +165,8 @@ def test_simhash_keeps_the_rows_document_simhash_deduplicator_keeps(
         sharding,
         num_blocks=op.num_blocks,
         distance=op.hamming_distance,
+        grouped=grouped,
+        merged=merged,
     )
     assert found == expected
 
@@ -204,18 +228,26 @@ def test_two_deduplicators_with_a_mapper_and_a_filter_between_them(tmp_path_fact
 @pytest.mark.extended
 @pytest.mark.parametrize("method", ["exact", "minhash", "simhash"])
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(texts=corpora(max_rows=300), sharding=st.sampled_from(SHARDINGS + [3, 16]), small=st.booleans())
-def test_larger_corpora_keep_the_operators_rows(tmp_path_factory, method, texts, sharding, small):
+@given(
+    texts=corpora(max_rows=300),
+    sharding=st.sampled_from(SHARDINGS + [3, 16]),
+    small=st.booleans(),
+    grouped=st.booleans(),
+    merged=st.booleans(),
+)
+def test_larger_corpora_keep_the_operators_rows(tmp_path_factory, method, texts, sharding, small, grouped, merged):
+    ways = {"grouped": grouped, "merged": merged}
     root = tmp_path_factory.mktemp("large")
     if method == "exact":
         expected, hashed = operator_keeps(exact_op(small, small), texts)
-        assert ours(root, "exact", hashed, sharding) == expected
+        assert ours(root, "exact", hashed, sharding, **ways) == expected
     elif method == "minhash":
         expected, hashed = operator_keeps(minhash_op(small), texts)
-        assert ours(root, "minhash", hashed, sharding) == expected
+        assert ours(root, "minhash", hashed, sharding, **ways) == expected
     else:
         op = simhash_op(small)
         expected, hashed = operator_keeps(op, texts)
         assert (
-            ours(root, "simhash", hashed, sharding, num_blocks=op.num_blocks, distance=op.hamming_distance) == expected
+            ours(root, "simhash", hashed, sharding, num_blocks=op.num_blocks, distance=op.hamming_distance, **ways)
+            == expected
         )
