@@ -142,3 +142,13 @@ def test_an_edge_file_of_another_task_is_refused(tmp_path):
         buckets.run_bucket(
             band1, readers, tmp_path / "edges" / f"{band0.name}.edges", identity="recipe-a/stage-1", method="minhash"
         )
+
+
+def test_a_job_of_only_short_documents_is_one_cluster_at_linear_cost(tmp_path):
+    """Every document shorter than the window has the same MinHash signature: 20,000 rows in 7 shards
+    collide in every band; the edges are one per row and band (not pairs), and only row 0 is kept."""
+    keys = np.full((20_000, 25, 2), 7, dtype=np.uint64)
+    assert kept_rows(tmp_path, keys, 7, "minhash", tasks_per_band=4, block_entries=4096) == [0]
+    edge_files = list((tmp_path / "edges").iterdir())
+    edges = sum(buckets.open_edges(p, identity="recipe-a/stage-1").section("edges").count for p in edge_files)
+    assert edges == 25 * (20_000 - 1)
