@@ -26,14 +26,14 @@ LAYERS: list[set[str]] = [
     {"sharedfs", "compat"},
     {"rows", "settings"},  # settings names the codecs rows defines; rows reads its line limit
     {"jobdir"},
-    {"shards", "coordination", "stats", "batching", "quarantine"},
+    {"shards", "coordination", "stats", "batching", "quarantine", "dedup"},
     {"status"},
     {"report", "console"},
     {"execution"},
     {"integration", "preparation", "finalize", "job_run", "local_worker", "executor", "cli", "cli_options", "__init__"},
 ]
 # Packages that must never import Ray, Data-Juicer or torch, not even inside a function.
-ENGINE_FREE = {"sharedfs", "rows", "jobdir", "shards", "coordination", "status", "stats", "report", "console"}
+ENGINE_FREE = {"sharedfs", "rows", "jobdir", "shards", "coordination", "status", "stats", "report", "console", "dedup"}
 ENGINES = ("ray", "data_juicer", "torch")
 # Every package below ``execution`` (these and compat, batching, quarantine, settings, errors) imports
 # no engine when it is imported: compat reaches engines, and batching and quarantine run inside

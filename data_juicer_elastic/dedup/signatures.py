@@ -1,0 +1,98 @@
+"""One shard's signature file: every row the stage kept, as (key, key2, global row id) per band.
+
+Written once per shard after the operators before the deduplicator ran and its ``compute_hash`` filled
+the hash column (``dedup.keys`` turns that column into keys).  One section per band, sorted by
+(key, key2, row): a bucket task reads its key range of one band from every shard's file through the
+table's block index (``tables.TableReader.read``).  Memory: the shard's keys and entries,
+``rows * bands * (16 + 24)`` bytes, bounded by the shard, not the job.
+
+The file is refused (``errors.IntegrityError``) when truncated, tampered with, or written for another
+``identity`` (the recipe stage: a signature left by a different recipe is never read as this one's).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Final
+
+import numpy as np
+
+from data_juicer_elastic.dedup import keys as dedup_keys
+from data_juicer_elastic.dedup.tables import HEAD_READ, TableReader, publish_table
+from data_juicer_elastic.errors import IntegrityError
+
+KIND: Final = "dedup-signatures"
+# Entries per checked block (96 KiB): a bucket task reads a band's key range from every shard, a few
+# thousand entries per shard at 1e5 rows a shard and 64 ranges a band, so small blocks keep the bytes
+# read close to the bytes used (one block of slack at each end of the range).
+BLOCK_ENTRIES: Final = 4096
+# The first read of a bucket group's reader: the header and every band's index (25 bands of 10^5 rows:
+# ~90 KB), in one read.
+GROUP_HEAD_READ: Final = 128 * 1024
+FIELDS: Final = ("key", "key2", "row")
+
+
+def band_name(band: int) -> str:
+    return f"band-{band:04d}"
+
+
+def signature_sections(keys: np.ndarray, shard: int) -> list[tuple[str, np.ndarray]]:
+    """The sorted sections of a shard whose stage rows have ``keys`` of shape ``(rows, bands, 2)``."""
+    rows, bands, _ = keys.shape
+    ids = dedup_keys.global_rows(shard, rows)
+    sections = []
+    for band in range(bands):
+        entries = np.empty(rows, dtype=[(name, "<u8") for name in FIELDS])
+        entries["key"], entries["key2"], entries["row"] = keys[:, band, 0], keys[:, band, 1], ids
+        sections.append((band_name(band), entries[np.lexsort((ids, keys[:, band, 1], keys[:, band, 0]))]))
+    return sections
+
+
+@dataclass(frozen=True)
+class ShardSignatures:
+    shard: int
+    rows: int
+    bands: int
+    path: Path
+
+
+def publish_signatures(
+    path: Path,
+    *,
+    identity: str,
+    shard: int,
+    keys: np.ndarray,
+    method: str,
+    params: dict | None = None,
+    block_entries: int = BLOCK_ENTRIES,
+) -> ShardSignatures:
+    """Publish a shard's signature file (``tables.publish_table``: the first valid one wins; one refused
+    is replaced)."""
+    keys = np.asarray(keys, dtype=np.uint64)
+    if keys.ndim != 3 or keys.shape[2] != 2:
+        raise ValueError(f"keys must have shape (rows, bands, 2), not {keys.shape}")
+    rows, bands, _ = keys.shape
+    meta = {"shard": shard, "rows": rows, "bands": bands, "method": method, "params": params or {}}
+    sections = signature_sections(keys, shard)
+    found = publish_table(
+        path, kind=KIND, identity=identity, fields=FIELDS, sections=sections, meta=meta, block_entries=block_entries
+    )
+    if (found.meta["shard"], found.meta["rows"], found.meta["bands"]) != (shard, rows, bands):
+        raise IntegrityError(
+            f"holds shard {found.meta['shard']} ({found.meta['rows']} rows, {found.meta['bands']} bands), "
+            f"not shard {shard} ({rows} rows, {bands} bands)",
+            where=str(path),
+            hint="a different recipe stage under the same identity: remove the job's dedup directory",
+        )
+    return signatures_of(found)
+
+
+def open_signatures(path: Path, *, identity: str, every_band: bool = False) -> TableReader:
+    """A published signature file, its header checked (its indexes and blocks as they are read).
+    ``every_band``: for a bucket group, which reads every band's index: all in the first read."""
+    return TableReader(path, kind=KIND, identity=identity, head_read=GROUP_HEAD_READ if every_band else HEAD_READ)
+
+
+def signatures_of(reader: TableReader) -> ShardSignatures:
+    return ShardSignatures(reader.meta["shard"], reader.meta["rows"], reader.meta["bands"], Path(reader.path))
