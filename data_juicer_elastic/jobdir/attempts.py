@@ -15,6 +15,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Final
 
+import numpy as np
 from loguru import logger
 
 from data_juicer_elastic.errors import IntegrityError, JobDirError
@@ -57,6 +58,9 @@ class ShardTask:
     # What the runner's read_ahead(source) returned while the previous shard ran (claim-ahead,
     # jobdir.claiming.ClaimAhead), opaque to the loop and read after the file's check; None: read it now.
     read_ahead: Any = field(default=None, compare=False, repr=False)
+    # Deduplication (dedup.stages): stage number -> the shard's input row numbers that stage drops, from
+    # its published drop list (checked); the runner marks them in the stage's drop column.  Empty: none.
+    drops: dict[int, np.ndarray] = field(default_factory=dict, compare=False, repr=False)
 
     @property
     def output_path(self) -> Path:
@@ -73,6 +77,35 @@ class ShardOutput:
     stats_path: Path | None = None  # optional: per-shard stats summary inside attempt_dir (data_juicer_elastic.stats)
     row_stats_path: Path | None = None  # each output row's stats/meta, one line per output row (jobdir.exports)
     errors_path: Path | None = None  # the rows operators failed on, with why (jobdir.exports); None: none
+
+
+@dataclass(frozen=True)
+class SignatureTask:
+    """Stage ``stage``'s signature phase of one shard (``dedup.stages.signature_recipe``): the operators
+    before its deduplicator, earlier stages' drops applied (``drops``: stage -> the shard's input row
+    numbers that stage drops), then the deduplicator's own ``compute_hash``."""
+
+    stage: int  # 1-based stage number (dedup.stages.DedupStage.number)
+    shard_id: str
+    shard_index: int  # the shard's index in the manifest: the high bits of its global row ids
+    source: ShardSource
+    attempt_dir: Path  # private to this attempt
+    attempt_id: str
+    generation: int  # the claim generation (fencing token)
+    input_rows: int
+    drops: dict[int, np.ndarray] = field(default_factory=dict, compare=False, repr=False)
+
+
+@dataclass(frozen=True)
+class SignatureOutput:
+    """What reached the deduplicator in one shard: ``rows`` their input row numbers (uint64, strictly
+    increasing), ``keys`` their bucket keys (uint64, shape ``(len(rows), bands, 2)``, ``dedup.keys``),
+    the method (``exact``, ``minhash``, ``simhash``) and its parameters (simhash: ``distance``)."""
+
+    rows: np.ndarray
+    keys: np.ndarray
+    method: str
+    params: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
