@@ -81,8 +81,9 @@ def main() -> None:
         for shard, size in enumerate(sizes):
             part = all_keys[starts[shard] : starts[shard] + size]
             signatures.publish_signatures(
-                root / f"{shard}.sig", identity=IDENTITY, shard=shard, keys=part, method="minhash"
-            )
+                root / f"{shard}.sig", identity=IDENTITY, shard=shard, keys=part, rows=np.arange(len(part)),
+                input_rows=len(part), method="minhash",
+            )  # fmt: skip
         times["signatures"] = time.perf_counter() - started
         started = time.perf_counter()
         readers = [

@@ -1,8 +1,9 @@
 """The cluster step: connected components of the edges, each labelled by its smallest global row, and
 per-shard drop lists (every row that is not its component's label).
 
-The labels are one dense array over the job's stage rows (global row ids made dense by the shards'
-row counts): ``uint32`` below 2**32 rows, else ``uint64``.  Memory: ``4 * rows`` (``8 * rows`` past
+The labels are one dense array over the job's input rows (global row ids made dense by the shards'
+input row counts: a row that never reached the stage has no edge and stays its own label): ``uint32``
+below 2**32 rows, else ``uint64``.  Memory: ``4 * rows`` (``8 * rows`` past
 2**32) bytes plus one chunk of edges (``EDGE_CHUNK`` edges, about 100 bytes each with the temporaries):
 1 billion rows take 4 GB + about 0.2 GB.
 
@@ -47,7 +48,7 @@ def label_dtype(rows: int) -> np.dtype:
 
 
 class DenseRows:
-    """Global row ids -> dense indices, from every shard's stage row count (shards 0 .. n-1)."""
+    """Global row ids -> dense indices, from every shard's input row count (shards 0 .. n-1)."""
 
     def __init__(self, shard_rows: Sequence[int]):
         self.counts = np.asarray(shard_rows, dtype=np.int64)
@@ -183,7 +184,8 @@ class ClusterResult:
 
 
 def publish_drop_list(path: Path, *, identity: str, shard: int, rows: int, drops: np.ndarray) -> int:
-    """Publish one shard's drop list (rows within the stage, sorted); the number of rows it drops."""
+    """Publish one shard's drop list (input row numbers within the shard, sorted; ``rows``: its input
+    rows); the number of rows it drops."""
     entries = np.empty(len(drops), dtype=[("row", "<u8")])
     entries["row"] = np.sort(np.asarray(drops, dtype=np.uint64))
     meta = {"shard": shard, "rows": rows, "dropped": len(entries)}
@@ -204,7 +206,8 @@ def run_cluster(
     identity: str,
     scratch: Path,
 ) -> ClusterResult:
-    """The cluster step of a stage: components over every edge file, one drop list per shard."""
+    """The cluster step of a stage: components over every edge file, one drop list per shard.
+    ``shard_rows``: every shard's input row count (rows that never reached the stage have no edges)."""
     rows = DenseRows(shard_rows)
     found = components(rows.rows, edge_chunks(edge_readers, rows), scratch)
 
@@ -220,8 +223,8 @@ def run_cluster(
 
 
 def star_drops(edge_readers: Sequence[TableReader], shard: int, rows: int) -> np.ndarray:
-    """Exact dedup's drop list for one shard, without a cluster step: every edge's ``row`` in the shard
-    (each file read only in the blocks of that shard's id range)."""
+    """Exact dedup's drop list for one shard (``rows``: its input rows), without a cluster step: every
+    edge's ``row`` in the shard (each file read only in the blocks of that shard's id range)."""
     low = shard << dedup_keys.ROW_BITS
     high = (shard + 1) << dedup_keys.ROW_BITS
     parts = [reader.read(EDGE_SECTION, low, high if high < 1 << 64 else None)["row"] for reader in edge_readers]
@@ -233,7 +236,7 @@ def star_drops(edge_readers: Sequence[TableReader], shard: int, rows: int) -> np
 
 
 def read_drops(path: Path, *, identity: str, shard: int) -> np.ndarray:
-    """A shard's published drop list (rows within the stage, sorted), checked."""
+    """A shard's published drop list (input row numbers within the shard, sorted), checked."""
     reader = TableReader(path, kind=KIND, identity=identity)
     if reader.meta["shard"] != shard:
         raise IntegrityError(f"holds the drop list of shard {reader.meta['shard']}, not {shard}", where=str(path))

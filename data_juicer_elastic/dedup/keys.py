@@ -1,8 +1,10 @@
 """Global row ids and bucket keys: what the deduplication phases know of a row.
 
-A row's *global row id* is ``(shard << ROW_BITS) | row`` with ``row`` its index among the rows the
-stage kept in that shard: shards are numbered in input order, so the ids sort in input order without
-a prefix sum over the shards (the cluster step makes them dense once it knows every shard's count).
+A row's *global row id* is ``(shard << ROW_BITS) | row`` with ``row`` its input row number within its
+shard (carried through the operators in ``rows.row_schema.ROW_COLUMN``): shards are numbered in input
+order, so the ids sort in input order without a prefix sum over the shards (the cluster step makes them
+dense from every shard's input row count).  The rows that reach a stage are a subsequence of a shard's
+input rows; the others simply have no entries.
 
 A row's *keys* are derived from the hash column the Data-Juicer operator's own ``compute_hash`` wrote
 (never recomputed here), as two uint64 (``key``, ``key2``) per band:
@@ -32,6 +34,19 @@ def global_rows(shard: int, rows: int) -> np.ndarray:
     if not 0 <= shard < MAX_SHARDS or rows > ROW_MASK + 1:
         raise ValueError(f"shard {shard} with {rows} rows is outside the global row id space")
     return np.uint64(shard << ROW_BITS) + np.arange(rows, dtype=np.uint64)
+
+
+def global_ids(shard: int, rows: np.ndarray, input_rows: int) -> np.ndarray:
+    """The global row ids of a shard's rows ``rows`` (input row numbers, strictly increasing, below
+    ``input_rows``)."""
+    rows = np.asarray(rows, dtype=np.uint64)
+    if not 0 <= shard < MAX_SHARDS or input_rows > ROW_MASK + 1:
+        raise ValueError(f"shard {shard} with {input_rows} rows is outside the global row id space")
+    if rows.ndim != 1 or (len(rows) and int(rows[-1]) >= input_rows):
+        raise ValueError(f"shard {shard}: row numbers must be a 1-d array below its {input_rows} input rows")
+    if len(rows) > 1 and not bool((rows[1:] > rows[:-1]).all()):
+        raise ValueError(f"shard {shard}: row numbers must be strictly increasing (input order)")
+    return np.uint64(shard << ROW_BITS) | rows
 
 
 def shard_of(ids: np.ndarray) -> np.ndarray:

@@ -1,4 +1,5 @@
-"""One shard's signature file: every row the stage kept, as (key, key2, global row id) per band.
+"""One shard's signature file: every row that reached the stage's deduplicator, as (key, key2, global
+row id) per band; the global id carries the row's input row number within the shard (``dedup.keys``).
 
 Written once per shard after the operators before the deduplicator ran and its ``compute_hash`` filled
 the hash column (``dedup.keys`` turns that column into keys).  One section per band, sorted by
@@ -37,13 +38,14 @@ def band_name(band: int) -> str:
     return f"band-{band:04d}"
 
 
-def signature_sections(keys: np.ndarray, shard: int) -> list[tuple[str, np.ndarray]]:
-    """The sorted sections of a shard whose stage rows have ``keys`` of shape ``(rows, bands, 2)``."""
-    rows, bands, _ = keys.shape
-    ids = dedup_keys.global_rows(shard, rows)
+def signature_sections(keys: np.ndarray, shard: int, rows: np.ndarray, input_rows: int) -> list[tuple[str, np.ndarray]]:
+    """The sorted sections of a shard whose stage rows ``rows`` (input row numbers, increasing) have
+    ``keys`` of shape ``(len(rows), bands, 2)``."""
+    count, bands, _ = keys.shape
+    ids = dedup_keys.global_ids(shard, rows, input_rows)
     sections = []
     for band in range(bands):
-        entries = np.empty(rows, dtype=[(name, "<u8") for name in FIELDS])
+        entries = np.empty(count, dtype=[(name, "<u8") for name in FIELDS])
         entries["key"], entries["key2"], entries["row"] = keys[:, band, 0], keys[:, band, 1], ids
         sections.append((band_name(band), entries[np.lexsort((ids, keys[:, band, 1], keys[:, band, 0]))]))
     return sections
@@ -52,9 +54,10 @@ def signature_sections(keys: np.ndarray, shard: int) -> list[tuple[str, np.ndarr
 @dataclass(frozen=True)
 class ShardSignatures:
     shard: int
-    rows: int
+    rows: int  # rows that reached the stage
     bands: int
     path: Path
+    input_rows: int  # the shard's input rows
 
 
 def publish_signatures(
@@ -63,25 +66,33 @@ def publish_signatures(
     identity: str,
     shard: int,
     keys: np.ndarray,
+    rows: np.ndarray,
+    input_rows: int,
     method: str,
     params: dict | None = None,
     block_entries: int = BLOCK_ENTRIES,
 ) -> ShardSignatures:
     """Publish a shard's signature file (``tables.publish_table``: the first valid one wins; one refused
-    is replaced)."""
+    is replaced).  ``rows``: the input row numbers (within the shard, strictly increasing) of the rows
+    that reached the deduplicator, one per row of ``keys``; ``input_rows``: the shard's input rows."""
     keys = np.asarray(keys, dtype=np.uint64)
-    if keys.ndim != 3 or keys.shape[2] != 2:
-        raise ValueError(f"keys must have shape (rows, bands, 2), not {keys.shape}")
-    rows, bands, _ = keys.shape
-    meta = {"shard": shard, "rows": rows, "bands": bands, "method": method, "params": params or {}}
-    sections = signature_sections(keys, shard)
+    rows = np.asarray(rows, dtype=np.uint64)
+    if keys.ndim != 3 or keys.shape[2] != 2 or keys.shape[0] != len(rows):
+        raise ValueError(f"keys must have shape ({len(rows)} rows, bands, 2), not {keys.shape}")
+    count, bands, _ = keys.shape
+    meta = {
+        "shard": shard, "rows": count, "input_rows": input_rows, "bands": bands, "method": method,
+        "params": params or {},
+    }  # fmt: skip
+    sections = signature_sections(keys, shard, rows, input_rows)
     found = publish_table(
         path, kind=KIND, identity=identity, fields=FIELDS, sections=sections, meta=meta, block_entries=block_entries
     )
-    if (found.meta["shard"], found.meta["rows"], found.meta["bands"]) != (shard, rows, bands):
+    mine = (shard, count, input_rows, bands)
+    if tuple(found.meta.get(name) for name in ("shard", "rows", "input_rows", "bands")) != mine:
         raise IntegrityError(
             f"holds shard {found.meta['shard']} ({found.meta['rows']} rows, {found.meta['bands']} bands), "
-            f"not shard {shard} ({rows} rows, {bands} bands)",
+            f"not shard {shard} ({count} of {input_rows} rows, {bands} bands)",
             where=str(path),
             hint="a different recipe stage under the same identity: remove the job's dedup directory",
         )
@@ -95,4 +106,5 @@ def open_signatures(path: Path, *, identity: str, every_band: bool = False) -> T
 
 
 def signatures_of(reader: TableReader) -> ShardSignatures:
-    return ShardSignatures(reader.meta["shard"], reader.meta["rows"], reader.meta["bands"], Path(reader.path))
+    meta = reader.meta
+    return ShardSignatures(meta["shard"], meta["rows"], meta["bands"], Path(reader.path), meta["input_rows"])

@@ -31,9 +31,12 @@ def kept_rows(
     block_entries: int = 3,
     grouped: bool = False,
     merged: bool = False,
+    reached: np.ndarray | None = None,
 ) -> list[int]:
     """The input rows a stage keeps: ``keys`` is ``(rows, bands, 2)`` in input order; ``num_shards``, or
-    the shards' row counts."""
+    the shards' row counts; ``reached``: which input rows reach the deduplicator (default: all), as the
+    operators before it leave them (the others are neither signed nor kept)."""
+    reached = np.ones(len(keys), bool) if reached is None else np.asarray(reached, bool)
     for folder in ("sig", "edges", "drops", "scratch"):
         (root / folder).mkdir(parents=True, exist_ok=True)
     sizes = split_rows(len(keys), num_shards) if isinstance(num_shards, int) else num_shards
@@ -42,11 +45,14 @@ def kept_rows(
     readers = []
     for shard, size in enumerate(sizes):
         path = root / "sig" / f"{shard:05d}.sig"
+        rows = np.flatnonzero(reached[starts[shard] : starts[shard] + size])
         signatures.publish_signatures(
             path,
             identity=identity,
             shard=shard,
-            keys=keys[starts[shard] : starts[shard] + size],
+            keys=keys[starts[shard] + rows],
+            rows=rows,
+            input_rows=size,
             method=method,
             block_entries=block_entries,  # small blocks: range reads cross and skip blocks
         )
@@ -87,5 +93,5 @@ def kept_rows(
         ]
     for shard, size in enumerate(sizes):
         dropped = set(drops[shard].tolist())
-        kept += [int(starts[shard]) + row for row in range(size) if row not in dropped]
+        kept += [int(starts[shard]) + row for row in range(size) if row not in dropped and reached[starts[shard] + row]]
     return kept

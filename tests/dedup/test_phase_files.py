@@ -75,7 +75,10 @@ def test_a_shard_the_stage_left_empty_has_no_bands_and_is_skipped(tmp_path):
     readers = []
     for shard, part in enumerate([keys[:3], np.empty((0, 0, 2), np.uint64), keys[3:]]):
         path = tmp_path / f"{shard}.sig"
-        signatures.publish_signatures(path, identity=IDENTITY, shard=shard, keys=part, method="minhash")
+        signatures.publish_signatures(
+            path, identity=IDENTITY, shard=shard, keys=part, rows=np.arange(len(part)), input_rows=len(part) or 2,
+            method="minhash",
+        )  # fmt: skip
         readers.append(signatures.open_signatures(path, identity=IDENTITY))
     tasks = buckets.bucket_tasks(readers, 2)
     assert {task.band for task in tasks} == {0, 1}
@@ -84,8 +87,23 @@ def test_a_shard_the_stage_left_empty_has_no_bands_and_is_skipped(tmp_path):
         buckets.run_bucket(task, readers, tmp_path / f"{number}.edges", identity=IDENTITY, method="minhash")
         edge_readers.append(buckets.open_edges(tmp_path / f"{number}.edges", identity=IDENTITY))
     result = clusters.run_cluster(
-        edge_readers, [3, 0, 3], lambda shard: tmp_path / f"{shard}.drops", identity=IDENTITY, scratch=tmp_path
+        edge_readers, [3, 2, 3], lambda shard: tmp_path / f"{shard}.drops", identity=IDENTITY, scratch=tmp_path
     )
     drops = [clusters.read_drops(tmp_path / f"{s}.drops", identity=IDENTITY, shard=s).tolist() for s in (0, 1, 2)]
     kept = [r for r in range(3) if r not in drops[0]] + [3 + r for r in range(3) if r not in drops[2]]
     assert kept == kept_rows(tmp_path / "whole", keys, 1, "minhash") and result.dropped[1] == 0
+
+
+@pytest.mark.parametrize("num_shards", [1, 2, 7, 40])
+def test_rows_that_never_reach_the_stage_keep_their_input_row_numbers(tmp_path, num_shards):
+    """The rows reaching a deduplicator are a subsequence of each shard's input rows: the signature
+    files carry their input row numbers, the drop lists name input rows, and the stage keeps what it
+    keeps of the same rows laid end to end."""
+    rng = np.random.default_rng(5)
+    keys = rng.integers(0, 4, (40, 3, 2)).astype(np.uint64)
+    reached = rng.random(40) < 0.6
+    kept = kept_rows(tmp_path / "gaps", keys, num_shards, "minhash", reached=reached)
+    survivors = np.flatnonzero(reached)
+    assert kept == survivors[kept_rows(tmp_path / "dense", keys[reached], 1, "minhash")].tolist()
+    exact = kept_rows(tmp_path / "exact", keys[:, :1], num_shards, "exact", reached=reached)
+    assert exact == survivors[kept_rows(tmp_path / "dense-exact", keys[reached][:, :1], 1, "exact")].tolist()
