@@ -15,6 +15,8 @@ __all__ = [
     "clusters",
     "forests",
     "keys",
+    "phase_records",
+    "phases",
     "signatures",
     "simhash_blocks",
     "stages",

@@ -20,7 +20,7 @@ Memory: one task's entries (24 bytes each) and its edges (16 bytes each), bounde
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Final
@@ -168,9 +168,11 @@ def run_bucket(
     identity: str,
     method: str,
     distance: int = 0,
+    before_publish: Callable[[], object] | None = None,
 ) -> BucketResult:
     """Read the slice of every shard of one task (or of each task of a group, one band at a time), publish
-    their edges as one edge file at ``out`` (first valid wins)."""
+    their edges as one edge file at ``out`` (first valid wins; ``before_publish`` called just before:
+    fencing)."""
     group = (tasks,) if isinstance(tasks, BucketTask) else tuple(tasks)
     parts, entries = [], 0
     for task in group:
@@ -179,6 +181,8 @@ def run_bucket(
         parts.append(bucket_edges(found, method, task.band, distance))
     edges = unique_edges(np.concatenate(parts)) if parts else np.empty(0, dtype=[(f, "<u8") for f in FIELDS])
     meta = {"tasks": [[t.band, t.low, t.high] for t in group], "entries": entries, "method": method}
+    if before_publish is not None:
+        before_publish()
     published = publish_table(out, kind=KIND, identity=identity, fields=FIELDS, sections=[(SECTION, edges)], meta=meta)
     if published.meta["tasks"] != meta["tasks"] or published.meta["method"] != method:
         raise IntegrityError(

@@ -205,11 +205,15 @@ def run_cluster(
     *,
     identity: str,
     scratch: Path,
+    before_publish: Callable[[], object] | None = None,
 ) -> ClusterResult:
     """The cluster step of a stage: components over every edge file, one drop list per shard.
-    ``shard_rows``: every shard's input row count (rows that never reached the stage have no edges)."""
+    ``shard_rows``: every shard's input row count (rows that never reached the stage have no edges);
+    ``before_publish``: called once the components are known, before the first drop list (fencing)."""
     rows = DenseRows(shard_rows)
     found = components(rows.rows, edge_chunks(edge_readers, rows), scratch)
+    if before_publish is not None:
+        before_publish()
 
     def publish(shard: int) -> int:
         start, count = int(rows.offsets[shard]), int(rows.counts[shard])

@@ -107,6 +107,10 @@ SCANS: Final = "scans"  # the scan tasks' namespace (JobLayout.scans)
 SUMMARY: Final = "summary"  # the job summary's namespace (JobLayout.summary_lease): its writer's lease
 # A run's prepare and finalize roles (JobLayout.role_lease): coordination/<run-key>/<phase>/
 _ROLE_NAMESPACE: Final = re.compile(r"^coordination/[0-9a-f]{16,64}/(prepare|finalize)$")
+# The deduplication phases of stage k (JobLayout.dedup_tasks): dedup/<k>/<phase>/ (dedup.phases)
+DEDUP: Final = "dedup"
+DEDUP_PHASES: Final = ("signatures", "buckets", "cluster")
+_DEDUP_NAMESPACE: Final = re.compile(r"^dedup/[1-9][0-9]{0,5}/(signatures|buckets|cluster)$")
 # The one task of a role's namespace (the summary writer, a run's prepare or finalize: jobdir.roles),
 # with a shard's lease records.
 ROLE_TASK: Final = "part-00000-of-00001"
@@ -131,7 +135,7 @@ class JobLayout:
 
     def __init__(self, root: str | Path, tasks: str | None = None):
         self.root = Path(root)
-        if tasks not in (None, SCANS, SUMMARY) and not _ROLE_NAMESPACE.match(tasks):
+        if tasks not in (None, SCANS, SUMMARY) and not (_ROLE_NAMESPACE.match(tasks) or _DEDUP_NAMESPACE.match(tasks)):
             raise ValueError(f"unknown task namespace {tasks!r}")
         self.tasks = tasks
         self.tasks_root = self.root / tasks if tasks else self.root
@@ -152,6 +156,35 @@ class JobLayout:
     def role_lease(self, run_key: str, phase: str) -> JobLayout:
         """A run's prepare or finalize role (task :data:`ROLE_TASK` under ``coordination/<run-key>/<phase>/``)."""
         return JobLayout(self.root, f"coordination/{validate_run_key(run_key)}/{validate_phase(phase)}")
+
+    # -- deduplication across shards (dedup.phases; docs/dedup.md) --------------
+    dedup_dir = _under("root", DEDUP)
+
+    def dedup_stage(self, stage: int) -> Path:
+        if isinstance(stage, bool) or not isinstance(stage, int) or not 1 <= stage <= 999_999:
+            raise ValueError(f"invalid deduplication stage {stage!r}")
+        return self.dedup_dir / str(stage)
+
+    def dedup_tasks(self, stage: int, phase: str) -> JobLayout:
+        """The tasks of one phase of stage ``stage`` (``dedup/<k>/<phase>/``: claims, attempts ...)."""
+        if phase not in DEDUP_PHASES:
+            raise ValueError(f"unknown deduplication phase {phase!r}; expected one of {DEDUP_PHASES}")
+        return JobLayout(self.root, f"{DEDUP}/{self.dedup_stage(stage).name}/{phase}")
+
+    def dedup_signatures(self, stage: int, shard_id: str) -> Path:
+        return self.dedup_stage(stage) / "signatures" / f"{validate_shard_id(shard_id)}.sig"
+
+    def dedup_bucket_plan(self, stage: int) -> Path:
+        return self.dedup_stage(stage) / "buckets" / "plan.json"
+
+    def dedup_edges(self, stage: int, task_id: str) -> Path:
+        return self.dedup_stage(stage) / "edges" / f"{validate_shard_id(task_id)}.edges"
+
+    def dedup_drops(self, stage: int, shard_id: str) -> Path:
+        return self.dedup_stage(stage) / "drops" / f"{validate_shard_id(shard_id)}.drops"
+
+    def dedup_cluster(self, stage: int) -> Path:
+        return self.dedup_stage(stage) / "cluster.json"
 
     # -- the job summary (jobdir.job_summary) --------------------------------
     summary_dir = _under("root", SUMMARY)
@@ -297,7 +330,7 @@ class JobLayout:
 OUR_NAMES: Final = frozenset(
     "manifest.json manifest-rows.json plan.json scans recipe.json merge.json clean.json shards claims heartbeats "
     "releases failures attempts done failed history cache coordination logs batch-profiles stats summary "
-    "code-changes".split()
+    "code-changes dedup".split()
 )
 # Hidden names are ours too: staging directories, temp files beside records, NFS
 # ``.nfsXXXX`` leftovers.  Lost+found appears at the top of a fresh filesystem.

@@ -1,4 +1,5 @@
-"""The worker: one loop over task kinds (a planned job's scans, then its shards), each kind's attempt
+"""The worker: one loop over task kinds (a planned job's scans, the deduplication phases ``phases`` gives
+(``dedup.phases``), then its shards), each kind's attempt
 body on the task queue (``task_queue.TaskQueue.attempt``), the loop's settings, and its signals
 (SIGTERM/SIGINT handed back as an exception in the main thread, so the loop releases what it holds,
 then honoured as the signal would have been).
@@ -117,16 +118,11 @@ class WorkerSettings:
         TTL); ``values`` adds those only the caller knows (``max_done``, ``wait_for_completion``,
         ``random_start``, ``job_summary``)."""
         return cls(
-            ttl_secs=settings.lease_ttl_secs,
-            heartbeat_secs=settings.heartbeat_secs,
-            max_retries=settings.max_retries,
-            poll_interval_secs=settings.poll_interval_secs,
-            max_shards=settings.max_shards,
-            max_holder_deaths=settings.max_holder_deaths,
-            stall_timeout_secs=settings.stall_timeout_secs,
-            claim_ahead=settings.claim_ahead,
-            **values,
-        )
+            ttl_secs=settings.lease_ttl_secs, heartbeat_secs=settings.heartbeat_secs, max_retries=settings.max_retries,
+            poll_interval_secs=settings.poll_interval_secs, max_shards=settings.max_shards,
+            max_holder_deaths=settings.max_holder_deaths, stall_timeout_secs=settings.stall_timeout_secs,
+            claim_ahead=settings.claim_ahead, **values,
+        )  # fmt: skip
 
     def queue(self, layout: JobLayout, identity: WorkerIdentity, clock: Callable[[], float], pace=None) -> TaskQueue:
         """The task queue of ``layout``'s namespace under these leases and budgets."""
@@ -232,8 +228,10 @@ class Shards:
         summary: WorkerSummary, *, ahead: ClaimAhead | None = None, keeper: SummaryKeeper | None = None,
         drive_keeper: Callable[[SummaryKeeper], Callable[[], object]] | None = None,
         on_attempt: Callable[[ProgressTracker], None] | None = None, stop_event: threading.Event | None = None,
+        drops: Callable[[str], dict] | None = None,
     ):  # fmt: skip
         self.queue, self.layout, self.manifest, self.claimer = queue, queue.layout, manifest, claimer
+        self.drops = drops or (lambda shard: {})  # a shard's drop lists (ShardTask.drops), when the recipe deduplicates
         self.run_shard, self.settings, self.summary, self.clock = run_shard, settings, summary, queue.clock
         self.ahead, self.keeper, self.on_attempt, self.stop_event = ahead, keeper, on_attempt, stop_event
         self.pulse = drive_keeper(keeper) if keeper is not None else lambda: None  # a keeper round, when due
@@ -308,7 +306,7 @@ class Shards:
                 task = ShardTask(
                     shard_id=entry.shard_id, source=source, attempt_dir=attempt.dir, generation=claim.generation,
                     attempt_id=claim.attempt_id, input_rows=entry.rows, input_sha256=entry.sha256,
-                    read_ahead=ahead.read if prechecked else None,
+                    read_ahead=ahead.read if prechecked else None, drops=self.drops(entry.shard_id),
                 )  # fmt: skip
                 if self.ahead is not None and self.stop_reason(running=1) is None:  # claimed counts this one
                     # the next shard's claim, check and read overlap this one's tail (see claiming.ClaimAhead)
@@ -490,22 +488,14 @@ def _sleeper(stop_event: threading.Event | None) -> Callable[[float], object]:
 
 
 def run_worker(
-    job_dir: str | Path,
-    identity: WorkerIdentity,
-    run_shard: RunShard,
-    settings: WorkerSettings,
-    *,
-    stop_event: threading.Event | None = None,
-    clock: Callable[[], float] = time.monotonic,
-    sleep: Callable[[float], None] | None = None,
-    claim_gate: Callable[[], bool] | None = None,
-    claim_rng: random.Random | None = None,
-    on_attempt: Callable[[ProgressTracker], None] | None = None,
-    before_claim: Callable[[], bool] | None = None,
-    read_ahead: Callable[[ShardSource], object] | None = None,
-    run_scan: RunScan | None = None,
-    drive_keeper: Callable[[SummaryKeeper], Callable[[], object]] = keeper_thread,
-) -> WorkerSummary:
+    job_dir: str | Path, identity: WorkerIdentity, run_shard: RunShard, settings: WorkerSettings, *,
+    stop_event: threading.Event | None = None, clock: Callable[[], float] = time.monotonic,
+    sleep: Callable[[float], None] | None = None, claim_gate: Callable[[], bool] | None = None,
+    claim_rng: random.Random | None = None, on_attempt: Callable[[ProgressTracker], None] | None = None,
+    before_claim: Callable[[], bool] | None = None, read_ahead: Callable[[ShardSource], object] | None = None,
+    run_scan: RunScan | None = None, drive_keeper: Callable[[SummaryKeeper], Callable[[], object]] = keeper_thread,
+    phases: Callable[..., Any] | None = None,
+) -> WorkerSummary:  # fmt: skip
     """Process the shards of ``job_dir`` (a planned job's scans first, with ``run_scan``) until the job is
     finished or a limit of ``settings`` is reached; the arguments: docs/architecture.md, ``jobdir.worker``."""
     layout = JobLayout(Path(os.path.abspath(job_dir)))
@@ -524,6 +514,12 @@ def run_worker(
     manifest = manifest or load_manifest(layout.root)
     check_layout(layout)  # and one whose directories lead elsewhere
     check_shard_files(layout.root, manifest)
+    # the deduplication phases of the recipe's stages (dedup.phases.dedup_phases), each published before the shards
+    dedup = phases and phases(layout, manifest, lambda tasks: settings.queue(tasks, identity, clock),
+                              poll_secs=settings.poll_interval_secs, stop_event=stop_event)  # fmt: skip
+    if dedup is not None and (reason := dedup.work(wait=wait, sleep=sleep)) is not StopReason.FINISHED:
+        summary.stop_reason = reason
+        return summary
     reader = pace = keeper = None
     if settings.job_summary:
         reader = SummaryReader(layout, manifest, ttl_secs=settings.ttl_secs, clock=clock)
@@ -539,7 +535,8 @@ def run_worker(
                                heartbeat_secs=settings.heartbeat_secs, clock=clock)  # fmt: skip
     ahead = ClaimAhead(queue, manifest, claimer.claim_next, read_ahead) if settings.claim_ahead else None
     kind = Shards(queue, manifest, claimer, run_shard, settings, summary, ahead=ahead, keeper=keeper,
-                  drive_keeper=drive_keeper, on_attempt=on_attempt, stop_event=stop_event)  # fmt: skip
+                  drive_keeper=drive_keeper, on_attempt=on_attempt, stop_event=stop_event,
+                  drops=dedup.shard_drops if dedup else None)  # fmt: skip
     summary.stop_reason = work(kind, wait=wait, sleep=sleep, places=(("job directory", layout.root),))
     summary.complete, summary.terminal_failures = leaving_outcome(
         layout, manifest, claimer.known_done, None if summary.stop_reason == StopReason.FINISHED else reader

@@ -7,6 +7,10 @@ fault seam, with the fast fake runner instead of Ray.
     python -m tests.faults.driver prepare JOB INPUT --shards N [--plan-only]
     python -m tests.faults.driver run JOB INPUT OUTPUT --run-id ID [--layout parts]   (elected prepare/finalize)
 
+``--dedup`` (worker, prepare, run): the recipe ``fakes.DEDUP_PROCESS`` (a filter, two exact deduplicators),
+its phases run with the fake signature runner (``fakes.fake_signatures``) and its shards with
+``fakes.dedup_runner``.
+
 Like ``dj-elastic``: runs with the fault plan / crash point named by the environment (installed
 at start by ``plan_hook/sitecustomize.py``, see ``crashpoints``), prints one ``error: ...`` line and exits 2 on an
 ElasticError or a terminally failed shard, prints the summary as JSON on success.
@@ -21,6 +25,7 @@ from dataclasses import asdict
 from types import SimpleNamespace
 
 from data_juicer_elastic.coordination.run import Outcome
+from data_juicer_elastic.dedup.phases import dedup_phases
 from data_juicer_elastic.errors import EXIT_ERROR, ElasticError
 from data_juicer_elastic.job_run import JobRun
 from data_juicer_elastic.jobdir.worker import WorkerSettings, run_worker
@@ -31,7 +36,7 @@ from data_juicer_elastic.shards.prepare import PrepareRequest, plan_job, prepare
 from data_juicer_elastic.shards.scan import ShardScanner
 from data_juicer_elastic.sharedfs.identity import WorkerIdentity
 
-from .fakes import fsio_runner, pause
+from .fakes import DEDUP_PROCESS, dedup_runner, fake_signatures, fsio_runner, pause
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -49,6 +54,7 @@ def main(argv: list[str] | None = None) -> int:
     w.add_argument("--no-wait", action="store_true")
     w.add_argument("--max-shards", type=int, default=None)
     w.add_argument("--scan-sleep", type=float, default=0.0, help="seconds each scan waits before it reads")
+    w.add_argument("--dedup", action="store_true")
     m = sub.add_parser("merge")
     m.add_argument("job")
     m.add_argument("output")
@@ -61,6 +67,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("input")
     p.add_argument("--shards", type=int, default=4)
     p.add_argument("--plan-only", action="store_true", help="publish the plan; the workers scan")
+    p.add_argument("--dedup", action="store_true")
     r = sub.add_parser("run")
     r.add_argument("job")
     r.add_argument("input")
@@ -69,6 +76,7 @@ def main(argv: list[str] | None = None) -> int:
     r.add_argument("--shards", type=int, default=4)
     r.add_argument("--ttl", type=float, default=60.0)
     r.add_argument("--layout", choices=["file", "parts"], default="file")
+    r.add_argument("--dedup", action="store_true")
     args = parser.parse_args(argv)
     try:
         if args.command == "prepare":
@@ -95,7 +103,7 @@ def main(argv: list[str] | None = None) -> int:
         summary = run_worker(
             args.job,
             WorkerIdentity.current(),
-            fsio_runner(args.sleep, fail, rows_late=args.rows_late),
+            dedup_runner(DEDUP_PROCESS) if args.dedup else fsio_runner(args.sleep, fail, rows_late=args.rows_late),
             WorkerSettings(
                 ttl_secs=args.ttl,
                 heartbeat_secs=args.heartbeat or args.ttl / 4,
@@ -106,6 +114,7 @@ def main(argv: list[str] | None = None) -> int:
             ),
             sleep=pause,
             run_scan=_slow_scanner(args.scan_sleep),  # a planned job is scanned first, by every worker
+            phases=dedup_phases(fake_signatures(DEDUP_PROCESS)),
         )
     except ElasticError as err:
         print(f"error: {err}", file=sys.stderr)
@@ -133,7 +142,7 @@ def _slow_scanner(seconds: float):
 def _request(args) -> PrepareRequest:
     return PrepareRequest(
         job_dir=args.job, dataset_path=args.input, num_shards=args.shards,
-        recipe={"process": [{"copy_mapper": None}]}, stage_identities=["copy"],
+        recipe={"process": DEDUP_PROCESS if args.dedup else [{"copy_mapper": None}]}, stage_identities=["copy"],
     )  # fmt: skip
 
 
@@ -163,7 +172,7 @@ class FakeJobRun(JobRun):
         return run_worker(
             self.layout.root,
             self.identity,
-            fsio_runner(),
+            dedup_runner(DEDUP_PROCESS) if self.args.dedup else fsio_runner(),
             WorkerSettings(
                 ttl_secs=s.lease_ttl_secs,
                 heartbeat_secs=s.heartbeat_secs,
@@ -173,6 +182,7 @@ class FakeJobRun(JobRun):
             ),
             stop_event=stop,
             run_scan=ShardScanner(processes=0),
+            phases=dedup_phases(fake_signatures(DEDUP_PROCESS)),
         )
 
     def report(self, outcome):

@@ -9,13 +9,18 @@ exactly as they reach the real runner's output.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import threading
 from collections.abc import Callable
 from pathlib import Path
 
+import numpy as np
+
+from data_juicer_elastic.dedup.keys import exact_keys
+from data_juicer_elastic.dedup.stages import ACCEPTED, dedup_stages
 from data_juicer_elastic.jobdir import heartbeats
-from data_juicer_elastic.jobdir.attempts import ShardOutput, ShardTask
+from data_juicer_elastic.jobdir.attempts import ShardOutput, ShardTask, SignatureOutput, SignatureTask
 from data_juicer_elastic.rows.shard_source import iter_source_lines
 from data_juicer_elastic.shards.prepare import PrepareRequest, prepare_job
 from data_juicer_elastic.sharedfs import fsio
@@ -40,17 +45,19 @@ def write_input(path: Path, rows: int) -> Path:
     return path
 
 
-def prepare(tmp: Path, rows: int = 40, shards: int = 4, name: str = "job", copy_shards: bool = True) -> Path:
+def prepare(
+    tmp: Path, rows: int = 40, shards: int = 4, name: str = "job", copy_shards: bool = True, process: list | None = None
+) -> Path:
     """A prepared (planned and scanned) job; its shards copied into the job dir unless ``copy_shards``
     is False (then read in place from the input file, ``<name>-input.jsonl``)."""
-    data = write_input(tmp / f"{name}-input.jsonl", rows)
+    data = (write_dedup_input if process else write_input)(tmp / f"{name}-input.jsonl", rows)
     job = tmp / name
     prepare_job(
         PrepareRequest(
             job_dir=job,
             dataset_path=data,
             num_shards=shards,
-            recipe={"process": [{"copy_mapper": None}]},
+            recipe={"process": process or [{"copy_mapper": None}]},
             stage_identities=["copy"],
             copy_shards=copy_shards,
         )
@@ -105,3 +112,110 @@ def merged_ids(path: Path) -> list[int]:
 def done_shards(job: Path) -> dict[str, dict]:
     directory = job / "done"
     return {p.stem: json.loads(p.read_bytes()) for p in sorted(directory.iterdir())} if directory.exists() else {}
+
+
+# --- deduplication: exact dedup computed in Python, the phases run on the real task queue -------------
+
+# A filter before the first deduplicator (rows that never reach it), then two exact deduplicators: the
+# second (lowercase) merges what the first kept apart.
+DEDUP_PROCESS = [
+    {"text_length_filter": {"min_len": 1}},
+    {"document_deduplicator": {}},
+    {"document_deduplicator": {"lowercase": True}},
+]
+
+
+def dedup_texts(rows: int) -> list[str]:
+    """Copies far apart, case and whitespace variants, empty documents."""
+    distinct = max(1, rows // 3)
+    texts = []
+    for i in range(rows):
+        words = f"doc {(i * 7) % distinct}"
+        texts.append("" if i % 11 == 5 else (words, words.upper(), f"  {words} ", words + " x")[i % 4])
+    return texts
+
+
+def write_dedup_input(path: Path, rows: int) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "w", encoding="utf-8") as handle:
+        for i, text in enumerate(dedup_texts(rows)):
+            handle.write(json.dumps({"id": i, "text": text}) + "\n")
+    return path
+
+
+def _exact_hash(text: str, args: dict | None) -> str:
+    """document_deduplicator's compute_hash, for its ``lowercase`` option."""
+    return hashlib.md5((text.lower() if (args or {}).get("lowercase") else text).strip().encode()).hexdigest()
+
+
+def _reaches(process: list, stop: int, text: str, number: int, drops: dict[int, set]) -> bool:
+    """Whether input row ``number`` survives ``process[:stop]`` (each deduplicator: its stage's drops)."""
+    stage = 0
+    for entry in process[:stop]:
+        ((name, args),) = entry.items()
+        if name == "text_length_filter" and len(text) < (args or {}).get("min_len", 0):
+            return False
+        if name in ACCEPTED:
+            stage += 1
+            if number in drops.get(stage, ()):
+                return False
+    return True
+
+
+def _drop_sets(task) -> dict[int, set]:
+    return {stage: set(rows.tolist()) for stage, rows in task.drops.items()}
+
+
+def fake_signatures(process: list) -> Callable[[SignatureTask], SignatureOutput]:
+    """run_signatures: the rows reaching the stage's deduplicator and their md5 as exact keys."""
+    stages = dedup_stages(process)
+
+    def run(task: SignatureTask) -> SignatureOutput:
+        stage, drops = stages[task.stage - 1], _drop_sets(task)
+        rows, hashes = [], []
+        for number, raw in enumerate(iter_source_lines(task.source)):
+            text = json.loads(raw)["text"]
+            if _reaches(process, stage.position, text, number, drops):
+                rows.append(number)
+                hashes.append(_exact_hash(text, stage.args))
+        return SignatureOutput(np.array(rows, dtype=np.uint64), exact_keys(hashes), "exact")
+
+    return run
+
+
+def dedup_runner(process: list) -> Callable[[ShardTask], ShardOutput]:
+    """run_shard: the rows that survive the whole recipe (every stage's drop list applied)."""
+
+    def run(task: ShardTask) -> ShardOutput:
+        drops = _drop_sets(task)
+        writer = fsio.BufferedCheckedWriter(task.output_path)
+        rows = 0
+        try:
+            for number, raw in enumerate(iter_source_lines(task.source)):
+                row = json.loads(raw)
+                if _reaches(process, len(process), row["text"], number, drops):
+                    writer.write(json.dumps(row, separators=(",", ":")).encode() + b"\n")
+                    rows += 1
+            writer.finish()
+        except BaseException:
+            writer.abort()
+            raise
+        return ShardOutput(task.output_path, rows)
+
+    return run
+
+
+def dedup_oracle(texts: list[str], process: list) -> list[int]:
+    """The ids the default executor keeps: each operator over the whole dataset, each deduplicator
+    keeping the first row of each hash."""
+    kept = list(range(len(texts)))
+    for entry in process:
+        ((name, args),) = entry.items()
+        if name == "text_length_filter":
+            kept = [i for i in kept if len(texts[i]) >= (args or {}).get("min_len", 0)]
+        elif name in ACCEPTED:
+            seen: set[str] = set()
+            kept = [
+                i for i in kept if not (_exact_hash(texts[i], args) in seen or seen.add(_exact_hash(texts[i], args)))
+            ]
+    return kept
