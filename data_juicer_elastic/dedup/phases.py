@@ -344,6 +344,8 @@ class Cluster(Phase):
             return False
         for index, entry in enumerate(self.job.manifest.shards):
             path = self.files.dedup_drops(self.stage.number, entry.shard_id)
+            if not fsio.exists(path):
+                return False
             meta = TableReader(path, kind=clusters.KIND, identity=self.identity).meta
             if (meta["shard"], meta["rows"], meta["dropped"]) != (index, entry.rows, marker["per_shard"][index]):
                 return False
