@@ -37,6 +37,11 @@ def summary_lines(job_dir: str | os.PathLike, result: Any, elapsed_secs: float, 
         + f"{result.shards} shards, {retries} retr{'y' if retries == 1 else 'ies'}"
         + ("" if result.written else " (the export was already there, identical: left unchanged)"),
     ]
+    for stage in getattr(result, "dedup", ()):  # the rows each deduplicator removed (merge.json)
+        lines.append(
+            f"  dedup   process[{stage['position']}] {stage['op']}: {stage['dropped']:,} of {stage['rows']:,} rows "
+            "removed as duplicates"
+        )
     if errors is not None:
         lines.append(
             f"  errors  {shown_path(errors.path)} ({errors.rows:,} row{'s' if errors.rows != 1 else ''} operators "

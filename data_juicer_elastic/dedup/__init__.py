@@ -15,6 +15,7 @@ __all__ = [
     "clusters",
     "forests",
     "keys",
+    "phase_progress",
     "phase_records",
     "phases",
     "signatures",

@@ -86,6 +86,8 @@ class MergeRecord(Record):
     # "file": output_path is the merged JSONL and sha256 its hash; "parts": output_path is the
     # export directory and sha256 the hash of its index file (PartsIndex), which names every part
     layout: str = "file"
+    # each deduplicator: stage, op, position, rows reaching it, rows it dropped (dedup.phase_progress)
+    dedup: list[dict[str, Any]] = field(default_factory=list)
 
 
 @dataclass(frozen=True)

@@ -22,6 +22,7 @@ from typing import Any, ClassVar
 
 from loguru import logger
 
+from data_juicer_elastic.dedup.phase_progress import removed_rows
 from data_juicer_elastic.errors import (
     ElasticError,
     IntegrityError,
@@ -70,6 +71,7 @@ class MergeResult:
     row_stats: MergedSideFile | None = None  # <export>_stats.jsonl, when the recipe makes per-row stats
     quarantined: MergedSideFile | None = None  # <export>_errors.jsonl, when operators failed on rows (quarantine)
     layout: str = "file"  # "parts": output_path is a directory of parts and sha256 that of its index (shards.parts)
+    dedup: tuple[dict[str, Any], ...] = ()  # the rows each deduplicator removed (merge.json's dedup)
 
     def to_details(self) -> dict[str, Any]:
         """What a run's outcome record keeps of the merge (``coordination.run.Outcome.details``), for every instance to
@@ -78,6 +80,8 @@ class MergeResult:
         details = {"output_path": str(self.output_path)} | {name: getattr(self, name) for name in fields}
         if self.quarantined is not None:
             details["quarantined"] = {**dataclasses.asdict(self.quarantined), "path": str(self.quarantined.path)}
+        if self.dedup:
+            details["dedup"] = list(self.dedup)
         return details
 
     @classmethod
@@ -93,6 +97,7 @@ class MergeResult:
             bool(details.get("written", False)),
             quarantined=quarantined,
             layout=str(details.get("layout", "file")),
+            dedup=tuple(details.get("dedup") or ()),
         )
 
 
@@ -489,8 +494,11 @@ def record_merge(
         errors_path=None if quarantined is None else str(quarantined.path),
         errors_sha256=None if quarantined is None else quarantined.sha256,
         layout=layout_name,
+        dedup=removed_rows(layout, manifest),
     )
     fsio.atomic_write(layout.merge_record, record.encode())
     how = "published as parts in" if layout_name == "parts" else "merged into"
     logger.info(f"{len(merged)} shards, {rows} rows {how} {output}" + ("" if written else " (unchanged)"))
-    return MergeResult(output, rows, size, sha, len(merged), written, row_stats, quarantined, layout_name)
+    return MergeResult(
+        output, rows, size, sha, len(merged), written, row_stats, quarantined, layout_name, tuple(record.dedup)
+    )

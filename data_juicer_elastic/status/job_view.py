@@ -13,7 +13,8 @@ from typing import Any, Final
 
 import orjson
 
-from data_juicer_elastic.errors import EXIT_ERROR, EXIT_INCOMPLETE, EXIT_OK, ConfigError, last_line
+from data_juicer_elastic.dedup.phase_progress import StageProgress, dedup_progress
+from data_juicer_elastic.errors import EXIT_ERROR, EXIT_INCOMPLETE, EXIT_OK, ConfigError, ElasticError, last_line
 from data_juicer_elastic.jobdir.exports import CleanRecord
 from data_juicer_elastic.jobdir.heartbeats import StalenessObserver
 from data_juicer_elastic.jobdir.job_summary import read_paces
@@ -30,6 +31,8 @@ from data_juicer_elastic.status.scan_phase import read_scan_phase, scan_text
 from data_juicer_elastic.status.snapshot_types import JobSnapshot, JsonDict, ShardStatus
 from data_juicer_elastic.status.throughput import Summary, rate, summarize
 
+MAX_RECIPE_BYTES: Final = 64 * 1024 * 1024
+
 
 @dataclass(frozen=True)
 class JobView:
@@ -38,6 +41,7 @@ class JobView:
     times: JobTimes | None  # None: neither a run record nor a plan time (a job split by an old prepare)
     runs: list[dict[str, Any]]  # newest first (run_status.runs)
     cleaned: CleanRecord | None = None  # the shard outputs were removed (dj-elastic clean)
+    dedup: tuple[StageProgress, ...] = ()  # each deduplicator's phase (dedup.phase_progress)
 
 
 def read_view(
@@ -63,7 +67,19 @@ def read_view(
         layout, planned_at=planned, paces=paces, attempt_starts=starts, runs=found, complete=snap.complete
     )
     cleaned, _ = CleanRecord.read_or_error(layout.clean_record)  # display: a corrupt one is verify's to name
-    return JobView(snap, summarize(snap), times, found, cleaned)
+    recipe = manifest.recipe if manifest is not None else _recipe(layout)
+    dedup = tuple(dedup_progress(layout, recipe, sum(snap.counts.values()))) if recipe else ()
+    return JobView(snap, summarize(snap), times, found, cleaned, dedup)
+
+
+def _recipe(layout: JobLayout) -> dict[str, Any] | None:
+    """The job's recipe (``recipe.json``, as the manifest holds it), for display; None when unreadable."""
+    try:
+        data = fsio.read_record(layout.recipe, MAX_RECIPE_BYTES)
+        recipe = orjson.loads(data) if data is not None else None
+    except (OSError, ValueError, ElasticError):
+        return None
+    return recipe if isinstance(recipe, dict) else None
 
 
 def view_json(view: JobView, *, for_orjson: bool = False) -> JsonDict:
@@ -74,6 +90,7 @@ def view_json(view: JobView, *, for_orjson: bool = False) -> JsonDict:
     data["times"] = view.times.to_json(now=snap.taken_at) if view.times is not None else None
     data["first_shard_secs"] = data["times"]["first_shard_secs"] if view.times is not None else None
     data["coordination"] = view.runs
+    data["dedup"] = [stage.to_json() for stage in view.dedup]
     cleaned = view.cleaned
     data["cleaned"] = None if cleaned is None else {
         "at": cleaned.started_at, "export": cleaned.output_path, "layout": cleaned.layout,
@@ -128,6 +145,8 @@ def print_document(text: str | bytes) -> None:
 
 def _text(view: JobView, *, show_all: bool) -> str:
     text = render_text(view.snapshot, show_all=show_all, times=view.times, summary=view.throughput)
+    if view.dedup:
+        text += "\n" + "\n".join(stage.text for stage in view.dedup)
     if (cleaned := view.cleaned) is not None:
         state = f"{cleaned.bytes_freed:,} bytes freed" if cleaned.complete else "stopped: run it again"
         text += f"\ncleaned: the shard outputs were removed ({state}); the export {cleaned.output_path} is the output"

@@ -16,7 +16,7 @@ import time
 
 import pytest
 
-from .conftest import run_driver, start_driver, summary_of
+from .conftest import dj_elastic_status, run_driver, start_driver, summary_of
 from .fakes import DEDUP_PROCESS, dedup_oracle, dedup_texts, prepare
 
 ROWS = 40
@@ -185,3 +185,31 @@ def test_a_worker_that_does_not_wait_stops_while_another_holds_a_phase(tmp_path)
     out, err = holder.communicate(timeout=120)
     assert holder.returncode == 0, err[-3000:]
     assert merged(job, tmp_path) == expected_bytes()
+
+
+def test_status_names_each_deduplicators_phase_and_what_it_dropped(tmp_path):
+    job = prepare(tmp_path, ROWS, 4, process=DEDUP_PROCESS)
+    assert worker(job, crash="link:.edges@2").returncode == -signal.SIGKILL  # one bucket group published
+    text = dj_elastic_status(job)
+    assert "dedup 1/2 document_deduplicator: buckets 1/4" in text.stdout, text.stdout
+    assert "dedup 2/2 document_deduplicator: signatures 0/4" in text.stdout
+    stages = json.loads(dj_elastic_status(job, "--json").stdout)["dedup"]
+    assert [(s["phase"], s["done"], s["total"]) for s in stages] == [("buckets", 1, 4), ("signatures", 0, 4)]
+    assert worker(job).returncode == 0
+    stages = json.loads(dj_elastic_status(job, "--json").stdout)["dedup"]
+    texts = dedup_texts(ROWS)
+    reached = [t for t in texts if t]
+    first = dedup_oracle(texts, DEDUP_PROCESS[:2])
+    assert [(s["phase"], s["rows"], s["dropped"]) for s in stages] == [
+        ("done", len(reached), len(reached) - len(first)),
+        ("done", len(first), len(first) - len(dedup_oracle(texts, DEDUP_PROCESS))),
+    ]
+    assert f"dedup 1/2 document_deduplicator: done, {len(reached) - len(first)} of {len(reached)} rows dropped" in (
+        dj_elastic_status(job).stdout
+    )
+    assert merged(job, tmp_path) == expected_bytes()
+    record = json.loads((job / "merge.json").read_bytes())
+    assert [(s["op"], s["position"], s["rows"], s["dropped"]) for s in record["dedup"]] == [
+        ("document_deduplicator", 1, len(reached), len(reached) - len(first)),
+        ("document_deduplicator", 2, len(first), stages[1]["dropped"]),
+    ]
