@@ -19,6 +19,7 @@ from data_juicer_elastic.console import JobDisplay
 from data_juicer_elastic.console.summary import run_clock_start
 from data_juicer_elastic.coordination.slots import CUDA_ENV, SlotPool, slot_argv, slot_cpus, slot_devices, slot_env
 from data_juicer_elastic.coordination.stragglers import ClaimGate
+from data_juicer_elastic.dedup.phases import dedup_phases
 from data_juicer_elastic.execution.ray_runtime import LazyShardRunner, restart_worker_process
 from data_juicer_elastic.execution.shard_runner import default_cache_env
 from data_juicer_elastic.jobdir.layout import JobLayout, check_layout, ensure_dir, resolve_user_path
@@ -126,6 +127,9 @@ def run_local_worker(
                 before_claim=runner.ready,  # code checked and Ray up before a claim is held
                 read_ahead=runner.read_ahead,
                 run_scan=ShardScanner(),  # a planned job is scanned first, this worker taking its share
+                # a recipe's deduplication phases before its shards, with the runner's signature phase
+                # (execution: run_signatures(SignatureTask) -> SignatureOutput, on the same warm runtime)
+                phases=dedup_phases(getattr(runner, "run_signatures", None)),
             )
         if stop_event is not None and stop_event.is_set():
             pool.stop()  # the run was aborted: every slot gives its claim back now
