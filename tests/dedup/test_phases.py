@@ -1,0 +1,94 @@
+"""The deduplication phases in one process (``dedup.phases`` through ``jobdir.worker.run_worker``), with the
+fault driver's fake runners: exact dedup computed in Python.  Hypothesis over corpora (copies far apart, case
+and whitespace variants, empty documents) and shard counts: the merged output is the oracle's rows (each
+deduplicator keeping the first row of each hash among the rows reaching it, as the default executor)."""
+
+from __future__ import annotations
+
+import json
+import tempfile
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from data_juicer_elastic.dedup import phases as dedup_phases_module
+from data_juicer_elastic.dedup.phase_progress import dedup_progress, removed_rows
+from data_juicer_elastic.dedup.phases import dedup_phases
+from data_juicer_elastic.errors import ConfigError, ShardFailedError
+from data_juicer_elastic.jobdir.layout import JobLayout
+from data_juicer_elastic.jobdir.manifest import load_manifest
+from data_juicer_elastic.jobdir.worker import WorkerSettings, run_worker
+from data_juicer_elastic.shards.merge import merge_job
+from data_juicer_elastic.shards.prepare import PrepareRequest, prepare_job
+from data_juicer_elastic.sharedfs.identity import WorkerIdentity
+from tests.faults.fakes import DEDUP_PROCESS, LEASE, dedup_oracle, dedup_runner, fake_signatures
+
+SETTINGS = WorkerSettings(max_retries=1, **LEASE)
+WORDS = ["doc a", "Doc A", "  doc a ", "doc b", "DOC B", "", "doc c", "doc a x"]
+
+
+def run_job(root: Path, texts: list[str], shards: int, process=DEDUP_PROCESS, runner=None):
+    data = root / "input.jsonl"
+    data.write_text("".join(json.dumps({"id": i, "text": t}) + "\n" for i, t in enumerate(texts)))
+    job = root / "job"
+    prepare_job(PrepareRequest(job_dir=job, dataset_path=data, num_shards=shards, recipe={"process": process},
+                               stage_identities=["copy"]))  # fmt: skip
+    summary = run_worker(
+        job, WorkerIdentity.current(), dedup_runner(process), SETTINGS,
+        phases=dedup_phases(runner or fake_signatures(process)),
+    )  # fmt: skip
+    assert summary.complete, summary
+    out = root / "out.jsonl"
+    result = merge_job(job, out)
+    return job, [json.loads(line)["id"] for line in out.open()], result
+
+
+@settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    texts=st.lists(st.sampled_from(WORDS), min_size=1, max_size=30),
+    shards=st.integers(1, 30),
+    second=st.booleans(),
+)
+def test_the_job_keeps_the_oracles_rows_for_any_corpus_and_shard_count(texts, shards, second):
+    process = DEDUP_PROCESS if second else DEDUP_PROCESS[:2]
+    with tempfile.TemporaryDirectory() as tmp:
+        job, kept, result = run_job(Path(tmp), texts, min(shards, len(texts)), process)
+        assert kept == dedup_oracle(texts, process)
+        counts = removed_rows(JobLayout(job), load_manifest(job))
+        assert [c["stage"] for c in counts] == list(range(1, len(process)))
+        assert sum(c["dropped"] for c in counts) == sum(1 for t in texts if t) - len(kept)
+        assert list(result.dedup) == counts
+
+
+def test_a_runner_of_another_method_fails_the_signature_task(tmp_path):
+    fake = fake_signatures(DEDUP_PROCESS)
+
+    def wrong(task):
+        output = fake(task)
+        return type(output)(output.rows, output.keys, "minhash")
+
+    with pytest.raises(ShardFailedError, match="signatures part-00000-of-00002 failed 2 time.*'minhash' keys"):
+        run_job(tmp_path, WORDS, 2, runner=wrong)
+
+
+def test_a_deduplicating_recipe_without_a_signature_runner_is_refused(tmp_path):
+    data = tmp_path / "input.jsonl"
+    data.write_text(json.dumps({"id": 0, "text": "a"}) + "\n")
+    job = tmp_path / "job"
+    prepare_job(PrepareRequest(job_dir=job, dataset_path=data, num_shards=1, recipe={"process": DEDUP_PROCESS},
+                               stage_identities=["copy"]))  # fmt: skip
+    with pytest.raises(ConfigError, match=r"process\[1\] document_deduplicator"):
+        run_worker(job, WorkerIdentity.current(), dedup_runner(DEDUP_PROCESS), SETTINGS, phases=dedup_phases(None))
+
+
+def test_the_phases_of_a_recipe_without_deduplicators_are_none(tmp_path):
+    build = dedup_phases(None)
+    manifest = type("M", (), {"recipe": {"process": [{"copy_mapper": None}]}})()
+    assert build(JobLayout(tmp_path), manifest, None, poll_secs=0.1) is None
+    assert dedup_progress(JobLayout(tmp_path), manifest.recipe, 3) == []
+
+
+def test_bucket_groups_grow_with_the_shards_up_to_a_cap():
+    assert [dedup_phases_module.ranges_for(n) for n in (1, 7, 64, 10_000)] == [1, 7, 64, 64]
