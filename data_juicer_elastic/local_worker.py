@@ -128,8 +128,8 @@ def run_local_worker(
                 read_ahead=runner.read_ahead,
                 run_scan=ShardScanner(),  # a planned job is scanned first, this worker taking its share
                 # a recipe's deduplication phases before its shards, with the runner's signature phase
-                # (execution: run_signatures(SignatureTask) -> SignatureOutput, on the same warm runtime)
-                phases=dedup_phases(getattr(runner, "run_signatures", None)),
+                # (execution: runner.signatures(SignatureTask) -> SignatureOutput, on the same warm runtime)
+                phases=dedup_phases(getattr(runner, "signatures", None)),
             )
         if stop_event is not None and stop_event.is_set():
             pool.stop()  # the run was aborted: every slot gives its claim back now

@@ -41,6 +41,7 @@ def summary_lines(job_dir: str | os.PathLike, result: Any, elapsed_secs: float, 
         lines.append(
             f"  dedup   process[{stage['position']}] {stage['op']}: {stage['dropped']:,} of {stage['rows']:,} rows "
             "removed as duplicates"
+            + (f", {stage['failed']:,} quarantined (their hashing failed)" if stage.get("failed") else "")
         )
     if errors is not None:
         lines.append(

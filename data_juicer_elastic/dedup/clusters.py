@@ -206,10 +206,12 @@ def run_cluster(
     identity: str,
     scratch: Path,
     before_publish: Callable[[], object] | None = None,
+    extra_drops: Sequence[np.ndarray] | None = None,
 ) -> ClusterResult:
     """The cluster step of a stage: components over every edge file, one drop list per shard.
     ``shard_rows``: every shard's input row count (rows that never reached the stage have no edges);
-    ``before_publish``: called once the components are known, before the first drop list (fencing)."""
+    ``before_publish``: called once the components are known, before the first drop list (fencing);
+    ``extra_drops``: per shard, input rows the stage drops besides (their hashing failed)."""
     rows = DenseRows(shard_rows)
     found = components(rows.rows, edge_chunks(edge_readers, rows), scratch)
     if before_publish is not None:
@@ -219,6 +221,8 @@ def run_cluster(
         start, count = int(rows.offsets[shard]), int(rows.counts[shard])
         own = found.labels[start : start + count]
         drops = np.flatnonzero(own != np.arange(start, start + count, dtype=own.dtype))
+        if extra_drops is not None and len(extra_drops[shard]):
+            drops = np.union1d(drops, np.asarray(extra_drops[shard], dtype=np.int64))
         return publish_drop_list(drop_path(shard), identity=identity, shard=shard, rows=count, drops=drops)
 
     # one small file per shard: their creates, fsyncs and links overlap on threads (they release the GIL)

@@ -83,7 +83,7 @@ def dedup_progress(layout: JobLayout, recipe: dict[str, Any], num_shards: int) -
 def removed_rows(layout: JobLayout, manifest: Manifest) -> list[dict[str, Any]]:
     """The rows each deduplicator of the job removed, from its stage's checked ``cluster.json`` (for
     ``merge.json`` and the closing summary): stage, op, process position, rows that reached it, rows
-    dropped.  A stage without a valid marker is left out."""
+    dropped as copies, rows whose hashing failed (quarantined).  A stage without a valid marker is left out."""
     found = []
     for stage in dedup_stages(manifest.recipe.get("process") or []):
         identity = stage_identity(manifest.recipe_hash, stage)
@@ -93,5 +93,6 @@ def removed_rows(layout: JobLayout, manifest: Manifest) -> list[dict[str, Any]]:
             marker = None
         if marker is not None:
             found.append({"stage": stage.number, "op": stage.op_name, "position": stage.position,
-                          "rows": marker["rows"], "dropped": marker["dropped"]})  # fmt: skip
+                          "rows": marker["rows"], "dropped": marker["dropped"],
+                          "failed": marker.get("failed", 0)})  # fmt: skip
     return found

@@ -246,9 +246,10 @@ class Signatures(Phase):
         ensure_dir(self.files, path.parent)
         signatures.publish_signatures(
             path, identity=self.identity, shard=index, keys=output.keys, rows=output.rows, input_rows=entry.rows,
-            method=method, params=output.params,
+            method=method, params=output.params, failed=output.failed,
+            errors=None if output.errors_path is None else self.files.relative(output.errors_path),
         )  # fmt: skip
-        scope.ended(True, output, rows=len(output.rows))
+        scope.ended(True, output, rows=len(output.rows), quarantined=len(output.failed))
 
 
 class Buckets(Phase):
@@ -277,7 +278,7 @@ class Buckets(Phase):
                 params = next((r.meta["params"] for r in readers if r.meta["rows"]), {})
             body = {
                 "stage": self.stage.number, "method": self.stage.method.name,
-                "distance": int(params.get("hamming_distance", 0)),
+                "distance": int(params.get("distance", 0)),  # SimHash's hamming_distance
                 "groups": [[[t.band, t.low, t.high] for t in group] for group in groups],
             }  # fmt: skip
             ensure_dir(self.files, path.parent)
@@ -365,9 +366,15 @@ class Cluster(Phase):
         sizes = [entry.rows for entry in shards]
         with reading_inputs(set(edge_paths) | set(self.signature_paths()), attempt.claim.attempt_id):
             edges = [buckets.open_edges(path, identity=self.identity) for path in edge_paths]
-            reached = [reader.meta["rows"] for reader in self.open_signatures()]
+            metas = [reader.meta for reader in self.open_signatures()]
+            # rows whose compute_hash raised (quarantined by the signature run): the stage drops them too
+            failed = [np.asarray(meta.get("failed") or [], dtype=np.int64) for meta in metas]
+            reached = [meta["rows"] + len(rows) for meta, rows in zip(metas, failed, strict=True)]
             if self.stage.method.name == "exact":
-                found = [clusters.star_drops(edges, index, rows) for index, rows in enumerate(sizes)]
+                found = [
+                    np.union1d(clusters.star_drops(edges, index, rows), failed[index])
+                    for index, rows in enumerate(sizes)
+                ]
                 scope.fence()
                 dropped = [
                     clusters.publish_drop_list(drop_path(i), identity=self.identity, shard=i, rows=rows, drops=found[i])
@@ -377,18 +384,19 @@ class Cluster(Phase):
             else:
                 result = clusters.run_cluster(
                     edges, sizes, drop_path, identity=self.identity, scratch=Path(tempfile.gettempdir()),
-                    before_publish=_Fenced(scope),
+                    before_publish=_Fenced(scope), extra_drops=failed,
                 )  # fmt: skip
                 dropped, rounds = list(result.dropped), result.rounds
+        failures = sum(len(rows) for rows in failed)
         body = {
             "stage": number, "op": self.stage.op_name, "position": self.stage.position,
-            "method": self.stage.method.name, "rows": sum(reached), "dropped": sum(dropped),
-            "per_shard": dropped, "rounds": rounds,
+            "method": self.stage.method.name, "rows": sum(reached), "dropped": sum(dropped) - failures,
+            "failed": failures, "per_shard": dropped, "rounds": rounds,
         }  # fmt: skip
         scope.fence()
         publish_phase_record(self.files.dedup_cluster(number), CLUSTER_KIND, self.identity, body)
-        logger.info(f"{self.job.describe(self.stage)}: {sum(dropped)} of {sum(reached)} rows dropped")
-        scope.ended(True, body, rows=sum(dropped))
+        logger.info(f"{self.job.describe(self.stage)}: {body['dropped']} of {sum(reached)} rows dropped as copies")
+        scope.ended(True, body, rows=body["dropped"])
 
 
 PHASES: Final = (Signatures, Buckets, Cluster)

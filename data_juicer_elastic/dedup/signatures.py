@@ -71,18 +71,25 @@ def publish_signatures(
     method: str,
     params: dict | None = None,
     block_entries: int = BLOCK_ENTRIES,
+    failed: np.ndarray | None = None,
+    errors: str | None = None,
 ) -> ShardSignatures:
     """Publish a shard's signature file (``tables.publish_table``: the first valid one wins; one refused
     is replaced).  ``rows``: the input row numbers (within the shard, strictly increasing) of the rows
-    that reached the deduplicator, one per row of ``keys``; ``input_rows``: the shard's input rows."""
+    that reached the deduplicator, one per row of ``keys``; ``input_rows``: the shard's input rows;
+    ``failed``: the input row numbers that reached it but whose ``compute_hash`` raised (quarantined, in
+    ``errors``, the attempt's quarantine file relative to the job): the stage drops them too."""
     keys = np.asarray(keys, dtype=np.uint64)
     rows = np.asarray(rows, dtype=np.uint64)
     if keys.ndim != 3 or keys.shape[2] != 2 or keys.shape[0] != len(rows):
         raise ValueError(f"keys must have shape ({len(rows)} rows, bands, 2), not {keys.shape}")
     count, bands, _ = keys.shape
+    failed = np.unique(np.asarray(failed if failed is not None else [], dtype=np.uint64))
+    if len(failed) and (int(failed[-1]) >= input_rows or np.isin(failed, rows).any()):
+        raise ValueError(f"shard {shard}: failed rows must be input rows ({input_rows}) without keys")
     meta = {
         "shard": shard, "rows": count, "input_rows": input_rows, "bands": bands, "method": method,
-        "params": params or {},
+        "params": params or {}, "failed": [int(row) for row in failed], "errors": errors,
     }  # fmt: skip
     sections = signature_sections(keys, shard, rows, input_rows)
     found = publish_table(

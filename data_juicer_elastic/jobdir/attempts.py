@@ -94,6 +94,7 @@ class SignatureTask:
     generation: int  # the claim generation (fencing token)
     input_rows: int
     drops: dict[int, np.ndarray] = field(default_factory=dict, compare=False, repr=False)
+    read_ahead: Any = field(default=None, compare=False, repr=False)  # as ShardTask.read_ahead
 
 
 @dataclass(frozen=True)
@@ -106,6 +107,10 @@ class SignatureOutput:
     keys: np.ndarray
     method: str
     params: dict[str, Any] = field(default_factory=dict)
+    # Input row numbers whose ``compute_hash`` raised, quarantined in the attempt's ``errors.jsonl`` (like any
+    # operator error): the final run does not hash again, so the stage's drop list must name them too.
+    failed: np.ndarray = field(default_factory=lambda: np.empty(0, np.uint64))
+    errors_path: Path | None = None  # the signature attempt's quarantined rows (jobdir.exports); None: none
 
 
 @dataclass(frozen=True)

@@ -9,6 +9,7 @@ import json
 import tempfile
 from pathlib import Path
 
+import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -20,6 +21,7 @@ from data_juicer_elastic.errors import ConfigError, ShardFailedError
 from data_juicer_elastic.jobdir.layout import JobLayout
 from data_juicer_elastic.jobdir.manifest import load_manifest
 from data_juicer_elastic.jobdir.worker import WorkerSettings, run_worker
+from data_juicer_elastic.rows.shard_source import iter_source_lines
 from data_juicer_elastic.shards.merge import merge_job
 from data_juicer_elastic.shards.prepare import PrepareRequest, prepare_job
 from data_juicer_elastic.sharedfs.identity import WorkerIdentity
@@ -92,3 +94,28 @@ def test_the_phases_of_a_recipe_without_deduplicators_are_none(tmp_path):
 
 def test_bucket_groups_grow_with_the_shards_up_to_a_cap():
     assert [dedup_phases_module.ranges_for(n) for n in (1, 7, 64, 10_000)] == [1, 7, 64, 64]
+
+
+def test_rows_whose_hashing_failed_are_dropped_by_their_stage(tmp_path):
+    """A row whose compute_hash raises is quarantined by the signature run (``SignatureOutput.failed``);
+    the default executor drops it at that deduplicator: here its stage's drop list names it."""
+    fake = fake_signatures(DEDUP_PROCESS)
+    texts = [w for w in WORDS for _ in range(3)]
+
+    def failing(task):
+        output = fake(task)
+        if task.stage != 1:
+            return output
+        lines = list(iter_source_lines(task.source))
+        bad = np.array([i for i, row in enumerate(output.rows) if json.loads(lines[row])["text"] == "doc c"], int)
+        keep = np.setdiff1d(np.arange(len(output.rows)), bad)
+        return type(output)(output.rows[keep], output.keys[keep], "exact", {}, failed=output.rows[bad])
+
+    job, kept, result = run_job(tmp_path, texts, 4, runner=failing)
+    assert kept == dedup_oracle(["" if t == "doc c" else t for t in texts], DEDUP_PROCESS)
+    assert result.dedup[0]["failed"] == 3 and result.dedup[1]["failed"] == 0
+    reached = sum(1 for t in texts if t)
+    assert result.dedup[0]["rows"] == reached
+    assert result.dedup[0]["dropped"] == reached - 3 - len(
+        dedup_oracle([t for t in texts if t != "doc c"], DEDUP_PROCESS[:2])
+    )
