@@ -10,6 +10,7 @@ default executor does.  The recipe (``fakes.DEDUP_PROCESS``): a filter, then two
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import signal
 import time
@@ -80,7 +81,14 @@ PHASE_KILLS = [
 ]
 
 
-@pytest.mark.parametrize("point", [p for p, _ in PHASE_KILLS], ids=[w for _, w in PHASE_KILLS])
+# the default tier kills once in each phase; the extended tier at the other points too
+EXTENDED_KILLS = {"link:.sig@3", "link:cluster.json", "link:/dedup/2/signatures/part-00001"}
+
+
+@pytest.mark.parametrize(
+    "point",
+    [pytest.param(p, id=w, marks=[pytest.mark.extended] if p in EXTENDED_KILLS else []) for p, w in PHASE_KILLS],
+)
 def test_a_worker_killed_in_any_phase_then_rerun_gives_the_same_bytes(tmp_path, point):
     job = prepare(tmp_path, ROWS, 4, process=DEDUP_PROCESS)
     victim = worker(job, node="victim", crash=point)
@@ -123,9 +131,14 @@ DAMAGE = [
 
 @pytest.mark.parametrize(
     "point, pattern, damage",
-    DAMAGE,
-    ids=[f"{pattern.split('/')[-1].split('.')[-1]}-{damage.__name__[1:]}" for _, pattern, damage in DAMAGE],
-)
+    [
+        pytest.param(
+            point, pattern, damage, id=f"{pattern.split('/')[-1].split('.')[-1]}-{damage.__name__[1:]}",
+            marks=[pytest.mark.extended] if damage is _truncate and not pattern.endswith("plan.json") else [],
+        )
+        for point, pattern, damage in DAMAGE
+    ],
+)  # fmt: skip
 def test_a_tampered_or_truncated_phase_file_is_refused_and_recomputed(tmp_path, point, pattern, damage):
     job = prepare(tmp_path, ROWS, 4, process=DEDUP_PROCESS)
     assert worker(job, crash=point).returncode == -signal.SIGKILL
@@ -213,3 +226,32 @@ def test_status_names_each_deduplicators_phase_and_what_it_dropped(tmp_path):
         ("document_deduplicator", 1, len(reached), len(reached) - len(first)),
         ("document_deduplicator", 2, len(first), stages[1]["dropped"]),
     ]
+
+
+@pytest.mark.slow
+def test_a_holder_paused_past_the_ttl_is_taken_over_and_abandons_when_resumed(tmp_path):
+    """A signature task's holder SIGSTOPped before its runner (opening its attempt) is taken over as stale
+    after the TTL; resumed, it finds its lease lost at the fence, publishes nothing and abandons."""
+    job = prepare(tmp_path, ROWS, 2, process=DEDUP_PROCESS)
+    lease = ["--ttl", "2", "--heartbeat", "0.5"]
+    paths = ["/dedup/1/signatures/attempts/", "attempt.json"]
+    slow = [{"op": "replace", "path": paths, "mode": "delay", "delay_secs": 3, "times": 1}]
+    zombie = start_driver("worker", job, "--dedup", *lease, node="zombie", faults=slow)
+    attempts = job / "dedup" / "1" / "signatures" / "attempts" / "part-00000-of-00002"
+    deadline = time.monotonic() + 60
+    while not attempts.exists():
+        assert zombie.poll() is None and time.monotonic() < deadline, zombie.communicate()[1][-3000:]
+        time.sleep(0.02)
+    os.kill(zombie.pid, signal.SIGSTOP)
+    try:
+        rescuer = worker(job, *lease, node="rescuer")
+        assert rescuer.returncode == 0, rescuer.stderr[-3000:]
+    finally:
+        os.kill(zombie.pid, signal.SIGCONT)
+    out, err = zombie.communicate(timeout=120)
+    assert zombie.returncode == 0, err[-3000:]
+    assert "abandoning attempt" in err, err[-3000:]
+    claims = job / "dedup" / "1" / "signatures" / "claims" / "part-00000-of-00002"
+    taken = json.loads((claims / "gen-000002.json").read_bytes())
+    assert taken["node_id"] == "rescuer" and taken["takeover_reason"] == "stale"
+    assert merged(job, tmp_path) == expected_bytes()
