@@ -241,6 +241,9 @@ class Signatures(Phase):
             output = SignatureOutput(np.empty(0, np.uint64), np.empty((0, 0, 2), np.uint64), method)
         if output.method != method:
             raise ValueError(f"the signature runner returned {output.method!r} keys for a {method!r} stage")
+        for earlier_stage, dropped in drops.items():
+            if np.isin(output.rows, dropped).any():
+                raise ValueError(f"the signature runner returned rows that stage {earlier_stage} drops")
         scope.fence()
         path = self.files.dedup_signatures(self.stage.number, task_id)
         ensure_dir(self.files, path.parent)
@@ -341,7 +344,7 @@ class Cluster(Phase):
 
     def valid(self, task_id: str) -> bool:
         marker = read_phase_record(self.files.dedup_cluster(self.stage.number), CLUSTER_KIND, self.identity)
-        if marker is None:
+        if marker is None or len(marker.get("per_shard") or ()) != len(self.job.manifest.shards):
             return False
         for index, entry in enumerate(self.job.manifest.shards):
             path = self.files.dedup_drops(self.stage.number, entry.shard_id)
