@@ -77,8 +77,8 @@ COMPAT_CHECKS = [
 # What the deduplicators import (setup.cfg's install_requires pins the same): distribution -> (module,
 # requirement, what needs it).  Missing, Data-Juicer's lazy loader pip-installs it on every node at run time.
 DEDUP_DEPENDENCIES = {
-    "scipy": ("scipy", ">=1.11,<2", "document_minhash_deduplicator's band choice (optimal_param)"),
-    "simhash-pybind": ("simhash", "==0.0.3", "document_simhash_deduplicator's hashes"),
+    "scipy": ("scipy", ">=1.11,<2", "document_minhash_deduplicator (its band choice, optimal_param)"),
+    "simhash-pybind": ("simhash", "==0.0.3", "document_simhash_deduplicator (its hashes)"),
 }
 
 

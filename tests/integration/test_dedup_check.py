@@ -9,6 +9,8 @@ import inspect
 
 import pytest
 from data_juicer.ops import OPERATORS
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from data_juicer_elastic.dedup.stages import ACCEPTED
 from data_juicer_elastic.errors import RecipeError
@@ -174,3 +176,19 @@ def test_what_is_refused_here_data_juicer_refuses_too():
 def test_sentencepiece_with_a_model_path_is_accepted_without_loading_the_model():
     op = {"document_minhash_deduplicator": {"tokenization": "sentencepiece", "tokenizer_model": "/no/such.model"}}
     assert check_shard_safe(recipe(op)) == []
+
+
+@given(data=st.data())
+@settings(max_examples=60, deadline=None)
+@pytest.mark.parametrize("name", ["ray_document_deduplicator", "ray_bts_minhash_deduplicator"])
+def test_a_ray_versions_args_become_the_default_operators_whatever_subset_is_set(name, data):
+    """Any subset of the Ray class's arguments (and shared operator keys): the Ray-only ones dropped, every
+    other one kept with its value; what is left is a keyword the default operator takes."""
+    runs_as, _ = ACCEPTED[name]
+    own = sorted(_init_names(name)) + ["text_key", "accelerator", "num_proc"]
+    chosen = data.draw(st.lists(st.sampled_from(own), unique=True))
+    args = {key: data.draw(st.integers() | st.text(max_size=3) | st.booleans()) for key in chosen}
+    mapped = default_args(name, args)
+    assert set(mapped) == set(args) - ray_only_keys(name)
+    assert all(mapped[key] == args[key] for key in mapped)
+    assert set(mapped) <= _init_names(runs_as) | {"text_key", "accelerator", "num_proc"}
