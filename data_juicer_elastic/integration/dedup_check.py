@@ -159,7 +159,8 @@ def _has_gpu_path(op_class: type) -> bool:
 
 def _build_as_data_juicer(where: str, runs_as: str, args: dict[str, Any]) -> None:
     """Type-check the arguments against the operator's annotations, build it and hash one row, as
-    Data-Juicer would at its first row; a sentencepiece model is not loaded (only its path required)."""
+    Data-Juicer would at its first row (SimHash: and the library call its ``process`` makes first); a
+    sentencepiece model is not loaded (only its path required)."""
     from pydantic import TypeAdapter, ValidationError
 
     op_class = _op_class(runs_as)
@@ -189,6 +190,10 @@ def _build_as_data_juicer(where: str, runs_as: str, args: dict[str, Any]) -> Non
         op = op_class(**build_args)
         if not sentencepiece:
             op.compute_hash({op.text_key: _SAMPLE_TEXT})
+        if runs_as == "document_simhash_deduplicator":  # its process's first call (refuses distance >= blocks)
+            import simhash
+
+            simhash.find_all([0], op.num_blocks, op.hamming_distance)
     except Exception as exc:  # noqa: BLE001 - whatever Data-Juicer raises is the refusal
         raise RecipeError(
             f"Data-Juicer refuses this configuration: {type(exc).__name__}: {exc}",

@@ -42,8 +42,20 @@ def test_each_accepted_deduplicator_passes_with_its_defaults(name):
 
 
 @pytest.mark.skipif(not HAS_SIMHASH, reason="simhash-pybind is not installed here")
-def test_simhash_passes_where_simhash_pybind_is_installed():
+def test_simhash_passes_where_simhash_pybind_is_installed_and_a_distance_simhash_refuses_is_refused():
     assert check_shard_safe(recipe({"document_simhash_deduplicator": {"hamming_distance": 3}})) == []
+    op = {"document_simhash_deduplicator": {"num_blocks": 4, "hamming_distance": 4}}
+    with pytest.raises(RecipeError) as info:
+        check_shard_safe(recipe(op))
+    assert info.value.where == "process[1] document_simhash_deduplicator"
+    assert "must be greater than different_bits" in info.value.message
+    # the oracle: Data-Juicer's own process refuses it, at the end of a default run's hashing
+    import datasets
+
+    simhash_op = OPERATORS.modules["document_simhash_deduplicator"](num_blocks=4, hamming_distance=4)
+    rows = [simhash_op.compute_hash({"text": "a b c d e f g h"}), simhash_op.compute_hash({"text": "b c d e f g h"})]
+    with pytest.raises(ValueError, match="different_bits"):
+        simhash_op.process(datasets.Dataset.from_list(rows))
 
 
 def test_simhash_without_simhash_pybind_is_refused_instead_of_installed_at_run_time(monkeypatch):
