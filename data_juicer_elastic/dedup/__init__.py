@@ -17,5 +17,6 @@ __all__ = [
     "keys",
     "signatures",
     "simhash_blocks",
+    "stages",
     "tables",
 ]

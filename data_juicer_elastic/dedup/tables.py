@@ -30,7 +30,7 @@ import numpy as np
 
 from data_juicer_elastic.errors import IntegrityError
 from data_juicer_elastic.sharedfs import fsio
-from data_juicer_elastic.sharedfs.checked_writer import BufferedCheckedWriter
+from data_juicer_elastic.sharedfs.fsio import BufferedCheckedWriter
 
 MAGIC: Final = b"DJEDTBL1"
 FORMAT: Final = 1
