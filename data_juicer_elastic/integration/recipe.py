@@ -23,7 +23,8 @@ from data_juicer_elastic.errors import ConfigError, InputError, RecipeError
 from data_juicer_elastic.integration.config_block import BLOCK, cfg_value, parsed_cfg
 from data_juicer_elastic.integration.dedup_check import check_deduplicator, is_deduplicator
 from data_juicer_elastic.jobdir.layout import resolve_user_path
-from data_juicer_elastic.jobdir.records import canonical_json, manifest_recipe_hash
+from data_juicer_elastic.jobdir.manifest import manifest_recipe_hash
+from data_juicer_elastic.jobdir.records import canonical_json
 from data_juicer_elastic.rows.jsonl import DEFAULT_MEDIA_KEYS
 
 SHARD_EXECUTOR_TYPE: Final = "ray"
