@@ -6,6 +6,7 @@ Importing this package is cheap and imports no Data-Juicer module.
 __all__ = [
     "analysis_outputs",
     "config_block",
+    "dedup_check",
     "dispatch",
     "doctor",
     "driver_files",

@@ -5,12 +5,15 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import importlib.util
 import os
 import re
 import uuid
 from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
+
+from packaging.specifiers import SpecifierSet
 
 from data_juicer_elastic import DATA_JUICER_REQUIREMENT
 from data_juicer_elastic.compat import (
@@ -71,6 +74,13 @@ COMPAT_CHECKS = [
     ("ray_worker_mode", ray_internals.check_ray_worker_mode),
 ]
 
+# What the deduplicators import (setup.cfg's install_requires pins the same): distribution -> (module,
+# requirement, what needs it).  Missing, Data-Juicer's lazy loader pip-installs it on every node at run time.
+DEDUP_DEPENDENCIES = {
+    "scipy": ("scipy", ">=1.11,<2", "document_minhash_deduplicator (its band choice, optimal_param)"),
+    "simhash-pybind": ("simhash", "==0.0.3", "document_simhash_deduplicator (its hashes)"),
+}
+
 
 @dataclass(frozen=True)
 class Check:
@@ -98,7 +108,7 @@ def integration_checks() -> list[Check]:
         checks.append(Check("entry point loaded", True, "patches installed by data_juicer.ops plugin discovery"))
     else:
         checks.append(Check("entry point loaded", False, "data_juicer.ops did not load the plugin (see its warnings)"))
-    return [*checks, *_patch_checks(), _parser_check(), *compat_checks()]
+    return [*checks, *_patch_checks(), _parser_check(), *compat_checks(), *dependency_checks()]
 
 
 def verdict(checks: list[Check], job_dir: str | None) -> str:
@@ -135,6 +145,28 @@ def compat_checks() -> list[Check]:
             checks.append(Check(f"compat {name}", True, check()))
         except Exception as exc:  # reported, never raised: every check must run
             checks.append(Check(f"compat {name}", False, repr(exc)))
+    return checks
+
+
+def dependency_checks() -> list[Check]:
+    """Each of :data:`DEDUP_DEPENDENCIES` installed at its pinned version: a warning otherwise (a recipe
+    without that deduplicator runs as before; one with it is refused at submission, or Data-Juicer
+    would install the package mid-run)."""
+    checks = []
+    for distribution, (module, requirement, needed_by) in DEDUP_DEPENDENCIES.items():
+        name, fix = f"dependency {distribution}", f"pip install '{distribution}{requirement}' (pip install -e . does)"
+        try:
+            version = metadata.version(distribution)
+        except metadata.PackageNotFoundError:
+            version = None
+        if version is None or importlib.util.find_spec(module) is None:
+            detail = f"not installed; {needed_by} needs it: {fix}"
+            checks.append(Check(name, False, detail, warn=True))
+        elif version not in SpecifierSet(requirement):
+            detail = f"{version} installed, {requirement} required by {needed_by}: {fix}"
+            checks.append(Check(name, False, detail, warn=True))
+        else:
+            checks.append(Check(name, True, f"{version} ({requirement}; {needed_by})"))
     return checks
 
 

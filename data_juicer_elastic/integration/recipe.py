@@ -3,7 +3,8 @@ recipe: what it keeps, drops and makes absolute is in docs/architecture.md, "int
 
 Recipes that cannot be run shard by shard are refused (README.md, "What a recipe may contain"):
 each shard runs the recipe on a contiguous slice of the input, so only per-sample Mappers and
-Filters are safe, and a ``stats_export_path`` would be written by every shard at once.  And an
+Filters are safe, besides the deduplicators run across shards (``integration.dedup_check``), and a
+``stats_export_path`` would be written by every shard at once.  And an
 elastic job's input is a local file or folder that exists (:func:`check_dataset_path`).
 """
 
@@ -20,8 +21,10 @@ from data_juicer_elastic.compat import dj_config_internals
 from data_juicer_elastic.compat.dj_config_internals import base_parser
 from data_juicer_elastic.errors import ConfigError, InputError, RecipeError
 from data_juicer_elastic.integration.config_block import BLOCK, cfg_value, parsed_cfg
+from data_juicer_elastic.integration.dedup_check import check_deduplicator, is_deduplicator
 from data_juicer_elastic.jobdir.layout import resolve_user_path
-from data_juicer_elastic.jobdir.records import canonical_json, manifest_recipe_hash
+from data_juicer_elastic.jobdir.manifest import manifest_recipe_hash
+from data_juicer_elastic.jobdir.records import canonical_json
 from data_juicer_elastic.rows.jsonl import DEFAULT_MEDIA_KEYS
 
 SHARD_EXECUTOR_TYPE: Final = "ray"
@@ -218,10 +221,9 @@ def _operator_names(*processes: Any) -> set[str]:
     return names
 
 
-SHARD_SAFE: Final = ("Mapper", "Filter")
+SHARD_SAFE: Final = ("Mapper", "Filter")  # and the deduplicators of integration.dedup_check
 REFUSED_KINDS: Final = ("Deduplicator", "Selector", "Grouper", "Aggregator", "Pipeline")
 _WHY = {
-    "Deduplicator": "deduplication compares rows across the whole dataset, so each shard would deduplicate only itself",
     "Selector": "selection ranks or samples the whole dataset, so each shard would select from itself only",
     "Grouper": "grouping gathers rows from the whole dataset into batches",
     "Aggregator": "aggregation combines rows of a group across the whole dataset",
@@ -259,10 +261,15 @@ def check_shard_safe(recipe: dict) -> list[str]:
                 hint="check the spelling, or list the file/package that registers it in custom_operator_paths",
             )
         kind = operator_kind(op_class)
-        if kind not in SHARD_SAFE:
+        args = args or {}
+        if is_deduplicator(op_class, kind):
+            warning = check_deduplicator(position, name, op_class, args)
+            if warning:
+                logger.warning(warning)
+                warnings.append(warning)
+        elif kind not in SHARD_SAFE:
             why = _WHY.get(kind, "only Mapper and Filter operators are per-sample")
             raise RecipeError(f"{kind or 'this operator type'} is not shard-safe: {why}", where=where, hint=_WHAT_TO_DO)
-        args = args or {}
         _refuse_stats_export(args, f"{where}.stats_export_path")
         if args.get("save_dir"):
             message = (

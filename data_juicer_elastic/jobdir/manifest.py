@@ -38,7 +38,6 @@ from data_juicer_elastic.jobdir.records import (
     ShardEntry,
     ShardSpan,
     canonical_json,
-    manifest_recipe_hash,
     record_checksum,
 )
 from data_juicer_elastic.jobdir.shard_state import ended_scans_error
@@ -50,6 +49,19 @@ from data_juicer_elastic.sharedfs import fsio
 from data_juicer_elastic.sharedfs.identity import WorkerIdentity
 
 _SHA256: Final = re.compile(r"^[0-9a-f]{64}$")
+
+
+def manifest_recipe_hash(recipe: dict[str, Any]) -> str:
+    """sha256 of the canonical JSON of a recipe dict as the manifest holds it (the job's recipe
+    identity; ``integration.recipe.recipe_hash`` canonicalises a built recipe, then calls this)."""
+    try:
+        return hashlib.sha256(canonical_json(recipe)).hexdigest()
+    except (TypeError, ValueError) as exc:
+        raise ConfigError(
+            f"the recipe is not plain JSON data: {exc}",
+            where="recipe",
+            hint="recipe values must be str, int, float, bool, None, lists and dicts",
+        ) from exc
 
 
 def load_manifest(job_dir: str | Path, *, entries: bool = True) -> Manifest:

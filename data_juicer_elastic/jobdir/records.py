@@ -22,7 +22,7 @@ from typing import Any, ClassVar, Final, TypeVar
 
 import msgspec
 
-from data_juicer_elastic.errors import ConfigError, JobDirError
+from data_juicer_elastic.errors import JobDirError
 from data_juicer_elastic.sharedfs import fsio
 
 FORMAT_PREFIX: Final = "dj-elastic/"
@@ -36,19 +36,6 @@ def canonical_json(value: Any, default: Callable[[Any], Any] | None = None) -> b
         value, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False, default=default
     )
     return text.encode("utf-8")
-
-
-def manifest_recipe_hash(recipe: dict[str, Any]) -> str:
-    """sha256 of the canonical JSON of a recipe dict as the manifest holds it (the job's recipe
-    identity; ``integration.recipe.recipe_hash`` canonicalises a built recipe, then calls this)."""
-    try:
-        return hashlib.sha256(canonical_json(recipe)).hexdigest()
-    except (TypeError, ValueError) as exc:
-        raise ConfigError(
-            f"the recipe is not plain JSON data: {exc}",
-            where="recipe",
-            hint="recipe values must be str, int, float, bool, None, lists and dicts",
-        ) from exc
 
 
 R = TypeVar("R", bound="Record")
@@ -175,21 +162,16 @@ def _decode(cls: type[R], decode: Callable[[type], Any]) -> R:
     return cls(**values)
 
 
-# msgspec 0.19 caches a dataclass's type info on the class while it builds it, unguarded: a thread that
-# decodes into a class while another thread is still building that class's info reads it half-built
-# and the process dies with SIGSEGV (a worker's heartbeat thread and its main thread both read claim
-# records). So type info is only ever built here, under one lock, and used once built.
+# msgspec 0.19 caches a class's type info on the class while it builds it, unguarded: a thread decoding
+# into a class that another thread is still building reads it half built (SIGSEGV; a worker's heartbeat
+# and main threads both read claim records). So type info is built here only, one class at a time.
 _BUILDING: Final = threading.Lock()
-_DECODERS: Final[dict[type, msgspec.json.Decoder]] = {}
 
 
+@functools.cache
 def _json_decoder(type_: type) -> msgspec.json.Decoder:
-    """The strict decoder of ``type_``; the first call builds msgspec's type info, under the lock."""
-    if (decoder := _DECODERS.get(type_)) is None:
-        with _BUILDING:
-            if (decoder := _DECODERS.get(type_)) is None:
-                decoder = _DECODERS[type_] = msgspec.json.Decoder(type_, strict=True)
-    return decoder
+    with _BUILDING:
+        return msgspec.json.Decoder(type_, strict=True)
 
 
 def _convert(obj: Any, type_: type) -> Any:

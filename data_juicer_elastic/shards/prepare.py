@@ -27,8 +27,8 @@ from data_juicer_elastic.errors import (
     storage_errors,
 )
 from data_juicer_elastic.jobdir.layout import MAX_SHARDS, JobLayout, check_ours, ensure_dir, make_job_dir
-from data_juicer_elastic.jobdir.manifest import load_manifest, load_plan
-from data_juicer_elastic.jobdir.records import JobPlan, Manifest, PlannedInput, canonical_json, manifest_recipe_hash
+from data_juicer_elastic.jobdir.manifest import load_manifest, load_plan, manifest_recipe_hash
+from data_juicer_elastic.jobdir.records import JobPlan, Manifest, PlannedInput, canonical_json
 from data_juicer_elastic.jobdir.retry import recipe_differences
 from data_juicer_elastic.jobdir.worker import scan_job
 from data_juicer_elastic.rows.codecs import CODECS, Codec

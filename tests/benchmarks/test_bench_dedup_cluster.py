@@ -27,3 +27,20 @@ def test_bench_dedup_phases_keeps_the_rows_data_juicer_keeps():
     (ours,) = table_rows(result.stdout, "| ours |")
     assert ours[4] == "True" and "cluster" in ours[2], result.stdout
     assert table_rows(result.stdout, "| Data-Juicer process |")[0][3] == ours[3]
+
+
+def test_bench_dedup_datatrove_compares_the_kept_rows_and_keeps_data_juicers():
+    """Only where datatrove is importable (a benchmark-only dependency: benchmarks/README.md)."""
+    import importlib.util
+
+    import pytest
+
+    if importlib.util.find_spec("datatrove") is None:
+        pytest.skip("datatrove is not installed (benchmarks/README.md: a benchmark-only dependency)")
+    result = bench("bench_dedup_datatrove.py", "--rows", "600", "--shards", "3", "--check-default", timeout=600)
+    assert result.returncode == 0, result.stderr[-3000:]
+    (ours,) = table_rows(result.stdout, "| ours |")
+    (theirs,) = table_rows(result.stdout, "| datatrove |")
+    assert "cluster" in ours[2] and "filter" in theirs[2], result.stdout
+    assert "ours keeps exactly the rows Data-Juicer's process keeps: True" in result.stdout
+    assert "kept by both" in result.stdout and "x;" in result.stdout

@@ -27,6 +27,7 @@ def run(tmp_path: Path, *args: str) -> tuple[subprocess.CompletedProcess, dict]:
     return proc, json.loads(out.read_text())
 
 
+@pytest.mark.extended  # 15-50 s of CPU model runs: a benchmark's smoke test, like the other benchmarks' ones
 def test_contenders_dry_run(tmp_path):
     contenders = [
         "fixed-128-skip",

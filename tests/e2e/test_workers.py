@@ -176,7 +176,7 @@ def test_bad_input_exits_2_naming_file_and_line(tmp_path, case):
 
 
 REFUSED = {
-    "deduplicator": ([{"document_deduplicator": None}], "document_deduplicator"),
+    "deduplicator": ([{"image_deduplicator": None}], "process[0] image_deduplicator"),
     "selector": ([{"topk_specified_field_selector": {"field_key": "id", "topk": 3}}], "topk_specified_field_selector"),
     "stats_export_path": (DEMO_PROCESS, "stats_export_path"),
     "too_many_shards": (DEMO_PROCESS, "num_shards"),

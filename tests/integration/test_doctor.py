@@ -5,12 +5,18 @@ from __future__ import annotations
 import os
 
 from data_juicer_elastic.integration import patch_records
-from data_juicer_elastic.integration.doctor import filesystem_checks, integration_checks
+from data_juicer_elastic.integration.doctor import (
+    DEDUP_DEPENDENCIES,
+    dependency_checks,
+    filesystem_checks,
+    integration_checks,
+)
 
 
 def test_integration_checks_all_pass():
     checks = integration_checks()
-    assert all(c.ok for c in checks), [c for c in checks if not c.ok]
+    # the deduplicators' packages warn where missing (dependency_checks, tested below)
+    assert all(c.ok for c in checks if not c.name.startswith("dependency ")), [c for c in checks if not c.ok]
     names = {c.name for c in checks}
     expected = {"entry point installed", "entry point loaded", "Data-Juicer version", "parser accepts elastic_sharded"}
     assert expected <= names
@@ -108,3 +114,40 @@ def test_doctor_leads_with_one_verdict_and_lists_the_checks_with_v_or_on_failure
     assert lines[0].startswith("FAIL: 1 of ") and f"(directory {tmp_path / 'absent'})" in lines[0], lines[0]
     assert f"[FAIL] directory {tmp_path / 'absent'}: does not exist or is not a directory" in lines
     assert "[ok] entry point installed" in failed.stdout, "after a failure every check is listed"
+
+
+def test_the_deduplicators_dependencies_are_pinned_in_setup_cfg_as_doctor_checks_them():
+    from pathlib import Path
+
+    setup_cfg = (Path(__file__).parents[2] / "setup.cfg").read_text()
+    requires = {line.strip() for line in setup_cfg.split("install_requires =", 1)[1].split("\n[", 1)[0].splitlines()}
+    for distribution, (_, requirement, _) in DEDUP_DEPENDENCIES.items():
+        assert f"{distribution}{requirement}" in requires
+
+
+def test_dependency_checks_pass_where_installed_and_warn_naming_the_install_where_not(monkeypatch):
+    import importlib.util
+    from importlib import metadata
+
+    monkeypatch.setattr(metadata, "version", lambda name: {"scipy": "1.17.1", "simhash-pybind": "0.0.3"}[name])
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name: object())
+    checks = dependency_checks()
+    assert [c.name for c in checks] == ["dependency scipy", "dependency simhash-pybind"]
+    assert all(c.ok and not c.warn for c in checks), checks
+
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name: None if name == "simhash" else object())
+    scipy, simhash = dependency_checks()
+    assert scipy.ok and not simhash.ok and simhash.warn
+    assert "not installed" in simhash.detail and "pip install 'simhash-pybind==0.0.3'" in simhash.detail
+
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name: object())
+    monkeypatch.setattr(metadata, "version", lambda name: {"scipy": "0.19.0", "simhash-pybind": "0.0.3"}[name])
+    scipy, _ = dependency_checks()
+    assert scipy.warn and "0.19.0 installed, >=1.11,<2 required" in scipy.detail
+
+
+def test_dependency_checks_on_this_machine_match_what_is_importable():
+    import importlib.util
+
+    for check, (module, _, _) in zip(dependency_checks(), DEDUP_DEPENDENCIES.values(), strict=True):
+        assert check.ok == (importlib.util.find_spec(module) is not None), check

@@ -96,7 +96,7 @@ def test_every_key_with_one_character_dropped_or_doubled_is_recognised():
 REFUSED_RUNS = {
     "missing input": {"dataset_path": "no-such-file.jsonl"},
     "more shards than rows": {"elastic": {"num_shards": 50}},
-    "a deduplicator": {"process": [{"document_deduplicator": None}]},
+    "a deduplicator that hashes differently": {"process": [{"ray_bts_minhash_cpp_deduplicator": None}]},
     "a malformed row": {"dataset_path": "bad.jsonl"},
 }
 
@@ -121,7 +121,7 @@ def test_a_refused_run_never_removes_a_job_directory_or_folder_that_was_there(tm
     (tmp_path / "job").mkdir()
     (tmp_path / "kept").mkdir()
     for job_dir in (tmp_path / "job", tmp_path / "kept" / "new" / "job"):
-        recipe = elastic_recipe(dataset, tmp_path, process=[{"document_deduplicator": None}])
+        recipe = elastic_recipe(dataset, tmp_path, process=[{"document_line_deduplicator": None}])
         recipe["elastic"]["job_dir"] = str(job_dir)
         result = run([DJ_PROCESS, "--config", str(write_recipe(**recipe))], cwd=tmp_path)
         assert result.returncode == 2, result.stderr[-3000:]

@@ -58,9 +58,9 @@ def test_a_refused_recipe_stops_the_pass_and_nothing_is_published(tmp_path):
     early = request(tmp_path / "job", data, 4, recipe={}, stage_identities=[])
 
     def parse():
-        raise RecipeError("a Deduplicator needs the whole dataset", where="process[1]")
+        raise RecipeError("a Selector needs the whole dataset", where="process[1]")
 
-    with pytest.raises(RecipeError, match="Deduplicator"):
+    with pytest.raises(RecipeError, match="Selector"):
         prepare_overlapped(early, parse)
     assert not (tmp_path / "job" / "plan.json").exists() and not (tmp_path / "job" / "manifest.json").exists()
 

@@ -21,7 +21,6 @@ def test_mappers_and_filters_pass():
 @pytest.mark.parametrize(
     ("op", "kind"),
     [
-        ("document_deduplicator", "Deduplicator"),
         ("topk_specified_field_selector", "Selector"),
         ("naive_grouper", "Grouper"),
         ("entity_attribute_aggregator", "Aggregator"),
@@ -123,7 +122,7 @@ def test_custom_operators_are_resolved(tmp_path):
     assert check_shard_safe(ok) == []
     assert check_shard_safe(ok) == []  # already loaded: not loaded twice
     bad = recipe({"elastic_check_test_deduplicator": None}, custom_operator_paths=[str(path)])
-    with pytest.raises(RecipeError, match="Deduplicator"):
+    with pytest.raises(RecipeError, match="deduplicator is not supported by elastic_sharded"):
         check_shard_safe(bad)
 
 

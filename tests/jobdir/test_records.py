@@ -6,6 +6,7 @@ import pytest
 
 from data_juicer_elastic.errors import JobDirError
 from data_juicer_elastic.jobdir.exports import MergeRecord
+from data_juicer_elastic.jobdir.manifest import manifest_recipe_hash
 from data_juicer_elastic.jobdir.records import (
     AttemptRecord,
     Claim,
@@ -14,7 +15,6 @@ from data_juicer_elastic.jobdir.records import (
     Release,
     ShardResult,
     TerminalFailure,
-    manifest_recipe_hash,
 )
 from data_juicer_elastic.jobdir.shard_state import ShardState
 

@@ -1,0 +1,119 @@
+"""Deduplication across shards: `elastic_sharded` keeps exactly the rows Data-Juicer's `default`
+executor keeps, through the real `dj-process`, for any number of shards.
+
+The corpus is built to make a shard-wise deduplication go wrong: copies far apart (in other shards),
+case and punctuation variants, near copies, short and empty documents (every document shorter than
+MinHash's window falls in one cluster).  The oracle is the default executor on the same recipe and
+input: the same rows, in the same order, with the same values; and the merged file's bytes are the
+same for every `num_shards`.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import random
+import string
+from pathlib import Path
+
+import pytest
+
+from .conftest import read_jsonl
+from .test_parity import run_both
+
+pytestmark = [pytest.mark.e2e, pytest.mark.ray]
+
+WORDS = ["alpha", "beta", "gamma", "delta", "eps", "zeta", "eta", "theta", "iota", "kappa", "lambda", "mu", "nu"]
+# small bands so that near copies collide often; Data-Juicer's defaults are 256 permutations (25 x 10)
+MINHASH = {"window_size": 3, "num_permutations": 32, "num_bands": 8, "num_rows_per_band": 4}
+HAS_SIMHASH = importlib.util.find_spec("simhash") is not None
+
+
+def corpus(rows: int, seed: int) -> list[dict]:
+    rng = random.Random(seed)
+    texts: list[str] = []
+    for _ in range(rows):
+        kind = rng.choice(["new", "new", "copy", "case", "punct", "near", "short", "empty"])
+        if kind == "new" or (not texts and kind in ("copy", "case", "punct", "near")):
+            texts.append(" ".join(rng.choices(WORDS, k=rng.randint(4, 14))))
+        elif kind == "short":
+            texts.append(" ".join(rng.choices(WORDS, k=rng.randint(1, 2))))
+        elif kind == "empty":
+            texts.append(rng.choice(["", " "]))
+        else:
+            source = rng.choice(texts)
+            if kind == "copy":
+                texts.append(source)
+            elif kind == "case":
+                texts.append(source.upper() if rng.random() < 0.5 else source.title())
+            elif kind == "punct":
+                texts.append(source.replace(" ", rng.choice([", ", ". ", " - "])) + "!")
+            else:
+                words = source.split() or ["x"]
+                words[rng.randrange(len(words))] = rng.choice(WORDS + list(string.ascii_lowercase))
+                texts.append(" ".join(words))
+    return [{"id": i, "text": text, "n": i * 1.5 if i % 3 else i} for i, text in enumerate(texts)]
+
+
+def write_rows(path: Path, rows: list[dict]) -> Path:
+    import json
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("".join(json.dumps(row) + "\n" for row in rows), encoding="utf-8")
+    return path
+
+
+def assert_same_rows(rows: list[dict], default: Path, elastic: Path) -> list[int]:
+    ours, theirs = read_jsonl(elastic), read_jsonl(default)
+    kept = [row["id"] for row in ours]
+    assert kept == [row["id"] for row in theirs], "the rows the default executor keeps, in its order"
+    assert 0 < len(ours) < len(rows), "the recipe both keeps and drops rows"
+    by_id = {row["id"]: row for row in rows}
+    for mine, reference in zip(ours, theirs, strict=True):
+        assert mine["text"] == reference["text"], (mine, reference)
+        assert mine["n"] == by_id[mine["id"]]["n"] and type(mine["n"]) is type(by_id[mine["id"]]["n"])
+        assert not any(key.startswith("__dj") for key in mine), mine  # hash columns leave, as the exporter drops them
+    return kept
+
+
+TWO_STAGES = [
+    {"whitespace_normalization_mapper": None},
+    {"document_deduplicator": {"lowercase": True, "ignore_non_character": True}},
+    {"words_num_filter": {"min_num": 1, "lang": "en", "tokenization": False}},
+    {"document_minhash_deduplicator": MINHASH},
+    {"punctuation_normalization_mapper": None},
+]
+
+
+def test_two_deduplicators_with_operators_between_keep_the_default_executors_rows_for_any_num_shards(tmp_path):
+    rows = corpus(160, seed=3)
+    data = write_rows(tmp_path / "input.jsonl", rows)
+    outputs = {}
+    for shards in (7, 1):
+        default, elastic = run_both(tmp_path, f"two-{shards}", data, {"process": TWO_STAGES}, {"num_shards": shards})
+        assert_same_rows(rows, default, elastic)
+        outputs[shards] = elastic.read_bytes()
+    assert outputs[7] == outputs[1], "the same bytes for any num_shards"
+
+
+@pytest.mark.extended
+@pytest.mark.parametrize("shards", [1, 2, 7, "per-row"])
+@pytest.mark.parametrize(
+    "dedup",
+    [
+        {"document_deduplicator": {"lowercase": True}},
+        {"document_minhash_deduplicator": MINHASH},
+        {"document_minhash_deduplicator": None},  # Data-Juicer's defaults (scipy's band choice)
+        pytest.param(
+            {"document_simhash_deduplicator": {"window_size": 3}},
+            marks=pytest.mark.skipif(not HAS_SIMHASH, reason="simhash-pybind is not installed"),
+        ),
+    ],
+    ids=lambda value: next(iter(value)) if isinstance(value, dict) else str(value),
+)
+def test_each_deduplicator_keeps_the_default_executors_rows(tmp_path, dedup, shards):
+    rows = corpus(24 if shards == "per-row" else 120, seed=11)
+    data = write_rows(tmp_path / "input.jsonl", rows)
+    num_shards = len(rows) if shards == "per-row" else shards
+    process = [{"whitespace_normalization_mapper": None}, dedup]
+    default, elastic = run_both(tmp_path, "one", data, {"process": process}, {"num_shards": num_shards})
+    assert_same_rows(rows, default, elastic)
