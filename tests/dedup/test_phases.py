@@ -15,9 +15,11 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from data_juicer_elastic.dedup import phases as dedup_phases_module
+from data_juicer_elastic.dedup.keys import minhash_keys
 from data_juicer_elastic.dedup.phase_progress import dedup_progress, removed_rows
 from data_juicer_elastic.dedup.phases import dedup_phases
 from data_juicer_elastic.errors import ConfigError, ShardFailedError
+from data_juicer_elastic.jobdir.attempts import SignatureOutput
 from data_juicer_elastic.jobdir.layout import JobLayout
 from data_juicer_elastic.jobdir.manifest import load_manifest
 from data_juicer_elastic.jobdir.worker import WorkerSettings, run_worker
@@ -119,3 +121,59 @@ def test_rows_whose_hashing_failed_are_dropped_by_their_stage(tmp_path):
     assert result.dedup[0]["dropped"] == reached - 3 - len(
         dedup_oracle([t for t in texts if t != "doc c"], DEDUP_PROCESS[:2])
     )
+
+
+# --- MinHash's path (bands, the bucket plan over several bands, the cluster step) with a fake runner ---
+MINHASH_PROCESS = [{"text_length_filter": {"min_len": 1}}, {"document_minhash_deduplicator": {}}]
+TOKENS = ["a", "b", "c", "d"]
+
+
+def _bands(text: str) -> list[bytes]:
+    """Three bands: the text's words by position (two rows sharing one join, as sharing a band value)."""
+    words = (text.split() + ["", "", ""])[:3]
+    return [f"{band}:{word}".encode() for band, word in enumerate(words)]
+
+
+def fake_minhash(task):
+    rows, bands = [], []
+    for number, raw in enumerate(iter_source_lines(task.source)):
+        text = json.loads(raw)["text"]
+        if text:
+            rows.append(number)
+            bands.append(_bands(text))
+    keys = minhash_keys(bands) if bands else np.empty((0, 3, 2), np.uint64)
+    return SignatureOutput(np.array(rows, np.uint64), keys, "minhash", {"num_bands": 3})
+
+
+def minhash_oracle(texts: list[str]) -> list[int]:
+    """Data-Juicer's MinHash process: union every row sharing a band value with the first such row (the
+    root the smaller row), keep the smallest row of each component, among the rows reaching it."""
+    parent = {i: i for i, text in enumerate(texts) if text}
+
+    def find(i):
+        while parent[i] != i:
+            i = parent[i]
+        return i
+
+    first: dict[bytes, int] = {}
+    for i in parent:
+        for value in _bands(texts[i]):
+            if value in first:
+                a, b = find(i), find(first[value])
+                parent[max(a, b)] = min(a, b)
+            else:
+                first[value] = i
+    return [i for i in parent if find(i) == i]
+
+
+@settings(max_examples=10, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    words=st.lists(st.lists(st.sampled_from(TOKENS), min_size=0, max_size=3), min_size=1, max_size=30),
+    shards=st.integers(1, 30),
+)
+def test_minhash_stages_keep_the_smallest_row_of_each_component(words, shards):
+    texts = [" ".join(w) for w in words]
+    with tempfile.TemporaryDirectory() as tmp:
+        _, kept, result = run_job(Path(tmp), texts, min(shards, len(texts)), MINHASH_PROCESS, fake_minhash)
+    assert kept == minhash_oracle(texts)
+    assert result.dedup[0]["dropped"] == sum(1 for t in texts if t) - len(kept)
