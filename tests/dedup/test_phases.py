@@ -18,6 +18,7 @@ from data_juicer_elastic.dedup import phases as dedup_phases_module
 from data_juicer_elastic.dedup.keys import minhash_keys
 from data_juicer_elastic.dedup.phase_progress import dedup_progress, removed_rows
 from data_juicer_elastic.dedup.phases import dedup_phases
+from data_juicer_elastic.dedup.simhash_blocks import simhash_keys
 from data_juicer_elastic.errors import ConfigError, ShardFailedError
 from data_juicer_elastic.jobdir.attempts import SignatureOutput
 from data_juicer_elastic.jobdir.layout import JobLayout
@@ -177,3 +178,50 @@ def test_minhash_stages_keep_the_smallest_row_of_each_component(words, shards):
         _, kept, result = run_job(Path(tmp), texts, min(shards, len(texts)), MINHASH_PROCESS, fake_minhash)
     assert kept == minhash_oracle(texts)
     assert result.dedup[0]["dropped"] == sum(1 for t in texts if t) - len(kept)
+
+
+# --- SimHash's path (block bands, pairs within the distance) with a fake runner: the text is the value ---
+SIMHASH_PROCESS = [{"text_length_filter": {"min_len": 1}}, {"document_simhash_deduplicator": {}}]
+VALUES = [0, 1, 3, 7, 15, 0xF0, 0xF3, 1 << 40, (1 << 40) | 5, (1 << 63) | 1, (1 << 64) - 1]
+
+
+def fake_simhash(task):
+    rows, values = [], []
+    for number, raw in enumerate(iter_source_lines(task.source)):
+        text = json.loads(raw)["text"]
+        if text:
+            rows.append(number)
+            values.append(int(text))
+    keys = simhash_keys(np.array(values, np.uint64), 4, 2)
+    return SignatureOutput(np.array(rows, np.uint64), keys, "simhash", {"num_blocks": 4, "distance": 2})
+
+
+def simhash_oracle(texts: list[str], distance: int = 2) -> list[int]:
+    """Data-Juicer's SimHash process: components of "same value or at most ``distance`` bits apart",
+    the first row of each kept."""
+    rows = [i for i, text in enumerate(texts) if text]
+    parent = {i: i for i in rows}
+
+    def find(i):
+        while parent[i] != i:
+            i = parent[i]
+        return i
+
+    for x, i in enumerate(rows):
+        for j in rows[:x]:
+            if bin(int(texts[i]) ^ int(texts[j])).count("1") <= distance:
+                a, b = find(i), find(j)
+                parent[max(a, b)] = min(a, b)
+    return [i for i in rows if find(i) == i]
+
+
+@settings(max_examples=10, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    values=st.lists(st.one_of(st.none(), st.sampled_from(VALUES)), min_size=1, max_size=30),
+    shards=st.integers(1, 30),
+)
+def test_simhash_stages_keep_the_first_row_of_each_component(values, shards):
+    texts = ["" if value is None else str(value) for value in values]
+    with tempfile.TemporaryDirectory() as tmp:
+        _, kept, _ = run_job(Path(tmp), texts, min(shards, len(texts)), SIMHASH_PROCESS, fake_simhash)
+    assert kept == simhash_oracle(texts)
