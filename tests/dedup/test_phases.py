@@ -14,6 +14,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from data_juicer_elastic.console.summary import summary_lines
 from data_juicer_elastic.dedup import phases as dedup_phases_module
 from data_juicer_elastic.dedup.keys import minhash_keys
 from data_juicer_elastic.dedup.phase_progress import dedup_progress, removed_rows
@@ -116,6 +117,12 @@ def test_rows_whose_hashing_failed_are_dropped_by_their_stage(tmp_path):
 
     job, kept, result = run_job(tmp_path, texts, 4, runner=failing)
     assert kept == dedup_oracle(["" if t == "doc c" else t for t in texts], DEDUP_PROCESS)
+    lines = summary_lines(job, result, 1.0, None)
+    stage = result.dedup[0]
+    assert (
+        f"  dedup   process[1] document_deduplicator: {stage['dropped']} of {stage['rows']} rows removed as "
+        "duplicates, 3 quarantined (their hashing failed)"
+    ) in lines
     assert result.dedup[0]["failed"] == 3 and result.dedup[1]["failed"] == 0
     reached = sum(1 for t in texts if t)
     assert result.dedup[0]["rows"] == reached
