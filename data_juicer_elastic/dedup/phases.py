@@ -86,6 +86,13 @@ def reading_inputs(paths: set[Path], attempt_id: str) -> Iterator[None]:
             set_aside(where, attempt_id)
             setattr(exc, REFUSED_INPUT, str(where))
         raise
+    except FileNotFoundError as exc:
+        if exc.filename is None or Path(exc.filename) not in paths:
+            raise
+        # set aside by another worker that found it refused (it runs its task again)
+        missing = IntegrityError("is gone (set aside as refused)", where=str(exc.filename))
+        setattr(missing, REFUSED_INPUT, str(exc.filename))
+        raise missing from exc
 
 
 def input_refused(exc: BaseException) -> bool:
@@ -130,6 +137,8 @@ class Phase:
         except IntegrityError as exc:
             logger.warning(f"{self.what(task_id)}: {exc}; running it again")
             return False
+        except FileNotFoundError:
+            return False  # set aside (refused) between a look and the read
 
     def claim(self) -> tuple[tuple[str, Claim] | None, bool]:
         queue, pending = self.queue, False

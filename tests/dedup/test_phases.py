@@ -232,3 +232,23 @@ def test_simhash_stages_keep_the_first_row_of_each_component(values, shards):
     with tempfile.TemporaryDirectory() as tmp:
         _, kept, _ = run_job(Path(tmp), texts, min(shards, len(texts)), SIMHASH_PROCESS, fake_simhash)
     assert kept == simhash_oracle(texts)
+
+
+def test_an_input_another_worker_set_aside_sends_the_phases_back_without_spending_a_budget(tmp_path, monkeypatch):
+    """A signature file gone while a bucket task reads (another worker found it refused and set it
+    aside): the task hands its claim back unspent, the phases start over, the file's task runs again."""
+    real, calls = dedup_phases_module.buckets.run_bucket, []
+
+    def vanishing(group, readers, out, **kw):
+        calls.append(out)
+        if len(calls) == 1:
+            readers[1].path.unlink()
+        return real(group, readers, out, **kw)
+
+    monkeypatch.setattr(dedup_phases_module.buckets, "run_bucket", vanishing)
+    texts = [w for w in WORDS for _ in range(2)]
+    job, kept, _ = run_job(tmp_path, texts, 3)
+    assert kept == dedup_oracle(texts, DEDUP_PROCESS)
+    claims = job / "dedup" / "1" / "signatures" / "claims" / "part-00001-of-00003"
+    assert sorted(p.name for p in claims.iterdir()) == ["gen-000001.json", "gen-000002.json"]
+    assert not list((job / "dedup" / "1" / "buckets").glob("failures/*/*")), "no bucket task spent its budget"
