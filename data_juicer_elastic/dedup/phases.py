@@ -325,24 +325,13 @@ class Buckets(Phase):
         group = tuple(buckets.BucketTask(band, low, high) for band, low, high in self.group(task_id))
         out = self.files.dedup_edges(self.stage.number, task_id)
         ensure_dir(self.files, out.parent)
-        fenced = _Fenced(scope)
         with reading_inputs(set(self.signature_paths()), attempt.claim.attempt_id):
             readers = self.open_signatures(every_band=True)
             result = buckets.run_bucket(
                 group, readers, out, identity=self.identity, method=self.stage.method.name,
-                distance=self.distance, before_publish=fenced,
+                distance=self.distance, before_publish=scope.fence,
             )  # fmt: skip
         scope.ended(True, result, rows=result.edges)
-
-
-class _Fenced:
-    """``scope.fence()`` as a callable (before a publication inside a dedup function)."""
-
-    def __init__(self, scope: AttemptScope):
-        self.scope = scope
-
-    def __call__(self) -> None:
-        self.scope.fence()
 
 
 class Cluster(Phase):
@@ -396,7 +385,7 @@ class Cluster(Phase):
             else:
                 result = clusters.run_cluster(
                     edges, sizes, drop_path, identity=self.identity, scratch=Path(tempfile.gettempdir()),
-                    before_publish=_Fenced(scope), extra_drops=failed,
+                    before_publish=scope.fence, extra_drops=failed,
                 )  # fmt: skip
                 dropped, rounds = list(result.dropped), result.rounds
         failures = sum(len(rows) for rows in failed)
