@@ -35,7 +35,7 @@ from data_juicer_elastic.errors import EXIT_ERROR, ConfigError, RayConnectionErr
 from data_juicer_elastic.execution.code_fingerprint import check_code, code_fingerprint
 from data_juicer_elastic.execution.shard_runner import ShardRunner, shard_runtime_env
 from data_juicer_elastic.jobdir import heartbeats
-from data_juicer_elastic.jobdir.attempts import ShardOutput, ShardTask
+from data_juicer_elastic.jobdir.attempts import ShardOutput, ShardTask, SignatureOutput, SignatureTask
 from data_juicer_elastic.jobdir.heartbeats import Liveness
 from data_juicer_elastic.jobdir.worker import is_guard_handler
 from data_juicer_elastic.rows.shard_source import ShardSource
@@ -460,11 +460,18 @@ class LazyShardRunner:
         return self._runner.read_ahead(source)
 
     def __call__(self, task: ShardTask) -> ShardOutput:
+        return self._watched(self._runner, task)
+
+    def signatures(self, task: SignatureTask) -> SignatureOutput:
+        """A shard's signature phase of one dedup stage (``ShardRunner.signatures``), watched the same way."""
+        return self._watched(self._runner.signatures, task)
+
+    def _watched(self, run: Callable[[Any], Any], task: Any) -> Any:
         self.ready()  # idempotent; the worker loop normally did it before claiming
         tracker = heartbeats.current()  # the worker loop's live progress of this attempt, with its stall rule
         alive = tracker.liveness if tracker is not None else None
         with RuntimeWatch(self.runtime, alive, self._restart_process):
-            return self._runner(task)
+            return run(task)
 
     def close(self) -> None:
         try:

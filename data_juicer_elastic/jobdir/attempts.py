@@ -10,7 +10,7 @@ import json
 import re
 import shlex
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Final
@@ -57,11 +57,50 @@ class ShardTask:
     # What the runner's read_ahead(source) returned while the previous shard ran (claim-ahead,
     # jobdir.claiming.ClaimAhead), opaque to the loop and read after the file's check; None: read it now.
     read_ahead: Any = field(default=None, compare=False, repr=False)
+    # Deduplication (docs/dedup.md): stage number -> the shard's input row numbers that stage drops
+    # (a sorted integer array, ``<job>/dedup/<k>/drops/<shard>.drops``); empty for a recipe without
+    # deduplicators.  The runner marks them on the input rows before Data-Juicer sees a row.
+    drops: Mapping[int, Any] = field(default_factory=dict, compare=False, repr=False)
 
     @property
     def output_path(self) -> Path:
         """The conventional place for the canonical output (``attempt_dir/output.jsonl``)."""
         return self.attempt_dir / OUTPUT_FILE
+
+
+@dataclass(frozen=True)
+class SignatureTask:
+    """One shard's signature phase of dedup stage ``stage`` (docs/dedup.md): the operators before the
+    stage's deduplicator, earlier stages' drops applied (``drops``: stage -> input row numbers, for
+    every stage before ``stage``), then the deduplicator's own ``compute_hash``."""
+
+    stage: int  # 1-based, dedup.stages.DedupStage.number
+    shard_id: str
+    shard_index: int  # the shard's position in input order (the global row id's high bits)
+    source: ShardSource
+    attempt_dir: Path  # private to this attempt
+    generation: int
+    attempt_id: str
+    input_rows: int
+    input_sha256: str
+    drops: Mapping[int, Any] = field(default_factory=dict, compare=False, repr=False)
+    read_ahead: Any = field(default=None, compare=False, repr=False)
+
+
+@dataclass(frozen=True)
+class SignatureOutput:
+    """What a signature run found: ``rows`` (uint64, strictly increasing) are the input row numbers of
+    the rows that reached the deduplicator and hashed, ``keys`` (uint64, ``(len(rows), bands, 2)``)
+    their bucket keys (``dedup.keys``), ``method``/``params`` as ``signatures.publish_signatures`` takes
+    them.  ``failed``: input row numbers whose ``compute_hash`` raised (quarantined in this attempt's
+    ``errors.jsonl``): the default executor drops them, so they belong to the stage's drop list too."""
+
+    rows: Any
+    keys: Any
+    method: str
+    params: dict[str, Any]
+    failed: Any = None
+    errors_path: Path | None = None  # this attempt's quarantined rows (jobdir.exports), None: none
 
 
 @dataclass(frozen=True)
