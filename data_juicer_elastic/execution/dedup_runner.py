@@ -199,7 +199,7 @@ def collect_signatures(
 
 def hash_failures(errors_path: Path | None) -> np.ndarray:
     """The input row numbers (within the shard) whose ``compute_hash`` raised, from an attempt's
-    ``errors.jsonl``: the default executor drops them at the deduplicator."""
+    ``errors.jsonl`` (quarantined, so left out of the output: the stage's drop list names them too)."""
     if errors_path is None:
         return np.empty(0, dtype=np.uint64)
     found = []

@@ -93,7 +93,8 @@ class SignatureOutput:
     the rows that reached the deduplicator and hashed, ``keys`` (uint64, ``(len(rows), bands, 2)``)
     their bucket keys (``dedup.keys``), ``method``/``params`` as ``signatures.publish_signatures`` takes
     them.  ``failed``: input row numbers whose ``compute_hash`` raised (quarantined in this attempt's
-    ``errors.jsonl``): the default executor drops them, so they belong to the stage's drop list too."""
+    ``errors.jsonl``, like any operator error): they must not come out, so they belong to the stage's
+    drop list too."""
 
     rows: Any
     keys: Any
