@@ -273,3 +273,40 @@ def test_a_row_whose_hashing_raises_is_quarantined_and_listed_as_failed(ray_runt
     assert found.rows.tolist() == [0, 1, 3, 4, 6, 7]
     errors = read_jsonl(found.errors_path)
     assert [(e["shard_row"], e["op"]) for e in errors] == [(2, "elastic_dedup_hash"), (5, "elastic_dedup_hash")]
+
+
+def test_the_deduplicator_gets_the_arguments_the_parser_gives_every_operator_unless_its_own_set_them():
+    from data_juicer_elastic.execution.dedup_ops import dedup_args
+
+    inherited = {"text_key": "content", "skip_op_error": False, "work_dir": "/attempt/work", "batch_size": 7}
+    assert dedup_args('{"document_deduplicator":{}}', inherited) == (
+        "document_deduplicator",
+        {"text_key": "content", "skip_op_error": False},
+    )
+    assert dedup_args({"document_deduplicator": {"text_key": "body", "lowercase": True}}, inherited)[1] == {
+        "text_key": "body",
+        "skip_op_error": False,
+        "lowercase": True,
+    }
+    with pytest.raises(ValueError, match="not one of the default deduplicators"):
+        dedup_args({"ray_bts_minhash_cpp_deduplicator": {}}, inherited)
+
+
+def test_the_drop_operator_drops_the_marked_rows_removes_the_mark_and_fills_the_hash():
+    from data_juicer_elastic.execution.dedup_ops import register_dedup_ops
+
+    _, drop = register_dedup_ops()
+    op = drop(stage=2, dedup='{"document_deduplicator":{"lowercase":true}}', fill_hash=True, text_key="text")
+    out = op.process({"text": ["A", "b", "C"], "idx": [0, 1, 2], drop_column(2): [False, True, False]})
+    assert out["idx"] == [0, 2] and drop_column(2) not in out
+    assert out["__dj__hash"] == [dedup_keys_md5("a"), dedup_keys_md5("c")]
+    plain = drop(stage=2, dedup={"document_deduplicator": {}}, text_key="text")
+    assert plain.process({"text": [], "idx": []}) == {"text": [], "idx": []}  # an empty batch may lack the mark
+    with pytest.raises(ValueError, match="without its column"):
+        plain.process({"text": ["a"], "idx": [0]})
+
+
+def dedup_keys_md5(text: str) -> str:
+    import hashlib
+
+    return hashlib.md5(text.encode()).hexdigest()
