@@ -24,7 +24,6 @@ from data_juicer_elastic.dedup.stages import (
     DROP_OP,
     HASH_OP,
     DedupStage,
-    dedup_stages,
     drop_column,
     final_recipe,
     signature_recipe,
@@ -60,10 +59,6 @@ def phase_recipe(recipe: dict[str, Any], stages: list[DedupStage], phase: str) -
             if name in (HASH_OP, DROP_OP) and isinstance(args.get("dedup"), dict):
                 args["dedup"] = json.dumps(args["dedup"], sort_keys=True, separators=(",", ":"))
     return found
-
-
-def recipe_stages(recipe: Mapping[str, Any]) -> list[DedupStage]:
-    return dedup_stages(list(recipe.get("process") or []))
 
 
 def marked_stages(stages: list[DedupStage], phase: str) -> list[int]:

@@ -28,6 +28,7 @@ from data_juicer_elastic import DATA_JUICER_REQUIREMENT
 from data_juicer_elastic.batching.runtime import BatchingContext, StageRef, summarize_attempt, write_context
 from data_juicer_elastic.compat import dj_ops_internals, ray_internals
 from data_juicer_elastic.console.log_files import LogFile
+from data_juicer_elastic.dedup.stages import DedupStage, dedup_stages
 from data_juicer_elastic.errors import ElasticError, IntegrationError, ShardExecutionError, clip
 from data_juicer_elastic.execution.dedup_runner import (
     FINAL,
@@ -35,7 +36,6 @@ from data_juicer_elastic.execution.dedup_runner import (
     marked_stages,
     phase_recipe,
     phase_stage_ids,
-    recipe_stages,
     signature_phase,
     with_drop_columns,
 )
@@ -128,7 +128,8 @@ class ShardRunner:
     shard's signature phase of one stage, and ``runner(task)`` the final recipe with every stage's drop
     list (``ShardTask.drops``); both on the same runtime, warm operators and attempt log.
     ``expected_stage_identities`` are the job recipe's (with its deduplicators): each phase recipe's are
-    checked against them (``dedup_runner.phase_stage_ids``)."""
+    checked against them (``dedup_runner.phase_stage_ids``).  ``stages``: the recipe's dedup stages as the
+    recipe check made them (default: ``dedup.stages.dedup_stages`` of the process list as written)."""
 
     def __init__(
         self,
@@ -138,6 +139,7 @@ class ShardRunner:
         *,
         row_schema: list[Any] | None | Callable[[], list[Any] | None],
         max_error_rows: float = DEFAULT_MAX_ERROR_ROWS,
+        stages: list[DedupStage] | None = None,
     ):
         self.max_error_rows = max_error_rows  # quarantined rows a shard may have (elastic.max_error_rows)
         self.expected_stage_identities = list(expected_stage_identities)
@@ -145,7 +147,9 @@ class ShardRunner:
         self._rows: ArrowRows | None = None
         ray_internals.install_concat_fixes()  # the driver concatenates blocks too (its Ray workers get the setup hook)
         self.recipe = copy.deepcopy(recipe)
-        self.stages = recipe_stages(self.recipe)  # its deduplicators (none: the final phase is the recipe)
+        # its deduplicators (none: the final phase is the recipe): as the recipe check made them
+        # (``stages``: a Ray version's own keys dropped), else as the recipe writes them
+        self.stages = list(stages) if stages is not None else dedup_stages(list(self.recipe.get("process") or []))
         # per phase recipe (dedup_runner): identities are per recipe and process, not per shard;
         # configs parsed once per process, re-based per attempt
         self._manifests: dict[str, dict[str, Any]] = {}

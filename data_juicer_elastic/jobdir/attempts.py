@@ -10,11 +10,12 @@ import json
 import re
 import shlex
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Final
 
+import numpy as np
 from loguru import logger
 
 from data_juicer_elastic.errors import IntegrityError, JobDirError
@@ -57,51 +58,14 @@ class ShardTask:
     # What the runner's read_ahead(source) returned while the previous shard ran (claim-ahead,
     # jobdir.claiming.ClaimAhead), opaque to the loop and read after the file's check; None: read it now.
     read_ahead: Any = field(default=None, compare=False, repr=False)
-    # Deduplication (docs/dedup.md): stage number -> the shard's input row numbers that stage drops
-    # (a sorted integer array, ``<job>/dedup/<k>/drops/<shard>.drops``); empty for a recipe without
-    # deduplicators.  The runner marks them on the input rows before Data-Juicer sees a row.
-    drops: Mapping[int, Any] = field(default_factory=dict, compare=False, repr=False)
+    # Deduplication (dedup.stages): stage number -> the shard's input row numbers that stage drops, from
+    # its published drop list (checked); the runner marks them in the stage's drop column.  Empty: none.
+    drops: dict[int, np.ndarray] = field(default_factory=dict, compare=False, repr=False)
 
     @property
     def output_path(self) -> Path:
         """The conventional place for the canonical output (``attempt_dir/output.jsonl``)."""
         return self.attempt_dir / OUTPUT_FILE
-
-
-@dataclass(frozen=True)
-class SignatureTask:
-    """One shard's signature phase of dedup stage ``stage`` (docs/dedup.md): the operators before the
-    stage's deduplicator, earlier stages' drops applied (``drops``: stage -> input row numbers, for
-    every stage before ``stage``), then the deduplicator's own ``compute_hash``."""
-
-    stage: int  # 1-based, dedup.stages.DedupStage.number
-    shard_id: str
-    shard_index: int  # the shard's position in input order (the global row id's high bits)
-    source: ShardSource
-    attempt_dir: Path  # private to this attempt
-    generation: int
-    attempt_id: str
-    input_rows: int
-    input_sha256: str
-    drops: Mapping[int, Any] = field(default_factory=dict, compare=False, repr=False)
-    read_ahead: Any = field(default=None, compare=False, repr=False)
-
-
-@dataclass(frozen=True)
-class SignatureOutput:
-    """What a signature run found: ``rows`` (uint64, strictly increasing) are the input row numbers of
-    the rows that reached the deduplicator and hashed, ``keys`` (uint64, ``(len(rows), bands, 2)``)
-    their bucket keys (``dedup.keys``), ``method``/``params`` as ``signatures.publish_signatures`` takes
-    them.  ``failed``: input row numbers whose ``compute_hash`` raised (quarantined in this attempt's
-    ``errors.jsonl``, like any operator error): they must not come out, so they belong to the stage's
-    drop list too."""
-
-    rows: Any
-    keys: Any
-    method: str
-    params: dict[str, Any]
-    failed: Any = None
-    errors_path: Path | None = None  # this attempt's quarantined rows (jobdir.exports), None: none
 
 
 @dataclass(frozen=True)
@@ -113,6 +77,40 @@ class ShardOutput:
     stats_path: Path | None = None  # optional: per-shard stats summary inside attempt_dir (data_juicer_elastic.stats)
     row_stats_path: Path | None = None  # each output row's stats/meta, one line per output row (jobdir.exports)
     errors_path: Path | None = None  # the rows operators failed on, with why (jobdir.exports); None: none
+
+
+@dataclass(frozen=True)
+class SignatureTask:
+    """Stage ``stage``'s signature phase of one shard (``dedup.stages.signature_recipe``): the operators
+    before its deduplicator, earlier stages' drops applied (``drops``: stage -> the shard's input row
+    numbers that stage drops), then the deduplicator's own ``compute_hash``."""
+
+    stage: int  # 1-based stage number (dedup.stages.DedupStage.number)
+    shard_id: str
+    shard_index: int  # the shard's index in the manifest: the high bits of its global row ids
+    source: ShardSource
+    attempt_dir: Path  # private to this attempt
+    attempt_id: str
+    generation: int  # the claim generation (fencing token)
+    input_rows: int
+    drops: dict[int, np.ndarray] = field(default_factory=dict, compare=False, repr=False)
+    read_ahead: Any = field(default=None, compare=False, repr=False)  # as ShardTask.read_ahead
+
+
+@dataclass(frozen=True)
+class SignatureOutput:
+    """What reached the deduplicator in one shard: ``rows`` their input row numbers (uint64, strictly
+    increasing), ``keys`` their bucket keys (uint64, shape ``(len(rows), bands, 2)``, ``dedup.keys``),
+    the method (``exact``, ``minhash``, ``simhash``) and its parameters (simhash: ``distance``)."""
+
+    rows: np.ndarray
+    keys: np.ndarray
+    method: str
+    params: dict[str, Any] = field(default_factory=dict)
+    # Input row numbers whose ``compute_hash`` raised, quarantined in the attempt's ``errors.jsonl`` (like any
+    # operator error): the final run does not hash again, so the stage's drop list must name them too.
+    failed: np.ndarray = field(default_factory=lambda: np.empty(0, np.uint64))
+    errors_path: Path | None = None  # the signature attempt's quarantined rows (jobdir.exports); None: none
 
 
 @dataclass(frozen=True)

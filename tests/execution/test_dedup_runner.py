@@ -90,11 +90,10 @@ def task_for(root: Path, path: Path, attempt: str, **extra):
         generation=1,
         attempt_id=attempt,
         input_rows=source.spans[0].rows,
-        input_sha256=source.sha256,
     )
     if "stage" in extra:
         return SignatureTask(shard_index=0, **common, **extra)
-    return ShardTask(**common, **extra)
+    return ShardTask(**common, input_sha256=source.sha256, **extra)
 
 
 def user_columns(rows: list[dict]) -> list[dict]:
