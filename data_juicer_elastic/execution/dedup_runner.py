@@ -182,9 +182,16 @@ def collect_signatures(
     if any(h is None for h in hashes):
         raise ElasticError(f"{stage.label}: a row reached the signature without a hash", where=where)
     params = key_params(stage)
+    found = stage_keys(stage, hashes, params)
+    if stage.method.name == "minhash" and found.shape[1] != params["num_bands"]:
+        raise ElasticError(
+            f"{stage.label}: the rows carry {found.shape[1]} MinHash bands, the operator makes {params['num_bands']}",
+            where=where,
+            hint="an operator before the deduplicator wrote __dj__minhash; remove it from the rows",
+        )
     return SignatureOutput(
         rows=np.asarray(numbers, dtype=np.uint64),
-        keys=stage_keys(stage, hashes, params),
+        keys=found,
         method=stage.method.name,
         params=params,
         failed=hash_failures(errors_path),
