@@ -136,10 +136,20 @@ class BatchingContext(Record):
     shard_id: str
     attempt_id: str
     stages: list[StageRef]
+    # The attempt directory when it is not the job's shard attempt ``layout.attempt_dir(shard_id,
+    # attempt_id)`` (a dedup phase's attempt); ``job_dir`` is then "" when no job holds it (no profiles).
+    attempt_dir: str | None = None
 
     @property
     def layout(self) -> JobLayout:
         return JobLayout(self.job_dir)
+
+    @property
+    def attempt_path(self) -> Path:
+        """Where this attempt's files go (the quarantine's worker records, the batch traces)."""
+        if self.attempt_dir:
+            return Path(self.attempt_dir)
+        return self.layout.attempt_dir(self.shard_id, self.attempt_id)
 
 
 @dataclass(frozen=True)
@@ -213,7 +223,7 @@ class OpState:
         self._warned = False
 
     def _seed(self, policy: BatchPolicy) -> str | None:
-        if self.context is None:
+        if self.context is None or not self.context.job_dir:
             return None
         found = read_profile(self.context.layout, self.stage_key, self.accelerator, self.cost_model, self.max_rows)
         if found is None:
@@ -235,8 +245,7 @@ class OpState:
                 logger.warning(f"adaptive batching {self.label}: cannot write telemetry/profile: {exc}")
 
     def _write_trace(self) -> None:
-        layout = self.context.layout
-        directory = layout.attempt_batching_dir(self.context.shard_id, self.context.attempt_id)
+        directory = self.context.attempt_path / "batching"
         name = f"{hashlib.sha256(self.stage_key.encode('utf-8')).hexdigest()[:12]}-{host_tag()}-{os.getpid()}.json"
         record = BatchTrace(
             stage_key=self.stage_key,
@@ -256,7 +265,7 @@ class OpState:
     def _maybe_publish(self) -> None:
         state = self.policy.state()
         bounds = (state["safe"], state["failing"])
-        if bounds == self._published or bounds == (None, None):
+        if bounds == self._published or bounds == (None, None) or not self.context.job_dir:
             return
         now = time.monotonic()
         if self._published_ooms == self.policy.ooms and now - self._published_at < PROFILE_MIN_INTERVAL_SECS:

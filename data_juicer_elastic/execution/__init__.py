@@ -5,6 +5,8 @@ Data-Juicer and Ray internals are reached through ``compat``; importing this imp
 # The package's modules (nothing is re-exported: import from the module you need).
 __all__ = [
     "code_fingerprint",
+    "dedup_ops",
+    "dedup_runner",
     "progress_source",
     "ray_runtime",
     "row_writer",

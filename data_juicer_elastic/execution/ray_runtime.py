@@ -31,11 +31,12 @@ from typing import Any, Final
 from loguru import logger
 
 from data_juicer_elastic.compat import ray_internals
+from data_juicer_elastic.dedup.stages import DedupStage
 from data_juicer_elastic.errors import EXIT_ERROR, ConfigError, RayConnectionError, last_line
 from data_juicer_elastic.execution.code_fingerprint import check_code, code_fingerprint
 from data_juicer_elastic.execution.shard_runner import ShardRunner, shard_runtime_env
 from data_juicer_elastic.jobdir import heartbeats
-from data_juicer_elastic.jobdir.attempts import ShardOutput, ShardTask
+from data_juicer_elastic.jobdir.attempts import ShardOutput, ShardTask, SignatureOutput, SignatureTask
 from data_juicer_elastic.jobdir.heartbeats import Liveness
 from data_juicer_elastic.jobdir.worker import is_guard_handler
 from data_juicer_elastic.rows.shard_source import ShardSource
@@ -405,13 +406,19 @@ class LazyShardRunner:
         allow_version_mismatch: bool = False,
         restart_process: Callable[[], object] | None = None,
         max_error_rows: float = DEFAULT_MAX_ERROR_ROWS,
+        stages: list[DedupStage] | None = None,
     ):
         self._recipe, self._code, self._allow_versions = recipe, code, allow_version_mismatch
         self._restart_process = restart_process
         self._starting = threading.Lock()  # one start at a time: early, or before a claim
         self._closed = threading.Event()  # ends the thread that started the runtime early
         self._runner = ShardRunner(
-            recipe, expected_stage_identities, cache_dir, row_schema=row_schema, max_error_rows=max_error_rows
+            recipe,
+            expected_stage_identities,
+            cache_dir,
+            row_schema=row_schema,
+            max_error_rows=max_error_rows,
+            stages=stages,
         )
         self.runtime = WarmRayRuntime(ray_address, ray_num_cpus, runtime_env=shard_runtime_env(recipe, Path(cache_dir)))
 
@@ -460,11 +467,18 @@ class LazyShardRunner:
         return self._runner.read_ahead(source)
 
     def __call__(self, task: ShardTask) -> ShardOutput:
+        return self._watched(self._runner, task)
+
+    def signatures(self, task: SignatureTask) -> SignatureOutput:
+        """A shard's signature phase of one dedup stage (``ShardRunner.signatures``), watched the same way."""
+        return self._watched(self._runner.signatures, task)
+
+    def _watched(self, run: Callable[[Any], Any], task: Any) -> Any:
         self.ready()  # idempotent; the worker loop normally did it before claiming
         tracker = heartbeats.current()  # the worker loop's live progress of this attempt, with its stall rule
         alive = tracker.liveness if tracker is not None else None
         with RuntimeWatch(self.runtime, alive, self._restart_process):
-            return self._runner(task)
+            return run(task)
 
     def close(self) -> None:
         try:

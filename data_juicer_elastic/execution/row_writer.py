@@ -14,6 +14,7 @@ import hashlib
 import json
 import math
 import os
+import re
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from math import copysign
@@ -116,6 +117,7 @@ def created(out: Any, depth: int = 1) -> Any:
 
 # HashKeys the Data-Juicer exporters drop unless keep_hashes_in_res_ds (hash, minhash, simhash, imagehash, videohash)
 HASH_FIELDS: Final = ("__dj__hash", "__dj__minhash", "__dj__simhash", "__dj__imagehash", "__dj__videohash")
+DROP_MARK: Final = re.compile(r"__dj_elastic_drop_\d+__")
 _OPTIONS: Final = orjson.OPT_SERIALIZE_NUMPY
 _FALLBACK: Final = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"), allow_nan=False)
 
@@ -216,6 +218,8 @@ def write_shard(
     drop = [] if layout.keep_stats else list(stats_columns)
     if not layout.keep_hashes:
         drop += [c for c in HASH_FIELDS if c in columns]
+    # a dedup stage's drop marks (dedup.stages.drop_column): its drop operator removes them; never output
+    drop += [c for c in columns if DROP_MARK.fullmatch(c)]
     out = _HashedFile(output_path)
     stats = _HashedFile(row_stats_path) if stats_columns else None
     try:

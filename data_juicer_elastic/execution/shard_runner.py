@@ -28,7 +28,17 @@ from data_juicer_elastic import DATA_JUICER_REQUIREMENT
 from data_juicer_elastic.batching.runtime import BatchingContext, StageRef, summarize_attempt, write_context
 from data_juicer_elastic.compat import dj_ops_internals, ray_internals
 from data_juicer_elastic.console.log_files import LogFile
+from data_juicer_elastic.dedup.stages import DedupStage, dedup_stages
 from data_juicer_elastic.errors import ElasticError, IntegrationError, ShardExecutionError, clip
+from data_juicer_elastic.execution.dedup_runner import (
+    FINAL,
+    collect_signatures,
+    marked_stages,
+    phase_recipe,
+    phase_stage_ids,
+    signature_phase,
+    with_drop_columns,
+)
 from data_juicer_elastic.execution.progress_source import note_stage, ray_data_progress
 from data_juicer_elastic.execution.row_writer import ExportLayout, write_shard
 from data_juicer_elastic.execution.shard_reader import ArrowRows, InputRows, read_tables, shard_key, shard_source
@@ -43,7 +53,7 @@ from data_juicer_elastic.execution.stage_identities import (
 )
 from data_juicer_elastic.execution.warm_ops import WarmOperators
 from data_juicer_elastic.jobdir import heartbeats
-from data_juicer_elastic.jobdir.attempts import ShardOutput, ShardTask
+from data_juicer_elastic.jobdir.attempts import ShardOutput, ShardTask, SignatureOutput, SignatureTask
 from data_juicer_elastic.jobdir.exports import ROW_STATS_FILE
 from data_juicer_elastic.jobdir.layout import LOG_FILE, JobLayout
 from data_juicer_elastic.quarantine.collector import check_limit, fold_errors
@@ -112,7 +122,14 @@ def shard_runtime_env(recipe: Mapping[str, Any], cache_dir: Path) -> dict[str, A
 
 class ShardRunner:
     """``run_shard`` for the worker loop: ``runner(task) -> ShardOutput``, on the Ray runtime this
-    process is connected to.  ``row_schema``: the job's (the manifest's), or how to read it."""
+    process is connected to.  ``row_schema``: the job's (the manifest's), or how to read it.
+
+    A recipe with deduplicators (docs/dedup.md): ``runner.signatures(task) -> SignatureOutput`` runs a
+    shard's signature phase of one stage, and ``runner(task)`` the final recipe with every stage's drop
+    list (``ShardTask.drops``); both on the same runtime, warm operators and attempt log.
+    ``expected_stage_identities`` are the job recipe's (with its deduplicators): each phase recipe's are
+    checked against them (``dedup_runner.phase_stage_ids``).  ``stages``: the recipe's dedup stages as the
+    recipe check made them (default: ``dedup.stages.dedup_stages`` of the process list as written)."""
 
     def __init__(
         self,
@@ -122,14 +139,21 @@ class ShardRunner:
         *,
         row_schema: list[Any] | None | Callable[[], list[Any] | None],
         max_error_rows: float = DEFAULT_MAX_ERROR_ROWS,
+        stages: list[DedupStage] | None = None,
     ):
         self.max_error_rows = max_error_rows  # quarantined rows a shard may have (elastic.max_error_rows)
         self.expected_stage_identities = list(expected_stage_identities)
         self._row_schema = row_schema  # a callable: the job is not scanned yet when a worker starts
         self._rows: ArrowRows | None = None
         ray_internals.install_concat_fixes()  # the driver concatenates blocks too (its Ray workers get the setup hook)
-        self._manifest: dict[str, Any] | None = None  # identities are per recipe and process, not per shard
-        self._configs = ShardConfigs(copy.deepcopy(recipe))  # parsed once per process, re-based per attempt
+        self.recipe = copy.deepcopy(recipe)
+        # its deduplicators (none: the final phase is the recipe): as the recipe check made them
+        # (``stages``: a Ray version's own keys dropped), else as the recipe writes them
+        self.stages = list(stages) if stages is not None else dedup_stages(list(self.recipe.get("process") or []))
+        # per phase recipe (dedup_runner): identities are per recipe and process, not per shard;
+        # configs parsed once per process, re-based per attempt
+        self._manifests: dict[str, dict[str, Any]] = {}
+        self._phase_configs: dict[str, ShardConfigs] = {}
         self.warm = WarmOperators()  # operators and actor-mode actors kept across shards (warm_ops)
         self.reads_ahead_used = 0  # runs that used a read-ahead (tests, logs)
         default_cache_env(Path(cache_dir))
@@ -146,17 +170,51 @@ class ShardRunner:
         thread calls it while the current shard runs and hands it to the run (``ShardTask.read_ahead``)."""
         return read_tables(source, self.rows)
 
-    def _tables(self, task: ShardTask) -> list[Any]:
+    def _configs(self, phase: str) -> ShardConfigs:
+        found = self._phase_configs.get(phase)
+        if found is None:
+            found = self._phase_configs[phase] = ShardConfigs(phase_recipe(self.recipe, self.stages, phase))
+        return found
+
+    def _tables(self, task: ShardTask | SignatureTask, phase: str, where: str) -> list[Any]:
         if task.read_ahead is not None:
             self.reads_ahead_used += 1
             logger.info(f"shard {task.shard_id}: using the rows read ahead")
-            return task.read_ahead
-        return read_tables(task.source, self.rows)
+            tables = task.read_ahead
+        else:
+            tables = read_tables(task.source, self.rows)
+        return with_drop_columns(tables, task.drops, marked_stages(self.stages, phase), where)
 
     def __call__(self, task: ShardTask) -> ShardOutput:
+        return self._attempt(task, f"shard {task.shard_id}", FINAL, self._write_output)
+
+    def signatures(self, task: SignatureTask) -> SignatureOutput:
+        """Shard ``task.shard_id``'s signature phase of dedup stage ``task.stage``: the operators before
+        its deduplicator (earlier stages' drops applied), the deduplicator's own ``compute_hash``, the
+        rows that reached it and their keys (``dedup_runner.collect_signatures``)."""
+        if not 1 <= task.stage <= len(self.stages):
+            raise ElasticError(f"the recipe has {len(self.stages)} dedup stage(s), not stage {task.stage}")
+        stage = self.stages[task.stage - 1]
+        where = f"shard {task.shard_id}, dedup {stage.number}/{len(self.stages)} {stage.op_name}: signatures"
+
+        def finish(
+            task: SignatureTask, attempt_dir: Path, where: str, cfg: Any, result: Any, quarantined: Any, t0: float
+        ):
+            data = result.data
+            found = collect_signatures(
+                data.iter_batches(batch_size=None, batch_format="pyarrow"), stage, where, quarantined.path
+            )
+            logger.info(
+                f"{where}: {len(found.rows)} of {task.input_rows} rows reached the deduplicator "
+                f"({found.keys.shape[1]} band(s)) in {time.monotonic() - t0:.2f}s"
+            )
+            return found
+
+        return self._attempt(task, where, signature_phase(stage.number), finish)
+
+    def _attempt(self, task: Any, where: str, phase: str, finish: Callable[..., Any]) -> Any:
         attempt_dir = Path(task.attempt_dir)
         attempt_dir.mkdir(parents=True, exist_ok=True)
-        where = f"shard {task.shard_id}"
         log_path = attempt_dir / LOG_FILE
         tracker = heartbeats.current()  # the worker loop's live progress of this attempt, if any
         with attempt_log(log_path), ray_job_env(), _preserve_order(), ray_data_progress(tracker):
@@ -165,7 +223,7 @@ class ShardRunner:
                 f"{task.input_rows} input rows from {task.source.display}"
             )
             try:
-                return self._run(task, attempt_dir, where)
+                return self._run(task, attempt_dir, where, phase, finish)
             except BaseException as exc:
                 self.warm.drop(f"{where} failed")  # a failed shard never leaves its operators to the next
                 if isinstance(exc, ElasticError):
@@ -180,7 +238,7 @@ class ShardRunner:
                     hint=f"full traceback in {log_path}",
                 ) from exc
 
-    def _run(self, task: ShardTask, attempt_dir: Path, where: str) -> ShardOutput:
+    def _run(self, task: Any, attempt_dir: Path, where: str, phase: str, finish: Callable[..., Any]) -> Any:
         import ray
 
         if not ray.is_initialized():
@@ -202,30 +260,35 @@ class ShardRunner:
             # returns the existing connection instead of resolving "auto"
             "ray_address": ray.get_runtime_context().gcs_address,
         }
-        cfg = self._configs.load(overrides, attempt_dir / "recipe.yaml")
+        cfg = self._configs(phase).load(overrides, attempt_dir / "recipe.yaml")
         with self.warm.active():  # load_ops returns this process's warm operators (warm_ops)
-            return self._run_warm(task, attempt_dir, where, cfg)
+            return self._run_warm(task, attempt_dir, where, cfg, phase, finish)
 
     def close(self) -> None:  # before the Ray runtime stops: the warm actors live in it
         self.warm.drop()
 
-    def _run_warm(self, task: ShardTask, attempt_dir: Path, where: str, cfg: Any) -> ShardOutput:
+    def _run_warm(
+        self, task: Any, attempt_dir: Path, where: str, cfg: Any, phase: str, finish: Callable[..., Any]
+    ) -> Any:
         import ray
 
-        if self._manifest is None:
-            self._manifest = manifest_from_cfg(cfg)
-        ids = stage_ids(self._manifest)
-        verify_stage_identities(self.expected_stage_identities, ids, where=where)
-        write_identity_record(attempt_dir / "stage_identities.json", self._manifest, self.expected_stage_identities)
+        manifest = self._manifests.get(phase)
+        if manifest is None:
+            manifest = self._manifests[phase] = manifest_from_cfg(cfg)
+        ids = stage_ids(manifest)
+        expected = phase_stage_ids(self.expected_stage_identities, ids, phase) if self.stages else None
+        expected = self.expected_stage_identities if expected is None else expected
+        verify_stage_identities(expected, ids, where=where)
+        write_identity_record(attempt_dir / "stage_identities.json", manifest, expected)
         # Where RayExecutor keeps them (it recomputes them only under
         # elastic_juicer_adaptive_batching, checked below).
-        dj_ops_internals.stamp(cfg, self._manifest)
+        dj_ops_internals.stamp(cfg, manifest)
 
         t0 = time.monotonic()
         # The shard as this package reads it (row schema, row numbers), read once and checked
-        # against its scan before Data-Juicer sees a row, then materialized for RayExecutor.
-        tables = self._tables(task)
-        batching = _start_batching(task, cfg, self._manifest)
+        # against its scan before Data-Juicer sees a row (drop columns marked), then materialized for RayExecutor.
+        tables = self._tables(task, phase, where)
+        batching = _start_batching(task, cfg, manifest)
         try:
             with shard_source(shard_key(task.attempt_dir), lambda: ray.data.from_arrow(tables)):
                 result = dj_ops_internals.run_unexported(cfg)
@@ -237,7 +300,11 @@ class ShardRunner:
             attempt_dir, task.shard_id, lambda: iter_source_lines(task.source), lambda: task.source.first_row
         )
         check_limit(quarantined, self.max_error_rows, task.input_rows, where)
+        return finish(task, attempt_dir, where, cfg, result, quarantined, t0)
 
+    def _write_output(
+        self, task: ShardTask, attempt_dir: Path, where: str, cfg: Any, result: Any, quarantined: Any, t0: float
+    ) -> ShardOutput:
         note_stage(heartbeats.current(), heartbeats.Stage.CANONICALIZING)
         stats = ShardStatsRecorder(task.shard_id, task.attempt_id, attempt_dir)
         data = result.data
@@ -272,38 +339,44 @@ class ShardRunner:
         )
 
 
-def _start_batching(task: ShardTask, cfg: Any, manifest: Mapping[str, Any]) -> JobLayout | None:
-    """Tell adaptive-batching operators in Ray workers which job and attempt they serve, through the
-    config's work_dir (every operator's own, see batching.runtime).  Returns the job layout, or None
-    when the attempt directory is not inside a job directory (no profiles, no telemetry)."""
+def _start_batching(task: Any, cfg: Any, manifest: Mapping[str, Any]) -> Path | None:
+    """Tell the operators in Ray workers which attempt they serve (adaptive batching's profiles and
+    traces, the quarantine's records), through the config's work_dir (every operator's own, see
+    batching.runtime).  A shard attempt of a job directory shares the job's profiles; any other attempt
+    directory (a dedup phase's, a test's) gets its own records, and profiles only when a job directory
+    holds it.  Returns the attempt directory, or None when no context could be written."""
     attempt_dir = Path(task.attempt_dir)
-    layout = JobLayout(attempt_dir.parents[2]) if len(attempt_dir.parents) > 2 else None
     try:
-        if layout is None or layout.attempt_dir(task.shard_id, task.attempt_id) != attempt_dir:
-            return None
+        layout = JobLayout(attempt_dir.parents[2]) if len(attempt_dir.parents) > 2 else None
+        if layout is not None and layout.attempt_dir(task.shard_id, task.attempt_id) == attempt_dir:
+            job_dir, own_dir = str(layout.root), None
+        else:
+            holder = next((p for p in attempt_dir.parents if JobLayout(p).manifest.is_file()), None)
+            job_dir, own_dir = ("" if holder is None else str(holder)), str(attempt_dir)
         context = BatchingContext(
-            job_dir=str(layout.root),
+            job_dir=job_dir,
             shard_id=task.shard_id,
             attempt_id=task.attempt_id,
             stages=[StageRef(s["stage_id"], s["op_fingerprint"]) for s in manifest.get("stages", [])],
+            attempt_dir=own_dir,
         )
         write_context(cfg.work_dir, context)
     except (OSError, ElasticError, KeyError, TypeError) as exc:
         logger.warning(f"shard {task.shard_id}: adaptive batching runs without shared profiles: {exc}")
         return None
-    return layout
+    return attempt_dir
 
 
-def _finish_batching(layout: JobLayout | None, task: ShardTask) -> None:
+def _finish_batching(attempt_dir: Path | None, task: Any) -> None:
     """Fold the attempt's size traces into attempt_dir/batching.json (read into attempt.json)."""
-    if layout is None:
+    if attempt_dir is None:
         return
 
     try:
-        summary = summarize_attempt(layout.attempt_batching_dir(task.shard_id, task.attempt_id))
+        summary = summarize_attempt(attempt_dir / "batching")
         if summary is not None:
             fsio.atomic_write(
-                layout.attempt_batching_summary(task.shard_id, task.attempt_id),
+                attempt_dir / "batching.json",
                 json.dumps(summary, sort_keys=True, allow_nan=False).encode("utf-8") + b"\n",
                 durable=False,
             )

@@ -23,6 +23,7 @@ from data_juicer_elastic.compat import dj_config_internals, dj_ops_internals
 from data_juicer_elastic.compat import importlib_deferred as deferred
 from data_juicer_elastic.compat.targets import wrap_function
 from data_juicer_elastic.console import guard_file_sinks, install_console, quiet
+from data_juicer_elastic.execution import dedup_ops
 from data_juicer_elastic.integration import analysis_outputs, config_block, dispatch, driver_files
 from data_juicer_elastic.integration.config_block import EXECUTOR_TYPE
 from data_juicer_elastic.integration.patch_records import (
@@ -169,7 +170,7 @@ def _elastic_setup_logger(real):
 
 
 def _patch_ops(module: ModuleType) -> None:
-    """``adaptive_batching: true`` applies AdaptiveBatchingMixin; the demo operators get registered."""
+    """``adaptive_batching: true`` applies AdaptiveBatchingMixin; the demo and dedup operators get registered."""
     dj_ops_internals.install_metaclass_hook(module, mixin.resolve)
     dj_ops_internals.install_error_hooks(
         module, collector.wrap_hook
@@ -177,6 +178,7 @@ def _patch_ops(module: ModuleType) -> None:
     mark(OP_ERROR_HOOKS, "applied")
     dj_ops_internals.install_free_models(module)  # no silent multi-GB torch install for operators that load no model
     demo.register()
+    dedup_ops.register_dedup_ops()  # the deduplication phases' operators (docs/dedup.md)
     mark(OP_METACLASS, "applied")
 
 

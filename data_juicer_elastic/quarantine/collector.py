@@ -39,7 +39,6 @@ from data_juicer_elastic.batching.runtime import host_tag, read_context, stage_k
 from data_juicer_elastic.compat.dj_ops_internals import HookCall, op_name
 from data_juicer_elastic.errors import ShardExecutionError, clip
 from data_juicer_elastic.jobdir.exports import ERRORS_FILE, WORKER_DIR, QuarantineRecord, encode_line
-from data_juicer_elastic.jobdir.layout import JobLayout
 from data_juicer_elastic.rows.row_schema import ROW_COLUMN
 from data_juicer_elastic.sharedfs import fsio
 
@@ -186,7 +185,7 @@ def active_sink(op: Any) -> Sink | None:
     context = read_context(work_dir) if isinstance(work_dir, str) else None
     sink = None
     if context is not None:
-        directory = JobLayout(context.job_dir).attempt_dir(context.shard_id, context.attempt_id) / WORKER_DIR
+        directory = context.attempt_path / WORKER_DIR
         sink = Sink(directory, context)
     with _sinks_lock:
         sink = _sinks.setdefault(work_dir, sink) if isinstance(work_dir, str) else sink

@@ -106,3 +106,18 @@ class ReshapeMapper(Mapper):
                 else:
                     target[last] = json.loads(json.dumps(value))
         return row
+
+
+@OPERATORS.register_module("dj_elastic_test_repeat_mapper")
+class RepeatMapper(Mapper):
+    """Emits every row whose ``idx`` is a multiple of ``every`` twice (a row-making operator)."""
+
+    _batched_op = True
+
+    def __init__(self, every: int = 3, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.every = every
+
+    def process_batched(self, samples):
+        picks = [i for i, idx in enumerate(samples["idx"]) for _ in range(2 if idx % self.every == 0 else 1)]
+        return {key: [values[i] for i in picks] for key, values in samples.items()}
