@@ -22,6 +22,7 @@ from data_juicer_elastic.coordination.stragglers import ClaimGate
 from data_juicer_elastic.dedup.phases import dedup_phases
 from data_juicer_elastic.execution.ray_runtime import LazyShardRunner, restart_worker_process
 from data_juicer_elastic.execution.shard_runner import default_cache_env
+from data_juicer_elastic.integration.dedup_check import recipe_stages
 from data_juicer_elastic.jobdir.layout import JobLayout, check_layout, ensure_dir, resolve_user_path
 from data_juicer_elastic.jobdir.manifest import load_job, load_manifest
 from data_juicer_elastic.jobdir.records import Manifest
@@ -74,6 +75,8 @@ def run_local_worker(
         code=job_code(layout, manifest.code),  # the latest code a retry accepted, else prepare's
         allow_version_mismatch=settings.allow_version_mismatch,
         max_error_rows=settings.max_error_rows,
+        # the deduplicators with their default operators' arguments (a Ray version's own keys dropped)
+        stages=recipe_stages(manifest.recipe),
         restart_process=lambda: restart_worker_process(before=lambda: _stop_slots(pool)),
     )
     if not scanned:
