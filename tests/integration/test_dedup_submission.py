@@ -38,21 +38,33 @@ def test_ray_only_keys_are_named_in_one_warning_line_and_a_bad_value_is_refused(
     assert "process[2] document_minhash_deduplicator.jaccard_threshold" in error and "1.5" in error
 
 
+# One refusal end to end in the default tier; the others there at the check (tests/integration/test_dedup_check.py),
+# and end to end in the extended tier (each is a dj-process start).
+EXTENDED = pytest.mark.extended
+
+
 @pytest.mark.parametrize(
     ("op", "named", "alternative"),
     [
         ({"ray_bts_minhash_cpp_deduplicator": None}, "process[1] ray_bts_minhash_cpp_deduplicator", "ray_bts_minhash"),
-        (
+        pytest.param(
             {"ray_bts_minhash_deduplicator": {"accelerator": "cuda", "tokenization": "character"}},
             "process[1] ray_bts_minhash_deduplicator.accelerator",
             "cpu",
+            marks=EXTENDED,
         ),
-        (
+        pytest.param(
             {"document_minhash_deduplicator": {"tokenization": "sentencepiece"}},
             "process[1] document_minhash_deduplicator",
             "tokenizer_model",
+            marks=EXTENDED,
         ),
-        ({"ray_image_deduplicator": None}, "process[1] ray_image_deduplicator", "separate Data-Juicer job"),
+        pytest.param(
+            {"ray_image_deduplicator": None},
+            "process[1] ray_image_deduplicator",
+            "separate Data-Juicer job",
+            marks=EXTENDED,
+        ),
     ],
 )
 def test_refused_deduplicators_exit_2_naming_the_entry_and_what_to_do(tmp_path, dataset, write_recipe, op, named,
