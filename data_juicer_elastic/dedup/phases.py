@@ -160,6 +160,9 @@ class Phase:
             view = read_lease(self.layout, task_id)
             reason = takeover_reason(view, queue.identity, queue.observer)
             if reason is None and view.release is not None:
+                if self.checked(task_id):  # its holder published and released since our first look
+                    self.done.add(task_id)
+                    continue
                 reason = TakeoverReason.RELEASED  # finished, but its file is missing or refused: run it again
             if reason is None:
                 pending = True
