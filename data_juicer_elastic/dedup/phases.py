@@ -426,10 +426,15 @@ class DedupPhases:
 
     def work(self, *, wait: bool, sleep: Callable[[float], object]) -> StopReason:
         """Run the phases of every stage in order (each phase a kind of ``jobdir.worker.work``), starting
-        over when a task found an input refused.  FINISHED once every stage's cluster marker is published."""
+        over when a task found an input refused.  FINISHED once every stage's cluster marker is published.
+        A job ``dj-elastic clean`` cleaned keeps only each stage's marker and drop lists: a stage whose
+        drop lists check is not looked at further."""
+        cleaned = fsio.exists(self.layout.clean_record)
         for _ in range(MAX_PASSES):
             went_back = False
             for stage in self.stages:
+                if cleaned and Cluster(self, stage).checked(ROLE_TASK):
+                    continue  # a cleaned job's signature and edge files are gone: its drop lists stand
                 for phase in PHASES:
                     kind = phase(self, stage)
                     reason = work(kind, wait=wait, sleep=sleep, places=(("job directory", self.layout.root),))
