@@ -35,6 +35,7 @@ import numpy as np
 from loguru import logger
 
 from data_juicer_elastic.dedup import buckets, clusters, signatures
+from data_juicer_elastic.dedup.hash_quarantine import errors_digest
 from data_juicer_elastic.dedup.phase_records import CLUSTER_KIND, PLAN_KIND, publish_phase_record, read_phase_record
 from data_juicer_elastic.dedup.stages import DedupStage, dedup_stages, stage_identity
 from data_juicer_elastic.dedup.tables import TableReader
@@ -260,6 +261,7 @@ class Signatures(Phase):
             path, identity=self.identity, shard=index, keys=output.keys, rows=output.rows, input_rows=entry.rows,
             method=method, params=output.params, failed=output.failed,
             errors=None if output.errors_path is None else self.files.relative(output.errors_path),
+            errors_digest=errors_digest(output.errors_path),
         )  # fmt: skip
         scope.ended(True, output, rows=len(output.rows), quarantined=len(output.failed))
 
