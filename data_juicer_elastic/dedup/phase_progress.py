@@ -29,7 +29,8 @@ class StageProgress:
     done: int  # tasks of the phase published (done: 1)
     total: int | None  # tasks of the phase (None: the bucket plan is not published yet)
     rows: int | None = None  # rows that reached the deduplicator, once decided
-    dropped: int | None = None  # rows it dropped, once decided
+    dropped: int | None = None  # rows it dropped as copies, once decided
+    failed: int | None = None  # rows whose hashing raised (quarantined, dropped too), once decided
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -39,7 +40,8 @@ class StageProgress:
         """``dedup 1/2 document_minhash_deduplicator: buckets 12/32``."""
         head = f"dedup {self.stage}/{self.stages} {self.op}"
         if self.phase == "done":
-            return f"{head}: done, {self.dropped} of {self.rows} rows dropped"
+            quarantined = f", {self.failed} quarantined (their hashing failed)" if self.failed else ""
+            return f"{head}: done, {self.dropped} of {self.rows} rows dropped{quarantined}"
         return f"{head}: {self.phase} {self.done}/{'?' if self.total is None else self.total}"
 
 
@@ -70,7 +72,7 @@ def stage_progress(layout: JobLayout, stage: DedupStage, stages: int, num_shards
     marker = _json(layout.dedup_cluster(n))
     if marker is not None:
         return StageProgress(**row, phase="done", done=1, total=1, rows=marker.get("rows"),
-                             dropped=marker.get("dropped"))  # fmt: skip
+                             dropped=marker.get("dropped"), failed=marker.get("failed", 0))  # fmt: skip
     plan = _json(layout.dedup_bucket_plan(n))
     if plan is None:
         return StageProgress(**row, phase="signatures", done=_count(base / "signatures", ".sig"), total=num_shards)

@@ -201,6 +201,7 @@ def _dedup_cards(facts: JobFacts) -> list[str]:
         label = f"dedup {stage.stage}/{stage.stages} {stage.op} (process[{stage.position}])"
         if stage.phase == "done":
             value = f"{stage.dropped:,} of {stage.rows:,} rows removed"
+            value += f", {stage.failed:,} quarantined (their hashing failed)" if stage.failed else ""
         else:
             value = f"{stage.phase} {stage.done}/{'?' if stage.total is None else stage.total}"
         cards.append(_card(label, value))

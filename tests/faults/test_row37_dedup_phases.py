@@ -283,6 +283,9 @@ def test_rows_whose_hashing_raised_are_quarantined_in_the_export_in_input_order(
     ]
     record = json.loads((job / "merge.json").read_bytes())
     assert record["errors_rows"] == len(HASH_FAILS) and record["dedup"][0]["failed"] == len(HASH_FAILS)
+    stages = json.loads(dj_elastic_status(job, "--json").stdout)["dedup"]
+    assert [s["failed"] for s in stages] == [len(HASH_FAILS), 0]
+    assert f"rows dropped, {len(HASH_FAILS)} quarantined (their hashing failed)" in dj_elastic_status(job).stdout
 
     found = job.glob("dedup/1/signatures/attempts/*/*/errors.jsonl")
     (quarantine,) = [p for p in found if b'"row_number":17' in p.read_bytes()]
