@@ -26,6 +26,8 @@ from tqdm import tqdm
 
 from data_juicer_elastic.console import quiet
 from data_juicer_elastic.console.summary import shown_path
+from data_juicer_elastic.dedup.phase_progress import StageProgress, stage_progress
+from data_juicer_elastic.dedup.stages import DedupStage, dedup_stages
 from data_juicer_elastic.jobdir.heartbeats import PeriodicThread, ProgressTracker, Stage, read_attempt_progress
 from data_juicer_elastic.jobdir.job_summary import Holder, view_of
 from data_juicer_elastic.jobdir.layout import JobLayout
@@ -183,6 +185,7 @@ class JobDisplay:
         self.scanning = ScanCount(self.job_dir, planned_bytes or {}, clock) if shard_rows is None else None
         self.shard_rows = dict(shard_rows or {})
         self.total = sum(self.shard_rows.values())
+        self.dedup = DedupCount(self.layout)  # a recipe's deduplication phases, before any shard runs
         self.live, self.log_every, self.clock, self.stream = live(terminal), log_every, clock, stream
         self.trackers: dict[str, tuple[ProgressTracker, list[float | None]]] = {}
         self.node_id = node_id  # this node's other slots' running shards count too (:meth:`_slot_rows`)
@@ -222,6 +225,7 @@ class JobDisplay:
             self.scanning, self.shard_rows, self.total = None, rows, sum(rows.values())
             self.meter = Meter(self.clock, from_first_move=True)  # rows/s from here: the scans' time is not the shards'
             quiet.say(f"scanned {shown_path(self.job_dir)}: {self.total:,} rows in {len(rows)} shards")
+        self.dedup.refresh(len(self.shard_rows))
         # From the job summary this process's worker reads (no read of its own), else listings: at
         # 1,000 nodes a listing of done/ every 2 s each would be 100,000 names a node per tick.
         view = view_of(self.layout)
@@ -289,7 +293,8 @@ class JobDisplay:
         self.shown_rows = max(self.shown_rows, min(rows, self.total))
         self.meter.add(self.shown_rows)
         if not self.done and not self.shown_rows:  # nothing countable yet: say what it waits for
-            stage = f"first shard: {stage}" if stage else self.waiting() or "waiting for the first shard"
+            first = f"first shard: {stage}" if stage else self.waiting() or "waiting for the first shard"
+            stage = self.dedup.text or first  # the shards wait for every deduplication phase
         elif not running:
             stage = self.waiting()
         return {
@@ -300,6 +305,7 @@ class JobDisplay:
             "running": running,
             "failed": len(self.failed),
             "stage": stage,
+            "dedup": self.dedup.text,
             "elapsed": now - self.started,
         }
 
@@ -315,8 +321,9 @@ class JobDisplay:
         rate, left = n["rate"], n["eta"]
         speed = f", {rate:,.1f} rows/s" if rate else ""
         eta = f", ETA {tqdm.format_interval(left)}" if left else ""
+        dedup = f"{n['dedup']}; " if n.get("dedup") else ""
         return (
-            f"progress: {n['rows']:,}/{self.total:,} rows{pct}{speed}{eta}; {self.shards_note(n)}; "
+            f"progress: {n['rows']:,}/{self.total:,} rows{pct}{speed}{eta}; {self.shards_note(n)}; {dedup}"
             f"elapsed {tqdm.format_interval(n['elapsed'])}"
         )
 
@@ -325,7 +332,8 @@ class JobDisplay:
         now = self.clock()
         if self._line is not None:
             self._line.update(self._live_text(n))
-        counted = tuple(n.get(key) for key in ("rows", "shards_done", "failed", "running", "scanned", "bytes"))
+        keys = ("rows", "shards_done", "failed", "running", "scanned", "bytes", "dedup")
+        counted = tuple(n.get(key) for key in keys)
         if self.logged is None:
             self.logged = counted  # the start: a first line once something moved (or a minute passed)
         if now - self.last_log >= (self.log_every if counted != self.logged else IDLE_LOG_SECS):
@@ -404,6 +412,40 @@ class ScanCount:
             "eta": self.meter.eta(sum(self.planned.values())),
             "elapsed": elapsed,
         }
+
+
+class DedupCount:
+    """A recipe's deduplication phases as the live line shows them: the first deduplicator not yet
+    decided, its phase and tasks published (``dedup.phase_progress.stage_progress``: its marker, its
+    plan and at most one listing per refresh; a decided stage is not read again).  The recipe comes
+    from the manifest, read once it exists; a recipe without a deduplicator costs nothing after it."""
+
+    def __init__(self, layout: JobLayout):
+        self.layout = layout
+        self.stages: list[DedupStage] | None = None  # None: the manifest not read yet
+        self.decided = 0  # stages decided (their marker seen)
+        self.current: StageProgress | None = None
+
+    def refresh(self, num_shards: int) -> None:
+        if self.stages is None:
+            if not self.layout.manifest.exists():
+                return
+            try:
+                self.stages = dedup_stages(load_manifest(self.layout.root).recipe.get("process") or [])
+            except Exception:  # noqa: BLE001 - being written, or refused: the workers say why
+                return
+        self.current = None
+        while self.decided < len(self.stages):
+            found = stage_progress(self.layout, self.stages[self.decided], len(self.stages), num_shards)
+            if found.phase != "done":
+                self.current = found
+                return
+            self.decided += 1
+
+    @property
+    def text(self) -> str:
+        """``dedup 1/2 document_minhash_deduplicator: buckets 12/32``; "" once every stage is decided."""
+        return self.current.text if self.current is not None else ""
 
 
 class _Step:

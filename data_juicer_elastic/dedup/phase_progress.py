@@ -12,7 +12,7 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from data_juicer_elastic.dedup.phase_records import CLUSTER_KIND, read_phase_record
-from data_juicer_elastic.dedup.stages import dedup_stages, stage_identity
+from data_juicer_elastic.dedup.stages import DedupStage, dedup_stages, stage_identity
 from data_juicer_elastic.errors import IntegrityError
 from data_juicer_elastic.jobdir.layout import JobLayout
 from data_juicer_elastic.jobdir.records import Manifest
@@ -29,7 +29,8 @@ class StageProgress:
     done: int  # tasks of the phase published (done: 1)
     total: int | None  # tasks of the phase (None: the bucket plan is not published yet)
     rows: int | None = None  # rows that reached the deduplicator, once decided
-    dropped: int | None = None  # rows it dropped, once decided
+    dropped: int | None = None  # rows it dropped as copies, once decided
+    failed: int | None = None  # rows whose hashing raised (quarantined, dropped too), once decided
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -39,7 +40,8 @@ class StageProgress:
         """``dedup 1/2 document_minhash_deduplicator: buckets 12/32``."""
         head = f"dedup {self.stage}/{self.stages} {self.op}"
         if self.phase == "done":
-            return f"{head}: done, {self.dropped} of {self.rows} rows dropped"
+            quarantined = f", {self.failed} quarantined (their hashing failed)" if self.failed else ""
+            return f"{head}: done, {self.dropped} of {self.rows} rows dropped{quarantined}"
         return f"{head}: {self.phase} {self.done}/{'?' if self.total is None else self.total}"
 
 
@@ -58,26 +60,26 @@ def _count(directory, suffix: str) -> int:
 def dedup_progress(layout: JobLayout, recipe: dict[str, Any], num_shards: int) -> list[StageProgress]:
     """Every deduplicator of ``recipe`` (the job's), its phase and counts; [] when it has none."""
     stages = dedup_stages(recipe.get("process") or [])
-    found = []
-    for stage in stages:
-        n, base = stage.number, layout.dedup_stage(stage.number)
-        row = {"stage": n, "stages": len(stages), "op": stage.op_name, "position": stage.position}
-        marker = _json(layout.dedup_cluster(n))
-        plan = _json(layout.dedup_bucket_plan(n))
-        if marker is not None:
-            found.append(StageProgress(**row, phase="done", done=1, total=1, rows=marker.get("rows"),
-                                       dropped=marker.get("dropped")))  # fmt: skip
-            continue
-        signed = _count(base / "signatures", ".sig")
-        if plan is None or signed < num_shards:
-            found.append(StageProgress(**row, phase="signatures", done=signed, total=num_shards))
-            continue
-        groups, edges = len(plan.get("groups") or []), _count(base / "edges", ".edges")
-        if edges < groups:
-            found.append(StageProgress(**row, phase="buckets", done=edges, total=groups))
-        else:
-            found.append(StageProgress(**row, phase="cluster", done=0, total=1))
-    return found
+    return [stage_progress(layout, stage, len(stages), num_shards) for stage in stages]
+
+
+def stage_progress(layout: JobLayout, stage: DedupStage, stages: int, num_shards: int) -> StageProgress:
+    """One deduplicator's phase and counts: its marker, else its bucket plan, then one listing (the
+    signatures while no plan exists, once it does the edge files: the plan is published only once
+    every shard's signatures are)."""
+    n, base = stage.number, layout.dedup_stage(stage.number)
+    row = {"stage": n, "stages": stages, "op": stage.op_name, "position": stage.position}
+    marker = _json(layout.dedup_cluster(n))
+    if marker is not None:
+        return StageProgress(**row, phase="done", done=1, total=1, rows=marker.get("rows"),
+                             dropped=marker.get("dropped"), failed=marker.get("failed", 0))  # fmt: skip
+    plan = _json(layout.dedup_bucket_plan(n))
+    if plan is None:
+        return StageProgress(**row, phase="signatures", done=_count(base / "signatures", ".sig"), total=num_shards)
+    groups, edges = len(plan.get("groups") or []), _count(base / "edges", ".edges")
+    if edges < groups:
+        return StageProgress(**row, phase="buckets", done=edges, total=groups)
+    return StageProgress(**row, phase="cluster", done=0, total=1)
 
 
 def removed_rows(layout: JobLayout, manifest: Manifest) -> list[dict[str, Any]]:

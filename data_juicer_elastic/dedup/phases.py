@@ -35,6 +35,7 @@ import numpy as np
 from loguru import logger
 
 from data_juicer_elastic.dedup import buckets, clusters, signatures
+from data_juicer_elastic.dedup.hash_quarantine import errors_digest
 from data_juicer_elastic.dedup.phase_records import CLUSTER_KIND, PLAN_KIND, publish_phase_record, read_phase_record
 from data_juicer_elastic.dedup.stages import DedupStage, dedup_stages, stage_identity
 from data_juicer_elastic.dedup.tables import TableReader
@@ -263,6 +264,7 @@ class Signatures(Phase):
             path, identity=self.identity, shard=index, keys=output.keys, rows=output.rows, input_rows=entry.rows,
             method=method, params=output.params, failed=output.failed,
             errors=None if output.errors_path is None else self.files.relative(output.errors_path),
+            errors_digest=errors_digest(output.errors_path),
         )  # fmt: skip
         scope.ended(True, output, rows=len(output.rows), quarantined=len(output.failed))
 
@@ -429,10 +431,15 @@ class DedupPhases:
 
     def work(self, *, wait: bool, sleep: Callable[[float], object]) -> StopReason:
         """Run the phases of every stage in order (each phase a kind of ``jobdir.worker.work``), starting
-        over when a task found an input refused.  FINISHED once every stage's cluster marker is published."""
+        over when a task found an input refused.  FINISHED once every stage's cluster marker is published.
+        A job ``dj-elastic clean`` cleaned keeps only each stage's marker and drop lists: a stage whose
+        drop lists check is not looked at further."""
+        cleaned = fsio.exists(self.layout.clean_record)
         for _ in range(MAX_PASSES):
             went_back = False
             for stage in self.stages:
+                if cleaned and Cluster(self, stage).checked(ROLE_TASK):
+                    continue  # a cleaned job's signature and edge files are gone: its drop lists stand
                 for phase in PHASES:
                     kind = phase(self, stage)
                     reason = work(kind, wait=wait, sleep=sleep, places=(("job directory", self.layout.root),))

@@ -73,12 +73,14 @@ def publish_signatures(
     block_entries: int = BLOCK_ENTRIES,
     failed: np.ndarray | None = None,
     errors: str | None = None,
+    errors_digest: dict | None = None,
 ) -> ShardSignatures:
     """Publish a shard's signature file (``tables.publish_table``: the first valid one wins; one refused
     is replaced).  ``rows``: the input row numbers (within the shard, strictly increasing) of the rows
     that reached the deduplicator, one per row of ``keys``; ``input_rows``: the shard's input rows;
     ``failed``: the input row numbers that reached it but whose ``compute_hash`` raised (quarantined, in
-    ``errors``, the attempt's quarantine file relative to the job): the stage drops them too."""
+    ``errors``, the attempt's quarantine file relative to the job, its lines, bytes and sha256 in
+    ``errors_digest``: ``dedup.hash_quarantine``): the stage drops them too."""
     keys = np.asarray(keys, dtype=np.uint64)
     rows = np.asarray(rows, dtype=np.uint64)
     if keys.ndim != 3 or keys.shape[2] != 2 or keys.shape[0] != len(rows):
@@ -90,6 +92,7 @@ def publish_signatures(
     meta = {
         "shard": shard, "rows": count, "input_rows": input_rows, "bands": bands, "method": method,
         "params": params or {}, "failed": [int(row) for row in failed], "errors": errors,
+        "errors_digest": errors_digest,
     }  # fmt: skip
     sections = signature_sections(keys, shard, rows, input_rows)
     found = publish_table(

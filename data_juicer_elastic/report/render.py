@@ -189,7 +189,23 @@ def _summary(facts: JobFacts, win: series.Window | None) -> str:
         eta = numbers.eta_secs
         cards.append(_card("time left (ETA)", format_wall(eta) if eta is not None else "unknown"))
     cards += _scan_cards(facts)
+    cards += _dedup_cards(facts)
     return '<div class="cards">' + "".join(cards) + "</div>"
+
+
+def _dedup_cards(facts: JobFacts) -> list[str]:
+    """One card per deduplicator, as ``status`` names it (``dedup.phase_progress``): once decided the
+    rows it removed of those that reached it, before that its phase and the phase's tasks published."""
+    cards = []
+    for stage in facts.view.dedup:
+        label = f"dedup {stage.stage}/{stage.stages} {stage.op} (process[{stage.position}])"
+        if stage.phase == "done":
+            value = f"{stage.dropped:,} of {stage.rows:,} rows removed"
+            value += f", {stage.failed:,} quarantined (their hashing failed)" if stage.failed else ""
+        else:
+            value = f"{stage.phase} {stage.done}/{'?' if stage.total is None else stage.total}"
+        cards.append(_card(label, value))
+    return cards
 
 
 def _scan_cards(facts: JobFacts) -> list[str]:

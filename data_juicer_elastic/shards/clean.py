@@ -17,11 +17,14 @@ from pathlib import Path
 
 from loguru import logger
 
+from data_juicer_elastic.dedup.phase_records import CLUSTER_KIND, read_phase_record
+from data_juicer_elastic.dedup.stages import dedup_stages, stage_identity
 from data_juicer_elastic.errors import IntegrityError, JobDirError, storage_errors
 from data_juicer_elastic.jobdir.attempts import OUTPUT_FILE
 from data_juicer_elastic.jobdir.exports import CleanRecord, MergedSideFile, MergeRecord, cleaned_error
 from data_juicer_elastic.jobdir.layout import JobLayout, check_inside, check_layout
 from data_juicer_elastic.jobdir.manifest import load_manifest
+from data_juicer_elastic.jobdir.records import Manifest
 from data_juicer_elastic.shards.merge import MergeResult, accepted_results
 from data_juicer_elastic.shards.side_files import ATTEMPT_FILES
 from data_juicer_elastic.shards.verify import ExportSummary, verify_export, verify_job
@@ -81,7 +84,7 @@ def clean_job(job_dir: str | Path) -> CleanResult:
         record = CleanRecord(manifest.job_id, merge.output_path, merge.layout, merge.sha256, time.time())
         fsio.atomic_write(layout.clean_record, record.encode())  # before the first removal: see jobdir.exports
     files = freed = 0
-    for path in _reclaimable(layout, manifest.copy_shards):
+    for path in (*_reclaimable(layout, manifest.copy_shards), *_dedup_intermediates(layout, manifest)):
         size = _remove(path)
         if size is not None:
             files, freed = files + 1, freed + size
@@ -108,6 +111,26 @@ def _reclaimable(layout: JobLayout, copies: bool) -> Iterator[Path]:
     if copies:
         shards = check_inside(layout, layout.shards_dir)
         yield from (shards / name for name in fsio.list_names(shards) if ".jsonl" in name)
+
+
+def _dedup_intermediates(layout: JobLayout, manifest: Manifest) -> Iterator[Path]:
+    """The deduplication phases' intermediate files of every decided stage (its ``cluster.json`` checks for
+    this recipe): the signature files, the edge files, and the files a refusal set aside.  What stays: each
+    stage's ``cluster.json``, drop lists and bucket plan (what a rerun of the cleaned job checks, the counts
+    ``merge.json`` and status show), and the phases' attempt records and logs."""
+    for stage in dedup_stages(manifest.recipe.get("process") or []):
+        try:
+            marker = read_phase_record(layout.dedup_cluster(stage.number), CLUSTER_KIND,
+                                       stage_identity(manifest.recipe_hash, stage))  # fmt: skip
+        except IntegrityError:
+            marker = None
+        if marker is None:
+            continue  # not decided for this recipe: nothing of it is judged here
+        base = check_inside(layout, layout.dedup_stage(stage.number))
+        for folder, suffix in (("signatures", ".sig"), ("edges", ".edges"), ("drops", None), ("buckets", None)):
+            for name in fsio.list_names(base / folder):
+                if (name.startswith(".") and ".refused-" in name) or (suffix and name.endswith(suffix)):
+                    yield base / folder / name
 
 
 def _remove(path: Path) -> int | None:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import json
 import os
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
@@ -18,6 +19,7 @@ from typing import Any, Final
 
 from loguru import logger
 
+from data_juicer_elastic.dedup.hash_quarantine import hash_failure_lines
 from data_juicer_elastic.errors import IntegrityError, OutputExistsError, preview
 from data_juicer_elastic.jobdir import attempts, exports
 from data_juicer_elastic.jobdir.exports import (
@@ -33,6 +35,7 @@ from data_juicer_elastic.jobdir.exports import (
     part_stats_name,
 )
 from data_juicer_elastic.jobdir.layout import JobLayout
+from data_juicer_elastic.jobdir.manifest import load_manifest
 from data_juicer_elastic.jobdir.records import ShardEntry, ShardResult
 from data_juicer_elastic.shards.merge_files import AppendStream, merge_temp_path, remove_dead_merge_temps
 from data_juicer_elastic.sharedfs import fault_seam, fsio
@@ -175,17 +178,56 @@ def streamed_row_stats(stream: AppendStream | None, results: Results, output: Pa
 
 def stage_errors(layout: JobLayout, results: Results, output: Path, tag: str) -> StagedFile | None:
     """``<export>_errors.jsonl`` from the accepted shards' quarantine files in manifest order, each checked as it
-    is copied, under a temp name; None when no row was quarantined (an earlier merge's file is then removed:
-    :func:`remove_stale_errors`)."""
+    is copied, with the rows whose hashing raised in a deduplication stage's signature run put among their
+    shard's lines in input order (``dedup.hash_quarantine``), under a temp name; None when no row was
+    quarantined (an earlier merge's file is then removed: :func:`remove_stale_errors`)."""
+    failures = hash_failure_lines(layout, load_manifest(layout.root)) if _deduplicates(layout) else {}
     with_errors = [(entry, result) for entry, result in results if result.errors is not None]
-    if sum(result.errors.rows for _, result in with_errors) == 0:
+    if sum(result.errors.rows for _, result in with_errors) + sum(map(len, failures.values())) == 0:
         return None
     size = sum(result.errors.bytes for _, result in with_errors)
+    size += sum(len(line) for lines in failures.values() for _, line in lines)
     copies = (
-        functools.partial(check_row_errors_file, layout, entry, result, attempts.requeue_hint(layout, [entry.shard_id]))
-        for entry, result in with_errors
+        functools.partial(
+            _shard_errors,
+            layout,
+            entry,
+            result,
+            attempts.requeue_hint(layout, [entry.shard_id]),
+            failures.get(entry.shard_id, []),
+        )  # fmt: skip
+        for entry, result in results
+        if result.errors is not None or entry.shard_id in failures
     )
     return stage_concat(export_errors_path(output), tag, size, copies)
+
+
+def _deduplicates(layout: JobLayout) -> bool:
+    return fsio.exists(layout.dedup_dir)
+
+
+def _shard_errors(layout: JobLayout, entry, result, requeue: str, failed: list[tuple[int, bytes]], sink: Sink) -> int:
+    """One shard's quarantine lines: its accepted result's file (checked as copied) and ``failed`` (input
+    row, line: sorted), merged by the row within the shard (``shard_row``), each line as it was written."""
+    if not failed:
+        return check_row_errors_file(layout, entry, result, requeue, sink)
+    pending, partial = list(failed), [b""]
+
+    def merge(data: bytes) -> None:
+        lines = (partial[0] + data).split(b"\n")
+        partial[0] = lines.pop()
+        for line in lines:
+            row = json.loads(line).get("shard_row", -1)
+            while pending and pending[0][0] < row:
+                sink(pending.pop(0)[1])
+            sink(line + b"\n")
+
+    rows = check_row_errors_file(layout, entry, result, requeue, merge) if result.errors is not None else 0
+    if partial[0]:
+        raise IntegrityError("a quarantine file does not end with a newline", where=str(layout.root))
+    for _, line in pending:
+        sink(line)
+    return rows + len(failed)
 
 
 def remove_stale_errors(layout: JobLayout, output: Path, overwrite: bool) -> None:

@@ -12,6 +12,7 @@ from loguru import logger
 
 from data_juicer_elastic.console import quiet, summary
 from data_juicer_elastic.console.displays import (
+    LISTING_SECS,
     MIN_GAPS,
     MIN_SPAN_SECS,
     RATE_WINDOW_SECS,
@@ -22,6 +23,7 @@ from data_juicer_elastic.console.displays import (
 )
 from data_juicer_elastic.jobdir import heartbeats, task_queue
 from data_juicer_elastic.jobdir.layout import JobLayout
+from data_juicer_elastic.sharedfs import fsio
 from tests.jobdir.conftest import FakeClock, identity
 
 
@@ -433,3 +435,46 @@ def test_every_display_of_a_run_counts_from_its_submission(tmp_path):
     with StepDisplay(terminal=True, stream=out, clock=clock, started=start) as display:
         display("merge", 1, 2)  # a step begun 100 s into the run
     assert "[01:40<" in redraws(out.getvalue())[0], out.getvalue()
+
+
+def test_the_line_names_the_deduplication_phase_until_the_shards_run(tmp_path, lines, monkeypatch):
+    """A job stopped in its first deduplicator's bucket phase (the fault driver, exact dedup computed in
+    Python): the line names that phase as `dj-elastic status` does; once every stage is decided, the
+    shards.  Each refresh lists at most one phase folder."""
+    import signal
+
+    from tests.faults.conftest import run_driver
+    from tests.faults.fakes import DEDUP_PROCESS, prepare
+
+    job = prepare(tmp_path, 40, 4, process=DEDUP_PROCESS)
+    proc = run_driver("worker", job, "--dedup", crash="link:.edges@2")  # one bucket group published
+    assert proc.returncode == -signal.SIGKILL, proc.stderr[-3000:]
+    shards = {f"part-{i:05d}-of-00004": 10 for i in range(4)}
+    clock = FakeClock(0.0)
+    display = JobDisplay(job, shards, terminal=False, log_every=10.0, clock=clock)
+    listed, real = [], fsio.list_names
+    monkeypatch.setattr(fsio, "list_names", lambda directory: listed.append(str(directory)) or real(directory))
+    display.refresh_listing()
+    monkeypatch.undo()
+    assert [name for name in listed if "/dedup/" in name] == [str(job / "dedup" / "1" / "edges")]
+    numbers = display.numbers()
+    assert numbers["stage"] == numbers["dedup"] == "dedup 1/2 document_deduplicator: buckets 1/4"
+    display.draw()
+    clock.advance(61.0)  # nothing moved: the idle line, a minute on
+    display.draw()
+    said = [text for text, shown in lines if text.startswith("progress:") and shown]
+    assert said and "; dedup 1/2 document_deduplicator: buckets 1/4; elapsed" in said[-1], said
+
+    assert run_driver("worker", job, "--dedup").returncode == 0
+    clock.advance(LISTING_SECS)
+    numbers = display.numbers()
+    assert numbers["dedup"] == "" and "dedup" not in numbers["stage"] and numbers["shards_done"] == 4
+    assert "dedup" not in display.plain_line(numbers)
+
+
+def test_a_job_without_a_deduplicator_shows_no_phase(tmp_path):
+    shards = {"part-00000-of-00002": 50, "part-00001-of-00002": 50}
+    _job(tmp_path, shards)
+    display = JobDisplay(tmp_path, shards, terminal=False, clock=FakeClock(0.0))
+    display.refresh_listing()
+    assert display.numbers()["dedup"] == "" and display.numbers()["stage"] == "waiting for the first shard"

@@ -127,3 +127,49 @@ def test_each_deduplicator_keeps_the_default_executors_rows(tmp_path, dedup, sha
     process = [{"whitespace_normalization_mapper": None}, dedup]
     default, elastic = run_both(tmp_path, "one", data, {"process": process}, {"num_shards": num_shards})
     assert_same_rows(rows, default, elastic)
+
+
+@pytest.mark.extended
+def test_rows_whose_hashing_raises_are_quarantined_and_the_rest_is_the_default_executors(tmp_path):
+    """A null text makes `document_deduplicator`'s `compute_hash` raise (the default executor stops on it):
+    under elastic_sharded the row is quarantined (op `elastic_dedup_hash`) and counted, and the output is
+    what the default executor writes for the input without it."""
+    import json
+    import os
+    import subprocess
+
+    import yaml
+
+    from .conftest import RAY_CPUS
+
+    rows = corpus(40, seed=5)
+    bad = {7, 23}
+    with_nulls = [{**row, "text": None} if row["id"] in bad else row for row in rows]
+    process = [{"document_deduplicator": {"lowercase": True}}]
+    exports = {}
+    for executor, data in (("default", [r for r in rows if r["id"] not in bad]), ("elastic_sharded", with_nulls)):
+        path = write_rows(tmp_path / executor / "input.jsonl", data)
+        export = tmp_path / executor / "merged.jsonl"
+        recipe = {"project_name": f"nulls-{executor}", "dataset_path": str(path), "export_path": str(export), "np": 2,
+                  "process": process}  # fmt: skip
+        if executor == "elastic_sharded":
+            recipe["executor_type"] = executor
+            recipe["elastic"] = {"job_dir": str(tmp_path / "job"), "ray_num_cpus": RAY_CPUS, "num_shards": 3}
+        (tmp_path / executor / "recipe.yaml").write_text(yaml.safe_dump(recipe, sort_keys=False))
+        proc = subprocess.run(
+            ["dj-process", "--config", str(tmp_path / executor / "recipe.yaml")], cwd=tmp_path, capture_output=True,
+            text=True, timeout=600, env={k: v for k, v in os.environ.items() if k not in ("RAY_ADDRESS", "RAY_JOB")},
+        )  # fmt: skip
+        assert proc.returncode == 0, f"{executor}:\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}"
+        exports[executor] = export
+    assert [r["id"] for r in read_jsonl(exports["elastic_sharded"])] == [
+        r["id"] for r in read_jsonl(exports["default"])
+    ]
+    errors = [
+        json.loads(line) for line in (tmp_path / "elastic_sharded" / "merged_errors.jsonl").read_text().splitlines()
+    ]
+    assert [(e["row_number"], e["op"], e["row"]["text"]) for e in errors] == [
+        (i, "elastic_dedup_hash", None) for i in sorted(bad)
+    ]
+    record = json.loads((tmp_path / "job" / "merge.json").read_bytes())
+    assert record["errors_rows"] == len(bad) and record["dedup"][0]["failed"] == len(bad)

@@ -87,3 +87,22 @@ def test_every_line_of_the_run_shows_one_clock_from_the_runs_submission(live_run
         assert abs(shown - since_submission) <= 2.0, checked
     wall = re.search(r" done in (?:(\d+)m)?([\d.]+)s:", re.sub(r"\x1b\[[0-9;?]*[A-Za-z]", "", drawn))
     assert wall and elapsed[-1] <= 60 * int(wall.group(1) or 0) + float(wall.group(2)) + 1.0, (elapsed[-1], wall)
+
+
+def test_the_line_names_the_deduplication_phase_before_the_shards_run(tmp_path):
+    """A recipe with a deduplicator after a slow operator: while the signature runs work (the operator
+    before the deduplicator runs in them), the line names the phase as `dj-elastic status` does."""
+    data = tmp_path / "input.jsonl"
+    rows = [{"id": i, "text": f"row {i % 50:05d}"} for i in range(400)]
+    data.write_text("".join(json.dumps(row) + "\n" for row in rows))
+    process = [{"e2e_sleep_mapper": {"seconds_per_row": 0.01}}, {"document_deduplicator": None}]
+    recipe = elastic_recipe(tmp_path, data, num_shards=SHARDS, process=process)
+    fields = yaml.safe_load(recipe.read_text())
+    fields["custom_operator_paths"] = [str(OPS_DIR / "e2e_ops.py")]
+    recipe.write_text(yaml.safe_dump(fields, sort_keys=False))
+    proc = run_on_terminal(["dj-process", "--config", str(recipe)], cwd=tmp_path, env={"DJ_ELASTIC_VERBOSE": ""})
+    (tmp_path / "console.txt").write_text(proc.stdout)
+    assert_ok(proc)
+    assert [row["id"] for row in read_jsonl(tmp_path / "job" / "merged.jsonl")] == list(range(50))
+    states = [state for state in redraws(proc.stdout) if "dedup 1/1 document_deduplicator: " in state]
+    assert any(re.search(r"dedup 1/1 document_deduplicator: signatures [01]/2", s) for s in states), proc.stdout[-3000:]

@@ -55,6 +55,7 @@ def main(argv: list[str] | None = None) -> int:
     w.add_argument("--max-shards", type=int, default=None)
     w.add_argument("--scan-sleep", type=float, default=0.0, help="seconds each scan waits before it reads")
     w.add_argument("--dedup", action="store_true")
+    w.add_argument("--hash-fails", default="", help="input row ids (comma-separated) whose stage-1 hashing raises")
     m = sub.add_parser("merge")
     m.add_argument("job")
     m.add_argument("output")
@@ -114,7 +115,7 @@ def main(argv: list[str] | None = None) -> int:
             ),
             sleep=pause,
             run_scan=_slow_scanner(args.scan_sleep),  # a planned job is scanned first, by every worker
-            phases=dedup_phases(fake_signatures(DEDUP_PROCESS)),
+            phases=dedup_phases(fake_signatures(DEDUP_PROCESS, {int(i) for i in args.hash_fails.split(",") if i})),
         )
     except ElasticError as err:
         print(f"error: {err}", file=sys.stderr)

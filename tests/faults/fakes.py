@@ -166,19 +166,37 @@ def _drop_sets(task) -> dict[int, set]:
     return {stage: set(rows.tolist()) for stage, rows in task.drops.items()}
 
 
-def fake_signatures(process: list) -> Callable[[SignatureTask], SignatureOutput]:
-    """run_signatures: the rows reaching the stage's deduplicator and their md5 as exact keys."""
+def fake_signatures(process: list, fails: set[int] = frozenset()) -> Callable[[SignatureTask], SignatureOutput]:
+    """run_signatures: the rows reaching the stage's deduplicator and their md5 as exact keys.  ``fails``:
+    input row ids whose hashing raises in stage 1, quarantined in the attempt's ``errors.jsonl`` (the
+    line a real run writes: op ``elastic_dedup_hash``, the input row byte for byte) and listed as failed."""
     stages = dedup_stages(process)
 
     def run(task: SignatureTask) -> SignatureOutput:
         stage, drops = stages[task.stage - 1], _drop_sets(task)
-        rows, hashes = [], []
+        rows, hashes, failed, lines = [], [], [], []
         for number, raw in enumerate(iter_source_lines(task.source)):
-            text = json.loads(raw)["text"]
-            if _reaches(process, stage.position, text, number, drops):
-                rows.append(number)
-                hashes.append(_exact_hash(text, stage.args))
-        return SignatureOutput(np.array(rows, dtype=np.uint64), exact_keys(hashes), "exact")
+            row = json.loads(raw)
+            if not _reaches(process, stage.position, row["text"], number, drops):
+                continue
+            if task.stage == 1 and row["id"] in fails:
+                failed.append(number)
+                head = {"row_number": row["id"], "shard": task.shard_id, "shard_row": number,
+                        "op": "elastic_dedup_hash", "op_index": stage.position, "error_type": "ValueError",
+                        "error": "hashing failed"}  # fmt: skip
+                line = json.dumps(head, separators=(",", ":"))[:-1].encode() + b',"row":' + bytes(raw).rstrip(b"\n")
+                lines.append(line + b"}\n")
+                continue
+            rows.append(number)
+            hashes.append(_exact_hash(row["text"], stage.args))
+        errors = None
+        if lines:
+            errors = Path(task.attempt_dir) / "errors.jsonl"
+            fsio.atomic_write(errors, b"".join(lines))
+        return SignatureOutput(
+            np.array(rows, dtype=np.uint64), exact_keys(hashes), "exact",
+            failed=np.array(failed, dtype=np.uint64), errors_path=errors,
+        )  # fmt: skip
 
     return run
 

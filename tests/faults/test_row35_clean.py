@@ -170,3 +170,35 @@ def test_a_parts_export_keeps_its_parts_and_a_job_read_in_place_keeps_its_input(
     assert dj_elastic("clean", "--job-dir", job).returncode == 0
     assert data.read_bytes() == before, "the input is never touched"
     assert dj_elastic("verify", "--job-dir", job).returncode == 0
+
+
+def test_clean_removes_a_deduplicated_jobs_signature_and_edge_files_and_a_rerun_needs_none(tmp_path):
+    """Deduplication's intermediates (the fault driver's exact-dedup fakes, two stages): clean removes the
+    signature and edge files and what a refusal set aside; the markers, drop lists and plans stay; verify
+    still passes, and a rerun of the cleaned job (its input read in place) runs no phase again."""
+    from .conftest import run_driver, summary_of
+    from .fakes import DEDUP_PROCESS
+
+    job = prepare(tmp_path, rows=ROWS, shards=SHARDS, process=DEDUP_PROCESS, copy_shards=False)
+    proc = run_driver("worker", job, "--dedup")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    aside = job / "dedup" / "1" / "edges" / ".part-00000-of-00004.edges.refused-a1"
+    aside.write_bytes(b"set aside")
+    export = tmp_path / "out" / "merged.jsonl"
+    merge = dj_elastic("merge", "--job-dir", job, "--output", export)
+    assert merge.returncode == 0, merge.stderr[-2000:]
+    before = export.read_bytes()
+    intermediates = [p for p in (job / "dedup").rglob("*") if p.suffix in (".sig", ".edges")] + [aside]
+    kept = {p: p.read_bytes() for p in (job / "dedup").rglob("*") if p.suffix == ".drops" or p.suffix == ".json"}
+    assert len(intermediates) == 2 * (SHARDS + SHARDS) + 1 and kept
+    clean = dj_elastic("clean", "--job-dir", job)
+    assert clean.returncode == 0, clean.stderr[-2000:]
+    assert not any(path.exists() for path in intermediates), "every signature and edge file is gone"
+    assert {p: p.read_bytes() for p in kept} == kept, "markers, drop lists, plans and records stay as they were"
+    verify = dj_elastic("verify", "--job-dir", job)
+    assert verify.returncode == 0 and f"PASS: export {export}" in verify.stdout, verify.stderr[-2000:]
+    again = run_driver("worker", job, "--dedup", node="again")
+    assert again.returncode == 0 and summary_of(again)["claimed"] == 0, again.stderr[-3000:]
+    assert not any(path.exists() for path in intermediates) and export.read_bytes() == before
+    status = json.loads(dj_elastic("status", "--job-dir", job, "--json").stdout)["dedup"]
+    assert [s["phase"] for s in status] == ["done", "done"]

@@ -255,3 +255,40 @@ def test_a_holder_paused_past_the_ttl_is_taken_over_and_abandons_when_resumed(tm
     taken = json.loads((claims / "gen-000002.json").read_bytes())
     assert taken["node_id"] == "rescuer" and taken["takeover_reason"] == "stale"
     assert merged(job, tmp_path) == expected_bytes()
+
+
+HASH_FAILS = (3, 17, 22)  # rows that reach the first deduplicator (non-empty texts) and whose hashing raises
+
+
+def test_rows_whose_hashing_raised_are_quarantined_in_the_export_in_input_order(tmp_path):
+    """The fake signature runner fails the hashing of three rows (two in one shard): they are left out of the
+    output as the default executor leaves them (dropped at that stage), and their quarantine lines reach
+    `<export>_errors.jsonl` in input order and the merge's quarantined count; a tampered quarantine file
+    of a signature attempt is refused by the merge."""
+    texts = dedup_texts(ROWS)
+    assert all(texts[i] for i in HASH_FAILS)
+    job = prepare(tmp_path, ROWS, 4, process=DEDUP_PROCESS)
+    proc = worker(job, "--hash-fails", ",".join(map(str, HASH_FAILS)))
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    marker = json.loads((job / "dedup" / "1" / "cluster.json").read_bytes())
+    assert marker["failed"] == len(HASH_FAILS)
+    without = ["" if i in HASH_FAILS else t for i, t in enumerate(texts)]  # gone before the first deduplicator
+    kept = dedup_oracle(without, DEDUP_PROCESS)
+    expected = b"".join(json.dumps({"id": i, "text": texts[i]}, separators=(",", ":")).encode() + b"\n" for i in kept)
+    assert merged(job, tmp_path) == expected
+    errors = tmp_path / "merged_errors.jsonl"
+    lines = [json.loads(line) for line in errors.read_bytes().splitlines()]
+    assert [(r["row_number"], r["op"], r["row"]) for r in lines] == [
+        (i, "elastic_dedup_hash", {"id": i, "text": texts[i]}) for i in HASH_FAILS
+    ]
+    record = json.loads((job / "merge.json").read_bytes())
+    assert record["errors_rows"] == len(HASH_FAILS) and record["dedup"][0]["failed"] == len(HASH_FAILS)
+    stages = json.loads(dj_elastic_status(job, "--json").stdout)["dedup"]
+    assert [s["failed"] for s in stages] == [len(HASH_FAILS), 0]
+    assert f"rows dropped, {len(HASH_FAILS)} quarantined (their hashing failed)" in dj_elastic_status(job).stdout
+
+    found = job.glob("dedup/1/signatures/attempts/*/*/errors.jsonl")
+    (quarantine,) = [p for p in found if b'"row_number":17' in p.read_bytes()]
+    quarantine.write_bytes(quarantine.read_bytes().replace(b'"row_number":17', b'"row_number":71'))
+    refused = run_driver("merge", job, tmp_path / "again.jsonl")
+    assert refused.returncode == 2 and "does not match its record" in refused.stderr, refused.stderr[-2000:]

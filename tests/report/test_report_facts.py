@@ -296,3 +296,34 @@ def test_running_attempts_count_in_throughput_through_their_live_progress(tmp_pa
     assert (document["rows_per_sec"], document["eta_secs"]) == (15.0, round(left / 15.0, 1))
     assert '<b class="">15.0</b>input rows/s now' in html
     assert f'<b class="">{format_wall(left / 15.0)}</b>time left (ETA)' in html
+
+
+def test_the_report_names_each_deduplicators_phase_then_the_rows_it_removed(tmp_path):
+    """A job of the fault driver's exact-dedup fakes (two stages), stopped in the first one's bucket
+    phase, then finished: the report's cards say what `dj-elastic status` says, from the same records."""
+    import json
+    import signal
+
+    from tests.faults.conftest import run_driver
+    from tests.faults.fakes import DEDUP_PROCESS, dedup_oracle, dedup_texts, prepare
+
+    job = prepare(tmp_path, 40, 4, process=DEDUP_PROCESS)
+    assert run_driver("worker", job, "--dedup", crash="link:.edges@2").returncode == -signal.SIGKILL
+    html = write_report(job, tmp_path / "running.html").output.read_text()
+    assert "dedup 1/2 document_deduplicator (process[1])" in html and "buckets 1/4" in html
+    assert "dedup 2/2 document_deduplicator (process[2])" in html and "signatures 0/4" in html
+    assert run_driver("worker", job, "--dedup").returncode == 0
+    html = write_report(job, tmp_path / "done.html").output.read_text()
+    texts = dedup_texts(40)
+    reached = [t for t in texts if t]
+    first, both = dedup_oracle(texts, DEDUP_PROCESS[:2]), dedup_oracle(texts, DEDUP_PROCESS)
+    assert f"{len(reached) - len(first):,} of {len(reached):,} rows removed" in html
+    assert f"{len(first) - len(both):,} of {len(first):,} rows removed" in html
+    status = json.loads(cli_status_json(job))["dedup"]
+    assert [s["dropped"] for s in status] == [len(reached) - len(first), len(first) - len(both)]
+
+
+def cli_status_json(job: Path) -> str:
+    from tests.faults.conftest import dj_elastic_status
+
+    return dj_elastic_status(job, "--json").stdout
