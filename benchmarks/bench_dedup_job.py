@@ -18,12 +18,12 @@ before the deduplicator), one after the other, the order reversed every other ro
 
 Printed per round: both wall times, the ratio, the load average, the default run's split (from its log:
 before the deduplicator, ``compute_hash`` in ``np`` processes, Data-Juicer's ``process``, the export),
-and the elastic run's phases from its
-job directory (the attempt records of each phase's tasks, ``dedup/<k>/<phase>/`` and the shards': from
-the first attempt's start to the last one's end, and the attempts' summed seconds), plus the time
-before the first attempt (start, recipe check, preparation) and after the last one (the merge).  The
-first round checks that both outputs keep the same rows (the ids, in order) with the same values
-(parsed: the two executors space their JSON differently).
+and the elastic run's phases from its job directory (the attempt records of each phase's tasks,
+``dedup/<k>/<phase>/`` and the shards': from the first attempt's start to the last one's end, the
+attempts' summed seconds, and for the signatures and the shards the seconds Ray Data ran the operators,
+from the attempts' logs), plus the time before the first attempt (start, recipe check, preparation) and
+after the last one (the merge).  The first round checks that both outputs keep the same rows (the ids,
+in order) with the same values (parsed: the two executors space their JSON differently).
 The result (every round, the medians) goes to ``<workdir>/results.json``.
 
     python benchmarks/bench_dedup_job.py                       # 200,000 rows, 8 shards, one round: 10-20 min
@@ -127,6 +127,20 @@ def output_ids(export: Path) -> list[str]:
     return [row["id"] for row in output_rows(export)]
 
 
+_RAY_DATA = re.compile(r".*Dataset \S+ execution finished in ([\d.]+) seconds")
+
+
+def ray_data_secs(folder: Path) -> float:
+    """Seconds Ray Data ran the operators (the attempts' "execution finished in") in the task
+    namespace ``folder``: the hashing of a signature attempt, the operators of a shard's."""
+    return sum(
+        float(match.group(1))
+        for log in folder.glob("attempts/*/*/process.log")
+        for match in map(_RAY_DATA.match, log.read_text(errors="replace").splitlines())
+        if match
+    )
+
+
 def _attempts(folder: Path) -> list[tuple[float, float]]:
     """(started_at, ended_at) of every attempt record of the task namespace ``folder``."""
     found = []
@@ -145,17 +159,19 @@ def elastic_phases(started: float, secs: float, job: Path) -> dict[str, float]:
     signatures, buckets, cluster, then the shards), seconds from the first attempt's start to the last one's end
     (``<phase>``) and the attempts' summed seconds (``<phase>_task_secs``); ``before`` from the command's
     start to the first attempt, ``after`` from the last attempt's end to the command's end."""
-    spans: dict[str, list[tuple[float, float]]] = {"scans": _attempts(job / "scans")}
+    folders = {"scans": job / "scans"}
     for stage in sorted((job / "dedup").glob("[0-9]*"), key=lambda p: int(p.name)):
-        for phase in PHASES:
-            spans[f"dedup{stage.name}_{phase}"] = _attempts(stage / phase)
-    spans["shards"] = _attempts(job)
+        folders.update({f"dedup{stage.name}_{phase}": stage / phase for phase in PHASES})
+    folders["shards"] = job
+    spans = {name: _attempts(folder) for name, folder in folders.items()}
     result: dict[str, float] = {}
     for name, found in spans.items():
         if found:
             result[name] = max(e for _, e in found) - min(s for s, _ in found)
             result[f"{name}_task_secs"] = sum(e - s for s, e in found)
             result[f"{name}_tasks"] = len(found)
+            if name.endswith("_signatures") or name == "shards":
+                result[f"{name}_ray_data_secs"] = ray_data_secs(folders[name])
     every = [span for found in spans.values() for span in found]
     if every:
         result["before"] = min(s for s, _ in every) - started
@@ -194,13 +210,16 @@ def default_phases(started: float, secs: float, log: Path) -> dict[str, float]:
 
 def phase_table(phases: dict[str, float]) -> str:
     """The phases in the order they ran, one line each."""
-    spans = [n for n in phases if not n.endswith(("_task_secs", "_tasks")) and n not in ("before", "after")]
+    spans = [n for n in phases if not n.endswith(("_secs", "_tasks")) and n not in ("before", "after")]
     lines = []
     for name in ("before", *spans, "after"):
         if name in phases:
             line = f"    {name:<22} {phases[name]:8.1f} s"
             if name + "_tasks" in phases:
-                line += f"  ({phases[name + '_tasks']:.0f} tasks, {phases[name + '_task_secs']:.1f} s summed)"
+                line += f"  ({phases[name + '_tasks']:.0f} tasks, {phases[name + '_task_secs']:.1f} s summed"
+                if name + "_ray_data_secs" in phases:
+                    line += f", Ray Data running the operators {phases[name + '_ray_data_secs']:.1f} s"
+                line += ")"
             lines.append(line)
     return "\n".join(lines)
 
