@@ -42,3 +42,16 @@ def test_bench_warm_ops_task_mode_one_load_and_the_input_back(tmp_path):
           "--json", str(out))  # fmt: skip
     task = json.loads(out.read_text())["task"]
     assert task["output_matches_input"] is True and task["loads_per_process"]["worker"] == 1
+
+
+@pytest.mark.extended
+def test_bench_dedup_job_keeps_the_default_executors_rows_and_reports_the_phases(tmp_path):
+    result = bench("bench_dedup_job.py", "--rows", "300", "--shards", "3", "--workdir", str(tmp_path))
+    assert "same rows (ids, in order): True; same values: True" in result.stdout, result.stdout
+    assert "dedup1_signatures" in result.stdout and "elastic / default" in result.stdout, result.stdout
+    found = json.loads((tmp_path / "results.json").read_text())
+    (first,) = found["rounds"]
+    assert first["kept_default"] == first["kept_elastic"] < 300, first
+    assert {"dedup1_signatures", "dedup1_buckets", "dedup1_cluster", "shards"} <= first["phases"].keys(), first
+    assert {"compute_hash", "process"} <= first["default_phases"].keys(), first
+    assert found["median"]["elastic / default"] > 0
