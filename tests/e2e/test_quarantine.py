@@ -69,6 +69,7 @@ def ids(path: Path) -> list[int]:
     return [row["id"] for row in read_jsonl(path)]
 
 
+@pytest.mark.extended  # four dj-process runs (two default-executor oracles) and a bisection: a large case
 def test_three_failing_rows_of_a_batch_of_512_are_quarantined_and_retried(tmp_path):
     data = write_input(tmp_path / "input.jsonl")
     none, mapper_ids, filter_ids = (tmp_path / n for n in ("none.txt", "mapper.txt", "filter.txt"))

@@ -150,6 +150,7 @@ def _count_claims(job: Path, counter: _ClaimOps, claims: int, job_summary: bool 
     return counter
 
 
+@pytest.mark.extended  # a 1,000-shard job prepared and walked: a large case
 def test_ops_per_claim_do_not_grow_with_the_number_of_shards(tmp_path, monkeypatch):
     # The walk (a worker without a summary it trusts): with one, a claim reads no shard it skips, and
     # whether the keeper's thread has written a round yet would make the count a matter of timing.

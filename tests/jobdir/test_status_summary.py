@@ -219,6 +219,7 @@ def _peer_counted(pace: PaceWriter, entries) -> None:
     pace.flush()
 
 
+@pytest.mark.extended  # 1,026 shards, 1,000 done markers: a large case
 def test_what_status_reads_does_not_grow_with_the_done_shards(tmp_path, clock):
     """100 done, then 1,000 done (5 running, the rest pending): the same operations, none in done/
     but its listing; without the summary, a read per done shard.  Then one done shard that no pace
