@@ -87,21 +87,25 @@ def fsio_runner(
                 pause(seconds)
         if fail is not None and fail(task):
             raise RuntimeError(f"fake runner refuses {task.shard_id}")
-        writer = fsio.BufferedCheckedWriter(task.output_path)
-        rows = 0
-        try:
-            for raw in iter_source_lines(task.source):
-                row = json.loads(raw)
-                row["attempt"] = task.attempt_id
-                writer.write(json.dumps(row, separators=(",", ":")).encode() + b"\n")
-                rows += 1
-            writer.finish()
-        except BaseException:
-            writer.abort()
-            raise
-        return ShardOutput(task.output_path, rows)
+        rows = (json.loads(raw) | {"attempt": task.attempt_id} for raw in iter_source_lines(task.source))
+        return write_output(task, rows)
 
     return run
+
+
+def write_output(task: ShardTask, rows) -> ShardOutput:
+    """A fake run's output: ``rows`` as compact JSON lines, written as the real runner writes (checked)."""
+    writer = fsio.BufferedCheckedWriter(task.output_path)
+    count = 0
+    try:
+        for row in rows:
+            writer.write(json.dumps(row, separators=(",", ":")).encode() + b"\n")
+            count += 1
+        writer.finish()
+    except BaseException:
+        writer.abort()
+        raise
+    return ShardOutput(task.output_path, count)
 
 
 def merged_ids(path: Path) -> list[int]:
@@ -206,19 +210,9 @@ def dedup_runner(process: list) -> Callable[[ShardTask], ShardOutput]:
 
     def run(task: ShardTask) -> ShardOutput:
         drops = _drop_sets(task)
-        writer = fsio.BufferedCheckedWriter(task.output_path)
-        rows = 0
-        try:
-            for number, raw in enumerate(iter_source_lines(task.source)):
-                row = json.loads(raw)
-                if _reaches(process, len(process), row["text"], number, drops):
-                    writer.write(json.dumps(row, separators=(",", ":")).encode() + b"\n")
-                    rows += 1
-            writer.finish()
-        except BaseException:
-            writer.abort()
-            raise
-        return ShardOutput(task.output_path, rows)
+        rows = (json.loads(raw) for raw in iter_source_lines(task.source))
+        return write_output(task, (row for number, row in enumerate(rows)
+                                   if _reaches(process, len(process), row["text"], number, drops)))  # fmt: skip
 
     return run
 
